@@ -1,0 +1,171 @@
+# saragossa: one Makefile for the library, the CLI, the tests, fuzzing and benches.
+#
+#   make               build/saragossa, build/libsaragossa.a, build/libsaragossa.so
+#   make test          unit tests (Criterion) then end-to-end tests (pytest)
+#   make test-asan     unit tests under ASan + UBSan
+#   make fuzz          every libFuzzer target for FUZZ_SECONDS each (clang)
+#   make bench         kernel benches (bench/)
+#   make run           build and start the main job
+#   make format        clang-format every C/CUDA source in place
+#
+# Feature flags (validated): CUDA=auto|0|1  SAN=0|1  NATIVE=0|1  DEBUG=0|1  CI=true makes warnings errors.
+
+CUDA   ?= auto
+SAN    ?= 0
+NATIVE ?= 0
+DEBUG  ?= 0
+FUZZ_SECONDS ?= 20
+
+check01 = $(if $(filter-out 0 1,$($(1))),$(error $(1) must be 0 or 1, got '$($(1))'))
+$(call check01,SAN)
+$(call check01,NATIVE)
+$(call check01,DEBUG)
+ifeq ($(filter auto 0 1,$(CUDA)),)
+$(error CUDA must be auto, 0 or 1, got '$(CUDA)')
+endif
+
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+ifeq ($(CUDA),auto)
+  CUDA_ON := $(if $(NVCC),1,0)
+else
+  CUDA_ON := $(CUDA)
+endif
+ifeq ($(CUDA_ON),1)
+  ifeq ($(NVCC),)
+    $(error CUDA=1 but nvcc was not found (install the CUDA toolkit or set NVCC=/path/to/nvcc))
+  endif
+  CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+endif
+
+# Dependencies: installed by scripts/deps.sh when missing (a fresh machine needs nothing else).
+PKGS := jansson libmicrohttpd libcurl libcrypto libpcre2-8 libutf8proc fftw3f sndfile soxr libedit liburing
+NO_DEPS_GOALS := clean format help
+ifeq ($(filter $(NO_DEPS_GOALS),$(MAKECMDGOALS)),)
+  ifeq ($(SARAGOSSA_SKIP_DEPS),)
+    DEPS_READY := $(shell pkg-config --exists $(PKGS) criterion 2>/dev/null && test "$$(cat .venv/.stamp 2>/dev/null)" = "$$(sha256sum scripts/deps.sh | cut -c1-64)" && echo yes)
+    ifneq ($(DEPS_READY),yes)
+      DEPS_RC := $(shell bash scripts/deps.sh 1>&2; echo $$?)
+      ifneq ($(DEPS_RC),0)
+        $(error scripts/deps.sh failed (exit $(DEPS_RC)))
+      endif
+    endif
+  endif
+endif
+
+BUILD ?= build
+CC    ?= cc
+ifeq ($(origin CC),default)
+  CC := cc
+endif
+
+CSTD     := -std=c17 -D_GNU_SOURCE
+WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
+OPT      := $(if $(filter 1,$(DEBUG)),-O0 -g3,-O2 -g)
+ARCH     := $(if $(filter 1,$(NATIVE)),-march=native,)
+SAN_ON   := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+SANFLAGS := $(if $(filter 1,$(SAN)),$(SAN_ON),)
+WERROR   := $(if $(filter true,$(CI)),-Werror,)
+DEFS     := -DSG_CUDA=$(CUDA_ON) -DSG_BUILD_FLAGS='"CUDA=$(CUDA_ON) SAN=$(SAN) NATIVE=$(NATIVE) DEBUG=$(DEBUG) CC=$(notdir $(CC))"'
+CFLAGS_ALL := $(CSTD) $(OPT) $(ARCH) $(WARN) $(WERROR) $(SANFLAGS) -fPIC -pthread -MMD -MP \
+              -Iinclude -Isrc $(DEFS) $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS)
+LDLIBS_ALL := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -lpthread -ldl $(LDLIBS)
+LDFLAGS_ALL := $(SANFLAGS) -pthread $(LDFLAGS)
+
+ifeq ($(CUDA_ON),1)
+  NVCCFLAGS ?= -O2 -g -std=c++17 -arch=sm_90 -Xcompiler -fPIC,-Wall
+  LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
+endif
+
+# Sources: every .c under src/ except the CLI goes into the library; src/backend/cuda only with CUDA.
+LIB_SRC := $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/backend/cuda/*' | sort)
+CLI_SRC := $(sort $(wildcard src/cli/*.c))
+CU_SRC  :=
+ifeq ($(CUDA_ON),1)
+  LIB_SRC += $(sort $(wildcard src/backend/cuda/*.c))
+  CU_SRC  := $(sort $(wildcard src/backend/cuda/*.cu))
+endif
+UNIT_SRC := $(sort $(wildcard tests/unit/*.c))
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+UNIT_OBJ := $(UNIT_SRC:%.c=$(BUILD)/obj/%.o)
+
+BIN    := $(BUILD)/saragossa
+LIB_A  := $(BUILD)/libsaragossa.a
+LIB_SO := $(BUILD)/libsaragossa.so
+UNIT   := $(BUILD)/test_unit
+PYTEST := .venv/bin/python -m pytest
+
+.PHONY: all test test-unit test-e2e test-asan fuzz bench run format clean help
+.DEFAULT_GOAL := all
+
+all: $(BIN) $(LIB_A) $(LIB_SO)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Iinclude -Isrc -DSG_CUDA=1 -MMD -MP -c $< -o $@
+
+$(LIB_A): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIB_SO): $(LIB_OBJ)
+	$(CC) -shared $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+
+$(BIN): $(CLI_OBJ) $(LIB_A)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(LIB_A) $(LDLIBS_ALL)
+
+$(UNIT): $(UNIT_OBJ) $(LIB_A)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(UNIT_OBJ) $(LIB_A) $(LDLIBS_ALL) -lcriterion
+
+# The unit runner prints Criterion's synthesis line; pytest ends with its own summary.
+test: all $(UNIT)
+	$(UNIT) --jobs=2
+	SARAGOSSA_BIN=$(abspath $(BIN)) $(PYTEST) -q tests/e2e
+
+test-unit: $(UNIT)
+	$(UNIT) --jobs=2
+
+test-e2e: all
+	SARAGOSSA_BIN=$(abspath $(BIN)) $(PYTEST) -q tests/e2e
+
+test-asan:
+	$(MAKE) SAN=1 CUDA=0 BUILD=build/asan test-unit
+
+# libFuzzer needs clang: the library is rebuilt with clang and ASan+UBSan in build/fuzz.
+FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
+fuzz:
+	$(MAKE) CC=clang SAN=1 CUDA=0 BUILD=build/fuzz CFLAGS=-fsanitize=fuzzer-no-link fuzz-run
+
+fuzz-run: $(LIB_A) $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/%)
+	@mkdir -p $(BUILD)/corpus
+	@for f in $(FUZZ_SRC:tests/fuzz/%.c=%); do \
+	  mkdir -p $(BUILD)/corpus/$$f; seeds=tests/fuzz/corpus/$$f; [ -d $$seeds ] || seeds=; \
+	  echo "fuzz: $$f for $(FUZZ_SECONDS)s"; \
+	  $(BUILD)/$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=0 $(BUILD)/corpus/$$f $$seeds 2>&1 | tail -n 2 || exit 1; \
+	done
+
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_A)
+	$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer $< -o $@ $(LIB_A) $(LDLIBS_ALL)
+
+bench: all
+	@bash bench/run.sh
+
+run: all
+	$(BIN) --version && $(BIN) doctor
+
+format:
+	clang-format -i $$(find include src tests bench -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' | sort)
+
+clean:
+	rm -rf build
+
+help:
+	@sed -n '2,12p' Makefile | sed 's/^# \{0,1\}//'
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

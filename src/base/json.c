@@ -1,0 +1,89 @@
+#include "base/json.h"
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/mmap.h"
+
+#include <math.h>
+
+const char *sg_json_type_name(const json_t *v)
+{
+	if (!v) return "missing";
+	switch (json_typeof(v)) {
+	case JSON_OBJECT: return "object";
+	case JSON_ARRAY: return "array";
+	case JSON_STRING: return "string";
+	case JSON_INTEGER: return "integer";
+	case JSON_REAL: return "real";
+	case JSON_TRUE: return "true";
+	case JSON_FALSE: return "false";
+	case JSON_NULL: return "null";
+	}
+	return "unknown";
+}
+
+sg_status sg_json_parse(const char *buf, size_t len, const char *what, json_t **out)
+{
+	json_error_t err;
+	/* JSON_ALLOW_NUL keeps embedded \u0000 legal as JSON allows; strings stay length-tracked. */
+	*out = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
+	if (!*out)
+		return sg_error(SG_ERR_FORMAT, "%s: invalid JSON at line %d, column %d (byte %d): %s",
+				what ? what : "json", err.line, err.column, err.position, err.text);
+	return SG_OK;
+}
+
+sg_status sg_json_load_file(const char *path, size_t max_bytes, json_t **out)
+{
+	char *buf;
+	size_t len;
+	*out = NULL;
+	sg_status st = sg_read_file(path, max_bytes, &buf, &len);
+	if (st) return st;
+	st = sg_json_parse(buf, len, path, out);
+	sg_free(buf);
+	return st;
+}
+
+static sg_status wrong_type(const char *key, const char *want, const json_t *v)
+{
+	return sg_error(SG_ERR_FORMAT, "field '%s' must be %s, found %s", key, want, sg_json_type_name(v));
+}
+
+sg_status sg_json_get_int(const json_t *obj, const char *key, int64_t *out)
+{
+	json_t *v = json_object_get(obj, key);
+	if (!v) return SG_ERR_NOT_FOUND;
+	if (json_is_integer(v)) return *out = json_integer_value(v), SG_OK;
+	if (json_is_real(v)) {
+		double d = json_real_value(v);
+		if (d == floor(d) && fabs(d) < 9.0e15) return *out = (int64_t)d, SG_OK;
+	}
+	return wrong_type(key, "an integer", v);
+}
+
+sg_status sg_json_get_num(const json_t *obj, const char *key, double *out)
+{
+	json_t *v = json_object_get(obj, key);
+	if (!v) return SG_ERR_NOT_FOUND;
+	if (!json_is_number(v)) return wrong_type(key, "a number", v);
+	*out = json_number_value(v);
+	return SG_OK;
+}
+
+sg_status sg_json_get_bool(const json_t *obj, const char *key, int *out)
+{
+	json_t *v = json_object_get(obj, key);
+	if (!v) return SG_ERR_NOT_FOUND;
+	if (!json_is_boolean(v)) return wrong_type(key, "a boolean", v);
+	*out = json_is_true(v);
+	return SG_OK;
+}
+
+sg_status sg_json_get_str(const json_t *obj, const char *key, const char **out)
+{
+	json_t *v = json_object_get(obj, key);
+	if (!v) return SG_ERR_NOT_FOUND;
+	if (!json_is_string(v)) return wrong_type(key, "a string", v);
+	*out = json_string_value(v);
+	return SG_OK;
+}

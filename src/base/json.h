@@ -1,0 +1,27 @@
+/* Thin helpers over jansson: parse with a position in the error, and typed field access whose
+ * errors name the field and what was found. */
+#ifndef SG_BASE_JSON_H
+#define SG_BASE_JSON_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "saragossa.h"
+
+/* Parses buf[0..len) (need not be NUL-terminated). On error: SG_ERR_FORMAT with
+ * "<what>: invalid JSON at line L, column C (byte B): <reason>". */
+sg_status sg_json_parse(const char *buf, size_t len, const char *what, json_t **out);
+sg_status sg_json_load_file(const char *path, size_t max_bytes, json_t **out);
+
+/* Typed getters. A missing key returns SG_ERR_NOT_FOUND and leaves *out alone (callers with a
+ * default ignore it); a key of the wrong type returns SG_ERR_FORMAT naming the field, the type
+ * wanted and the type found. Integers must be integral and fit. */
+sg_status sg_json_get_int(const json_t *obj, const char *key, int64_t *out);
+sg_status sg_json_get_num(const json_t *obj, const char *key, double *out);
+sg_status sg_json_get_bool(const json_t *obj, const char *key, int *out);
+sg_status sg_json_get_str(const json_t *obj, const char *key, const char **out);
+
+/* "object", "array", "string", "integer", "real", "true", "false", "null". */
+const char *sg_json_type_name(const json_t *v);
+
+#endif

@@ -1,0 +1,11 @@
+/* The CLI's verbs. Each takes the arguments after the verb and returns the process exit status:
+ * 0 success, 1 failure (message on stderr), 2 usage error. */
+#ifndef SG_CLI_H
+#define SG_CLI_H
+
+int sg_cli_doctor(int argc, char **argv);
+
+/* Prints "saragossa: <msg>" and the one-line usage of `verb` on stderr; returns 2. */
+int sg_cli_usage_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,88 @@
+/* saragossa: command-line entry point. Dispatches to one function per verb (src/cli/<verb>.c). */
+#include "cli/cli.h"
+#include "saragossa.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct verb {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *usage;   /* arguments, for the one-line usage */
+	const char *summary; /* one line for `help` */
+} verb;
+
+static int cmd_help(int argc, char **argv);
+static int cmd_version(int argc, char **argv);
+
+static const verb verbs[] = {
+	{"help", cmd_help, "[VERB]", "show this help, or one verb's usage"},
+	{"version", cmd_version, "", "print the version and build flags"},
+	{"doctor", sg_cli_doctor, "", "report the machine, the build and every runtime flag"},
+};
+#define N_VERBS ((int)(sizeof(verbs) / sizeof(verbs[0])))
+
+static const verb *find_verb(const char *name)
+{
+	for (int i = 0; i < N_VERBS; i++)
+		if (!strcmp(verbs[i].name, name)) return &verbs[i];
+	return NULL;
+}
+
+int sg_cli_usage_error(const char *verb_name, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "saragossa: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	const verb *v = verb_name ? find_verb(verb_name) : NULL;
+	if (v) fprintf(stderr, "usage: saragossa %s %s\n", v->name, v->usage);
+	else fprintf(stderr, "usage: saragossa <verb> [options]   (saragossa help lists the verbs)\n");
+	return 2;
+}
+
+static void print_help(FILE *f)
+{
+	fprintf(f, "saragossa %s: local inference engine\n\nusage: saragossa <verb> [options]\n\nverbs:\n",
+		sg_version());
+	for (int i = 0; i < N_VERBS; i++) fprintf(f, "  %-10s %s\n", verbs[i].name, verbs[i].summary);
+	fprintf(f, "\nsaragossa help VERB shows a verb's usage; saragossa --version the version.\n");
+}
+
+static int cmd_help(int argc, char **argv)
+{
+	if (argc > 1) return sg_cli_usage_error("help", "help takes at most one verb");
+	if (argc == 1) {
+		const verb *v = find_verb(argv[0]);
+		if (!v) return sg_cli_usage_error(NULL, "unknown verb '%s'", argv[0]);
+		printf("usage: saragossa %s %s\n  %s\n", v->name, v->usage, v->summary);
+		return 0;
+	}
+	print_help(stdout);
+	return 0;
+}
+
+static int cmd_version(int argc, char **argv)
+{
+	if (argc) return sg_cli_usage_error("version", "unexpected argument '%s'", argv[0]);
+	printf("saragossa %s (%s)\n", sg_version(), SG_BUILD_FLAGS);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		print_help(stderr);
+		return 2;
+	}
+	const char *a = argv[1];
+	if (!strcmp(a, "--version") || !strcmp(a, "-V")) return cmd_version(argc - 2, argv + 2);
+	if (!strcmp(a, "--help") || !strcmp(a, "-h")) return cmd_help(argc - 2, argv + 2);
+	if (a[0] == '-') return sg_cli_usage_error(NULL, "unknown option '%s'", a);
+	const verb *v = find_verb(a);
+	if (!v) return sg_cli_usage_error(NULL, "unknown verb '%s'", a);
+	return v->fn(argc - 2, argv + 2);
+}
