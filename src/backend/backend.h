@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "formats/model_desc.h" /* sg_act, sg_rope_scaling: shared with the model description */
 #include "formats/qtypes.h"
 #include "saragossa.h"
 
@@ -97,15 +98,7 @@ typedef enum sg_stage {
 	SG_STAGE_COUNT
 } sg_stage;
 
-typedef enum { SG_ACT_SILU, SG_ACT_GELU_TANH } sg_act;
 
-typedef enum {
-	SG_ROPE_SCALING_NONE,
-	SG_ROPE_SCALING_LINEAR,      /* positions divided by factor */
-	SG_ROPE_SCALING_YARN,        /* NTK-by-parts ramp between interpolation and extrapolation */
-	SG_ROPE_SCALING_LLAMA3,      /* Llama 3.1 wavelength bands */
-	SG_ROPE_SCALING_PROPORTIONAL /* partial rotary whose frequencies span the full head dim */
-} sg_rope_scaling;
 
 typedef struct sg_rope_params {
 	int head_dim;          /* elements per head in x */

@@ -465,6 +465,8 @@ static sg_status ew_run(sg_backend *be, const char *op, int kind, const sg_btens
 sg_status sg_cpu_glu(sg_backend *be, const sg_btensor *gate, const sg_btensor *up, sg_act act, sg_btensor *out)
 {
 	if (!up) return SG_FAIL(SG_ERR_INVALID_ARG, "up is missing");
+	if (act != SG_ACT_SILU && act != SG_ACT_GELU_TANH)
+		return SG_FAIL(SG_ERR_UNSUPPORTED, "activation %d has no gated kernel", (int)act);
 	return ew_run(be, "glu", act == SG_ACT_GELU_TANH ? EW_GELU : EW_SILU, gate, up, 0, out);
 }
 
