@@ -305,11 +305,16 @@ static sg_status head_file(dl_ctx *c, const char *file, file_meta *m)
 	 * where the bytes are (a CDN), and the headers of the hub's answer describe the file. */
 	for (int hop = 0;; hop++) {
 		sg_http_req req = {.url = url, .token = c->token, .auth_host = c->origin, .head = 1};
-		if (sg_http_do(&req, &r)) {
+		sg_status hs;
+		for (int attempt = 0;; attempt++) {
+			hs = sg_http_do(&req, &r);
 			sg_http_resp_free(&r);
-			return sg_error_wrap(SG_ERR_IO, "%s: %s", c->ref->repo, file);
+			if (!hs || attempt >= sg_flag_int("SARAGOSSA_HUB_RETRIES") ||
+			    (r.outcome != SG_HTTP_CUT && r.outcome != SG_HTTP_UNREACHABLE))
+				break;
+			usleep((useconds_t)(250000 * (attempt + 1)));
 		}
-		sg_http_resp_free(&r);
+		if (hs) return sg_error_wrap(SG_ERR_IO, "%s: %s", c->ref->repo, file);
 		char where[512];
 		sg_http_origin(r.location, where, sizeof(where));
 		int same_host = r.location[0] == '/' || !strcmp(where, c->origin);
@@ -485,6 +490,8 @@ static sg_status fetch_info(dl_ctx *c, json_t **info, int *unreachable)
 		return sg_error(SG_ERR_IO, "the hub is unreachable: %s (%s)", r.error, c->endpoint);
 	}
 	if (r.status != 200) {
+		/* A hub that is down (5xx) is as good as unreachable: a cached copy may still serve. */
+		*unreachable = r.status >= 500;
 		sg_status st = http_status_error(c, &r, NULL);
 		sg_http_resp_free(&r);
 		return st;

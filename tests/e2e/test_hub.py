@@ -137,8 +137,9 @@ class FakeHub:
             repo = self.repos.get(f"{m_api[1]}/{m_api[2]}")
             if repo is None:
                 return self.reply(h, 404, [("X-Error-Code", "RepoNotFound")], b'{"error":"not found"}', head)
-            if self.refuse(h, repo, head):
-                return
+            # Like the real hub, a gated repo's model info is public; its files are not.
+            if m_api[3] not in ("main", repo.commit):
+                return self.reply(h, 404, [("X-Error-Code", "RevisionNotFound")], b"", head)
             info = {"id": f"{m_api[1]}/{m_api[2]}", "sha": repo.commit,
                     "siblings": [{"rfilename": n} for n in repo.files]}
             return self.reply(h, 200, [("Content-Type", "application/json")], json.dumps(info).encode(), head)
@@ -149,6 +150,8 @@ class FakeHub:
                 return self.reply(h, 404, [("X-Error-Code", "RepoNotFound")], b"", head)
             if self.refuse(h, repo, head):
                 return
+            if m_res[3] not in ("main", repo.commit):
+                return self.reply(h, 404, [("X-Error-Code", "RevisionNotFound")], b"", head)
             if name not in repo.files:
                 return self.reply(h, 404, [("X-Error-Code", "EntryNotFound")], b"", head)
             data = repo.files[name]
@@ -212,6 +215,9 @@ def hub():
     h.add("org/tiny-gguf", Repo(gguf, commit=GGUF_COMMIT, lfs={n for n in gguf if n.endswith(".gguf")}))
     h.add("org/corrupt", Repo(tiny_repo(), lie_sha={"model.safetensors"}))
     h.add("org/gated", Repo(tiny_repo(), gated_token="hf_secret"))
+    split = {"big-Q8_0.gguf": b"GGUF" + b"8" * 300, "Q4_K_M/big-Q4_K_M-00002-of-00002.gguf": b"part2",
+             "Q4_K_M/big-Q4_K_M-00001-of-00002.gguf": b"GGUF part1", "Q5_K_M/big-Q5_K_M-00001-of-00001.gguf": b"GGUF"}
+    h.add("org/split", Repo(split, lfs=set(split)))
     evil = {"../../evil-Q4_K_M.gguf": b"GGUF" + b"x" * 100}
     h.add("org/evil", Repo(evil, lfs=set(evil)))
     yield h
@@ -315,6 +321,29 @@ def test_layout_is_what_huggingface_hub_writes(sg, hub, env, tmp_path):
     assert tree(repo_dir(env, "org/tiny")) == tree(theirs / "models--org--tiny")
 
 
+def test_models_downloaded_by_huggingface_hub_are_found_offline(sg, hub, env, tmp_path):
+    theirs = tmp_path / "hf-own"
+    run_py(HF_DOWNLOAD, str(theirs), "org/tiny", *NEEDED, env={"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1"})
+    hub.clear()
+    r = sg("pull", "org/tiny", env={**env, "HF_HUB_CACHE": str(theirs), "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(theirs / "models--org--tiny" / "snapshots" / COMMIT)
+    assert hub.requests() == []
+    listed = sg("list", env={**env, "HF_HUB_CACHE": str(theirs)})
+    assert re.search(r"^org/tiny\s+safetensors\s+f32\s", listed.stdout, re.M)
+
+
+def test_revisions_pin_a_commit_or_fail_clearly(sg, hub, env):
+    r = sg("pull", f"org/tiny@{COMMIT}", env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith(f"/snapshots/{COMMIT}")
+    assert not (repo_dir(env, "org/tiny") / "refs").exists()  # a commit is not a ref
+    bad = sg("pull", "org/tiny@nope", env=env)
+    assert bad.returncode == 1 and "revision 'nope' not found" in bad.stderr
+    missing = sg("pull", "org/absent", env=env)
+    assert missing.returncode == 1 and "repository not found" in missing.stderr
+
+
 def test_pull_resumes_a_cut_download_with_range(sg, hub, env):
     sha = hashlib.sha256(hub.repos["org/tiny"].files["model.safetensors"]).hexdigest()
     size = len(hub.repos["org/tiny"].files["model.safetensors"])
@@ -381,7 +410,8 @@ def test_token_file_is_used_when_hf_token_is_unset(sg, hub, env):
     home.mkdir(parents=True)
     (home / "token").write_text("hf_secret\n")
     e = {k: v for k, v in env.items() if k != "HF_TOKEN"}
-    r = subprocess.run([os.environ.get("SARAGOSSA_BIN", "build/saragossa"), "pull", "-q", "org/gated"],
+    binary = os.environ.get("SARAGOSSA_BIN") or str(Path(__file__).resolve().parents[2] / "build" / "saragossa")
+    r = subprocess.run([binary, "pull", "-q", "org/gated"],
                        env={**{k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}, **e},
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -437,6 +467,17 @@ def test_gguf_file_and_quant_tag_pick_that_file(sg, hub, env):
     missing = sg("pull", "org/tiny-gguf:tiny-Q2_K.gguf", env=env)
     assert missing.returncode == 1
     assert "no file named 'tiny-Q2_K.gguf'" in missing.stderr and "tiny-Q4_K_M.gguf" in missing.stderr
+
+
+def test_split_gguf_comes_with_all_its_parts(sg, hub, env):
+    r = sg("pull", "org/split", env=env)
+    assert r.returncode == 0, r.stderr
+    snap = repo_dir(env, "org/split") / "snapshots" / COMMIT
+    assert r.stdout.strip() == str(snap / "Q4_K_M" / "big-Q4_K_M-00001-of-00002.gguf")
+    assert sorted(str(p.relative_to(snap)) for p in snap.rglob("*.gguf")) == [
+        "Q4_K_M/big-Q4_K_M-00001-of-00002.gguf", "Q4_K_M/big-Q4_K_M-00002-of-00002.gguf"]
+    assert os.readlink(snap / "Q4_K_M" / "big-Q4_K_M-00002-of-00002.gguf").startswith("../../../blobs/")
+    assert (snap / "Q4_K_M" / "big-Q4_K_M-00002-of-00002.gguf").read_bytes() == b"part2"
 
 
 def test_unsafe_file_name_from_the_hub_is_refused(sg, hub, env, tmp_path):
