@@ -392,3 +392,25 @@ Test(hub, url_escaping_and_origins)
 	sg_http_origin("http://127.0.0.1:8080", buf, sizeof(buf));
 	cr_assert_str_eq(buf, "http://127.0.0.1:8080");
 }
+
+Test(hub, random_ids_never_yield_a_name_that_leaves_the_cache)
+{
+	static const char alphabet[] = "ab./-_:@\\~%Q4";
+	unsigned seed = 12345;
+	int accepted = 0;
+	for (int i = 0; i < 50000; i++) {
+		char id[24];
+		int n = 1 + (int)(rand_r(&seed) % (sizeof(id) - 1));
+		for (int k = 0; k < n; k++) id[k] = alphabet[rand_r(&seed) % (sizeof(alphabet) - 1)];
+		id[n] = 0;
+		sg_hub_ref r;
+		if (sg_hub_parse_ref(id, &r)) continue;
+		accepted++;
+		cr_assert(!strstr(r.org, "..") && !strstr(r.name, "..") && !strchr(r.org, '/') && !strchr(r.name, '/'),
+			  "'%s'", id);
+		cr_assert(!strstr(r.org, "--") && !strstr(r.name, "--") && r.org[0] != '.' && r.name[0] != '.', "'%s'", id);
+		cr_assert(!strstr(r.revision, ".."), "'%s'", id);
+		cr_assert(!r.file[0] || (sg_hub_check_filename(r.file) == SG_OK && r.file[0] != '/'), "'%s'", id);
+	}
+	cr_assert_gt(accepted, 100, "the generator should produce some valid ids");
+}
