@@ -1,11 +1,18 @@
 /* Token sampler: see sampler.h for the pipeline and docs/sampling.md for the semantics.
  *
- * Cost per call, V = n_vocab: one pass to copy and sanitize the logits (plain greedy without
- * log-probabilities reads them once and writes nothing), one pass of exp over V (or over k after
- * top-k) for the weights, then work proportional to the survivors. Top-k and top-p never sort
- * the vocabulary: both are radix selections on the float bits (11+11+10 bits, so at most three
- * histogram passes, each over the previous level's boundary bucket only), O(V) whatever the
- * logits look like, and deterministic, unlike a quickselect with random pivots.
+ * Cost per call, V = n_vocab, nothing sorts the vocabulary:
+ * - plain greedy: one vector pass over the logits, nothing written;
+ * - otherwise one pass copies and sanitizes the logits (bias and penalties spliced in from a
+ *   short list sorted by id, so untouched logits are never tested one by one);
+ * - top-k <= 1024: one pass with a heap of k, skipping 64-logit blocks whose maximum cannot enter;
+ *   larger k: a radix selection on the float bits (11+11+10 bits: at most three histogram passes,
+ *   each over the previous level's boundary bucket only), O(V) whatever the logits look like and
+ *   deterministic, unlike a quickselect with random pivots;
+ * - without top-k: one vector pass of exp over V for the weights, then only the tokens that can
+ *   still matter (weight >= min_p, and for top-p >= (1 - top_p) * total / 2V) are kept;
+ * - top-p: the same radix selection, by mass, over those survivors.
+ * Measured on one core of a busy x86-64 VM (NATIVE=0), V = 262,144: greedy 76 us, the default
+ * chain (T 0.8, top-k 40, top-p 0.95, min-p 0.05) 285 us, temperature alone 610 us.
  */
 #include "engine/sampler.h"
 
@@ -27,6 +34,7 @@
 #endif
 
 #define MAX_VOCAB (1 << 28)
+#define SUM_BLOCK 256 /* entries per partial sum of the weights */
 
 typedef struct cand {
 	float v;    /* the adjusted logit, then the unnormalised weight exp((v - max) / T) */
@@ -54,10 +62,12 @@ struct sg_sampler {
 	int32_t *distinct; /* [cap_distinct] ids with counts > 0, ascending */
 	int32_t n_distinct, cap_distinct;
 
-	adj *adj;    /* [n_bias + cap_distinct] per-call overrides, ascending id */
-	float *work; /* [n_vocab] adjusted logits */
-	cand *ca;    /* [n_vocab] candidate lists (ping-pong) */
-	cand *cb;    /* [n_vocab] */
+	adj *adj;     /* [n_bias + cap_distinct] per-call overrides, ascending id */
+	float *work;  /* [n_vocab] adjusted logits */
+	float *wbuf;  /* [n_vocab] weights; raw logits for SG_LOGPROBS_RAW */
+	double *bsum; /* [n_vocab / SUM_BLOCK + 1] sums of wbuf's blocks */
+	cand *ca;     /* [n_vocab] candidate lists (ping-pong) */
+	cand *cb;     /* [n_vocab] */
 };
 
 /* ---- random numbers: splitmix64 to seed xoshiro256** (Blackman & Vigna) ---- */
@@ -125,30 +135,109 @@ static inline float sanitize(float v)
 	return v > FLT_MAX ? FLT_MAX : v;
 }
 
-/* exp(x) for x <= 0 in float, from IEEE basic operations only (no libm), so every machine
- * computes the same bits. Cody-Waite reduction x = k ln2 + r, |r| <= ln2/2, degree-7 Taylor
- * (relative error < 5e-9 before rounding), 2^k built from the exponent bits. Results below
- * 2^-126 are returned as 0: such a token is 1e-38 times less likely than the best one. */
+/* Passes over the whole vocabulary use GCC/clang generic vectors of 4 floats: plain IEEE
+ * operations lane by lane, lowered to SSE2/AVX/NEON or to scalar code alike, so the bits of
+ * every result are fixed by this code and not by the instruction set. Maxima are exact in any
+ * order; sums are kept per lane and the lanes added in a fixed order. */
+typedef float vf4 __attribute__((vector_size(16)));
+typedef int32_t vi4 __attribute__((vector_size(16)));
+
+static inline vf4 splat(float v)
+{
+	return (vf4){v, v, v, v};
+}
+static inline vf4 vsel(vi4 m, vf4 a, vf4 b)
+{
+	return (vf4)((m & (vi4)a) | (~m & (vi4)b));
+}
+static inline vf4 load4(const float *p)
+{
+	vf4 v;
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+/* Lanes past n - i read as fill. */
+static inline vf4 load_tail(const float *p, int32_t left, float fill)
+{
+	vf4 v = splat(fill);
+	memcpy(&v, p, (size_t)(left < 4 ? left : 4) * sizeof(float));
+	return v;
+}
+/* Lane-wise max in which NaN loses (the comparison is false, the old value stays). */
+static inline vf4 vmax(vf4 v, vf4 m)
+{
+	return vsel(v > m, v, m);
+}
+static inline float hmax(vf4 m)
+{
+	float r = m[0];
+	for (int j = 1; j < 4; j++) r = m[j] > r ? m[j] : r;
+	return r;
+}
+/* The sanitizing rule on four lanes. */
+static inline vf4 vsanitize(vf4 v)
+{
+	v = vsel(v != v, splat(-INFINITY), v);
+	return vsel(v > splat(FLT_MAX), splat(FLT_MAX), v);
+}
+
+/* exp(x) for x <= 0, from IEEE basic operations only (no libm), so every machine computes the
+ * same bits. Cody-Waite reduction x = k ln2 + r, |r| <= ln2/2, degree-6 Taylor (relative error
+ * < 1.3e-7 before rounding, about float's own precision), 2^k built from the exponent bits. Below -86 the
+ * result is 0 (such a token is 1e-37 times less likely than the best one), which also keeps every result a
+ * normal float: flush-to-zero modes cannot change it. -inf and NaN give 0. */
+static inline vf4 vexp_neg(vf4 x)
+{
+	vi4 live = x > splat(-86.0f);
+	vf4 xc = vsel(live, x, splat(-86.0f));
+	vf4 t = xc * splat(1.44269504f);
+	vi4 k = -__builtin_convertvector(splat(0.5f) - t, vi4); /* 0.5 - t > 0: truncation is floor */
+	vf4 kf = __builtin_convertvector(k, vf4);
+	vf4 r = (xc - kf * splat(0.693145752f)) - kf * splat(1.42860677e-6f); /* kf * hi is exact */
+	vf4 p = splat(1.0f / 720.0f);
+	p = p * r + splat(1.0f / 120.0f);
+	p = p * r + splat(1.0f / 24.0f);
+	p = p * r + splat(1.0f / 6.0f);
+	p = p * r + splat(0.5f);
+	p = p * r + splat(1.0f);
+	p = p * r + splat(1.0f);
+	vi4 bits = (k + 127) << 23; /* k in [-124, 0] */
+	return (vf4)((vi4)(p * (vf4)bits) & live);
+}
+
+/* The same function on one value (lane 0 of the same code: identical bits). */
 static inline float exp_neg(float x)
 {
-	if (!(x > -87.0f)) return 0.0f; /* also -inf and NaN */
-	float t = x * 1.44269504f;
-	int k = -(int)(0.5f - t); /* 0.5 - t > 0, so truncation is floor: k = round(t) */
-	float kf = (float)k;
-	float r = (x - kf * 0.693145752f) - kf * 1.42860677e-6f; /* ln2 split: kf*hi is exact */
-	float p = 1.0f / 5040.0f;
-	p = p * r + 1.0f / 720.0f;
-	p = p * r + 1.0f / 120.0f;
-	p = p * r + 1.0f / 24.0f;
-	p = p * r + 1.0f / 6.0f;
-	p = p * r + 0.5f;
-	p = p * r + 1.0f;
-	p = p * r + 1.0f;
-	union {
-		uint32_t u;
-		float f;
-	} s = {.u = (uint32_t)(k + 127) << 23}; /* k in [-126, 0] */
-	return p * s.f;
+	return vexp_neg(splat(x))[0];
+}
+
+/* Sum of exp((x[i] - mx) * inv_t) over x[0..n), each term also stored in w[i] when w is set.
+ * Summed per block of SUM_BLOCK entries: four float lanes of 64 terms each (relative error
+ * below 4e-6 even in the worst case, 20% faster than double lanes), lanes added in double in
+ * order; the block sums are stored in bsum[] when set and added in block order, so the draw
+ * walks exactly the sums that made the total. */
+static double sum_exp(const float *x, int32_t n, float mx, float inv_t, float *w, double *bsum)
+{
+	vf4 vm = splat(mx), vt = splat(inv_t);
+	double total = 0.0;
+	for (int32_t b0 = 0; b0 < n; b0 += SUM_BLOCK) {
+		int32_t end = n - b0 > SUM_BLOCK ? b0 + SUM_BLOCK : n, i = b0;
+		vf4 acc = {0, 0, 0, 0};
+		for (; i + 4 <= end; i += 4) {
+			vf4 e = vexp_neg((load4(x + i) - vm) * vt);
+			acc += e;
+			if (w) memcpy(w + i, &e, sizeof(e));
+		}
+		if (i < end) {
+			vf4 e = vexp_neg((load_tail(x + i, end - i, -INFINITY) - vm) * vt);
+			acc += e;
+			if (w) memcpy(w + i, &e, (size_t)(end - i) * sizeof(float));
+		}
+		double bs = ((double)acc[0] + acc[1]) + ((double)acc[2] + acc[3]);
+		if (bsum) bsum[b0 / SUM_BLOCK] = bs;
+		total += bs;
+	}
+	return total;
 }
 
 /* Order-preserving map of a float onto uint32 (-inf lowest, +inf highest). */
@@ -294,9 +383,11 @@ sg_status sg_sampler_create(const sg_sampler_params *p, int32_t n_vocab, sg_samp
 	}
 	s->adj = sg_malloc((s->n_bias + (size_t)s->cap_distinct + 1) * sizeof(*s->adj));
 	s->work = sg_malloc((size_t)n_vocab * sizeof(*s->work));
+	s->wbuf = sg_malloc((size_t)n_vocab * sizeof(*s->wbuf));
+	s->bsum = sg_malloc(((size_t)n_vocab / SUM_BLOCK + 1) * sizeof(*s->bsum));
 	s->ca = sg_malloc((size_t)n_vocab * sizeof(*s->ca));
 	s->cb = sg_malloc((size_t)n_vocab * sizeof(*s->cb));
-	if (!s->adj || !s->work || !s->ca || !s->cb) goto nomem;
+	if (!s->adj || !s->work || !s->wbuf || !s->bsum || !s->ca || !s->cb) goto nomem;
 	*out = s;
 	return SG_OK;
 nomem:
@@ -313,6 +404,8 @@ void sg_sampler_free(sg_sampler *s)
 	sg_free(s->distinct);
 	sg_free(s->adj);
 	sg_free(s->work);
+	sg_free(s->wbuf);
+	sg_free(s->bsum);
 	sg_free(s->ca);
 	sg_free(s->cb);
 	sg_free(s);
@@ -422,19 +515,42 @@ static int32_t build_adj(sg_sampler *s, const float *logits)
 	return (int32_t)n;
 }
 
-/* Greedy without log-probabilities: one read of the logits, nothing written. Returns the
- * argmax (lowest id on ties) or -1 when every token is banned. */
+/* Greedy over plain logits x[a..b): moves (*best, *bi) to the first index of a strictly larger
+ * sanitized value. Blocks of 64: a vector block maximum, then a scan of the block only when it
+ * beats the best so far, so each logit is read from memory once. */
+static void argmax_range(const float *x, int32_t a, int32_t b, float *best, int32_t *bi)
+{
+	int32_t i = a;
+	for (; i + 64 <= b; i += 64) {
+		vf4 m = splat(-INFINITY);
+		for (int32_t k = 0; k < 64; k += 4) m = vmax(load4(x + i + k), m);
+		float bm = hmax(m);
+		bm = bm > FLT_MAX ? FLT_MAX : bm;
+		if (bm > *best) {
+			*best = bm;
+			for (int32_t k = 0; k < 64; k++)
+				if (sanitize(x[i + k]) == bm) {
+					*bi = i + k;
+					break;
+				}
+		}
+	}
+	for (; i < b; i++) {
+		float v = sanitize(x[i]);
+		if (v > *best) *best = v, *bi = i;
+	}
+}
+
+/* Greedy without log-probabilities: one read of the logits, nothing written, the adjusted
+ * tokens spliced in. Returns the argmax (lowest id on ties) or -1 when every token is banned. */
 static int32_t argmax_spliced(const float *logits, int32_t n, const adj *a, int32_t na)
 {
 	float best = -INFINITY;
 	int32_t bi = -1, i = 0;
 	for (int32_t j = 0; j <= na; j++) {
 		int32_t end = j < na ? a[j].id : n;
-		for (; i < end; i++) {
-			float v = logits[i];
-			v = v > FLT_MAX ? FLT_MAX : v; /* NaN fails every comparison: never chosen */
-			if (v > best) best = v, bi = i;
-		}
+		argmax_range(logits, i, end, &best, &bi);
+		i = end;
 		if (j < na) {
 			if (a[j].v > best) best = a[j].v, bi = i;
 			i++;
@@ -443,93 +559,121 @@ static int32_t argmax_spliced(const float *logits, int32_t n, const adj *a, int3
 	return bi;
 }
 
-/* Writes the adjusted logits into work; returns the argmax (-1 if all banned), *mx its value. */
-static int32_t materialize(const float *logits, int32_t n, const adj *a, int32_t na, float *work, float *mx)
+/* Copies sanitized x[a..b) into w[a..b); returns max(m, their maximum). */
+static float copy_range(const float *x, int32_t a, int32_t b, float *w, float m)
 {
-	float best = -INFINITY;
-	int32_t bi = -1, i = 0;
+	vf4 vm = splat(-INFINITY);
+	int32_t i = a;
+	for (; i + 4 <= b; i += 4) {
+		vf4 v = vsanitize(load4(x + i));
+		memcpy(w + i, &v, sizeof(v));
+		vm = vmax(v, vm);
+	}
+	float hm = hmax(vm);
+	m = hm > m ? hm : m;
+	for (; i < b; i++) {
+		float v = sanitize(x[i]);
+		w[i] = v;
+		m = v > m ? v : m;
+	}
+	return m;
+}
+
+/* Writes the adjusted logits into work; returns their maximum (-inf when all are banned). */
+static float materialize(const float *logits, int32_t n, const adj *a, int32_t na, float *work)
+{
+	float m = -INFINITY;
+	int32_t i = 0;
 	for (int32_t j = 0; j <= na; j++) {
 		int32_t end = j < na ? a[j].id : n;
-		for (; i < end; i++) {
-			float v = sanitize(logits[i]);
-			work[i] = v;
-			if (v > best) best = v, bi = i;
-		}
+		m = copy_range(logits, i, end, work, m);
+		i = end;
 		if (j < na) {
 			work[i] = a[j].v;
-			if (a[j].v > best) best = a[j].v, bi = i;
+			m = a[j].v > m ? a[j].v : m;
 			i++;
 		}
 	}
-	*mx = best;
-	return bi;
+	return m;
 }
 
 /* ---- log-probabilities ---- */
 
-static void fill_logprobs(const sg_sampler *s, const float *logits, const float *work, float wmax,
-                          int32_t tok, sg_sample_result *out)
+/* Inserts (i, v) into top[0..*cnt) (capacity cap, highest first) after every entry >= v, so
+ * that lower ids, seen first, win ties. */
+static void top_insert(sg_token_logprob *top, int32_t *cnt, int32_t cap, int32_t i, float v)
+{
+	if (*cnt == cap && !(v > top[cap - 1].logprob)) return;
+	int32_t at = *cnt < cap ? (*cnt)++ : cap - 1;
+	while (at > 0 && top[at - 1].logprob < v) {
+		top[at] = top[at - 1];
+		at--;
+	}
+	top[at].token = i;
+	top[at].logprob = v;
+}
+
+/* Log-softmax of the adjusted logits (s->work, maximum wmax) or, in raw mode, of the sanitized
+ * input logits: the chosen token's value and the top_logprobs best, banned tokens left out. */
+static void fill_logprobs(sg_sampler *s, const float *logits, float wmax, int32_t tok, sg_sample_result *out)
 {
 	int32_t n = s->n_vocab, ntop = s->p.top_logprobs;
-	int raw = s->p.logprobs_mode == SG_LOGPROBS_RAW;
+	const float *x = s->work;
 	float mx = wmax;
-	if (raw) {
-		mx = -INFINITY;
-		for (int32_t i = 0; i < n; i++) {
-			float v = sanitize(logits[i]);
-			if (v > mx) mx = v;
-		}
+	if (s->p.logprobs_mode == SG_LOGPROBS_RAW) {
+		/* wbuf is free again once the token is drawn. */
+		mx = copy_range(logits, 0, n, s->wbuf, -INFINITY);
+		x = s->wbuf;
 	}
-	double sum = 0.0;
+	double sum = sum_exp(x, n, mx, 1.0f, NULL, NULL);
+	int32_t i;
+
+	/* Top alternatives: a block is scanned only if its maximum could enter the list. */
 	sg_token_logprob *top = out->top;
 	int32_t cnt = 0;
-	for (int32_t i = 0; i < n; i++) {
-		float v = raw ? sanitize(logits[i]) : work[i];
-		if (v == -INFINITY) continue;
-		sum += exp_neg(v - mx);
-		if (ntop && (cnt < ntop || v > top[cnt - 1].logprob)) {
-			/* Insert after every entry >= v: lower ids, seen first, win ties. */
-			int32_t at = cnt < ntop ? cnt : ntop - 1;
-			while (at > 0 && top[at - 1].logprob < v) {
-				top[at] = top[at - 1];
-				at--;
-			}
-			top[at].token = i;
-			top[at].logprob = v;
-			if (cnt < ntop) cnt++;
+	if (ntop) {
+		for (i = 0; i + 64 <= n; i += 64) {
+			vf4 m = splat(-INFINITY);
+			for (int32_t k = 0; k < 64; k += 4) m = vmax(load4(x + i + k), m);
+			float bm = hmax(m);
+			if (bm == -INFINITY || (cnt == ntop && !(bm > top[ntop - 1].logprob))) continue;
+			for (int32_t k = 0; k < 64; k++)
+				if (x[i + k] != -INFINITY) top_insert(top, &cnt, ntop, i + k, x[i + k]);
 		}
+		for (; i < n; i++)
+			if (x[i] != -INFINITY) top_insert(top, &cnt, ntop, i, x[i]);
 	}
-	/* mx is a finite logit of this distribution, so sum >= 1 and the log is finite. Reading
+	/* mx is a finite value of this distribution, so sum >= 1 and the log is finite. Reading
 	 * v - lse as (v - mx) - log(sum) keeps the precision of the small differences. */
 	double lsum = log(sum);
 	for (int32_t k = 0; k < cnt; k++) top[k].logprob = (float)(((double)top[k].logprob - mx) - lsum);
 	out->n_top = cnt;
-	float vt = raw ? sanitize(logits[tok]) : work[tok];
-	out->logprob = (float)(((double)vt - mx) - lsum);
+	out->logprob = (float)(((double)x[tok] - mx) - lsum);
 }
 
 /* ---- steps 5-7: radix selections over candidate lists in ascending id order ---- */
 
+/* Up to this k, a heap pass beats the radix selection's three passes. */
+#define HEAP_TOP_K 1024
+
 static const int LEVEL_SHIFT[3] = {21, 10, 0};
 static const uint32_t LEVEL_MASK[3] = {0x7ff, 0x7ff, 0x3ff};
 
-/* Top-k: moves the k candidates of largest v (ties: lowest ids) from src[0..n) into dst, id
- * order kept; returns their number. dst may not alias src. */
-static int32_t select_top_k(const cand *src, int32_t n, int32_t k, cand *dst)
+/* Top-k: writes the k entries of x[0..n) with the largest values (ties: lowest ids) into dst
+ * as candidates, ascending id; returns their number (k < n). */
+static int32_t select_top_k(const float *x, int32_t n, int32_t k, cand *dst)
 {
-	if (k >= n) {
-		memcpy(dst, src, (size_t)n * sizeof(*src));
-		return n;
-	}
 	uint32_t hist[2048];
-	const cand *cur = src;
-	int32_t ncur = n, need = k;
+	int32_t ncur = 0, need = k;
 	uint32_t pivot = 0; /* the boundary key, built 11 + 11 + 10 bits at a time */
 	for (int l = 0; l < 3; l++) {
 		int sh = LEVEL_SHIFT[l];
 		uint32_t m = LEVEL_MASK[l];
 		memset(hist, 0, (m + 1) * sizeof(hist[0]));
-		for (int32_t i = 0; i < ncur; i++) hist[(fkey(cur[i].v) >> sh) & m]++;
+		if (l == 0)
+			for (int32_t i = 0; i < n; i++) hist[fkey(x[i]) >> sh]++;
+		else
+			for (int32_t i = 0; i < ncur; i++) hist[(fkey(dst[i].v) >> sh) & m]++;
 		uint32_t b = m;
 		int32_t acc = 0;
 		for (;; b--) {
@@ -541,79 +685,147 @@ static int32_t select_top_k(const cand *src, int32_t n, int32_t k, cand *dst)
 		/* Keep only the boundary bucket for the next level, compacted into dst (in place
 		 * from the second level on: the write index never passes the read index). */
 		int32_t w = 0;
-		for (int32_t i = 0; i < ncur; i++)
-			if (((fkey(cur[i].v) >> sh) & m) == b) dst[w++] = cur[i];
-		cur = dst;
+		if (l == 0) {
+			for (int32_t i = 0; i < n; i++)
+				if ((fkey(x[i]) >> sh) == b) dst[w++] = (cand){x[i], i};
+		} else {
+			for (int32_t i = 0; i < ncur; i++)
+				if (((fkey(dst[i].v) >> sh) & m) == b) dst[w++] = dst[i];
+		}
 		ncur = w;
 	}
-	/* cur now holds the candidates whose key equals pivot, in id order: the first `need` of
-	 * them are in. */
-	int32_t last_id = cur[need - 1].id;
+	/* dst now holds the entries whose key equals pivot, in id order: the first `need` of them
+	 * are in. */
+	int32_t last_id = dst[need - 1].id;
 	int32_t w = 0;
 	for (int32_t i = 0; i < n; i++) {
-		uint32_t key = fkey(src[i].v);
-		if (key > pivot || (key == pivot && src[i].id <= last_id)) dst[w++] = src[i];
+		uint32_t key = fkey(x[i]);
+		if (key > pivot || (key == pivot && i <= last_id)) dst[w++] = (cand){x[i], i};
 	}
 	return w;
 }
 
+/* Walks a level's histogram from the top bucket down to the one where the mass reaches *need,
+ * and takes the mass above it off *need. Rounding can leave *need unreached: the walk then stops
+ * at the lowest non-empty bucket. */
+static uint32_t mass_boundary(const double *hist, uint32_t top, uint32_t lowest, double *need)
+{
+	uint32_t b = top;
+	double acc = 0.0;
+	for (;; b--) {
+		if (acc + hist[b] >= *need || b == lowest) break;
+		acc += hist[b];
+	}
+	*need -= acc;
+	return b;
+}
+
 /* Top-p: keeps in place the smallest prefix of c[0..n) (by weight descending, ties lowest id)
- * whose weight reaches target; tmp is scratch. Returns the new count. */
+ * whose weight reaches target; tmp is scratch for n entries. Returns the new count. */
 static int32_t select_mass(cand *c, int32_t n, double target, cand *tmp)
 {
 	double hist[2048];
-	const cand *cur = c;
-	int32_t ncur = n;
 	double need = target;
 	uint32_t pivot = 0;
+	const cand *cur = c;
+	int32_t ncur = n;
 	for (int l = 0; l < 3; l++) {
 		int sh = LEVEL_SHIFT[l];
-		uint32_t m = LEVEL_MASK[l];
+		uint32_t m = LEVEL_MASK[l], lowest = m;
 		memset(hist, 0, (m + 1) * sizeof(hist[0]));
-		uint32_t lowest = m; /* the last non-empty bucket: rounding can leave need unreached */
 		for (int32_t i = 0; i < ncur; i++) {
 			uint32_t b = (fkey(cur[i].v) >> sh) & m;
 			hist[b] += cur[i].v;
-			if (b < lowest) lowest = b;
+			lowest = b < lowest ? b : lowest;
 		}
-		uint32_t b = m;
-		double acc = 0.0;
-		for (;; b--) {
-			if (acc + hist[b] >= need || b == lowest) break;
-			acc += hist[b];
-		}
-		need -= acc;
+		uint32_t b = mass_boundary(hist, m, lowest, &need);
 		pivot |= b << sh;
-		int32_t w = 0;
+		/* The boundary bucket goes on to the next level, compacted into tmp (in place from
+		 * the second level on: the write index never passes the read index). */
+		int32_t k = 0;
 		for (int32_t i = 0; i < ncur; i++)
-			if (((fkey(cur[i].v) >> sh) & m) == b) tmp[w++] = cur[i];
+			if (((fkey(cur[i].v) >> sh) & m) == b) tmp[k++] = cur[i];
 		cur = tmp;
-		ncur = w;
+		ncur = k;
 	}
-	int32_t last_id = cur[ncur - 1].id;
+	/* tmp holds the weights equal to the boundary, in id order: take them until the mass is
+	 * reached (all of them if rounding left it short). */
+	int32_t last_id = tmp[ncur - 1].id;
 	double acc = 0.0;
 	for (int32_t i = 0; i < ncur; i++) {
-		acc += cur[i].v;
+		acc += tmp[i].v;
 		if (acc >= need) {
-			last_id = cur[i].id;
+			last_id = tmp[i].id;
 			break;
 		}
 	}
-	int32_t w = 0;
+	int32_t k = 0;
 	for (int32_t i = 0; i < n; i++) {
 		uint32_t key = fkey(c[i].v);
-		if (key > pivot || (key == pivot && c[i].id <= last_id)) c[w++] = c[i];
+		if (key > pivot || (key == pivot && c[i].id <= last_id)) c[k++] = c[i];
 	}
-	return w;
+	return k;
+}
+
+/* Orders candidates so that the root of a heap is the worst one: lower value, then higher id. */
+static inline int worse(cand a, cand b)
+{
+	return a.v < b.v || (a.v == b.v && a.id > b.id);
+}
+
+static void sift_down(cand *h, int32_t k, int32_t i)
+{
+	for (;;) {
+		int32_t l = 2 * i + 1, r = l + 1, m = i;
+		if (l < k && worse(h[l], h[m])) m = l;
+		if (r < k && worse(h[r], h[m])) m = r;
+		if (m == i) return;
+		cand t = h[i];
+		h[i] = h[m];
+		h[m] = t;
+		i = m;
+	}
+}
+
+static int cmp_cand_id(const void *a, const void *b)
+{
+	int32_t x = ((const cand *)a)->id, y = ((const cand *)b)->id;
+	return (x > y) - (x < y);
+}
+
+/* Top-k for small k: one pass with a heap of the k best; a block of 64 whose vector maximum
+ * cannot beat the heap's worst is skipped, so a typical call reads x once and touches the heap
+ * a few hundred times. Sorted logits (each one a new best) cost O(n log k), still bounded.
+ * Writes the k winners into dst in id order; returns k (k < n). */
+static int32_t select_top_k_heap(const float *x, int32_t n, int32_t k, cand *dst)
+{
+	for (int32_t i = 0; i < k; i++) dst[i] = (cand){x[i], i};
+	for (int32_t i = k / 2 - 1; i >= 0; i--) sift_down(dst, k, i);
+	int32_t i = k;
+	/* A later id with an equal value is worse, so only a strictly larger value enters. */
+	for (; i < n && (i & 63); i++)
+		if (x[i] > dst[0].v) dst[0] = (cand){x[i], i}, sift_down(dst, k, 0);
+	for (; i + 64 <= n; i += 64) {
+		vf4 m = splat(-INFINITY);
+		for (int32_t j = 0; j < 64; j += 4) m = vmax(load4(x + i + j), m);
+		if (!(hmax(m) > dst[0].v)) continue;
+		for (int32_t j = i; j < i + 64; j++)
+			if (x[j] > dst[0].v) dst[0] = (cand){x[j], j}, sift_down(dst, k, 0);
+	}
+	for (; i < n; i++)
+		if (x[i] > dst[0].v) dst[0] = (cand){x[i], i}, sift_down(dst, k, 0);
+	qsort(dst, (size_t)k, sizeof(*dst), cmp_cand_id);
+	return k;
 }
 
 /* ---- the pipeline ---- */
 
 typedef struct prepared {
 	int32_t greedy_tok; /* >= 0 when the answer is fixed (greedy) */
-	cand *c;            /* survivors with their weights, ascending id */
-	int32_t n;
-	double total; /* sum of survivors' weights, in id order */
+	const cand *c;      /* survivors with their weights, ascending id; NULL: dense */
+	const float *w;     /* dense: [n_vocab] weights, when nothing was filtered */
+	int32_t n;          /* entries in c, or n_vocab */
+	double total;       /* sum of the weights drawn from */
 } prepared;
 
 static sg_status check_call(const sg_sampler *s, const float *logits, int32_t n_vocab, const void *out,
@@ -634,18 +846,27 @@ static sg_status all_banned(const sg_sampler *s, const char *fn)
 	                fn, s->n_vocab);
 }
 
-/* Steps 4-7 on s->work (max mx at index amax). */
-static void prepare(sg_sampler *s, float mx, int32_t amax, prepared *pr)
+static int32_t first_equal(const float *x, int32_t n, float v)
+{
+	for (int32_t i = 0; i < n; i++)
+		if (x[i] == v) return i;
+	return -1;
+}
+
+/* Steps 4-7 on s->work, whose maximum is mx (finite). */
+static void prepare(sg_sampler *s, float mx, prepared *pr)
 {
 	const sg_sampler_params *p = &s->p;
 	int32_t n = s->n_vocab;
 	pr->greedy_tok = -1;
+	pr->c = NULL;
+	pr->w = NULL;
 	if (p->temperature == 0.0f) {
-		pr->greedy_tok = amax;
+		pr->greedy_tok = first_equal(s->work, n, mx);
 		return;
 	}
-	float T = p->temperature;
-	const float *work = s->work;
+	/* Multiplying by 1/T rather than dividing: cheaper in the vector loop, and as fixed. */
+	float inv_t = 1.0f / p->temperature;
 	cand *c = s->ca, *o = s->cb;
 	int32_t nc = 0;
 	/* A weight below min_p (the best token's weight is exactly 1) can never survive step 7;
@@ -654,21 +875,35 @@ static void prepare(sg_sampler *s, float mx, int32_t amax, prepared *pr)
 	float floor_w = p->min_p;
 	double total = 0.0;
 	if (p->top_k > 0 && p->top_k < n) {
-		for (int32_t i = 0; i < n; i++) c[i] = (cand){work[i], i};
-		int32_t k = select_top_k(c, n, p->top_k, o);
+		int32_t k = p->top_k <= HEAP_TOP_K ? select_top_k_heap(s->work, n, p->top_k, o)
+		                                   : select_top_k(s->work, n, p->top_k, o);
 		for (int32_t i = 0; i < k; i++) {
-			float w = exp_neg((o[i].v - mx) / T);
+			float w = exp_neg((o[i].v - mx) * inv_t);
 			total += w;
 			if (w > 0.0f && w >= floor_w) c[nc++] = (cand){w, o[i].id};
 		}
 	} else {
-		for (int32_t i = 0; i < n; i++) {
-			float w = exp_neg((work[i] - mx) / T);
-			total += w;
-			if (w > 0.0f && w >= floor_w) c[nc++] = (cand){w, i};
+		total = sum_exp(s->work, n, mx, inv_t, s->wbuf, s->bsum);
+		const float *w = s->wbuf;
+		if (floor_w == 0.0f && p->top_p >= 1.0f) {
+			/* Nothing filtered: draw straight from the dense weights. */
+			pr->w = w;
+			pr->n = n;
+			pr->total = total;
+			return;
 		}
+		/* Tokens lighter than (1 - top_p) * total / n weigh less than (1 - top_p) * total all
+		 * together, so the heavier ones alone reach top_p: the nucleus lies among them. Drop
+		 * the lighter ones before selecting (half that bound, a margin for rounding). */
+		float fl = floor_w;
+		if (p->top_p < 1.0f) {
+			double e = 0.5 * (1.0 - (double)p->top_p) * total / n;
+			if (e > fl) fl = (float)e;
+		}
+		for (int32_t i = 0; i < n; i++)
+			if (w[i] > 0.0f && w[i] >= fl) c[nc++] = (cand){w[i], i};
 	}
-	SG_ASSERT(nc > 0); /* the argmax has weight exactly 1 */
+	SG_ASSERT(nc > 0); /* the maximum has weight exactly 1 */
 	if (p->top_p < 1.0f) nc = select_mass(c, nc, (double)p->top_p * total, o);
 	double t = 0.0;
 	for (int32_t i = 0; i < nc; i++) t += c[i].v;
@@ -677,11 +912,44 @@ static void prepare(sg_sampler *s, float mx, int32_t amax, prepared *pr)
 	pr->total = t;
 }
 
-static sg_status run_steps_1_3(sg_sampler *s, const float *logits, float *mx, int32_t *amax, const char *fn)
+/* Step 8: inverse CDF in id order. u < total, so some prefix sum exceeds it unless rounding
+ * leaves the running sum short: then the last token with a weight is taken. Dense weights are
+ * walked block by block (the block sums of sum_exp), then inside the block. */
+static int32_t draw(sg_sampler *s, const prepared *pr)
+{
+	double u = rng_u01(s->rng) * pr->total, acc = 0.0;
+	if (pr->c) {
+		for (int32_t i = 0; i < pr->n; i++) {
+			acc += pr->c[i].v;
+			if (u < acc) return pr->c[i].id;
+		}
+		return pr->c[pr->n - 1].id;
+	}
+	int32_t nb = (pr->n + SUM_BLOCK - 1) / SUM_BLOCK;
+	for (int32_t b = 0; b < nb; b++) {
+		if (u < acc + s->bsum[b]) {
+			double r = u - acc, a2 = 0.0;
+			int32_t end = pr->n - b * SUM_BLOCK > SUM_BLOCK ? (b + 1) * SUM_BLOCK : pr->n,
+			        last = -1;
+			for (int32_t i = b * SUM_BLOCK; i < end; i++) {
+				a2 += pr->w[i];
+				if (r < a2) return i;
+				if (pr->w[i] > 0.0f) last = i;
+			}
+			if (last >= 0) return last;
+		}
+		acc += s->bsum[b];
+	}
+	int32_t i = pr->n - 1;
+	while (i > 0 && !(pr->w[i] > 0.0f)) i--;
+	return i;
+}
+
+static sg_status run_steps_1_3(sg_sampler *s, const float *logits, float *mx, const char *fn)
 {
 	int32_t na = build_adj(s, logits);
-	*amax = materialize(logits, s->n_vocab, s->adj, na, s->work, mx);
-	if (*amax < 0) return all_banned(s, fn);
+	*mx = materialize(logits, s->n_vocab, s->adj, na, s->work);
+	if (*mx == -INFINITY) return all_banned(s, fn);
 	return SG_OK;
 }
 
@@ -699,27 +967,13 @@ sg_status sg_sampler_sample(sg_sampler *s, const float *logits, int32_t n_vocab,
 		return SG_OK;
 	}
 	float mx;
-	int32_t amax;
-	st = run_steps_1_3(s, logits, &mx, &amax, "sg_sampler_sample");
+	st = run_steps_1_3(s, logits, &mx, "sg_sampler_sample");
 	if (st) return st;
 	prepared pr;
-	prepare(s, mx, amax, &pr);
-	int32_t tok = pr.greedy_tok;
-	if (tok < 0) {
-		/* Inverse CDF in id order. u < total, so some prefix sum exceeds it unless rounding
-		 * in the running sum leaves it short: then the last candidate is taken. */
-		double u = rng_u01(s->rng) * pr.total, acc = 0.0;
-		tok = pr.c[pr.n - 1].id;
-		for (int32_t i = 0; i < pr.n; i++) {
-			acc += pr.c[i].v;
-			if (u < acc) {
-				tok = pr.c[i].id;
-				break;
-			}
-		}
-	}
+	prepare(s, mx, &pr);
+	int32_t tok = pr.greedy_tok >= 0 ? pr.greedy_tok : draw(s, &pr);
 	out->token = tok;
-	if (s->p.logprobs) fill_logprobs(s, logits, s->work, mx, tok, out);
+	if (s->p.logprobs) fill_logprobs(s, logits, mx, tok, out);
 	return SG_OK;
 }
 
@@ -728,8 +982,7 @@ sg_status sg_sampler_adjusted_logits(sg_sampler *s, const float *logits, int32_t
 	sg_status st = check_call(s, logits, n_vocab, out, "sg_sampler_adjusted_logits");
 	if (st) return st;
 	int32_t na = build_adj(s, logits);
-	float mx;
-	materialize(logits, n_vocab, s->adj, na, out, &mx);
+	materialize(logits, n_vocab, s->adj, na, out);
 	return SG_OK;
 }
 
@@ -738,16 +991,18 @@ sg_status sg_sampler_distribution(sg_sampler *s, const float *logits, int32_t n_
 	sg_status st = check_call(s, logits, n_vocab, probs, "sg_sampler_distribution");
 	if (st) return st;
 	float mx;
-	int32_t amax;
-	st = run_steps_1_3(s, logits, &mx, &amax, "sg_sampler_distribution");
+	st = run_steps_1_3(s, logits, &mx, "sg_sampler_distribution");
 	if (st) return st;
 	prepared pr;
-	prepare(s, mx, amax, &pr);
+	prepare(s, mx, &pr);
 	memset(probs, 0, (size_t)n_vocab * sizeof(*probs));
 	if (pr.greedy_tok >= 0) {
 		probs[pr.greedy_tok] = 1.0;
 		return SG_OK;
 	}
-	for (int32_t i = 0; i < pr.n; i++) probs[pr.c[i].id] = pr.c[i].v / pr.total;
+	if (pr.c)
+		for (int32_t i = 0; i < pr.n; i++) probs[pr.c[i].id] = pr.c[i].v / pr.total;
+	else
+		for (int32_t i = 0; i < pr.n; i++) probs[i] = pr.w[i] / pr.total;
 	return SG_OK;
 }

@@ -412,6 +412,33 @@ Test(sampler, ties_in_top_k_and_top_p_keep_lowest_ids)
 	free(got);
 }
 
+Test(sampler, top_k_on_sorted_logits_picks_the_right_end)
+{
+	/* Ascending logits make every token a new best: the heap's worst case. */
+	int32_t n = 100000;
+	float *l = malloc((size_t)n * sizeof(*l));
+	double *got = malloc((size_t)n * sizeof(*got)), *ref = malloc((size_t)n * sizeof(*ref));
+	for (int dir = 0; dir < 2; dir++) {
+		for (int32_t i = 0; i < n; i++) l[i] = (float)(dir ? n - i : i) * 1e-3f;
+		int32_t ks[2] = {40, 5000}; /* the heap and the radix selection */
+		for (int j = 0; j < 2; j++) {
+			sg_sampler_params p = plain(1.0f, 1);
+			p.top_k = ks[j];
+			sg_sampler *s = make(p, n);
+			cr_assert_eq(sg_sampler_distribution(s, l, n, got), SG_OK);
+			ref_distribution(l, n, 1.0, ks[j], 1.0, 0.0, ref);
+			cr_assert_lt(max_abs_diff(got, ref, n), 1e-6, "dir %d k %d", dir, ks[j]);
+			for (int32_t i = 0; i < n; i++)
+				cr_assert_eq(got[i] > 0, dir ? i < ks[j] : i >= n - ks[j], "dir %d k %d token %d", dir,
+				             ks[j], i);
+			sg_sampler_free(s);
+		}
+	}
+	free(l);
+	free(got);
+	free(ref);
+}
+
 Test(sampler, sampling_never_draws_nan_and_splits_inf_evenly)
 {
 	float l[5] = {NAN, INFINITY, 3.0f, INFINITY, NAN};
