@@ -867,6 +867,9 @@ static void prepare(sg_sampler *s, float mx, prepared *pr)
 	}
 	/* Multiplying by 1/T rather than dividing: cheaper in the vector loop, and as fixed. */
 	float inv_t = 1.0f / p->temperature;
+	/* Below ~3e-39 the reciprocal overflows and 0 * inf would give the best token a NaN
+	 * weight; the largest finite factor gives the same answer as the exact one. */
+	if (inv_t > FLT_MAX) inv_t = FLT_MAX;
 	cand *c = s->ca, *o = s->cb;
 	int32_t nc = 0;
 	/* A weight below min_p (the best token's weight is exactly 1) can never survive step 7;
