@@ -446,6 +446,8 @@ static int32_t lower_bound(const int32_t *a, int32_t n, int32_t x)
 
 static void window_add(sg_sampler *s, int32_t tok)
 {
+	/* Only an unbounded window (-1) could count this high; saturate rather than overflow. */
+	if (s->counts[tok] == INT32_MAX) return;
 	if (s->counts[tok]++ > 0) return;
 	int32_t at = lower_bound(s->distinct, s->n_distinct, tok);
 	memmove(s->distinct + at + 1, s->distinct + at, (size_t)(s->n_distinct - at) * sizeof(int32_t));
