@@ -18,6 +18,10 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_THREADS", SG_FLAG_INT, "0", "CPU worker threads (0 = one per core)"},
 	{"SARAGOSSA_SIMD", SG_FLAG_STR, "auto",
 	 "CPU kernel set: auto (best the CPU has), avx512, avx2, neon or scalar (reference kernels only)"},
+	{"SARAGOSSA_CPU_INT8_DOT", SG_FLAG_BOOL, "1",
+	 "CPU: quantized weights take 8-bit activations and integer dot products (0: f32 reference kernels)"},
+	{"SARAGOSSA_CPU_ATTN_SPLIT_KV", SG_FLAG_BOOL, "1",
+	 "CPU: attention with few heads also splits the kv length across threads (0: heads only)"},
 	{"SARAGOSSA_CACHE_DIR", SG_FLAG_STR, "",
 	 "saragossa's own cache (models, tools); empty = $XDG_CACHE_HOME/saragossa or ~/.cache/saragossa"},
 };
