@@ -12,7 +12,7 @@
  * kernel's compute ceiling. Other processes may share the cores: each figure is the best of
  * several rounds, and a run should be repeated before a number is trusted.
  *
- * usage: bench_matvec [--threads N] [--quick] [--markdown FILE]
+ * usage: bench_matvec [--threads N] [--quick] [--only TYPE-SUBSTRING] [--markdown FILE]
  */
 #include <math.h>
 #include <stdio.h>
@@ -224,11 +224,12 @@ static double time_matvec(sg_backend *be, const wset *ws, sg_btensor *x, sg_bten
 int main(int argc, char **argv)
 {
 	int nth = 2, quick = 0;
-	const char *md = NULL;
+	const char *md = NULL, *only = NULL;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--threads") && i + 1 < argc) nth = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--quick")) quick = 1;
 		else if (!strcmp(argv[i], "--markdown") && i + 1 < argc) md = argv[++i];
+		else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
 	}
 	sg_backend *be;
 	sg_cpu_params p = {nth, NULL};
@@ -258,6 +259,7 @@ int main(int argc, char **argv)
 
 	static const int64_t shapes[2][2] = {{4096, 4096}, {4096, 14336}};
 	for (int ti = 0; ti < N_TYPES; ti++) {
+		if (only && !strstr(types[ti].name, only)) continue;
 		for (int s = 0; s < 2; s++) {
 			int64_t N = shapes[s][0], K = shapes[s][1];
 			wset ws;
