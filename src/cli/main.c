@@ -20,6 +20,8 @@ static const verb verbs[] = {
 	{"help", cmd_help, "[VERB]", "show this help, or one verb's usage"},
 	{"version", cmd_version, "", "print the version and build flags"},
 	{"doctor", sg_cli_doctor, "", "report the machine, the build and every runtime flag"},
+	{"tokenize", sg_cli_tokenize, "--model M [--no-special] [--batch [--threads N]] [--time]", "text on stdin -> token ids"},
+	{"detokenize", sg_cli_detokenize, "--model M [--skip-special] [--stream] [--batch] [--time]", "token ids on stdin -> text"},
 };
 #define N_VERBS ((int)(sizeof(verbs) / sizeof(verbs[0])))
 
