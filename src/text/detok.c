@@ -21,7 +21,7 @@ sg_status sg_tok_pattern(const json_t *p, const char **s, size_t *n, int *is_reg
 
 static sg_status parse_one(const json_t *j, sg_decoder *d)
 {
-	if (json_is_null(j)) return SG_OK;
+	if (!j || json_is_null(j)) return SG_OK;
 	const char *type = json_string_value(json_object_get(j, "type"));
 	if (!type) return SG_FAIL(SG_ERR_FORMAT, "tokenizer: decoder without a type");
 	if (!strcmp(type, "Sequence")) {

@@ -178,7 +178,7 @@ static int jbool(const json_t *j, const char *k, int def)
 
 static sg_status parse_one(const json_t *j, sg_pretok *pt)
 {
-	if (json_is_null(j)) return SG_OK;
+	if (!j || json_is_null(j)) return SG_OK;
 	const char *type = json_string_value(json_object_get(j, "type"));
 	if (!type) return SG_FAIL(SG_ERR_FORMAT, "tokenizer: pre_tokenizer without a type");
 	if (!strcmp(type, "Sequence")) {

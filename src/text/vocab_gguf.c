@@ -1,6 +1,4 @@
-/* GGUF files: tokenizer.ggml.* metadata read through the GGUF parser into sg_vocab_desc. Built
- * only when the parser is part of the tree (formats/gguf.h); otherwise a .gguf path is a clear
- * "not supported by this build" error. */
+/* GGUF files: tokenizer.ggml.* metadata read through the GGUF parser into sg_vocab_desc. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,13 +9,6 @@
 
 sg_status sg_tokenizer_load_gguf(const char *path, sg_tokenizer **out);
 
-#if defined(__has_include)
-#if __has_include("formats/gguf.h")
-#define SG_TOK_HAVE_GGUF 1
-#endif
-#endif
-
-#ifdef SG_TOK_HAVE_GGUF
 #include "formats/gguf.h"
 
 /* Copies a string array's entries (pointers into the map) into arrays of pointer + length. */
@@ -133,12 +124,3 @@ done:
 	return st;
 }
 
-#else
-
-sg_status sg_tokenizer_load_gguf(const char *path, sg_tokenizer **out)
-{
-	*out = NULL;
-	return SG_FAIL(SG_ERR_UNSUPPORTED, "tokenizer: '%s': this build has no GGUF parser (formats/gguf.h)", path);
-}
-
-#endif

@@ -188,6 +188,109 @@ def test_tokenizer_streamed_pieces_concatenate_to_the_full_decode(tk):
     assert not bad, f"{name}: {len(bad)} streamed decodes differ; first {CORPUS[bad[0]][:100]!r}"
 
 
+def write_vocab_gguf(path, arch, md):
+    """A GGUF holding only tokenizer metadata (no tensors)."""
+    import gguf
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_tokenizer_model(md["tokenizer.ggml.model"])
+    if md.get("tokenizer.ggml.pre"):
+        w.add_tokenizer_pre(md["tokenizer.ggml.pre"])
+    w.add_token_list(md["tokenizer.ggml.tokens"])
+    if md.get("tokenizer.ggml.scores") is not None:
+        w.add_token_scores(md["tokenizer.ggml.scores"])
+    if md.get("tokenizer.ggml.token_type") is not None:
+        w.add_token_types(md["tokenizer.ggml.token_type"])
+    if md.get("tokenizer.ggml.merges"):
+        w.add_token_merges(md["tokenizer.ggml.merges"])
+    for key, fn in (("bos_token_id", w.add_bos_token_id), ("eos_token_id", w.add_eos_token_id)):
+        if md.get("tokenizer.ggml." + key) is not None:
+            fn(md["tokenizer.ggml." + key])
+    if md.get("tokenizer.ggml.add_bos_token") is not None:
+        w.add_add_bos_token(md["tokenizer.ggml.add_bos_token"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+REF_FROM_GGUF = r"""
+import json, sys, gguf
+from pathlib import Path
+from transformers.integrations.gguf.gguf_tokenizer_mapping import convert_gguf_tokenizer, GGUF_TOKENIZER_MAPPING
+r = gguf.GGUFReader(sys.argv[1])
+md = {k: f.contents() for k, f in r.fields.items() if k.startswith("tokenizer.ggml.") or k == "general.architecture"}
+tk = {name: md["tokenizer." + key] for key, name in GGUF_TOKENIZER_MAPPING["tokenizer"].items() if "tokenizer." + key in md}
+tok, _ = convert_gguf_tokenizer(md["general.architecture"], tk)
+out = Path(sys.argv[2]); out.mkdir(parents=True, exist_ok=True)
+tok.save(str(out / "tokenizer.json"))
+add_bos = md.get("tokenizer.ggml.add_bos_token", tk.get("tokenizer_type") == "llama")
+toks = md["tokenizer.ggml.tokens"]
+bos = md.get("tokenizer.ggml.bos_token_id")
+cfg = {"add_bos_token": bool(add_bos), "bos_token": toks[bos] if bos is not None else None}
+(out / "tokenizer_config.json").write_text(json.dumps(cfg))
+"""
+
+
+def derived_gguf(name, arch, md_fn):
+    """(gguf path, reference folder) for a tokenizer-only GGUF made from md_fn()."""
+    out = DERIVED / f"gguf-{name}"
+    path = out / "vocab.gguf"
+    if not (out / "ref" / "tokenizer_config.json").exists():
+        out.mkdir(parents=True, exist_ok=True)
+        write_vocab_gguf(path, arch, md_fn())
+        r = subprocess.run([PY, "-c", REF_FROM_GGUF, str(path), str(out / "ref")], capture_output=True, text=True)
+        assert r.returncode == 0, f"transformers GGUF tokenizer conversion failed: {r.stderr[-2000:]}"
+    return path, out / "ref"
+
+
+def qwen_as_gpt2_md():
+    """The Qwen vocabulary laid out as a byte-level (gpt2) GGUF vocabulary with ggml.pre qwen2."""
+    tj = json.loads((qwen_dir("qwen") / "tokenizer.json").read_text())
+    vocab = {i: t for t, i in tj["model"]["vocab"].items()}
+    specials = {a["id"]: a["content"] for a in tj["added_tokens"]}
+    n = max(list(vocab) + list(specials)) + 1
+    tokens = [specials.get(i, vocab.get(i, f"[PAD{i}]")) for i in range(n)]
+    types = [3 if i in specials else 1 for i in range(n)]
+    return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "qwen2", "tokenizer.ggml.tokens": tokens,
+            "tokenizer.ggml.token_type": types, "tokenizer.ggml.merges": [" ".join(m) for m in tj["model"]["merges"]],
+            "tokenizer.ggml.eos_token_id": 151643}
+
+
+def gemma_as_llama_md():
+    """Gemma 3's vocabulary read as a plain SentencePiece (llama) vocabulary: merges from scores."""
+    import gguf
+    r = gguf.GGUFReader(str(gemma_gguf()))
+    keys = ("tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
+            "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.add_bos_token")
+    return {k: r.fields[k].contents() for k in keys if k in r.fields}
+
+
+def test_tokenizer_gguf_vocabulary_gives_the_reference_ids():
+    """The GGUF route: the vocabulary arrays inside the Gemma 3 file, against transformers'
+    tokenizer built from the same file."""
+    ref = Ref(gemma_dir())
+    gguf_path = gemma_gguf()
+    for special in (True, False):
+        compare_ids(f"gemma3 gguf special={special}", CORPUS, ref.encode(CORPUS, special),
+                    ours_encode(gguf_path, CORPUS, special))
+
+
+@pytest.mark.parametrize("name", ["qwen-gpt2", "gemma-as-llama"])
+def test_tokenizer_gguf_gpt2_and_llama_vocabularies_give_the_reference_ids(name):
+    """Tokenizer-only GGUFs written with the gguf package: a byte-level (gpt2) vocabulary with
+    merges and a pre-tokenizer name, and a SentencePiece (llama) vocabulary whose merges come
+    from the scores; the reference is transformers' conversion of the same file."""
+    path, ref_dir = derived_gguf(name, "qwen2" if name == "qwen-gpt2" else "llama",
+                                 qwen_as_gpt2_md if name == "qwen-gpt2" else gemma_as_llama_md)
+    ref = Ref(ref_dir)
+    compare_ids(f"{name} gguf", CORPUS, ref.encode(CORPUS, True), ours_encode(path, CORPUS, True))
+    ids = ref.encode(CORPUS, True)
+    want = ref.decode(ids, False)
+    got = ours_decode(path, ids, False)
+    bad = [i for i in range(len(ids)) if want[i] != got[i]]
+    assert not bad, f"{name}: {len(bad)} decodes differ; first {CORPUS[bad[0]][:80]!r}: want {want[bad[0]][:80]!r} got {got[bad[0]][:80]!r}"
+
+
 def test_tokenizer_one_megabyte_of_one_char_is_fast():
     folder = qwen_dir("qwen")
     for model in (folder, gemma_dir(), minilm_dir()):
