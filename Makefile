@@ -102,26 +102,35 @@ PYTEST := .venv/bin/python -m pytest
 
 all: $(BIN) $(LIB_A) $(LIB_SO)
 
+# V=1 shows full command lines.
+Q := $(if $(filter 1,$(V)),,@)
+
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+	@$(if $(Q),echo "  CC    $<",:)
+	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -Iinclude -Isrc -DSG_CUDA=1 -MMD -MP -c $< -o $@
+	@$(if $(Q),echo "  NVCC  $<",:)
+	$(Q)$(NVCC) $(NVCCFLAGS) -Iinclude -Isrc -DSG_CUDA=1 -MMD -MP -c $< -o $@
 
 $(LIB_A): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	@$(if $(Q),echo "  AR    $@",:)
+	$(Q)rm -f $@ && ar rcs $@ $^
 
 $(LIB_SO): $(LIB_OBJ)
-	$(CC) -shared $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+	@$(if $(Q),echo "  LD    $@",:)
+	$(Q)$(CC) -shared $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
 $(BIN): $(CLI_OBJ) $(LIB_A)
-	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(LIB_A) $(LDLIBS_ALL)
+	@$(if $(Q),echo "  LD    $@",:)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJ) $(LIB_A) $(LDLIBS_ALL)
 
 $(UNIT): $(UNIT_OBJ) $(LIB_A)
-	$(CC) $(LDFLAGS_ALL) -o $@ $(UNIT_OBJ) $(LIB_A) $(LDLIBS_ALL) -lcriterion
+	@$(if $(Q),echo "  LD    $@",:)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $(UNIT_OBJ) $(LIB_A) $(LDLIBS_ALL) -lcriterion
 
 # The unit runner prints Criterion's synthesis line; pytest ends with its own summary.
 test: all $(UNIT)

@@ -7,7 +7,7 @@
 struct sg_arena_block {
 	sg_arena_block *next;
 	size_t cap, off;
-	_Alignas(64) unsigned char data[];
+	unsigned char data[];
 };
 
 void sg_arena_init(sg_arena *a, size_t block_size)
@@ -23,7 +23,9 @@ void *sg_arena_alloc(sg_arena *a, size_t size, size_t align)
 	if ((align & (align - 1)) || align > 4096) return NULL;
 	sg_arena_block *b = a->head;
 	if (b) {
-		size_t off = (b->off + align - 1) & ~(align - 1);
+		/* align the address, not the offset: malloc only guarantees 16 bytes */
+		uintptr_t base = (uintptr_t)b->data;
+		size_t off = (size_t)(((base + b->off + align - 1) & ~(uintptr_t)(align - 1)) - base);
 		if (off <= b->cap && size <= b->cap - off) {
 			b->off = off + size;
 			a->used += size;
