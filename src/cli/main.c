@@ -20,6 +20,7 @@ static const verb verbs[] = {
 	{"help", cmd_help, "[VERB]", "show this help, or one verb's usage"},
 	{"version", cmd_version, "", "print the version and build flags"},
 	{"doctor", sg_cli_doctor, "", "report the machine, the build and every runtime flag"},
+	{"template", sg_cli_template, "--model M --messages FILE.json [--tools FILE] [--add-generation-prompt] [--var NAME=JSON]...", "render a chat template (prints the prompt)"},
 };
 #define N_VERBS ((int)(sizeof(verbs) / sizeof(verbs[0])))
 

@@ -117,7 +117,7 @@ void jdict_set(jctx *c, jdict *d, jv k, jv v)
 		return;
 	}
 	if (d->n == d->cap) {
-		size_t nc = d->cap * 2;
+		size_t nc = d->cap ? d->cap * 2 : 4;
 		jv *nk = jalloc(c, nc * sizeof(jv)), *nv = jalloc(c, nc * sizeof(jv));
 		memcpy(nk, d->k, d->n * sizeof(jv));
 		memcpy(nv, d->v, d->n * sizeof(jv));
