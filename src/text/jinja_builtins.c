@@ -132,7 +132,16 @@ static jv case_map(jctx *c, jv s, int mode)
 			break;
 		}
 		}
-		if (l == 1 && cp >= 0x80) jbuf_put(c, &b, s.s.p + i, 1);
+		/* the special casings Python applies (SpecialCasing.txt) that a simple mapping misses */
+		if (cp == 0xDF && (mode == 'u' || ((mode == 'c' || mode == 't') && o != cp) || (mode == 'j' && o != cp)))
+			jbuf_put(c, &b, mode == 'u' || mode == 'j' ? "SS" : "Ss", 2);
+		else if (cp == 0x130 && o == 'i') jbuf_put(c, &b, "i\xcc\x87", 3);
+		else if (cp >= 0xFB00 && cp <= 0xFB06 && o != cp) {
+			static const char *const lig[] = {"FF", "FI", "FL", "FFI", "FFL", "ST", "ST"};
+			static const char *const tlig[] = {"Ff", "Fi", "Fl", "Ffi", "Ffl", "St", "St"};
+			const char *r = mode == 'u' || mode == 'j' ? lig[cp - 0xFB00] : tlig[cp - 0xFB00];
+			jbuf_put(c, &b, r, strlen(r));
+		} else if (l == 1 && cp >= 0x80) jbuf_put(c, &b, s.s.p + i, 1);
 		else put_cp(c, &b, o);
 		i += (size_t)l;
 	}
@@ -872,7 +881,9 @@ jv jinja_filter(jctx *c, const char *name, jv in, jv *argv, const char **kwnames
 		return percent_format(c, need_str(c, in, "format string"), &a);
 	}
 	if (!strcmp(name, "attr")) {
+		/* Python getattr: a dict's keys are not attributes, only its methods are */
 		jv nm = need_str(c, arg(c, &a, 0, "name", U), "attribute name");
+		if (in.t == JV_DICT && !jinja_is_method(in, cstr(c, nm))) return jv_undef("no such attribute");
 		return jinja_getattr(c, in, cstr(c, nm));
 	}
 	if (!strcmp(name, "wordcount")) {

@@ -674,8 +674,8 @@ static void exec_for(jctx *c, scope *s, const node *n)
 	}
 	jloop *L = jalloc(c, sizeof(*L));
 	L->items = items;
-	jv outer = lookup(c, s, "loop");
-	L->depth = outer.t == JV_LOOP ? outer.loop->depth + 1 : 1;
+	/* loop.depth counts recursive-loop levels only; nested plain loops are all depth 1 */
+	L->depth = 1;
 	jv lv = {.t = JV_LOOP};
 	lv.loop = L;
 	for (size_t i = 0; i < items->n; i++) {

@@ -223,13 +223,12 @@ static const char OPS1[] = "+-/*%~[](){}<>=.:|,;";
 
 /* Tokens inside a tag up to its end; kind is 'b' (block) or 'v' (variable). Returns the end
  * marker's modifier ('-', '+' or 0). */
-static int lex_tag(lexer *L, char kind)
+static int lex_tag(lexer *L, char kind, int sline, int scol)
 {
 	jparse *p = L->p;
 	const char *s = p->src;
 	char stack[256];
 	int depth = 0;
-	int sline = L->line, scol = L->col;
 	for (;;) {
 		while (L->i < p->len && is_ws(s[L->i])) adv(L, 1);
 		if (L->i >= p->len)
@@ -326,6 +325,21 @@ static int match_word(const char *s, size_t len, size_t k, const char *w)
 
 void jinja_lex(jparse *p)
 {
+	/* Jinja normalises every newline of the source to "\n" first (strings included) and drops
+	 * one trailing newline (keep_trailing_newline is off). */
+	char *norm = sg_arena_alloc(p->a, p->len + 1, 1);
+	if (!norm) jinja_parse_fail(p, SG_ERR_NOMEM, 1, 1, "out of memory");
+	size_t nn = 0;
+	for (size_t k = 0; k < p->len; k++) {
+		if (p->src[k] == '\r') {
+			norm[nn++] = '\n';
+			if (k + 1 < p->len && p->src[k + 1] == '\n') k++;
+		} else norm[nn++] = p->src[k];
+	}
+	if (nn && norm[nn - 1] == '\n') nn--;
+	norm[nn] = 0;
+	p->src = norm;
+	p->len = nn;
 	lexer L = {.p = p, .i = 0, .line = 1, .col = 1, .line_starting = 1};
 	const char *s = p->src;
 	while (L.i < p->len) {
@@ -394,11 +408,11 @@ void jinja_lex(jparse *p)
 				continue;
 			}
 			push(&L, TK_BLOCK_BEGIN, tline, tcol);
-			int emod = lex_tag(&L, 'b');
+			int emod = lex_tag(&L, 'b', tline, tcol);
 			after_tag(&L, emod, 1);
 		} else {
 			push(&L, TK_VAR_BEGIN, tline, tcol);
-			int emod = lex_tag(&L, 'v');
+			int emod = lex_tag(&L, 'v', tline, tcol);
 			after_tag(&L, emod, 0);
 		}
 	}

@@ -119,8 +119,10 @@ void jdict_set(jctx *c, jdict *d, jv k, jv v)
 	if (d->n == d->cap) {
 		size_t nc = d->cap ? d->cap * 2 : 4;
 		jv *nk = jalloc(c, nc * sizeof(jv)), *nv = jalloc(c, nc * sizeof(jv));
-		memcpy(nk, d->k, d->n * sizeof(jv));
-		memcpy(nv, d->v, d->n * sizeof(jv));
+		if (d->n) {
+			memcpy(nk, d->k, d->n * sizeof(jv));
+			memcpy(nv, d->v, d->n * sizeof(jv));
+		}
 		d->k = nk;
 		d->v = nv;
 		d->cap = nc;
