@@ -471,7 +471,7 @@ int jinja_has_test(const char *name)
 
 static jv list_of(jctx *c, jv v)
 {
-	if (v.t == JV_LIST && !v.l->tuple) return v;
+	if (v.t == JV_LIST && !v.l->tuple && v.l->kind == JL_LIST) return v;
 	jlist *src = jinja_iterate(c, v);
 	jlist *l = jlist_new(c, src->n + 1);
 	for (size_t i = 0; i < src->n; i++) jlist_push(c, l, src->v[i]);
@@ -560,7 +560,9 @@ static int64_t length_of(jctx *c, jv v)
 	switch (v.t) {
 	case JV_UNDEF: return 0;
 	case JV_STR: return (int64_t)utf8_count(v.s.p, v.s.n);
-	case JV_LIST: return (int64_t)v.l->n;
+	case JV_LIST:
+		if (v.l->kind == JL_GEN) jfail(c, "object of type 'generator' has no len()");
+		return (int64_t)v.l->n;
 	case JV_DICT:
 	case JV_NS: return (int64_t)v.d->n;
 	default: jfail(c, "object of type '%s' has no len()", jv_typename(v));
@@ -571,6 +573,7 @@ static jv select_like(jctx *c, jv in, jargs *a, int by_attr, int keep)
 {
 	jlist *items = jinja_iterate(c, in);
 	jlist *out = jlist_new(c, items->n + 1);
+	out->kind = JL_GEN;
 	size_t first = by_attr ? 1 : 0;
 	jv attr = by_attr ? arg(c, a, 0, NULL, jv_undef(NULL)) : jv_none();
 	if (by_attr && attr.t == JV_UNDEF) jfail(c, "%s() needs an attribute name", a->fname);
@@ -668,9 +671,10 @@ jv jinja_filter(jctx *c, const char *name, jv in, jv *argv, const char **kwnames
 		return jv_str(b.p ? b.p : "", b.n);
 	}
 	if (!strcmp(name, "items")) {
-		if (in.t == JV_UNDEF) return jv_list(jlist_new(c, 1));
+		jlist *l = jlist_new(c, (in.t == JV_DICT ? in.d->n : 0) + 1);
+		l->kind = JL_GEN;
+		if (in.t == JV_UNDEF) return jv_list(l);
 		if (in.t != JV_DICT) jfail(c, "Can only get item pairs from a mapping, not '%s'", jv_typename(in));
-		jlist *l = jlist_new(c, in.d->n + 1);
 		for (size_t i = 0; i < in.d->n; i++) {
 			jlist *p = jlist_new(c, 2);
 			p->tuple = 1;
@@ -700,7 +704,8 @@ jv jinja_filter(jctx *c, const char *name, jv in, jv *argv, const char **kwnames
 		return items->n ? items->v[0] : jv_undef("No first item, sequence was empty.");
 	}
 	if (!strcmp(name, "last")) {
-		if (in.t == JV_UNDEF) jfail(c, "%s", in.hint ? in.hint : "value is undefined");
+		if (in.t == JV_UNDEF) return jv_undef("No last item, sequence was empty.");
+		if (in.t == JV_LIST && in.l->kind != JL_LIST) jfail(c, "'%s' object is not reversible", jv_typename(in));
 		jlist *items = jinja_iterate(c, in);
 		return items->n ? items->v[items->n - 1] : jv_undef("No last item, sequence was empty.");
 	}
@@ -714,16 +719,20 @@ jv jinja_filter(jctx *c, const char *name, jv in, jv *argv, const char **kwnames
 		jlist *items = jinja_iterate(c, in);
 		jlist *l = jlist_new(c, items->n + 1);
 		for (size_t i = items->n; i-- > 0;) jlist_push(c, l, items->v[i]);
+		/* reversed() gives an iterator; a generator has no reversed() and becomes a list */
+		if (!(in.t == JV_LIST && in.l->kind == JL_GEN)) l->kind = JL_GEN;
 		return jv_list(l);
 	}
 	if (!strcmp(name, "int")) {
 		static const char *const names[] = {"default", "base", NULL};
 		max_args(c, &a, 2, names);
+		if (in.t == JV_UNDEF) jfail(c, "%s", in.hint ? in.hint : "value is undefined");
 		return to_int(c, in, arg(c, &a, 0, "default", jv_int(0)), need_int(c, arg(c, &a, 1, "base", jv_int(10)), "base"));
 	}
 	if (!strcmp(name, "float")) {
 		static const char *const names[] = {"default", NULL};
 		max_args(c, &a, 1, names);
+		if (in.t == JV_UNDEF) jfail(c, "%s", in.hint ? in.hint : "value is undefined");
 		return to_float(c, in, arg(c, &a, 0, "default", jv_float(0.0)));
 	}
 	if (!strcmp(name, "abs")) {
@@ -745,6 +754,8 @@ jv jinja_filter(jctx *c, const char *name, jv in, jv *argv, const char **kwnames
 		double x = in.t == JV_FLOAT ? in.f : in.t == JV_INT ? (double)in.i : in.b;
 		if (prec < -20 || prec > 20) jfail(c, "round precision %lld out of range", (long long)prec);
 		char *m = cstr(c, method);
+		/* Python's round(int, n) stays an int */
+		if (!strcmp(m, "common") && in.t != JV_FLOAT && prec >= 0) return jv_int(in.t == JV_INT ? in.i : in.b);
 		if (!strcmp(m, "common")) {
 			if (prec >= 0) {
 				char tmp[400];
@@ -796,6 +807,7 @@ jv jinja_filter(jctx *c, const char *name, jv in, jv *argv, const char **kwnames
 		jv attr = arg(c, &a, 1, "attribute", jv_none());
 		jlist *items = jinja_iterate(c, in);
 		jlist *out = jlist_new(c, items->n + 1), *seen = jlist_new(c, items->n + 1);
+		out->kind = JL_GEN;
 		for (size_t i = 0; i < items->n; i++) {
 			jv k = lower_key(c, attr.t == JV_NONE ? items->v[i] : attr_path(c, items->v[i], attr), cs);
 			int dup = 0;
@@ -810,6 +822,7 @@ jv jinja_filter(jctx *c, const char *name, jv in, jv *argv, const char **kwnames
 	if (!strcmp(name, "map")) {
 		jlist *items = jinja_iterate(c, in);
 		jlist *out = jlist_new(c, items->n + 1);
+		out->kind = JL_GEN;
 		jv attr = arg(c, &a, (size_t)-1, "attribute", U);
 		if (attr.t != JV_UNDEF) {
 			jv def = arg(c, &a, (size_t)-1, "default", U);
@@ -834,7 +847,8 @@ jv jinja_filter(jctx *c, const char *name, jv in, jv *argv, const char **kwnames
 	if (!strcmp(name, "indent")) {
 		static const char *const names[] = {"width", "first", "blank", NULL};
 		max_args(c, &a, 3, names);
-		return do_indent(c, jv_to_str(c, in), arg(c, &a, 0, "width", jv_int(4)), jv_truthy(arg(c, &a, 1, "first", jv_bool(0))),
+		if (in.t != JV_STR) jfail(c, "unsupported operand type(s) for +=: '%s' and 'str'", jv_typename(in));
+		return do_indent(c, in, arg(c, &a, 0, "width", jv_int(4)), jv_truthy(arg(c, &a, 1, "first", jv_bool(0))),
 				 jv_truthy(arg(c, &a, 2, "blank", jv_bool(0))));
 	}
 	if (!strcmp(name, "sum")) {
@@ -922,7 +936,8 @@ int jinja_test(jctx *c, const char *name, jv in, jv *args, size_t nargs)
 	if (!strcmp(name, "string")) return in.t == JV_STR;
 	if (!strcmp(name, "mapping")) return in.t == JV_DICT;
 	if (!strcmp(name, "iterable")) return in.t == JV_UNDEF || in.t == JV_STR || in.t == JV_LIST || in.t == JV_DICT;
-	if (!strcmp(name, "sequence")) return in.t == JV_UNDEF || in.t == JV_STR || in.t == JV_LIST || in.t == JV_DICT;
+	if (!strcmp(name, "sequence"))
+		return in.t == JV_UNDEF || in.t == JV_STR || (in.t == JV_LIST && in.l->kind == JL_LIST) || in.t == JV_DICT;
 	if (!strcmp(name, "callable")) return in.t == JV_MACRO || in.t == JV_FUNC || in.t == JV_METHOD;
 	if (!strcmp(name, "escaped")) return 0;
 	if (!strcmp(name, "sameas")) {
@@ -968,7 +983,7 @@ int jinja_test(jctx *c, const char *name, jv in, jv *args, size_t nargs)
 		return d == -1 || v % d == 0;
 	}
 	if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
-		if (in.t != JV_STR) return 0;
+		in = jv_to_str(c, in); /* jinja2 tests str(value).islower() */
 		jv m = case_map(c, in, name[0] == 'l' ? 'l' : 'u');
 		int cased = 0;
 		for (size_t i = 0; i < in.s.n; i++)
@@ -1090,7 +1105,7 @@ static jv str_method(jctx *c, jv s, const char *m, jargs *a)
 					pos = (int64_t)utf8_count(s.s.p, k);
 					break;
 				}
-		if (pos < 0 && (m[1] == 'i' || m[0] == 'i')) jfail(c, "substring not found");
+		if (pos < 0 && (!strcmp(m, "index") || !strcmp(m, "rindex"))) jfail(c, "substring not found");
 		return jv_int(pos);
 	}
 	if (!strcmp(m, "join")) {
@@ -1160,9 +1175,14 @@ jv jinja_method(jctx *c, jmethod *mt, jv *argv, const char **kwnames, size_t nar
 			jv *v = jdict_get(self.d, arg(c, &a, 0, NULL, jv_undef("get expected at least 1 argument")));
 			return v ? *v : arg(c, &a, 1, NULL, jv_none());
 		}
-		if (!strcmp(m, "items")) return jinja_filter(c, "items", self, NULL, NULL, 0);
+		if (!strcmp(m, "items")) {
+			jv it = jinja_filter(c, "items", self, NULL, NULL, 0);
+			it.l->kind = JL_ITEMS;
+			return it;
+		}
 		if (!strcmp(m, "keys") || !strcmp(m, "values")) {
 			jlist *l = jlist_new(c, self.d->n + 1);
+			l->kind = m[0] == 'k' ? JL_KEYS : JL_VALUES;
 			for (size_t i = 0; i < self.d->n; i++) jlist_push(c, l, m[0] == 'k' ? self.d->k[i] : self.d->v[i]);
 			return jv_list(l);
 		}

@@ -164,6 +164,7 @@ jv jinja_getitem(jctx *c, jv obj, jv key)
 		break;
 	}
 	case JV_LIST:
+		if (obj.l->kind != JL_LIST) break; /* generators and views are not subscriptable */
 		if (key.t == JV_INT || key.t == JV_BOOL) {
 			int64_t i = norm_index(key.t == JV_INT ? key.i : key.b, obj.l->n);
 			if (i >= 0 && (size_t)i < obj.l->n) return obj.l->v[i];
@@ -232,6 +233,7 @@ static jv do_slice(jctx *c, jv obj, jv lo, jv hi, jv st)
 	if (obj.t == JV_UNDEF) undef_fail(c, obj);
 	int64_t a, b, s;
 	if (obj.t == JV_LIST) {
+		if (obj.l->kind != JL_LIST) jfail(c, "'%s' object is not subscriptable", jv_typename(obj));
 		slice_bounds(c, lo, hi, st, obj.l->n, &a, &b, &s);
 		jlist *l = jlist_new(c, 0);
 		l->tuple = obj.l->tuple;
@@ -385,15 +387,15 @@ static jv arith(jctx *c, int op, jv a, jv b)
 		jbuf_put(c, &o, b.s.p, b.s.n);
 		return jv_str(o.p ? o.p : "", o.n);
 	}
-	if (op == '+' && a.t == JV_LIST && b.t == JV_LIST && a.l->tuple == b.l->tuple) {
+	if (op == '+' && a.t == JV_LIST && b.t == JV_LIST && a.l->tuple == b.l->tuple && !a.l->kind && !b.l->kind) {
 		jlist *l = jlist_new(c, a.l->n + b.l->n + 1);
 		l->tuple = a.l->tuple;
 		for (size_t i = 0; i < a.l->n; i++) jlist_push(c, l, a.l->v[i]);
 		for (size_t i = 0; i < b.l->n; i++) jlist_push(c, l, b.l->v[i]);
 		return jv_list(l);
 	}
-	if (op == '*' && (a.t == JV_STR || a.t == JV_LIST) && (b.t == JV_INT || b.t == JV_BOOL)) return repeat(c, a, ival(b));
-	if (op == '*' && (b.t == JV_STR || b.t == JV_LIST) && (a.t == JV_INT || a.t == JV_BOOL)) return repeat(c, b, ival(a));
+	if (op == '*' && (a.t == JV_STR || (a.t == JV_LIST && !a.l->kind)) && (b.t == JV_INT || b.t == JV_BOOL)) return repeat(c, a, ival(b));
+	if (op == '*' && (b.t == JV_STR || (b.t == JV_LIST && !b.l->kind)) && (a.t == JV_INT || a.t == JV_BOOL)) return repeat(c, b, ival(a));
 	if (op == '+' && a.t == JV_STR && b.t != JV_UNDEF)
 		jfail(c, "can only concatenate str (not \"%s\") to str", jv_typename(b));
 	if (op == '%' && a.t == JV_STR) jfail(c, "unsupported construct: printf-style string formatting with %%");

@@ -56,10 +56,17 @@ typedef struct jv {
 	};
 } jv;
 
+/* What Python object a list value stands for. Jinja's map/select/items/unique/reverse filters
+ * return generators and dict.items()/keys()/values() views; they are computed eagerly here but keep
+ * the Python behaviour that shows: a generator is always truthy, has no len(), cannot be printed
+ * meaningfully (so printing one is an error) and is not JSON; a view prints as dict_items([...]). */
+enum { JL_LIST = 0, JL_GEN, JL_ITEMS, JL_KEYS, JL_VALUES };
+
 struct jlist {
 	jv *v;
 	size_t n, cap;
 	int tuple;
+	int kind; /* JL_* */
 };
 
 struct jdict {

@@ -147,7 +147,7 @@ int jv_truthy(jv v)
 	case JV_INT: return v.i != 0;
 	case JV_FLOAT: return v.f != 0.0;
 	case JV_STR: return v.s.n != 0;
-	case JV_LIST: return v.l->n != 0;
+	case JV_LIST: return v.l->kind == JL_GEN || v.l->n != 0;
 	case JV_DICT: return v.d->n != 0;
 	default: return 1;
 	}
@@ -169,7 +169,8 @@ int jv_eq(jv a, jv b)
 	case JV_NONE: return 1;
 	case JV_STR: return a.s.n == b.s.n && !memcmp(a.s.p, b.s.p, a.s.n);
 	case JV_LIST:
-		if (a.l->tuple != b.l->tuple || a.l->n != b.l->n) return 0;
+		if (a.l->tuple != b.l->tuple || a.l->kind != b.l->kind || a.l->n != b.l->n) return 0;
+		if (a.l->kind == JL_GEN) return a.l == b.l;
 		for (size_t i = 0; i < a.l->n; i++)
 			if (!jv_eq(a.l->v[i], b.l->v[i])) return 0;
 		return 1;
@@ -198,7 +199,14 @@ const char *jv_typename(jv v)
 	case JV_INT: return "int";
 	case JV_FLOAT: return "float";
 	case JV_STR: return "str";
-	case JV_LIST: return v.l->tuple ? "tuple" : "list";
+	case JV_LIST:
+		switch (v.l->kind) {
+		case JL_GEN: return "generator";
+		case JL_ITEMS: return "dict_items";
+		case JL_KEYS: return "dict_keys";
+		case JL_VALUES: return "dict_values";
+		default: return v.l->tuple ? "tuple" : "list";
+		}
 	case JV_DICT: return "dict";
 	case JV_NS: return "Namespace";
 	case JV_LOOP: return "LoopContext";
@@ -220,7 +228,7 @@ int jv_cmp(jctx *c, jv a, jv b)
 		if (r) return r;
 		return (a.s.n > b.s.n) - (a.s.n < b.s.n);
 	}
-	if (a.t == JV_LIST && b.t == JV_LIST && a.l->tuple == b.l->tuple) {
+	if (a.t == JV_LIST && b.t == JV_LIST && a.l->tuple == b.l->tuple && a.l->kind == JL_LIST && b.l->kind == JL_LIST) {
 		for (size_t i = 0; i < a.l->n && i < b.l->n; i++) {
 			if (jv_eq(a.l->v[i], b.l->v[i])) continue;
 			return jv_cmp(c, a.l->v[i], b.l->v[i]);
@@ -417,6 +425,13 @@ static void write_container(jctx *c, jbuf *b, jv v, int depth)
 {
 	if (depth > 100) jfail(c, "value nested too deeply to print");
 	if (v.t == JV_LIST) {
+		if (v.l->kind == JL_GEN)
+			jfail(c, "unsupported construct: printing a generator (Jinja prints '<generator object ...>'); "
+				 "convert it with | list");
+		if (v.l->kind != JL_LIST) {
+			jbuf_puts(c, b, jv_typename(v));
+			jbuf_putc(c, b, '(');
+		}
 		jbuf_putc(c, b, v.l->tuple ? '(' : '[');
 		for (size_t i = 0; i < v.l->n; i++) {
 			if (i) jbuf_put(c, b, ", ", 2);
@@ -424,6 +439,7 @@ static void write_container(jctx *c, jbuf *b, jv v, int depth)
 		}
 		if (v.l->tuple && v.l->n == 1) jbuf_putc(c, b, ',');
 		jbuf_putc(c, b, v.l->tuple ? ')' : ']');
+		if (v.l->kind != JL_LIST) jbuf_putc(c, b, ')');
 		return;
 	}
 	jbuf_putc(c, b, '{');
@@ -509,6 +525,7 @@ void jv_write_json(jctx *c, jbuf *b, jv v, int indent, const char *item_sep, con
 		return;
 	case JV_STR: json_str(c, b, v.s.p, v.s.n); return;
 	case JV_LIST:
+		if (v.l->kind != JL_LIST) jfail(c, "tojson: Object of type %s is not JSON serializable", jv_typename(v));
 		if (!v.l->n) {
 			jbuf_puts(c, b, "[]");
 			return;
