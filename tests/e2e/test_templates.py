@@ -438,3 +438,42 @@ def test_random_expressions_render_like_jinja2(tmp_path):
             assert r.returncode == 1 and r.stdout == b"", f"{src}\njinja2 raised {want}\nsaragossa printed {r.stdout!r}"
             errors += 1
     assert same >= 200, (same, errors)
+
+
+def test_random_whitespace_control_matches_jinja2(tmp_path):
+    """Generated templates mixing text (spaces, tabs, \\n, \\r\\n) with if/for/set tags, output
+    tags and comments under every -, + marker combination: trim_blocks and lstrip_blocks must strip
+    exactly what jinja2 strips."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+    rng = random.Random(7)
+    ws = ["", " ", "  ", "\n", "\n\n", " \n", "\n  ", "\t", "\r\n", "x", "a b", "\n x \n"]
+
+    def tag(body):
+        return f"{rng.choice(['{%', '{%-', '{%+'])} {body} {rng.choice(['%}', '-%}', '+%}'])}"
+
+    def piece(d=0):
+        r = rng.random()
+        if r < 0.3 or d > 2:
+            return rng.choice(ws)
+        if r < 0.45:
+            return rng.choice(["{{", "{{-"]) + " v " + rng.choice(["}}", "-}}"])
+        if r < 0.55:
+            return rng.choice(["{#", "{#-"]) + " c " + rng.choice(["#}", "-#}"])
+        if r < 0.75:
+            body = "".join(piece(d + 1) for _ in range(rng.randint(0, 3)))
+            return tag("if t") + body + (tag("else") + piece(d + 1) if rng.random() < 0.3 else "") + tag("endif")
+        if r < 0.9:
+            return tag("for y in [1, 2]") + "".join(piece(d + 1) for _ in range(rng.randint(0, 3))) + tag("endfor")
+        return tag("set z = 1")
+
+    mf = tmp_path / "m.json"
+    mf.write_text('[{"role": "user", "content": "x"}]')
+    tf = tmp_path / "t.jinja"
+    for i in range(300):
+        src = "".join(piece() for _ in range(rng.randint(1, 6)))
+        want = _compile_jinja_template(src).render(v="V", t=True)
+        tf.write_bytes(src.encode())
+        r = subprocess.run([saragossa_bin(), "template", "--model", str(tf), "--messages", str(mf),
+                            "--var", 'v="V"', "--var", "t=true"], capture_output=True)
+        assert r.returncode == 0, f"{src!r}: {r.stderr.decode()}"
+        assert r.stdout.decode() == want, f"{src!r}\njinja2:    {want!r}\nsaragossa: {r.stdout.decode()!r}"
