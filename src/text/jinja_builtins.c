@@ -375,6 +375,16 @@ static jv percent_format(jctx *c, jv fmt, jargs *a)
 	return jv_str(b.p ? b.p : "", b.n);
 }
 
+jv jinja_percent(jctx *c, jv fmt, jv args)
+{
+	if (args.t == JV_DICT) jfail(c, "unsupported construct: %%-formatting with a mapping");
+	jargs a;
+	if (args.t == JV_LIST && args.l->tuple) a = mkargs(args.l->v, NULL, args.l->n, "%");
+	else a = mkargs(&args, NULL, 1, "%");
+	a.npos = a.n;
+	return percent_format(c, fmt, &a);
+}
+
 /* ---- sorting (stable, Python-compatible ordering) ---- */
 
 typedef struct sortctx {

@@ -398,7 +398,7 @@ static jv arith(jctx *c, int op, jv a, jv b)
 	if (op == '*' && (b.t == JV_STR || (b.t == JV_LIST && !b.l->kind)) && (a.t == JV_INT || a.t == JV_BOOL)) return repeat(c, b, ival(a));
 	if (op == '+' && a.t == JV_STR && b.t != JV_UNDEF)
 		jfail(c, "can only concatenate str (not \"%s\") to str", jv_typename(b));
-	if (op == '%' && a.t == JV_STR) jfail(c, "unsupported construct: printf-style string formatting with %%");
+	if (op == '%' && a.t == JV_STR) return jinja_percent(c, a, b);
 	static const char *names[] = {['+'] = "+", ['-'] = "-", ['*'] = "*", ['/'] = "/", ['f'] = "//", ['%'] = "%", ['p'] = "**"};
 	optype_fail(c, names[op], a, b);
 }

@@ -283,6 +283,8 @@ jv jinja_filter(jctx *c, const char *name, jv in, jv *args, const char **kwnames
 int jinja_test(jctx *c, const char *name, jv in, jv *args, size_t nargs);
 jv jinja_method(jctx *c, jmethod *m, jv *args, const char **kwnames, size_t nargs);
 jv jinja_func(jctx *c, int fn, jv *args, const char **kwnames, size_t nargs);
+/* Python's `fmt % args` for %s %r %d %i %% (args: a tuple, or one value). */
+jv jinja_percent(jctx *c, jv fmt, jv args);
 int jinja_is_method(jv obj, const char *name);
 
 #endif
