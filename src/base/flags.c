@@ -20,6 +20,8 @@ static const sg_flag table[] = {
 	 "CPU kernel set: auto (best the CPU has), avx512, avx2, neon or scalar (reference kernels only)"},
 	{"SARAGOSSA_CACHE_DIR", SG_FLAG_STR, "",
 	 "saragossa's own cache (models, tools); empty = $XDG_CACHE_HOME/saragossa or ~/.cache/saragossa"},
+	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
+	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},
 };
 
 #define N_FLAGS ((int)(sizeof(table) / sizeof(table[0])))

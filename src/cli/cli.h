@@ -4,6 +4,10 @@
 #define SG_CLI_H
 
 int sg_cli_doctor(int argc, char **argv);
+int sg_cli_inspect(int argc, char **argv);
+int sg_cli_pull(int argc, char **argv);
+int sg_cli_list(int argc, char **argv);
+int sg_cli_rm(int argc, char **argv);
 int sg_cli_template(int argc, char **argv);
 
 /* Prints "saragossa: <msg>" and the one-line usage of `verb` on stderr; returns 2. */

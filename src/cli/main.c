@@ -20,6 +20,10 @@ static const verb verbs[] = {
 	{"help", cmd_help, "[VERB]", "show this help, or one verb's usage"},
 	{"version", cmd_version, "", "print the version and build flags"},
 	{"doctor", sg_cli_doctor, "", "report the machine, the build and every runtime flag"},
+	{"inspect", sg_cli_inspect, "PATH [--tensors] [--dump TENSOR --out FILE]", "show a model's format, architecture, tensors and memory needs"},
+	{"pull", sg_cli_pull, "[-q] MODEL", "download a model from the Hugging Face hub and print its local path"},
+	{"list", sg_cli_list, "[--json]", "list the models on this machine (Hugging Face cache, saragossa's folder)"},
+	{"rm", sg_cli_rm, "MODEL...", "remove models from the Hugging Face cache or saragossa's folder"},
 	{"template", sg_cli_template, "--model M --messages FILE.json [--tools FILE] [--add-generation-prompt] [--var NAME=JSON]...", "render a chat template (prints the prompt)"},
 };
 #define N_VERBS ((int)(sizeof(verbs) / sizeof(verbs[0])))

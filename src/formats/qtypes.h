@@ -59,6 +59,13 @@ typedef struct sg_type_info {
 const sg_type_info *sg_type_get(int type);
 const char *sg_type_name(int type); /* "unknown" for unknown ids */
 
+/* The id whose name is `name` ("Q4_K", "bf16": case-insensitive), or -1. */
+int sg_type_from_name(const char *name);
+
+/* 1 for the types a weight matrix may be stored in and a matmul consumes (floats and the
+ * block-quantized types); 0 for integer/bool element types. */
+int sg_type_is_float_or_quant(sg_type t);
+
 /* Bytes of a row of n elements; 0 if n is not a multiple of the block size (or for MLX). */
 size_t sg_type_row_bytes(sg_type t, int64_t n);
 
@@ -72,6 +79,10 @@ typedef struct sg_mlx_q {
 	int group;          /* 32, 64 or 128 */
 	sg_type sb_type;    /* SG_TYPE_BF16 or SG_TYPE_F16: scales and biases */
 } sg_mlx_q;
+
+/* uint32 words per packed row of `cols` elements (cols*bits/32), or 0 if cols*bits is not a
+ * multiple of 32 or bits is not one of the supported widths. */
+int64_t sg_mlx_packed_words(int bits, int64_t cols);
 
 /* Dequantizes one row of `cols` elements: packed points at the row's first uint32, scales and
  * biases at the row's first group. cols must be a multiple of the group and of 32/gcd(bits,32). */

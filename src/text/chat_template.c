@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/json.h"
 #include "base/mmap.h"
+#include "formats/gguf.h"
 #include "text/jinja.h"
 
 #define MAX_TEMPLATE_FILE (16u << 20)
@@ -217,146 +218,49 @@ static sg_status load_folder(sg_chat_template *ct, const char *dir)
 	return st;
 }
 
-/* ---- GGUF metadata: only the keys a chat template needs ---- */
-
-typedef struct gguf_rd {
-	const uint8_t *p;
-	size_t n, off;
-	const char *path;
-} gguf_rd;
-
-static int rd_u32(gguf_rd *r, uint32_t *v)
-{
-	if (r->n - r->off < 4) return -1;
-	memcpy(v, r->p + r->off, 4);
-	r->off += 4;
-	return 0;
-}
-
-static int rd_u64(gguf_rd *r, uint64_t *v)
-{
-	if (r->n - r->off < 8) return -1;
-	memcpy(v, r->p + r->off, 8);
-	r->off += 8;
-	return 0;
-}
-
-static int rd_str(gguf_rd *r, const char **s, uint64_t *len)
-{
-	if (rd_u64(r, len) || *len > r->n - r->off) return -1;
-	*s = (const char *)r->p + r->off;
-	r->off += *len;
-	return 0;
-}
-
-static const size_t GGUF_SIZES[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-
-/* Skips one value of type t (arrays of arrays included, depth-limited). */
-static int skip_value(gguf_rd *r, uint32_t t, int depth)
-{
-	if (t > 12 || depth > 4) return -1;
-	if (t == 8) {
-		const char *s;
-		uint64_t l;
-		return rd_str(r, &s, &l);
-	}
-	if (t == 9) {
-		uint32_t et;
-		uint64_t cnt;
-		if (rd_u32(r, &et) || rd_u64(r, &cnt) || et > 12) return -1;
-		if (et != 8 && et != 9) {
-			if (cnt > (r->n - r->off) / GGUF_SIZES[et]) return -1;
-			r->off += cnt * GGUF_SIZES[et];
-			return 0;
-		}
-		for (uint64_t i = 0; i < cnt; i++)
-			if (skip_value(r, et, depth + 1)) return -1;
-		return 0;
-	}
-	if (r->n - r->off < GGUF_SIZES[t]) return -1;
-	r->off += GGUF_SIZES[t];
-	return 0;
-}
+/* ---- GGUF: the template(s) and the special tokens' text ---- */
 
 static sg_status load_gguf(sg_chat_template *ct, const char *path)
 {
 	sg_mapped_file f;
 	sg_status st = sg_mmap_open(path, &f);
 	if (st) return st;
-	gguf_rd r = {f.data, f.size, 0, path};
-	uint32_t magic = 0, version = 0;
-	uint64_t ntensors, nkv;
-	st = SG_OK;
-	if (rd_u32(&r, &magic) || magic != 0x46554747u || rd_u32(&r, &version) || rd_u64(&r, &ntensors) || rd_u64(&r, &nkv)) {
+	sg_gguf g;
+	st = sg_gguf_parse(f.data, f.size, path, 0, &g);
+	if (st) {
 		sg_mmap_close(&f);
-		return sg_error(SG_ERR_FORMAT, "%s: not a GGUF file (bad header)", path);
+		return st;
 	}
-	if (version < 2 || version > 3) {
-		sg_mmap_close(&f);
-		return sg_error(SG_ERR_UNSUPPORTED, "%s: GGUF version %u is not supported", path, version);
+	for (int64_t i = 0; i < g.n_kv && !st; i++) {
+		const sg_gguf_kv *kv = &g.kv[i];
+		size_t kl = strlen(kv->key);
+		if (kl < 23 || memcmp(kv->key, "tokenizer.chat_template", 23) || (kl > 23 && kv->key[23] != '.')) continue;
+		if (kv->type != SG_GGUF_STRING) {
+			st = sg_error(SG_ERR_FORMAT, "%s: %s must be a string, found %s", path, kv->key, sg_gguf_vtype_name(kv->type));
+			break;
+		}
+		/* the parser's copy stops at an embedded NUL: use what it holds */
+		st = ct_add(ct, kl == 23 ? "default" : kv->key + 24, kv->str, strlen(kv->str), path);
 	}
-	size_t tokens_off = 0;
-	uint64_t ntokens = 0;
 	static const char *const id_keys[] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
 					      "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.seperator_token_id",
 					      "tokenizer.ggml.padding_token_id", "tokenizer.ggml.cls_token_id",
 					      "tokenizer.ggml.mask_token_id"};
 	static const char *const names[] = {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"};
-	int64_t ids[7] = {-1, -1, -1, -1, -1, -1, -1};
-	for (uint64_t i = 0; i < nkv && !st; i++) {
-		const char *key;
-		uint64_t klen;
-		uint32_t type;
-		if (rd_str(&r, &key, &klen) || rd_u32(&r, &type)) {
-			st = sg_error(SG_ERR_FORMAT, "%s: metadata entry %llu runs past the end of the file", path, (unsigned long long)i);
-			break;
-		}
-		int is_tpl = klen >= 23 && !memcmp(key, "tokenizer.chat_template", 23) && (klen == 23 || key[23] == '.');
-		if (is_tpl && type == 8) {
-			const char *s;
-			uint64_t l;
-			if (rd_str(&r, &s, &l)) {
-				st = sg_error(SG_ERR_FORMAT, "%s: tokenizer.chat_template runs past the end of the file", path);
-				break;
-			}
-			char name[256];
-			if (klen == 23) snprintf(name, sizeof(name), "default");
-			else snprintf(name, sizeof(name), "%.*s", (int)(klen - 24 > 200 ? 200 : klen - 24), key + 24);
-			st = ct_add(ct, name, s, (size_t)l, path);
-			continue;
-		}
-		if (type == 9 && klen == 21 && !memcmp(key, "tokenizer.ggml.tokens", 21)) {
-			size_t save = r.off;
-			uint32_t et;
-			if (rd_u32(&r, &et) || et != 8 || rd_u64(&r, &ntokens)) {
-				st = sg_error(SG_ERR_FORMAT, "%s: tokenizer.ggml.tokens is not an array of strings", path);
-				break;
-			}
-			tokens_off = r.off;
-			r.off = save;
-		}
-		int matched = 0;
-		for (int k = 0; k < 7; k++)
-			if (klen == strlen(id_keys[k]) && !memcmp(key, id_keys[k], klen) && (type == 4 || type == 5)) {
-				uint32_t v;
-				if (rd_u32(&r, &v)) break;
-				ids[k] = type == 5 ? (int32_t)v : (int64_t)v;
-				matched = 1;
-			}
-		if (!matched && skip_value(&r, type, 0))
-			st = sg_error(SG_ERR_FORMAT, "%s: metadata value of '%.*s' runs past the end of the file", path, (int)(klen > 200 ? 200 : klen), key);
+	const sg_gguf_kv *toks = sg_gguf_find(&g, "tokenizer.ggml.tokens");
+	for (int k = 0; k < 7 && !st && toks && toks->type == SG_GGUF_ARRAY && toks->arr_type == SG_GGUF_STRING; k++) {
+		int64_t id;
+		if (sg_gguf_get_int(&g, id_keys[k], &id) || id < 0 || (uint64_t)id >= toks->arr_n) continue;
+		sg_gguf_str_iter it;
+		sg_gguf_str_iter_init(toks, &it);
+		const char *s = NULL;
+		uint64_t l = 0;
+		int ok = 1;
+		for (int64_t j = 0; j <= id && ok; j++) ok = sg_gguf_str_next(&it, &s, &l);
+		if (ok) json_object_set_new(ct->special, names[k], json_stringn(s, (size_t)l));
 	}
-	if (!st && tokens_off) {
-		for (int k = 0; k < 7; k++) {
-			if (ids[k] < 0 || (uint64_t)ids[k] >= ntokens) continue;
-			gguf_rd t = {f.data, f.size, tokens_off, path};
-			const char *s = NULL;
-			uint64_t l = 0;
-			int bad = 0;
-			for (int64_t j = 0; j <= ids[k] && !bad; j++) bad = rd_str(&t, &s, &l);
-			if (!bad) json_object_set_new(ct->special, names[k], json_stringn(s, (size_t)l));
-		}
-	}
+	sg_error_clear();
+	sg_gguf_free(&g);
 	sg_mmap_close(&f);
 	if (!st && !ct->n) st = sg_error(SG_ERR_NOT_FOUND, "%s: no tokenizer.chat_template in the GGUF metadata", path);
 	return st;

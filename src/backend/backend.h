@@ -1,0 +1,256 @@
+/*
+ * The backend op table: the small set of fused stages a model forward is written against.
+ *
+ * A backend (sg_backend) is a compute device with its own memory. The forward pass allocates its
+ * activations, KV cache and scalars as backend tensors (sg_btensor), binds its weights in place
+ * (CPU: the bytes of the mmap'd file; a GPU backend uploads, possibly repacked), and issues ops in
+ * sequence. Ops are asynchronous in contract: none returns data to the host and none waits for
+ * the device, so a GPU backend can record a whole forward once and replay it. The only host
+ * round trips are the explicit transfers (sg_backend_write / sg_backend_read) and sg_backend_sync.
+ *
+ * Dynamic scalars live in backend tensors: the position of every token of a step is an I32
+ * tensor `pos` [n], and the KV length an op needs is derived from it on the device (pos + 1), so
+ * a recorded graph stays valid as the sequence grows. Shapes (n tokens, heads, dims) are static.
+ *
+ * Every op returns an sg_status; an error means the caller passed inconsistent shapes or types
+ * (a programming error, validated before any work) or a type the backend does not support
+ * (ask sg_backend_supports first). Data-dependent problems (a token id past the vocabulary) cannot
+ * be reported by a device without a round trip: such inputs are defined to produce zeros, and
+ * callers validate host data before upload.
+ *
+ * Fallbacks: an entry of the op table may be NULL; the sg_backend_* wrappers below then compose
+ * the stage from simpler ones (attn_prep = rope + rope + kv_store). A backend answers
+ * supports(stage, type) for every (stage, weight type) pair it implements.
+ *
+ * Tensor layout convention: ne[0] is the innermost (contiguous) dimension; rows are ne[0]
+ * elements (or ne[0]/block blocks) and are stored contiguously, row r at data + r*row_bytes, over
+ * all outer dimensions flattened (rows = ne[1]*ne[2]*ne[3]). Shapes below are written outermost
+ * first, as in C: x [n][D] means ne[0] = D, ne[1] = n.
+ */
+#ifndef SG_BACKEND_BACKEND_H
+#define SG_BACKEND_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "formats/model_desc.h" /* sg_act, sg_rope_scaling: shared with the model description */
+#include "formats/qtypes.h"
+#include "saragossa.h"
+
+/* A tensor in a backend's memory. Plain value type: views are made by copying and adjusting. */
+typedef struct sg_btensor {
+	sg_type type;       /* element type: activations are F32 (or F16 for a KV cache), scalars I32 */
+	int64_t ne[4];      /* ne[0] innermost; unused dimensions are 1 */
+	size_t row_bytes;   /* bytes of one row of ne[0] elements */
+	void *data;         /* device memory; CPU: host memory, possibly inside a read-only mmap */
+	/* MLX affine only (type SG_TYPE_MLX_AFFINE): data is uint32 [rows][ne[0]*bits/32] */
+	sg_mlx_q mlx;
+	const void *scales; /* [rows][ne[0]/group] in mlx.sb_type */
+	const void *biases; /* [rows][ne[0]/group] in mlx.sb_type */
+	int owned;          /* 1 when the backend allocated data (sg_backend_tensor_free releases it) */
+} sg_btensor;
+
+/* Rows of a tensor: the product of its outer dimensions. */
+static inline int64_t sg_btensor_rows(const sg_btensor *t) { return t->ne[1] * t->ne[2] * t->ne[3]; }
+
+/* Bytes of one row of MLX scales (or biases): ne[0]/group values of 2 bytes. */
+static inline size_t sg_btensor_mlx_sb_row_bytes(const sg_btensor *t)
+{
+	return t->mlx.group > 0 ? (size_t)(t->ne[0] / t->mlx.group) * 2 : 0;
+}
+
+/* A view of rows [r0, r0 + n) of t as a 2-D tensor [n][ne[0]] (MLX scales/biases follow); the
+ * view does not own the memory. The caller keeps r0 + n <= rows. */
+static inline sg_btensor sg_btensor_rows_view(const sg_btensor *t, int64_t r0, int64_t n)
+{
+	sg_btensor v = *t;
+	v.ne[1] = n;
+	v.ne[2] = v.ne[3] = 1;
+	v.data = (char *)t->data + (size_t)r0 * t->row_bytes;
+	if (t->type == SG_TYPE_MLX_AFFINE) {
+		size_t sb = sg_btensor_mlx_sb_row_bytes(t);
+		v.scales = (const char *)t->scales + (size_t)r0 * sb;
+		v.biases = (const char *)t->biases + (size_t)r0 * sb;
+	}
+	v.owned = 0;
+	return v;
+}
+
+typedef enum sg_stage {
+	SG_STAGE_EMBED,      /* weights of any type -> f32 rows */
+	SG_STAGE_MATMUL,     /* y = x W^T, weights of the given type */
+	SG_STAGE_RMSNORM,
+	SG_STAGE_LAYERNORM,
+	SG_STAGE_ROPE,
+	SG_STAGE_KV_STORE,   /* type = the cache type (F32 or F16) */
+	SG_STAGE_ATTN_PREP,  /* fused rope(q) + rope(k) + kv_store */
+	SG_STAGE_ATTENTION,  /* type = the cache type */
+	SG_STAGE_GLU,
+	SG_STAGE_ADD,
+	SG_STAGE_SCALE,
+	SG_STAGE_SOFTCAP,
+	SG_STAGE_SOFTMAX,
+	SG_STAGE_MOE_ROUTE,
+	SG_STAGE_MOE_MATMUL, /* grouped expert matmul, weights of the given type */
+	SG_STAGE_MOE_COMBINE,
+	SG_STAGE_ARGMAX,
+	SG_STAGE_LINEAR_ATTN, /* gated delta rule step/chunk: no backend implements it yet */
+	SG_STAGE_COUNT
+} sg_stage;
+
+
+
+typedef struct sg_rope_params {
+	int head_dim;          /* elements per head in x */
+	int n_rot;             /* rotated dims (even, <= head_dim): partial rotary when < head_dim */
+	int neox;              /* 1: pairs (i, i + n_rot/2) (GPT-NeoX / HF); 0: pairs (2i, 2i+1) */
+	float theta;           /* base; per layer: the forward passes the layer's own value */
+	sg_rope_scaling scaling;
+	float factor;          /* linear, yarn, llama3 */
+	int orig_ctx;          /* yarn, llama3: original training context */
+	float beta_fast, beta_slow; /* yarn ramp (defaults 32, 1 when 0) */
+	float attn_factor;     /* yarn: cos/sin multiplier; 0 = 0.1*ln(factor) + 1 */
+	float low_freq_factor, high_freq_factor; /* llama3 (defaults 1, 4 when 0) */
+} sg_rope_params;
+
+typedef struct sg_attn_params {
+	float scale;   /* logit multiplier; 0 = 1/sqrt(head_dim) */
+	float softcap; /* > 0: logits become softcap * tanh(logits / softcap) before softmax */
+	int window;    /* > 0: sliding window, token at p sees kv positions (p - window, p] */
+	int causal;    /* 1: token at p sees kv positions <= p; 0: every position <= max(pos) */
+} sg_attn_params;
+
+typedef enum { SG_ROUTER_SOFTMAX, SG_ROUTER_SIGMOID } sg_router;
+
+/*
+ * The op table. Every op takes the backend first; tensors are backend tensors of this backend.
+ * In-place use is allowed where an op says so. Unless stated, F32 tensors only.
+ */
+typedef struct sg_backend_ops {
+	const char *name; /* "cpu", "cuda" */
+	void (*destroy)(sg_backend *be);
+	/* 1 if the backend implements stage for weight/cache type `type` (F32 for type-less stages). */
+	int (*supports)(sg_backend *be, sg_stage stage, sg_type type);
+
+	/* --- memory --- */
+	/* Allocates a zeroed tensor of a plain type (F32, F16, BF16, I32) and shape ne. */
+	sg_status (*tensor_alloc)(sg_backend *be, sg_type type, const int64_t ne[4], sg_btensor *out);
+	/* Binds host weight bytes (a GGUF/safetensors mmap) of type/shape ne: CPU keeps the pointer
+	 * (the bytes must outlive the tensor), a GPU uploads. For MLX affine, t->mlx, scales and
+	 * biases are set by the caller in *io and are bound likewise. */
+	sg_status (*tensor_bind)(sg_backend *be, sg_btensor *io);
+	void (*tensor_free)(sg_backend *be, sg_btensor *t);
+	/* Host transfers: the only ops that move data across the host boundary. Byte offsets. */
+	sg_status (*write)(sg_backend *be, sg_btensor *t, size_t offset, const void *src, size_t n);
+	sg_status (*read)(sg_backend *be, const sg_btensor *t, size_t offset, void *dst, size_t n);
+	/* Waits until every queued op has finished (CPU: ops are synchronous, nothing to do). */
+	sg_status (*sync)(sg_backend *be);
+
+	/* --- ops --- */
+	/* out[i] = row ids[i] of w, dequantized. w [V][D] any supported type; ids I32 [n];
+	 * out [n][D]. An id outside [0, V) gives a zero row (CPU also returns SG_ERR_RANGE). */
+	sg_status (*embed)(sg_backend *be, const sg_btensor *w, const sg_btensor *ids, sg_btensor *out);
+	/* y[t][r] = sum_k x[t][k] * w[r][k] (+ bias[r]). w [N][K] any supported type; x [n][K];
+	 * bias [N] or NULL; y [n][N]. One token (n = 1) takes the GEMV path, more take the blocked
+	 * GEMM. Quantized weights may quantize x on the fly to 8-bit blocks of 32. */
+	sg_status (*matmul)(sg_backend *be, const sg_btensor *w, const sg_btensor *x,
+			    const sg_btensor *bias, sg_btensor *y);
+	/* y = x / sqrt(mean(x^2) + eps) * (w + w_offset), per row of D = ne[0]. x, y [rows][D];
+	 * w [D] or NULL (no weight). w_offset is 1 for Gemma (stores w, applies 1+w), else 0.
+	 * Per-head norms (qk-norm) pass x viewed as [n*H][head_dim]. y may alias x. */
+	sg_status (*rmsnorm)(sg_backend *be, const sg_btensor *x, const sg_btensor *w, float eps,
+			     float w_offset, sg_btensor *y);
+	/* y = (x - mean) / sqrt(var + eps) * w + b per row; w, b [D] or NULL. y may alias x. */
+	sg_status (*layernorm)(sg_backend *be, const sg_btensor *x, const sg_btensor *w,
+			       const sg_btensor *b, float eps, sg_btensor *y);
+	/* In place: rotates the first n_rot dims of every head of x [n][H][head_dim] by the angle
+	 * pos[t] * inv_freq(i) (after scaling). pos I32 [n]. */
+	sg_status (*rope)(sg_backend *be, sg_btensor *x, const sg_btensor *pos, const sg_rope_params *p);
+	/* Writes k, v [n][Hkv][hd] into kcache, vcache [ctx][Hkv][hd] (F32 or F16) at rows pos[t].
+	 * A position outside [0, ctx) is skipped (CPU also returns SG_ERR_RANGE). */
+	sg_status (*kv_store)(sg_backend *be, const sg_btensor *k, const sg_btensor *v,
+			      const sg_btensor *pos, sg_btensor *kcache, sg_btensor *vcache);
+	/* Fused: rope(q), rope(k), kv_store(k, v). May be NULL (composition). */
+	sg_status (*attn_prep)(sg_backend *be, sg_btensor *q, sg_btensor *k, const sg_btensor *v,
+			       const sg_btensor *pos, const sg_rope_params *rope, sg_btensor *kcache,
+			       sg_btensor *vcache);
+	/* out[t][h] = softmax_j(scale * q[t][h] . kcache[j][h/g]) weighted sum of vcache[j][h/g],
+	 * over the kv positions j the params allow for pos[t] (g = H/Hkv, grouped-query attention).
+	 * q [n][H][hd]; kcache [ctx][Hkv][hd]; vcache [ctx][Hkv][hdv]; pos I32 [n];
+	 * out [n][H][hdv]. Online softmax; split over heads and kv length across threads. */
+	sg_status (*attention)(sg_backend *be, const sg_btensor *q, const sg_btensor *kcache,
+			       const sg_btensor *vcache, const sg_btensor *pos, const sg_attn_params *p,
+			       sg_btensor *out);
+	/* out = act(gate) * up, elementwise; gate, up, out [n][F]; out may alias either. */
+	sg_status (*glu)(sg_backend *be, const sg_btensor *gate, const sg_btensor *up, sg_act act,
+			 sg_btensor *out);
+	/* out = a + b (residual), same shapes; out may alias a or b. */
+	sg_status (*add)(sg_backend *be, const sg_btensor *a, const sg_btensor *b, sg_btensor *out);
+	/* out = x * s; out may alias x. */
+	sg_status (*scale)(sg_backend *be, const sg_btensor *x, float s, sg_btensor *out);
+	/* out = cap * tanh(x / cap); out may alias x. */
+	sg_status (*softcap)(sg_backend *be, const sg_btensor *x, float cap, sg_btensor *out);
+	/* Row softmax of x [rows][D] into out; out may alias x. */
+	sg_status (*softmax)(sg_backend *be, const sg_btensor *x, sg_btensor *out);
+	/* Top-k expert routing. logits [n][E]; probabilities p = softmax(logits) or sigmoid(logits);
+	 * ids I32 [n][k] = the k largest p (descending, ties to the lower id); weights [n][k] = their
+	 * p, divided by their sum when norm_topk. */
+	sg_status (*moe_route)(sg_backend *be, const sg_btensor *logits, sg_router router, int k,
+			       int norm_topk, sg_btensor *ids, sg_btensor *weights);
+	/* Grouped expert matmul: y[t][j] = w[ids[t][j]] x_t(j) for every token t and slot j.
+	 * w [E][N][K] (ne[2] = E) any supported type; ids I32 [n][k]; x [n][K] (one input shared by
+	 * a token's slots) or [n][k][K] (one per slot); y [n][k][N]. Each expert's weights are read
+	 * once per call however many tokens chose it. An id outside [0, E) gives zeros. */
+	sg_status (*moe_matmul)(sg_backend *be, const sg_btensor *w, const sg_btensor *x,
+				const sg_btensor *ids, sg_btensor *y);
+	/* out[t] = sum_j weights[t][j] * y[t][j]; y [n][k][D]; weights [n][k]; out [n][D]. */
+	sg_status (*moe_combine)(sg_backend *be, const sg_btensor *y, const sg_btensor *weights,
+				 sg_btensor *out);
+	/* ids[t] = index of the largest x[t][i] (the lowest such index on ties; NaN never wins).
+	 * x [n][V]; ids I32 [n]. */
+	sg_status (*argmax)(sg_backend *be, const sg_btensor *x, sg_btensor *ids);
+} sg_backend_ops;
+
+/* The backend object. A backend implementation embeds it first in its own struct. */
+struct sg_backend {
+	const sg_backend_ops *ops;
+};
+
+/* --- CPU backend --- */
+typedef struct sg_cpu_params {
+	int n_threads; /* caller included; 0 = SARAGOSSA_THREADS, else one per core */
+	const char *simd; /* NULL = the SARAGOSSA_SIMD flag: auto, avx512, avx2, neon or scalar */
+} sg_cpu_params;
+
+sg_cpu_params sg_cpu_default_params(void);
+/* Creates the CPU backend: starts the worker threads and picks the kernel set. A SIMD level the
+ * CPU lacks is an SG_ERR_UNSUPPORTED error. *out is freed with sg_backend_free. */
+sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out);
+/* Name of the kernel set a CPU backend runs: "avx512", "avx2", "neon" or "scalar". */
+const char *sg_cpu_backend_simd(const sg_backend *be);
+
+/* --- generic helpers over the table --- */
+static inline void sg_backend_free(sg_backend *be)
+{
+	if (be) be->ops->destroy(be);
+}
+
+static inline int sg_backend_supports(sg_backend *be, sg_stage s, sg_type t)
+{
+	return be->ops->supports(be, s, t);
+}
+
+/* rope(q), rope(k), kv_store(k, v): the backend's fused stage when it has one. */
+static inline sg_status sg_backend_attn_prep(sg_backend *be, sg_btensor *q, sg_btensor *k,
+					     const sg_btensor *v, const sg_btensor *pos,
+					     const sg_rope_params *rope, sg_btensor *kcache,
+					     sg_btensor *vcache)
+{
+	if (be->ops->attn_prep) return be->ops->attn_prep(be, q, k, v, pos, rope, kcache, vcache);
+	sg_status st = be->ops->rope(be, q, pos, rope);
+	if (st == SG_OK) st = be->ops->rope(be, k, pos, rope);
+	if (st == SG_OK) st = be->ops->kv_store(be, k, v, pos, kcache, vcache);
+	return st;
+}
+
+#endif

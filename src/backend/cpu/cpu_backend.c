@@ -1,0 +1,512 @@
+/*
+ * The CPU backend: the op table over host memory, the kernel set chosen at start-up, and the
+ * matmul / expert-matmul / embedding ops that drive the weight kernels across the threadpool.
+ * Ops are synchronous: when one returns, its output is written.
+ */
+#include "backend/cpu/cpu_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/flags.h"
+#include "base/sysinfo.h"
+#include "base/threadpool.h"
+
+/* --- kernel set --- */
+
+const sg_cpu_kernels *sg_cpu_kernels_pick(const char *simd, const char **why)
+{
+	const sg_cpu_features *f = sg_cpu_get_features();
+	int has512 = f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni && f->avx2 && f->fma && f->f16c;
+	int has2 = f->avx2 && f->fma && f->f16c;
+	*why = NULL;
+	if (!simd || !*simd || !strcmp(simd, "auto")) {
+		if (has512 && sg_cpu_kernels_avx512()) return sg_cpu_kernels_avx512();
+		if (has2 && sg_cpu_kernels_avx2()) return sg_cpu_kernels_avx2();
+		if (f->neon && sg_cpu_kernels_neon()) return sg_cpu_kernels_neon();
+		return &sg_cpu_kernels_ref;
+	}
+	if (!strcmp(simd, "scalar")) return &sg_cpu_kernels_ref;
+	if (!strcmp(simd, "avx512")) {
+		if (has512 && sg_cpu_kernels_avx512()) return sg_cpu_kernels_avx512();
+		*why = "needs x86-64 AVX-512 F/BW/VL/VNNI with AVX2, FMA and F16C";
+		return NULL;
+	}
+	if (!strcmp(simd, "avx2")) {
+		if (has2 && sg_cpu_kernels_avx2()) return sg_cpu_kernels_avx2();
+		*why = "needs x86-64 AVX2, FMA and F16C";
+		return NULL;
+	}
+	if (!strcmp(simd, "neon")) {
+		if (f->neon && sg_cpu_kernels_neon()) return sg_cpu_kernels_neon();
+		*why = "needs arm64 NEON";
+		return NULL;
+	}
+	*why = "unknown SIMD level (expected auto, avx512, avx2, neon or scalar)";
+	return NULL;
+}
+
+void *sg_cpu_scratch(sg_cpu_backend *cb, size_t n)
+{
+	if (n <= cb->scratch_cap) return cb->scratch;
+	size_t cap = n + n / 4 + 4096;
+	void *raw = sg_malloc(cap + 64);
+	if (!raw) return NULL;
+	sg_free(cb->scratch_raw);
+	cb->scratch_raw = raw;
+	cb->scratch = (uint8_t *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+	cb->scratch_cap = cap;
+	return cb->scratch;
+}
+
+sg_status sg_cpu_check_f32(const char *op, const char *what, const sg_btensor *t)
+{
+	if (!t || !t->data) return sg_error(SG_ERR_INVALID_ARG, "cpu %s: %s is missing", op, what);
+	if (t->type != SG_TYPE_F32)
+		return sg_error(SG_ERR_INVALID_ARG, "cpu %s: %s must be F32, found %s", op, what,
+				sg_type_name_cpu(t->type));
+	return SG_OK;
+}
+
+sg_status sg_cpu_check_same(const char *op, const sg_btensor *a, const sg_btensor *b)
+{
+	if (a->ne[0] != b->ne[0] || sg_btensor_rows(a) != sg_btensor_rows(b))
+		return sg_error(SG_ERR_INVALID_ARG, "cpu %s: shapes differ: [%lld][%lld] vs [%lld][%lld]", op,
+				(long long)sg_btensor_rows(a), (long long)a->ne[0], (long long)sg_btensor_rows(b),
+				(long long)b->ne[0]);
+	return SG_OK;
+}
+
+/* --- memory --- */
+
+static size_t plain_size(sg_type t)
+{
+	switch (t) {
+	case SG_TYPE_F32: case SG_TYPE_I32: return 4;
+	case SG_TYPE_F16: case SG_TYPE_BF16: return 2;
+	default: return 0;
+	}
+}
+
+static sg_status cpu_tensor_alloc(sg_backend *be, sg_type type, const int64_t ne[4], sg_btensor *out)
+{
+	memset(out, 0, sizeof(*out));
+	size_t es = plain_size(type);
+	if (!es) return SG_FAIL(SG_ERR_UNSUPPORTED, "type %s cannot be allocated (F32, F16, BF16, I32 only)", sg_type_name_cpu(type));
+	size_t n = 1;
+	for (int i = 0; i < 4; i++) {
+		if (ne[i] < 1) return SG_FAIL(SG_ERR_INVALID_ARG, "ne[%d] = %lld < 1", i, (long long)ne[i]);
+		if (n > SIZE_MAX / 64 / (size_t)ne[i]) return SG_FAIL(SG_ERR_NOMEM, "tensor too large");
+		n *= (size_t)ne[i];
+		out->ne[i] = ne[i];
+	}
+	/* 64-byte aligned, rounded up so SIMD tails may read a full line */
+	void *p = NULL;
+	if (posix_memalign(&p, 64, (n * es + 63) & ~(size_t)63)) return SG_FAIL(SG_ERR_NOMEM, "%zu bytes", n * es);
+	memset(p, 0, (n * es + 63) & ~(size_t)63);
+	out->type = type;
+	out->row_bytes = (size_t)ne[0] * es;
+	out->data = p;
+	out->owned = 1;
+	return SG_OK;
+}
+
+static sg_status cpu_tensor_bind(sg_backend *be, sg_btensor *t)
+{
+	sg_wview v;
+	if (!t->data) return SG_FAIL(SG_ERR_INVALID_ARG, "no data");
+	if (t->type == SG_TYPE_I32) {
+		t->row_bytes = (size_t)t->ne[0] * 4;
+	} else {
+		if (sg_cpu_wview(t, &v) == SG_KT_NONE) {
+			if (t->type == SG_TYPE_MLX_AFFINE)
+				return SG_FAIL(SG_ERR_UNSUPPORTED, "MLX affine bits %d group %d with %s scales, %lld columns",
+					       t->mlx.bits, t->mlx.group, sg_type_name_cpu(t->mlx.sb_type), (long long)t->ne[0]);
+			return SG_FAIL(SG_ERR_UNSUPPORTED, "type %s with %lld columns", sg_type_name_cpu(t->type),
+				       (long long)t->ne[0]);
+		}
+		t->row_bytes = sg_cpu_row_bytes(t);
+	}
+	for (int i = 1; i < 4; i++)
+		if (t->ne[i] < 1) t->ne[i] = 1;
+	t->owned = 0;
+	return SG_OK;
+}
+
+static void cpu_tensor_free(sg_backend *be, sg_btensor *t)
+{
+	if (t && t->owned) free(t->data);
+	if (t) memset(t, 0, sizeof(*t));
+}
+
+static size_t tensor_bytes(const sg_btensor *t) { return (size_t)sg_btensor_rows(t) * t->row_bytes; }
+
+static sg_status cpu_write(sg_backend *be, sg_btensor *t, size_t off, const void *src, size_t n)
+{
+	if (off > tensor_bytes(t) || n > tensor_bytes(t) - off)
+		return SG_FAIL(SG_ERR_RANGE, "write of %zu bytes at %zu past %zu", n, off, tensor_bytes(t));
+	memcpy((char *)t->data + off, src, n);
+	return SG_OK;
+}
+
+static sg_status cpu_read(sg_backend *be, const sg_btensor *t, size_t off, void *dst, size_t n)
+{
+	if (off > tensor_bytes(t) || n > tensor_bytes(t) - off)
+		return SG_FAIL(SG_ERR_RANGE, "read of %zu bytes at %zu past %zu", n, off, tensor_bytes(t));
+	memcpy(dst, (const char *)t->data + off, n);
+	return SG_OK;
+}
+
+static sg_status cpu_sync(sg_backend *be) { return SG_OK; }
+
+/* --- matmul --- */
+
+typedef struct mm_job {
+	sg_cpu_backend *cb;
+	sg_wview w;
+	sg_mv_fn mv;
+	int q8, xoff;
+	sg_xlayout xl;
+	const float *x; /* [nx][K] */
+	int64_t nx, K, N;
+	uint8_t *xq_mem; /* [nx] quantized activations, xq_stride bytes each */
+	size_t xq_stride;
+	/* plain matmul */
+	float *y; /* [nx][N] */
+	const float *bias;
+	/* expert matmul */
+	const int32_t *ids; /* [n][k] */
+	int64_t n, k, E;
+	int shared_x;
+	int32_t *order, *start; /* slots sorted by expert: start[E+1] offsets into order[n*k] */
+	size_t w_expert_bytes, sb_expert_bytes;
+} mm_job;
+
+static void xq_at(const mm_job *j, int64_t t, sg_xq *xq) { sg_xq_init(xq, j->K, j->xq_mem + (size_t)t * j->xq_stride); }
+
+/* Quantizes the activations: the blocks of each row split evenly over the threads. */
+static void mm_quantize(mm_job *j, int ith, int nth)
+{
+	int64_t nb = j->K / 32;
+	for (int64_t t = 0; t < j->nx; t++) {
+		int64_t b0 = nb * ith / nth, b1 = nb * (ith + 1) / nth;
+		if (b0 >= b1) continue;
+		sg_xq xq;
+		xq_at(j, t, &xq);
+		sg_xq part = {b1 - b0, xq.b + b0, xq.d + b0, xq.s + b0, xq.sh + 2 * b0};
+		j->cb->k->quantize_x(j->x + t * j->K + 32 * b0, 32 * (b1 - b0), j->xl, j->xoff, &part);
+	}
+}
+
+static const void *x_arg(const mm_job *j, int64_t t, sg_xq *tmp)
+{
+	if (!j->q8) return j->x + t * j->K;
+	xq_at(j, t, tmp);
+	return tmp;
+}
+
+/* Rows [r0, r1) of this thread: contiguous, multiples of 16 so no two threads write one line. */
+static void row_range(int64_t N, int ith, int nth, int64_t *r0, int64_t *r1)
+{
+	int64_t per = (N + nth - 1) / nth;
+	per = (per + 15) / 16 * 16;
+	*r0 = per * ith < N ? per * ith : N;
+	*r1 = *r0 + per < N ? *r0 + per : N;
+}
+
+#define ROW_TILE 16 /* weight rows kept hot (L1/L2) while every token of a tile passes */
+#define TOK_TILE 32 /* tokens per pass: their activations stay in L2 */
+
+static void mm_task(void *ctx, int ith, int nth)
+{
+	mm_job *j = ctx;
+	if (j->q8) {
+		mm_quantize(j, ith, nth);
+		sg_threadpool_barrier(j->cb->pool);
+	}
+	int64_t r0, r1;
+	row_range(j->N, ith, nth, &r0, &r1);
+	sg_xq tmp;
+	if (j->nx == 1) {
+		if (r0 < r1) j->mv(&j->w, r0, r1, x_arg(j, 0, &tmp), j->y + r0);
+	} else {
+		for (int64_t t0 = 0; t0 < j->nx; t0 += TOK_TILE) {
+			int64_t t1 = t0 + TOK_TILE < j->nx ? t0 + TOK_TILE : j->nx;
+			for (int64_t rb = r0; rb < r1; rb += ROW_TILE) {
+				int64_t re = rb + ROW_TILE < r1 ? rb + ROW_TILE : r1;
+				for (int64_t t = t0; t < t1; t++) j->mv(&j->w, rb, re, x_arg(j, t, &tmp), j->y + t * j->N + rb);
+			}
+		}
+	}
+	if (j->bias)
+		for (int64_t t = 0; t < j->nx; t++)
+			for (int64_t r = r0; r < r1; r++) j->y[t * j->N + r] += j->bias[r];
+}
+
+/* Fills the kernel part of a job; SG_OK or an error naming the type. */
+static sg_status mm_setup(sg_cpu_backend *cb, const char *op, const sg_btensor *w, const sg_btensor *x, mm_job *j)
+{
+	memset(j, 0, sizeof(*j));
+	j->cb = cb;
+	sg_kt kt = sg_cpu_wview(w, &j->w);
+	if (kt == SG_KT_NONE)
+		return sg_error(SG_ERR_UNSUPPORTED, "cpu %s: weights of type %s [%lld] have no kernel", op,
+				sg_type_name_cpu(w->type), (long long)w->ne[0]);
+	sg_status st = sg_cpu_check_f32(op, "x", x);
+	if (st) return st;
+	if (x->ne[0] != w->ne[0])
+		return sg_error(SG_ERR_INVALID_ARG, "cpu %s: x has %lld columns, weights %lld", op,
+				(long long)x->ne[0], (long long)w->ne[0]);
+	j->mv = cb->k->mv[kt];
+	j->q8 = (cb->k->q8_mask >> kt) & 1;
+	j->xl = sg_cpu_kt_info(kt)->xl;
+	j->xoff = sg_cpu_kt_info(kt)->xoff;
+	j->x = x->data;
+	j->K = w->ne[0];
+	j->nx = sg_btensor_rows(x);
+	return SG_OK;
+}
+
+static sg_status mm_scratch(mm_job *j, size_t extra)
+{
+	j->xq_stride = j->q8 ? sg_xq_bytes(j->K) : 0;
+	size_t need = j->xq_stride * (size_t)j->nx + extra;
+	uint8_t *mem = need ? sg_cpu_scratch(j->cb, need) : NULL;
+	if (need && !mem) return sg_error(SG_ERR_NOMEM, "cpu matmul: %zu bytes of scratch", need);
+	j->xq_mem = mem;
+	if (extra) j->order = (int32_t *)(mem + j->xq_stride * (size_t)j->nx);
+	return SG_OK;
+}
+
+static sg_status cpu_matmul(sg_backend *be, const sg_btensor *w, const sg_btensor *x, const sg_btensor *bias, sg_btensor *y)
+{
+	sg_cpu_backend *cb = (sg_cpu_backend *)be;
+	mm_job j;
+	sg_status st = mm_setup(cb, "matmul", w, x, &j);
+	if (st) return st;
+	if ((st = sg_cpu_check_f32("matmul", "y", y))) return st;
+	j.N = sg_btensor_rows(w);
+	if (y->ne[0] != j.N || sg_btensor_rows(y) != j.nx)
+		return sg_error(SG_ERR_INVALID_ARG, "cpu matmul: y is [%lld][%lld], expected [%lld][%lld]",
+				(long long)sg_btensor_rows(y), (long long)y->ne[0], (long long)j.nx, (long long)j.N);
+	if (bias) {
+		if ((st = sg_cpu_check_f32("matmul", "bias", bias))) return st;
+		if (bias->ne[0] != j.N) return sg_error(SG_ERR_INVALID_ARG, "cpu matmul: bias has %lld values, expected %lld", (long long)bias->ne[0], (long long)j.N);
+		j.bias = bias->data;
+	}
+	j.y = y->data;
+	if ((st = mm_scratch(&j, 0))) return st;
+	sg_threadpool_run(cb->pool, mm_task, &j);
+	return SG_OK;
+}
+
+/* --- grouped expert matmul --- */
+
+static void moe_task(void *ctx, int ith, int nth)
+{
+	mm_job *j = ctx;
+	int64_t slots = j->n * j->k;
+	if (j->q8) mm_quantize(j, ith, nth);
+	if (ith == 0) {
+		/* counting sort of the slots by expert; invalid ids get zero rows */
+		int32_t *cnt = j->start;
+		memset(cnt, 0, sizeof(int32_t) * (size_t)(j->E + 1));
+		for (int64_t s = 0; s < slots; s++) {
+			int32_t e = j->ids[s];
+			if (e >= 0 && e < j->E) cnt[e + 1]++;
+			else memset(j->y + s * j->N, 0, sizeof(float) * (size_t)j->N);
+		}
+		for (int64_t e = 0; e < j->E; e++) cnt[e + 1] += cnt[e];
+		int32_t *next = j->start + j->E + 1;
+		memcpy(next, cnt, sizeof(int32_t) * (size_t)j->E);
+		for (int64_t s = 0; s < slots; s++) { /* stable: a token's slots in increasing order */
+			int32_t e = j->ids[s];
+			if (e >= 0 && e < j->E) j->order[next[e]++] = (int32_t)s;
+		}
+	}
+	sg_threadpool_barrier(j->cb->pool);
+	int64_t r0, r1;
+	row_range(j->N, ith, nth, &r0, &r1);
+	sg_xq tmp;
+	for (int64_t e = 0; e < j->E; e++) {
+		int32_t b = j->start[e], en = j->start[e + 1];
+		if (b == en) continue;
+		sg_wview w = j->w;
+		w.data += (size_t)e * j->w_expert_bytes;
+		if (w.scales) {
+			w.scales += (size_t)e * j->sb_expert_bytes;
+			w.biases += (size_t)e * j->sb_expert_bytes;
+		}
+		for (int64_t rb = r0; rb < r1; rb += ROW_TILE) {
+			int64_t re = rb + ROW_TILE < r1 ? rb + ROW_TILE : r1;
+			for (int32_t i = b; i < en; i++) {
+				int64_t s = j->order[i], xt = j->shared_x ? s / j->k : s;
+				j->mv(&w, rb, re, x_arg(j, xt, &tmp), j->y + s * j->N + rb);
+			}
+		}
+	}
+}
+
+static sg_status cpu_moe_matmul(sg_backend *be, const sg_btensor *w, const sg_btensor *x, const sg_btensor *ids, sg_btensor *y)
+{
+	sg_cpu_backend *cb = (sg_cpu_backend *)be;
+	mm_job j;
+	sg_status st = mm_setup(cb, "moe_matmul", w, x, &j);
+	if (st) return st;
+	if (!ids || ids->type != SG_TYPE_I32) return SG_FAIL(SG_ERR_INVALID_ARG, "ids must be I32");
+	if ((st = sg_cpu_check_f32("moe_matmul", "y", y))) return st;
+	j.k = ids->ne[0];
+	j.n = sg_btensor_rows(ids);
+	j.E = w->ne[2];
+	j.N = w->ne[1];
+	if (j.nx == j.n) j.shared_x = 1;
+	else if (j.nx != j.n * j.k)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "x has %lld rows; expected n = %lld or n*k = %lld", (long long)j.nx, (long long)j.n, (long long)(j.n * j.k));
+	if (y->ne[0] != j.N || sg_btensor_rows(y) != j.n * j.k)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "y is [%lld][%lld], expected [%lld][%lld]", (long long)sg_btensor_rows(y), (long long)y->ne[0], (long long)(j.n * j.k), (long long)j.N);
+	j.ids = ids->data;
+	j.y = y->data;
+	j.w_expert_bytes = (size_t)j.N * w->row_bytes;
+	j.sb_expert_bytes = (size_t)j.N * sg_btensor_mlx_sb_row_bytes(w);
+	size_t extra = sizeof(int32_t) * (size_t)(j.n * j.k + 2 * (j.E + 1));
+	if ((st = mm_scratch(&j, extra))) return st;
+	j.start = j.order + j.n * j.k;
+	sg_threadpool_run(cb->pool, moe_task, &j);
+	return SG_OK;
+}
+
+/* --- embedding --- */
+
+typedef struct {
+	sg_wview w;
+	const int32_t *ids;
+	int64_t n, V, D;
+	float *out;
+	int bad;
+} embed_job;
+
+static void embed_range(void *ctx, int64_t b, int64_t e, int ith)
+{
+	embed_job *j = ctx;
+	for (int64_t t = b; t < e; t++) {
+		int32_t id = j->ids[t];
+		if (id < 0 || id >= j->V) {
+			memset(j->out + t * j->D, 0, sizeof(float) * (size_t)j->D);
+			j->bad = 1;
+			continue;
+		}
+		sg_cpu_dequant_row_ref(&j->w, id, 0, j->D, j->out + t * j->D);
+	}
+}
+
+static sg_status cpu_embed(sg_backend *be, const sg_btensor *w, const sg_btensor *ids, sg_btensor *out)
+{
+	sg_cpu_backend *cb = (sg_cpu_backend *)be;
+	embed_job j = {0};
+	if (sg_cpu_wview(w, &j.w) == SG_KT_NONE) return SG_FAIL(SG_ERR_UNSUPPORTED, "type %s", sg_type_name_cpu(w->type));
+	if (!ids || ids->type != SG_TYPE_I32) return SG_FAIL(SG_ERR_INVALID_ARG, "ids must be I32");
+	sg_status st = sg_cpu_check_f32("embed", "out", out);
+	if (st) return st;
+	j.n = sg_btensor_rows(ids) * ids->ne[0];
+	j.V = sg_btensor_rows(w);
+	j.D = w->ne[0];
+	if (out->ne[0] != j.D || sg_btensor_rows(out) != j.n)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "out is [%lld][%lld], expected [%lld][%lld]", (long long)sg_btensor_rows(out), (long long)out->ne[0], (long long)j.n, (long long)j.D);
+	j.ids = ids->data;
+	j.out = out->data;
+	sg_parallel_for(cb->pool, j.n, 1, embed_range, &j);
+	if (j.bad) return SG_FAIL(SG_ERR_RANGE, "a token id is outside [0, %lld)", (long long)j.V);
+	return SG_OK;
+}
+
+/* --- table --- */
+
+static int cpu_supports(sg_backend *be, sg_stage stage, sg_type type)
+{
+	switch (stage) {
+	case SG_STAGE_EMBED:
+	case SG_STAGE_MATMUL:
+	case SG_STAGE_MOE_MATMUL: {
+		sg_btensor t = {.type = type, .ne = {256, 1, 1, 1}, .data = (void *)1,
+				.mlx = {4, 64, SG_TYPE_BF16}, .scales = (void *)1, .biases = (void *)1};
+		sg_wview v;
+		return sg_cpu_wview(&t, &v) != SG_KT_NONE;
+	}
+	case SG_STAGE_KV_STORE:
+	case SG_STAGE_ATTENTION: return type == SG_TYPE_F32 || type == SG_TYPE_F16;
+	case SG_STAGE_ATTN_PREP: return type == SG_TYPE_F32 || type == SG_TYPE_F16;
+	case SG_STAGE_LINEAR_ATTN: return 0;
+	case SG_STAGE_COUNT: return 0;
+	default: return type == SG_TYPE_F32;
+	}
+}
+
+static void cpu_destroy(sg_backend *be)
+{
+	sg_cpu_backend *cb = (sg_cpu_backend *)be;
+	sg_threadpool_free(cb->pool);
+	sg_free(cb->scratch_raw);
+	sg_free(cb);
+}
+
+static const sg_backend_ops cpu_ops = {
+	.name = "cpu",
+	.destroy = cpu_destroy,
+	.supports = cpu_supports,
+	.tensor_alloc = cpu_tensor_alloc,
+	.tensor_bind = cpu_tensor_bind,
+	.tensor_free = cpu_tensor_free,
+	.write = cpu_write,
+	.read = cpu_read,
+	.sync = cpu_sync,
+	.embed = cpu_embed,
+	.matmul = cpu_matmul,
+	.rmsnorm = sg_cpu_rmsnorm,
+	.layernorm = sg_cpu_layernorm,
+	.rope = sg_cpu_rope,
+	.kv_store = sg_cpu_kv_store,
+	.attn_prep = NULL, /* the composition is as fast on the CPU */
+	.attention = sg_cpu_attention,
+	.glu = sg_cpu_glu,
+	.add = sg_cpu_add,
+	.scale = sg_cpu_scale,
+	.softcap = sg_cpu_softcap,
+	.softmax = sg_cpu_softmax,
+	.moe_route = sg_cpu_moe_route,
+	.moe_matmul = cpu_moe_matmul,
+	.moe_combine = sg_cpu_moe_combine,
+	.argmax = sg_cpu_argmax,
+};
+
+sg_cpu_params sg_cpu_default_params(void)
+{
+	sg_cpu_params p = {0, NULL};
+	return p;
+}
+
+sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
+{
+	*out = NULL;
+	sg_cpu_params d = sg_cpu_default_params();
+	if (!p) p = &d;
+	const char *simd = p->simd ? p->simd : sg_flag_str("SARAGOSSA_SIMD");
+	const char *why;
+	const sg_cpu_kernels *k = sg_cpu_kernels_pick(simd, &why);
+	if (!k) return SG_FAIL(SG_ERR_UNSUPPORTED, "SIMD level '%s' %s on this CPU (%s)", simd, why, sg_cpu_model_name());
+	sg_cpu_backend *cb = sg_calloc(1, sizeof(*cb));
+	if (!cb) return SG_FAIL(SG_ERR_NOMEM, "backend");
+	cb->base.ops = &cpu_ops;
+	cb->k = k;
+	sg_status st = sg_threadpool_create(p->n_threads, &cb->pool);
+	if (st) {
+		sg_free(cb);
+		return st;
+	}
+	cb->nth = sg_threadpool_size(cb->pool);
+	*out = &cb->base;
+	return SG_OK;
+}
+
+const char *sg_cpu_backend_simd(const sg_backend *be) { return ((const sg_cpu_backend *)be)->k->name; }

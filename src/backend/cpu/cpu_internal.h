@@ -1,0 +1,164 @@
+/*
+ * CPU backend internals: the weight view kernels read, the 8-bit activation format the
+ * integer kernels consume, and the kernel set (one per ISA) chosen at start-up.
+ */
+#ifndef SG_BACKEND_CPU_INTERNAL_H
+#define SG_BACKEND_CPU_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+/* Kernel types: the weight formats a matvec kernel exists for (MLX affine split by bits). */
+typedef enum sg_kt {
+	SG_KT_F32, SG_KT_F16, SG_KT_BF16,
+	SG_KT_Q8_0, SG_KT_Q4_0, SG_KT_Q4_1, SG_KT_Q5_0, SG_KT_Q5_1,
+	SG_KT_Q2_K, SG_KT_Q3_K, SG_KT_Q4_K, SG_KT_Q5_K, SG_KT_Q6_K,
+	SG_KT_IQ4_NL, SG_KT_IQ4_XS,
+	SG_KT_MLX2, SG_KT_MLX3, SG_KT_MLX4, SG_KT_MLX5, SG_KT_MLX6, SG_KT_MLX8,
+	SG_KT_COUNT,
+	SG_KT_NONE = -1
+} sg_kt;
+
+/* How a kernel type wants its activations. */
+typedef enum {
+	SG_XL_F32,  /* plain f32 */
+	SG_XL_NAT,  /* 8-bit blocks of 32, natural order */
+	SG_XL_ILV4, /* 8-bit blocks of 32, each block [16 even elements][16 odd] (MLX 4-bit nibbles) */
+	SG_XL_ILV2  /* 8-bit blocks of 32, element 4k+a at position 8a+k (MLX 2-bit crumbs) */
+} sg_xlayout;
+
+typedef struct sg_kt_info {
+	const char *name;
+	int block;         /* elements per weight block (32, 256; MLX: the group) */
+	sg_xlayout xl;     /* activation format */
+	int xoff;          /* integer offset o of the codes: w = scale * (code - o); see sg_xblk */
+} sg_kt_info;
+
+const sg_kt_info *sg_cpu_kt_info(sg_kt kt);
+
+/* The weight matrix as kernels see it: rows of K elements, row r at data + r * row_bytes. */
+typedef struct sg_wview {
+	sg_kt kt;
+	int64_t K;
+	const uint8_t *data;
+	size_t row_bytes;
+	/* MLX affine */
+	int bits, group, sb_bf16;
+	const uint8_t *scales, *biases; /* [rows][K/group] 16-bit */
+	size_t sb_row_bytes;
+} sg_wview;
+
+/* Fills a view from a backend tensor; SG_KT_NONE (returned) if the type has no kernel. */
+sg_kt sg_cpu_wview(const sg_btensor *w, sg_wview *out);
+
+/*
+ * Activations quantized to 8 bits in blocks of 32: x ~= d * q. One block is 64 bytes (one cache
+ * line): the 32 codes and an int32 vector used as the dot product's initial accumulator. For a
+ * weight type whose codes carry an offset o (w = s * (c - o)), ioff[0] = -o * sum(q[0..15]) and
+ * ioff[4] = -o * sum(q[16..31]) (the rest zero), so the integer dot of the codes starts from the
+ * offset's contribution and needs no extra instruction per block.
+ */
+typedef struct sg_xblk {
+	_Alignas(64) int8_t q[32];
+	int32_t ioff[8];
+} sg_xblk;
+
+typedef struct sg_xq {
+	int64_t nb;    /* blocks (K / 32) */
+	sg_xblk *b;    /* [nb] */
+	float *d;      /* [nb] scale */
+	float *s;      /* [nb] d * sum(q): the block's sum, for weight minima and biases */
+	float *sh;     /* [nb][2] d * sum of each half (16 elements): for 16-element minima */
+} sg_xq;
+
+/* Bytes of scratch one quantized K-vector needs (64-byte aligned pieces). */
+size_t sg_xq_bytes(int64_t K);
+/* Lays an sg_xq over mem (64-byte aligned, sg_xq_bytes(K) long). */
+void sg_xq_init(sg_xq *x, int64_t K, void *mem);
+
+/* y[r - r0] for rows r0..r1-1 of w against one activation vector: x is const float * for
+ * SG_XL_F32 kernel types, else const sg_xq *. */
+typedef void (*sg_mv_fn)(const sg_wview *w, int64_t r0, int64_t r1, const void *x, float *y);
+typedef void (*sg_quant_x_fn)(const float *x, int64_t K, sg_xlayout xl, int xoff, sg_xq *out);
+
+typedef struct sg_cpu_kernels {
+	const char *name;
+	sg_mv_fn mv[SG_KT_COUNT];
+	unsigned q8_mask; /* bit kt set: mv[kt] takes 8-bit activations (sg_xq), else f32 */
+	sg_quant_x_fn quantize_x;
+	float (*dot_f32)(const float *a, const float *b, int64_t n);
+	void (*axpy_f32)(float *y, const float *x, float a, int64_t n); /* y += a * x */
+} sg_cpu_kernels;
+
+/* Kernel sets: the scalar reference always; an ISA set when compiled in (NULL otherwise). */
+extern const sg_cpu_kernels sg_cpu_kernels_ref;
+const sg_cpu_kernels *sg_cpu_kernels_avx2(void);
+const sg_cpu_kernels *sg_cpu_kernels_avx512(void);
+const sg_cpu_kernels *sg_cpu_kernels_neon(void);
+
+/* Resolves a SIMD name ("auto", "avx512", ...) against the CPU; NULL + *why if unavailable. */
+const sg_cpu_kernels *sg_cpu_kernels_pick(const char *simd, const char **why);
+
+/* Name of a type (for messages) and the row bytes of a bindable weight tensor. */
+const char *sg_type_name_cpu(sg_type t);
+size_t sg_cpu_row_bytes(const sg_btensor *t);
+
+/* Scalar pieces shared by the reference and the SIMD files. */
+float sg_cpu_f16(uint16_t h);
+float sg_cpu_bf16(uint16_t h);
+uint16_t sg_cpu_f32_to_f16(float f);
+/* Dequantizes elements [k0, k0 + n) of row r (k0, n multiples of the kernel type's block). */
+void sg_cpu_dequant_row_ref(const sg_wview *w, int64_t r, int64_t k0, int64_t n, float *out);
+/* The 4-bit non-linear grid of IQ4_NL / IQ4_XS. */
+extern const int8_t sg_cpu_iq4_grid[16];
+/* Q4_K / Q5_K: unpacks the 12 bytes of 6-bit scales and minima into sc[8], mn[8]. */
+void sg_cpu_k4_scales(const uint8_t *p, uint8_t sc[8], uint8_t mn[8]);
+/* Q3_K: unpacks the 12 bytes of 6-bit scales to 16 signed values (already minus 32). */
+void sg_cpu_q3k_scales(const uint8_t *p, int8_t sc[16]);
+/* The activation-layout permutation: position i of a block holds element perm[i]. */
+const uint8_t *sg_cpu_xl_perm(sg_xlayout xl);
+/* The reference matvec (f32 activations, any kernel type). */
+void sg_cpu_mv_ref(const sg_wview *w, int64_t r0, int64_t r1, const void *x, float *y);
+void sg_cpu_quantize_x_ref(const float *x, int64_t K, sg_xlayout xl, int xoff, sg_xq *out);
+/* MLX codes of elements [k0, k0+32) of a row into natural order (any bits). */
+void sg_cpu_mlx_codes(const uint8_t *row, int bits, int64_t k0, uint8_t out[32]);
+
+/* --- the backend object --- */
+typedef struct sg_threadpool sg_threadpool;
+
+typedef struct sg_cpu_backend {
+	sg_backend base; /* first: a sg_backend * is a sg_cpu_backend * */
+	sg_threadpool *pool;
+	int nth;
+	const sg_cpu_kernels *k;
+	void *scratch_raw; /* allocation */
+	uint8_t *scratch;  /* 64-byte aligned inside it */
+	size_t scratch_cap;
+} sg_cpu_backend;
+
+/* Scratch of at least n bytes, 64-byte aligned. It only grows (the first call of each larger
+ * shape allocates; a steady decode loop never does). NULL if the allocation fails. */
+void *sg_cpu_scratch(sg_cpu_backend *cb, size_t n);
+
+/* Shape checks shared by the ops: SG_OK or SG_ERR_INVALID_ARG with the offending values. */
+sg_status sg_cpu_check_f32(const char *op, const char *what, const sg_btensor *t);
+sg_status sg_cpu_check_same(const char *op, const sg_btensor *a, const sg_btensor *b);
+
+/* Ops implemented in cpu_ops.c (table entries of the CPU backend). */
+sg_status sg_cpu_rmsnorm(sg_backend *be, const sg_btensor *x, const sg_btensor *w, float eps, float w_offset, sg_btensor *y);
+sg_status sg_cpu_layernorm(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *b, float eps, sg_btensor *y);
+sg_status sg_cpu_rope(sg_backend *be, sg_btensor *x, const sg_btensor *pos, const sg_rope_params *p);
+sg_status sg_cpu_kv_store(sg_backend *be, const sg_btensor *k, const sg_btensor *v, const sg_btensor *pos, sg_btensor *kc, sg_btensor *vc);
+sg_status sg_cpu_attention(sg_backend *be, const sg_btensor *q, const sg_btensor *kc, const sg_btensor *vc, const sg_btensor *pos, const sg_attn_params *p, sg_btensor *out);
+sg_status sg_cpu_glu(sg_backend *be, const sg_btensor *gate, const sg_btensor *up, sg_act act, sg_btensor *out);
+sg_status sg_cpu_add(sg_backend *be, const sg_btensor *a, const sg_btensor *b, sg_btensor *out);
+sg_status sg_cpu_scale(sg_backend *be, const sg_btensor *x, float s, sg_btensor *out);
+sg_status sg_cpu_softcap(sg_backend *be, const sg_btensor *x, float cap, sg_btensor *out);
+sg_status sg_cpu_softmax(sg_backend *be, const sg_btensor *x, sg_btensor *out);
+sg_status sg_cpu_moe_route(sg_backend *be, const sg_btensor *logits, sg_router router, int k, int norm_topk, sg_btensor *ids, sg_btensor *weights);
+sg_status sg_cpu_moe_combine(sg_backend *be, const sg_btensor *y, const sg_btensor *weights, sg_btensor *out);
+sg_status sg_cpu_argmax(sg_backend *be, const sg_btensor *x, sg_btensor *ids);
+
+#endif
