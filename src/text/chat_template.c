@@ -127,6 +127,8 @@ static void take_special(sg_chat_template *ct, const json_t *cfg)
 	}
 }
 
+static sg_status load_gguf(sg_chat_template *ct, const char *path);
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 static sg_status load_folder(sg_chat_template *ct, const char *dir)
@@ -211,6 +213,20 @@ static sg_status load_folder(sg_chat_template *ct, const char *dir)
 				json_decref(j);
 			}
 		}
+	}
+	if (!st && !ct->n) {
+		/* a folder holding exactly one .gguf (and no template files) stands for that file */
+		DIR *gd = opendir(dir);
+		char one[4096] = "";
+		int count = 0;
+		struct dirent *e;
+		while (gd && (e = readdir(gd))) {
+			size_t l = strlen(e->d_name);
+			if (l > 5 && !strcmp(e->d_name + l - 5, ".gguf") && count++ == 0)
+				snprintf(one, sizeof(one), "%s/%s", dir, e->d_name);
+		}
+		if (gd) closedir(gd);
+		if (count == 1) return load_gguf(ct, one);
 	}
 	if (!st && !ct->n)
 		st = sg_error(SG_ERR_NOT_FOUND, "%s: no chat template (looked for chat_template.jinja, tokenizer_config.json "

@@ -290,6 +290,9 @@ def test_gguf_embedded_template_with_bos_from_vocabulary(tmp_path):
     r = ours(g, tmp_path, msgs, None, True, {})
     assert r.returncode == 0, r.stderr
     assert r.stdout.decode() == want
+    r = ours(tmp_path, tmp_path, msgs, None, True, {})  # the folder holding the one .gguf
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode() == want
 
 
 def test_gguf_without_template_is_a_clear_error(tmp_path):
