@@ -26,6 +26,7 @@ static const verb verbs[] = {
 	{"rm", sg_cli_rm, "MODEL...", "remove models from the Hugging Face cache or saragossa's folder"},
 	{"tokenize", sg_cli_tokenize, "--model M [--no-special] [--batch [--threads N]] [--time]", "text on stdin -> token ids"},
 	{"detokenize", sg_cli_detokenize, "--model M [--skip-special] [--stream] [--batch] [--time]", "token ids on stdin -> text"},
+	{"template", sg_cli_template, "--model M --messages FILE.json [--tools FILE] [--add-generation-prompt] [--var NAME=JSON]...", "render a chat template (prints the prompt)"},
 };
 #define N_VERBS ((int)(sizeof(verbs) / sizeof(verbs[0])))
 
