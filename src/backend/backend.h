@@ -118,6 +118,8 @@ typedef struct sg_attn_params {
 	float softcap; /* > 0: logits become softcap * tanh(logits / softcap) before softmax */
 	int window;    /* > 0: sliding window, token at p sees kv positions (p - window, p] */
 	int causal;    /* 1: token at p sees kv positions <= p; 0: every position <= max(pos) */
+	int ring;      /* 1: the cache is a ring of ctx rows, kv position j in row j % ctx (a sliding
+			* window layer keeps only window + chunk rows); needs causal and window < ctx */
 } sg_attn_params;
 
 typedef enum { SG_ROUTER_SOFTMAX, SG_ROUTER_SIGMOID } sg_router;
