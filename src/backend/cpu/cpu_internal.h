@@ -133,6 +133,7 @@ typedef struct sg_cpu_backend {
 	sg_threadpool *pool;
 	int nth;
 	const sg_cpu_kernels *k;
+	int q8_act;        /* SARAGOSSA_CPU_Q8_ACT: 8-bit activations for quantized weights */
 	void *scratch_raw; /* allocation */
 	uint8_t *scratch;  /* 64-byte aligned inside it */
 	size_t scratch_cap;
