@@ -388,7 +388,7 @@ sg_status sg_cpu_attention(sg_backend *be, const sg_btensor *q, const sg_btensor
 	j.cap = p->softcap;
 	j.window = p->window;
 	j.causal = p->causal;
-	j.ring = p->ring && p->causal;
+	j.ring = p->causal && p->window > 0 && p->window < j.ctx;
 	j.out = out->data;
 	j.pmax = 0;
 	for (int64_t t = 0; t < j.n; t++) j.pmax = j.pos[t] > j.pmax ? j.pos[t] : j.pmax;
