@@ -20,6 +20,10 @@ static const sg_flag table[] = {
 	 "CPU kernel set: auto (best the CPU has), avx512, avx2, neon or scalar (reference kernels only)"},
 	{"SARAGOSSA_CACHE_DIR", SG_FLAG_STR, "",
 	 "saragossa's own cache (models, tools); empty = $XDG_CACHE_HOME/saragossa or ~/.cache/saragossa"},
+	{"SARAGOSSA_CPU_Q8_ACT", SG_FLAG_BOOL, "1",
+	 "quantize activations to 8 bits for quantized-weight matmuls (off: f32 activations through the reference kernels, exact and slow)"},
+	{"SARAGOSSA_CHUNK", SG_FLAG_INT, "256", "prompt tokens per forward chunk (1 = token by token, the decode path)"},
+	{"SARAGOSSA_KV_TYPE", SG_FLAG_STR, "f32", "KV cache element type on the CPU: f32 or f16"},
 };
 
 #define N_FLAGS ((int)(sizeof(table) / sizeof(table[0])))

@@ -20,6 +20,7 @@ static const verb verbs[] = {
 	{"help", cmd_help, "[VERB]", "show this help, or one verb's usage"},
 	{"version", cmd_version, "", "print the version and build flags"},
 	{"doctor", sg_cli_doctor, "", "report the machine, the build and every runtime flag"},
+	{"eval", sg_cli_eval, "--model M --tokens I,J,K [--logits-out FILE] [--greedy N] [--backend cpu] [--threads N] [--chunk N] [--ctx N] [--kv f32|f16]", "run token ids through a model: logits of every position, greedy continuation"},
 	{"inspect", sg_cli_inspect, "PATH [--tensors] [--dump TENSOR --out FILE]", "show a model's format, architecture, tensors and memory needs"},
 };
 #define N_VERBS ((int)(sizeof(verbs) / sizeof(verbs[0])))
