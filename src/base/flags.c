@@ -24,6 +24,8 @@ static const sg_flag table[] = {
 	 "quantize activations to 8 bits for quantized-weight matmuls (off: f32 activations through the reference kernels, exact and slow)"},
 	{"SARAGOSSA_CHUNK", SG_FLAG_INT, "256", "prompt tokens per forward chunk (1 = token by token, the decode path)"},
 	{"SARAGOSSA_KV_TYPE", SG_FLAG_STR, "f32", "KV cache element type on the CPU: f32 or f16"},
+	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
+	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},
 };
 
 #define N_FLAGS ((int)(sizeof(table) / sizeof(table[0])))

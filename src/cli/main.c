@@ -23,6 +23,9 @@ static const verb verbs[] = {
 	{"eval", sg_cli_eval, "--model M --tokens I,J,K [--logits-out FILE] [--greedy N] [--backend cpu] [--threads N] [--chunk N] [--ctx N] [--kv f32|f16]", "run token ids through a model: logits of every position, greedy continuation"},
 	{"bench", sg_cli_bench, "--model M [-p 512] [-n 128] [-r 3] [--threads N] [--chunk N]", "measure prompt (pp) and decode (tg) speed like llama-bench"},
 	{"inspect", sg_cli_inspect, "PATH [--tensors] [--dump TENSOR --out FILE]", "show a model's format, architecture, tensors and memory needs"},
+	{"pull", sg_cli_pull, "[-q] MODEL", "download a model from the Hugging Face hub and print its local path"},
+	{"list", sg_cli_list, "[--json]", "list the models on this machine (Hugging Face cache, saragossa's folder)"},
+	{"rm", sg_cli_rm, "MODEL...", "remove models from the Hugging Face cache or saragossa's folder"},
 };
 #define N_VERBS ((int)(sizeof(verbs) / sizeof(verbs[0])))
 
