@@ -5,6 +5,8 @@
 
 int sg_cli_doctor(int argc, char **argv);
 int sg_cli_inspect(int argc, char **argv);
+int sg_cli_eval(int argc, char **argv);
+int sg_cli_bench(int argc, char **argv);
 int sg_cli_pull(int argc, char **argv);
 int sg_cli_list(int argc, char **argv);
 int sg_cli_rm(int argc, char **argv);
