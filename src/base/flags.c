@@ -22,6 +22,7 @@ static const sg_flag table[] = {
 	 "saragossa's own cache (models, tools); empty = $XDG_CACHE_HOME/saragossa or ~/.cache/saragossa"},
 	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
 	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},
+	{"SARAGOSSA_API_KEY", SG_FLAG_STR, "", "bearer token `serve` requires on TCP (same as --api-key)"},
 };
 
 #define N_FLAGS ((int)(sizeof(table) / sizeof(table[0])))
