@@ -446,6 +446,8 @@ static int32_t lower_bound(const int32_t *a, int32_t n, int32_t x)
 
 static void window_add(sg_sampler *s, int32_t tok)
 {
+	/* Only an unbounded window (-1) could count this high; saturate rather than overflow. */
+	if (s->counts[tok] == INT32_MAX) return;
 	if (s->counts[tok]++ > 0) return;
 	int32_t at = lower_bound(s->distinct, s->n_distinct, tok);
 	memmove(s->distinct + at + 1, s->distinct + at, (size_t)(s->n_distinct - at) * sizeof(int32_t));
@@ -867,6 +869,9 @@ static void prepare(sg_sampler *s, float mx, prepared *pr)
 	}
 	/* Multiplying by 1/T rather than dividing: cheaper in the vector loop, and as fixed. */
 	float inv_t = 1.0f / p->temperature;
+	/* Below ~3e-39 the reciprocal overflows and 0 * inf would give the best token a NaN
+	 * weight; the largest finite factor gives the same answer as the exact one. */
+	if (inv_t > FLT_MAX) inv_t = FLT_MAX;
 	cand *c = s->ca, *o = s->cb;
 	int32_t nc = 0;
 	/* A weight below min_p (the best token's weight is exactly 1) can never survive step 7;

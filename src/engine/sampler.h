@@ -81,7 +81,7 @@ typedef struct sg_sample_result {
 	sg_token_logprob top[SG_SAMPLER_MAX_LOGPROBS]; /* highest first, ties by lowest id */
 } sg_sample_result;
 
-/* The defaults above (llama.cpp's, which ollama shares), by value. */
+/* The defaults above (llama.cpp's), by value. */
 sg_sampler_params sg_sampler_default_params(void);
 
 /* Validates p and creates a sampler for logits of n_vocab entries. Every out-of-domain value

@@ -391,6 +391,21 @@ Test(sampler, temperature_sharpens_and_flattens_measured_by_draws)
 	cr_assert_gt(freq[1], freq[2] + 0.1);
 }
 
+Test(sampler, extreme_temperatures_stay_finite)
+{
+	float l[6] = {1.0f, 3.0f, -2.0f, 3.0f, -INFINITY, 0.5f};
+	double got[6];
+	sg_sampler *s = make(plain(1e-40f, 1), 6); /* a subnormal: 1/T overflows */
+	cr_assert_eq(sg_sampler_distribution(s, l, 6, got), SG_OK);
+	cr_assert_float_eq(got[1], 0.5, 1e-12, "the two best share: %g", got[1]);
+	cr_assert_float_eq(got[3], 0.5, 1e-12);
+	sg_sampler_free(s);
+	s = make(plain(1e30f, 1), 6);
+	cr_assert_eq(sg_sampler_distribution(s, l, 6, got), SG_OK);
+	for (int i = 0; i < 6; i++) cr_assert_float_eq(got[i], i == 4 ? 0.0 : 0.2, 1e-6, "token %d", i);
+	sg_sampler_free(s);
+}
+
 Test(sampler, ties_in_top_k_and_top_p_keep_lowest_ids)
 {
 	int32_t n = 262144;
@@ -429,8 +444,8 @@ Test(sampler, top_k_on_sorted_logits_picks_the_right_end)
 			ref_distribution(l, n, 1.0, ks[j], 1.0, 0.0, ref);
 			cr_assert_lt(max_abs_diff(got, ref, n), 1e-6, "dir %d k %d", dir, ks[j]);
 			for (int32_t i = 0; i < n; i++)
-				cr_assert_eq(got[i] > 0, dir ? i < ks[j] : i >= n - ks[j], "dir %d k %d token %d", dir,
-				             ks[j], i);
+				cr_assert_eq(got[i] > 0, dir ? i < ks[j] : i >= n - ks[j],
+				             "dir %d k %d token %d", dir, ks[j], i);
 			sg_sampler_free(s);
 		}
 	}
@@ -455,6 +470,54 @@ Test(sampler, sampling_never_draws_nan_and_splits_inf_evenly)
 	sg_sample_result r;
 	cr_assert_eq(sg_sampler_sample(s, m, 5, &r), SG_ERR_INVALID_ARG);
 	sg_sampler_free(s);
+}
+
+Test(sampler, arbitrary_bit_patterns_never_crash_or_pick_a_banned_token)
+{
+	int32_t n = 777;
+	float *l = malloc((size_t)n * sizeof(*l));
+	double *probs = malloc((size_t)n * sizeof(*probs));
+	lcg_state = 2024;
+	for (int trial = 0; trial < 300; trial++) {
+		for (int32_t i = 0; i < n; i++) {
+			uint32_t bits = (uint32_t)(lcg_u01() * 4294967296.0);
+			if (trial % 3 == 0) bits |= 0x7f800000u; /* many inf and NaN */
+			memcpy(&l[i], &bits, sizeof(bits));
+		}
+		sg_sampler_params p = plain((float)(trial % 4) * 0.7f, (uint64_t)trial);
+		p.top_k = trial % 5 == 0 ? 0 : trial % 50;
+		p.top_p = trial % 2 ? 0.5f : 1.0f;
+		p.min_p = trial % 7 == 0 ? 0.2f : 0.0f;
+		p.repetition_penalty = 1.3f;
+		p.frequency_penalty = trial % 2 ? 1e30f : -0.5f;
+		p.logprobs = trial % 2;
+		p.top_logprobs = 20;
+		sg_sampler *s = make(p, n);
+		for (int t = 0; t < 4; t++) {
+			sg_sample_result r;
+			sg_status st = sg_sampler_sample(s, l, n, &r);
+			if (st != SG_OK) {
+				cr_assert_eq(st, SG_ERR_INVALID_ARG);
+				break;
+			}
+			cr_assert(r.token >= 0 && r.token < n);
+			cr_assert(!isnan(l[r.token]) && l[r.token] != -INFINITY,
+			          "trial %d: drew a banned logit", trial);
+			if (p.logprobs)
+				cr_assert(!isnan(r.logprob) && r.logprob <= 0.0f, "logprob %g", r.logprob);
+			cr_assert_eq(sg_sampler_distribution(s, l, n, probs), SG_OK);
+			double sum = 0;
+			for (int32_t i = 0; i < n; i++) {
+				cr_assert(probs[i] >= 0 && probs[i] <= 1, "p[%d] = %g", i, probs[i]);
+				sum += probs[i];
+			}
+			cr_assert_float_eq(sum, 1.0, 1e-9);
+			sg_sampler_accept(s, r.token);
+		}
+		sg_sampler_free(s);
+	}
+	free(l);
+	free(probs);
 }
 
 /* ---- penalties and bias ---- */

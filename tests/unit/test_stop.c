@@ -175,12 +175,14 @@ static void brute_force(const char *text, const char *const *stops, size_t n, ch
 
 Test(stop, any_cut_of_the_text_gives_the_brute_force_answer)
 {
-	const char *stops[] = {"aba", "bc", "cab", "abab",
-	                       "\xC3\xA9"
-	                       "a"};
+	/* The second set has strings ending on the same byte ("c", "bc", "abc"): the longest
+	 * one must win whatever the cuts. */
+	const char *sets[2][5] = {{"aba", "bc", "cab", "abab", "\xC3\xA9\x61"},
+	                          {"c", "bc", "abc", "\xC3\xA9", "ba"}};
 	const char alpha[] = "abc\xC3\xA9";
 	uint64_t st = 12345;
-	for (int trial = 0; trial < 3000; trial++) {
+	for (int trial = 0; trial < 4000; trial++) {
+		const char *const *stops = sets[trial & 1];
 		char text[41], want[41], got[41];
 		size_t tl = 0;
 		st = st * 6364136223846793005ull + 1442695040888963407ull;
