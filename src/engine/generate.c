@@ -143,6 +143,8 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 			return sg_error(SG_ERR_RANGE, "prompt token %zu is id %d, outside the vocabulary [0, %d)", i,
 					p->prompt[i], m->n_vocab);
 
+	/* Timed from here: the TTFT covers setting up the sampler and stop matcher too. */
+	uint64_t t0 = sg_time_ns();
 	sg_sampler *smp = NULL;
 	sg_stop *stop = NULL;
 	float *logits = NULL;
@@ -162,7 +164,6 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 	}
 	detok->reset(detok->self);
 
-	uint64_t t0 = sg_time_ns();
 	/* Reuse what the state holds; at least the last prompt token is evaluated again, since
 	 * its logits are needed to sample the first new token. */
 	size_t keep = sg_gen_common_prefix(st, p->prompt, p->n_prompt);

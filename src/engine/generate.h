@@ -107,7 +107,7 @@ typedef struct sg_gen_result {
 	size_t n_prompt;     /* prompt tokens */
 	size_t n_cached;     /* of them, reused from the state (not prefilled) */
 	size_t n_generated;  /* tokens sampled (an EOS counts) */
-	double prefill_s;    /* time to prefill n_prompt - n_cached tokens */
+	double prefill_s;    /* start (sampler set-up included) to the end of the prefill */
 	double ttft_s;       /* start to first sampled token */
 	double decode_s;     /* first sampled token to the end */
 	uint64_t seed;       /* the sampler's seed */

@@ -365,10 +365,12 @@ static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, co
 		return fail(c, route, 400, NULL, "prompt", NULL, "the prompt is empty after tokenization");
 	}
 	if (j->n_prompt >= (size_t)in->n_ctx) {
+		enum MHD_Result r = fail(c, route, 400, NULL, q->chat ? "messages" : "prompt", "context_length_exceeded",
+					 "the prompt has %zu tokens, but the context of model '%s' holds %d tokens (and at least one "
+					 "must be left to answer)",
+					 j->n_prompt, in->name, in->n_ctx);
 		sg_job_unref(j);
-		return fail(c, route, 400, NULL, q->chat ? "messages" : "prompt", "context_length_exceeded",
-			    "the prompt has %zu tokens, but the context of model '%s' holds %d tokens (and at least one must be left to answer)",
-			    j->n_prompt, in->name, in->n_ctx);
+		return r;
 	}
 	unsigned long id = atomic_fetch_add(&s->next_id, 1);
 	snprintf(j->id, sizeof j->id, "%s-%08lx%08lx", route == SG_ROUTE_OAI_CHAT ? "chatcmpl" : "cmpl", (unsigned long)time(NULL), id);

@@ -13,6 +13,8 @@
 
 #if __has_include("text/tokenizer.h") && __has_include("text/chat_template.h") && __has_include("engine/session.h")
 #define SG_SERVER_HAVE_MODELS 1
+#include "engine/session.h"
+#include "models/model.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 #else
@@ -86,6 +88,21 @@ static sg_status op_eval(void *self, const int32_t *t, size_t n, size_t n_past, 
 	return SG_OK;
 }
 
+/* Rolls the session back to its first keep tokens. Attention caches only need the position
+ * moved back (rows past it are never read, and are overwritten by the next eval); a sliding-window
+ * ring that has wrapped has lost rows the shorter prefix needs, so it cannot. */
+static sg_status op_truncate(void *self, size_t keep)
+{
+	sg_srv_model *m = self;
+	sg_session *s = m->session;
+	if (keep > (size_t)s->n_past) return sg_error(SG_ERR_INVALID_ARG, "truncate to %zu past position %d", keep, s->n_past);
+	for (int l = 0; l < s->m->desc.n_layer; l++)
+		if (s->fs.kv[l].ring && s->n_past > s->fs.kv[l].rows) return SG_ERR_UNSUPPORTED;
+	s->n_past = (int)keep;
+	s->has_last = 0;
+	return SG_OK;
+}
+
 static sg_status op_reset(void *self)
 {
 	sg_srv_model *m = self;
@@ -144,6 +161,31 @@ static void find_eos(sg_srv_model *m, const char *path)
 	}
 }
 
+/* Gemma's turn format, for Gemma files that carry no template (the GGUF conversions of the
+ * base models often do not): a system message is folded into the first user turn. */
+static const char GEMMA_TEMPLATE[] =
+	"{{ bos_token }}"
+	"{% if messages[0]['role'] == 'system' %}{% set first = messages[0]['content'] + '\n\n' %}"
+	"{% set rest = messages[1:] %}{% else %}{% set first = '' %}{% set rest = messages %}{% endif %}"
+	"{% for m in rest %}<start_of_turn>{% if m['role'] == 'assistant' %}model{% else %}user{% endif %}\n"
+	"{% if loop.first %}{{ first }}{% endif %}{{ m['content'] | trim }}<end_of_turn>\n{% endfor %}"
+	"{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
+
+/* A model without a chat template of its own: Gemma files get Gemma's turn format; others have
+ * none (completions still work, chat answers 400 naming the problem). */
+static sg_status fallback_template(const sg_model *model, const sg_tokenizer *tok, sg_chat_template **out)
+{
+	*out = NULL;
+	if (strncmp(sg_model_arch(model), "gemma", 5) != 0 || sg_tokenizer_token_id(tok, "<start_of_turn>", 15) < 0)
+		return SG_OK;
+	size_t n = 0;
+	const char *bos = sg_tokenizer_token(tok, sg_tokenizer_bos(tok), &n);
+	json_t *special = json_pack("{s:s%}", "bos_token", bos ? bos : "", bos ? n : 0);
+	sg_status s = sg_chat_template_from_source(GEMMA_TEMPLATE, sizeof GEMMA_TEMPLATE - 1, special, out);
+	json_decref(special);
+	return s;
+}
+
 sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, sg_srv_model **out)
 {
 	sg_srv_model *m = sg_calloc(1, sizeof *m);
@@ -166,8 +208,8 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, s
 		goto fail;
 	}
 	s = sg_chat_template_load(path, &m->tmpl);
-	if (s == SG_ERR_NOT_FOUND) m->tmpl = NULL; /* completions still work; chat answers 400 */
-	else if (s) goto fail;
+	if (s == SG_ERR_NOT_FOUND) s = fallback_template(m->model, m->tok, &m->tmpl);
+	if (s) goto fail;
 	if ((s = sg_detok_create(m->tok, 1, &m->detok))) goto fail;
 	snprintf(m->info.arch, sizeof m->info.arch, "%s", sg_model_arch(m->model));
 	snprintf(m->info.quant, sizeof m->info.quant, "%s", gguf ? "gguf" : "bf16");
@@ -175,7 +217,7 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, s
 	m->info.n_vocab = sg_model_n_vocab(m->model);
 	find_eos(m, path);
 	m->ops = (sg_gen_model){.self = m, .n_vocab = m->info.n_vocab, .n_ctx = m->info.n_ctx, .eval = op_eval,
-				.truncate = NULL, .reset = op_reset};
+				.truncate = op_truncate, .reset = op_reset};
 	m->dt_ops = (sg_gen_detok){.self = m, .push = dt_push, .flush = dt_flush, .reset = dt_reset};
 	sg_gen_state_init(&m->state, &m->ops);
 	*out = m;
