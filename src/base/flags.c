@@ -22,6 +22,7 @@ static const sg_flag table[] = {
 	 "saragossa's own cache (models, tools); empty = $XDG_CACHE_HOME/saragossa or ~/.cache/saragossa"},
 	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
 	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},
+	{"SARAGOSSA_TOKENIZER_CACHE", SG_FLAG_BOOL, "on", "per-thread cache of recently tokenized BPE words"},
 };
 
 #define N_FLAGS ((int)(sizeof(table) / sizeof(table[0])))

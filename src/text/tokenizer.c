@@ -6,6 +6,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/flags.h"
 #include "base/utf8.h"
 #include "text/tokenizer_int.h"
 
@@ -274,6 +275,7 @@ static sg_status build_model(sg_tokenizer *t, const tok_spec *s)
 	m->byte_fallback = s->byte_fallback;
 	m->fuse_unk = s->fuse_unk;
 	m->ignore_merges = s->ignore_merges;
+	m->cache = sg_flag_bool("SARAGOSSA_TOKENIZER_CACHE");
 	m->unk_id = s->unk ? sg_strmap_get(&t->mmap, s->unk, strlen(s->unk)) : -1;
 	for (int b = 0; b < 256; b++) {
 		char name[8];

@@ -109,6 +109,7 @@ typedef struct sg_model_bpe {
 	size_t mask;
 	int32_t byte_id[256]; /* byte-level: id of each byte; byte fallback: id of <0xXX> */
 	int byte_fallback, fuse_unk, ignore_merges;
+	int cache; /* SARAGOSSA_TOKENIZER_CACHE, read at load */
 	int32_t unk_id;
 } sg_model_bpe;
 
