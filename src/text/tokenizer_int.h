@@ -153,6 +153,7 @@ struct sg_tokenizer {
 	uint8_t *special; /* [n_vocab] 1 for special added tokens */
 	sg_str *mtok;     /* [n_vocab] model vocab in the model's working form (raw bytes when byte-level) */
 	sg_strmap mmap;   /* over mtok */
+	sg_strmap tmap;   /* over tok, when it differs from mtok (byte-level) */
 	sg_strmap amap;   /* added token content -> index in added */
 	sg_str *akeys;
 	sg_model_bpe bpe;
