@@ -17,7 +17,6 @@ struct dec_step {
 	int start, stop, cleanup, prepend;
 };
 
-sg_status sg_tok_pattern(const json_t *p, const char **s, size_t *n, int *is_regex);
 
 static sg_status parse_one(const json_t *j, sg_decoder *d)
 {
