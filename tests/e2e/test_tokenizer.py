@@ -158,13 +158,15 @@ def test_tokenizer_corpus_is_large_and_varied():
     assert max(len(s) for s in CORPUS) >= 1000
 
 
-@pytest.mark.parametrize("special", [True, False])
-def test_tokenizer_ids_match_reference_on_corpus(tk, special):
+def test_tokenizer_ids_match_reference_on_corpus_without_special_tokens(tk):
     name, folder, ref = tk
-    compare_ids(f"{name} special={special}", CORPUS, ref.encode(CORPUS, special), ours_encode(folder, CORPUS, special))
+    compare_ids(f"{name} no special", CORPUS, ref.encode(CORPUS, False), ours_encode(folder, CORPUS, False))
 
 
-def test_tokenizer_same_ids_on_four_threads_at_once(tk):
+def test_tokenizer_ids_match_reference_on_corpus_on_four_threads_at_once(tk):
+    """With special tokens; four threads each encode the whole corpus on one tokenizer at the
+    same time, the CLI fails if any thread's ids differ from thread 0's, and thread 0's must
+    equal the reference's."""
     name, folder, ref = tk
     compare_ids(f"{name} 4 threads", CORPUS, ref.encode(CORPUS, True), ours_encode(folder, CORPUS, True, threads=4))
 
