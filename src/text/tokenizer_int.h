@@ -11,6 +11,10 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+/* Largest token id accepted from a file: far above real vocabularies (262k), low enough that a
+ * hostile id cannot ask for gigabytes. */
+#define SG_TOK_MAX_ID (1 << 24)
+
 typedef struct sg_str {
 	const char *s;
 	uint32_t n;

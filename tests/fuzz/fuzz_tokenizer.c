@@ -2,7 +2,9 @@
  * tokenizers (byte-level BPE with a Qwen-style regex and added tokens; SentencePiece-style BPE
  * with byte fallback; WordPiece with BertNormalizer); the rest is the text. Invalid UTF-8 must
  * be refused; valid text must encode to ids inside the vocabulary, decode back to itself where
- * the tokenizer is lossless, and stream to the same text as the full decode. */
+ * the tokenizer is lossless, and stream to the same text as the full decode. A first byte of
+ * 0xFF makes the rest a tokenizer.json instead: it must load or fail cleanly, and a loaded one
+ * must encode and decode a fixed text without crashing. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +84,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (!toks[0]) build();
 	if (size < 1) return 0;
+	if (data[0] == 0xFF) {
+		sg_tokenizer *t = NULL;
+		if (sg_tokenizer_from_json((const char *)data + 1, size - 1, NULL, 0, &t)) return 0;
+		static const char sample[] = "Hello, world! <s> x  y\n\t\xC3\xA9\xE2\x82\xAC 123 ab[CLS]";
+		sg_tokens ids = {0};
+		if (sg_tokenizer_encode(t, sample, sizeof(sample) - 1, 1, &ids) == SG_OK) {
+			for (size_t i = 0; i < ids.n; i++)
+				if (ids.ids[i] < 0 || ids.ids[i] >= sg_tokenizer_n_vocab(t)) abort();
+			char *back;
+			size_t bn;
+			if (sg_tokenizer_decode(t, ids.ids, ids.n, 0, &back, &bn) == SG_OK) sg_free(back);
+		}
+		sg_tokens_free(&ids);
+		sg_tokenizer_free(t);
+		return 0;
+	}
 	int which = data[0] % 3;
 	const char *text = (const char *)data + 1;
 	size_t n = size - 1;
