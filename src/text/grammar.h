@@ -13,7 +13,8 @@
  *   SG_GRAMMAR_MAX_NEST   nested objects/arrays (64)
  *   SG_GRAMMAR_MAX_WS     consecutive JSON whitespace bytes between tokens (8), so a model
  *                         cannot loop on blanks forever; whitespace inside strings is content
- *   SG_GRAMMAR_MAX_DIGITS digits in each part (integer, fraction, exponent) of a number (32)
+ *   SG_GRAMMAR_MAX_DIGITS digits in the integer and in the fraction part of a number (32)
+ *   SG_GRAMMAR_MAX_EXP_DIGITS digits of an exponent (2), so every number is a finite double
  *   SG_GRAMMAR_MAX_STACKS live alternatives at once (32); more sets sg_grammar_state_overflowed()
  */
 #ifndef SG_TEXT_GRAMMAR_H
@@ -28,6 +29,7 @@
 #define SG_GRAMMAR_MAX_NEST 64
 #define SG_GRAMMAR_MAX_WS 8
 #define SG_GRAMMAR_MAX_DIGITS 32
+#define SG_GRAMMAR_MAX_EXP_DIGITS 2
 #define SG_GRAMMAR_MAX_STACKS 32
 #define SG_GRAMMAR_MAX_FRAMES 80   /* frames of one stack: nesting plus sequence/leaf frames */
 #define SG_GRAMMAR_MAX_TOTAL 1024  /* frames of all stacks of one state */

@@ -203,7 +203,7 @@ static int step_number(const gnode *n, gframe *f, int c)
 		return R_OK;
 	case 8: /* exponent digits */
 		if (dig) {
-			if (f->ws >= SG_GRAMMAR_MAX_DIGITS) return R_FAIL;
+			if (f->ws >= SG_GRAMMAR_MAX_EXP_DIGITS) return R_FAIL;
 			f->ws++;
 			return R_OK;
 		}
