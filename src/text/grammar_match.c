@@ -463,7 +463,7 @@ static int step(const sg_grammar *g, gframe *stk, int sp, int c, int *child)
 	case GN_SEQ:
 		if (f->a == (uint32_t)n->seq.n) return R_POP;
 		if (n->seq.ws && f->a > 0 && is_ws(c)) return ws_take(f);
-		if (c == G_END) return R_FAIL;
+		/* the end goes to the next child too: a repetition of zero may still be complete */
 		*child = n->seq.ch[f->a++];
 		f->ws = 0;
 		return R_PUSH;
