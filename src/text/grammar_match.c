@@ -679,6 +679,44 @@ static sg_status ensure_dfs(sg_grammar_state *s, int depth)
 	return SG_OK;
 }
 
+/* The plain-token budget of one stack: the code points a plain token may still add when the
+ * top frame is in a string body at a character boundary (a plain token cannot leave the string),
+ * or -1. */
+static int stack_budget(const sg_grammar *g, const gframe *top)
+{
+	const gnode *n = &g->nodes[top->node];
+	if (n->kind == GN_STRING && top->st == 1 && top->u8 == 0) {
+		uint32_t rem = n->str.max - top->a;
+		return rem > SG_TRIE_PLAIN_MAX ? SG_TRIE_PLAIN_MAX : (int)rem;
+	}
+	if (n->kind == GN_KEY && top->st == 2 && top->u8 == 0 && top->b > 0) return SG_TRIE_PLAIN_MAX;
+	return -1;
+}
+
+/* A plain token (or token suffix) of c code points is valid iff c <= the largest budget over the
+ * stacks that have one. *all: every stack has a budget (then a plain token over the largest is
+ * valid in none, which the root-level bitmap relies on). */
+static int plain_budget(const sg_grammar *g, const gstate *s, int *all)
+{
+	int best = -1;
+	*all = 1;
+	const gframe *p = s->f;
+	for (int i = 0; i < s->n; p += s->len[i], i++) {
+		int b = stack_budget(g, &p[s->len[i] - 1]);
+		if (b < 0) *all = 0;
+		if (b > best) best = b;
+	}
+	return best;
+}
+
+static void set_range(const sg_trie_nodes *t, uint32_t from_node, uint32_t to_node, uint32_t *bits)
+{
+	for (uint32_t j = t->tok_off[from_node]; j < t->tok_off[to_node]; j++) {
+		int id = t->tok_ids[j];
+		bits[id >> 5] |= 1u << (id & 31);
+	}
+}
+
 static void walk(sg_grammar_state *s, const sg_trie_nodes *t, uint32_t *bits)
 {
 	const sg_grammar *g = s->g;
@@ -687,37 +725,28 @@ static void walk(sg_grammar_state *s, const sg_trie_nodes *t, uint32_t *bits)
 	uint32_t i = 1;
 	while (i < t->n) {
 		int d = t->depth[i];
-		if (advance1(g, S[d - 1], t->byte[i], S[d], &s->overflow)) {
-			for (uint32_t j = t->tok_off[i]; j < t->tok_off[i + 1]; j++) {
-				int id = t->tok_ids[j];
-				bits[id >> 5] |= 1u << (id & 31);
-			}
-			i++;
-		} else {
+		if (!advance1(g, S[d - 1], t->byte[i], S[d], &s->overflow)) {
 			i = t->skip[i];
+			continue;
 		}
+		/* inside a string, a subtree whose remaining bytes are all plain is accepted at once */
+		int all;
+		if (t->plain_sfx[i] >= 0 && plain_budget(g, S[d], &all) >= t->plain_sfx[i]) {
+			set_range(t, i, t->skip[i], bits);
+			i = t->skip[i];
+			continue;
+		}
+		set_range(t, i, i + 1, bits);
+		i++;
 	}
 	S[0] = NULL;
 }
 
-/* The plain-token budget at the current state, or -1 when the fast path does not apply: one
- * stack whose top frame is in a string body at a character boundary. */
-static int plain_budget(const sg_grammar *g, const gstate *s)
-{
-	if (s->n != 1) return -1;
-	const gframe *f = &s->f[s->len[0] - 1];
-	const gnode *n = &g->nodes[f->node];
-	if (n->kind == GN_STRING && f->st == 1 && f->u8 == 0) {
-		uint32_t rem = n->str.max - f->a;
-		return rem > SG_TRIE_PLAIN_MAX ? SG_TRIE_PLAIN_MAX : (int)rem;
-	}
-	if (n->kind == GN_KEY && f->st == 2 && f->u8 == 0 && f->b > 0) return SG_TRIE_PLAIN_MAX;
-	return -1;
-}
-
 sg_status sg_grammar_mask(sg_grammar_state *s, const sg_token_trie *t, uint32_t *bits)
 {
-	int budget = plain_budget(s->g, s->cur);
+	int all;
+	int budget = plain_budget(s->g, s->cur, &all);
+	if (!all) budget = -1;
 	const sg_trie_nodes *tn = budget >= 0 ? &t->impure : &t->all;
 	sg_status st = ensure_dfs(s, tn->max_depth);
 	if (st != SG_OK) return st;

@@ -30,6 +30,7 @@ static void nodes_free(sg_trie_nodes *t)
 	sg_free(t->skip);
 	sg_free(t->tok_off);
 	sg_free(t->tok_ids);
+	sg_free(t->plain_sfx);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -46,20 +47,25 @@ static sg_status nodes_build(sg_trie_nodes *t, const tok_ref *toks, int n)
 	t->skip = sg_malloc(cap * sizeof(uint32_t));
 	t->tok_off = sg_malloc((cap + 1) * sizeof(uint32_t));
 	t->tok_ids = sg_malloc(((size_t)n + 1) * sizeof(int32_t));
+	t->plain_sfx = sg_malloc(cap);
 	uint32_t *path = sg_malloc((size_t)(65536 + 1) * sizeof(uint32_t));
-	if (!t->byte || !t->depth || !t->skip || !t->tok_off || !t->tok_ids || !path) {
+	int16_t *sfx = sg_malloc((size_t)(65536 + 1) * sizeof(int16_t));
+	if (!t->byte || !t->depth || !t->skip || !t->tok_off || !t->tok_ids || !t->plain_sfx || !path || !sfx) {
 		sg_free(path);
+		sg_free(sfx);
 		nodes_free(t);
 		return SG_FAIL(SG_ERR_NOMEM, "trie of %zu nodes", cap);
 	}
 	uint32_t nn = 1;
 	t->byte[0] = 0;
 	t->depth[0] = 0;
+	t->plain_sfx[0] = 0;
 	path[0] = 0;
 	int open = 1; /* path[0..open) are the nodes on the current root path */
 	uint32_t *tok_node = sg_malloc(((size_t)n + 1) * sizeof(uint32_t));
 	if (!tok_node) {
 		sg_free(path);
+		sg_free(sfx);
 		nodes_free(t);
 		return SG_FAIL(SG_ERR_NOMEM, "trie token table of %d", n);
 	}
@@ -80,10 +86,27 @@ static sg_status nodes_build(sg_trie_nodes *t, const tok_ref *toks, int n)
 		for (uint32_t d = lcp; d < k->len; d++) {
 			t->byte[nn] = k->p[d];
 			t->depth[nn] = (uint16_t)(d + 1);
+			t->plain_sfx[nn] = 0;
 			path[open++] = nn;
 			nn++;
 		}
 		tok_node[i] = path[k->len];
+		/* code points of each plain suffix of this token, -1 where the suffix is not plain */
+		sfx[k->len] = 0;
+		for (uint32_t d = k->len; d-- > 0;) {
+			uint8_t c = k->p[d];
+			uint32_t cp;
+			int cl = (c >= 0x80 && c <= 0xBF) ? 0 : sg_utf8_decode(k->p + d, k->len - d, &cp);
+			if (cl == 0 || c < 0x20 || c == '"' || c == '\\' || sfx[d + (uint32_t)cl] < 0 ||
+			    sfx[d + (uint32_t)cl] >= SG_TRIE_PLAIN_MAX)
+				sfx[d] = -1;
+			else
+				sfx[d] = (int16_t)(sfx[d + (uint32_t)cl] + 1);
+		}
+		for (uint32_t d = 0; d <= k->len; d++) {
+			int8_t *q = &t->plain_sfx[path[d]];
+			if (*q >= 0) *q = sfx[d] < 0 ? -1 : (int8_t)(sfx[d] > *q ? sfx[d] : *q);
+		}
 		if (k->len > maxd) maxd = (uint16_t)k->len;
 		prev = k;
 	}
@@ -105,6 +128,7 @@ static sg_status nodes_build(sg_trie_nodes *t, const tok_ref *toks, int n)
 	t->max_depth = maxd;
 	sg_free(tok_node);
 	sg_free(path);
+	sg_free(sfx);
 	return SG_OK;
 }
 

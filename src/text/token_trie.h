@@ -26,7 +26,10 @@ typedef struct sg_trie_nodes {
 	uint16_t *depth;    /* [n] bytes from the root */
 	uint32_t *skip;     /* [n] index of the first node after this node's subtree */
 	uint32_t *tok_off;  /* [n+1] tokens ending at node i: tok_ids[tok_off[i] .. tok_off[i+1]) */
-	int32_t *tok_ids;   /* [tokens in this trie] */
+	int32_t *tok_ids;   /* [tokens in this trie] (in preorder: a subtree's tokens are contiguous) */
+	int8_t *plain_sfx;  /* [n] max code points of the token suffixes below node i (the bytes after
+			     * its depth), or -1 if one of them is not plain: lets the walk accept a
+			     * whole subtree at once inside a string */
 	uint16_t max_depth; /* longest token in bytes */
 } sg_trie_nodes;
 
