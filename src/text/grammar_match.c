@@ -669,7 +669,9 @@ static sg_status ensure_dfs(sg_grammar_state *s, int depth)
 	if (!p) return SG_FAIL(SG_ERR_NOMEM, "mask scratch");
 	s->dfs = p;
 	for (int i = s->dfs_n; i <= depth; i++) {
-		s->dfs[i] = sg_malloc(sizeof(gstate));
+		/* index 0 is the current state itself, lent by walk() */
+		s->dfs[i] = i == 0 ? NULL : sg_malloc(sizeof(gstate));
+		if (i == 0) continue;
 		if (!s->dfs[i]) {
 			s->dfs_n = i;
 			return SG_FAIL(SG_ERR_NOMEM, "mask scratch");
