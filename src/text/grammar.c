@@ -96,6 +96,18 @@ int sg_grammar_add_number(sg_grammar *g, int integer, int bounded, int64_t lo, i
 	return id;
 }
 
+int sg_grammar_add_decimal(sg_grammar *g, int negative, int64_t lo, int64_t hi)
+{
+	if (lo < 0 || hi < lo) return fail_build(g, "grammar: decimal bounds out of order");
+	int id = new_node(g, GN_NUMBER);
+	if (!id) return 0;
+	g->nodes[id].num.decimal = 1;
+	g->nodes[id].num.neg = negative != 0;
+	g->nodes[id].num.lo = lo;
+	g->nodes[id].num.hi = hi;
+	return id;
+}
+
 static int cmp_lit(const void *a, const void *b)
 {
 	const glit *x = a, *y = b;

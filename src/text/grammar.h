@@ -52,6 +52,9 @@ int sg_grammar_add_any(sg_grammar *g);   /* any JSON value (shared node, built o
 int sg_grammar_add_string(sg_grammar *g, int64_t min_len, int64_t max_len);
 /* A JSON number, or an integer (no fraction, no exponent) within [lo, hi] when bounded. */
 int sg_grammar_add_number(sg_grammar *g, int integer, int bounded, int64_t lo, int64_t hi);
+/* A decimal with a mandatory fraction and no exponent ("12.5"), negative ("-12.5") or not, whose
+ * integer part (its magnitude) lies in [lo, hi]: how bounds on non-integer numbers are enforced. */
+int sg_grammar_add_decimal(sg_grammar *g, int negative, int64_t lo, int64_t hi);
 /* Exactly one of n byte strings (copied; duplicates merged). Used for enum, const, true/false/
  * null, tool-call markers. */
 int sg_grammar_add_literals(sg_grammar *g, const char *const *s, const size_t *len, int n);

@@ -52,7 +52,7 @@ typedef struct gnode {
 		struct { int obj; } key;
 		struct { int items; uint32_t min, max; } arr;
 		struct { uint32_t min, max; } str;
-		struct { int integer, bounded; int64_t lo, hi; } num;
+		struct { int integer, bounded, decimal, neg; int64_t lo, hi; } num;
 		struct { glit *v; int n; } lit;
 		struct { int *ch; int n; int ws; } seq;
 		struct { int child; uint32_t min, max; int ws; } rep;

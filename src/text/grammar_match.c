@@ -120,6 +120,7 @@ static uint64_t num_mag(const gframe *f) { return (uint64_t)f->a | ((uint64_t)f-
 
 static int num_complete(const gnode *n, const gframe *f)
 {
+	if (n->num.decimal) return f->st == 5;
 	if (!(f->st == 2 || f->st == 3 || f->st == 5 || f->st == 8)) return 0;
 	if (!n->num.bounded) return 1;
 	uint64_t m = num_mag(f);
@@ -127,8 +128,64 @@ static int num_complete(const gnode *n, const gframe *f)
 	return v >= n->num.lo && v <= n->num.hi;
 }
 
+/* A bounded decimal: the sign is fixed, the integer part's magnitude is a bounded integer, the
+ * fraction is mandatory, no exponent. */
+static int step_decimal(const gnode *n, gframe *f, int c)
+{
+	int dig = c >= '0' && c <= '9';
+	switch (f->st) {
+	case 0:
+		if (n->num.neg) {
+			if (c != '-') return R_FAIL;
+			f->st = 1;
+			f->u8 = 1;
+			return R_OK;
+		}
+		/* fallthrough */
+	case 1:
+		if (!dig || !int_feasible(0, (uint64_t)(c - '0'), 1, n->num.lo, n->num.hi)) return R_FAIL;
+		f->a = (uint32_t)(c - '0');
+		f->b = 0;
+		f->st = c == '0' ? 2 : 3;
+		f->ws = 1;
+		return R_OK;
+	case 2:
+	case 3:
+		if (dig && f->st == 3) {
+			if (f->ws >= 19) return R_FAIL;
+			uint64_t m = num_mag(f) * 10 + (uint64_t)(c - '0');
+			if (!int_feasible(0, m, f->ws + 1, n->num.lo, n->num.hi)) return R_FAIL;
+			f->a = (uint32_t)m;
+			f->b = (uint32_t)(m >> 32);
+			f->ws++;
+			return R_OK;
+		}
+		if (c != '.') return R_FAIL;
+		{
+			uint64_t m = num_mag(f);
+			if ((__int128)m < n->num.lo || (__int128)m > n->num.hi) return R_FAIL;
+		}
+		f->st = 4;
+		return R_OK;
+	case 4:
+		if (!dig) return R_FAIL;
+		f->st = 5;
+		f->ws = 1;
+		return R_OK;
+	case 5:
+		if (dig) {
+			if (f->ws >= SG_GRAMMAR_MAX_DIGITS) return R_FAIL;
+			f->ws++;
+			return R_OK;
+		}
+		return R_POP;
+	}
+	return R_FAIL;
+}
+
 static int step_number(const gnode *n, gframe *f, int c)
 {
+	if (n->num.decimal) return step_decimal(n, f, c);
 	int dig = c >= '0' && c <= '9';
 	int integer = n->num.integer, bounded = n->num.bounded;
 	switch (f->st) {

@@ -412,6 +412,60 @@ static sg_status compile_integer(cctx *c, const json_t *s, int *node)
 	return SG_OK;
 }
 
+/* Bounds on a (non-integer) number, enforced soundly by a union of: integers within the bounds,
+ * decimals p.f with p >= 0 whose unit interval [p, p+1) lies within them, and negative decimals
+ * -p.f whose interval (-(p+1), -p] does. No exponents. */
+static sg_status compile_number(cctx *c, const json_t *s, int *node)
+{
+	const char *kws[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+	double lo = -INFINITY, hi = INFINITY;
+	int lox = 0, hix = 0, bounded = 0;
+	for (int i = 0; i < 4; i++) {
+		const json_t *v = json_object_get(s, kws[i]);
+		if (!v) continue;
+		if (json_is_boolean(v) && i >= 2) { /* draft 4 */
+			if (json_is_true(v)) {
+				if (i == 2) lox = 1;
+				else hix = 1;
+			}
+			continue;
+		}
+		if (!json_is_number(v)) {
+			size_t o = path_push(c, kws[i]);
+			sg_status st = bad(c, "expected a number");
+			path_pop(c, o);
+			return st;
+		}
+		double d = json_number_value(v);
+		bounded = 1;
+		if (i == 0 && d > lo) lo = d, lox = lox && d == lo;
+		if (i == 1 && d < hi) hi = d, hix = hix && d == hi;
+		if (i == 2 && d >= lo) lo = d, lox = 1;
+		if (i == 3 && d <= hi) hi = d, hix = 1;
+	}
+	if (!bounded) {
+		*node = sg_grammar_add_number(c->g, 0, 0, 0, 0);
+		return SG_OK;
+	}
+	if (lo > hi || (lo == hi && (lox || hix))) return bad(c, "number bounds admit no value");
+	const double big = 9.2e18;
+	double ilo = isinf(lo) ? -big : (lox ? floor(lo) + 1 : ceil(lo));
+	double ihi = isinf(hi) ? big : (hix ? ceil(hi) - 1 : floor(hi));
+	int alts[3], n = 0;
+	if (ilo <= ihi)
+		alts[n++] = sg_grammar_add_number(c->g, 1, 1, (int64_t)fmax(ilo, -big), (int64_t)fmin(ihi, big));
+	/* p.f, p >= 0: p >= lo (p > lo when exclusive) and p + 1 <= hi */
+	double pa = fmax(0, ilo), pb = isinf(hi) ? big : floor(hi) - 1;
+	if (pa <= pb) alts[n++] = sg_grammar_add_decimal(c->g, 0, (int64_t)pa, (int64_t)fmin(pb, big));
+	/* -p.f, p >= 0: -(p + 1) >= lo and -p <= hi (< hi when exclusive) */
+	double na = isinf(hi) ? 0 : fmax(0, hix ? floor(-hi) + 1 : ceil(-hi));
+	double nb = isinf(lo) ? big : floor(-lo) - 1;
+	if (na <= nb) alts[n++] = sg_grammar_add_decimal(c->g, 1, (int64_t)na, (int64_t)fmin(nb, big));
+	if (n == 0) return bad(c, "number bounds admit no value this compiler can produce");
+	*node = sg_grammar_add_union(c->g, alts, n);
+	return SG_OK;
+}
+
 static sg_status compile_object(cctx *c, const json_t *s, int *node)
 {
 	const json_t *props = json_object_get(s, "properties");
@@ -504,18 +558,7 @@ static sg_status compile_type(cctx *c, const json_t *s, int t, int *node)
 		return SG_OK;
 	}
 	case T_INT: return compile_integer(c, s, node);
-	case T_NUM: {
-		const char *kws[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
-		for (int i = 0; i < 4; i++)
-			if (json_object_get(s, kws[i])) {
-				size_t o = path_push(c, kws[i]);
-				st = unsup(c, kws[i]);
-				path_pop(c, o);
-				if (st != SG_OK) return st;
-			}
-		*node = sg_grammar_add_number(c->g, 0, 0, 0, 0);
-		return SG_OK;
-	}
+	case T_NUM: return compile_number(c, s, node);
 	case T_STR: {
 		int64_t mn = 0, mx = -1;
 		if ((st = get_count(c, s, "minLength", &mn)) != SG_OK) return st;

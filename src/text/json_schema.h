@@ -7,7 +7,10 @@
  *   objects: properties, required, additionalProperties (false, true or a schema);
  *   arrays: items (a schema), minItems, maxItems;
  *   strings: minLength, maxLength (code points);
- *   integers: minimum, maximum, exclusiveMinimum, exclusiveMaximum (within int64).
+ *   integers: minimum, maximum, exclusiveMinimum, exclusiveMaximum (within int64);
+ *   numbers: the same bounds, soundly: an integer within them, or a decimal (no exponent) whose
+ *   whole unit interval lies within them ([0, 1] gives 0, 1 and 0.xxx); bounds no such value
+ *   meets are refused.
  *
  * Sound restrictions (every output still validates; some valid documents cannot be produced):
  *   properties come in schema order, each required one present, optional ones skippable,
@@ -16,8 +19,8 @@
  *   gets no additional properties (an object schema with none declared takes any keys);
  *   enum/const values are produced in their compact serialisation.
  *
- * Keywords that constrain values but are not enforced (pattern, format, multipleOf, number
- * bounds on non-integers, uniqueItems: true, prefixItems, not, if/then/else, patternProperties,
+ * Keywords that constrain values but are not enforced (pattern, format, multipleOf,
+ * uniqueItems: true, prefixItems, not, if/then/else, patternProperties,
  * propertyNames, min/maxProperties, contains, dependent*, unevaluated*, ...): with strict, an
  * SG_ERR_UNSUPPORTED error "json_schema: unsupported keyword 'pattern' at /properties/name"
  * (a JSON pointer into the schema), which the server returns as HTTP 400. Without strict they are

@@ -198,7 +198,7 @@ Test(grammar, mask_equals_the_oracle_on_random_walks_in_json_object_mode)
 		if (!done) continue;
 		completed++;
 		json_error_t e;
-		json_t *j = json_loadb((const char *)out, n, 0, &e);
+		json_t *j = json_loadb((const char *)out, n, JSON_ALLOW_NUL, &e);
 		cr_assert_not_null(j, "complete output does not parse: '%.*s': %s", (int)n, out, e.text);
 		cr_expect(json_is_object(j));
 		json_decref(j);

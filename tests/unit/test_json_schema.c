@@ -61,7 +61,6 @@ Test(json_schema, unsupported_keywords_are_errors_naming_keyword_and_pointer)
 		{"{\"type\":\"array\",\"items\":{\"type\":\"number\",\"multipleOf\":2}}",
 		 "'multipleOf' at /items/multipleOf"},
 		{"{\"$defs\":{\"a/b\":{\"not\":{}}},\"$ref\":\"#/$defs/a~1b\"}", "'not' at /$defs/a~1b/not"},
-		{"{\"type\":\"number\",\"minimum\":0.5}", "'minimum' at /minimum"},
 		{"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'"},
 		{"{\"anyOf\":[{\"type\":\"object\",\"minProperties\":1}]}", "/anyOf/0/minProperties"},
 	};
@@ -163,6 +162,43 @@ Test(json_schema, integer_bounds_are_exact_digit_by_digit)
 	EXPECT(g, "99", 2); /* 990 */
 	EXPECT(g, "-", 0);
 	sg_grammar_free(g);
+}
+
+Test(json_schema, number_bounds_allow_integers_and_decimals_whose_unit_interval_fits)
+{
+	sg_grammar *g = compile_str("{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", 1);
+	EXPECT(g, "0", 3);
+	EXPECT(g, "1", 3);
+	EXPECT(g, "0.5", 3);
+	EXPECT(g, "0.999", 3);
+	EXPECT(g, "1.5", 0);
+	EXPECT(g, "1.0", 0); /* valid, but 1.x is not produced: its unit interval leaves the range */
+	EXPECT(g, "2", 0);
+	EXPECT(g, "-0.5", 0);
+	EXPECT(g, "0.5e1", 0);
+	sg_grammar_free(g);
+	g = compile_str("{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":-1}", 1);
+	EXPECT(g, "-1", 3);
+	EXPECT(g, "-2", 3);
+	EXPECT(g, "-1.5", 3);
+	EXPECT(g, "-0.5", 0);
+	EXPECT(g, "-3", 0);
+	EXPECT(g, "1", 0);
+	sg_grammar_free(g);
+	g = compile_str("{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":100}", 1);
+	EXPECT(g, "0", 0);
+	EXPECT(g, "100", 0);
+	EXPECT(g, "99", 3);
+	EXPECT(g, "99.9", 3);
+	EXPECT(g, "12.25", 3);
+	sg_grammar_free(g);
+	g = compile_str("{\"type\":\"number\",\"minimum\":1000}", 1);
+	EXPECT(g, "1000.5", 3);
+	EXPECT(g, "123456789.5", 3);
+	EXPECT(g, "999.9", 0);
+	sg_grammar_free(g);
+	cr_expect_eq(compile_err("{\"type\":\"number\",\"minimum\":0.2,\"maximum\":0.4}", 1, NULL, 0),
+		     SG_ERR_INVALID_ARG, "no integer and no unit interval fits: refused, not silently loosened");
 }
 
 Test(json_schema, string_length_counts_code_points_and_escapes)
@@ -285,7 +321,14 @@ static json_t *rand_schema(uint64_t *r, int depth, json_t *defs);
 
 static json_t *rand_leaf(uint64_t *r)
 {
-	switch (rng_int(r, 7)) {
+	switch (rng_int(r, 8)) {
+	case 7: {
+		json_t *s = json_pack("{s:s}", "type", "number");
+		int lo = rng_int(r, 20) - 10;
+		json_object_set_new(s, rng_int(r, 2) ? "minimum" : "exclusiveMinimum", json_real(lo - 0.5));
+		if (rng_int(r, 2)) json_object_set_new(s, "maximum", json_integer(lo + 1 + rng_int(r, 30)));
+		return s;
+	}
 	case 0: {
 		json_t *s = json_pack("{s:s}", "type", "string");
 		if (rng_int(r, 2)) json_object_set_new(s, "minLength", json_integer(rng_int(r, 3)));
@@ -377,7 +420,7 @@ Test(json_schema, mask_equals_the_oracle_on_random_schemas_and_walks, .timeout =
 			if (!random_walk(g, &v, &rng, 100, 30, w == 0, out, sizeof(out), &n)) continue;
 			completed++;
 			json_error_t e;
-			json_t *j = json_loadb((const char *)out, n, JSON_DECODE_ANY, &e);
+			json_t *j = json_loadb((const char *)out, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
 			cr_assert_not_null(j, "schema %s: output '%.*s' does not parse: %s", text, (int)n,
 					   out, e.text);
 			json_decref(j);
@@ -416,6 +459,7 @@ static const char *fixed_schemas[] = {
 	"{\"definitions\":{\"pt\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"},\"y\":{\"type\":\"integer\"}},\"required\":[\"x\",\"y\"],\"additionalProperties\":false}},\"type\":\"object\",\"properties\":{\"from\":{\"$ref\":\"#/definitions/pt\"},\"to\":{\"$ref\":\"#/definitions/pt\"}},\"required\":[\"from\",\"to\"],\"additionalProperties\":false}",
 	"{\"type\":\"object\",\"properties\":{\"f\":{\"allOf\":[{\"type\":\"string\",\"maxLength\":4}]}},\"required\":[\"f\"]}",
 	"{\"type\":\"object\",\"additionalProperties\":false}",
+	"{\"type\":\"object\",\"properties\":{\"confidence\":{\"type\":\"number\",\"minimum\":0,\"maximum\":1},\"temp\":{\"type\":\"number\",\"exclusiveMinimum\":-40.5,\"exclusiveMaximum\":60}},\"required\":[\"confidence\",\"temp\"]}",
 };
 
 Test(json_schema, writes_samples_for_validation, .timeout = 60)
@@ -437,7 +481,7 @@ Test(json_schema, writes_samples_for_validation, .timeout = 60)
 		for (int w = 0; w < 6; w++) {
 			size_t n;
 			if (!random_walk(g, &v, &rng, 200, 25 + w * 10, 0, out, sizeof(out), &n)) continue;
-			json_t *j = json_loadb((const char *)out, n, JSON_DECODE_ANY, NULL);
+			json_t *j = json_loadb((const char *)out, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
 			cr_assert_not_null(j, "schema %d: output '%.*s' does not parse", i, (int)n, out);
 			json_decref(j);
 			json_array_append_new(outs, json_stringn((const char *)out, n));
