@@ -134,7 +134,10 @@ typedef struct sg_rope_params {
 typedef struct sg_attn_params {
 	float scale;   /* logit multiplier; 0 = 1/sqrt(head_dim) */
 	float softcap; /* > 0: logits become softcap * tanh(logits / softcap) before softmax */
-	int window;    /* > 0: sliding window, token at p sees kv positions (p - window, p] */
+	int window;    /* > 0: sliding window, token at p sees kv positions (p - window, p]; with
+			* causal and a window shorter than the cache, the cache is a ring: kv position
+			* j lives in row j % ctx (the same row as before while positions stay below ctx),
+			* so a sliding layer may keep only window + chunk rows */
 	int causal;    /* 1: token at p sees kv positions <= p; 0: every position <= max(pos) */
 } sg_attn_params;
 

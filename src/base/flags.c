@@ -24,6 +24,11 @@ static const sg_flag table[] = {
 	 "CPU: attention with few heads also splits the kv length across threads (0: heads only)"},
 	{"SARAGOSSA_CACHE_DIR", SG_FLAG_STR, "",
 	 "saragossa's own cache (models, tools); empty = $XDG_CACHE_HOME/saragossa or ~/.cache/saragossa"},
+	{"SARAGOSSA_CHUNK", SG_FLAG_INT, "256", "prompt tokens per forward chunk (1 = token by token, the decode path)"},
+	{"SARAGOSSA_KV_TYPE", SG_FLAG_STR, "f32", "KV cache element type on the CPU: f32 or f16"},
+	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
+	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},
+	{"SARAGOSSA_API_KEY", SG_FLAG_STR, "", "bearer token `serve` requires on TCP (same as --api-key)"},
 };
 
 #define N_FLAGS ((int)(sizeof(table) / sizeof(table[0])))

@@ -430,30 +430,40 @@ void sg_weights_close(sg_weights *w)
 
 /* ---- names ---- */
 
-const sg_name_pair sg_names_default[] = {
-	{"token_embd", "model.embed_tokens"},
-	{"output_norm", "model.norm"},
-	{"output", "lm_head"},
-	{"blk.{L}.attn_norm", "model.layers.{L}.input_layernorm"},
-	{"blk.{L}.attn_q", "model.layers.{L}.self_attn.q_proj"},
-	{"blk.{L}.attn_k", "model.layers.{L}.self_attn.k_proj"},
-	{"blk.{L}.attn_v", "model.layers.{L}.self_attn.v_proj"},
-	{"blk.{L}.attn_output", "model.layers.{L}.self_attn.o_proj"},
-	{"blk.{L}.attn_q_norm", "model.layers.{L}.self_attn.q_norm"},
-	{"blk.{L}.attn_k_norm", "model.layers.{L}.self_attn.k_norm"},
-	{"blk.{L}.ffn_norm", "model.layers.{L}.post_attention_layernorm"},
-	{"blk.{L}.ffn_gate", "model.layers.{L}.mlp.gate_proj"},
-	{"blk.{L}.ffn_up", "model.layers.{L}.mlp.up_proj"},
-	{"blk.{L}.ffn_down", "model.layers.{L}.mlp.down_proj"},
-	{"blk.{L}.ffn_gate_inp", "model.layers.{L}.mlp.gate"},
-	{"blk.{L}.ffn_gate_exps", "model.layers.{L}.mlp.switch_mlp.gate_proj"},
-	{"blk.{L}.ffn_up_exps", "model.layers.{L}.mlp.switch_mlp.up_proj"},
-	{"blk.{L}.ffn_down_exps", "model.layers.{L}.mlp.switch_mlp.down_proj"},
-	{"blk.{L}.ffn_gate_shexp", "model.layers.{L}.mlp.shared_expert.gate_proj"},
-	{"blk.{L}.ffn_up_shexp", "model.layers.{L}.mlp.shared_expert.up_proj"},
-	{"blk.{L}.ffn_down_shexp", "model.layers.{L}.mlp.shared_expert.down_proj"},
+#define COMMON_NAMES \
+	{"token_embd", "model.embed_tokens"}, \
+	{"output_norm", "model.norm"}, \
+	{"output", "lm_head"}, \
+	{"blk.{L}.attn_norm", "model.layers.{L}.input_layernorm"}, \
+	{"blk.{L}.attn_q", "model.layers.{L}.self_attn.q_proj"}, \
+	{"blk.{L}.attn_k", "model.layers.{L}.self_attn.k_proj"}, \
+	{"blk.{L}.attn_v", "model.layers.{L}.self_attn.v_proj"}, \
+	{"blk.{L}.attn_output", "model.layers.{L}.self_attn.o_proj"}, \
+	{"blk.{L}.attn_q_norm", "model.layers.{L}.self_attn.q_norm"}, \
+	{"blk.{L}.attn_k_norm", "model.layers.{L}.self_attn.k_norm"}, \
+	{"blk.{L}.ffn_gate", "model.layers.{L}.mlp.gate_proj"}, \
+	{"blk.{L}.ffn_up", "model.layers.{L}.mlp.up_proj"}, \
+	{"blk.{L}.ffn_down", "model.layers.{L}.mlp.down_proj"}, \
+	{"blk.{L}.ffn_gate_inp", "model.layers.{L}.mlp.gate"}, \
+	{"blk.{L}.ffn_gate_exps", "model.layers.{L}.mlp.switch_mlp.gate_proj"}, \
+	{"blk.{L}.ffn_up_exps", "model.layers.{L}.mlp.switch_mlp.up_proj"}, \
+	{"blk.{L}.ffn_down_exps", "model.layers.{L}.mlp.switch_mlp.down_proj"}, \
+	{"blk.{L}.ffn_gate_shexp", "model.layers.{L}.mlp.shared_expert.gate_proj"}, \
+	{"blk.{L}.ffn_up_shexp", "model.layers.{L}.mlp.shared_expert.up_proj"}, \
+	{"blk.{L}.ffn_down_shexp", "model.layers.{L}.mlp.shared_expert.down_proj"}, \
 	{"blk.{L}.ffn_gate_inp_shexp", "model.layers.{L}.mlp.shared_expert_gate"},
-	{0, 0},
+
+const sg_name_pair sg_names_default[] = {
+	{"blk.{L}.ffn_norm", "model.layers.{L}.post_attention_layernorm"},
+	COMMON_NAMES{0, 0},
+};
+
+/* Gemma's sandwich norms: four per layer, named differently from Llama's two. */
+const sg_name_pair sg_names_gemma[] = {
+	{"blk.{L}.post_attention_norm", "model.layers.{L}.post_attention_layernorm"},
+	{"blk.{L}.ffn_norm", "model.layers.{L}.pre_feedforward_layernorm"},
+	{"blk.{L}.post_ffw_norm", "model.layers.{L}.post_feedforward_layernorm"},
+	COMMON_NAMES{0, 0},
 };
 
 /* Matches `name` against pattern (one optional {L} matching a decimal); on success writes the

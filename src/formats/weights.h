@@ -54,7 +54,8 @@ typedef struct sg_name_pair {
 	const char *gguf;
 	const char *hf;
 } sg_name_pair;
-extern const sg_name_pair sg_names_default[]; /* llama/qwen/mistral/gemma/MoE; ends with {0} */
+extern const sg_name_pair sg_names_default[]; /* llama/qwen/mistral/MoE; ends with {0} */
+extern const sg_name_pair sg_names_gemma[];   /* the default plus Gemma's sandwich norms */
 
 /* Translates `name`; returns 1 and writes buf on a match, 0 if no pattern matches. */
 int sg_names_gguf_to_hf(const sg_name_pair *map, const char *name, char *buf, size_t cap);

@@ -65,10 +65,15 @@ Test(tensors, name_mapping_both_ways)
 	cr_expect_str_eq(b, "model.layers.1.mlp.shared_expert_gate.weight");
 	cr_expect_not(sg_names_gguf_to_hf(sg_names_default, "blk.x.attn_q.weight", b, sizeof(b)));
 	cr_expect_not(sg_names_gguf_to_hf(sg_names_default, "rope_freqs.weight", b, sizeof(b)));
-	static const sg_name_pair gemma[] = {{"blk.{L}.post_attention_norm", "model.layers.{L}.post_attention_layernorm"},
-					     {0, 0}};
-	cr_assert(sg_names_hf_to_gguf(gemma, "model.layers.4.post_attention_layernorm.weight", b, sizeof(b)));
+	/* the same HF name maps to different GGUF names by family */
+	cr_assert(sg_names_hf_to_gguf(sg_names_default, "model.layers.4.post_attention_layernorm.weight", b, sizeof(b)));
+	cr_expect_str_eq(b, "blk.4.ffn_norm.weight");
+	cr_assert(sg_names_hf_to_gguf(sg_names_gemma, "model.layers.4.post_attention_layernorm.weight", b, sizeof(b)));
 	cr_expect_str_eq(b, "blk.4.post_attention_norm.weight");
+	cr_assert(sg_names_gguf_to_hf(sg_names_gemma, "blk.2.ffn_norm.weight", b, sizeof(b)));
+	cr_expect_str_eq(b, "model.layers.2.pre_feedforward_layernorm.weight");
+	cr_assert(sg_names_gguf_to_hf(sg_names_gemma, "blk.2.attn_k.weight", b, sizeof(b)));
+	cr_expect_str_eq(b, "model.layers.2.self_attn.k_proj.weight");
 }
 
 Test(tensors, binder_reports_expected_and_found, .init = setup, .fini = teardown)

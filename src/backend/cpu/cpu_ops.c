@@ -265,7 +265,7 @@ typedef struct {
 	int64_t n, H, Hkv, hd, hdv, ctx, nchunk;
 	int32_t pmax;
 	float scale, cap;
-	int window, causal;
+	int window, causal, ring;
 	float *out, *part; /* part [n*H][nchunk][hdv + 2] */
 } attn_job;
 
@@ -273,8 +273,9 @@ static void kv_range(const attn_job *j, int64_t t, int64_t *lo, int64_t *hi)
 {
 	int64_t p = j->pos[t];
 	*hi = j->causal ? p : j->pmax;
-	if (*hi > j->ctx - 1) *hi = j->ctx - 1;
+	if (!j->ring && *hi > j->ctx - 1) *hi = j->ctx - 1;
 	*lo = j->causal && j->window > 0 ? p - j->window + 1 : 0;
+	if (j->ring && *lo < *hi - j->ctx + 1) *lo = *hi - j->ctx + 1; /* older rows were overwritten */
 	if (*lo < 0) *lo = 0;
 }
 
@@ -297,7 +298,8 @@ static void attn_item(const attn_job *j, int64_t t, int64_t h, int64_t a, int64_
 	float m = -INFINITY, l = 0;
 	memset(acc, 0, sizeof(float) * (size_t)j->hdv);
 	for (int64_t p = a; p <= b; p++) {
-		float s = k->dot_f32(q, kv_row(j->kc, j->kf16, p, j->Hkv, kh, j->hd, kbuf), j->hd) * j->scale;
+		int64_t row = j->ring ? p % j->ctx : p;
+		float s = k->dot_f32(q, kv_row(j->kc, j->kf16, row, j->Hkv, kh, j->hd, kbuf), j->hd) * j->scale;
 		if (j->cap > 0) s = j->cap * tanhf(s / j->cap);
 		if (s > m) { /* new maximum: rescale what was accumulated */
 			float c = expf(m - s);
@@ -307,7 +309,7 @@ static void attn_item(const attn_job *j, int64_t t, int64_t h, int64_t a, int64_
 		}
 		float e = expf(s - m);
 		l += e;
-		k->axpy_f32(acc, kv_row(j->vc, j->vf16, p, j->Hkv, kh, j->hdv, vbuf), e, j->hdv);
+		k->axpy_f32(acc, kv_row(j->vc, j->vf16, row, j->Hkv, kh, j->hdv, vbuf), e, j->hdv);
 	}
 	*m_out = m;
 	*l_out = l;
@@ -393,6 +395,7 @@ sg_status sg_cpu_attention(sg_backend *be, const sg_btensor *q, const sg_btensor
 	j.cap = p->softcap;
 	j.window = p->window;
 	j.causal = p->causal;
+	j.ring = p->causal && p->window > 0 && p->window < j.ctx;
 	j.out = out->data;
 	j.pmax = 0;
 	for (int64_t t = 0; t < j.n; t++) j.pmax = j.pos[t] > j.pmax ? j.pos[t] : j.pmax;

@@ -1,0 +1,33 @@
+/* Downloads from the Hugging Face hub into the Hugging Face cache, the way huggingface_hub does:
+ *
+ *   GET  {endpoint}/api/models/{org}/{name}/revision/{rev}   -> commit "sha" and "siblings"
+ *   HEAD {endpoint}/{org}/{name}/resolve/{commit}/{file}      -> X-Repo-Commit, ETag or
+ *        X-Linked-Etag (the SHA-256 of an LFS file), X-Linked-Size or Content-Length, Location
+ *   GET  the file (redirects followed), with Range when a partial download exists
+ *
+ * A file is written to blobs/<etag>.incomplete, resumed from where it stopped, checked against
+ * its size and (LFS) SHA-256, then renamed to blobs/<etag>. Only when every file of the request
+ * is in place are the links snapshots/<commit>/<file> -> ../../blobs/<etag> and refs/<revision>
+ * written, so a failed pull leaves no half snapshot. The endpoint is $HF_ENDPOINT (default
+ * https://huggingface.co); $HF_TOKEN (else the token file huggingface-cli writes) is sent as a
+ * bearer token. */
+#ifndef SG_HUB_DOWNLOAD_H
+#define SG_HUB_DOWNLOAD_H
+
+#include "hub/repo.h"
+#include "hub/resolve.h"
+#include "saragossa.h"
+
+/* Fetches what `ref` needs into `cache` and fills *out (kind, path, repo, commit, counters).
+ * Files already linked in the snapshot are not requested again. *unreachable is set to 1 when
+ * the failure is that the hub could not be reached at all (DNS, refused, timeout). */
+sg_status sg_hub_download(const sg_hub_ref *ref, const char *cache, const sg_hub_opts *opts, sg_hub_model *out,
+			  int *unreachable);
+
+/* The endpoint without a trailing '/': $HF_ENDPOINT or https://huggingface.co. */
+void sg_hub_endpoint(char *buf, size_t n);
+/* The token: $HF_TOKEN, else the file $HF_TOKEN_PATH, else $HF_HOME/token or
+ * ~/.cache/huggingface/token; "" when none. */
+void sg_hub_token(char *buf, size_t n);
+
+#endif
