@@ -340,6 +340,7 @@ static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, co
 	}
 	j->model = m;
 	const sg_srv_model_info *in = sg_srv_model_info_get(m);
+	if (q->note[0]) SG_INFO("serve: %s", q->note);
 	if (q->json_format) {
 		sg_job_unref(j);
 		return fail(c, route, 501, "not_implemented", sg_srv_route_is_ollama(route) ? "format" : "response_format", NULL,
