@@ -7,6 +7,7 @@ files; the C side is reached through libsaragossa.so (reference dequantizers) an
 import ctypes
 import os
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -554,3 +555,13 @@ def test_inspect_real_gemma3_270m_gguf(gemma_gguf, tmp_path):
             want = dequantize(t.data, t.tensor_type).reshape(-1)
             assert bits_equal(want, dump(gemma_gguf, t.name, tmp_path)), t.name
     assert {"Q4_K", "Q5_0", "Q6_K", "F32"} <= done
+    # per storage type: bytes and tensor counts as the reference reader sums them
+    want_bytes, want_count = {}, {}
+    for t in reader.tensors:
+        typ = t.tensor_type.name
+        want_bytes[typ] = want_bytes.get(typ, 0) + int(t.n_bytes)
+        want_count[typ] = want_count.get(typ, 0) + 1
+    got = {m[0]: (int(m[1]), int(m[2]))
+           for m in re.findall(r"^bytes (\S+): (\d+) \(.*, (\d+) tensors\)$", out, re.M)}
+    assert got == {k: (want_bytes[k], want_count[k]) for k in want_bytes}
+    assert int(f["cpu_load_bytes"].split()[0]) == sum(want_bytes.values())
