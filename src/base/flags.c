@@ -20,6 +20,12 @@ static const sg_flag table[] = {
 	 "CPU kernel set: auto (best the CPU has), avx512, avx2, neon or scalar (reference kernels only)"},
 	{"SARAGOSSA_CACHE_DIR", SG_FLAG_STR, "",
 	 "saragossa's own cache (models, tools); empty = $XDG_CACHE_HOME/saragossa or ~/.cache/saragossa"},
+	{"SARAGOSSA_CUDA_GRAPHS", SG_FLAG_BOOL, "1",
+	 "CUDA decode: record one graph per token and replay it (0 = issue every op from the host)"},
+	{"SARAGOSSA_CUDA_GEMM", SG_FLAG_BOOL, "1",
+	 "CUDA matmul of more than 8 tokens through cuBLAS bf16 tensor-core GEMM (0 = the fused GEMV kernel)"},
+	{"SARAGOSSA_CUDA_Q8X", SG_FLAG_BOOL, "1",
+	 "CUDA GEMV of quantized weights with activations quantized to 8 bits and integer dot products (0 = f32 activations)"},
 	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
 	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},
 };
