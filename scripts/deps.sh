@@ -13,7 +13,7 @@ libcriterion-dev clang"
 
 # Python packages for tests and tools. The venv is refreshed whenever this script changes
 # (the stamp is this script's SHA-256; the Makefile checks the same).
-PY_PKGS="pytest numpy safetensors gguf tokenizers jinja2 httpx openai anthropic ollama jsonschema huggingface_hub"
+PY_PKGS="pytest numpy safetensors gguf tokenizers jinja2 httpx openai anthropic ollama jsonschema huggingface_hub transformers tiktoken"
 VENV_STAMP="$(sha256sum scripts/deps.sh | cut -c1-64)"
 
 missing=""

@@ -105,18 +105,24 @@ typedef struct sg_rope_params {
 	int n_rot;             /* rotated dims (even, <= head_dim): partial rotary when < head_dim */
 	int neox;              /* 1: pairs (i, i + n_rot/2) (GPT-NeoX / HF); 0: pairs (2i, 2i+1) */
 	float theta;           /* base; per layer: the forward passes the layer's own value */
+	/* proportional: the rotated pairs span the whole head ((i, i + head_dim/2) in neox layout)
+	 * with frequency theta^(-2i/head_dim) for i < n_rot/2 and 0 (identity) past it */
 	sg_rope_scaling scaling;
 	float factor;          /* linear, yarn, llama3 */
 	int orig_ctx;          /* yarn, llama3: original training context */
 	float beta_fast, beta_slow; /* yarn ramp (defaults 32, 1 when 0) */
 	float attn_factor;     /* yarn: cos/sin multiplier; 0 = 0.1*ln(factor) + 1 */
 	float low_freq_factor, high_freq_factor; /* llama3 (defaults 1, 4 when 0) */
+	/* dynamic (NTK): theta grows once max(pos) + 1 passes orig_ctx, with factor */
 } sg_rope_params;
 
 typedef struct sg_attn_params {
 	float scale;   /* logit multiplier; 0 = 1/sqrt(head_dim) */
 	float softcap; /* > 0: logits become softcap * tanh(logits / softcap) before softmax */
-	int window;    /* > 0: sliding window, token at p sees kv positions (p - window, p] */
+	int window;    /* > 0: sliding window, token at p sees kv positions (p - window, p]; with
+			* causal and a window shorter than the cache, the cache is a ring: kv position
+			* j lives in row j % ctx (the same row as before while positions stay below ctx),
+			* so a sliding layer may keep only window + chunk rows */
 	int causal;    /* 1: token at p sees kv positions <= p; 0: every position <= max(pos) */
 } sg_attn_params;
 
@@ -181,7 +187,8 @@ typedef struct sg_backend_ops {
 	sg_status (*attention)(sg_backend *be, const sg_btensor *q, const sg_btensor *kcache,
 			       const sg_btensor *vcache, const sg_btensor *pos, const sg_attn_params *p,
 			       sg_btensor *out);
-	/* out = act(gate) * up, elementwise; gate, up, out [n][F]; out may alias either. */
+	/* out = act(gate) * up, elementwise; act SiLU, GELU-tanh or GELU (erf); gate, up, out [n][F];
+	 * out may alias either. */
 	sg_status (*glu)(sg_backend *be, const sg_btensor *gate, const sg_btensor *up, sg_act act,
 			 sg_btensor *out);
 	/* out = a + b (residual), same shapes; out may alias a or b. */

@@ -5,9 +5,14 @@
 
 int sg_cli_doctor(int argc, char **argv);
 int sg_cli_inspect(int argc, char **argv);
+int sg_cli_eval(int argc, char **argv);
+int sg_cli_bench(int argc, char **argv);
 int sg_cli_pull(int argc, char **argv);
 int sg_cli_list(int argc, char **argv);
 int sg_cli_rm(int argc, char **argv);
+int sg_cli_tokenize(int argc, char **argv);
+int sg_cli_detokenize(int argc, char **argv);
+int sg_cli_template(int argc, char **argv);
 
 /* Prints "saragossa: <msg>" and the one-line usage of `verb` on stderr; returns 2. */
 int sg_cli_usage_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -20,10 +20,15 @@ static const verb verbs[] = {
 	{"help", cmd_help, "[VERB]", "show this help, or one verb's usage"},
 	{"version", cmd_version, "", "print the version and build flags"},
 	{"doctor", sg_cli_doctor, "", "report the machine, the build and every runtime flag"},
+	{"eval", sg_cli_eval, "--model M --tokens I,J,K [--logits-out FILE] [--greedy N] [--backend cpu] [--threads N] [--chunk N] [--ctx N] [--kv f32|f16]", "run token ids through a model: logits of every position, greedy continuation"},
+	{"bench", sg_cli_bench, "--model M [-p 512] [-n 128] [-r 3] [--threads N] [--chunk N]", "measure prompt (pp) and decode (tg) speed like llama-bench"},
 	{"inspect", sg_cli_inspect, "PATH [--tensors] [--dump TENSOR --out FILE]", "show a model's format, architecture, tensors and memory needs"},
 	{"pull", sg_cli_pull, "[-q] MODEL", "download a model from the Hugging Face hub and print its local path"},
 	{"list", sg_cli_list, "[--json]", "list the models on this machine (Hugging Face cache, saragossa's folder)"},
 	{"rm", sg_cli_rm, "MODEL...", "remove models from the Hugging Face cache or saragossa's folder"},
+	{"tokenize", sg_cli_tokenize, "--model M [--no-special] [--batch [--threads N]] [--time]", "text on stdin -> token ids"},
+	{"detokenize", sg_cli_detokenize, "--model M [--skip-special] [--stream] [--batch] [--time]", "token ids on stdin -> text"},
+	{"template", sg_cli_template, "--model M --messages FILE.json [--tools FILE] [--add-generation-prompt] [--var NAME=JSON]...", "render a chat template (prints the prompt)"},
 };
 #define N_VERBS ((int)(sizeof(verbs) / sizeof(verbs[0])))
 

@@ -376,7 +376,8 @@ static sg_status llama_like(reader *r, sg_model_desc *d)
 	set_sliding(d, window);
 	if (d->arch == SG_ARCH_QWEN3 || d->arch == SG_ARCH_QWEN3_MOE) d->qk_norm = 1;
 	if (d->arch == SG_ARCH_QWEN3_MOE) {
-		d->n_expert = geti(r, "num_experts", 0);
+		/* transformers 5 spells the expert count num_local_experts */
+		d->n_expert = geti(r, "num_experts", geti(r, "num_local_experts", 0));
 		d->n_expert_used = geti(r, "num_experts_per_tok", 0);
 		d->moe_ffn_dim = geti(r, "moe_intermediate_size", 0);
 		d->norm_topk_prob = getb(r, "norm_topk_prob", 0);

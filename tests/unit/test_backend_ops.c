@@ -316,6 +316,39 @@ Test(backend_ops, scalar_matmul_equals_dequantized_dot_in_double)
 	sg_backend_free(ref);
 }
 
+Test(backend_ops, reference_dequantizer_equals_qtypes_reference)
+{
+	/* the backend's scalar decoder against the formats module's, on random blocks of every type */
+	sg_backend *be = make_be("scalar", 1);
+	wcase cases[64];
+	int nc = n_wcases(cases);
+	for (int c = 0; c < nc; c++) {
+		int64_t K = k_for(&cases[c], 1), N = 3;
+		wmat w = make_w(be, cases[c].kt, N, K, cases[c].group, cases[c].sb_bf16);
+		sg_wview v;
+		sg_cpu_wview(&w.t, &v);
+		float *a = malloc(sizeof(float) * (size_t)K), *b = malloc(sizeof(float) * (size_t)K);
+		for (int64_t r = 0; r < N; r++) {
+			sg_cpu_dequant_row_ref(&v, r, 0, K, a);
+			const uint8_t *row = (const uint8_t *)w.t.data + (size_t)r * w.t.row_bytes;
+			if (w.t.type == SG_TYPE_MLX_AFFINE) {
+				size_t sb = sg_btensor_mlx_sb_row_bytes(&w.t);
+				sg_mlx_dequantize_row_ref(&w.t.mlx, (const uint32_t *)row, (const uint8_t *)w.t.scales + r * sb,
+							  (const uint8_t *)w.t.biases + r * sb, b, K);
+			} else {
+				sg_dequantize_ref(w.t.type, row, b, K);
+			}
+			for (int64_t i = 0; i < K; i++)
+				cr_assert(fabsf(a[i] - b[i]) <= 1e-6f * fabsf(b[i]) + 1e-12f, "%s g%d row %lld elem %lld: %g vs qtypes %g",
+					  sg_cpu_kt_info(cases[c].kt)->name, cases[c].group, (long long)r, (long long)i, (double)a[i], (double)b[i]);
+		}
+		free(a);
+		free(b);
+		free_w(&w);
+	}
+	sg_backend_free(be);
+}
+
 Test(backend_ops, dequantizer_decodes_hand_built_blocks)
 {
 	/* blocks whose values are known from the GGUF layouts: checks the reference decoder itself */
@@ -735,7 +768,7 @@ Test(backend_ops, elementwise_softmax_glu_match_formula)
 	fill(&b, 2);
 	const float *ap = a.data, *bp = b.data;
 	float *want = malloc(sizeof(float) * (size_t)n);
-	for (int op = 0; op < 6; op++) {
+	for (int op = 0; op < 7; op++) {
 		for (int64_t i = 0; i < n; i++) {
 			double g = ap[i], u = bp[i];
 			switch (op) {
@@ -745,6 +778,7 @@ Test(backend_ops, elementwise_softmax_glu_match_formula)
 			case 3: want[i] = (float)(g * 0.125); break;
 			case 4: want[i] = (float)(5 * tanh(g / 5)); break;
 			case 5: break;
+			case 6: want[i] = (float)(0.5 * g * (1 + erf(g / sqrt(2.0))) * u); break;
 			}
 		}
 		if (op == 5)
@@ -762,6 +796,7 @@ Test(backend_ops, elementwise_softmax_glu_match_formula)
 				       : op == 2 ? be->ops->add(be, &a, &b, &y)
 				       : op == 3 ? be->ops->scale(be, &a, 0.125f, &y)
 				       : op == 4 ? be->ops->softcap(be, &a, 5, &y)
+				       : op == 6 ? be->ops->glu(be, &a, &b, SG_ACT_GELU, &y)
 						 : be->ops->softmax(be, &a, &y);
 			cr_assert_eq(st, SG_OK);
 			double e = nmse(want, y.data, n);

@@ -261,6 +261,10 @@ static sg_status mm_setup(sg_cpu_backend *cb, const char *op, const sg_btensor *
 				(long long)x->ne[0], (long long)w->ne[0]);
 	j->mv = cb->k->mv[kt];
 	j->q8 = (cb->k->q8_mask >> kt) & 1;
+	if (j->q8 && !cb->int8_dot) { /* kill-switch: the f32 reference path */
+		j->mv = sg_cpu_mv_ref;
+		j->q8 = 0;
+	}
 	j->xl = sg_cpu_kt_info(kt)->xl;
 	j->xoff = sg_cpu_kt_info(kt)->xoff;
 	j->x = x->data;
@@ -499,6 +503,8 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
 	if (!cb) return SG_FAIL(SG_ERR_NOMEM, "backend");
 	cb->base.ops = &cpu_ops;
 	cb->k = k;
+	cb->int8_dot = sg_flag_bool("SARAGOSSA_CPU_INT8_DOT");
+	cb->attn_split_kv = sg_flag_bool("SARAGOSSA_CPU_ATTN_SPLIT_KV");
 	sg_status st = sg_threadpool_create(p->n_threads, &cb->pool);
 	if (st) {
 		sg_free(cb);

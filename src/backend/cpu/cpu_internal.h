@@ -133,6 +133,8 @@ typedef struct sg_cpu_backend {
 	sg_threadpool *pool;
 	int nth;
 	const sg_cpu_kernels *k;
+	int int8_dot;      /* SARAGOSSA_CPU_INT8_DOT */
+	int attn_split_kv; /* SARAGOSSA_CPU_ATTN_SPLIT_KV */
 	void *scratch_raw; /* allocation */
 	uint8_t *scratch;  /* 64-byte aligned inside it */
 	size_t scratch_cap;

@@ -108,9 +108,14 @@ typedef struct {
 } rope_job;
 
 /* Frequencies after scaling (the model's own definition of each scheme, restated). */
-static void rope_freqs(const sg_rope_params *p, rope_job *j)
+static void rope_freqs(const sg_rope_params *p, int32_t pmax, rope_job *j)
 {
 	int nr = p->n_rot, hd = p->head_dim;
+	double theta = p->theta;
+	/* dynamic NTK: past the original context the base grows with the sequence length (the
+	 * longest position of this step + 1) */
+	if (p->scaling == SG_ROPE_SCALING_DYNAMIC && p->factor > 0 && p->orig_ctx > 0 && pmax + 1 > p->orig_ctx && nr > 2)
+		theta *= pow(p->factor * (pmax + 1.0) / p->orig_ctx - (p->factor - 1), (double)nr / (nr - 2));
 	/* proportional: the rotated pairs span the whole head ((i, i + hd/2) in neox layout) with
 	 * frequencies theta^(-2i/hd); pairs past n_rot/2 get frequency 0 (identity) */
 	int prop = p->scaling == SG_ROPE_SCALING_PROPORTIONAL;
@@ -119,7 +124,7 @@ static void rope_freqs(const sg_rope_params *p, rope_job *j)
 	j->pos_scale = 1.0f;
 	j->mscale = 1.0f;
 	for (int i = 0; i < j->half; i++) {
-		double f = 1.0 / pow((double)p->theta, (double)(2 * i) / (double)dim);
+		double f = 1.0 / pow(theta, (double)(2 * i) / (double)dim);
 		if (prop && 2 * i >= nr) f = 0;
 		j->inv_freq[i] = (float)f;
 	}
@@ -201,7 +206,9 @@ sg_status sg_cpu_rope(sg_backend *be, sg_btensor *x, const sg_btensor *pos, cons
 	int64_t total = (int64_t)sg_btensor_rows(x) * x->ne[0] / p->head_dim;
 	if (total % n) return SG_FAIL(SG_ERR_INVALID_ARG, "x has %lld heads in all, not a multiple of %lld tokens", (long long)total, (long long)n);
 	j.H = total / n;
-	rope_freqs(p, &j);
+	int32_t pmax = 0;
+	for (int64_t t = 0; t < n; t++) pmax = j.pos[t] > pmax ? j.pos[t] : pmax;
+	rope_freqs(p, pmax, &j);
 	sg_parallel_for(cb->pool, total, 1, rope_range, &j);
 	return SG_OK;
 }
@@ -258,7 +265,7 @@ typedef struct {
 	int64_t n, H, Hkv, hd, hdv, ctx, nchunk;
 	int32_t pmax;
 	float scale, cap;
-	int window, causal;
+	int window, causal, ring;
 	float *out, *part; /* part [n*H][nchunk][hdv + 2] */
 } attn_job;
 
@@ -266,8 +273,9 @@ static void kv_range(const attn_job *j, int64_t t, int64_t *lo, int64_t *hi)
 {
 	int64_t p = j->pos[t];
 	*hi = j->causal ? p : j->pmax;
-	if (*hi > j->ctx - 1) *hi = j->ctx - 1;
+	if (!j->ring && *hi > j->ctx - 1) *hi = j->ctx - 1;
 	*lo = j->causal && j->window > 0 ? p - j->window + 1 : 0;
+	if (j->ring && *lo < *hi - j->ctx + 1) *lo = *hi - j->ctx + 1; /* older rows were overwritten */
 	if (*lo < 0) *lo = 0;
 }
 
@@ -290,7 +298,8 @@ static void attn_item(const attn_job *j, int64_t t, int64_t h, int64_t a, int64_
 	float m = -INFINITY, l = 0;
 	memset(acc, 0, sizeof(float) * (size_t)j->hdv);
 	for (int64_t p = a; p <= b; p++) {
-		float s = k->dot_f32(q, kv_row(j->kc, j->kf16, p, j->Hkv, kh, j->hd, kbuf), j->hd) * j->scale;
+		int64_t row = j->ring ? p % j->ctx : p;
+		float s = k->dot_f32(q, kv_row(j->kc, j->kf16, row, j->Hkv, kh, j->hd, kbuf), j->hd) * j->scale;
 		if (j->cap > 0) s = j->cap * tanhf(s / j->cap);
 		if (s > m) { /* new maximum: rescale what was accumulated */
 			float c = expf(m - s);
@@ -300,7 +309,7 @@ static void attn_item(const attn_job *j, int64_t t, int64_t h, int64_t a, int64_
 		}
 		float e = expf(s - m);
 		l += e;
-		k->axpy_f32(acc, kv_row(j->vc, j->vf16, p, j->Hkv, kh, j->hdv, vbuf), e, j->hdv);
+		k->axpy_f32(acc, kv_row(j->vc, j->vf16, row, j->Hkv, kh, j->hdv, vbuf), e, j->hdv);
 	}
 	*m_out = m;
 	*l_out = l;
@@ -386,13 +395,14 @@ sg_status sg_cpu_attention(sg_backend *be, const sg_btensor *q, const sg_btensor
 	j.cap = p->softcap;
 	j.window = p->window;
 	j.causal = p->causal;
+	j.ring = p->causal && p->window > 0 && p->window < j.ctx;
 	j.out = out->data;
 	j.pmax = 0;
 	for (int64_t t = 0; t < j.n; t++) j.pmax = j.pos[t] > j.pmax ? j.pos[t] : j.pmax;
 	/* split the kv length only when there are too few (token, head) pairs to share out; the
 	 * decision depends on the shapes alone, never on the thread count */
 	j.nchunk = 1;
-	if (j.n * j.H < FEW_ITEMS) {
+	if (j.n * j.H < FEW_ITEMS && cb->attn_split_kv) {
 		int64_t maxlen = 0;
 		for (int64_t t = 0; t < j.n; t++) {
 			int64_t lo, hi;
@@ -419,7 +429,7 @@ typedef struct {
 	int kind;
 } ew_job;
 
-enum { EW_SILU, EW_GELU, EW_ADD, EW_SCALE, EW_SOFTCAP };
+enum { EW_SILU, EW_GELU, EW_GELU_ERF, EW_ADD, EW_SCALE, EW_SOFTCAP };
 
 static void ew_range(void *ctx, int64_t i0, int64_t i1, int ith)
 {
@@ -435,6 +445,12 @@ static void ew_range(void *ctx, int64_t i0, int64_t i1, int ith)
 		for (int64_t i = i0; i < i1; i++) {
 			float g = j->a[i];
 			j->out[i] = 0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g))) * j->b[i];
+		}
+		break;
+	case EW_GELU_ERF:
+		for (int64_t i = i0; i < i1; i++) {
+			float g = j->a[i];
+			j->out[i] = 0.5f * g * (1.0f + erff(g * 0.70710678f)) * j->b[i];
 		}
 		break;
 	case EW_ADD:
@@ -465,9 +481,9 @@ static sg_status ew_run(sg_backend *be, const char *op, int kind, const sg_btens
 sg_status sg_cpu_glu(sg_backend *be, const sg_btensor *gate, const sg_btensor *up, sg_act act, sg_btensor *out)
 {
 	if (!up) return SG_FAIL(SG_ERR_INVALID_ARG, "up is missing");
-	if (act != SG_ACT_SILU && act != SG_ACT_GELU_TANH)
-		return SG_FAIL(SG_ERR_UNSUPPORTED, "activation %d has no gated kernel", (int)act);
-	return ew_run(be, "glu", act == SG_ACT_GELU_TANH ? EW_GELU : EW_SILU, gate, up, 0, out);
+	int kind = act == SG_ACT_SILU ? EW_SILU : act == SG_ACT_GELU_TANH ? EW_GELU : act == SG_ACT_GELU ? EW_GELU_ERF : -1;
+	if (kind < 0) return SG_FAIL(SG_ERR_UNSUPPORTED, "activation %d has no gated kernel", (int)act);
+	return ew_run(be, "glu", kind, gate, up, 0, out);
 }
 
 sg_status sg_cpu_add(sg_backend *be, const sg_btensor *a, const sg_btensor *b, sg_btensor *out)

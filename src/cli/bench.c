@@ -1,0 +1,136 @@
+/*
+ * saragossa bench: prompt processing and generation speed, measured like llama-bench's pp/tg:
+ *   pp<P>  one prompt of P tokens from an empty context, chunked as a session would (tok/s)
+ *   tg<N>  N single-token decode steps from an empty context (tok/s)
+ * Each test runs r times after one warm-up; mean and standard deviation are printed, with the
+ * bytes of weights one decode step reads and the bandwidth that implies. Token ids are a fixed
+ * pseudo-random sequence (the speed does not depend on them).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/timer.h"
+#include "cli/cli.h"
+#include "engine/session.h"
+#include "saragossa.h"
+
+static int fail(void)
+{
+	fprintf(stderr, "saragossa bench: %s\n", sg_last_error());
+	return 1;
+}
+
+static int int_arg(const char *name, const char *v, int lo, int *out)
+{
+	char *end;
+	errno = 0;
+	long x = v ? strtol(v, &end, 10) : 0;
+	if (!v || !*v || *end || errno || x < lo || x > 1 << 20) {
+		sg_cli_usage_error("bench", "%s wants an integer >= %d, got '%s'", name, lo, v ? v : "");
+		return -1;
+	}
+	*out = (int)x;
+	return 0;
+}
+
+static void stats(const double *v, int n, double *mean, double *sd)
+{
+	double s = 0, q = 0;
+	for (int i = 0; i < n; i++) s += v[i];
+	*mean = s / n;
+	for (int i = 0; i < n; i++) q += (v[i] - *mean) * (v[i] - *mean);
+	*sd = n > 1 ? sqrt(q / (n - 1)) : 0;
+}
+
+int sg_cli_bench(int argc, char **argv)
+{
+	const char *model_path = NULL;
+	int p = 512, n = 128, reps = 3, threads = 0, chunk = 0;
+	for (int i = 0; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int rc = 0;
+		if (!strcmp(a, "--model") || !strcmp(a, "-m")) model_path = v;
+		else if (!strcmp(a, "-p")) rc = int_arg(a, v, 0, &p);
+		else if (!strcmp(a, "-n")) rc = int_arg(a, v, 0, &n);
+		else if (!strcmp(a, "-r")) rc = int_arg(a, v, 1, &reps);
+		else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) rc = int_arg(a, v, 0, &threads);
+		else if (!strcmp(a, "--chunk")) rc = int_arg(a, v, 1, &chunk);
+		else return sg_cli_usage_error("bench", "unknown argument '%s'", a);
+		if (rc) return 2;
+		if (!v) return sg_cli_usage_error("bench", "%s needs a value", a);
+		i++;
+	}
+	if (!model_path) return sg_cli_usage_error("bench", "--model is required");
+	if (!p && !n) return sg_cli_usage_error("bench", "nothing to measure: -p 0 and -n 0");
+	sg_model_params mp = sg_model_default_params();
+	mp.n_threads = threads;
+	sg_model *m = NULL;
+	sg_session *s = NULL;
+	int32_t *toks = NULL;
+	double *t = NULL;
+	int rc = 1;
+	if (sg_model_load(model_path, &mp, &m)) return fail();
+	sg_session_params sp = sg_session_default_params();
+	sp.n_ctx = (p > n ? p : n) + 1;
+	sp.n_batch = chunk;
+	int V = sg_model_n_vocab(m), len = p > n ? p : n;
+	toks = sg_malloc(sizeof(int32_t) * (size_t)len);
+	t = sg_malloc(sizeof(double) * (size_t)(reps + 1));
+	if (!toks || !t) {
+		fprintf(stderr, "saragossa bench: out of memory\n");
+		goto done;
+	}
+	uint32_t x = 12345;
+	for (int i = 0; i < len; i++) {
+		x = x * 1664525u + 1013904223u;
+		toks[i] = (int32_t)((x >> 8) % (uint32_t)V);
+	}
+	if (sg_session_new(m, &sp, &s)) {
+		rc = fail();
+		goto done;
+	}
+	printf("model: %s (%s), %.1f MiB of weights per decode step, threads %d%s, chunk %d, kv %s\n", model_path,
+	       sg_model_arch(m), m->weight_bytes / 1048576.0, threads, threads ? "" : " (auto)", s->n_batch,
+	       s->fs.kv_type == SG_TYPE_F16 ? "f16" : "f32");
+	printf("%-8s %12s %10s %12s\n", "test", "tok/s", "+-", "weights GB/s");
+	if (p) {
+		for (int r = 0; r <= reps; r++) { /* r = 0 warms up */
+			sg_session_reset(s);
+			double t0 = sg_time_s();
+			if (sg_session_eval(s, toks, p, NULL)) {
+				rc = fail();
+				goto done;
+			}
+			t[r] = p / (sg_time_s() - t0);
+		}
+		double mean, sd;
+		stats(t + 1, reps, &mean, &sd);
+		printf("pp%-6d %12.2f %10.2f %12s\n", p, mean, sd, "-");
+	}
+	if (n) {
+		for (int r = 0; r <= reps; r++) {
+			sg_session_reset(s);
+			double t0 = sg_time_s();
+			for (int i = 0; i < n; i++)
+				if (sg_session_eval(s, toks + i, 1, NULL)) {
+					rc = fail();
+					goto done;
+				}
+			t[r] = n / (sg_time_s() - t0);
+		}
+		double mean, sd;
+		stats(t + 1, reps, &mean, &sd);
+		printf("tg%-6d %12.2f %10.2f %12.2f\n", n, mean, sd, mean * (double)m->weight_bytes / 1e9);
+	}
+	rc = 0;
+done:
+	sg_free(toks);
+	sg_free(t);
+	sg_session_free(s);
+	sg_model_free(m);
+	return rc;
+}

@@ -1,0 +1,213 @@
+/*
+ * Sessions over the generic forward: validation, prefill in chunks (the matmul path) and decode
+ * one token at a time (the matvec path), logits out, snapshot and restore.
+ */
+#include "engine/session.h"
+
+#include <string.h>
+#include <strings.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/flags.h"
+
+#define DEFAULT_CTX 4096
+
+sg_session_params sg_session_default_params(void)
+{
+	const char *kv = sg_flag_str("SARAGOSSA_KV_TYPE");
+	sg_session_params p = {
+		.n_ctx = 0,
+		.n_batch = 0,
+		.kv_type = kv && !strcasecmp(kv, "f16") ? SG_KV_F16 : SG_KV_F32,
+	};
+	return p;
+}
+
+void sg_session_free(sg_session *s)
+{
+	if (!s) return;
+	if (s->fs.kv) sg_fwd_state_free(s->m, &s->fs);
+	sg_free(s->tokens);
+	sg_free(s->last);
+	sg_free(s);
+}
+
+sg_status sg_session_new(sg_model *m, const sg_session_params *params, sg_session **out)
+{
+	*out = NULL;
+	if (!m) return SG_FAIL(SG_ERR_INVALID_ARG, "no model");
+	sg_session_params dp = sg_session_default_params();
+	if (!params) params = &dp;
+	int n_ctx = params->n_ctx, max = sg_model_n_ctx_train(m);
+	if (n_ctx < 0 || params->n_batch < 0)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "n_ctx %d, n_batch %d (want >= 0)", n_ctx, params->n_batch);
+	if (!n_ctx) n_ctx = max > 0 && max < DEFAULT_CTX ? max : DEFAULT_CTX;
+	if (max > 0 && n_ctx > max)
+		return SG_FAIL(SG_ERR_RANGE, "context of %d tokens exceeds the model's %d", n_ctx, max);
+	int64_t chunk = params->n_batch ? params->n_batch : sg_flag_int("SARAGOSSA_CHUNK");
+	if (chunk < 1) chunk = 1;
+	if (chunk > n_ctx) chunk = n_ctx;
+	if (params->kv_type != SG_KV_F32 && params->kv_type != SG_KV_F16)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "kv_type %d", (int)params->kv_type);
+	sg_session *s = sg_calloc(1, sizeof(*s));
+	if (!s) return SG_FAIL(SG_ERR_NOMEM, "session");
+	s->m = m;
+	s->n_ctx = n_ctx;
+	s->n_batch = (int)chunk;
+	s->tokens = sg_calloc((size_t)n_ctx, sizeof(int32_t));
+	s->last = sg_calloc((size_t)sg_model_n_vocab(m), sizeof(float));
+	sg_status st = s->tokens && s->last ? SG_OK : SG_FAIL(SG_ERR_NOMEM, "session of %d tokens", n_ctx);
+	if (!st)
+		st = sg_fwd_state_init(m, n_ctx, (int)chunk, params->kv_type == SG_KV_F16 ? SG_TYPE_F16 : SG_TYPE_F32,
+				       &s->fs);
+	if (st) {
+		sg_session_free(s);
+		return st;
+	}
+	*out = s;
+	return SG_OK;
+}
+
+sg_status sg_session_eval(sg_session *s, const int32_t *tokens, int n, float *logits_out)
+{
+	if (!s || (!tokens && n > 0)) return SG_FAIL(SG_ERR_INVALID_ARG, "no session or no tokens");
+	if (n < 1) return SG_FAIL(SG_ERR_INVALID_ARG, "empty prompt (%d tokens)", n);
+	int V = sg_model_n_vocab(s->m);
+	for (int i = 0; i < n; i++)
+		if (tokens[i] < 0 || tokens[i] >= V)
+			return SG_FAIL(SG_ERR_RANGE, "token %d at index %d is outside the vocabulary [0, %d)", tokens[i], i, V);
+	if (n > s->n_ctx - s->n_past)
+		return SG_FAIL(SG_ERR_RANGE, "%d tokens at position %d exceed the context of %d tokens", n, s->n_past,
+			       s->n_ctx);
+	const sg_backend_ops *o = s->m->be->ops;
+	for (int done = 0; done < n;) {
+		int c = n - done < s->n_batch ? n - done : s->n_batch;
+		int last = done + c == n;
+		sg_logits_mode mode = logits_out ? SG_LOGITS_ALL : last ? SG_LOGITS_LAST : SG_LOGITS_NONE;
+		sg_status st = sg_forward(s->m, &s->fs, tokens + done, c, s->n_past + done, mode);
+		if (st) {
+			s->has_last = 0;
+			return st;
+		}
+		size_t row = sizeof(float) * (size_t)V;
+		if (logits_out) st = o->read(s->m->be, &s->fs.logits, 0, logits_out + (size_t)done * V, row * (size_t)c);
+		if (!st && last) st = o->read(s->m->be, &s->fs.logits, mode == SG_LOGITS_ALL ? row * (size_t)(c - 1) : 0, s->last, row);
+		if (st) return st;
+		done += c;
+	}
+	memcpy(s->tokens + s->n_past, tokens, sizeof(int32_t) * (size_t)n);
+	s->n_past += n;
+	s->has_last = 1;
+	return SG_OK;
+}
+
+const float *sg_session_logits(const sg_session *s) { return s && s->has_last ? s->last : NULL; }
+int sg_session_n_ctx(const sg_session *s) { return s->n_ctx; }
+int sg_session_n_vocab(const sg_session *s) { return sg_model_n_vocab(s->m); }
+int sg_session_position(const sg_session *s) { return s->n_past; }
+const int32_t *sg_session_tokens(const sg_session *s) { return s->tokens; }
+
+void sg_session_reset(sg_session *s)
+{
+	/* stale cache rows are never read: attention stops at the current position */
+	s->n_past = 0;
+	s->has_last = 0;
+}
+
+/* ---- snapshots ---- */
+
+struct sg_snapshot {
+	const sg_model *m;
+	int n_ctx, n_past, has_last;
+	sg_type kv_type;
+	int32_t *tokens;  /* [n_past] */
+	float *last;      /* [n_vocab] */
+	int n_layer;
+	void **k, **v;    /* [n_layer] host copies of the cache rows in use */
+	size_t *bytes;    /* [n_layer] bytes of each */
+};
+
+void sg_snapshot_free(sg_snapshot *snap)
+{
+	if (!snap) return;
+	for (int i = 0; snap->k && i < snap->n_layer; i++) {
+		sg_free(snap->k[i]);
+		sg_free(snap->v[i]);
+	}
+	sg_free(snap->k);
+	sg_free(snap->v);
+	sg_free(snap->bytes);
+	sg_free(snap->tokens);
+	sg_free(snap->last);
+	sg_free(snap);
+}
+
+int sg_snapshot_position(const sg_snapshot *snap) { return snap->n_past; }
+
+/* Bytes of a layer's cache that hold state: the rows up to the position, or the whole ring. */
+static size_t used_bytes(const sg_kv_layer *kv, int n_past)
+{
+	int rows = kv->ring ? kv->rows : n_past;
+	return (size_t)rows * kv->k.row_bytes * (size_t)kv->k.ne[1];
+}
+
+sg_status sg_session_snapshot(const sg_session *s, sg_snapshot **out)
+{
+	*out = NULL;
+	int L = s->m->desc.n_layer, V = sg_model_n_vocab(s->m);
+	sg_snapshot *p = sg_calloc(1, sizeof(*p));
+	if (!p) return SG_FAIL(SG_ERR_NOMEM, "snapshot");
+	p->m = s->m;
+	p->n_ctx = s->n_ctx;
+	p->n_past = s->n_past;
+	p->has_last = s->has_last;
+	p->kv_type = s->fs.kv_type;
+	p->n_layer = L;
+	p->tokens = sg_calloc((size_t)s->n_past + 1, sizeof(int32_t));
+	p->last = sg_calloc((size_t)V, sizeof(float));
+	p->k = sg_calloc((size_t)L, sizeof(void *));
+	p->v = sg_calloc((size_t)L, sizeof(void *));
+	p->bytes = sg_calloc((size_t)L, sizeof(size_t));
+	sg_status st = p->tokens && p->last && p->k && p->v && p->bytes ? SG_OK : SG_FAIL(SG_ERR_NOMEM, "snapshot");
+	const sg_backend_ops *o = s->m->be->ops;
+	for (int i = 0; i < L && !st; i++) {
+		const sg_kv_layer *kv = &s->fs.kv[i];
+		size_t b = used_bytes(kv, s->n_past);
+		p->bytes[i] = b;
+		if (!b) continue;
+		p->k[i] = sg_malloc(b);
+		p->v[i] = sg_malloc(b);
+		if (!p->k[i] || !p->v[i]) st = SG_FAIL(SG_ERR_NOMEM, "snapshot of %zu bytes per cache", b);
+		if (!st) st = o->read(s->m->be, &kv->k, 0, p->k[i], b);
+		if (!st) st = o->read(s->m->be, &kv->v, 0, p->v[i], b);
+	}
+	if (st) {
+		sg_snapshot_free(p);
+		return st;
+	}
+	memcpy(p->tokens, s->tokens, sizeof(int32_t) * (size_t)s->n_past);
+	memcpy(p->last, s->last, sizeof(float) * (size_t)V);
+	*out = p;
+	return SG_OK;
+}
+
+sg_status sg_session_restore(sg_session *s, const sg_snapshot *p)
+{
+	if (!s || !p) return SG_FAIL(SG_ERR_INVALID_ARG, "no session or snapshot");
+	if (p->m != s->m || p->n_ctx != s->n_ctx || p->kv_type != s->fs.kv_type)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "the snapshot was taken from another model or context size (%d vs %d)",
+			       p->n_ctx, s->n_ctx);
+	const sg_backend_ops *o = s->m->be->ops;
+	for (int i = 0; i < p->n_layer; i++) {
+		if (!p->bytes[i]) continue;
+		sg_status st = o->write(s->m->be, &s->fs.kv[i].k, 0, p->k[i], p->bytes[i]);
+		if (!st) st = o->write(s->m->be, &s->fs.kv[i].v, 0, p->v[i], p->bytes[i]);
+		if (st) return st;
+	}
+	memcpy(s->tokens, p->tokens, sizeof(int32_t) * (size_t)p->n_past);
+	memcpy(s->last, p->last, sizeof(float) * (size_t)sg_model_n_vocab(s->m));
+	s->n_past = p->n_past;
+	s->has_last = p->has_last;
+	return SG_OK;
+}

@@ -1,0 +1,260 @@
+/*
+ * The generic decoder forward over the backend op table. Every switch comes from the model
+ * description (qk_norm, sandwich_norm, norm_offset, attn_bias, layer kinds, moe, softcaps,
+ * embed_scale); nothing here asks which architecture runs.
+ *
+ * Per chunk of n tokens:
+ *   x = embed(tokens) * embed_scale
+ *   per layer:  h = norm(x); q,k,v = h W (+b); [qk-norm]; rope(q,k); cache <- k,v
+ *               a = attention(q, cache) Wo; [post-norm]; x += a
+ *               h = norm(x); m = mlp(h) (dense GLU or routed experts); [post-norm]; x += m
+ *   logits = norm(x) Wout; [final softcap]
+ */
+#include "models/forward.h"
+
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+
+#define OK(call)                                                                                   \
+	do {                                                                                       \
+		sg_status st_ = (call);                                                            \
+		if (st_) return st_;                                                               \
+	} while (0)
+
+/* A 2-D view [rows][cols] of the start of a plain (4-byte element) buffer. */
+static sg_btensor view2(const sg_btensor *t, int64_t cols, int64_t rows)
+{
+	sg_btensor v = *t;
+	v.ne[0] = cols;
+	v.ne[1] = rows;
+	v.ne[2] = v.ne[3] = 1;
+	v.row_bytes = (size_t)cols * 4;
+	v.owned = 0;
+	return v;
+}
+
+static sg_status alloc(sg_backend *be, sg_type type, int64_t cols, int64_t rows, sg_btensor *out)
+{
+	int64_t ne[4] = {cols, rows, 1, 1};
+	return be->ops->tensor_alloc(be, type, ne, out);
+}
+
+static int kv_rows_for(const sg_layer_desc *l, int n_ctx, int chunk, int *ring)
+{
+	*ring = 0;
+	if (l->kind == SG_LAYER_SLIDING_ATTN && l->sliding_window > 0) {
+		/* a chunk's newest key must not overwrite a row its oldest query still needs */
+		int64_t need = (int64_t)l->sliding_window + chunk;
+		if (need < n_ctx) {
+			*ring = 1;
+			return (int)need;
+		}
+	}
+	return n_ctx;
+}
+
+sg_status sg_fwd_state_init(const sg_model *m, int n_ctx, int chunk, sg_type kv_type, sg_fwd_state *s)
+{
+	const sg_model_desc *d = &m->desc;
+	sg_backend *be = m->be;
+	memset(s, 0, sizeof(*s));
+	s->n_ctx = n_ctx;
+	s->chunk = chunk;
+	s->kv_type = kv_type;
+	if (n_ctx < 1 || chunk < 1) return SG_FAIL(SG_ERR_INVALID_ARG, "n_ctx %d, chunk %d (want >= 1)", n_ctx, chunk);
+	if (kv_type != SG_TYPE_F32 && kv_type != SG_TYPE_F16)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "KV cache type %s (F32 or F16)", sg_type_name(kv_type));
+	s->kv = sg_calloc((size_t)d->n_layer, sizeof(sg_kv_layer));
+	if (!s->kv) return SG_FAIL(SG_ERR_NOMEM, "%d layers", d->n_layer);
+	int64_t qw = 0, kw = 0, fw = d->ffn_dim, kx = d->n_expert_used > 0 ? d->n_expert_used : 1;
+	sg_status st = SG_OK;
+	for (int i = 0; i < d->n_layer && !st; i++) {
+		const sg_layer_desc *l = &d->layers[i];
+		sg_kv_layer *kv = &s->kv[i];
+		kv->rows = kv_rows_for(l, n_ctx, chunk, &kv->ring);
+		int64_t ne[4] = {l->head_dim, l->n_kv_head, kv->rows, 1};
+		st = be->ops->tensor_alloc(be, kv_type, ne, &kv->k);
+		if (!st) st = be->ops->tensor_alloc(be, kv_type, ne, &kv->v);
+		if ((int64_t)l->n_head * l->head_dim > qw) qw = (int64_t)l->n_head * l->head_dim;
+		if ((int64_t)l->n_kv_head * l->head_dim > kw) kw = (int64_t)l->n_kv_head * l->head_dim;
+		if (l->ffn_dim > fw) fw = l->ffn_dim;
+	}
+	if (d->moe_ffn_dim * kx > fw) fw = d->moe_ffn_dim * kx; /* g, u hold [k][F] per token */
+	if (!st) st = alloc(be, SG_TYPE_I32, chunk, 1, &s->ids);
+	if (!st) st = alloc(be, SG_TYPE_I32, chunk, 1, &s->pos);
+	if (!st) st = alloc(be, SG_TYPE_I32, chunk, 1, &s->ring_rows);
+	if (!st) st = alloc(be, SG_TYPE_F32, d->dim, chunk, &s->x);
+	if (!st) st = alloc(be, SG_TYPE_F32, d->dim, chunk, &s->xb);
+	if (!st) st = alloc(be, SG_TYPE_F32, qw, chunk, &s->q);
+	if (!st) st = alloc(be, SG_TYPE_F32, kw, chunk, &s->k);
+	if (!st) st = alloc(be, SG_TYPE_F32, kw, chunk, &s->v);
+	if (!st) st = alloc(be, SG_TYPE_F32, qw, chunk, &s->att);
+	if (!st) st = alloc(be, SG_TYPE_F32, fw, chunk, &s->g);
+	if (!st) st = alloc(be, SG_TYPE_F32, fw, chunk, &s->u);
+	if (!st) st = alloc(be, SG_TYPE_F32, d->n_vocab, chunk, &s->logits);
+	if (!st && d->n_expert > 0) {
+		st = alloc(be, SG_TYPE_F32, d->n_expert, chunk, &s->rl);
+		if (!st) st = alloc(be, SG_TYPE_I32, kx, chunk, &s->eids);
+		if (!st) st = alloc(be, SG_TYPE_F32, kx, chunk, &s->ew);
+		if (!st) st = alloc(be, SG_TYPE_F32, d->dim, chunk * kx, &s->ey);
+	}
+	if (st) sg_fwd_state_free(m, s);
+	return st;
+}
+
+void sg_fwd_state_free(const sg_model *m, sg_fwd_state *s)
+{
+	sg_backend *be = m->be;
+	if (s->kv)
+		for (int i = 0; i < m->desc.n_layer; i++) {
+			be->ops->tensor_free(be, &s->kv[i].k);
+			be->ops->tensor_free(be, &s->kv[i].v);
+		}
+	sg_free(s->kv);
+	sg_btensor *bufs[] = {&s->ids, &s->pos, &s->ring_rows, &s->x, &s->xb, &s->q, &s->k, &s->v, &s->att,
+			      &s->g, &s->u, &s->rl, &s->eids, &s->ew, &s->ey, &s->logits};
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+		if (bufs[i]->data) be->ops->tensor_free(be, bufs[i]);
+	memset(s, 0, sizeof(*s));
+}
+
+static const sg_btensor *opt(const sg_btensor *t) { return t->data ? t : NULL; }
+
+/* x <- x / rms(x) * (w + offset) over rows of width w->ne[0]. */
+static sg_status norm(const sg_model *m, const sg_btensor *x, const sg_btensor *w, sg_btensor *y)
+{
+	return m->be->ops->rmsnorm(m->be, x, w, m->desc.norm_eps, m->desc.norm_offset, y);
+}
+
+static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int n)
+{
+	const sg_model_desc *d = &m->desc;
+	const sg_layer_desc *l = &d->layers[li];
+	const sg_layer_weights *lw = &m->layers[li];
+	sg_backend *be = m->be;
+	const sg_backend_ops *o = be->ops;
+	int64_t hd = l->head_dim, qd = l->n_head * hd, kd = l->n_kv_head * hd;
+	sg_btensor x = view2(&s->x, d->dim, n), h = view2(&s->xb, d->dim, n);
+	sg_btensor q = view2(&s->q, qd, n), k = view2(&s->k, kd, n), v = view2(&s->v, kd, n);
+	sg_btensor att = view2(&s->att, qd, n), pos = view2(&s->pos, n, 1);
+
+	OK(norm(m, &x, &lw->attn_norm, &h));
+	OK(o->matmul(be, &lw->wq, &h, opt(&lw->bq), &q));
+	OK(o->matmul(be, &lw->wk, &h, opt(&lw->bk), &k));
+	OK(o->matmul(be, &lw->wv, &h, opt(&lw->bv), &v));
+	if (d->qk_norm) {
+		sg_btensor qh = view2(&s->q, hd, n * l->n_head), kh = view2(&s->k, hd, n * l->n_kv_head);
+		OK(norm(m, &qh, &lw->q_norm, &qh));
+		OK(norm(m, &kh, &lw->k_norm, &kh));
+	}
+	sg_rope_params rp = {
+		.head_dim = (int)hd,
+		.n_rot = l->n_rot,
+		.neox = m->rope_neox,
+		.theta = l->rope.theta,
+		.scaling = l->rope.scaling,
+		.factor = l->rope.factor,
+		.orig_ctx = l->rope.orig_ctx,
+		.beta_fast = l->rope.beta_fast,
+		.beta_slow = l->rope.beta_slow,
+		.attn_factor = l->rope.attn_factor,
+		.low_freq_factor = l->rope.low_freq_factor,
+		.high_freq_factor = l->rope.high_freq_factor,
+	};
+	sg_kv_layer *kv = &s->kv[li];
+	const sg_btensor *rows = &pos;
+	sg_btensor ring_rows = view2(&s->ring_rows, n, 1);
+	if (kv->ring) {
+		if (s->ring_rows_of != kv->rows) { /* positions are known on the host: no round trip */
+			int32_t r[n];
+			for (int t = 0; t < n; t++) r[t] = (s->pos0 + t) % kv->rows;
+			OK(o->write(be, &ring_rows, 0, r, sizeof(int32_t) * (size_t)n));
+			s->ring_rows_of = kv->rows;
+		}
+		rows = &ring_rows;
+	}
+	if (l->n_rot > 0) {
+		OK(o->rope(be, &q, &pos, &rp));
+		OK(o->rope(be, &k, &pos, &rp));
+	}
+	OK(o->kv_store(be, &k, &v, rows, &kv->k, &kv->v));
+	sg_attn_params ap = {
+		.scale = d->query_scale,
+		.softcap = d->attn_softcap,
+		.window = l->kind == SG_LAYER_SLIDING_ATTN ? l->sliding_window : 0,
+		.causal = 1, /* a ring cache is read as one because the window is shorter than it */
+	};
+	OK(o->attention(be, &q, &kv->k, &kv->v, &pos, &ap, &att));
+	OK(o->matmul(be, &lw->wo, &att, NULL, &h));
+	if (d->sandwich_norm) OK(norm(m, &h, &lw->post_attn_norm, &h));
+	return o->add(be, &x, &h, &x);
+}
+
+static sg_status mlp_block(const sg_model *m, sg_fwd_state *s, int li, int n)
+{
+	const sg_model_desc *d = &m->desc;
+	const sg_layer_desc *l = &d->layers[li];
+	const sg_layer_weights *lw = &m->layers[li];
+	sg_backend *be = m->be;
+	const sg_backend_ops *o = be->ops;
+	sg_btensor x = view2(&s->x, d->dim, n), h = view2(&s->xb, d->dim, n);
+
+	OK(norm(m, &x, &lw->ffn_norm, &h));
+	if (l->moe) {
+		int k = d->n_expert_used;
+		int64_t F = lw->gate_exps.ne[1];
+		sg_btensor rl = view2(&s->rl, d->n_expert, n), ids = view2(&s->eids, k, n), w = view2(&s->ew, k, n);
+		sg_btensor g = view2(&s->g, F, (int64_t)n * k), u = view2(&s->u, F, (int64_t)n * k);
+		sg_btensor ey = view2(&s->ey, d->dim, (int64_t)n * k);
+		OK(o->matmul(be, &lw->router, &h, NULL, &rl));
+		OK(o->moe_route(be, &rl, SG_ROUTER_SOFTMAX, k, d->norm_topk_prob, &ids, &w));
+		OK(o->moe_matmul(be, &lw->gate_exps, &h, &ids, &g));
+		OK(o->moe_matmul(be, &lw->up_exps, &h, &ids, &u));
+		OK(o->glu(be, &g, &u, d->act, &g));
+		OK(o->moe_matmul(be, &lw->down_exps, &g, &ids, &ey));
+		OK(o->moe_combine(be, &ey, &w, &h));
+	} else {
+		int64_t F = lw->gate.ne[1];
+		sg_btensor g = view2(&s->g, F, n), u = view2(&s->u, F, n);
+		OK(o->matmul(be, &lw->gate, &h, NULL, &g));
+		OK(o->matmul(be, &lw->up, &h, NULL, &u));
+		OK(o->glu(be, &g, &u, d->act, &g));
+		OK(o->matmul(be, &lw->down, &g, NULL, &h));
+	}
+	if (d->sandwich_norm) OK(norm(m, &h, &lw->post_ffn_norm, &h));
+	return o->add(be, &x, &h, &x);
+}
+
+sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0, sg_logits_mode mode)
+{
+	const sg_model_desc *d = &m->desc;
+	sg_backend *be = m->be;
+	const sg_backend_ops *o = be->ops;
+	if (n < 1 || n > s->chunk || pos0 < 0 || pos0 + n > s->n_ctx)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "%d tokens at position %d (chunk %d, context %d)", n, pos0, s->chunk,
+			       s->n_ctx);
+	int32_t p[n];
+	for (int t = 0; t < n; t++) p[t] = pos0 + t;
+	sg_btensor ids = view2(&s->ids, n, 1), pos = view2(&s->pos, n, 1), x = view2(&s->x, d->dim, n);
+	OK(o->write(be, &ids, 0, tokens, sizeof(int32_t) * (size_t)n));
+	OK(o->write(be, &pos, 0, p, sizeof(int32_t) * (size_t)n));
+	s->ring_rows_of = 0;
+	s->pos0 = pos0;
+	OK(o->embed(be, &m->tok_embd, &ids, &x));
+	if (d->embed_scale != 1.0f) OK(o->scale(be, &x, d->embed_scale, &x));
+	for (int li = 0; li < d->n_layer; li++) {
+		OK(attention_block(m, s, li, n));
+		OK(mlp_block(m, s, li, n));
+	}
+	if (mode == SG_LOGITS_NONE) return SG_OK;
+	/* only the rows whose logits are wanted go through the final norm and the head */
+	int r0 = mode == SG_LOGITS_ALL ? 0 : n - 1, nr = n - r0;
+	sg_btensor xl = sg_btensor_rows_view(&s->x, r0, nr), h = view2(&s->xb, d->dim, nr);
+	sg_btensor lg = view2(&s->logits, d->n_vocab, nr);
+	OK(norm(m, &xl, &m->out_norm, &h));
+	OK(o->matmul(be, &m->output, &h, NULL, &lg));
+	if (d->final_softcap > 0) OK(o->softcap(be, &lg, d->final_softcap, &lg));
+	return SG_OK;
+}

@@ -1,0 +1,252 @@
+/*
+ * Model loading: open the weights (HF safetensors folder, MLX-quantized folder or GGUF), read
+ * the description, pick the family, bind every weight with its expected type and shape, and
+ * hand the bytes to the backend in place (the CPU backend keeps pointers into the mmap; only
+ * the small norm and bias vectors stored in 16-bit floats are widened to F32 copies).
+ */
+#include "models/model.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+
+static const sg_family *const families[] = {&sg_family_llama, &sg_family_qwen3, &sg_family_qwen3_moe,
+					    &sg_family_gemma3};
+#define N_FAMILIES ((int)(sizeof(families) / sizeof(families[0])))
+
+static const char *const supported = "llama, mistral, qwen2, qwen3, qwen3_moe, gemma3";
+
+sg_model_params sg_model_default_params(void)
+{
+	sg_model_params p = {.backend = NULL, .n_threads = 0};
+	return p;
+}
+
+sg_status sg_model_bind_tensor(sg_model *m, const sg_tensor *t, sg_btensor *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (t->n_dims > 4)
+		return sg_error(SG_ERR_UNSUPPORTED, "%s: %d dimensions (at most 4)", t->name, t->n_dims);
+	out->type = t->type;
+	for (int i = 0; i < 4; i++) out->ne[i] = i < t->n_dims ? t->ne[i] : 1;
+	out->data = (void *)t->data;
+	if (t->type == SG_TYPE_MLX_AFFINE) {
+		out->mlx = t->mlx;
+		out->scales = t->scales->data;
+		out->biases = t->biases->data;
+	}
+	sg_status st = m->be->ops->tensor_bind(m->be, out);
+	return st ? sg_error_wrap(st, "%s", t->name) : SG_OK;
+}
+
+/* A norm weight or bias: F32 is used in place, a 16-bit float vector is widened once. */
+static sg_status bind_vector(sg_model *m, const sg_tensor *t, sg_btensor *out)
+{
+	if (t->type == SG_TYPE_F32) return sg_model_bind_tensor(m, t, out);
+	int64_t n = sg_tensor_nelem(t);
+	int64_t ne[4] = {n, 1, 1, 1};
+	float *tmp = sg_malloc(sizeof(float) * (size_t)n);
+	if (!tmp) return sg_error(SG_ERR_NOMEM, "%s: %lld values", t->name, (long long)n);
+	sg_dequantize_ref(t->type, t->data, tmp, n);
+	sg_status st = m->be->ops->tensor_alloc(m->be, SG_TYPE_F32, ne, out);
+	if (!st) st = m->be->ops->write(m->be, out, 0, tmp, sizeof(float) * (size_t)n);
+	sg_free(tmp);
+	return st;
+}
+
+typedef struct want {
+	const char *name; /* GGUF-style, may hold {L} */
+	int type;         /* sg_type or SG_WANT_* */
+	int n_dims;
+	int64_t ne[3];
+	int optional;
+	int vector;       /* norm or bias: widened to F32 */
+	sg_btensor *out;
+} want;
+
+static sg_status bind_wants(sg_model *m, const want *ws, int n, int layer)
+{
+	sg_bind specs[32];
+	const sg_tensor *found[32];
+	SG_ASSERT(n <= 32);
+	for (int i = 0; i < n; i++) {
+		specs[i] = (sg_bind){ws[i].name, ws[i].type, ws[i].n_dims, {ws[i].ne[0], ws[i].ne[1], ws[i].ne[2], 1},
+				     ws[i].optional, &found[i]};
+	}
+	sg_status st = sg_weights_bind(m->w, m->fam->names, specs, n, layer);
+	for (int i = 0; i < n && !st; i++) {
+		if (!found[i]) continue;
+		st = ws[i].vector ? bind_vector(m, found[i], ws[i].out) : sg_model_bind_tensor(m, found[i], ws[i].out);
+		if (!st && !ws[i].vector) m->weight_bytes += found[i]->nbytes;
+	}
+	return st;
+}
+
+sg_status sg_model_bind_stacked_experts(sg_model *m, int layer, sg_layer_weights *lw)
+{
+	const sg_model_desc *d = &m->desc;
+	int64_t D = d->dim, F = d->moe_ffn_dim, E = d->n_expert;
+	want ws[] = {
+		{"blk.{L}.ffn_gate_exps.weight", SG_WANT_MATMUL, 3, {D, F, E}, 0, 0, &lw->gate_exps},
+		{"blk.{L}.ffn_up_exps.weight", SG_WANT_MATMUL, 3, {D, F, E}, 0, 0, &lw->up_exps},
+		{"blk.{L}.ffn_down_exps.weight", SG_WANT_MATMUL, 3, {F, D, E}, 0, 0, &lw->down_exps},
+	};
+	return bind_wants(m, ws, 3, layer);
+}
+
+static sg_status bind_layer(sg_model *m, int i)
+{
+	const sg_model_desc *d = &m->desc;
+	const sg_layer_desc *l = &d->layers[i];
+	sg_layer_weights *lw = &m->layers[i];
+	int64_t D = d->dim, hd = l->head_dim, qd = (int64_t)l->n_head * hd, kd = (int64_t)l->n_kv_head * hd;
+	int64_t F = l->ffn_dim, E = d->n_expert;
+	want ws[32];
+	int n = 0;
+	ws[n++] = (want){"blk.{L}.attn_norm.weight", SG_WANT_FLOAT, 1, {D}, 0, 1, &lw->attn_norm};
+	ws[n++] = (want){"blk.{L}.attn_q.weight", SG_WANT_MATMUL, 2, {D, qd}, 0, 0, &lw->wq};
+	ws[n++] = (want){"blk.{L}.attn_k.weight", SG_WANT_MATMUL, 2, {D, kd}, 0, 0, &lw->wk};
+	ws[n++] = (want){"blk.{L}.attn_v.weight", SG_WANT_MATMUL, 2, {D, kd}, 0, 0, &lw->wv};
+	ws[n++] = (want){"blk.{L}.attn_output.weight", SG_WANT_MATMUL, 2, {qd, D}, 0, 0, &lw->wo};
+	if (d->attn_bias) {
+		ws[n++] = (want){"blk.{L}.attn_q.bias", SG_WANT_FLOAT, 1, {qd}, 0, 1, &lw->bq};
+		ws[n++] = (want){"blk.{L}.attn_k.bias", SG_WANT_FLOAT, 1, {kd}, 0, 1, &lw->bk};
+		ws[n++] = (want){"blk.{L}.attn_v.bias", SG_WANT_FLOAT, 1, {kd}, 0, 1, &lw->bv};
+	}
+	if (d->qk_norm) {
+		ws[n++] = (want){"blk.{L}.attn_q_norm.weight", SG_WANT_FLOAT, 1, {hd}, 0, 1, &lw->q_norm};
+		ws[n++] = (want){"blk.{L}.attn_k_norm.weight", SG_WANT_FLOAT, 1, {hd}, 0, 1, &lw->k_norm};
+	}
+	if (d->sandwich_norm) {
+		ws[n++] = (want){"blk.{L}.post_attention_norm.weight", SG_WANT_FLOAT, 1, {D}, 0, 1, &lw->post_attn_norm};
+		ws[n++] = (want){"blk.{L}.post_ffw_norm.weight", SG_WANT_FLOAT, 1, {D}, 0, 1, &lw->post_ffn_norm};
+	}
+	ws[n++] = (want){"blk.{L}.ffn_norm.weight", SG_WANT_FLOAT, 1, {D}, 0, 1, &lw->ffn_norm};
+	if (l->moe) {
+		ws[n++] = (want){"blk.{L}.ffn_gate_inp.weight", SG_WANT_MATMUL, 2, {D, E}, 0, 0, &lw->router};
+	} else {
+		ws[n++] = (want){"blk.{L}.ffn_gate.weight", SG_WANT_MATMUL, 2, {D, F}, 0, 0, &lw->gate};
+		ws[n++] = (want){"blk.{L}.ffn_up.weight", SG_WANT_MATMUL, 2, {D, F}, 0, 0, &lw->up};
+		ws[n++] = (want){"blk.{L}.ffn_down.weight", SG_WANT_MATMUL, 2, {F, D}, 0, 0, &lw->down};
+	}
+	sg_status st = bind_wants(m, ws, n, i);
+	if (!st && l->moe)
+		st = m->fam->experts ? m->fam->experts(m, i, lw) : sg_model_bind_stacked_experts(m, i, lw);
+	return st;
+}
+
+static sg_status bind_all(sg_model *m)
+{
+	const sg_model_desc *d = &m->desc;
+	int64_t D = d->dim, V = d->n_vocab;
+	m->layers = sg_calloc((size_t)d->n_layer, sizeof(sg_layer_weights));
+	if (!m->layers) return sg_error(SG_ERR_NOMEM, "model: %d layers", d->n_layer);
+	want g[] = {
+		{"token_embd.weight", SG_WANT_MATMUL, 2, {D, V}, 0, 0, &m->tok_embd},
+		{"output_norm.weight", SG_WANT_FLOAT, 1, {D}, 0, 1, &m->out_norm},
+		{"output.weight", SG_WANT_MATMUL, 2, {D, V}, 1, 0, &m->output},
+	};
+	sg_status st = bind_wants(m, g, 3, -1);
+	if (st) return st;
+	/* the embedding's one row per token is not a decode cost; the head reads the whole matrix */
+	const sg_tensor *te = sg_weights_lookup(m->w, m->fam->names, "token_embd.weight");
+	m->weight_bytes -= te->nbytes;
+	if (!m->output.data) {
+		m->output = m->tok_embd;
+		m->output.owned = 0;
+		m->weight_bytes += te->nbytes;
+	}
+	for (int i = 0; i < d->n_layer && !st; i++) st = bind_layer(m, i);
+	return st;
+}
+
+static const sg_family *find_family(sg_arch a)
+{
+	for (int f = 0; f < N_FAMILIES; f++)
+		for (const sg_arch *p = families[f]->archs; *p; p++)
+			if (*p == a) return families[f];
+	return NULL;
+}
+
+static sg_status check_runnable(const sg_model_desc *d)
+{
+	for (int i = 0; i < d->n_layer; i++) {
+		const sg_layer_desc *l = &d->layers[i];
+		if (l->kind == SG_LAYER_LINEAR_ATTN || l->kv_source != i || l->k_eq_v)
+			return sg_error(SG_ERR_UNSUPPORTED, "unsupported architecture '%s': layer %d needs %s", d->model_type,
+					i, l->kind == SG_LAYER_LINEAR_ATTN ? "linear attention" : "shared K/V");
+	}
+	if (d->norm != SG_NORM_RMS || d->mlp != SG_MLP_GATED || d->v_norm || d->attn_output_gate ||
+	    d->per_layer_input_dim || d->shared_expert_ffn_dim)
+		return sg_error(SG_ERR_UNSUPPORTED, "unsupported architecture '%s' (this build runs %s)", d->model_type,
+				supported);
+	if (d->act != SG_ACT_SILU && d->act != SG_ACT_GELU_TANH)
+		return sg_error(SG_ERR_UNSUPPORTED, "'%s': hidden activation %d has no gated kernel", d->model_type,
+				(int)d->act);
+	return SG_OK;
+}
+
+void sg_model_free(sg_model *m)
+{
+	if (!m) return;
+	if (m->be) {
+		sg_backend *be = m->be;
+		if (m->layers)
+			for (int i = 0; i < m->desc.n_layer; i++) {
+				sg_btensor *t = (sg_btensor *)&m->layers[i];
+				for (size_t k = 0; k < sizeof(sg_layer_weights) / sizeof(sg_btensor); k++)
+					if (t[k].data) be->ops->tensor_free(be, &t[k]);
+			}
+		if (m->output.data != m->tok_embd.data) be->ops->tensor_free(be, &m->output);
+		be->ops->tensor_free(be, &m->tok_embd);
+		be->ops->tensor_free(be, &m->out_norm);
+		sg_backend_free(be);
+	}
+	sg_free(m->layers);
+	sg_model_desc_free(&m->desc);
+	sg_weights_close(m->w);
+	sg_free(m);
+}
+
+sg_status sg_model_load(const char *path, const sg_model_params *params, sg_model **out)
+{
+	*out = NULL;
+	sg_model_params dp = sg_model_default_params();
+	if (!params) params = &dp;
+	if (params->backend && strcmp(params->backend, "cpu"))
+		return sg_error(SG_ERR_UNSUPPORTED, "model: backend '%s' (this build runs: cpu)", params->backend);
+	sg_model *m = sg_calloc(1, sizeof(*m));
+	if (!m) return sg_error(SG_ERR_NOMEM, "model: loading '%s'", path ? path : "");
+	sg_status st = sg_weights_open(path, &m->w);
+	if (!st) {
+		if (m->w->format == SG_WEIGHTS_GGUF) st = sg_model_desc_from_gguf(&m->w->gguf, &m->desc);
+		else if (!m->w->config)
+			st = sg_error(SG_ERR_FORMAT, "model: '%s' has safetensors but no config.json beside them", path);
+		else st = sg_model_desc_from_config(m->w->config, &m->desc);
+	}
+	if (!st && !(m->fam = find_family(m->desc.arch)))
+		st = sg_error(SG_ERR_UNSUPPORTED, "unsupported architecture '%s' (%s): this build runs %s",
+			      m->desc.model_type, sg_arch_name(m->desc.arch), supported);
+	if (!st) st = check_runnable(&m->desc);
+	if (!st) {
+		sg_cpu_params cp = sg_cpu_default_params();
+		cp.n_threads = params->n_threads;
+		st = sg_cpu_backend_create(&cp, &m->be);
+	}
+	m->rope_neox = 1;
+	if (!st && m->fam->adjust) st = m->fam->adjust(m);
+	if (!st) st = bind_all(m);
+	if (st) {
+		sg_error_wrap(st, "model '%s'", path);
+		sg_model_free(m);
+		return st;
+	}
+	*out = m;
+	return SG_OK;
+}
+
+int sg_model_n_vocab(const sg_model *m) { return m->desc.n_vocab; }
+int sg_model_n_ctx_train(const sg_model *m) { return m->desc.max_ctx; }
+const char *sg_model_arch(const sg_model *m) { return m->desc.model_type; }
