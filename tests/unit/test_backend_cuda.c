@@ -6,9 +6,10 @@
  *  - f32 ops and the fused GEMV: float summation order against the reference's (the reference
  *    matvec accumulates in double): relative error ~1e-7 per element, NMSE ~1e-13; threshold
  *    1e-9 (rows may cancel to far less than their terms).
- *  - the tensor-core path (more than 8 tokens): weights and activations rounded to bf16 (relative
- *    error uniform in +-2^-9, variance 2^-18/3 each), NMSE ~3e-6; threshold 1e-4.
- *  - quantized weights on the GEMV (SARAGOSSA_CUDA_Q8X, on by default) quantize activations to
+ *  - more than 8 tokens go through cuBLAS: FP32 by default (as the GEMV); with
+ *    SARAGOSSA_CUDA_GEMM=bf16 weights and activations are rounded to bf16 (relative error uniform
+ *    in +-2^-9, variance 2^-18/3 each), NMSE ~3e-6; threshold 1e-4.
+ *  - quantized weights on the GEMV with SARAGOSSA_CUDA_Q8X=1 (and every 8-bit variant) quantize activations to
  *    8 bits per block of 32 as the CPU SIMD kernels do: checked exactly (1e-7) against the
  *    reference fed the same rounded activations d * q, and end to end (5e-4) against f32 ones.
  *  - f16 caches: both backends round to f16 identically; threshold as f32.
@@ -27,6 +28,8 @@
 
 #if SG_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_kernels.h"
+#include <cuda_runtime_api.h>
 #include "base/error.h"
 #include "base/flags.h"
 #include "formats/qtypes.h"
@@ -199,11 +202,13 @@ static const wtype wtypes[] = {
 };
 #define N_WTYPES ((int)(sizeof(wtypes) / sizeof(wtypes[0])))
 
-static int q8_path(const wtype *wt)
+/* 1 if the type has 8-bit activation kernels; q8_path: and the backend uses them (the flag). */
+static int q8_kernels(const wtype *wt)
 {
 	int plain = wt->type == SG_TYPE_F32 || wt->type == SG_TYPE_F16 || wt->type == SG_TYPE_BF16;
-	return !plain && wt->bits != 6 && sg_flag_bool("SARAGOSSA_CUDA_Q8X");
+	return !plain && wt->bits != 6;
 }
+static int q8_path(const wtype *wt) { return q8_kernels(wt) && sg_flag_bool("SARAGOSSA_CUDA_Q8X"); }
 
 /* byte offsets of the f16 scale fields in one GGUF block */
 static int f16_fields(sg_type t, int off[2])
@@ -305,7 +310,7 @@ static int64_t k_for(const wtype *wt, int v)
 
 TestSuite(cuda, .init = setup, .fini = teardown);
 
-Test(cuda, matmul_every_type_gemv_and_tensor_core_paths_match_cpu_reference)
+Test(cuda, matmul_every_type_gemv_and_gemm_paths_match_cpu_reference)
 {
 	for (int c = 0; c < N_WTYPES; c++) {
 		for (int v = 0; v < 2; v++) {
@@ -322,7 +327,8 @@ Test(cuda, matmul_every_type_gemv_and_tensor_core_paths_match_cpu_reference)
 				cr_assert_eq(cpu->ops->matmul(cpu, &wc, &x.c, use_bias ? &b.c : NULL, &y.c), SG_OK);
 				cr_assert_eq(gpu->ops->matmul(gpu, &wg, &x.g, use_bias ? &b.g : NULL, &y.g), SG_OK, "%s", sg_last_error());
 				int q8 = n <= 8 && q8_path(&wtypes[c]);
-				double e = pair_nmse(&y), thr = n > 8 ? NMSE_BF16 : q8 ? NMSE_Q8X : NMSE_F32;
+				int bf16 = n > 8 && !strcmp(sg_flag_str("SARAGOSSA_CUDA_GEMM"), "bf16");
+				double e = pair_nmse(&y), thr = bf16 ? NMSE_BF16 : q8 ? NMSE_Q8X : NMSE_F32;
 				cr_expect(e < thr, "%s K=%lld N=%lld n=%d: nmse %.3g >= %.1g", wtypes[c].name, (long long)K, (long long)N, n, e, thr);
 				if (q8) { /* exact: the reference on the activations the GPU rounded */
 					pair xr = requantized(&x);
@@ -339,6 +345,38 @@ Test(cuda, matmul_every_type_gemv_and_tensor_core_paths_match_cpu_reference)
 			gpu->ops->tensor_free(gpu, &wg);
 			free_hw(&w);
 		}
+	}
+}
+
+/* Every GEMV variant the bench compares (the default is one of them), called through the
+ * launcher: f32 variants exactly against f32 activations, 8-bit ones exactly against the
+ * activations they round. */
+Test(cuda, every_gemv_variant_matches_cpu_reference)
+{
+	for (int c = 3; c < N_WTYPES; c++) {
+		if (!q8_kernels(&wtypes[c])) continue;
+		int64_t K = k_for(&wtypes[c], 1), N = 77;
+		hw w = make_w(&wtypes[c], N, K);
+		sg_btensor wc, wg;
+		bind_both(&w, &wc, &wg);
+		sg_cuw v;
+		cr_assert_eq(sg_cuda_weight_view(&wg, &v), SG_OK);
+		for (int n = 1; n <= 3; n += 2) {
+			pair x = pair_rand(K, n, 1, 1.0f), xr = requantized(&x), y = pair_new(SG_TYPE_F32, N, n, 1, 1);
+			pair q8 = pair_new(SG_TYPE_I32, (int64_t)(sg_cu_q8_bytes(n, K) / 4 + 1), 1, 1, 1);
+			for (int var = 1; var <= 7; var++) {
+				poison(&y);
+				cr_assert_eq(gpu->ops->sync(gpu), SG_OK);
+				cr_assert_eq(sg_cu_gemv(&v, x.g.data, n, y.g.data, N, NULL, var, q8.g.data, NULL), 0, "%s variant %d", wtypes[c].name, var);
+				cr_assert_eq(cudaDeviceSynchronize(), cudaSuccess);
+				cr_assert_eq(cpu->ops->matmul(cpu, &wc, var >= 3 ? &xr.c : &x.c, NULL, &y.c), SG_OK);
+				double e = pair_nmse(&y);
+				cr_expect(e < NMSE_F32 * 100, "%s n=%d variant %d: nmse %.3g", wtypes[c].name, n, var, e);
+			}
+			pair_free(&x), pair_free(&xr), pair_free(&y), pair_free(&q8);
+		}
+		gpu->ops->tensor_free(gpu, &wg);
+		free_hw(&w);
 	}
 }
 
@@ -465,13 +503,14 @@ static sg_rope_params rope_case(int i, int hd)
 	if (i == 6) p.n_rot = hd / 4;
 	p.factor = i >= 3 ? 4.0f : 0.0f;
 	p.orig_ctx = i >= 4 ? 4096 : 0;
+	if (i == 7) p.scaling = SG_ROPE_SCALING_DYNAMIC, p.orig_ctx = 2048; /* 4000 > 2048: the base grows */
 	return p;
 }
 
 Test(cuda, rope_every_scaling_and_layout_matches_cpu)
 {
 	int32_t posv[3] = {0, 17, 4000};
-	for (int i = 0; i < 7; i++) {
+	for (int i = 0; i < 8; i++) {
 		sg_rope_params p = rope_case(i, 64);
 		pair x = pair_rand(64 * 4, 3, 1, 1.0f), pos = pair_i32(3, 1, posv);
 		cpu->ops->rope(cpu, &x.c, &pos.c, &p);
@@ -530,13 +569,16 @@ Test(cuda, attention_decode_split_prefill_window_softcap_gqa_match_cpu)
 	attn_case(5, 6, 3, 32, 64, 10, cap, SG_TYPE_F16, 0);           /* softcap, explicit scale */
 	attn_case(9, 4, 2, 64, 32, 0, full, SG_TYPE_F32, 0);           /* bidirectional (encoder) */
 	attn_case(600, 1, 1, 64, 1024, 0, causal, SG_TYPE_F32, 1);     /* many tokens: one block each */
+	sg_attn_params ring = {0, 0, 8, 1};
+	attn_case(4, 4, 2, 32, 12, 17, ring, SG_TYPE_F32, 0);          /* ring cache: window 8 in 12 rows */
+	attn_case(4, 4, 2, 32, 12, 30, ring, SG_TYPE_F16, 1);
 }
 
 Test(cuda, elementwise_softmax_route_combine_argmax_match_cpu)
 {
 	int64_t D = 1000, R = 3;
 	pair a = pair_rand(D, R, 1, 3.0f), b = pair_rand(D, R, 1, 1.0f), o = pair_new(SG_TYPE_F32, D, R, 1, 1);
-	for (int op = 0; op < 6; op++) {
+	for (int op = 0; op < 7; op++) {
 		poison(&o);
 		sg_status sc = SG_OK, sg = SG_OK;
 		switch (op) {
@@ -546,6 +588,7 @@ Test(cuda, elementwise_softmax_route_combine_argmax_match_cpu)
 		case 3: sc = cpu->ops->scale(cpu, &a.c, 0.37f, &o.c); sg = gpu->ops->scale(gpu, &a.g, 0.37f, &o.g); break;
 		case 4: sc = cpu->ops->softcap(cpu, &a.c, 2.5f, &o.c); sg = gpu->ops->softcap(gpu, &a.g, 2.5f, &o.g); break;
 		case 5: sc = cpu->ops->softmax(cpu, &a.c, &o.c); sg = gpu->ops->softmax(gpu, &a.g, &o.g); break;
+		case 6: sc = cpu->ops->glu(cpu, &a.c, &b.c, SG_ACT_GELU, &o.c); sg = gpu->ops->glu(gpu, &a.g, &b.g, SG_ACT_GELU, &o.g); break;
 		}
 		cr_assert_eq(sc, SG_OK);
 		cr_assert_eq(sg, SG_OK, "op %d: %s", op, sg_last_error());

@@ -85,18 +85,6 @@ static sg_btensor host_w(const btype *bt, int64_t N, int64_t K)
 	return t;
 }
 
-static int cukt(const btype *bt)
-{
-	switch (bt->type) {
-	case SG_TYPE_Q4_K: return SG_CUKT_Q4_K;
-	case SG_TYPE_Q8_0: return SG_CUKT_Q8_0;
-	case SG_TYPE_BF16: return SG_CUKT_BF16;
-	case SG_TYPE_Q6_K: return SG_CUKT_Q6_K;
-	case SG_TYPE_Q5_0: return SG_CUKT_Q5_0;
-	default: return bt->bits == 4 ? SG_CUKT_MLX4 : SG_CUKT_MLX8;
-	}
-}
-
 /* Milliseconds per launch of the graph body (reps launches) replayed `times` times. */
 static double time_graph(cudaStream_t s, cudaGraphExec_t ex, int reps, int times)
 {
@@ -156,9 +144,10 @@ int main(int argc, char **argv)
 	double bw = copy_bw(s);
 	printf("device: %s\ncopy bandwidth (read + write): %.0f GB/s\n\n", sg_cuda_backend_device(be), bw);
 	printf("GB/s = weight bytes / time; %% = of the copy bandwidth. v0: cuBLAS bf16 GEMV over a bf16 copy (2 bytes a weight);\n"
-	       "v1, v2: f32 activations, 1 or 2 rows per warp; v3, v4, v5: 8-bit activations + dp4a, 1, 2, 4 rows per block.\n\n");
-	printf("| type | N x K | MB | v0 GB/s | v1 GB/s | v2 GB/s | v3 GB/s | v4 GB/s | v5 GB/s | best us | best %% copy |\n");
-	printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+	       "v1, v2: f32 activations, 1 or 2 rows per warp; v3, v4, v5: 8-bit activations + dp4a, 1, 2, 4 rows per 128-thread block;\n"
+	       "v6, v7: 8-bit activations, 1 or 2 rows per warp.\n\n");
+	printf("| type | N x K | MB | v0 GB/s | v1 GB/s | v2 GB/s | v3 GB/s | v4 GB/s | v5 GB/s | v6 GB/s | v7 GB/s | best us | best %% copy |\n");
+	printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 	static const int64_t shapes[3][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
 	int ntypes = (int)(sizeof(types) / sizeof(types[0]));
 	float *x, *y;
@@ -215,19 +204,10 @@ int main(int argc, char **argv)
 				if (be->ops->tensor_bind(be, &dw[c])) return 1;
 			}
 			CK(cudaDeviceSynchronize()); /* the uploads ran on the backend's stream */
-			for (int c = 0; c < nc; c++) {
-				memset(&v[c], 0, sizeof(v[c]));
-				v[c].kt = cukt(bt);
-				v[c].K = K;
-				v[c].data = dw[c].data;
-				v[c].row_bytes = dw[c].row_bytes;
-				if (sbb) {
-					v[c].group = bt->group, v[c].sb_bf16 = 1;
-					v[c].scales = dw[c].scales, v[c].biases = dw[c].biases, v[c].sb_row_bytes = sbb;
-				}
-			}
-			double tv[6] = {0, 0, 0, 0, 0, 0};
-			for (int var = 1; var <= 5; var++) {
+			for (int c = 0; c < nc; c++)
+				if (sg_cuda_weight_view(&dw[c], &v[c])) return 1;
+			double tv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+			for (int var = 1; var <= 7; var++) {
 				if (var >= 3 && !sg_cu_has_q8(v[0].kt)) continue;
 				reps = nc * 4;
 				CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -242,13 +222,14 @@ int main(int argc, char **argv)
 				cudaGraphExecDestroy(ex);
 				cudaGraphDestroy(g);
 			}
-			double gb[6], best = 0, bt_us = 0;
-			for (int var = 1; var <= 5; var++) {
+			double gb[8], best = 0, bt_us = 0;
+			for (int var = 1; var <= 7; var++) {
 				gb[var] = tv[var] > 0 ? (double)wbytes / (tv[var] * 1e-3) / 1e9 : 0;
 				if (gb[var] > best) best = gb[var], bt_us = tv[var] * 1e3;
 			}
-			printf("| %s | %lld x %lld | %.1f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.0f%% |\n", bt->name, (long long)N, (long long)K,
-			       (double)wbytes / 1e6, 2.0 * (double)(N * K) / (t0 * 1e-3) / 1e9, gb[1], gb[2], gb[3], gb[4], gb[5], bt_us, 100 * best / bw);
+			printf("| %s | %lld x %lld | %.1f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.0f%% |\n", bt->name, (long long)N,
+			       (long long)K, (double)wbytes / 1e6, 2.0 * (double)(N * K) / (t0 * 1e-3) / 1e9, gb[1], gb[2], gb[3], gb[4], gb[5], gb[6], gb[7], bt_us,
+			       100 * best / bw);
 			fflush(stdout);
 			for (int c = 0; c < nc; c++) be->ops->tensor_free(be, &dw[c]);
 			free(hw.data);

@@ -47,6 +47,10 @@ sg_status sg_cuda_graph_begin(sg_backend *be);
 sg_status sg_cuda_graph_end(sg_backend *be);
 /* Enqueues one replay of the recorded graph; does not wait. */
 sg_status sg_cuda_graph_replay(sg_backend *be);
+/* The kernels' view of a weight tensor bound by a CUDA backend (benches and tests call the
+ * launchers of cuda_kernels.h with it): SG_OK, or SG_ERR_UNSUPPORTED for a type without kernels. */
+struct sg_cuw;
+sg_status sg_cuda_weight_view(const sg_btensor *w, struct sg_cuw *out);
 /* Name, memory and capability of the backend's device: "NVIDIA H200, 139.8 GiB, sm_90". */
 const char *sg_cuda_backend_device(const sg_backend *be);
 #else

@@ -54,12 +54,15 @@ size_t sg_cu_q8_bytes(int64_t nx, int64_t K);
 /* y[t][r] = w[r] . x[t] (+ bias[r]) for t < n, r < N; x [n][K], y [n][N]. Fused dequantize-GEMV
  * with 16-byte weight loads; n tokens share each decoded weight. variant: 0 = best available
  * (the 8-bit path when q8_scratch is given and the type has it); 1 = f32 activations, one row per
- * warp; 2 = f32, two rows per warp; 3, 4, 5 = 8-bit activations, 1, 2, 4 rows per block. */
+ * warp; 2 = f32, two rows per warp; 3, 4, 5 = 8-bit activations, 1, 2, 4 rows per block split
+ * over its 128 lanes; 6, 7 = 8-bit activations, 1 or 2 rows per warp. */
 int sg_cu_gemv(const sg_cuw *w, const float *x, int64_t n, float *y, int64_t N, const float *bias,
 	       int variant, void *q8_scratch, sg_custream s);
 
 /* Dequantizes rows [r0, r0 + nr) of w into bf16 [nr][K] (the tiles of the tensor-core GEMM). */
 int sg_cu_dequant_bf16(const sg_cuw *w, int64_t r0, int64_t nr, uint16_t *out, sg_custream s);
+/* Dequantizes rows [r0, r0 + nr) of w into f32 [nr][K] (the tiles of the f32 GEMM). */
+int sg_cu_dequant_f32(const sg_cuw *w, int64_t r0, int64_t nr, float *out, sg_custream s);
 /* out = bf16(x), n values. */
 int sg_cu_f32_to_bf16(const float *x, int64_t n, uint16_t *out, sg_custream s);
 /* y[t][r] += bias[r] for t < n. */
@@ -87,6 +90,10 @@ int sg_cu_layernorm(const float *x, const float *w, const float *b, float eps, f
 typedef struct sg_cu_rope {
 	int hd, half, neox;
 	float pos_scale, mscale;
+	/* dynamic NTK: the base depends on the step's largest position, known on the device only */
+	int dyn, nr, dim, prop, orig_ctx;
+	double theta;
+	float factor;
 	float inv_freq[SG_CU_MAX_HALF];
 } sg_cu_rope;
 
@@ -108,7 +115,7 @@ typedef struct sg_cu_attn {
 	const int32_t *pos;   /* [n] */
 	int64_t n, H, Hkv, hd, hdv, ctx;
 	float scale, cap;
-	int window, causal;
+	int window, causal, ring; /* ring: kv position j lives in row j % ctx (see backend.h) */
 	int nchunk, chunk;    /* kv split (flash-decoding): static, from ctx */
 	float *part;          /* [n*H][nchunk][hdv + 2] when nchunk > 1 */
 	float *out;           /* [n][H][hdv] */
@@ -116,7 +123,7 @@ typedef struct sg_cu_attn {
 #define SG_CU_MAX_HD 512
 int sg_cu_attention(const sg_cu_attn *a, sg_custream s);
 
-enum { SG_CU_EW_SILU, SG_CU_EW_GELU, SG_CU_EW_ADD, SG_CU_EW_SCALE, SG_CU_EW_SOFTCAP };
+enum { SG_CU_EW_SILU, SG_CU_EW_GELU, SG_CU_EW_GELU_ERF, SG_CU_EW_ADD, SG_CU_EW_SCALE, SG_CU_EW_SOFTCAP };
 int sg_cu_elementwise(int kind, const float *a, const float *b, float sc, float *out, int64_t n,
 		      sg_custream s);
 int sg_cu_softmax(const float *x, float *out, int64_t rows, int64_t D, sg_custream s);

@@ -16,6 +16,8 @@
 #include "backend/cuda/cuda_kernels.h"
 
 #define WARPS 8 /* warps (rows) per GEMV block: 256 threads */
+/* The 8-bit GEMV variant used by default (sg_cu_gemv): chosen by bench/kernels/cuda on the H200. */
+#define SG_CU_GEMV_Q8_DEFAULT 4
 
 static __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 static __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
@@ -530,22 +532,26 @@ template <> struct UI<SG_CUKT_MLX8> {
 	}
 };
 
-#define QT 128 /* threads per int8 GEMV block: all of them split one row's units */
+#define QT 128 /* threads of a block-split int8 GEMV block: all of them split one row's units */
 
 /*
- * Block b owns rows [b*R, b*R + R); its QT lanes stride over the units of those rows (split-K
- * inside the block, reduced through shared memory), so even 4096-row matrices give thousands of
- * blocks, and a unit's activations (two 16-byte loads) serve R rows.
+ * Two ways to spread the work. Block-split (WM = 0): block b owns rows [b*R, b*R + R) and its QT
+ * lanes stride over the units of those rows (split-K inside the block, reduced through shared
+ * memory): thousands of blocks even for 4096 rows. Warp mode (WM = 1): as the f32 kernel, each
+ * warp owns R rows and its 32 lanes stride over their units (no shared memory, two units in flight
+ * per lane). Either way a unit's activations (two 16-byte loads) serve all R rows.
  */
-template <int KT, int NT, int R>
-__global__ void __launch_bounds__(QT) mvq_kernel(sg_cuw w, const int8_t *__restrict__ xq, const float *__restrict__ dx, const float *__restrict__ sx,
-						 int64_t n, float *__restrict__ y, int64_t N, const float *__restrict__ bias, const int32_t *start,
-						 const int32_t *order, const int32_t *used, const int32_t *nused, int64_t moe_k, int shared_x)
+template <int KT, int NT, int R, int WM>
+__global__ void __launch_bounds__(WM ? WARPS * 32 : QT) mvq_kernel(sg_cuw w, const int8_t *__restrict__ xq, const float *__restrict__ dx,
+								   const float *__restrict__ sx, int64_t n, float *__restrict__ y, int64_t N,
+								   const float *__restrict__ bias, const int32_t *start, const int32_t *order,
+								   const int32_t *used, const int32_t *nused, int64_t moe_k, int shared_x)
 {
 	typedef UI<KT> T;
-	__shared__ float red[QT / 32][R * NT];
+	__shared__ float red[WM ? 1 : QT / 32][R * NT];
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int64_t r0 = (int64_t)blockIdx.x * R;
+	int64_t r0 = WM ? ((int64_t)blockIdx.x * WARPS + warp) * R : (int64_t)blockIdx.x * R;
+	const int stride = WM ? 32 : QT, tid = WM ? lane : (int)threadIdx.x;
 	if (r0 >= N) return;
 	const uint8_t *data = w.data, *sc = w.scales, *bi = w.biases;
 	const int32_t *list = NULL;
@@ -572,7 +578,8 @@ __global__ void __launch_bounds__(QT) mvq_kernel(sg_cuw w, const int8_t *__restr
 		for (int rr = 0; rr < R; rr++)
 #pragma unroll
 			for (int t = 0; t < NT; t++) acc[rr][t] = 0.0f;
-		for (int64_t u = threadIdx.x; u < nu; u += QT) {
+#pragma unroll 2
+		for (int64_t u = tid; u < nu; u += stride) {
 			int64_t e0 = T::e0(u);
 			int4 xa[NT], xc[NT];
 			float d0[NT], d1[NT], s0[NT], s1[NT];
@@ -609,58 +616,94 @@ __global__ void __launch_bounds__(QT) mvq_kernel(sg_cuw w, const int8_t *__restr
 				}
 			}
 		}
+		if (WM) {
 #pragma unroll
-		for (int rr = 0; rr < R; rr++)
+			for (int rr = 0; rr < R; rr++)
 #pragma unroll
-			for (int t = 0; t < NT; t++) {
-				float v = warp_sum(acc[rr][t]);
-				if (lane == 0) red[warp][rr * NT + t] = v;
+				for (int t = 0; t < NT; t++) {
+					float v = warp_sum(acc[rr][t]);
+					int64_t r = r0 + rr;
+					if (lane == 0 && t < nt && r < N) {
+						int64_t yi = list ? list[c0 + t] : c0 + t;
+						y[yi * N + r] = v + (bias ? bias[r] : 0.0f);
+					}
+				}
+		} else {
+#pragma unroll
+			for (int rr = 0; rr < R; rr++)
+#pragma unroll
+				for (int t = 0; t < NT; t++) {
+					float v = warp_sum(acc[rr][t]);
+					if (lane == 0) red[warp][rr * NT + t] = v;
+				}
+			__syncthreads();
+			if (threadIdx.x < R * NT) {
+				int rr = threadIdx.x / NT, t = threadIdx.x % NT;
+				int64_t r = r0 + rr;
+				if (t < nt && r < N) {
+					float v = 0.0f;
+					for (int k = 0; k < QT / 32; k++) v += red[k][threadIdx.x];
+					int64_t yi = list ? list[c0 + t] : c0 + t;
+					y[yi * N + r] = v + (bias ? bias[r] : 0.0f);
+				}
 			}
-		__syncthreads();
-		if (threadIdx.x < R * NT) {
-			int rr = threadIdx.x / NT, t = threadIdx.x % NT;
-			int64_t r = r0 + rr;
-			if (t < nt && r < N) {
-				float v = 0.0f;
-#pragma unroll
-				for (int k = 0; k < QT / 32; k++) v += red[k][threadIdx.x];
-				int64_t yi = list ? list[c0 + t] : c0 + t;
-				y[yi * N + r] = v + (bias ? bias[r] : 0.0f);
-			}
+			__syncthreads();
 		}
-		__syncthreads();
 	}
 }
 
 typedef void (*mvq_fn)(sg_cuw, const int8_t *, const float *, const float *, int64_t, float *, int64_t, const float *, const int32_t *,
 		       const int32_t *, const int32_t *, const int32_t *, int64_t, int);
 
-template <int KT> static mvq_fn pickq_nt(int nt, int r)
+/* Rows one block of the int8 kernel covers. */
+static int q8_rows_per_block(int nt, int variant)
 {
-	if (nt == 1) return r == 4 ? mvq_kernel<KT, 1, 4> : r == 2 ? mvq_kernel<KT, 1, 2> : mvq_kernel<KT, 1, 1>;
-	if (nt == 2) return mvq_kernel<KT, 2, 1>;
-	if (nt == 4) return mvq_kernel<KT, 4, 1>;
-	return mvq_kernel<KT, 8, 1>;
+	if (nt != 1) return 1;
+	switch (variant) {
+	case 3: return 1;
+	case 5: return 4;
+	case 6: return WARPS;
+	case 7: return 2 * WARPS;
+	default: return 2;
+	}
+}
+static int q8_threads(int nt, int variant) { return nt == 1 && variant >= 6 ? WARPS * 32 : QT; }
+
+/* variant: 3, 4, 5 = block-split with 1, 2, 4 rows; 6, 7 = warp mode with 1, 2 rows (NT = 1) */
+template <int KT> static mvq_fn pickq_nt(int nt, int variant)
+{
+	if (nt == 1) {
+		switch (variant) {
+		case 3: return mvq_kernel<KT, 1, 1, 0>;
+		case 5: return mvq_kernel<KT, 1, 4, 0>;
+		case 6: return mvq_kernel<KT, 1, 1, 1>;
+		case 7: return mvq_kernel<KT, 1, 2, 1>;
+		default: return mvq_kernel<KT, 1, 2, 0>;
+		}
+	}
+	if (nt == 2) return mvq_kernel<KT, 2, 1, 0>;
+	if (nt == 4) return mvq_kernel<KT, 4, 1, 0>;
+	return mvq_kernel<KT, 8, 1, 0>;
 }
 
-static mvq_fn pickq(int kt, int nt, int r)
+static mvq_fn pickq(int kt, int nt, int variant)
 {
 	switch (kt) {
-	case SG_CUKT_Q8_0: return pickq_nt<SG_CUKT_Q8_0>(nt, r);
-	case SG_CUKT_Q4_0: return pickq_nt<SG_CUKT_Q4_0>(nt, r);
-	case SG_CUKT_Q4_1: return pickq_nt<SG_CUKT_Q4_1>(nt, r);
-	case SG_CUKT_Q5_0: return pickq_nt<SG_CUKT_Q5_0>(nt, r);
-	case SG_CUKT_Q5_1: return pickq_nt<SG_CUKT_Q5_1>(nt, r);
-	case SG_CUKT_Q4_K: return pickq_nt<SG_CUKT_Q4_K>(nt, r);
-	case SG_CUKT_Q5_K: return pickq_nt<SG_CUKT_Q5_K>(nt, r);
-	case SG_CUKT_Q6_K: return pickq_nt<SG_CUKT_Q6_K>(nt, r);
-	case SG_CUKT_MLX4: return pickq_nt<SG_CUKT_MLX4>(nt, r);
-	case SG_CUKT_MLX8: return pickq_nt<SG_CUKT_MLX8>(nt, r);
+	case SG_CUKT_Q8_0: return pickq_nt<SG_CUKT_Q8_0>(nt, variant);
+	case SG_CUKT_Q4_0: return pickq_nt<SG_CUKT_Q4_0>(nt, variant);
+	case SG_CUKT_Q4_1: return pickq_nt<SG_CUKT_Q4_1>(nt, variant);
+	case SG_CUKT_Q5_0: return pickq_nt<SG_CUKT_Q5_0>(nt, variant);
+	case SG_CUKT_Q5_1: return pickq_nt<SG_CUKT_Q5_1>(nt, variant);
+	case SG_CUKT_Q4_K: return pickq_nt<SG_CUKT_Q4_K>(nt, variant);
+	case SG_CUKT_Q5_K: return pickq_nt<SG_CUKT_Q5_K>(nt, variant);
+	case SG_CUKT_Q6_K: return pickq_nt<SG_CUKT_Q6_K>(nt, variant);
+	case SG_CUKT_MLX4: return pickq_nt<SG_CUKT_MLX4>(nt, variant);
+	case SG_CUKT_MLX8: return pickq_nt<SG_CUKT_MLX8>(nt, variant);
 	default: return NULL;
 	}
 }
 
-extern "C" int sg_cu_has_q8(int kt) { return pickq(kt, 1, 1) != NULL; }
+extern "C" int sg_cu_has_q8(int kt) { return pickq(kt, 1, 4) != NULL; }
 
 extern "C" size_t sg_cu_q8_bytes(int64_t nx, int64_t K)
 {
@@ -721,16 +764,19 @@ extern "C" int sg_cu_gemv(const sg_cuw *w, const float *x, int64_t n, float *y, 
 {
 	cudaStream_t st = (cudaStream_t)s;
 	int nt = nt_for(n);
-	if (variant == 0) variant = q8_scratch && sg_cu_has_q8(w->kt) ? (nt == 1 ? 4 : 3) : 1;
+	/* f32 activations: two rows per warp pay for quantized weights (their activations are reused
+	 * across the rows), one for plain types (already at ~90% of the copy bandwidth) */
+	int plain = w->kt == SG_CUKT_F32 || w->kt == SG_CUKT_F16 || w->kt == SG_CUKT_BF16;
+	if (variant == 0) variant = q8_scratch && sg_cu_has_q8(w->kt) ? SG_CU_GEMV_Q8_DEFAULT : plain ? 1 : 2;
 	if (variant >= 3) {
-		int r = nt == 1 ? (variant == 5 ? 4 : variant == 4 ? 2 : 1) : 1;
-		mvq_fn f = pickq(w->kt, nt, r);
+		mvq_fn f = pickq(w->kt, nt, variant);
 		if (!f || !q8_scratch) return (int)cudaErrorInvalidValue;
 		int8_t *xq;
 		float *dx, *sx;
 		int e = quant_x(x, n, w->K, q8_scratch, &xq, &dx, &sx, st);
 		if (e) return e;
-		f<<<(unsigned)((N + r - 1) / r), QT, 0, st>>>(*w, xq, dx, sx, n, y, N, bias, NULL, NULL, NULL, NULL, 1, 0);
+		int r = q8_rows_per_block(nt, variant);
+		f<<<(unsigned)((N + r - 1) / r), q8_threads(nt, variant), 0, st>>>(*w, xq, dx, sx, n, y, N, bias, NULL, NULL, NULL, NULL, 1, 0);
 		return (int)cudaGetLastError();
 	}
 	int r = nt == 1 && variant == 2 ? 2 : 1;
@@ -792,13 +838,13 @@ extern "C" int sg_cu_moe_matmul(const sg_cuw *w, const float *x, int shared_x, c
 	int nt = n == 1 ? 1 : 8;
 	dim3 grid(1, (unsigned)(S < E ? S : E));
 	if (q8_scratch && sg_cu_has_q8(w->kt)) {
-		int r = nt == 1 ? 2 : 1;
+		int v = SG_CU_GEMV_Q8_DEFAULT, r = q8_rows_per_block(nt, v);
 		int8_t *xq;
 		float *dx, *sx;
 		int e = quant_x(x, shared_x ? n : S, w->K, q8_scratch, &xq, &dx, &sx, st);
 		if (e) return e;
 		grid.x = (unsigned)((N + r - 1) / r);
-		pickq(w->kt, nt, r)<<<grid, QT, 0, st>>>(*w, xq, dx, sx, S, y, N, NULL, start, order, used, nused, k, shared_x);
+		pickq(w->kt, nt, v)<<<grid, q8_threads(nt, v), 0, st>>>(*w, xq, dx, sx, S, y, N, NULL, start, order, used, nused, k, shared_x);
 		return (int)cudaGetLastError();
 	}
 	mv_fn f = pick(w->kt, nt, 1);
@@ -890,6 +936,14 @@ extern "C" int sg_cu_dequant_bf16(const sg_cuw *w, int64_t r0, int64_t nr, uint1
 	dq_fn f = pick_dq(w->kt);
 	if (!f) return (int)cudaErrorInvalidValue;
 	f<<<(unsigned)nr, 128, 0, (cudaStream_t)s>>>(*w, NULL, r0, 0, NULL, (__nv_bfloat16 *)out);
+	return (int)cudaGetLastError();
+}
+
+extern "C" int sg_cu_dequant_f32(const sg_cuw *w, int64_t r0, int64_t nr, float *out, sg_custream s)
+{
+	dq_fn f = pick_dq(w->kt);
+	if (!f) return (int)cudaErrorInvalidValue;
+	f<<<(unsigned)nr, 128, 0, (cudaStream_t)s>>>(*w, NULL, r0, 0, out, NULL);
 	return (int)cudaGetLastError();
 }
 

@@ -139,9 +139,35 @@ extern "C" int sg_cu_layernorm(const float *x, const float *w, const float *b, f
 
 /* --- RoPE and the KV cache --- */
 
-static __device__ __forceinline__ void rope_pair(float *x, const sg_cu_rope &r, float p, int k)
+/* Largest position of the step (dynamic NTK needs it; every thread of the block gets it). */
+static __device__ int block_pmax(const int32_t *pos, int64_t n)
 {
-	float a = p * r.inv_freq[k];
+	__shared__ int pm;
+	if (threadIdx.x == 0) {
+		int m = 0;
+		for (int64_t i = 0; i < n; i++) m = max(m, pos[i]);
+		pm = m;
+	}
+	__syncthreads();
+	return pm;
+}
+
+/* Frequency of pair k: the host's table, or for dynamic NTK the same double-precision formula as
+ * the CPU reference with the base grown from the step's largest position. */
+static __device__ __forceinline__ float rope_freq(const sg_cu_rope &r, int k, int pmax)
+{
+	if (!r.dyn) return r.inv_freq[k];
+	double theta = r.theta;
+	if (r.factor > 0 && r.orig_ctx > 0 && pmax + 1 > r.orig_ctx && r.nr > 2)
+		theta *= pow((double)r.factor * (pmax + 1.0) / r.orig_ctx - ((double)r.factor - 1), (double)r.nr / (r.nr - 2));
+	double f = 1.0 / pow(theta, (double)(2 * k) / (double)r.dim);
+	if (r.prop && 2 * k >= r.nr) f = 0;
+	return (float)f;
+}
+
+static __device__ __forceinline__ void rope_pair(float *x, const sg_cu_rope &r, float p, int k, int pmax)
+{
+	float a = p * rope_freq(r, k, pmax);
 	float cs = cosf(a) * r.mscale, sn = sinf(a) * r.mscale;
 	int ia = r.neox ? k : 2 * k, ib = r.neox ? k + r.half : 2 * k + 1;
 	float x0 = x[ia], x1 = x[ib];
@@ -151,10 +177,11 @@ static __device__ __forceinline__ void rope_pair(float *x, const sg_cu_rope &r, 
 
 __global__ void rope_kernel(float *x, const int32_t *pos, int64_t H, int64_t total, const sg_cu_rope r)
 {
+	int pmax = r.dyn ? block_pmax(pos, total / H) : 0;
 	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total * r.half; i += (int64_t)gridDim.x * blockDim.x) {
 		int64_t head = i / r.half;
 		int k = (int)(i % r.half);
-		rope_pair(x + head * r.hd, r, (float)pos[head / H] * r.pos_scale, k);
+		rope_pair(x + head * r.hd, r, (float)pos[head / H] * r.pos_scale, k, pmax);
 	}
 }
 
@@ -200,6 +227,7 @@ __global__ void attn_prep_kernel(float *q, float *k, const float *v, const int32
 				 void *kc, int kf16, void *vc, int vf16, int64_t ctx)
 {
 	int64_t t = blockIdx.x / (Hq + Hk), h = blockIdx.x % (Hq + Hk);
+	int pmax = r.dyn ? block_pmax(pos, gridDim.x / (Hq + Hk)) : 0;
 	int32_t p = pos[t];
 	float pf = (float)p * r.pos_scale;
 	int isk = h >= Hq;
@@ -207,7 +235,7 @@ __global__ void attn_prep_kernel(float *q, float *k, const float *v, const int32
 	int store = isk && p >= 0 && p < ctx;
 	int64_t kbase = store ? ((int64_t)p * Hk + (h - Hq)) * r.hd : 0;
 	for (int kk = threadIdx.x; kk < r.half; kk += blockDim.x) {
-		rope_pair(x, r, pf, kk);
+		rope_pair(x, r, pf, kk, pmax);
 		if (store) {
 			int ia = r.neox ? kk : 2 * kk, ib = r.neox ? kk + r.half : 2 * kk + 1;
 			cache_put(kc, kf16, kbase + ia, x[ia]);
@@ -257,8 +285,9 @@ template <int ND> __global__ void __launch_bounds__(AW * 32) attn_kernel(const s
 	}
 	int64_t p = a.pos[t];
 	int64_t hi = a.causal ? p : sm_pmax;
-	if (hi > a.ctx - 1) hi = a.ctx - 1;
+	if (!a.ring && hi > a.ctx - 1) hi = a.ctx - 1;
 	int64_t lo = a.causal && a.window > 0 ? p - a.window + 1 : 0;
+	if (a.ring && lo < hi - a.ctx + 1) lo = hi - a.ctx + 1; /* older rows were overwritten */
 	if (lo < 0) lo = 0;
 	int64_t b0 = lo + (int64_t)c * a.chunk, b1 = a.nchunk == 1 ? hi : min(b0 + a.chunk - 1, hi);
 
@@ -272,7 +301,8 @@ template <int ND> __global__ void __launch_bounds__(AW * 32) attn_kernel(const s
 	}
 	float m = -INFINITY, l = 0.0f;
 	for (int64_t j = b0 + warp; j <= b1; j += AW) {
-		int64_t kb = (j * a.Hkv + kh) * a.hd, vb = (j * a.Hkv + kh) * a.hdv;
+		int64_t row = a.ring ? j % a.ctx : j;
+		int64_t kb = (row * a.Hkv + kh) * a.hd, vb = (row * a.Hkv + kh) * a.hdv;
 		float s = 0.0f;
 #pragma unroll
 		for (int i = 0; i < ND; i++) {
@@ -366,6 +396,7 @@ __global__ void ew_kernel(int kind, const float *a, const float *b, float sc, fl
 		switch (kind) {
 		case SG_CU_EW_SILU: r = g / (1.0f + expf(-g)) * b[i]; break;
 		case SG_CU_EW_GELU: r = 0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g))) * b[i]; break;
+		case SG_CU_EW_GELU_ERF: r = 0.5f * g * (1.0f + erff(g * 0.70710678f)) * b[i]; break;
 		case SG_CU_EW_ADD: r = g + b[i]; break;
 		case SG_CU_EW_SCALE: r = g * sc; break;
 		default: r = sc * tanhf(g / sc); break;
