@@ -10,6 +10,7 @@ int sg_cli_bench(int argc, char **argv);
 int sg_cli_pull(int argc, char **argv);
 int sg_cli_list(int argc, char **argv);
 int sg_cli_rm(int argc, char **argv);
+int sg_cli_serve(int argc, char **argv);
 int sg_cli_tokenize(int argc, char **argv);
 int sg_cli_detokenize(int argc, char **argv);
 int sg_cli_template(int argc, char **argv);

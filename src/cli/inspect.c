@@ -181,7 +181,7 @@ int sg_cli_inspect(int argc, char **argv)
 	if (have_desc) print_desc(&d);
 	else printf("arch: unknown (no config.json)\n");
 
-	type_total totals[64];
+	type_total totals[64] = {0};
 	int n_totals = 0;
 	uint64_t params = 0, bytes = 0;
 	int n_visible = 0;

@@ -25,6 +25,7 @@ static const verb verbs[] = {
 	{"inspect", sg_cli_inspect, "PATH [--tensors] [--dump TENSOR --out FILE]", "show a model's format, architecture, tensors and memory needs"},
 	{"pull", sg_cli_pull, "[-q] MODEL", "download a model from the Hugging Face hub and print its local path"},
 	{"list", sg_cli_list, "[--json]", "list the models on this machine (Hugging Face cache, saragossa's folder)"},
+	{"serve", sg_cli_serve, "[--socket PATH] [--port N --api-key KEY] --model NAME=MODEL ...", "serve the OpenAI and Ollama APIs over a Unix socket or loopback TCP"},
 	{"rm", sg_cli_rm, "MODEL...", "remove models from the Hugging Face cache or saragossa's folder"},
 	{"tokenize", sg_cli_tokenize, "--model M [--no-special] [--batch [--threads N]] [--time]", "text on stdin -> token ids"},
 	{"detokenize", sg_cli_detokenize, "--model M [--skip-special] [--stream] [--batch] [--time]", "token ids on stdin -> text"},

@@ -33,7 +33,7 @@ typedef struct sg_fwd_state {
 	sg_btensor rl;          /* MoE router logits [chunk][E] */
 	sg_btensor eids, ew;    /* MoE I32 [chunk][k], F32 [chunk][k] */
 	sg_btensor ey;          /* MoE [chunk][k][D] */
-	sg_btensor logits;      /* [chunk][V] */
+	sg_btensor logits;      /* [1][V], grown to [chunk][V] when every position's logits are wanted */
 } sg_fwd_state;
 
 /* Allocates the state for contexts of n_ctx tokens, chunks of `chunk` tokens and a cache of

@@ -28,7 +28,7 @@ typedef struct sg_jinja_limits {
 	size_t max_output;    /* bytes of rendered text (default 64 MiB) */
 	size_t max_memory;    /* bytes of values made while rendering (default 512 MiB) */
 	uint64_t max_steps;   /* evaluation steps, bounds loops (default 50 million) */
-	int max_depth;        /* nesting of macro calls and expressions (default 200) */
+	int max_depth;        /* nesting of macro calls, blocks and expressions (default 1000) */
 	/* strftime_now() uses this time (seconds since the epoch, local time) when non-zero, so tests
 	 * can pin the date; 0 takes the current time. */
 	int64_t now;

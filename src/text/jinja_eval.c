@@ -819,7 +819,7 @@ sg_status sg_jinja_render(const sg_jinja_template *t, const json_t *vars, const 
 	if (!c) return SG_FAIL(SG_ERR_NOMEM, "out of memory");
 	sg_arena_init(&c->a, 0);
 	c->tpl = t;
-	c->lim = (sg_jinja_limits){.max_output = 64u << 20, .max_memory = 512u << 20, .max_steps = 50000000, .max_depth = 200};
+	c->lim = (sg_jinja_limits){.max_output = 64u << 20, .max_memory = 512u << 20, .max_steps = 50000000, .max_depth = 1000};
 	if (limits) {
 		if (limits->max_output) c->lim.max_output = limits->max_output;
 		if (limits->max_memory) c->lim.max_memory = limits->max_memory;

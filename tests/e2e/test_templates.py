@@ -404,7 +404,7 @@ class ExprGen:
 
 
 def test_random_expressions_render_like_jinja2(tmp_path):
-    """A few hundred generated expressions and loops over them: same text as jinja2, or an error
+    """250 generated expressions and loops over them: same text as jinja2, or an error
     where jinja2 raises. The one allowed difference: jinja2's map/select/unique/items filters
     return lazy generators, which it prints as '<generator object ... at 0x...>' and evaluates
     only when consumed; saragossa refuses to print a generator and may report an error in an
@@ -419,7 +419,7 @@ def test_random_expressions_render_like_jinja2(tmp_path):
     for k, v in RVARS.items():
         vargs += ["--var", f"{k}={json.dumps(v)}"]
     same = errors = 0
-    for i in range(400):
+    for i in range(250):
         src = "{{ " + gen.expr() + " }}"
         if gen.r.random() < 0.3:
             it = gen.r.choice(["xs", "msgs", "d", "s", "u", "nope", "n", "[]"])
@@ -440,7 +440,7 @@ def test_random_expressions_render_like_jinja2(tmp_path):
         else:
             assert r.returncode == 1 and r.stdout == b"", f"{src}\njinja2 raised {want}\nsaragossa printed {r.stdout!r}"
             errors += 1
-    assert same >= 200, (same, errors)
+    assert same >= 120, (same, errors)
 
 
 def test_random_whitespace_control_matches_jinja2(tmp_path):
@@ -472,7 +472,7 @@ def test_random_whitespace_control_matches_jinja2(tmp_path):
     mf = tmp_path / "m.json"
     mf.write_text('[{"role": "user", "content": "x"}]')
     tf = tmp_path / "t.jinja"
-    for i in range(300):
+    for i in range(200):
         src = "".join(piece() for _ in range(rng.randint(1, 6)))
         want = _compile_jinja_template(src).render(v="V", t=True)
         tf.write_bytes(src.encode())

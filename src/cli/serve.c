@@ -1,0 +1,151 @@
+/* saragossa serve: the OpenAI- and Ollama-compatible HTTP server (src/server/). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/flags.h"
+#include "base/log.h"
+#include "cli/cli.h"
+#include "hub/resolve.h"
+#include "saragossa.h"
+#include "server/server.h"
+
+#define DEFAULT_SOCKET "/tmp/saragossa-serve.sock"
+
+static void usage(void)
+{
+	printf("usage: saragossa serve [options] --model NAME=MODEL ...\n"
+	       "  serve the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models, /tokenize,\n"
+	       "  /detokenize) and the Ollama API (/api/chat, /api/generate, /api/tags, /api/show, /api/ps,\n"
+	       "  /api/version) on a Unix socket and/or loopback TCP. docs/api.md describes every route.\n"
+	       "\n"
+	       "models:\n"
+	       "  --model NAME=MODEL    serve MODEL (a folder, a .gguf file, a name in the models folder or a\n"
+	       "                        Hugging Face repo id) under NAME, the request's \"model\" field;\n"
+	       "                        repeatable; the first is the default. --model MODEL names it MODEL\n"
+	       "  --ctx N               context tokens per model (default: the model's, capped at 4096)\n"
+	       "\n"
+	       "transport (a Unix socket unless --port is given; both when --socket is given too):\n"
+	       "  --socket PATH         Unix socket, created mode 0600 (default " DEFAULT_SOCKET "); a stale\n"
+	       "                        socket file is replaced, a live server on it is refused\n"
+	       "  --port N              also/instead listen on TCP port N (needs an API key)\n"
+	       "  --host ADDR           TCP bind address (default 127.0.0.1; anything else is reachable from\n"
+	       "                        other machines and still needs the key)\n"
+	       "  --ollama-port N       one more TCP port for Ollama clients (11434 is theirs), same key\n"
+	       "  --api-key KEY         bearer token TCP clients must send ('Authorization: Bearer KEY');\n"
+	       "                        default $SARAGOSSA_API_KEY. Required for TCP; the socket needs none\n"
+	       "\n"
+	       "limits:\n"
+	       "  --max-tokens-cap N    hard cap on tokens generated per request (default 4096)\n"
+	       "  --max-body BYTES      largest request body (default 4m; larger: 413)\n"
+	       "  --queue N             requests that may wait behind the running one (default 16; more: 503\n"
+	       "                        with Retry-After)\n"
+	       "  --read-timeout S      seconds a client has to send its request (default 30; then 408 or\n"
+	       "                        the connection is closed)\n"
+	       "  --max-connections N   open connections per listener (default 64)\n"
+	       "  -q, --quiet           log warnings and errors only\n");
+}
+
+static int parse_num(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out)
+{
+	if (!v) return sg_cli_usage_error("serve", "%s needs a value", flag);
+	if (sg_parse_int(v, out) || *out < lo || *out > hi)
+		return sg_cli_usage_error("serve", "%s '%s' must be a number in [%lld, %lld]", flag, v, (long long)lo, (long long)hi);
+	return 0;
+}
+
+int sg_cli_serve(int argc, char **argv)
+{
+	sg_server_opts o = sg_server_default_opts();
+	const char *socket_path = NULL;
+	const char *key = NULL;
+	static char names[SG_SERVER_MAX_MODELS][128];
+	static sg_hub_model resolved[SG_SERVER_MAX_MODELS];
+	const char *specs[SG_SERVER_MAX_MODELS];
+	int n_specs = 0;
+	for (int i = 0; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int64_t x;
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			usage();
+			return 0;
+		} else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+			sg_log_set_level(SG_LOG_WARN);
+			continue;
+		} else if (!strcmp(a, "--model")) {
+			if (!v) return sg_cli_usage_error("serve", "--model needs NAME=MODEL");
+			if (n_specs == SG_SERVER_MAX_MODELS)
+				return sg_cli_usage_error("serve", "at most %d --model flags", SG_SERVER_MAX_MODELS);
+			specs[n_specs++] = v;
+		} else if (!strcmp(a, "--socket")) {
+			if (!v) return sg_cli_usage_error("serve", "--socket needs a PATH");
+			socket_path = v;
+		} else if (!strcmp(a, "--host")) {
+			if (!v) return sg_cli_usage_error("serve", "--host needs an address");
+			o.host = v;
+		} else if (!strcmp(a, "--api-key")) {
+			if (!v) return sg_cli_usage_error("serve", "--api-key needs a KEY");
+			key = v;
+		} else if (!strcmp(a, "--port")) {
+			if (parse_num(a, v, 1, 65535, &x)) return 2;
+			o.port = (int)x;
+		} else if (!strcmp(a, "--ollama-port")) {
+			if (parse_num(a, v, 1, 65535, &x)) return 2;
+			o.ollama_port = (int)x;
+		} else if (!strcmp(a, "--ctx")) {
+			if (parse_num(a, v, 16, 1 << 24, &x)) return 2;
+			o.n_ctx = (int32_t)x;
+		} else if (!strcmp(a, "--max-tokens-cap")) {
+			if (parse_num(a, v, 1, 1 << 24, &x)) return 2;
+			o.max_tokens_cap = (int32_t)x;
+		} else if (!strcmp(a, "--max-body")) {
+			if (parse_num(a, v, 1024, 1LL << 30, &x)) return 2;
+			o.max_body = (size_t)x;
+		} else if (!strcmp(a, "--queue")) {
+			if (parse_num(a, v, 0, 4096, &x)) return 2;
+			o.queue = (int)x;
+		} else if (!strcmp(a, "--read-timeout")) {
+			if (parse_num(a, v, 1, 3600, &x)) return 2;
+			o.read_timeout_s = (int)x;
+		} else if (!strcmp(a, "--max-connections")) {
+			if (parse_num(a, v, 1, 4096, &x)) return 2;
+			o.max_connections = (int)x;
+		} else return sg_cli_usage_error("serve", "unknown option '%s'", a);
+		i++;
+	}
+	if (!key) {
+		const char *env = sg_flag_str("SARAGOSSA_API_KEY");
+		if (env && *env) key = env;
+	}
+	o.api_key = key;
+	if (socket_path) o.socket_path = socket_path;
+	else if (!o.port && !o.ollama_port) o.socket_path = DEFAULT_SOCKET;
+	if ((o.port || o.ollama_port) && !key) {
+		fprintf(stderr, "saragossa: serve over TCP needs an API key: pass --api-key KEY or set SARAGOSSA_API_KEY "
+				"(clients then send 'Authorization: Bearer KEY'); without a key use the Unix socket (--socket)\n");
+		return 2;
+	}
+	for (int i = 0; i < n_specs; i++) {
+		const char *eq = strchr(specs[i], '=');
+		const char *model = eq ? eq + 1 : specs[i];
+		size_t nl = eq ? (size_t)(eq - specs[i]) : strlen(specs[i]);
+		if (!nl || !*model) return sg_cli_usage_error("serve", "--model '%s' is not NAME=MODEL", specs[i]);
+		if (nl >= sizeof names[i]) return sg_cli_usage_error("serve", "model name '%.*s...' is too long", 40, specs[i]);
+		memcpy(names[i], specs[i], nl);
+		names[i][nl] = 0;
+		sg_hub_opts ho = {.quiet = 0};
+		if (sg_hub_resolve(model, &ho, &resolved[i])) {
+			fprintf(stderr, "saragossa: --model %s: %s\n", specs[i], sg_last_error());
+			return 1;
+		}
+		o.models[i].name = names[i];
+		o.models[i].path = resolved[i].path;
+	}
+	o.n_models = n_specs;
+	if (!n_specs) SG_WARN("serve: no --model given: generation routes answer 404 until a model is served");
+	if (sg_server_run(&o)) {
+		fprintf(stderr, "saragossa: %s\n", sg_last_error());
+		return 1;
+	}
+	return 0;
+}

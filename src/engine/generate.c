@@ -1,0 +1,241 @@
+/* The generation loop (see generate.h). */
+#include "engine/generate.h"
+
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/timer.h"
+
+sg_gen_params sg_gen_default_params(void)
+{
+	sg_gen_params p;
+	memset(&p, 0, sizeof p);
+	p.sampler = sg_sampler_default_params();
+	p.max_tokens = 256;
+	p.prefill_chunk = 512;
+	return p;
+}
+
+void sg_gen_state_init(sg_gen_state *st, const sg_gen_model *model)
+{
+	memset(st, 0, sizeof *st);
+	st->model = model;
+}
+
+void sg_gen_state_free(sg_gen_state *st)
+{
+	sg_free(st->tokens);
+	memset(st, 0, sizeof *st);
+}
+
+sg_status sg_gen_state_reset(sg_gen_state *st)
+{
+	st->n = 0;
+	return st->model->reset(st->model->self);
+}
+
+size_t sg_gen_common_prefix(const sg_gen_state *st, const int32_t *prompt, size_t n)
+{
+	size_t i = 0;
+	while (i < n && i < st->n && st->tokens[i] == prompt[i]) i++;
+	return i;
+}
+
+static sg_status history_append(sg_gen_state *st, const int32_t *t, size_t n)
+{
+	if (st->n + n > st->cap) {
+		size_t cap = st->cap ? st->cap : 256;
+		while (cap < st->n + n) cap *= 2;
+		int32_t *nt = sg_realloc(st->tokens, cap * sizeof *nt);
+		if (!nt) return SG_FAIL(SG_ERR_NOMEM, "token history of %zu entries", cap);
+		st->tokens = nt;
+		st->cap = cap;
+	}
+	memcpy(st->tokens + st->n, t, n * sizeof *t);
+	st->n += n;
+	return SG_OK;
+}
+
+/* Evaluates tokens and records them; a failed eval leaves the model state unknown, so the
+ * history is forgotten (the next turn starts from scratch). */
+static sg_status eval_tokens(sg_gen_state *st, const int32_t *t, size_t n, float *logits)
+{
+	const sg_gen_model *m = st->model;
+	sg_status s = m->eval(m->self, t, n, st->n, logits);
+	if (s) {
+		st->n = 0;
+		(void)m->reset(m->self);
+		return s;
+	}
+	return history_append(st, t, n);
+}
+
+/* Keeps the first `keep` tokens of the state: truncates when the model can, else restarts. */
+static sg_status roll_back(sg_gen_state *st, size_t keep)
+{
+	if (keep >= st->n) return SG_OK;
+	const sg_gen_model *m = st->model;
+	if (keep > 0 && m->truncate) {
+		sg_status s = m->truncate(m->self, keep);
+		if (s == SG_OK) {
+			st->n = keep;
+			return SG_OK;
+		}
+		if (s != SG_ERR_UNSUPPORTED) return s;
+	}
+	return sg_gen_state_reset(st);
+}
+
+static int cancelled(const sg_gen_params *p)
+{
+	return p->cancel && atomic_load_explicit(p->cancel, memory_order_relaxed);
+}
+
+static int emit(const sg_gen_params *p, sg_gen_event *ev)
+{
+	return p->on_event ? p->on_event(ev, p->user) : 0;
+}
+
+const char *sg_gen_finish_str(sg_gen_finish f)
+{
+	switch (f) {
+	case SG_GEN_STOP: return "stop";
+	case SG_GEN_LENGTH: return "length";
+	case SG_GEN_CANCELLED: return "cancelled";
+	case SG_GEN_NONE: break;
+	}
+	return "none";
+}
+
+/* The text still held by the detokenizer and the stop matcher, as one final event. */
+static int emit_tail(const sg_gen_params *p, const sg_gen_detok *detok, sg_stop *stop, int flush_detok)
+{
+	sg_stop_result r;
+	if (flush_detok) {
+		const char *piece = NULL;
+		size_t len = 0;
+		if (detok->flush(detok->self, &piece, &len) == SG_OK && len) {
+			if (sg_stop_text(stop, piece, len, &r) == SG_OK && r.len) {
+				sg_gen_event ev = {.text = r.text, .len = r.len};
+				if (emit(p, &ev)) return 1;
+			}
+		}
+	}
+	if (sg_stop_flush(stop, &r) != SG_OK) return 0;
+	sg_gen_event ev = {.text = r.text, .len = r.len, .is_final = 1};
+	return emit(p, &ev);
+}
+
+sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_params *p, sg_gen_result *res)
+{
+	const sg_gen_model *m = st->model;
+	memset(res, 0, sizeof *res);
+	res->stop_index = -1;
+	res->n_prompt = p->n_prompt;
+	if (!p->prompt || p->n_prompt == 0) return SG_FAIL(SG_ERR_INVALID_ARG, "the prompt is empty");
+	if (p->max_tokens <= 0) return SG_FAIL(SG_ERR_INVALID_ARG, "max_tokens = %d must be > 0", p->max_tokens);
+	if (p->n_prompt >= (size_t)m->n_ctx)
+		return sg_error(SG_ERR_RANGE, "prompt has %zu tokens, the context holds %d (at least one more is needed to answer)",
+				p->n_prompt, m->n_ctx);
+	for (size_t i = 0; i < p->n_prompt; i++)
+		if (p->prompt[i] < 0 || p->prompt[i] >= m->n_vocab)
+			return sg_error(SG_ERR_RANGE, "prompt token %zu is id %d, outside the vocabulary [0, %d)", i,
+					p->prompt[i], m->n_vocab);
+
+	/* Timed from here: the TTFT covers setting up the sampler and stop matcher too. */
+	uint64_t t0 = sg_time_ns();
+	sg_sampler *smp = NULL;
+	sg_stop *stop = NULL;
+	float *logits = NULL;
+	sg_status s = sg_sampler_create(&p->sampler, m->n_vocab, &smp);
+	if (s) goto out;
+	res->seed = sg_sampler_seed(smp);
+	sg_stop_params sp = {.eos_ids = p->eos_ids,
+			     .n_eos = p->n_eos,
+			     .stop_strings = p->stop,
+			     .n_stop_strings = p->n_stop,
+			     .max_tokens = p->max_tokens};
+	if ((s = sg_stop_create(&sp, &stop))) goto out;
+	logits = sg_malloc((size_t)m->n_vocab * sizeof *logits);
+	if (!logits) {
+		s = SG_FAIL(SG_ERR_NOMEM, "logits of %d entries", m->n_vocab);
+		goto out;
+	}
+	detok->reset(detok->self);
+	if (p->constraint && p->constraint->reset) p->constraint->reset(p->constraint->self);
+
+	/* Reuse what the state holds; at least the last prompt token is evaluated again, since
+	 * its logits are needed to sample the first new token. */
+	size_t keep = sg_gen_common_prefix(st, p->prompt, p->n_prompt);
+	if (keep == p->n_prompt) keep--;
+	if ((s = roll_back(st, keep))) goto out;
+	res->n_cached = st->n;
+	size_t chunk = p->prefill_chunk ? p->prefill_chunk : 512;
+	for (size_t i = st->n; i < p->n_prompt;) {
+		if (cancelled(p)) {
+			res->finish = SG_GEN_CANCELLED;
+			goto out;
+		}
+		size_t n = p->n_prompt - i < chunk ? p->n_prompt - i : chunk;
+		if ((s = eval_tokens(st, p->prompt + i, n, logits))) goto out;
+		i += n;
+	}
+	uint64_t t1 = sg_time_ns();
+	res->prefill_s = (double)(t1 - t0) * 1e-9;
+
+	uint64_t t_first = 0;
+	for (;;) {
+		if (cancelled(p)) {
+			res->finish = SG_GEN_CANCELLED;
+			emit_tail(p, detok, stop, 1);
+			break;
+		}
+		sg_sample_result sr;
+		if (p->constraint && (s = p->constraint->mask(p->constraint->self, logits, m->n_vocab))) goto out;
+		if ((s = sg_sampler_sample(smp, logits, m->n_vocab, &sr))) goto out;
+		if (p->constraint && (s = p->constraint->accept(p->constraint->self, sr.token))) goto out;
+		if (!t_first) t_first = sg_time_ns();
+		res->n_generated++;
+		(void)sg_sampler_accept(smp, sr.token);
+		const char *piece = "";
+		size_t plen = 0;
+		if (!sg_stop_is_eos(stop, sr.token) && (s = detok->push(detok->self, sr.token, &piece, &plen)))
+			goto out;
+		sg_stop_result r;
+		if ((s = sg_stop_next(stop, sr.token, piece, plen, &r))) goto out;
+		sg_gen_event ev = {.text = r.text, .len = r.len, .has_token = 1, .token = sr.token, .sample = &sr};
+		int want_stop = emit(p, &ev);
+		if (r.finish != SG_FINISH_NONE) {
+			res->finish = r.finish == SG_FINISH_LENGTH ? SG_GEN_LENGTH : SG_GEN_STOP;
+			res->stop_index = r.stop_index;
+			emit_tail(p, detok, stop, r.finish == SG_FINISH_EOS);
+			break;
+		}
+		if (want_stop) {
+			res->finish = SG_GEN_CANCELLED;
+			emit_tail(p, detok, stop, 1);
+			break;
+		}
+		if (st->n + 1 >= (size_t)m->n_ctx) {
+			/* The sampled token has no room to be evaluated: the context is full. */
+			res->finish = SG_GEN_LENGTH;
+			emit_tail(p, detok, stop, 1);
+			break;
+		}
+		if (cancelled(p)) {
+			res->finish = SG_GEN_CANCELLED;
+			emit_tail(p, detok, stop, 1);
+			break;
+		}
+		if ((s = eval_tokens(st, &sr.token, 1, logits))) goto out;
+	}
+	uint64_t t2 = sg_time_ns();
+	res->ttft_s = t_first ? (double)(t_first - t0) * 1e-9 : 0;
+	res->decode_s = t_first ? (double)(t2 - t_first) * 1e-9 : 0;
+out:
+	sg_free(logits);
+	sg_stop_free(stop);
+	sg_sampler_free(smp);
+	return s;
+}

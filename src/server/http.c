@@ -1,0 +1,793 @@
+/* The HTTP side of `saragossa serve` (see server.h): listeners, routing, auth, body limits and
+ * deadlines, and the hand-off of generations to the inference worker. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/json.h"
+#include "base/log.h"
+#include "base/timer.h"
+#include "server/job.h"
+#include "server/model.h"
+#include "server/request.h"
+#include "server/routes.h"
+#include "server/server.h"
+
+typedef struct listener {
+	struct MHD_Daemon *d;
+	int auth; /* TCP listeners check the bearer token */
+	struct server *srv;
+} listener;
+
+typedef struct server {
+	sg_server_opts o;
+	sg_srv_model *models[SG_SERVER_MAX_MODELS];
+	int n_models;
+	sg_queue *queue;
+	listener ls[3];
+	int n_ls;
+	int unix_fd;
+	atomic_ulong next_id;
+} server;
+
+static int stop_pipe[2] = {-1, -1};
+
+void sg_server_stop(void)
+{
+	if (stop_pipe[1] >= 0) {
+		char c = 1;
+		ssize_t w = write(stop_pipe[1], &c, 1);
+		(void)w;
+	}
+}
+
+sg_server_opts sg_server_default_opts(void)
+{
+	sg_server_opts o;
+	memset(&o, 0, sizeof o);
+	o.host = "127.0.0.1";
+	o.max_tokens_cap = 4096;
+	o.max_body = 4u << 20;
+	o.queue = 16;
+	o.read_timeout_s = 30;
+	o.max_connections = 64;
+	return o;
+}
+
+/* ---- routing ---- */
+
+typedef struct route_def {
+	const char *path;
+	sg_srv_route route;
+	const char *method;
+} route_def;
+
+static const route_def routes[] = {
+	{"/health", SG_ROUTE_HEALTH, "GET"},
+	{"/v1/models", SG_ROUTE_OAI_MODELS, "GET"},
+	{"/v1/chat/completions", SG_ROUTE_OAI_CHAT, "POST"},
+	{"/v1/completions", SG_ROUTE_OAI_COMPLETIONS, "POST"},
+	{"/tokenize", SG_ROUTE_TOKENIZE, "POST"},
+	{"/detokenize", SG_ROUTE_DETOKENIZE, "POST"},
+	{"/api/chat", SG_ROUTE_OLLAMA_CHAT, "POST"},
+	{"/api/generate", SG_ROUTE_OLLAMA_GENERATE, "POST"},
+	{"/api/tags", SG_ROUTE_OLLAMA_TAGS, "GET"},
+	{"/api/show", SG_ROUTE_OLLAMA_SHOW, "POST"},
+	{"/api/ps", SG_ROUTE_OLLAMA_PS, "GET"},
+	{"/api/version", SG_ROUTE_OLLAMA_VERSION, "GET"},
+	{"/api/embed", SG_ROUTE_OLLAMA_EMBED, "POST"},
+	{"/api/embeddings", SG_ROUTE_OLLAMA_EMBED, "POST"},
+	{"/", SG_ROUTE_OLLAMA_VERSION, "GET"}, /* Ollama clients probe "/" */
+};
+
+/* Per-request state kept across the handler's calls. */
+typedef struct conn_req {
+	const route_def *rt;
+	const char *model_id; /* GET /v1/models/{id} */
+	uint64_t start_ns;
+	char *body;
+	size_t len, cap;
+	int answered; /* a response was queued before the body ended */
+} conn_req;
+
+/* ---- responses ---- */
+
+static enum MHD_Result send_bytes(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len,
+				  int retry_after)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+	if (!r) return MHD_NO;
+	MHD_add_response_header(r, "Content-Type", ctype);
+	MHD_add_response_header(r, "Server", "saragossa");
+	if (retry_after) MHD_add_response_header(r, "Retry-After", "1");
+	if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+	enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, int status, json_t *o)
+{
+	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	if (!s) return send_bytes(c, 500, "application/json", "{\"error\":\"out of memory\"}", 25, 0);
+	enum MHD_Result r = send_bytes(c, status, "application/json", s, strlen(s), 0);
+	free(s);
+	return r;
+}
+
+static enum MHD_Result send_err(struct MHD_Connection *c, sg_srv_route route, const sg_srv_err *e)
+{
+	char *s = NULL;
+	json_t *o = sg_routes_error_body(route, e);
+	if (o) s = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	enum MHD_Result r = s ? send_bytes(c, e->status, "application/json", s, strlen(s), e->status == 503)
+			      : send_bytes(c, 500, "application/json", "{\"error\":\"out of memory\"}", 25, 0);
+	free(s);
+	return r;
+}
+
+static enum MHD_Result fail(struct MHD_Connection *c, sg_srv_route route, int status, const char *type, const char *param,
+			    const char *code, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static enum MHD_Result fail(struct MHD_Connection *c, sg_srv_route route, int status, const char *type, const char *param,
+			    const char *code, const char *fmt, ...)
+{
+	sg_srv_err e;
+	va_list ap;
+	va_start(ap, fmt);
+	char msg[512];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	sg_srv_err_set(&e, status, type, param, "%s", msg);
+	if (code) snprintf(e.code, sizeof e.code, "%s", code);
+	return send_err(c, route, &e);
+}
+
+/* ---- models ---- */
+
+static sg_srv_model *find_model(server *s, const char *name)
+{
+	if (!name || !*name) return s->n_models ? s->models[0] : NULL;
+	for (int i = 0; i < s->n_models; i++)
+		if (!strcmp(sg_srv_model_info_get(s->models[i])->name, name)) return s->models[i];
+	return NULL;
+}
+
+static enum MHD_Result unknown_model(struct MHD_Connection *c, server *s, sg_srv_route route, const char *name)
+{
+	char list[1024] = "";
+	size_t o = 0;
+	for (int i = 0; i < s->n_models && o < sizeof list - 2; i++)
+		o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", sg_srv_model_info_get(s->models[i])->name);
+	if (!s->n_models) snprintf(list, sizeof list, "(none: start the server with --model NAME=PATH)");
+	return fail(c, route, 404, "not_found_error", "model", "model_not_found", "model '%.200s' not found; available: %s",
+		    name && *name ? name : "(default)", list);
+}
+
+/* ---- streaming responses ---- */
+
+typedef struct stream_ctx {
+	sg_job *job;
+	int sock;
+} stream_ctx;
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	stream_ctx *sc = cls;
+	sg_job *j = sc->job;
+	for (;;) {
+		pthread_mutex_lock(&j->mu);
+		if (j->out_len) {
+			size_t n = j->out_len < max ? j->out_len : max;
+			memcpy(buf, j->out, n);
+			memmove(j->out, j->out + n, j->out_len - n);
+			j->out_len -= n;
+			pthread_mutex_unlock(&j->mu);
+			return (ssize_t)n;
+		}
+		int done = j->state == SG_JOB_DONE;
+		pthread_mutex_unlock(&j->mu);
+		if (done) return MHD_CONTENT_READER_END_OF_STREAM;
+		if (sg_job_wait(j, SG_JOB_DONE, sc->sock)) return MHD_CONTENT_READER_END_WITH_ERROR;
+	}
+}
+
+static void stream_free(void *cls)
+{
+	stream_ctx *sc = cls;
+	/* Freed before the end: the client went away or the write failed. */
+	atomic_store(&sc->job->cancel, 1);
+	sg_job_unref(sc->job);
+	sg_free(sc);
+}
+
+static int conn_fd(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	return ci ? ci->connect_fd : -1;
+}
+
+static void send_raw_error(struct MHD_Connection *c, const conn_req *cr, int status, const char *reason, const char *code,
+			   const char *msg);
+static void send_timeout(struct MHD_Connection *c, const conn_req *cr, int timeout_s);
+
+/* Queues the job, waits for its status, and answers (whole, or as a stream). */
+static enum MHD_Result run_job(struct MHD_Connection *c, server *s, sg_job *j)
+{
+	sg_srv_route route = j->req.route;
+	if (sg_queue_push(s->queue, j)) {
+		sg_job_unref(j);
+		return fail(c, route, 503, "server_busy", NULL, "queue_full",
+			    "the server is busy: %d requests are already waiting; retry shortly", s->o.queue);
+	}
+	/* No idle timer while the worker has the request: the client's liveness is watched on its
+	 * socket instead (the read deadline is restored when the request completes). */
+	MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0);
+	int sock = conn_fd(c);
+	if (sg_job_wait(j, j->req.stream ? SG_JOB_STREAMING : SG_JOB_DONE, sock)) {
+		sg_job_unref(j);
+		return MHD_NO;
+	}
+	pthread_mutex_lock(&j->mu);
+	int status = j->status ? j->status : 500;
+	const char *ctype = j->content_type ? j->content_type : "application/json";
+	int done = j->state == SG_JOB_DONE;
+	pthread_mutex_unlock(&j->mu);
+	if (!j->req.stream || (done && status != 200)) {
+		if (!done && sg_job_wait(j, SG_JOB_DONE, sock)) {
+			sg_job_unref(j);
+			return MHD_NO;
+		}
+		pthread_mutex_lock(&j->mu);
+		enum MHD_Result r = send_bytes(c, status, ctype, j->out ? j->out : "", j->out_len, 0);
+		pthread_mutex_unlock(&j->mu);
+		sg_job_unref(j);
+		return r;
+	}
+	stream_ctx *sc = sg_calloc(1, sizeof *sc);
+	if (!sc) {
+		atomic_store(&j->cancel, 1);
+		sg_job_unref(j);
+		return MHD_NO;
+	}
+	sc->job = j;
+	sc->sock = sock;
+	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, sc, stream_free);
+	if (!r) {
+		stream_free(sc);
+		return MHD_NO;
+	}
+	MHD_add_response_header(r, "Content-Type", ctype);
+	MHD_add_response_header(r, "Cache-Control", "no-cache");
+	MHD_add_response_header(r, "Server", "saragossa");
+	enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+/* ---- generation routes ---- */
+
+static int tokenize_prompt(const sg_srv_model *m, sg_srv_req *q, int32_t **ids, size_t *n, sg_srv_err *e)
+{
+	char *text = NULL;
+	size_t len = 0;
+	int add_special = 0;
+	sg_status st = SG_OK;
+	if (q->chat) {
+		st = sg_srv_model_chat_prompt(m, q->messages, q->tools, &text, &len);
+	} else if (q->prompt_ids) {
+		*ids = q->prompt_ids;
+		*n = q->n_prompt_ids;
+		q->prompt_ids = NULL;
+		q->n_prompt_ids = 0;
+		int32_t nv = sg_srv_model_info_get(m)->n_vocab;
+		for (size_t i = 0; i < *n; i++)
+			if ((*ids)[i] >= nv)
+				return sg_srv_err_set(e, 400, NULL, "prompt", "prompt token %zu is id %d, outside the vocabulary [0, %d)", i,
+						      (*ids)[i], nv);
+		return 0;
+	} else if (q->route == SG_ROUTE_OLLAMA_GENERATE && !q->raw) {
+		json_t *msgs = json_array();
+		if (q->system) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", q->system));
+		json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", q->prompt));
+		st = sg_srv_model_chat_prompt(m, msgs, NULL, &text, &len);
+		json_decref(msgs);
+	} else {
+		text = sg_strdup(q->prompt ? q->prompt : "");
+		if (!text) return sg_srv_err_set(e, 500, "server_error", NULL, "out of memory");
+		len = strlen(text);
+		add_special = 1;
+	}
+	if (st) {
+		int status = st == SG_ERR_NOT_FOUND || st == SG_ERR_UNSUPPORTED ? 400 : st == SG_ERR_NOMEM ? 500 : 400;
+		return sg_srv_err_set(e, status, NULL, "messages", "%s", sg_last_error());
+	}
+	st = sg_srv_model_tokenize(m, text, len, add_special, ids, n);
+	sg_free(text);
+	if (st) return sg_srv_err_set(e, 400, NULL, q->chat ? "messages" : "prompt", "%s", sg_last_error());
+	return 0;
+}
+
+static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, conn_req *cr)
+{
+	sg_srv_route route = cr->rt->route;
+	sg_srv_limits lim = {.max_tokens_cap = s->o.max_tokens_cap};
+	sg_srv_err e;
+	sg_job *j = sg_job_new();
+	if (!j) return fail(c, route, 500, "server_error", NULL, NULL, "out of memory");
+	if (sg_srv_parse_request(route, cr->body, cr->len, &lim, &j->req, &e)) {
+		sg_job_unref(j);
+		return send_err(c, route, &e);
+	}
+	sg_srv_req *q = &j->req;
+	sg_srv_model *m = find_model(s, q->model);
+	if (!m) {
+		enum MHD_Result r = unknown_model(c, s, route, q->model);
+		sg_job_unref(j);
+		return r;
+	}
+	j->model = m;
+	const sg_srv_model_info *in = sg_srv_model_info_get(m);
+	if (q->note[0]) SG_INFO("serve: %s", q->note);
+	if (q->json_format) {
+		sg_job_unref(j);
+		return fail(c, route, 501, "not_implemented", sg_srv_route_is_ollama(route) ? "format" : "response_format", NULL,
+			    "JSON-constrained output (%s) is not available in this build yet",
+			    sg_srv_route_is_ollama(route) ? "format" : "response_format");
+	}
+	/* Ollama's "load" request: no prompt, nothing to generate. */
+	if (sg_srv_route_is_ollama(route) && ((q->chat && !json_array_size(q->messages)) || (!q->chat && q->prompt && !*q->prompt))) {
+		char when[48];
+		sg_routes_rfc3339(when, sizeof when);
+		json_t *o = json_pack("{s:s,s:s,s:b,s:s}", "model", in->name, "created_at", when, "done", 1, "done_reason", "load");
+		if (q->chat) json_object_set_new(o, "message", json_pack("{s:s,s:s}", "role", "assistant", "content", ""));
+		else json_object_set_new(o, "response", json_string(""));
+		sg_job_unref(j);
+		return send_json(c, 200, o);
+	}
+	if (tokenize_prompt(m, q, &j->prompt, &j->n_prompt, &e)) {
+		sg_job_unref(j);
+		return send_err(c, route, &e);
+	}
+	if (j->n_prompt == 0) {
+		sg_job_unref(j);
+		return fail(c, route, 400, NULL, "prompt", NULL, "the prompt is empty after tokenization");
+	}
+	if (j->n_prompt >= (size_t)in->n_ctx) {
+		enum MHD_Result r = fail(c, route, 400, NULL, q->chat ? "messages" : "prompt", "context_length_exceeded",
+					 "the prompt has %zu tokens, but the context of model '%s' holds %d tokens (and at least one "
+					 "must be left to answer)",
+					 j->n_prompt, in->name, in->n_ctx);
+		sg_job_unref(j);
+		return r;
+	}
+	unsigned long id = atomic_fetch_add(&s->next_id, 1);
+	snprintf(j->id, sizeof j->id, "%s-%08lx%08lx", route == SG_ROUTE_OAI_CHAT ? "chatcmpl" : "cmpl", (unsigned long)time(NULL), id);
+	j->created = (int64_t)time(NULL);
+	j->run = sg_routes_run_generation;
+	return run_job(c, s, j);
+}
+
+/* ---- other routes ---- */
+
+static enum MHD_Result handle_tokenize(struct MHD_Connection *c, server *s, conn_req *cr)
+{
+	sg_srv_route route = cr->rt->route;
+	sg_srv_limits lim = {.max_tokens_cap = s->o.max_tokens_cap};
+	sg_srv_err e;
+	sg_srv_req q;
+	enum MHD_Result r;
+	if (sg_srv_parse_request(route, cr->body, cr->len, &lim, &q, &e)) {
+		r = send_err(c, route, &e);
+		goto out;
+	}
+	sg_srv_model *m = find_model(s, q.model);
+	if (!m) {
+		r = unknown_model(c, s, route, q.model);
+		goto out;
+	}
+	if (route == SG_ROUTE_TOKENIZE) {
+		int32_t *ids = NULL;
+		size_t n = 0;
+		if (sg_srv_model_tokenize(m, q.prompt, strlen(q.prompt), q.add_special, &ids, &n)) {
+			r = fail(c, route, 400, NULL, "prompt", NULL, "%s", sg_last_error());
+			goto out;
+		}
+		json_t *a = json_array();
+		for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+		sg_free(ids);
+		r = send_json(c, 200, json_pack("{s:o,s:I,s:i}", "tokens", a, "count", (json_int_t)n, "max_model_len",
+						sg_srv_model_info_get(m)->n_ctx));
+	} else {
+		char *text = NULL;
+		size_t len = 0;
+		if (sg_srv_model_detokenize(m, q.prompt_ids, q.n_prompt_ids, &text, &len)) {
+			r = fail(c, route, 400, NULL, "tokens", NULL, "%s", sg_last_error());
+			goto out;
+		}
+		json_t *t = json_stringn(text, len);
+		sg_free(text);
+		if (!t) t = json_string("");
+		r = send_json(c, 200, json_pack("{s:o}", "prompt", t));
+	}
+out:
+	sg_srv_req_free(&q);
+	return r;
+}
+
+static enum MHD_Result handle_show(struct MHD_Connection *c, server *s, conn_req *cr)
+{
+	json_t *b;
+	if (sg_json_parse(cr->body, cr->len, "request body", &b))
+		return fail(c, SG_ROUTE_OLLAMA_SHOW, 400, NULL, NULL, NULL, "%s", sg_last_error());
+	json_t *name = json_is_object(b) ? json_object_get(b, "model") : NULL;
+	if (!name && json_is_object(b)) name = json_object_get(b, "name");
+	if (!json_is_string(name)) {
+		json_decref(b);
+		return fail(c, SG_ROUTE_OLLAMA_SHOW, 400, NULL, "model", NULL, "'model' (a string) is required");
+	}
+	sg_srv_model *m = find_model(s, json_string_value(name));
+	enum MHD_Result r = m ? send_json(c, 200, sg_routes_ollama_show(m))
+			      : unknown_model(c, s, SG_ROUTE_OLLAMA_SHOW, json_string_value(name));
+	json_decref(b);
+	return r;
+}
+
+static enum MHD_Result dispatch(struct MHD_Connection *c, server *s, conn_req *cr)
+{
+	switch (cr->rt->route) {
+	case SG_ROUTE_HEALTH: {
+		int waiting, running;
+		sg_queue_stats(s->queue, &waiting, &running);
+		return send_json(c, 200, json_pack("{s:s,s:i,s:b,s:i}", "status", "ok", "models", s->n_models, "busy", running,
+						   "queued", waiting));
+	}
+	case SG_ROUTE_OAI_MODELS:
+		if (cr->model_id) {
+			sg_srv_model *m = find_model(s, cr->model_id);
+			return m ? send_json(c, 200, sg_routes_oai_model(m)) : unknown_model(c, s, SG_ROUTE_OAI_MODELS, cr->model_id);
+		}
+		return send_json(c, 200, sg_routes_oai_models(s->models, s->n_models));
+	case SG_ROUTE_OLLAMA_TAGS: return send_json(c, 200, sg_routes_ollama_tags(s->models, s->n_models, 0));
+	case SG_ROUTE_OLLAMA_PS: return send_json(c, 200, sg_routes_ollama_tags(s->models, s->n_models, 1));
+	case SG_ROUTE_OLLAMA_VERSION: return send_json(c, 200, json_pack("{s:s}", "version", sg_version()));
+	case SG_ROUTE_OLLAMA_SHOW: return handle_show(c, s, cr);
+	case SG_ROUTE_OLLAMA_EMBED:
+		return fail(c, SG_ROUTE_OLLAMA_EMBED, 501, "not_implemented", NULL, NULL,
+			    "embeddings are not available in this build yet");
+	case SG_ROUTE_TOKENIZE:
+	case SG_ROUTE_DETOKENIZE: return handle_tokenize(c, s, cr);
+	case SG_ROUTE_OAI_CHAT:
+	case SG_ROUTE_OAI_COMPLETIONS:
+	case SG_ROUTE_OLLAMA_CHAT:
+	case SG_ROUTE_OLLAMA_GENERATE: return handle_generation(c, s, cr);
+	case SG_ROUTE_NONE: break;
+	}
+	return fail(c, SG_ROUTE_NONE, 500, "server_error", NULL, NULL, "unrouted request");
+}
+
+/* The route format an unknown path's error is written in: Ollama's under /api/. */
+static sg_srv_route fallback_route(const char *url)
+{
+	return strncmp(url, "/api/", 5) == 0 ? SG_ROUTE_OLLAMA_VERSION : SG_ROUTE_NONE;
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method, const char *version,
+			       const char *upload, size_t *upload_size, void **con_cls)
+{
+	listener *l = cls;
+	server *s = l->srv;
+	conn_req *cr = *con_cls;
+	if (!cr) {
+		cr = sg_calloc(1, sizeof *cr);
+		if (!cr) return MHD_NO;
+		*con_cls = cr;
+		cr->start_ns = sg_time_ns();
+		const route_def *path_match = NULL;
+		for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
+			if (!strcmp(url, routes[i].path)) {
+				path_match = &routes[i];
+				break;
+			}
+		}
+		if (!path_match && !strncmp(url, "/v1/models/", 11) && url[11]) {
+			path_match = &routes[1];
+			cr->model_id = url + 11;
+		}
+		sg_srv_route fr = path_match ? path_match->route : fallback_route(url);
+		if (l->auth && !(path_match && path_match->route == SG_ROUTE_HEALTH) &&
+		    !sg_server_auth_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"), s->o.api_key)) {
+			cr->answered = 1;
+			return fail(c, fr, 401, "authentication_error", NULL, "invalid_api_key",
+				    "missing or wrong API key: send the header 'Authorization: Bearer <key>'");
+		}
+		if (!path_match) {
+			cr->answered = 1;
+			return fail(c, fr, 404, "not_found_error", NULL, NULL, "no route for %.200s %.200s", method, url);
+		}
+		int head_ok = !strcmp(method, "HEAD") && !strcmp(path_match->method, "GET");
+		if (strcmp(method, path_match->method) != 0 && !head_ok) {
+			cr->answered = 1;
+			return fail(c, fr, 405, "invalid_request_error", NULL, "method_not_allowed",
+				    "%.200s takes %s, not %.20s", url, path_match->method, method);
+		}
+		cr->rt = path_match;
+		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+		if (cl && strtoull(cl, NULL, 10) > s->o.max_body) {
+			cr->answered = 1;
+			return fail(c, fr, 413, "invalid_request_error", NULL, "request_too_large",
+				    "the request body has %.20s bytes; the limit is %zu (--max-body)", cl, s->o.max_body);
+		}
+		return MHD_YES;
+	}
+	if (*upload_size) {
+		size_t n = *upload_size;
+		*upload_size = 0;
+		if (cr->answered) return MHD_YES;
+		sg_srv_route route = cr->rt->route;
+		(void)route;
+		if (sg_time_ns() - cr->start_ns > (uint64_t)s->o.read_timeout_s * 1000000000ull) {
+			cr->answered = 1;
+			send_timeout(c, cr, s->o.read_timeout_s);
+			return MHD_NO;
+		}
+		if (cr->len + n > s->o.max_body) {
+			cr->answered = 1;
+			char msg[128];
+			snprintf(msg, sizeof msg, "the request body is over the limit of %zu bytes (--max-body)", s->o.max_body);
+			send_raw_error(c, cr, 413, "Content Too Large", "request_too_large", msg);
+			return MHD_NO;
+		}
+		if (cr->len + n + 1 > cr->cap) {
+			size_t cap = cr->cap ? cr->cap : 4096;
+			while (cap < cr->len + n + 1) cap *= 2;
+			char *nb = sg_realloc(cr->body, cap);
+			if (!nb) return MHD_NO;
+			cr->body = nb;
+			cr->cap = cap;
+		}
+		memcpy(cr->body + cr->len, upload, n);
+		cr->len += n;
+		cr->body[cr->len] = 0;
+		return MHD_YES;
+	}
+	if (cr->answered) return MHD_YES;
+	cr->answered = 1;
+	return dispatch(c, s, cr);
+}
+
+/* An error written straight to the socket, for the moments libmicrohttpd cannot send a queued
+ * response: the body is still arriving (it would wait for the rest), or the connection is being
+ * closed for silence past the deadline. The caller then drops the connection. */
+static void send_raw_error(struct MHD_Connection *c, const conn_req *cr, int status, const char *reason, const char *code,
+			   const char *msg)
+{
+	sg_srv_err e;
+	sg_srv_err_set(&e, status, "invalid_request_error", NULL, "%s", msg);
+	snprintf(e.code, sizeof e.code, "%s", code);
+	json_t *o = sg_routes_error_body(cr->rt ? cr->rt->route : SG_ROUTE_NONE, &e);
+	char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	int fd = conn_fd(c);
+	if (body && fd >= 0) {
+		char buf[1024];
+		int n = snprintf(buf, sizeof buf,
+				 "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+				 "Connection: close\r\nServer: saragossa\r\n\r\n%s",
+				 status, reason, strlen(body), body);
+		if (n > 0 && (size_t)n < sizeof buf) {
+			ssize_t w = send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+			(void)w;
+		}
+	}
+	free(body);
+}
+
+static void send_timeout(struct MHD_Connection *c, const conn_req *cr, int timeout_s)
+{
+	char msg[96];
+	snprintf(msg, sizeof msg, "the request did not arrive within %d s", timeout_s);
+	send_raw_error(c, cr, 408, "Request Timeout", "request_timeout", msg);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+	listener *l = cls;
+	conn_req *cr = *con_cls;
+	if (cr && toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED && !cr->answered) send_timeout(c, cr, l->srv->o.read_timeout_s);
+	if (cr) {
+		sg_free(cr->body);
+		sg_free(cr);
+		*con_cls = NULL;
+	}
+	if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)l->srv->o.read_timeout_s);
+}
+
+/* ---- listeners ---- */
+
+/* A Unix socket at path, mode 0600. A stale socket file (no server answers on it) is replaced;
+ * a live one, or a path that is not a socket, is refused. */
+static sg_status open_unix(const char *path, int *out)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof a.sun_path)
+		return sg_error(SG_ERR_INVALID_ARG, "serve: socket path '%s' is longer than %zu bytes", path, sizeof a.sun_path - 1);
+	memcpy(a.sun_path, path, strlen(path) + 1);
+	struct stat st;
+	if (lstat(path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode))
+			return sg_error(SG_ERR_INVALID_ARG, "serve: %s exists and is not a socket; not replacing it", path);
+		int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (probe < 0) return sg_error(SG_ERR_IO, "serve: socket: %s", strerror(errno));
+		int live = connect(probe, (struct sockaddr *)&a, sizeof a) == 0;
+		int err = errno;
+		close(probe);
+		if (live) return sg_error(SG_ERR_INVALID_ARG, "serve: another server is listening on %s; stop it or pick --socket PATH", path);
+		if (err != ECONNREFUSED && err != ENOENT)
+			return sg_error(SG_ERR_IO, "serve: cannot probe %s: %s", path, strerror(err));
+		if (unlink(path) && errno != ENOENT)
+			return sg_error(SG_ERR_IO, "serve: cannot remove the stale socket %s: %s", path, strerror(errno));
+		SG_INFO("serve: replaced the stale socket %s", path);
+	}
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) return sg_error(SG_ERR_IO, "serve: socket: %s", strerror(errno));
+	/* The mode is set at creation (umask) so no other user can connect in the window before
+	 * chmod. */
+	mode_t old = umask(0177);
+	int b = bind(fd, (struct sockaddr *)&a, sizeof a);
+	int err = errno;
+	umask(old);
+	if (b) {
+		close(fd);
+		return sg_error(SG_ERR_IO, "serve: cannot bind %s: %s", path, strerror(err));
+	}
+	if (chmod(path, 0600) || listen(fd, 128)) {
+		err = errno;
+		close(fd);
+		unlink(path);
+		return sg_error(SG_ERR_IO, "serve: cannot listen on %s: %s", path, strerror(err));
+	}
+	*out = fd;
+	return SG_OK;
+}
+
+static int is_loopback(const char *host)
+{
+	return !strcmp(host, "127.0.0.1") || !strcmp(host, "localhost") || !strncmp(host, "127.", 4);
+}
+
+static sg_status start_listener(server *s, int unix_fd, const char *host, int port)
+{
+	listener *l = &s->ls[s->n_ls];
+	l->srv = s;
+	l->auth = unix_fd < 0;
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL;
+	struct sockaddr_in in = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	if (unix_fd < 0) {
+		const char *h = !strcmp(host, "localhost") ? "127.0.0.1" : host;
+		if (inet_pton(AF_INET, h, &in.sin_addr) != 1)
+			return sg_error(SG_ERR_INVALID_ARG, "serve: --host '%s' is not an IPv4 address", host);
+	}
+	struct MHD_OptionItem opts[] = {
+		{MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)completed, l},
+		{MHD_OPTION_CONNECTION_TIMEOUT, s->o.read_timeout_s, NULL},
+		{MHD_OPTION_CONNECTION_LIMIT, s->o.max_connections, NULL},
+		{MHD_OPTION_THREAD_STACK_SIZE, 512 * 1024, NULL},
+		{unix_fd >= 0 ? MHD_OPTION_LISTEN_SOCKET : MHD_OPTION_SOCK_ADDR, unix_fd >= 0 ? unix_fd : 0,
+		 unix_fd >= 0 ? NULL : (void *)&in},
+		{MHD_OPTION_END, 0, NULL},
+	};
+	l->d = MHD_start_daemon(flags, unix_fd >= 0 ? 0 : (uint16_t)port, NULL, NULL, handler, l, MHD_OPTION_ARRAY, opts,
+				MHD_OPTION_END);
+	if (!l->d) {
+		if (unix_fd >= 0) return sg_error(SG_ERR_IO, "serve: cannot serve on the Unix socket");
+		return sg_error(SG_ERR_IO, "serve: cannot listen on %s:%d (in use, or not allowed)", host, port);
+	}
+	s->n_ls++;
+	return SG_OK;
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	sg_server_stop();
+}
+
+sg_status sg_server_run(const sg_server_opts *opts)
+{
+	server *s = sg_calloc(1, sizeof *s);
+	if (!s) return SG_FAIL(SG_ERR_NOMEM, "server state");
+	s->o = *opts;
+	s->unix_fd = -1;
+	sg_status st = SG_OK;
+	if ((s->o.port || s->o.ollama_port) && (!s->o.api_key || !*s->o.api_key)) {
+		st = sg_error(SG_ERR_INVALID_ARG,
+			      "serve: TCP (--port/--ollama-port) needs an API key: pass --api-key KEY or set SARAGOSSA_API_KEY "
+			      "(clients send 'Authorization: Bearer KEY'); the Unix socket needs none");
+		goto out;
+	}
+	if ((s->o.port || s->o.ollama_port) && !is_loopback(s->o.host))
+		SG_WARN("serve: listening on %s, reachable from other machines; the API key is required on every request",
+			s->o.host);
+	if (!s->o.socket_path && !s->o.port && !s->o.ollama_port) {
+		st = sg_error(SG_ERR_INVALID_ARG, "serve: no listener (give --socket PATH and/or --port N)");
+		goto out;
+	}
+	for (int i = 0; i < s->o.n_models; i++) {
+		for (int k = 0; k < i; k++)
+			if (!strcmp(s->o.models[k].name, s->o.models[i].name)) {
+				st = sg_error(SG_ERR_INVALID_ARG, "serve: model name '%s' is given twice", s->o.models[i].name);
+				goto out;
+			}
+		SG_INFO("serve: loading %s from %s", s->o.models[i].name, s->o.models[i].path);
+		if ((st = sg_srv_model_load(s->o.models[i].name, s->o.models[i].path, s->o.n_ctx, &s->models[i]))) {
+			sg_error_wrap(st, "serve: model '%s'", s->o.models[i].name);
+			goto out;
+		}
+		s->n_models++;
+	}
+	if (pipe2(stop_pipe, O_CLOEXEC)) {
+		st = sg_error(SG_ERR_IO, "serve: pipe: %s", strerror(errno));
+		goto out;
+	}
+	s->queue = sg_queue_start(s->o.queue);
+	if (!s->queue) {
+		st = SG_FAIL(SG_ERR_NOMEM, "worker thread");
+		goto out;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	if (s->o.socket_path) {
+		if ((st = open_unix(s->o.socket_path, &s->unix_fd))) goto out;
+		if ((st = start_listener(s, s->unix_fd, NULL, 0))) goto out;
+		fprintf(stderr, "saragossa serve: listening on unix:%s\n", s->o.socket_path);
+	}
+	if (s->o.port) {
+		if ((st = start_listener(s, -1, s->o.host, s->o.port))) goto out;
+		fprintf(stderr, "saragossa serve: listening on http://%s:%d\n", s->o.host, s->o.port);
+	}
+	if (s->o.ollama_port && s->o.ollama_port != s->o.port) {
+		if ((st = start_listener(s, -1, s->o.host, s->o.ollama_port))) goto out;
+		fprintf(stderr, "saragossa serve: listening on http://%s:%d (Ollama clients)\n", s->o.host, s->o.ollama_port);
+	}
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	fflush(stderr);
+	for (;;) {
+		char ch;
+		ssize_t r = read(stop_pipe[0], &ch, 1);
+		if (r == 1 || (r < 0 && errno != EINTR)) break;
+	}
+	fprintf(stderr, "saragossa serve: shutting down\n");
+out:
+	if (s->queue) sg_queue_stop(s->queue);
+	for (int i = 0; i < s->n_ls; i++) MHD_stop_daemon(s->ls[i].d);
+	sg_queue_free(s->queue);
+	if (s->unix_fd >= 0) {
+		close(s->unix_fd);
+		unlink(s->o.socket_path);
+	}
+	for (int i = 0; i < s->n_models; i++) sg_srv_model_free(s->models[i]);
+	for (int i = 0; i < 2; i++)
+		if (stop_pipe[i] >= 0) close(stop_pipe[i]), stop_pipe[i] = -1;
+	sg_free(s);
+	return st;
+}

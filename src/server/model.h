@@ -1,0 +1,58 @@
+/* A model as the server serves it: weights, tokenizer, chat template and one conversation state
+ * (the single inference worker owns it), bound to the generation loop.
+ *
+ * Thread rules: info, tokenize, detokenize, token_text and chat_prompt only read immutable data
+ * and may run on any connection thread; state and detok belong to the inference worker. */
+#ifndef SG_SERVER_MODEL_H
+#define SG_SERVER_MODEL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/generate.h"
+#include "saragossa.h"
+
+typedef struct sg_srv_model sg_srv_model;
+
+typedef struct sg_srv_model_info {
+	char name[128];   /* the name requests use */
+	char path[4096];  /* the resolved file or folder */
+	char arch[64];    /* architecture ("gemma3", "qwen3", ...) */
+	char format[16];  /* "gguf" or "safetensors" */
+	char quant[32];   /* weight type ("Q4_K_M", "bf16", ...) */
+	int32_t n_ctx;    /* context the state holds */
+	int32_t n_vocab;
+	uint64_t size_bytes; /* weights on disk */
+	int64_t created;     /* load time (seconds since the epoch) */
+} sg_srv_model_info;
+
+/* Loads the model at path (already resolved) under name; n_ctx 0 = the model's own maximum,
+ * bounded by what memory allows. */
+sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, sg_srv_model **out);
+void sg_srv_model_free(sg_srv_model *m);
+
+const sg_srv_model_info *sg_srv_model_info_get(const sg_srv_model *m);
+
+/* Renders messages (and tools, may be NULL) with the model's chat template, generation prompt
+ * appended. *out: heap string (sg_free). SG_ERR_NOT_FOUND when the model has no template. */
+sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools, char **out,
+				   size_t *len);
+
+/* Text -> ids (*ids heap, sg_free). add_special: BOS etc. as the tokenizer's config says; a
+ * templated chat prompt already spells them, so it is encoded without. */
+sg_status sg_srv_model_tokenize(const sg_srv_model *m, const char *text, size_t len, int add_special, int32_t **ids,
+				size_t *n);
+/* Ids -> text (*out heap, sg_free); SG_ERR_RANGE names an id outside the vocabulary. */
+sg_status sg_srv_model_detokenize(const sg_srv_model *m, const int32_t *ids, size_t n, char **out, size_t *len);
+/* One token's own bytes (may be a partial UTF-8 sequence), for logprobs. *out heap. */
+sg_status sg_srv_model_token_bytes(const sg_srv_model *m, int32_t id, char **out, size_t *len);
+
+/* End-of-sequence / end-of-turn ids. */
+const int32_t *sg_srv_model_eos(const sg_srv_model *m, size_t *n);
+
+/* The worker's conversation state and streaming detokenizer. */
+sg_gen_state *sg_srv_model_state(sg_srv_model *m);
+const sg_gen_detok *sg_srv_model_detok(sg_srv_model *m);
+
+#endif

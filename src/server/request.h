@@ -1,0 +1,87 @@
+/* Request bodies -> generation parameters, for the OpenAI and Ollama routes. Pure functions of
+ * the bytes (no model, no I/O), so they are fuzzed on their own (tests/fuzz/fuzz_request.c).
+ *
+ * Every failure fills an sg_srv_err with the HTTP status and a message that names the field or
+ * the byte position, as the API that was called reports it. */
+#ifndef SG_SERVER_REQUEST_H
+#define SG_SERVER_REQUEST_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/sampler.h"
+
+typedef enum sg_srv_route {
+	SG_ROUTE_NONE = 0,
+	SG_ROUTE_HEALTH,
+	SG_ROUTE_OAI_MODELS,
+	SG_ROUTE_OAI_CHAT,
+	SG_ROUTE_OAI_COMPLETIONS,
+	SG_ROUTE_TOKENIZE,
+	SG_ROUTE_DETOKENIZE,
+	SG_ROUTE_OLLAMA_CHAT,
+	SG_ROUTE_OLLAMA_GENERATE,
+	SG_ROUTE_OLLAMA_TAGS,
+	SG_ROUTE_OLLAMA_SHOW,
+	SG_ROUTE_OLLAMA_PS,
+	SG_ROUTE_OLLAMA_VERSION,
+	SG_ROUTE_OLLAMA_EMBED,
+} sg_srv_route;
+
+/* 1 when the route answers in Ollama's error format ({"error": "..."}). */
+int sg_srv_route_is_ollama(sg_srv_route r);
+
+typedef struct sg_srv_err {
+	int status;        /* HTTP status */
+	const char *type;  /* OpenAI error type: invalid_request_error, not_found_error, ... */
+	char param[64];    /* the offending field ("" if none) */
+	char code[48];     /* OpenAI error code ("" if none) */
+	char message[512];
+} sg_srv_err;
+
+/* Fills e and returns the status (for `return srv_err(...)`). */
+int sg_srv_err_set(sg_srv_err *e, int status, const char *type, const char *param, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
+typedef struct sg_srv_limits {
+	int32_t max_tokens_cap; /* hard cap on tokens generated per request */
+} sg_srv_limits;
+
+#define SG_SRV_MAX_STOP 16
+
+typedef struct sg_srv_req {
+	sg_srv_route route;
+	char *model;          /* requested model name ("" when absent: the default model) */
+	int chat;             /* messages (chat) or prompt (completion) */
+	json_t *messages;     /* chat: array of {role, content:string, ...} with parts flattened */
+	json_t *tools;        /* chat: the tools array passed to the template, or NULL */
+	char *prompt;         /* completion: prompt text (NULL when given as ids) */
+	int32_t *prompt_ids;  /* completion / detokenize: [n_prompt_ids] */
+	size_t n_prompt_ids;
+	char *system;         /* ollama generate: system message */
+	int raw;              /* ollama generate: no template */
+	int add_special;      /* tokenize: add BOS etc. */
+	int stream;
+	int include_usage;    /* stream_options.include_usage */
+	int32_t max_tokens;   /* already capped */
+	int max_tokens_given; /* the client asked for a number (else the cap applies) */
+	sg_sampler_params sp; /* logit_bias points into bias[] */
+	sg_logit_bias *bias;
+	char *stop[SG_SRV_MAX_STOP];
+	size_t n_stop;
+	int logprobs;         /* return per-token logprobs */
+	int top_logprobs;
+	int json_format;      /* response_format json_object / ollama format:"json" */
+	char *user;           /* OpenAI user / session key */
+	int echo;             /* completions: echo the prompt (refused: unsupported) */
+	char note[160];       /* something ignored that the client should know ("template ignored") */
+} sg_srv_req;
+
+/* Parses body[0..len) for route into *req (zeroed first; free with sg_srv_req_free even on
+ * failure). Returns 0, or the HTTP status set in *err. */
+int sg_srv_parse_request(sg_srv_route route, const char *body, size_t len, const sg_srv_limits *lim,
+			 sg_srv_req *req, sg_srv_err *err);
+void sg_srv_req_free(sg_srv_req *req);
+
+#endif

@@ -1,0 +1,436 @@
+/* Response bodies of the OpenAI and Ollama routes (see routes.h). */
+#include "server/routes.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/utf8.h"
+#include "saragossa.h"
+
+void sg_routes_rfc3339(char *buf, size_t cap)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	struct tm tm;
+	gmtime_r(&ts.tv_sec, &tm);
+	char d[32];
+	strftime(d, sizeof d, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(buf, cap, "%s.%06ldZ", d, ts.tv_nsec / 1000);
+}
+
+static void rfc3339_of(int64_t t, char *buf, size_t cap)
+{
+	time_t tt = (time_t)t;
+	struct tm tm;
+	gmtime_r(&tt, &tm);
+	strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+json_t *sg_routes_error_body(sg_srv_route route, const sg_srv_err *e)
+{
+	if (sg_srv_route_is_ollama(route)) return json_pack("{s:s}", "error", e->message);
+	return json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", e->message, "type", e->type ? e->type : "invalid_request_error",
+			 "param", e->param[0] ? json_string(e->param) : json_null(), "code",
+			 e->code[0] ? json_string(e->code) : json_null());
+}
+
+json_t *sg_routes_oai_model(const sg_srv_model *m)
+{
+	const sg_srv_model_info *in = sg_srv_model_info_get(m);
+	return json_pack("{s:s,s:s,s:I,s:s,s:i}", "id", in->name, "object", "model", "created", (json_int_t)in->created,
+			 "owned_by", "saragossa", "context_length", in->n_ctx);
+}
+
+json_t *sg_routes_oai_models(sg_srv_model *const *models, int n)
+{
+	json_t *data = json_array();
+	for (int i = 0; i < n; i++) json_array_append_new(data, sg_routes_oai_model(models[i]));
+	return json_pack("{s:s,s:o}", "object", "list", "data", data);
+}
+
+static json_t *ollama_details(const sg_srv_model_info *in)
+{
+	return json_pack("{s:s,s:s,s:s,s:[s],s:s,s:s}", "parent_model", "", "format", in->format, "family", in->arch, "families",
+			 in->arch, "parameter_size", "", "quantization_level", in->quant);
+}
+
+static void digest_of(const sg_srv_model_info *in, char out[65])
+{
+	/* A stable identifier for the listing (not a content hash: hashing gigabytes per listing
+	 * would stall it). */
+	uint64_t h = 1469598103934665603ull;
+	for (const char *p = in->path; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+	h ^= in->size_bytes;
+	snprintf(out, 65, "%016llx%016llx%016llx%016llx", (unsigned long long)h, (unsigned long long)(h * 31),
+		 (unsigned long long)(h * 131), (unsigned long long)(h * 1031));
+}
+
+json_t *sg_routes_ollama_tags(sg_srv_model *const *models, int n, int ps)
+{
+	json_t *arr = json_array();
+	for (int i = 0; i < n; i++) {
+		const sg_srv_model_info *in = sg_srv_model_info_get(models[i]);
+		char when[40], digest[65];
+		rfc3339_of(in->created, when, sizeof when);
+		digest_of(in, digest);
+		json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o}", "name", in->name, "model", in->name, "size",
+				      (json_int_t)in->size_bytes, "digest", digest, "details", ollama_details(in));
+		if (ps) {
+			json_object_set_new(o, "expires_at", json_string("2999-01-01T00:00:00Z"));
+			json_object_set_new(o, "size_vram", json_integer(0));
+		} else json_object_set_new(o, "modified_at", json_string(when));
+		json_array_append_new(arr, o);
+	}
+	return json_pack("{s:o}", "models", arr);
+}
+
+json_t *sg_routes_ollama_show(const sg_srv_model *m)
+{
+	const sg_srv_model_info *in = sg_srv_model_info_get(m);
+	char when[40];
+	rfc3339_of(in->created, when, sizeof when);
+	json_t *info = json_pack("{s:s,s:i,s:i}", "general.architecture", in->arch, "context_length", in->n_ctx, "vocab_size",
+				 in->n_vocab);
+	return json_pack("{s:s,s:s,s:s,s:o,s:o,s:[s],s:s}", "modelfile", "", "parameters", "", "template", "", "details",
+			 ollama_details(in), "model_info", info, "capabilities", "completion", "modified_at", when);
+}
+
+/* ---- generations ---- */
+
+typedef struct gen {
+	sg_job *job;
+	const sg_srv_req *req;
+	sg_srv_model *m;
+	const char *model_name;
+	int ollama, stream;
+	int begun, failed;
+	char *text; /* non-streamed answer */
+	size_t len, cap;
+	json_t *lp;                          /* chat: logprobs.content entries */
+	json_t *c_tokens, *c_lps, *c_tops, *c_offs; /* completions: the legacy logprobs arrays */
+	size_t text_off;
+} gen;
+
+/* Bytes as a JSON string, invalid UTF-8 replaced by U+FFFD (a token may be half a character). */
+static json_t *lossy_string(const char *s, size_t n)
+{
+	if (sg_utf8_valid((const uint8_t *)s, n)) return json_stringn(s, n);
+	char *b = sg_malloc(n * 3 + 1);
+	if (!b) return json_string("");
+	size_t o = 0;
+	for (size_t i = 0; i < n;) {
+		uint32_t cp;
+		int l = sg_utf8_decode((const uint8_t *)s + i, n - i, &cp);
+		if (l) {
+			memcpy(b + o, s + i, (size_t)l);
+			o += (size_t)l;
+			i += (size_t)l;
+		} else {
+			memcpy(b + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+		}
+	}
+	json_t *r = json_stringn(b, o);
+	sg_free(b);
+	return r;
+}
+
+static json_t *token_json(gen *g, int32_t id, float logprob, int with_bytes)
+{
+	char *s = NULL;
+	size_t n = 0;
+	if (sg_srv_model_token_bytes(g->m, id, &s, &n)) n = 0;
+	json_t *o = json_object();
+	json_object_set_new(o, "token", lossy_string(s ? s : "", n));
+	json_object_set_new(o, "logprob", json_real(logprob));
+	if (with_bytes) {
+		json_t *b = json_array();
+		for (size_t i = 0; i < n; i++) json_array_append_new(b, json_integer((unsigned char)s[i]));
+		json_object_set_new(o, "bytes", b);
+	}
+	sg_free(s);
+	return o;
+}
+
+/* The chat logprobs entry of one sampled token. */
+static json_t *chat_logprob(gen *g, const sg_sample_result *sr)
+{
+	json_t *e = token_json(g, sr->token, sr->logprob, 1);
+	json_t *top = json_array();
+	for (int i = 0; i < sr->n_top && i < g->req->top_logprobs; i++)
+		json_array_append_new(top, token_json(g, sr->top[i].token, sr->top[i].logprob, 1));
+	json_object_set_new(e, "top_logprobs", top);
+	return e;
+}
+
+static void completion_logprob(gen *g, const sg_sample_result *sr, json_t *tokens, json_t *lps, json_t *tops, json_t *offs)
+{
+	json_t *t = token_json(g, sr->token, sr->logprob, 0);
+	json_array_append(tokens, json_object_get(t, "token"));
+	json_array_append_new(lps, json_real(sr->logprob));
+	json_t *top = json_object();
+	for (int i = 0; i < sr->n_top && i < g->req->top_logprobs; i++) {
+		json_t *a = token_json(g, sr->top[i].token, sr->top[i].logprob, 0);
+		json_object_set(top, json_string_value(json_object_get(a, "token")), json_object_get(a, "logprob"));
+		json_decref(a);
+	}
+	json_array_append_new(tops, top);
+	json_array_append_new(offs, json_integer((json_int_t)g->text_off));
+	json_decref(t);
+}
+
+static void write_json_line(gen *g, json_t *o, int sse)
+{
+	char *s = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	if (!s) {
+		g->failed = 1;
+		return;
+	}
+	int r = sse ? sg_job_write(g->job, "data: ", 6) : 0;
+	r |= sg_job_write(g->job, s, strlen(s));
+	r |= sg_job_write(g->job, sse ? "\n\n" : "\n", sse ? 2 : 1);
+	free(s);
+	if (r) g->failed = 1;
+}
+
+static json_t *oai_chunk(gen *g)
+{
+	int chat = g->req->route == SG_ROUTE_OAI_CHAT;
+	return json_pack("{s:s,s:s,s:I,s:s,s:s}", "id", g->job->id, "object", chat ? "chat.completion.chunk" : "text_completion",
+			 "created", (json_int_t)g->job->created, "model", g->model_name, "system_fingerprint", "saragossa");
+}
+
+static void begin_stream(gen *g)
+{
+	if (g->begun) return;
+	g->begun = 1;
+	if (g->ollama) {
+		sg_job_begin(g->job, 200, "application/x-ndjson");
+		return;
+	}
+	sg_job_begin(g->job, 200, "text/event-stream");
+	if (g->req->route == SG_ROUTE_OAI_CHAT) {
+		json_t *c = oai_chunk(g);
+		json_object_set_new(c, "choices",
+				    json_pack("[{s:i,s:{s:s,s:s},s:n,s:n}]", "index", 0, "delta", "role", "assistant", "content", "",
+					      "logprobs", "finish_reason"));
+		write_json_line(g, c, 1);
+	}
+}
+
+static void stream_piece(gen *g, const char *text, size_t len, const sg_sample_result *sr)
+{
+	begin_stream(g);
+	json_t *t = lossy_string(text, len);
+	if (g->ollama) {
+		char when[48];
+		sg_routes_rfc3339(when, sizeof when);
+		json_t *o = json_pack("{s:s,s:s}", "model", g->model_name, "created_at", when);
+		if (g->req->route == SG_ROUTE_OLLAMA_CHAT)
+			json_object_set_new(o, "message", json_pack("{s:s,s:o}", "role", "assistant", "content", t));
+		else json_object_set_new(o, "response", t);
+		json_object_set_new(o, "done", json_false());
+		write_json_line(g, o, 0);
+		return;
+	}
+	json_t *c = oai_chunk(g);
+	json_t *lp = json_null();
+	if (sr && g->req->logprobs) {
+		if (g->req->route == SG_ROUTE_OAI_CHAT) lp = json_pack("{s:[o]}", "content", chat_logprob(g, sr));
+		else {
+			json_t *a = json_array(), *b = json_array(), *cc = json_array(), *d = json_array();
+			completion_logprob(g, sr, a, b, cc, d);
+			lp = json_pack("{s:o,s:o,s:o,s:o}", "tokens", a, "token_logprobs", b, "top_logprobs", cc, "text_offset", d);
+		}
+	}
+	json_t *choice;
+	if (g->req->route == SG_ROUTE_OAI_CHAT)
+		choice = json_pack("{s:i,s:{s:o},s:o,s:n}", "index", 0, "delta", "content", t, "logprobs", lp, "finish_reason");
+	else choice = json_pack("{s:i,s:o,s:o,s:n}", "index", 0, "text", t, "logprobs", lp, "finish_reason");
+	json_object_set_new(c, "choices", json_pack("[o]", choice));
+	write_json_line(g, c, 1);
+}
+
+static int on_event(const sg_gen_event *ev, void *user)
+{
+	gen *g = user;
+	const sg_sample_result *sr = ev->has_token ? ev->sample : NULL;
+	if (g->stream) {
+		if (ev->len || (sr && g->req->logprobs)) stream_piece(g, ev->text, ev->len, sr);
+	} else {
+		if (g->len + ev->len + 1 > g->cap) {
+			size_t cap = g->cap ? g->cap * 2 : 4096;
+			while (cap < g->len + ev->len + 1) cap *= 2;
+			char *n = sg_realloc(g->text, cap);
+			if (!n) return g->failed = 1;
+			g->text = n;
+			g->cap = cap;
+		}
+		memcpy(g->text + g->len, ev->text, ev->len);
+		g->len += ev->len;
+		if (sr && g->req->logprobs) {
+			if (g->req->route == SG_ROUTE_OAI_CHAT) json_array_append_new(g->lp, chat_logprob(g, sr));
+			else completion_logprob(g, sr, g->c_tokens, g->c_lps, g->c_tops, g->c_offs);
+		}
+	}
+	g->text_off += ev->len;
+	return g->failed || atomic_load(&g->job->cancel);
+}
+
+static json_t *usage_json(const sg_gen_result *r)
+{
+	return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)r->n_prompt, "completion_tokens",
+			 (json_int_t)r->n_generated, "total_tokens", (json_int_t)(r->n_prompt + r->n_generated),
+			 "prompt_tokens_details", "cached_tokens", (json_int_t)r->n_cached);
+}
+
+static void ollama_final(gen *g, json_t *o, const sg_gen_result *r)
+{
+	json_int_t prefill_ns = (json_int_t)(r->prefill_s * 1e9), decode_ns = (json_int_t)(r->decode_s * 1e9);
+	json_object_set_new(o, "done", json_true());
+	json_object_set_new(o, "done_reason", json_string(r->finish == SG_GEN_LENGTH ? "length" : "stop"));
+	json_object_set_new(o, "total_duration", json_integer((json_int_t)((r->ttft_s + r->decode_s) * 1e9)));
+	json_object_set_new(o, "load_duration", json_integer(0));
+	json_object_set_new(o, "prompt_eval_count", json_integer((json_int_t)r->n_prompt));
+	json_object_set_new(o, "prompt_eval_duration", json_integer(prefill_ns));
+	json_object_set_new(o, "eval_count", json_integer((json_int_t)r->n_generated));
+	json_object_set_new(o, "eval_duration", json_integer(decode_ns));
+}
+
+static const char *finish_reason(const sg_gen_result *r)
+{
+	return r->finish == SG_GEN_LENGTH ? "length" : "stop";
+}
+
+static void finish_ok(gen *g, const sg_gen_result *r)
+{
+	const sg_srv_req *q = g->req;
+	int chat = q->route == SG_ROUTE_OAI_CHAT || q->route == SG_ROUTE_OLLAMA_CHAT;
+	if (g->ollama) {
+		char when[48];
+		sg_routes_rfc3339(when, sizeof when);
+		json_t *o = json_pack("{s:s,s:s}", "model", g->model_name, "created_at", when);
+		json_t *content = g->stream ? json_string("") : lossy_string(g->text ? g->text : "", g->len);
+		if (chat) json_object_set_new(o, "message", json_pack("{s:s,s:o}", "role", "assistant", "content", content));
+		else json_object_set_new(o, "response", content);
+		ollama_final(g, o, r);
+		if (g->stream) {
+			begin_stream(g);
+			write_json_line(g, o, 0);
+			return;
+		}
+		char *s = json_dumps(o, JSON_COMPACT);
+		json_decref(o);
+		sg_job_respond(g->job, s ? 200 : 500, "application/json", s ? s : "", s ? strlen(s) : 0);
+		free(s);
+		return;
+	}
+	if (g->stream) {
+		begin_stream(g);
+		json_t *c = oai_chunk(g);
+		json_t *choice = chat ? json_pack("{s:i,s:{},s:n,s:s}", "index", 0, "delta", "logprobs", "finish_reason", finish_reason(r))
+				      : json_pack("{s:i,s:s,s:n,s:s}", "index", 0, "text", "", "logprobs", "finish_reason",
+						  finish_reason(r));
+		json_object_set_new(c, "choices", json_pack("[o]", choice));
+		write_json_line(g, c, 1);
+		if (q->include_usage) {
+			c = oai_chunk(g);
+			json_object_set_new(c, "choices", json_array());
+			json_object_set_new(c, "usage", usage_json(r));
+			write_json_line(g, c, 1);
+		}
+		if (sg_job_write(g->job, "data: [DONE]\n\n", 14)) g->failed = 1;
+		return;
+	}
+	json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s}", "id", g->job->id, "object", chat ? "chat.completion" : "text_completion",
+			      "created", (json_int_t)g->job->created, "model", g->model_name, "system_fingerprint", "saragossa");
+	json_t *text = lossy_string(g->text ? g->text : "", g->len);
+	json_t *lp = json_null();
+	json_t *choice;
+	if (chat) {
+		if (q->logprobs) lp = json_pack("{s:O}", "content", g->lp);
+		choice = json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", 0, "message", "role", "assistant", "content", text,
+				   "logprobs", lp, "finish_reason", finish_reason(r));
+	} else {
+		if (q->logprobs)
+			lp = json_pack("{s:O,s:O,s:O,s:O}", "tokens", g->c_tokens, "token_logprobs", g->c_lps, "top_logprobs",
+				       g->c_tops, "text_offset", g->c_offs);
+		choice = json_pack("{s:i,s:o,s:o,s:s}", "index", 0, "text", text, "logprobs", lp, "finish_reason",
+				   finish_reason(r));
+	}
+	json_object_set_new(o, "choices", json_pack("[o]", choice));
+	json_object_set_new(o, "usage", usage_json(r));
+	char *s = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	sg_job_respond(g->job, s ? 200 : 500, "application/json", s ? s : "", s ? strlen(s) : 0);
+	free(s);
+}
+
+static void finish_error(gen *g, sg_status st)
+{
+	sg_srv_err e;
+	int status = st == SG_ERR_RANGE || st == SG_ERR_INVALID_ARG ? 400 : 500;
+	sg_srv_err_set(&e, status, status == 400 ? "invalid_request_error" : "server_error", NULL, "%s", sg_last_error());
+	json_t *body = sg_routes_error_body(g->req->route, &e);
+	if (g->begun) {
+		/* The status line is gone: the error becomes the stream's last event. */
+		write_json_line(g, body, !g->ollama);
+		return;
+	}
+	char *s = json_dumps(body, JSON_COMPACT);
+	json_decref(body);
+	sg_job_respond(g->job, status, "application/json", s ? s : "", s ? strlen(s) : 0);
+	free(s);
+}
+
+void sg_routes_run_generation(sg_job *job)
+{
+	const sg_srv_req *q = &job->req;
+	gen g = {.job = job, .req = q, .m = job->model, .stream = q->stream};
+	g.ollama = sg_srv_route_is_ollama(q->route);
+	g.model_name = sg_srv_model_info_get(job->model)->name;
+	g.lp = json_array();
+	g.c_tokens = json_array();
+	g.c_lps = json_array();
+	g.c_tops = json_array();
+	g.c_offs = json_array();
+
+	sg_gen_params p = sg_gen_default_params();
+	p.prompt = job->prompt;
+	p.n_prompt = job->n_prompt;
+	p.sampler = q->sp;
+	p.eos_ids = sg_srv_model_eos(job->model, &p.n_eos);
+	p.stop = (const char *const *)q->stop;
+	p.n_stop = q->n_stop;
+	p.max_tokens = q->max_tokens;
+	p.cancel = &job->cancel;
+	p.on_event = on_event;
+	p.user = &g;
+	sg_gen_result r;
+	sg_status st = sg_generate(sg_srv_model_state(job->model), sg_srv_model_detok(job->model), &p, &r);
+	if (atomic_load(&job->cancel)) {
+		SG_INFO("serve: %s cancelled after %zu tokens (client gone)", job->id, r.n_generated);
+	} else if (st) {
+		SG_WARN("serve: %s failed: %s", job->id, sg_last_error());
+		finish_error(&g, st);
+	} else {
+		finish_ok(&g, &r);
+		double pre = r.n_prompt - r.n_cached;
+		SG_INFO("serve: %s %s: prompt %zu tokens (%zu cached), prefill %.1f tok/s, ttft %.1f ms, %zu tokens at %.1f tok/s, %s",
+			job->id, g.model_name, r.n_prompt, r.n_cached, r.prefill_s > 0 ? pre / r.prefill_s : 0, r.ttft_s * 1e3,
+			r.n_generated, r.decode_s > 0 && r.n_generated > 1 ? (double)(r.n_generated - 1) / r.decode_s : 0,
+			finish_reason(&r));
+	}
+	sg_job_finish(job);
+	sg_free(g.text);
+	json_decref(g.lp);
+	json_decref(g.c_tokens);
+	json_decref(g.c_lps);
+	json_decref(g.c_tops);
+	json_decref(g.c_offs);
+}

@@ -1,0 +1,38 @@
+/* Fuzz target: request bodies -> generation parameters, for every route that takes a body. The
+ * first byte picks the route; the rest is the body. Also checks invariants of a parsed request. */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "server/request.h"
+#include "server/server.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static const sg_srv_route routes[] = {SG_ROUTE_OAI_CHAT, SG_ROUTE_OAI_COMPLETIONS, SG_ROUTE_OLLAMA_CHAT,
+					      SG_ROUTE_OLLAMA_GENERATE, SG_ROUTE_TOKENIZE, SG_ROUTE_DETOKENIZE};
+	if (size < 1) return 0;
+	sg_srv_route route = routes[data[0] % (sizeof routes / sizeof *routes)];
+	sg_srv_limits lim = {.max_tokens_cap = 4096};
+	sg_srv_req req;
+	sg_srv_err err;
+	int st = sg_srv_parse_request(route, (const char *)data + 1, size - 1, &lim, &req, &err);
+	if (st) {
+		if (st < 400 || st > 599 || err.status != st) __builtin_trap();
+		if (strnlen(err.message, sizeof err.message) == sizeof err.message) __builtin_trap();
+	} else if (route != SG_ROUTE_TOKENIZE && route != SG_ROUTE_DETOKENIZE) {
+		if (req.max_tokens < 1 || req.max_tokens > lim.max_tokens_cap) __builtin_trap();
+		if (req.n_stop > SG_SRV_MAX_STOP) __builtin_trap();
+		if (req.chat && !json_is_array(req.messages)) __builtin_trap();
+	}
+	sg_srv_req_free(&req);
+	/* The auth check on the same bytes, as a header value. */
+	char hdr[256];
+	size_t n = size - 1 < sizeof hdr - 1 ? size - 1 : sizeof hdr - 1;
+	memcpy(hdr, data + 1, n);
+	hdr[n] = 0;
+	(void)sg_server_auth_ok(hdr, "key");
+	return 0;
+}
