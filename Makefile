@@ -73,6 +73,7 @@ LDFLAGS_ALL := $(SANFLAGS) -pthread $(LDFLAGS)
 
 ifeq ($(CUDA_ON),1)
   NVCCFLAGS ?= -O2 -g -std=c++17 -arch=sm_90 -Xcompiler -fPIC,-Wall
+  CFLAGS_ALL += -isystem $(CUDA_HOME)/include
   LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
 endif
 

@@ -26,6 +26,13 @@ static const sg_flag table[] = {
 	 "saragossa's own cache (models, tools); empty = $XDG_CACHE_HOME/saragossa or ~/.cache/saragossa"},
 	{"SARAGOSSA_CHUNK", SG_FLAG_INT, "256", "prompt tokens per forward chunk (1 = token by token, the decode path)"},
 	{"SARAGOSSA_KV_TYPE", SG_FLAG_STR, "f32", "KV cache element type on the CPU: f32 or f16"},
+	{"SARAGOSSA_CUDA_GRAPHS", SG_FLAG_BOOL, "1",
+	 "CUDA decode: record one graph per token and replay it (0 = issue every op from the host)"},
+	{"SARAGOSSA_CUDA_GEMM", SG_FLAG_STR, "f32",
+	 "CUDA matmul of more than 8 tokens: f32 (cuBLAS FP32 on dequantized tiles), bf16 (tensor cores; logits move ~5e-3) or off (the GEMV kernel)"},
+	{"SARAGOSSA_CUDA_Q8X", SG_FLAG_BOOL, "0",
+	 "CUDA GEMV of quantized weights on activations quantized to 8 bits with integer dot products: 1.5-2x the f32 path's "
+	 "bandwidth, but it moves one MLX fixture's greedy tokens, so off until qualified"},
 	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
 	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},
 	{"SARAGOSSA_API_KEY", SG_FLAG_STR, "", "bearer token `serve` requires on TCP (same as --api-key)"},

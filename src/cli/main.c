@@ -20,7 +20,7 @@ static const verb verbs[] = {
 	{"help", cmd_help, "[VERB]", "show this help, or one verb's usage"},
 	{"version", cmd_version, "", "print the version and build flags"},
 	{"doctor", sg_cli_doctor, "", "report the machine, the build and every runtime flag"},
-	{"eval", sg_cli_eval, "--model M --tokens I,J,K [--logits-out FILE] [--greedy N] [--backend cpu] [--threads N] [--chunk N] [--ctx N] [--kv f32|f16]", "run token ids through a model: logits of every position, greedy continuation"},
+	{"eval", sg_cli_eval, "--model M --tokens I,J,K [--logits-out FILE] [--greedy N] [--backend cpu|cuda] [--threads N] [--chunk N] [--ctx N] [--kv f32|f16]", "run token ids through a model: logits of every position, greedy continuation"},
 	{"bench", sg_cli_bench, "--model M [-p 512] [-n 128] [-r 3] [--threads N] [--chunk N]", "measure prompt (pp) and decode (tg) speed like llama-bench"},
 	{"inspect", sg_cli_inspect, "PATH [--tensors] [--dump TENSOR --out FILE]", "show a model's format, architecture, tensors and memory needs"},
 	{"pull", sg_cli_pull, "[-q] MODEL", "download a model from the Hugging Face hub and print its local path"},
