@@ -93,7 +93,9 @@ sg_status sg_fwd_state_init(const sg_model *m, int n_ctx, int chunk, sg_type kv_
 	if (!st) st = alloc(be, SG_TYPE_F32, qw, chunk, &s->att);
 	if (!st) st = alloc(be, SG_TYPE_F32, fw, chunk, &s->g);
 	if (!st) st = alloc(be, SG_TYPE_F32, fw, chunk, &s->u);
-	if (!st) st = alloc(be, SG_TYPE_F32, d->n_vocab, chunk, &s->logits);
+	/* one row: every-position logits ([chunk][V], 256 MiB for a 262k vocabulary) are allocated
+	 * when first asked for */
+	if (!st) st = alloc(be, SG_TYPE_F32, d->n_vocab, 1, &s->logits);
 	if (!st && d->n_expert > 0) {
 		st = alloc(be, SG_TYPE_F32, d->n_expert, chunk, &s->rl);
 		if (!st) st = alloc(be, SG_TYPE_I32, kx, chunk, &s->eids);
@@ -252,6 +254,10 @@ sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, 
 		OK(mlp_block(m, s, li, n));
 	}
 	if (mode == SG_LOGITS_NONE) return SG_OK;
+	if (mode == SG_LOGITS_ALL && s->logits.ne[1] < n) {
+		o->tensor_free(be, &s->logits);
+		OK(alloc(be, SG_TYPE_F32, d->n_vocab, s->chunk, &s->logits));
+	}
 	/* only the rows whose logits are wanted go through the final norm and the head */
 	int r0 = mode == SG_LOGITS_ALL ? 0 : n - 1, nr = n - r0;
 	sg_btensor xl = sg_btensor_rows_view(&s->x, r0, nr), h = view2(&s->xb, d->dim, nr);

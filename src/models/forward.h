@@ -33,7 +33,7 @@ typedef struct sg_fwd_state {
 	sg_btensor rl;          /* MoE router logits [chunk][E] */
 	sg_btensor eids, ew;    /* MoE I32 [chunk][k], F32 [chunk][k] */
 	sg_btensor ey;          /* MoE [chunk][k][D] */
-	sg_btensor logits;      /* [chunk][V] */
+	sg_btensor logits;      /* [1][V], grown to [chunk][V] when every position's logits are wanted */
 	/* hybrid and Gemma 4 (forward_hybrid.c); empty for other families */
 	int hybrid;             /* 1: layers run through sg_fwd_hybrid_layers */
 	sg_btensor *conv, *ssm; /* [n_layer] linear layers: conv state [K-1][C], delta state [Hv][dk][dv] */
