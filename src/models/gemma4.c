@@ -66,11 +66,22 @@ static sg_status experts(sg_model *m, int layer, sg_layer_weights *lw)
 {
 	const sg_model_desc *d = &m->desc;
 	int64_t D = d->dim, F = d->moe_ffn_dim, E = d->n_expert;
+	/* Hugging Face names the stacked experts without ".weight"; a quantized (MLX) folder needs
+	 * the suffix for its scales and biases to pair up */
+	char name[64];
+	snprintf(name, sizeof(name), "blk.%d.ffn_gate_up_exps", layer);
+	int bare = sg_weights_lookup(m->w, names, name) != NULL;
 	sg_want ws[] = {
-		{"blk.{L}.ffn_gate_up_exps", SG_WANT_MATMUL, 3, {D, 2 * F, E}, 0, 0, &m->hy.layers[layer].gate_up_exps},
-		{"blk.{L}.ffn_down_exps", SG_WANT_MATMUL, 3, {F, D, E}, 0, 0, &lw->down_exps},
+		{bare ? "blk.{L}.ffn_gate_up_exps" : "blk.{L}.ffn_gate_up_exps.weight", SG_WANT_MATMUL, 3, {D, 2 * F, E}, 0, 0,
+		 &m->hy.layers[layer].gate_up_exps},
+		{bare ? "blk.{L}.ffn_down_exps" : "blk.{L}.ffn_down_exps.weight", SG_WANT_MATMUL, 3, {F, D, E}, 0, 0,
+		 &lw->down_exps},
 	};
-	return sg_model_bind_wants(m, ws, 2, layer);
+	size_t before = m->weight_bytes;
+	sg_status st = sg_model_bind_wants(m, ws, 2, layer);
+	/* a decode step reads k of the E experts: the bench's byte count says so */
+	m->weight_bytes = before + (m->weight_bytes - before) / (size_t)E * (size_t)d->n_expert_used;
+	return st;
 }
 
 /* The layer scalar: one value read once (it multiplies the residual stream on the host side). */
