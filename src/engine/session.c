@@ -245,3 +245,10 @@ sg_status sg_session_restore(sg_session *s, const sg_snapshot *p)
 	s->has_last = p->has_last;
 	return SG_OK;
 }
+
+int sg_session_has_recurrent_state(const sg_session *s)
+{
+	for (int i = 0; s->fs.conv && i < s->m->desc.n_layer; i++)
+		if (s->fs.conv[i].data) return 1;
+	return 0;
+}
