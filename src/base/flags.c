@@ -22,6 +22,8 @@ static const sg_flag table[] = {
 	 "CPU: quantized weights take 8-bit activations and integer dot products (0: f32 reference kernels)"},
 	{"SARAGOSSA_CPU_ATTN_SPLIT_KV", SG_FLAG_BOOL, "1",
 	 "CPU: attention with few heads also splits the kv length across threads (0: heads only)"},
+	{"SARAGOSSA_CPU_GDN_CHUNK", SG_FLAG_BOOL, "1",
+	 "CPU: prefill runs the gated delta rule in chunks of 64 tokens (0: the token-by-token recurrence)"},
 	{"SARAGOSSA_CACHE_DIR", SG_FLAG_STR, "",
 	 "saragossa's own cache (models, tools); empty = $XDG_CACHE_HOME/saragossa or ~/.cache/saragossa"},
 	{"SARAGOSSA_CHUNK", SG_FLAG_INT, "256", "prompt tokens per forward chunk (1 = token by token, the decode path)"},
