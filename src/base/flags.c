@@ -39,6 +39,10 @@ static const sg_flag table[] = {
 	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},
 	{"SARAGOSSA_API_KEY", SG_FLAG_STR, "", "bearer token `serve` requires on TCP (same as --api-key)"},
 	{"SARAGOSSA_TOKENIZER_CACHE", SG_FLAG_BOOL, "on", "per-thread cache of recently tokenized BPE words"},
+	{"SARAGOSSA_MEM_LIMIT", SG_FLAG_INT, "0",
+	 "memory a model's weights may take at load (bytes, k/m/g suffix); 0 = what is available now, -1 = no check"},
+	{"SARAGOSSA_DEFAULT_MODEL", SG_FLAG_STR, "",
+	 "model `run` and `generate` use when none is given; empty = Gemma 3 270M in saragossa's models folder"},
 };
 
 /* Credentials among the flags: never printed. */
