@@ -29,6 +29,8 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
 	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},
 	{"SARAGOSSA_API_KEY", SG_FLAG_STR, "", "bearer token `serve` requires on TCP (same as --api-key)"},
+	{"SARAGOSSA_GRAMMAR_FAST_MASK", SG_FLAG_BOOL, "1",
+	 "constrained decoding: accept plain tokens inside strings by bitmap and whole trie subtrees (0: walk every token)"},
 };
 
 #define N_FLAGS ((int)(sizeof(table) / sizeof(table[0])))
