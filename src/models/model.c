@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "base/alloc.h"
 #include "base/error.h"
 
@@ -253,8 +254,10 @@ sg_status sg_model_load(const char *path, const sg_model_params *params, sg_mode
 	*out = NULL;
 	sg_model_params dp = sg_model_default_params();
 	if (!params) params = &dp;
-	if (params->backend && strcmp(params->backend, "cpu"))
-		return sg_error(SG_ERR_UNSUPPORTED, "model: backend '%s' (this build runs: cpu)", params->backend);
+	int cuda = params->backend && !strcmp(params->backend, "cuda");
+	if (params->backend && strcmp(params->backend, "cpu") && !cuda)
+		return sg_error(SG_ERR_UNSUPPORTED, "model: backend '%s' (this build runs: cpu%s)", params->backend,
+				SG_CUDA ? ", cuda" : "");
 	sg_model *m = sg_calloc(1, sizeof(*m));
 	if (!m) return sg_error(SG_ERR_NOMEM, "model: loading '%s'", path ? path : "");
 	sg_status st = sg_weights_open(path, &m->w);
@@ -268,7 +271,10 @@ sg_status sg_model_load(const char *path, const sg_model_params *params, sg_mode
 		st = sg_error(SG_ERR_UNSUPPORTED, "unsupported architecture '%s' (%s): this build runs %s",
 			      m->desc.model_type, sg_arch_name(m->desc.arch), supported);
 	if (!st) st = check_runnable(&m->desc);
-	if (!st) {
+	if (!st && cuda) {
+		sg_cuda_params gp = sg_cuda_default_params();
+		st = sg_cuda_backend_create(&gp, &m->be);
+	} else if (!st) {
 		sg_cpu_params cp = sg_cpu_default_params();
 		cp.n_threads = params->n_threads;
 		st = sg_cpu_backend_create(&cp, &m->be);
