@@ -29,6 +29,19 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
 	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},
 	{"SARAGOSSA_API_KEY", SG_FLAG_STR, "", "bearer token `serve` requires on TCP (same as --api-key)"},
+	{"RETI_SERVE_PREFIX_CACHE", SG_FLAG_BOOL, "1",
+	 "serve: block prefix cache (a request restores the state of its longest cached prompt prefix; 0 = off, like --no-prefix-cache)"},
+	{"RETI_SERVE_PREFIX_BLOCK_TOKENS", SG_FLAG_INT, "256", "serve: tokens per prefix-cache block"},
+	{"RETI_SERVE_PREFIX_CACHE_BLOCKS", SG_FLAG_INT, "128", "serve: prefix-cache blocks kept in all (least recently used go first)"},
+	{"RETI_SERVE_PREFIX_BLOCKS_PER_SESSION", SG_FLAG_INT, "128", "serve: prefix-cache blocks one session key may hold"},
+	{"RETI_SERVE_MODEL_POOL", SG_FLAG_INT, "2", "serve: models resident at once (a request for another loads it)"},
+	{"RETI_SERVE_LRU", SG_FLAG_BOOL, "1",
+	 "serve: a full model pool evicts its least recently used model (0: keep models until restart, refuse the load with 503)"},
+	{"RETI_SERVE_OOM_GUARD", SG_FLAG_BOOL, "1",
+	 "serve: project memory before a model load, cache block or long prompt; evict blocks, then idle models, else 503"},
+	{"RETI_SERVE_MEMORY_HEADROOM_BYTES", SG_FLAG_INT, "2g", "serve: memory the guard leaves free on the host (and accelerator)"},
+	{"RETI_SERVE_MEMORY_CAP_BYTES", SG_FLAG_STR, "auto",
+	 "serve: a static ceiling on the process footprint in bytes (k/m/g suffix); auto or 0 = none"},
 };
 
 #define N_FLAGS ((int)(sizeof(table) / sizeof(table[0])))

@@ -10,6 +10,8 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/json.h"
+#include "base/log.h"
+#include "server/pool.h"
 
 #if __has_include("text/tokenizer.h") && __has_include("text/chat_template.h") && __has_include("engine/session.h")
 #define SG_SERVER_HAVE_MODELS 1
@@ -37,6 +39,14 @@ struct sg_srv_model {
 	sg_chat_template *tmpl;
 	sg_detok *detok;
 #endif
+	struct sg_pool *pool;     /* prefix cache + memory guard; NULL: none */
+	int pc_armed;             /* the running prefill snapshots block boundaries */
+	uint8_t pc_root[32];      /* its chain root */
+	const int32_t *pc_prompt; /* [pc_n] its prompt (borrowed) */
+	size_t pc_n;
+	int live_ok;              /* the live state belongs to live_root's session */
+	uint8_t live_root[32];
+	size_t kv_high;           /* highest position ever evaluated (KV rows past it untouched) */
 };
 
 const sg_srv_model_info *sg_srv_model_info_get(const sg_srv_model *m)
@@ -73,14 +83,56 @@ static uint64_t path_bytes(const char *path)
 	return total;
 }
 
+void sg_srv_model_bind(sg_srv_model *m, struct sg_pool *pool)
+{
+	m->pool = pool;
+}
+
 #if SG_SERVER_HAVE_MODELS
+
+/* Takes the block snapshot that ends at position `end` (the session is there) into the cache,
+ * unless it is cached already or the memory guard has no room for it: a block is an
+ * optimisation, never a reason to fail the request. */
+static void snapshot_block(sg_srv_model *m, size_t end)
+{
+	sg_prefix_cache *pc = sg_pool_prefix_cache(m->pool);
+	size_t B = (size_t)sg_pc_block_tokens(pc), b = end / B - 1;
+	if (sg_pc_contains(pc, m, m->pc_root, m->pc_prompt, b)) return;
+	sg_mem_evictor ev[2];
+	int n_ev = sg_pool_evictors(m->pool, m, ev);
+	if (sg_memguard_reserve(sg_pool_guard(m->pool), "a prefix-cache block", sg_session_block_bytes(m->session, (int)B), ev,
+				n_ev)) {
+		SG_DEBUG("serve: block %zu not cached: %s", b, sg_last_error());
+		return;
+	}
+	sg_snapshot *snap = NULL;
+	if (sg_session_snapshot_range(m->session, (int)(end - B), &snap)) {
+		SG_DEBUG("serve: block %zu not cached: %s", b, sg_last_error());
+		return;
+	}
+	if (sg_pc_insert(pc, m, m->pc_root, m->pc_prompt, b, snap, sg_snapshot_bytes(snap), NULL))
+		SG_DEBUG("serve: block %zu not cached: %s", b, sg_last_error());
+}
 
 static sg_status op_eval(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
 {
 	sg_srv_model *m = self;
 	if ((size_t)sg_session_position(m->session) != n_past)
 		return sg_error(SG_ERR_INTERNAL, "serve: session at %d, the loop expects %zu", sg_session_position(m->session), n_past);
-	sg_status s = sg_session_eval(m->session, t, (int)n, NULL);
+	/* With the cache armed the prefill runs in pieces that end on block boundaries, whatever
+	 * the caller's chunks: a cold run and a run restored at a boundary then evaluate the same
+	 * pieces, and every boundary's state can be copied as it is reached. */
+	size_t B = m->pc_armed ? (size_t)sg_pc_block_tokens(sg_pool_prefix_cache(m->pool)) : 0;
+	sg_status s = SG_OK;
+	for (size_t done = 0, pos = n_past; done < n && !s;) {
+		size_t c = n - done;
+		if (B && pos + c > (pos / B + 1) * B) c = (pos / B + 1) * B - pos;
+		s = sg_session_eval(m->session, t + done, (int)c, NULL);
+		done += c;
+		pos += c;
+		if (!s && B && pos % B == 0 && pos <= m->pc_n) snapshot_block(m, pos);
+	}
+	if ((size_t)sg_session_position(m->session) > m->kv_high) m->kv_high = (size_t)sg_session_position(m->session);
 	if (s) return s;
 	const float *l = sg_session_logits(m->session);
 	if (!l) return sg_error(SG_ERR_INTERNAL, "serve: no logits after eval");
@@ -101,6 +153,96 @@ static sg_status op_truncate(void *self, size_t keep)
 	s->n_past = (int)keep;
 	s->has_last = 0;
 	return SG_OK;
+}
+
+static sg_status set_history(sg_gen_state *st, const int32_t *t, size_t n)
+{
+	if (n > st->cap) {
+		size_t cap = st->cap ? st->cap : 256;
+		while (cap < n) cap *= 2;
+		int32_t *nt = sg_realloc(st->tokens, cap * sizeof *nt);
+		if (!nt) return SG_FAIL(SG_ERR_NOMEM, "token history of %zu entries", cap);
+		st->tokens = nt;
+		st->cap = cap;
+	}
+	memcpy(st->tokens, t, n * sizeof *t);
+	st->n = n;
+	return SG_OK;
+}
+
+sg_status sg_srv_model_prefix_begin(sg_srv_model *m, const uint8_t root[32], const int32_t *prompt, size_t n, size_t *reused,
+				    long *diverged)
+{
+	*reused = 0;
+	*diverged = -1;
+	m->pc_armed = 0;
+	sg_prefix_cache *pc = m->pool ? sg_pool_prefix_cache(m->pool) : NULL;
+	if (!pc || n < 1) {
+		/* no cache: every prompt is prefilled whole (exact reproducibility, and the baseline) */
+		m->live_ok = 0;
+		return sg_gen_state_reset(&m->state);
+	}
+	size_t B = (size_t)sg_pc_block_tokens(pc);
+	sg_pc_match mt;
+	/* at least the last prompt token is evaluated: its logits give the first answer token */
+	sg_status st = sg_pc_lookup(pc, m, root, prompt, n - 1, &mt);
+	if (st) return st;
+	size_t K = mt.n_blocks * B;
+	*diverged = mt.diverged_at;
+	int done = 0;
+	/* The live state of the same session may hold more than the blocks (the last answer's
+	 * tokens, a partial block): rolling back to the common prefix reuses all of it. The CPU
+	 * forward gives bit-identical rows whatever the chunking, decode steps included (tested in
+	 * tests/unit/test_prefix_cache.c), so this changes no output. Another session's live state
+	 * is never reused: only its own blocks are. */
+	size_t live = sg_gen_common_prefix(&m->state, prompt, n);
+	if (live >= n) live = n - 1;
+	if (live && live >= K && m->live_ok && !memcmp(m->live_root, root, 32) && op_truncate(m, live) == SG_OK) {
+		m->state.n = live;
+		K = live;
+		done = 1;
+	}
+	if (!done) {
+		if ((st = sg_gen_state_reset(&m->state))) goto out;
+		size_t i = 0;
+		while (i < mt.n_blocks && sg_session_restore_range(m->session, mt.payloads[i]) == SG_OK) i++;
+		if (i < mt.n_blocks || set_history(&m->state, prompt, K)) {
+			SG_WARN("serve: prefix restore stopped at block %zu of %zu: %s; prefilling the whole prompt", i, mt.n_blocks,
+				sg_last_error());
+			K = 0;
+			if ((st = sg_gen_state_reset(&m->state))) goto out;
+		}
+	}
+	memcpy(m->pc_root, root, 32);
+	m->pc_prompt = prompt;
+	m->pc_n = n;
+	m->pc_armed = 1;
+	*reused = K;
+out:
+	sg_pc_match_free(&mt);
+	return st;
+}
+
+void sg_srv_model_prefix_end(sg_srv_model *m)
+{
+	if (m->pc_armed) {
+		m->live_ok = 1;
+		memcpy(m->live_root, m->pc_root, 32);
+	}
+	m->pc_armed = 0;
+	m->pc_prompt = NULL;
+}
+
+sg_status sg_srv_model_reserve_tokens(sg_srv_model *m, size_t n_total)
+{
+	if (n_total > (size_t)m->info.n_ctx) n_total = (size_t)m->info.n_ctx;
+	if (!m->pool || n_total <= m->kv_high) return SG_OK;
+	size_t per = sg_session_block_bytes(m->session, 1) - sg_session_block_bytes(m->session, 0);
+	sg_mem_evictor ev[2];
+	int n_ev = sg_pool_evictors(m->pool, m, ev);
+	char what[200];
+	snprintf(what, sizeof what, "the KV cache rows of positions %zu..%zu", m->kv_high, n_total);
+	return sg_memguard_reserve(sg_pool_guard(m->pool), what, (uint64_t)(n_total - m->kv_high) * per, ev, n_ev);
 }
 
 static sg_status op_reset(void *self)
@@ -274,6 +416,17 @@ sg_status sg_srv_model_token_bytes(const sg_srv_model *m, int32_t id, char **out
 }
 
 #else /* the model forward, tokenizer or chat template is not in this build */
+
+sg_status sg_srv_model_prefix_begin(sg_srv_model *m, const uint8_t root[32], const int32_t *prompt, size_t n, size_t *reused,
+				    long *diverged)
+{
+	*reused = 0;
+	*diverged = -1;
+	return SG_OK;
+}
+
+void sg_srv_model_prefix_end(sg_srv_model *m) {}
+sg_status sg_srv_model_reserve_tokens(sg_srv_model *m, size_t n_total) { return SG_OK; }
 
 sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, sg_srv_model **out)
 {
