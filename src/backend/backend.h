@@ -22,6 +22,21 @@
  * the stage from simpler ones (attn_prep = rope + rope + kv_store). A backend answers
  * supports(stage, type) for every (stage, weight type) pair it implements.
  *
+ * A decode step, as the forward writes it (CPU shown; every call returns an sg_status to check):
+ *
+ *   sg_backend *be;  sg_cpu_backend_create(NULL, &be);
+ *   sg_btensor wq = {.type = SG_TYPE_Q4_K, .ne = {dim, n_head * hd, 1, 1}, .data = mmap_ptr};
+ *   be->ops->tensor_bind(be, &wq);                        // weights stay in the mmap
+ *   int64_t ne_x[4] = {dim, 1, 1, 1};  be->ops->tensor_alloc(be, SG_TYPE_F32, ne_x, &x);
+ *   be->ops->write(be, &tok, 0, &id, 4);  be->ops->write(be, &pos, 0, &p, 4);   // host -> device
+ *   be->ops->embed(be, &tok_embd, &tok, &x);
+ *   be->ops->rmsnorm(be, &x, &attn_norm, eps, 0, &xn);
+ *   be->ops->matmul(be, &wq, &xn, NULL, &q);  ... k, v ...
+ *   sg_backend_attn_prep(be, &q, &k, &v, &pos, &rope, &kc, &vc);
+ *   be->ops->attention(be, &q, &kc, &vc, &pos, &attn, &o);
+ *   ... matmul, add, rmsnorm, matmul x2, glu, matmul, add ... final norm, matmul, argmax ...
+ *   be->ops->read(be, &next_id, 0, &id, 4);              // the only read back
+ *
  * Tensor layout convention: ne[0] is the innermost (contiguous) dimension; rows are ne[0]
  * elements (or ne[0]/block blocks) and are stored contiguously, row r at data + r*row_bytes, over
  * all outer dimensions flattened (rows = ne[1]*ne[2]*ne[3]). Shapes below are written outermost

@@ -29,6 +29,7 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
 	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},
 	{"SARAGOSSA_API_KEY", SG_FLAG_STR, "", "bearer token `serve` requires on TCP (same as --api-key)"},
+	{"SARAGOSSA_TOKENIZER_CACHE", SG_FLAG_BOOL, "on", "per-thread cache of recently tokenized BPE words"},
 	{"RETI_SERVE_PREFIX_CACHE", SG_FLAG_BOOL, "1",
 	 "serve: block prefix cache (a request restores the state of its longest cached prompt prefix; 0 = off, like --no-prefix-cache)"},
 	{"RETI_SERVE_PREFIX_BLOCK_TOKENS", SG_FLAG_INT, "256", "serve: tokens per prefix-cache block"},
@@ -43,6 +44,9 @@ static const sg_flag table[] = {
 	{"RETI_SERVE_MEMORY_CAP_BYTES", SG_FLAG_STR, "auto",
 	 "serve: a static ceiling on the process footprint in bytes (k/m/g suffix); auto or 0 = none"},
 };
+
+/* Credentials among the flags: never printed. */
+static const char *const secrets[] = {"SARAGOSSA_API_KEY"};
 
 #define N_FLAGS ((int)(sizeof(table) / sizeof(table[0])))
 
@@ -147,6 +151,13 @@ int64_t sg_flag_int(const char *name)
 const char *sg_flag_str(const char *name) { return values[find(name)].text; }
 
 int sg_flag_is_invalid(const char *name) { return values[find(name)].invalid; }
+
+int sg_flag_is_secret(const char *name)
+{
+	for (size_t i = 0; i < sizeof(secrets) / sizeof(secrets[0]); i++)
+		if (!strcmp(secrets[i], name)) return 1;
+	return 0;
+}
 
 int sg_flags_count(void) { return N_FLAGS; }
 

@@ -44,6 +44,7 @@ int sg_cli_doctor(int argc, char **argv)
 		const char *val;
 		int from_env;
 		const sg_flag *f = sg_flag_at(i, &val, &from_env);
+		if (sg_flag_is_secret(f->name) && val[0]) val = "(set, hidden)";
 		printf("  %-36s = %-10s %s  %s\n", f->name, val[0] ? val : "\"\"", from_env ? "(env)    " : "(default)",
 		       f->desc);
 	}

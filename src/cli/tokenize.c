@@ -80,6 +80,15 @@ static double now(void)
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* CPU time of the calling thread: unlike the wall clock, it does not grow when other processes
+ * share the cores. */
+static double cpu_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static void print_ids(FILE *f, const sg_tokens *t)
 {
 	for (size_t i = 0; i < t->n; i++) fprintf(f, i ? " %d" : "%d", t->ids[i]);
@@ -189,12 +198,12 @@ int sg_cli_tokenize(int argc, char **argv)
 		rc = tokenize_batch(tok, &o, in, n);
 	} else {
 		sg_tokens ids = {0};
-		double t0 = now();
+		double t0 = now(), c0 = cpu_now();
 		if (sg_tokenizer_encode(tok, in, n, !o.no_special, &ids)) {
 			fprintf(stderr, "saragossa: tokenize: %s\n", sg_last_error());
 			rc = 1;
 		} else {
-			if (o.time) fprintf(stderr, "encode_seconds %.6f bytes %zu\n", now() - t0, n);
+			if (o.time) fprintf(stderr, "encode_seconds %.6f cpu_seconds %.6f bytes %zu\n", now() - t0, cpu_now() - c0, n);
 			print_ids(stdout, &ids);
 		}
 		sg_tokens_free(&ids);

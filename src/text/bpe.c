@@ -75,9 +75,7 @@ typedef struct bpe_tls {
 	struct sym {
 		int32_t id, prev, next;
 	} * sym;
-	struct cand {
-		int32_t rank, pos, id;
-	} * heap;
+	uint64_t *heap; /* rank << 32 | position: one integer compare orders by rank, then leftmost */
 	size_t sym_cap, heap_cap;
 } bpe_tls;
 
@@ -155,24 +153,38 @@ static void cache_put(bpe_tls *c, uint64_t h, const char *w, size_t n, const int
 
 /* ---- merging ---- */
 
-static int cand_less(const struct cand *a, const struct cand *b)
+/* A 4-ary min-heap of packed candidates: half the depth of a binary heap, and one 64-bit compare
+ * per step; a megabyte-long word keeps a million candidates, where cache misses per level are
+ * what costs. */
+static void sift_down(uint64_t *h, size_t n, size_t i)
 {
-	return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
+	uint64_t x = h[i];
+	for (;;) {
+		size_t c = 4 * i + 1;
+		if (c >= n) break;
+		size_t m = c, e = c + 4 < n ? c + 4 : n;
+		for (size_t k = c + 1; k < e; k++)
+			if (h[k] < h[m]) m = k;
+		if (h[m] >= x) break;
+		h[i] = h[m];
+		i = m;
+	}
+	h[i] = x;
 }
 
-static int heap_push(bpe_tls *c, size_t *hn, struct cand x)
+static int heap_push(bpe_tls *c, size_t *hn, uint64_t x)
 {
 	if (*hn == c->heap_cap) {
 		size_t cap = c->heap_cap ? c->heap_cap * 2 : 64;
-		struct cand *v = sg_realloc(c->heap, cap * sizeof(*v));
+		uint64_t *v = sg_realloc(c->heap, cap * sizeof(*v));
 		if (!v) return -1;
 		c->heap = v;
 		c->heap_cap = cap;
 	}
 	size_t i = (*hn)++;
 	while (i > 0) {
-		size_t p = (i - 1) / 2;
-		if (!cand_less(&x, &c->heap[p])) break;
+		size_t p = (i - 1) / 4;
+		if (c->heap[p] <= x) break;
 		c->heap[i] = c->heap[p];
 		i = p;
 	}
@@ -180,21 +192,15 @@ static int heap_push(bpe_tls *c, size_t *hn, struct cand x)
 	return 0;
 }
 
-static struct cand heap_pop(bpe_tls *c, size_t *hn)
+static uint64_t heap_pop(bpe_tls *c, size_t *hn)
 {
-	struct cand top = c->heap[0], x = c->heap[--(*hn)];
-	size_t i = 0, n = *hn;
-	for (;;) {
-		size_t l = 2 * i + 1;
-		if (l >= n) break;
-		size_t m = (l + 1 < n && cand_less(&c->heap[l + 1], &c->heap[l])) ? l + 1 : l;
-		if (!cand_less(&c->heap[m], &x)) break;
-		c->heap[i] = c->heap[m];
-		i = m;
-	}
-	if (n) c->heap[i] = x;
+	uint64_t top = c->heap[0];
+	c->heap[0] = c->heap[--(*hn)];
+	if (*hn) sift_down(c->heap, *hn, 0);
 	return top;
 }
+
+static uint64_t pack(int32_t rank, int32_t pos) { return (uint64_t)(uint32_t)rank << 32 | (uint32_t)pos; }
 
 static int push_pair(const sg_model_bpe *m, bpe_tls *c, size_t *hn, int32_t pos)
 {
@@ -202,7 +208,7 @@ static int push_pair(const sg_model_bpe *m, bpe_tls *c, size_t *hn, int32_t pos)
 	if (nx < 0) return 0;
 	const merge_ent *e = find_merge(m, c->sym[pos].id, c->sym[nx].id);
 	if (!e) return 0;
-	return heap_push(c, hn, (struct cand){e->rank, pos, e->id});
+	return heap_push(c, hn, pack(e->rank, pos));
 }
 
 static sg_status merge_word(const sg_tokenizer *t, bpe_tls *c, const char *w, size_t n, sg_tokens *out)
@@ -251,21 +257,33 @@ static sg_status merge_word(const sg_tokenizer *t, bpe_tls *c, const char *w, si
 		c->sym[i].prev = i - 1;
 		c->sym[i].next = i + 1 < ns ? i + 1 : -1;
 	}
+	/* All initial candidates at once, then heapify in O(n). */
 	size_t hn = 0;
-	for (int32_t i = 0; i + 1 < ns; i++)
-		if (push_pair(m, c, &hn, i)) return SG_FAIL(SG_ERR_NOMEM, "bpe heap");
+	if (c->heap_cap < (size_t)ns) {
+		uint64_t *v = sg_realloc(c->heap, ((size_t)ns + 64) * sizeof(*v));
+		if (!v) return SG_FAIL(SG_ERR_NOMEM, "bpe heap");
+		c->heap = v;
+		c->heap_cap = (size_t)ns + 64;
+	}
+	for (int32_t i = 0; i + 1 < ns; i++) {
+		const merge_ent *e = find_merge(m, c->sym[i].id, c->sym[i + 1].id);
+		if (e) c->heap[hn++] = pack(e->rank, i);
+	}
+	for (size_t i = hn / 4 + 1; i-- > 0;)
+		if (i < hn) sift_down(c->heap, hn, i);
 	while (hn) {
-		struct cand top = heap_pop(c, &hn);
-		struct sym *s = &c->sym[top.pos];
+		uint64_t top = heap_pop(c, &hn);
+		int32_t pos = (int32_t)(uint32_t)top, rank = (int32_t)(top >> 32);
+		struct sym *s = &c->sym[pos];
 		if (s->id < 0 || s->next < 0) continue; /* merged away */
 		const merge_ent *e = find_merge(m, s->id, c->sym[s->next].id);
-		if (!e || e->id != top.id || e->rank != top.rank) continue; /* stale candidate */
+		if (!e || e->rank != rank) continue; /* stale candidate: the pair changed */
 		int32_t r = s->next;
-		s->id = top.id;
+		s->id = e->id;
 		s->next = c->sym[r].next;
 		c->sym[r].id = -1;
-		if (s->next >= 0) c->sym[s->next].prev = top.pos;
-		if ((s->prev >= 0 && push_pair(m, c, &hn, s->prev)) || push_pair(m, c, &hn, top.pos))
+		if (s->next >= 0) c->sym[s->next].prev = pos;
+		if ((s->prev >= 0 && push_pair(m, c, &hn, s->prev)) || push_pair(m, c, &hn, pos))
 			return SG_FAIL(SG_ERR_NOMEM, "bpe heap");
 	}
 	for (int32_t i = ns ? 0 : -1; i >= 0; i = c->sym[i].next)
@@ -283,7 +301,8 @@ sg_status sg_bpe_word(const sg_tokenizer *t, const char *w, size_t n, sg_tokens 
 	bpe_tls *c = tls(t);
 	if (!c) return SG_FAIL(SG_ERR_NOMEM, "bpe cache");
 	uint64_t h = 0;
-	if (n <= CACHE_MAX_WORD) {
+	int cached = n <= CACHE_MAX_WORD && t->bpe.cache;
+	if (cached) {
 		h = sg_str_hash(w, n);
 		int r = cache_get(c, h, w, n, out);
 		if (r < 0) return SG_FAIL(SG_ERR_NOMEM, "bpe ids");
@@ -291,7 +310,7 @@ sg_status sg_bpe_word(const sg_tokenizer *t, const char *w, size_t n, sg_tokens 
 	}
 	size_t start = out->n;
 	sg_status st = merge_word(t, c, w, n, out);
-	if (!st && n <= CACHE_MAX_WORD) cache_put(c, h, w, n, out->ids + start, out->n - start);
+	if (!st && cached) cache_put(c, h, w, n, out->ids + start, out->n - start);
 	return st;
 }
 

@@ -17,7 +17,6 @@ struct dec_step {
 	int start, stop, cleanup, prepend;
 };
 
-sg_status sg_tok_pattern(const json_t *p, const char **s, size_t *n, int *is_regex);
 
 static sg_status parse_one(const json_t *j, sg_decoder *d)
 {
@@ -409,6 +408,14 @@ static sg_status step(sg_detok *d, int final, const char **piece, size_t *len)
 
 sg_status sg_detok_push(sg_detok *d, int32_t id, const char **piece, size_t *len)
 {
+	/* Ids the decode drops never enter the context: a context that decodes to nothing would
+	 * make the decoders treat the next token as the first (no space before a WordPiece word). */
+	const sg_tokenizer *t = d->t;
+	if (id < 0 || id >= t->n_vocab || !t->tok[id].s || (d->skip_special && t->special[id])) {
+		*piece = "";
+		*len = 0;
+		return SG_OK;
+	}
 	if (sg_tokens_push(&d->ids, id)) return SG_FAIL(SG_ERR_NOMEM, "detok");
 	return step(d, 0, piece, len);
 }

@@ -31,8 +31,6 @@ static sg_status push_step(sg_normalizer *nz, const norm_step *s)
 	return SG_OK;
 }
 
-/* {"String": "x"} or {"Regex": "x"}: returns the text and whether it is a regex. */
-sg_status sg_tok_pattern(const json_t *p, const char **s, size_t *n, int *is_regex);
 sg_status sg_tok_pattern(const json_t *p, const char **s, size_t *n, int *is_regex)
 {
 	const json_t *v;

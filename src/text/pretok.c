@@ -154,7 +154,6 @@ struct pre_step {
 	uint32_t rep_cp;
 };
 
-sg_status sg_tok_pattern(const json_t *p, const char **s, size_t *n, int *is_regex);
 
 static const char GPT2_RE[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 

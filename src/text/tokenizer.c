@@ -6,6 +6,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/flags.h"
 #include "base/utf8.h"
 #include "text/tokenizer_int.h"
 
@@ -134,6 +135,7 @@ void sg_tokenizer_free(sg_tokenizer *t)
 {
 	if (!t) return;
 	sg_strmap_free(&t->mmap);
+	sg_strmap_free(&t->tmap);
 	sg_strmap_free(&t->amap);
 	sg_free(t->akeys);
 	sg_free(t->tok);
@@ -250,6 +252,7 @@ static sg_status build_vocab(sg_tokenizer *t, const tok_spec *s)
 	}
 	sg_free(nb.p);
 	if ((st = sg_strmap_build(&t->amap, t->akeys, t->n_added))) return st;
+	if (raw_form && (st = sg_strmap_build(&t->tmap, t->tok, nv))) return st;
 	for (int32_t i = 0; i < nv; i++) {
 		if (!t->tok[i].s) continue;
 		int32_t a = sg_strmap_get(&t->amap, t->tok[i].s, t->tok[i].n);
@@ -274,6 +277,7 @@ static sg_status build_model(sg_tokenizer *t, const tok_spec *s)
 	m->byte_fallback = s->byte_fallback;
 	m->fuse_unk = s->fuse_unk;
 	m->ignore_merges = s->ignore_merges;
+	m->cache = sg_flag_bool("SARAGOSSA_TOKENIZER_CACHE");
 	m->unk_id = s->unk ? sg_strmap_get(&t->mmap, s->unk, strlen(s->unk)) : -1;
 	for (int b = 0; b < 256; b++) {
 		char name[8];
@@ -598,11 +602,8 @@ int32_t sg_tokenizer_token_id(const sg_tokenizer *t, const char *s, size_t len)
 {
 	int32_t a = sg_strmap_get(&t->amap, s, len);
 	if (a >= 0) return t->added[a].id;
-	/* The model's spelling (tok) may differ from its working form (raw bytes): search tok. */
-	if (!t->pre.byte_level) return sg_strmap_get(&t->mmap, s, len);
-	for (int32_t i = 0; i < t->n_vocab; i++)
-		if (t->tok[i].s && t->tok[i].n == len && !memcmp(t->tok[i].s, s, len)) return i;
-	return -1;
+	/* The model's spelling (tok) may differ from its working form (raw bytes). */
+	return sg_strmap_get(t->tmap.slot ? &t->tmap : &t->mmap, s, len);
 }
 
 int sg_tokenizer_is_special(const sg_tokenizer *t, int32_t id)

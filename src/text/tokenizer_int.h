@@ -11,6 +11,10 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+/* Largest token id accepted from a file: far above real vocabularies (262k), low enough that a
+ * hostile id cannot ask for gigabytes. */
+#define SG_TOK_MAX_ID (1 << 24)
+
 typedef struct sg_str {
 	const char *s;
 	uint32_t n;
@@ -51,6 +55,10 @@ int sg_bert_is_punct(uint32_t cp);
 int sg_bert_is_mark(uint32_t cp);
 /* Decodes one code point from valid UTF-8 at s (the caller validated the text). */
 int sg_uc_next(const char *s, size_t n, uint32_t *cp);
+
+/* A pattern of tokenizer.json, {"String": "x"} or {"Regex": "x"} (normalize.c): its text and
+ * whether it is a regex. */
+sg_status sg_tok_pattern(const json_t *p, const char **s, size_t *n, int *is_regex);
 
 /* ---- normalizers ---- */
 typedef struct norm_step norm_step;
@@ -109,6 +117,7 @@ typedef struct sg_model_bpe {
 	size_t mask;
 	int32_t byte_id[256]; /* byte-level: id of each byte; byte fallback: id of <0xXX> */
 	int byte_fallback, fuse_unk, ignore_merges;
+	int cache; /* SARAGOSSA_TOKENIZER_CACHE, read at load */
 	int32_t unk_id;
 } sg_model_bpe;
 
@@ -152,6 +161,7 @@ struct sg_tokenizer {
 	uint8_t *special; /* [n_vocab] 1 for special added tokens */
 	sg_str *mtok;     /* [n_vocab] model vocab in the model's working form (raw bytes when byte-level) */
 	sg_strmap mmap;   /* over mtok */
+	sg_strmap tmap;   /* over tok, when it differs from mtok (byte-level) */
 	sg_strmap amap;   /* added token content -> index in added */
 	sg_str *akeys;
 	sg_model_bpe bpe;

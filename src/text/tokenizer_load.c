@@ -34,9 +34,9 @@ static sg_status parse_added(const json_t *arr, added_tok **out, int *n)
 	if (!v) return SG_FAIL(SG_ERR_NOMEM, "added tokens");
 	for (size_t i = 0; i < k; i++) {
 		const json_t *e = json_array_get(arr, i), *c = json_object_get(e, "content"), *id = json_object_get(e, "id");
-		if (!json_is_string(c) || !json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) > INT32_MAX / 2) {
+		if (!json_is_string(c) || !json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= SG_TOK_MAX_ID) {
 			sg_free(v);
-			return SG_FAIL(SG_ERR_FORMAT, "tokenizer: added_tokens[%zu] needs a string content and an id", i);
+			return SG_FAIL(SG_ERR_FORMAT, "tokenizer: added_tokens[%zu] needs a string content and an id below %d", i, SG_TOK_MAX_ID);
 		}
 		added_tok *a = &v[i];
 		a->id = (int32_t)json_integer_value(id);
@@ -76,8 +76,8 @@ sg_status sg_tok_json_spec(const json_t *root, const json_t *cfg, sg_tokenizer *
 	const json_t *val;
 	json_object_foreach((json_t *)vocab, key, val)
 	{
-		if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) > INT32_MAX / 2)
-			return SG_FAIL(SG_ERR_FORMAT, "tokenizer.json: vocab entry '%s' has no valid id", key);
+		if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) >= SG_TOK_MAX_ID)
+			return SG_FAIL(SG_ERR_FORMAT, "tokenizer.json: vocab entry '%s' has no valid id (0..%d)", key, SG_TOK_MAX_ID - 1);
 		if (json_integer_value(val) > max_id) max_id = json_integer_value(val);
 	}
 	sg_str *v = sg_calloc((size_t)(max_id + 2), sizeof(sg_str));

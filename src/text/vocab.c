@@ -141,6 +141,13 @@ static int add_tok(added_tok **v, int *n, int *cap, int32_t id, sg_str s, int sp
 	return 0;
 }
 
+/* Token i as the file spells it. */
+static sg_str orig_str(const sg_vocab_desc *d, int32_t i)
+{
+	const char *s = d->tokens[i] ? d->tokens[i] : "";
+	return (sg_str){s, d->token_lens && d->tokens[i] ? d->token_lens[i] : (uint32_t)strlen(s)};
+}
+
 static int in_bytelevel_alphabet(sg_str s)
 {
 	for (size_t k = 0; k < s.n;) {
@@ -154,7 +161,8 @@ static int in_bytelevel_alphabet(sg_str s)
 sg_status sg_tokenizer_from_vocab(const sg_vocab_desc *d, sg_tokenizer **out)
 {
 	*out = NULL;
-	if (!d || !d->model || d->n_tokens <= 0 || !d->tokens) return SG_FAIL(SG_ERR_INVALID_ARG, "vocabulary arrays are required");
+	if (!d || !d->model || d->n_tokens <= 0 || d->n_tokens >= SG_TOK_MAX_ID || !d->tokens)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "vocabulary arrays are required (1..%d tokens)", SG_TOK_MAX_ID - 1);
 	int gpt2 = !strcmp(d->model, "gpt2"), llama = !strcmp(d->model, "llama");
 	if (!gpt2 && !llama)
 		return SG_FAIL(SG_ERR_UNSUPPORTED, "gguf: tokenizer.ggml.model '%s' is not supported (gpt2 and llama are; the reference "
@@ -246,11 +254,11 @@ sg_status sg_tokenizer_from_vocab(const sg_vocab_desc *d, sg_tokenizer **out)
 	}
 	for (int32_t i = 0; d->types && i < n && !r; i++) {
 		if (d->types[i] == 3 && (!gpt2 || in_bytelevel_alphabet(tok[i])))
-			r = add_tok(&added, &n_added, &cap_added, i, (sg_str){d->tokens[i], d->token_lens ? d->token_lens[i] : (uint32_t)strlen(d->tokens[i])}, 1);
+			r = add_tok(&added, &n_added, &cap_added, i, orig_str(d, i), 1);
 	}
 	for (int32_t i = 0; d->types && i < n && !r; i++) {
 		if (d->types[i] != 4) continue;
-		sg_str orig = {d->tokens[i], d->token_lens ? d->token_lens[i] : (uint32_t)strlen(d->tokens[i])};
+		sg_str orig = orig_str(d, i);
 		int32_t id = sg_strmap_get(&vmap, orig.s, orig.n);
 		if (id >= 0) r = add_tok(&added, &n_added, &cap_added, id, orig, 0);
 	}

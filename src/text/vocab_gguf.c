@@ -14,8 +14,8 @@ sg_status sg_tokenizer_load_gguf(const char *path, sg_tokenizer **out);
 /* Copies a string array's entries (pointers into the map) into arrays of pointer + length. */
 static sg_status str_array(const sg_gguf_kv *kv, const char *key, const char ***s, uint32_t **lens, int32_t *n)
 {
-	if (kv->type != SG_GGUF_ARRAY || kv->arr_type != SG_GGUF_STRING || kv->arr_n > INT32_MAX / 4)
-		return SG_FAIL(SG_ERR_FORMAT, "gguf: %s must be an array of strings", key);
+	if (kv->type != SG_GGUF_ARRAY || kv->arr_type != SG_GGUF_STRING || kv->arr_n >= SG_TOK_MAX_ID)
+		return SG_FAIL(SG_ERR_FORMAT, "gguf: %s must be an array of fewer than %d strings", key, SG_TOK_MAX_ID);
 	*s = sg_calloc(kv->arr_n ? kv->arr_n : 1, sizeof(char *));
 	*lens = sg_calloc(kv->arr_n ? kv->arr_n : 1, sizeof(uint32_t));
 	if (!*s || !*lens) return SG_FAIL(SG_ERR_NOMEM, "gguf: %s", key);

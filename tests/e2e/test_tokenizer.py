@@ -107,18 +107,18 @@ class Ref:
         return self.tok.decode_batch(ids_list, skip_special_tokens=skip)
 
 
-def run(args, data):
+def run(args, data, env=None):
     r = subprocess.run([BIN] + args, input=data.encode("utf-8") if isinstance(data, str) else data,
-                       capture_output=True)
+                       capture_output=True, env=dict(os.environ, **(env or {})))
     assert r.returncode == 0, f"saragossa {' '.join(args)} failed: {r.stderr.decode(errors='replace')[-2000:]}"
     return r.stdout.decode("utf-8"), r.stderr.decode("utf-8", errors="replace")
 
 
-def ours_encode(model, texts, special, threads=1):
+def ours_encode(model, texts, special, threads=1, env=None):
     args = ["tokenize", "--model", str(model), "--batch", "--threads", str(threads)]
     if not special:
         args.append("--no-special")
-    out, _ = run(args, json.dumps(texts))
+    out, _ = run(args, json.dumps(texts), env)
     lines = out.split("\n")[:-1]
     assert len(lines) == len(texts)
     return [[int(x) for x in line.split()] for line in lines]
@@ -158,13 +158,15 @@ def test_tokenizer_corpus_is_large_and_varied():
     assert max(len(s) for s in CORPUS) >= 1000
 
 
-@pytest.mark.parametrize("special", [True, False])
-def test_tokenizer_ids_match_reference_on_corpus(tk, special):
+def test_tokenizer_ids_match_reference_on_corpus_without_special_tokens(tk):
     name, folder, ref = tk
-    compare_ids(f"{name} special={special}", CORPUS, ref.encode(CORPUS, special), ours_encode(folder, CORPUS, special))
+    compare_ids(f"{name} no special", CORPUS, ref.encode(CORPUS, False), ours_encode(folder, CORPUS, False))
 
 
-def test_tokenizer_same_ids_on_four_threads_at_once(tk):
+def test_tokenizer_ids_match_reference_on_corpus_on_four_threads_at_once(tk):
+    """With special tokens; four threads each encode the whole corpus on one tokenizer at the
+    same time, the CLI fails if any thread's ids differ from thread 0's, and thread 0's must
+    equal the reference's."""
     name, folder, ref = tk
     compare_ids(f"{name} 4 threads", CORPUS, ref.encode(CORPUS, True), ours_encode(folder, CORPUS, True, threads=4))
 
@@ -291,12 +293,21 @@ def test_tokenizer_gguf_gpt2_and_llama_vocabularies_give_the_reference_ids(name)
     assert not bad, f"{name}: {len(bad)} decodes differ; first {CORPUS[bad[0]][:80]!r}: want {want[bad[0]][:80]!r} got {got[bad[0]][:80]!r}"
 
 
+def test_tokenizer_word_cache_switched_off_gives_the_same_ids():
+    folder = qwen_dir("qwen")
+    ref = Ref(folder)
+    compare_ids("qwen without cache", CORPUS, ref.encode(CORPUS, True),
+                ours_encode(folder, CORPUS, True, env={"SARAGOSSA_TOKENIZER_CACHE": "0"}))
+
+
 def test_tokenizer_one_megabyte_of_one_char_is_fast():
     folder = qwen_dir("qwen")
     for model in (folder, gemma_dir(), minilm_dir()):
         _, err = run(["tokenize", "--model", str(model), "--no-special", "--time"], "a" * (1 << 20))
-        secs = float(err.split()[1])
-        assert secs < 1.0, f"{model}: 1 MiB of 'a' took {secs:.3f} s"
+        secs = float(err.split()[3])  # CPU seconds of the encode: other jobs on the cores do not count
+        # about 0.25 s on a quiet core; CPU time still inflates when other jobs thrash the caches,
+        # so the bound leaves room. Quadratic merging would take minutes here.
+        assert secs < 2.0, f"{model}: 1 MiB of 'a' took {secs:.3f} s of CPU"
 
 
 def test_tokenizer_cli_plain_mode_and_bad_input():

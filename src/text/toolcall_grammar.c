@@ -1,0 +1,93 @@
+/* Grammars that force a tool call (tool_choice "required" or a named function): the model's
+ * call syntax around a call object whose arguments follow the function's parameters schema. */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+#include "text/json_schema.h"
+#include "text/toolcall.h"
+
+static const json_t *tool_function(const json_t *tool)
+{
+	const json_t *f = json_object_get(tool, "function");
+	return f ? f : tool;
+}
+
+/* {"name": "<name>", "<args_key>": <parameters>} for one tool. */
+static sg_status call_object(sg_grammar *g, const json_t *fn, const char *args_key, int *node)
+{
+	const char *name = json_string_value(json_object_get(fn, "name"));
+	if (!name || !*name) return sg_error(SG_ERR_INVALID_ARG, "tools: a function has no name");
+	const json_t *params = json_object_get(fn, "parameters");
+	json_t *empty = NULL;
+	if (!params) params = empty = json_pack("{s:s}", "type", "object");
+	int args = 0;
+	sg_status st = sg_json_schema_compile_into(g, params, 1, &args, NULL, 0);
+	json_decref(empty);
+	if (st != SG_OK) return sg_error_wrap(st, "tools: function '%s' parameters", name);
+	if (args == 0) return sg_error(SG_ERR_INVALID_ARG, "tools: function '%s' parameters admit no value", name);
+	json_t *nm = json_string(name);
+	char *lit = nm ? json_dumps(nm, JSON_ENCODE_ANY) : NULL;
+	json_decref(nm);
+	if (!lit) return SG_FAIL(SG_ERR_NOMEM, "tool name");
+	int name_node = sg_grammar_add_literal(g, lit);
+	free(lit);
+	sg_grammar_prop props[2] = {{"name", 4, name_node, 1}, {args_key, strlen(args_key), args, 1}};
+	*node = sg_grammar_add_object(g, props, 2, -1);
+	return SG_OK;
+}
+
+sg_status sg_toolcall_grammar(sg_toolcall_syntax syntax, const json_t *tools, const char *name,
+			      int max_calls, sg_grammar **out)
+{
+	*out = NULL;
+	if (syntax != SG_TC_HERMES && syntax != SG_TC_LLAMA3 && syntax != SG_TC_MISTRAL)
+		return SG_FAIL(SG_ERR_UNSUPPORTED, "forcing tool calls is not supported for this syntax");
+	if (!json_is_array(tools) || json_array_size(tools) == 0)
+		return sg_error(SG_ERR_INVALID_ARG, "tool_choice needs a non-empty tools array");
+	if (max_calls < 1) max_calls = 1;
+	sg_grammar *g = sg_grammar_new();
+	if (!g) return SG_FAIL(SG_ERR_NOMEM, "grammar");
+	size_t n = json_array_size(tools);
+	int *alts = sg_calloc(n, sizeof(int));
+	sg_status st = alts ? SG_OK : SG_FAIL(SG_ERR_NOMEM, "tools");
+	int k = 0;
+	const char *args_key = syntax == SG_TC_LLAMA3 ? "parameters" : "arguments";
+	for (size_t i = 0; st == SG_OK && i < n; i++) {
+		const json_t *fn = tool_function(json_array_get(tools, i));
+		const char *fname = json_string_value(json_object_get(fn, "name"));
+		if (name && (!fname || strcmp(fname, name) != 0)) continue;
+		st = call_object(g, fn, args_key, &alts[k]);
+		if (st == SG_OK) k++;
+	}
+	if (st == SG_OK && k == 0) st = sg_error(SG_ERR_INVALID_ARG, "tool_choice names '%s', which is not in tools", name ? name : "");
+	if (st == SG_OK) {
+		int call = sg_grammar_add_union(g, alts, k), root;
+		if (syntax == SG_TC_HERMES) {
+			int seq[] = {sg_grammar_add_literal(g, "<tool_call>\n"), call,
+				     sg_grammar_add_literal(g, "\n</tool_call>")};
+			int one = sg_grammar_add_seq(g, seq, 3, 0);
+			root = sg_grammar_add_repeat(g, one, 1, max_calls, 1);
+		} else if (syntax == SG_TC_LLAMA3) {
+			int sep = sg_grammar_add_literal(g, ";");
+			int more[] = {sep, call};
+			int tail = sg_grammar_add_seq(g, more, 2, 1);
+			int rep = sg_grammar_add_repeat(g, tail, 0, max_calls - 1, 1);
+			int seq[] = {call, rep};
+			root = max_calls > 1 ? sg_grammar_add_seq(g, seq, 2, 1) : call;
+		} else {
+			int seq[] = {sg_grammar_add_literal(g, "[TOOL_CALLS]"),
+				     sg_grammar_add_array(g, call, 1, max_calls)};
+			root = sg_grammar_add_seq(g, seq, 2, 0);
+		}
+		st = sg_grammar_finish(g, root);
+	}
+	sg_free(alts);
+	if (st != SG_OK) {
+		sg_grammar_free(g);
+		return st;
+	}
+	*out = g;
+	return SG_OK;
+}

@@ -1,0 +1,45 @@
+/* Fuzz target: the streaming tool-call parsers and the reasoning split on arbitrary output text,
+ * fed in chunks whose sizes come from the input. First byte: syntax and chunking. */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "text/toolcall.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void on_event(void *ud, const sg_toolcall_event *e)
+{
+	size_t *n = ud;
+	*n += e->len + (e->name ? strlen(e->name) : 0);
+}
+
+static void on_reason(void *ud, int r, const char *t, size_t n)
+{
+	size_t *k = ud;
+	*k += n + (size_t)r + (t ? 0 : 1);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (size < 1) return 0;
+	sg_toolcall_syntax syn = (sg_toolcall_syntax)(data[0] % 6);
+	size_t chunk = 1 + (data[0] >> 3);
+	const char *text = (const char *)data + 1;
+	size_t n = size - 1, seen = 0;
+	sg_toolcall_parser *p = NULL;
+	if (sg_toolcall_parser_new(syn, NULL, &p) == SG_OK) {
+		for (size_t i = 0; i < n; i += chunk)
+			sg_toolcall_feed(p, text + i, i + chunk > n ? n - i : chunk, on_event, &seen);
+		sg_toolcall_finish(p, on_event, &seen);
+		sg_toolcall_parser_free(p);
+	}
+	sg_reasoning_split *r = NULL;
+	if (sg_reasoning_split_new("<think>", "</think>", data[0] & 1, &r) == SG_OK) {
+		for (size_t i = 0; i < n; i += chunk)
+			sg_reasoning_feed(r, text + i, i + chunk > n ? n - i : chunk, on_reason, &seen);
+		sg_reasoning_finish(r, on_reason, &seen);
+		sg_reasoning_split_free(r);
+	}
+	return 0;
+}
