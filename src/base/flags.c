@@ -45,6 +45,19 @@ static const sg_flag table[] = {
 	 "model `run` and `generate` use when none is given; empty = Gemma 3 270M in saragossa's models folder"},
 	{"SARAGOSSA_GRAMMAR_FAST_MASK", SG_FLAG_BOOL, "1",
 	 "constrained decoding: accept plain tokens inside strings by bitmap and whole trie subtrees (0: walk every token)"},
+	{"RETI_SERVE_PREFIX_CACHE", SG_FLAG_BOOL, "1",
+	 "serve: block prefix cache (a request restores the state of its longest cached prompt prefix; 0 = off, like --no-prefix-cache)"},
+	{"RETI_SERVE_PREFIX_BLOCK_TOKENS", SG_FLAG_INT, "256", "serve: tokens per prefix-cache block"},
+	{"RETI_SERVE_PREFIX_CACHE_BLOCKS", SG_FLAG_INT, "128", "serve: prefix-cache blocks kept in all (least recently used go first)"},
+	{"RETI_SERVE_PREFIX_BLOCKS_PER_SESSION", SG_FLAG_INT, "128", "serve: prefix-cache blocks one session key may hold"},
+	{"RETI_SERVE_MODEL_POOL", SG_FLAG_INT, "2", "serve: models resident at once (a request for another loads it)"},
+	{"RETI_SERVE_LRU", SG_FLAG_BOOL, "1",
+	 "serve: a full model pool evicts its least recently used model (0: keep models until restart, refuse the load with 503)"},
+	{"RETI_SERVE_OOM_GUARD", SG_FLAG_BOOL, "1",
+	 "serve: project memory before a model load, cache block or long prompt; evict blocks, then idle models, else 503"},
+	{"RETI_SERVE_MEMORY_HEADROOM_BYTES", SG_FLAG_INT, "2g", "serve: memory the guard leaves free on the host (and accelerator)"},
+	{"RETI_SERVE_MEMORY_CAP_BYTES", SG_FLAG_STR, "auto",
+	 "serve: a static ceiling on the process footprint in bytes (k/m/g suffix); auto or 0 = none"},
 };
 
 /* Credentials among the flags: never printed. */

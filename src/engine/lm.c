@@ -213,7 +213,7 @@ static void find_eos(sg_lm *lm, const char *path)
  * base models often do not): a system message is folded into the first user turn. Templates
  * render with trim_blocks (as transformers does), which eats a newline right after a block tag:
  * the one after the role is written as an expression. */
-static const char GEMMA_TEMPLATE[] =
+const char sg_lm_gemma_template[] =
 	"{{ bos_token }}"
 	"{% if messages[0]['role'] == 'system' %}{% set first = messages[0]['content'] + '\n\n' %}"
 	"{% set rest = messages[1:] %}{% else %}{% set first = '' %}{% set rest = messages %}{% endif %}"
@@ -231,7 +231,7 @@ static sg_status fallback_template(const sg_model *model, const sg_tokenizer *to
 	size_t n = 0;
 	const char *bos = sg_tokenizer_token(tok, sg_tokenizer_bos(tok), &n);
 	json_t *special = json_pack("{s:s%}", "bos_token", bos ? bos : "", bos ? n : 0);
-	sg_status s = sg_chat_template_from_source(GEMMA_TEMPLATE, sizeof GEMMA_TEMPLATE - 1, special, out);
+	sg_status s = sg_chat_template_from_source(sg_lm_gemma_template, sizeof sg_lm_gemma_template - 1, special, out);
 	json_decref(special);
 	return s;
 }

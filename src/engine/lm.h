@@ -37,6 +37,9 @@ typedef struct sg_lm_params {
 	int n_threads; /* CPU threads; 0 = SARAGOSSA_THREADS, else one per core */
 } sg_lm_params;
 
+/* Gemma's turn format, for Gemma files that carry no chat template (shared with the server). */
+extern const char sg_lm_gemma_template[];
+
 sg_lm_params sg_lm_default_params(void);
 
 /* Bytes of weights on disk: the .gguf file, or every *.safetensors file of a folder. 0 when

@@ -119,6 +119,8 @@ void sg_session_reset(sg_session *s)
 
 struct sg_snapshot {
 	const sg_model *m;
+	int from;         /* 0 for a whole-state snapshot; a block snapshot's first position */
+	int range;        /* 1: a block snapshot (rows of [from, n_past) only, no logits) */
 	int n_ctx, n_past, has_last;
 	sg_type kv_type;
 	int32_t *tokens;  /* [n_past] */
@@ -159,6 +161,14 @@ void sg_snapshot_free(sg_snapshot *snap)
 }
 
 int sg_snapshot_position(const sg_snapshot *snap) { return snap->n_past; }
+
+size_t sg_snapshot_bytes(const sg_snapshot *snap)
+{
+	if (!snap) return 0;
+	size_t b = sizeof(*snap) + sizeof(int32_t) * (size_t)(snap->n_past - snap->from + 1);
+	for (int i = 0; i < snap->n_layer; i++) b += 2 * snap->bytes[i];
+	return b + (snap->last ? sizeof(float) * (size_t)sg_model_n_vocab(snap->m) : 0);
+}
 
 /* Bytes of a layer's cache that hold state: the rows up to the position, or the whole ring. */
 static size_t used_bytes(const sg_kv_layer *kv, int n_past)
@@ -223,6 +233,7 @@ sg_status sg_session_snapshot(const sg_session *s, sg_snapshot **out)
 sg_status sg_session_restore(sg_session *s, const sg_snapshot *p)
 {
 	if (!s || !p) return SG_FAIL(SG_ERR_INVALID_ARG, "no session or snapshot");
+	if (p->range) return SG_FAIL(SG_ERR_INVALID_ARG, "a block snapshot (use sg_session_restore_range)");
 	if (p->m != s->m || p->n_ctx != s->n_ctx || p->kv_type != s->fs.kv_type)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "the snapshot was taken from another model or context size (%d vs %d)",
 			       p->n_ctx, s->n_ctx);
@@ -251,4 +262,114 @@ int sg_session_has_recurrent_state(const sg_session *s)
 	for (int i = 0; s->fs.conv && i < s->m->desc.n_layer; i++)
 		if (s->fs.conv[i].data) return 1;
 	return 0;
+}
+
+/* ---- block snapshots (the prefix cache's) ----
+ *
+ * A layer's state at a block boundary is its KV rows of the block. Architectures with a
+ * recurrent or convolution state per layer add a full copy of that state here, read from the
+ * forward state next to the caches: the block snapshot then carries everything the next
+ * position depends on, whatever the layer kind. */
+
+/* Bytes of one position's K (or V) row in a layer's cache. */
+static size_t pos_bytes(const sg_kv_layer *kv)
+{
+	return kv->k.row_bytes * (size_t)kv->k.ne[1];
+}
+
+size_t sg_session_block_bytes(const sg_session *s, int n)
+{
+	size_t b = sizeof(sg_snapshot) + sizeof(int32_t) * (size_t)(n + 1);
+	for (int i = 0; i < s->m->desc.n_layer; i++) b += 2 * pos_bytes(&s->fs.kv[i]) * (size_t)n;
+	return b;
+}
+
+/* Copies (dir 0: cache -> buf) or writes back (dir 1) the rows of positions [from, to) of one
+ * cache tensor; a ring maps position p to row p % rows, so a block may wrap its end. */
+static sg_status rows_io(sg_session *s, sg_kv_layer *kv, sg_btensor *t, int from, int to, void *buf, int dir)
+{
+	const sg_backend_ops *o = s->m->be->ops;
+	size_t pb = pos_bytes(kv);
+	char *b = buf;
+	for (int p = from; p < to;) {
+		int row = kv->ring ? p % kv->rows : p;
+		int n = to - p;
+		if (row + n > kv->rows) n = kv->rows - row;
+		size_t off = (size_t)row * pb, len = (size_t)n * pb;
+		sg_status st = dir ? o->write(s->m->be, t, off, b, len) : o->read(s->m->be, t, off, b, len);
+		if (st) return st;
+		b += len;
+		p += n;
+	}
+	return SG_OK;
+}
+
+sg_status sg_session_snapshot_range(const sg_session *s, int from, sg_snapshot **out)
+{
+	*out = NULL;
+	int to = s->n_past, L = s->m->desc.n_layer;
+	if (from < 0 || from >= to)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "block [%d, %d) is empty or negative", from, to);
+	for (int i = 0; i < L; i++)
+		if (s->fs.kv[i].ring && to - from > s->fs.kv[i].rows)
+			return SG_FAIL(SG_ERR_RANGE, "block [%d, %d) is longer than the %d rows layer %d keeps", from, to,
+				       s->fs.kv[i].rows, i);
+	sg_snapshot *p = sg_calloc(1, sizeof(*p));
+	if (!p) return SG_FAIL(SG_ERR_NOMEM, "snapshot");
+	p->m = s->m;
+	p->from = from;
+	p->range = 1;
+	p->n_ctx = s->n_ctx;
+	p->n_past = to;
+	p->kv_type = s->fs.kv_type;
+	p->n_layer = L;
+	p->tokens = sg_calloc((size_t)(to - from), sizeof(int32_t));
+	p->k = sg_calloc((size_t)L, sizeof(void *));
+	p->v = sg_calloc((size_t)L, sizeof(void *));
+	p->bytes = sg_calloc((size_t)L, sizeof(size_t));
+	sg_status st = p->tokens && p->k && p->v && p->bytes ? SG_OK : SG_FAIL(SG_ERR_NOMEM, "snapshot");
+	for (int i = 0; i < L && !st; i++) {
+		sg_kv_layer *kv = &s->fs.kv[i];
+		size_t b = pos_bytes(kv) * (size_t)(to - from);
+		p->bytes[i] = b;
+		p->k[i] = sg_malloc(b);
+		p->v[i] = sg_malloc(b);
+		if (!p->k[i] || !p->v[i]) st = SG_FAIL(SG_ERR_NOMEM, "block snapshot of %zu bytes per cache", b);
+		/* the cast: rows_io only reads the cache in this direction */
+		if (!st) st = rows_io((sg_session *)s, kv, &kv->k, from, to, p->k[i], 0);
+		if (!st) st = rows_io((sg_session *)s, kv, &kv->v, from, to, p->v[i], 0);
+	}
+	if (st) {
+		sg_snapshot_free(p);
+		return st;
+	}
+	memcpy(p->tokens, s->tokens + from, sizeof(int32_t) * (size_t)(to - from));
+	*out = p;
+	return SG_OK;
+}
+
+sg_status sg_session_restore_range(sg_session *s, const sg_snapshot *p)
+{
+	if (!s || !p) return SG_FAIL(SG_ERR_INVALID_ARG, "no session or snapshot");
+	if (!p->range) return SG_FAIL(SG_ERR_INVALID_ARG, "not a block snapshot (use sg_session_restore)");
+	if (p->m != s->m || p->n_ctx != s->n_ctx || p->kv_type != s->fs.kv_type)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "the snapshot was taken from another model or context size (%d vs %d)",
+			       p->n_ctx, s->n_ctx);
+	if (p->from != s->n_past)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "block [%d, %d) does not start at the session's position %d", p->from,
+			       p->n_past, s->n_past);
+	for (int i = 0; i < p->n_layer; i++) {
+		sg_kv_layer *kv = &s->fs.kv[i];
+		sg_status st = rows_io(s, kv, &kv->k, p->from, p->n_past, p->k[i], 1);
+		if (!st) st = rows_io(s, kv, &kv->v, p->from, p->n_past, p->v[i], 1);
+		if (st) {
+			/* part of the block is written: the state past from is undefined */
+			s->has_last = 0;
+			return st;
+		}
+	}
+	memcpy(s->tokens + p->from, p->tokens, sizeof(int32_t) * (size_t)(p->n_past - p->from));
+	s->n_past = p->n_past;
+	s->has_last = 0;
+	return SG_OK;
 }

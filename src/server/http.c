@@ -24,6 +24,7 @@
 #include "base/timer.h"
 #include "server/job.h"
 #include "server/model.h"
+#include "server/pool.h"
 #include "server/request.h"
 #include "server/routes.h"
 #include "server/server.h"
@@ -36,8 +37,7 @@ typedef struct listener {
 
 typedef struct server {
 	sg_server_opts o;
-	sg_srv_model *models[SG_SERVER_MAX_MODELS];
-	int n_models;
+	sg_pool *pool; /* configured models, the resident ones, prefix cache, memory guard */
 	sg_queue *queue;
 	listener ls[3];
 	int n_ls;
@@ -107,11 +107,25 @@ typedef struct conn_req {
 
 /* ---- responses ---- */
 
-static enum MHD_Result send_bytes(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len,
-				  int retry_after)
+/* The prefix cache's report on a generation's response. */
+static void prefix_headers(struct MHD_Response *r, const sg_job *j)
+{
+	char v[32];
+	if (!j || j->reused_prefix < 0) return;
+	snprintf(v, sizeof v, "%ld", j->reused_prefix);
+	MHD_add_response_header(r, "x-saragossa-reused-prefix-tokens", v);
+	if (j->prefix_miss >= 0) {
+		snprintf(v, sizeof v, "%ld", j->prefix_miss);
+		MHD_add_response_header(r, "x-saragossa-prefix-miss", v);
+	}
+}
+
+static enum MHD_Result send_bytes_job(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len,
+				      int retry_after, const sg_job *j)
 {
 	struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
 	if (!r) return MHD_NO;
+	prefix_headers(r, j);
 	MHD_add_response_header(r, "Content-Type", ctype);
 	MHD_add_response_header(r, "Server", "saragossa");
 	if (retry_after) MHD_add_response_header(r, "Retry-After", "1");
@@ -119,6 +133,12 @@ static enum MHD_Result send_bytes(struct MHD_Connection *c, int status, const ch
 	enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
 	MHD_destroy_response(r);
 	return ret;
+}
+
+static enum MHD_Result send_bytes(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len,
+				  int retry_after)
+{
+	return send_bytes_job(c, status, ctype, body, len, retry_after, NULL);
 }
 
 static enum MHD_Result send_json(struct MHD_Connection *c, int status, json_t *o)
@@ -161,23 +181,68 @@ static enum MHD_Result fail(struct MHD_Connection *c, sg_srv_route route, int st
 
 /* ---- models ---- */
 
-static sg_srv_model *find_model(server *s, const char *name)
-{
-	if (!name || !*name) return s->n_models ? s->models[0] : NULL;
-	for (int i = 0; i < s->n_models; i++)
-		if (!strcmp(sg_srv_model_info_get(s->models[i])->name, name)) return s->models[i];
-	return NULL;
-}
-
 static enum MHD_Result unknown_model(struct MHD_Connection *c, server *s, sg_srv_route route, const char *name)
 {
-	char list[1024] = "";
-	size_t o = 0;
-	for (int i = 0; i < s->n_models && o < sizeof list - 2; i++)
-		o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", sg_srv_model_info_get(s->models[i])->name);
-	if (!s->n_models) snprintf(list, sizeof list, "(none: start the server with --model NAME=PATH)");
+	char list[1024];
+	sg_pool_names(s->pool, list, sizeof list);
+	if (!sg_pool_count(s->pool)) snprintf(list, sizeof list, "(none: start the server with --model NAME=PATH)");
 	return fail(c, route, 404, "not_found_error", "model", "model_not_found", "model '%.200s' not found; available: %s",
 		    name && *name ? name : "(default)", list);
+}
+
+static int run_job_wait(struct MHD_Connection *c, server *s, sg_job *j);
+
+static void load_run(sg_job *j)
+{
+	sg_srv_err e;
+	if (sg_pool_ensure(j->user, j->user_i, &e)) {
+		json_t *b = sg_routes_error_body(j->req.route, &e);
+		char *t = b ? json_dumps(b, JSON_COMPACT) : NULL;
+		json_decref(b);
+		sg_job_respond(j, e.status, "application/json", t ? t : "", t ? strlen(t) : 0);
+		free(t);
+		return;
+	}
+	sg_job_respond(j, 200, "application/json", "{}", 2);
+}
+
+/* The model a request names, resident and referenced (the caller releases it): a configured
+ * model that is not resident is loaded first, on the worker, behind the requests already
+ * queued. NULL when it failed: then *ret is the answer already queued. */
+static sg_srv_model *acquire_model(struct MHD_Connection *c, server *s, sg_srv_route route, const char *name,
+				   enum MHD_Result *ret)
+{
+	int i = sg_pool_find(s->pool, name);
+	if (i < 0) {
+		*ret = unknown_model(c, s, route, name);
+		return NULL;
+	}
+	for (int attempt = 0; attempt < 3; attempt++) {
+		sg_srv_model *m = sg_pool_acquire(s->pool, i);
+		if (m) return m;
+		sg_job *j = sg_job_new();
+		if (!j) break;
+		j->req.route = route;
+		j->run = load_run;
+		j->user = s->pool;
+		j->user_i = i;
+		int st = run_job_wait(c, s, j);
+		if (st < 0) {
+			*ret = MHD_NO;
+			return NULL;
+		}
+		if (st != 200) {
+			pthread_mutex_lock(&j->mu);
+			*ret = send_bytes(c, st, "application/json", j->out ? j->out : "", j->out_len, st == 503);
+			pthread_mutex_unlock(&j->mu);
+			sg_job_unref(j);
+			return NULL;
+		}
+		sg_job_unref(j);
+	}
+	*ret = fail(c, route, 503, "server_busy", "model", NULL, "model '%.200s' was unloaded again before it could be used; retry",
+		    name && *name ? name : "(default)");
+	return NULL;
 }
 
 /* ---- streaming responses ---- */
@@ -223,6 +288,26 @@ static int conn_fd(struct MHD_Connection *c)
 	return ci ? ci->connect_fd : -1;
 }
 
+/* Queues j and waits until it is done: its status, 503 when the queue is full, -1 when the
+ * client went away (j is then released). */
+static int run_job_wait(struct MHD_Connection *c, server *s, sg_job *j)
+{
+	if (sg_queue_push(s->queue, j)) {
+		static const char busy[] =
+			"{\"error\":{\"message\":\"the server is busy: the queue is full; retry shortly\",\"type\":\"server_busy\"}}";
+		sg_job_respond(j, 503, "application/json", busy, sizeof busy - 1);
+		return 503;
+	}
+	if (sg_job_wait(j, SG_JOB_DONE, conn_fd(c))) {
+		sg_job_unref(j);
+		return -1;
+	}
+	pthread_mutex_lock(&j->mu);
+	int st = j->status ? j->status : 500;
+	pthread_mutex_unlock(&j->mu);
+	return st;
+}
+
 static void send_raw_error(struct MHD_Connection *c, const conn_req *cr, int status, const char *reason, const char *code,
 			   const char *msg);
 static void send_timeout(struct MHD_Connection *c, const conn_req *cr, int timeout_s);
@@ -255,7 +340,7 @@ static enum MHD_Result run_job(struct MHD_Connection *c, server *s, sg_job *j)
 			return MHD_NO;
 		}
 		pthread_mutex_lock(&j->mu);
-		enum MHD_Result r = send_bytes(c, status, ctype, j->out ? j->out : "", j->out_len, 0);
+		enum MHD_Result r = send_bytes_job(c, status, ctype, j->out ? j->out : "", j->out_len, status == 503, j);
 		pthread_mutex_unlock(&j->mu);
 		sg_job_unref(j);
 		return r;
@@ -275,6 +360,7 @@ static enum MHD_Result run_job(struct MHD_Connection *c, server *s, sg_job *j)
 	}
 	MHD_add_response_header(r, "Content-Type", ctype);
 	MHD_add_response_header(r, "Cache-Control", "no-cache");
+	prefix_headers(r, j);
 	MHD_add_response_header(r, "Server", "saragossa");
 	enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
 	MHD_destroy_response(r);
@@ -324,6 +410,11 @@ static int tokenize_prompt(const sg_srv_model *m, sg_srv_req *q, int32_t **ids, 
 	return 0;
 }
 
+static void release_job_model(sg_job *j)
+{
+	sg_pool_release(j->user, j->model);
+}
+
 static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, conn_req *cr)
 {
 	sg_srv_route route = cr->rt->route;
@@ -336,13 +427,22 @@ static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, co
 		return send_err(c, route, &e);
 	}
 	sg_srv_req *q = &j->req;
-	sg_srv_model *m = find_model(s, q->model);
+	enum MHD_Result mr;
+	sg_srv_model *m = acquire_model(c, s, route, q->model, &mr);
 	if (!m) {
-		enum MHD_Result r = unknown_model(c, s, route, q->model);
 		sg_job_unref(j);
-		return r;
+		return mr;
 	}
 	j->model = m;
+	j->user = s->pool;
+	j->on_free = release_job_model;
+	/* the prefix-cache session: the header, else the OpenAI `user` field */
+	const char *key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-saragossa-session");
+	if (!key || !*key) key = q->user;
+	if (key && *key && !(j->session = sg_strdup(key))) {
+		sg_job_unref(j);
+		return fail(c, route, 500, "server_error", NULL, NULL, "out of memory");
+	}
 	const sg_srv_model_info *in = sg_srv_model_info_get(m);
 	if (q->note[0]) SG_INFO("serve: %s", q->note);
 	if (q->json_format) {
@@ -393,15 +493,13 @@ static enum MHD_Result handle_tokenize(struct MHD_Connection *c, server *s, conn
 	sg_srv_err e;
 	sg_srv_req q;
 	enum MHD_Result r;
+	sg_srv_model *m = NULL;
 	if (sg_srv_parse_request(route, cr->body, cr->len, &lim, &q, &e)) {
 		r = send_err(c, route, &e);
 		goto out;
 	}
-	sg_srv_model *m = find_model(s, q.model);
-	if (!m) {
-		r = unknown_model(c, s, route, q.model);
-		goto out;
-	}
+	m = acquire_model(c, s, route, q.model, &r);
+	if (!m) goto out;
 	if (route == SG_ROUTE_TOKENIZE) {
 		int32_t *ids = NULL;
 		size_t n = 0;
@@ -427,6 +525,7 @@ static enum MHD_Result handle_tokenize(struct MHD_Connection *c, server *s, conn
 		r = send_json(c, 200, json_pack("{s:o}", "prompt", t));
 	}
 out:
+	sg_pool_release(s->pool, m);
 	sg_srv_req_free(&q);
 	return r;
 }
@@ -442,9 +541,10 @@ static enum MHD_Result handle_show(struct MHD_Connection *c, server *s, conn_req
 		json_decref(b);
 		return fail(c, SG_ROUTE_OLLAMA_SHOW, 400, NULL, "model", NULL, "'model' (a string) is required");
 	}
-	sg_srv_model *m = find_model(s, json_string_value(name));
-	enum MHD_Result r = m ? send_json(c, 200, sg_routes_ollama_show(m))
-			      : unknown_model(c, s, SG_ROUTE_OLLAMA_SHOW, json_string_value(name));
+	enum MHD_Result r;
+	sg_srv_model *m = acquire_model(c, s, SG_ROUTE_OLLAMA_SHOW, json_string_value(name), &r);
+	if (m) r = send_json(c, 200, sg_routes_ollama_show(m));
+	sg_pool_release(s->pool, m);
 	json_decref(b);
 	return r;
 }
@@ -455,17 +555,26 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, server *s, conn_req *c
 	case SG_ROUTE_HEALTH: {
 		int waiting, running;
 		sg_queue_stats(s->queue, &waiting, &running);
-		return send_json(c, 200, json_pack("{s:s,s:i,s:b,s:i}", "status", "ok", "models", s->n_models, "busy", running,
-						   "queued", waiting));
+		return send_json(c, 200, json_pack("{s:s,s:i,s:b,s:i,s:o}", "status", "ok", "models", sg_pool_count(s->pool), "busy",
+						   running, "queued", waiting, "pool", sg_pool_stats(s->pool)));
 	}
 	case SG_ROUTE_OAI_MODELS:
 		if (cr->model_id) {
-			sg_srv_model *m = find_model(s, cr->model_id);
-			return m ? send_json(c, 200, sg_routes_oai_model(m)) : unknown_model(c, s, SG_ROUTE_OAI_MODELS, cr->model_id);
+			json_t *all = sg_pool_oai_models(s->pool), *d;
+			size_t k;
+			json_array_foreach(json_object_get(all, "data"), k, d) {
+				if (!strcmp(json_string_value(json_object_get(d, "id")), cr->model_id)) {
+					json_incref(d);
+					json_decref(all);
+					return send_json(c, 200, d);
+				}
+			}
+			json_decref(all);
+			return unknown_model(c, s, SG_ROUTE_OAI_MODELS, cr->model_id);
 		}
-		return send_json(c, 200, sg_routes_oai_models(s->models, s->n_models));
-	case SG_ROUTE_OLLAMA_TAGS: return send_json(c, 200, sg_routes_ollama_tags(s->models, s->n_models, 0));
-	case SG_ROUTE_OLLAMA_PS: return send_json(c, 200, sg_routes_ollama_tags(s->models, s->n_models, 1));
+		return send_json(c, 200, sg_pool_oai_models(s->pool));
+	case SG_ROUTE_OLLAMA_TAGS: return send_json(c, 200, sg_pool_ollama_tags(s->pool, 0));
+	case SG_ROUTE_OLLAMA_PS: return send_json(c, 200, sg_pool_ollama_tags(s->pool, 1));
 	case SG_ROUTE_OLLAMA_VERSION: return send_json(c, 200, json_pack("{s:s}", "version", sg_version()));
 	case SG_ROUTE_OLLAMA_SHOW: return handle_show(c, s, cr);
 	case SG_ROUTE_OLLAMA_EMBED:
@@ -730,19 +839,8 @@ sg_status sg_server_run(const sg_server_opts *opts)
 		st = sg_error(SG_ERR_INVALID_ARG, "serve: no listener (give --socket PATH and/or --port N)");
 		goto out;
 	}
-	for (int i = 0; i < s->o.n_models; i++) {
-		for (int k = 0; k < i; k++)
-			if (!strcmp(s->o.models[k].name, s->o.models[i].name)) {
-				st = sg_error(SG_ERR_INVALID_ARG, "serve: model name '%s' is given twice", s->o.models[i].name);
-				goto out;
-			}
-		SG_INFO("serve: loading %s from %s", s->o.models[i].name, s->o.models[i].path);
-		if ((st = sg_srv_model_load(s->o.models[i].name, s->o.models[i].path, s->o.n_ctx, &s->models[i]))) {
-			sg_error_wrap(st, "serve: model '%s'", s->o.models[i].name);
-			goto out;
-		}
-		s->n_models++;
-	}
+	if ((st = sg_pool_new(s->o.models, s->o.n_models, s->o.n_ctx, !s->o.no_prefix_cache, &s->pool))) goto out;
+	if ((st = sg_pool_load_initial(s->pool))) goto out;
 	if (pipe2(stop_pipe, O_CLOEXEC)) {
 		st = sg_error(SG_ERR_IO, "serve: pipe: %s", strerror(errno));
 		goto out;
@@ -785,7 +883,7 @@ out:
 		close(s->unix_fd);
 		unlink(s->o.socket_path);
 	}
-	for (int i = 0; i < s->n_models; i++) sg_srv_model_free(s->models[i]);
+	sg_pool_free(s->pool);
 	for (int i = 0; i < 2; i++)
 		if (stop_pipe[i] >= 0) close(stop_pipe[i]), stop_pipe[i] = -1;
 	sg_free(s);

@@ -20,6 +20,8 @@ sg_job *sg_job_new(void)
 	}
 	pthread_mutex_init(&j->mu, NULL);
 	j->refs = 1;
+	j->reused_prefix = -1;
+	j->prefix_miss = -1;
 	return j;
 }
 
@@ -37,6 +39,8 @@ void sg_job_unref(sg_job *j)
 	int left = --j->refs;
 	pthread_mutex_unlock(&j->mu);
 	if (left) return;
+	if (j->on_free) j->on_free(j);
+	sg_free(j->session);
 	close(j->evfd);
 	pthread_mutex_destroy(&j->mu);
 	sg_free(j->out);

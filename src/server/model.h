@@ -52,6 +52,28 @@ sg_status sg_srv_model_token_bytes(const sg_srv_model *m, int32_t id, char **out
 /* End-of-sequence / end-of-turn ids. */
 const int32_t *sg_srv_model_eos(const sg_srv_model *m, size_t *n);
 
+/* ---- prefix cache and memory guard (worker only) ---- */
+
+struct sg_pool;
+/* Ties the model to the pool whose prefix cache and memory guard it uses (NULL: neither). */
+void sg_srv_model_bind(sg_srv_model *m, struct sg_pool *pool);
+
+/* Before a generation of prompt[0..n) under the session root: puts the conversation state at
+ * the longest reusable prefix (< n): the live state's common prefix when the live state is this
+ * session's and reaches at least as far, else the deepest block boundary k*B whose whole chain
+ * is cached (restored); with the cache off, resets the state (every prompt is prefilled
+ * whole). Arms the prefill to snapshot
+ * each new block boundary at or before n into the cache. *reused: tokens not to prefill;
+ * *diverged: the token where the prompt left the best cached chain, or -1. prompt must stay
+ * valid until sg_srv_model_prefix_end. */
+sg_status sg_srv_model_prefix_begin(sg_srv_model *m, const uint8_t root[32], const int32_t *prompt, size_t n, size_t *reused,
+				    long *diverged);
+/* After the generation (whatever its outcome): disarms the snapshots. */
+void sg_srv_model_prefix_end(sg_srv_model *m);
+/* Asks the memory guard for the KV rows a generation reaching n_total positions will touch
+ * for the first time. SG_ERR_NOMEM (message with the numbers) when they do not fit. */
+sg_status sg_srv_model_reserve_tokens(sg_srv_model *m, size_t n_total);
+
 /* The worker's conversation state and streaming detokenizer. */
 sg_gen_state *sg_srv_model_state(sg_srv_model *m);
 const sg_gen_detok *sg_srv_model_detok(sg_srv_model *m);

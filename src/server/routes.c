@@ -8,6 +8,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "base/utf8.h"
+#include "engine/prefix_cache.h"
 #include "saragossa.h"
 
 void sg_routes_rfc3339(char *buf, size_t cap)
@@ -374,7 +375,8 @@ static void finish_ok(gen *g, const sg_gen_result *r)
 static void finish_error(gen *g, sg_status st)
 {
 	sg_srv_err e;
-	int status = st == SG_ERR_RANGE || st == SG_ERR_INVALID_ARG ? 400 : 500;
+	/* out of memory (the memory guard's refusal): the server is fine, the request does not fit */
+	int status = st == SG_ERR_RANGE || st == SG_ERR_INVALID_ARG ? 400 : st == SG_ERR_NOMEM ? 503 : 500;
 	sg_srv_err_set(&e, status, status == 400 ? "invalid_request_error" : "server_error", NULL, "%s", sg_last_error());
 	json_t *body = sg_routes_error_body(g->req->route, &e);
 	if (g->begun) {
@@ -412,7 +414,20 @@ void sg_routes_run_generation(sg_job *job)
 	p.on_event = on_event;
 	p.user = &g;
 	sg_gen_result r;
-	sg_status st = sg_generate(sg_srv_model_state(job->model), sg_srv_model_detok(job->model), &p, &r);
+	memset(&r, 0, sizeof r);
+	/* the session key partitions the prefix cache: its chain root */
+	uint8_t root[32];
+	size_t reused = 0, reach = job->n_prompt + (size_t)(q->max_tokens > 0 ? q->max_tokens : 0);
+	long diverged = -1;
+	sg_status st = sg_pc_root(job->session, job->session ? strlen(job->session) : 0, root);
+	if (!st) st = sg_srv_model_reserve_tokens(job->model, reach);
+	if (!st) st = sg_srv_model_prefix_begin(job->model, root, job->prompt, job->n_prompt, &reused, &diverged);
+	if (!st) {
+		job->reused_prefix = (long)reused;
+		job->prefix_miss = diverged;
+		st = sg_generate(sg_srv_model_state(job->model), sg_srv_model_detok(job->model), &p, &r);
+	}
+	sg_srv_model_prefix_end(job->model);
 	if (atomic_load(&job->cancel)) {
 		SG_INFO("serve: %s cancelled after %zu tokens (client gone)", job->id, r.n_generated);
 	} else if (st) {

@@ -34,6 +34,7 @@ typedef struct sg_server_opts {
 	int queue;               /* requests waiting behind the running one; default 16 */
 	int read_timeout_s;      /* per-connection read deadline; default 30 */
 	int max_connections;     /* per listener; default 64 */
+	int no_prefix_cache;     /* 1: no block prefix cache (--no-prefix-cache) */
 } sg_server_opts;
 
 sg_server_opts sg_server_default_opts(void);
