@@ -19,7 +19,9 @@
 #include "engine/session.h"
 #include "models/model.h"
 #include "text/chat_template.h"
+#include "text/token_trie.h"
 #include "text/tokenizer.h"
+#include "text/toolcall.h"
 #else
 #define SG_SERVER_HAVE_MODELS 0
 #endif
@@ -33,7 +35,11 @@ struct sg_srv_model {
 	sg_gen_model ops;
 	sg_gen_detok dt_ops;
 	sg_gen_state state;
+	sg_srv_model_agent agent;
 #if SG_SERVER_HAVE_MODELS
+	sg_token_trie *trie; /* lazily built by the worker */
+	uint8_t **tok_bytes; /* [n_vocab] each token's output bytes */
+	uint32_t *tok_len;   /* [n_vocab] */
 	sg_model *model;
 	sg_session *session;
 	sg_tokenizer *tok;
@@ -59,6 +65,11 @@ const int32_t *sg_srv_model_eos(const sg_srv_model *m, size_t *n)
 {
 	*n = m->n_eos;
 	return m->eos;
+}
+
+const sg_srv_model_agent *sg_srv_model_agent_get(const sg_srv_model *m)
+{
+	return &m->agent;
 }
 
 sg_gen_state *sg_srv_model_state(sg_srv_model *m)
@@ -326,6 +337,130 @@ static sg_status fallback_template(const sg_model *model, const sg_tokenizer *to
 	return s;
 }
 
+/* The tool-call syntax: render an assistant turn holding one call with the model's own template
+ * and look at how it came out. A template that cannot render a call (or has none) falls back
+ * on the vocabulary's markers, then on Hermes (the most common, and what ChatML models learn). */
+static int find_syntax(const sg_srv_model *m)
+{
+	int syn = SG_TC_HERMES;
+	if (sg_tokenizer_token_id(m->tok, "[TOOL_CALLS]", 12) >= 0) syn = SG_TC_MISTRAL;
+	else if (sg_tokenizer_token_id(m->tok, "<|python_tag|>", 14) >= 0) syn = SG_TC_LLAMA3;
+	else if (sg_tokenizer_token_id(m->tok, "<|tool_call>", 12) >= 0) syn = SG_TC_GEMMA4;
+	else if (!strncmp(m->info.arch, "gemma3", 6)) syn = SG_TC_GEMMA3;
+	if (!m->tmpl) return syn;
+	json_t *msgs = json_pack("[{s:s,s:s},{s:s,s:s,s:[{s:s,s:s,s:{s:s,s:{s:i}}}]},{s:s,s:s,s:s}]", "role", "user", "content",
+				 "x", "role", "assistant", "content", "", "tool_calls", "id", "call_0", "type", "function",
+				 "function", "name", "probe_fn", "arguments", "a", 1, "role", "tool", "tool_call_id", "call_0",
+				 "content", "1");
+	json_t *tools = json_pack("[{s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s}}}}}]", "type", "function", "function", "name",
+				  "probe_fn", "description", "probe", "parameters", "type", "object", "properties", "a", "type",
+				  "integer");
+	char *out = NULL;
+	size_t n = 0;
+	sg_chat_params p = {.messages = msgs, .tools = tools, .add_generation_prompt = 1};
+	if (msgs && tools && sg_chat_template_render(m->tmpl, &p, &out, &n) == SG_OK) {
+		if (strstr(out, "<function=probe_fn>")) syn = SG_TC_QWEN_XML;
+		else if (strstr(out, "<tool_call>")) syn = SG_TC_HERMES;
+		else if (strstr(out, "[TOOL_CALLS]")) syn = SG_TC_MISTRAL;
+		else if (strstr(out, "<|tool_call>")) syn = SG_TC_GEMMA4;
+		else if (strstr(out, "\"parameters\"") && strstr(out, "probe_fn")) syn = SG_TC_LLAMA3;
+	}
+	sg_free(out);
+	json_decref(msgs);
+	json_decref(tools);
+	return syn;
+}
+
+static void find_agent(sg_srv_model *m)
+{
+	m->agent.syntax = find_syntax(m);
+	m->agent.think_end_id = -1;
+	m->agent.think_start_id = -1;
+	if (sg_tokenizer_token_id(m->tok, "<think>", 7) >= 0 && sg_tokenizer_token_id(m->tok, "</think>", 8) >= 0) {
+		snprintf(m->agent.think_start, sizeof m->agent.think_start, "<think>");
+		snprintf(m->agent.think_end, sizeof m->agent.think_end, "</think>");
+		m->agent.think_end_id = sg_tokenizer_token_id(m->tok, "</think>", 8);
+		m->agent.think_start_id = sg_tokenizer_token_id(m->tok, "<think>", 7);
+	}
+}
+
+/* Token i's output bytes, as they appear inside a text: decoded after a reference token (so a
+ * SentencePiece word-start space is kept, which decoding a first token strips), byte tokens
+ * <0xXX> as their byte (a lone byte would decode to U+FFFD). */
+static sg_status token_output_bytes(const sg_tokenizer *t, int32_t ref, const char *ref_text, size_t ref_len, int32_t id,
+				    uint8_t **out, uint32_t *len)
+{
+	size_t sl = 0;
+	const char *sp = sg_tokenizer_token(t, id, &sl);
+	*out = NULL;
+	*len = 0;
+	if (sp && sl == 6 && !memcmp(sp, "<0x", 3) && sp[5] == '>') {
+		unsigned v;
+		char hex[3] = {sp[3], sp[4], 0};
+		if (sscanf(hex, "%2x", &v) == 1) {
+			*out = sg_malloc(1);
+			if (!*out) return SG_FAIL(SG_ERR_NOMEM, "token bytes");
+			**out = (uint8_t)v;
+			*len = 1;
+			return SG_OK;
+		}
+	}
+	int32_t ids[2] = {ref, id};
+	char *s = NULL;
+	size_t n = 0;
+	sg_status st = sg_tokenizer_decode(t, ids, 2, 0, &s, &n);
+	if (st) return st;
+	size_t skip = n >= ref_len && !memcmp(s, ref_text, ref_len) ? ref_len : 0;
+	*len = (uint32_t)(n - skip);
+	*out = sg_malloc(*len + 1);
+	if (*out) memcpy(*out, s + skip, *len);
+	sg_free(s);
+	return *out ? SG_OK : SG_FAIL(SG_ERR_NOMEM, "token bytes");
+}
+
+sg_status sg_srv_model_trie(sg_srv_model *m, const sg_token_trie **trie, const uint8_t *const **tok, const uint32_t **len)
+{
+	if (!m->trie) {
+		int32_t nv = m->info.n_vocab;
+		m->tok_bytes = sg_calloc((size_t)nv, sizeof *m->tok_bytes);
+		m->tok_len = sg_calloc((size_t)nv, sizeof *m->tok_len);
+		int *special = sg_malloc((size_t)nv * sizeof *special);
+		int n_special = 0;
+		sg_status st = m->tok_bytes && m->tok_len && special ? SG_OK : SG_FAIL(SG_ERR_NOMEM, "vocabulary table");
+		/* The reference: a plain letter token. */
+		int32_t ref = sg_tokenizer_token_id(m->tok, "a", 1);
+		char *ref_text = NULL;
+		size_t ref_len = 0;
+		if (st == SG_OK && ref >= 0) st = sg_tokenizer_decode(m->tok, &ref, 1, 0, &ref_text, &ref_len);
+		for (int32_t i = 0; st == SG_OK && i < nv; i++) {
+			if (sg_tokenizer_is_special(m->tok, i) || !sg_tokenizer_token(m->tok, i, &(size_t){0})) {
+				special[n_special++] = i;
+				continue;
+			}
+			if (ref >= 0) st = token_output_bytes(m->tok, ref, ref_text, ref_len, i, &m->tok_bytes[i], &m->tok_len[i]);
+			else {
+				char *s = NULL;
+				size_t n = 0;
+				st = sg_tokenizer_decode(m->tok, &i, 1, 0, &s, &n);
+				m->tok_bytes[i] = (uint8_t *)s;
+				m->tok_len[i] = (uint32_t)n;
+			}
+		}
+		sg_free(ref_text);
+		int eot[MAX_EOS];
+		for (size_t i = 0; i < m->n_eos; i++) eot[i] = m->eos[i];
+		if (st == SG_OK)
+			st = sg_token_trie_build((const uint8_t *const *)m->tok_bytes, m->tok_len, nv, special, n_special, eot,
+						 (int)m->n_eos, &m->trie);
+		sg_free(special);
+		if (st) return st;
+	}
+	*trie = m->trie;
+	*tok = (const uint8_t *const *)m->tok_bytes;
+	*len = m->tok_len;
+	return SG_OK;
+}
+
 sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, sg_srv_model **out)
 {
 	sg_srv_model *m = sg_calloc(1, sizeof *m);
@@ -356,6 +491,8 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, s
 	m->info.n_ctx = sg_session_n_ctx(m->session);
 	m->info.n_vocab = sg_model_n_vocab(m->model);
 	find_eos(m, path);
+	snprintf(m->info.arch, sizeof m->info.arch, "%s", sg_model_arch(m->model));
+	find_agent(m);
 	m->ops = (sg_gen_model){.self = m, .n_vocab = m->info.n_vocab, .n_ctx = m->info.n_ctx, .eval = op_eval,
 				.truncate = op_truncate, .reset = op_reset};
 	m->dt_ops = (sg_gen_detok){.self = m, .push = dt_push, .flush = dt_flush, .reset = dt_reset};
@@ -371,6 +508,11 @@ void sg_srv_model_free(sg_srv_model *m)
 {
 	if (!m) return;
 	sg_gen_state_free(&m->state);
+	sg_token_trie_free(m->trie);
+	if (m->tok_bytes)
+		for (int32_t i = 0; i < m->info.n_vocab; i++) sg_free(m->tok_bytes[i]);
+	sg_free(m->tok_bytes);
+	sg_free(m->tok_len);
 	sg_detok_free(m->detok);
 	sg_chat_template_free(m->tmpl);
 	sg_tokenizer_free(m->tok);
@@ -379,11 +521,12 @@ void sg_srv_model_free(sg_srv_model *m)
 	sg_free(m);
 }
 
-sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools, char **out, size_t *len)
+sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools, const json_t *kwargs,
+				   char **out, size_t *len)
 {
 	if (!m->tmpl)
 		return sg_error(SG_ERR_NOT_FOUND, "model '%s' has no chat template: use /v1/completions (or raw: true)", m->info.name);
-	sg_chat_params p = {.messages = messages, .tools = tools, .add_generation_prompt = 1};
+	sg_chat_params p = {.messages = messages, .tools = tools, .kwargs = kwargs, .add_generation_prompt = 1};
 	return sg_chat_template_render(m->tmpl, &p, out, len);
 }
 
@@ -438,9 +581,16 @@ void sg_srv_model_free(sg_srv_model *m)
 	sg_free(m);
 }
 
-sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools, char **out, size_t *len)
+sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools, const json_t *kwargs,
+				   char **out, size_t *len)
 {
 	return sg_error(SG_ERR_UNSUPPORTED, "no chat templates in this build");
+}
+
+sg_status sg_srv_model_trie(sg_srv_model *m, const struct sg_token_trie **trie, const uint8_t *const **tok,
+			    const uint32_t **len)
+{
+	return sg_error(SG_ERR_UNSUPPORTED, "no tokenizer in this build");
 }
 
 sg_status sg_srv_model_tokenize(const sg_srv_model *m, const char *text, size_t len, int add_special, int32_t **ids, size_t *n)
