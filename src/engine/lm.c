@@ -136,19 +136,12 @@ static sg_status op_eval(void *self, const int32_t *t, size_t n, size_t n_past, 
 	return SG_OK;
 }
 
-/* Rolls the session back to its first keep tokens. Attention caches only need the position
- * moved back (rows past it are never read, and are overwritten by the next eval); a sliding-window
- * ring that has wrapped has lost rows the shorter prefix needs, so it cannot. */
+/* Rolls the session back to its first keep tokens (sg_session_truncate says when it cannot). */
 static sg_status op_truncate(void *self, size_t keep)
 {
 	sg_lm *lm = self;
-	sg_session *s = lm->session;
-	if (keep > (size_t)s->n_past) return sg_error(SG_ERR_INVALID_ARG, "truncate to %zu past position %d", keep, s->n_past);
-	for (int l = 0; l < s->m->desc.n_layer; l++)
-		if (s->fs.kv[l].ring && s->n_past > s->fs.kv[l].rows) return SG_ERR_UNSUPPORTED;
-	s->n_past = (int)keep;
-	s->has_last = 0;
-	return SG_OK;
+	if (keep > (size_t)INT32_MAX) return sg_error(SG_ERR_INVALID_ARG, "truncate to %zu", keep);
+	return sg_session_truncate(lm->session, (int)keep);
 }
 
 static sg_status op_reset(void *self)

@@ -152,24 +152,12 @@ static sg_status op_eval(void *self, const int32_t *t, size_t n, size_t n_past, 
 	return SG_OK;
 }
 
-/* Rolls the session back to its first keep tokens. Attention caches only need the position
- * moved back (rows past it are never read, and are overwritten by the next eval); a sliding-window
- * ring that has wrapped still holds positions [n_past - rows, n_past), so it can go back as long
- * as the window before keep is among them (a ring has a chunk's worth of rows beyond the window). */
+/* Rolls the session back to its first keep tokens (sg_session_truncate says when it cannot). */
 static sg_status op_truncate(void *self, size_t keep)
 {
 	sg_srv_model *m = self;
-	sg_session *s = m->session;
-	if (keep > (size_t)s->n_past) return sg_error(SG_ERR_INVALID_ARG, "truncate to %zu past position %d", keep, s->n_past);
-	for (int l = 0; l < s->m->desc.n_layer; l++) {
-		const sg_kv_layer *kv = &s->fs.kv[l];
-		int64_t window = s->m->desc.layers[l].sliding_window;
-		if (kv->ring && s->n_past > kv->rows && (int64_t)(s->n_past - (int)keep) + window > kv->rows)
-			return SG_ERR_UNSUPPORTED;
-	}
-	s->n_past = (int)keep;
-	s->has_last = 0;
-	return SG_OK;
+	if (keep > (size_t)INT32_MAX) return sg_error(SG_ERR_INVALID_ARG, "truncate to %zu", keep);
+	return sg_session_truncate(m->session, (int)keep);
 }
 
 static sg_status set_history(sg_gen_state *st, const int32_t *t, size_t n)
