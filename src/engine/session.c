@@ -126,7 +126,19 @@ struct sg_snapshot {
 	int n_layer;
 	void **k, **v;    /* [n_layer] host copies of the cache rows in use */
 	size_t *bytes;    /* [n_layer] bytes of each */
+	void **rec;       /* [2 * n_layer] recurrent state (conv, delta rule) of linear layers, or NULL */
+	size_t *rec_bytes;
 };
+
+/* The recurrent state tensors of a session: conv then delta-rule state of every layer (empty
+ * for attention layers and for models without linear attention). */
+static sg_btensor *rec_tensor(const sg_session *s, int i)
+{
+	int L = s->m->desc.n_layer;
+	if (!s->fs.conv) return NULL;
+	sg_btensor *t = i < L ? &s->fs.conv[i] : &s->fs.ssm[i - L];
+	return t->data ? t : NULL;
+}
 
 void sg_snapshot_free(sg_snapshot *snap)
 {
@@ -137,6 +149,9 @@ void sg_snapshot_free(sg_snapshot *snap)
 	}
 	sg_free(snap->k);
 	sg_free(snap->v);
+	for (int i = 0; snap->rec && i < 2 * snap->n_layer; i++) sg_free(snap->rec[i]);
+	sg_free(snap->rec);
+	sg_free(snap->rec_bytes);
 	sg_free(snap->bytes);
 	sg_free(snap->tokens);
 	sg_free(snap->last);
@@ -182,6 +197,19 @@ sg_status sg_session_snapshot(const sg_session *s, sg_snapshot **out)
 		if (!st) st = o->read(s->m->be, &kv->k, 0, p->k[i], b);
 		if (!st) st = o->read(s->m->be, &kv->v, 0, p->v[i], b);
 	}
+	if (!st && s->fs.conv) {
+		p->rec = sg_calloc((size_t)(2 * L), sizeof(void *));
+		p->rec_bytes = sg_calloc((size_t)(2 * L), sizeof(size_t));
+		if (!p->rec || !p->rec_bytes) st = SG_FAIL(SG_ERR_NOMEM, "snapshot");
+		for (int i = 0; i < 2 * L && !st; i++) {
+			const sg_btensor *t = rec_tensor(s, i);
+			if (!t) continue;
+			size_t b = (size_t)sg_btensor_rows(t) * t->row_bytes;
+			p->rec[i] = sg_malloc(b);
+			p->rec_bytes[i] = b;
+			st = p->rec[i] ? o->read(s->m->be, t, 0, p->rec[i], b) : SG_FAIL(SG_ERR_NOMEM, "snapshot of %zu bytes", b);
+		}
+	}
 	if (st) {
 		sg_snapshot_free(p);
 		return st;
@@ -205,9 +233,22 @@ sg_status sg_session_restore(sg_session *s, const sg_snapshot *p)
 		if (!st) st = o->write(s->m->be, &s->fs.kv[i].v, 0, p->v[i], p->bytes[i]);
 		if (st) return st;
 	}
+	for (int i = 0; p->rec && i < 2 * p->n_layer; i++) {
+		sg_btensor *t = rec_tensor(s, i);
+		if (!p->rec[i] || !t) continue;
+		sg_status st = o->write(s->m->be, t, 0, p->rec[i], p->rec_bytes[i]);
+		if (st) return st;
+	}
 	memcpy(s->tokens, p->tokens, sizeof(int32_t) * (size_t)p->n_past);
 	memcpy(s->last, p->last, sizeof(float) * (size_t)sg_model_n_vocab(s->m));
 	s->n_past = p->n_past;
 	s->has_last = p->has_last;
 	return SG_OK;
+}
+
+int sg_session_has_recurrent_state(const sg_session *s)
+{
+	for (int i = 0; s->fs.conv && i < s->m->desc.n_layer; i++)
+		if (s->fs.conv[i].data) return 1;
+	return 0;
 }

@@ -235,6 +235,10 @@ static int conn_fd(struct MHD_Connection *c)
 	return ci ? ci->connect_fd : -1;
 }
 
+static void send_raw_error(struct MHD_Connection *c, const conn_req *cr, int status, const char *reason, const char *code,
+			   const char *msg);
+static void send_timeout(struct MHD_Connection *c, const conn_req *cr, int timeout_s);
+
 /* Queues the job, waits for its status, and answers (whole, or as a stream). */
 static enum MHD_Result run_job(struct MHD_Connection *c, server *s, sg_job *j)
 {
@@ -354,6 +358,7 @@ static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, co
 	}
 	j->model = m;
 	const sg_srv_model_info *in = sg_srv_model_info_get(m);
+	if (q->note[0]) SG_INFO("serve: %s", q->note);
 	if (sg_agent_plan_make(m, q, &j->agent, &e)) {
 		sg_job_unref(j);
 		return send_err(c, route, &e);
@@ -562,15 +567,18 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 		*upload_size = 0;
 		if (cr->answered) return MHD_YES;
 		sg_srv_route route = cr->rt->route;
+		(void)route;
 		if (sg_time_ns() - cr->start_ns > (uint64_t)s->o.read_timeout_s * 1000000000ull) {
 			cr->answered = 1;
-			return fail(c, route, 408, "invalid_request_error", NULL, "request_timeout",
-				    "the request body did not arrive within %d s", s->o.read_timeout_s);
+			send_timeout(c, cr, s->o.read_timeout_s);
+			return MHD_NO;
 		}
 		if (cr->len + n > s->o.max_body) {
 			cr->answered = 1;
-			return fail(c, route, 413, "invalid_request_error", NULL, "request_too_large",
-				    "the request body is over the limit of %zu bytes (--max-body)", s->o.max_body);
+			char msg[128];
+			snprintf(msg, sizeof msg, "the request body is over the limit of %zu bytes (--max-body)", s->o.max_body);
+			send_raw_error(c, cr, 413, "Content Too Large", "request_too_large", msg);
+			return MHD_NO;
 		}
 		if (cr->len + n + 1 > cr->cap) {
 			size_t cap = cr->cap ? cr->cap : 4096;
@@ -590,10 +598,45 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 	return dispatch(c, s, cr);
 }
 
+/* An error written straight to the socket, for the moments libmicrohttpd cannot send a queued
+ * response: the body is still arriving (it would wait for the rest), or the connection is being
+ * closed for silence past the deadline. The caller then drops the connection. */
+static void send_raw_error(struct MHD_Connection *c, const conn_req *cr, int status, const char *reason, const char *code,
+			   const char *msg)
+{
+	sg_srv_err e;
+	sg_srv_err_set(&e, status, "invalid_request_error", NULL, "%s", msg);
+	snprintf(e.code, sizeof e.code, "%s", code);
+	json_t *o = sg_routes_error_body(cr->rt ? cr->rt->route : SG_ROUTE_NONE, &e);
+	char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	int fd = conn_fd(c);
+	if (body && fd >= 0) {
+		char buf[1024];
+		int n = snprintf(buf, sizeof buf,
+				 "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+				 "Connection: close\r\nServer: saragossa\r\n\r\n%s",
+				 status, reason, strlen(body), body);
+		if (n > 0 && (size_t)n < sizeof buf) {
+			ssize_t w = send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+			(void)w;
+		}
+	}
+	free(body);
+}
+
+static void send_timeout(struct MHD_Connection *c, const conn_req *cr, int timeout_s)
+{
+	char msg[96];
+	snprintf(msg, sizeof msg, "the request did not arrive within %d s", timeout_s);
+	send_raw_error(c, cr, 408, "Request Timeout", "request_timeout", msg);
+}
+
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
 	listener *l = cls;
 	conn_req *cr = *con_cls;
+	if (cr && toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED && !cr->answered) send_timeout(c, cr, l->srv->o.read_timeout_s);
 	if (cr) {
 		sg_free(cr->body);
 		sg_free(cr);

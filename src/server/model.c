@@ -1,200 +1,32 @@
-/* A served model: weights + session + tokenizer + chat template bound to the generation loop
+/* A served model: an engine model binding (engine/lm.h) plus what the server reports about it
  * (see model.h). */
 #include "server/model.h"
 
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "base/json.h"
-
-#if __has_include("text/tokenizer.h") && __has_include("text/chat_template.h") && __has_include("engine/session.h")
-#define SG_SERVER_HAVE_MODELS 1
-#include "engine/session.h"
+#include "engine/lm.h"
 #include "models/model.h"
 #include "text/chat_template.h"
 #include "text/token_trie.h"
 #include "text/tokenizer.h"
 #include "text/toolcall.h"
-#else
-#define SG_SERVER_HAVE_MODELS 0
-#endif
-
-#define MAX_EOS 16
 
 struct sg_srv_model {
 	sg_srv_model_info info;
-	int32_t eos[MAX_EOS];
-	size_t n_eos;
-	sg_gen_model ops;
-	sg_gen_detok dt_ops;
-	sg_gen_state state;
+	sg_lm *lm;
 	sg_srv_model_agent agent;
-#if SG_SERVER_HAVE_MODELS
 	sg_token_trie *trie; /* lazily built by the worker */
 	uint8_t **tok_bytes; /* [n_vocab] each token's output bytes */
 	uint32_t *tok_len;   /* [n_vocab] */
-	sg_model *model;
-	sg_session *session;
-	sg_tokenizer *tok;
-	sg_chat_template *tmpl;
-	sg_detok *detok;
-#endif
 };
-
-const sg_srv_model_info *sg_srv_model_info_get(const sg_srv_model *m)
-{
-	return &m->info;
-}
-
-const int32_t *sg_srv_model_eos(const sg_srv_model *m, size_t *n)
-{
-	*n = m->n_eos;
-	return m->eos;
-}
 
 const sg_srv_model_agent *sg_srv_model_agent_get(const sg_srv_model *m)
 {
 	return &m->agent;
-}
-
-sg_gen_state *sg_srv_model_state(sg_srv_model *m)
-{
-	return &m->state;
-}
-
-const sg_gen_detok *sg_srv_model_detok(sg_srv_model *m)
-{
-	return &m->dt_ops;
-}
-
-static uint64_t path_bytes(const char *path)
-{
-	struct stat st;
-	if (stat(path, &st)) return 0;
-	if (!S_ISDIR(st.st_mode)) return (uint64_t)st.st_size;
-	/* A folder: the weights are the safetensors files; a rough total is enough for listings. */
-	char p[4200];
-	uint64_t total = 0;
-	snprintf(p, sizeof p, "%s/model.safetensors", path);
-	if (!stat(p, &st)) total += (uint64_t)st.st_size;
-	return total;
-}
-
-#if SG_SERVER_HAVE_MODELS
-
-static sg_status op_eval(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
-{
-	sg_srv_model *m = self;
-	if ((size_t)sg_session_position(m->session) != n_past)
-		return sg_error(SG_ERR_INTERNAL, "serve: session at %d, the loop expects %zu", sg_session_position(m->session), n_past);
-	sg_status s = sg_session_eval(m->session, t, (int)n, NULL);
-	if (s) return s;
-	const float *l = sg_session_logits(m->session);
-	if (!l) return sg_error(SG_ERR_INTERNAL, "serve: no logits after eval");
-	memcpy(logits, l, (size_t)m->info.n_vocab * sizeof *logits);
-	return SG_OK;
-}
-
-/* Rolls the session back to its first keep tokens. Attention caches only need the position
- * moved back (rows past it are never read, and are overwritten by the next eval); a sliding-window
- * ring that has wrapped has lost rows the shorter prefix needs, so it cannot. */
-static sg_status op_truncate(void *self, size_t keep)
-{
-	sg_srv_model *m = self;
-	sg_session *s = m->session;
-	if (keep > (size_t)s->n_past) return sg_error(SG_ERR_INVALID_ARG, "truncate to %zu past position %d", keep, s->n_past);
-	for (int l = 0; l < s->m->desc.n_layer; l++)
-		if (s->fs.kv[l].ring && s->n_past > s->fs.kv[l].rows) return SG_ERR_UNSUPPORTED;
-	s->n_past = (int)keep;
-	s->has_last = 0;
-	return SG_OK;
-}
-
-static sg_status op_reset(void *self)
-{
-	sg_srv_model *m = self;
-	sg_session_reset(m->session);
-	return SG_OK;
-}
-
-static sg_status dt_push(void *self, int32_t tok, const char **piece, size_t *len)
-{
-	return sg_detok_push(((sg_srv_model *)self)->detok, tok, piece, len);
-}
-
-static sg_status dt_flush(void *self, const char **piece, size_t *len)
-{
-	return sg_detok_flush(((sg_srv_model *)self)->detok, piece, len);
-}
-
-static void dt_reset(void *self)
-{
-	sg_srv_model *m = self;
-	/* A fresh stream per generation: nothing of the last answer is held back. */
-	sg_detok *d = NULL;
-	if (sg_detok_create(m->tok, 1, &d) == SG_OK) {
-		sg_detok_free(m->detok);
-		m->detok = d;
-	}
-}
-
-static void add_eos(sg_srv_model *m, int32_t id)
-{
-	if (id < 0 || id >= m->info.n_vocab || m->n_eos >= MAX_EOS) return;
-	for (size_t i = 0; i < m->n_eos; i++)
-		if (m->eos[i] == id) return;
-	m->eos[m->n_eos++] = id;
-}
-
-/* End of sequence, plus the end-of-turn tokens chat templates close an assistant turn with
- * (a chat model answers until one of them, not until the base EOS), plus generation_config's
- * eos_token_id (an id or a list). */
-static void find_eos(sg_srv_model *m, const char *path)
-{
-	add_eos(m, sg_tokenizer_eos(m->tok));
-	static const char *eot[] = {"<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<|eom_id|>",
-				    "</s>", "<turn|>", "<|return|>"};
-	for (size_t i = 0; i < sizeof eot / sizeof *eot; i++) add_eos(m, sg_tokenizer_token_id(m->tok, eot[i], strlen(eot[i])));
-	char p[4200];
-	snprintf(p, sizeof p, "%s/generation_config.json", path);
-	json_t *g;
-	if (sg_json_load_file(p, 1 << 20, &g) == SG_OK) {
-		json_t *e = json_object_get(g, "eos_token_id");
-		if (json_is_integer(e)) add_eos(m, (int32_t)json_integer_value(e));
-		size_t i;
-		json_t *v;
-		if (json_is_array(e)) json_array_foreach(e, i, v) if (json_is_integer(v)) add_eos(m, (int32_t)json_integer_value(v));
-		json_decref(g);
-	}
-}
-
-/* Gemma's turn format, for Gemma files that carry no template (the GGUF conversions of the
- * base models often do not): a system message is folded into the first user turn. */
-static const char GEMMA_TEMPLATE[] =
-	"{{ bos_token }}"
-	"{% if messages[0]['role'] == 'system' %}{% set first = messages[0]['content'] + '\n\n' %}"
-	"{% set rest = messages[1:] %}{% else %}{% set first = '' %}{% set rest = messages %}{% endif %}"
-	"{% for m in rest %}<start_of_turn>{% if m['role'] == 'assistant' %}model{% else %}user{% endif %}\n"
-	"{% if loop.first %}{{ first }}{% endif %}{{ m['content'] | trim }}<end_of_turn>\n{% endfor %}"
-	"{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
-
-/* A model without a chat template of its own: Gemma files get Gemma's turn format; others have
- * none (completions still work, chat answers 400 naming the problem). */
-static sg_status fallback_template(const sg_model *model, const sg_tokenizer *tok, sg_chat_template **out)
-{
-	*out = NULL;
-	if (strncmp(sg_model_arch(model), "gemma", 5) != 0 || sg_tokenizer_token_id(tok, "<start_of_turn>", 15) < 0)
-		return SG_OK;
-	size_t n = 0;
-	const char *bos = sg_tokenizer_token(tok, sg_tokenizer_bos(tok), &n);
-	json_t *special = json_pack("{s:s%}", "bos_token", bos ? bos : "", bos ? n : 0);
-	sg_status s = sg_chat_template_from_source(GEMMA_TEMPLATE, sizeof GEMMA_TEMPLATE - 1, special, out);
-	json_decref(special);
-	return s;
 }
 
 /* The tool-call syntax: render an assistant turn holding one call with the model's own template
@@ -202,12 +34,13 @@ static sg_status fallback_template(const sg_model *model, const sg_tokenizer *to
  * on the vocabulary's markers, then on Hermes (the most common, and what ChatML models learn). */
 static int find_syntax(const sg_srv_model *m)
 {
+	const sg_tokenizer *tok = sg_lm_tokenizer(m->lm);
 	int syn = SG_TC_HERMES;
-	if (sg_tokenizer_token_id(m->tok, "[TOOL_CALLS]", 12) >= 0) syn = SG_TC_MISTRAL;
-	else if (sg_tokenizer_token_id(m->tok, "<|python_tag|>", 14) >= 0) syn = SG_TC_LLAMA3;
-	else if (sg_tokenizer_token_id(m->tok, "<|tool_call>", 12) >= 0) syn = SG_TC_GEMMA4;
+	if (sg_tokenizer_token_id(tok, "[TOOL_CALLS]", 12) >= 0) syn = SG_TC_MISTRAL;
+	else if (sg_tokenizer_token_id(tok, "<|python_tag|>", 14) >= 0) syn = SG_TC_LLAMA3;
+	else if (sg_tokenizer_token_id(tok, "<|tool_call>", 12) >= 0) syn = SG_TC_GEMMA4;
 	else if (!strncmp(m->info.arch, "gemma3", 6)) syn = SG_TC_GEMMA3;
-	if (!m->tmpl) return syn;
+	if (!sg_lm_has_template(m->lm)) return syn;
 	json_t *msgs = json_pack("[{s:s,s:s},{s:s,s:s,s:[{s:s,s:s,s:{s:s,s:{s:i}}}]},{s:s,s:s,s:s}]", "role", "user", "content",
 				 "x", "role", "assistant", "content", "", "tool_calls", "id", "call_0", "type", "function",
 				 "function", "name", "probe_fn", "arguments", "a", 1, "role", "tool", "tool_call_id", "call_0",
@@ -218,7 +51,7 @@ static int find_syntax(const sg_srv_model *m)
 	char *out = NULL;
 	size_t n = 0;
 	sg_chat_params p = {.messages = msgs, .tools = tools, .add_generation_prompt = 1};
-	if (msgs && tools && sg_chat_template_render(m->tmpl, &p, &out, &n) == SG_OK) {
+	if (msgs && tools && sg_lm_chat_render(m->lm, &p, &out, &n) == SG_OK) {
 		if (strstr(out, "<function=probe_fn>")) syn = SG_TC_QWEN_XML;
 		else if (strstr(out, "<tool_call>")) syn = SG_TC_HERMES;
 		else if (strstr(out, "[TOOL_CALLS]")) syn = SG_TC_MISTRAL;
@@ -233,14 +66,15 @@ static int find_syntax(const sg_srv_model *m)
 
 static void find_agent(sg_srv_model *m)
 {
+	const sg_tokenizer *tok = sg_lm_tokenizer(m->lm);
 	m->agent.syntax = find_syntax(m);
 	m->agent.think_end_id = -1;
 	m->agent.think_start_id = -1;
-	if (sg_tokenizer_token_id(m->tok, "<think>", 7) >= 0 && sg_tokenizer_token_id(m->tok, "</think>", 8) >= 0) {
+	if (sg_tokenizer_token_id(tok, "<think>", 7) >= 0 && sg_tokenizer_token_id(tok, "</think>", 8) >= 0) {
 		snprintf(m->agent.think_start, sizeof m->agent.think_start, "<think>");
 		snprintf(m->agent.think_end, sizeof m->agent.think_end, "</think>");
-		m->agent.think_end_id = sg_tokenizer_token_id(m->tok, "</think>", 8);
-		m->agent.think_start_id = sg_tokenizer_token_id(m->tok, "<think>", 7);
+		m->agent.think_end_id = sg_tokenizer_token_id(tok, "</think>", 8);
+		m->agent.think_start_id = sg_tokenizer_token_id(tok, "<think>", 7);
 	}
 }
 
@@ -268,9 +102,9 @@ static sg_status token_output_bytes(const sg_tokenizer *t, int32_t ref, const ch
 	int32_t ids[2] = {ref, id};
 	char *s = NULL;
 	size_t n = 0;
-	sg_status st = sg_tokenizer_decode(t, ids, 2, 0, &s, &n);
+	sg_status st = ref >= 0 ? sg_tokenizer_decode(t, ids, 2, 0, &s, &n) : sg_tokenizer_decode(t, &id, 1, 0, &s, &n);
 	if (st) return st;
-	size_t skip = n >= ref_len && !memcmp(s, ref_text, ref_len) ? ref_len : 0;
+	size_t skip = ref >= 0 && n >= ref_len && !memcmp(s, ref_text, ref_len) ? ref_len : 0;
 	*len = (uint32_t)(n - skip);
 	*out = sg_malloc(*len + 1);
 	if (*out) memcpy(*out, s + skip, *len);
@@ -281,6 +115,7 @@ static sg_status token_output_bytes(const sg_tokenizer *t, int32_t ref, const ch
 sg_status sg_srv_model_trie(sg_srv_model *m, const sg_token_trie **trie, const uint8_t *const **tok, const uint32_t **len)
 {
 	if (!m->trie) {
+		const sg_tokenizer *tk = sg_lm_tokenizer(m->lm);
 		int32_t nv = m->info.n_vocab;
 		m->tok_bytes = sg_calloc((size_t)nv, sizeof *m->tok_bytes);
 		m->tok_len = sg_calloc((size_t)nv, sizeof *m->tok_len);
@@ -288,30 +123,28 @@ sg_status sg_srv_model_trie(sg_srv_model *m, const sg_token_trie **trie, const u
 		int n_special = 0;
 		sg_status st = m->tok_bytes && m->tok_len && special ? SG_OK : SG_FAIL(SG_ERR_NOMEM, "vocabulary table");
 		/* The reference: a plain letter token. */
-		int32_t ref = sg_tokenizer_token_id(m->tok, "a", 1);
+		int32_t ref = sg_tokenizer_token_id(tk, "a", 1);
 		char *ref_text = NULL;
 		size_t ref_len = 0;
-		if (st == SG_OK && ref >= 0) st = sg_tokenizer_decode(m->tok, &ref, 1, 0, &ref_text, &ref_len);
+		if (st == SG_OK && ref >= 0) st = sg_tokenizer_decode(tk, &ref, 1, 0, &ref_text, &ref_len);
 		for (int32_t i = 0; st == SG_OK && i < nv; i++) {
-			if (sg_tokenizer_is_special(m->tok, i) || !sg_tokenizer_token(m->tok, i, &(size_t){0})) {
+			size_t sl = 0;
+			if (sg_tokenizer_is_special(tk, i) || !sg_tokenizer_token(tk, i, &sl)) {
 				special[n_special++] = i;
 				continue;
 			}
-			if (ref >= 0) st = token_output_bytes(m->tok, ref, ref_text, ref_len, i, &m->tok_bytes[i], &m->tok_len[i]);
-			else {
-				char *s = NULL;
-				size_t n = 0;
-				st = sg_tokenizer_decode(m->tok, &i, 1, 0, &s, &n);
-				m->tok_bytes[i] = (uint8_t *)s;
-				m->tok_len[i] = (uint32_t)n;
-			}
+			st = token_output_bytes(tk, ref, ref_text, ref_len, i, &m->tok_bytes[i], &m->tok_len[i]);
 		}
 		sg_free(ref_text);
-		int eot[MAX_EOS];
-		for (size_t i = 0; i < m->n_eos; i++) eot[i] = m->eos[i];
+		size_t n_eos = 0;
+		const int32_t *eos = sg_lm_eos(m->lm, &n_eos);
+		int *eot = sg_malloc((n_eos + 1) * sizeof *eot);
+		if (st == SG_OK && !eot) st = SG_FAIL(SG_ERR_NOMEM, "end-of-turn ids");
+		for (size_t i = 0; eot && i < n_eos; i++) eot[i] = eos[i];
 		if (st == SG_OK)
 			st = sg_token_trie_build((const uint8_t *const *)m->tok_bytes, m->tok_len, nv, special, n_special, eot,
-						 (int)m->n_eos, &m->trie);
+						 (int)n_eos, &m->trie);
+		sg_free(eot);
 		sg_free(special);
 		if (st) return st;
 	}
@@ -321,6 +154,26 @@ sg_status sg_srv_model_trie(sg_srv_model *m, const sg_token_trie **trie, const u
 	return SG_OK;
 }
 
+const sg_srv_model_info *sg_srv_model_info_get(const sg_srv_model *m)
+{
+	return &m->info;
+}
+
+const int32_t *sg_srv_model_eos(const sg_srv_model *m, size_t *n)
+{
+	return sg_lm_eos(m->lm, n);
+}
+
+sg_gen_state *sg_srv_model_state(sg_srv_model *m)
+{
+	return sg_lm_state(m->lm);
+}
+
+const sg_gen_detok *sg_srv_model_detok(sg_srv_model *m)
+{
+	return sg_lm_detok(m->lm);
+}
+
 sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, sg_srv_model **out)
 {
 	sg_srv_model *m = sg_calloc(1, sizeof *m);
@@ -328,133 +181,58 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, s
 	snprintf(m->info.name, sizeof m->info.name, "%s", name);
 	snprintf(m->info.path, sizeof m->info.path, "%s", path);
 	m->info.created = (int64_t)time(NULL);
-	m->info.size_bytes = path_bytes(path);
+	m->info.size_bytes = sg_lm_weight_file_bytes(path);
 	size_t pl = strlen(path);
 	int gguf = pl > 5 && !strcmp(path + pl - 5, ".gguf");
 	snprintf(m->info.format, sizeof m->info.format, "%s", gguf ? "gguf" : "safetensors");
-	sg_model_params mp = sg_model_default_params();
-	sg_status s = sg_model_load(path, &mp, &m->model);
-	if (s) goto fail;
-	sg_session_params sp = sg_session_default_params();
-	sp.n_ctx = n_ctx;
-	if ((s = sg_session_new(m->model, &sp, &m->session))) goto fail;
-	if ((s = sg_tokenizer_load(path, &m->tok))) {
-		sg_error_wrap(s, "tokenizer");
-		goto fail;
+	sg_lm_params lp = sg_lm_default_params();
+	lp.n_ctx = n_ctx;
+	sg_status s = sg_lm_load(path, &lp, &m->lm);
+	if (s) {
+		sg_free(m);
+		return s;
 	}
-	s = sg_chat_template_load(path, &m->tmpl);
-	if (s == SG_ERR_NOT_FOUND) s = fallback_template(m->model, m->tok, &m->tmpl);
-	if (s) goto fail;
-	if ((s = sg_detok_create(m->tok, 1, &m->detok))) goto fail;
-	snprintf(m->info.arch, sizeof m->info.arch, "%s", sg_model_arch(m->model));
+	snprintf(m->info.arch, sizeof m->info.arch, "%s", sg_model_arch(sg_lm_model(m->lm)));
 	snprintf(m->info.quant, sizeof m->info.quant, "%s", gguf ? "gguf" : "bf16");
-	m->info.n_ctx = sg_session_n_ctx(m->session);
-	m->info.n_vocab = sg_model_n_vocab(m->model);
-	find_eos(m, path);
-	snprintf(m->info.arch, sizeof m->info.arch, "%s", sg_model_arch(m->model));
+	m->info.n_ctx = sg_lm_n_ctx(m->lm);
+	m->info.n_vocab = sg_lm_n_vocab(m->lm);
 	find_agent(m);
-	m->ops = (sg_gen_model){.self = m, .n_vocab = m->info.n_vocab, .n_ctx = m->info.n_ctx, .eval = op_eval,
-				.truncate = op_truncate, .reset = op_reset};
-	m->dt_ops = (sg_gen_detok){.self = m, .push = dt_push, .flush = dt_flush, .reset = dt_reset};
-	sg_gen_state_init(&m->state, &m->ops);
 	*out = m;
 	return SG_OK;
-fail:
-	sg_srv_model_free(m);
-	return s;
 }
 
 void sg_srv_model_free(sg_srv_model *m)
 {
 	if (!m) return;
-	sg_gen_state_free(&m->state);
 	sg_token_trie_free(m->trie);
 	if (m->tok_bytes)
 		for (int32_t i = 0; i < m->info.n_vocab; i++) sg_free(m->tok_bytes[i]);
 	sg_free(m->tok_bytes);
 	sg_free(m->tok_len);
-	sg_detok_free(m->detok);
-	sg_chat_template_free(m->tmpl);
-	sg_tokenizer_free(m->tok);
-	sg_session_free(m->session);
-	sg_model_free(m->model);
+	sg_lm_free(m->lm);
 	sg_free(m);
 }
 
 sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools, const json_t *kwargs,
 				   char **out, size_t *len)
 {
-	if (!m->tmpl)
+	if (!sg_lm_has_template(m->lm))
 		return sg_error(SG_ERR_NOT_FOUND, "model '%s' has no chat template: use /v1/completions (or raw: true)", m->info.name);
 	sg_chat_params p = {.messages = messages, .tools = tools, .kwargs = kwargs, .add_generation_prompt = 1};
-	return sg_chat_template_render(m->tmpl, &p, out, len);
+	return sg_lm_chat_render(m->lm, &p, out, len);
 }
 
 sg_status sg_srv_model_tokenize(const sg_srv_model *m, const char *text, size_t len, int add_special, int32_t **ids, size_t *n)
 {
-	sg_tokens t = {0};
-	sg_status s = sg_tokenizer_encode(m->tok, text, len, add_special, &t);
-	if (s) {
-		sg_tokens_free(&t);
-		return s;
-	}
-	*ids = t.ids;
-	*n = t.n;
-	return SG_OK;
+	return sg_lm_tokenize(m->lm, text, len, add_special, ids, n);
 }
 
 sg_status sg_srv_model_detokenize(const sg_srv_model *m, const int32_t *ids, size_t n, char **out, size_t *len)
 {
-	for (size_t i = 0; i < n; i++)
-		if (ids[i] < 0 || ids[i] >= m->info.n_vocab)
-			return sg_error(SG_ERR_RANGE, "token %zu is id %d, outside the vocabulary [0, %d)", i, ids[i], m->info.n_vocab);
-	return sg_tokenizer_decode(m->tok, ids, n, 0, out, len);
+	return sg_lm_detokenize(m->lm, ids, n, out, len);
 }
 
 sg_status sg_srv_model_token_bytes(const sg_srv_model *m, int32_t id, char **out, size_t *len)
 {
-	return sg_tokenizer_decode(m->tok, &id, 1, 0, out, len);
+	return sg_lm_token_bytes(m->lm, id, out, len);
 }
-
-#else /* the model forward, tokenizer or chat template is not in this build */
-
-sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, sg_srv_model **out)
-{
-	(void)path_bytes;
-	return sg_error(SG_ERR_UNSUPPORTED, "serve: model '%s': this build cannot run models yet (no forward pass or tokenizer)",
-			name);
-}
-
-void sg_srv_model_free(sg_srv_model *m)
-{
-	sg_free(m);
-}
-
-sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools, const json_t *kwargs,
-				   char **out, size_t *len)
-{
-	return sg_error(SG_ERR_UNSUPPORTED, "no chat templates in this build");
-}
-
-sg_status sg_srv_model_trie(sg_srv_model *m, const struct sg_token_trie **trie, const uint8_t *const **tok,
-			    const uint32_t **len)
-{
-	return sg_error(SG_ERR_UNSUPPORTED, "no tokenizer in this build");
-}
-
-sg_status sg_srv_model_tokenize(const sg_srv_model *m, const char *text, size_t len, int add_special, int32_t **ids, size_t *n)
-{
-	return sg_error(SG_ERR_UNSUPPORTED, "no tokenizer in this build");
-}
-
-sg_status sg_srv_model_detokenize(const sg_srv_model *m, const int32_t *ids, size_t n, char **out, size_t *len)
-{
-	return sg_error(SG_ERR_UNSUPPORTED, "no tokenizer in this build");
-}
-
-sg_status sg_srv_model_token_bytes(const sg_srv_model *m, int32_t id, char **out, size_t *len)
-{
-	return sg_error(SG_ERR_UNSUPPORTED, "no tokenizer in this build");
-}
-
-#endif

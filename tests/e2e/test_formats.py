@@ -565,3 +565,31 @@ def test_inspect_real_gemma3_270m_gguf(gemma_gguf, tmp_path):
            for m in re.findall(r"^bytes (\S+): (\d+) \(.*, (\d+) tensors\)$", out, re.M)}
     assert got == {k: (want_bytes[k], want_count[k]) for k in want_bytes}
     assert int(f["cpu_load_bytes"].split()[0]) == sum(want_bytes.values())
+
+
+FIXTURES = sorted(p for p in (pathlib.Path(__file__).resolve().parents[1] / "fixtures").iterdir()
+                  if (p / "config.json").is_file())
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[p.name for p in FIXTURES])
+def test_inspect_every_fixture_matches_its_config_and_weights(fixture):
+    """inspect reads each transformers-made fixture: architecture and sizes from its config.json,
+    exactly the tensors of model.safetensors (ref.safetensors beside it is not a weight file)."""
+    from safetensors import safe_open
+    cfg = json.loads((fixture / "config.json").read_text())
+    text = cfg.get("text_config", cfg)
+    out = run_inspect(fixture, "--tensors").stdout
+    f = fields(out)
+    assert f["arch"] == cfg["model_type"]
+    assert f["format"] == "safetensors (1 file)"
+    with safe_open(str(fixture / "model.safetensors"), "np") as st:
+        names = set(st.keys())
+    listed = set(tensor_rows(out))
+    # MLX triples fold into one weight: scales/biases are companions of W.weight
+    assert {n for n in names if not n.endswith((".scales", ".biases"))} <= listed | {
+        n for n in names if n.endswith(".weight") and n[:-7] + ".scales" in names}
+    if "vocab_size" in text:
+        assert int(f["vocab"]) == text["vocab_size"]
+    layers = text.get("num_hidden_layers", text.get("decoder_layers"))
+    if layers is not None and "layers" in f:
+        assert int(f["layers"]) == layers

@@ -305,7 +305,9 @@ def test_tokenizer_one_megabyte_of_one_char_is_fast():
     for model in (folder, gemma_dir(), minilm_dir()):
         _, err = run(["tokenize", "--model", str(model), "--no-special", "--time"], "a" * (1 << 20))
         secs = float(err.split()[3])  # CPU seconds of the encode: other jobs on the cores do not count
-        assert secs < 1.0, f"{model}: 1 MiB of 'a' took {secs:.3f} s of CPU"
+        # about 0.25 s on a quiet core; CPU time still inflates when other jobs thrash the caches,
+        # so the bound leaves room. Quadratic merging would take minutes here.
+        assert secs < 2.0, f"{model}: 1 MiB of 'a' took {secs:.3f} s of CPU"
 
 
 def test_tokenizer_cli_plain_mode_and_bad_input():

@@ -222,7 +222,10 @@ static void row_range(int64_t N, int ith, int nth, int64_t *r0, int64_t *r1)
 static void mm_task(void *ctx, int ith, int nth)
 {
 	mm_job *j = ctx;
-	if (j->q8) {
+	/* one token: every thread quantizes the whole vector into its own slot (a microsecond of
+	 * redundant work) rather than sharing halves across a barrier, which costs more, and a
+	 * whole time slice when the cores are shared. Many tokens: split, then one barrier. */
+	if (j->q8 && j->nx > 1) {
 		mm_quantize(j, ith, nth);
 		sg_threadpool_barrier(j->cb->pool);
 	}
@@ -230,7 +233,14 @@ static void mm_task(void *ctx, int ith, int nth)
 	row_range(j->N, ith, nth, &r0, &r1);
 	sg_xq tmp;
 	if (j->nx == 1) {
-		if (r0 < r1) j->mv(&j->w, r0, r1, x_arg(j, 0, &tmp), j->y + r0);
+		if (r0 >= r1) return;
+		const void *xa = j->x;
+		if (j->q8) {
+			sg_xq_init(&tmp, j->K, j->xq_mem + (size_t)ith * j->xq_stride);
+			j->cb->k->quantize_x(j->x, j->K, j->xl, j->xoff, &tmp);
+			xa = &tmp;
+		}
+		j->mv(&j->w, r0, r1, xa, j->y + r0);
 	} else {
 		for (int64_t t0 = 0; t0 < j->nx; t0 += TOK_TILE) {
 			int64_t t1 = t0 + TOK_TILE < j->nx ? t0 + TOK_TILE : j->nx;
@@ -276,11 +286,13 @@ static sg_status mm_setup(sg_cpu_backend *cb, const char *op, const sg_btensor *
 static sg_status mm_scratch(mm_job *j, size_t extra)
 {
 	j->xq_stride = j->q8 ? sg_xq_bytes(j->K) : 0;
-	size_t need = j->xq_stride * (size_t)j->nx + extra;
+	/* one token: a slot per thread (see mm_task) */
+	int64_t slots = j->nx == 1 && !extra ? j->cb->nth : j->nx;
+	size_t need = j->xq_stride * (size_t)slots + extra;
 	uint8_t *mem = need ? sg_cpu_scratch(j->cb, need) : NULL;
 	if (need && !mem) return sg_error(SG_ERR_NOMEM, "cpu matmul: %zu bytes of scratch", need);
 	j->xq_mem = mem;
-	if (extra) j->order = (int32_t *)(mem + j->xq_stride * (size_t)j->nx);
+	if (extra) j->order = (int32_t *)(mem + j->xq_stride * (size_t)slots);
 	return SG_OK;
 }
 
@@ -441,7 +453,7 @@ static int cpu_supports(sg_backend *be, sg_stage stage, sg_type type)
 	case SG_STAGE_KV_STORE:
 	case SG_STAGE_ATTENTION: return type == SG_TYPE_F32 || type == SG_TYPE_F16;
 	case SG_STAGE_ATTN_PREP: return type == SG_TYPE_F32 || type == SG_TYPE_F16;
-	case SG_STAGE_LINEAR_ATTN: return 0;
+	case SG_STAGE_LINEAR_ATTN: return type == SG_TYPE_F32;
 	case SG_STAGE_COUNT: return 0;
 	default: return type == SG_TYPE_F32;
 	}
@@ -482,6 +494,13 @@ static const sg_backend_ops cpu_ops = {
 	.moe_matmul = cpu_moe_matmul,
 	.moe_combine = sg_cpu_moe_combine,
 	.argmax = sg_cpu_argmax,
+	.short_conv = sg_cpu_short_conv,
+	.gated_delta = sg_cpu_gated_delta,
+	.gated_rmsnorm = sg_cpu_gated_rmsnorm,
+	.sigmoid_mul = sg_cpu_sigmoid_mul,
+	.gather_cols = sg_cpu_gather_cols,
+	.glu_split = sg_cpu_glu_split,
+	.moe_weight_scale = sg_cpu_moe_weight_scale,
 };
 
 sg_cpu_params sg_cpu_default_params(void)
