@@ -12,6 +12,7 @@
  */
 #include "models/forward.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
@@ -333,7 +334,11 @@ sg_status sg_forward_decode(const sg_model *m, sg_fwd_state *s, int32_t token, i
 		if (!st) st = sg_cuda_graph_end_into(be, &g);
 		else sg_cuda_graph_abort(be);
 	}
-	if (st) s->graph_off = 1; /* this step already ran; later ones stay per-op */
-	else s->graph = g;
+	if (st) { /* this step already ran; later ones stay per-op */
+		fprintf(stderr, "saragossa warn: cuda decode graph: recording failed (%s); decoding op by op\n", sg_last_error());
+		s->graph_off = 1;
+	} else {
+		s->graph = g;
+	}
 	return SG_OK;
 }

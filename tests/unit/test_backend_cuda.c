@@ -748,7 +748,8 @@ static int decode_run(const char *name, const char *graphs, int greedy, float *l
 			memcpy(row, sg_session_logits(s), sizeof(float) * (size_t)*V);
 			tok = next;
 		} else {
-			cr_assert_eq(sg_session_eval(s, &tok, 1, row), SG_OK, "%s", sg_last_error());
+			cr_assert_eq(sg_session_eval(s, &tok, 1, NULL), SG_OK, "%s", sg_last_error());
+			memcpy(row, sg_session_logits(s), sizeof(float) * (size_t)*V);
 			tok = 0;
 			for (int i = 1; i < *V; i++)
 				if (row[i] > row[tok]) tok = i;
