@@ -12,12 +12,12 @@
  */
 #include "models/forward.h"
 
-#include <stdio.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/log.h"
 
 #define OK(call)                                                                                   \
 	do {                                                                                       \
@@ -335,7 +335,7 @@ sg_status sg_forward_decode(const sg_model *m, sg_fwd_state *s, int32_t token, i
 		else sg_cuda_graph_abort(be);
 	}
 	if (st) { /* this step already ran; later ones stay per-op */
-		fprintf(stderr, "saragossa warn: cuda decode graph: recording failed (%s); decoding op by op\n", sg_last_error());
+		SG_WARN("cuda decode graph: recording failed (%s); decoding op by op", sg_last_error());
 		s->graph_off = 1;
 	} else {
 		s->graph = g;
