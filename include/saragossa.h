@@ -80,7 +80,7 @@ const char *sg_last_error(void);
 /* ---- models ---- */
 
 typedef struct sg_model_params {
-	const char *backend; /* "cpu" (NULL = cpu) */
+	const char *backend; /* "cpu" or "cuda" (NULL = cpu) */
 	int n_threads;       /* CPU threads, caller included; 0 = SARAGOSSA_THREADS, else one per core */
 } sg_model_params;
 

@@ -2,9 +2,11 @@
  * saragossa bench: prompt processing and generation speed, measured like llama-bench's pp/tg:
  *   pp<P>  one prompt of P tokens from an empty context, chunked as a session would (tok/s)
  *   tg<N>  N single-token decode steps from an empty context (tok/s)
- * Each test runs r times after one warm-up; mean and standard deviation are printed, with the
- * bytes of weights one decode step reads and the bandwidth that implies. Token ids are a fixed
- * pseudo-random sequence (the speed does not depend on them).
+ * Each test runs r times (default 5) after one warm-up; like llama-bench, each line gives the
+ * mean tok/s over the repetitions +- their sample standard deviation, with the bytes of weights
+ * one decode step reads and the bandwidth that implies. Token ids are a fixed pseudo-random
+ * sequence (the speed does not depend on them). MODEL resolves like everywhere else (a path, a
+ * name in saragossa's models folder, a Hugging Face repo id).
  */
 #include <errno.h>
 #include <math.h>
@@ -15,7 +17,9 @@
 #include "base/alloc.h"
 #include "base/timer.h"
 #include "cli/cli.h"
+#include "cli/lm_cli.h"
 #include "engine/session.h"
+#include "hub/repo.h"
 #include "saragossa.h"
 
 static int fail(void)
@@ -49,7 +53,7 @@ static void stats(const double *v, int n, double *mean, double *sd)
 int sg_cli_bench(int argc, char **argv)
 {
 	const char *model_path = NULL;
-	int p = 512, n = 128, reps = 3, threads = 0, chunk = 0;
+	int p = 512, n = 128, reps = 5, threads = 0, chunk = 0;
 	for (int i = 0; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int rc = 0;
@@ -64,8 +68,12 @@ int sg_cli_bench(int argc, char **argv)
 		if (!v) return sg_cli_usage_error("bench", "%s needs a value", a);
 		i++;
 	}
-	if (!model_path) return sg_cli_usage_error("bench", "--model is required");
 	if (!p && !n) return sg_cli_usage_error("bench", "nothing to measure: -p 0 and -n 0");
+	/* No --model: the default model, as run and generate use. */
+	char path[SG_HUB_PATH_MAX];
+	if (sg_cli_model_path("bench", model_path, path, sizeof path)) return 1;
+	model_path = path;
+	if (sg_lm_check_memory(model_path)) return fail();
 	sg_model_params mp = sg_model_default_params();
 	mp.n_threads = threads;
 	sg_model *m = NULL;
@@ -96,7 +104,8 @@ int sg_cli_bench(int argc, char **argv)
 	printf("model: %s (%s), %.1f MiB of weights per decode step, threads %d%s, chunk %d, kv %s\n", model_path,
 	       sg_model_arch(m), m->weight_bytes / 1048576.0, threads, threads ? "" : " (auto)", s->n_batch,
 	       s->fs.kv_type == SG_TYPE_F16 ? "f16" : "f32");
-	printf("%-8s %12s %10s %12s\n", "test", "tok/s", "+-", "weights GB/s");
+	printf("repetitions: %d (after one warm-up)\n", reps);
+	printf("%-8s %25s %12s\n", "test", "tok/s (mean +- sd)", "weights GB/s");
 	if (p) {
 		for (int r = 0; r <= reps; r++) { /* r = 0 warms up */
 			sg_session_reset(s);
@@ -109,7 +118,7 @@ int sg_cli_bench(int argc, char **argv)
 		}
 		double mean, sd;
 		stats(t + 1, reps, &mean, &sd);
-		printf("pp%-6d %12.2f %10.2f %12s\n", p, mean, sd, "-");
+		printf("pp%-6d %14.2f +- %7.2f %12s\n", p, mean, sd, "-");
 	}
 	if (n) {
 		for (int r = 0; r <= reps; r++) {
@@ -124,7 +133,7 @@ int sg_cli_bench(int argc, char **argv)
 		}
 		double mean, sd;
 		stats(t + 1, reps, &mean, &sd);
-		printf("tg%-6d %12.2f %10.2f %12.2f\n", n, mean, sd, mean * (double)m->weight_bytes / 1e9);
+		printf("tg%-6d %14.2f +- %7.2f %12.2f\n", n, mean, sd, mean * (double)m->weight_bytes / 1e9);
 	}
 	rc = 0;
 done:

@@ -128,7 +128,19 @@ struct sg_snapshot {
 	int n_layer;
 	void **k, **v;    /* [n_layer] host copies of the cache rows in use */
 	size_t *bytes;    /* [n_layer] bytes of each */
+	void **rec;       /* [2 * n_layer] recurrent state (conv, delta rule) of linear layers, or NULL */
+	size_t *rec_bytes;
 };
+
+/* The recurrent state tensors of a session: conv then delta-rule state of every layer (empty
+ * for attention layers and for models without linear attention). */
+static sg_btensor *rec_tensor(const sg_session *s, int i)
+{
+	int L = s->m->desc.n_layer;
+	if (!s->fs.conv) return NULL;
+	sg_btensor *t = i < L ? &s->fs.conv[i] : &s->fs.ssm[i - L];
+	return t->data ? t : NULL;
+}
 
 void sg_snapshot_free(sg_snapshot *snap)
 {
@@ -139,6 +151,9 @@ void sg_snapshot_free(sg_snapshot *snap)
 	}
 	sg_free(snap->k);
 	sg_free(snap->v);
+	for (int i = 0; snap->rec && i < 2 * snap->n_layer; i++) sg_free(snap->rec[i]);
+	sg_free(snap->rec);
+	sg_free(snap->rec_bytes);
 	sg_free(snap->bytes);
 	sg_free(snap->tokens);
 	sg_free(snap->last);
@@ -152,6 +167,7 @@ size_t sg_snapshot_bytes(const sg_snapshot *snap)
 	if (!snap) return 0;
 	size_t b = sizeof(*snap) + sizeof(int32_t) * (size_t)(snap->n_past - snap->from + 1);
 	for (int i = 0; i < snap->n_layer; i++) b += 2 * snap->bytes[i];
+	for (int i = 0; snap->rec && i < 2 * snap->n_layer; i++) b += snap->rec_bytes[i];
 	return b + (snap->last ? sizeof(float) * (size_t)sg_model_n_vocab(snap->m) : 0);
 }
 
@@ -192,6 +208,19 @@ sg_status sg_session_snapshot(const sg_session *s, sg_snapshot **out)
 		if (!st) st = o->read(s->m->be, &kv->k, 0, p->k[i], b);
 		if (!st) st = o->read(s->m->be, &kv->v, 0, p->v[i], b);
 	}
+	if (!st && s->fs.conv) {
+		p->rec = sg_calloc((size_t)(2 * L), sizeof(void *));
+		p->rec_bytes = sg_calloc((size_t)(2 * L), sizeof(size_t));
+		if (!p->rec || !p->rec_bytes) st = SG_FAIL(SG_ERR_NOMEM, "snapshot");
+		for (int i = 0; i < 2 * L && !st; i++) {
+			const sg_btensor *t = rec_tensor(s, i);
+			if (!t) continue;
+			size_t b = (size_t)sg_btensor_rows(t) * t->row_bytes;
+			p->rec[i] = sg_malloc(b);
+			p->rec_bytes[i] = b;
+			st = p->rec[i] ? o->read(s->m->be, t, 0, p->rec[i], b) : SG_FAIL(SG_ERR_NOMEM, "snapshot of %zu bytes", b);
+		}
+	}
 	if (st) {
 		sg_snapshot_free(p);
 		return st;
@@ -214,6 +243,12 @@ sg_status sg_session_restore(sg_session *s, const sg_snapshot *p)
 		if (!p->bytes[i]) continue;
 		sg_status st = o->write(s->m->be, &s->fs.kv[i].k, 0, p->k[i], p->bytes[i]);
 		if (!st) st = o->write(s->m->be, &s->fs.kv[i].v, 0, p->v[i], p->bytes[i]);
+		if (st) return st;
+	}
+	for (int i = 0; p->rec && i < 2 * p->n_layer; i++) {
+		sg_btensor *t = rec_tensor(s, i);
+		if (!p->rec[i] || !t) continue;
+		sg_status st = o->write(s->m->be, t, 0, p->rec[i], p->rec_bytes[i]);
 		if (st) return st;
 	}
 	memcpy(s->tokens, p->tokens, sizeof(int32_t) * (size_t)p->n_past);
@@ -240,6 +275,10 @@ size_t sg_session_block_bytes(const sg_session *s, int n)
 {
 	size_t b = sizeof(sg_snapshot) + sizeof(int32_t) * (size_t)(n + 1);
 	for (int i = 0; i < s->m->desc.n_layer; i++) b += 2 * pos_bytes(&s->fs.kv[i]) * (size_t)n;
+	for (int i = 0; i < 2 * s->m->desc.n_layer; i++) {
+		const sg_btensor *t = rec_tensor(s, i);
+		if (t) b += (size_t)sg_btensor_rows(t) * t->row_bytes;
+	}
 	return b;
 }
 
@@ -291,12 +330,28 @@ sg_status sg_session_snapshot_range(const sg_session *s, int from, sg_snapshot *
 		sg_kv_layer *kv = &s->fs.kv[i];
 		size_t b = pos_bytes(kv) * (size_t)(to - from);
 		p->bytes[i] = b;
+		if (!b) continue; /* a layer without a KV cache (linear attention) */
 		p->k[i] = sg_malloc(b);
 		p->v[i] = sg_malloc(b);
 		if (!p->k[i] || !p->v[i]) st = SG_FAIL(SG_ERR_NOMEM, "block snapshot of %zu bytes per cache", b);
 		/* the cast: rows_io only reads the cache in this direction */
 		if (!st) st = rows_io((sg_session *)s, kv, &kv->k, from, to, p->k[i], 0);
 		if (!st) st = rows_io((sg_session *)s, kv, &kv->v, from, to, p->v[i], 0);
+	}
+	/* recurrent and conv states summarise every position before `to`: a full copy */
+	if (!st && s->fs.conv) {
+		const sg_backend_ops *o = s->m->be->ops;
+		p->rec = sg_calloc((size_t)(2 * L), sizeof(void *));
+		p->rec_bytes = sg_calloc((size_t)(2 * L), sizeof(size_t));
+		if (!p->rec || !p->rec_bytes) st = SG_FAIL(SG_ERR_NOMEM, "block snapshot");
+		for (int i = 0; i < 2 * L && !st; i++) {
+			const sg_btensor *t = rec_tensor(s, i);
+			if (!t) continue;
+			size_t b = (size_t)sg_btensor_rows(t) * t->row_bytes;
+			p->rec[i] = sg_malloc(b);
+			p->rec_bytes[i] = b;
+			st = p->rec[i] ? o->read(s->m->be, t, 0, p->rec[i], b) : SG_FAIL(SG_ERR_NOMEM, "block snapshot of %zu bytes", b);
+		}
 	}
 	if (st) {
 		sg_snapshot_free(p);
@@ -318,6 +373,7 @@ sg_status sg_session_restore_range(sg_session *s, const sg_snapshot *p)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "block [%d, %d) does not start at the session's position %d", p->from,
 			       p->n_past, s->n_past);
 	for (int i = 0; i < p->n_layer; i++) {
+		if (!p->bytes[i]) continue;
 		sg_kv_layer *kv = &s->fs.kv[i];
 		sg_status st = rows_io(s, kv, &kv->k, p->from, p->n_past, p->k[i], 1);
 		if (!st) st = rows_io(s, kv, &kv->v, p->from, p->n_past, p->v[i], 1);
@@ -327,8 +383,24 @@ sg_status sg_session_restore_range(sg_session *s, const sg_snapshot *p)
 			return st;
 		}
 	}
+	for (int i = 0; p->rec && i < 2 * p->n_layer; i++) {
+		sg_btensor *t = rec_tensor(s, i);
+		if (!p->rec[i] || !t) continue;
+		sg_status st = s->m->be->ops->write(s->m->be, t, 0, p->rec[i], p->rec_bytes[i]);
+		if (st) {
+			s->has_last = 0;
+			return st;
+		}
+	}
 	memcpy(s->tokens + p->from, p->tokens, sizeof(int32_t) * (size_t)(p->n_past - p->from));
 	s->n_past = p->n_past;
 	s->has_last = 0;
 	return SG_OK;
+}
+
+int sg_session_has_recurrent_state(const sg_session *s)
+{
+	for (int i = 0; s->fs.conv && i < s->m->desc.n_layer; i++)
+		if (s->fs.conv[i].data) return 1;
+	return 0;
 }

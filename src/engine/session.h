@@ -19,4 +19,9 @@ struct sg_session {
 	int has_last;
 };
 
+/* 1 if the session carries recurrent state (linear-attention conv and delta-rule states): such a
+ * session cannot be moved back to an earlier position by lowering n_past, only restored from a
+ * snapshot or reset. */
+int sg_session_has_recurrent_state(const sg_session *s);
+
 #endif

@@ -102,6 +102,7 @@ sg_status sg_fwd_state_init(const sg_model *m, int n_ctx, int chunk, sg_type kv_
 		if (!st) st = alloc(be, SG_TYPE_F32, kx, chunk, &s->ew);
 		if (!st) st = alloc(be, SG_TYPE_F32, d->dim, chunk * kx, &s->ey);
 	}
+	if (!st && sg_fwd_is_hybrid(m)) st = sg_fwd_hybrid_init(m, s);
 	if (st) sg_fwd_state_free(m, s);
 	return st;
 }
@@ -109,6 +110,7 @@ sg_status sg_fwd_state_init(const sg_model *m, int n_ctx, int chunk, sg_type kv_
 void sg_fwd_state_free(const sg_model *m, sg_fwd_state *s)
 {
 	sg_backend *be = m->be;
+	sg_fwd_hybrid_free(m, s);
 	if (s->kv)
 		for (int i = 0; i < m->desc.n_layer; i++) {
 			be->ops->tensor_free(be, &s->kv[i].k);
@@ -246,7 +248,8 @@ sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, 
 	s->pos0 = pos0;
 	OK(o->embed(be, &m->tok_embd, &ids, &x));
 	if (d->embed_scale != 1.0f) OK(o->scale(be, &x, d->embed_scale, &x));
-	for (int li = 0; li < d->n_layer; li++) {
+	if (s->hybrid) OK(sg_fwd_hybrid_layers(m, s, tokens, n, pos0));
+	for (int li = 0; li < d->n_layer && !s->hybrid; li++) {
 		OK(attention_block(m, s, li, n));
 		OK(mlp_block(m, s, li, n));
 	}

@@ -1,52 +1,35 @@
-/* A served model: weights + session + tokenizer + chat template bound to the generation loop
+/* A served model: an engine model binding (engine/lm.h) plus what the server reports about it
  * (see model.h). */
 #include "server/model.h"
 
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "base/json.h"
 #include "base/log.h"
+#include "engine/lm.h"
+#include "engine/session.h"
 #include "server/pool.h"
 
-#if __has_include("text/tokenizer.h") && __has_include("text/chat_template.h") && __has_include("engine/session.h")
-#define SG_SERVER_HAVE_MODELS 1
-#include "engine/session.h"
-#include "models/model.h"
-#include "text/chat_template.h"
-#include "text/tokenizer.h"
-#else
-#define SG_SERVER_HAVE_MODELS 0
-#endif
-
-#define MAX_EOS 16
-
+/* The generation loop runs on the server's own sg_gen_model, which wraps the lm's: it cuts the
+ * prefill at prefix-cache block boundaries, snapshots them, and rolls the session back where
+ * the live state allows. */
 struct sg_srv_model {
 	sg_srv_model_info info;
-	int32_t eos[MAX_EOS];
-	size_t n_eos;
+	sg_lm *lm;
+	const sg_gen_model *inner; /* the lm's own */
 	sg_gen_model ops;
-	sg_gen_detok dt_ops;
 	sg_gen_state state;
-#if SG_SERVER_HAVE_MODELS
-	sg_model *model;
-	sg_session *session;
-	sg_tokenizer *tok;
-	sg_chat_template *tmpl;
-	sg_detok *detok;
-#endif
-	struct sg_pool *pool;     /* prefix cache + memory guard; NULL: none */
-	int pc_armed;             /* the running prefill snapshots block boundaries */
-	uint8_t pc_root[32];      /* its chain root */
-	const int32_t *pc_prompt; /* [pc_n] its prompt (borrowed) */
+	struct sg_pool *pool;      /* prefix cache + memory guard; NULL: none */
+	int pc_armed;              /* the running prefill snapshots block boundaries */
+	uint8_t pc_root[32];       /* its chain root */
+	const int32_t *pc_prompt;  /* [pc_n] its prompt (borrowed) */
 	size_t pc_n;
-	int live_ok;              /* the live state belongs to live_root's session */
+	int live_ok;               /* the live state belongs to live_root's session */
 	uint8_t live_root[32];
-	size_t kv_high;           /* highest position ever evaluated (KV rows past it untouched) */
+	size_t kv_high;            /* highest position ever evaluated (KV rows past it untouched) */
 };
 
 const sg_srv_model_info *sg_srv_model_info_get(const sg_srv_model *m)
@@ -56,8 +39,7 @@ const sg_srv_model_info *sg_srv_model_info_get(const sg_srv_model *m)
 
 const int32_t *sg_srv_model_eos(const sg_srv_model *m, size_t *n)
 {
-	*n = m->n_eos;
-	return m->eos;
+	return sg_lm_eos(m->lm, n);
 }
 
 sg_gen_state *sg_srv_model_state(sg_srv_model *m)
@@ -67,20 +49,7 @@ sg_gen_state *sg_srv_model_state(sg_srv_model *m)
 
 const sg_gen_detok *sg_srv_model_detok(sg_srv_model *m)
 {
-	return &m->dt_ops;
-}
-
-static uint64_t path_bytes(const char *path)
-{
-	struct stat st;
-	if (stat(path, &st)) return 0;
-	if (!S_ISDIR(st.st_mode)) return (uint64_t)st.st_size;
-	/* A folder: the weights are the safetensors files; a rough total is enough for listings. */
-	char p[4200];
-	uint64_t total = 0;
-	snprintf(p, sizeof p, "%s/model.safetensors", path);
-	if (!stat(p, &st)) total += (uint64_t)st.st_size;
-	return total;
+	return sg_lm_detok(m->lm);
 }
 
 void sg_srv_model_bind(sg_srv_model *m, struct sg_pool *pool)
@@ -88,25 +57,23 @@ void sg_srv_model_bind(sg_srv_model *m, struct sg_pool *pool)
 	m->pool = pool;
 }
 
-#if SG_SERVER_HAVE_MODELS
-
 /* Takes the block snapshot that ends at position `end` (the session is there) into the cache,
  * unless it is cached already or the memory guard has no room for it: a block is an
  * optimisation, never a reason to fail the request. */
 static void snapshot_block(sg_srv_model *m, size_t end)
 {
 	sg_prefix_cache *pc = sg_pool_prefix_cache(m->pool);
+	sg_session *s = sg_lm_session(m->lm);
 	size_t B = (size_t)sg_pc_block_tokens(pc), b = end / B - 1;
 	if (sg_pc_contains(pc, m, m->pc_root, m->pc_prompt, b)) return;
 	sg_mem_evictor ev[2];
 	int n_ev = sg_pool_evictors(m->pool, m, ev);
-	if (sg_memguard_reserve(sg_pool_guard(m->pool), "a prefix-cache block", sg_session_block_bytes(m->session, (int)B), ev,
-				n_ev)) {
+	if (sg_memguard_reserve(sg_pool_guard(m->pool), "a prefix-cache block", sg_session_block_bytes(s, (int)B), ev, n_ev)) {
 		SG_DEBUG("serve: block %zu not cached: %s", b, sg_last_error());
 		return;
 	}
 	sg_snapshot *snap = NULL;
-	if (sg_session_snapshot_range(m->session, (int)(end - B), &snap)) {
+	if (sg_session_snapshot_range(s, (int)(end - B), &snap)) {
 		SG_DEBUG("serve: block %zu not cached: %s", b, sg_last_error());
 		return;
 	}
@@ -114,41 +81,40 @@ static void snapshot_block(sg_srv_model *m, size_t end)
 		SG_DEBUG("serve: block %zu not cached: %s", b, sg_last_error());
 }
 
+/* The prefill runs in pieces that end on block boundaries, whatever the loop's chunks and
+ * whether the cache is on or off: a cold run, a run restored at a boundary and a run without the
+ * cache evaluate the same pieces (a linear-attention layer's chunked arithmetic depends on
+ * them), and with the cache armed each boundary's state is copied as it is reached. */
 static sg_status op_eval(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
 {
 	sg_srv_model *m = self;
-	if ((size_t)sg_session_position(m->session) != n_past)
-		return sg_error(SG_ERR_INTERNAL, "serve: session at %d, the loop expects %zu", sg_session_position(m->session), n_past);
-	/* With the cache armed the prefill runs in pieces that end on block boundaries, whatever
-	 * the caller's chunks: a cold run and a run restored at a boundary then evaluate the same
-	 * pieces, and every boundary's state can be copied as it is reached. */
-	size_t B = m->pc_armed ? (size_t)sg_pc_block_tokens(sg_pool_prefix_cache(m->pool)) : 0;
+	size_t B = m->pool ? (size_t)sg_pool_block_tokens(m->pool) : 0;
 	sg_status s = SG_OK;
 	for (size_t done = 0, pos = n_past; done < n && !s;) {
 		size_t c = n - done;
 		if (B && pos + c > (pos / B + 1) * B) c = (pos / B + 1) * B - pos;
-		s = sg_session_eval(m->session, t + done, (int)c, NULL);
+		s = m->inner->eval(m->inner->self, t + done, c, pos, logits);
 		done += c;
 		pos += c;
-		if (!s && B && pos % B == 0 && pos <= m->pc_n) snapshot_block(m, pos);
+		if (!s && m->pc_armed && pos % B == 0 && pos <= m->pc_n) snapshot_block(m, pos);
 	}
-	if ((size_t)sg_session_position(m->session) > m->kv_high) m->kv_high = (size_t)sg_session_position(m->session);
-	if (s) return s;
-	const float *l = sg_session_logits(m->session);
-	if (!l) return sg_error(SG_ERR_INTERNAL, "serve: no logits after eval");
-	memcpy(logits, l, (size_t)m->info.n_vocab * sizeof *logits);
-	return SG_OK;
+	size_t at = (size_t)sg_session_position(sg_lm_session(m->lm));
+	if (at > m->kv_high) m->kv_high = at;
+	return s;
 }
 
 /* Rolls the session back to its first keep tokens. Attention caches only need the position
- * moved back (rows past it are never read, and are overwritten by the next eval); a sliding-window
- * ring that has wrapped still holds positions [n_past - rows, n_past), so it can go back as long
- * as the window before keep is among them (a ring has a chunk's worth of rows beyond the window). */
+ * moved back (rows past it are never read, and are overwritten by the next eval). A
+ * sliding-window ring that has wrapped still holds positions [n_past - rows, n_past): it can go
+ * back as long as the window before keep is among them (a ring keeps a chunk's worth of rows
+ * beyond the window). A recurrent state summarises every position: it cannot go back at all. */
 static sg_status op_truncate(void *self, size_t keep)
 {
 	sg_srv_model *m = self;
-	sg_session *s = m->session;
+	sg_session *s = sg_lm_session(m->lm);
 	if (keep > (size_t)s->n_past) return sg_error(SG_ERR_INVALID_ARG, "truncate to %zu past position %d", keep, s->n_past);
+	if (keep == (size_t)s->n_past) return SG_OK;
+	if (sg_session_has_recurrent_state(s)) return SG_ERR_UNSUPPORTED;
 	for (int l = 0; l < s->m->desc.n_layer; l++) {
 		const sg_kv_layer *kv = &s->fs.kv[l];
 		int64_t window = s->m->desc.layers[l].sliding_window;
@@ -158,6 +124,12 @@ static sg_status op_truncate(void *self, size_t keep)
 	s->n_past = (int)keep;
 	s->has_last = 0;
 	return SG_OK;
+}
+
+static sg_status op_reset(void *self)
+{
+	sg_srv_model *m = self;
+	return m->inner->reset(m->inner->self);
 }
 
 static sg_status set_history(sg_gen_state *st, const int32_t *t, size_t n)
@@ -196,12 +168,15 @@ sg_status sg_srv_model_prefix_begin(sg_srv_model *m, const uint8_t root[32], con
 	*diverged = mt.diverged_at;
 	int done = 0;
 	/* The live state of the same session may hold more than the blocks (the last answer's
-	 * tokens, a partial block): rolling back to the common prefix reuses all of it. The CPU
-	 * forward gives bit-identical rows whatever the chunking, decode steps included (tested in
-	 * tests/unit/test_prefix_cache.c), so this changes no output. Another session's live state
-	 * is never reused: only its own blocks are. */
+	 * tokens, a partial block): rolling back to the common prefix reuses all of it. For
+	 * attention-only models the CPU forward gives bit-identical rows whatever the chunking,
+	 * decode steps included (tested in tests/unit/test_prefix_cache.c), so this changes no
+	 * output. A recurrent state was advanced by the answer's decode steps, whose arithmetic
+	 * differs from a prefill's: those models reuse blocks only. Another session's live state is
+	 * never reused: only its own blocks are. */
 	size_t live = sg_gen_common_prefix(&m->state, prompt, n);
 	if (live >= n) live = n - 1;
+	if (sg_session_has_recurrent_state(sg_lm_session(m->lm))) live = 0;
 	if (live && live >= K && m->live_ok && !memcmp(m->live_root, root, 32) && op_truncate(m, live) == SG_OK) {
 		m->state.n = live;
 		K = live;
@@ -209,8 +184,9 @@ sg_status sg_srv_model_prefix_begin(sg_srv_model *m, const uint8_t root[32], con
 	}
 	if (!done) {
 		if ((st = sg_gen_state_reset(&m->state))) goto out;
+		sg_session *s = sg_lm_session(m->lm);
 		size_t i = 0;
-		while (i < mt.n_blocks && sg_session_restore_range(m->session, mt.payloads[i]) == SG_OK) i++;
+		while (i < mt.n_blocks && sg_session_restore_range(s, mt.payloads[i]) == SG_OK) i++;
 		if (i < mt.n_blocks || set_history(&m->state, prompt, K)) {
 			SG_WARN("serve: prefix restore stopped at block %zu of %zu: %s; prefilling the whole prompt", i, mt.n_blocks,
 				sg_last_error());
@@ -242,95 +218,15 @@ sg_status sg_srv_model_reserve_tokens(sg_srv_model *m, size_t n_total)
 {
 	if (n_total > (size_t)m->info.n_ctx) n_total = (size_t)m->info.n_ctx;
 	if (!m->pool || n_total <= m->kv_high) return SG_OK;
-	size_t per = sg_session_block_bytes(m->session, 1) - sg_session_block_bytes(m->session, 0);
+	sg_session *s = sg_lm_session(m->lm);
+	/* the KV rows of one position; recurrent states are allocated whole up front */
+	size_t per = 0;
+	for (int l = 0; l < s->m->desc.n_layer; l++) per += 2 * s->fs.kv[l].k.row_bytes * (size_t)s->fs.kv[l].k.ne[1];
 	sg_mem_evictor ev[2];
 	int n_ev = sg_pool_evictors(m->pool, m, ev);
 	char what[200];
 	snprintf(what, sizeof what, "the KV cache rows of positions %zu..%zu", m->kv_high, n_total);
 	return sg_memguard_reserve(sg_pool_guard(m->pool), what, (uint64_t)(n_total - m->kv_high) * per, ev, n_ev);
-}
-
-static sg_status op_reset(void *self)
-{
-	sg_srv_model *m = self;
-	sg_session_reset(m->session);
-	return SG_OK;
-}
-
-static sg_status dt_push(void *self, int32_t tok, const char **piece, size_t *len)
-{
-	return sg_detok_push(((sg_srv_model *)self)->detok, tok, piece, len);
-}
-
-static sg_status dt_flush(void *self, const char **piece, size_t *len)
-{
-	return sg_detok_flush(((sg_srv_model *)self)->detok, piece, len);
-}
-
-static void dt_reset(void *self)
-{
-	sg_srv_model *m = self;
-	/* A fresh stream per generation: nothing of the last answer is held back. */
-	sg_detok *d = NULL;
-	if (sg_detok_create(m->tok, 1, &d) == SG_OK) {
-		sg_detok_free(m->detok);
-		m->detok = d;
-	}
-}
-
-static void add_eos(sg_srv_model *m, int32_t id)
-{
-	if (id < 0 || id >= m->info.n_vocab || m->n_eos >= MAX_EOS) return;
-	for (size_t i = 0; i < m->n_eos; i++)
-		if (m->eos[i] == id) return;
-	m->eos[m->n_eos++] = id;
-}
-
-/* End of sequence, plus the end-of-turn tokens chat templates close an assistant turn with
- * (a chat model answers until one of them, not until the base EOS), plus generation_config's
- * eos_token_id (an id or a list). */
-static void find_eos(sg_srv_model *m, const char *path)
-{
-	add_eos(m, sg_tokenizer_eos(m->tok));
-	static const char *eot[] = {"<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<|eom_id|>",
-				    "</s>", "<turn|>", "<|return|>"};
-	for (size_t i = 0; i < sizeof eot / sizeof *eot; i++) add_eos(m, sg_tokenizer_token_id(m->tok, eot[i], strlen(eot[i])));
-	char p[4200];
-	snprintf(p, sizeof p, "%s/generation_config.json", path);
-	json_t *g;
-	if (sg_json_load_file(p, 1 << 20, &g) == SG_OK) {
-		json_t *e = json_object_get(g, "eos_token_id");
-		if (json_is_integer(e)) add_eos(m, (int32_t)json_integer_value(e));
-		size_t i;
-		json_t *v;
-		if (json_is_array(e)) json_array_foreach(e, i, v) if (json_is_integer(v)) add_eos(m, (int32_t)json_integer_value(v));
-		json_decref(g);
-	}
-}
-
-/* Gemma's turn format, for Gemma files that carry no template (the GGUF conversions of the
- * base models often do not): a system message is folded into the first user turn. */
-static const char GEMMA_TEMPLATE[] =
-	"{{ bos_token }}"
-	"{% if messages[0]['role'] == 'system' %}{% set first = messages[0]['content'] + '\n\n' %}"
-	"{% set rest = messages[1:] %}{% else %}{% set first = '' %}{% set rest = messages %}{% endif %}"
-	"{% for m in rest %}<start_of_turn>{% if m['role'] == 'assistant' %}model{% else %}user{% endif %}\n"
-	"{% if loop.first %}{{ first }}{% endif %}{{ m['content'] | trim }}<end_of_turn>\n{% endfor %}"
-	"{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
-
-/* A model without a chat template of its own: Gemma files get Gemma's turn format; others have
- * none (completions still work, chat answers 400 naming the problem). */
-static sg_status fallback_template(const sg_model *model, const sg_tokenizer *tok, sg_chat_template **out)
-{
-	*out = NULL;
-	if (strncmp(sg_model_arch(model), "gemma", 5) != 0 || sg_tokenizer_token_id(tok, "<start_of_turn>", 15) < 0)
-		return SG_OK;
-	size_t n = 0;
-	const char *bos = sg_tokenizer_token(tok, sg_tokenizer_bos(tok), &n);
-	json_t *special = json_pack("{s:s%}", "bos_token", bos ? bos : "", bos ? n : 0);
-	sg_status s = sg_chat_template_from_source(GEMMA_TEMPLATE, sizeof GEMMA_TEMPLATE - 1, special, out);
-	json_decref(special);
-	return s;
 }
 
 sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, sg_srv_model **out)
@@ -340,129 +236,58 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, s
 	snprintf(m->info.name, sizeof m->info.name, "%s", name);
 	snprintf(m->info.path, sizeof m->info.path, "%s", path);
 	m->info.created = (int64_t)time(NULL);
-	m->info.size_bytes = path_bytes(path);
+	m->info.size_bytes = sg_lm_weight_file_bytes(path);
 	size_t pl = strlen(path);
 	int gguf = pl > 5 && !strcmp(path + pl - 5, ".gguf");
 	snprintf(m->info.format, sizeof m->info.format, "%s", gguf ? "gguf" : "safetensors");
-	sg_model_params mp = sg_model_default_params();
-	sg_status s = sg_model_load(path, &mp, &m->model);
-	if (s) goto fail;
-	sg_session_params sp = sg_session_default_params();
-	sp.n_ctx = n_ctx;
-	if ((s = sg_session_new(m->model, &sp, &m->session))) goto fail;
-	if ((s = sg_tokenizer_load(path, &m->tok))) {
-		sg_error_wrap(s, "tokenizer");
-		goto fail;
+	sg_lm_params lp = sg_lm_default_params();
+	lp.n_ctx = n_ctx;
+	sg_status s = sg_lm_load(path, &lp, &m->lm);
+	if (s) {
+		sg_free(m);
+		return s;
 	}
-	s = sg_chat_template_load(path, &m->tmpl);
-	if (s == SG_ERR_NOT_FOUND) s = fallback_template(m->model, m->tok, &m->tmpl);
-	if (s) goto fail;
-	if ((s = sg_detok_create(m->tok, 1, &m->detok))) goto fail;
-	snprintf(m->info.arch, sizeof m->info.arch, "%s", sg_model_arch(m->model));
+	snprintf(m->info.arch, sizeof m->info.arch, "%s", sg_model_arch(sg_lm_model(m->lm)));
 	snprintf(m->info.quant, sizeof m->info.quant, "%s", gguf ? "gguf" : "bf16");
-	m->info.n_ctx = sg_session_n_ctx(m->session);
-	m->info.n_vocab = sg_model_n_vocab(m->model);
-	find_eos(m, path);
-	m->ops = (sg_gen_model){.self = m, .n_vocab = m->info.n_vocab, .n_ctx = m->info.n_ctx, .eval = op_eval,
-				.truncate = op_truncate, .reset = op_reset};
-	m->dt_ops = (sg_gen_detok){.self = m, .push = dt_push, .flush = dt_flush, .reset = dt_reset};
+	m->info.n_ctx = sg_lm_n_ctx(m->lm);
+	m->info.n_vocab = sg_lm_n_vocab(m->lm);
+	m->inner = sg_lm_state(m->lm)->model;
+	m->ops = *m->inner;
+	m->ops.self = m;
+	m->ops.eval = op_eval;
+	m->ops.truncate = op_truncate;
+	m->ops.reset = op_reset;
 	sg_gen_state_init(&m->state, &m->ops);
 	*out = m;
 	return SG_OK;
-fail:
-	sg_srv_model_free(m);
-	return s;
 }
 
 void sg_srv_model_free(sg_srv_model *m)
 {
 	if (!m) return;
 	sg_gen_state_free(&m->state);
-	sg_detok_free(m->detok);
-	sg_chat_template_free(m->tmpl);
-	sg_tokenizer_free(m->tok);
-	sg_session_free(m->session);
-	sg_model_free(m->model);
+	sg_lm_free(m->lm);
 	sg_free(m);
 }
 
 sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools, char **out, size_t *len)
 {
-	if (!m->tmpl)
+	if (!sg_lm_has_template(m->lm))
 		return sg_error(SG_ERR_NOT_FOUND, "model '%s' has no chat template: use /v1/completions (or raw: true)", m->info.name);
-	sg_chat_params p = {.messages = messages, .tools = tools, .add_generation_prompt = 1};
-	return sg_chat_template_render(m->tmpl, &p, out, len);
+	return sg_lm_chat_prompt(m->lm, messages, tools, out, len);
 }
 
 sg_status sg_srv_model_tokenize(const sg_srv_model *m, const char *text, size_t len, int add_special, int32_t **ids, size_t *n)
 {
-	sg_tokens t = {0};
-	sg_status s = sg_tokenizer_encode(m->tok, text, len, add_special, &t);
-	if (s) {
-		sg_tokens_free(&t);
-		return s;
-	}
-	*ids = t.ids;
-	*n = t.n;
-	return SG_OK;
+	return sg_lm_tokenize(m->lm, text, len, add_special, ids, n);
 }
 
 sg_status sg_srv_model_detokenize(const sg_srv_model *m, const int32_t *ids, size_t n, char **out, size_t *len)
 {
-	for (size_t i = 0; i < n; i++)
-		if (ids[i] < 0 || ids[i] >= m->info.n_vocab)
-			return sg_error(SG_ERR_RANGE, "token %zu is id %d, outside the vocabulary [0, %d)", i, ids[i], m->info.n_vocab);
-	return sg_tokenizer_decode(m->tok, ids, n, 0, out, len);
+	return sg_lm_detokenize(m->lm, ids, n, out, len);
 }
 
 sg_status sg_srv_model_token_bytes(const sg_srv_model *m, int32_t id, char **out, size_t *len)
 {
-	return sg_tokenizer_decode(m->tok, &id, 1, 0, out, len);
+	return sg_lm_token_bytes(m->lm, id, out, len);
 }
-
-#else /* the model forward, tokenizer or chat template is not in this build */
-
-sg_status sg_srv_model_prefix_begin(sg_srv_model *m, const uint8_t root[32], const int32_t *prompt, size_t n, size_t *reused,
-				    long *diverged)
-{
-	*reused = 0;
-	*diverged = -1;
-	return SG_OK;
-}
-
-void sg_srv_model_prefix_end(sg_srv_model *m) {}
-sg_status sg_srv_model_reserve_tokens(sg_srv_model *m, size_t n_total) { return SG_OK; }
-
-sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, sg_srv_model **out)
-{
-	(void)path_bytes;
-	return sg_error(SG_ERR_UNSUPPORTED, "serve: model '%s': this build cannot run models yet (no forward pass or tokenizer)",
-			name);
-}
-
-void sg_srv_model_free(sg_srv_model *m)
-{
-	sg_free(m);
-}
-
-sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools, char **out, size_t *len)
-{
-	return sg_error(SG_ERR_UNSUPPORTED, "no chat templates in this build");
-}
-
-sg_status sg_srv_model_tokenize(const sg_srv_model *m, const char *text, size_t len, int add_special, int32_t **ids, size_t *n)
-{
-	return sg_error(SG_ERR_UNSUPPORTED, "no tokenizer in this build");
-}
-
-sg_status sg_srv_model_detokenize(const sg_srv_model *m, const int32_t *ids, size_t n, char **out, size_t *len)
-{
-	return sg_error(SG_ERR_UNSUPPORTED, "no tokenizer in this build");
-}
-
-sg_status sg_srv_model_token_bytes(const sg_srv_model *m, int32_t id, char **out, size_t *len)
-{
-	return sg_error(SG_ERR_UNSUPPORTED, "no tokenizer in this build");
-}
-
-#endif

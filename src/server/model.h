@@ -1,5 +1,6 @@
-/* A model as the server serves it: weights, tokenizer, chat template and one conversation state
- * (the single inference worker owns it), bound to the generation loop.
+/* A model as the server serves it: the engine's model binding (engine/lm.h: weights, tokenizer,
+ * chat template and one conversation state, which the single inference worker owns) plus the
+ * facts the API routes report.
  *
  * Thread rules: info, tokenize, detokenize, token_text and chat_prompt only read immutable data
  * and may run on any connection thread; state and detok belong to the inference worker. */

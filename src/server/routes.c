@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/utf8.h"
 #include "engine/prefix_cache.h"
+#include "server/pool.h"
 #include "saragossa.h"
 
 void sg_routes_rfc3339(char *buf, size_t cap)
@@ -428,6 +429,7 @@ void sg_routes_run_generation(sg_job *job)
 		st = sg_generate(sg_srv_model_state(job->model), sg_srv_model_detok(job->model), &p, &r);
 	}
 	sg_srv_model_prefix_end(job->model);
+	if (job->user) sg_pool_publish(job->user);
 	if (atomic_load(&job->cancel)) {
 		SG_INFO("serve: %s cancelled after %zu tokens (client gone)", job->id, r.n_generated);
 	} else if (st) {

@@ -180,13 +180,15 @@ def test_greedy_answers_are_identical_with_the_cache_on_and_off(models, model, t
 
 
 def test_hybrid_model_answers_are_identical_with_the_cache_on_and_off(tmp_path):
-    m = {"hybrid": make_test_model("qwen3_5_moe_text", tmp_path / "hybrid", 384)}
+    m = {"hybrid": make_test_model("qwen3_5_moe_text", tmp_path / "hybrid", 320)}
     with serve(m, ["hybrid"], ["--no-prefix-cache"]) as off:
         cold, _ = conversation(off, "hybrid", interleave=False)
     with serve(m, ["hybrid"]) as on:
         warm, reused = conversation(on, "hybrid", interleave=True)
+        live, _ = conversation(on, "hybrid", interleave=False)
     assert reused >= BLOCK
     assert warm == cold
+    assert live == cold
 
 
 def test_env_switch_turns_the_cache_off(models):

@@ -283,3 +283,30 @@ Test(grammar, unresolved_and_self_referencing_grammars_are_refused)
 	cr_expect(strstr(sg_last_error(), "without consuming") != NULL, "%s", sg_last_error());
 	sg_grammar_free(g);
 }
+
+Test(grammar, optional_repetition_follows_both_continuing_and_ending)
+{
+	sg_grammar *g = sg_grammar_new();
+	int a = sg_grammar_add_literal(g, "<a>"), b = sg_grammar_add_literal(g, "<b>");
+	int opt = sg_grammar_add_repeat(g, a, 0, 1, 0);
+	int seq[] = {opt, b};
+	int root = sg_grammar_add_seq(g, seq, 2, 0);
+	cr_assert_eq(sg_grammar_finish(g, root), SG_OK);
+	cr_expect_eq(run_str(g, "<a><b>"), 3);
+	cr_expect_eq(run_str(g, "<b>"), 3, "the shared '<' must not commit to the repetition");
+	cr_expect_eq(run_str(g, "<a><a>"), 0);
+	sg_grammar_free(g);
+}
+
+Test(grammar, raw_text_ends_at_the_first_terminator)
+{
+	sg_grammar *g = sg_grammar_new();
+	int r = sg_grammar_add_raw_until(g, "\n</p>\n");
+	int seq[] = {r, sg_grammar_add_literal(g, "!")};
+	cr_assert_eq(sg_grammar_finish(g, sg_grammar_add_seq(g, seq, 2, 0)), SG_OK);
+	cr_expect_eq(run_str(g, "any \"text\" \\ \n</p\n</p>\n!"), 3);
+	cr_expect_eq(run_str(g, "x\n\n</p>\n!"), 3, "a partial match restarts correctly");
+	cr_expect_eq(run_str(g, "x\n</p>\nx"), 0, "the first terminator ends the text");
+	cr_expect_eq(run_str(g, "\xc3\n</p>\n"), 0, "text is valid UTF-8");
+	sg_grammar_free(g);
+}
