@@ -135,6 +135,10 @@ int sg_session_position(const sg_session *s);
 const int32_t *sg_session_tokens(const sg_session *s);
 /* Forgets every token: position 0. */
 void sg_session_reset(sg_session *s);
+/* Rolls the session back to its first `keep` tokens, so the next eval continues at `keep`.
+ * SG_ERR_UNSUPPORTED (the session unchanged) when the state cannot go back: a linear-attention
+ * (recurrent) state, or a sliding-window ring that no longer holds the window before `keep`. */
+sg_status sg_session_truncate(sg_session *s, int keep);
 
 /* Copies the state (KV cache, position, tokens) into *out (caller frees with sg_snapshot_free). */
 sg_status sg_session_snapshot(const sg_session *s, sg_snapshot **out);

@@ -43,11 +43,6 @@ sg_model *sg_lm_model(const sg_lm *lm)
 	return lm->model;
 }
 
-sg_session *sg_lm_session(sg_lm *lm)
-{
-	return lm->session;
-}
-
 const sg_tokenizer *sg_lm_tokenizer(const sg_lm *lm)
 {
 	return lm->tok;
@@ -141,19 +136,12 @@ static sg_status op_eval(void *self, const int32_t *t, size_t n, size_t n_past, 
 	return SG_OK;
 }
 
-/* Rolls the session back to its first keep tokens. Attention caches only need the position
- * moved back (rows past it are never read, and are overwritten by the next eval); a sliding-window
- * ring that has wrapped has lost rows the shorter prefix needs, so it cannot. */
+/* Rolls the session back to its first keep tokens (sg_session_truncate says when it cannot). */
 static sg_status op_truncate(void *self, size_t keep)
 {
 	sg_lm *lm = self;
-	sg_session *s = lm->session;
-	if (keep > (size_t)s->n_past) return sg_error(SG_ERR_INVALID_ARG, "truncate to %zu past position %d", keep, s->n_past);
-	for (int l = 0; l < s->m->desc.n_layer; l++)
-		if (s->fs.kv[l].ring && s->n_past > s->fs.kv[l].rows) return SG_ERR_UNSUPPORTED;
-	s->n_past = (int)keep;
-	s->has_last = 0;
-	return SG_OK;
+	if (keep > (size_t)INT32_MAX) return sg_error(SG_ERR_INVALID_ARG, "truncate to %zu", keep);
+	return sg_session_truncate(lm->session, (int)keep);
 }
 
 static sg_status op_reset(void *self)
@@ -218,7 +206,7 @@ static void find_eos(sg_lm *lm, const char *path)
  * base models often do not): a system message is folded into the first user turn. Templates
  * render with trim_blocks (as transformers does), which eats a newline right after a block tag:
  * the one after the role is written as an expression. */
-static const char GEMMA_TEMPLATE[] =
+const char sg_lm_gemma_template[] =
 	"{{ bos_token }}"
 	"{% if messages[0]['role'] == 'system' %}{% set first = messages[0]['content'] + '\n\n' %}"
 	"{% set rest = messages[1:] %}{% else %}{% set first = '' %}{% set rest = messages %}{% endif %}"
@@ -236,7 +224,7 @@ static sg_status fallback_template(const sg_model *model, const sg_tokenizer *to
 	size_t n = 0;
 	const char *bos = sg_tokenizer_token(tok, sg_tokenizer_bos(tok), &n);
 	json_t *special = json_pack("{s:s%}", "bos_token", bos ? bos : "", bos ? n : 0);
-	sg_status s = sg_chat_template_from_source(GEMMA_TEMPLATE, sizeof GEMMA_TEMPLATE - 1, special, out);
+	sg_status s = sg_chat_template_from_source(sg_lm_gemma_template, sizeof sg_lm_gemma_template - 1, special, out);
 	json_decref(special);
 	return s;
 }

@@ -37,6 +37,9 @@ typedef struct sg_lm_params {
 	int n_threads; /* CPU threads; 0 = SARAGOSSA_THREADS, else one per core */
 } sg_lm_params;
 
+/* Gemma's turn format, for Gemma files that carry no chat template (shared with the server). */
+extern const char sg_lm_gemma_template[];
+
 sg_lm_params sg_lm_default_params(void);
 
 /* Bytes of weights on disk: the .gguf file, or every *.safetensors file of a folder. 0 when
@@ -55,8 +58,6 @@ sg_status sg_lm_load(const char *path, const sg_lm_params *p, sg_lm **out);
 void sg_lm_free(sg_lm *lm);
 
 sg_model *sg_lm_model(const sg_lm *lm);
-/* The conversation's session (the prefix cache snapshots and restores it). */
-sg_session *sg_lm_session(sg_lm *lm);
 const sg_tokenizer *sg_lm_tokenizer(const sg_lm *lm);
 int32_t sg_lm_n_ctx(const sg_lm *lm);
 int32_t sg_lm_n_vocab(const sg_lm *lm);

@@ -258,6 +258,35 @@ sg_status sg_session_restore(sg_session *s, const sg_snapshot *p)
 	return SG_OK;
 }
 
+sg_status sg_session_truncate(sg_session *s, int keep)
+{
+	if (keep < 0 || keep > s->n_past)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "truncate to %d outside [0, %d]", keep, s->n_past);
+	if (keep == s->n_past) return SG_OK;
+	if (sg_session_has_recurrent_state(s))
+		return SG_FAIL(SG_ERR_UNSUPPORTED, "a recurrent (linear-attention) state cannot be rolled back");
+	/* attention caches only need the position moved back (rows past it are never read and are
+	 * overwritten by the next eval); a wrapped ring still holds [n_past - rows, n_past), enough
+	 * while the window before keep is among those rows */
+	for (int l = 0; l < s->m->desc.n_layer; l++) {
+		const sg_kv_layer *kv = &s->fs.kv[l];
+		int64_t window = s->m->desc.layers[l].sliding_window;
+		if (kv->ring && s->n_past > kv->rows && (int64_t)(s->n_past - keep) + window > kv->rows)
+			return SG_FAIL(SG_ERR_UNSUPPORTED, "layer %d's sliding-window ring no longer holds the tokens before %d", l,
+				       keep);
+	}
+	s->n_past = keep;
+	s->has_last = 0;
+	return SG_OK;
+}
+
+int sg_session_has_recurrent_state(const sg_session *s)
+{
+	for (int i = 0; s->fs.conv && i < s->m->desc.n_layer; i++)
+		if (s->fs.conv[i].data) return 1;
+	return 0;
+}
+
 /* ---- block snapshots (the prefix cache's) ----
  *
  * A layer's state at a block boundary is its KV rows of the block. Architectures with a
@@ -396,11 +425,4 @@ sg_status sg_session_restore_range(sg_session *s, const sg_snapshot *p)
 	s->n_past = p->n_past;
 	s->has_last = 0;
 	return SG_OK;
-}
-
-int sg_session_has_recurrent_state(const sg_session *s)
-{
-	for (int i = 0; s->fs.conv && i < s->m->desc.n_layer; i++)
-		if (s->fs.conv[i].data) return 1;
-	return 0;
 }

@@ -22,6 +22,7 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "server/agent.h"
 #include "server/job.h"
 #include "server/model.h"
 #include "server/pool.h"
@@ -92,6 +93,8 @@ static const route_def routes[] = {
 	{"/api/version", SG_ROUTE_OLLAMA_VERSION, "GET"},
 	{"/api/embed", SG_ROUTE_OLLAMA_EMBED, "POST"},
 	{"/api/embeddings", SG_ROUTE_OLLAMA_EMBED, "POST"},
+	{"/v1/messages", SG_ROUTE_ANTHROPIC_MESSAGES, "POST"},
+	{"/v1/messages/count_tokens", SG_ROUTE_ANTHROPIC_COUNT, "POST"},
 	{"/", SG_ROUTE_OLLAMA_VERSION, "GET"}, /* Ollama clients probe "/" */
 };
 
@@ -213,6 +216,9 @@ static sg_srv_model *acquire_model(struct MHD_Connection *c, server *s, sg_srv_r
 				   enum MHD_Result *ret)
 {
 	int i = sg_pool_find(s->pool, name);
+	/* on the Anthropic routes a Claude model name the server does not serve ("claude-sonnet-4-5",
+	 * what Claude Code asks for) means the default model */
+	if (i < 0 && sg_srv_route_is_anthropic(route) && name && !strncmp(name, "claude", 6)) i = sg_pool_find(s->pool, NULL);
 	if (i < 0) {
 		*ret = unknown_model(c, s, route, name);
 		return NULL;
@@ -369,14 +375,16 @@ static enum MHD_Result run_job(struct MHD_Connection *c, server *s, sg_job *j)
 
 /* ---- generation routes ---- */
 
-static int tokenize_prompt(const sg_srv_model *m, sg_srv_req *q, int32_t **ids, size_t *n, sg_srv_err *e)
+static int tokenize_prompt(const sg_srv_model *m, sg_srv_req *q, sg_agent_plan *plan, int32_t **ids, size_t *n,
+			   sg_srv_err *e)
 {
 	char *text = NULL;
 	size_t len = 0;
 	int add_special = 0;
 	sg_status st = SG_OK;
 	if (q->chat) {
-		st = sg_srv_model_chat_prompt(m, q->messages, q->tools, &text, &len);
+		st = sg_srv_model_chat_prompt(m, q->messages, q->tools, q->kwargs, &text, &len);
+		if (st == SG_OK) sg_agent_plan_prompt(plan, text, len);
 	} else if (q->prompt_ids) {
 		*ids = q->prompt_ids;
 		*n = q->n_prompt_ids;
@@ -392,7 +400,7 @@ static int tokenize_prompt(const sg_srv_model *m, sg_srv_req *q, int32_t **ids, 
 		json_t *msgs = json_array();
 		if (q->system) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", q->system));
 		json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", q->prompt));
-		st = sg_srv_model_chat_prompt(m, msgs, NULL, &text, &len);
+		st = sg_srv_model_chat_prompt(m, msgs, NULL, NULL, &text, &len);
 		json_decref(msgs);
 	} else {
 		text = sg_strdup(q->prompt ? q->prompt : "");
@@ -445,11 +453,9 @@ static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, co
 	}
 	const sg_srv_model_info *in = sg_srv_model_info_get(m);
 	if (q->note[0]) SG_INFO("serve: %s", q->note);
-	if (q->json_format) {
+	if (sg_agent_plan_make(m, q, &j->agent, &e)) {
 		sg_job_unref(j);
-		return fail(c, route, 501, "not_implemented", sg_srv_route_is_ollama(route) ? "format" : "response_format", NULL,
-			    "JSON-constrained output (%s) is not available in this build yet",
-			    sg_srv_route_is_ollama(route) ? "format" : "response_format");
+		return send_err(c, route, &e);
 	}
 	/* Ollama's "load" request: no prompt, nothing to generate. */
 	if (sg_srv_route_is_ollama(route) && ((q->chat && !json_array_size(q->messages)) || (!q->chat && q->prompt && !*q->prompt))) {
@@ -461,7 +467,16 @@ static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, co
 		sg_job_unref(j);
 		return send_json(c, 200, o);
 	}
-	if (tokenize_prompt(m, q, &j->prompt, &j->n_prompt, &e)) {
+	if (route == SG_ROUTE_ANTHROPIC_COUNT) {
+		int32_t *ids = NULL;
+		size_t n = 0;
+		enum MHD_Result r = tokenize_prompt(m, q, NULL, &ids, &n, &e) ? send_err(c, route, &e)
+										: send_json(c, 200, json_pack("{s:I}", "input_tokens", (json_int_t)n));
+		sg_free(ids);
+		sg_job_unref(j);
+		return r;
+	}
+	if (tokenize_prompt(m, q, j->agent, &j->prompt, &j->n_prompt, &e)) {
 		sg_job_unref(j);
 		return send_err(c, route, &e);
 	}
@@ -478,7 +493,9 @@ static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, co
 		return r;
 	}
 	unsigned long id = atomic_fetch_add(&s->next_id, 1);
-	snprintf(j->id, sizeof j->id, "%s-%08lx%08lx", route == SG_ROUTE_OAI_CHAT ? "chatcmpl" : "cmpl", (unsigned long)time(NULL), id);
+	snprintf(j->id, sizeof j->id, "%s%08lx%08lx",
+		 route == SG_ROUTE_OAI_CHAT ? "chatcmpl-" : sg_srv_route_is_anthropic(route) ? "msg_" : "cmpl-",
+		 (unsigned long)time(NULL), id);
 	j->created = (int64_t)time(NULL);
 	j->run = sg_routes_run_generation;
 	return run_job(c, s, j);
@@ -585,7 +602,9 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, server *s, conn_req *c
 	case SG_ROUTE_OAI_CHAT:
 	case SG_ROUTE_OAI_COMPLETIONS:
 	case SG_ROUTE_OLLAMA_CHAT:
-	case SG_ROUTE_OLLAMA_GENERATE: return handle_generation(c, s, cr);
+	case SG_ROUTE_OLLAMA_GENERATE:
+	case SG_ROUTE_ANTHROPIC_MESSAGES:
+	case SG_ROUTE_ANTHROPIC_COUNT: return handle_generation(c, s, cr);
 	case SG_ROUTE_NONE: break;
 	}
 	return fail(c, SG_ROUTE_NONE, 500, "server_error", NULL, NULL, "unrouted request");
@@ -621,10 +640,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 		}
 		sg_srv_route fr = path_match ? path_match->route : fallback_route(url);
 		if (l->auth && !(path_match && path_match->route == SG_ROUTE_HEALTH) &&
-		    !sg_server_auth_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"), s->o.api_key)) {
+		    !sg_server_auth_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"), s->o.api_key) &&
+		    !sg_server_api_key_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"), s->o.api_key)) {
 			cr->answered = 1;
 			return fail(c, fr, 401, "authentication_error", NULL, "invalid_api_key",
-				    "missing or wrong API key: send the header 'Authorization: Bearer <key>'");
+				    "missing or wrong API key: send the header 'Authorization: Bearer <key>' (or 'x-api-key: <key>')");
 		}
 		if (!path_match) {
 			cr->answered = 1;

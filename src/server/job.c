@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "server/agent.h"
 
 sg_job *sg_job_new(void)
 {
@@ -45,6 +46,7 @@ void sg_job_unref(sg_job *j)
 	pthread_mutex_destroy(&j->mu);
 	sg_free(j->out);
 	sg_free(j->prompt);
+	sg_agent_plan_free(j->agent);
 	sg_srv_req_free(&j->req);
 	sg_free(j);
 }

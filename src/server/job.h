@@ -38,6 +38,7 @@ struct sg_job {
 	size_t n_prompt;
 	char id[40];              /* "chatcmpl-..." */
 	int64_t created;
+	struct sg_agent_plan *agent; /* constraint, reasoning and tool-call plan, or NULL */
 	sg_job_fn run;
 	sg_job *next;
 	/* prefix cache: the session key (header or request field, may be NULL), and what the

@@ -36,9 +36,27 @@ void sg_srv_model_free(sg_srv_model *m);
 const sg_srv_model_info *sg_srv_model_info_get(const sg_srv_model *m);
 
 /* Renders messages (and tools, may be NULL) with the model's chat template, generation prompt
- * appended. *out: heap string (sg_free). SG_ERR_NOT_FOUND when the model has no template. */
-sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools, char **out,
-				   size_t *len);
+ * appended; kwargs (an object, may be NULL) are extra template variables (enable_thinking...).
+ * *out: heap string (sg_free). SG_ERR_NOT_FOUND when the model has no template. */
+sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools,
+				   const json_t *kwargs, char **out, size_t *len);
+
+/* What the agent machinery needs to know of a model, found at load: its tool-call syntax (from
+ * how its template renders a call) and its reasoning markers (from its vocabulary). */
+typedef struct sg_srv_model_agent {
+	int syntax;          /* an sg_toolcall_syntax */
+	char think_start[16]; /* "<think>", or "" when the model does not reason */
+	char think_end[16];  /* "</think>" */
+	int32_t think_start_id; /* the start marker as one token, or -1 */
+	int32_t think_end_id; /* the end marker as one token, or -1 */
+} sg_srv_model_agent;
+const sg_srv_model_agent *sg_srv_model_agent_get(const sg_srv_model *m);
+
+/* struct sg_token_trie of the vocabulary, built on first use (inference worker only; ~n_vocab
+ * decodes). tok/len give each token's output bytes (the bytes the grammar is advanced with). */
+struct sg_token_trie;
+sg_status sg_srv_model_trie(sg_srv_model *m, const struct sg_token_trie **trie, const uint8_t *const **tok,
+			    const uint32_t **len);
 
 /* Text -> ids (*ids heap, sg_free). add_special: BOS etc. as the tokenizer's config says; a
  * templated chat prompt already spells them, so it is encoded without. */

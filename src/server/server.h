@@ -50,5 +50,7 @@ void sg_server_stop(void);
 /* Constant-time check of an "Authorization" header value against "Bearer <key>". 1 if it
  * matches. The time depends only on the lengths, not on where the bytes differ. */
 int sg_server_auth_ok(const char *header, const char *key);
+/* The same check of an Anthropic-style "x-api-key: <key>" header value. */
+int sg_server_api_key_ok(const char *header, const char *key);
 
 #endif

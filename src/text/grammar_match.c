@@ -4,6 +4,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/flags.h"
 #include "text/grammar.h"
 #include "text/grammar_internal.h"
 
@@ -15,6 +16,7 @@ enum { R_FAIL, R_OK, R_OKPOP, R_POP, R_PUSH };
 struct sg_grammar_state {
 	const sg_grammar *g;
 	int overflow;
+	int fast; /* SARAGOSSA_GRAMMAR_FAST_MASK: plain-token bitmap and plain subtrees */
 	gstate *cur, *tmp, *save;
 	gstate **dfs; /* [dfs_n] one state per trie depth (index 0 unused) */
 	int dfs_n;
@@ -662,6 +664,7 @@ sg_status sg_grammar_state_new(const sg_grammar *g, sg_grammar_state **out)
 	sg_grammar_state *s = sg_calloc(1, sizeof(*s));
 	if (!s) return SG_FAIL(SG_ERR_NOMEM, "grammar state");
 	s->g = g;
+	s->fast = sg_flag_bool("SARAGOSSA_GRAMMAR_FAST_MASK");
 	s->cur = sg_malloc(sizeof(gstate));
 	s->tmp = sg_malloc(sizeof(gstate));
 	s->save = sg_malloc(sizeof(gstate));
@@ -811,7 +814,7 @@ static void walk(sg_grammar_state *s, const sg_trie_nodes *t, uint32_t *bits)
 		}
 		/* inside a string, a subtree whose remaining bytes are all plain is accepted at once */
 		int all;
-		if (t->plain_sfx[i] >= 0 && plain_budget(g, S[d], &all) >= t->plain_sfx[i]) {
+		if (s->fast && t->plain_sfx[i] >= 0 && plain_budget(g, S[d], &all) >= t->plain_sfx[i]) {
 			set_range(t, i, t->skip[i], bits);
 			i = t->skip[i];
 			continue;
@@ -826,7 +829,7 @@ sg_status sg_grammar_mask(sg_grammar_state *s, const sg_token_trie *t, uint32_t 
 {
 	int all;
 	int budget = plain_budget(s->g, s->cur, &all);
-	if (!all) budget = -1;
+	if (!all || !s->fast) budget = -1;
 	const sg_trie_nodes *tn = budget >= 0 ? &t->impure : &t->all;
 	sg_status st = ensure_dfs(s, tn->max_depth);
 	if (st != SG_OK) return st;

@@ -689,8 +689,16 @@ sg_status sg_toolcall_syntax_from_name(const char *name, sg_toolcall_syntax *out
 struct sg_reasoning_split {
 	char *start, *end;
 	int in;
+	int done; /* the reasoning block closed, or answer text came first: the rest is answer */
 	tbuf pend;
 };
+
+static int all_blank(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (s[i] != ' ' && s[i] != '\n' && s[i] != '\r' && s[i] != '\t') return 0;
+	return 1;
+}
 
 sg_status sg_reasoning_split_new(const char *start_marker, const char *end_marker,
 				 int start_in_reasoning, sg_reasoning_split **out)
@@ -720,15 +728,27 @@ void sg_reasoning_split_free(sg_reasoning_split *r)
 	sg_free(r);
 }
 
+/* Only one reasoning block, at the start of the output (after blanks at most): a marker later in
+ * the answer is answer text (a JSON string may well contain "<think>"). */
 static void reasoning_run(sg_reasoning_split *r, int final, sg_reasoning_cb cb, void *ud)
 {
 	for (;;) {
+		if (r->done) {
+			if (r->pend.n) cb(ud, 0, r->pend.p, r->pend.n);
+			tb_drop(&r->pend, r->pend.n);
+			return;
+		}
 		const char *m = r->in ? r->end : r->start;
 		int partial;
 		size_t k = find_lit(r->pend.p, r->pend.n, m, &partial);
 		if (k < r->pend.n) {
+			if (!r->in && !all_blank(r->pend.p, k)) {
+				r->done = 1;
+				continue;
+			}
 			if (k) cb(ud, r->in, r->pend.p, k);
 			tb_drop(&r->pend, k + strlen(m));
+			if (r->in) r->done = 1;
 			r->in = !r->in;
 			continue;
 		}
@@ -740,6 +760,10 @@ static void reasoning_run(sg_reasoning_split *r, int final, sg_reasoning_cb cb, 
 					hold = h;
 					break;
 				}
+		}
+		if (!r->in && !all_blank(r->pend.p, r->pend.n - hold)) {
+			r->done = 1;
+			continue;
 		}
 		if (r->pend.n - hold) cb(ud, r->in, r->pend.p, r->pend.n - hold);
 		tb_drop(&r->pend, r->pend.n - hold);

@@ -140,3 +140,31 @@ def env_with(extra):
     e = dict(os.environ)
     e.update(extra)
     return e
+
+
+def test_repo_not_cached_without_network_says_so(sg, tmp_path):
+    r = sg("generate", "--model", "Qwen/Qwen3-0.6B", "--prompt", "x",
+           env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_CACHE": str(tmp_path)})
+    assert r.returncode == 1
+    assert "Qwen/Qwen3-0.6B is not in the local cache and the hub is unreachable" in r.stderr
+
+
+def test_unsupported_architecture_lists_the_supported_ones(sg, tmp_path):
+    # A model the formats describe but no forward runs (a fixture), and an architecture no
+    # format knows (a GGUF written with the reference gguf package).
+    r = sg("generate", "--model", str(ROOT / "tests" / "fixtures" / "gemma4_text"), "--prompt", "x")
+    assert r.returncode == 1
+    assert "unsupported architecture 'gemma4_text'" in r.stderr and "llama, mistral, qwen2, qwen3" in r.stderr
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+    path = tmp_path / "mamba.gguf"
+    w = gguf.GGUFWriter(str(path), "mamba")
+    w.add_block_count(1)
+    w.add_tensor("token_embd.weight", np.zeros((16, 8), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    r = sg("generate", "--model", str(path), "--prompt", "x")
+    assert r.returncode == 1
+    assert "'mamba'" in r.stderr and "supported: llama" in r.stderr

@@ -198,3 +198,23 @@ def test_env_switch_turns_the_cache_off(models):
         assert reused == 0 and u.prompt_tokens_details.cached_tokens == 0
         with s.client() as c:
             assert c.get("/health").json()["pool"]["prefix_cache"]["enabled"] is False
+
+
+def test_anthropic_messages_use_metadata_user_id_and_report_cache_reads(srv):
+    import anthropic
+    a = anthropic.Anthropic(base_url=f"http://127.0.0.1:{srv.port}", api_key=KEY, max_retries=0)
+    system, user = FIRST[0]["content"], FIRST[1]["content"]
+    first = a.messages.create(model="qwen", system=system, messages=[{"role": "user", "content": user}], max_tokens=4,
+                              metadata={"user_id": "hank"}, extra_body={"temperature": 0})
+    assert first.usage.cache_read_input_tokens == 0
+    evict_live_state(srv)
+    msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": "Paris."},
+            {"role": "user", "content": "And of Spain?"}]
+    raw = a.messages.with_raw_response.create(model="qwen", system=system, messages=msgs, max_tokens=4,
+                                              metadata={"user_id": "hank"}, extra_body={"temperature": 0})
+    second = raw.parse()
+    assert second.usage.cache_read_input_tokens >= BLOCK
+    assert int(raw.headers["x-saragossa-reused-prefix-tokens"]) == second.usage.cache_read_input_tokens
+    other = a.messages.create(model="qwen", system=system, messages=msgs, max_tokens=4,
+                              metadata={"user_id": "ivy"}, extra_body={"temperature": 0})
+    assert other.usage.cache_read_input_tokens == 0

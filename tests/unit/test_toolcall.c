@@ -240,6 +240,33 @@ Test(toolcall, reasoning_split_streams_in_any_chunking)
 	sg_reasoning_split_free(r);
 }
 
+Test(toolcall, reasoning_split_takes_one_leading_block_only)
+{
+	const char *outs[][3] = {
+		/* output, reasoning, answer */
+		{" <think>a</think>{\"s\": \"<think>x</think>\"}", "a", "{\"s\": \"<think>x</think>\"}"},
+		{"{\"s\": \"<think>x</think>\"}", "", "{\"s\": \"<think>x</think>\"}"},
+		{"answer <think>not reasoning", "", "answer <think>not reasoning"},
+	};
+	for (size_t t = 0; t < sizeof outs / sizeof *outs; t++) {
+		for (size_t chunk = 1; chunk <= 5; chunk++) {
+			char bufs[2][256] = {"", ""};
+			sg_reasoning_split *r;
+			cr_assert_eq(sg_reasoning_split_new("<think>", "</think>", 0, &r), SG_OK);
+			const char *out = outs[t][0];
+			for (size_t i = 0; i < strlen(out); i += chunk)
+				sg_reasoning_feed(r, out + i, i + chunk > strlen(out) ? strlen(out) - i : chunk, on_reason, bufs);
+			sg_reasoning_finish(r, on_reason, bufs);
+			cr_expect_str_eq(bufs[1], outs[t][1], "case %zu chunk %zu", t, chunk);
+			/* blanks before the block count as answer text */
+			const char *ans = bufs[0];
+			while (*ans == ' ') ans++;
+			cr_expect_str_eq(ans, outs[t][2], "case %zu chunk %zu", t, chunk);
+			sg_reasoning_split_free(r);
+		}
+	}
+}
+
 /* ---- forcing a call ---- */
 
 static int accepts(const sg_grammar *g, const char *s)
