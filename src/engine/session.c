@@ -202,6 +202,7 @@ size_t sg_snapshot_bytes(const sg_snapshot *snap)
 	if (!snap) return 0;
 	size_t b = sizeof(*snap) + sizeof(int32_t) * (size_t)(snap->n_past - snap->from + 1);
 	for (int i = 0; i < snap->n_layer; i++) b += 2 * snap->bytes[i];
+	for (int i = 0; snap->rec && i < 2 * snap->n_layer; i++) b += snap->rec_bytes[i];
 	return b + (snap->last ? sizeof(float) * (size_t)sg_model_n_vocab(snap->m) : 0);
 }
 
@@ -338,6 +339,10 @@ size_t sg_session_block_bytes(const sg_session *s, int n)
 {
 	size_t b = sizeof(sg_snapshot) + sizeof(int32_t) * (size_t)(n + 1);
 	for (int i = 0; i < s->m->desc.n_layer; i++) b += 2 * pos_bytes(&s->fs.kv[i]) * (size_t)n;
+	for (int i = 0; i < 2 * s->m->desc.n_layer; i++) {
+		const sg_btensor *t = rec_tensor(s, i);
+		if (t) b += (size_t)sg_btensor_rows(t) * t->row_bytes;
+	}
 	return b;
 }
 
@@ -365,10 +370,6 @@ sg_status sg_session_snapshot_range(const sg_session *s, int from, sg_snapshot *
 {
 	*out = NULL;
 	int to = s->n_past, L = s->m->desc.n_layer;
-	/* a block holds KV rows only; the recurrent state at its boundary is not kept yet, so models
-	 * with linear-attention layers get no blocks (the cache then never restores them) */
-	if (sg_session_has_recurrent_state(s))
-		return SG_FAIL(SG_ERR_UNSUPPORTED, "block snapshots of recurrent (linear-attention) state");
 	if (from < 0 || from >= to)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "block [%d, %d) is empty or negative", from, to);
 	for (int i = 0; i < L; i++)
@@ -393,12 +394,28 @@ sg_status sg_session_snapshot_range(const sg_session *s, int from, sg_snapshot *
 		sg_kv_layer *kv = &s->fs.kv[i];
 		size_t b = pos_bytes(kv) * (size_t)(to - from);
 		p->bytes[i] = b;
+		if (!b) continue; /* a layer without a KV cache (linear attention) */
 		p->k[i] = sg_malloc(b);
 		p->v[i] = sg_malloc(b);
 		if (!p->k[i] || !p->v[i]) st = SG_FAIL(SG_ERR_NOMEM, "block snapshot of %zu bytes per cache", b);
 		/* the cast: rows_io only reads the cache in this direction */
 		if (!st) st = rows_io((sg_session *)s, kv, &kv->k, from, to, p->k[i], 0);
 		if (!st) st = rows_io((sg_session *)s, kv, &kv->v, from, to, p->v[i], 0);
+	}
+	/* recurrent and conv states summarise every position before `to`: a full copy */
+	if (!st && s->fs.conv) {
+		const sg_backend_ops *o = s->m->be->ops;
+		p->rec = sg_calloc((size_t)(2 * L), sizeof(void *));
+		p->rec_bytes = sg_calloc((size_t)(2 * L), sizeof(size_t));
+		if (!p->rec || !p->rec_bytes) st = SG_FAIL(SG_ERR_NOMEM, "block snapshot");
+		for (int i = 0; i < 2 * L && !st; i++) {
+			const sg_btensor *t = rec_tensor(s, i);
+			if (!t) continue;
+			size_t b = (size_t)sg_btensor_rows(t) * t->row_bytes;
+			p->rec[i] = sg_malloc(b);
+			p->rec_bytes[i] = b;
+			st = p->rec[i] ? o->read(s->m->be, t, 0, p->rec[i], b) : SG_FAIL(SG_ERR_NOMEM, "block snapshot of %zu bytes", b);
+		}
 	}
 	if (st) {
 		sg_snapshot_free(p);
@@ -420,11 +437,21 @@ sg_status sg_session_restore_range(sg_session *s, const sg_snapshot *p)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "block [%d, %d) does not start at the session's position %d", p->from,
 			       p->n_past, s->n_past);
 	for (int i = 0; i < p->n_layer; i++) {
+		if (!p->bytes[i]) continue;
 		sg_kv_layer *kv = &s->fs.kv[i];
 		sg_status st = rows_io(s, kv, &kv->k, p->from, p->n_past, p->k[i], 1);
 		if (!st) st = rows_io(s, kv, &kv->v, p->from, p->n_past, p->v[i], 1);
 		if (st) {
 			/* part of the block is written: the state past from is undefined */
+			s->has_last = 0;
+			return st;
+		}
+	}
+	for (int i = 0; p->rec && i < 2 * p->n_layer; i++) {
+		sg_btensor *t = rec_tensor(s, i);
+		if (!p->rec[i] || !t) continue;
+		sg_status st = s->m->be->ops->write(s->m->be, t, 0, p->rec[i], p->rec_bytes[i]);
+		if (st) {
 			s->has_last = 0;
 			return st;
 		}

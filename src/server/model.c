@@ -131,10 +131,12 @@ static sg_status op_eval(void *self, const int32_t *t, size_t n, size_t n_past, 
 	sg_srv_model *m = self;
 	if ((size_t)sg_session_position(m->session) != n_past)
 		return sg_error(SG_ERR_INTERNAL, "serve: session at %d, the loop expects %zu", sg_session_position(m->session), n_past);
-	/* With the cache armed the prefill runs in pieces that end on block boundaries, whatever
-	 * the caller's chunks: a cold run and a run restored at a boundary then evaluate the same
-	 * pieces, and every boundary's state can be copied as it is reached. */
-	size_t B = m->pc_armed ? (size_t)sg_pc_block_tokens(sg_pool_prefix_cache(m->pool)) : 0;
+	/* The prefill runs in pieces that end on block boundaries, whatever the loop's chunks and
+	 * whether the cache is on or off: a cold run, a run restored at a boundary and a run
+	 * without the cache evaluate the same pieces (a linear-attention layer's chunked arithmetic
+	 * depends on them), and with the cache armed each boundary's state is copied as it is
+	 * reached. */
+	size_t B = m->pool ? (size_t)sg_pool_block_tokens(m->pool) : 0;
 	sg_status s = SG_OK;
 	for (size_t done = 0, pos = n_past; done < n && !s;) {
 		size_t c = n - done;
@@ -142,7 +144,7 @@ static sg_status op_eval(void *self, const int32_t *t, size_t n, size_t n_past, 
 		s = sg_session_eval(m->session, t + done, (int)c, NULL);
 		done += c;
 		pos += c;
-		if (!s && B && pos % B == 0 && pos <= m->pc_n) snapshot_block(m, pos);
+		if (!s && m->pc_armed && pos % B == 0 && pos <= m->pc_n) snapshot_block(m, pos);
 	}
 	if ((size_t)sg_session_position(m->session) > m->kv_high) m->kv_high = (size_t)sg_session_position(m->session);
 	if (s) return s;
@@ -196,12 +198,15 @@ sg_status sg_srv_model_prefix_begin(sg_srv_model *m, const uint8_t root[32], con
 	*diverged = mt.diverged_at;
 	int done = 0;
 	/* The live state of the same session may hold more than the blocks (the last answer's
-	 * tokens, a partial block): rolling back to the common prefix reuses all of it. The CPU
-	 * forward gives bit-identical rows whatever the chunking, decode steps included (tested in
-	 * tests/unit/test_prefix_cache.c), so this changes no output. Another session's live state
-	 * is never reused: only its own blocks are. */
+	 * tokens, a partial block): rolling back to the common prefix reuses all of it. For
+	 * attention-only models the CPU forward gives bit-identical rows whatever the chunking,
+	 * decode steps included (tested in tests/unit/test_prefix_cache.c), so this changes no
+	 * output. A recurrent state was advanced by the answer's decode steps, whose arithmetic
+	 * differs from a prefill's: those models reuse blocks only. Another session's live state is
+	 * never reused: only its own blocks are. */
 	size_t live = sg_gen_common_prefix(&m->state, prompt, n);
 	if (live >= n) live = n - 1;
+	if (sg_session_has_recurrent_state(m->session)) live = 0;
 	if (live && live >= K && m->live_ok && !memcmp(m->live_root, root, 32) && op_truncate(m, live) == SG_OK) {
 		m->state.n = live;
 		K = live;

@@ -30,6 +30,10 @@ struct sg_pool {
 	sg_prefix_cache *pc;
 	sg_memguard guard;
 	sg_status load_st; /* the last failed load's status */
+	int block_tokens;
+	/* what /health shows, copied by the worker under mu (connection threads never read the
+	 * cache or the guard themselves) */
+	uint64_t pub_blocks, pub_bytes, pub_ev_blocks, pub_ev_models, pub_refusals;
 };
 
 static void free_snapshot(void *p) { sg_snapshot_free(p); }
@@ -62,6 +66,8 @@ sg_status sg_pool_new(const sg_server_model_spec *specs, int n, int32_t n_ctx, i
 	p->n = n;
 	p->cap = cap > SG_SERVER_MAX_MODELS ? SG_SERVER_MAX_MODELS : (int)cap;
 	p->lru = sg_flag_bool("RETI_SERVE_LRU");
+	p->block_tokens = (int)sg_flag_int("RETI_SERVE_PREFIX_BLOCK_TOKENS");
+	if (p->block_tokens < 1) p->block_tokens = 256;
 	p->n_ctx = n_ctx;
 	for (int i = 0; i < n; i++) {
 		snprintf(p->e[i].name, sizeof p->e[i].name, "%s", specs[i].name);
@@ -96,6 +102,7 @@ void sg_pool_free(sg_pool *p)
 }
 
 int sg_pool_count(const sg_pool *p) { return p->n; }
+int sg_pool_block_tokens(const sg_pool *p) { return p->block_tokens; }
 sg_prefix_cache *sg_pool_prefix_cache(sg_pool *p) { return p->pc; }
 sg_memguard *sg_pool_guard(sg_pool *p) { return &p->guard; }
 
@@ -274,7 +281,9 @@ int sg_pool_ensure(sg_pool *p, int i, sg_srv_err *e)
 	pthread_mutex_lock(&p->mu);
 	int have = p->e[i].m != NULL;
 	pthread_mutex_unlock(&p->mu);
-	return have ? 0 : load(p, i, e);
+	int r = have ? 0 : load(p, i, e);
+	sg_pool_publish(p);
+	return r;
 }
 
 sg_status sg_pool_load_initial(sg_pool *p)
@@ -284,6 +293,7 @@ sg_status sg_pool_load_initial(sg_pool *p)
 		p->load_st = SG_ERR_NOMEM;
 		if (load(p, i, &e)) return sg_error(p->load_st ? p->load_st : SG_ERR_NOMEM, "serve: %s", e.message);
 	}
+	sg_pool_publish(p);
 	return SG_OK;
 }
 
@@ -324,15 +334,28 @@ json_t *sg_pool_ollama_tags(sg_pool *p, int ps)
 	return o;
 }
 
+void sg_pool_publish(sg_pool *p)
+{
+	pthread_mutex_lock(&p->mu);
+	p->pub_blocks = p->pc ? sg_pc_blocks(p->pc) : 0;
+	p->pub_bytes = p->pc ? sg_pc_bytes(p->pc) : 0;
+	p->pub_ev_blocks = p->guard.evicted_blocks;
+	p->pub_ev_models = p->guard.evicted_models;
+	p->pub_refusals = p->guard.refusals;
+	pthread_mutex_unlock(&p->mu);
+}
+
 json_t *sg_pool_stats(sg_pool *p)
 {
 	int r = resident(p);
-	json_t *pc = p->pc ? json_pack("{s:b,s:I,s:I,s:i}", "enabled", 1, "blocks", (json_int_t)sg_pc_blocks(p->pc), "bytes",
-				       (json_int_t)sg_pc_bytes(p->pc), "block_tokens", sg_pc_block_tokens(p->pc))
+	pthread_mutex_lock(&p->mu);
+	json_t *pc = p->pc ? json_pack("{s:b,s:I,s:I,s:i}", "enabled", 1, "blocks", (json_int_t)p->pub_blocks, "bytes",
+				       (json_int_t)p->pub_bytes, "block_tokens", p->block_tokens)
 			   : json_pack("{s:b}", "enabled", 0);
 	json_t *g = json_pack("{s:b,s:I,s:I,s:I,s:I}", "enabled", p->guard.on, "cap_bytes", (json_int_t)p->guard.cap,
-			      "evicted_blocks", (json_int_t)p->guard.evicted_blocks, "evicted_models",
-			      (json_int_t)p->guard.evicted_models, "refusals", (json_int_t)p->guard.refusals);
+			      "evicted_blocks", (json_int_t)p->pub_ev_blocks, "evicted_models", (json_int_t)p->pub_ev_models,
+			      "refusals", (json_int_t)p->pub_refusals);
+	pthread_mutex_unlock(&p->mu);
 	return json_pack("{s:i,s:i,s:i,s:o,s:o}", "configured", p->n, "resident", r, "pool", p->cap, "prefix_cache", pc,
 			 "memory_guard", g);
 }

@@ -49,9 +49,15 @@ int sg_pool_ensure(sg_pool *p, int i, sg_srv_err *e);
  * /api/tags (all) or /api/ps (resident only). */
 json_t *sg_pool_oai_models(sg_pool *p);
 json_t *sg_pool_ollama_tags(sg_pool *p, int ps);
-/* {"resident": n, "pool": cap, "prefix_cache": {...}, "memory_guard": {...}} for /health. */
+/* Worker: copies the cache and guard numbers for sg_pool_stats (after each request). */
+void sg_pool_publish(sg_pool *p);
+/* {"resident": n, "pool": cap, "prefix_cache": {...}, "memory_guard": {...}} for /health, as
+ * last published. */
 json_t *sg_pool_stats(sg_pool *p);
 
+/* RETI_SERVE_PREFIX_BLOCK_TOKENS, whether the cache is on or off: prefills are cut at its
+ * multiples either way, so both do the same arithmetic. */
+int sg_pool_block_tokens(const sg_pool *p);
 /* The shared prefix cache (NULL when off) and memory guard. Worker only. */
 sg_prefix_cache *sg_pool_prefix_cache(sg_pool *p);
 sg_memguard *sg_pool_guard(sg_pool *p);

@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/utf8.h"
 #include "engine/prefix_cache.h"
+#include "server/pool.h"
 #include "saragossa.h"
 #include "server/agent.h"
 
@@ -639,6 +640,7 @@ void sg_routes_run_generation(sg_job *job)
 		if (g.ar && !st) sg_agent_run_finish(g.ar);
 	}
 	sg_srv_model_prefix_end(job->model);
+	if (job->user) sg_pool_publish(job->user);
 	if (atomic_load(&job->cancel)) {
 		SG_INFO("serve: %s cancelled after %zu tokens (client gone)", job->id, r.n_generated);
 	} else if (st) {

@@ -12,7 +12,9 @@
 #include "base/error.h"
 #include "base/json.h"
 #include "base/log.h"
+#include "engine/prefix_cache.h"
 #include "server/agent.h"
+#include "server/pool.h"
 #include "server/request.h"
 #include "server/routes.h"
 
@@ -406,9 +408,10 @@ static void sse(agen *g, const char *event, json_t *data)
 
 static json_t *usage(const sg_job *job, const sg_gen_result *r)
 {
-	return json_pack("{s:I,s:I,s:I,s:i}", "input_tokens", (json_int_t)(r ? r->n_prompt - r->n_cached : job->n_prompt),
-			 "output_tokens", (json_int_t)(r ? r->n_generated : 0), "cache_read_input_tokens",
-			 (json_int_t)(r ? r->n_cached : 0), "cache_creation_input_tokens", 0);
+	size_t cached = r ? r->n_cached : job->reused_prefix > 0 ? (size_t)job->reused_prefix : 0;
+	return json_pack("{s:I,s:I,s:I,s:i}", "input_tokens", (json_int_t)(r ? r->n_prompt : job->n_prompt) - (json_int_t)cached,
+			 "output_tokens", (json_int_t)(r ? r->n_generated : 0), "cache_read_input_tokens", (json_int_t)cached,
+			 "cache_creation_input_tokens", 0);
 }
 
 static void begin(agen *g)
@@ -563,6 +566,22 @@ void sg_routes_anthropic_run(sg_job *job)
 		respond_error(&g, 500, "api_error", sg_last_error());
 		goto done;
 	}
+	/* the prefix cache: restore the session's longest cached prefix before message_start, whose
+	 * usage reports it */
+	uint8_t root[32];
+	size_t reused = 0;
+	long diverged = -1;
+	st = sg_pc_root(job->session, job->session ? strlen(job->session) : 0, root);
+	if (!st) st = sg_srv_model_reserve_tokens(job->model, job->n_prompt + (size_t)(q->max_tokens > 0 ? q->max_tokens : 0));
+	if (!st) st = sg_srv_model_prefix_begin(job->model, root, job->prompt, job->n_prompt, &reused, &diverged);
+	if (st) {
+		sg_srv_model_prefix_end(job->model);
+		respond_error(&g, st == SG_ERR_NOMEM ? 503 : 500, st == SG_ERR_NOMEM ? "overloaded_error" : "api_error",
+			      sg_last_error());
+		goto done;
+	}
+	job->reused_prefix = (long)reused;
+	job->prefix_miss = diverged;
 	begin(&g); /* message_start goes out before the prefill: the client sees the stream open */
 	ev_ctx ctx = {&g, ar};
 	sg_gen_params p = sg_gen_default_params();
@@ -579,6 +598,8 @@ void sg_routes_anthropic_run(sg_job *job)
 	p.constraint = sg_agent_run_constraint(ar);
 	sg_gen_result r;
 	st = sg_generate(sg_srv_model_state(job->model), sg_srv_model_detok(job->model), &p, &r);
+	sg_srv_model_prefix_end(job->model);
+	if (job->user) sg_pool_publish(job->user);
 	if (atomic_load(&job->cancel)) {
 		SG_INFO("serve: %s cancelled after %zu tokens (client gone)", job->id, r.n_generated);
 		goto done;

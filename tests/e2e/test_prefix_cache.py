@@ -180,13 +180,15 @@ def test_greedy_answers_are_identical_with_the_cache_on_and_off(models, model, t
 
 
 def test_hybrid_model_answers_are_identical_with_the_cache_on_and_off(tmp_path):
-    m = {"hybrid": make_test_model("qwen3_5_moe_text", tmp_path / "hybrid", 384)}
+    m = {"hybrid": make_test_model("qwen3_5_moe_text", tmp_path / "hybrid", 320)}
     with serve(m, ["hybrid"], ["--no-prefix-cache"]) as off:
         cold, _ = conversation(off, "hybrid", interleave=False)
     with serve(m, ["hybrid"]) as on:
         warm, reused = conversation(on, "hybrid", interleave=True)
+        live, _ = conversation(on, "hybrid", interleave=False)
     assert reused >= BLOCK
     assert warm == cold
+    assert live == cold
 
 
 def test_env_switch_turns_the_cache_off(models):
@@ -196,3 +198,23 @@ def test_env_switch_turns_the_cache_off(models):
         assert reused == 0 and u.prompt_tokens_details.cached_tokens == 0
         with s.client() as c:
             assert c.get("/health").json()["pool"]["prefix_cache"]["enabled"] is False
+
+
+def test_anthropic_messages_use_metadata_user_id_and_report_cache_reads(srv):
+    import anthropic
+    a = anthropic.Anthropic(base_url=f"http://127.0.0.1:{srv.port}", api_key=KEY, max_retries=0)
+    system, user = FIRST[0]["content"], FIRST[1]["content"]
+    first = a.messages.create(model="qwen", system=system, messages=[{"role": "user", "content": user}], max_tokens=4,
+                              metadata={"user_id": "hank"}, extra_body={"temperature": 0})
+    assert first.usage.cache_read_input_tokens == 0
+    evict_live_state(srv)
+    msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": "Paris."},
+            {"role": "user", "content": "And of Spain?"}]
+    raw = a.messages.with_raw_response.create(model="qwen", system=system, messages=msgs, max_tokens=4,
+                                              metadata={"user_id": "hank"}, extra_body={"temperature": 0})
+    second = raw.parse()
+    assert second.usage.cache_read_input_tokens >= BLOCK
+    assert int(raw.headers["x-saragossa-reused-prefix-tokens"]) == second.usage.cache_read_input_tokens
+    other = a.messages.create(model="qwen", system=system, messages=msgs, max_tokens=4,
+                              metadata={"user_id": "ivy"}, extra_body={"temperature": 0})
+    assert other.usage.cache_read_input_tokens == 0
