@@ -134,8 +134,8 @@ static int turn(chat *c, const char *text)
 	gp.user = c;
 	c->len = 0;
 	c->at_line_start = 1;
-	atomic_store(&c->cancel, 0);
-	sg_cli_sigint_take();
+	/* no reset of c->cancel here: the prompt loop clears it before reading the line, and a
+	 * Ctrl-C typed while the prompt is templated and tokenized must stop this answer */
 	double t0 = sg_time_s();
 	sg_gen_result res;
 	st = sg_generate(sg_lm_state(c->lm), sg_lm_detok(c->lm), &gp, &res);
