@@ -6,6 +6,7 @@
 #include "backend/cpu/cpu_internal.h"
 
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -168,6 +169,7 @@ typedef struct mm_job {
 	sg_wview w;
 	sg_mv_fn mv;
 	sg_mm_fn mm; /* many tokens: the GEMM kernel, or NULL to loop mv over tokens */
+	_Atomic int64_t next; /* GEMM: the next chunk of rows to hand out */
 	int q8, xoff;
 	sg_xlayout xl;
 	const float *x; /* [nx][K] */
@@ -224,6 +226,11 @@ static void row_range(int64_t N, int ith, int nth, int64_t *r0, int64_t *r1)
  * blocks = 128 KiB), while a row tile's weights of that chunk stay in L1 across the tokens. */
 #define GEMM_KC 1024
 #define GEMM_TC 64
+/* GEMM rows are handed out in chunks from a shared counter instead of fixed halves: on cores
+ * shared with other work a thread the scheduler holds back takes fewer chunks, instead of the
+ * other waiting for it. Each row is still computed whole by one thread, in one order, so the
+ * result does not depend on the thread count. A multiple of 16: no two threads write one line. */
+#define GEMM_RCH 64
 
 static void mm_gemm(mm_job *j, int64_t r0, int64_t r1)
 {
@@ -261,7 +268,15 @@ static void mm_task(void *ctx, int ith, int nth)
 		}
 		j->mv(&j->w, r0, r1, xa, j->y + r0);
 	} else if (j->mm) {
-		if (r0 < r1) mm_gemm(j, r0, r1);
+		int64_t nch = (j->N + GEMM_RCH - 1) / GEMM_RCH;
+		for (int64_t c; (c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < nch;) {
+			int64_t a = c * GEMM_RCH, b = a + GEMM_RCH < j->N ? a + GEMM_RCH : j->N;
+			mm_gemm(j, a, b);
+			if (j->bias)
+				for (int64_t t = 0; t < j->nx; t++)
+					for (int64_t r = a; r < b; r++) j->y[t * j->N + r] += j->bias[r];
+		}
+		return;
 	} else {
 		for (int64_t t0 = 0; t0 < j->nx; t0 += TOK_TILE) {
 			int64_t t1 = t0 + TOK_TILE < j->nx ? t0 + TOK_TILE : j->nx;
@@ -339,6 +354,7 @@ static sg_status cpu_matmul(sg_backend *be, const sg_btensor *w, const sg_btenso
 	if (j.nx > 1 && cb->gemm && cb->k->mm[kt] && (j.q8 || kt == SG_KT_F32 || kt == SG_KT_F16 || kt == SG_KT_BF16)) {
 		j.mm = cb->k->mm[kt];
 		j.xoff = cb->k->mm_xoff[kt];
+		atomic_init(&j.next, 0);
 	}
 	if ((st = mm_scratch(&j, 0))) return st;
 	sg_threadpool_run(cb->pool, mm_task, &j);
