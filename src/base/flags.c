@@ -24,15 +24,46 @@ static const sg_flag table[] = {
 	 "CPU: many-token matmuls (prefill) run the blocked GEMM kernels (0: the one-token kernel per token)"},
 	{"SARAGOSSA_CPU_ATTN_SPLIT_KV", SG_FLAG_BOOL, "1",
 	 "CPU: attention with few heads also splits the kv length across threads (0: heads only)"},
+	{"SARAGOSSA_CPU_GDN_CHUNK", SG_FLAG_BOOL, "1",
+	 "CPU: prefill runs the gated delta rule in chunks of 64 tokens (0: the token-by-token recurrence)"},
 	{"SARAGOSSA_CACHE_DIR", SG_FLAG_STR, "",
 	 "saragossa's own cache (models, tools); empty = $XDG_CACHE_HOME/saragossa or ~/.cache/saragossa"},
 	{"SARAGOSSA_CHUNK", SG_FLAG_INT, "256", "prompt tokens per forward chunk (1 = token by token, the decode path)"},
 	{"SARAGOSSA_KV_TYPE", SG_FLAG_STR, "f32", "KV cache element type on the CPU: f32 or f16"},
+	{"SARAGOSSA_CUDA_GRAPHS", SG_FLAG_BOOL, "1",
+	 "CUDA decode: record one graph per token and replay it (0 = issue every op from the host)"},
+	{"SARAGOSSA_CUDA_GEMM", SG_FLAG_STR, "f32",
+	 "CUDA matmul of more than 8 tokens: f32 (cuBLAS FP32 on dequantized tiles), bf16 (tensor cores; logits move ~5e-3) or off (the GEMV kernel)"},
+	{"SARAGOSSA_CUDA_Q8X", SG_FLAG_BOOL, "0",
+	 "CUDA GEMV of quantized weights on activations quantized to 8 bits with integer dot products: 1.5-2x the f32 path's "
+	 "bandwidth, but it moves one MLX fixture's greedy tokens, so off until qualified"},
 	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
 	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},
 	{"SARAGOSSA_API_KEY", SG_FLAG_STR, "", "bearer token `serve` requires on TCP (same as --api-key)"},
 	{"SARAGOSSA_TOKENIZER_CACHE", SG_FLAG_BOOL, "on", "per-thread cache of recently tokenized BPE words"},
+	{"SARAGOSSA_MEM_LIMIT", SG_FLAG_INT, "0",
+	 "memory a model's weights may take at load (bytes, k/m/g suffix); 0 = what is available now, -1 = no check"},
+	{"SARAGOSSA_DEFAULT_MODEL", SG_FLAG_STR, "",
+	 "model `run` and `generate` use when none is given; empty = Gemma 3 270M in saragossa's models folder"},
+	{"SARAGOSSA_GRAMMAR_FAST_MASK", SG_FLAG_BOOL, "1",
+	 "constrained decoding: accept plain tokens inside strings by bitmap and whole trie subtrees (0: walk every token)"},
+	{"RETI_SERVE_PREFIX_CACHE", SG_FLAG_BOOL, "1",
+	 "serve: block prefix cache (a request restores the state of its longest cached prompt prefix; 0 = off, like --no-prefix-cache)"},
+	{"RETI_SERVE_PREFIX_BLOCK_TOKENS", SG_FLAG_INT, "256", "serve: tokens per prefix-cache block"},
+	{"RETI_SERVE_PREFIX_CACHE_BLOCKS", SG_FLAG_INT, "128", "serve: prefix-cache blocks kept in all (least recently used go first)"},
+	{"RETI_SERVE_PREFIX_BLOCKS_PER_SESSION", SG_FLAG_INT, "128", "serve: prefix-cache blocks one session key may hold"},
+	{"RETI_SERVE_MODEL_POOL", SG_FLAG_INT, "2", "serve: models resident at once (a request for another loads it)"},
+	{"RETI_SERVE_LRU", SG_FLAG_BOOL, "1",
+	 "serve: a full model pool evicts its least recently used model (0: keep models until restart, refuse the load with 503)"},
+	{"RETI_SERVE_OOM_GUARD", SG_FLAG_BOOL, "1",
+	 "serve: project memory before a model load, cache block or long prompt; evict blocks, then idle models, else 503"},
+	{"RETI_SERVE_MEMORY_HEADROOM_BYTES", SG_FLAG_INT, "2g", "serve: memory the guard leaves free on the host (and accelerator)"},
+	{"RETI_SERVE_MEMORY_CAP_BYTES", SG_FLAG_STR, "auto",
+	 "serve: a static ceiling on the process footprint in bytes (k/m/g suffix); auto or 0 = none"},
 };
+
+/* Credentials among the flags: never printed. */
+static const char *const secrets[] = {"SARAGOSSA_API_KEY"};
 
 #define N_FLAGS ((int)(sizeof(table) / sizeof(table[0])))
 
@@ -137,6 +168,13 @@ int64_t sg_flag_int(const char *name)
 const char *sg_flag_str(const char *name) { return values[find(name)].text; }
 
 int sg_flag_is_invalid(const char *name) { return values[find(name)].invalid; }
+
+int sg_flag_is_secret(const char *name)
+{
+	for (size_t i = 0; i < sizeof(secrets) / sizeof(secrets[0]); i++)
+		if (!strcmp(secrets[i], name)) return 1;
+	return 0;
+}
 
 int sg_flags_count(void) { return N_FLAGS; }
 

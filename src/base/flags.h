@@ -27,6 +27,8 @@ const char *sg_flag_str(const char *name);
 int sg_flags_count(void);
 const sg_flag *sg_flag_at(int i, const char **value, int *from_env);
 int sg_flag_is_invalid(const char *name);
+/* 1 for a credential (an API key): doctor and logs show only whether it is set. */
+int sg_flag_is_secret(const char *name);
 
 /* Re-reads the environment (tests; not thread-safe against concurrent readers). */
 void sg_flags_reload(void);

@@ -1,22 +1,80 @@
-/* saragossa doctor: what this machine and build are, and the value of every runtime flag. */
+/* saragossa doctor: what this machine and build are, where models come from (the default model,
+ * saragossa's models folder, the Hugging Face cache, whether the hub answers) and the value of
+ * every runtime flag. */
 #include "base/flags.h"
 #include "base/progress.h"
 #include "base/sysinfo.h"
 #include "base/threadpool.h"
 #include "cli/cli.h"
+#include "cli/lm_cli.h"
+#include "hub/download.h"
+#include "hub/repo.h"
 #include "saragossa.h"
 #if SG_CUDA
 #include "backend/cuda/cuda_info.h"
 #endif
 
+#include <curl/curl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+/* Whether the hub answers: one HEAD of the endpoint, 2 s at most (a machine without network
+ * must not make doctor hang). Any HTTP status counts as reachable. */
+static void print_hub(void)
+{
+	char endpoint[1024];
+	sg_hub_endpoint(endpoint, sizeof endpoint);
+	const char *off = getenv("HF_HUB_OFFLINE");
+	int b = 0;
+	if (off && !sg_parse_bool(off, &b) && b) {
+		printf("hub:       %s (not checked: HF_HUB_OFFLINE is set)\n", endpoint);
+		return;
+	}
+	CURL *c = curl_easy_init();
+	if (!c) {
+		printf("hub:       %s unreachable (curl could not start)\n", endpoint);
+		return;
+	}
+	char err[CURL_ERROR_SIZE] = "";
+	curl_easy_setopt(c, CURLOPT_URL, endpoint);
+	curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 2000L);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, err);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	CURLcode rc = curl_easy_perform(c);
+	long status = 0;
+	if (rc == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(c);
+	if (rc == CURLE_OK) printf("hub:       %s reachable (HTTP %ld)\n", endpoint, status);
+	else printf("hub:       %s unreachable (%s)\n", endpoint, err[0] ? err : curl_easy_strerror(rc));
+}
+
+static void print_models(void)
+{
+	char def[SG_HUB_PATH_MAX], dir[SG_HUB_PATH_MAX], cache[SG_HUB_PATH_MAX];
+	int from_env = sg_cli_default_model(def, sizeof def);
+	struct stat st;
+	if (from_env) printf("default model: %s (SARAGOSSA_DEFAULT_MODEL)\n", def);
+	else
+		printf("default model: %s (%s)\n", def,
+		       stat(def, &st) ? "missing: `make run` or `tools/fetch_models.py gemma3-270m` fetches it" : "present");
+	if (sg_hub_models_dir(dir, sizeof dir)) snprintf(dir, sizeof dir, "(unknown: %s)", sg_last_error());
+	printf("models:    %s%s\n", dir, stat(dir, &st) ? " (not created yet)" : "");
+	if (sg_hub_cache_dir(cache, sizeof cache)) snprintf(cache, sizeof cache, "(unknown: %s)", sg_last_error());
+	printf("hf cache:  %s%s\n", cache, stat(cache, &st) ? " (not created yet)" : "");
+	print_hub();
+}
 
 int sg_cli_doctor(int argc, char **argv)
 {
 	for (int i = 0; i < argc; i++) {
 		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			printf("usage: saragossa doctor\n  report the machine, the build and every runtime flag\n");
+			printf("usage: saragossa doctor\n  report the machine, the build, where models come from (default model, models\n"
+			       "  folder, Hugging Face cache, whether the hub answers) and every runtime flag\n");
 			return 0;
 		}
 		return sg_cli_usage_error("doctor", "unknown option '%s'", argv[i]);
@@ -39,11 +97,13 @@ int sg_cli_doctor(int argc, char **argv)
 #else
 	printf("cuda:      not built (make CUDA=1)\n");
 #endif
+	print_models();
 	printf("flags:\n");
 	for (int i = 0; i < sg_flags_count(); i++) {
 		const char *val;
 		int from_env;
 		const sg_flag *f = sg_flag_at(i, &val, &from_env);
+		if (sg_flag_is_secret(f->name) && val[0]) val = "(set, hidden)";
 		printf("  %-36s = %-10s %s  %s\n", f->name, val[0] ? val : "\"\"", from_env ? "(env)    " : "(default)",
 		       f->desc);
 	}

@@ -43,6 +43,7 @@ static void usage(void)
 	       "  --read-timeout S      seconds a client has to send its request (default 30; then 408 or\n"
 	       "                        the connection is closed)\n"
 	       "  --max-connections N   open connections per listener (default 64)\n"
+	       "  --no-prefix-cache     prefill every prompt whole (as RETI_SERVE_PREFIX_CACHE=0)\n"
 	       "  -q, --quiet           log warnings and errors only\n");
 }
 
@@ -72,6 +73,8 @@ int sg_cli_serve(int argc, char **argv)
 		} else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
 			sg_log_set_level(SG_LOG_WARN);
 			continue;
+		} else if (!strcmp(a, "--no-prefix-cache")) {
+			o.no_prefix_cache = 1;
 		} else if (!strcmp(a, "--model")) {
 			if (!v) return sg_cli_usage_error("serve", "--model needs NAME=MODEL");
 			if (n_specs == SG_SERVER_MAX_MODELS)

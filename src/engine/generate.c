@@ -163,6 +163,7 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 		goto out;
 	}
 	detok->reset(detok->self);
+	if (p->constraint && p->constraint->reset) p->constraint->reset(p->constraint->self);
 
 	/* Reuse what the state holds; at least the last prompt token is evaluated again, since
 	 * its logits are needed to sample the first new token. */
@@ -191,7 +192,9 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 			break;
 		}
 		sg_sample_result sr;
+		if (p->constraint && (s = p->constraint->mask(p->constraint->self, logits, m->n_vocab))) goto out;
 		if ((s = sg_sampler_sample(smp, logits, m->n_vocab, &sr))) goto out;
+		if (p->constraint && (s = p->constraint->accept(p->constraint->self, sr.token))) goto out;
 		if (!t_first) t_first = sg_time_ns();
 		res->n_generated++;
 		(void)sg_sampler_accept(smp, sr.token);

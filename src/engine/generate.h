@@ -76,6 +76,17 @@ typedef struct sg_gen_event {
 	int is_final;
 } sg_gen_event;
 
+/* A constraint on what may be generated (constrained decoding: JSON, tool-call grammars). */
+typedef struct sg_gen_constraint {
+	void *self;
+	/* Before each sample: set logits[i] to -INFINITY for every token not allowed now. */
+	sg_status (*mask)(void *self, float *logits, int32_t n_vocab);
+	/* After each sample: the chosen token (an EOS id included). */
+	sg_status (*accept)(void *self, int32_t token);
+	/* At the start of every generation. */
+	void (*reset)(void *self);
+} sg_gen_constraint;
+
 /* Returns 0 to go on, non-zero to stop (treated like a cancellation). */
 typedef int (*sg_gen_event_fn)(const sg_gen_event *ev, void *user);
 
@@ -97,6 +108,7 @@ typedef struct sg_gen_params {
 	int32_t max_tokens;        /* > 0; the context also bounds it */
 	size_t prefill_chunk;      /* tokens per prefill eval (cancellation is checked between) */
 	const atomic_int *cancel;  /* non-zero: stop before the next token; may be NULL */
+	const sg_gen_constraint *constraint; /* may be NULL */
 	sg_gen_event_fn on_event;  /* may be NULL */
 	void *user;
 } sg_gen_params;

@@ -81,6 +81,15 @@ sg_status sg_session_eval(sg_session *s, const int32_t *tokens, int n, float *lo
 		return SG_FAIL(SG_ERR_RANGE, "%d tokens at position %d exceed the context of %d tokens", n, s->n_past,
 			       s->n_ctx);
 	const sg_backend_ops *o = s->m->be->ops;
+	if (n == 1 && !logits_out && sg_fwd_decode_graphs(s->m, &s->fs)) {
+		/* one decode step replayed from the CUDA graph; the same kernels as the per-op path */
+		sg_status st = sg_forward_decode(s->m, &s->fs, tokens[0], s->n_past);
+		if (!st) st = o->read(s->m->be, &s->fs.logits, 0, s->last, sizeof(float) * (size_t)V);
+		s->has_last = !st;
+		if (st) return st;
+		s->tokens[s->n_past++] = tokens[0];
+		return SG_OK;
+	}
 	for (int done = 0; done < n;) {
 		int c = n - done < s->n_batch ? n - done : s->n_batch;
 		int last = done + c == n;
@@ -99,7 +108,32 @@ sg_status sg_session_eval(sg_session *s, const int32_t *tokens, int n, float *lo
 	memcpy(s->tokens + s->n_past, tokens, sizeof(int32_t) * (size_t)n);
 	s->n_past += n;
 	s->has_last = 1;
+	s->dev_last = 0;
 	return SG_OK;
+}
+
+sg_status sg_session_decode_greedy(sg_session *s, int32_t token, int32_t *next)
+{
+	*next = -1;
+	int V = sg_model_n_vocab(s->m);
+	if (token < 0 || token >= V) return SG_FAIL(SG_ERR_RANGE, "token %d is outside the vocabulary [0, %d)", token, V);
+	if (s->n_past >= s->n_ctx) return SG_FAIL(SG_ERR_RANGE, "the context of %d tokens is full", s->n_ctx);
+	s->has_last = 0;
+	sg_status st = sg_forward_decode(s->m, &s->fs, token, s->n_past);
+	if (!st) st = s->m->be->ops->read(s->m->be, &s->fs.amax, 0, next, sizeof(int32_t));
+	if (st) return st;
+	s->tokens[s->n_past++] = token;
+	s->dev_last = s->n_past;
+	return SG_OK;
+}
+
+sg_status sg_session_fetch_logits(sg_session *s)
+{
+	if (s->has_last) return SG_OK;
+	if (!s->n_past || s->dev_last != s->n_past) return SG_FAIL(SG_ERR_INVALID_ARG, "no greedy step's logits at position %d", s->n_past);
+	sg_status st = s->m->be->ops->read(s->m->be, &s->fs.logits, 0, s->last, sizeof(float) * (size_t)sg_model_n_vocab(s->m));
+	s->has_last = !st;
+	return st;
 }
 
 const float *sg_session_logits(const sg_session *s) { return s && s->has_last ? s->last : NULL; }
@@ -113,12 +147,15 @@ void sg_session_reset(sg_session *s)
 	/* stale cache rows are never read: attention stops at the current position */
 	s->n_past = 0;
 	s->has_last = 0;
+	s->dev_last = 0;
 }
 
 /* ---- snapshots ---- */
 
 struct sg_snapshot {
 	const sg_model *m;
+	int from;         /* 0 for a whole-state snapshot; a block snapshot's first position */
+	int range;        /* 1: a block snapshot (rows of [from, n_past) only, no logits) */
 	int n_ctx, n_past, has_last;
 	sg_type kv_type;
 	int32_t *tokens;  /* [n_past] */
@@ -126,7 +163,19 @@ struct sg_snapshot {
 	int n_layer;
 	void **k, **v;    /* [n_layer] host copies of the cache rows in use */
 	size_t *bytes;    /* [n_layer] bytes of each */
+	void **rec;       /* [2 * n_layer] recurrent state (conv, delta rule) of linear layers, or NULL */
+	size_t *rec_bytes;
 };
+
+/* The recurrent state tensors of a session: conv then delta-rule state of every layer (empty
+ * for attention layers and for models without linear attention). */
+static sg_btensor *rec_tensor(const sg_session *s, int i)
+{
+	int L = s->m->desc.n_layer;
+	if (!s->fs.conv) return NULL;
+	sg_btensor *t = i < L ? &s->fs.conv[i] : &s->fs.ssm[i - L];
+	return t->data ? t : NULL;
+}
 
 void sg_snapshot_free(sg_snapshot *snap)
 {
@@ -137,6 +186,9 @@ void sg_snapshot_free(sg_snapshot *snap)
 	}
 	sg_free(snap->k);
 	sg_free(snap->v);
+	for (int i = 0; snap->rec && i < 2 * snap->n_layer; i++) sg_free(snap->rec[i]);
+	sg_free(snap->rec);
+	sg_free(snap->rec_bytes);
 	sg_free(snap->bytes);
 	sg_free(snap->tokens);
 	sg_free(snap->last);
@@ -144,6 +196,15 @@ void sg_snapshot_free(sg_snapshot *snap)
 }
 
 int sg_snapshot_position(const sg_snapshot *snap) { return snap->n_past; }
+
+size_t sg_snapshot_bytes(const sg_snapshot *snap)
+{
+	if (!snap) return 0;
+	size_t b = sizeof(*snap) + sizeof(int32_t) * (size_t)(snap->n_past - snap->from + 1);
+	for (int i = 0; i < snap->n_layer; i++) b += 2 * snap->bytes[i];
+	for (int i = 0; snap->rec && i < 2 * snap->n_layer; i++) b += snap->rec_bytes[i];
+	return b + (snap->last ? sizeof(float) * (size_t)sg_model_n_vocab(snap->m) : 0);
+}
 
 /* Bytes of a layer's cache that hold state: the rows up to the position, or the whole ring. */
 static size_t used_bytes(const sg_kv_layer *kv, int n_past)
@@ -182,6 +243,19 @@ sg_status sg_session_snapshot(const sg_session *s, sg_snapshot **out)
 		if (!st) st = o->read(s->m->be, &kv->k, 0, p->k[i], b);
 		if (!st) st = o->read(s->m->be, &kv->v, 0, p->v[i], b);
 	}
+	if (!st && s->fs.conv) {
+		p->rec = sg_calloc((size_t)(2 * L), sizeof(void *));
+		p->rec_bytes = sg_calloc((size_t)(2 * L), sizeof(size_t));
+		if (!p->rec || !p->rec_bytes) st = SG_FAIL(SG_ERR_NOMEM, "snapshot");
+		for (int i = 0; i < 2 * L && !st; i++) {
+			const sg_btensor *t = rec_tensor(s, i);
+			if (!t) continue;
+			size_t b = (size_t)sg_btensor_rows(t) * t->row_bytes;
+			p->rec[i] = sg_malloc(b);
+			p->rec_bytes[i] = b;
+			st = p->rec[i] ? o->read(s->m->be, t, 0, p->rec[i], b) : SG_FAIL(SG_ERR_NOMEM, "snapshot of %zu bytes", b);
+		}
+	}
 	if (st) {
 		sg_snapshot_free(p);
 		return st;
@@ -195,6 +269,7 @@ sg_status sg_session_snapshot(const sg_session *s, sg_snapshot **out)
 sg_status sg_session_restore(sg_session *s, const sg_snapshot *p)
 {
 	if (!s || !p) return SG_FAIL(SG_ERR_INVALID_ARG, "no session or snapshot");
+	if (p->range) return SG_FAIL(SG_ERR_INVALID_ARG, "a block snapshot (use sg_session_restore_range)");
 	if (p->m != s->m || p->n_ctx != s->n_ctx || p->kv_type != s->fs.kv_type)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "the snapshot was taken from another model or context size (%d vs %d)",
 			       p->n_ctx, s->n_ctx);
@@ -205,9 +280,184 @@ sg_status sg_session_restore(sg_session *s, const sg_snapshot *p)
 		if (!st) st = o->write(s->m->be, &s->fs.kv[i].v, 0, p->v[i], p->bytes[i]);
 		if (st) return st;
 	}
+	for (int i = 0; p->rec && i < 2 * p->n_layer; i++) {
+		sg_btensor *t = rec_tensor(s, i);
+		if (!p->rec[i] || !t) continue;
+		sg_status st = o->write(s->m->be, t, 0, p->rec[i], p->rec_bytes[i]);
+		if (st) return st;
+	}
 	memcpy(s->tokens, p->tokens, sizeof(int32_t) * (size_t)p->n_past);
 	memcpy(s->last, p->last, sizeof(float) * (size_t)sg_model_n_vocab(s->m));
 	s->n_past = p->n_past;
 	s->has_last = p->has_last;
+	return SG_OK;
+}
+
+sg_status sg_session_truncate(sg_session *s, int keep)
+{
+	if (keep < 0 || keep > s->n_past)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "truncate to %d outside [0, %d]", keep, s->n_past);
+	if (keep == s->n_past) return SG_OK;
+	if (sg_session_has_recurrent_state(s))
+		return SG_FAIL(SG_ERR_UNSUPPORTED, "a recurrent (linear-attention) state cannot be rolled back");
+	/* attention caches only need the position moved back (rows past it are never read and are
+	 * overwritten by the next eval); a wrapped ring still holds [n_past - rows, n_past), enough
+	 * while the window before keep is among those rows */
+	for (int l = 0; l < s->m->desc.n_layer; l++) {
+		const sg_kv_layer *kv = &s->fs.kv[l];
+		int64_t window = s->m->desc.layers[l].sliding_window;
+		if (kv->ring && s->n_past > kv->rows && (int64_t)(s->n_past - keep) + window > kv->rows)
+			return SG_FAIL(SG_ERR_UNSUPPORTED, "layer %d's sliding-window ring no longer holds the tokens before %d", l,
+				       keep);
+	}
+	s->n_past = keep;
+	s->has_last = 0;
+	return SG_OK;
+}
+
+int sg_session_has_recurrent_state(const sg_session *s)
+{
+	for (int i = 0; s->fs.conv && i < s->m->desc.n_layer; i++)
+		if (s->fs.conv[i].data) return 1;
+	return 0;
+}
+
+/* ---- block snapshots (the prefix cache's) ----
+ *
+ * A layer's state at a block boundary is its KV rows of the block. Architectures with a
+ * recurrent or convolution state per layer add a full copy of that state here, read from the
+ * forward state next to the caches: the block snapshot then carries everything the next
+ * position depends on, whatever the layer kind. */
+
+/* Bytes of one position's K (or V) row in a layer's cache. */
+static size_t pos_bytes(const sg_kv_layer *kv)
+{
+	return kv->k.row_bytes * (size_t)kv->k.ne[1];
+}
+
+size_t sg_session_block_bytes(const sg_session *s, int n)
+{
+	size_t b = sizeof(sg_snapshot) + sizeof(int32_t) * (size_t)(n + 1);
+	for (int i = 0; i < s->m->desc.n_layer; i++) b += 2 * pos_bytes(&s->fs.kv[i]) * (size_t)n;
+	for (int i = 0; i < 2 * s->m->desc.n_layer; i++) {
+		const sg_btensor *t = rec_tensor(s, i);
+		if (t) b += (size_t)sg_btensor_rows(t) * t->row_bytes;
+	}
+	return b;
+}
+
+/* Copies (dir 0: cache -> buf) or writes back (dir 1) the rows of positions [from, to) of one
+ * cache tensor; a ring maps position p to row p % rows, so a block may wrap its end. */
+static sg_status rows_io(sg_session *s, sg_kv_layer *kv, sg_btensor *t, int from, int to, void *buf, int dir)
+{
+	const sg_backend_ops *o = s->m->be->ops;
+	size_t pb = pos_bytes(kv);
+	char *b = buf;
+	for (int p = from; p < to;) {
+		int row = kv->ring ? p % kv->rows : p;
+		int n = to - p;
+		if (row + n > kv->rows) n = kv->rows - row;
+		size_t off = (size_t)row * pb, len = (size_t)n * pb;
+		sg_status st = dir ? o->write(s->m->be, t, off, b, len) : o->read(s->m->be, t, off, b, len);
+		if (st) return st;
+		b += len;
+		p += n;
+	}
+	return SG_OK;
+}
+
+sg_status sg_session_snapshot_range(const sg_session *s, int from, sg_snapshot **out)
+{
+	*out = NULL;
+	int to = s->n_past, L = s->m->desc.n_layer;
+	if (from < 0 || from >= to)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "block [%d, %d) is empty or negative", from, to);
+	for (int i = 0; i < L; i++)
+		if (s->fs.kv[i].ring && to - from > s->fs.kv[i].rows)
+			return SG_FAIL(SG_ERR_RANGE, "block [%d, %d) is longer than the %d rows layer %d keeps", from, to,
+				       s->fs.kv[i].rows, i);
+	sg_snapshot *p = sg_calloc(1, sizeof(*p));
+	if (!p) return SG_FAIL(SG_ERR_NOMEM, "snapshot");
+	p->m = s->m;
+	p->from = from;
+	p->range = 1;
+	p->n_ctx = s->n_ctx;
+	p->n_past = to;
+	p->kv_type = s->fs.kv_type;
+	p->n_layer = L;
+	p->tokens = sg_calloc((size_t)(to - from), sizeof(int32_t));
+	p->k = sg_calloc((size_t)L, sizeof(void *));
+	p->v = sg_calloc((size_t)L, sizeof(void *));
+	p->bytes = sg_calloc((size_t)L, sizeof(size_t));
+	sg_status st = p->tokens && p->k && p->v && p->bytes ? SG_OK : SG_FAIL(SG_ERR_NOMEM, "snapshot");
+	for (int i = 0; i < L && !st; i++) {
+		sg_kv_layer *kv = &s->fs.kv[i];
+		size_t b = pos_bytes(kv) * (size_t)(to - from);
+		p->bytes[i] = b;
+		if (!b) continue; /* a layer without a KV cache (linear attention) */
+		p->k[i] = sg_malloc(b);
+		p->v[i] = sg_malloc(b);
+		if (!p->k[i] || !p->v[i]) st = SG_FAIL(SG_ERR_NOMEM, "block snapshot of %zu bytes per cache", b);
+		/* the cast: rows_io only reads the cache in this direction */
+		if (!st) st = rows_io((sg_session *)s, kv, &kv->k, from, to, p->k[i], 0);
+		if (!st) st = rows_io((sg_session *)s, kv, &kv->v, from, to, p->v[i], 0);
+	}
+	/* recurrent and conv states summarise every position before `to`: a full copy */
+	if (!st && s->fs.conv) {
+		const sg_backend_ops *o = s->m->be->ops;
+		p->rec = sg_calloc((size_t)(2 * L), sizeof(void *));
+		p->rec_bytes = sg_calloc((size_t)(2 * L), sizeof(size_t));
+		if (!p->rec || !p->rec_bytes) st = SG_FAIL(SG_ERR_NOMEM, "block snapshot");
+		for (int i = 0; i < 2 * L && !st; i++) {
+			const sg_btensor *t = rec_tensor(s, i);
+			if (!t) continue;
+			size_t b = (size_t)sg_btensor_rows(t) * t->row_bytes;
+			p->rec[i] = sg_malloc(b);
+			p->rec_bytes[i] = b;
+			st = p->rec[i] ? o->read(s->m->be, t, 0, p->rec[i], b) : SG_FAIL(SG_ERR_NOMEM, "block snapshot of %zu bytes", b);
+		}
+	}
+	if (st) {
+		sg_snapshot_free(p);
+		return st;
+	}
+	memcpy(p->tokens, s->tokens + from, sizeof(int32_t) * (size_t)(to - from));
+	*out = p;
+	return SG_OK;
+}
+
+sg_status sg_session_restore_range(sg_session *s, const sg_snapshot *p)
+{
+	if (!s || !p) return SG_FAIL(SG_ERR_INVALID_ARG, "no session or snapshot");
+	if (!p->range) return SG_FAIL(SG_ERR_INVALID_ARG, "not a block snapshot (use sg_session_restore)");
+	if (p->m != s->m || p->n_ctx != s->n_ctx || p->kv_type != s->fs.kv_type)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "the snapshot was taken from another model or context size (%d vs %d)",
+			       p->n_ctx, s->n_ctx);
+	if (p->from != s->n_past)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "block [%d, %d) does not start at the session's position %d", p->from,
+			       p->n_past, s->n_past);
+	for (int i = 0; i < p->n_layer; i++) {
+		if (!p->bytes[i]) continue;
+		sg_kv_layer *kv = &s->fs.kv[i];
+		sg_status st = rows_io(s, kv, &kv->k, p->from, p->n_past, p->k[i], 1);
+		if (!st) st = rows_io(s, kv, &kv->v, p->from, p->n_past, p->v[i], 1);
+		if (st) {
+			/* part of the block is written: the state past from is undefined */
+			s->has_last = 0;
+			return st;
+		}
+	}
+	for (int i = 0; p->rec && i < 2 * p->n_layer; i++) {
+		sg_btensor *t = rec_tensor(s, i);
+		if (!p->rec[i] || !t) continue;
+		sg_status st = s->m->be->ops->write(s->m->be, t, 0, p->rec[i], p->rec_bytes[i]);
+		if (st) {
+			s->has_last = 0;
+			return st;
+		}
+	}
+	memcpy(s->tokens + p->from, p->tokens, sizeof(int32_t) * (size_t)(p->n_past - p->from));
+	s->n_past = p->n_past;
+	s->has_last = 0;
 	return SG_OK;
 }

@@ -185,7 +185,7 @@ static sg_status feed(sg_stop *s, const char *piece, size_t len, size_t *emit)
 		s->cap = cap;
 	}
 	size_t base = s->blen;
-	memcpy(s->buf + base, piece, len);
+	if (len) memcpy(s->buf + base, piece, len); /* buf is NULL until the first non-empty piece */
 	s->blen += len;
 	for (size_t i = 0; i < len; i++) {
 		char c = piece[i];

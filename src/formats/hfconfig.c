@@ -484,9 +484,13 @@ static sg_status gemma(reader *r, sg_model_desc *d)
 		if (d->layers[i].kind == SG_LAYER_SLIDING_ATTN) d->layers[i].rope = slide;
 	if (g4) {
 		d->v_norm = 1;
-		int ghd = geti(r, "global_head_dim", d->head_dim);
-		int gkv = geti(r, "num_global_key_value_heads", d->n_kv_head);
+		/* full-attention layers: global_head_dim (transformers' default 512) and, with
+		 * attention_k_eq_v, num_global_key_value_heads; per_layer_config (the spelling newer
+		 * transformers writes) overrides head_dim / num_key_value_heads by layer index */
+		int ghd = geti(r, "global_head_dim", 512);
 		int k_eq_v = getb(r, "attention_k_eq_v", 0);
+		int gkv = k_eq_v ? geti(r, "num_global_key_value_heads", d->n_kv_head) : d->n_kv_head;
+		const json_t *plc = json_object_get(r->o, "per_layer_config");
 		d->per_layer_input_dim = geti(r, "hidden_size_per_layer_input", 0);
 		d->n_kv_shared_layers = geti(r, "num_kv_shared_layers", 0);
 		int wide = getb(r, "use_double_wide_mlp", 0);
@@ -494,7 +498,14 @@ static sg_status gemma(reader *r, sg_model_desc *d)
 			d->n_expert = geti(r, "num_experts", 0);
 			d->n_expert_used = geti(r, "top_k_experts", 0);
 			d->moe_ffn_dim = geti(r, "moe_intermediate_size", 0);
+			d->moe_beside_dense = 1;
+			d->norm_topk_prob = 1;
+			if (d->n_expert <= 0 || d->moe_ffn_dim <= 0)
+				return sg_error(SG_ERR_FORMAT, "config.json: enable_moe_block with num_experts %d, "
+							       "moe_intermediate_size %d", d->n_expert, d->moe_ffn_dim);
 		}
+		if (d->per_layer_input_dim < 0)
+			return sg_error(SG_ERR_FORMAT, "config.json: hidden_size_per_layer_input = %d", d->per_layer_input_dim);
 		if (d->n_kv_shared_layers < 0 || d->n_kv_shared_layers >= d->n_layer)
 			return sg_error(SG_ERR_FORMAT, "config.json: num_kv_shared_layers = %d with %d layers",
 					d->n_kv_shared_layers, d->n_layer);
@@ -502,10 +513,24 @@ static sg_status gemma(reader *r, sg_model_desc *d)
 		for (int i = 0; i < d->n_layer; i++) {
 			sg_layer_desc *l = &d->layers[i];
 			if (l->kind == SG_LAYER_FULL_ATTN) {
-				l->head_dim = ghd;
 				l->k_eq_v = k_eq_v;
-				if (k_eq_v) l->n_kv_head = gkv;
+				if (!json_is_object(plc)) {
+					l->head_dim = ghd;
+					l->n_kv_head = gkv;
+				}
 			}
+			char key[16];
+			snprintf(key, sizeof(key), "%d", i);
+			const json_t *lc = json_is_object(plc) ? json_object_get(plc, key) : NULL;
+			if (json_is_object(lc)) {
+				reader lr = {lc, SG_OK};
+				l->head_dim = geti(&lr, "head_dim", l->head_dim);
+				l->n_kv_head = geti(&lr, "num_key_value_heads", l->n_kv_head);
+				if (lr.st) return lr.st;
+			}
+			if (l->head_dim <= 0 || l->n_kv_head <= 0 || l->n_head % l->n_kv_head)
+				return sg_error(SG_ERR_FORMAT, "config.json: layer %d has head_dim %d with %d of %d heads for K/V", i,
+						l->head_dim, l->n_kv_head, l->n_head);
 			l->moe = d->n_expert > 0;
 			if (i >= first_shared) {
 				/* reuse the K/V of the last unshared layer of the same kind */

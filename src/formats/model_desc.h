@@ -115,6 +115,7 @@ typedef struct sg_model_desc {
 	int n_expert, n_expert_used, norm_topk_prob, moe_ffn_dim;
 	int shared_expert_ffn_dim; /* 0 = no shared expert */
 	int shared_expert_gate;    /* the shared expert's output is gated by sigmoid(w.x) */
+	int moe_beside_dense;      /* Gemma 4: the experts run beside the dense MLP, from the residual */
 
 	/* linear attention (gated delta net) */
 	int lin_n_k_head, lin_n_v_head, lin_k_head_dim, lin_v_head_dim, lin_conv_kernel;

@@ -210,6 +210,19 @@ static sg_status open_folder(sg_weights *w, const char *dir)
 		return st;
 	}
 	sg_free(p);
+	/* model.safetensors alone is the model: other safetensors beside it (reference outputs,
+	 * adapters, optimizer state) are not weights of this model */
+	p = join(dir, "model.safetensors");
+	if (!p) return sg_error(SG_ERR_NOMEM, "weights: path");
+	if (is_file(p)) {
+		w->format = SG_WEIGHTS_SAFETENSORS;
+		st = add_file(w, p);
+		sg_free(p);
+		if (!st) st = parse_safetensors_files(w);
+		if (!st) st = collect_tensors(w);
+		return st;
+	}
+	sg_free(p);
 	DIR *d = opendir(dir);
 	if (!d) return sg_error(SG_ERR_IO, "weights: cannot list '%s': %s", dir, strerror(errno));
 	char **st_names = NULL, *gguf_name = NULL;

@@ -36,7 +36,7 @@ typedef struct sg_weights {
 	int index_cap;
 } sg_weights;
 
-/* Opens `path`: a folder (model.safetensors.index.json, else model.safetensors, else every
+/* Opens `path`: a folder (model.safetensors.index.json, else model.safetensors alone, else every
  * *.safetensors, else one *.gguf), a .safetensors file (config.json read from beside it when
  * present) or a GGUF file. Validates every file's header, refuses duplicate tensor names across
  * shards and index entries naming a tensor its shard lacks, and folds MLX quantized weights

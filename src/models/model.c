@@ -9,14 +9,15 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "base/alloc.h"
 #include "base/error.h"
 
 static const sg_family *const families[] = {&sg_family_llama, &sg_family_qwen3, &sg_family_qwen3_moe,
-					    &sg_family_gemma3};
+					    &sg_family_gemma3, &sg_family_qwen3_next, &sg_family_gemma4};
 #define N_FAMILIES ((int)(sizeof(families) / sizeof(families[0])))
 
-static const char *const supported = "llama, mistral, qwen2, qwen3, qwen3_moe, gemma3";
+static const char *const supported = "llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, qwen3_next, qwen3_5(_moe), gemma4";
 
 sg_model_params sg_model_default_params(void)
 {
@@ -68,8 +69,8 @@ typedef struct want {
 
 static sg_status bind_wants(sg_model *m, const want *ws, int n, int layer)
 {
-	sg_bind specs[32];
-	const sg_tensor *found[32];
+	sg_bind specs[32] = {0};
+	const sg_tensor *found[32] = {0};
 	SG_ASSERT(n <= 32);
 	for (int i = 0; i < n; i++) {
 		specs[i] = (sg_bind){ws[i].name, ws[i].type, ws[i].n_dims, {ws[i].ne[0], ws[i].ne[1], ws[i].ne[2], 1},
@@ -105,28 +106,33 @@ static sg_status bind_layer(sg_model *m, int i)
 	int64_t F = l->ffn_dim, E = d->n_expert;
 	want ws[32];
 	int n = 0;
+	/* hybrid layers: linear attention has no q/k/v (the family binds its own); a layer reading
+	 * another's K/V has no k/v; k = v layers have no v; an output gate doubles q's rows */
+	int attn = l->kind != SG_LAYER_LINEAR_ATTN, own_kv = attn && l->kv_source == i;
+	int64_t qrows = d->attn_output_gate ? 2 * qd : qd;
 	ws[n++] = (want){"blk.{L}.attn_norm.weight", SG_WANT_FLOAT, 1, {D}, 0, 1, &lw->attn_norm};
-	ws[n++] = (want){"blk.{L}.attn_q.weight", SG_WANT_MATMUL, 2, {D, qd}, 0, 0, &lw->wq};
-	ws[n++] = (want){"blk.{L}.attn_k.weight", SG_WANT_MATMUL, 2, {D, kd}, 0, 0, &lw->wk};
-	ws[n++] = (want){"blk.{L}.attn_v.weight", SG_WANT_MATMUL, 2, {D, kd}, 0, 0, &lw->wv};
+	if (attn) {
+	ws[n++] = (want){"blk.{L}.attn_q.weight", SG_WANT_MATMUL, 2, {D, qrows}, 0, 0, &lw->wq};
+	if (own_kv) ws[n++] = (want){"blk.{L}.attn_k.weight", SG_WANT_MATMUL, 2, {D, kd}, 0, 0, &lw->wk};
+	if (own_kv && !l->k_eq_v) ws[n++] = (want){"blk.{L}.attn_v.weight", SG_WANT_MATMUL, 2, {D, kd}, 0, 0, &lw->wv};
 	ws[n++] = (want){"blk.{L}.attn_output.weight", SG_WANT_MATMUL, 2, {qd, D}, 0, 0, &lw->wo};
-	if (d->attn_bias) {
+	}
+	if (d->attn_bias && attn) {
 		ws[n++] = (want){"blk.{L}.attn_q.bias", SG_WANT_FLOAT, 1, {qd}, 0, 1, &lw->bq};
 		ws[n++] = (want){"blk.{L}.attn_k.bias", SG_WANT_FLOAT, 1, {kd}, 0, 1, &lw->bk};
 		ws[n++] = (want){"blk.{L}.attn_v.bias", SG_WANT_FLOAT, 1, {kd}, 0, 1, &lw->bv};
 	}
-	if (d->qk_norm) {
+	if (d->qk_norm && attn) {
 		ws[n++] = (want){"blk.{L}.attn_q_norm.weight", SG_WANT_FLOAT, 1, {hd}, 0, 1, &lw->q_norm};
-		ws[n++] = (want){"blk.{L}.attn_k_norm.weight", SG_WANT_FLOAT, 1, {hd}, 0, 1, &lw->k_norm};
+		if (own_kv) ws[n++] = (want){"blk.{L}.attn_k_norm.weight", SG_WANT_FLOAT, 1, {hd}, 0, 1, &lw->k_norm};
 	}
 	if (d->sandwich_norm) {
 		ws[n++] = (want){"blk.{L}.post_attention_norm.weight", SG_WANT_FLOAT, 1, {D}, 0, 1, &lw->post_attn_norm};
 		ws[n++] = (want){"blk.{L}.post_ffw_norm.weight", SG_WANT_FLOAT, 1, {D}, 0, 1, &lw->post_ffn_norm};
 	}
 	ws[n++] = (want){"blk.{L}.ffn_norm.weight", SG_WANT_FLOAT, 1, {D}, 0, 1, &lw->ffn_norm};
-	if (l->moe) {
-		ws[n++] = (want){"blk.{L}.ffn_gate_inp.weight", SG_WANT_MATMUL, 2, {D, E}, 0, 0, &lw->router};
-	} else {
+	if (l->moe) ws[n++] = (want){"blk.{L}.ffn_gate_inp.weight", SG_WANT_MATMUL, 2, {D, E}, 0, 0, &lw->router};
+	if (!l->moe || d->moe_beside_dense) {
 		ws[n++] = (want){"blk.{L}.ffn_gate.weight", SG_WANT_MATMUL, 2, {D, F}, 0, 0, &lw->gate};
 		ws[n++] = (want){"blk.{L}.ffn_up.weight", SG_WANT_MATMUL, 2, {D, F}, 0, 0, &lw->up};
 		ws[n++] = (want){"blk.{L}.ffn_down.weight", SG_WANT_MATMUL, 2, {F, D}, 0, 0, &lw->down};
@@ -159,7 +165,25 @@ static sg_status bind_all(sg_model *m)
 		m->weight_bytes += te->nbytes;
 	}
 	for (int i = 0; i < d->n_layer && !st; i++) st = bind_layer(m, i);
+	if (!st && m->fam->bind_extra) st = m->fam->bind_extra(m);
 	return st;
+}
+
+sg_status sg_model_bind_wants(sg_model *m, const sg_want *ws, int n, int layer)
+{
+	want w[32];
+	if (n < 1 || n > 32) return n ? sg_error(SG_ERR_INVALID_ARG, "model: %d weights in one bind (1 to 32)", n) : SG_OK;
+	for (int i = 0; i < n; i++)
+		w[i] = (want){ws[i].name, ws[i].type, ws[i].n_dims, {ws[i].ne[0], ws[i].ne[1], ws[i].ne[2]}, ws[i].optional,
+			      ws[i].vector, ws[i].out};
+	return bind_wants(m, w, n, layer);
+}
+
+sg_status sg_model_index_tensor(sg_model *m, const int32_t *v, int64_t n, sg_btensor *out)
+{
+	int64_t ne[4] = {n, 1, 1, 1};
+	sg_status st = m->be->ops->tensor_alloc(m->be, SG_TYPE_I32, ne, out);
+	return st ? st : m->be->ops->write(m->be, out, 0, v, sizeof(int32_t) * (size_t)n);
 }
 
 static const sg_family *find_family(sg_arch a)
@@ -172,14 +196,17 @@ static const sg_family *find_family(sg_arch a)
 
 static sg_status check_runnable(const sg_model_desc *d)
 {
-	for (int i = 0; i < d->n_layer; i++) {
+	/* linear attention, shared K/V, output gates, per-layer inputs and shared experts run in
+	 * forward_hybrid.c, for the families that bind their weights */
+	int hybrid_family = d->arch == SG_ARCH_QWEN3_NEXT || d->arch == SG_ARCH_GEMMA4;
+	for (int i = 0; i < d->n_layer && !hybrid_family; i++) {
 		const sg_layer_desc *l = &d->layers[i];
 		if (l->kind == SG_LAYER_LINEAR_ATTN || l->kv_source != i || l->k_eq_v)
 			return sg_error(SG_ERR_UNSUPPORTED, "unsupported architecture '%s': layer %d needs %s", d->model_type,
 					i, l->kind == SG_LAYER_LINEAR_ATTN ? "linear attention" : "shared K/V");
 	}
-	if (d->norm != SG_NORM_RMS || d->mlp != SG_MLP_GATED || d->v_norm || d->attn_output_gate ||
-	    d->per_layer_input_dim || d->shared_expert_ffn_dim)
+	if (d->norm != SG_NORM_RMS || d->mlp != SG_MLP_GATED ||
+	    (!hybrid_family && (d->v_norm || d->attn_output_gate || d->per_layer_input_dim || d->shared_expert_ffn_dim)))
 		return sg_error(SG_ERR_UNSUPPORTED, "unsupported architecture '%s' (this build runs %s)", d->model_type,
 				supported);
 	if (d->act != SG_ACT_SILU && d->act != SG_ACT_GELU_TANH)
@@ -199,12 +226,24 @@ void sg_model_free(sg_model *m)
 				for (size_t k = 0; k < sizeof(sg_layer_weights) / sizeof(sg_btensor); k++)
 					if (t[k].data) be->ops->tensor_free(be, &t[k]);
 			}
+		if (m->hy.layers)
+			for (int i = 0; i < m->desc.n_layer; i++) {
+				sg_btensor *t = (sg_btensor *)&m->hy.layers[i];
+				for (size_t k = 0; k < sizeof(sg_hybrid_layer) / sizeof(sg_btensor); k++)
+					if (t[k].data) be->ops->tensor_free(be, &t[k]);
+			}
+		sg_btensor *hy[] = {&m->hy.pl_embd_full, &m->hy.pl_model_proj, &m->hy.pl_proj_norm, &m->hy.idx_q,
+				    &m->hy.idx_gate, &m->hy.idx_qkv, &m->hy.idx_z, &m->hy.idx_b, &m->hy.idx_a};
+		for (size_t k = 0; k < sizeof(hy) / sizeof(hy[0]); k++)
+			if (hy[k]->data) be->ops->tensor_free(be, hy[k]);
 		if (m->output.data != m->tok_embd.data) be->ops->tensor_free(be, &m->output);
 		be->ops->tensor_free(be, &m->tok_embd);
 		be->ops->tensor_free(be, &m->out_norm);
 		sg_backend_free(be);
 	}
 	sg_free(m->layers);
+	sg_free(m->hy.layers);
+	sg_free(m->hy.layer_scalar);
 	sg_model_desc_free(&m->desc);
 	sg_weights_close(m->w);
 	sg_free(m);
@@ -215,8 +254,10 @@ sg_status sg_model_load(const char *path, const sg_model_params *params, sg_mode
 	*out = NULL;
 	sg_model_params dp = sg_model_default_params();
 	if (!params) params = &dp;
-	if (params->backend && strcmp(params->backend, "cpu"))
-		return sg_error(SG_ERR_UNSUPPORTED, "model: backend '%s' (this build runs: cpu)", params->backend);
+	int cuda = params->backend && !strcmp(params->backend, "cuda");
+	if (params->backend && strcmp(params->backend, "cpu") && !cuda)
+		return sg_error(SG_ERR_UNSUPPORTED, "model: backend '%s' (this build runs: cpu%s)", params->backend,
+				SG_CUDA ? ", cuda" : "");
 	sg_model *m = sg_calloc(1, sizeof(*m));
 	if (!m) return sg_error(SG_ERR_NOMEM, "model: loading '%s'", path ? path : "");
 	sg_status st = sg_weights_open(path, &m->w);
@@ -230,7 +271,10 @@ sg_status sg_model_load(const char *path, const sg_model_params *params, sg_mode
 		st = sg_error(SG_ERR_UNSUPPORTED, "unsupported architecture '%s' (%s): this build runs %s",
 			      m->desc.model_type, sg_arch_name(m->desc.arch), supported);
 	if (!st) st = check_runnable(&m->desc);
-	if (!st) {
+	if (!st && cuda) {
+		sg_cuda_params gp = sg_cuda_default_params();
+		st = sg_cuda_backend_create(&gp, &m->be);
+	} else if (!st) {
 		sg_cpu_params cp = sg_cpu_default_params();
 		cp.n_threads = params->n_threads;
 		st = sg_cpu_backend_create(&cp, &m->be);

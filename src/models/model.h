@@ -30,6 +30,37 @@ typedef struct sg_layer_weights {
 	sg_btensor gate_exps, up_exps, down_exps; /* MoE: [E][F][D], [E][F][D], [E][D][F] */
 } sg_layer_weights;
 
+/* What a hybrid (gated delta net) or Gemma 4 layer has beyond sg_layer_weights; a tensor whose
+ * data is NULL is absent. C = 2*Hk*dk + Hv*dv (the conv channels), Vd = Hv*dv, K the conv
+ * kernel, Fs the shared expert's width, P the per-layer input width. */
+typedef struct sg_hybrid_layer {
+	sg_btensor lin_qkv, lin_z, lin_b, lin_a; /* [C][D], [Vd][D], [Hv][D], [Hv][D] (Qwen3.5) */
+	sg_btensor lin_qkvz, lin_ba;             /* fused per key head (Qwen3-Next): split by gather_cols */
+	sg_btensor conv_w;                       /* [C][K] F32 */
+	sg_btensor a_log, dt_bias;               /* [Hv] F32 */
+	sg_btensor lin_norm;                     /* [dv] F32: the gated RMSNorm */
+	sg_btensor lin_out;                      /* [D][Vd] */
+	sg_btensor sh_gate, sh_up, sh_down;      /* shared expert [Fs][D], [Fs][D], [D][Fs] */
+	sg_btensor sh_gate_inp;                  /* [1][D]: sigmoid gate of the shared expert */
+	sg_btensor router_scale, expert_scale;   /* Gemma 4 MoE [D] (times D^-1/2), [E] F32 */
+	sg_btensor pre_ffn_norm2, post_ffn_norm1, post_ffn_norm2; /* Gemma 4 MoE [D] F32 */
+	sg_btensor gate_up_exps;                 /* Gemma 4 MoE [E][2F][D] */
+	sg_btensor pl_gate, pl_proj, pl_norm;    /* per-layer input [P][D], [D][P], [D] F32 */
+} sg_hybrid_layer;
+
+/* Model-wide hybrid / Gemma 4 tensors. */
+typedef struct sg_hybrid_model {
+	sg_hybrid_layer *layers;    /* [n_layer] */
+	float *layer_scalar;        /* [n_layer] Gemma 4 output multiplier of each layer (1 = none) */
+	sg_btensor pl_embd;         /* [V_pl * n_layer][P] view of embed_tokens_per_layer [V_pl][n_layer*P] */
+	sg_btensor pl_embd_full;    /* the bound tensor behind pl_embd */
+	sg_btensor pl_model_proj;   /* [n_layer*P][D] */
+	sg_btensor pl_proj_norm;    /* [P] F32 */
+	int64_t pl_vocab;           /* V_pl */
+	sg_btensor idx_q, idx_gate; /* I32 [H*hd]: columns of q and of its gate in q_proj's output */
+	sg_btensor idx_qkv, idx_z, idx_b, idx_a; /* I32: columns of the fused qkvz / ba outputs */
+} sg_hybrid_model;
+
 typedef struct sg_family sg_family;
 
 struct sg_model {
@@ -43,6 +74,7 @@ struct sg_model {
 	sg_btensor output;        /* [V][D]: tok_embd's bytes when the embeddings are tied */
 	sg_layer_weights *layers; /* [n_layer] */
 	size_t weight_bytes;      /* bytes of weights one decode step reads (bench) */
+	sg_hybrid_model hy;       /* hybrid and Gemma 4 extras (hy.layers NULL for other families) */
 };
 
 /*
@@ -58,9 +90,31 @@ struct sg_family {
 	const sg_name_pair *names;
 	sg_status (*adjust)(sg_model *m);
 	sg_status (*experts)(sg_model *m, int layer, sg_layer_weights *lw);
+	/* binds what the family has beyond the generic layer (m->hy), after every layer (may be NULL) */
+	sg_status (*bind_extra)(sg_model *m);
 };
 
 extern const sg_family sg_family_llama, sg_family_qwen3, sg_family_qwen3_moe, sg_family_gemma3;
+extern const sg_family sg_family_qwen3_next, sg_family_gemma4;
+
+/* One weight a family binds: GGUF-style name (may hold {L}), expected type (sg_type or
+ * SG_WANT_*), shape innermost first (-1 = any), optional, vector (norm/bias: widened to F32). */
+typedef struct sg_want {
+	const char *name;
+	int type;
+	int n_dims;
+	int64_t ne[3];
+	int optional;
+	int vector;
+	sg_btensor *out;
+} sg_want;
+
+/* Binds n wants of `layer` (-1: none) through the family's name map; counts matmul weights in
+ * m->weight_bytes. Error: "<name>: expected <type> <shape>, found ..." or "<name>: missing". */
+sg_status sg_model_bind_wants(sg_model *m, const sg_want *ws, int n, int layer);
+
+/* An I32 backend tensor of n values (gather indices). */
+sg_status sg_model_index_tensor(sg_model *m, const int32_t *v, int64_t n, sg_btensor *out);
 
 /* Binds a weight tensor of the file in place as a backend tensor (MLX companions too). */
 sg_status sg_model_bind_tensor(sg_model *m, const sg_tensor *t, sg_btensor *out);

@@ -4,13 +4,26 @@
 
 #include "server/server.h"
 
+static int token_ok(const char *tok, const char *key);
+
 int sg_server_auth_ok(const char *header, const char *key)
 {
 	if (!key || !*key) return 1;
 	if (!header) return 0;
 	while (*header == ' ') header++;
 	if (strncasecmp(header, "Bearer ", 7) != 0) return 0;
-	const char *tok = header + 7;
+	return token_ok(header + 7, key);
+}
+
+int sg_server_api_key_ok(const char *header, const char *key)
+{
+	if (!key || !*key) return 1;
+	if (!header) return 0;
+	return token_ok(header, key);
+}
+
+static int token_ok(const char *tok, const char *key)
+{
 	while (*tok == ' ') tok++;
 	size_t n = strlen(tok), k = strlen(key);
 	while (n && tok[n - 1] == ' ') n--;

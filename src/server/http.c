@@ -22,8 +22,10 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "server/agent.h"
 #include "server/job.h"
 #include "server/model.h"
+#include "server/pool.h"
 #include "server/request.h"
 #include "server/routes.h"
 #include "server/server.h"
@@ -36,8 +38,7 @@ typedef struct listener {
 
 typedef struct server {
 	sg_server_opts o;
-	sg_srv_model *models[SG_SERVER_MAX_MODELS];
-	int n_models;
+	sg_pool *pool; /* configured models, the resident ones, prefix cache, memory guard */
 	sg_queue *queue;
 	listener ls[3];
 	int n_ls;
@@ -92,6 +93,8 @@ static const route_def routes[] = {
 	{"/api/version", SG_ROUTE_OLLAMA_VERSION, "GET"},
 	{"/api/embed", SG_ROUTE_OLLAMA_EMBED, "POST"},
 	{"/api/embeddings", SG_ROUTE_OLLAMA_EMBED, "POST"},
+	{"/v1/messages", SG_ROUTE_ANTHROPIC_MESSAGES, "POST"},
+	{"/v1/messages/count_tokens", SG_ROUTE_ANTHROPIC_COUNT, "POST"},
 	{"/", SG_ROUTE_OLLAMA_VERSION, "GET"}, /* Ollama clients probe "/" */
 };
 
@@ -107,11 +110,25 @@ typedef struct conn_req {
 
 /* ---- responses ---- */
 
-static enum MHD_Result send_bytes(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len,
-				  int retry_after)
+/* The prefix cache's report on a generation's response. */
+static void prefix_headers(struct MHD_Response *r, const sg_job *j)
+{
+	char v[32];
+	if (!j || j->reused_prefix < 0) return;
+	snprintf(v, sizeof v, "%ld", j->reused_prefix);
+	MHD_add_response_header(r, "x-saragossa-reused-prefix-tokens", v);
+	if (j->prefix_miss >= 0) {
+		snprintf(v, sizeof v, "%ld", j->prefix_miss);
+		MHD_add_response_header(r, "x-saragossa-prefix-miss", v);
+	}
+}
+
+static enum MHD_Result send_bytes_job(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len,
+				      int retry_after, const sg_job *j)
 {
 	struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
 	if (!r) return MHD_NO;
+	prefix_headers(r, j);
 	MHD_add_response_header(r, "Content-Type", ctype);
 	MHD_add_response_header(r, "Server", "saragossa");
 	if (retry_after) MHD_add_response_header(r, "Retry-After", "1");
@@ -119,6 +136,12 @@ static enum MHD_Result send_bytes(struct MHD_Connection *c, int status, const ch
 	enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
 	MHD_destroy_response(r);
 	return ret;
+}
+
+static enum MHD_Result send_bytes(struct MHD_Connection *c, int status, const char *ctype, const char *body, size_t len,
+				  int retry_after)
+{
+	return send_bytes_job(c, status, ctype, body, len, retry_after, NULL);
 }
 
 static enum MHD_Result send_json(struct MHD_Connection *c, int status, json_t *o)
@@ -161,23 +184,71 @@ static enum MHD_Result fail(struct MHD_Connection *c, sg_srv_route route, int st
 
 /* ---- models ---- */
 
-static sg_srv_model *find_model(server *s, const char *name)
-{
-	if (!name || !*name) return s->n_models ? s->models[0] : NULL;
-	for (int i = 0; i < s->n_models; i++)
-		if (!strcmp(sg_srv_model_info_get(s->models[i])->name, name)) return s->models[i];
-	return NULL;
-}
-
 static enum MHD_Result unknown_model(struct MHD_Connection *c, server *s, sg_srv_route route, const char *name)
 {
-	char list[1024] = "";
-	size_t o = 0;
-	for (int i = 0; i < s->n_models && o < sizeof list - 2; i++)
-		o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", sg_srv_model_info_get(s->models[i])->name);
-	if (!s->n_models) snprintf(list, sizeof list, "(none: start the server with --model NAME=PATH)");
+	char list[1024];
+	sg_pool_names(s->pool, list, sizeof list);
+	if (!sg_pool_count(s->pool)) snprintf(list, sizeof list, "(none: start the server with --model NAME=PATH)");
 	return fail(c, route, 404, "not_found_error", "model", "model_not_found", "model '%.200s' not found; available: %s",
 		    name && *name ? name : "(default)", list);
+}
+
+static int run_job_wait(struct MHD_Connection *c, server *s, sg_job *j);
+
+static void load_run(sg_job *j)
+{
+	sg_srv_err e;
+	if (sg_pool_ensure(j->user, j->user_i, &e)) {
+		json_t *b = sg_routes_error_body(j->req.route, &e);
+		char *t = b ? json_dumps(b, JSON_COMPACT) : NULL;
+		json_decref(b);
+		sg_job_respond(j, e.status, "application/json", t ? t : "", t ? strlen(t) : 0);
+		free(t);
+		return;
+	}
+	sg_job_respond(j, 200, "application/json", "{}", 2);
+}
+
+/* The model a request names, resident and referenced (the caller releases it): a configured
+ * model that is not resident is loaded first, on the worker, behind the requests already
+ * queued. NULL when it failed: then *ret is the answer already queued. */
+static sg_srv_model *acquire_model(struct MHD_Connection *c, server *s, sg_srv_route route, const char *name,
+				   enum MHD_Result *ret)
+{
+	int i = sg_pool_find(s->pool, name);
+	/* on the Anthropic routes a Claude model name the server does not serve ("claude-sonnet-4-5",
+	 * what Claude Code asks for) means the default model */
+	if (i < 0 && sg_srv_route_is_anthropic(route) && name && !strncmp(name, "claude", 6)) i = sg_pool_find(s->pool, NULL);
+	if (i < 0) {
+		*ret = unknown_model(c, s, route, name);
+		return NULL;
+	}
+	for (int attempt = 0; attempt < 3; attempt++) {
+		sg_srv_model *m = sg_pool_acquire(s->pool, i);
+		if (m) return m;
+		sg_job *j = sg_job_new();
+		if (!j) break;
+		j->req.route = route;
+		j->run = load_run;
+		j->user = s->pool;
+		j->user_i = i;
+		int st = run_job_wait(c, s, j);
+		if (st < 0) {
+			*ret = MHD_NO;
+			return NULL;
+		}
+		if (st != 200) {
+			pthread_mutex_lock(&j->mu);
+			*ret = send_bytes(c, st, "application/json", j->out ? j->out : "", j->out_len, st == 503);
+			pthread_mutex_unlock(&j->mu);
+			sg_job_unref(j);
+			return NULL;
+		}
+		sg_job_unref(j);
+	}
+	*ret = fail(c, route, 503, "server_busy", "model", NULL, "model '%.200s' was unloaded again before it could be used; retry",
+		    name && *name ? name : "(default)");
+	return NULL;
 }
 
 /* ---- streaming responses ---- */
@@ -223,6 +294,30 @@ static int conn_fd(struct MHD_Connection *c)
 	return ci ? ci->connect_fd : -1;
 }
 
+/* Queues j and waits until it is done: its status, 503 when the queue is full, -1 when the
+ * client went away (j is then released). */
+static int run_job_wait(struct MHD_Connection *c, server *s, sg_job *j)
+{
+	if (sg_queue_push(s->queue, j)) {
+		static const char busy[] =
+			"{\"error\":{\"message\":\"the server is busy: the queue is full; retry shortly\",\"type\":\"server_busy\"}}";
+		sg_job_respond(j, 503, "application/json", busy, sizeof busy - 1);
+		return 503;
+	}
+	if (sg_job_wait(j, SG_JOB_DONE, conn_fd(c))) {
+		sg_job_unref(j);
+		return -1;
+	}
+	pthread_mutex_lock(&j->mu);
+	int st = j->status ? j->status : 500;
+	pthread_mutex_unlock(&j->mu);
+	return st;
+}
+
+static void send_raw_error(struct MHD_Connection *c, const conn_req *cr, int status, const char *reason, const char *code,
+			   const char *msg);
+static void send_timeout(struct MHD_Connection *c, const conn_req *cr, int timeout_s);
+
 /* Queues the job, waits for its status, and answers (whole, or as a stream). */
 static enum MHD_Result run_job(struct MHD_Connection *c, server *s, sg_job *j)
 {
@@ -251,7 +346,7 @@ static enum MHD_Result run_job(struct MHD_Connection *c, server *s, sg_job *j)
 			return MHD_NO;
 		}
 		pthread_mutex_lock(&j->mu);
-		enum MHD_Result r = send_bytes(c, status, ctype, j->out ? j->out : "", j->out_len, 0);
+		enum MHD_Result r = send_bytes_job(c, status, ctype, j->out ? j->out : "", j->out_len, status == 503, j);
 		pthread_mutex_unlock(&j->mu);
 		sg_job_unref(j);
 		return r;
@@ -271,6 +366,7 @@ static enum MHD_Result run_job(struct MHD_Connection *c, server *s, sg_job *j)
 	}
 	MHD_add_response_header(r, "Content-Type", ctype);
 	MHD_add_response_header(r, "Cache-Control", "no-cache");
+	prefix_headers(r, j);
 	MHD_add_response_header(r, "Server", "saragossa");
 	enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
 	MHD_destroy_response(r);
@@ -279,14 +375,16 @@ static enum MHD_Result run_job(struct MHD_Connection *c, server *s, sg_job *j)
 
 /* ---- generation routes ---- */
 
-static int tokenize_prompt(const sg_srv_model *m, sg_srv_req *q, int32_t **ids, size_t *n, sg_srv_err *e)
+static int tokenize_prompt(const sg_srv_model *m, sg_srv_req *q, sg_agent_plan *plan, int32_t **ids, size_t *n,
+			   sg_srv_err *e)
 {
 	char *text = NULL;
 	size_t len = 0;
 	int add_special = 0;
 	sg_status st = SG_OK;
 	if (q->chat) {
-		st = sg_srv_model_chat_prompt(m, q->messages, q->tools, &text, &len);
+		st = sg_srv_model_chat_prompt(m, q->messages, q->tools, q->kwargs, &text, &len);
+		if (st == SG_OK) sg_agent_plan_prompt(plan, text, len);
 	} else if (q->prompt_ids) {
 		*ids = q->prompt_ids;
 		*n = q->n_prompt_ids;
@@ -302,7 +400,7 @@ static int tokenize_prompt(const sg_srv_model *m, sg_srv_req *q, int32_t **ids, 
 		json_t *msgs = json_array();
 		if (q->system) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", q->system));
 		json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", q->prompt));
-		st = sg_srv_model_chat_prompt(m, msgs, NULL, &text, &len);
+		st = sg_srv_model_chat_prompt(m, msgs, NULL, NULL, &text, &len);
 		json_decref(msgs);
 	} else {
 		text = sg_strdup(q->prompt ? q->prompt : "");
@@ -320,6 +418,11 @@ static int tokenize_prompt(const sg_srv_model *m, sg_srv_req *q, int32_t **ids, 
 	return 0;
 }
 
+static void release_job_model(sg_job *j)
+{
+	sg_pool_release(j->user, j->model);
+}
+
 static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, conn_req *cr)
 {
 	sg_srv_route route = cr->rt->route;
@@ -332,19 +435,27 @@ static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, co
 		return send_err(c, route, &e);
 	}
 	sg_srv_req *q = &j->req;
-	sg_srv_model *m = find_model(s, q->model);
+	enum MHD_Result mr;
+	sg_srv_model *m = acquire_model(c, s, route, q->model, &mr);
 	if (!m) {
-		enum MHD_Result r = unknown_model(c, s, route, q->model);
 		sg_job_unref(j);
-		return r;
+		return mr;
 	}
 	j->model = m;
-	const sg_srv_model_info *in = sg_srv_model_info_get(m);
-	if (q->json_format) {
+	j->user = s->pool;
+	j->on_free = release_job_model;
+	/* the prefix-cache session: the header, else the OpenAI `user` field */
+	const char *key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-saragossa-session");
+	if (!key || !*key) key = q->user;
+	if (key && *key && !(j->session = sg_strdup(key))) {
 		sg_job_unref(j);
-		return fail(c, route, 501, "not_implemented", sg_srv_route_is_ollama(route) ? "format" : "response_format", NULL,
-			    "JSON-constrained output (%s) is not available in this build yet",
-			    sg_srv_route_is_ollama(route) ? "format" : "response_format");
+		return fail(c, route, 500, "server_error", NULL, NULL, "out of memory");
+	}
+	const sg_srv_model_info *in = sg_srv_model_info_get(m);
+	if (q->note[0]) SG_INFO("serve: %s", q->note);
+	if (sg_agent_plan_make(m, q, &j->agent, &e)) {
+		sg_job_unref(j);
+		return send_err(c, route, &e);
 	}
 	/* Ollama's "load" request: no prompt, nothing to generate. */
 	if (sg_srv_route_is_ollama(route) && ((q->chat && !json_array_size(q->messages)) || (!q->chat && q->prompt && !*q->prompt))) {
@@ -356,7 +467,16 @@ static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, co
 		sg_job_unref(j);
 		return send_json(c, 200, o);
 	}
-	if (tokenize_prompt(m, q, &j->prompt, &j->n_prompt, &e)) {
+	if (route == SG_ROUTE_ANTHROPIC_COUNT) {
+		int32_t *ids = NULL;
+		size_t n = 0;
+		enum MHD_Result r = tokenize_prompt(m, q, NULL, &ids, &n, &e) ? send_err(c, route, &e)
+										: send_json(c, 200, json_pack("{s:I}", "input_tokens", (json_int_t)n));
+		sg_free(ids);
+		sg_job_unref(j);
+		return r;
+	}
+	if (tokenize_prompt(m, q, j->agent, &j->prompt, &j->n_prompt, &e)) {
 		sg_job_unref(j);
 		return send_err(c, route, &e);
 	}
@@ -373,7 +493,9 @@ static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, co
 		return r;
 	}
 	unsigned long id = atomic_fetch_add(&s->next_id, 1);
-	snprintf(j->id, sizeof j->id, "%s-%08lx%08lx", route == SG_ROUTE_OAI_CHAT ? "chatcmpl" : "cmpl", (unsigned long)time(NULL), id);
+	snprintf(j->id, sizeof j->id, "%s%08lx%08lx",
+		 route == SG_ROUTE_OAI_CHAT ? "chatcmpl-" : sg_srv_route_is_anthropic(route) ? "msg_" : "cmpl-",
+		 (unsigned long)time(NULL), id);
 	j->created = (int64_t)time(NULL);
 	j->run = sg_routes_run_generation;
 	return run_job(c, s, j);
@@ -388,15 +510,13 @@ static enum MHD_Result handle_tokenize(struct MHD_Connection *c, server *s, conn
 	sg_srv_err e;
 	sg_srv_req q;
 	enum MHD_Result r;
+	sg_srv_model *m = NULL;
 	if (sg_srv_parse_request(route, cr->body, cr->len, &lim, &q, &e)) {
 		r = send_err(c, route, &e);
 		goto out;
 	}
-	sg_srv_model *m = find_model(s, q.model);
-	if (!m) {
-		r = unknown_model(c, s, route, q.model);
-		goto out;
-	}
+	m = acquire_model(c, s, route, q.model, &r);
+	if (!m) goto out;
 	if (route == SG_ROUTE_TOKENIZE) {
 		int32_t *ids = NULL;
 		size_t n = 0;
@@ -422,6 +542,7 @@ static enum MHD_Result handle_tokenize(struct MHD_Connection *c, server *s, conn
 		r = send_json(c, 200, json_pack("{s:o}", "prompt", t));
 	}
 out:
+	sg_pool_release(s->pool, m);
 	sg_srv_req_free(&q);
 	return r;
 }
@@ -437,9 +558,10 @@ static enum MHD_Result handle_show(struct MHD_Connection *c, server *s, conn_req
 		json_decref(b);
 		return fail(c, SG_ROUTE_OLLAMA_SHOW, 400, NULL, "model", NULL, "'model' (a string) is required");
 	}
-	sg_srv_model *m = find_model(s, json_string_value(name));
-	enum MHD_Result r = m ? send_json(c, 200, sg_routes_ollama_show(m))
-			      : unknown_model(c, s, SG_ROUTE_OLLAMA_SHOW, json_string_value(name));
+	enum MHD_Result r;
+	sg_srv_model *m = acquire_model(c, s, SG_ROUTE_OLLAMA_SHOW, json_string_value(name), &r);
+	if (m) r = send_json(c, 200, sg_routes_ollama_show(m));
+	sg_pool_release(s->pool, m);
 	json_decref(b);
 	return r;
 }
@@ -450,17 +572,26 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, server *s, conn_req *c
 	case SG_ROUTE_HEALTH: {
 		int waiting, running;
 		sg_queue_stats(s->queue, &waiting, &running);
-		return send_json(c, 200, json_pack("{s:s,s:i,s:b,s:i}", "status", "ok", "models", s->n_models, "busy", running,
-						   "queued", waiting));
+		return send_json(c, 200, json_pack("{s:s,s:i,s:b,s:i,s:o}", "status", "ok", "models", sg_pool_count(s->pool), "busy",
+						   running, "queued", waiting, "pool", sg_pool_stats(s->pool)));
 	}
 	case SG_ROUTE_OAI_MODELS:
 		if (cr->model_id) {
-			sg_srv_model *m = find_model(s, cr->model_id);
-			return m ? send_json(c, 200, sg_routes_oai_model(m)) : unknown_model(c, s, SG_ROUTE_OAI_MODELS, cr->model_id);
+			json_t *all = sg_pool_oai_models(s->pool), *d;
+			size_t k;
+			json_array_foreach(json_object_get(all, "data"), k, d) {
+				if (!strcmp(json_string_value(json_object_get(d, "id")), cr->model_id)) {
+					json_incref(d);
+					json_decref(all);
+					return send_json(c, 200, d);
+				}
+			}
+			json_decref(all);
+			return unknown_model(c, s, SG_ROUTE_OAI_MODELS, cr->model_id);
 		}
-		return send_json(c, 200, sg_routes_oai_models(s->models, s->n_models));
-	case SG_ROUTE_OLLAMA_TAGS: return send_json(c, 200, sg_routes_ollama_tags(s->models, s->n_models, 0));
-	case SG_ROUTE_OLLAMA_PS: return send_json(c, 200, sg_routes_ollama_tags(s->models, s->n_models, 1));
+		return send_json(c, 200, sg_pool_oai_models(s->pool));
+	case SG_ROUTE_OLLAMA_TAGS: return send_json(c, 200, sg_pool_ollama_tags(s->pool, 0));
+	case SG_ROUTE_OLLAMA_PS: return send_json(c, 200, sg_pool_ollama_tags(s->pool, 1));
 	case SG_ROUTE_OLLAMA_VERSION: return send_json(c, 200, json_pack("{s:s}", "version", sg_version()));
 	case SG_ROUTE_OLLAMA_SHOW: return handle_show(c, s, cr);
 	case SG_ROUTE_OLLAMA_EMBED:
@@ -471,7 +602,9 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, server *s, conn_req *c
 	case SG_ROUTE_OAI_CHAT:
 	case SG_ROUTE_OAI_COMPLETIONS:
 	case SG_ROUTE_OLLAMA_CHAT:
-	case SG_ROUTE_OLLAMA_GENERATE: return handle_generation(c, s, cr);
+	case SG_ROUTE_OLLAMA_GENERATE:
+	case SG_ROUTE_ANTHROPIC_MESSAGES:
+	case SG_ROUTE_ANTHROPIC_COUNT: return handle_generation(c, s, cr);
 	case SG_ROUTE_NONE: break;
 	}
 	return fail(c, SG_ROUTE_NONE, 500, "server_error", NULL, NULL, "unrouted request");
@@ -507,10 +640,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 		}
 		sg_srv_route fr = path_match ? path_match->route : fallback_route(url);
 		if (l->auth && !(path_match && path_match->route == SG_ROUTE_HEALTH) &&
-		    !sg_server_auth_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"), s->o.api_key)) {
+		    !sg_server_auth_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"), s->o.api_key) &&
+		    !sg_server_api_key_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"), s->o.api_key)) {
 			cr->answered = 1;
 			return fail(c, fr, 401, "authentication_error", NULL, "invalid_api_key",
-				    "missing or wrong API key: send the header 'Authorization: Bearer <key>'");
+				    "missing or wrong API key: send the header 'Authorization: Bearer <key>' (or 'x-api-key: <key>')");
 		}
 		if (!path_match) {
 			cr->answered = 1;
@@ -536,15 +670,18 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 		*upload_size = 0;
 		if (cr->answered) return MHD_YES;
 		sg_srv_route route = cr->rt->route;
+		(void)route;
 		if (sg_time_ns() - cr->start_ns > (uint64_t)s->o.read_timeout_s * 1000000000ull) {
 			cr->answered = 1;
-			return fail(c, route, 408, "invalid_request_error", NULL, "request_timeout",
-				    "the request body did not arrive within %d s", s->o.read_timeout_s);
+			send_timeout(c, cr, s->o.read_timeout_s);
+			return MHD_NO;
 		}
 		if (cr->len + n > s->o.max_body) {
 			cr->answered = 1;
-			return fail(c, route, 413, "invalid_request_error", NULL, "request_too_large",
-				    "the request body is over the limit of %zu bytes (--max-body)", s->o.max_body);
+			char msg[128];
+			snprintf(msg, sizeof msg, "the request body is over the limit of %zu bytes (--max-body)", s->o.max_body);
+			send_raw_error(c, cr, 413, "Content Too Large", "request_too_large", msg);
+			return MHD_NO;
 		}
 		if (cr->len + n + 1 > cr->cap) {
 			size_t cap = cr->cap ? cr->cap : 4096;
@@ -564,10 +701,45 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 	return dispatch(c, s, cr);
 }
 
+/* An error written straight to the socket, for the moments libmicrohttpd cannot send a queued
+ * response: the body is still arriving (it would wait for the rest), or the connection is being
+ * closed for silence past the deadline. The caller then drops the connection. */
+static void send_raw_error(struct MHD_Connection *c, const conn_req *cr, int status, const char *reason, const char *code,
+			   const char *msg)
+{
+	sg_srv_err e;
+	sg_srv_err_set(&e, status, "invalid_request_error", NULL, "%s", msg);
+	snprintf(e.code, sizeof e.code, "%s", code);
+	json_t *o = sg_routes_error_body(cr->rt ? cr->rt->route : SG_ROUTE_NONE, &e);
+	char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	int fd = conn_fd(c);
+	if (body && fd >= 0) {
+		char buf[1024];
+		int n = snprintf(buf, sizeof buf,
+				 "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+				 "Connection: close\r\nServer: saragossa\r\n\r\n%s",
+				 status, reason, strlen(body), body);
+		if (n > 0 && (size_t)n < sizeof buf) {
+			ssize_t w = send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+			(void)w;
+		}
+	}
+	free(body);
+}
+
+static void send_timeout(struct MHD_Connection *c, const conn_req *cr, int timeout_s)
+{
+	char msg[96];
+	snprintf(msg, sizeof msg, "the request did not arrive within %d s", timeout_s);
+	send_raw_error(c, cr, 408, "Request Timeout", "request_timeout", msg);
+}
+
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
 	listener *l = cls;
 	conn_req *cr = *con_cls;
+	if (cr && toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED && !cr->answered) send_timeout(c, cr, l->srv->o.read_timeout_s);
 	if (cr) {
 		sg_free(cr->body);
 		sg_free(cr);
@@ -687,19 +859,8 @@ sg_status sg_server_run(const sg_server_opts *opts)
 		st = sg_error(SG_ERR_INVALID_ARG, "serve: no listener (give --socket PATH and/or --port N)");
 		goto out;
 	}
-	for (int i = 0; i < s->o.n_models; i++) {
-		for (int k = 0; k < i; k++)
-			if (!strcmp(s->o.models[k].name, s->o.models[i].name)) {
-				st = sg_error(SG_ERR_INVALID_ARG, "serve: model name '%s' is given twice", s->o.models[i].name);
-				goto out;
-			}
-		SG_INFO("serve: loading %s from %s", s->o.models[i].name, s->o.models[i].path);
-		if ((st = sg_srv_model_load(s->o.models[i].name, s->o.models[i].path, s->o.n_ctx, &s->models[i]))) {
-			sg_error_wrap(st, "serve: model '%s'", s->o.models[i].name);
-			goto out;
-		}
-		s->n_models++;
-	}
+	if ((st = sg_pool_new(s->o.models, s->o.n_models, s->o.n_ctx, !s->o.no_prefix_cache, &s->pool))) goto out;
+	if ((st = sg_pool_load_initial(s->pool))) goto out;
 	if (pipe2(stop_pipe, O_CLOEXEC)) {
 		st = sg_error(SG_ERR_IO, "serve: pipe: %s", strerror(errno));
 		goto out;
@@ -742,7 +903,7 @@ out:
 		close(s->unix_fd);
 		unlink(s->o.socket_path);
 	}
-	for (int i = 0; i < s->n_models; i++) sg_srv_model_free(s->models[i]);
+	sg_pool_free(s->pool);
 	for (int i = 0; i < 2; i++)
 		if (stop_pipe[i] >= 0) close(stop_pipe[i]), stop_pipe[i] = -1;
 	sg_free(s);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "server/agent.h"
 
 sg_job *sg_job_new(void)
 {
@@ -20,6 +21,8 @@ sg_job *sg_job_new(void)
 	}
 	pthread_mutex_init(&j->mu, NULL);
 	j->refs = 1;
+	j->reused_prefix = -1;
+	j->prefix_miss = -1;
 	return j;
 }
 
@@ -37,10 +40,13 @@ void sg_job_unref(sg_job *j)
 	int left = --j->refs;
 	pthread_mutex_unlock(&j->mu);
 	if (left) return;
+	if (j->on_free) j->on_free(j);
+	sg_free(j->session);
 	close(j->evfd);
 	pthread_mutex_destroy(&j->mu);
 	sg_free(j->out);
 	sg_free(j->prompt);
+	sg_agent_plan_free(j->agent);
 	sg_srv_req_free(&j->req);
 	sg_free(j);
 }

@@ -38,8 +38,18 @@ struct sg_job {
 	size_t n_prompt;
 	char id[40];              /* "chatcmpl-..." */
 	int64_t created;
+	struct sg_agent_plan *agent; /* constraint, reasoning and tool-call plan, or NULL */
 	sg_job_fn run;
 	sg_job *next;
+	/* prefix cache: the session key (header or request field, may be NULL), and what the
+	 * worker reports in the response headers (set before the status is) */
+	char *session;
+	long reused_prefix;       /* tokens restored from the cache; -1 = no header */
+	long prefix_miss;         /* token where the prompt left the best cached chain; -1 = none */
+	/* owner hooks: on_free runs when the last reference goes (releases the model) */
+	void (*on_free)(sg_job *j);
+	void *user;
+	int user_i;
 };
 
 /* A new job with one reference (the caller's). NULL when out of memory. */

@@ -9,14 +9,19 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "engine/lm.h"
 #include "base/json.h"
+#include "base/log.h"
+#include "server/pool.h"
 
 #if __has_include("text/tokenizer.h") && __has_include("text/chat_template.h") && __has_include("engine/session.h")
 #define SG_SERVER_HAVE_MODELS 1
 #include "engine/session.h"
 #include "models/model.h"
 #include "text/chat_template.h"
+#include "text/token_trie.h"
 #include "text/tokenizer.h"
+#include "text/toolcall.h"
 #else
 #define SG_SERVER_HAVE_MODELS 0
 #endif
@@ -30,13 +35,25 @@ struct sg_srv_model {
 	sg_gen_model ops;
 	sg_gen_detok dt_ops;
 	sg_gen_state state;
+	sg_srv_model_agent agent;
 #if SG_SERVER_HAVE_MODELS
+	sg_token_trie *trie; /* lazily built by the worker */
+	uint8_t **tok_bytes; /* [n_vocab] each token's output bytes */
+	uint32_t *tok_len;   /* [n_vocab] */
 	sg_model *model;
 	sg_session *session;
 	sg_tokenizer *tok;
 	sg_chat_template *tmpl;
 	sg_detok *detok;
 #endif
+	struct sg_pool *pool;     /* prefix cache + memory guard; NULL: none */
+	int pc_armed;             /* the running prefill snapshots block boundaries */
+	uint8_t pc_root[32];      /* its chain root */
+	const int32_t *pc_prompt; /* [pc_n] its prompt (borrowed) */
+	size_t pc_n;
+	int live_ok;              /* the live state belongs to live_root's session */
+	uint8_t live_root[32];
+	size_t kv_high;           /* highest position ever evaluated (KV rows past it untouched) */
 };
 
 const sg_srv_model_info *sg_srv_model_info_get(const sg_srv_model *m)
@@ -48,6 +65,11 @@ const int32_t *sg_srv_model_eos(const sg_srv_model *m, size_t *n)
 {
 	*n = m->n_eos;
 	return m->eos;
+}
+
+const sg_srv_model_agent *sg_srv_model_agent_get(const sg_srv_model *m)
+{
+	return &m->agent;
 }
 
 sg_gen_state *sg_srv_model_state(sg_srv_model *m)
@@ -73,14 +95,58 @@ static uint64_t path_bytes(const char *path)
 	return total;
 }
 
+void sg_srv_model_bind(sg_srv_model *m, struct sg_pool *pool)
+{
+	m->pool = pool;
+}
+
 #if SG_SERVER_HAVE_MODELS
+
+/* Takes the block snapshot that ends at position `end` (the session is there) into the cache,
+ * unless it is cached already or the memory guard has no room for it: a block is an
+ * optimisation, never a reason to fail the request. */
+static void snapshot_block(sg_srv_model *m, size_t end)
+{
+	sg_prefix_cache *pc = sg_pool_prefix_cache(m->pool);
+	size_t B = (size_t)sg_pc_block_tokens(pc), b = end / B - 1;
+	if (sg_pc_contains(pc, m, m->pc_root, m->pc_prompt, b)) return;
+	sg_mem_evictor ev[2];
+	int n_ev = sg_pool_evictors(m->pool, m, ev);
+	if (sg_memguard_reserve(sg_pool_guard(m->pool), "a prefix-cache block", sg_session_block_bytes(m->session, (int)B), ev,
+				n_ev)) {
+		SG_DEBUG("serve: block %zu not cached: %s", b, sg_last_error());
+		return;
+	}
+	sg_snapshot *snap = NULL;
+	if (sg_session_snapshot_range(m->session, (int)(end - B), &snap)) {
+		SG_DEBUG("serve: block %zu not cached: %s", b, sg_last_error());
+		return;
+	}
+	if (sg_pc_insert(pc, m, m->pc_root, m->pc_prompt, b, snap, sg_snapshot_bytes(snap), NULL))
+		SG_DEBUG("serve: block %zu not cached: %s", b, sg_last_error());
+}
 
 static sg_status op_eval(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
 {
 	sg_srv_model *m = self;
 	if ((size_t)sg_session_position(m->session) != n_past)
 		return sg_error(SG_ERR_INTERNAL, "serve: session at %d, the loop expects %zu", sg_session_position(m->session), n_past);
-	sg_status s = sg_session_eval(m->session, t, (int)n, NULL);
+	/* The prefill runs in pieces that end on block boundaries, whatever the loop's chunks and
+	 * whether the cache is on or off: a cold run, a run restored at a boundary and a run
+	 * without the cache evaluate the same pieces (a linear-attention layer's chunked arithmetic
+	 * depends on them), and with the cache armed each boundary's state is copied as it is
+	 * reached. */
+	size_t B = m->pool ? (size_t)sg_pool_block_tokens(m->pool) : 0;
+	sg_status s = SG_OK;
+	for (size_t done = 0, pos = n_past; done < n && !s;) {
+		size_t c = n - done;
+		if (B && pos + c > (pos / B + 1) * B) c = (pos / B + 1) * B - pos;
+		s = sg_session_eval(m->session, t + done, (int)c, NULL);
+		done += c;
+		pos += c;
+		if (!s && m->pc_armed && pos % B == 0 && pos <= m->pc_n) snapshot_block(m, pos);
+	}
+	if ((size_t)sg_session_position(m->session) > m->kv_high) m->kv_high = (size_t)sg_session_position(m->session);
 	if (s) return s;
 	const float *l = sg_session_logits(m->session);
 	if (!l) return sg_error(SG_ERR_INTERNAL, "serve: no logits after eval");
@@ -88,19 +154,105 @@ static sg_status op_eval(void *self, const int32_t *t, size_t n, size_t n_past, 
 	return SG_OK;
 }
 
-/* Rolls the session back to its first keep tokens. Attention caches only need the position
- * moved back (rows past it are never read, and are overwritten by the next eval); a sliding-window
- * ring that has wrapped has lost rows the shorter prefix needs, so it cannot. */
+/* Rolls the session back to its first keep tokens (sg_session_truncate says when it cannot). */
 static sg_status op_truncate(void *self, size_t keep)
 {
 	sg_srv_model *m = self;
-	sg_session *s = m->session;
-	if (keep > (size_t)s->n_past) return sg_error(SG_ERR_INVALID_ARG, "truncate to %zu past position %d", keep, s->n_past);
-	for (int l = 0; l < s->m->desc.n_layer; l++)
-		if (s->fs.kv[l].ring && s->n_past > s->fs.kv[l].rows) return SG_ERR_UNSUPPORTED;
-	s->n_past = (int)keep;
-	s->has_last = 0;
+	if (keep > (size_t)INT32_MAX) return sg_error(SG_ERR_INVALID_ARG, "truncate to %zu", keep);
+	return sg_session_truncate(m->session, (int)keep);
+}
+
+static sg_status set_history(sg_gen_state *st, const int32_t *t, size_t n)
+{
+	if (n > st->cap) {
+		size_t cap = st->cap ? st->cap : 256;
+		while (cap < n) cap *= 2;
+		int32_t *nt = sg_realloc(st->tokens, cap * sizeof *nt);
+		if (!nt) return SG_FAIL(SG_ERR_NOMEM, "token history of %zu entries", cap);
+		st->tokens = nt;
+		st->cap = cap;
+	}
+	memcpy(st->tokens, t, n * sizeof *t);
+	st->n = n;
 	return SG_OK;
+}
+
+sg_status sg_srv_model_prefix_begin(sg_srv_model *m, const uint8_t root[32], const int32_t *prompt, size_t n, size_t *reused,
+				    long *diverged)
+{
+	*reused = 0;
+	*diverged = -1;
+	m->pc_armed = 0;
+	sg_prefix_cache *pc = m->pool ? sg_pool_prefix_cache(m->pool) : NULL;
+	if (!pc || n < 1) {
+		/* no cache: every prompt is prefilled whole (exact reproducibility, and the baseline) */
+		m->live_ok = 0;
+		return sg_gen_state_reset(&m->state);
+	}
+	size_t B = (size_t)sg_pc_block_tokens(pc);
+	sg_pc_match mt;
+	/* at least the last prompt token is evaluated: its logits give the first answer token */
+	sg_status st = sg_pc_lookup(pc, m, root, prompt, n - 1, &mt);
+	if (st) return st;
+	size_t K = mt.n_blocks * B;
+	*diverged = mt.diverged_at;
+	int done = 0;
+	/* The live state of the same session may hold more than the blocks (the last answer's
+	 * tokens, a partial block): rolling back to the common prefix reuses all of it. For
+	 * attention-only models the CPU forward gives bit-identical rows whatever the chunking,
+	 * decode steps included (tested in tests/unit/test_prefix_cache.c), so this changes no
+	 * output. A recurrent state was advanced by the answer's decode steps, whose arithmetic
+	 * differs from a prefill's: those models reuse blocks only. Another session's live state is
+	 * never reused: only its own blocks are. */
+	size_t live = sg_gen_common_prefix(&m->state, prompt, n);
+	if (live >= n) live = n - 1;
+	if (sg_session_has_recurrent_state(m->session)) live = 0;
+	if (live && live >= K && m->live_ok && !memcmp(m->live_root, root, 32) && op_truncate(m, live) == SG_OK) {
+		m->state.n = live;
+		K = live;
+		done = 1;
+	}
+	if (!done) {
+		if ((st = sg_gen_state_reset(&m->state))) goto out;
+		size_t i = 0;
+		while (i < mt.n_blocks && sg_session_restore_range(m->session, mt.payloads[i]) == SG_OK) i++;
+		if (i < mt.n_blocks || set_history(&m->state, prompt, K)) {
+			SG_WARN("serve: prefix restore stopped at block %zu of %zu: %s; prefilling the whole prompt", i, mt.n_blocks,
+				sg_last_error());
+			K = 0;
+			if ((st = sg_gen_state_reset(&m->state))) goto out;
+		}
+	}
+	memcpy(m->pc_root, root, 32);
+	m->pc_prompt = prompt;
+	m->pc_n = n;
+	m->pc_armed = 1;
+	*reused = K;
+out:
+	sg_pc_match_free(&mt);
+	return st;
+}
+
+void sg_srv_model_prefix_end(sg_srv_model *m)
+{
+	if (m->pc_armed) {
+		m->live_ok = 1;
+		memcpy(m->live_root, m->pc_root, 32);
+	}
+	m->pc_armed = 0;
+	m->pc_prompt = NULL;
+}
+
+sg_status sg_srv_model_reserve_tokens(sg_srv_model *m, size_t n_total)
+{
+	if (n_total > (size_t)m->info.n_ctx) n_total = (size_t)m->info.n_ctx;
+	if (!m->pool || n_total <= m->kv_high) return SG_OK;
+	size_t per = sg_session_block_bytes(m->session, 1) - sg_session_block_bytes(m->session, 0);
+	sg_mem_evictor ev[2];
+	int n_ev = sg_pool_evictors(m->pool, m, ev);
+	char what[200];
+	snprintf(what, sizeof what, "the KV cache rows of positions %zu..%zu", m->kv_high, n_total);
+	return sg_memguard_reserve(sg_pool_guard(m->pool), what, (uint64_t)(n_total - m->kv_high) * per, ev, n_ev);
 }
 
 static sg_status op_reset(void *self)
@@ -161,15 +313,7 @@ static void find_eos(sg_srv_model *m, const char *path)
 	}
 }
 
-/* Gemma's turn format, for Gemma files that carry no template (the GGUF conversions of the
- * base models often do not): a system message is folded into the first user turn. */
-static const char GEMMA_TEMPLATE[] =
-	"{{ bos_token }}"
-	"{% if messages[0]['role'] == 'system' %}{% set first = messages[0]['content'] + '\n\n' %}"
-	"{% set rest = messages[1:] %}{% else %}{% set first = '' %}{% set rest = messages %}{% endif %}"
-	"{% for m in rest %}<start_of_turn>{% if m['role'] == 'assistant' %}model{% else %}user{% endif %}\n"
-	"{% if loop.first %}{{ first }}{% endif %}{{ m['content'] | trim }}<end_of_turn>\n{% endfor %}"
-	"{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
+/* Gemma files without a template get Gemma's turn format: sg_lm_gemma_template (engine/lm.h). */
 
 /* A model without a chat template of its own: Gemma files get Gemma's turn format; others have
  * none (completions still work, chat answers 400 naming the problem). */
@@ -181,9 +325,133 @@ static sg_status fallback_template(const sg_model *model, const sg_tokenizer *to
 	size_t n = 0;
 	const char *bos = sg_tokenizer_token(tok, sg_tokenizer_bos(tok), &n);
 	json_t *special = json_pack("{s:s%}", "bos_token", bos ? bos : "", bos ? n : 0);
-	sg_status s = sg_chat_template_from_source(GEMMA_TEMPLATE, sizeof GEMMA_TEMPLATE - 1, special, out);
+	sg_status s = sg_chat_template_from_source(sg_lm_gemma_template, strlen(sg_lm_gemma_template), special, out);
 	json_decref(special);
 	return s;
+}
+
+/* The tool-call syntax: render an assistant turn holding one call with the model's own template
+ * and look at how it came out. A template that cannot render a call (or has none) falls back
+ * on the vocabulary's markers, then on Hermes (the most common, and what ChatML models learn). */
+static int find_syntax(const sg_srv_model *m)
+{
+	int syn = SG_TC_HERMES;
+	if (sg_tokenizer_token_id(m->tok, "[TOOL_CALLS]", 12) >= 0) syn = SG_TC_MISTRAL;
+	else if (sg_tokenizer_token_id(m->tok, "<|python_tag|>", 14) >= 0) syn = SG_TC_LLAMA3;
+	else if (sg_tokenizer_token_id(m->tok, "<|tool_call>", 12) >= 0) syn = SG_TC_GEMMA4;
+	else if (!strncmp(m->info.arch, "gemma3", 6)) syn = SG_TC_GEMMA3;
+	if (!m->tmpl) return syn;
+	json_t *msgs = json_pack("[{s:s,s:s},{s:s,s:s,s:[{s:s,s:s,s:{s:s,s:{s:i}}}]},{s:s,s:s,s:s}]", "role", "user", "content",
+				 "x", "role", "assistant", "content", "", "tool_calls", "id", "call_0", "type", "function",
+				 "function", "name", "probe_fn", "arguments", "a", 1, "role", "tool", "tool_call_id", "call_0",
+				 "content", "1");
+	json_t *tools = json_pack("[{s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s}}}}}]", "type", "function", "function", "name",
+				  "probe_fn", "description", "probe", "parameters", "type", "object", "properties", "a", "type",
+				  "integer");
+	char *out = NULL;
+	size_t n = 0;
+	sg_chat_params p = {.messages = msgs, .tools = tools, .add_generation_prompt = 1};
+	if (msgs && tools && sg_chat_template_render(m->tmpl, &p, &out, &n) == SG_OK) {
+		if (strstr(out, "<function=probe_fn>")) syn = SG_TC_QWEN_XML;
+		else if (strstr(out, "<tool_call>")) syn = SG_TC_HERMES;
+		else if (strstr(out, "[TOOL_CALLS]")) syn = SG_TC_MISTRAL;
+		else if (strstr(out, "<|tool_call>")) syn = SG_TC_GEMMA4;
+		else if (strstr(out, "\"parameters\"") && strstr(out, "probe_fn")) syn = SG_TC_LLAMA3;
+	}
+	sg_free(out);
+	json_decref(msgs);
+	json_decref(tools);
+	return syn;
+}
+
+static void find_agent(sg_srv_model *m)
+{
+	m->agent.syntax = find_syntax(m);
+	m->agent.think_end_id = -1;
+	m->agent.think_start_id = -1;
+	if (sg_tokenizer_token_id(m->tok, "<think>", 7) >= 0 && sg_tokenizer_token_id(m->tok, "</think>", 8) >= 0) {
+		snprintf(m->agent.think_start, sizeof m->agent.think_start, "<think>");
+		snprintf(m->agent.think_end, sizeof m->agent.think_end, "</think>");
+		m->agent.think_end_id = sg_tokenizer_token_id(m->tok, "</think>", 8);
+		m->agent.think_start_id = sg_tokenizer_token_id(m->tok, "<think>", 7);
+	}
+}
+
+/* Token i's output bytes, as they appear inside a text: decoded after a reference token (so a
+ * SentencePiece word-start space is kept, which decoding a first token strips), byte tokens
+ * <0xXX> as their byte (a lone byte would decode to U+FFFD). */
+static sg_status token_output_bytes(const sg_tokenizer *t, int32_t ref, const char *ref_text, size_t ref_len, int32_t id,
+				    uint8_t **out, uint32_t *len)
+{
+	size_t sl = 0;
+	const char *sp = sg_tokenizer_token(t, id, &sl);
+	*out = NULL;
+	*len = 0;
+	if (sp && sl == 6 && !memcmp(sp, "<0x", 3) && sp[5] == '>') {
+		unsigned v;
+		char hex[3] = {sp[3], sp[4], 0};
+		if (sscanf(hex, "%2x", &v) == 1) {
+			*out = sg_malloc(1);
+			if (!*out) return SG_FAIL(SG_ERR_NOMEM, "token bytes");
+			**out = (uint8_t)v;
+			*len = 1;
+			return SG_OK;
+		}
+	}
+	int32_t ids[2] = {ref, id};
+	char *s = NULL;
+	size_t n = 0;
+	sg_status st = sg_tokenizer_decode(t, ids, 2, 0, &s, &n);
+	if (st) return st;
+	size_t skip = n >= ref_len && !memcmp(s, ref_text, ref_len) ? ref_len : 0;
+	*len = (uint32_t)(n - skip);
+	*out = sg_malloc(*len + 1);
+	if (*out) memcpy(*out, s + skip, *len);
+	sg_free(s);
+	return *out ? SG_OK : SG_FAIL(SG_ERR_NOMEM, "token bytes");
+}
+
+sg_status sg_srv_model_trie(sg_srv_model *m, const sg_token_trie **trie, const uint8_t *const **tok, const uint32_t **len)
+{
+	if (!m->trie) {
+		int32_t nv = m->info.n_vocab;
+		m->tok_bytes = sg_calloc((size_t)nv, sizeof *m->tok_bytes);
+		m->tok_len = sg_calloc((size_t)nv, sizeof *m->tok_len);
+		int *special = sg_malloc((size_t)nv * sizeof *special);
+		int n_special = 0;
+		sg_status st = m->tok_bytes && m->tok_len && special ? SG_OK : SG_FAIL(SG_ERR_NOMEM, "vocabulary table");
+		/* The reference: a plain letter token. */
+		int32_t ref = sg_tokenizer_token_id(m->tok, "a", 1);
+		char *ref_text = NULL;
+		size_t ref_len = 0;
+		if (st == SG_OK && ref >= 0) st = sg_tokenizer_decode(m->tok, &ref, 1, 0, &ref_text, &ref_len);
+		for (int32_t i = 0; st == SG_OK && i < nv; i++) {
+			if (sg_tokenizer_is_special(m->tok, i) || !sg_tokenizer_token(m->tok, i, &(size_t){0})) {
+				special[n_special++] = i;
+				continue;
+			}
+			if (ref >= 0) st = token_output_bytes(m->tok, ref, ref_text, ref_len, i, &m->tok_bytes[i], &m->tok_len[i]);
+			else {
+				char *s = NULL;
+				size_t n = 0;
+				st = sg_tokenizer_decode(m->tok, &i, 1, 0, &s, &n);
+				m->tok_bytes[i] = (uint8_t *)s;
+				m->tok_len[i] = (uint32_t)n;
+			}
+		}
+		sg_free(ref_text);
+		int eot[MAX_EOS];
+		for (size_t i = 0; i < m->n_eos; i++) eot[i] = m->eos[i];
+		if (st == SG_OK)
+			st = sg_token_trie_build((const uint8_t *const *)m->tok_bytes, m->tok_len, nv, special, n_special, eot,
+						 (int)m->n_eos, &m->trie);
+		sg_free(special);
+		if (st) return st;
+	}
+	*trie = m->trie;
+	*tok = (const uint8_t *const *)m->tok_bytes;
+	*len = m->tok_len;
+	return SG_OK;
 }
 
 sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, sg_srv_model **out)
@@ -216,6 +484,8 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, s
 	m->info.n_ctx = sg_session_n_ctx(m->session);
 	m->info.n_vocab = sg_model_n_vocab(m->model);
 	find_eos(m, path);
+	snprintf(m->info.arch, sizeof m->info.arch, "%s", sg_model_arch(m->model));
+	find_agent(m);
 	m->ops = (sg_gen_model){.self = m, .n_vocab = m->info.n_vocab, .n_ctx = m->info.n_ctx, .eval = op_eval,
 				.truncate = op_truncate, .reset = op_reset};
 	m->dt_ops = (sg_gen_detok){.self = m, .push = dt_push, .flush = dt_flush, .reset = dt_reset};
@@ -231,6 +501,11 @@ void sg_srv_model_free(sg_srv_model *m)
 {
 	if (!m) return;
 	sg_gen_state_free(&m->state);
+	sg_token_trie_free(m->trie);
+	if (m->tok_bytes)
+		for (int32_t i = 0; i < m->info.n_vocab; i++) sg_free(m->tok_bytes[i]);
+	sg_free(m->tok_bytes);
+	sg_free(m->tok_len);
 	sg_detok_free(m->detok);
 	sg_chat_template_free(m->tmpl);
 	sg_tokenizer_free(m->tok);
@@ -239,11 +514,12 @@ void sg_srv_model_free(sg_srv_model *m)
 	sg_free(m);
 }
 
-sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools, char **out, size_t *len)
+sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools, const json_t *kwargs,
+				   char **out, size_t *len)
 {
 	if (!m->tmpl)
 		return sg_error(SG_ERR_NOT_FOUND, "model '%s' has no chat template: use /v1/completions (or raw: true)", m->info.name);
-	sg_chat_params p = {.messages = messages, .tools = tools, .add_generation_prompt = 1};
+	sg_chat_params p = {.messages = messages, .tools = tools, .kwargs = kwargs, .add_generation_prompt = 1};
 	return sg_chat_template_render(m->tmpl, &p, out, len);
 }
 
@@ -275,6 +551,17 @@ sg_status sg_srv_model_token_bytes(const sg_srv_model *m, int32_t id, char **out
 
 #else /* the model forward, tokenizer or chat template is not in this build */
 
+sg_status sg_srv_model_prefix_begin(sg_srv_model *m, const uint8_t root[32], const int32_t *prompt, size_t n, size_t *reused,
+				    long *diverged)
+{
+	*reused = 0;
+	*diverged = -1;
+	return SG_OK;
+}
+
+void sg_srv_model_prefix_end(sg_srv_model *m) {}
+sg_status sg_srv_model_reserve_tokens(sg_srv_model *m, size_t n_total) { return SG_OK; }
+
 sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, sg_srv_model **out)
 {
 	(void)path_bytes;
@@ -287,9 +574,16 @@ void sg_srv_model_free(sg_srv_model *m)
 	sg_free(m);
 }
 
-sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools, char **out, size_t *len)
+sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools, const json_t *kwargs,
+				   char **out, size_t *len)
 {
 	return sg_error(SG_ERR_UNSUPPORTED, "no chat templates in this build");
+}
+
+sg_status sg_srv_model_trie(sg_srv_model *m, const struct sg_token_trie **trie, const uint8_t *const **tok,
+			    const uint32_t **len)
+{
+	return sg_error(SG_ERR_UNSUPPORTED, "no tokenizer in this build");
 }
 
 sg_status sg_srv_model_tokenize(const sg_srv_model *m, const char *text, size_t len, int add_special, int32_t **ids, size_t *n)

@@ -1,5 +1,6 @@
-/* A model as the server serves it: weights, tokenizer, chat template and one conversation state
- * (the single inference worker owns it), bound to the generation loop.
+/* A model as the server serves it: the engine's model binding (engine/lm.h: weights, tokenizer,
+ * chat template and one conversation state, which the single inference worker owns) plus the
+ * facts the API routes report.
  *
  * Thread rules: info, tokenize, detokenize, token_text and chat_prompt only read immutable data
  * and may run on any connection thread; state and detok belong to the inference worker. */
@@ -35,9 +36,27 @@ void sg_srv_model_free(sg_srv_model *m);
 const sg_srv_model_info *sg_srv_model_info_get(const sg_srv_model *m);
 
 /* Renders messages (and tools, may be NULL) with the model's chat template, generation prompt
- * appended. *out: heap string (sg_free). SG_ERR_NOT_FOUND when the model has no template. */
-sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools, char **out,
-				   size_t *len);
+ * appended; kwargs (an object, may be NULL) are extra template variables (enable_thinking...).
+ * *out: heap string (sg_free). SG_ERR_NOT_FOUND when the model has no template. */
+sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools,
+				   const json_t *kwargs, char **out, size_t *len);
+
+/* What the agent machinery needs to know of a model, found at load: its tool-call syntax (from
+ * how its template renders a call) and its reasoning markers (from its vocabulary). */
+typedef struct sg_srv_model_agent {
+	int syntax;          /* an sg_toolcall_syntax */
+	char think_start[16]; /* "<think>", or "" when the model does not reason */
+	char think_end[16];  /* "</think>" */
+	int32_t think_start_id; /* the start marker as one token, or -1 */
+	int32_t think_end_id; /* the end marker as one token, or -1 */
+} sg_srv_model_agent;
+const sg_srv_model_agent *sg_srv_model_agent_get(const sg_srv_model *m);
+
+/* struct sg_token_trie of the vocabulary, built on first use (inference worker only; ~n_vocab
+ * decodes). tok/len give each token's output bytes (the bytes the grammar is advanced with). */
+struct sg_token_trie;
+sg_status sg_srv_model_trie(sg_srv_model *m, const struct sg_token_trie **trie, const uint8_t *const **tok,
+			    const uint32_t **len);
 
 /* Text -> ids (*ids heap, sg_free). add_special: BOS etc. as the tokenizer's config says; a
  * templated chat prompt already spells them, so it is encoded without. */
@@ -50,6 +69,28 @@ sg_status sg_srv_model_token_bytes(const sg_srv_model *m, int32_t id, char **out
 
 /* End-of-sequence / end-of-turn ids. */
 const int32_t *sg_srv_model_eos(const sg_srv_model *m, size_t *n);
+
+/* ---- prefix cache and memory guard (worker only) ---- */
+
+struct sg_pool;
+/* Ties the model to the pool whose prefix cache and memory guard it uses (NULL: neither). */
+void sg_srv_model_bind(sg_srv_model *m, struct sg_pool *pool);
+
+/* Before a generation of prompt[0..n) under the session root: puts the conversation state at
+ * the longest reusable prefix (< n): the live state's common prefix when the live state is this
+ * session's and reaches at least as far, else the deepest block boundary k*B whose whole chain
+ * is cached (restored); with the cache off, resets the state (every prompt is prefilled
+ * whole). Arms the prefill to snapshot
+ * each new block boundary at or before n into the cache. *reused: tokens not to prefill;
+ * *diverged: the token where the prompt left the best cached chain, or -1. prompt must stay
+ * valid until sg_srv_model_prefix_end. */
+sg_status sg_srv_model_prefix_begin(sg_srv_model *m, const uint8_t root[32], const int32_t *prompt, size_t n, size_t *reused,
+				    long *diverged);
+/* After the generation (whatever its outcome): disarms the snapshots. */
+void sg_srv_model_prefix_end(sg_srv_model *m);
+/* Asks the memory guard for the KV rows a generation reaching n_total positions will touch
+ * for the first time. SG_ERR_NOMEM (message with the numbers) when they do not fit. */
+sg_status sg_srv_model_reserve_tokens(sg_srv_model *m, size_t n_total);
 
 /* The worker's conversation state and streaming detokenizer. */
 sg_gen_state *sg_srv_model_state(sg_srv_model *m);

@@ -17,6 +17,11 @@ int sg_srv_route_is_ollama(sg_srv_route r)
 	return r >= SG_ROUTE_OLLAMA_CHAT && r <= SG_ROUTE_OLLAMA_EMBED;
 }
 
+int sg_srv_route_is_anthropic(sg_srv_route r)
+{
+	return r == SG_ROUTE_ANTHROPIC_MESSAGES || r == SG_ROUTE_ANTHROPIC_COUNT;
+}
+
 int sg_srv_err_set(sg_srv_err *e, int status, const char *type, const char *param, const char *fmt, ...)
 {
 	e->status = status;
@@ -41,6 +46,9 @@ void sg_srv_req_free(sg_srv_req *r)
 	sg_free(r->bias);
 	for (size_t i = 0; i < r->n_stop; i++) sg_free(r->stop[i]);
 	sg_free(r->user);
+	json_decref(r->schema);
+	sg_free(r->tool_name);
+	json_decref(r->kwargs);
 	memset(r, 0, sizeof *r);
 }
 
@@ -214,6 +222,132 @@ static int flatten_content(json_t *msg, size_t idx, sg_srv_err *err)
 	return 0;
 }
 
+/* An assistant message's tool_calls: OpenAI sends each call's arguments as a JSON string;
+ * templates index into them (arguments.items(), | tojson), so a string holding a JSON object is
+ * replaced by the object, as the reference servers do before templating. */
+static int normalize_tool_calls(json_t *msg, size_t idx, sg_srv_err *err)
+{
+	json_t *tc = json_object_get(msg, "tool_calls");
+	char name[96];
+	snprintf(name, sizeof name, "messages[%zu].tool_calls", idx);
+	if (!tc || json_is_null(tc)) return 0;
+	if (!json_is_array(tc)) return wrong_type(err, name, "an array", tc);
+	size_t i;
+	json_t *c;
+	json_array_foreach(tc, i, c) {
+		snprintf(name, sizeof name, "messages[%zu].tool_calls[%zu]", idx, i);
+		if (!json_is_object(c)) return wrong_type(err, name, "an object", c);
+		json_t *f = json_object_get(c, "function");
+		snprintf(name, sizeof name, "messages[%zu].tool_calls[%zu].function", idx, i);
+		if (!json_is_object(f)) return wrong_type(err, name, "an object", f ? f : json_null());
+		snprintf(name, sizeof name, "messages[%zu].tool_calls[%zu].function.name", idx, i);
+		if (!json_is_string(json_object_get(f, "name")))
+			return wrong_type(err, name, "a string", json_object_get(f, "name") ? json_object_get(f, "name") : json_null());
+		json_t *a = json_object_get(f, "arguments");
+		if (json_is_string(a)) {
+			json_t *o = json_loadb(json_string_value(a), json_string_length(a), 0, NULL);
+			if (json_is_object(o)) json_object_set_new(f, "arguments", o);
+			else json_decref(o);
+		}
+	}
+	return 0;
+}
+
+/* tools: [{"type": "function", "function": {"name", "description", "parameters"}}]. */
+static int parse_tools(json_t *tools, sg_srv_req *r, sg_srv_err *err)
+{
+	if (!tools || json_is_null(tools)) return 0;
+	if (!json_is_array(tools)) return wrong_type(err, "tools", "an array", tools);
+	size_t i;
+	json_t *t;
+	json_array_foreach(tools, i, t) {
+		char name[64];
+		snprintf(name, sizeof name, "tools[%zu]", i);
+		if (!json_is_object(t)) return wrong_type(err, name, "an object", t);
+		json_t *f = json_object_get(t, "function");
+		snprintf(name, sizeof name, "tools[%zu].function", i);
+		if (!json_is_object(f)) return wrong_type(err, name, "an object", f ? f : json_null());
+		snprintf(name, sizeof name, "tools[%zu].function.name", i);
+		json_t *n = json_object_get(f, "name");
+		if (!json_is_string(n) || !json_string_length(n)) return wrong_type(err, name, "a non-empty string", n ? n : json_null());
+		json_t *pa = json_object_get(f, "parameters");
+		snprintf(name, sizeof name, "tools[%zu].function.parameters", i);
+		if (pa && !json_is_null(pa) && !json_is_object(pa)) return wrong_type(err, name, "an object (a JSON Schema)", pa);
+	}
+	if (json_array_size(tools)) r->tools = json_incref(tools);
+	return 0;
+}
+
+/* tool_choice: "auto" | "none" | "required" | {"type": "function", "function": {"name"}}. */
+static int parse_tool_choice(const json_t *b, sg_srv_req *r, sg_srv_err *err)
+{
+	json_t *tc = json_object_get(b, "tool_choice");
+	r->parallel_tools = 1;
+	TRY(get_bool(b, "parallel_tool_calls", "parallel_tool_calls", &r->parallel_tools, err));
+	if (!tc || json_is_null(tc)) return 0;
+	const char *name = NULL;
+	if (json_is_string(tc)) {
+		const char *v = json_string_value(tc);
+		if (!strcmp(v, "auto")) r->tool_choice = SG_TOOLS_AUTO;
+		else if (!strcmp(v, "none")) r->tool_choice = SG_TOOLS_NONE;
+		else if (!strcmp(v, "required")) r->tool_choice = SG_TOOLS_REQUIRED;
+		else
+			return sg_srv_err_set(err, 400, BAD, "tool_choice", "'tool_choice' = '%.40s' is not one of auto, none, required", v);
+	} else if (json_is_object(tc)) {
+		json_t *f = json_object_get(tc, "function");
+		name = json_string_value(json_object_get(f, "name"));
+		if (!name) return sg_srv_err_set(err, 400, BAD, "tool_choice", "'tool_choice' must name a function: {\"type\": \"function\", \"function\": {\"name\": ...}}");
+	} else return -wrong_type(err, "tool_choice", "a string or an object", tc);
+	if (r->tool_choice == SG_TOOLS_NONE) return 0;
+	if (!r->tools && (name || r->tool_choice == SG_TOOLS_REQUIRED))
+		return sg_srv_err_set(err, 400, BAD, "tool_choice", "'tool_choice' needs 'tools'");
+	if (name) {
+		int found = 0;
+		size_t i;
+		json_t *t;
+		json_array_foreach(r->tools, i, t) found |= !strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")), name);
+		if (!found) return sg_srv_err_set(err, 400, BAD, "tool_choice", "'tool_choice' names '%.80s', which is not in 'tools'", name);
+		r->tool_choice = SG_TOOLS_NAMED;
+		if (dup_field(&r->tool_name, name, err) < 0) return err->status;
+	}
+	return 0;
+}
+
+/* Reasoning switches: reasoning_effort ("none" turns it off), enable_thinking (an extension),
+ * chat_template_kwargs (vLLM's), all of which become chat template variables. */
+static int parse_reasoning(const json_t *b, sg_srv_req *r, sg_srv_err *err)
+{
+	json_t *kw = json_object_get(b, "chat_template_kwargs");
+	if (kw && !json_is_null(kw)) {
+		if (!json_is_object(kw)) return -wrong_type(err, "chat_template_kwargs", "an object", kw);
+		r->kwargs = json_deep_copy(kw);
+		json_t *et = json_object_get(kw, "enable_thinking");
+		if (json_is_boolean(et)) r->think = json_is_true(et);
+	}
+	const char *eff = NULL;
+	TRY(get_str(b, "reasoning_effort", "reasoning_effort", &eff, err));
+	if (eff) {
+		static const char *levels[] = {"none", "low", "medium", "high", "minimal"};
+		int lv = -1;
+		for (int i = 0; i < 5; i++)
+			if (!strcmp(eff, levels[i])) lv = i;
+		if (lv < 0)
+			return sg_srv_err_set(err, 400, BAD, "reasoning_effort", "'reasoning_effort' = '%.40s' is not one of none, minimal, low, medium, high", eff);
+		r->think = lv != 0;
+		r->reasoning_effort = lv == 4 ? 1 : lv;
+	}
+	int et = -1;
+	TRY(get_bool(b, "enable_thinking", "enable_thinking", &et, err));
+	if (et >= 0) r->think = et;
+	if (r->think >= 0 || eff) {
+		if (!r->kwargs) r->kwargs = json_object();
+		if (!r->kwargs) return oom(err);
+		if (r->think >= 0) json_object_set_new(r->kwargs, "enable_thinking", json_boolean(r->think));
+		if (eff) json_object_set_new(r->kwargs, "reasoning_effort", json_string(eff));
+	}
+	return 0;
+}
+
 static int parse_messages(const json_t *body, sg_srv_req *r, int ollama, sg_srv_err *err)
 {
 	json_t *m = json_object_get(body, "messages");
@@ -247,13 +381,13 @@ static int parse_messages(const json_t *body, sg_srv_req *r, int ollama, sg_srv_
 			snprintf(name, sizeof name, "messages[%zu].content", i);
 			if (c && !json_is_null(c) && !json_is_string(c)) return wrong_type(err, name, "a string", c);
 		} else if (flatten_content(msg, i, err) < 0) return -1;
+		if (normalize_tool_calls(msg, i, err) < 0) return -1;
+		/* An assistant turn that only calls tools has content null; templates concatenate it
+		 * as a string (as the reference servers do, it becomes ""). */
+		json_t *ct = json_object_get(msg, "content");
+		if ((!ct || json_is_null(ct)) && json_object_get(msg, "tool_calls")) json_object_set_new(msg, "content", json_string(""));
 	}
-	json_t *tools = json_object_get(body, "tools");
-	if (tools && !json_is_null(tools)) {
-		if (!json_is_array(tools)) return wrong_type(err, "tools", "an array", tools);
-		if (json_array_size(tools)) r->tools = json_incref(tools);
-	}
-	return 0;
+	return parse_tools(json_object_get(body, "tools"), r, err);
 }
 
 /* Sampling fields shared by chat and completions (OpenAI names and ranges). */
@@ -308,8 +442,20 @@ static int parse_openai_sampling(const json_t *b, sg_srv_req *r, const sg_srv_li
 		const char *t = NULL;
 		TRY(get_str(rf, "type", "response_format.type", &t, err));
 		if (t && !strcmp(t, "json_object")) r->json_format = 1;
-		else if (t && !strcmp(t, "json_schema")) r->json_format = 2;
-		else if (t && strcmp(t, "text") != 0)
+		else if (t && !strcmp(t, "json_schema")) {
+			r->json_format = 2;
+			json_t *js = json_object_get(rf, "json_schema");
+			if (!json_is_object(js))
+				return sg_srv_err_set(err, 400, BAD, "response_format.json_schema",
+						      "'response_format.json_schema' (an object with 'schema') is required for type json_schema");
+			json_t *sc = json_object_get(js, "schema");
+			if (!sc || json_is_null(sc)) sc = json_object();
+			else if (!json_is_object(sc) && !json_is_boolean(sc))
+				return -wrong_type(err, "response_format.json_schema.schema", "an object", sc) ? err->status : 0;
+			else json_incref(sc);
+			r->schema = sc;
+			TRY(get_bool(js, "strict", "response_format.json_schema.strict", &r->schema_strict, err));
+		} else if (t && strcmp(t, "text") != 0)
 			return sg_srv_err_set(err, 400, BAD, "response_format.type",
 					      "'response_format.type' = '%.40s' is not one of text, json_object, json_schema", t);
 	}
@@ -352,6 +498,8 @@ static int parse_oai_chat(const json_t *b, sg_srv_req *r, const sg_srv_limits *l
 	r->chat = 1;
 	TRY(parse_messages(b, r, 0, err));
 	if ((st = parse_openai_sampling(b, r, lim, err))) return st;
+	if ((st = parse_tool_choice(b, r, err))) return st;
+	if ((st = parse_reasoning(b, r, err))) return st;
 	int given;
 	TRY(get_bool(b, "logprobs", "logprobs", &r->logprobs, err));
 	int64_t tl = 0;
@@ -440,8 +588,10 @@ static int parse_ollama_common(const json_t *b, sg_srv_req *r, const sg_srv_limi
 			if (!strcmp(json_string_value(f), "json")) r->json_format = 1;
 			else if (json_string_length(f))
 				return sg_srv_err_set(err, 400, BAD, "format", "format must be \"json\" or a JSON schema object");
-		} else if (json_is_object(f)) r->json_format = 2;
-		else return -wrong_type(err, "format", "\"json\" or a JSON schema object", f);
+		} else if (json_is_object(f)) {
+			r->json_format = 2;
+			r->schema = json_incref(f);
+		} else return -wrong_type(err, "format", "\"json\" or a JSON schema object", f);
 	}
 	json_t *ka = json_object_get(b, "keep_alive");
 	if (ka && !json_is_null(ka) && !json_is_string(ka) && !json_is_number(ka))
@@ -485,6 +635,20 @@ static int parse_ollama_chat(const json_t *b, sg_srv_req *r, const sg_srv_limits
 	if ((st = parse_ollama_common(b, r, lim, err))) return st;
 	r->chat = 1;
 	TRY(parse_messages(b, r, 1, err));
+	r->parallel_tools = 1;
+	/* think: true/false, or a level ("low", "medium", "high"). */
+	json_t *th = json_object_get(b, "think");
+	if (th && !json_is_null(th)) {
+		if (json_is_boolean(th)) r->think = json_is_true(th);
+		else if (json_is_string(th)) {
+			const char *v = json_string_value(th);
+			r->reasoning_effort = !strcmp(v, "low") ? 1 : !strcmp(v, "medium") ? 2 : !strcmp(v, "high") ? 3 : 0;
+			if (!r->reasoning_effort) return sg_srv_err_set(err, 400, BAD, "think", "think must be a boolean or one of low, medium, high");
+			r->think = 1;
+		} else return -wrong_type(err, "think", "a boolean or a level", th);
+		r->kwargs = json_pack("{s:b}", "enable_thinking", r->think);
+		if (!r->kwargs) return oom(err);
+	}
 	return 0;
 }
 
@@ -526,6 +690,8 @@ int sg_srv_parse_request(sg_srv_route route, const char *body, size_t len, const
 	req->sp.min_p = 0.0f;
 	req->sp.penalty_last_n = -1;
 	req->max_tokens = lim->max_tokens_cap;
+	req->think = -1;
+	req->parallel_tools = 1;
 	if (len == 0) return sg_srv_err_set(err, 400, BAD, NULL, "the request body is empty: a JSON object is expected");
 	json_t *b;
 	if (sg_json_parse(body, len, "request body", &b) != SG_OK)
@@ -541,6 +707,8 @@ int sg_srv_parse_request(sg_srv_route route, const char *body, size_t len, const
 		case SG_ROUTE_OLLAMA_GENERATE: st = parse_ollama_generate(b, req, lim, err); break;
 		case SG_ROUTE_TOKENIZE: st = parse_tokenize(b, req, err); break;
 		case SG_ROUTE_DETOKENIZE: st = parse_detokenize(b, req, err); break;
+		case SG_ROUTE_ANTHROPIC_MESSAGES:
+		case SG_ROUTE_ANTHROPIC_COUNT: st = sg_srv_parse_anthropic(b, req, lim, err); break;
 		default: st = sg_srv_err_set(err, 404, "not_found_error", NULL, "this route takes no request body");
 		}
 	}

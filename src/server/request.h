@@ -27,7 +27,19 @@ typedef enum sg_srv_route {
 	SG_ROUTE_OLLAMA_PS,
 	SG_ROUTE_OLLAMA_VERSION,
 	SG_ROUTE_OLLAMA_EMBED,
+	SG_ROUTE_ANTHROPIC_MESSAGES,
+	SG_ROUTE_ANTHROPIC_COUNT,
 } sg_srv_route;
+
+/* 1 when the route answers in Anthropic's error format. */
+int sg_srv_route_is_anthropic(sg_srv_route r);
+
+typedef enum sg_srv_tool_choice {
+	SG_TOOLS_AUTO = 0, /* the model decides */
+	SG_TOOLS_NONE,     /* no call is parsed */
+	SG_TOOLS_REQUIRED, /* at least one call, enforced by the grammar */
+	SG_TOOLS_NAMED,    /* a call to tool_name, enforced by the grammar */
+} sg_srv_tool_choice;
 
 /* 1 when the route answers in Ollama's error format ({"error": "..."}). */
 int sg_srv_route_is_ollama(sg_srv_route r);
@@ -72,7 +84,16 @@ typedef struct sg_srv_req {
 	size_t n_stop;
 	int logprobs;         /* return per-token logprobs */
 	int top_logprobs;
-	int json_format;      /* response_format json_object / ollama format:"json" */
+	int json_format;      /* 1: response_format json_object / ollama format:"json"; 2: a schema */
+	json_t *schema;       /* json_format 2: the JSON Schema */
+	int schema_strict;    /* unsupported keywords are a 400 (Ollama format and strict: true) */
+	int tool_choice;      /* sg_srv_tool_choice */
+	char *tool_name;      /* SG_TOOLS_NAMED */
+	int parallel_tools;   /* several calls may follow one another (default 1) */
+	int think;            /* reasoning: -1 not said, 0 off, 1 on */
+	int reasoning_effort; /* 0 not said, 1 low, 2 medium, 3 high */
+	int32_t reasoning_budget; /* reasoning tokens before the end is forced; 0: from the effort */
+	json_t *kwargs;       /* extra chat-template variables (enable_thinking, ...), or NULL */
 	char *user;           /* OpenAI user / session key */
 	int echo;             /* completions: echo the prompt (refused: unsupported) */
 	char note[160];       /* something ignored that the client should know ("template ignored") */
@@ -83,5 +104,9 @@ typedef struct sg_srv_req {
 int sg_srv_parse_request(sg_srv_route route, const char *body, size_t len, const sg_srv_limits *lim,
 			 sg_srv_req *req, sg_srv_err *err);
 void sg_srv_req_free(sg_srv_req *req);
+
+/* The Anthropic Messages body (routes_anthropic.c): messages and tools converted to the OpenAI
+ * shapes the chat templates take. Same contract as sg_srv_parse_request. */
+int sg_srv_parse_anthropic(const json_t *body, sg_srv_req *req, const sg_srv_limits *lim, sg_srv_err *err);
 
 #endif

@@ -8,7 +8,10 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "base/utf8.h"
+#include "engine/prefix_cache.h"
+#include "server/pool.h"
 #include "saragossa.h"
+#include "server/agent.h"
 
 void sg_routes_rfc3339(char *buf, size_t cap)
 {
@@ -32,6 +35,7 @@ static void rfc3339_of(int64_t t, char *buf, size_t cap)
 json_t *sg_routes_error_body(sg_srv_route route, const sg_srv_err *e)
 {
 	if (sg_srv_route_is_ollama(route)) return json_pack("{s:s}", "error", e->message);
+	if (sg_srv_route_is_anthropic(route)) return sg_routes_anthropic_error(e);
 	return json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", e->message, "type", e->type ? e->type : "invalid_request_error",
 			 "param", e->param[0] ? json_string(e->param) : json_null(), "code",
 			 e->code[0] ? json_string(e->code) : json_null());
@@ -112,7 +116,26 @@ typedef struct gen {
 	json_t *lp;                          /* chat: logprobs.content entries */
 	json_t *c_tokens, *c_lps, *c_tops, *c_offs; /* completions: the legacy logprobs arrays */
 	size_t text_off;
+	sg_agent_run *ar;    /* reasoning split, tool calls, constraint; NULL for plain text */
+	char *reasoning;     /* non-streamed reasoning */
+	size_t rlen, rcap;
+	json_t *calls;       /* [{id, name, arguments (text so far)}] */
 } gen;
+
+static int buf_add(char **b, size_t *len, size_t *cap, const char *s, size_t n)
+{
+	if (*len + n + 1 > *cap) {
+		size_t c = *cap ? *cap * 2 : 4096;
+		while (c < *len + n + 1) c *= 2;
+		char *nb = sg_realloc(*b, c);
+		if (!nb) return -1;
+		*b = nb;
+		*cap = c;
+	}
+	memcpy(*b + *len, s, n);
+	*len += n;
+	return 0;
+}
 
 /* Bytes as a JSON string, invalid UTF-8 replaced by U+FFFD (a token may be half a character). */
 static json_t *lossy_string(const char *s, size_t n)
@@ -260,6 +283,13 @@ static int on_event(const sg_gen_event *ev, void *user)
 {
 	gen *g = user;
 	const sg_sample_result *sr = ev->has_token ? ev->sample : NULL;
+	if (g->ar) {
+		sg_agent_run_feed(g->ar, ev->text, ev->len);
+		if (!g->stream && sr && g->req->logprobs && g->req->route == SG_ROUTE_OAI_CHAT)
+			json_array_append_new(g->lp, chat_logprob(g, sr));
+		g->text_off += ev->len;
+		return g->failed || atomic_load(&g->job->cancel);
+	}
 	if (g->stream) {
 		if (ev->len || (sr && g->req->logprobs)) stream_piece(g, ev->text, ev->len, sr);
 	} else {
@@ -280,6 +310,126 @@ static int on_event(const sg_gen_event *ev, void *user)
 	}
 	g->text_off += ev->len;
 	return g->failed || atomic_load(&g->job->cancel);
+}
+
+/* ---- the agent writer: answer text, reasoning and tool calls ---- */
+
+static void ag_text(void *ud, const char *s, size_t n)
+{
+	gen *g = ud;
+	if (g->stream) stream_piece(g, s, n, NULL);
+	else if (buf_add(&g->text, &g->len, &g->cap, s, n)) g->failed = 1;
+}
+
+static void ag_reasoning(void *ud, const char *s, size_t n)
+{
+	gen *g = ud;
+	if (!g->stream) {
+		if (buf_add(&g->reasoning, &g->rlen, &g->rcap, s, n)) g->failed = 1;
+		return;
+	}
+	begin_stream(g);
+	json_t *t = lossy_string(s, n);
+	if (g->ollama) {
+		char when[48];
+		sg_routes_rfc3339(when, sizeof when);
+		json_t *o = json_pack("{s:s,s:s,s:{s:s,s:s,s:o},s:b}", "model", g->model_name, "created_at", when, "message", "role",
+				      "assistant", "content", "", "thinking", t, "done", 0);
+		write_json_line(g, o, 0);
+		return;
+	}
+	json_t *c = oai_chunk(g);
+	json_object_set_new(c, "choices", json_pack("[{s:i,s:{s:o},s:n,s:n}]", "index", 0, "delta", "reasoning_content", t,
+						    "logprobs", "finish_reason"));
+	write_json_line(g, c, 1);
+}
+
+static json_t *call_at(gen *g, int index)
+{
+	return json_array_get(g->calls, (size_t)index);
+}
+
+static void ag_call_start(void *ud, int index, const char *name)
+{
+	gen *g = ud;
+	char id[64];
+	snprintf(id, sizeof id, "call_%s_%d", strchr(g->job->id, '-') ? strchr(g->job->id, '-') + 1 : g->job->id, index);
+	while (json_array_size(g->calls) <= (size_t)index)
+		json_array_append_new(g->calls, json_pack("{s:s,s:s,s:s}", "id", "", "name", "", "arguments", ""));
+	json_t *c = call_at(g, index);
+	json_object_set_new(c, "id", json_string(id));
+	json_object_set_new(c, "name", json_string(name));
+	if (!g->stream || g->ollama) return;
+	begin_stream(g);
+	json_t *ch = oai_chunk(g);
+	json_object_set_new(ch, "choices",
+			    json_pack("[{s:i,s:{s:[{s:i,s:s,s:s,s:{s:s,s:s}}]},s:n,s:n}]", "index", 0, "delta", "tool_calls", "index",
+				      index, "id", id, "type", "function", "function", "name", name, "arguments", "", "logprobs",
+				      "finish_reason"));
+	write_json_line(g, ch, 1);
+}
+
+static void ag_call_args(void *ud, int index, const char *s, size_t n)
+{
+	gen *g = ud;
+	json_t *c = call_at(g, index);
+	if (!c) return;
+	const char *old = json_string_value(json_object_get(c, "arguments"));
+	size_t ol = json_string_length(json_object_get(c, "arguments"));
+	char *b = sg_malloc(ol + n + 1);
+	if (!b) {
+		g->failed = 1;
+		return;
+	}
+	memcpy(b, old, ol);
+	memcpy(b + ol, s, n);
+	json_object_set_new(c, "arguments", lossy_string(b, ol + n));
+	sg_free(b);
+	if (!g->stream || g->ollama) return;
+	json_t *ch = oai_chunk(g);
+	json_object_set_new(ch, "choices",
+			    json_pack("[{s:i,s:{s:[{s:i,s:{s:o}}]},s:n,s:n}]", "index", 0, "delta", "tool_calls", "index", index,
+				      "function", "arguments", lossy_string(s, n), "logprobs", "finish_reason"));
+	write_json_line(g, ch, 1);
+}
+
+/* Ollama's form of a call: {"function": {"name", "arguments": {...}}}. */
+static json_t *ollama_call(json_t *c)
+{
+	const char *a = json_string_value(json_object_get(c, "arguments"));
+	json_t *args = a ? json_loads(a, 0, NULL) : NULL;
+	if (!args) args = json_object();
+	return json_pack("{s:{s:O,s:o}}", "function", "name", json_object_get(c, "name"), "arguments", args);
+}
+
+static void ag_call_end(void *ud, int index)
+{
+	gen *g = ud;
+	json_t *c = call_at(g, index);
+	if (!c) return;
+	json_object_set_new(c, "ended", json_true());
+	if (!g->stream || !g->ollama) return;
+	begin_stream(g);
+	char when[48];
+	sg_routes_rfc3339(when, sizeof when);
+	json_t *o = json_pack("{s:s,s:s,s:{s:s,s:s,s:[o]},s:b}", "model", g->model_name, "created_at", when, "message", "role",
+			      "assistant", "content", "", "tool_calls", ollama_call(c), "done", 0);
+	write_json_line(g, o, 0);
+}
+
+/* The OpenAI tool_calls array of the finished answer. */
+static json_t *oai_calls(gen *g)
+{
+	json_t *a = json_array();
+	size_t i;
+	json_t *c;
+	json_array_foreach(g->calls, i, c) {
+		if (!json_is_true(json_object_get(c, "ended"))) continue; /* cut short: returned as text */
+		json_array_append_new(a, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", json_object_get(c, "id"), "type", "function",
+						   "function", "name", json_object_get(c, "name"), "arguments",
+						   json_object_get(c, "arguments")));
+	}
+	return a;
 }
 
 static json_t *usage_json(const sg_gen_result *r)
@@ -307,6 +457,14 @@ static const char *finish_reason(const sg_gen_result *r)
 	return r->finish == SG_GEN_LENGTH ? "length" : "stop";
 }
 
+/* With tool calls: "tool_calls" when every call parsed, "stop" when one came back as text. */
+static const char *gen_finish_reason(const gen *g, const sg_gen_result *r)
+{
+	if (sg_agent_run_malformed(g->ar)) return "stop";
+	if (sg_agent_run_calls(g->ar)) return "tool_calls";
+	return finish_reason(r);
+}
+
 static void finish_ok(gen *g, const sg_gen_result *r)
 {
 	const sg_srv_req *q = g->req;
@@ -316,8 +474,19 @@ static void finish_ok(gen *g, const sg_gen_result *r)
 		sg_routes_rfc3339(when, sizeof when);
 		json_t *o = json_pack("{s:s,s:s}", "model", g->model_name, "created_at", when);
 		json_t *content = g->stream ? json_string("") : lossy_string(g->text ? g->text : "", g->len);
-		if (chat) json_object_set_new(o, "message", json_pack("{s:s,s:o}", "role", "assistant", "content", content));
-		else json_object_set_new(o, "response", content);
+		if (chat) {
+			json_t *msg = json_pack("{s:s,s:o}", "role", "assistant", "content", content);
+			if (!g->stream && g->rlen) json_object_set_new(msg, "thinking", lossy_string(g->reasoning, g->rlen));
+			if (!g->stream && json_array_size(g->calls)) {
+				json_t *tc = json_array();
+				size_t i;
+				json_t *c;
+				json_array_foreach(g->calls, i, c) if (json_is_true(json_object_get(c, "ended")))
+					json_array_append_new(tc, ollama_call(c));
+				json_object_set_new(msg, "tool_calls", tc);
+			}
+			json_object_set_new(o, "message", msg);
+		} else json_object_set_new(o, "response", content);
 		ollama_final(g, o, r);
 		if (g->stream) {
 			begin_stream(g);
@@ -333,7 +502,8 @@ static void finish_ok(gen *g, const sg_gen_result *r)
 	if (g->stream) {
 		begin_stream(g);
 		json_t *c = oai_chunk(g);
-		json_t *choice = chat ? json_pack("{s:i,s:{},s:n,s:s}", "index", 0, "delta", "logprobs", "finish_reason", finish_reason(r))
+		json_t *choice = chat ? json_pack("{s:i,s:{},s:n,s:s}", "index", 0, "delta", "logprobs", "finish_reason",
+						  gen_finish_reason(g, r))
 				      : json_pack("{s:i,s:s,s:n,s:s}", "index", 0, "text", "", "logprobs", "finish_reason",
 						  finish_reason(r));
 		json_object_set_new(c, "choices", json_pack("[o]", choice));
@@ -354,8 +524,14 @@ static void finish_ok(gen *g, const sg_gen_result *r)
 	json_t *choice;
 	if (chat) {
 		if (q->logprobs) lp = json_pack("{s:O}", "content", g->lp);
-		choice = json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", 0, "message", "role", "assistant", "content", text,
-				   "logprobs", lp, "finish_reason", finish_reason(r));
+		json_t *msg = json_pack("{s:s,s:o}", "role", "assistant", "content", text);
+		if (g->rlen) json_object_set_new(msg, "reasoning_content", lossy_string(g->reasoning, g->rlen));
+		if (sg_agent_run_calls(g->ar)) {
+			json_object_set_new(msg, "tool_calls", oai_calls(g));
+			if (!g->len) json_object_set_new(msg, "content", json_null());
+		}
+		choice = json_pack("{s:i,s:o,s:o,s:s}", "index", 0, "message", msg, "logprobs", lp, "finish_reason",
+				   gen_finish_reason(g, r));
 	} else {
 		if (q->logprobs)
 			lp = json_pack("{s:O,s:O,s:O,s:O}", "tokens", g->c_tokens, "token_logprobs", g->c_lps, "top_logprobs",
@@ -374,7 +550,8 @@ static void finish_ok(gen *g, const sg_gen_result *r)
 static void finish_error(gen *g, sg_status st)
 {
 	sg_srv_err e;
-	int status = st == SG_ERR_RANGE || st == SG_ERR_INVALID_ARG ? 400 : 500;
+	/* out of memory (the memory guard's refusal): the server is fine, the request does not fit */
+	int status = st == SG_ERR_RANGE || st == SG_ERR_INVALID_ARG ? 400 : st == SG_ERR_NOMEM ? 503 : 500;
 	sg_srv_err_set(&e, status, status == 400 ? "invalid_request_error" : "server_error", NULL, "%s", sg_last_error());
 	json_t *body = sg_routes_error_body(g->req->route, &e);
 	if (g->begun) {
@@ -388,8 +565,34 @@ static void finish_error(gen *g, sg_status st)
 	free(s);
 }
 
+/* The answer's JSON was not finished (max_tokens, the context, or a stop string cut it). */
+static void finish_incomplete(gen *g, const sg_gen_result *r)
+{
+	sg_srv_err e;
+	sg_srv_err_set(&e, 400, "incomplete_json", "max_tokens",
+		       "the JSON answer was not finished when the generation ended (%s after %zu tokens): raise max_tokens",
+		       finish_reason(r), r->n_generated);
+	snprintf(e.code, sizeof e.code, "incomplete_json");
+	json_t *body = sg_routes_error_body(g->req->route, &e);
+	if (g->stream) {
+		/* The deltas sent so far are a valid JSON prefix; the stream ends with this error
+		 * instead of [DONE]. */
+		begin_stream(g);
+		write_json_line(g, body, !g->ollama);
+		return;
+	}
+	char *s = json_dumps(body, JSON_COMPACT);
+	json_decref(body);
+	sg_job_respond(g->job, 400, "application/json", s ? s : "", s ? strlen(s) : 0);
+	free(s);
+}
+
 void sg_routes_run_generation(sg_job *job)
 {
+	if (sg_srv_route_is_anthropic(job->req.route)) {
+		sg_routes_anthropic_run(job);
+		return;
+	}
 	const sg_srv_req *q = &job->req;
 	gen g = {.job = job, .req = q, .m = job->model, .stream = q->stream};
 	g.ollama = sg_srv_route_is_ollama(q->route);
@@ -399,6 +602,15 @@ void sg_routes_run_generation(sg_job *job)
 	g.c_lps = json_array();
 	g.c_tops = json_array();
 	g.c_offs = json_array();
+	g.calls = json_array();
+	sg_agent_out ao = {.ud = &g, .text = ag_text, .reasoning = ag_reasoning, .call_start = ag_call_start,
+			   .call_args = ag_call_args, .call_end = ag_call_end};
+	sg_status st = SG_OK;
+	if (job->agent && (st = sg_agent_run_new(job->agent, job->model, &ao, &g.ar))) {
+		SG_WARN("serve: %s failed: %s", job->id, sg_last_error());
+		finish_error(&g, st);
+		goto done;
+	}
 
 	sg_gen_params p = sg_gen_default_params();
 	p.prompt = job->prompt;
@@ -411,22 +623,45 @@ void sg_routes_run_generation(sg_job *job)
 	p.cancel = &job->cancel;
 	p.on_event = on_event;
 	p.user = &g;
+	p.constraint = sg_agent_run_constraint(g.ar);
 	sg_gen_result r;
-	sg_status st = sg_generate(sg_srv_model_state(job->model), sg_srv_model_detok(job->model), &p, &r);
+	memset(&r, 0, sizeof r);
+	/* the session key partitions the prefix cache: its chain root */
+	uint8_t root[32];
+	size_t reused = 0, reach = job->n_prompt + (size_t)(q->max_tokens > 0 ? q->max_tokens : 0);
+	long diverged = -1;
+	st = sg_pc_root(job->session, job->session ? strlen(job->session) : 0, root);
+	if (!st) st = sg_srv_model_reserve_tokens(job->model, reach);
+	if (!st) st = sg_srv_model_prefix_begin(job->model, root, job->prompt, job->n_prompt, &reused, &diverged);
+	if (!st) {
+		job->reused_prefix = (long)reused;
+		job->prefix_miss = diverged;
+		st = sg_generate(sg_srv_model_state(job->model), sg_srv_model_detok(job->model), &p, &r);
+		if (g.ar && !st) sg_agent_run_finish(g.ar);
+	}
+	sg_srv_model_prefix_end(job->model);
+	if (job->user) sg_pool_publish(job->user);
 	if (atomic_load(&job->cancel)) {
 		SG_INFO("serve: %s cancelled after %zu tokens (client gone)", job->id, r.n_generated);
 	} else if (st) {
 		SG_WARN("serve: %s failed: %s", job->id, sg_last_error());
 		finish_error(&g, st);
+	} else if (job->agent && job->agent->json && !sg_agent_run_complete(g.ar)) {
+		SG_WARN("serve: %s: the JSON answer was unfinished after %zu tokens (%s)", job->id, r.n_generated, finish_reason(&r));
+		finish_incomplete(&g, &r);
 	} else {
 		finish_ok(&g, &r);
 		double pre = r.n_prompt - r.n_cached;
 		SG_INFO("serve: %s %s: prompt %zu tokens (%zu cached), prefill %.1f tok/s, ttft %.1f ms, %zu tokens at %.1f tok/s, %s",
 			job->id, g.model_name, r.n_prompt, r.n_cached, r.prefill_s > 0 ? pre / r.prefill_s : 0, r.ttft_s * 1e3,
 			r.n_generated, r.decode_s > 0 && r.n_generated > 1 ? (double)(r.n_generated - 1) / r.decode_s : 0,
-			finish_reason(&r));
+			gen_finish_reason(&g, &r));
 	}
+done:
 	sg_job_finish(job);
+	sg_agent_run_free(g.ar);
+	sg_free(g.reasoning);
+	json_decref(g.calls);
 	sg_free(g.text);
 	json_decref(g.lp);
 	json_decref(g.c_tokens);

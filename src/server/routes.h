@@ -21,6 +21,10 @@ json_t *sg_routes_ollama_show(const sg_srv_model *m);
 /* The worker's entry for every generation route (job->req.route says which). */
 void sg_routes_run_generation(sg_job *job);
 
+/* routes_anthropic.c: the Anthropic error envelope, and the worker's entry for /v1/messages. */
+json_t *sg_routes_anthropic_error(const sg_srv_err *e);
+void sg_routes_anthropic_run(sg_job *job);
+
 /* "2024-05-01T12:00:00.000000Z" for now. */
 void sg_routes_rfc3339(char *buf, size_t cap);
 

@@ -34,6 +34,7 @@ typedef struct sg_server_opts {
 	int queue;               /* requests waiting behind the running one; default 16 */
 	int read_timeout_s;      /* per-connection read deadline; default 30 */
 	int max_connections;     /* per listener; default 64 */
+	int no_prefix_cache;     /* 1: no block prefix cache (--no-prefix-cache) */
 } sg_server_opts;
 
 sg_server_opts sg_server_default_opts(void);
@@ -49,5 +50,7 @@ void sg_server_stop(void);
 /* Constant-time check of an "Authorization" header value against "Bearer <key>". 1 if it
  * matches. The time depends only on the lengths, not on where the bytes differ. */
 int sg_server_auth_ok(const char *header, const char *key);
+/* The same check of an Anthropic-style "x-api-key: <key>" header value. */
+int sg_server_api_key_ok(const char *header, const char *key);
 
 #endif

@@ -287,6 +287,32 @@ int sg_grammar_add_object(sg_grammar *g, const sg_grammar_prop *props, int n, in
 	return id;
 }
 
+int sg_grammar_add_raw_until(sg_grammar *g, const char *term)
+{
+	size_t n = term ? strlen(term) : 0;
+	if (n == 0 || n > 64) return fail_build(g, "grammar: raw text terminator needs 1..64 bytes");
+	uint8_t *t = galloc(g, n), *fail = galloc(g, n);
+	if (!t || !fail) return 0;
+	memcpy(t, term, n);
+	/* KMP prefix function: fail[i] = length of the longest proper border of term[0..i] */
+	fail[0] = 0;
+	for (size_t i = 1, k = 0; i < n; i++) {
+		while (k > 0 && t[i] != t[k]) k = fail[k - 1];
+		if (t[i] == t[k]) k++;
+		fail[i] = (uint8_t)k;
+	}
+	int id = new_node(g, GN_RAW);
+	if (!id) return 0;
+	g->nodes[id].raw.term.s = t;
+	g->nodes[id].raw.term.len = (uint32_t)n;
+	g->nodes[id].raw.fail = fail;
+	/* a plain token (no control byte, quote or backslash) can never complete a terminator that
+	 * ends in such a byte, so inside the text every plain token is valid */
+	uint8_t last = t[n - 1];
+	g->nodes[id].raw.plain_ok = last < 0x20 || last == '"' || last == '\\';
+	return id;
+}
+
 int sg_grammar_add_seq(sg_grammar *g, const int *children, int n, int ws)
 {
 	if (n <= 0) return fail_build(g, "grammar: empty sequence");

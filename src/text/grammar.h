@@ -79,9 +79,13 @@ typedef struct sg_grammar_prop {
  * node `additional` (< 0: none allowed) whose names differ from every declared name and carry
  * no backslash escapes. With no declared properties the keys are any JSON strings. */
 int sg_grammar_add_object(sg_grammar *g, const sg_grammar_prop *props, int n, int additional);
+/* Raw text (any valid UTF-8) ending at the first occurrence of term, term included: the values
+ * of XML-style tool calls. term: 1..64 bytes. */
+int sg_grammar_add_raw_until(sg_grammar *g, const char *term);
 /* The children one after another; ws: allow bounded JSON whitespace between them. */
 int sg_grammar_add_seq(sg_grammar *g, const int *children, int n, int ws);
-/* min..max repetitions of child (max < 0: unbounded), greedy; ws as for seq. */
+/* min..max repetitions of child (max < 0: unbounded); once min is reached, ending is always an
+ * alternative (both are followed); ws as for seq. */
 int sg_grammar_add_repeat(sg_grammar *g, int child, int64_t min, int64_t max, int ws);
 
 /* Seals the grammar with its root node: checks that every reference is resolved and that no

@@ -24,6 +24,7 @@ enum {
 	GN_SEQ,
 	GN_REPEAT,
 	GN_ROOT,
+	GN_RAW, /* raw UTF-8 text up to and including the first occurrence of a terminator */
 };
 
 typedef struct glit {
@@ -57,6 +58,7 @@ typedef struct gnode {
 		struct { int *ch; int n; int ws; } seq;
 		struct { int child; uint32_t min, max; int ws; } rep;
 		struct { int child; } root;
+		struct { glit term; uint8_t *fail; int plain_ok; } raw;
 	};
 } gnode;
 

@@ -4,6 +4,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/flags.h"
 #include "text/grammar.h"
 #include "text/grammar_internal.h"
 
@@ -15,6 +16,7 @@ enum { R_FAIL, R_OK, R_OKPOP, R_POP, R_PUSH };
 struct sg_grammar_state {
 	const sg_grammar *g;
 	int overflow;
+	int fast; /* SARAGOSSA_GRAMMAR_FAST_MASK: plain-token bitmap and plain subtrees */
 	gstate *cur, *tmp, *save;
 	gstate **dfs; /* [dfs_n] one state per trie depth (index 0 unused) */
 	int dfs_n;
@@ -489,7 +491,7 @@ static int step_array(const gnode *n, gframe *f, int c, int *child)
 }
 
 /* One byte on the top frame of stk[0..sp). */
-static int step(const sg_grammar *g, gframe *stk, int sp, int c, int *child)
+static int step(const sg_grammar *g, gframe *stk, int sp, int c, int *child, int *also_pop)
 {
 	gframe *f = &stk[sp - 1];
 	const gnode *n = &g->nodes[f->node];
@@ -524,13 +526,26 @@ static int step(const sg_grammar *g, gframe *stk, int sp, int c, int *child)
 		*child = n->seq.ch[f->a++];
 		f->ws = 0;
 		return R_PUSH;
-	case GN_REPEAT:
-		if (n->rep.ws && f->a > 0 && f->a < n->rep.max && is_ws(c)) return ws_take(f);
-		if (c == G_END || f->a >= n->rep.max) return f->a >= n->rep.min ? R_POP : R_FAIL;
+	case GN_REPEAT: {
+		int can_end = f->a >= n->rep.min;
+		if (c == G_END || f->a >= n->rep.max) return can_end ? R_POP : R_FAIL;
+		*also_pop = can_end; /* ending here is followed too */
+		if (n->rep.ws && f->a > 0 && is_ws(c)) return ws_take(f);
 		f->a++;
 		f->ws = 0;
 		*child = n->rep.child;
 		return R_PUSH;
+	}
+	case GN_RAW: {
+		const uint8_t *t = n->raw.term.s;
+		uint32_t j = f->a;
+		if (c == G_END || !utf8_step(&f->u8, c)) return R_FAIL;
+		while (j > 0 && t[j] != c) j = n->raw.fail[j - 1];
+		if (t[j] == c) j++;
+		if (j == n->raw.term.len) return R_OKPOP;
+		f->a = j;
+		return R_OK;
+	}
 	}
 	return R_FAIL;
 }
@@ -559,8 +574,15 @@ static void push(const sg_grammar *g, gframe *stk, int sp, int node, int c, sink
 static void run(const sg_grammar *g, gframe *stk, int sp, int c, sink *k, int eps)
 {
 	while (sp > 0) {
-		int child = 0;
-		switch (step(g, stk, sp, c, &child)) {
+		int child = 0, also_pop = 0;
+		int r = step(g, stk, sp, c, &child, &also_pop);
+		if (also_pop && sp > 1) {
+			/* the other alternative: the top frame ends here and its parent takes the byte */
+			gframe copy[SG_GRAMMAR_MAX_FRAMES];
+			memcpy(copy, stk, (size_t)(sp - 1) * sizeof(gframe));
+			run(g, copy, sp - 1, c, k, eps + 1);
+		}
+		switch (r) {
 		case R_FAIL: return;
 		case R_OK: emit(k, stk, sp); return;
 		case R_OKPOP: emit(k, stk, sp - 1); return;
@@ -642,6 +664,7 @@ sg_status sg_grammar_state_new(const sg_grammar *g, sg_grammar_state **out)
 	sg_grammar_state *s = sg_calloc(1, sizeof(*s));
 	if (!s) return SG_FAIL(SG_ERR_NOMEM, "grammar state");
 	s->g = g;
+	s->fast = sg_flag_bool("SARAGOSSA_GRAMMAR_FAST_MASK");
 	s->cur = sg_malloc(sizeof(gstate));
 	s->tmp = sg_malloc(sizeof(gstate));
 	s->save = sg_malloc(sizeof(gstate));
@@ -749,6 +772,7 @@ static int stack_budget(const sg_grammar *g, const gframe *top)
 		return rem > SG_TRIE_PLAIN_MAX ? SG_TRIE_PLAIN_MAX : (int)rem;
 	}
 	if (n->kind == GN_KEY && top->st == 2 && top->u8 == 0 && top->b > 0) return SG_TRIE_PLAIN_MAX;
+	if (n->kind == GN_RAW && top->u8 == 0 && n->raw.plain_ok) return SG_TRIE_PLAIN_MAX;
 	return -1;
 }
 
@@ -790,7 +814,7 @@ static void walk(sg_grammar_state *s, const sg_trie_nodes *t, uint32_t *bits)
 		}
 		/* inside a string, a subtree whose remaining bytes are all plain is accepted at once */
 		int all;
-		if (t->plain_sfx[i] >= 0 && plain_budget(g, S[d], &all) >= t->plain_sfx[i]) {
+		if (s->fast && t->plain_sfx[i] >= 0 && plain_budget(g, S[d], &all) >= t->plain_sfx[i]) {
 			set_range(t, i, t->skip[i], bits);
 			i = t->skip[i];
 			continue;
@@ -805,7 +829,7 @@ sg_status sg_grammar_mask(sg_grammar_state *s, const sg_token_trie *t, uint32_t 
 {
 	int all;
 	int budget = plain_budget(s->g, s->cur, &all);
-	if (!all) budget = -1;
+	if (!all || !s->fast) budget = -1;
 	const sg_trie_nodes *tn = budget >= 0 ? &t->impure : &t->all;
 	sg_status st = ensure_dfs(s, tn->max_depth);
 	if (st != SG_OK) return st;

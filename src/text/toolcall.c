@@ -57,6 +57,16 @@ struct sg_toolcall_parser {
 	size_t off;     /* its offset in the body */
 	int started, args_final, array_open;
 	size_t args_emitted;
+	/* Arguments being streamed are scanned incrementally (a long argument would otherwise be
+	 * rescanned on every piece): live while the value is open. */
+	int live;
+	size_t args_abs; /* the value's offset in the body */
+	size_t seek;     /* whole-call syntaxes: the end marker is not before this body offset */
+	struct {
+		int depth, in_str, esc;
+		char stack[64];
+		size_t pos;
+	} vsc;
 	sg_grammar *objg;
 	sg_grammar_state *vs; /* validates streamed arguments */
 	sg_toolcall_cb cb;
@@ -219,8 +229,47 @@ static callscan scan_call(const char *s, size_t i, size_t n, const char *args_ke
 	}
 }
 
+/* Continues the scan of the open arguments value; 1: it ends at *end, 0: still open, -1: bad. */
+static int live_scan(sg_toolcall_parser *p, const char *s, size_t n, size_t *end)
+{
+	for (; p->vsc.pos < n; p->vsc.pos++) {
+		char ch = s[p->vsc.pos];
+		if (p->vsc.in_str) {
+			if (p->vsc.esc) p->vsc.esc = 0;
+			else if (ch == '\\') p->vsc.esc = 1;
+			else if (ch == '"') p->vsc.in_str = 0;
+			continue;
+		}
+		if (ch == '"') {
+			p->vsc.in_str = 1;
+		} else if (ch == '{' || ch == '[') {
+			if (p->vsc.depth == 64) return -1;
+			p->vsc.stack[p->vsc.depth++] = ch == '{' ? '}' : ']';
+		} else if (ch == '}' || ch == ']') {
+			if (p->vsc.depth == 0 || p->vsc.stack[p->vsc.depth - 1] != ch) return -1;
+			if (--p->vsc.depth == 0) {
+				*end = ++p->vsc.pos;
+				return 1;
+			}
+		}
+	}
+	return 0;
+}
+
+static int emit_args(sg_toolcall_parser *p, const char *s, size_t to)
+{
+	size_t from = p->args_abs + p->args_emitted;
+	if (to <= from) return 0;
+	if (sg_grammar_advance(p->vs, (const uint8_t *)s + from, to - from) != SG_OK) return -1;
+	ev(p, SG_TCE_ARGS_DELTA, NULL, s + from, to - from);
+	p->args_emitted = to - p->args_abs;
+	return 0;
+}
+
 static void reset_call(sg_toolcall_parser *p)
 {
+	p->live = 0;
+	p->seek = 0;
 	p->started = 0;
 	p->args_final = 0;
 	p->args_emitted = 0;
@@ -245,15 +294,25 @@ static int start_call(sg_toolcall_parser *p, const char *s, long ns, long ne)
 static int stream_call(sg_toolcall_parser *p, const char *s, size_t n, int final, size_t *end)
 {
 	const char *k2 = p->syn == SG_TC_LLAMA3 ? "parameters" : NULL;
+	if (p->live) {
+		size_t ve = n;
+		int v = live_scan(p, s, n, &ve);
+		if (v < 0 || emit_args(p, s, v ? ve : n)) return P_BAD;
+		if (!v) return final ? P_BAD : P_MORE;
+		p->live = 0; /* closed: the full scan below reads what follows it */
+	}
 	callscan r = scan_call(s, p->off, n, k2);
 	if (r.err) return P_BAD;
 	if (!p->started && r.name_e >= 0 && start_call(p, s, r.name_s, r.name_e)) return P_BAD;
 	if (p->started && r.args_s >= 0 && s[r.args_s] == '{') {
-		size_t from = (size_t)r.args_s + p->args_emitted, to = r.args_e;
-		if (to > from) {
-			if (sg_grammar_advance(p->vs, (const uint8_t *)s + from, to - from) != SG_OK) return P_BAD;
-			ev(p, SG_TCE_ARGS_DELTA, NULL, s + from, to - from);
-			p->args_emitted = to - (size_t)r.args_s;
+		p->args_abs = (size_t)r.args_s;
+		if (emit_args(p, s, r.args_e)) return P_BAD;
+		if (!r.args_done && !p->live) {
+			memset(&p->vsc, 0, sizeof(p->vsc));
+			p->vsc.pos = (size_t)r.args_s;
+			size_t ve;
+			if (live_scan(p, s, n, &ve) != 0) return P_BAD; /* the full scan saw it open */
+			p->live = 1;
 		}
 	} else if (r.args_s >= 0 && s[r.args_s] != '{' && s[r.args_s] != '"') {
 		return P_BAD;
@@ -395,6 +454,17 @@ static int progress(sg_toolcall_parser *p, int final, size_t *used)
 			}
 		}
 		/* name[ARGS]{...} or name[CALL_ID]id[ARGS]{...} */
+		if (p->live) {
+		mistral_live:;
+			size_t ve = n;
+			int v = live_scan(p, s, n, &ve);
+			if (v < 0 || emit_args(p, s, v ? ve : n)) return P_BAD;
+			if (!v) return final ? P_BAD : P_MORE;
+			if (!sg_grammar_accepts_eos(p->vs)) return P_BAD;
+			finish_call(p);
+			*used = ve;
+			return P_DONE;
+		}
 		size_t a = find_lit(s, n, "[ARGS]", &partial);
 		if (a == n) return final ? P_BAD : P_MORE;
 		size_t ne = i;
@@ -413,26 +483,22 @@ static int progress(sg_toolcall_parser *p, int final, size_t *used)
 		}
 		if (as >= n) return final ? P_BAD : P_MORE;
 		if (s[as] != '{') return P_BAD;
-		size_t ve = n;
-		int v = scan_value(s, as, n, &ve);
-		if (v < 0) return P_BAD;
-		size_t from = as + p->args_emitted, to = v ? ve : n;
-		if (to > from) {
-			if (sg_grammar_advance(p->vs, (const uint8_t *)s + from, to - from) != SG_OK) return P_BAD;
-			ev(p, SG_TCE_ARGS_DELTA, NULL, s + from, to - from);
-			p->args_emitted = to - as;
-		}
-		if (!v) return final ? P_BAD : P_MORE;
-		if (!sg_grammar_accepts_eos(p->vs)) return P_BAD;
-		finish_call(p);
-		*used = ve;
-		return P_DONE;
+		p->args_abs = as;
+		memset(&p->vsc, 0, sizeof(p->vsc));
+		p->vsc.pos = as;
+		p->live = 1;
+		goto mistral_live;
 	}
 	case SG_TC_QWEN_XML:
 	case SG_TC_GEMMA4:
 	case SG_TC_GEMMA3: {
-		size_t e = find_lit(s, n, p->end, &partial);
-		if (e == n) return final ? P_BAD : P_MORE;
+		size_t e = p->seek + find_lit(s + p->seek, n - p->seek, p->end, &partial);
+		if (e == n) {
+			/* no marker before n - len + 1: the next search starts there */
+			size_t l = strlen(p->end);
+			if (n >= l) p->seek = n - l + 1;
+			return final ? P_BAD : P_MORE;
+		}
 		char *name = NULL;
 		json_t *args = NULL;
 		int rc = p->syn == SG_TC_QWEN_XML ? sg_tc_parse_qwen_xml(s, e, p->tools, &name, &args)
@@ -623,8 +689,16 @@ sg_status sg_toolcall_syntax_from_name(const char *name, sg_toolcall_syntax *out
 struct sg_reasoning_split {
 	char *start, *end;
 	int in;
+	int done; /* the reasoning block closed, or answer text came first: the rest is answer */
 	tbuf pend;
 };
+
+static int all_blank(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (s[i] != ' ' && s[i] != '\n' && s[i] != '\r' && s[i] != '\t') return 0;
+	return 1;
+}
 
 sg_status sg_reasoning_split_new(const char *start_marker, const char *end_marker,
 				 int start_in_reasoning, sg_reasoning_split **out)
@@ -654,15 +728,27 @@ void sg_reasoning_split_free(sg_reasoning_split *r)
 	sg_free(r);
 }
 
+/* Only one reasoning block, at the start of the output (after blanks at most): a marker later in
+ * the answer is answer text (a JSON string may well contain "<think>"). */
 static void reasoning_run(sg_reasoning_split *r, int final, sg_reasoning_cb cb, void *ud)
 {
 	for (;;) {
+		if (r->done) {
+			if (r->pend.n) cb(ud, 0, r->pend.p, r->pend.n);
+			tb_drop(&r->pend, r->pend.n);
+			return;
+		}
 		const char *m = r->in ? r->end : r->start;
 		int partial;
 		size_t k = find_lit(r->pend.p, r->pend.n, m, &partial);
 		if (k < r->pend.n) {
+			if (!r->in && !all_blank(r->pend.p, k)) {
+				r->done = 1;
+				continue;
+			}
 			if (k) cb(ud, r->in, r->pend.p, k);
 			tb_drop(&r->pend, k + strlen(m));
+			if (r->in) r->done = 1;
 			r->in = !r->in;
 			continue;
 		}
@@ -674,6 +760,10 @@ static void reasoning_run(sg_reasoning_split *r, int final, sg_reasoning_cb cb, 
 					hold = h;
 					break;
 				}
+		}
+		if (!r->in && !all_blank(r->pend.p, r->pend.n - hold)) {
+			r->done = 1;
+			continue;
 		}
 		if (r->pend.n - hold) cb(ud, r->in, r->pend.p, r->pend.n - hold);
 		tb_drop(&r->pend, r->pend.n - hold);

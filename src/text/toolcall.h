@@ -94,8 +94,10 @@ sg_status sg_reasoning_finish(sg_reasoning_split *r, sg_reasoning_cb cb, void *u
  * The grammar for tool_choice "required" (name NULL: any of the tools) or a named function: the
  * output must be one tool call (up to max_calls when parallel calls are allowed) in the given
  * syntax, with the arguments constrained by the function's `parameters` schema (compiled strictly:
- * an unsupported keyword is an error naming the tool). Supported for SG_TC_HERMES, SG_TC_LLAMA3
- * and SG_TC_MISTRAL (both of its forms: the array form); others return SG_ERR_UNSUPPORTED. */
+ * an unsupported keyword is an error naming the tool). Supported for SG_TC_HERMES, SG_TC_LLAMA3,
+ * SG_TC_MISTRAL (its array form) and SG_TC_QWEN_XML (text parameters as raw text, or one of their
+ * enum values; other parameters as JSON by their schema; a text parameter with another string
+ * constraint is an error); others return SG_ERR_UNSUPPORTED. */
 sg_status sg_toolcall_grammar(sg_toolcall_syntax syntax, const json_t *tools, const char *name,
 			      int max_calls, sg_grammar **out);
 

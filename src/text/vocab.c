@@ -109,10 +109,10 @@ static sg_status derive_merges(const sg_str *tok, int32_t n, const double *score
 			}
 			c[nc++] = (cand){l, r, score[last], (uint32_t)n_chars(tok[i].s, k), (uint32_t)n_chars(tok[i].s + k, tok[i].n - k), 0};
 		}
-		qsort(c + start, nc - start, sizeof(cand), cand_cmp_ids);
+		if (nc > start) qsort(c + start, nc - start, sizeof(cand), cand_cmp_ids); /* c may be NULL */
 	}
 	for (size_t i = 0; i < nc; i++) c[i].seq = (uint32_t)i;
-	if (!st) qsort(c, nc, sizeof(cand), cand_cmp);
+	if (!st && nc) qsort(c, nc, sizeof(cand), cand_cmp);
 	sg_str *m = st ? NULL : sg_malloc((nc ? nc : 1) * 2 * sizeof(sg_str));
 	if (!st && !m) st = SG_FAIL(SG_ERR_NOMEM, "merges");
 	for (size_t i = 0; !st && i < nc; i++) {

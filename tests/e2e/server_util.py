@@ -90,6 +90,8 @@ class Server:
         return 0
 
     def stop(self):
+        if self.proc.poll() is not None and self.proc.returncode != 0:
+            print(f"serve exited with {self.proc.returncode}:\n{self.stderr()[-6000:]}")
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

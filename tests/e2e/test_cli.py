@@ -61,3 +61,10 @@ def test_doctor_shows_environment_values(sg):
     assert bad.returncode == 0
     assert "SARAGOSSA_THREADS='lots' is not a valid integer" in bad.stderr
     assert re.search(r"^  SARAGOSSA_THREADS\s+= 0\s+\(env\)", bad.stdout, re.M)
+
+
+def test_doctor_never_prints_the_api_key(sg):
+    r = sg("doctor", env={"SARAGOSSA_API_KEY": "hunter2-secret"})
+    assert r.returncode == 0
+    assert "hunter2-secret" not in r.stdout + r.stderr
+    assert re.search(r"^  SARAGOSSA_API_KEY\s+= \(set, hidden\)", r.stdout, re.M)

@@ -94,7 +94,6 @@ def test_f16_and_plain_types_convert_exactly(lib):
 # Files written by the reference writers, read back through `saragossa inspect`.
 
 import json  # noqa: E402
-import resource  # noqa: E402
 import struct  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
@@ -512,14 +511,18 @@ def test_opening_a_sparse_1gb_file_does_not_read_it(tmp_path):
     with open(p, "wb") as f:
         f.write(struct.pack("<Q", len(header)) + header)
         f.truncate(8 + len(header) + n)  # sparse: no blocks written
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    # wait4 gives this child's own peak RSS (RUSAGE_CHILDREN would be the peak of every child
+    # the test process ever ran, real models included)
     t0 = time.monotonic()
-    out = run_inspect(p).stdout
+    proc = subprocess.Popen([BIN, "inspect", str(p)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.stdout.read(), proc.stderr.read()  # a few hundred bytes: no pipe can fill
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
     elapsed = time.monotonic() - t0
-    rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert proc.returncode == 0, err
     assert fields(out)["parameters"].startswith(str(n // 4))
     # reading 1 GiB would take the RSS past 1 GiB; the header alone is a few KiB
-    assert max(rss_kib, before) < 200 * 1024, rss_kib
+    assert usage.ru_maxrss < 200 * 1024, usage.ru_maxrss
     assert elapsed < 10
 
 
@@ -565,3 +568,31 @@ def test_inspect_real_gemma3_270m_gguf(gemma_gguf, tmp_path):
            for m in re.findall(r"^bytes (\S+): (\d+) \(.*, (\d+) tensors\)$", out, re.M)}
     assert got == {k: (want_bytes[k], want_count[k]) for k in want_bytes}
     assert int(f["cpu_load_bytes"].split()[0]) == sum(want_bytes.values())
+
+
+FIXTURES = sorted(p for p in (pathlib.Path(__file__).resolve().parents[1] / "fixtures").iterdir()
+                  if (p / "config.json").is_file())
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[p.name for p in FIXTURES])
+def test_inspect_every_fixture_matches_its_config_and_weights(fixture):
+    """inspect reads each transformers-made fixture: architecture and sizes from its config.json,
+    exactly the tensors of model.safetensors (ref.safetensors beside it is not a weight file)."""
+    from safetensors import safe_open
+    cfg = json.loads((fixture / "config.json").read_text())
+    text = cfg.get("text_config", cfg)
+    out = run_inspect(fixture, "--tensors").stdout
+    f = fields(out)
+    assert f["arch"] == cfg["model_type"]
+    assert f["format"] == "safetensors (1 file)"
+    with safe_open(str(fixture / "model.safetensors"), "np") as st:
+        names = set(st.keys())
+    listed = set(tensor_rows(out))
+    # MLX triples fold into one weight: scales/biases are companions of W.weight
+    assert {n for n in names if not n.endswith((".scales", ".biases"))} <= listed | {
+        n for n in names if n.endswith(".weight") and n[:-7] + ".scales" in names}
+    if "vocab_size" in text:
+        assert int(f["vocab"]) == text["vocab_size"]
+    layers = text.get("num_hidden_layers", text.get("decoder_layers"))
+    if layers is not None and "layers" in f:
+        assert int(f["layers"]) == layers

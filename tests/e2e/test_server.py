@@ -271,9 +271,19 @@ def test_slow_client_gets_408_or_is_closed_after_the_read_deadline(sock_path):
             time.sleep(0.5)
         c.close()
         assert time.time() - t0 < 9, "the slow client was not cut off"
-        if got:
-            assert got.startswith(b"HTTP/1.1 408"), got
-        # An idle connection that sends nothing is closed by the same deadline.
+        assert got.startswith(b"HTTP/1.1 408"), got
+        assert b'"code":"request_timeout"' in got
+        # A client that sends its headers and then nothing gets the same 408.
+        c = socket.socket(socket.AF_UNIX)
+        c.connect(sock_path)
+        c.sendall(b"POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{")
+        c.settimeout(6)
+        t0 = time.time()
+        got = c.recv(1000)
+        assert got.startswith(b"HTTP/1.1 408") and b'{"error":"' in got, got
+        assert time.time() - t0 < 5
+        c.close()
+        # A connection that never sends a request is closed by the same deadline.
         c = socket.socket(socket.AF_UNIX)
         c.connect(sock_path)
         c.settimeout(6)
@@ -291,3 +301,22 @@ def test_help_documents_every_flag():
     for flag in ("--model", "--ctx", "--socket", "--port", "--host", "--ollama-port", "--api-key", "--max-tokens-cap",
                  "--max-body", "--queue", "--read-timeout", "--max-connections", "--quiet"):
         assert flag in r.stdout, flag
+
+
+def test_chunked_body_over_the_limit_gets_413(sock_path):
+    with Server("--max-body", "2k", socket_path=sock_path) as s:
+        c = socket.socket(socket.AF_UNIX)
+        c.connect(sock_path)
+        c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        try:
+            for _ in range(8):
+                c.sendall(b"400\r\n" + b"a" * 1024 + b"\r\n")
+                time.sleep(0.05)
+        except OSError:
+            pass  # the server hangs up after answering
+        c.settimeout(5)
+        got = c.recv(1000)
+        c.close()
+        assert got.startswith(b"HTTP/1.1 413") and b"request_too_large" in got, got
+        with s.client() as cl:
+            assert cl.get("/health").status_code == 200

@@ -8,6 +8,7 @@
 #include "text/grammar.h"
 #include "text/json_schema.h"
 #include "text/token_trie.h"
+#include "text/toolcall.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -55,6 +56,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	sg_grammar *g = NULL;
 	sg_json_schema_response_format(j, &g, NULL, 0);
 	sg_grammar_free(g);
+	if (json_is_array(j)) { /* as a tools array: the grammars forcing a call */
+		for (int syn = 0; syn < 6; syn++) {
+			g = NULL;
+			if (sg_toolcall_grammar((sg_toolcall_syntax)syn, j, NULL, 2, &g) == SG_OK) {
+				sg_grammar_state *s = NULL;
+				if (sg_grammar_state_new(g, &s) == SG_OK) {
+					uint32_t bits[1];
+					for (size_t i = 0; i < size && i < 256; i++) {
+						if (vocab()) sg_grammar_mask(s, vocab(), bits);
+						sg_grammar_advance(s, &data[i], 1);
+					}
+					sg_grammar_state_free(s);
+				}
+			}
+			sg_grammar_free(g);
+		}
+	}
 	json_decref(j);
 	return 0;
 }

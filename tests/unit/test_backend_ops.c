@@ -948,6 +948,54 @@ Test(backend_ops, moe_route_topk_softmax_sigmoid_and_combine)
 	sg_backend_free(be);
 }
 
+/* The linear-attention stages on every SIMD set against the scalar reference backend (the
+ * formulas themselves are checked in test_linear_attn.c): a chunked prefill of 70 tokens
+ * through short conv, delta rule and gated norm, then one decode step from the states it left. */
+Test(backend_ops, linear_attention_stages_match_scalar_reference)
+{
+	beset s = all_sets();
+	sg_backend *b0 = s.be[0];
+	int Hk = 2, Hv = 4, dk = 32, dv = 16, n = 70, K = 4, C = 2 * Hk * dk + Hv * dv;
+	sg_gdn_params p = {Hk, Hv, dk, dv, 1e-6f};
+	sg_btensor x = f32_tensor(b0, C, n, 1), w = f32_tensor(b0, K, C, 1), a = f32_tensor(b0, Hv, n, 1);
+	sg_btensor b = f32_tensor(b0, Hv, n, 1), al = f32_tensor(b0, Hv, 1, 1), dt = f32_tensor(b0, Hv, 1, 1);
+	sg_btensor z = f32_tensor(b0, dv, n * Hv, 1), nw = f32_tensor(b0, dv, 1, 1);
+	sg_btensor *in[] = {&x, &w, &a, &b, &al, &dt, &z, &nw};
+	for (int i = 0; i < 8; i++) fill(in[i], 0.7f);
+	float *ref = NULL;
+	int64_t nout = (int64_t)(n + 1) * Hv * dv;
+	for (int i = 0; i < s.n; i++) {
+		sg_backend *be = s.be[i];
+		const sg_backend_ops *o = be->ops;
+		sg_btensor cs = f32_tensor(b0, C, K - 1, 1), ss = f32_tensor(b0, dv, dk, Hv), cv = f32_tensor(b0, C, n, 1);
+		sg_btensor out = f32_tensor(b0, Hv * dv, n + 1, 1);
+		sg_btensor out_n = sg_btensor_rows_view(&out, 0, n), out_1 = sg_btensor_rows_view(&out, n, 1);
+		cr_assert_eq(o->short_conv(be, &x, &w, &cs, &cv), SG_OK);
+		cr_assert_eq(o->gated_delta(be, &cv, &a, &b, &al, &dt, &p, &ss, &out_n), SG_OK);
+		sg_btensor x1 = sg_btensor_rows_view(&x, 3, 1), c1 = sg_btensor_rows_view(&cv, 0, 1);
+		sg_btensor a1 = sg_btensor_rows_view(&a, 5, 1), bb1 = sg_btensor_rows_view(&b, 6, 1);
+		cr_assert_eq(o->short_conv(be, &x1, &w, &cs, &c1), SG_OK);
+		cr_assert_eq(o->gated_delta(be, &c1, &a1, &bb1, &al, &dt, &p, &ss, &out_1), SG_OK);
+		sg_btensor oh = out_n;
+		oh.ne[0] = dv;
+		oh.ne[1] = (int64_t)n * Hv;
+		oh.row_bytes = sizeof(float) * (size_t)dv;
+		cr_assert_eq(o->gated_rmsnorm(be, &oh, &nw, &z, 1e-6f, &oh), SG_OK);
+		if (!ref) {
+			ref = malloc(sizeof(float) * (size_t)nout);
+			memcpy(ref, out.data, sizeof(float) * (size_t)nout);
+		} else {
+			double e = nmse(ref, out.data, nout);
+			cr_expect(e < NMSE_F32, "set %d: nmse %g", i, e);
+		}
+		sg_btensor *ts[] = {&cs, &ss, &cv, &out};
+		for (int k = 0; k < 4; k++) b0->ops->tensor_free(b0, ts[k]);
+	}
+	free(ref);
+	for (int i = 0; i < 8; i++) b0->ops->tensor_free(b0, in[i]);
+	free_sets(&s);
+}
+
 Test(backend_ops, argmax_takes_lowest_index_on_ties_and_skips_nan)
 {
 	sg_backend *be = make_be(NULL, 2);
@@ -976,7 +1024,8 @@ Test(backend_ops, rejects_bad_shapes_and_unknown_simd)
 	sg_btensor bad = w.t;
 	bad.ne[0] = 100; /* not a multiple of the block */
 	cr_expect_eq(be->ops->tensor_bind(be, &bad), SG_ERR_UNSUPPORTED);
-	cr_expect(!sg_backend_supports(be, SG_STAGE_LINEAR_ATTN, SG_TYPE_F32));
+	cr_expect(sg_backend_supports(be, SG_STAGE_LINEAR_ATTN, SG_TYPE_F32));
+	cr_expect(!sg_backend_supports(be, SG_STAGE_LINEAR_ATTN, SG_TYPE_F16));
 	cr_expect(sg_backend_supports(be, SG_STAGE_MATMUL, SG_TYPE_IQ4_XS));
 	cr_expect(!sg_backend_supports(be, SG_STAGE_MATMUL, SG_TYPE_Q8_K));
 	free_w(&w);

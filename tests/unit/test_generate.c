@@ -381,3 +381,34 @@ Test(generate, token_outside_vocabulary_and_bad_sampler_params_are_refused)
 	cr_assert_eq(sg_generate(&r.st, &r.dt, &r.p, &res), SG_ERR_INVALID_ARG);
 	sg_gen_state_free(&r.st);
 }
+
+/* A constraint that allows only even tokens. */
+static sg_status even_mask(void *self, float *logits, int32_t n)
+{
+	for (int32_t i = 1; i < n; i += 2) logits[i] = -__builtin_inff();
+	return SG_OK;
+}
+
+static sg_status count_accept(void *self, int32_t tok)
+{
+	(*(int *)self)++;
+	cr_assert_eq(tok % 2, 0, "token %d passed the mask", tok);
+	return SG_OK;
+}
+
+Test(generate, constraint_masks_every_step_and_sees_every_token)
+{
+	rig r;
+	rig_init(&r, 64);
+	int accepted = 0;
+	sg_gen_constraint c = {.self = &accepted, .mask = even_mask, .accept = count_accept};
+	int32_t prompt[] = {0}; /* the model wants 1, 2, 3...: odd ones are banned */
+	r.p.prompt = prompt;
+	r.p.n_prompt = 1;
+	r.p.max_tokens = 5;
+	r.p.constraint = &c;
+	sg_gen_result res;
+	cr_assert_eq(sg_generate(&r.st, &r.dt, &r.p, &res), SG_OK, "%s", sg_last_error());
+	cr_assert_eq(accepted, 5);
+	sg_gen_state_free(&r.st);
+}

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/flags.h"
 #include "grammar_oracle.h"
 #include "text/grammar.h"
 #include "text/token_trie.h"
@@ -282,4 +283,81 @@ Test(grammar, unresolved_and_self_referencing_grammars_are_refused)
 	cr_expect_eq(sg_grammar_finish(g, u), SG_ERR_INVALID_ARG);
 	cr_expect(strstr(sg_last_error(), "without consuming") != NULL, "%s", sg_last_error());
 	sg_grammar_free(g);
+}
+
+Test(grammar, optional_repetition_follows_both_continuing_and_ending)
+{
+	sg_grammar *g = sg_grammar_new();
+	int a = sg_grammar_add_literal(g, "<a>"), b = sg_grammar_add_literal(g, "<b>");
+	int opt = sg_grammar_add_repeat(g, a, 0, 1, 0);
+	int seq[] = {opt, b};
+	int root = sg_grammar_add_seq(g, seq, 2, 0);
+	cr_assert_eq(sg_grammar_finish(g, root), SG_OK);
+	cr_expect_eq(run_str(g, "<a><b>"), 3);
+	cr_expect_eq(run_str(g, "<b>"), 3, "the shared '<' must not commit to the repetition");
+	cr_expect_eq(run_str(g, "<a><a>"), 0);
+	sg_grammar_free(g);
+}
+
+Test(grammar, raw_text_ends_at_the_first_terminator)
+{
+	sg_grammar *g = sg_grammar_new();
+	int r = sg_grammar_add_raw_until(g, "\n</p>\n");
+	int seq[] = {r, sg_grammar_add_literal(g, "!")};
+	cr_assert_eq(sg_grammar_finish(g, sg_grammar_add_seq(g, seq, 2, 0)), SG_OK);
+	cr_expect_eq(run_str(g, "any \"text\" \\ \n</p\n</p>\n!"), 3);
+	cr_expect_eq(run_str(g, "x\n\n</p>\n!"), 3, "a partial match restarts correctly");
+	cr_expect_eq(run_str(g, "x\n</p>\nx"), 0, "the first terminator ends the text");
+	cr_expect_eq(run_str(g, "\xc3\n</p>\n"), 0, "text is valid UTF-8");
+	sg_grammar_free(g);
+}
+
+/* The fast paths (plain-token bitmap, whole plain subtrees) against the plain trie walk with
+ * SARAGOSSA_GRAMMAR_FAST_MASK=0, step by step along random walks. */
+Test(grammar, fast_mask_equals_the_full_walk_with_the_kill_switch_off)
+{
+	rvocab v;
+	rv_make(&v, 2024, 400);
+	sg_grammar *g = sg_grammar_new();
+	int s1 = sg_grammar_add_string(g, 0, 3), s2 = sg_grammar_add_string(g, 2, 6);
+	int u = sg_grammar_add_union(g, (int[]){s1, s2}, 2);
+	int arr = sg_grammar_add_array(g, sg_grammar_add_string(g, 0, 4), 0, -1);
+	sg_grammar_prop props[] = {{"a", 1, u, 1}, {"b", 1, arr, 1}, {"c", 1, sg_grammar_add_string(g, 0, -1), 0}};
+	int obj = sg_grammar_add_object(g, props, 3, sg_grammar_add_any(g));
+	cr_assert_eq(sg_grammar_finish(g, obj), SG_OK, "%s", sg_last_error());
+	setenv("SARAGOSSA_GRAMMAR_FAST_MASK", "0", 1);
+	sg_flags_reload();
+	sg_grammar_state *slow, *fast;
+	cr_assert_eq(sg_grammar_state_new(g, &slow), SG_OK);
+	unsetenv("SARAGOSSA_GRAMMAR_FAST_MASK");
+	sg_flags_reload();
+	cr_assert_eq(sg_grammar_state_new(g, &fast), SG_OK);
+	uint32_t *m1 = calloc((size_t)v.trie->words, 4), *m2 = calloc((size_t)v.trie->words, 4);
+	int *allowed = malloc((size_t)v.n * sizeof(int));
+	uint64_t rng = 77;
+	int steps = 0;
+	for (int walk = 0; walk < 40; walk++) {
+		sg_grammar_state_reset(slow);
+		sg_grammar_state_reset(fast);
+		for (int step = 0; step < 60; step++, steps++) {
+			sg_grammar_mask(slow, v.trie, m1);
+			sg_grammar_mask(fast, v.trie, m2);
+			cr_assert_arr_eq(m1, m2, (size_t)v.trie->words * 4, "walk %d step %d", walk, step);
+			int na = 0;
+			for (int t = 0; t < v.n; t++)
+				if (bit(m1, t) && t != v.eot) allowed[na++] = t;
+			if (na == 0) break;
+			int pick = allowed[rng_int(&rng, na)];
+			sg_grammar_advance(slow, v.tok[pick], v.len[pick]);
+			sg_grammar_advance(fast, v.tok[pick], v.len[pick]);
+		}
+	}
+	cr_expect_gt(steps, 500);
+	free(m1);
+	free(m2);
+	free(allowed);
+	sg_grammar_state_free(slow);
+	sg_grammar_state_free(fast);
+	sg_grammar_free(g);
+	rv_free(&v);
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/error.h"
 #include "grammar_oracle.h"
 #include "text/json_schema.h"
@@ -499,4 +500,37 @@ Test(json_schema, writes_samples_for_validation, .timeout = 60)
 		sg_grammar_free(g);
 	}
 	rv_free(&v);
+}
+
+Test(json_schema, allocation_failures_give_errors_never_crashes)
+{
+	json_t *schema = json_loads(fixed_schemas[8], 0, NULL); /* recursive, refs, arrays, bounds */
+	cr_assert_not_null(schema);
+	rvocab v;
+	rv_make(&v, 3, 40);
+	int ok = 0, failed = 0;
+	for (long n = 0; n < 400; n++) {
+		sg_alloc_fail_after(n);
+		sg_grammar *g = NULL;
+		sg_status st = sg_json_schema_compile(schema, 1, &g, NULL, 0);
+		sg_grammar_state *s = NULL;
+		if (st == SG_OK) st = sg_grammar_state_new(g, &s);
+		uint32_t *m = calloc((size_t)v.trie->words, 4);
+		const char *pre = "{\"v\":1,\"children\":[{\"v\":";
+		if (st == SG_OK) st = sg_grammar_advance(s, (const uint8_t *)pre, strlen(pre));
+		if (st == SG_OK) st = sg_grammar_mask(s, v.trie, m);
+		sg_alloc_fail_after(-1);
+		if (st == SG_OK) ok++;
+		else {
+			cr_expect_eq(st, SG_ERR_NOMEM, "n=%ld: %s", n, sg_last_error());
+			failed++;
+		}
+		free(m);
+		sg_grammar_state_free(s);
+		sg_grammar_free(g);
+	}
+	cr_expect_gt(failed, 10);
+	cr_expect_gt(ok, 10, "enough allocations eventually succeed");
+	rv_free(&v);
+	json_decref(schema);
 }

@@ -99,7 +99,7 @@ Test(session, unsupported_architecture_is_refused_at_load)
 {
 	sg_model_params mp = sg_model_default_params();
 	sg_model *m = NULL;
-	cr_assert_eq(sg_model_load("tests/fixtures/qwen3_next", &mp, &m), SG_ERR_UNSUPPORTED);
+	cr_assert_eq(sg_model_load("tests/fixtures/bert", &mp, &m), SG_ERR_UNSUPPORTED);
 	cr_assert_null(m);
 	cr_assert_neq(strstr(sg_last_error(), "unsupported architecture"), NULL, "%s", sg_last_error());
 }

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "text/grammar.h"
 #include "text/toolcall.h"
+#include "grammar_oracle.h"
 
 typedef struct {
 	char text[4096];
@@ -239,6 +240,33 @@ Test(toolcall, reasoning_split_streams_in_any_chunking)
 	sg_reasoning_split_free(r);
 }
 
+Test(toolcall, reasoning_split_takes_one_leading_block_only)
+{
+	const char *outs[][3] = {
+		/* output, reasoning, answer */
+		{" <think>a</think>{\"s\": \"<think>x</think>\"}", "a", "{\"s\": \"<think>x</think>\"}"},
+		{"{\"s\": \"<think>x</think>\"}", "", "{\"s\": \"<think>x</think>\"}"},
+		{"answer <think>not reasoning", "", "answer <think>not reasoning"},
+	};
+	for (size_t t = 0; t < sizeof outs / sizeof *outs; t++) {
+		for (size_t chunk = 1; chunk <= 5; chunk++) {
+			char bufs[2][256] = {"", ""};
+			sg_reasoning_split *r;
+			cr_assert_eq(sg_reasoning_split_new("<think>", "</think>", 0, &r), SG_OK);
+			const char *out = outs[t][0];
+			for (size_t i = 0; i < strlen(out); i += chunk)
+				sg_reasoning_feed(r, out + i, i + chunk > strlen(out) ? strlen(out) - i : chunk, on_reason, bufs);
+			sg_reasoning_finish(r, on_reason, bufs);
+			cr_expect_str_eq(bufs[1], outs[t][1], "case %zu chunk %zu", t, chunk);
+			/* blanks before the block count as answer text */
+			const char *ans = bufs[0];
+			while (*ans == ' ') ans++;
+			cr_expect_str_eq(ans, outs[t][2], "case %zu chunk %zu", t, chunk);
+			sg_reasoning_split_free(r);
+		}
+	}
+}
+
 /* ---- forcing a call ---- */
 
 static int accepts(const sg_grammar *g, const char *s)
@@ -305,6 +333,69 @@ Test(toolcall, required_tool_choice_for_llama3_and_mistral)
 	cr_expect_eq(sg_toolcall_grammar(SG_TC_HERMES, bad, NULL, 1, &g), SG_ERR_UNSUPPORTED);
 	cr_expect(strstr(sg_last_error(), "'f'") && strstr(sg_last_error(), "format"), "%s", sg_last_error());
 	cr_expect_eq(sg_toolcall_grammar(SG_TC_GEMMA4, tools, NULL, 1, &g), SG_ERR_UNSUPPORTED);
+	cr_expect_eq(sg_toolcall_grammar(SG_TC_GEMMA3, tools, NULL, 1, &g), SG_ERR_UNSUPPORTED);
 	json_decref(bad);
+	json_decref(tools);
+}
+
+Test(toolcall, required_tool_choice_for_qwen_xml_constrains_text_and_json_parameters)
+{
+	json_t *tools = json_loads(
+		"[{\"type\":\"function\",\"function\":{\"name\":\"write\",\"parameters\":{\"type\":\"object\","
+		"\"properties\":{\"path\":{\"type\":\"string\"},\"mode\":{\"type\":\"string\",\"enum\":[\"a\",\"w\"]},"
+		"\"lines\":{\"type\":\"integer\",\"minimum\":1},\"text\":{\"type\":\"string\"}},"
+		"\"required\":[\"path\",\"text\"]}}}]",
+		0, NULL);
+	sg_grammar *g;
+	cr_assert_eq(sg_toolcall_grammar(SG_TC_QWEN_XML, tools, NULL, 2, &g), SG_OK, "%s", sg_last_error());
+	const char *full = "<tool_call>\n<function=write>\n<parameter=path>\n/tmp/a b.txt\n</parameter>\n"
+			   "<parameter=mode>\nw\n</parameter>\n<parameter=lines>\n12\n</parameter>\n"
+			   "<parameter=text>\nline 1\n</param is not the end\nline 3\n</parameter>\n"
+			   "</function>\n</tool_call>";
+	cr_expect_eq(accepts(g, full), 3);
+	const char *minimal = "<tool_call>\n<function=write>\n<parameter=path>\nx\n</parameter>\n"
+			      "<parameter=text>\n\n</parameter>\n</function>\n</tool_call>";
+	cr_expect_eq(accepts(g, minimal), 3, "optional parameters skipped");
+	cr_expect_eq(accepts(g, "<tool_call>\n<function=write>\n<parameter=text>"), 0, "path is required first");
+	cr_expect_eq(accepts(g, "<tool_call>\n<function=write>\n<parameter=path>\nx\n</parameter>\n<parameter=mode>\nr"), 0,
+		     "mode is an enum");
+	cr_expect_eq(accepts(g, "<tool_call>\n<function=write>\n<parameter=path>\nx\n</parameter>\n<parameter=lines>\n0"), 0,
+		     "lines >= 1");
+	/* what the grammar forces parses back to the same call */
+	coll c;
+	sg_toolcall_parser *p = parse(SG_TC_QWEN_XML, tools, full, 7, &c);
+	cr_expect_eq(c.n_calls, 1);
+	expect_args(c.args[0], "{\"path\":\"/tmp/a b.txt\",\"mode\":\"w\",\"lines\":12,\"text\":\"line 1\\n</param is not the end\\nline 3\"}");
+	sg_toolcall_parser_free(p);
+	sg_grammar_free(g);
+	json_t *bad = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+				 "\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":3}}}}}]", 0, NULL);
+	cr_expect_eq(sg_toolcall_grammar(SG_TC_QWEN_XML, bad, NULL, 1, &g), SG_ERR_UNSUPPORTED);
+	cr_expect(strstr(sg_last_error(), "maxLength") != NULL, "%s", sg_last_error());
+	json_decref(bad);
+	json_decref(tools);
+}
+
+Test(toolcall, forced_call_masks_equal_the_oracle_for_every_supported_syntax, .timeout = 60)
+{
+	json_t *tools = json_loads(
+		"[{\"type\":\"function\",\"function\":{\"name\":\"x\",\"parameters\":{\"type\":\"object\","
+		"\"properties\":{\"a\":{\"type\":\"string\"},\"k\":{\"type\":\"integer\"}},\"required\":[\"a\"]}}}]",
+		0, NULL);
+	rvocab v;
+	rv_make(&v, 99, 200);
+	sg_toolcall_syntax syns[] = {SG_TC_HERMES, SG_TC_QWEN_XML, SG_TC_LLAMA3, SG_TC_MISTRAL};
+	for (int i = 0; i < 4; i++) {
+		sg_grammar *g;
+		cr_assert_eq(sg_toolcall_grammar(syns[i], tools, NULL, 2, &g), SG_OK, "%s", sg_last_error());
+		uint64_t rng = 5 + (uint64_t)i;
+		uint8_t out[4096];
+		for (int w = 0; w < 3; w++) {
+			size_t n;
+			random_walk(g, &v, &rng, 250, 250, 1, out, sizeof(out), &n);
+		}
+		sg_grammar_free(g);
+	}
+	rv_free(&v);
 	json_decref(tools);
 }

@@ -496,7 +496,7 @@ static int cpu_supports(sg_backend *be, sg_stage stage, sg_type type)
 	case SG_STAGE_KV_STORE:
 	case SG_STAGE_ATTENTION: return type == SG_TYPE_F32 || type == SG_TYPE_F16;
 	case SG_STAGE_ATTN_PREP: return type == SG_TYPE_F32 || type == SG_TYPE_F16;
-	case SG_STAGE_LINEAR_ATTN: return 0;
+	case SG_STAGE_LINEAR_ATTN: return type == SG_TYPE_F32;
 	case SG_STAGE_COUNT: return 0;
 	default: return type == SG_TYPE_F32;
 	}
@@ -537,6 +537,13 @@ static const sg_backend_ops cpu_ops = {
 	.moe_matmul = cpu_moe_matmul,
 	.moe_combine = sg_cpu_moe_combine,
 	.argmax = sg_cpu_argmax,
+	.short_conv = sg_cpu_short_conv,
+	.gated_delta = sg_cpu_gated_delta,
+	.gated_rmsnorm = sg_cpu_gated_rmsnorm,
+	.sigmoid_mul = sg_cpu_sigmoid_mul,
+	.gather_cols = sg_cpu_gather_cols,
+	.glu_split = sg_cpu_glu_split,
+	.moe_weight_scale = sg_cpu_moe_weight_scale,
 };
 
 sg_cpu_params sg_cpu_default_params(void)

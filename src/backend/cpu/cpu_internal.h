@@ -190,4 +190,13 @@ sg_status sg_cpu_moe_route(sg_backend *be, const sg_btensor *logits, sg_router r
 sg_status sg_cpu_moe_combine(sg_backend *be, const sg_btensor *y, const sg_btensor *weights, sg_btensor *out);
 sg_status sg_cpu_argmax(sg_backend *be, const sg_btensor *x, sg_btensor *ids);
 
+/* Ops implemented in cpu_linear_attn.c (hybrid and Gemma 4 stages). */
+sg_status sg_cpu_short_conv(sg_backend *be, const sg_btensor *x, const sg_btensor *w, sg_btensor *state, sg_btensor *out);
+sg_status sg_cpu_gated_delta(sg_backend *be, const sg_btensor *qkv, const sg_btensor *a, const sg_btensor *b, const sg_btensor *a_log, const sg_btensor *dt_bias, const sg_gdn_params *p, sg_btensor *state, sg_btensor *out);
+sg_status sg_cpu_gated_rmsnorm(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *gate, float eps, sg_btensor *y);
+sg_status sg_cpu_sigmoid_mul(sg_backend *be, const sg_btensor *x, const sg_btensor *gate, sg_btensor *out);
+sg_status sg_cpu_gather_cols(sg_backend *be, const sg_btensor *x, const sg_btensor *idx, sg_btensor *out);
+sg_status sg_cpu_glu_split(sg_backend *be, const sg_btensor *x, sg_act act, sg_btensor *out);
+sg_status sg_cpu_moe_weight_scale(sg_backend *be, sg_btensor *weights, const sg_btensor *ids, const sg_btensor *scale);
+
 #endif

@@ -1,0 +1,1073 @@
+/*
+ * The CUDA backend's host side: the op table, shape checks (the CPU backend's, same messages),
+ * device memory, weight upload and repacking, the cuBLAS GEMM path for many tokens, scratch and
+ * graph capture. Kernels live in cuda_matmul.cu and cuda_ops.cu behind cuda_kernels.h.
+ *
+ * Weight layouts on the device (row r at data + r * row_bytes, so row views keep working):
+ *  - F32 / F16 / BF16, Q4_K, Q5_K, MLX affine: the file's bytes (K-quant blocks of 144 and 176
+ *    bytes are multiples of 16, so 16-byte loads stay aligned).
+ *  - Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: per row, all the blocks' codes first, then their high bits,
+ *    scales and minima as separate runs (the 18..34-byte blocks would misalign every wide load),
+ *    the row padded to 16 bytes.
+ *  - Q6_K: blocks padded from 210 to 224 bytes (+6.7% bytes, every field 16-byte aligned).
+ */
+#include "backend/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_kernels.h"
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/flags.h"
+
+#define GEMV_MAX_TOKENS 8          /* more tokens take the tensor-core GEMM (when enabled) */
+#define GEMM_TILE_BYTES (64u << 20) /* weight tile dequantized per cuBLAS call */
+#define MAX_HEAD_DIM 1024
+
+typedef struct sg_cuda_backend {
+	sg_backend base; /* first: a sg_backend * is a sg_cuda_backend * */
+	int device;
+	cudaStream_t stream;
+	cublasHandle_t blas; /* created on the first GEMM (see blas_ready) */
+	int blas_state;      /* 0 not tried, 1 ready, -1 unavailable: the GEMV kernel serves every n */
+	void *scratch;
+	size_t scratch_cap;
+	unsigned scratch_gen; /* bumped when the scratch moves: a graph recorded before is stale */
+	int gemm; /* GEMM_*: SARAGOSSA_CUDA_GEMM */
+	int q8x;  /* SARAGOSSA_CUDA_Q8X */
+	int capturing;
+	cudaGraphExec_t exec;
+	unsigned exec_gen;
+	char desc[320];
+} sg_cuda_backend;
+
+static sg_custream S(sg_cuda_backend *cb) { return (sg_custream)cb->stream; }
+
+static sg_status cu_fail(const char *op, int err)
+{
+	return sg_error(SG_ERR_BACKEND, "cuda %s: %s", op, cudaGetErrorString((cudaError_t)err));
+}
+#define CU_RET(op, call)                                                                           \
+	do {                                                                                       \
+		int e_ = (int)(call);                                                              \
+		if (e_) return cu_fail(op, e_);                                                   \
+	} while (0)
+
+static const char *tname(sg_type t) { return sg_type_name((int)t); }
+
+static sg_status check_f32(const char *op, const char *what, const sg_btensor *t)
+{
+	if (!t || !t->data) return sg_error(SG_ERR_INVALID_ARG, "cuda %s: %s is missing", op, what);
+	if (t->type != SG_TYPE_F32)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda %s: %s must be F32, found %s", op, what, tname(t->type));
+	return SG_OK;
+}
+
+static sg_status check_i32(const char *op, const char *what, const sg_btensor *t)
+{
+	if (!t || !t->data || t->type != SG_TYPE_I32)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda %s: %s must be an I32 tensor", op, what);
+	return SG_OK;
+}
+
+static sg_status check_same(const char *op, const sg_btensor *a, const sg_btensor *b)
+{
+	if (a->ne[0] != b->ne[0] || sg_btensor_rows(a) != sg_btensor_rows(b))
+		return sg_error(SG_ERR_INVALID_ARG, "cuda %s: shapes differ: [%lld][%lld] vs [%lld][%lld]", op,
+				(long long)sg_btensor_rows(a), (long long)a->ne[0], (long long)sg_btensor_rows(b),
+				(long long)b->ne[0]);
+	return SG_OK;
+}
+
+static int64_t nvals(const sg_btensor *t) { return t->ne[0] * sg_btensor_rows(t); }
+
+/* --- scratch --- */
+
+static void *scratch(sg_cuda_backend *cb, size_t n, sg_status *st)
+{
+	*st = SG_OK;
+	if (n <= cb->scratch_cap) return cb->scratch;
+	if (cb->capturing) {
+		*st = sg_error(SG_ERR_INVALID_ARG, "cuda: %zu bytes of scratch needed while recording a graph "
+				"(run the step once before recording it)", n);
+		return NULL;
+	}
+	size_t cap = n + n / 4 + (1u << 20);
+	void *p = NULL;
+	cudaFree(cb->scratch); /* waits for the queued work that may still use it */
+	cb->scratch = NULL;
+	cb->scratch_cap = 0;
+	int e = (int)cudaMalloc(&p, cap);
+	if (e) {
+		*st = sg_error(SG_ERR_NOMEM, "cuda: %zu bytes of scratch: %s", cap, cudaGetErrorString((cudaError_t)e));
+		return NULL;
+	}
+	cb->scratch = p;
+	cb->scratch_cap = cap;
+	cb->scratch_gen++;
+	return p;
+}
+
+/* --- weight formats --- */
+
+static sg_cukt cukt_of(const sg_btensor *t)
+{
+	switch (t->type) {
+	case SG_TYPE_F32: return SG_CUKT_F32;
+	case SG_TYPE_F16: return SG_CUKT_F16;
+	case SG_TYPE_BF16: return SG_CUKT_BF16;
+	case SG_TYPE_Q8_0: return SG_CUKT_Q8_0;
+	case SG_TYPE_Q4_0: return SG_CUKT_Q4_0;
+	case SG_TYPE_Q4_1: return SG_CUKT_Q4_1;
+	case SG_TYPE_Q5_0: return SG_CUKT_Q5_0;
+	case SG_TYPE_Q5_1: return SG_CUKT_Q5_1;
+	case SG_TYPE_Q4_K: return SG_CUKT_Q4_K;
+	case SG_TYPE_Q5_K: return SG_CUKT_Q5_K;
+	case SG_TYPE_Q6_K: return SG_CUKT_Q6_K;
+	case SG_TYPE_MLX_AFFINE:
+		if (t->mlx.group != 32 && t->mlx.group != 64 && t->mlx.group != 128) return SG_CUKT_NONE;
+		if (t->mlx.sb_type != SG_TYPE_BF16 && t->mlx.sb_type != SG_TYPE_F16) return SG_CUKT_NONE;
+		return t->mlx.bits == 4 ? SG_CUKT_MLX4 : t->mlx.bits == 6 ? SG_CUKT_MLX6 : t->mlx.bits == 8 ? SG_CUKT_MLX8 : SG_CUKT_NONE;
+	default: return SG_CUKT_NONE;
+	}
+}
+
+static int is_legacy(sg_cukt kt) { return kt >= SG_CUKT_Q8_0 && kt <= SG_CUKT_Q5_1; }
+static int is_plain(sg_cukt kt) { return kt <= SG_CUKT_BF16; }
+static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* Elements a row length must be a multiple of for the type's kernels. */
+static int64_t k_multiple(sg_cukt kt, const sg_btensor *t)
+{
+	if (is_plain(kt)) return 1;
+	if (kt == SG_CUKT_Q4_K || kt == SG_CUKT_Q5_K || kt == SG_CUKT_Q6_K) return 256;
+	if (kt >= SG_CUKT_MLX4) return t->mlx.group;
+	return 32;
+}
+
+/* File bytes of one row, and the device's. */
+static size_t file_row_bytes(sg_cukt kt, const sg_btensor *t)
+{
+	if (kt >= SG_CUKT_MLX4) return (size_t)t->ne[0] / 8 * (size_t)t->mlx.bits;
+	return sg_type_row_bytes(t->type, t->ne[0]);
+}
+
+static size_t dev_row_bytes(sg_cukt kt, const sg_btensor *t)
+{
+	if (kt == SG_CUKT_Q6_K) return (size_t)(t->ne[0] / 256) * 224;
+	if (is_legacy(kt)) return round16(file_row_bytes(kt, t));
+	return file_row_bytes(kt, t);
+}
+
+/* One row from the file layout into the device layout (legacy types and Q6_K). */
+static void repack_row(sg_cukt kt, int64_t K, const uint8_t *src, uint8_t *dst, size_t dst_bytes)
+{
+	memset(dst, 0, dst_bytes);
+	int64_t nb = K / 32;
+	if (kt == SG_CUKT_Q6_K) {
+		for (int64_t b = 0; b < K / 256; b++) memcpy(dst + b * 224, src + b * 210, 210);
+		return;
+	}
+	for (int64_t b = 0; b < nb; b++) {
+		switch (kt) {
+		case SG_CUKT_Q8_0: {
+			const uint8_t *s = src + b * 34;
+			memcpy(dst + 32 * b, s + 2, 32);
+			memcpy(dst + 32 * nb + 2 * b, s, 2);
+			break;
+		}
+		case SG_CUKT_Q4_0: {
+			const uint8_t *s = src + b * 18;
+			memcpy(dst + 16 * b, s + 2, 16);
+			memcpy(dst + 16 * nb + 2 * b, s, 2);
+			break;
+		}
+		case SG_CUKT_Q4_1: {
+			const uint8_t *s = src + b * 20;
+			memcpy(dst + 16 * b, s + 4, 16);
+			memcpy(dst + 16 * nb + 2 * b, s, 2);
+			memcpy(dst + 18 * nb + 2 * b, s + 2, 2);
+			break;
+		}
+		case SG_CUKT_Q5_0: {
+			const uint8_t *s = src + b * 22;
+			memcpy(dst + 16 * b, s + 6, 16);
+			memcpy(dst + 16 * nb + 4 * b, s + 2, 4);
+			memcpy(dst + 20 * nb + 2 * b, s, 2);
+			break;
+		}
+		case SG_CUKT_Q5_1: {
+			const uint8_t *s = src + b * 24;
+			memcpy(dst + 16 * b, s + 8, 16);
+			memcpy(dst + 16 * nb + 4 * b, s + 4, 4);
+			memcpy(dst + 20 * nb + 2 * b, s, 2);
+			memcpy(dst + 22 * nb + 2 * b, s + 2, 2);
+			break;
+		}
+		default: break;
+		}
+	}
+}
+
+/* The kernels' view of a bound weight tensor. */
+static sg_status wview(const char *op, const sg_btensor *w, sg_cuw *v)
+{
+	memset(v, 0, sizeof(*v));
+	sg_cukt kt = cukt_of(w);
+	if (kt == SG_CUKT_NONE || !w->data)
+		return sg_error(SG_ERR_UNSUPPORTED, "cuda %s: weights of type %s have no GPU kernel", op, tname(w->type));
+	v->kt = kt;
+	v->K = w->ne[0];
+	v->data = w->data;
+	v->row_bytes = w->row_bytes;
+	if (kt >= SG_CUKT_MLX4) {
+		v->group = w->mlx.group;
+		v->sb_bf16 = w->mlx.sb_type == SG_TYPE_BF16;
+		v->scales = w->scales;
+		v->biases = w->biases;
+		v->sb_row_bytes = sg_btensor_mlx_sb_row_bytes(w);
+	}
+	return SG_OK;
+}
+
+sg_status sg_cuda_weight_view(const sg_btensor *w, sg_cuw *out) { return wview("weight_view", w, out); }
+
+/* --- memory --- */
+
+static size_t plain_size(sg_type t)
+{
+	switch (t) {
+	case SG_TYPE_F32: case SG_TYPE_I32: return 4;
+	case SG_TYPE_F16: case SG_TYPE_BF16: return 2;
+	default: return 0;
+	}
+}
+
+static sg_status cuda_tensor_alloc(sg_backend *be, sg_type type, const int64_t ne[4], sg_btensor *out)
+{
+	memset(out, 0, sizeof(*out));
+	size_t es = plain_size(type);
+	if (!es) return sg_error(SG_ERR_UNSUPPORTED, "cuda tensor_alloc: type %s cannot be allocated (F32, F16, BF16, I32 only)", tname(type));
+	size_t n = 1;
+	for (int i = 0; i < 4; i++) {
+		if (ne[i] < 1) return sg_error(SG_ERR_INVALID_ARG, "cuda tensor_alloc: ne[%d] = %lld < 1", i, (long long)ne[i]);
+		if (n > SIZE_MAX / 64 / (size_t)ne[i]) return sg_error(SG_ERR_NOMEM, "cuda tensor_alloc: tensor too large");
+		n *= (size_t)ne[i];
+		out->ne[i] = ne[i];
+	}
+	void *p = NULL;
+	size_t bytes = round16(n * es);
+	int e = (int)cudaMalloc(&p, bytes);
+	if (e) return sg_error(SG_ERR_NOMEM, "cuda tensor_alloc: %zu bytes: %s", bytes, cudaGetErrorString((cudaError_t)e));
+	/* on the backend's stream: the legacy stream is not ordered with it */
+	e = (int)cudaMemsetAsync(p, 0, bytes, ((sg_cuda_backend *)be)->stream);
+	if (e) {
+		cudaFree(p);
+		return cu_fail("tensor_alloc", e);
+	}
+	out->type = type;
+	out->row_bytes = (size_t)ne[0] * es;
+	out->data = p;
+	out->owned = 1;
+	return SG_OK;
+}
+
+/* Copies go on the backend's stream (ordered with the ops); from pageable memory a copy returns
+ * once its source is staged, so the staging buffer may be refilled at once. */
+static sg_status upload_rows(cudaStream_t s, sg_cukt kt, const sg_btensor *t, int64_t rows, size_t src_rb, size_t dst_rb, uint8_t *dev)
+{
+	if (!is_legacy(kt) && kt != SG_CUKT_Q6_K)
+		return cudaMemcpyAsync(dev, t->data, src_rb * (size_t)rows, cudaMemcpyHostToDevice, s) ? cu_fail("tensor_bind", (int)cudaGetLastError()) : SG_OK;
+	/* repack through a bounded host buffer */
+	int64_t chunk = (int64_t)((16u << 20) / dst_rb);
+	if (chunk < 1) chunk = 1;
+	if (chunk > rows) chunk = rows;
+	uint8_t *buf = sg_malloc(dst_rb * (size_t)chunk);
+	if (!buf) return sg_error(SG_ERR_NOMEM, "cuda tensor_bind: %zu bytes of staging", dst_rb * (size_t)chunk);
+	sg_status st = SG_OK;
+	for (int64_t r0 = 0; r0 < rows && !st; r0 += chunk) {
+		int64_t nr = rows - r0 < chunk ? rows - r0 : chunk;
+		for (int64_t r = 0; r < nr; r++)
+			repack_row(kt, t->ne[0], (const uint8_t *)t->data + (size_t)(r0 + r) * src_rb, buf + (size_t)r * dst_rb, dst_rb);
+		int e = (int)cudaMemcpyAsync(dev + (size_t)r0 * dst_rb, buf, dst_rb * (size_t)nr, cudaMemcpyHostToDevice, s);
+		if (e) st = cu_fail("tensor_bind", e);
+	}
+	sg_free(buf);
+	return st;
+}
+
+static sg_status cuda_tensor_bind(sg_backend *be, sg_btensor *t)
+{
+	if (!t->data) return sg_error(SG_ERR_INVALID_ARG, "cuda tensor_bind: no data");
+	for (int i = 1; i < 4; i++)
+		if (t->ne[i] < 1) t->ne[i] = 1;
+	int64_t rows = sg_btensor_rows(t);
+	size_t src_rb, dst_rb, sb_bytes = 0;
+	sg_cukt kt = SG_CUKT_NONE;
+	if (t->type == SG_TYPE_I32) {
+		src_rb = dst_rb = (size_t)t->ne[0] * 4;
+	} else {
+		kt = cukt_of(t);
+		if (kt == SG_CUKT_NONE) {
+			if (t->type == SG_TYPE_MLX_AFFINE)
+				return sg_error(SG_ERR_UNSUPPORTED, "cuda: MLX affine weights of %d bits, group %d, %s scales have no GPU kernel "
+						"(4, 6 or 8 bits, group 32/64/128, bf16 or f16 scales)", t->mlx.bits, t->mlx.group, tname(t->mlx.sb_type));
+			return sg_error(SG_ERR_UNSUPPORTED, "cuda: weights of type %s have no GPU kernel (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+					"Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MLX 4/6/8-bit)", tname(t->type));
+		}
+		int64_t km = k_multiple(kt, t);
+		if (t->ne[0] < 1 || t->ne[0] % km)
+			return sg_error(SG_ERR_INVALID_ARG, "cuda: %s rows of %lld elements (must be a multiple of %lld)", tname(t->type),
+					(long long)t->ne[0], (long long)km);
+		if (kt >= SG_CUKT_MLX4) {
+			if (!t->scales || !t->biases) return sg_error(SG_ERR_INVALID_ARG, "cuda: MLX weights without scales or biases");
+			sb_bytes = sg_btensor_mlx_sb_row_bytes(t) * (size_t)rows;
+		}
+		src_rb = file_row_bytes(kt, t);
+		dst_rb = dev_row_bytes(kt, t);
+	}
+	size_t wbytes = round16(dst_rb * (size_t)rows);
+	size_t total = wbytes + 2 * round16(sb_bytes);
+	uint8_t *dev = NULL;
+	int e = (int)cudaMalloc((void **)&dev, total ? total : 16);
+	if (e) return sg_error(SG_ERR_NOMEM, "cuda tensor_bind: %zu bytes of %s weights: %s", total, tname(t->type), cudaGetErrorString((cudaError_t)e));
+	cudaStream_t strm = ((sg_cuda_backend *)be)->stream;
+	sg_status st = upload_rows(strm, kt, t, rows, src_rb, dst_rb, dev);
+	if (!st && sb_bytes) {
+		uint8_t *ds = dev + wbytes, *db = ds + round16(sb_bytes);
+		if (cudaMemcpyAsync(ds, t->scales, sb_bytes, cudaMemcpyHostToDevice, strm) ||
+		    cudaMemcpyAsync(db, t->biases, sb_bytes, cudaMemcpyHostToDevice, strm))
+			st = cu_fail("tensor_bind", (int)cudaGetLastError());
+		t->scales = ds;
+		t->biases = db;
+	}
+	if (st) {
+		cudaStreamSynchronize(strm);
+		cudaFree(dev);
+		return st;
+	}
+	t->data = dev;
+	t->row_bytes = dst_rb;
+	t->owned = 1; /* scales and biases live in the same allocation */
+	return SG_OK;
+}
+
+static void cuda_tensor_free(sg_backend *be, sg_btensor *t)
+{
+	if (t && t->owned) cudaFree(t->data);
+	if (t) memset(t, 0, sizeof(*t));
+}
+
+static size_t tensor_bytes(const sg_btensor *t) { return (size_t)sg_btensor_rows(t) * t->row_bytes; }
+
+static sg_status cuda_write(sg_backend *be, sg_btensor *t, size_t off, const void *src, size_t n)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	if (off > tensor_bytes(t) || n > tensor_bytes(t) - off)
+		return sg_error(SG_ERR_RANGE, "cuda write: %zu bytes at %zu past %zu", n, off, tensor_bytes(t));
+	if (cb->capturing) return sg_error(SG_ERR_INVALID_ARG, "cuda write: not allowed while recording a graph");
+	/* from pageable memory the copy has staged src when the call returns, so src is free again */
+	CU_RET("write", cudaMemcpyAsync((char *)t->data + off, src, n, cudaMemcpyHostToDevice, cb->stream));
+	return SG_OK;
+}
+
+static sg_status cuda_read(sg_backend *be, const sg_btensor *t, size_t off, void *dst, size_t n)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	if (off > tensor_bytes(t) || n > tensor_bytes(t) - off)
+		return sg_error(SG_ERR_RANGE, "cuda read: %zu bytes at %zu past %zu", n, off, tensor_bytes(t));
+	if (cb->capturing) return sg_error(SG_ERR_INVALID_ARG, "cuda read: not allowed while recording a graph");
+	CU_RET("read", cudaMemcpyAsync(dst, (const char *)t->data + off, n, cudaMemcpyDeviceToHost, cb->stream));
+	CU_RET("read", cudaStreamSynchronize(cb->stream));
+	return SG_OK;
+}
+
+static sg_status cuda_sync(sg_backend *be)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	CU_RET("sync", cudaStreamSynchronize(cb->stream));
+	return SG_OK;
+}
+
+/* --- matmul --- */
+
+static sg_status check_x(const char *op, const sg_btensor *x, const sg_btensor *w, const sg_cuw *v)
+{
+	int64_t K = w->ne[0];
+	sg_status st = check_f32(op, "x", x);
+	if (st) return st;
+	if (x->ne[0] != K)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda %s: x has %lld columns, weights %lld", op, (long long)x->ne[0], (long long)K);
+	if (K % sg_cu_unit_elems(v->kt))
+		return sg_error(SG_ERR_UNSUPPORTED, "cuda %s: %lld columns of %s weights (the GPU kernels need a multiple of %d)", op,
+				(long long)K, tname(w->type), sg_cu_unit_elems(v->kt));
+	if ((uintptr_t)x->data & 15) return sg_error(SG_ERR_INVALID_ARG, "cuda %s: x is not 16-byte aligned", op);
+	return SG_OK;
+}
+
+/*
+ * cuBLAS is loaded on first use, not linked: its libraries are hundreds of megabytes, and mapping
+ * and relocating them at start-up cost every saragossa process ~0.2 s and ~200 MB of RSS, CPU-only
+ * runs included. Only the four entry points the GEMM needs are resolved.
+ */
+#define STR_(x) #x
+#define STR(x) STR_(x)
+static struct {
+	cublasStatus_t (*create)(cublasHandle_t *);
+	cublasStatus_t (*destroy)(cublasHandle_t);
+	cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
+	cublasStatus_t (*gemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *, const void *,
+			       cudaDataType, int, const void *, cudaDataType, int, const void *, void *, cudaDataType, int,
+			       cublasComputeType_t, cublasGemmAlgo_t);
+} blas_fn;
+
+static int blas_ready(sg_cuda_backend *cb)
+{
+	if (cb->blas_state) return cb->blas_state > 0;
+	cb->blas_state = -1;
+	if (!blas_fn.gemm) {
+		void *h = dlopen("libcublas.so." STR(CUBLAS_VER_MAJOR), RTLD_NOW | RTLD_LOCAL);
+		if (!h) h = dlopen("libcublas.so", RTLD_NOW | RTLD_LOCAL);
+		if (!h) return 0;
+		*(void **)&blas_fn.create = dlsym(h, "cublasCreate_v2");
+		*(void **)&blas_fn.destroy = dlsym(h, "cublasDestroy_v2");
+		*(void **)&blas_fn.set_stream = dlsym(h, "cublasSetStream_v2");
+		*(void **)&blas_fn.gemm = dlsym(h, "cublasGemmEx");
+		if (!blas_fn.create || !blas_fn.destroy || !blas_fn.set_stream || !blas_fn.gemm) {
+			blas_fn.gemm = NULL;
+			return 0;
+		}
+	}
+	if (blas_fn.create(&cb->blas) != CUBLAS_STATUS_SUCCESS) return 0;
+	if (blas_fn.set_stream(cb->blas, cb->stream) != CUBLAS_STATUS_SUCCESS) {
+		blas_fn.destroy(cb->blas);
+		cb->blas = NULL;
+		return 0;
+	}
+	cb->blas_state = 1;
+	return 1;
+}
+
+/* Many tokens: cuBLAS over dequantized weight tiles. GEMM_F32 keeps f32 activations and weights
+ * (FP32 math: the parity gate of 1e-3 on logits holds); GEMM_BF16 rounds both to bf16 for the
+ * tensor cores (~16x the FLOP rate, logits move by ~5e-3 of their range on the fixtures). */
+enum { GEMM_OFF, GEMM_F32, GEMM_BF16 };
+
+static sg_status gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int64_t n, float *y, int64_t N, const float *bias)
+{
+	int64_t K = v->K;
+	size_t es = cb->gemm == GEMM_BF16 ? 2 : 4;
+	int64_t rt = (int64_t)(GEMM_TILE_BYTES / es / (size_t)K);
+	if (rt > N) rt = N;
+	if (rt < 16) rt = 16 < N ? 16 : N;
+	size_t xb = cb->gemm == GEMM_BF16 ? round16((size_t)(n * K) * 2) : 0, need = xb + (size_t)(rt * K) * es;
+	sg_status st;
+	uint8_t *sc = scratch(cb, need, &st);
+	if (!sc) return st;
+	const void *xa = x;
+	if (cb->gemm == GEMM_BF16) {
+		CU_RET("matmul", sg_cu_f32_to_bf16(x, n * K, (uint16_t *)sc, S(cb)));
+		xa = sc;
+	}
+	void *wt = sc + xb;
+	cudaDataType ty = cb->gemm == GEMM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+	const float one = 1.0f, zero = 0.0f;
+	for (int64_t r0 = 0; r0 < N; r0 += rt) {
+		int64_t nr = N - r0 < rt ? N - r0 : rt;
+		if (cb->gemm == GEMM_BF16) CU_RET("matmul", sg_cu_dequant_bf16(v, r0, nr, wt, S(cb)));
+		else CU_RET("matmul", sg_cu_dequant_f32(v, r0, nr, wt, S(cb)));
+		/* column-major view: C (nr x n, ld N) = W^T (nr x K) * X (K x n) */
+		cublasStatus_t bs = blas_fn.gemm(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, (int)n, (int)K, &one, wt, ty, (int)K, xa, ty, (int)K,
+						 &zero, y + r0, CUDA_R_32F, (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+		if (bs != CUBLAS_STATUS_SUCCESS) return sg_error(SG_ERR_BACKEND, "cuda matmul: cuBLAS GEMM failed (status %d)", (int)bs);
+	}
+	if (bias) CU_RET("matmul", sg_cu_add_bias(y, bias, n, N, S(cb)));
+	return SG_OK;
+}
+
+static sg_status cuda_matmul(sg_backend *be, const sg_btensor *w, const sg_btensor *x, const sg_btensor *bias, sg_btensor *y)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_cuw v;
+	sg_status st = wview("matmul", w, &v);
+	if (st || (st = check_x("matmul", x, w, &v)) || (st = check_f32("matmul", "y", y))) return st;
+	int64_t N = sg_btensor_rows(w), n = sg_btensor_rows(x);
+	if (y->ne[0] != N || sg_btensor_rows(y) != n)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda matmul: y is [%lld][%lld], expected [%lld][%lld]", (long long)sg_btensor_rows(y),
+				(long long)y->ne[0], (long long)n, (long long)N);
+	if (bias && ((st = check_f32("matmul", "bias", bias)) || bias->ne[0] != N))
+		return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda matmul: bias has %lld values, expected %lld", (long long)bias->ne[0], (long long)N);
+	const float *b = bias ? bias->data : NULL;
+	/* cuBLAS is created outside a graph recording (its set-up allocates) */
+	if (n > GEMV_MAX_TOKENS && cb->gemm && N <= INT32_MAX && w->ne[0] <= INT32_MAX && (cb->blas_state > 0 || (!cb->capturing && blas_ready(cb))))
+		return gemm(cb, &v, x->data, n, y->data, N, b);
+	void *q8 = NULL;
+	if (cb->q8x && sg_cu_has_q8(v.kt) && !(q8 = scratch(cb, sg_cu_q8_bytes(n, v.K), &st))) return st;
+	CU_RET("matmul", sg_cu_gemv(&v, x->data, n, y->data, N, b, 0, q8, S(cb)));
+	return SG_OK;
+}
+
+static sg_status cuda_moe_matmul(sg_backend *be, const sg_btensor *w, const sg_btensor *x, const sg_btensor *ids, sg_btensor *y)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_cuw v;
+	sg_status st = wview("moe_matmul", w, &v);
+	if (st || (st = check_x("moe_matmul", x, w, &v)) || (st = check_i32("moe_matmul", "ids", ids)) ||
+	    (st = check_f32("moe_matmul", "y", y)))
+		return st;
+	int64_t k = ids->ne[0], n = sg_btensor_rows(ids), E = w->ne[2], N = w->ne[1], nx = sg_btensor_rows(x);
+	int shared_x;
+	if (nx == n) shared_x = 1;
+	else if (nx == n * k) shared_x = 0;
+	else return sg_error(SG_ERR_INVALID_ARG, "cuda moe_matmul: x has %lld rows; expected n = %lld or n*k = %lld", (long long)nx, (long long)n, (long long)(n * k));
+	if (y->ne[0] != N || sg_btensor_rows(y) != n * k)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda moe_matmul: y is [%lld][%lld], expected [%lld][%lld]", (long long)sg_btensor_rows(y),
+				(long long)y->ne[0], (long long)(n * k), (long long)N);
+	if (E > 4096) return sg_error(SG_ERR_UNSUPPORTED, "cuda moe_matmul: %lld experts (at most 4096)", (long long)E);
+	v.expert_bytes = (size_t)N * w->row_bytes;
+	v.expert_sb_bytes = (size_t)N * sg_btensor_mlx_sb_row_bytes(w);
+	size_t ib = (sizeof(int32_t) * (size_t)(2 * E + n * k + 2) + 255) & ~(size_t)255;
+	int q8 = cb->q8x && sg_cu_has_q8(v.kt);
+	uint8_t *sc = scratch(cb, ib + (q8 ? sg_cu_q8_bytes(nx, v.K) : 0), &st);
+	if (!sc) return st;
+	CU_RET("moe_matmul", sg_cu_moe_matmul(&v, x->data, shared_x, ids->data, n, k, E, y->data, N, (int32_t *)sc, q8 ? sc + ib : NULL, S(cb)));
+	return SG_OK;
+}
+
+static sg_status cuda_embed(sg_backend *be, const sg_btensor *w, const sg_btensor *ids, sg_btensor *out)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_cuw v;
+	sg_status st = wview("embed", w, &v);
+	if (st || (st = check_i32("embed", "ids", ids)) || (st = check_f32("embed", "out", out))) return st;
+	int64_t n = nvals(ids), V = sg_btensor_rows(w), D = w->ne[0];
+	if (out->ne[0] != D || sg_btensor_rows(out) != n)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda embed: out is [%lld][%lld], expected [%lld][%lld]", (long long)sg_btensor_rows(out),
+				(long long)out->ne[0], (long long)n, (long long)D);
+	/* an id outside [0, V) gives a zero row; the device cannot report it without a round trip */
+	CU_RET("embed", sg_cu_embed(&v, ids->data, n, V, out->data, S(cb)));
+	return SG_OK;
+}
+
+/* --- norms, rope, cache, attention --- */
+
+static sg_status cuda_rmsnorm(sg_backend *be, const sg_btensor *x, const sg_btensor *w, float eps, float off, sg_btensor *y)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_status st;
+	if ((st = check_f32("rmsnorm", "x", x)) || (st = check_f32("rmsnorm", "y", y)) || (st = check_same("rmsnorm", x, y))) return st;
+	if (w && ((st = check_f32("rmsnorm", "w", w)) || w->ne[0] != x->ne[0]))
+		return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda rmsnorm: w has %lld values, rows %lld", (long long)w->ne[0], (long long)x->ne[0]);
+	CU_RET("rmsnorm", sg_cu_rmsnorm(x->data, w ? w->data : NULL, eps, off, y->data, sg_btensor_rows(x), x->ne[0], S(cb)));
+	return SG_OK;
+}
+
+static sg_status cuda_layernorm(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *b, float eps, sg_btensor *y)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_status st;
+	if ((st = check_f32("layernorm", "x", x)) || (st = check_f32("layernorm", "y", y)) || (st = check_same("layernorm", x, y))) return st;
+	if ((w && (w->type != SG_TYPE_F32 || w->ne[0] != x->ne[0])) || (b && (b->type != SG_TYPE_F32 || b->ne[0] != x->ne[0])))
+		return sg_error(SG_ERR_INVALID_ARG, "cuda layernorm: w and b must be F32 [%lld]", (long long)x->ne[0]);
+	CU_RET("layernorm", sg_cu_layernorm(x->data, w ? w->data : NULL, b ? b->data : NULL, eps, y->data, sg_btensor_rows(x), x->ne[0], S(cb)));
+	return SG_OK;
+}
+
+/* Frequencies after scaling: the same definitions as the CPU reference (cpu_ops.c). */
+static sg_status rope_setup(const char *op, const sg_rope_params *p, sg_cu_rope *r)
+{
+	if (p->head_dim < 2 || p->head_dim > MAX_HEAD_DIM || p->n_rot < 0 || p->n_rot > p->head_dim || (p->n_rot & 1) || p->theta <= 0)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda %s: head_dim %d, n_rot %d, theta %g", op, p->head_dim, p->n_rot, (double)p->theta);
+	int nr = p->n_rot, hd = p->head_dim;
+	int prop = p->scaling == SG_ROPE_SCALING_PROPORTIONAL;
+	int dim = prop ? hd : nr;
+	memset(r, 0, sizeof(*r));
+	r->hd = hd;
+	r->half = dim / 2;
+	r->neox = p->neox;
+	r->pos_scale = 1.0f;
+	r->mscale = 1.0f;
+	r->dyn = p->scaling == SG_ROPE_SCALING_DYNAMIC;
+	r->nr = nr, r->dim = dim, r->prop = prop, r->orig_ctx = p->orig_ctx, r->theta = p->theta, r->factor = p->factor;
+	for (int i = 0; i < r->half; i++) {
+		double f = 1.0 / pow((double)p->theta, (double)(2 * i) / (double)dim);
+		if (prop && 2 * i >= nr) f = 0;
+		r->inv_freq[i] = (float)f;
+	}
+	if (p->scaling == SG_ROPE_SCALING_LINEAR && p->factor > 0) r->pos_scale = 1.0f / p->factor;
+	if (p->scaling == SG_ROPE_SCALING_LLAMA3 && p->factor > 0) {
+		double lo = p->low_freq_factor > 0 ? p->low_freq_factor : 1, hi = p->high_freq_factor > 0 ? p->high_freq_factor : 4;
+		double oc = p->orig_ctx > 0 ? p->orig_ctx : 8192;
+		double lo_wl = oc / lo, hi_wl = oc / hi;
+		for (int i = 0; i < r->half; i++) {
+			double f = r->inv_freq[i], wl = 2 * M_PI / f;
+			if (wl > lo_wl) f /= p->factor;
+			else if (wl >= hi_wl) {
+				double s = (oc / wl - lo) / (hi - lo);
+				f = (1 - s) * f / p->factor + s * f;
+			}
+			r->inv_freq[i] = (float)f;
+		}
+	}
+	if (p->scaling == SG_ROPE_SCALING_YARN && p->factor > 0) {
+		double bf = p->beta_fast > 0 ? p->beta_fast : 32, bs = p->beta_slow > 0 ? p->beta_slow : 1;
+		double oc = p->orig_ctx > 0 ? p->orig_ctx : 4096;
+		double lo = floor(dim * log(oc / (bf * 2 * M_PI)) / (2 * log(p->theta)));
+		double hi = ceil(dim * log(oc / (bs * 2 * M_PI)) / (2 * log(p->theta)));
+		if (lo < 0) lo = 0;
+		if (hi > dim - 1) hi = dim - 1;
+		if (hi == lo) hi += 0.001;
+		for (int i = 0; i < r->half; i++) {
+			double ramp = ((double)i - lo) / (hi - lo);
+			ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+			double extrap = 1 - ramp, f = r->inv_freq[i];
+			r->inv_freq[i] = (float)(f / p->factor * (1 - extrap) + f * extrap);
+		}
+		r->mscale = p->attn_factor > 0 ? p->attn_factor : (float)(0.1 * log(p->factor) + 1.0);
+	}
+	return SG_OK;
+}
+
+/* Heads per token of x for n tokens of head_dim hd (0 and an error if they do not divide). */
+static sg_status heads_of(const char *op, const sg_btensor *x, int64_t n, int64_t hd, int64_t *H)
+{
+	int64_t v = nvals(x);
+	if (n < 1 || v % (n * hd))
+		return sg_error(SG_ERR_INVALID_ARG, "cuda %s: %lld values are not %lld tokens x heads x %lld", op, (long long)v, (long long)n, (long long)hd);
+	*H = v / (n * hd);
+	return SG_OK;
+}
+
+static sg_status cuda_rope(sg_backend *be, sg_btensor *x, const sg_btensor *pos, const sg_rope_params *p)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_status st;
+	sg_cu_rope r;
+	int64_t H = 0;
+	if ((st = check_f32("rope", "x", x)) || (st = check_i32("rope", "pos", pos)) || (st = rope_setup("rope", p, &r))) return st;
+	int64_t n = nvals(pos);
+	if ((st = heads_of("rope", x, n, p->head_dim, &H))) return st;
+	CU_RET("rope", sg_cu_rope_apply(x->data, pos->data, n, H, &r, S(cb)));
+	return SG_OK;
+}
+
+static sg_status cache_ok(const char *op, const sg_btensor *c, int64_t per)
+{
+	if (!c || !c->data || (c->type != SG_TYPE_F32 && c->type != SG_TYPE_F16))
+		return sg_error(SG_ERR_INVALID_ARG, "cuda %s: cache must be F32 or F16", op);
+	if (c->ne[0] * c->ne[1] != per)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda %s: a token has %lld values, a cache row %lld", op, (long long)per, (long long)(c->ne[0] * c->ne[1]));
+	return SG_OK;
+}
+
+static sg_status cuda_kv_store(sg_backend *be, const sg_btensor *k, const sg_btensor *v, const sg_btensor *pos, sg_btensor *kc, sg_btensor *vc)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_status st;
+	if ((st = check_f32("kv_store", "k", k)) || (st = check_f32("kv_store", "v", v)) || (st = check_i32("kv_store", "pos", pos))) return st;
+	int64_t n = nvals(pos), kper = nvals(k) / n, vper = nvals(v) / n;
+	if (kper * n != nvals(k) || vper * n != nvals(v))
+		return sg_error(SG_ERR_INVALID_ARG, "cuda kv_store: k, v do not split into %lld tokens", (long long)n);
+	if ((st = cache_ok("kv_store", kc, kper)) || (st = cache_ok("kv_store", vc, vper))) return st;
+	int64_t ctx = kc->ne[2] * kc->ne[3];
+	if (vc->ne[2] * vc->ne[3] != ctx) return sg_error(SG_ERR_INVALID_ARG, "cuda kv_store: caches of %lld and %lld rows", (long long)ctx, (long long)(vc->ne[2] * vc->ne[3]));
+	CU_RET("kv_store", sg_cu_kv_store(k->data, v->data, pos->data, n, kper, vper, kc->data, kc->type == SG_TYPE_F16, vc->data,
+					  vc->type == SG_TYPE_F16, ctx, S(cb)));
+	return SG_OK;
+}
+
+static sg_status cuda_attn_prep(sg_backend *be, sg_btensor *q, sg_btensor *k, const sg_btensor *v, const sg_btensor *pos, const sg_rope_params *p,
+				sg_btensor *kc, sg_btensor *vc)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_status st;
+	sg_cu_rope r;
+	int64_t Hq = 0, Hk = 0, Hv = 0;
+	if ((st = check_f32("attn_prep", "q", q)) || (st = check_f32("attn_prep", "k", k)) || (st = check_f32("attn_prep", "v", v)) ||
+	    (st = check_i32("attn_prep", "pos", pos)) || (st = rope_setup("attn_prep", p, &r)))
+		return st;
+	int64_t n = nvals(pos);
+	if ((st = heads_of("attn_prep", q, n, p->head_dim, &Hq)) || (st = heads_of("attn_prep", k, n, p->head_dim, &Hk))) return st;
+	if (!vc || vc->ne[1] != Hk || (st = heads_of("attn_prep", v, n, vc->ne[0], &Hv)) || Hv != Hk)
+		return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda attn_prep: v and its cache disagree with %lld kv heads", (long long)Hk);
+	if ((st = cache_ok("attn_prep", kc, Hk * p->head_dim)) || (st = cache_ok("attn_prep", vc, Hk * vc->ne[0]))) return st;
+	int64_t ctx = kc->ne[2] * kc->ne[3];
+	if (vc->ne[2] * vc->ne[3] != ctx) return sg_error(SG_ERR_INVALID_ARG, "cuda attn_prep: caches of different lengths");
+	CU_RET("attn_prep", sg_cu_attn_prep(q->data, k->data, v->data, pos->data, n, Hq, Hk, vc->ne[0], &r, kc->data, kc->type == SG_TYPE_F16,
+					    vc->data, vc->type == SG_TYPE_F16, ctx, S(cb)));
+	return SG_OK;
+}
+
+/* kv positions per block when the length is split: a warp's scan of its positions is a serial
+ * chain (dot, warp sum, exp), so short chunks and many blocks hide its latency (256 took ~130 us
+ * per layer at 1k positions of a 32-head decode step on the H200; 64 is ~4x more blocks) */
+#define KV_CHUNK 64
+
+static sg_status cuda_attention(sg_backend *be, const sg_btensor *q, const sg_btensor *kc, const sg_btensor *vc, const sg_btensor *pos,
+				const sg_attn_params *p, sg_btensor *out)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_status st;
+	if ((st = check_f32("attention", "q", q)) || (st = check_f32("attention", "out", out)) || (st = check_i32("attention", "pos", pos))) return st;
+	if (!kc || !vc || (kc->type != SG_TYPE_F32 && kc->type != SG_TYPE_F16) || (vc->type != SG_TYPE_F32 && vc->type != SG_TYPE_F16))
+		return sg_error(SG_ERR_INVALID_ARG, "cuda attention: caches must be F32 or F16");
+	sg_cu_attn a;
+	memset(&a, 0, sizeof(a));
+	a.n = nvals(pos);
+	a.hd = kc->ne[0];
+	a.Hkv = kc->ne[1];
+	a.ctx = kc->ne[2] * kc->ne[3];
+	a.hdv = vc->ne[0];
+	if (vc->ne[1] != a.Hkv || vc->ne[2] * vc->ne[3] != a.ctx || a.hd > SG_CU_MAX_HD || a.hdv > SG_CU_MAX_HD)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda attention: k cache [%lld][%lld][%lld] and v cache [%lld][%lld][%lld] disagree (or head dim > %d)",
+				(long long)a.ctx, (long long)a.Hkv, (long long)a.hd, (long long)(vc->ne[2] * vc->ne[3]), (long long)vc->ne[1],
+				(long long)a.hdv, SG_CU_MAX_HD);
+	if ((st = heads_of("attention", q, a.n, a.hd, &a.H))) return st;
+	if (a.H % a.Hkv) return sg_error(SG_ERR_INVALID_ARG, "cuda attention: %lld query heads are not a multiple of %lld kv heads", (long long)a.H, (long long)a.Hkv);
+	if (nvals(out) != a.n * a.H * a.hdv) return sg_error(SG_ERR_INVALID_ARG, "cuda attention: out must hold [%lld][%lld][%lld]", (long long)a.n, (long long)a.H, (long long)a.hdv);
+	a.q = q->data;
+	a.kc = kc->data;
+	a.vc = vc->data;
+	a.kf16 = kc->type == SG_TYPE_F16;
+	a.vf16 = vc->type == SG_TYPE_F16;
+	a.pos = pos->data;
+	a.scale = p->scale > 0 ? p->scale : 1.0f / sqrtf((float)a.hd);
+	a.cap = p->softcap;
+	a.window = p->window;
+	a.causal = p->causal;
+	a.ring = p->causal && p->window > 0 && p->window < a.ctx;
+	a.out = out->data;
+	/* The split depends on static shapes only (the cache capacity, not the live length, which is
+	 * on the device), so a recorded graph stays valid as the sequence grows. Enough (token, head)
+	 * pairs fill the GPU on their own. */
+	int64_t span = a.causal && a.window > 0 && a.window < a.ctx ? a.window : a.ctx;
+	a.nchunk = 1;
+	a.chunk = (int)(span < INT32_MAX ? span : INT32_MAX);
+	if (a.n * a.H < 512 && span > KV_CHUNK) {
+		int64_t nc = (span + KV_CHUNK - 1) / KV_CHUNK;
+		if (nc > 256) nc = 256;
+		a.nchunk = (int)nc;
+		a.chunk = (int)((span + nc - 1) / nc);
+		a.part = scratch(cb, sizeof(float) * (size_t)(a.n * a.H * nc * (a.hdv + 2)), &st);
+		if (!a.part) return st;
+	}
+	CU_RET("attention", sg_cu_attention(&a, S(cb)));
+	return SG_OK;
+}
+
+/* --- elementwise, softmax, routing, argmax --- */
+
+static sg_status ew(sg_backend *be, const char *op, int kind, const sg_btensor *a, const sg_btensor *b, float s, sg_btensor *out)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_status st;
+	if ((st = check_f32(op, "input", a)) || (st = check_f32(op, "out", out)) || (st = check_same(op, a, out))) return st;
+	if (b && ((st = check_f32(op, "input", b)) || (st = check_same(op, a, b)))) return st;
+	CU_RET(op, sg_cu_elementwise(kind, a->data, b ? b->data : NULL, s, out->data, nvals(a), S(cb)));
+	return SG_OK;
+}
+
+static sg_status cuda_glu(sg_backend *be, const sg_btensor *gate, const sg_btensor *up, sg_act act, sg_btensor *out)
+{
+	if (!up) return sg_error(SG_ERR_INVALID_ARG, "cuda glu: up is missing");
+	int kind = act == SG_ACT_SILU ? SG_CU_EW_SILU : act == SG_ACT_GELU_TANH ? SG_CU_EW_GELU : act == SG_ACT_GELU ? SG_CU_EW_GELU_ERF : -1;
+	if (kind < 0) return sg_error(SG_ERR_UNSUPPORTED, "cuda glu: activation %d has no gated kernel", (int)act);
+	return ew(be, "glu", kind, gate, up, 0, out);
+}
+
+static sg_status cuda_add(sg_backend *be, const sg_btensor *a, const sg_btensor *b, sg_btensor *out)
+{
+	if (!b) return sg_error(SG_ERR_INVALID_ARG, "cuda add: b is missing");
+	return ew(be, "add", SG_CU_EW_ADD, a, b, 0, out);
+}
+
+static sg_status cuda_scale(sg_backend *be, const sg_btensor *x, float s, sg_btensor *out) { return ew(be, "scale", SG_CU_EW_SCALE, x, NULL, s, out); }
+
+static sg_status cuda_softcap(sg_backend *be, const sg_btensor *x, float cap, sg_btensor *out)
+{
+	if (!(cap > 0)) return sg_error(SG_ERR_INVALID_ARG, "cuda softcap: cap %g must be > 0", (double)cap);
+	return ew(be, "softcap", SG_CU_EW_SOFTCAP, x, NULL, cap, out);
+}
+
+static sg_status cuda_softmax(sg_backend *be, const sg_btensor *x, sg_btensor *out)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_status st;
+	if ((st = check_f32("softmax", "x", x)) || (st = check_f32("softmax", "out", out)) || (st = check_same("softmax", x, out))) return st;
+	CU_RET("softmax", sg_cu_softmax(x->data, out->data, sg_btensor_rows(x), x->ne[0], S(cb)));
+	return SG_OK;
+}
+
+static sg_status cuda_moe_route(sg_backend *be, const sg_btensor *logits, sg_router router, int k, int norm_topk, sg_btensor *ids, sg_btensor *weights)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_status st;
+	if ((st = check_f32("moe_route", "logits", logits)) || (st = check_i32("moe_route", "ids", ids)) || (st = check_f32("moe_route", "weights", weights)))
+		return st;
+	int64_t n = sg_btensor_rows(logits), E = logits->ne[0];
+	if (E > 1024 || k < 1 || k > E) return sg_error(SG_ERR_INVALID_ARG, "cuda moe_route: k %d of %lld experts (at most 1024)", k, (long long)E);
+	if (ids->ne[0] != k || sg_btensor_rows(ids) != n || weights->ne[0] != k || sg_btensor_rows(weights) != n)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda moe_route: ids and weights must be [%lld][%d]", (long long)n, k);
+	CU_RET("moe_route", sg_cu_moe_route(logits->data, n, E, router == SG_ROUTER_SIGMOID, k, norm_topk, ids->data, weights->data, S(cb)));
+	return SG_OK;
+}
+
+static sg_status cuda_moe_combine(sg_backend *be, const sg_btensor *y, const sg_btensor *weights, sg_btensor *out)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_status st;
+	if ((st = check_f32("moe_combine", "y", y)) || (st = check_f32("moe_combine", "weights", weights)) || (st = check_f32("moe_combine", "out", out)))
+		return st;
+	int64_t n = sg_btensor_rows(out), D = out->ne[0], k = weights->ne[0];
+	if (y->ne[0] != D || sg_btensor_rows(y) != n * k || sg_btensor_rows(weights) != n)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda moe_combine: y [%lld][%lld], weights [%lld][%lld], out [%lld][%lld] disagree",
+				(long long)sg_btensor_rows(y), (long long)y->ne[0], (long long)sg_btensor_rows(weights), (long long)k, (long long)n, (long long)D);
+	CU_RET("moe_combine", sg_cu_moe_combine(y->data, weights->data, n, k, D, out->data, S(cb)));
+	return SG_OK;
+}
+
+static sg_status cuda_argmax(sg_backend *be, const sg_btensor *x, sg_btensor *ids)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_status st;
+	if ((st = check_f32("argmax", "x", x)) || (st = check_i32("argmax", "ids", ids))) return st;
+	if (nvals(ids) != sg_btensor_rows(x))
+		return sg_error(SG_ERR_INVALID_ARG, "cuda argmax: ids has %lld values for %lld rows", (long long)nvals(ids), (long long)sg_btensor_rows(x));
+	CU_RET("argmax", sg_cu_argmax(x->data, sg_btensor_rows(x), x->ne[0], ids->data, S(cb)));
+	return SG_OK;
+}
+
+/* --- table --- */
+
+static int cuda_supports(sg_backend *be, sg_stage stage, sg_type type)
+{
+	switch (stage) {
+	case SG_STAGE_EMBED:
+	case SG_STAGE_MATMUL:
+	case SG_STAGE_MOE_MATMUL: {
+		/* MLX: 4, 6 and 8 bits (bind rejects 2, 3 and 5 by name) */
+		sg_btensor t = {.type = type, .mlx = {4, 64, SG_TYPE_BF16}};
+		return cukt_of(&t) != SG_CUKT_NONE;
+	}
+	case SG_STAGE_KV_STORE:
+	case SG_STAGE_ATTENTION:
+	case SG_STAGE_ATTN_PREP: return type == SG_TYPE_F32 || type == SG_TYPE_F16;
+	case SG_STAGE_LINEAR_ATTN:
+	case SG_STAGE_COUNT: return 0;
+	default: return type == SG_TYPE_F32;
+	}
+}
+
+static void cuda_destroy(sg_backend *be)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	if (!cb) return;
+	cudaStreamSynchronize(cb->stream);
+	if (cb->exec) cudaGraphExecDestroy(cb->exec);
+	cudaFree(cb->scratch);
+	if (cb->blas) blas_fn.destroy(cb->blas);
+	if (cb->stream) cudaStreamDestroy(cb->stream);
+	sg_free(cb);
+}
+
+static const sg_backend_ops cuda_ops = {
+	.name = "cuda",
+	.destroy = cuda_destroy,
+	.supports = cuda_supports,
+	.tensor_alloc = cuda_tensor_alloc,
+	.tensor_bind = cuda_tensor_bind,
+	.tensor_free = cuda_tensor_free,
+	.write = cuda_write,
+	.read = cuda_read,
+	.sync = cuda_sync,
+	.embed = cuda_embed,
+	.matmul = cuda_matmul,
+	.rmsnorm = cuda_rmsnorm,
+	.layernorm = cuda_layernorm,
+	.rope = cuda_rope,
+	.kv_store = cuda_kv_store,
+	.attn_prep = cuda_attn_prep,
+	.attention = cuda_attention,
+	.glu = cuda_glu,
+	.add = cuda_add,
+	.scale = cuda_scale,
+	.softcap = cuda_softcap,
+	.softmax = cuda_softmax,
+	.moe_route = cuda_moe_route,
+	.moe_matmul = cuda_moe_matmul,
+	.moe_combine = cuda_moe_combine,
+	.argmax = cuda_argmax,
+};
+
+sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
+{
+	*out = NULL;
+	sg_cuda_params d = sg_cuda_default_params();
+	if (!p) p = &d;
+	int count = 0;
+	cudaError_t e = cudaGetDeviceCount(&count);
+	if (e != cudaSuccess || count == 0) {
+		const char *why = e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device";
+		cudaGetLastError();
+		return sg_error(SG_ERR_UNSUPPORTED, "cuda: no usable GPU (%s)", why);
+	}
+	if (p->device < 0 || p->device >= count)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda: device %d of %d", p->device, count);
+	sg_cuda_backend *cb = sg_calloc(1, sizeof(*cb));
+	if (!cb) return sg_error(SG_ERR_NOMEM, "cuda: backend");
+	cb->base.ops = &cuda_ops;
+	cb->device = p->device;
+	const char *gm = sg_flag_str("SARAGOSSA_CUDA_GEMM");
+	cb->gemm = !strcmp(gm, "bf16") ? GEMM_BF16 : !strcmp(gm, "off") || !strcmp(gm, "0") ? GEMM_OFF : GEMM_F32;
+	cb->q8x = sg_flag_bool("SARAGOSSA_CUDA_Q8X");
+	struct cudaDeviceProp prop;
+	sg_status st = SG_OK;
+	if ((e = cudaSetDevice(p->device)) || (e = cudaGetDeviceProperties(&prop, p->device)) ||
+	    (e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)))
+		st = cu_fail("create", (int)e);
+	if (st) {
+		cuda_destroy(&cb->base);
+		return st;
+	}
+	snprintf(cb->desc, sizeof(cb->desc), "%s, %.1f GiB, sm_%d%d", prop.name, (double)prop.totalGlobalMem / (1 << 30), prop.major, prop.minor);
+	*out = &cb->base;
+	return SG_OK;
+}
+
+const char *sg_cuda_backend_device(const sg_backend *be) { return ((const sg_cuda_backend *)be)->desc; }
+
+int sg_cuda_graphs_enabled(void) { return sg_flag_bool("SARAGOSSA_CUDA_GRAPHS"); }
+
+int sg_cuda_is_backend(const sg_backend *be) { return be && be->ops == &cuda_ops; }
+
+static sg_cuda_backend *as_cuda(sg_backend *be) { return be && be->ops == &cuda_ops ? (sg_cuda_backend *)be : NULL; }
+
+sg_status sg_cuda_graph_begin(sg_backend *be)
+{
+	sg_cuda_backend *cb = as_cuda(be);
+	if (!cb) return sg_error(SG_ERR_INVALID_ARG, "cuda graph: not a CUDA backend");
+	if (cb->capturing) return sg_error(SG_ERR_INVALID_ARG, "cuda graph: already recording");
+	CU_RET("graph_begin", cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal));
+	cb->capturing = 1;
+	return SG_OK;
+}
+
+sg_status sg_cuda_graph_end(sg_backend *be)
+{
+	sg_cuda_backend *cb = as_cuda(be);
+	if (!cb || !cb->capturing) return sg_error(SG_ERR_INVALID_ARG, "cuda graph: not recording");
+	cudaGraph_t g = NULL;
+	cb->capturing = 0;
+	CU_RET("graph_end", cudaStreamEndCapture(cb->stream, &g));
+	if (cb->exec) cudaGraphExecDestroy(cb->exec);
+	cb->exec = NULL;
+	cudaError_t e = cudaGraphInstantiate(&cb->exec, g, 0);
+	cudaGraphDestroy(g);
+	if (e) return cu_fail("graph_end", (int)e);
+	cb->exec_gen = cb->scratch_gen;
+	return SG_OK;
+}
+
+sg_status sg_cuda_graph_replay(sg_backend *be)
+{
+	sg_cuda_backend *cb = as_cuda(be);
+	if (!cb || !cb->exec) return sg_error(SG_ERR_INVALID_ARG, "cuda graph: nothing recorded");
+	if (cb->exec_gen != cb->scratch_gen) return sg_error(SG_ERR_INVALID_ARG, "cuda graph: scratch moved since the recording; record it again");
+	CU_RET("graph_replay", cudaGraphLaunch(cb->exec, cb->stream));
+	return SG_OK;
+}
+
+struct sg_cuda_graph {
+	cudaGraphExec_t exec;
+	unsigned gen; /* the scratch generation it was recorded against */
+};
+
+sg_status sg_cuda_graph_end_into(sg_backend *be, sg_cuda_graph **out)
+{
+	sg_cuda_backend *cb = as_cuda(be);
+	*out = NULL;
+	if (!cb || !cb->capturing) return sg_error(SG_ERR_INVALID_ARG, "cuda graph: not recording");
+	cudaGraph_t g = NULL;
+	cb->capturing = 0;
+	CU_RET("graph_end", cudaStreamEndCapture(cb->stream, &g));
+	sg_cuda_graph *h = sg_calloc(1, sizeof(*h));
+	if (!h) {
+		cudaGraphDestroy(g);
+		return sg_error(SG_ERR_NOMEM, "cuda graph: handle");
+	}
+	cudaError_t e = cudaGraphInstantiate(&h->exec, g, 0);
+	cudaGraphDestroy(g);
+	if (e) {
+		sg_free(h);
+		return cu_fail("graph_end", (int)e);
+	}
+	h->gen = cb->scratch_gen;
+	*out = h;
+	return SG_OK;
+}
+
+void sg_cuda_graph_abort(sg_backend *be)
+{
+	sg_cuda_backend *cb = as_cuda(be);
+	if (!cb || !cb->capturing) return;
+	cudaGraph_t g = NULL;
+	cb->capturing = 0;
+	if (cudaStreamEndCapture(cb->stream, &g) == cudaSuccess && g) cudaGraphDestroy(g);
+	(void)cudaGetLastError(); /* clears the (non-sticky) error an invalidated capture leaves */
+}
+
+int sg_cuda_graph_stale(const sg_backend *be, const sg_cuda_graph *g)
+{
+	const sg_cuda_backend *cb = be && be->ops == &cuda_ops ? (const sg_cuda_backend *)be : NULL;
+	return !cb || !g || g->gen != cb->scratch_gen;
+}
+
+sg_status sg_cuda_graph_launch(sg_backend *be, const sg_cuda_graph *g)
+{
+	sg_cuda_backend *cb = as_cuda(be);
+	if (!cb || !g) return sg_error(SG_ERR_INVALID_ARG, "cuda graph: nothing recorded");
+	if (g->gen != cb->scratch_gen) return sg_error(SG_ERR_INVALID_ARG, "cuda graph: scratch moved since the recording; record it again");
+	CU_RET("graph_launch", cudaGraphLaunch(g->exec, cb->stream));
+	return SG_OK;
+}
+
+void sg_cuda_graph_free(sg_cuda_graph *g)
+{
+	if (!g) return;
+	cudaGraphExecDestroy(g->exec);
+	sg_free(g);
+}
+
+sg_status sg_cuda_copy_bandwidth(sg_backend *be, size_t bytes, double *gbps)
+{
+	sg_cuda_backend *cb = as_cuda(be);
+	*gbps = 0;
+	if (!cb || cb->capturing) return sg_error(SG_ERR_INVALID_ARG, "cuda bandwidth: not a CUDA backend, or recording");
+	void *a = NULL, *b = NULL;
+	cudaEvent_t e0 = NULL, e1 = NULL;
+	cudaError_t e = cudaMalloc(&a, bytes);
+	if (!e) e = cudaMalloc(&b, bytes);
+	if (!e) e = cudaEventCreate(&e0);
+	if (!e) e = cudaEventCreate(&e1);
+	float best = 0;
+	for (int r = 0; r < 6 && !e; r++) { /* the first is a warm-up; the fastest of the rest counts */
+		if ((e = cudaEventRecord(e0, cb->stream))) break;
+		if ((e = cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, cb->stream))) break;
+		if ((e = cudaEventRecord(e1, cb->stream)) || (e = cudaEventSynchronize(e1))) break;
+		float ms = 0;
+		if ((e = cudaEventElapsedTime(&ms, e0, e1))) break;
+		if (r && (best == 0 || ms < best)) best = ms;
+	}
+	if (e0) cudaEventDestroy(e0);
+	if (e1) cudaEventDestroy(e1);
+	cudaFree(a);
+	cudaFree(b);
+	if (e) return cu_fail("bandwidth", (int)e);
+	*gbps = best > 0 ? 2.0 * (double)bytes / (best * 1e-3) / 1e9 : 0;
+	return SG_OK;
+}

@@ -1,0 +1,139 @@
+/*
+ * The seam between the CUDA backend's host glue (cuda_backend.c, plain C) and its kernels
+ * (cuda_*.cu): parameter structs of plain C types and launchers that enqueue on a stream and
+ * return the launch status (0 = cudaSuccess). No launcher synchronises.
+ */
+#ifndef SG_BACKEND_CUDA_KERNELS_H
+#define SG_BACKEND_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* GPU weight formats. The legacy 32-blocks are repacked at bind (see cuda_backend.c); the
+ * K-quants Q4_K / Q5_K keep the GGUF bytes (their blocks are multiples of 16 bytes); Q6_K blocks
+ * are padded from 210 to 224 bytes so every field is 16-byte aligned. */
+typedef enum sg_cukt {
+	SG_CUKT_F32, SG_CUKT_F16, SG_CUKT_BF16,
+	SG_CUKT_Q8_0, SG_CUKT_Q4_0, SG_CUKT_Q4_1, SG_CUKT_Q5_0, SG_CUKT_Q5_1,
+	SG_CUKT_Q4_K, SG_CUKT_Q5_K, SG_CUKT_Q6_K,
+	SG_CUKT_MLX4, SG_CUKT_MLX6, SG_CUKT_MLX8,
+	SG_CUKT_COUNT,
+	SG_CUKT_NONE = -1
+} sg_cukt;
+
+/* A weight matrix on the device: rows of K elements, row r at data + r * row_bytes; for a stack
+ * of experts, expert e at data + e * expert_bytes (scales: + e * expert_sb_bytes). */
+typedef struct sg_cuw {
+	int kt;                 /* sg_cukt */
+	int64_t K;              /* elements per row */
+	const uint8_t *data;
+	size_t row_bytes;
+	/* MLX affine */
+	int group, sb_bf16;
+	const uint8_t *scales, *biases; /* [rows][K/group] 16-bit */
+	size_t sb_row_bytes;
+	size_t expert_bytes, expert_sb_bytes;
+} sg_cuw;
+
+typedef struct CUstream_st *sg_custream;
+
+/* --- matmul family (cuda_matmul.cu) --- */
+
+/* Elements one GEMV lane decodes per step (8 for plain types, else 32). */
+int sg_cu_unit_elems(int kt);
+
+/* 1 if kt has the 8-bit activation kernels (quantized types but MLX 6-bit). */
+int sg_cu_has_q8(int kt);
+/* Scratch bytes of nx activation rows of K quantized to 8 bits (codes, scales, half sums). */
+size_t sg_cu_q8_bytes(int64_t nx, int64_t K);
+
+/* y[t][r] = w[r] . x[t] (+ bias[r]) for t < n, r < N; x [n][K], y [n][N]. Fused dequantize-GEMV
+ * with 16-byte weight loads; n tokens share each decoded weight. variant: 0 = best available
+ * (the 8-bit path when q8_scratch is given and the type has it); 1 = f32 activations, one row per
+ * warp; 2 = f32, two rows per warp; 3, 4, 5 = 8-bit activations, 1, 2, 4 rows per block split
+ * over its 128 lanes; 6, 7 = 8-bit activations, 1 or 2 rows per warp. */
+int sg_cu_gemv(const sg_cuw *w, const float *x, int64_t n, float *y, int64_t N, const float *bias,
+	       int variant, void *q8_scratch, sg_custream s);
+
+/* Dequantizes rows [r0, r0 + nr) of w into bf16 [nr][K] (the tiles of the tensor-core GEMM). */
+int sg_cu_dequant_bf16(const sg_cuw *w, int64_t r0, int64_t nr, uint16_t *out, sg_custream s);
+/* Dequantizes rows [r0, r0 + nr) of w into f32 [nr][K] (the tiles of the f32 GEMM). */
+int sg_cu_dequant_f32(const sg_cuw *w, int64_t r0, int64_t nr, float *out, sg_custream s);
+/* out = bf16(x), n values. */
+int sg_cu_f32_to_bf16(const float *x, int64_t n, uint16_t *out, sg_custream s);
+/* y[t][r] += bias[r] for t < n. */
+int sg_cu_add_bias(float *y, const float *bias, int64_t n, int64_t N, sg_custream s);
+
+/* out[t] = row ids[t] of w dequantized (zeros for an id outside [0, V)); out [n][K] f32. */
+int sg_cu_embed(const sg_cuw *w, const int32_t *ids, int64_t n, int64_t V, float *out, sg_custream s);
+
+/* MoE: sorts the n*k slots by expert into scratch (start [E+1], order [n*k], used [E], nused [1]:
+ * int32 device memory, 2E + n*k + 2 values), zeroing y rows of slots whose id is out of range,
+ * then runs the grouped GEMV over the used experts only (8-bit activations when q8_scratch is
+ * given: sg_cu_q8_bytes(rows of x, K)). */
+int sg_cu_moe_matmul(const sg_cuw *w, const float *x, int shared_x, const int32_t *ids, int64_t n,
+		     int64_t k, int64_t E, float *y, int64_t N, int32_t *scratch, void *q8_scratch,
+		     sg_custream s);
+
+/* --- other ops (cuda_ops.cu) --- */
+
+int sg_cu_rmsnorm(const float *x, const float *w, float eps, float off, float *y, int64_t rows,
+		  int64_t D, sg_custream s);
+int sg_cu_layernorm(const float *x, const float *w, const float *b, float eps, float *y,
+		    int64_t rows, int64_t D, sg_custream s);
+
+#define SG_CU_MAX_HALF 512 /* rotated pairs per head (head_dim <= 1024) */
+typedef struct sg_cu_rope {
+	int hd, half, neox;
+	float pos_scale, mscale;
+	/* dynamic NTK: the base depends on the step's largest position, known on the device only */
+	int dyn, nr, dim, prop, orig_ctx;
+	double theta;
+	float factor;
+	float inv_freq[SG_CU_MAX_HALF];
+} sg_cu_rope;
+
+/* In place on x [n][H][hd] (pos I32 [n]). */
+int sg_cu_rope_apply(float *x, const int32_t *pos, int64_t n, int64_t H, const sg_cu_rope *r,
+		     sg_custream s);
+/* k, v [n][per] into caches [ctx][per] (F32 or F16: *_f16) at rows pos[t]; skipped outside. */
+int sg_cu_kv_store(const float *k, const float *v, const int32_t *pos, int64_t n, int64_t kper,
+		   int64_t vper, void *kc, int kf16, void *vc, int vf16, int64_t ctx, sg_custream s);
+/* Fused rope(q), rope(k), kv_store(k, v): q [n][Hq][hd], k [n][Hk][hd], v [n][Hk][hdv]. */
+int sg_cu_attn_prep(float *q, float *k, const float *v, const int32_t *pos, int64_t n, int64_t Hq,
+		    int64_t Hk, int64_t hdv, const sg_cu_rope *r, void *kc, int kf16, void *vc,
+		    int vf16, int64_t ctx, sg_custream s);
+
+typedef struct sg_cu_attn {
+	const float *q;       /* [n][H][hd] */
+	const void *kc, *vc;  /* [ctx][Hkv][hd], [ctx][Hkv][hdv] */
+	int kf16, vf16;
+	const int32_t *pos;   /* [n] */
+	int64_t n, H, Hkv, hd, hdv, ctx;
+	float scale, cap;
+	int window, causal, ring; /* ring: kv position j lives in row j % ctx (see backend.h) */
+	int nchunk, chunk;    /* kv split (flash-decoding): static, from ctx */
+	float *part;          /* [n*H][nchunk][hdv + 2] when nchunk > 1 */
+	float *out;           /* [n][H][hdv] */
+} sg_cu_attn;
+#define SG_CU_MAX_HD 512
+int sg_cu_attention(const sg_cu_attn *a, sg_custream s);
+
+enum { SG_CU_EW_SILU, SG_CU_EW_GELU, SG_CU_EW_GELU_ERF, SG_CU_EW_ADD, SG_CU_EW_SCALE, SG_CU_EW_SOFTCAP };
+int sg_cu_elementwise(int kind, const float *a, const float *b, float sc, float *out, int64_t n,
+		      sg_custream s);
+int sg_cu_softmax(const float *x, float *out, int64_t rows, int64_t D, sg_custream s);
+int sg_cu_moe_route(const float *logits, int64_t n, int64_t E, int sigmoid, int k, int norm,
+		    int32_t *ids, float *w, sg_custream s);
+int sg_cu_moe_combine(const float *y, const float *w, int64_t n, int64_t k, int64_t D, float *out,
+		      sg_custream s);
+int sg_cu_argmax(const float *x, int64_t rows, int64_t D, int32_t *ids, sg_custream s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,973 @@
+/*
+ * Weight kernels of the CUDA backend: the per-format decoders (one "unit" of 8 or 32 elements
+ * from 16-byte loads), the fused dequantize-GEMV used for one or a few tokens, the grouped expert
+ * GEMV, the embedding gather and the bf16 dequantizer that feeds cuBLAS for prefill.
+ *
+ * Byte counts: a GEMV must stream the whole weight matrix once (N * row_bytes); the activations
+ * (K floats per token) are re-read by every warp but stay in L1/L2. Batch-1 decode is therefore
+ * bound by HBM bandwidth, and the kernel's only job is to keep enough 16-byte loads in flight:
+ * one warp per row, each lane one unit per step, 8 warps per block, many blocks per SM.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_kernels.h"
+
+#define WARPS 8 /* warps (rows) per GEMV block: 256 threads */
+/* The 8-bit GEMV variant used by default (sg_cu_gemv): chosen by bench/kernels/cuda on the H200. */
+#define SG_CU_GEMV_Q8_DEFAULT 4
+
+static __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+static __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+static __device__ __forceinline__ float ldh(const uint8_t *p) { return h2f(__ldg((const unsigned short *)p)); }
+static __device__ __forceinline__ uint4 ld16(const uint8_t *p) { return __ldg((const uint4 *)p); }
+
+/* Byte i (a compile-time constant once unrolled) of a 16-byte register quad. */
+static __device__ __forceinline__ uint32_t qbyte(const uint4 &q, int i)
+{
+	uint32_t w = i < 4 ? q.x : i < 8 ? q.y : i < 12 ? q.z : q.w;
+	return (w >> (8 * (i & 3))) & 255u;
+}
+static __device__ __forceinline__ uint32_t qword(const uint4 &q, int i) { return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w; }
+
+/*
+ * Unit decoders. U<KT>::dq fills o[E] with the unit's weights and returns the index of its first
+ * element; the unit's elements are NR runs of RL contiguous elements, RS apart (the K-quants
+ * interleave two sub-blocks in one 16-byte load of nibbles).
+ */
+template <int KT> struct U;
+
+template <> struct U<SG_CUKT_F32> {
+	enum { E = 8, RL = 8, RS = 8 };
+	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o)
+	{
+		float4 a = __ldg((const float4 *)(row + 32 * u)), b = __ldg((const float4 *)(row + 32 * u + 16));
+		o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+		return 8 * u;
+	}
+};
+
+template <> struct U<SG_CUKT_F16> {
+	enum { E = 8, RL = 8, RS = 8 };
+	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o)
+	{
+		uint4 q = ld16(row + 16 * u);
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			uint32_t v = qword(q, i);
+			o[2 * i] = h2f((uint16_t)v), o[2 * i + 1] = h2f((uint16_t)(v >> 16));
+		}
+		return 8 * u;
+	}
+};
+
+template <> struct U<SG_CUKT_BF16> {
+	enum { E = 8, RL = 8, RS = 8 };
+	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o)
+	{
+		uint4 q = ld16(row + 16 * u);
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			uint32_t v = qword(q, i);
+			o[2 * i] = __uint_as_float(v << 16), o[2 * i + 1] = __uint_as_float(v & 0xffff0000u);
+		}
+		return 8 * u;
+	}
+};
+
+/* Repacked legacy rows: [codes of every block][qh][d][m] (see cuda_backend.c). */
+template <> struct U<SG_CUKT_Q8_0> {
+	enum { E = 32, RL = 32, RS = 32 };
+	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o)
+	{
+		int64_t nb = w.K / 32;
+		uint4 a = ld16(row + 32 * u), b = ld16(row + 32 * u + 16);
+		float d = ldh(row + 32 * nb + 2 * u);
+#pragma unroll
+		for (int i = 0; i < 16; i++) {
+			o[i] = d * (float)(int8_t)qbyte(a, i);
+			o[16 + i] = d * (float)(int8_t)qbyte(b, i);
+		}
+		return 32 * u;
+	}
+};
+
+template <int FIVE, int ONE> static __device__ __forceinline__ int64_t dq_legacy4(const sg_cuw &w, const uint8_t *row, int64_t u, float *o)
+{
+	int64_t nb = w.K / 32;
+	uint4 q = ld16(row + 16 * u);
+	uint32_t qh = FIVE ? __ldg((const unsigned int *)(row + 16 * nb + 4 * u)) : 0;
+	const uint8_t *dp = row + (16 + (FIVE ? 4 : 0)) * nb;
+	float d = ldh(dp + 2 * u), m = ONE ? ldh(dp + 2 * nb + 2 * u) : 0.0f;
+	const int off = ONE ? 0 : FIVE ? 16 : 8;
+#pragma unroll
+	for (int i = 0; i < 16; i++) {
+		int lo = (int)(qbyte(q, i) & 15), hi = (int)(qbyte(q, i) >> 4);
+		if (FIVE) {
+			lo |= (int)((qh >> i) & 1) << 4;
+			hi |= (int)((qh >> (i + 16)) & 1) << 4;
+		}
+		if (ONE) {
+			o[i] = d * (float)lo + m;
+			o[16 + i] = d * (float)hi + m;
+		} else {
+			o[i] = d * (float)(lo - off);
+			o[16 + i] = d * (float)(hi - off);
+		}
+	}
+	return 32 * u;
+}
+
+template <> struct U<SG_CUKT_Q4_0> {
+	enum { E = 32, RL = 32, RS = 32 };
+	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o) { return dq_legacy4<0, 0>(w, row, u, o); }
+};
+template <> struct U<SG_CUKT_Q4_1> {
+	enum { E = 32, RL = 32, RS = 32 };
+	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o) { return dq_legacy4<0, 1>(w, row, u, o); }
+};
+template <> struct U<SG_CUKT_Q5_0> {
+	enum { E = 32, RL = 32, RS = 32 };
+	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o) { return dq_legacy4<1, 0>(w, row, u, o); }
+};
+template <> struct U<SG_CUKT_Q5_1> {
+	enum { E = 32, RL = 32, RS = 32 };
+	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o) { return dq_legacy4<1, 1>(w, row, u, o); }
+};
+
+/* Q4_K / Q5_K sub-block s (0..7): 6-bit scale and minimum from the 12 packed bytes at p. */
+static __device__ __forceinline__ void k4_scale(const uint8_t *p, int s, float &sc, float &mn)
+{
+	if (s < 4) {
+		sc = (float)(__ldg(p + s) & 63);
+		mn = (float)(__ldg(p + s + 4) & 63);
+	} else {
+		sc = (float)((__ldg(p + s + 4) & 0xf) | ((__ldg(p + s - 4) >> 6) << 4));
+		mn = (float)((__ldg(p + s + 4) >> 4) | ((__ldg(p + s) >> 6) << 4));
+	}
+}
+
+/* A K-quant unit is lane l (0..7) of a 256-block: 16 bytes of nibbles = 16 elements of sub-block
+ * 2j (low nibbles) and the same 16 positions of sub-block 2j+1 (high nibbles), j = l/2. */
+template <int FIVE> static __device__ __forceinline__ int64_t dq_k45(const uint8_t *row, int64_t u, float *o)
+{
+	const int bb = FIVE ? 176 : 144;
+	int64_t b = u >> 3;
+	int l = (int)(u & 7), j = l >> 1, h = l & 1;
+	const uint8_t *blk = row + b * bb;
+	float d = ldh(blk), dmin = ldh(blk + 2);
+	float s0, m0, s1, m1;
+	k4_scale(blk + 4, 2 * j, s0, m0);
+	k4_scale(blk + 4, 2 * j + 1, s1, m1);
+	float a0 = d * s0, b0 = dmin * m0, a1 = d * s1, b1 = dmin * m1;
+	uint4 q = ld16(blk + (FIVE ? 48 : 16) + 32 * j + 16 * h);
+	uint4 qh = FIVE ? ld16(blk + 16 + 16 * h) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+	for (int i = 0; i < 16; i++) {
+		int c0 = (int)(qbyte(q, i) & 15), c1 = (int)(qbyte(q, i) >> 4);
+		if (FIVE) {
+			c0 |= (int)((qbyte(qh, i) >> (2 * j)) & 1) << 4;
+			c1 |= (int)((qbyte(qh, i) >> (2 * j + 1)) & 1) << 4;
+		}
+		o[i] = a0 * (float)c0 - b0;
+		o[16 + i] = a1 * (float)c1 - b1;
+	}
+	return 256 * b + 64 * j + 16 * h;
+}
+
+template <> struct U<SG_CUKT_Q4_K> {
+	enum { E = 32, RL = 16, RS = 32 };
+	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o) { return dq_k45<0>(row, u, o); }
+};
+template <> struct U<SG_CUKT_Q5_K> {
+	enum { E = 32, RL = 16, RS = 32 };
+	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o) { return dq_k45<1>(row, u, o); }
+};
+
+/* Q6_K, blocks padded to 224 bytes: ql[128] qh[64] scales[16] d. Lane l of a block takes ql bytes
+ * [16l, 16l+16): low nibbles of quarter kk, high nibbles of quarter kk+2 of half n. */
+template <> struct U<SG_CUKT_Q6_K> {
+	enum { E = 32, RL = 16, RS = 64 };
+	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o)
+	{
+		int64_t b = u >> 3;
+		int l = (int)(u & 7), n = l >> 2, kk = (l >> 1) & 1, li = 16 * (l & 1);
+		const uint8_t *blk = row + b * 224;
+		uint4 ql = ld16(blk + 16 * l), qh = ld16(blk + 128 + 32 * n + li);
+		float d = ldh(blk + 208);
+		int ba = 4 * n + kk, bb = ba + 2;
+		float sa = d * (float)(int8_t)__ldg(blk + 192 + 2 * ba + (li >> 4));
+		float sb = d * (float)(int8_t)__ldg(blk + 192 + 2 * bb + (li >> 4));
+#pragma unroll
+		for (int i = 0; i < 16; i++) {
+			uint32_t lb = qbyte(ql, i), hb = qbyte(qh, i);
+			int ca = (int)((lb & 15) | (((hb >> (2 * kk)) & 3) << 4)) - 32;
+			int cb = (int)((lb >> 4) | (((hb >> (2 * kk + 4)) & 3) << 4)) - 32;
+			o[i] = sa * (float)ca;
+			o[16 + i] = sb * (float)cb;
+		}
+		return 256 * b + 32 * ba + li;
+	}
+};
+
+/* MLX affine: w = scale * code + bias per group; units of 32 elements never straddle a group. */
+static __device__ __forceinline__ void mlx_sb(const sg_cuw &w, const uint8_t *sc, const uint8_t *bi, int64_t u, float &s, float &b)
+{
+	int64_t g = 32 * u / w.group;
+	uint16_t s16 = __ldg((const unsigned short *)sc + g), b16 = __ldg((const unsigned short *)bi + g);
+	s = w.sb_bf16 ? bf2f(s16) : h2f(s16);
+	b = w.sb_bf16 ? bf2f(b16) : h2f(b16);
+}
+
+template <> struct U<SG_CUKT_MLX4> {
+	enum { E = 32, RL = 32, RS = 32 };
+	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *sc, const uint8_t *bi, int64_t u, float *o)
+	{
+		uint4 q = ld16(row + 16 * u);
+		float s, b;
+		mlx_sb(w, sc, bi, u, s, b);
+#pragma unroll
+		for (int i = 0; i < 32; i++) o[i] = s * (float)((qword(q, i >> 3) >> (4 * (i & 7))) & 15) + b;
+		return 32 * u;
+	}
+};
+
+template <> struct U<SG_CUKT_MLX8> {
+	enum { E = 32, RL = 32, RS = 32 };
+	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *sc, const uint8_t *bi, int64_t u, float *o)
+	{
+		uint4 q0 = ld16(row + 32 * u), q1 = ld16(row + 32 * u + 16);
+		float s, b;
+		mlx_sb(w, sc, bi, u, s, b);
+#pragma unroll
+		for (int i = 0; i < 16; i++) {
+			o[i] = s * (float)qbyte(q0, i) + b;
+			o[16 + i] = s * (float)qbyte(q1, i) + b;
+		}
+		return 32 * u;
+	}
+};
+
+/* MLX 6-bit: 32 elements = 24 bytes = three 8-byte loads; 8 elements = 48 bits. */
+template <> struct U<SG_CUKT_MLX6> {
+	enum { E = 32, RL = 32, RS = 32 };
+	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *sc, const uint8_t *bi, int64_t u, float *o)
+	{
+		const unsigned long long *p = (const unsigned long long *)(row + 24 * u);
+		unsigned long long w0 = __ldg(p), w1 = __ldg(p + 1), w2 = __ldg(p + 2);
+		unsigned long long g[4] = {w0, (w0 >> 48) | (w1 << 16), (w1 >> 32) | (w2 << 32), w2 >> 16};
+		float s, b;
+		mlx_sb(w, sc, bi, u, s, b);
+#pragma unroll
+		for (int i = 0; i < 32; i++) o[i] = s * (float)((g[i >> 3] >> (6 * (i & 7))) & 63) + b;
+		return 32 * u;
+	}
+};
+
+/* The unit's x values: NR runs of RL floats (16-byte aligned: runs start at multiples of 8). */
+template <int KT> static __device__ __forceinline__ void load_x(const float *x, int64_t e0, float *xv)
+{
+	typedef U<KT> T;
+#pragma unroll
+	for (int i = 0; i < T::E; i += 4) {
+		int64_t e = e0 + (i / T::RL) * T::RS + (i % T::RL);
+		float4 v = __ldg((const float4 *)(x + e));
+		xv[i] = v.x, xv[i + 1] = v.y, xv[i + 2] = v.z, xv[i + 3] = v.w;
+	}
+}
+
+static __device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+/*
+ * The GEMV: warp `warp` of block b owns rows [(b*WARPS + warp)*R, +R). Each lane walks the row's
+ * units with stride 32 (consecutive lanes read consecutive 16-byte pieces: coalesced), decodes
+ * them once and dots them with up to NT tokens. MoE (start != NULL): blockIdx.y picks a used
+ * expert; its slots come from the sorted list.
+ */
+template <int KT, int NT, int R>
+__global__ void __launch_bounds__(WARPS * 32) mv_kernel(sg_cuw w, const float *__restrict__ x, int64_t n, float *__restrict__ y, int64_t N,
+							const float *__restrict__ bias, const int32_t *start, const int32_t *order,
+							const int32_t *used, const int32_t *nused, int64_t moe_k, int shared_x)
+{
+	typedef U<KT> T;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	int64_t r0 = ((int64_t)blockIdx.x * WARPS + warp) * R;
+	if (r0 >= N) return;
+	const uint8_t *data = w.data, *sc = w.scales, *bi = w.biases;
+	const int32_t *list = NULL;
+	int64_t cnt = n;
+	if (start) {
+		if ((int)blockIdx.y >= *nused) return;
+		int e = used[blockIdx.y];
+		data += (size_t)e * w.expert_bytes;
+		if (sc) sc += (size_t)e * w.expert_sb_bytes, bi += (size_t)e * w.expert_sb_bytes;
+		list = order + start[e];
+		cnt = start[e + 1] - start[e];
+	}
+	const int64_t nu = w.K / T::E, K = w.K;
+	for (int64_t c0 = 0; c0 < cnt; c0 += NT) {
+		int nt = cnt - c0 < NT ? (int)(cnt - c0) : NT;
+		const float *xp[NT];
+#pragma unroll
+		for (int t = 0; t < NT; t++) {
+			int64_t s = t < nt ? (list ? list[c0 + t] : c0 + t) : 0;
+			int64_t xi = list && shared_x ? s / moe_k : s;
+			xp[t] = x + xi * K;
+		}
+		float acc[R][NT];
+#pragma unroll
+		for (int rr = 0; rr < R; rr++)
+#pragma unroll
+			for (int t = 0; t < NT; t++) acc[rr][t] = 0.0f;
+#pragma unroll 2
+		for (int64_t u = lane; u < nu; u += 32) {
+			float wv[R][T::E];
+			int64_t e0 = 0;
+#pragma unroll
+			for (int rr = 0; rr < R; rr++) {
+				int64_t r = r0 + rr < N ? r0 + rr : r0;
+				const uint8_t *rsc = sc ? sc + (size_t)r * w.sb_row_bytes : NULL, *rbi = bi ? bi + (size_t)r * w.sb_row_bytes : NULL;
+				e0 = T::dq(w, data + (size_t)r * w.row_bytes, rsc, rbi, u, wv[rr]);
+			}
+#pragma unroll
+			for (int t = 0; t < NT; t++) {
+				if (t < nt) {
+					float xv[T::E];
+					load_x<KT>(xp[t], e0, xv);
+#pragma unroll
+					for (int rr = 0; rr < R; rr++) {
+						float a = 0.0f;
+#pragma unroll
+						for (int i = 0; i < T::E; i++) a = fmaf(wv[rr][i], xv[i], a);
+						acc[rr][t] += a;
+					}
+				}
+			}
+		}
+#pragma unroll
+		for (int rr = 0; rr < R; rr++) {
+#pragma unroll
+			for (int t = 0; t < NT; t++) {
+				float v = warp_sum(acc[rr][t]);
+				int64_t r = r0 + rr;
+				if (lane == 0 && t < nt && r < N) {
+					int64_t yi = list ? list[c0 + t] : c0 + t;
+					y[yi * N + r] = v + (bias ? bias[r] : 0.0f);
+				}
+			}
+		}
+	}
+}
+
+/*
+ * The 8-bit activation path for quantized weights. Decoding every weight to f32 and reading 4
+ * bytes of activation per weight makes the f32 GEMV compute- and L1-bound at 20-35% of HBM
+ * bandwidth (int-to-float conversions and x traffic 8x the weight bytes for 4-bit types). Here the
+ * activations are quantized once per call to int8 blocks of 32 (x ~= dx * qx, the CPU backend's
+ * scheme, so results match its SIMD kernels' character: NMSE ~2e-5 against f32), codes stay
+ * integers and four multiply-adds go in one dp4a. A unit is 32 weights in two halves of 16 (HS
+ * elements apart) with one scale and offset per half: w = sca * code + off, so
+ *   sum_half x w = dx * sca * dot(qx, code) + off * (dx * sum(qx)), the last factor precomputed.
+ */
+__global__ void quant_x_kernel(const float *__restrict__ x, int64_t nblk, int8_t *__restrict__ xq, float *__restrict__ dx, float *__restrict__ sx)
+{
+	int lane = threadIdx.x & 31;
+	int64_t w0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+	for (int64_t b = w0; b < nblk; b += nw) {
+		float v = x[b * 32 + lane], a = fabsf(v);
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+		float d = a / 127.0f, id = a > 0 ? 127.0f / a : 0.0f;
+		int q = __float2int_rn(v * id), sq = q;
+		xq[b * 32 + lane] = (int8_t)q;
+#pragma unroll
+		for (int o = 8; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+		if (lane == 0) dx[b] = d;
+		if ((lane & 15) == 0) sx[2 * b + (lane >> 4)] = d * (float)sq;
+	}
+}
+
+/* Bit j of b (4 bits) moved to bit 4 of byte j: the fifth bit of four 5-bit codes. */
+static __device__ __forceinline__ uint32_t spread4(uint32_t b) { return ((b & 1) << 4) | ((b & 2) << 11) | ((b & 4) << 18) | ((b & 8) << 25); }
+
+template <int KT> struct UI;
+
+template <> struct UI<SG_CUKT_Q8_0> {
+	enum { HS = 16 };
+	static __device__ __forceinline__ int64_t e0(int64_t u) { return 32 * u; }
+	static __device__ __forceinline__ void dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, int *c, float *sca, float *off)
+	{
+		int64_t nb = w.K / 32;
+		uint4 a = ld16(row + 32 * u), b = ld16(row + 32 * u + 16);
+		float d = ldh(row + 32 * nb + 2 * u);
+#pragma unroll
+		for (int k = 0; k < 4; k++) c[k] = (int)qword(a, k), c[4 + k] = (int)qword(b, k);
+		sca[0] = sca[1] = d;
+		off[0] = off[1] = 0.0f;
+	}
+};
+
+template <int FIVE, int ONE> struct UIL {
+	enum { HS = 16 };
+	static __device__ __forceinline__ int64_t e0(int64_t u) { return 32 * u; }
+	static __device__ __forceinline__ void dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, int *c, float *sca, float *off)
+	{
+		int64_t nb = w.K / 32;
+		uint4 q = ld16(row + 16 * u);
+		uint32_t qh = FIVE ? __ldg((const unsigned int *)(row + 16 * nb + 4 * u)) : 0;
+		const uint8_t *dp = row + (16 + (FIVE ? 4 : 0)) * nb;
+		float d = ldh(dp + 2 * u);
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			uint32_t v = qword(q, k);
+			c[k] = (int)((v & 0x0F0F0F0Fu) | (FIVE ? spread4((qh >> (4 * k)) & 15) : 0));
+			c[4 + k] = (int)(((v >> 4) & 0x0F0F0F0Fu) | (FIVE ? spread4((qh >> (16 + 4 * k)) & 15) : 0));
+		}
+		sca[0] = sca[1] = d;
+		off[0] = off[1] = ONE ? ldh(dp + 2 * nb + 2 * u) : (FIVE ? -16.0f : -8.0f) * d;
+	}
+};
+template <> struct UI<SG_CUKT_Q4_0> : UIL<0, 0> {};
+template <> struct UI<SG_CUKT_Q4_1> : UIL<0, 1> {};
+template <> struct UI<SG_CUKT_Q5_0> : UIL<1, 0> {};
+template <> struct UI<SG_CUKT_Q5_1> : UIL<1, 1> {};
+
+template <int FIVE> struct UIK {
+	enum { HS = 32 };
+	static __device__ __forceinline__ int64_t e0(int64_t u)
+	{
+		int l = (int)(u & 7);
+		return 256 * (u >> 3) + 64 * (l >> 1) + 16 * (l & 1);
+	}
+	static __device__ __forceinline__ void dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, int *c, float *sca, float *off)
+	{
+		const int bb = FIVE ? 176 : 144;
+		int l = (int)(u & 7), j = l >> 1, h = l & 1;
+		const uint8_t *blk = row + (u >> 3) * bb;
+		float d = ldh(blk), dmin = ldh(blk + 2), s0, m0, s1, m1;
+		k4_scale(blk + 4, 2 * j, s0, m0);
+		k4_scale(blk + 4, 2 * j + 1, s1, m1);
+		uint4 q = ld16(blk + (FIVE ? 48 : 16) + 32 * j + 16 * h);
+		uint4 qh = FIVE ? ld16(blk + 16 + 16 * h) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			uint32_t v = qword(q, k), hv = qword(qh, k);
+			c[k] = (int)((v & 0x0F0F0F0Fu) | (FIVE ? ((hv >> (2 * j)) & 0x01010101u) << 4 : 0));
+			c[4 + k] = (int)(((v >> 4) & 0x0F0F0F0Fu) | (FIVE ? ((hv >> (2 * j + 1)) & 0x01010101u) << 4 : 0));
+		}
+		sca[0] = d * s0, sca[1] = d * s1;
+		off[0] = -dmin * m0, off[1] = -dmin * m1;
+	}
+};
+template <> struct UI<SG_CUKT_Q4_K> : UIK<0> {};
+template <> struct UI<SG_CUKT_Q5_K> : UIK<1> {};
+
+template <> struct UI<SG_CUKT_Q6_K> {
+	enum { HS = 64 };
+	static __device__ __forceinline__ int64_t e0(int64_t u)
+	{
+		int l = (int)(u & 7);
+		return 256 * (u >> 3) + 32 * (4 * (l >> 2) + ((l >> 1) & 1)) + 16 * (l & 1);
+	}
+	static __device__ __forceinline__ void dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, int *c, float *sca, float *off)
+	{
+		int l = (int)(u & 7), n = l >> 2, kk = (l >> 1) & 1, li = 16 * (l & 1);
+		const uint8_t *blk = row + (u >> 3) * 224;
+		uint4 ql = ld16(blk + 16 * l), qh = ld16(blk + 128 + 32 * n + li);
+		float d = ldh(blk + 208);
+		int ba = 4 * n + kk, bb = ba + 2;
+		float sa = d * (float)(int8_t)__ldg(blk + 192 + 2 * ba + (li >> 4));
+		float sb = d * (float)(int8_t)__ldg(blk + 192 + 2 * bb + (li >> 4));
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			uint32_t v = qword(ql, k), hv = qword(qh, k);
+			c[k] = (int)((v & 0x0F0F0F0Fu) | (((hv >> (2 * kk)) & 0x03030303u) << 4));
+			c[4 + k] = (int)(((v >> 4) & 0x0F0F0F0Fu) | (((hv >> (2 * kk + 4)) & 0x03030303u) << 4));
+		}
+		sca[0] = sa, sca[1] = sb;
+		off[0] = -32.0f * sa, off[1] = -32.0f * sb;
+	}
+};
+
+template <> struct UI<SG_CUKT_MLX4> {
+	enum { HS = 16 };
+	static __device__ __forceinline__ int64_t e0(int64_t u) { return 32 * u; }
+	static __device__ __forceinline__ void dq(const sg_cuw &w, const uint8_t *row, const uint8_t *sc, const uint8_t *bi, int64_t u, int *c, float *sca, float *off)
+	{
+		uint4 q = ld16(row + 16 * u);
+		float s, b;
+		mlx_sb(w, sc, bi, u, s, b);
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			/* word k holds elements 8k..8k+7 as nibbles: even ones in the low nibbles */
+			uint32_t v = qword(q, k), lo = v & 0x0F0F0F0Fu, hi = (v >> 4) & 0x0F0F0F0Fu;
+			c[2 * k] = (int)__byte_perm(lo, hi, 0x5140);
+			c[2 * k + 1] = (int)__byte_perm(lo, hi, 0x7362);
+		}
+		sca[0] = sca[1] = s;
+		off[0] = off[1] = b;
+	}
+};
+
+template <> struct UI<SG_CUKT_MLX8> {
+	enum { HS = 16 };
+	static __device__ __forceinline__ int64_t e0(int64_t u) { return 32 * u; }
+	static __device__ __forceinline__ void dq(const sg_cuw &w, const uint8_t *row, const uint8_t *sc, const uint8_t *bi, int64_t u, int *c, float *sca, float *off)
+	{
+		uint4 a = ld16(row + 32 * u), b = ld16(row + 32 * u + 16);
+		float s, bb;
+		mlx_sb(w, sc, bi, u, s, bb);
+		/* codes 0..255 as signed bytes code - 128; the bias absorbs the shift */
+#pragma unroll
+		for (int k = 0; k < 4; k++) c[k] = (int)(qword(a, k) ^ 0x80808080u), c[4 + k] = (int)(qword(b, k) ^ 0x80808080u);
+		sca[0] = sca[1] = s;
+		off[0] = off[1] = bb + 128.0f * s;
+	}
+};
+
+#define QT 128 /* threads of a block-split int8 GEMV block: all of them split one row's units */
+
+/*
+ * Two ways to spread the work. Block-split (WM = 0): block b owns rows [b*R, b*R + R) and its QT
+ * lanes stride over the units of those rows (split-K inside the block, reduced through shared
+ * memory): thousands of blocks even for 4096 rows. Warp mode (WM = 1): as the f32 kernel, each
+ * warp owns R rows and its 32 lanes stride over their units (no shared memory, two units in flight
+ * per lane). Either way a unit's activations (two 16-byte loads) serve all R rows.
+ */
+template <int KT, int NT, int R, int WM>
+__global__ void __launch_bounds__(WM ? WARPS * 32 : QT) mvq_kernel(sg_cuw w, const int8_t *__restrict__ xq, const float *__restrict__ dx,
+								   const float *__restrict__ sx, int64_t n, float *__restrict__ y, int64_t N,
+								   const float *__restrict__ bias, const int32_t *start, const int32_t *order,
+								   const int32_t *used, const int32_t *nused, int64_t moe_k, int shared_x)
+{
+	typedef UI<KT> T;
+	__shared__ float red[WM ? 1 : QT / 32][R * NT];
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	int64_t r0 = WM ? ((int64_t)blockIdx.x * WARPS + warp) * R : (int64_t)blockIdx.x * R;
+	const int stride = WM ? 32 : QT, tid = WM ? lane : (int)threadIdx.x;
+	if (r0 >= N) return;
+	const uint8_t *data = w.data, *sc = w.scales, *bi = w.biases;
+	const int32_t *list = NULL;
+	int64_t cnt = n;
+	if (start) {
+		if ((int)blockIdx.y >= *nused) return;
+		int e = used[blockIdx.y];
+		data += (size_t)e * w.expert_bytes;
+		if (sc) sc += (size_t)e * w.expert_sb_bytes, bi += (size_t)e * w.expert_sb_bytes;
+		list = order + start[e];
+		cnt = start[e + 1] - start[e];
+	}
+	const int64_t K = w.K, nu = K / 32;
+	for (int64_t c0 = 0; c0 < cnt; c0 += NT) {
+		int nt = cnt - c0 < NT ? (int)(cnt - c0) : NT;
+		int64_t xb[NT];
+#pragma unroll
+		for (int t = 0; t < NT; t++) {
+			int64_t s = t < nt ? (list ? list[c0 + t] : c0 + t) : 0;
+			xb[t] = (list && shared_x ? s / moe_k : s) * K;
+		}
+		float acc[R][NT];
+#pragma unroll
+		for (int rr = 0; rr < R; rr++)
+#pragma unroll
+			for (int t = 0; t < NT; t++) acc[rr][t] = 0.0f;
+#pragma unroll 2
+		for (int64_t u = tid; u < nu; u += stride) {
+			int64_t e0 = T::e0(u);
+			int4 xa[NT], xc[NT];
+			float d0[NT], d1[NT], s0[NT], s1[NT];
+#pragma unroll
+			for (int t = 0; t < NT; t++) {
+				if (t < nt) {
+					int64_t ea = xb[t] + e0, ec = ea + T::HS;
+					xa[t] = __ldg((const int4 *)(xq + ea));
+					xc[t] = __ldg((const int4 *)(xq + ec));
+					d0[t] = __ldg(dx + (ea >> 5)), d1[t] = __ldg(dx + (ec >> 5));
+					s0[t] = __ldg(sx + (ea >> 4)), s1[t] = __ldg(sx + (ec >> 4));
+				}
+			}
+#pragma unroll
+			for (int rr = 0; rr < R; rr++) {
+				int64_t r = r0 + rr < N ? r0 + rr : r0;
+				const uint8_t *rsc = sc ? sc + (size_t)r * w.sb_row_bytes : NULL, *rbi = bi ? bi + (size_t)r * w.sb_row_bytes : NULL;
+				int c[8];
+				float sca[2], off[2];
+				T::dq(w, data + (size_t)r * w.row_bytes, rsc, rbi, u, c, sca, off);
+#pragma unroll
+				for (int t = 0; t < NT; t++) {
+					if (t < nt) {
+						int i0 = __dp4a(c[0], xa[t].x, 0);
+						i0 = __dp4a(c[1], xa[t].y, i0);
+						i0 = __dp4a(c[2], xa[t].z, i0);
+						i0 = __dp4a(c[3], xa[t].w, i0);
+						int i1 = __dp4a(c[4], xc[t].x, 0);
+						i1 = __dp4a(c[5], xc[t].y, i1);
+						i1 = __dp4a(c[6], xc[t].z, i1);
+						i1 = __dp4a(c[7], xc[t].w, i1);
+						acc[rr][t] += d0[t] * sca[0] * (float)i0 + off[0] * s0[t] + d1[t] * sca[1] * (float)i1 + off[1] * s1[t];
+					}
+				}
+			}
+		}
+		if (WM) {
+#pragma unroll
+			for (int rr = 0; rr < R; rr++)
+#pragma unroll
+				for (int t = 0; t < NT; t++) {
+					float v = warp_sum(acc[rr][t]);
+					int64_t r = r0 + rr;
+					if (lane == 0 && t < nt && r < N) {
+						int64_t yi = list ? list[c0 + t] : c0 + t;
+						y[yi * N + r] = v + (bias ? bias[r] : 0.0f);
+					}
+				}
+		} else {
+#pragma unroll
+			for (int rr = 0; rr < R; rr++)
+#pragma unroll
+				for (int t = 0; t < NT; t++) {
+					float v = warp_sum(acc[rr][t]);
+					if (lane == 0) red[warp][rr * NT + t] = v;
+				}
+			__syncthreads();
+			if (threadIdx.x < R * NT) {
+				int rr = threadIdx.x / NT, t = threadIdx.x % NT;
+				int64_t r = r0 + rr;
+				if (t < nt && r < N) {
+					float v = 0.0f;
+					for (int k = 0; k < QT / 32; k++) v += red[k][threadIdx.x];
+					int64_t yi = list ? list[c0 + t] : c0 + t;
+					y[yi * N + r] = v + (bias ? bias[r] : 0.0f);
+				}
+			}
+			__syncthreads();
+		}
+	}
+}
+
+typedef void (*mvq_fn)(sg_cuw, const int8_t *, const float *, const float *, int64_t, float *, int64_t, const float *, const int32_t *,
+		       const int32_t *, const int32_t *, const int32_t *, int64_t, int);
+
+/* Rows one block of the int8 kernel covers. */
+static int q8_rows_per_block(int nt, int variant)
+{
+	if (nt != 1) return 1;
+	switch (variant) {
+	case 3: return 1;
+	case 5: return 4;
+	case 6: return WARPS;
+	case 7: return 2 * WARPS;
+	default: return 2;
+	}
+}
+static int q8_threads(int nt, int variant) { return nt == 1 && variant >= 6 ? WARPS * 32 : QT; }
+
+/* variant: 3, 4, 5 = block-split with 1, 2, 4 rows; 6, 7 = warp mode with 1, 2 rows (NT = 1) */
+template <int KT> static mvq_fn pickq_nt(int nt, int variant)
+{
+	if (nt == 1) {
+		switch (variant) {
+		case 3: return mvq_kernel<KT, 1, 1, 0>;
+		case 5: return mvq_kernel<KT, 1, 4, 0>;
+		case 6: return mvq_kernel<KT, 1, 1, 1>;
+		case 7: return mvq_kernel<KT, 1, 2, 1>;
+		default: return mvq_kernel<KT, 1, 2, 0>;
+		}
+	}
+	if (nt == 2) return mvq_kernel<KT, 2, 1, 0>;
+	if (nt == 4) return mvq_kernel<KT, 4, 1, 0>;
+	return mvq_kernel<KT, 8, 1, 0>;
+}
+
+static mvq_fn pickq(int kt, int nt, int variant)
+{
+	switch (kt) {
+	case SG_CUKT_Q8_0: return pickq_nt<SG_CUKT_Q8_0>(nt, variant);
+	case SG_CUKT_Q4_0: return pickq_nt<SG_CUKT_Q4_0>(nt, variant);
+	case SG_CUKT_Q4_1: return pickq_nt<SG_CUKT_Q4_1>(nt, variant);
+	case SG_CUKT_Q5_0: return pickq_nt<SG_CUKT_Q5_0>(nt, variant);
+	case SG_CUKT_Q5_1: return pickq_nt<SG_CUKT_Q5_1>(nt, variant);
+	case SG_CUKT_Q4_K: return pickq_nt<SG_CUKT_Q4_K>(nt, variant);
+	case SG_CUKT_Q5_K: return pickq_nt<SG_CUKT_Q5_K>(nt, variant);
+	case SG_CUKT_Q6_K: return pickq_nt<SG_CUKT_Q6_K>(nt, variant);
+	case SG_CUKT_MLX4: return pickq_nt<SG_CUKT_MLX4>(nt, variant);
+	case SG_CUKT_MLX8: return pickq_nt<SG_CUKT_MLX8>(nt, variant);
+	default: return NULL;
+	}
+}
+
+extern "C" int sg_cu_has_q8(int kt) { return pickq(kt, 1, 4) != NULL; }
+
+extern "C" size_t sg_cu_q8_bytes(int64_t nx, int64_t K)
+{
+	size_t q = ((size_t)(nx * K) + 255) & ~(size_t)255, f = ((size_t)(nx * K / 32) * 4 + 255) & ~(size_t)255;
+	return q + 3 * f;
+}
+
+/* Quantizes x [nx][K] into the scratch; returns the three arrays. */
+static int quant_x(const float *x, int64_t nx, int64_t K, void *scratch, int8_t **xq, float **dx, float **sx, cudaStream_t s)
+{
+	size_t q = ((size_t)(nx * K) + 255) & ~(size_t)255, f = ((size_t)(nx * K / 32) * 4 + 255) & ~(size_t)255;
+	*xq = (int8_t *)scratch;
+	*dx = (float *)((char *)scratch + q);
+	*sx = (float *)((char *)scratch + q + f);
+	int64_t nblk = nx * K / 32, blocks = (nblk + 7) / 8;
+	quant_x_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, s>>>(x, nblk, *xq, *dx, *sx);
+	return (int)cudaGetLastError();
+}
+
+typedef void (*mv_fn)(sg_cuw, const float *, int64_t, float *, int64_t, const float *, const int32_t *, const int32_t *, const int32_t *,
+		      const int32_t *, int64_t, int);
+
+template <int KT> static mv_fn pick_nt(int nt, int r)
+{
+	if (nt == 1) return r == 2 ? mv_kernel<KT, 1, 2> : mv_kernel<KT, 1, 1>;
+	if (nt == 2) return mv_kernel<KT, 2, 1>;
+	if (nt == 4) return mv_kernel<KT, 4, 1>;
+	return mv_kernel<KT, 8, 1>;
+}
+
+static mv_fn pick(int kt, int nt, int r)
+{
+	switch (kt) {
+	case SG_CUKT_F32: return pick_nt<SG_CUKT_F32>(nt, r);
+	case SG_CUKT_F16: return pick_nt<SG_CUKT_F16>(nt, r);
+	case SG_CUKT_BF16: return pick_nt<SG_CUKT_BF16>(nt, r);
+	case SG_CUKT_Q8_0: return pick_nt<SG_CUKT_Q8_0>(nt, r);
+	case SG_CUKT_Q4_0: return pick_nt<SG_CUKT_Q4_0>(nt, r);
+	case SG_CUKT_Q4_1: return pick_nt<SG_CUKT_Q4_1>(nt, r);
+	case SG_CUKT_Q5_0: return pick_nt<SG_CUKT_Q5_0>(nt, r);
+	case SG_CUKT_Q5_1: return pick_nt<SG_CUKT_Q5_1>(nt, r);
+	case SG_CUKT_Q4_K: return pick_nt<SG_CUKT_Q4_K>(nt, r);
+	case SG_CUKT_Q5_K: return pick_nt<SG_CUKT_Q5_K>(nt, r);
+	case SG_CUKT_Q6_K: return pick_nt<SG_CUKT_Q6_K>(nt, r);
+	case SG_CUKT_MLX4: return pick_nt<SG_CUKT_MLX4>(nt, r);
+	case SG_CUKT_MLX6: return pick_nt<SG_CUKT_MLX6>(nt, r);
+	case SG_CUKT_MLX8: return pick_nt<SG_CUKT_MLX8>(nt, r);
+	default: return NULL;
+	}
+}
+
+static int nt_for(int64_t n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8; }
+
+extern "C" int sg_cu_unit_elems(int kt) { return kt == SG_CUKT_F32 || kt == SG_CUKT_F16 || kt == SG_CUKT_BF16 ? 8 : 32; }
+
+extern "C" int sg_cu_gemv(const sg_cuw *w, const float *x, int64_t n, float *y, int64_t N, const float *bias, int variant, void *q8_scratch,
+			  sg_custream s)
+{
+	cudaStream_t st = (cudaStream_t)s;
+	int nt = nt_for(n);
+	/* f32 activations: two rows per warp pay for quantized weights (their activations are reused
+	 * across the rows), one for plain types (already at ~90% of the copy bandwidth) */
+	int plain = w->kt == SG_CUKT_F32 || w->kt == SG_CUKT_F16 || w->kt == SG_CUKT_BF16;
+	if (variant == 0) variant = q8_scratch && sg_cu_has_q8(w->kt) ? SG_CU_GEMV_Q8_DEFAULT : plain ? 1 : 2;
+	if (variant >= 3) {
+		mvq_fn f = pickq(w->kt, nt, variant);
+		if (!f || !q8_scratch) return (int)cudaErrorInvalidValue;
+		int8_t *xq;
+		float *dx, *sx;
+		int e = quant_x(x, n, w->K, q8_scratch, &xq, &dx, &sx, st);
+		if (e) return e;
+		int r = q8_rows_per_block(nt, variant);
+		f<<<(unsigned)((N + r - 1) / r), q8_threads(nt, variant), 0, st>>>(*w, xq, dx, sx, n, y, N, bias, NULL, NULL, NULL, NULL, 1, 0);
+		return (int)cudaGetLastError();
+	}
+	int r = nt == 1 && variant == 2 ? 2 : 1;
+	mv_fn f = pick(w->kt, nt, r);
+	if (!f) return (int)cudaErrorInvalidValue;
+	int64_t rows_per_block = (int64_t)WARPS * r;
+	dim3 grid((unsigned)((N + rows_per_block - 1) / rows_per_block), 1);
+	f<<<grid, WARPS * 32, 0, st>>>(*w, x, n, y, N, bias, NULL, NULL, NULL, NULL, 1, 0);
+	return (int)cudaGetLastError();
+}
+
+/* --- MoE --- */
+
+/* One block: counts the slots of each expert, lays them out by expert, lists the used experts
+ * and zeroes the outputs of slots with an id out of range. */
+__global__ void moe_sort_kernel(const int32_t *ids, int64_t S, int64_t E, int32_t *start, int32_t *order, int32_t *used, int32_t *nused,
+				float *y, int64_t N)
+{
+	extern __shared__ int32_t sm[]; /* cnt [E], cursor [E] */
+	int32_t *cnt = sm, *cur = sm + E;
+	for (int64_t e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+	__syncthreads();
+	for (int64_t s = threadIdx.x; s < S; s += blockDim.x) {
+		int32_t e = ids[s];
+		if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
+	}
+	for (int64_t i = threadIdx.x; i < S * N; i += blockDim.x) {
+		int32_t e = ids[i / N];
+		if (e < 0 || e >= E) y[i] = 0.0f;
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		int32_t acc = 0, nu = 0;
+		for (int64_t e = 0; e < E; e++) {
+			start[e] = acc;
+			cur[e] = acc;
+			if (cnt[e]) used[nu++] = (int32_t)e;
+			acc += cnt[e];
+		}
+		start[E] = acc;
+		*nused = nu;
+	}
+	__syncthreads();
+	for (int64_t s = threadIdx.x; s < S; s += blockDim.x) {
+		int32_t e = ids[s];
+		if (e >= 0 && e < E) order[atomicAdd(&cur[e], 1)] = (int32_t)s;
+	}
+}
+
+extern "C" int sg_cu_moe_matmul(const sg_cuw *w, const float *x, int shared_x, const int32_t *ids, int64_t n, int64_t k, int64_t E, float *y,
+				int64_t N, int32_t *scratch, void *q8_scratch, sg_custream s)
+{
+	cudaStream_t st = (cudaStream_t)s;
+	int64_t S = n * k;
+	int32_t *start = scratch, *order = start + E + 1, *used = order + S, *nused = used + E;
+	moe_sort_kernel<<<1, 1024, (size_t)(2 * E) * sizeof(int32_t), st>>>(ids, S, E, start, order, used, nused, y, N);
+	/* at most min(E, S) experts are used; a token's own slots name distinct experts, so one
+	 * token gives one slot per expert (NT = 1) */
+	int nt = n == 1 ? 1 : 8;
+	dim3 grid(1, (unsigned)(S < E ? S : E));
+	if (q8_scratch && sg_cu_has_q8(w->kt)) {
+		int v = SG_CU_GEMV_Q8_DEFAULT, r = q8_rows_per_block(nt, v);
+		int8_t *xq;
+		float *dx, *sx;
+		int e = quant_x(x, shared_x ? n : S, w->K, q8_scratch, &xq, &dx, &sx, st);
+		if (e) return e;
+		grid.x = (unsigned)((N + r - 1) / r);
+		pickq(w->kt, nt, v)<<<grid, q8_threads(nt, v), 0, st>>>(*w, xq, dx, sx, S, y, N, NULL, start, order, used, nused, k, shared_x);
+		return (int)cudaGetLastError();
+	}
+	mv_fn f = pick(w->kt, nt, 1);
+	if (!f) return (int)cudaErrorInvalidValue;
+	grid.x = (unsigned)((N + WARPS - 1) / WARPS);
+	f<<<grid, WARPS * 32, 0, st>>>(*w, x, S, y, N, NULL, start, order, used, nused, k, shared_x);
+	return (int)cudaGetLastError();
+}
+
+/* --- embedding and dequantization --- */
+
+template <int KT> __global__ void dequant_rows_kernel(sg_cuw w, const int32_t *ids, int64_t r0, int64_t V, float *outf, __nv_bfloat16 *outb)
+{
+	typedef U<KT> T;
+	int64_t t = blockIdx.x, r = ids ? ids[t] : r0 + t, K = w.K;
+	if (ids && (r < 0 || r >= V)) {
+		for (int64_t i = threadIdx.x; i < K; i += blockDim.x) outf[t * K + i] = 0.0f;
+		return;
+	}
+	const uint8_t *row = w.data + (size_t)r * w.row_bytes;
+	const uint8_t *sc = w.scales ? w.scales + (size_t)r * w.sb_row_bytes : NULL, *bi = w.biases ? w.biases + (size_t)r * w.sb_row_bytes : NULL;
+	for (int64_t u = threadIdx.x; u < K / T::E; u += blockDim.x) {
+		float o[T::E];
+		int64_t e0 = T::dq(w, row, sc, bi, u, o);
+#pragma unroll
+		for (int i = 0; i < T::E; i++) {
+			int64_t e = e0 + (i / T::RL) * T::RS + (i % T::RL);
+			if (outf) outf[t * K + e] = o[i];
+			else outb[t * K + e] = __float2bfloat16_rn(o[i]);
+		}
+	}
+}
+
+/* Plain types with any row length (embedding tables of odd width). */
+__global__ void embed_plain_kernel(sg_cuw w, const int32_t *ids, int64_t V, float *out)
+{
+	int64_t t = blockIdx.x, r = ids[t], K = w.K;
+	for (int64_t i = threadIdx.x; i < K; i += blockDim.x) {
+		float v = 0.0f;
+		if (r >= 0 && r < V) {
+			const uint8_t *row = w.data + (size_t)r * w.row_bytes;
+			if (w.kt == SG_CUKT_F32) v = ((const float *)row)[i];
+			else if (w.kt == SG_CUKT_F16) v = h2f(((const uint16_t *)row)[i]);
+			else v = bf2f(((const uint16_t *)row)[i]);
+		}
+		out[t * K + i] = v;
+	}
+}
+
+typedef void (*dq_fn)(sg_cuw, const int32_t *, int64_t, int64_t, float *, __nv_bfloat16 *);
+
+static dq_fn pick_dq(int kt)
+{
+	switch (kt) {
+	case SG_CUKT_F32: return dequant_rows_kernel<SG_CUKT_F32>;
+	case SG_CUKT_F16: return dequant_rows_kernel<SG_CUKT_F16>;
+	case SG_CUKT_BF16: return dequant_rows_kernel<SG_CUKT_BF16>;
+	case SG_CUKT_Q8_0: return dequant_rows_kernel<SG_CUKT_Q8_0>;
+	case SG_CUKT_Q4_0: return dequant_rows_kernel<SG_CUKT_Q4_0>;
+	case SG_CUKT_Q4_1: return dequant_rows_kernel<SG_CUKT_Q4_1>;
+	case SG_CUKT_Q5_0: return dequant_rows_kernel<SG_CUKT_Q5_0>;
+	case SG_CUKT_Q5_1: return dequant_rows_kernel<SG_CUKT_Q5_1>;
+	case SG_CUKT_Q4_K: return dequant_rows_kernel<SG_CUKT_Q4_K>;
+	case SG_CUKT_Q5_K: return dequant_rows_kernel<SG_CUKT_Q5_K>;
+	case SG_CUKT_Q6_K: return dequant_rows_kernel<SG_CUKT_Q6_K>;
+	case SG_CUKT_MLX4: return dequant_rows_kernel<SG_CUKT_MLX4>;
+	case SG_CUKT_MLX6: return dequant_rows_kernel<SG_CUKT_MLX6>;
+	case SG_CUKT_MLX8: return dequant_rows_kernel<SG_CUKT_MLX8>;
+	default: return NULL;
+	}
+}
+
+extern "C" int sg_cu_embed(const sg_cuw *w, const int32_t *ids, int64_t n, int64_t V, float *out, sg_custream s)
+{
+	if (n <= 0) return 0;
+	int plain = w->kt == SG_CUKT_F32 || w->kt == SG_CUKT_F16 || w->kt == SG_CUKT_BF16;
+	if (plain && w->K % 8) {
+		embed_plain_kernel<<<(unsigned)n, 256, 0, (cudaStream_t)s>>>(*w, ids, V, out);
+	} else {
+		dq_fn f = pick_dq(w->kt);
+		if (!f) return (int)cudaErrorInvalidValue;
+		f<<<(unsigned)n, 128, 0, (cudaStream_t)s>>>(*w, ids, 0, V, out, NULL);
+	}
+	return (int)cudaGetLastError();
+}
+
+extern "C" int sg_cu_dequant_bf16(const sg_cuw *w, int64_t r0, int64_t nr, uint16_t *out, sg_custream s)
+{
+	dq_fn f = pick_dq(w->kt);
+	if (!f) return (int)cudaErrorInvalidValue;
+	f<<<(unsigned)nr, 128, 0, (cudaStream_t)s>>>(*w, NULL, r0, 0, NULL, (__nv_bfloat16 *)out);
+	return (int)cudaGetLastError();
+}
+
+extern "C" int sg_cu_dequant_f32(const sg_cuw *w, int64_t r0, int64_t nr, float *out, sg_custream s)
+{
+	dq_fn f = pick_dq(w->kt);
+	if (!f) return (int)cudaErrorInvalidValue;
+	f<<<(unsigned)nr, 128, 0, (cudaStream_t)s>>>(*w, NULL, r0, 0, out, NULL);
+	return (int)cudaGetLastError();
+}
+
+__global__ void f32_to_bf16_kernel(const float *x, int64_t n, __nv_bfloat16 *out)
+{
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+		out[i] = __float2bfloat16_rn(x[i]);
+}
+
+extern "C" int sg_cu_f32_to_bf16(const float *x, int64_t n, uint16_t *out, sg_custream s)
+{
+	int64_t b = (n + 255) / 256;
+	f32_to_bf16_kernel<<<(unsigned)(b < 65535 ? b : 65535), 256, 0, (cudaStream_t)s>>>(x, n, (__nv_bfloat16 *)out);
+	return (int)cudaGetLastError();
+}
+
+__global__ void add_bias_kernel(float *y, const float *bias, int64_t n, int64_t N)
+{
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n * N; i += (int64_t)gridDim.x * blockDim.x) y[i] += bias[i % N];
+}
+
+extern "C" int sg_cu_add_bias(float *y, const float *bias, int64_t n, int64_t N, sg_custream s)
+{
+	int64_t b = (n * N + 255) / 256;
+	add_bias_kernel<<<(unsigned)(b < 65535 ? b : 65535), 256, 0, (cudaStream_t)s>>>(y, bias, n, N);
+	return (int)cudaGetLastError();
+}

@@ -1,0 +1,220 @@
+/* Shared by the generating verbs (see lm_cli.h). */
+#include "cli/lm_cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/flags.h"
+#include "base/sysinfo.h"
+#include "base/timer.h"
+#include "hub/repo.h"
+#include "hub/resolve.h"
+#include "saragossa.h"
+
+int sg_cli_default_model(char *buf, size_t n)
+{
+	const char *env = sg_flag_str("SARAGOSSA_DEFAULT_MODEL");
+	if (env && env[0]) {
+		snprintf(buf, n, "%s", env);
+		return 1;
+	}
+	char dir[SG_HUB_PATH_MAX];
+	if (sg_hub_models_dir(dir, sizeof dir)) dir[0] = 0;
+	snprintf(buf, n, "%s/%s", dir[0] ? dir : "~/.cache/saragossa/models", SG_CLI_DEFAULT_MODEL_FILE);
+	return 0;
+}
+
+int sg_cli_model_path(const char *verb, const char *model, char *path, size_t n)
+{
+	char def[SG_HUB_PATH_MAX];
+	int from_env = 0;
+	if (!model) {
+		from_env = sg_cli_default_model(def, sizeof def);
+		struct stat st;
+		if (!from_env && stat(def, &st)) {
+			fprintf(stderr,
+				"saragossa %s: no model given, and the default model (Gemma 3 270M) is not at %s.\n"
+				"  Fetch it with `make run` in the source tree, or `tools/fetch_models.py gemma3-270m`;\n"
+				"  or name a model: `saragossa %s org/name` (a Hugging Face repo id), a .gguf file or a "
+				"folder;\n  or set SARAGOSSA_DEFAULT_MODEL. `saragossa list` shows the models on this "
+				"machine.\n",
+				verb, def, verb);
+			return 1;
+		}
+		model = def;
+	}
+	sg_hub_model hm;
+	if (sg_hub_resolve(model, NULL, &hm)) {
+		fprintf(stderr, "saragossa %s: %s%s\n", verb, sg_last_error(),
+			from_env ? " (from SARAGOSSA_DEFAULT_MODEL)" : "");
+		return 1;
+	}
+	snprintf(path, n, "%s", hm.path);
+	return 0;
+}
+
+int sg_cli_load_lm(const char *verb, const char *model, int32_t n_ctx, int n_threads, sg_lm **out, char *path,
+		   size_t path_n)
+{
+	if (sg_cli_model_path(verb, model, path, path_n)) return 1;
+	sg_lm_params lp = sg_lm_default_params();
+	lp.n_ctx = n_ctx;
+	lp.n_threads = n_threads;
+	if (sg_lm_load(path, &lp, out)) {
+		fprintf(stderr, "saragossa %s: %s\n", verb, sg_last_error());
+		return 1;
+	}
+	return 0;
+}
+
+int sg_cli_parse_int(const char *s, long lo, long hi, long *out)
+{
+	if (!s || !*s) return -1;
+	errno = 0;
+	char *end;
+	long v = strtol(s, &end, 10);
+	if (errno || *end || v < lo || v > hi) return -1;
+	*out = v;
+	return 0;
+}
+
+int sg_cli_parse_float(const char *s, double lo, double hi, double *out)
+{
+	if (!s || !*s) return -1;
+	errno = 0;
+	char *end;
+	double v = strtod(s, &end);
+	if (errno || *end || !isfinite(v) || v < lo || v > hi) return -1;
+	*out = v;
+	return 0;
+}
+
+/* "--top-p", "top_p" and "top-p" name the same option. */
+static int same_opt(const char *given, const char *canon)
+{
+	while (*given == '-') given++;
+	for (; *given && *canon; given++, canon++) {
+		char g = *given == '_' ? '-' : *given;
+		if (g != *canon) return 0;
+	}
+	return !*given && !*canon;
+}
+
+int sg_cli_sampler_opt(const char *name, const char *value, sg_sampler_params *p, char *err, size_t errn)
+{
+	double f;
+	long i;
+	if (same_opt(name, "temperature")) {
+		if (sg_cli_parse_float(value, 0, 100, &f)) goto bad_float;
+		p->temperature = (float)f;
+	} else if (same_opt(name, "top-p")) {
+		if (sg_cli_parse_float(value, 0, 1, &f) || f <= 0) {
+			snprintf(err, errn, "top-p wants a number in (0, 1], got '%s'", value ? value : "");
+			return 2;
+		}
+		p->top_p = (float)f;
+	} else if (same_opt(name, "min-p")) {
+		if (sg_cli_parse_float(value, 0, 1, &f)) {
+			snprintf(err, errn, "min-p wants a number in [0, 1], got '%s'", value ? value : "");
+			return 2;
+		}
+		p->min_p = (float)f;
+	} else if (same_opt(name, "top-k")) {
+		if (sg_cli_parse_int(value, 0, 1 << 30, &i)) {
+			snprintf(err, errn, "top-k wants an integer >= 0 (0 = off), got '%s'", value ? value : "");
+			return 2;
+		}
+		p->top_k = (int32_t)i;
+	} else if (same_opt(name, "repeat-penalty")) {
+		if (sg_cli_parse_float(value, 0, 100, &f) || f <= 0) {
+			snprintf(err, errn, "repeat-penalty wants a number > 0 (1 = off), got '%s'", value ? value : "");
+			return 2;
+		}
+		p->repetition_penalty = (float)f;
+	} else if (same_opt(name, "seed")) {
+		char *end;
+		errno = 0;
+		unsigned long long s = value && *value && *value != '-' ? strtoull(value, &end, 10) : 0;
+		if (!value || !*value || *value == '-' || errno || *end || s == SG_SAMPLER_SEED_RANDOM) {
+			snprintf(err, errn, "seed wants an integer in [0, 2^64-1), got '%s'", value ? value : "");
+			return 2;
+		}
+		p->seed = (uint64_t)s;
+	} else {
+		return 1;
+	}
+	return 0;
+bad_float:
+	snprintf(err, errn, "temperature wants a number >= 0 (0 = greedy), got '%s'", value ? value : "");
+	return 2;
+}
+
+static atomic_int *sigint_flag;
+static volatile sig_atomic_t sigint_count;
+
+static void on_sigint(int sig)
+{
+	(void)sig;
+	if (sigint_flag) atomic_store(sigint_flag, 1);
+	sigint_count = sigint_count + 1;
+}
+
+void sg_cli_sigint_install(atomic_int *flag)
+{
+	sigint_flag = flag;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_sigint;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+}
+
+int sg_cli_sigint_take(void)
+{
+	int n = sigint_count;
+	sigint_count = 0;
+	return n;
+}
+
+void sg_cli_metrics_from(const sg_gen_result *r, double load_s, double total_s, sg_cli_metrics *m)
+{
+	memset(m, 0, sizeof *m);
+	m->prompt_tokens = r->n_prompt;
+	m->cached_tokens = r->n_cached;
+	m->generated_tokens = r->n_generated;
+	m->load_s = load_s;
+	m->prefill_s = r->prefill_s;
+	m->ttft_s = r->ttft_s;
+	m->decode_s = r->decode_s;
+	m->total_s = total_s;
+	size_t prefilled = r->n_prompt - r->n_cached;
+	m->prefill_tps = r->prefill_s > 0 ? (double)prefilled / r->prefill_s : 0;
+	/* The first token comes out of the prefill; the decode steps are the ones after it. */
+	m->decode_tps = r->decode_s > 0 && r->n_generated > 1 ? (double)(r->n_generated - 1) / r->decode_s : 0;
+	m->peak_rss = sg_mem_peak_rss();
+}
+
+void sg_cli_metrics_print(FILE *f, const sg_cli_metrics *m)
+{
+	fprintf(f, "prompt tokens:       %zu (%zu reused from the cache)\n", m->prompt_tokens, m->cached_tokens);
+	fprintf(f, "prefill:             %.2f tok/s (%.3f s)\n", m->prefill_tps, m->prefill_s);
+	fprintf(f, "time to first token: %.3f s\n", m->ttft_s);
+	fprintf(f, "generated tokens:    %zu\n", m->generated_tokens);
+	fprintf(f, "decode:              %.2f tok/s (%.3f s)\n", m->decode_tps, m->decode_s);
+	fprintf(f, "load time:           %.3f s\n", m->load_s);
+	fprintf(f, "total time:          %.3f s\n", m->total_s);
+	fprintf(f, "peak memory:         %.1f MiB\n", (double)m->peak_rss / 1048576.0);
+}
+
+json_t *sg_cli_metrics_json(const sg_cli_metrics *m)
+{
+	return json_pack("{s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I}", "prompt_tokens",
+			 (json_int_t)m->prompt_tokens, "cached_tokens", (json_int_t)m->cached_tokens, "generated_tokens",
+			 (json_int_t)m->generated_tokens, "prefill_tokens_per_s", m->prefill_tps, "prefill_s", m->prefill_s,
+			 "time_to_first_token_s", m->ttft_s, "decode_tokens_per_s", m->decode_tps, "decode_s", m->decode_s,
+			 "load_s", m->load_s, "total_s", m->total_s, "peak_memory_bytes", (json_int_t)m->peak_rss);
+}

@@ -1,0 +1,60 @@
+/* What the generating verbs (run, generate, bench) share: the MODEL argument and the default
+ * model, sampler options, Ctrl-C as a cancel flag, and the metrics of one generation. */
+#ifndef SG_CLI_LM_CLI_H
+#define SG_CLI_LM_CLI_H
+
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "engine/generate.h"
+#include "engine/lm.h"
+
+/* The file name of the default model in saragossa's models folder. */
+#define SG_CLI_DEFAULT_MODEL_FILE "gemma-3-270m-q4_k_m.gguf"
+
+/* The default model into buf: SARAGOSSA_DEFAULT_MODEL when set, else the Gemma 3 270M file in
+ * saragossa's models folder. Returns 1 when it came from SARAGOSSA_DEFAULT_MODEL. */
+int sg_cli_default_model(char *buf, size_t n);
+
+/* Resolves MODEL (NULL = the default model) into a local path: a folder, a .gguf, a name in
+ * saragossa's models folder, or a Hugging Face repo id (downloaded when missing). Returns 0, or
+ * 1 after printing "saragossa <verb>: <why>" (a missing default model says how to fetch it). */
+int sg_cli_model_path(const char *verb, const char *model, char *path, size_t n);
+
+/* Resolves and loads MODEL for generation (memory is checked first). Returns 0, or 1 with the
+ * error printed. */
+int sg_cli_load_lm(const char *verb, const char *model, int32_t n_ctx, int n_threads, sg_lm **out, char *path,
+		   size_t path_n);
+
+/* One sampler option: `name` (--temperature, --top-p, --top-k, --min-p, --seed,
+ * --repeat-penalty, or the same without dashes and with '_' for the /set command) with its
+ * value. Returns 0 when applied, 1 when name is not a sampler option, 2 on a bad value (message
+ * in err). */
+int sg_cli_sampler_opt(const char *name, const char *value, sg_sampler_params *p, char *err, size_t errn);
+
+/* Integer and float parsing for options: 0 on success, -1 when s is not a number in [lo, hi]. */
+int sg_cli_parse_int(const char *s, long lo, long hi, long *out);
+int sg_cli_parse_float(const char *s, double lo, double hi, double *out);
+
+/* Ctrl-C sets *flag (SIGINT, no SA_RESTART, so a blocked read returns EINTR). The counter of
+ * SIGINTs since the last sg_cli_sigint_take lets the chat prompt tell one Ctrl-C from two. */
+void sg_cli_sigint_install(atomic_int *flag);
+int sg_cli_sigint_take(void);
+
+/* Metrics of one generation. */
+typedef struct sg_cli_metrics {
+	size_t prompt_tokens, cached_tokens, generated_tokens;
+	double load_s, prefill_s, ttft_s, decode_s, total_s;
+	double prefill_tps, decode_tps;
+	uint64_t peak_rss;
+} sg_cli_metrics;
+
+void sg_cli_metrics_from(const sg_gen_result *r, double load_s, double total_s, sg_cli_metrics *m);
+/* Human-readable, one metric a line. */
+void sg_cli_metrics_print(FILE *f, const sg_cli_metrics *m);
+/* As a JSON object (new reference, NULL when out of memory). */
+json_t *sg_cli_metrics_json(const sg_cli_metrics *m);
+
+#endif

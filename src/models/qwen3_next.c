@@ -1,0 +1,198 @@
+/*
+ * Qwen3-Next and Qwen3.5 / 3.6 (qwen3_next, qwen3_5_text, qwen3_5_moe_text and the text part of
+ * qwen3_5 / qwen3_5_moe): linear-attention layers (gated delta net) and gated full-attention
+ * layers per layer_types, zero-centred norms (1 + w), MoE with a sigmoid-gated shared expert.
+ * The description carries all of it; this file binds the tensors.
+ *
+ * Its own: the linear-attention weights, in two layouts. Qwen3.5 keeps in_proj_qkv / z / b / a
+ * apart (qkv already [q heads | k heads | v heads]); Qwen3-Next fuses them per key head
+ * (in_proj_qkvz rows [q | k | v of the head's value heads | z of them] for each key head,
+ * in_proj_ba [b | a] likewise), split after the matmul by gather_cols. Full attention's q_proj
+ * holds [q | gate] per head in both. Hugging Face folders hold one tensor per expert; MLX and
+ * GGUF files stack them (bound as Qwen3 MoE binds them).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+#include "models/model.h"
+
+static const sg_name_pair names[] = {
+	{"token_embd", "model.embed_tokens"},
+	{"output_norm", "model.norm"},
+	{"output", "lm_head"},
+	{"blk.{L}.attn_norm", "model.layers.{L}.input_layernorm"},
+	{"blk.{L}.attn_q", "model.layers.{L}.self_attn.q_proj"},
+	{"blk.{L}.attn_k", "model.layers.{L}.self_attn.k_proj"},
+	{"blk.{L}.attn_v", "model.layers.{L}.self_attn.v_proj"},
+	{"blk.{L}.attn_output", "model.layers.{L}.self_attn.o_proj"},
+	{"blk.{L}.attn_q_norm", "model.layers.{L}.self_attn.q_norm"},
+	{"blk.{L}.attn_k_norm", "model.layers.{L}.self_attn.k_norm"},
+	{"blk.{L}.ffn_norm", "model.layers.{L}.post_attention_layernorm"},
+	{"blk.{L}.ffn_gate", "model.layers.{L}.mlp.gate_proj"},
+	{"blk.{L}.ffn_up", "model.layers.{L}.mlp.up_proj"},
+	{"blk.{L}.ffn_down", "model.layers.{L}.mlp.down_proj"},
+	{"blk.{L}.ffn_gate_inp", "model.layers.{L}.mlp.gate"},
+	{"blk.{L}.ffn_gate_exps", "model.layers.{L}.mlp.switch_mlp.gate_proj"},
+	{"blk.{L}.ffn_up_exps", "model.layers.{L}.mlp.switch_mlp.up_proj"},
+	{"blk.{L}.ffn_down_exps", "model.layers.{L}.mlp.switch_mlp.down_proj"},
+	{"blk.{L}.ffn_gate_shexp", "model.layers.{L}.mlp.shared_expert.gate_proj"},
+	{"blk.{L}.ffn_up_shexp", "model.layers.{L}.mlp.shared_expert.up_proj"},
+	{"blk.{L}.ffn_down_shexp", "model.layers.{L}.mlp.shared_expert.down_proj"},
+	{"blk.{L}.ffn_gate_inp_shexp", "model.layers.{L}.mlp.shared_expert_gate"},
+	{"blk.{L}.ssm_in_qkv", "model.layers.{L}.linear_attn.in_proj_qkv"},
+	{"blk.{L}.ssm_in_z", "model.layers.{L}.linear_attn.in_proj_z"},
+	{"blk.{L}.ssm_in_b", "model.layers.{L}.linear_attn.in_proj_b"},
+	{"blk.{L}.ssm_in_a", "model.layers.{L}.linear_attn.in_proj_a"},
+	{"blk.{L}.ssm_in_qkvz", "model.layers.{L}.linear_attn.in_proj_qkvz"},
+	{"blk.{L}.ssm_in_ba", "model.layers.{L}.linear_attn.in_proj_ba"},
+	{"blk.{L}.ssm_conv1d", "model.layers.{L}.linear_attn.conv1d"},
+	{"blk.{L}.ssm_a", "model.layers.{L}.linear_attn.A_log"},
+	{"blk.{L}.ssm_dt", "model.layers.{L}.linear_attn.dt_bias"},
+	{"blk.{L}.ssm_norm", "model.layers.{L}.linear_attn.norm"},
+	{"blk.{L}.ssm_out", "model.layers.{L}.linear_attn.out_proj"},
+	{0, 0},
+};
+
+static sg_status adjust(sg_model *m)
+{
+	/* GGUF converters rename and transform these tensors (A stored as -exp(A_log), fused
+	 * layouts of their own): binding them under our names would run wrong numbers */
+	if (m->w->format == SG_WEIGHTS_GGUF)
+		return sg_error(SG_ERR_UNSUPPORTED, "model: GGUF files of %s are not supported (use the Hugging Face or MLX folder)",
+				m->desc.model_type);
+	m->hy.layers = sg_calloc((size_t)m->desc.n_layer, sizeof(sg_hybrid_layer));
+	return m->hy.layers ? SG_OK : sg_error(SG_ERR_NOMEM, "model: %d layers", m->desc.n_layer);
+}
+
+/* A decode step reads k of the E experts of a layer: the bench's byte count says so. */
+static sg_status experts(sg_model *m, int layer, sg_layer_weights *lw)
+{
+	size_t before = m->weight_bytes;
+	sg_status st = sg_family_qwen3_moe.experts(m, layer, lw);
+	m->weight_bytes = before + (m->weight_bytes - before) / (size_t)m->desc.n_expert * (size_t)m->desc.n_expert_used;
+	return st;
+}
+
+static sg_status bind_linear(sg_model *m, int i, sg_hybrid_layer *hl)
+{
+	const sg_model_desc *d = &m->desc;
+	int64_t D = d->dim, Hv = d->lin_n_v_head, Vd = Hv * d->lin_v_head_dim;
+	int64_t C = 2 * (int64_t)d->lin_n_k_head * d->lin_k_head_dim + Vd, K = d->lin_conv_kernel;
+	char name[64];
+	snprintf(name, sizeof(name), "blk.%d.ssm_in_qkvz.weight", i);
+	int fused = sg_weights_lookup(m->w, names, name) != NULL;
+	sg_want ws[12];
+	int n = 0;
+	if (fused) {
+		ws[n++] = (sg_want){"blk.{L}.ssm_in_qkvz.weight", SG_WANT_MATMUL, 2, {D, C + Vd}, 0, 0, &hl->lin_qkvz};
+		ws[n++] = (sg_want){"blk.{L}.ssm_in_ba.weight", SG_WANT_MATMUL, 2, {D, 2 * Hv}, 0, 0, &hl->lin_ba};
+	} else {
+		ws[n++] = (sg_want){"blk.{L}.ssm_in_qkv.weight", SG_WANT_MATMUL, 2, {D, C}, 0, 0, &hl->lin_qkv};
+		ws[n++] = (sg_want){"blk.{L}.ssm_in_z.weight", SG_WANT_MATMUL, 2, {D, Vd}, 0, 0, &hl->lin_z};
+		ws[n++] = (sg_want){"blk.{L}.ssm_in_b.weight", SG_WANT_MATMUL, 2, {D, Hv}, 0, 0, &hl->lin_b};
+		ws[n++] = (sg_want){"blk.{L}.ssm_in_a.weight", SG_WANT_MATMUL, 2, {D, Hv}, 0, 0, &hl->lin_a};
+	}
+	/* the depthwise conv: HF [C][1][K], MLX [C][K][1]: the same C*K values in the same order */
+	ws[n++] = (sg_want){"blk.{L}.ssm_conv1d.weight", SG_WANT_FLOAT, 0, {0}, 0, 1, &hl->conv_w};
+	ws[n++] = (sg_want){"blk.{L}.ssm_a", SG_WANT_FLOAT, 1, {Hv}, 0, 1, &hl->a_log};
+	ws[n++] = (sg_want){"blk.{L}.ssm_dt", SG_WANT_FLOAT, 1, {Hv}, 0, 1, &hl->dt_bias};
+	ws[n++] = (sg_want){"blk.{L}.ssm_norm.weight", SG_WANT_FLOAT, 1, {d->lin_v_head_dim}, 0, 1, &hl->lin_norm};
+	ws[n++] = (sg_want){"blk.{L}.ssm_out.weight", SG_WANT_MATMUL, 2, {Vd, D}, 0, 0, &hl->lin_out};
+	sg_status st = sg_model_bind_wants(m, ws, n, i);
+	if (!st && hl->conv_w.ne[0] * sg_btensor_rows(&hl->conv_w) != C * K)
+		st = sg_error(SG_ERR_FORMAT, "blk.%d.ssm_conv1d.weight: %lld values, expected %lld channels x kernel %lld", i,
+			      (long long)(hl->conv_w.ne[0] * sg_btensor_rows(&hl->conv_w)), (long long)C, (long long)K);
+	return st;
+}
+
+/* Gather indices: the columns of q and gate in q_proj's [q | gate] per head; of qkv, z, b, a
+ * in the fused per-key-head projections. */
+static sg_status make_indices(sg_model *m, int any_fused)
+{
+	const sg_model_desc *d = &m->desc;
+	sg_status st = SG_OK;
+	for (int i = 0; i < d->n_layer; i++) {
+		const sg_layer_desc *l = &d->layers[i];
+		if (l->kind == SG_LAYER_LINEAR_ATTN || !d->attn_output_gate) continue;
+		int64_t H = l->n_head, hd = l->head_dim;
+		int32_t *q = sg_malloc(sizeof(int32_t) * (size_t)(2 * H * hd));
+		if (!q) return sg_error(SG_ERR_NOMEM, "model: indices");
+		for (int64_t h = 0; h < H; h++)
+			for (int64_t c = 0; c < hd; c++) {
+				q[h * hd + c] = (int32_t)(h * 2 * hd + c);
+				q[H * hd + h * hd + c] = (int32_t)(h * 2 * hd + hd + c);
+			}
+		st = sg_model_index_tensor(m, q, H * hd, &m->hy.idx_q);
+		if (!st) st = sg_model_index_tensor(m, q + H * hd, H * hd, &m->hy.idx_gate);
+		sg_free(q);
+		break; /* every full layer has the same heads */
+	}
+	if (st || !any_fused) return st;
+	int64_t Hk = d->lin_n_k_head, dk = d->lin_k_head_dim, dv = d->lin_v_head_dim, r = d->lin_n_v_head / Hk;
+	int64_t W = 2 * dk + 2 * r * dv, C = 2 * Hk * dk + Hk * r * dv, Vd = Hk * r * dv;
+	int32_t *ix = sg_malloc(sizeof(int32_t) * (size_t)(C + Vd + 2 * Hk * r));
+	if (!ix) return sg_error(SG_ERR_NOMEM, "model: indices");
+	int32_t *qkv = ix, *z = ix + C, *b = z + Vd, *a = b + Hk * r;
+	for (int64_t g = 0; g < Hk; g++) {
+		for (int64_t c = 0; c < dk; c++) {
+			qkv[g * dk + c] = (int32_t)(g * W + c);
+			qkv[Hk * dk + g * dk + c] = (int32_t)(g * W + dk + c);
+		}
+		for (int64_t c = 0; c < r * dv; c++) {
+			qkv[2 * Hk * dk + g * r * dv + c] = (int32_t)(g * W + 2 * dk + c);
+			z[g * r * dv + c] = (int32_t)(g * W + 2 * dk + r * dv + c);
+		}
+		for (int64_t c = 0; c < r; c++) {
+			b[g * r + c] = (int32_t)(g * 2 * r + c);
+			a[g * r + c] = (int32_t)(g * 2 * r + r + c);
+		}
+	}
+	st = sg_model_index_tensor(m, qkv, C, &m->hy.idx_qkv);
+	if (!st) st = sg_model_index_tensor(m, z, Vd, &m->hy.idx_z);
+	if (!st) st = sg_model_index_tensor(m, b, Hk * r, &m->hy.idx_b);
+	if (!st) st = sg_model_index_tensor(m, a, Hk * r, &m->hy.idx_a);
+	sg_free(ix);
+	return st;
+}
+
+static sg_status bind_extra(sg_model *m)
+{
+	const sg_model_desc *d = &m->desc;
+	int64_t D = d->dim, Fs = d->shared_expert_ffn_dim;
+	int any_fused = 0;
+	sg_status st = SG_OK;
+	if (d->lin_n_k_head > 0 && d->lin_n_v_head % d->lin_n_k_head)
+		return sg_error(SG_ERR_FORMAT, "model: %d value heads are not a multiple of %d key heads", d->lin_n_v_head,
+				d->lin_n_k_head);
+	for (int i = 0; i < d->n_layer && !st; i++) {
+		sg_hybrid_layer *hl = &m->hy.layers[i];
+		if (d->layers[i].kind == SG_LAYER_LINEAR_ATTN) {
+			st = bind_linear(m, i, hl);
+			any_fused |= hl->lin_qkvz.data != NULL;
+		}
+		if (!st && d->layers[i].moe && Fs > 0) {
+			sg_want ws[] = {
+				{"blk.{L}.ffn_gate_shexp.weight", SG_WANT_MATMUL, 2, {D, Fs}, 0, 0, &hl->sh_gate},
+				{"blk.{L}.ffn_up_shexp.weight", SG_WANT_MATMUL, 2, {D, Fs}, 0, 0, &hl->sh_up},
+				{"blk.{L}.ffn_down_shexp.weight", SG_WANT_MATMUL, 2, {Fs, D}, 0, 0, &hl->sh_down},
+				{"blk.{L}.ffn_gate_inp_shexp.weight", SG_WANT_MATMUL, 2, {D, 1}, !d->shared_expert_gate, 0,
+				 &hl->sh_gate_inp},
+			};
+			st = sg_model_bind_wants(m, ws, 4, i);
+		}
+	}
+	return st ? st : make_indices(m, any_fused);
+}
+
+static const sg_arch archs[] = {SG_ARCH_QWEN3_NEXT, 0};
+
+const sg_family sg_family_qwen3_next = {
+	.name = "qwen3_next",
+	.archs = archs,
+	.names = names,
+	.adjust = adjust,
+	.experts = experts,
+	.bind_extra = bind_extra,
+};

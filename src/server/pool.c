@@ -1,0 +1,361 @@
+/* The model pool (see pool.h). */
+#include "server/pool.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/flags.h"
+#include "base/log.h"
+#include "engine/session.h"
+#include "server/routes.h"
+
+typedef struct entry {
+	char name[128];
+	char path[4096];
+	sg_srv_model *m; /* NULL when not resident */
+	int refs;        /* requests using m */
+	uint64_t used;   /* tick of the last acquire: the LRU order */
+} entry;
+
+struct sg_pool {
+	pthread_mutex_t mu; /* guards entries' m, refs, used */
+	entry e[SG_SERVER_MAX_MODELS];
+	int n, cap, lru;
+	int32_t n_ctx;
+	uint64_t tick;
+	sg_prefix_cache *pc;
+	sg_memguard guard;
+	sg_status load_st; /* the last failed load's status */
+	int block_tokens;
+	/* what /health shows, copied by the worker under mu (connection threads never read the
+	 * cache or the guard themselves) */
+	uint64_t pub_blocks, pub_bytes, pub_ev_blocks, pub_ev_models, pub_refusals;
+};
+
+static void free_snapshot(void *p) { sg_snapshot_free(p); }
+
+sg_status sg_pool_new(const sg_server_model_spec *specs, int n, int32_t n_ctx, int prefix_cache, sg_pool **out)
+{
+	*out = NULL;
+	if (n < 0 || n > SG_SERVER_MAX_MODELS)
+		return sg_error(SG_ERR_INVALID_ARG, "serve: %d models configured; at most %d", n, SG_SERVER_MAX_MODELS);
+	for (int i = 0; i < n; i++)
+		for (int k = 0; k < i; k++)
+			if (!strcmp(specs[k].name, specs[i].name))
+				return sg_error(SG_ERR_INVALID_ARG, "serve: model name '%s' is given twice", specs[i].name);
+	int64_t cap = sg_flag_int("RETI_SERVE_MODEL_POOL");
+	if (cap < 1) return sg_error(SG_ERR_INVALID_ARG, "serve: RETI_SERVE_MODEL_POOL=%lld (want >= 1)", (long long)cap);
+	sg_pool *p = sg_calloc(1, sizeof *p);
+	if (!p) return SG_FAIL(SG_ERR_NOMEM, "model pool");
+	sg_status st = sg_memguard_init(&p->guard);
+	if (!st && prefix_cache && sg_flag_bool("RETI_SERVE_PREFIX_CACHE")) {
+		sg_pc_params pp = sg_pc_default_params();
+		pp.free_payload = free_snapshot;
+		st = sg_pc_new(&pp, &p->pc);
+		if (st) sg_error_wrap(st, "serve: prefix cache");
+	}
+	if (st) {
+		sg_free(p);
+		return st;
+	}
+	pthread_mutex_init(&p->mu, NULL);
+	p->n = n;
+	p->cap = cap > SG_SERVER_MAX_MODELS ? SG_SERVER_MAX_MODELS : (int)cap;
+	p->lru = sg_flag_bool("RETI_SERVE_LRU");
+	p->block_tokens = (int)sg_flag_int("RETI_SERVE_PREFIX_BLOCK_TOKENS");
+	if (p->block_tokens < 1) p->block_tokens = 256;
+	p->n_ctx = n_ctx;
+	for (int i = 0; i < n; i++) {
+		snprintf(p->e[i].name, sizeof p->e[i].name, "%s", specs[i].name);
+		snprintf(p->e[i].path, sizeof p->e[i].path, "%s", specs[i].path);
+	}
+	*out = p;
+	return SG_OK;
+}
+
+/* Unloads e unless a request holds it (force: at shutdown). 1 when it was unloaded. */
+static int unload(sg_pool *p, entry *e, int force)
+{
+	sg_srv_model *m;
+	pthread_mutex_lock(&p->mu);
+	m = force || !e->refs ? e->m : NULL;
+	if (m) e->m = NULL;
+	pthread_mutex_unlock(&p->mu);
+	if (!m) return 0;
+	sg_pc_drop_owner(p->pc, m);
+	SG_INFO("serve: unloaded model '%s'", e->name);
+	sg_srv_model_free(m);
+	return 1;
+}
+
+void sg_pool_free(sg_pool *p)
+{
+	if (!p) return;
+	for (int i = 0; i < p->n; i++) unload(p, &p->e[i], 1);
+	sg_pc_free(p->pc);
+	pthread_mutex_destroy(&p->mu);
+	sg_free(p);
+}
+
+int sg_pool_count(const sg_pool *p) { return p->n; }
+int sg_pool_block_tokens(const sg_pool *p) { return p->block_tokens; }
+sg_prefix_cache *sg_pool_prefix_cache(sg_pool *p) { return p->pc; }
+sg_memguard *sg_pool_guard(sg_pool *p) { return &p->guard; }
+
+int sg_pool_find(sg_pool *p, const char *name)
+{
+	if (!name || !*name) return p->n ? 0 : -1;
+	for (int i = 0; i < p->n; i++)
+		if (!strcmp(p->e[i].name, name)) return i;
+	return -1;
+}
+
+void sg_pool_names(sg_pool *p, char *buf, size_t cap)
+{
+	size_t o = 0;
+	buf[0] = 0;
+	for (int i = 0; i < p->n && o + 2 < cap; i++) o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? ", " : "", p->e[i].name);
+}
+
+sg_srv_model *sg_pool_acquire(sg_pool *p, int i)
+{
+	if (i < 0 || i >= p->n) return NULL;
+	pthread_mutex_lock(&p->mu);
+	sg_srv_model *m = p->e[i].m;
+	if (m) {
+		p->e[i].refs++;
+		p->e[i].used = ++p->tick;
+	}
+	pthread_mutex_unlock(&p->mu);
+	return m;
+}
+
+void sg_pool_release(sg_pool *p, sg_srv_model *m)
+{
+	if (!m) return;
+	pthread_mutex_lock(&p->mu);
+	for (int i = 0; i < p->n; i++)
+		if (p->e[i].m == m && p->e[i].refs > 0) p->e[i].refs--;
+	pthread_mutex_unlock(&p->mu);
+}
+
+/* The least recently used resident model nobody uses, other than keep; -1 if none. */
+static int idle_lru(sg_pool *p, const sg_srv_model *keep)
+{
+	int best = -1;
+	pthread_mutex_lock(&p->mu);
+	for (int i = 0; i < p->n; i++) {
+		entry *e = &p->e[i];
+		if (!e->m || e->refs || e->m == keep) continue;
+		if (best < 0 || e->used < p->e[best].used) best = i;
+	}
+	pthread_mutex_unlock(&p->mu);
+	return best;
+}
+
+static int resident(sg_pool *p)
+{
+	int r = 0;
+	pthread_mutex_lock(&p->mu);
+	for (int i = 0; i < p->n; i++) r += p->e[i].m != NULL;
+	pthread_mutex_unlock(&p->mu);
+	return r;
+}
+
+/* ---- the guard's evictors ---- */
+
+static int evict_block(void *user)
+{
+	sg_pool *p = user;
+	return p->pc && sg_pc_evict_lru(p->pc) > 0;
+}
+
+typedef struct model_evictor {
+	sg_pool *p;
+	const sg_srv_model *keep;
+} model_evictor;
+
+static __thread model_evictor cur_evictor;
+
+static int evict_model(void *user)
+{
+	model_evictor *me = user;
+	int i = idle_lru(me->p, me->keep);
+	if (i < 0) return 0;
+	SG_INFO("serve: memory guard evicts idle model '%s'", me->p->e[i].name);
+	return unload(me->p, &me->p->e[i], 0);
+}
+
+int sg_pool_evictors(sg_pool *p, const sg_srv_model *keep, sg_mem_evictor ev[2])
+{
+	/* one worker thread: its evictor context lives in thread-local storage */
+	cur_evictor.p = p;
+	cur_evictor.keep = keep;
+	ev[0] = (sg_mem_evictor){.evict = evict_block, .user = p, .counter = &p->guard.evicted_blocks};
+	ev[1] = (sg_mem_evictor){.evict = evict_model, .user = &cur_evictor, .counter = &p->guard.evicted_models};
+	return 2;
+}
+
+/* Bytes a model will take once loaded: its weight files (mapped and touched). */
+static uint64_t weight_bytes(const char *path)
+{
+	struct stat st;
+	if (stat(path, &st)) return 0;
+	if (!S_ISDIR(st.st_mode)) return (uint64_t)st.st_size;
+	char f[4200];
+	snprintf(f, sizeof f, "%s/model.safetensors", path);
+	return stat(f, &st) ? 0 : (uint64_t)st.st_size;
+}
+
+static int load(sg_pool *p, int i, sg_srv_err *e)
+{
+	entry *en = &p->e[i];
+	uint64_t need = weight_bytes(en->path);
+	if (p->guard.on) {
+		/* Refuse before evicting anything when even an empty pool and cache could not hold it. */
+		sg_mem_probe pr;
+		sg_memguard_measure(&p->guard, &pr);
+		const char *which;
+		uint64_t ceil = sg_memguard_ceiling(&p->guard, &pr, &which), reclaim = p->pc ? sg_pc_bytes(p->pc) : 0;
+		pthread_mutex_lock(&p->mu);
+		for (int k = 0; k < p->n; k++)
+			if (p->e[k].m && !p->e[k].refs) reclaim += sg_srv_model_info_get(p->e[k].m)->size_bytes;
+		pthread_mutex_unlock(&p->mu);
+		uint64_t floor = pr.rss > reclaim ? pr.rss - reclaim : 0;
+		if (ceil != UINT64_MAX && floor + need > ceil) {
+			p->guard.refusals++;
+			return sg_srv_err_set(e, 503, "server_error", "model",
+					      "not enough memory to load model '%s': it needs %llu bytes, %llu are available "
+					      "(footprint %llu bytes, ceiling %llu from %s; evicting every idle model and cache "
+					      "block would free at most %llu)",
+					      en->name, (unsigned long long)need,
+					      (unsigned long long)(ceil > pr.rss ? ceil - pr.rss : 0), (unsigned long long)pr.rss,
+					      (unsigned long long)ceil, which, (unsigned long long)reclaim);
+		}
+	}
+	if (resident(p) >= p->cap) {
+		int v = idle_lru(p, NULL);
+		if (!p->lru)
+			return sg_srv_err_set(e, 503, "server_error", "model",
+					      "model '%s' is not loaded and the pool of %d models is full; RETI_SERVE_LRU=0 keeps "
+					      "loaded models until restart",
+					      en->name, p->cap);
+		if (v < 0)
+			return sg_srv_err_set(e, 503, "server_busy", "model",
+					      "model '%s' is not loaded and every one of the %d resident models is in use; retry shortly",
+					      en->name, p->cap);
+		SG_INFO("serve: pool full, evicting the least recently used model '%s'", p->e[v].name);
+		if (!unload(p, &p->e[v], 0))
+			return sg_srv_err_set(e, 503, "server_busy", "model", "model '%s' is not loaded and the pool is busy; retry shortly",
+					      en->name);
+	}
+	char what[200];
+	snprintf(what, sizeof what, "model '%s'", en->name);
+	sg_mem_evictor ev[2];
+	int n_ev = sg_pool_evictors(p, NULL, ev);
+	if (sg_memguard_reserve(&p->guard, what, need, ev, n_ev))
+		return sg_srv_err_set(e, 503, "server_error", "model", "%s", sg_last_error());
+	sg_srv_model *m = NULL;
+	SG_INFO("serve: loading %s from %s", en->name, en->path);
+	sg_status st = sg_srv_model_load(en->name, en->path, p->n_ctx, &m);
+	p->load_st = st;
+	if (st)
+		return sg_srv_err_set(e, st == SG_ERR_NOMEM ? 503 : 500, "server_error", "model", "model '%s': %s", en->name,
+				      sg_last_error());
+	sg_srv_model_bind(m, p);
+	pthread_mutex_lock(&p->mu);
+	en->m = m;
+	en->refs = 0;
+	en->used = ++p->tick;
+	pthread_mutex_unlock(&p->mu);
+	return 0;
+}
+
+int sg_pool_ensure(sg_pool *p, int i, sg_srv_err *e)
+{
+	if (i < 0 || i >= p->n) return sg_srv_err_set(e, 404, "not_found_error", "model", "no model %d", i);
+	pthread_mutex_lock(&p->mu);
+	int have = p->e[i].m != NULL;
+	pthread_mutex_unlock(&p->mu);
+	int r = have ? 0 : load(p, i, e);
+	sg_pool_publish(p);
+	return r;
+}
+
+sg_status sg_pool_load_initial(sg_pool *p)
+{
+	for (int i = 0; i < p->n && i < p->cap; i++) {
+		sg_srv_err e;
+		p->load_st = SG_ERR_NOMEM;
+		if (load(p, i, &e)) return sg_error(p->load_st ? p->load_st : SG_ERR_NOMEM, "serve: %s", e.message);
+	}
+	sg_pool_publish(p);
+	return SG_OK;
+}
+
+/* ---- listings ---- */
+
+json_t *sg_pool_oai_models(sg_pool *p)
+{
+	json_t *data = json_array();
+	pthread_mutex_lock(&p->mu);
+	for (int i = 0; i < p->n; i++) {
+		json_t *o = p->e[i].m ? sg_routes_oai_model(p->e[i].m)
+				      : json_pack("{s:s,s:s,s:i,s:s}", "id", p->e[i].name, "object", "model", "created", 0, "owned_by",
+						  "saragossa");
+		json_object_set_new(o, "resident", json_boolean(p->e[i].m != NULL));
+		json_array_append_new(data, o);
+	}
+	pthread_mutex_unlock(&p->mu);
+	return json_pack("{s:s,s:o}", "object", "list", "data", data);
+}
+
+json_t *sg_pool_ollama_tags(sg_pool *p, int ps)
+{
+	sg_srv_model *ms[SG_SERVER_MAX_MODELS];
+	int n = 0;
+	pthread_mutex_lock(&p->mu);
+	for (int i = 0; i < p->n; i++)
+		if (p->e[i].m) ms[n++] = p->e[i].m;
+	json_t *o = sg_routes_ollama_tags(ms, n, ps);
+	if (!ps) {
+		/* configured but not resident: listed with what is known without loading */
+		json_t *arr = json_object_get(o, "models");
+		for (int i = 0; i < p->n; i++)
+			if (!p->e[i].m)
+				json_array_append_new(arr, json_pack("{s:s,s:s,s:I}", "name", p->e[i].name, "model", p->e[i].name,
+								     "size", (json_int_t)weight_bytes(p->e[i].path)));
+	}
+	pthread_mutex_unlock(&p->mu);
+	return o;
+}
+
+void sg_pool_publish(sg_pool *p)
+{
+	pthread_mutex_lock(&p->mu);
+	p->pub_blocks = p->pc ? sg_pc_blocks(p->pc) : 0;
+	p->pub_bytes = p->pc ? sg_pc_bytes(p->pc) : 0;
+	p->pub_ev_blocks = p->guard.evicted_blocks;
+	p->pub_ev_models = p->guard.evicted_models;
+	p->pub_refusals = p->guard.refusals;
+	pthread_mutex_unlock(&p->mu);
+}
+
+json_t *sg_pool_stats(sg_pool *p)
+{
+	int r = resident(p);
+	pthread_mutex_lock(&p->mu);
+	json_t *pc = p->pc ? json_pack("{s:b,s:I,s:I,s:i}", "enabled", 1, "blocks", (json_int_t)p->pub_blocks, "bytes",
+				       (json_int_t)p->pub_bytes, "block_tokens", p->block_tokens)
+			   : json_pack("{s:b}", "enabled", 0);
+	json_t *g = json_pack("{s:b,s:I,s:I,s:I,s:I}", "enabled", p->guard.on, "cap_bytes", (json_int_t)p->guard.cap,
+			      "evicted_blocks", (json_int_t)p->pub_ev_blocks, "evicted_models", (json_int_t)p->pub_ev_models,
+			      "refusals", (json_int_t)p->pub_refusals);
+	pthread_mutex_unlock(&p->mu);
+	return json_pack("{s:i,s:i,s:i,s:o,s:o}", "configured", p->n, "resident", r, "pool", p->cap, "prefix_cache", pc,
+			 "memory_guard", g);
+}

@@ -1,0 +1,67 @@
+/* The model pool of `saragossa serve`: the configured models (--model NAME=PATH, any number up
+ * to SG_SERVER_MAX_MODELS) of which at most RETI_SERVE_MODEL_POOL are resident. A request for a
+ * configured model that is not resident loads it on the inference worker; a full pool first
+ * evicts its least recently used idle model (RETI_SERVE_LRU=0: refuses the load with 503
+ * instead, models then stay until restart). The pool also owns what the resident models share:
+ * the block prefix cache and the memory guard, which checks every load and may evict cache
+ * blocks, then idle models, to make room.
+ *
+ * Threads: connection threads find, acquire and release models (a reference keeps a model
+ * resident while a request uses it: tokenizing, queued, generating); loads, evictions and the
+ * prefix cache belong to the worker. */
+#ifndef SG_SERVER_POOL_H
+#define SG_SERVER_POOL_H
+
+#include <jansson.h>
+
+#include "engine/prefix_cache.h"
+#include "server/memguard.h"
+#include "server/model.h"
+#include "server/request.h"
+#include "server/server.h"
+
+typedef struct sg_pool sg_pool;
+
+/* A pool over the configured models (names must be unique: else SG_ERR_INVALID_ARG). Reads the
+ * pool, LRU, prefix-cache and guard flags; prefix_cache 0 turns the cache off whatever the
+ * flag says (--no-prefix-cache). Loads nothing yet. */
+sg_status sg_pool_new(const sg_server_model_spec *specs, int n, int32_t n_ctx, int prefix_cache, sg_pool **out);
+/* Loads the first min(n, pool size) models (at start-up, before serving). */
+sg_status sg_pool_load_initial(sg_pool *p);
+/* Unloads everything. */
+void sg_pool_free(sg_pool *p);
+
+int sg_pool_count(const sg_pool *p);
+/* Index of a configured model ("" or NULL: the first), -1 when unknown. */
+int sg_pool_find(sg_pool *p, const char *name);
+/* "a, b, c" of the configured names into buf. */
+void sg_pool_names(sg_pool *p, char *buf, size_t cap);
+
+/* The resident model i with a reference taken, or NULL when it is not resident. */
+sg_srv_model *sg_pool_acquire(sg_pool *p, int i);
+void sg_pool_release(sg_pool *p, sg_srv_model *m);
+
+/* Worker only: makes model i resident. Returns 0, or an HTTP status (503) with e filled: the
+ * pool is full and LRU is off, every resident model is in use, or the memory guard refused. */
+int sg_pool_ensure(sg_pool *p, int i, sg_srv_err *e);
+
+/* Listings: OpenAI /v1/models (every configured model, "resident" true/false) and Ollama
+ * /api/tags (all) or /api/ps (resident only). */
+json_t *sg_pool_oai_models(sg_pool *p);
+json_t *sg_pool_ollama_tags(sg_pool *p, int ps);
+/* Worker: copies the cache and guard numbers for sg_pool_stats (after each request). */
+void sg_pool_publish(sg_pool *p);
+/* {"resident": n, "pool": cap, "prefix_cache": {...}, "memory_guard": {...}} for /health, as
+ * last published. */
+json_t *sg_pool_stats(sg_pool *p);
+
+/* RETI_SERVE_PREFIX_BLOCK_TOKENS, whether the cache is on or off: prefills are cut at its
+ * multiples either way, so both do the same arithmetic. */
+int sg_pool_block_tokens(const sg_pool *p);
+/* The shared prefix cache (NULL when off) and memory guard. Worker only. */
+sg_prefix_cache *sg_pool_prefix_cache(sg_pool *p);
+sg_memguard *sg_pool_guard(sg_pool *p);
+/* Evictors in the guard's order (cache blocks, then idle models other than `keep`). */
+int sg_pool_evictors(sg_pool *p, const sg_srv_model *keep, sg_mem_evictor ev[2]);
+
+#endif

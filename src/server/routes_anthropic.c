@@ -1,0 +1,646 @@
+/* The Anthropic Messages API (POST /v1/messages, POST /v1/messages/count_tokens), enough for
+ * Claude Code: the request is converted to the OpenAI message shapes the chat templates take
+ * (system blocks -> a system message, tool_use -> tool_calls, tool_result -> tool messages,
+ * thinking -> reasoning_content), generated through the same agent machinery as the OpenAI
+ * routes, and answered as content blocks (text, thinking, tool_use) or as the Messages SSE event
+ * sequence: message_start, ping, (content_block_start, content_block_delta*, content_block_stop)*,
+ * message_delta, message_stop. */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/json.h"
+#include "base/log.h"
+#include "engine/prefix_cache.h"
+#include "server/agent.h"
+#include "server/pool.h"
+#include "server/request.h"
+#include "server/routes.h"
+
+#define BAD "invalid_request_error"
+
+/* ---- errors ---- */
+
+json_t *sg_routes_anthropic_error(const sg_srv_err *e)
+{
+	const char *type = e->type ? e->type : BAD;
+	/* Anthropic's error types for the statuses this server answers with. */
+	if (e->status == 401) type = "authentication_error";
+	else if (e->status == 403) type = "permission_error";
+	else if (e->status == 404) type = "not_found_error";
+	else if (e->status == 413) type = "request_too_large";
+	else if (e->status == 429) type = "rate_limit_error";
+	else if (e->status == 503) type = "overloaded_error";
+	else if (e->status >= 500) type = "api_error";
+	else if (strcmp(type, "incomplete_json") != 0) type = BAD;
+	return json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", type, "message", e->message);
+}
+
+/* ---- the request ---- */
+
+static int bad(sg_srv_err *e, const char *param, const char *fmt, const char *a, const char *b)
+{
+	return sg_srv_err_set(e, 400, BAD, param, fmt, a, b);
+}
+
+static int want(sg_srv_err *e, const char *name, const char *what, const json_t *v)
+{
+	return sg_srv_err_set(e, 400, BAD, name, "%s: expected %s, got %s", name, what, v ? sg_json_type_name(v) : "nothing");
+}
+
+/* A text or an array of text blocks (system, tool_result content) as one string. cache_control and
+ * citations are accepted and ignored. */
+static int blocks_text(const json_t *v, const char *name, json_t **out, sg_srv_err *e)
+{
+	*out = NULL;
+	if (!v || json_is_null(v)) {
+		*out = json_string("");
+		return 0;
+	}
+	if (json_is_string(v)) {
+		*out = json_incref((json_t *)v);
+		return 0;
+	}
+	if (!json_is_array(v)) return want(e, name, "a string or an array of text blocks", v);
+	size_t total = 0, i;
+	json_t *b;
+	json_array_foreach(v, i, b) {
+		char nm[96];
+		snprintf(nm, sizeof nm, "%s.%zu", name, i);
+		const char *type = json_string_value(json_object_get(b, "type"));
+		if (!type) return want(e, nm, "a content block with a type", b);
+		if (!strcmp(type, "image") || !strcmp(type, "document"))
+			return sg_srv_err_set(e, 400, BAD, nm, "%s: %s input is not supported: the model is text-only", nm, type);
+		if (strcmp(type, "text") != 0)
+			return sg_srv_err_set(e, 400, BAD, nm, "%s: a block of type '%.40s' is not allowed here (only text)", nm, type);
+		if (!json_is_string(json_object_get(b, "text"))) return want(e, nm, "a text block with a string 'text'", b);
+		total += json_string_length(json_object_get(b, "text")) + 1;
+	}
+	char *buf = sg_malloc(total + 1);
+	if (!buf) return sg_srv_err_set(e, 500, "server_error", NULL, "out of memory");
+	size_t o = 0;
+	json_array_foreach(v, i, b) {
+		json_t *t = json_object_get(b, "text");
+		if (o) buf[o++] = '\n';
+		memcpy(buf + o, json_string_value(t), json_string_length(t));
+		o += json_string_length(t);
+	}
+	*out = json_stringn(buf, o);
+	sg_free(buf);
+	return *out ? 0 : sg_srv_err_set(e, 400, BAD, name, "%s: the text is not valid UTF-8", name);
+}
+
+/* The name of the tool_use block with this id in the earlier messages (tool messages carry it:
+ * several templates print the function name with the result). */
+static const char *tool_name_of(const json_t *msgs, const char *id)
+{
+	size_t i, k;
+	json_t *m, *c;
+	json_array_foreach(msgs, i, m) {
+		json_array_foreach(json_object_get(m, "tool_calls"), k, c) {
+			const char *cid = json_string_value(json_object_get(c, "id"));
+			if (cid && !strcmp(cid, id))
+				return json_string_value(json_object_get(json_object_get(c, "function"), "name"));
+		}
+	}
+	return NULL;
+}
+
+/* One Anthropic message -> one or more OpenAI-shaped messages appended to out. */
+static int convert_message(const json_t *msg, size_t idx, json_t *out, sg_srv_err *e)
+{
+	char name[96];
+	snprintf(name, sizeof name, "messages.%zu", idx);
+	if (!json_is_object(msg)) return want(e, name, "an object", msg);
+	const char *role = json_string_value(json_object_get(msg, "role"));
+	snprintf(name, sizeof name, "messages.%zu.role", idx);
+	if (!role || (strcmp(role, "user") && strcmp(role, "assistant")))
+		return sg_srv_err_set(e, 400, BAD, name, "%s: must be 'user' or 'assistant'", name);
+	int user = !strcmp(role, "user");
+	json_t *content = json_object_get(msg, "content");
+	snprintf(name, sizeof name, "messages.%zu.content", idx);
+	if (json_is_string(content)) {
+		json_array_append_new(out, json_pack("{s:s,s:O}", "role", role, "content", content));
+		return 0;
+	}
+	if (!json_is_array(content)) return want(e, name, "a string or an array of content blocks", content);
+	char *text = NULL, *thinking = NULL;
+	size_t tl = 0, thl = 0;
+	json_t *calls = json_array();
+	size_t i;
+	json_t *b;
+	int st = 0;
+	json_array_foreach(content, i, b) {
+		char nm[96];
+		snprintf(nm, sizeof nm, "messages.%zu.content.%zu", idx, i);
+		const char *type = json_string_value(json_object_get(b, "type"));
+		if (!json_is_object(b) || !type) {
+			st = want(e, nm, "a content block with a type", b);
+			break;
+		}
+		const char *piece = NULL;
+		char **acc = &text;
+		size_t *accl = &tl;
+		if (!strcmp(type, "text")) {
+			piece = json_string_value(json_object_get(b, "text"));
+			if (!piece) {
+				st = want(e, nm, "a text block with a string 'text'", b);
+				break;
+			}
+		} else if (!strcmp(type, "image") || !strcmp(type, "document")) {
+			st = sg_srv_err_set(e, 400, BAD, nm, "%s: %s input is not supported: the model is text-only", nm, type);
+			break;
+		} else if (!strcmp(type, "thinking")) {
+			if (user) {
+				st = bad(e, nm, "%s: a %s block is only allowed in assistant messages", nm, type);
+				break;
+			}
+			piece = json_string_value(json_object_get(b, "thinking"));
+			acc = &thinking;
+			accl = &thl;
+		} else if (!strcmp(type, "redacted_thinking")) {
+			continue;
+		} else if (!strcmp(type, "tool_use")) {
+			const char *id = json_string_value(json_object_get(b, "id"));
+			const char *fn = json_string_value(json_object_get(b, "name"));
+			json_t *input = json_object_get(b, "input");
+			if (user || !id || !fn || !json_is_object(input)) {
+				st = user ? bad(e, nm, "%s: a %s block is only allowed in assistant messages", nm, type)
+					  : want(e, nm, "a tool_use block with id, name and an input object", b);
+				break;
+			}
+			json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:s,s:O}}", "id", id, "type", "function", "function",
+							       "name", fn, "arguments", input));
+			continue;
+		} else if (!strcmp(type, "tool_result")) {
+			const char *id = json_string_value(json_object_get(b, "tool_use_id"));
+			if (!user || !id) {
+				st = !user ? bad(e, nm, "%s: a %s block is only allowed in user messages", nm, type)
+					   : want(e, nm, "a tool_result block with a tool_use_id", b);
+				break;
+			}
+			json_t *rt;
+			snprintf(nm, sizeof nm, "messages.%zu.content.%zu.content", idx, i);
+			if ((st = blocks_text(json_object_get(b, "content"), nm, &rt, e))) break;
+			json_t *tm = json_pack("{s:s,s:s,s:o}", "role", "tool", "tool_call_id", id, "content", rt);
+			const char *tn = tool_name_of(out, id);
+			if (tn) json_object_set_new(tm, "name", json_string(tn));
+			json_array_append_new(out, tm);
+			continue;
+		} else {
+			st = bad(e, nm, "%s: content block type '%.40s' is not supported", nm, type);
+			break;
+		}
+		if (!piece) continue;
+		size_t n = strlen(piece);
+		char *nb = sg_realloc(*acc, *accl + n + 2);
+		if (!nb) {
+			st = sg_srv_err_set(e, 500, "server_error", NULL, "out of memory");
+			break;
+		}
+		*acc = nb;
+		if (*accl) nb[(*accl)++] = '\n';
+		memcpy(nb + *accl, piece, n);
+		*accl += n;
+		nb[*accl] = 0;
+	}
+	if (!st && (text || thinking || json_array_size(calls) || !user)) {
+		json_t *m = json_pack("{s:s,s:s}", "role", role, "content", text ? text : "");
+		if (thinking) json_object_set_new(m, "reasoning_content", json_string(thinking));
+		if (json_array_size(calls)) json_object_set(m, "tool_calls", calls);
+		json_array_append_new(out, m);
+	}
+	sg_free(text);
+	sg_free(thinking);
+	json_decref(calls);
+	return st;
+}
+
+/* tools: custom tools {name, description, input_schema} -> OpenAI function tools. Anthropic's
+ * server tools (web search, code execution...: a versioned type and no input_schema) are not run
+ * here and are left out. */
+static int convert_tools(const json_t *tools, sg_srv_req *r, sg_srv_err *e)
+{
+	if (!tools || json_is_null(tools)) return 0;
+	if (!json_is_array(tools)) return want(e, "tools", "an array", tools);
+	json_t *out = json_array();
+	size_t i;
+	json_t *t;
+	json_array_foreach(tools, i, t) {
+		char nm[64];
+		snprintf(nm, sizeof nm, "tools.%zu", i);
+		if (!json_is_object(t)) {
+			json_decref(out);
+			return want(e, nm, "an object", t);
+		}
+		const char *type = json_string_value(json_object_get(t, "type"));
+		json_t *schema = json_object_get(t, "input_schema");
+		if (type && strcmp(type, "custom") != 0 && !schema) continue;
+		const char *name = json_string_value(json_object_get(t, "name"));
+		if (!name || !*name || !json_is_object(schema)) {
+			json_decref(out);
+			return want(e, nm, "a tool with a name and an input_schema object", t);
+		}
+		json_t *desc = json_object_get(t, "description");
+		json_t *fn = json_pack("{s:s,s:O}", "name", name, "parameters", schema);
+		if (json_is_string(desc)) json_object_set(fn, "description", desc);
+		json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
+	}
+	if (json_array_size(out)) r->tools = out;
+	else json_decref(out);
+	return 0;
+}
+
+static int parse_tool_choice(const json_t *tc, sg_srv_req *r, sg_srv_err *e)
+{
+	r->parallel_tools = 1;
+	if (!tc || json_is_null(tc)) return 0;
+	const char *type = json_string_value(json_object_get(tc, "type"));
+	if (!json_is_object(tc) || !type) return want(e, "tool_choice", "an object with a type", tc);
+	if (json_is_true(json_object_get(tc, "disable_parallel_tool_use"))) r->parallel_tools = 0;
+	if (!strcmp(type, "auto")) r->tool_choice = SG_TOOLS_AUTO;
+	else if (!strcmp(type, "none")) r->tool_choice = SG_TOOLS_NONE;
+	else if (!strcmp(type, "any")) r->tool_choice = SG_TOOLS_REQUIRED;
+	else if (!strcmp(type, "tool")) {
+		const char *name = json_string_value(json_object_get(tc, "name"));
+		if (!name) return want(e, "tool_choice.name", "a string", json_object_get(tc, "name"));
+		r->tool_choice = SG_TOOLS_NAMED;
+		r->tool_name = sg_strdup(name);
+		if (!r->tool_name) return sg_srv_err_set(e, 500, "server_error", NULL, "out of memory");
+	} else return bad(e, "tool_choice.type", "tool_choice.type: '%.40s' is not one of auto, any, tool, none%s", type, "");
+	if (r->tool_choice >= SG_TOOLS_REQUIRED) {
+		if (!r->tools) return bad(e, "tool_choice", "tool_choice: '%s' needs tools%s", type, "");
+		if (r->tool_choice == SG_TOOLS_NAMED) {
+			int found = 0;
+			size_t i;
+			json_t *t;
+			json_array_foreach(r->tools, i, t) found |= !strcmp(
+				json_string_value(json_object_get(json_object_get(t, "function"), "name")), r->tool_name);
+			if (!found) return bad(e, "tool_choice.name", "tool_choice.name: '%.80s' is not in tools%s", r->tool_name, "");
+		}
+	}
+	return 0;
+}
+
+static int get_number(const json_t *b, const char *key, double lo, double hi, double *out, sg_srv_err *e)
+{
+	json_t *v = json_object_get(b, key);
+	if (!v || json_is_null(v)) return 0;
+	if (!json_is_number(v)) return want(e, key, "a number", v);
+	double d = json_number_value(v);
+	if (!(d >= lo && d <= hi)) return sg_srv_err_set(e, 400, BAD, key, "%s: %g is outside [%g, %g]", key, d, lo, hi);
+	*out = d;
+	return -1; /* given */
+}
+
+int sg_srv_parse_anthropic(const json_t *b, sg_srv_req *r, const sg_srv_limits *lim, sg_srv_err *e)
+{
+	int st;
+	int count = r->route == SG_ROUTE_ANTHROPIC_COUNT;
+	const char *model = json_string_value(json_object_get(b, "model"));
+	if (!model) return want(e, "model", "a string", json_object_get(b, "model"));
+	if (!(r->model = sg_strdup(model))) return sg_srv_err_set(e, 500, "server_error", NULL, "out of memory");
+	r->chat = 1;
+	json_t *mt = json_object_get(b, "max_tokens");
+	if (!count) {
+		if (!json_is_integer(mt) || json_integer_value(mt) < 1)
+			return want(e, "max_tokens", "an integer >= 1 (it is required)", mt);
+		r->max_tokens_given = 1;
+		r->max_tokens = json_integer_value(mt) < lim->max_tokens_cap ? (int32_t)json_integer_value(mt) : lim->max_tokens_cap;
+	}
+	json_t *msgs = json_object_get(b, "messages");
+	if (!json_is_array(msgs)) return want(e, "messages", "an array", msgs);
+	if (!json_array_size(msgs)) return sg_srv_err_set(e, 400, BAD, "messages", "messages: at least one message is required");
+	r->messages = json_array();
+	if (!r->messages) return sg_srv_err_set(e, 500, "server_error", NULL, "out of memory");
+	json_t *sys = json_object_get(b, "system");
+	if (sys && !json_is_null(sys)) {
+		json_t *text;
+		if ((st = blocks_text(sys, "system", &text, e))) return st;
+		json_array_append_new(r->messages, json_pack("{s:s,s:o}", "role", "system", "content", text));
+	}
+	size_t i;
+	json_t *m;
+	json_array_foreach(msgs, i, m) if ((st = convert_message(m, i, r->messages, e))) return st;
+	if ((st = convert_tools(json_object_get(b, "tools"), r, e))) return st;
+	if ((st = parse_tool_choice(json_object_get(b, "tool_choice"), r, e))) return st;
+	json_t *stops = json_object_get(b, "stop_sequences");
+	if (stops && !json_is_null(stops)) {
+		if (!json_is_array(stops)) return want(e, "stop_sequences", "an array of strings", stops);
+		if (json_array_size(stops) > SG_SRV_MAX_STOP)
+			return sg_srv_err_set(e, 400, BAD, "stop_sequences", "stop_sequences: at most %d are allowed", SG_SRV_MAX_STOP);
+		json_t *sv;
+		json_array_foreach(stops, i, sv) {
+			if (!json_is_string(sv)) return want(e, "stop_sequences", "an array of strings", sv);
+			if (!json_string_length(sv)) continue;
+			if (!(r->stop[r->n_stop++] = sg_strdup(json_string_value(sv))))
+				return sg_srv_err_set(e, 500, "server_error", NULL, "out of memory");
+		}
+	}
+	double d;
+	if ((st = get_number(b, "temperature", 0, 1, &d, e)) > 0) return st;
+	if (st) r->sp.temperature = (float)d;
+	if ((st = get_number(b, "top_p", 0, 1, &d, e)) > 0) return st;
+	if (st && d > 0) r->sp.top_p = (float)d;
+	if ((st = get_number(b, "top_k", 0, 1 << 30, &d, e)) > 0) return st;
+	if (st) r->sp.top_k = (int32_t)d;
+	json_t *stream = json_object_get(b, "stream");
+	if (stream && !json_is_null(stream)) {
+		if (!json_is_boolean(stream)) return want(e, "stream", "a boolean", stream);
+		r->stream = json_is_true(stream);
+	}
+	json_t *meta = json_object_get(b, "metadata");
+	const char *uid = json_string_value(json_object_get(meta, "user_id"));
+	if (uid && !(r->user = sg_strdup(uid))) return sg_srv_err_set(e, 500, "server_error", NULL, "out of memory");
+	json_t *th = json_object_get(b, "thinking");
+	if (th && !json_is_null(th)) {
+		const char *type = json_string_value(json_object_get(th, "type"));
+		if (!type) return want(e, "thinking", "an object with a type", th);
+		if (!strcmp(type, "enabled")) {
+			json_t *bt = json_object_get(th, "budget_tokens");
+			if (!json_is_integer(bt) || json_integer_value(bt) < 1)
+				return want(e, "thinking.budget_tokens", "an integer >= 1", bt);
+			r->think = 1;
+			r->reasoning_budget = json_integer_value(bt) > INT32_MAX ? INT32_MAX : (int32_t)json_integer_value(bt);
+		} else if (!strcmp(type, "disabled")) r->think = 0;
+		else if (!strcmp(type, "adaptive")) r->think = 1;
+		else return bad(e, "thinking.type", "thinking.type: '%.40s' is not one of enabled, disabled%s", type, "");
+		r->kwargs = json_pack("{s:b}", "enable_thinking", r->think);
+	}
+	return 0;
+}
+
+/* ---- the response ---- */
+
+enum { B_NONE, B_TEXT, B_THINKING, B_TOOL };
+
+typedef struct agen {
+	sg_job *job;
+	const sg_srv_req *req;
+	const char *model_name;
+	int stream, begun, failed;
+	int kind;        /* the open block's kind */
+	int index;       /* the open block's index (stream) */
+	int n_blocks;
+	json_t *content; /* the blocks (non-stream) */
+	char *buf;       /* the open block's text / thinking / input JSON */
+	size_t len, cap;
+	char tool_id[64], tool_name[256];
+} agen;
+
+static void sse(agen *g, const char *event, json_t *data)
+{
+	char *s = json_dumps(data, JSON_COMPACT);
+	json_decref(data);
+	if (!s) {
+		g->failed = 1;
+		return;
+	}
+	char head[64];
+	int hn = snprintf(head, sizeof head, "event: %s\ndata: ", event);
+	int r = sg_job_write(g->job, head, (size_t)hn);
+	r |= sg_job_write(g->job, s, strlen(s));
+	r |= sg_job_write(g->job, "\n\n", 2);
+	free(s);
+	if (r) g->failed = 1;
+}
+
+static json_t *usage(const sg_job *job, const sg_gen_result *r)
+{
+	size_t cached = r ? r->n_cached : job->reused_prefix > 0 ? (size_t)job->reused_prefix : 0;
+	return json_pack("{s:I,s:I,s:I,s:i}", "input_tokens", (json_int_t)(r ? r->n_prompt : job->n_prompt) - (json_int_t)cached,
+			 "output_tokens", (json_int_t)(r ? r->n_generated : 0), "cache_read_input_tokens", (json_int_t)cached,
+			 "cache_creation_input_tokens", 0);
+}
+
+static void begin(agen *g)
+{
+	if (g->begun || !g->stream) return;
+	g->begun = 1;
+	sg_job_begin(g->job, 200, "text/event-stream");
+	sse(g, "message_start",
+	    json_pack("{s:s,s:{s:s,s:s,s:s,s:s,s:[],s:n,s:n,s:o}}", "type", "message_start", "message", "id", g->job->id, "type",
+		      "message", "role", "assistant", "model", g->model_name, "content", "stop_reason", "stop_sequence", "usage",
+		      usage(g->job, NULL)));
+	sse(g, "ping", json_pack("{s:s}", "type", "ping"));
+}
+
+static void close_block(agen *g)
+{
+	if (g->kind == B_NONE) return;
+	if (g->stream) {
+		sse(g, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", g->index));
+	} else {
+		json_t *b = NULL;
+		json_t *t = json_stringn(g->buf ? g->buf : "", g->len);
+		if (!t) t = json_string("");
+		if (g->kind == B_TEXT) b = json_pack("{s:s,s:o}", "type", "text", "text", t);
+		else if (g->kind == B_THINKING) b = json_pack("{s:s,s:o,s:s}", "type", "thinking", "thinking", t, "signature", "");
+		else {
+			json_t *in = json_loadb(g->buf ? g->buf : "{}", g->len ? g->len : 2, 0, NULL);
+			json_decref(t);
+			b = json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id", g->tool_id, "name", g->tool_name, "input",
+				      json_is_object(in) ? in : json_object());
+			if (in && !json_is_object(in)) json_decref(in);
+		}
+		json_array_append_new(g->content, b);
+	}
+	g->kind = B_NONE;
+	g->len = 0;
+	g->n_blocks++;
+}
+
+static void open_block(agen *g, int kind)
+{
+	close_block(g);
+	g->kind = kind;
+	g->index = g->n_blocks;
+	if (!g->stream) return;
+	begin(g);
+	json_t *cb;
+	if (kind == B_TEXT) cb = json_pack("{s:s,s:s}", "type", "text", "text", "");
+	else if (kind == B_THINKING) cb = json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking", "", "signature", "");
+	else cb = json_pack("{s:s,s:s,s:s,s:{}}", "type", "tool_use", "id", g->tool_id, "name", g->tool_name, "input");
+	sse(g, "content_block_start", json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index", g->index, "content_block", cb));
+}
+
+static void delta(agen *g, int kind, const char *s, size_t n)
+{
+	if (!n) return;
+	if (g->kind != kind) open_block(g, kind);
+	if (!g->stream) {
+		if (g->len + n + 1 > g->cap) {
+			size_t c = g->cap ? g->cap * 2 : 1024;
+			while (c < g->len + n + 1) c *= 2;
+			char *nb = sg_realloc(g->buf, c);
+			if (!nb) {
+				g->failed = 1;
+				return;
+			}
+			g->buf = nb;
+			g->cap = c;
+		}
+		memcpy(g->buf + g->len, s, n);
+		g->len += n;
+		return;
+	}
+	json_t *t = json_stringn(s, n);
+	if (!t) return; /* the detokenizer releases complete UTF-8 only; nothing to send otherwise */
+	json_t *d = kind == B_TEXT       ? json_pack("{s:s,s:o}", "type", "text_delta", "text", t)
+		    : kind == B_THINKING ? json_pack("{s:s,s:o}", "type", "thinking_delta", "thinking", t)
+					 : json_pack("{s:s,s:o}", "type", "input_json_delta", "partial_json", t);
+	sse(g, "content_block_delta", json_pack("{s:s,s:i,s:o}", "type", "content_block_delta", "index", g->index, "delta", d));
+}
+
+static void a_text(void *ud, const char *s, size_t n)
+{
+	delta(ud, B_TEXT, s, n);
+}
+
+static void a_reasoning(void *ud, const char *s, size_t n)
+{
+	delta(ud, B_THINKING, s, n);
+}
+
+static void a_call_start(void *ud, int index, const char *name)
+{
+	agen *g = ud;
+	snprintf(g->tool_id, sizeof g->tool_id, "toolu_%s_%d", g->job->id + 4, index);
+	snprintf(g->tool_name, sizeof g->tool_name, "%s", name);
+	open_block(g, B_TOOL);
+}
+
+static void a_call_args(void *ud, int index, const char *s, size_t n)
+{
+	(void)index;
+	delta(ud, B_TOOL, s, n);
+}
+
+static void a_call_end(void *ud, int index)
+{
+	(void)index;
+	agen *g = ud;
+	if (g->kind == B_TOOL && !g->stream && !g->len) delta(g, B_TOOL, "{}", 2);
+	close_block(g);
+}
+
+typedef struct ev_ctx {
+	agen *g;
+	sg_agent_run *ar;
+} ev_ctx;
+
+static int on_event(const sg_gen_event *ev, void *user)
+{
+	ev_ctx *c = user;
+	sg_agent_run_feed(c->ar, ev->text, ev->len);
+	return c->g->failed || atomic_load(&c->g->job->cancel);
+}
+
+static void respond_error(agen *g, int status, const char *type, const char *msg)
+{
+	sg_srv_err e;
+	sg_srv_err_set(&e, status, type, NULL, "%s", msg);
+	json_t *body = sg_routes_anthropic_error(&e);
+	if (g->begun) {
+		sse(g, "error", body);
+		return;
+	}
+	char *s = json_dumps(body, JSON_COMPACT);
+	json_decref(body);
+	sg_job_respond(g->job, status, "application/json", s ? s : "", s ? strlen(s) : 0);
+	free(s);
+}
+
+void sg_routes_anthropic_run(sg_job *job)
+{
+	const sg_srv_req *q = &job->req;
+	agen g = {.job = job, .req = q, .stream = q->stream};
+	g.model_name = q->model && *q->model ? q->model : sg_srv_model_info_get(job->model)->name;
+	g.content = json_array();
+	sg_agent_out ao = {.ud = &g, .text = a_text, .reasoning = a_reasoning, .call_start = a_call_start,
+			   .call_args = a_call_args, .call_end = a_call_end};
+	sg_agent_run *ar = NULL;
+	sg_status st = sg_agent_run_new(job->agent, job->model, &ao, &ar);
+	if (st) {
+		respond_error(&g, 500, "api_error", sg_last_error());
+		goto done;
+	}
+	/* the prefix cache: restore the session's longest cached prefix before message_start, whose
+	 * usage reports it */
+	uint8_t root[32];
+	size_t reused = 0;
+	long diverged = -1;
+	st = sg_pc_root(job->session, job->session ? strlen(job->session) : 0, root);
+	if (!st) st = sg_srv_model_reserve_tokens(job->model, job->n_prompt + (size_t)(q->max_tokens > 0 ? q->max_tokens : 0));
+	if (!st) st = sg_srv_model_prefix_begin(job->model, root, job->prompt, job->n_prompt, &reused, &diverged);
+	if (st) {
+		sg_srv_model_prefix_end(job->model);
+		respond_error(&g, st == SG_ERR_NOMEM ? 503 : 500, st == SG_ERR_NOMEM ? "overloaded_error" : "api_error",
+			      sg_last_error());
+		goto done;
+	}
+	job->reused_prefix = (long)reused;
+	job->prefix_miss = diverged;
+	begin(&g); /* message_start goes out before the prefill: the client sees the stream open */
+	ev_ctx ctx = {&g, ar};
+	sg_gen_params p = sg_gen_default_params();
+	p.prompt = job->prompt;
+	p.n_prompt = job->n_prompt;
+	p.sampler = q->sp;
+	p.eos_ids = sg_srv_model_eos(job->model, &p.n_eos);
+	p.stop = (const char *const *)q->stop;
+	p.n_stop = q->n_stop;
+	p.max_tokens = q->max_tokens;
+	p.cancel = &job->cancel;
+	p.on_event = on_event;
+	p.user = &ctx;
+	p.constraint = sg_agent_run_constraint(ar);
+	sg_gen_result r;
+	st = sg_generate(sg_srv_model_state(job->model), sg_srv_model_detok(job->model), &p, &r);
+	sg_srv_model_prefix_end(job->model);
+	if (job->user) sg_pool_publish(job->user);
+	if (atomic_load(&job->cancel)) {
+		SG_INFO("serve: %s cancelled after %zu tokens (client gone)", job->id, r.n_generated);
+		goto done;
+	}
+	if (st) {
+		SG_WARN("serve: %s failed: %s", job->id, sg_last_error());
+		respond_error(&g, st == SG_ERR_RANGE || st == SG_ERR_INVALID_ARG ? 400 : 500,
+			      st == SG_ERR_RANGE || st == SG_ERR_INVALID_ARG ? BAD : "api_error", sg_last_error());
+		goto done;
+	}
+	sg_agent_run_finish(ar);
+	if (g.kind == B_TOOL && !g.stream && !g.len) delta(&g, B_TOOL, "{}", 2);
+	close_block(&g);
+	const char *reason = "end_turn";
+	json_t *stop_seq = json_null();
+	if (sg_agent_run_calls(ar) && !sg_agent_run_malformed(ar)) reason = "tool_use";
+	else if (r.finish == SG_GEN_LENGTH) reason = "max_tokens";
+	else if (r.stop_index >= 0 && (size_t)r.stop_index < q->n_stop) {
+		reason = "stop_sequence";
+		stop_seq = json_string(q->stop[r.stop_index]);
+	}
+	if (g.stream) {
+		json_t *u = usage(job, &r);
+		sse(&g, "message_delta",
+		    json_pack("{s:s,s:{s:s,s:o},s:o}", "type", "message_delta", "delta", "stop_reason", reason, "stop_sequence",
+			      stop_seq, "usage", u));
+		sse(&g, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+	} else {
+		json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:O,s:s,s:o,s:o}", "id", job->id, "type", "message", "role", "assistant",
+				      "model", g.model_name, "content", g.content, "stop_reason", reason, "stop_sequence", stop_seq,
+				      "usage", usage(job, &r));
+		char *s = json_dumps(o, JSON_COMPACT);
+		json_decref(o);
+		sg_job_respond(job, s ? 200 : 500, "application/json", s ? s : "", s ? strlen(s) : 0);
+		free(s);
+	}
+	SG_INFO("serve: %s %s: prompt %zu tokens (%zu cached), %zu tokens, %s", job->id, g.model_name, r.n_prompt, r.n_cached,
+		r.n_generated, reason);
+done:
+	sg_job_finish(job);
+	sg_agent_run_free(ar);
+	json_decref(g.content);
+	sg_free(g.buf);
+}

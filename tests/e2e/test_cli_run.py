@@ -1,0 +1,189 @@
+"""`saragossa run` with the real Gemma 3 270M, driven through a pseudo-terminal the way a person
+uses it: the prompt appears, answers stream, /set, /clear and /system work, a follow-up turn
+reuses the earlier turns' KV cache, Ctrl-C stops an answer (not the program), /bye exits 0. Also
+the non-interactive path (a prompt on a pipe) and `make run`."""
+import os
+import pathlib
+import pty
+import re
+import select
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import ROOT, saragossa_bin
+
+PROMPT = b">>> "
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    p = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "tools" / "fetch_models.py"), "gemma3-270m"],
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        pytest.skip(f"gemma3-270m not available: {p.stderr[-300:]}")
+    return str(pathlib.Path(p.stdout.split()[-1]))
+
+
+class Chat:
+    """`saragossa run` on a pty: send lines, read until the prompt comes back."""
+
+    def __init__(self, *args):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # child
+            os.execv(saragossa_bin(), [saragossa_bin(), "run", *args])
+        self.buf = b""
+
+    def read_until(self, marker, timeout=180):
+        end = time.time() + timeout
+        while marker not in self.buf:
+            left = end - time.time()
+            if left <= 0:
+                raise AssertionError(f"timed out waiting for {marker!r}; got {self.buf[-600:]!r}")
+            r, _, _ = select.select([self.fd], [], [], min(left, 0.2))
+            if r:
+                try:
+                    data = os.read(self.fd, 4096)
+                except OSError:
+                    data = b""
+                if not data:
+                    raise AssertionError(f"run ended waiting for {marker!r}; got {self.buf[-600:]!r}")
+                self.buf += data
+        i = self.buf.index(marker) + len(marker)
+        out, self.buf = self.buf[:i], self.buf[i:]
+        return out.decode("utf-8", "replace").replace("\r\n", "\n")
+
+    def send(self, text):
+        os.write(self.fd, text.encode())
+
+    def turn(self, line, timeout=180):
+        """Sends a line; returns what came back before the next prompt (the echo removed)."""
+        self.send(line + "\r")
+        out = self.read_until(PROMPT, timeout)
+        assert out.startswith(line + "\n"), out
+        return out[len(line) + 1:-len(PROMPT)]
+
+    def wait(self, timeout=30):
+        end = time.time() + timeout
+        while time.time() < end:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+            try:
+                os.read(self.fd, 4096)
+            except OSError:
+                pass
+            time.sleep(0.05)
+        os.kill(self.pid, signal.SIGKILL)
+        raise AssertionError("run did not exit")
+
+    def close(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(self.fd)
+
+
+def reused(out):
+    m = re.search(r"prompt tokens:\s+(\d+) \((\d+) reused", out)
+    assert m, out
+    return int(m.group(1)), int(m.group(2))
+
+
+def test_run_chat_commands_multi_turn_reuse_and_bye(gemma):
+    c = Chat(gemma, "--max-tokens", "6", "--verbose")
+    try:
+        banner = c.read_until(PROMPT, timeout=120)
+        assert "/? for help" in banner
+        assert "Set temperature to 0." in c.turn("/set temperature 0")
+        assert "temperature wants a number" in c.turn("/set temperature hot")
+        assert "unknown command" in c.turn("/nope")
+        assert "/clear" in c.turn("/?")
+
+        first = c.turn("Name a fruit.")
+        n1, r1 = reused(first)
+        assert r1 == 0
+        answer = first.split("prompt tokens:")[0].strip()
+        assert answer, first
+        assert re.search(r"generated tokens:\s+[1-6]\n", first)
+
+        # The second turn holds the first: only its new tokens are prefilled.
+        n2, r2 = reused(c.turn("Another one."))
+        assert n2 > n1 and r2 >= n1 - 1
+
+        assert "Cleared the conversation." in c.turn("/clear")
+        n3, r3 = reused(c.turn("Name a fruit."))
+        assert n3 == n1 and r3 < n1  # the conversation starts over (the KV of the shared head is kept)
+
+        assert "Set the system message" in c.turn("/system You answer in French.")
+        n4, _ = reused(c.turn("Name a fruit."))
+        assert n4 > n1
+
+        c.send("/bye\r")
+        assert c.wait() == 0
+    finally:
+        c.close()
+
+
+def test_run_ctrl_c_stops_the_answer_not_the_program(gemma):
+    c = Chat(gemma, "--max-tokens", "400", "--temperature", "0", "--verbose")
+    try:
+        c.read_until(PROMPT, timeout=120)
+        c.send("Write a very long story about a dragon.\r")
+        c.read_until(b"\n", timeout=30)  # the echo
+        # Wait until the answer is streaming, then interrupt it.
+        c.read_until(b" ", timeout=180)
+        c.send("\x03")
+        t0 = time.time()
+        out = c.read_until(PROMPT, timeout=60)
+        assert "[stopped]" in out, out
+        assert time.time() - t0 < 30
+        n = int(re.search(r"generated tokens:\s+(\d+)", out).group(1))
+        assert n < 400
+        # Still alive: the next turn works.
+        assert reused(c.turn("/set max_tokens 2") + c.turn("Hi"))[1] > 0
+        # Ctrl-C at the prompt once warns, twice exits.
+        c.send("\x03")
+        assert "Ctrl-C again" in c.read_until(PROMPT, timeout=10)
+        c.send("\x03")
+        assert c.wait() == 0
+    finally:
+        c.close()
+
+
+def test_run_answers_one_prompt_from_a_pipe_like_generate_chat(gemma, sg):
+    r = sg("run", gemma, "--temperature", "0", "--max-tokens", "5", input="What is the capital of France?\n",
+           timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip()
+    g = sg("generate", "--model", gemma, "--chat", "--prompt", "What is the capital of France?", "--temperature", "0",
+           "--max-tokens", "5", timeout=300)
+    assert g.returncode == 0, g.stderr
+    assert r.stdout.strip() == g.stdout.strip()
+
+
+def test_run_rejects_an_empty_pipe_and_bad_flags(sg, gemma):
+    r = sg("run", gemma, input="  \n")
+    assert r.returncode == 1 and "no prompt" in r.stderr
+    r = sg("run", gemma, "--max-tokens", "-1", input="x")
+    assert r.returncode == 2 and "usage: saragossa run" in r.stderr
+    r = sg("run", "no-such-model-here", input="x")
+    assert r.returncode == 1 and "saragossa list" in r.stderr
+
+
+def test_make_run_reaches_the_chat_with_the_default_model(gemma):
+    env = dict(os.environ)
+    env.pop("SARAGOSSA_DEFAULT_MODEL", None)
+    env.pop("MAKEFLAGS", None)
+    env.pop("MFLAGS", None)
+    cache = pathlib.Path(gemma).parent.parent
+    env["SARAGOSSA_CACHE_DIR"] = str(cache)
+    p = subprocess.run(["make", "-s", "run", "RUN_ARGS=--max-tokens 3 --temperature 0"], cwd=ROOT, input="Hello!\n",
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stdout[-500:] + p.stderr[-1500:]
+    assert gemma in p.stdout  # fetch_models.py said where the default model is
+    assert p.stdout.strip().splitlines()[-1].strip()  # and run answered

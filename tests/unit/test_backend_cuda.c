@@ -1,0 +1,852 @@
+/*
+ * Differential tests of the CUDA backend: every op on the GPU against the CPU backend's scalar
+ * reference kernels, over several shapes and types, fresh random inputs, and GPU outputs
+ * poisoned with NaN before each op (an element an op forgets to write fails the comparison).
+ * Compared by normalised error ||a - b||^2 / ||a||^2 against a per-op threshold:
+ *  - f32 ops and the fused GEMV: float summation order against the reference's (the reference
+ *    matvec accumulates in double): relative error ~1e-7 per element, NMSE ~1e-13; threshold
+ *    1e-9 (rows may cancel to far less than their terms).
+ *  - more than 8 tokens go through cuBLAS: FP32 by default (as the GEMV); with
+ *    SARAGOSSA_CUDA_GEMM=bf16 weights and activations are rounded to bf16 (relative error uniform
+ *    in +-2^-9, variance 2^-18/3 each), NMSE ~3e-6; threshold 1e-4.
+ *  - quantized weights on the GEMV with SARAGOSSA_CUDA_Q8X=1 (and every 8-bit variant) quantize activations to
+ *    8 bits per block of 32 as the CPU SIMD kernels do: checked exactly (1e-7) against the
+ *    reference fed the same rounded activations d * q, and end to end (5e-4) against f32 ones.
+ *  - f16 caches: both backends round to f16 identically; threshold as f32.
+ * The repacked weight layouts are checked against the formats module's reference dequantizer
+ * (embed returns dequantized rows).
+ *
+ * The session's decode graph (cuda_decode): prefill, then greedy steps replayed from the recorded
+ * graph give bit-identical logits and ids to SARAGOSSA_CUDA_GRAPHS=0 (the per-op path); an MoE
+ * model stays per-op. decode_greedy runs on the CPU too (CI): the id is the argmax of the step's
+ * logits.
+ *
+ * Without a GPU (CI) or without CUDA in the build, every GPU test skips with a message.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "engine/session.h"
+#include "saragossa.h"
+
+#if SG_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_kernels.h"
+#include <cuda_runtime_api.h>
+#include "base/error.h"
+#include "base/flags.h"
+#include "formats/qtypes.h"
+
+#define NMSE_F32 1e-9
+#define NMSE_BF16 1e-4
+#define NMSE_Q8X 5e-4 /* 8-bit activations against f32 ones: 2e-5 to 1e-4 measured (random K-quant minima make outputs differences of large terms) */
+
+static sg_backend *cpu, *gpu;
+
+static void setup(void)
+{
+	sg_cpu_params cp = {2, "scalar"};
+	cr_assert_eq(sg_cpu_backend_create(&cp, &cpu), SG_OK);
+	sg_cuda_params gp = sg_cuda_default_params();
+	if (sg_cuda_backend_create(&gp, &gpu) != SG_OK) {
+		sg_backend_free(cpu);
+		cpu = NULL;
+		cr_skip_test("no usable GPU: %s", sg_last_error());
+	}
+}
+
+static void teardown(void)
+{
+	sg_backend_free(gpu);
+	sg_backend_free(cpu);
+	gpu = cpu = NULL;
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)(rng >> 16);
+}
+static float frand(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
+static float grand(void) { return frand() + frand() + frand(); }
+
+static double nmse(const float *a, const float *b, int64_t n)
+{
+	double num = 0, den = 0;
+	for (int64_t i = 0; i < n; i++) {
+		if (!isfinite(b[i]) && isfinite(a[i])) return INFINITY; /* an unwritten (poisoned) element */
+		double d = (double)a[i] - b[i];
+		num += d * d;
+		den += (double)a[i] * a[i];
+	}
+	return den > 0 ? num / den : num;
+}
+
+/* The same tensor on both backends. */
+typedef struct {
+	sg_btensor c, g;
+	int64_t n; /* elements */
+} pair;
+
+static pair pair_new(sg_type type, int64_t n0, int64_t n1, int64_t n2, int64_t n3)
+{
+	pair p;
+	int64_t ne[4] = {n0, n1, n2, n3};
+	cr_assert_eq(cpu->ops->tensor_alloc(cpu, type, ne, &p.c), SG_OK);
+	cr_assert_eq(gpu->ops->tensor_alloc(gpu, type, ne, &p.g), SG_OK, "%s", sg_last_error());
+	p.n = n0 * n1 * n2 * n3;
+	return p;
+}
+
+static size_t esize(const pair *p) { return p->c.type == SG_TYPE_F16 || p->c.type == SG_TYPE_BF16 ? 2 : 4; }
+
+static void pair_push(pair *p) { cr_assert_eq(gpu->ops->write(gpu, &p->g, 0, p->c.data, (size_t)p->n * esize(p)), SG_OK); }
+
+static pair pair_rand(int64_t n0, int64_t n1, int64_t n2, float scale)
+{
+	pair p = pair_new(SG_TYPE_F32, n0, n1, n2, 1);
+	for (int64_t i = 0; i < p.n; i++) ((float *)p.c.data)[i] = grand() * scale;
+	pair_push(&p);
+	return p;
+}
+
+/* x with every block of 32 rounded as the GPU's activation quantizer does: d * rint(x * 127/amax). */
+static pair requantized(const pair *x)
+{
+	pair r = pair_new(SG_TYPE_F32, x->c.ne[0], x->c.ne[1], x->c.ne[2], 1);
+	const float *s = x->c.data;
+	float *o = r.c.data;
+	for (int64_t b = 0; b < x->n / 32; b++) {
+		float amax = 0;
+		for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(s[32 * b + i]));
+		float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+		for (int i = 0; i < 32; i++) o[32 * b + i] = d * (float)(int)rintf(s[32 * b + i] * id);
+	}
+	pair_push(&r);
+	return r;
+}
+
+static pair pair_i32(int64_t n0, int64_t n1, const int32_t *v)
+{
+	pair p = pair_new(SG_TYPE_I32, n0, n1, 1, 1);
+	memcpy(p.c.data, v, sizeof(int32_t) * (size_t)p.n);
+	pair_push(&p);
+	return p;
+}
+
+/* NaN bytes in the GPU copy: what an op does not write stays NaN. */
+static void poison(pair *p)
+{
+	size_t bytes = (size_t)p->n * esize(p);
+	void *buf = malloc(bytes);
+	memset(buf, 0xff, bytes);
+	cr_assert_eq(gpu->ops->write(gpu, &p->g, 0, buf, bytes), SG_OK);
+	free(buf);
+}
+
+/* The GPU copy as floats (F16 converted). */
+static float *fetch(const pair *p)
+{
+	size_t bytes = (size_t)p->n * esize(p);
+	void *raw = malloc(bytes);
+	cr_assert_eq(gpu->ops->read(gpu, &p->g, 0, raw, bytes), SG_OK, "%s", sg_last_error());
+	if (p->c.type == SG_TYPE_F16) {
+		float *f = malloc(sizeof(float) * (size_t)p->n);
+		for (int64_t i = 0; i < p->n; i++) f[i] = sg_f16_to_f32(((uint16_t *)raw)[i]);
+		free(raw);
+		return f;
+	}
+	return raw;
+}
+
+static float *cpu_floats(const pair *p)
+{
+	float *f = malloc(sizeof(float) * (size_t)p->n);
+	for (int64_t i = 0; i < p->n; i++)
+		f[i] = p->c.type == SG_TYPE_F16 ? sg_f16_to_f32(((uint16_t *)p->c.data)[i]) : ((float *)p->c.data)[i];
+	return f;
+}
+
+static double pair_nmse(const pair *p)
+{
+	float *g = fetch(p), *c = cpu_floats(p);
+	double e = nmse(c, g, p->n);
+	free(g);
+	free(c);
+	return e;
+}
+
+static void pair_free(pair *p)
+{
+	cpu->ops->tensor_free(cpu, &p->c);
+	gpu->ops->tensor_free(gpu, &p->g);
+}
+
+/* --- weights --- */
+
+typedef struct {
+	sg_type type;
+	int bits, group, sb_bf16;
+	const char *name;
+} wtype;
+
+static const wtype wtypes[] = {
+	{SG_TYPE_F32, 0, 0, 0, "F32"},   {SG_TYPE_F16, 0, 0, 0, "F16"},   {SG_TYPE_BF16, 0, 0, 0, "BF16"},
+	{SG_TYPE_Q8_0, 0, 0, 0, "Q8_0"}, {SG_TYPE_Q4_0, 0, 0, 0, "Q4_0"}, {SG_TYPE_Q4_1, 0, 0, 0, "Q4_1"},
+	{SG_TYPE_Q5_0, 0, 0, 0, "Q5_0"}, {SG_TYPE_Q5_1, 0, 0, 0, "Q5_1"}, {SG_TYPE_Q4_K, 0, 0, 0, "Q4_K"},
+	{SG_TYPE_Q5_K, 0, 0, 0, "Q5_K"}, {SG_TYPE_Q6_K, 0, 0, 0, "Q6_K"},
+	{SG_TYPE_MLX_AFFINE, 4, 32, 1, "MLX4 g32"},  {SG_TYPE_MLX_AFFINE, 4, 64, 0, "MLX4 g64 f16"},
+	{SG_TYPE_MLX_AFFINE, 4, 128, 1, "MLX4 g128"}, {SG_TYPE_MLX_AFFINE, 6, 64, 1, "MLX6 g64"},
+	{SG_TYPE_MLX_AFFINE, 6, 32, 0, "MLX6 g32 f16"}, {SG_TYPE_MLX_AFFINE, 8, 64, 1, "MLX8 g64"},
+	{SG_TYPE_MLX_AFFINE, 8, 128, 0, "MLX8 g128 f16"},
+};
+#define N_WTYPES ((int)(sizeof(wtypes) / sizeof(wtypes[0])))
+
+/* 1 if the type has 8-bit activation kernels; q8_path: and the backend uses them (the flag). */
+static int q8_kernels(const wtype *wt)
+{
+	int plain = wt->type == SG_TYPE_F32 || wt->type == SG_TYPE_F16 || wt->type == SG_TYPE_BF16;
+	return !plain && wt->bits != 6;
+}
+static int q8_path(const wtype *wt) { return q8_kernels(wt) && sg_flag_bool("SARAGOSSA_CUDA_Q8X"); }
+
+/* byte offsets of the f16 scale fields in one GGUF block */
+static int f16_fields(sg_type t, int off[2])
+{
+	off[0] = 0;
+	switch (t) {
+	case SG_TYPE_Q4_1: case SG_TYPE_Q5_1: case SG_TYPE_Q4_K: case SG_TYPE_Q5_K: off[1] = 2; return 2;
+	case SG_TYPE_Q6_K: off[0] = 208; return 1;
+	default: return 1;
+	}
+}
+
+static uint16_t f2h(float f, int bf16)
+{
+	if (!bf16) return sg_f32_to_f16(f);
+	return sg_f32_to_bf16(f);
+}
+
+/* Host bytes of a random weight matrix [rows][K] (rows = N * E). Owns its buffers. */
+typedef struct {
+	sg_btensor t; /* host view: bind copies it */
+	uint8_t *mem;
+	uint16_t *sc, *bi;
+} hw;
+
+static hw make_w(const wtype *wt, int64_t rows, int64_t K)
+{
+	hw w;
+	memset(&w, 0, sizeof(w));
+	w.t.type = wt->type;
+	w.t.ne[0] = K;
+	w.t.ne[1] = rows;
+	w.t.ne[2] = w.t.ne[3] = 1;
+	size_t rb;
+	if (wt->type == SG_TYPE_MLX_AFFINE) {
+		w.t.mlx.bits = wt->bits;
+		w.t.mlx.group = wt->group;
+		w.t.mlx.sb_type = wt->sb_bf16 ? SG_TYPE_BF16 : SG_TYPE_F16;
+		size_t ng = (size_t)(rows * K / wt->group);
+		w.sc = malloc(2 * ng);
+		w.bi = malloc(2 * ng);
+		for (size_t i = 0; i < ng; i++) {
+			float sv = 0.02f + 0.01f * frand(), bv = -sv * (float)((1 << wt->bits) - 1) / 2 + 0.01f * frand();
+			w.sc[i] = f2h(sv, wt->sb_bf16);
+			w.bi[i] = f2h(bv, wt->sb_bf16);
+		}
+		w.t.scales = w.sc;
+		w.t.biases = w.bi;
+		rb = (size_t)K / 8 * (size_t)wt->bits;
+	} else {
+		rb = sg_type_row_bytes(wt->type, K);
+	}
+	cr_assert(rb > 0);
+	size_t bytes = rb * (size_t)rows;
+	w.mem = malloc(bytes + 16);
+	if (wt->type == SG_TYPE_F32) {
+		for (size_t i = 0; i < bytes / 4; i++) ((float *)w.mem)[i] = grand();
+	} else if (wt->type == SG_TYPE_F16 || wt->type == SG_TYPE_BF16) {
+		for (size_t i = 0; i < bytes / 2; i++) ((uint16_t *)w.mem)[i] = f2h(grand(), wt->type == SG_TYPE_BF16);
+	} else {
+		for (size_t i = 0; i < bytes; i++) w.mem[i] = (uint8_t)rnd();
+		if (wt->type != SG_TYPE_MLX_AFFINE) {
+			const sg_type_info *ti = sg_type_get(wt->type);
+			size_t bb = (size_t)ti->block_bytes;
+			int off[2], nf = f16_fields(wt->type, off);
+			for (size_t b = 0; b < bytes / bb; b++)
+				for (int f = 0; f < nf; f++) {
+					float d = 0.01f * (1.0f + 0.5f * frand()), v = f == 1 ? (wt->type == SG_TYPE_Q4_1 ? -7.5f * d : wt->type == SG_TYPE_Q5_1 ? -15.5f * d : 0.005f) : d;
+					uint16_t h = sg_f32_to_f16(v);
+					memcpy(w.mem + b * bb + off[f], &h, 2);
+				}
+		}
+	}
+	w.t.data = w.mem;
+	return w;
+}
+
+static void free_hw(hw *w)
+{
+	free(w->mem);
+	free(w->sc);
+	free(w->bi);
+}
+
+/* Binds the host weights on both backends: c (CPU, in place) and g (uploaded). */
+static void bind_both(const hw *w, sg_btensor *c, sg_btensor *g)
+{
+	*c = w->t;
+	*g = w->t;
+	cr_assert_eq(cpu->ops->tensor_bind(cpu, c), SG_OK, "%s", sg_last_error());
+	cr_assert_eq(gpu->ops->tensor_bind(gpu, g), SG_OK, "%s", sg_last_error());
+}
+
+static int64_t k_for(const wtype *wt, int v)
+{
+	if (wt->type == SG_TYPE_Q4_K || wt->type == SG_TYPE_Q5_K || wt->type == SG_TYPE_Q6_K) return v ? 768 : 256;
+	return v ? 1024 : (wt->group > 32 ? 2 * wt->group : 96);
+}
+
+TestSuite(cuda, .init = setup, .fini = teardown);
+
+Test(cuda, matmul_every_type_gemv_and_gemm_paths_match_cpu_reference)
+{
+	for (int c = 0; c < N_WTYPES; c++) {
+		for (int v = 0; v < 2; v++) {
+			int64_t K = k_for(&wtypes[c], v), N = v ? 300 : 37;
+			hw w = make_w(&wtypes[c], N, K);
+			sg_btensor wc, wg;
+			bind_both(&w, &wc, &wg);
+			static const int ntoks[] = {1, 2, 3, 8, 20};
+			for (int ti = 0; ti < 5; ti++) {
+				int n = ntoks[ti];
+				pair x = pair_rand(K, n, 1, 1.0f), y = pair_new(SG_TYPE_F32, N, n, 1, 1), b = pair_rand(N, 1, 1, 1.0f);
+				int use_bias = ti & 1;
+				poison(&y);
+				cr_assert_eq(cpu->ops->matmul(cpu, &wc, &x.c, use_bias ? &b.c : NULL, &y.c), SG_OK);
+				cr_assert_eq(gpu->ops->matmul(gpu, &wg, &x.g, use_bias ? &b.g : NULL, &y.g), SG_OK, "%s", sg_last_error());
+				int q8 = n <= 8 && q8_path(&wtypes[c]);
+				int bf16 = n > 8 && !strcmp(sg_flag_str("SARAGOSSA_CUDA_GEMM"), "bf16");
+				double e = pair_nmse(&y), thr = bf16 ? NMSE_BF16 : q8 ? NMSE_Q8X : NMSE_F32;
+				cr_expect(e < thr, "%s K=%lld N=%lld n=%d: nmse %.3g >= %.1g", wtypes[c].name, (long long)K, (long long)N, n, e, thr);
+				if (q8) { /* exact: the reference on the activations the GPU rounded */
+					pair xr = requantized(&x);
+					cr_assert_eq(cpu->ops->matmul(cpu, &wc, &xr.c, use_bias ? &b.c : NULL, &y.c), SG_OK);
+					double ex = pair_nmse(&y);
+					cr_expect(ex < NMSE_F32 * 100, "%s K=%lld n=%d: exact nmse %.3g", wtypes[c].name, (long long)K, n, ex);
+					pair_free(&xr);
+				}
+				cr_log_info("matmul %s K=%lld n=%d nmse %.3g", wtypes[c].name, (long long)K, n, e);
+				pair_free(&x);
+				pair_free(&y);
+				pair_free(&b);
+			}
+			gpu->ops->tensor_free(gpu, &wg);
+			free_hw(&w);
+		}
+	}
+}
+
+/* Every GEMV variant the bench compares (the default is one of them), called through the
+ * launcher: f32 variants exactly against f32 activations, 8-bit ones exactly against the
+ * activations they round. */
+Test(cuda, every_gemv_variant_matches_cpu_reference)
+{
+	for (int c = 3; c < N_WTYPES; c++) {
+		if (!q8_kernels(&wtypes[c])) continue;
+		int64_t K = k_for(&wtypes[c], 1), N = 77;
+		hw w = make_w(&wtypes[c], N, K);
+		sg_btensor wc, wg;
+		bind_both(&w, &wc, &wg);
+		sg_cuw v;
+		cr_assert_eq(sg_cuda_weight_view(&wg, &v), SG_OK);
+		for (int n = 1; n <= 3; n += 2) {
+			pair x = pair_rand(K, n, 1, 1.0f), xr = requantized(&x), y = pair_new(SG_TYPE_F32, N, n, 1, 1);
+			pair q8 = pair_new(SG_TYPE_I32, (int64_t)(sg_cu_q8_bytes(n, K) / 4 + 1), 1, 1, 1);
+			for (int var = 1; var <= 7; var++) {
+				poison(&y);
+				cr_assert_eq(gpu->ops->sync(gpu), SG_OK);
+				cr_assert_eq(sg_cu_gemv(&v, x.g.data, n, y.g.data, N, NULL, var, q8.g.data, NULL), 0, "%s variant %d", wtypes[c].name, var);
+				cr_assert_eq(cudaDeviceSynchronize(), cudaSuccess);
+				cr_assert_eq(cpu->ops->matmul(cpu, &wc, var >= 3 ? &xr.c : &x.c, NULL, &y.c), SG_OK);
+				double e = pair_nmse(&y);
+				cr_expect(e < NMSE_F32 * 100, "%s n=%d variant %d: nmse %.3g", wtypes[c].name, n, var, e);
+			}
+			pair_free(&x), pair_free(&xr), pair_free(&y), pair_free(&q8);
+		}
+		gpu->ops->tensor_free(gpu, &wg);
+		free_hw(&w);
+	}
+}
+
+Test(cuda, embed_of_repacked_weights_equals_reference_dequantizer_and_zeroes_bad_ids)
+{
+	for (int c = 0; c < N_WTYPES; c++) {
+		int64_t K = k_for(&wtypes[c], 1), V = 11;
+		hw w = make_w(&wtypes[c], V, K);
+		sg_btensor wc, wg;
+		bind_both(&w, &wc, &wg);
+		int32_t idv[6] = {3, 0, 10, -1, 7, 11};
+		pair ids = pair_i32(6, 1, idv), out = pair_new(SG_TYPE_F32, K, 6, 1, 1);
+		poison(&out);
+		cr_assert_eq(gpu->ops->embed(gpu, &wg, &ids.g, &out.g), SG_OK, "%s", sg_last_error());
+		float *g = fetch(&out), *ref = calloc((size_t)K, sizeof(float));
+		size_t rb = wtypes[c].type == SG_TYPE_MLX_AFFINE ? (size_t)K / 8 * (size_t)wtypes[c].bits : sg_type_row_bytes(wtypes[c].type, K);
+		for (int t = 0; t < 6; t++) {
+			int32_t id = idv[t];
+			if (id >= 0 && id < V) {
+				if (wtypes[c].type == SG_TYPE_MLX_AFFINE) {
+					size_t sb = (size_t)(K / wtypes[c].group);
+					sg_mlx_dequantize_row_ref(&w.t.mlx, (const uint32_t *)(w.mem + rb * (size_t)id), w.sc + sb * (size_t)id,
+								  w.bi + sb * (size_t)id, ref, K);
+				} else {
+					sg_dequantize_ref(wtypes[c].type, w.mem + rb * (size_t)id, ref, K);
+				}
+			} else {
+				memset(ref, 0, sizeof(float) * (size_t)K);
+			}
+			double e = nmse(ref, g + t * K, K);
+			cr_expect(e < 1e-12, "%s id %d: nmse %.3g", wtypes[c].name, id, e);
+		}
+		free(g);
+		free(ref);
+		pair_free(&ids);
+		pair_free(&out);
+		gpu->ops->tensor_free(gpu, &wg);
+		free_hw(&w);
+	}
+}
+
+Test(cuda, moe_matmul_reads_selected_experts_and_zeroes_bad_ids)
+{
+	static const int tys[] = {2, 8, 10, 12};
+	for (int ci = 0; ci < 4; ci++) {
+		const wtype *wt = &wtypes[tys[ci]];
+		int64_t E = 6, N = 40, K = k_for(wt, 0), k = 2;
+		hw w = make_w(wt, E * N, K);
+		w.t.ne[1] = N;
+		w.t.ne[2] = E;
+		sg_btensor wc, wg;
+		bind_both(&w, &wc, &wg);
+		for (int n = 1; n <= 5; n += 4) {
+			for (int shared = 0; shared < 2; shared++) {
+				int32_t idv[10];
+				for (int i = 0; i < n * k; i++) idv[i] = (int32_t)((i * 5 + 1) % E);
+				if (n > 1) idv[3] = 99; /* out of range: zero row */
+				pair ids = pair_i32(k, n, idv), x = pair_rand(K, shared ? n : n * k, 1, 1.0f), y = pair_new(SG_TYPE_F32, N, n * k, 1, 1);
+				poison(&y);
+				pair xr = q8_path(wt) ? requantized(&x) : x;
+				cpu->ops->moe_matmul(cpu, &wc, &xr.c, &ids.c, &y.c);
+				if (q8_path(wt)) pair_free(&xr);
+				cr_assert_eq(gpu->ops->moe_matmul(gpu, &wg, &x.g, &ids.g, &y.g), SG_OK, "%s", sg_last_error());
+				double e = pair_nmse(&y);
+				cr_expect(e < NMSE_F32 * 100, "%s n=%d shared=%d: nmse %.3g", wt->name, n, shared, e);
+				pair_free(&ids);
+				pair_free(&x);
+				pair_free(&y);
+			}
+		}
+		gpu->ops->tensor_free(gpu, &wg);
+		free_hw(&w);
+	}
+}
+
+Test(cuda, unsupported_weight_types_fail_to_bind_with_their_name)
+{
+	uint8_t buf[84 * 4] = {0};
+	sg_btensor t = {.type = SG_TYPE_Q2_K, .ne = {256, 4, 1, 1}, .data = buf};
+	cr_assert_eq(gpu->ops->tensor_bind(gpu, &t), SG_ERR_UNSUPPORTED);
+	cr_expect(strstr(sg_last_error(), "Q2_K") != NULL, "%s", sg_last_error());
+	cr_expect(!sg_backend_supports(gpu, SG_STAGE_MATMUL, SG_TYPE_Q3_K));
+	cr_expect(sg_backend_supports(gpu, SG_STAGE_MATMUL, SG_TYPE_Q4_K));
+	uint16_t sb[8] = {0};
+	sg_btensor m = {.type = SG_TYPE_MLX_AFFINE, .ne = {64, 4, 1, 1}, .data = buf, .mlx = {3, 64, SG_TYPE_BF16}, .scales = sb, .biases = sb};
+	cr_assert_eq(gpu->ops->tensor_bind(gpu, &m), SG_ERR_UNSUPPORTED);
+	cr_expect(strstr(sg_last_error(), "3 bits") != NULL, "%s", sg_last_error());
+}
+
+Test(cuda, norms_match_cpu)
+{
+	static const int64_t Ds[] = {7, 640, 4096};
+	for (int i = 0; i < 3; i++) {
+		int64_t D = Ds[i], R = 5;
+		pair x = pair_rand(D, R, 1, 2.0f), w = pair_rand(D, 1, 1, 1.0f), b = pair_rand(D, 1, 1, 1.0f), y = pair_new(SG_TYPE_F32, D, R, 1, 1);
+		poison(&y);
+		cpu->ops->rmsnorm(cpu, &x.c, &w.c, 1e-6f, 1.0f, &y.c);
+		cr_assert_eq(gpu->ops->rmsnorm(gpu, &x.g, &w.g, 1e-6f, 1.0f, &y.g), SG_OK);
+		cr_expect(pair_nmse(&y) < NMSE_F32, "rmsnorm D=%lld", (long long)D);
+		poison(&y);
+		cpu->ops->rmsnorm(cpu, &x.c, NULL, 1e-5f, 0.0f, &y.c);
+		cr_assert_eq(gpu->ops->rmsnorm(gpu, &x.g, NULL, 1e-5f, 0.0f, &y.g), SG_OK);
+		cr_expect(pair_nmse(&y) < NMSE_F32, "rmsnorm no weight D=%lld", (long long)D);
+		poison(&y);
+		cpu->ops->layernorm(cpu, &x.c, &w.c, &b.c, 1e-5f, &y.c);
+		cr_assert_eq(gpu->ops->layernorm(gpu, &x.g, &w.g, &b.g, 1e-5f, &y.g), SG_OK);
+		cr_expect(pair_nmse(&y) < NMSE_F32, "layernorm D=%lld", (long long)D);
+		/* in place */
+		cpu->ops->rmsnorm(cpu, &x.c, &w.c, 1e-6f, 0.0f, &x.c);
+		cr_assert_eq(gpu->ops->rmsnorm(gpu, &x.g, &w.g, 1e-6f, 0.0f, &x.g), SG_OK);
+		cr_expect(pair_nmse(&x) < NMSE_F32, "rmsnorm in place D=%lld", (long long)D);
+		pair_free(&x), pair_free(&w), pair_free(&b), pair_free(&y);
+	}
+}
+
+static sg_rope_params rope_case(int i, int hd)
+{
+	sg_rope_params p = {0};
+	p.head_dim = hd;
+	p.n_rot = i == 2 ? hd / 2 : hd;
+	p.neox = i != 1;
+	p.theta = i == 4 ? 500000.0f : 10000.0f;
+	p.scaling = i == 3 ? SG_ROPE_SCALING_LINEAR : i == 4 ? SG_ROPE_SCALING_YARN : i == 5 ? SG_ROPE_SCALING_LLAMA3 : i == 6 ? SG_ROPE_SCALING_PROPORTIONAL : SG_ROPE_SCALING_NONE;
+	if (i == 6) p.n_rot = hd / 4;
+	p.factor = i >= 3 ? 4.0f : 0.0f;
+	p.orig_ctx = i >= 4 ? 4096 : 0;
+	if (i == 7) p.scaling = SG_ROPE_SCALING_DYNAMIC, p.orig_ctx = 2048; /* 4000 > 2048: the base grows */
+	return p;
+}
+
+Test(cuda, rope_every_scaling_and_layout_matches_cpu)
+{
+	int32_t posv[3] = {0, 17, 4000};
+	for (int i = 0; i < 8; i++) {
+		sg_rope_params p = rope_case(i, 64);
+		pair x = pair_rand(64 * 4, 3, 1, 1.0f), pos = pair_i32(3, 1, posv);
+		cpu->ops->rope(cpu, &x.c, &pos.c, &p);
+		cr_assert_eq(gpu->ops->rope(gpu, &x.g, &pos.g, &p), SG_OK, "%s", sg_last_error());
+		double e = pair_nmse(&x);
+		cr_expect(e < NMSE_F32, "rope case %d: nmse %.3g", i, e);
+		pair_free(&x), pair_free(&pos);
+	}
+}
+
+/* kv_store (or the fused attn_prep) then attention, on F32 and F16 caches. */
+static void attn_case(int n, int H, int Hkv, int hd, int ctx, int p0, sg_attn_params ap, sg_type ct, int fused)
+{
+	int32_t *posv = malloc(sizeof(int32_t) * (size_t)n);
+	for (int t = 0; t < n; t++) posv[t] = p0 + t;
+	pair pos = pair_i32(n, 1, posv);
+	pair kc = pair_new(ct, hd, Hkv, ctx, 1), vc = pair_new(ct, hd, Hkv, ctx, 1);
+	/* earlier positions: fill both caches with the same random history */
+	pair hk = pair_rand(hd * Hkv, ctx, 1, 1.0f), hv = pair_rand(hd * Hkv, ctx, 1, 1.0f);
+	int32_t *allp = malloc(sizeof(int32_t) * (size_t)ctx);
+	for (int i = 0; i < ctx; i++) allp[i] = i;
+	pair ap_pos = pair_i32(ctx, 1, allp);
+	cpu->ops->kv_store(cpu, &hk.c, &hv.c, &ap_pos.c, &kc.c, &vc.c);
+	cr_assert_eq(gpu->ops->kv_store(gpu, &hk.g, &hv.g, &ap_pos.g, &kc.g, &vc.g), SG_OK, "%s", sg_last_error());
+	cr_expect(pair_nmse(&kc) < NMSE_F32 && pair_nmse(&vc) < NMSE_F32, "kv_store %s", ct == SG_TYPE_F16 ? "f16" : "f32");
+	pair q = pair_rand(hd * H, n, 1, 1.0f), k = pair_rand(hd * Hkv, n, 1, 1.0f), v = pair_rand(hd * Hkv, n, 1, 1.0f);
+	sg_rope_params rp = rope_case(0, hd);
+	if (fused) {
+		sg_backend_attn_prep(cpu, &q.c, &k.c, &v.c, &pos.c, &rp, &kc.c, &vc.c);
+		cr_assert_eq(sg_backend_attn_prep(gpu, &q.g, &k.g, &v.g, &pos.g, &rp, &kc.g, &vc.g), SG_OK, "%s", sg_last_error());
+		cr_expect(pair_nmse(&q) < NMSE_F32 && pair_nmse(&k) < NMSE_F32, "attn_prep rotations");
+		cr_expect(pair_nmse(&kc) < NMSE_F32 && pair_nmse(&vc) < NMSE_F32, "attn_prep cache rows");
+	} else {
+		cpu->ops->kv_store(cpu, &k.c, &v.c, &pos.c, &kc.c, &vc.c);
+		cr_assert_eq(gpu->ops->kv_store(gpu, &k.g, &v.g, &pos.g, &kc.g, &vc.g), SG_OK);
+	}
+	pair out = pair_new(SG_TYPE_F32, hd * H, n, 1, 1);
+	poison(&out);
+	cr_assert_eq(cpu->ops->attention(cpu, &q.c, &kc.c, &vc.c, &pos.c, &ap, &out.c), SG_OK);
+	cr_assert_eq(gpu->ops->attention(gpu, &q.g, &kc.g, &vc.g, &pos.g, &ap, &out.g), SG_OK, "%s", sg_last_error());
+	double e = pair_nmse(&out);
+	cr_expect(e < NMSE_F32, "attention n=%d H=%d/%d hd=%d ctx=%d p0=%d window=%d cap=%g causal=%d %s: nmse %.3g", n, H, Hkv, hd, ctx, p0,
+		  ap.window, (double)ap.softcap, ap.causal, ct == SG_TYPE_F16 ? "f16" : "f32", e);
+	pair *all[] = {&pos, &kc, &vc, &hk, &hv, &ap_pos, &q, &k, &v, &out};
+	for (int i = 0; i < 10; i++) pair_free(all[i]);
+	free(posv);
+	free(allp);
+}
+
+Test(cuda, attention_decode_split_prefill_window_softcap_gqa_match_cpu)
+{
+	sg_attn_params causal = {0, 0, 0, 1}, win = {0, 0, 100, 1}, cap = {0.1f, 30.0f, 0, 1}, full = {0, 0, 0, 0};
+	attn_case(1, 8, 2, 128, 4096, 3000, causal, SG_TYPE_F32, 0);   /* decode, split over the length */
+	attn_case(1, 4, 1, 256, 2048, 2047, causal, SG_TYPE_F16, 1);   /* Gemma-like heads, f16 cache */
+	attn_case(7, 8, 8, 64, 512, 300, win, SG_TYPE_F32, 1);         /* prefill chunk, sliding window */
+	attn_case(5, 6, 3, 32, 64, 10, cap, SG_TYPE_F16, 0);           /* softcap, explicit scale */
+	attn_case(9, 4, 2, 64, 32, 0, full, SG_TYPE_F32, 0);           /* bidirectional (encoder) */
+	attn_case(600, 1, 1, 64, 1024, 0, causal, SG_TYPE_F32, 1);     /* many tokens: one block each */
+	sg_attn_params ring = {0, 0, 8, 1};
+	attn_case(4, 4, 2, 32, 12, 17, ring, SG_TYPE_F32, 0);          /* ring cache: window 8 in 12 rows */
+	attn_case(4, 4, 2, 32, 12, 30, ring, SG_TYPE_F16, 1);
+}
+
+Test(cuda, elementwise_softmax_route_combine_argmax_match_cpu)
+{
+	int64_t D = 1000, R = 3;
+	pair a = pair_rand(D, R, 1, 3.0f), b = pair_rand(D, R, 1, 1.0f), o = pair_new(SG_TYPE_F32, D, R, 1, 1);
+	for (int op = 0; op < 7; op++) {
+		poison(&o);
+		sg_status sc = SG_OK, sg = SG_OK;
+		switch (op) {
+		case 0: sc = cpu->ops->glu(cpu, &a.c, &b.c, SG_ACT_SILU, &o.c); sg = gpu->ops->glu(gpu, &a.g, &b.g, SG_ACT_SILU, &o.g); break;
+		case 1: sc = cpu->ops->glu(cpu, &a.c, &b.c, SG_ACT_GELU_TANH, &o.c); sg = gpu->ops->glu(gpu, &a.g, &b.g, SG_ACT_GELU_TANH, &o.g); break;
+		case 2: sc = cpu->ops->add(cpu, &a.c, &b.c, &o.c); sg = gpu->ops->add(gpu, &a.g, &b.g, &o.g); break;
+		case 3: sc = cpu->ops->scale(cpu, &a.c, 0.37f, &o.c); sg = gpu->ops->scale(gpu, &a.g, 0.37f, &o.g); break;
+		case 4: sc = cpu->ops->softcap(cpu, &a.c, 2.5f, &o.c); sg = gpu->ops->softcap(gpu, &a.g, 2.5f, &o.g); break;
+		case 5: sc = cpu->ops->softmax(cpu, &a.c, &o.c); sg = gpu->ops->softmax(gpu, &a.g, &o.g); break;
+		case 6: sc = cpu->ops->glu(cpu, &a.c, &b.c, SG_ACT_GELU, &o.c); sg = gpu->ops->glu(gpu, &a.g, &b.g, SG_ACT_GELU, &o.g); break;
+		}
+		cr_assert_eq(sc, SG_OK);
+		cr_assert_eq(sg, SG_OK, "op %d: %s", op, sg_last_error());
+		double e = pair_nmse(&o);
+		cr_expect(e < NMSE_F32, "elementwise op %d: nmse %.3g", op, e);
+	}
+	/* routing: softmax and sigmoid, normalised or not; a tie between experts 1 and 4 */
+	int64_t E = 64, n = 4;
+	for (int r = 0; r < 4; r++) {
+		int k = r < 2 ? 8 : 2;
+		pair lg = pair_rand(E, n, 1, 2.0f), ids = pair_new(SG_TYPE_I32, k, n, 1, 1), w = pair_new(SG_TYPE_F32, k, n, 1, 1);
+		((float *)lg.c.data)[1] = ((float *)lg.c.data)[4] = 9.0f;
+		pair_push(&lg);
+		sg_router ro = r & 1 ? SG_ROUTER_SIGMOID : SG_ROUTER_SOFTMAX;
+		cpu->ops->moe_route(cpu, &lg.c, ro, k, r < 2, &ids.c, &w.c);
+		cr_assert_eq(gpu->ops->moe_route(gpu, &lg.g, ro, k, r < 2, &ids.g, &w.g), SG_OK, "%s", sg_last_error());
+		int32_t gi[32];
+		cr_assert_eq(gpu->ops->read(gpu, &ids.g, 0, gi, sizeof(int32_t) * (size_t)(k * n)), SG_OK);
+		cr_expect(memcmp(gi, ids.c.data, sizeof(int32_t) * (size_t)(k * n)) == 0, "route %d: ids differ", r);
+		cr_expect(pair_nmse(&w) < NMSE_F32, "route %d weights", r);
+		/* combine */
+		pair y = pair_rand(D, n * k, 1, 1.0f), out = pair_new(SG_TYPE_F32, D, n, 1, 1);
+		poison(&out);
+		cpu->ops->moe_combine(cpu, &y.c, &w.c, &out.c);
+		cr_assert_eq(gpu->ops->moe_combine(gpu, &y.g, &w.g, &out.g), SG_OK);
+		cr_expect(pair_nmse(&out) < NMSE_F32, "combine %d", r);
+		pair_free(&lg), pair_free(&ids), pair_free(&w), pair_free(&y), pair_free(&out);
+	}
+	/* argmax: ties go to the lower index, NaN never wins, all -inf gives 0 */
+	int64_t V = 50000;
+	pair x = pair_rand(V, 3, 1, 1.0f), am = pair_new(SG_TYPE_I32, 3, 1, 1, 1);
+	float *xv = x.c.data;
+	xv[100] = xv[40000] = 50.0f;
+	xv[V + 7] = NAN;
+	xv[V + 9] = 60.0f;
+	for (int64_t i = 0; i < V; i++) xv[2 * V + i] = -INFINITY;
+	pair_push(&x);
+	cpu->ops->argmax(cpu, &x.c, &am.c);
+	cr_assert_eq(gpu->ops->argmax(gpu, &x.g, &am.g), SG_OK);
+	int32_t g3[3];
+	cr_assert_eq(gpu->ops->read(gpu, &am.g, 0, g3, sizeof(g3)), SG_OK);
+	int32_t *c3 = am.c.data;
+	cr_expect(g3[0] == 100 && c3[0] == 100, "argmax tie: gpu %d cpu %d", g3[0], c3[0]);
+	cr_expect(g3[1] == 9 && c3[1] == 9, "argmax NaN: gpu %d cpu %d", g3[1], c3[1]);
+	cr_expect(g3[2] == c3[2], "argmax -inf row: gpu %d cpu %d", g3[2], c3[2]);
+	pair_free(&x), pair_free(&am), pair_free(&a), pair_free(&b), pair_free(&o);
+}
+
+/* A small decode step recorded once and replayed with new device positions equals the per-op
+ * path bit for bit. */
+Test(cuda, graph_replay_equals_per_op_with_device_positions)
+{
+	const wtype *wt = &wtypes[8]; /* Q4_K */
+	int64_t D = 256, H = 4, hd = 64, ctx = 2048;
+	hw w = make_w(wt, H * hd, D);
+	sg_btensor wc, wg;
+	bind_both(&w, &wc, &wg);
+	pair x = pair_rand(D, 1, 1, 1.0f), q = pair_new(SG_TYPE_F32, H * hd, 1, 1, 1), k = pair_rand(hd, 1, 1, 1.0f), v = pair_rand(hd, 1, 1, 1.0f);
+	pair kc = pair_new(SG_TYPE_F16, hd, 1, ctx, 1), vc = pair_new(SG_TYPE_F16, hd, 1, ctx, 1), out = pair_new(SG_TYPE_F32, H * hd, 1, 1, 1);
+	pair am = pair_new(SG_TYPE_I32, 1, 1, 1, 1);
+	int32_t p = 0;
+	pair pos = pair_i32(1, 1, &p);
+	sg_rope_params rp = rope_case(0, (int)hd);
+	sg_attn_params ap = {0, 0, 0, 1};
+	float *ref[3];
+	int32_t refid[3];
+	/* per-op path */
+	for (int step = 0; step < 3; step++) {
+		int32_t pv = 100 * step + 5;
+		cr_assert_eq(gpu->ops->write(gpu, &pos.g, 0, &pv, 4), SG_OK);
+		pair_push(&k); /* attn_prep rotates k in place: every step starts from the same k */
+		cr_assert_eq(gpu->ops->matmul(gpu, &wg, &x.g, NULL, &q.g), SG_OK);
+		cr_assert_eq(sg_backend_attn_prep(gpu, &q.g, &k.g, &v.g, &pos.g, &rp, &kc.g, &vc.g), SG_OK);
+		cr_assert_eq(gpu->ops->attention(gpu, &q.g, &kc.g, &vc.g, &pos.g, &ap, &out.g), SG_OK);
+		cr_assert_eq(gpu->ops->argmax(gpu, &out.g, &am.g), SG_OK);
+		ref[step] = fetch(&out);
+		cr_assert_eq(gpu->ops->read(gpu, &am.g, 0, &refid[step], 4), SG_OK);
+	}
+	/* same steps from a clean cache, recorded once */
+	float *zeros = calloc((size_t)(hd * ctx), 2);
+	cr_assert_eq(gpu->ops->write(gpu, &kc.g, 0, zeros, (size_t)(hd * ctx) * 2), SG_OK);
+	cr_assert_eq(gpu->ops->write(gpu, &vc.g, 0, zeros, (size_t)(hd * ctx) * 2), SG_OK);
+	cr_assert_eq(sg_cuda_graph_begin(gpu), SG_OK, "%s", sg_last_error());
+	cr_assert_eq(gpu->ops->matmul(gpu, &wg, &x.g, NULL, &q.g), SG_OK);
+	cr_assert_eq(sg_backend_attn_prep(gpu, &q.g, &k.g, &v.g, &pos.g, &rp, &kc.g, &vc.g), SG_OK);
+	cr_assert_eq(gpu->ops->attention(gpu, &q.g, &kc.g, &vc.g, &pos.g, &ap, &out.g), SG_OK);
+	cr_assert_eq(gpu->ops->argmax(gpu, &out.g, &am.g), SG_OK);
+	cr_assert_eq(sg_cuda_graph_end(gpu), SG_OK, "%s", sg_last_error());
+	for (int step = 0; step < 3; step++) {
+		int32_t pv = 100 * step + 5, id = -1;
+		cr_assert_eq(gpu->ops->write(gpu, &pos.g, 0, &pv, 4), SG_OK);
+		pair_push(&k);
+		cr_assert_eq(sg_cuda_graph_replay(gpu), SG_OK, "%s", sg_last_error());
+		float *g = fetch(&out);
+		cr_expect(memcmp(g, ref[step], sizeof(float) * (size_t)(H * hd)) == 0, "step %d differs from the per-op path", step);
+		cr_assert_eq(gpu->ops->read(gpu, &am.g, 0, &id, 4), SG_OK);
+		cr_expect(id == refid[step], "step %d argmax %d vs %d", step, id, refid[step]);
+		free(g);
+		free(ref[step]);
+	}
+	free(zeros);
+	pair *all[] = {&x, &q, &k, &v, &kc, &vc, &out, &am, &pos};
+	for (int i = 0; i < 9; i++) pair_free(all[i]);
+	gpu->ops->tensor_free(gpu, &wg);
+	free_hw(&w);
+}
+
+/* ---- the decode graph of a session (forward.c) against the per-op path ---- */
+
+static const int32_t dprompt[] = {5, 17, 101, 33, 250, 9, 77};
+#define DSTEPS 12
+
+/* Prefill of the prompt, then DSTEPS greedy steps feeding back the argmax of each step's logits;
+ * every step's logits into lg [DSTEPS][V], the ids into ids. graphs: SARAGOSSA_CUDA_GRAPHS.
+ * Returns 1 if the session's decode ran from a recorded graph. */
+static int decode_run(const char *name, const char *graphs, int greedy, float *lg, int32_t *ids, int *V)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "tests/fixtures/%s", name);
+	setenv("SARAGOSSA_CUDA_GRAPHS", graphs, 1);
+	sg_flags_reload();
+	sg_model_params mp = sg_model_default_params();
+	mp.backend = "cuda";
+	sg_model *m = NULL;
+	if (sg_model_load(path, &mp, &m) != SG_OK) {
+		unsetenv("SARAGOSSA_CUDA_GRAPHS");
+		sg_flags_reload();
+		cr_skip_test("no usable GPU: %s", sg_last_error());
+	}
+	*V = sg_model_n_vocab(m);
+	sg_session_params sp = sg_session_default_params();
+	sp.n_ctx = 64;
+	sp.n_batch = 4; /* the prompt in chunks: the scratch grows before the first decode step */
+	sp.kv_type = SG_KV_F32;
+	sg_session *s = NULL;
+	cr_assert_eq(sg_session_new(m, &sp, &s), SG_OK, "%s", sg_last_error());
+	int n = (int)(sizeof(dprompt) / sizeof(dprompt[0]));
+	cr_assert_eq(sg_session_eval(s, dprompt, n, NULL), SG_OK, "%s", sg_last_error());
+	const float *l0 = sg_session_logits(s);
+	int32_t tok = 0;
+	for (int i = 1; i < *V; i++)
+		if (l0[i] > l0[tok]) tok = i;
+	for (int step = 0; step < DSTEPS; step++) {
+		float *row = lg + (size_t)step * (size_t)*V;
+		if (greedy) {
+			int32_t next = -1;
+			cr_assert_eq(sg_session_decode_greedy(s, tok, &next), SG_OK, "%s", sg_last_error());
+			cr_assert_null(sg_session_logits(s), "greedy decode read the logits back");
+			cr_assert_eq(sg_session_fetch_logits(s), SG_OK, "%s", sg_last_error());
+			memcpy(row, sg_session_logits(s), sizeof(float) * (size_t)*V);
+			tok = next;
+		} else {
+			cr_assert_eq(sg_session_eval(s, &tok, 1, NULL), SG_OK, "%s", sg_last_error());
+			memcpy(row, sg_session_logits(s), sizeof(float) * (size_t)*V);
+			tok = 0;
+			for (int i = 1; i < *V; i++)
+				if (row[i] > row[tok]) tok = i;
+		}
+		ids[step] = tok;
+	}
+	int used = s->fs.graph != NULL;
+	sg_session_free(s);
+	sg_model_free(m);
+	unsetenv("SARAGOSSA_CUDA_GRAPHS");
+	sg_flags_reload();
+	return used;
+}
+
+/* Graph replay (greedy: only the id read back; and full logits) gives bit-identical logits and
+ * tokens to the per-op path (same kernels, same order). */
+static void graph_matches_per_op(const char *name, int expect_graph)
+{
+	int V = 0;
+	size_t cap = (size_t)DSTEPS * 300000;
+	float *a = malloc(sizeof(float) * cap), *b = malloc(sizeof(float) * cap), *c = malloc(sizeof(float) * cap);
+	int32_t ia[DSTEPS], ib[DSTEPS], ic[DSTEPS];
+	cr_assert(a && b && c);
+	cr_assert_eq(decode_run(name, "0", 0, a, ia, &V), 0, "%s: a graph with SARAGOSSA_CUDA_GRAPHS=0", name);
+	cr_assert(V <= 300000);
+	cr_assert_eq(decode_run(name, "1", 1, b, ib, &V), expect_graph, "%s: graph used", name);
+	cr_assert_eq(decode_run(name, "1", 0, c, ic, &V), expect_graph, "%s: graph used", name);
+	size_t bytes = sizeof(float) * (size_t)DSTEPS * (size_t)V;
+	cr_expect(!memcmp(a, b, bytes), "%s: greedy graph logits differ from the per-op path", name);
+	cr_expect(!memcmp(a, c, bytes), "%s: graph logits differ from the per-op path", name);
+	for (int i = 0; i < DSTEPS; i++) {
+		cr_expect_eq(ia[i], ib[i], "%s: step %d greedy id %d vs %d", name, i, ib[i], ia[i]);
+		cr_expect_eq(ia[i], ic[i], "%s: step %d id %d vs %d", name, i, ic[i], ia[i]);
+	}
+	free(a);
+	free(b);
+	free(c);
+}
+
+Test(cuda_decode, graph_replay_is_bit_identical_qwen3) { graph_matches_per_op("qwen3", 1); }
+Test(cuda_decode, graph_replay_is_bit_identical_llama) { graph_matches_per_op("llama", 1); }
+Test(cuda_decode, graph_replay_is_bit_identical_mlx_q4) { graph_matches_per_op("qwen3_mlx_q4_g32", 1); }
+/* MoE stays per-op: the same results, no graph */
+Test(cuda_decode, moe_stays_per_op) { graph_matches_per_op("qwen3_moe", 0); }
+
+#else
+
+Test(cuda, skipped_without_cuda_in_the_build)
+{
+	cr_skip_test("CUDA is not built in (make CUDA=1)");
+}
+
+#endif
+
+/* ---- greedy decode on any backend (runs on the CPU in CI) ---- */
+
+/* sg_session_decode_greedy returns the argmax (lowest id on ties) of the logits sg_session_eval
+ * gives for the same token, and its fetched logits are those logits. */
+Test(decode_greedy, returns_the_argmax_of_the_step_logits_on_cpu)
+{
+	sg_model_params mp = sg_model_default_params();
+	mp.n_threads = 1;
+	sg_model *m = NULL;
+	cr_assert_eq(sg_model_load("tests/fixtures/qwen3", &mp, &m), SG_OK, "%s", sg_last_error());
+	sg_session_params sp = sg_session_default_params();
+	sp.n_ctx = 32;
+	sp.kv_type = SG_KV_F32;
+	sg_session *a = NULL, *b = NULL;
+	cr_assert_eq(sg_session_new(m, &sp, &a), SG_OK, "%s", sg_last_error());
+	cr_assert_eq(sg_session_new(m, &sp, &b), SG_OK, "%s", sg_last_error());
+	int V = sg_model_n_vocab(m);
+	const int32_t prompt[] = {5, 17, 101, 33};
+	cr_assert_eq(sg_session_eval(a, prompt, 4, NULL), SG_OK);
+	cr_assert_eq(sg_session_eval(b, prompt, 4, NULL), SG_OK);
+	cr_assert_eq(sg_session_fetch_logits(a), SG_OK); /* already on the host: no-op */
+	int32_t tok = 7;
+	for (int step = 0; step < 6; step++) {
+		int32_t next = -1;
+		cr_assert_eq(sg_session_decode_greedy(a, tok, &next), SG_OK, "%s", sg_last_error());
+		cr_assert_eq(sg_session_eval(b, &tok, 1, NULL), SG_OK, "%s", sg_last_error());
+		const float *lb = sg_session_logits(b);
+		int32_t best = 0;
+		for (int i = 1; i < V; i++)
+			if (lb[i] > lb[best]) best = i;
+		cr_expect_eq(next, best, "step %d: greedy %d, argmax of the logits %d", step, next, best);
+		cr_assert_null(sg_session_logits(a));
+		cr_assert_eq(sg_session_fetch_logits(a), SG_OK, "%s", sg_last_error());
+		cr_expect(!memcmp(sg_session_logits(a), lb, sizeof(float) * (size_t)V), "step %d: fetched logits differ", step);
+		tok = best;
+	}
+	cr_expect_eq(sg_session_position(a), 10);
+	cr_expect(!memcmp(sg_session_tokens(a), sg_session_tokens(b), sizeof(int32_t) * 10));
+	/* out-of-vocabulary token: refused, the session unchanged */
+	int32_t next;
+	cr_expect_eq(sg_session_decode_greedy(a, V, &next), SG_ERR_RANGE);
+	cr_expect_eq(sg_session_position(a), 10);
+	sg_session_free(a);
+	sg_session_free(b);
+	sg_model_free(m);
+}

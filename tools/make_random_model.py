@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""Random-weight MLX-quantized models with the layer shapes of real checkpoints, for speed runs.
+
+The weights are random (uniform codes, scales sized so activations stay of order one), so the
+output is meaningless, but every tensor has the shape, type and name of the real model's, so a
+decode step reads the same bytes as the real model per layer. Only a few layers are written, so
+the model fits a small machine.
+
+  qwen36  Qwen3.6-35B-A3B (qwen3_5_moe_text): hidden 2048, vocab 248320, gated delta net layers
+          (16 key heads / 32 value heads of dim 128, conv kernel 4) and gated full attention
+          (16 heads, 2 KV heads of dim 256, rotary 0.25), 256 experts of width 512 with top 8
+          and a shared expert of width 512. Default: 4 layers, 3 linear + 1 full.
+  gemma4  Gemma 4 26B-A4B text (gemma4_text): hidden 2816, vocab 262144 (tied), sliding layers
+          of 16 heads / 8 KV heads of dim 256 (window 1024), full layers of 16 heads / 2 KV heads
+          of dim 512 with k = v and proportional rope 0.25, dense MLP 2112 beside 128 experts
+          of width 704 with top 8. Default: 6 layers, 5 sliding + 1 full.
+
+  qwen3   Qwen3-8B (qwen3): hidden 4096, 36 layers, 32 heads / 8 KV heads of dim 128, MLP 12288,
+          vocab 151936 (untied). Default: all 36 layers. --bits 16 writes plain BF16 weights
+          (an unquantized Hugging Face checkpoint) instead of MLX affine codes.
+
+Usage: make_random_model.py qwen36|gemma4|qwen3 [--layers N] [--bits 4] [--group 64] [--out DIR]
+The folder (config.json + model.safetensors) goes to DIR, by default
+$SARAGOSSA_CACHE_DIR or ~/.cache/saragossa, under random/<name>. Never commit it.
+"""
+import argparse
+import json
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+
+BF16 = "BF16"
+
+
+class Writer:
+    """Streams a safetensors file: tensors are described first, their bytes produced on write."""
+
+    def __init__(self):
+        self.items = []  # (name, dtype, shape, nbytes, make)
+
+    def add(self, name, dtype, shape, make):
+        size = {"BF16": 2, "U32": 4, "F32": 4}[dtype]
+        self.items.append((name, dtype, list(shape), int(np.prod(shape)) * size, make))
+
+    def write(self, path):
+        header, off = {}, 0
+        for name, dtype, shape, nbytes, _ in self.items:
+            header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + nbytes]}
+            off += nbytes
+        header["__metadata__"] = {"format": "mlx", "generator": "tools/make_random_model.py"}
+        hb = json.dumps(header).encode()
+        hb += b" " * (-len(hb) % 8)
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(hb)))
+            f.write(hb)
+            for name, _, _, nbytes, make in self.items:
+                data = make()
+                assert data.nbytes == nbytes, name
+                f.write(data.tobytes())
+        return off
+
+
+def bf16(x):
+    """float32 array -> bf16 bits (round to nearest even) as uint16."""
+    b = np.asarray(x, dtype=np.float32).view(np.uint32)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+class Model:
+    def __init__(self, bits, group, seed):
+        self.w = Writer()
+        self.bits, self.group = bits, group
+        self.rng = np.random.default_rng(seed)
+
+    def quant(self, name, *shape):
+        """An MLX affine weight [..., N, K]: packed codes, bf16 scales and biases (bits 16: BF16)."""
+        *outer, k = shape
+        if self.bits == 16:
+            self.fast_bf16(f"{name}.weight", shape, 1.0 / np.sqrt(k))
+            return
+        assert k % self.group == 0 and (k * self.bits) % 32 == 0, (name, shape)
+        rng, bits, group = self.rng, self.bits, self.group
+        words = k * bits // 32
+        self.w.add(f"{name}.weight", "U32", (*outer, words),
+                   lambda: np.frombuffer(rng.bytes(int(np.prod(outer)) * words * 4), dtype=np.uint32).reshape(*outer, words))
+        # codes uniform in [0, 2^bits): w = s * (c - mid) has std ~ s * 2^bits / sqrt(12);
+        # s makes a row's dot with a unit-variance input of order one
+        levels = 2 ** bits
+        s = 1.0 / (levels / np.sqrt(12.0) * np.sqrt(k))
+        ng = k // group
+        self.w.add(f"{name}.scales", BF16, (*outer, ng), lambda: np.full((*outer, ng), bf16(s), dtype=np.uint16))
+        self.w.add(f"{name}.biases", BF16, (*outer, ng),
+                   lambda: np.full((*outer, ng), bf16(-s * (levels - 1) / 2), dtype=np.uint16))
+
+    def vec(self, name, n, value=None, scale=0.1):
+        rng = self.rng
+        if value is None:
+            self.w.add(name, BF16, (n,), lambda: bf16(rng.standard_normal(n).astype(np.float32) * scale))
+        else:
+            self.w.add(name, BF16, (n,), lambda: np.full(n, bf16(value), dtype=np.uint16))
+
+    def fast_bf16(self, name, shape, scale):
+        """Random BF16 of magnitude ~scale from random bits (random sign and mantissa, exponent of
+        scale or half of it): gigabytes in seconds, where normal samples take minutes."""
+        rng, n = self.rng, int(np.prod(shape))
+        e = int(np.floor(np.log2(scale))) + 127
+
+        def make():
+            b = np.frombuffer(rng.bytes(2 * n), dtype=np.uint16)
+            exp = (e - (b >> 14 & 1)).astype(np.uint16) << 7  # bit 14 picks one of two exponents
+            return ((b & 0x807F) | exp).reshape(shape)
+
+        self.w.add(name, BF16, shape, make)
+
+    def raw(self, name, shape, scale):
+        rng = self.rng
+        self.w.add(name, BF16, shape, lambda: bf16(rng.standard_normal(shape).astype(np.float32) * scale))
+
+
+def qwen36(layers, bits, group, seed):
+    D, V, E, F, Fs, k = 2048, 248320, 256, 512, 512, 8
+    Hk, Hv, dk, dv, K = 16, 32, 128, 128, 4
+    H, Hkv, hd = 16, 2, 256
+    kinds = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)]
+    if "full_attention" not in kinds:
+        kinds[-1] = "full_attention"
+    cfg = {
+        "architectures": ["Qwen3_5MoeForCausalLM"], "model_type": "qwen3_5_moe_text",
+        "hidden_size": D, "vocab_size": V, "num_hidden_layers": layers, "layer_types": kinds,
+        "num_attention_heads": H, "num_key_value_heads": Hkv, "head_dim": hd, "attn_output_gate": True,
+        "linear_num_key_heads": Hk, "linear_num_value_heads": Hv, "linear_key_head_dim": dk,
+        "linear_value_head_dim": dv, "linear_conv_kernel_dim": K,
+        "num_experts": E, "num_experts_per_tok": k, "moe_intermediate_size": F,
+        "shared_expert_intermediate_size": Fs, "norm_topk_prob": True, "hidden_act": "silu",
+        "rms_norm_eps": 1e-6, "max_position_embeddings": 262144, "tie_word_embeddings": False,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+        "bos_token_id": None, "eos_token_id": 248046,
+        "quantization": {"group_size": group, "bits": bits},
+    }
+    m = Model(bits, group, seed)
+    m.quant("model.embed_tokens", V, D)
+    C, Vd = 2 * Hk * dk + Hv * dv, Hv * dv
+    for i, kind in enumerate(kinds):
+        p = f"model.layers.{i}"
+        m.vec(f"{p}.input_layernorm.weight", D, 0.0)
+        m.vec(f"{p}.post_attention_layernorm.weight", D, 0.0)
+        if kind == "linear_attention":
+            a = f"{p}.linear_attn"
+            m.quant(f"{a}.in_proj_qkv", C, D)
+            m.quant(f"{a}.in_proj_z", Vd, D)
+            m.quant(f"{a}.in_proj_b", Hv, D)
+            m.quant(f"{a}.in_proj_a", Hv, D)
+            m.raw(f"{a}.conv1d.weight", (C, K, 1), 0.5)
+            m.vec(f"{a}.A_log", Hv, np.log(4.0))
+            m.vec(f"{a}.dt_bias", Hv, 1.0)
+            m.vec(f"{a}.norm.weight", dv, 1.0)
+            m.quant(f"{a}.out_proj", D, Vd)
+        else:
+            a = f"{p}.self_attn"
+            m.quant(f"{a}.q_proj", 2 * H * hd, D)
+            m.quant(f"{a}.k_proj", Hkv * hd, D)
+            m.quant(f"{a}.v_proj", Hkv * hd, D)
+            m.quant(f"{a}.o_proj", D, H * hd)
+            m.vec(f"{a}.q_norm.weight", hd, 0.0)
+            m.vec(f"{a}.k_norm.weight", hd, 0.0)
+        mlp = f"{p}.mlp"
+        m.quant(f"{mlp}.gate", E, D)
+        m.quant(f"{mlp}.switch_mlp.gate_proj", E, F, D)
+        m.quant(f"{mlp}.switch_mlp.up_proj", E, F, D)
+        m.quant(f"{mlp}.switch_mlp.down_proj", E, D, F)
+        m.quant(f"{mlp}.shared_expert.gate_proj", Fs, D)
+        m.quant(f"{mlp}.shared_expert.up_proj", Fs, D)
+        m.quant(f"{mlp}.shared_expert.down_proj", D, Fs)
+        m.quant(f"{mlp}.shared_expert_gate", 1, D)
+    m.vec("model.norm.weight", D, 0.0)
+    m.quant("lm_head", V, D)
+    return "qwen36-35b-a3b-random-%dl-u%dg%d" % (layers, bits, group), cfg, m
+
+
+def gemma4(layers, bits, group, seed):
+    D, V, Fd, E, F, k = 2816, 262144, 2112, 128, 704, 8
+    H, Hkv, hd, Hg, hdg = 16, 8, 256, 2, 512
+    kinds = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(layers)]
+    kinds[-1] = "full_attention"
+    cfg = {
+        "architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text",
+        "hidden_size": D, "vocab_size": V, "num_hidden_layers": layers, "layer_types": kinds,
+        "intermediate_size": Fd, "num_attention_heads": H, "num_key_value_heads": Hkv, "head_dim": hd,
+        "global_head_dim": hdg, "num_global_key_value_heads": Hg, "attention_k_eq_v": True,
+        "enable_moe_block": True, "num_experts": E, "top_k_experts": k, "moe_intermediate_size": F,
+        "hidden_size_per_layer_input": 0, "num_kv_shared_layers": 0, "use_double_wide_mlp": False,
+        "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6, "sliding_window": 1024,
+        "max_position_embeddings": 262144, "final_logit_softcapping": 30.0, "tie_word_embeddings": True,
+        "rope_parameters": {
+            "full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1000000.0, "rope_type": "proportional"},
+            "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"},
+        },
+        "bos_token_id": 2, "eos_token_id": 1,
+        "quantization": {"group_size": group, "bits": bits},
+    }
+    m = Model(bits, group, seed)
+    m.quant("model.embed_tokens", V, D)
+    for i, kind in enumerate(kinds):
+        p = f"model.layers.{i}"
+        full = kind == "full_attention"
+        h, kv = (hdg, Hg) if full else (hd, Hkv)
+        for n in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                  "post_feedforward_layernorm", "pre_feedforward_layernorm_2", "post_feedforward_layernorm_1",
+                  "post_feedforward_layernorm_2"):
+            m.vec(f"{p}.{n}.weight", D, 1.0)
+        a = f"{p}.self_attn"
+        m.quant(f"{a}.q_proj", H * h, D)
+        m.quant(f"{a}.k_proj", kv * h, D)
+        if not full:
+            m.quant(f"{a}.v_proj", kv * h, D)
+        m.quant(f"{a}.o_proj", D, H * h)
+        m.vec(f"{a}.q_norm.weight", h, 1.0)
+        m.vec(f"{a}.k_norm.weight", h, 1.0)
+        m.quant(f"{p}.mlp.gate_proj", Fd, D)
+        m.quant(f"{p}.mlp.up_proj", Fd, D)
+        m.quant(f"{p}.mlp.down_proj", D, Fd)
+        m.quant(f"{p}.router.proj", E, D)
+        m.vec(f"{p}.router.scale", D, 1.0)
+        m.vec(f"{p}.router.per_expert_scale", E, 1.0)
+        m.quant(f"{p}.experts.gate_up_proj", E, 2 * F, D)
+        m.quant(f"{p}.experts.down_proj", E, D, F)
+        m.vec(f"{p}.layer_scalar", 1, 1.0)
+    m.vec("model.norm.weight", D, 1.0)
+    return "gemma4-26b-a4b-random-%dl-u%dg%d" % (layers, bits, group), cfg, m
+
+
+def qwen3(layers, bits, group, seed):
+    D, V, F, H, Hkv, hd = 4096, 151936, 12288, 32, 8, 128
+    cfg = {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+        "hidden_size": D, "vocab_size": V, "num_hidden_layers": layers, "intermediate_size": F,
+        "num_attention_heads": H, "num_key_value_heads": Hkv, "head_dim": hd, "hidden_act": "silu",
+        "rms_norm_eps": 1e-6, "max_position_embeddings": 40960, "rope_theta": 1000000.0,
+        "tie_word_embeddings": False, "attention_bias": False, "torch_dtype": "bfloat16",
+        "bos_token_id": 151643, "eos_token_id": 151645,
+    }
+    if bits != 16:
+        cfg["quantization"] = {"group_size": group, "bits": bits}
+    m = Model(bits, group, seed)
+    m.quant("model.embed_tokens", V, D)
+    for i in range(layers):
+        p = f"model.layers.{i}"
+        m.vec(f"{p}.input_layernorm.weight", D, 1.0)
+        m.vec(f"{p}.post_attention_layernorm.weight", D, 1.0)
+        a = f"{p}.self_attn"
+        m.quant(f"{a}.q_proj", H * hd, D)
+        m.quant(f"{a}.k_proj", Hkv * hd, D)
+        m.quant(f"{a}.v_proj", Hkv * hd, D)
+        m.quant(f"{a}.o_proj", D, H * hd)
+        m.vec(f"{a}.q_norm.weight", hd, 1.0)
+        m.vec(f"{a}.k_norm.weight", hd, 1.0)
+        m.quant(f"{p}.mlp.gate_proj", F, D)
+        m.quant(f"{p}.mlp.up_proj", F, D)
+        m.quant(f"{p}.mlp.down_proj", D, F)
+    m.vec("model.norm.weight", D, 1.0)
+    m.quant("lm_head", V, D)
+    kind = "bf16" if bits == 16 else "u%dg%d" % (bits, group)
+    return "qwen3-8b-random-%dl-%s" % (layers, kind), cfg, m
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("arch", choices=["qwen36", "gemma4", "qwen3"])
+    ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--bits", type=int, default=4)
+    ap.add_argument("--group", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    layers = a.layers or {"qwen36": 4, "gemma4": 6, "qwen3": 36}[a.arch]
+    name, cfg, m = {"qwen36": qwen36, "gemma4": gemma4, "qwen3": qwen3}[a.arch](layers, a.bits, a.group, a.seed)
+    root = Path(a.out) if a.out else Path(os.environ.get("SARAGOSSA_CACHE_DIR") or Path.home() / ".cache" / "saragossa") / "random"
+    d = root / name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(cfg, indent=1))
+    n = m.w.write(d / "model.safetensors")
+    print(f"{d}  ({n / 1e9:.2f} GB of tensors)")
+
+
+if __name__ == "__main__":
+    main()
