@@ -19,7 +19,7 @@ args=(--threads "${BENCH_THREADS:-2}" --markdown "$BUILD/bench/cpu_kernels.md")
 
 # Replace the CPU kernels section of bench/RESULTS.md (create the file if needed).
 python3 - "$BUILD/bench/cpu_kernels.md" <<'PY'
-import sys, datetime, pathlib
+import sys, datetime, pathlib, os
 table = pathlib.Path(sys.argv[1]).read_text()
 res = pathlib.Path("bench/RESULTS.md")
 begin, end = "<!-- cpu-kernels:begin -->", "<!-- cpu-kernels:end -->"
@@ -27,7 +27,13 @@ section = (f"{begin}\n## CPU kernels\n\nMeasured by `make bench` (bench/kernels/
            f"{datetime.date.today().isoformat()}. Decode matvec: GB/s of weights (and MLX scales/biases) read "
            "per second; *cold* cycles through copies of the matrix filling more than the last-level cache, "
            "so weights come from DRAM; *hot* repeats one copy (resident in the cache when it fits). GEMM: "
-           "128 tokens. Each figure is the best of a few rounds.\n\n"
+           "128 tokens, GFLOP/s per CPU time, with the blocked GEMM kernels and with them switched off "
+           "(`SARAGOSSA_CPU_GEMM=0`: the one-token kernel per token, the path before the GEMM). Each "
+           "figure is the best of a few rounds. Types with GEMM kernels: Q8_0, Q4_0, Q5_0, Q4_K, Q6_K, "
+           "MLX 4-bit (8-bit activations; AVX-512: 8 rows packed into dword lanes, one VNNI dot per "
+           "4 elements x 8 rows x token) and F32, F16, BF16; the others loop the one-token kernel "
+           "either way. Load average while measuring (1/5/15 min): "
+           f"{' / '.join(open('/proc/loadavg').read().split()[:3])} on {os.cpu_count()} cores.\n\n"
            "Reading it: on a machine whose two cores are shared with other work, wall-clock rates (the "
            "first two columns) measure the other work as much as the kernels. The *(cpu)* columns divide "
            "by the CPU time the bench's own threads got (getrusage), for the kernels and for the "

@@ -20,6 +20,8 @@ static const sg_flag table[] = {
 	 "CPU kernel set: auto (best the CPU has), avx512, avx2, neon or scalar (reference kernels only)"},
 	{"SARAGOSSA_CPU_INT8_DOT", SG_FLAG_BOOL, "1",
 	 "CPU: quantized weights take 8-bit activations and integer dot products (0: f32 reference kernels)"},
+	{"SARAGOSSA_CPU_GEMM", SG_FLAG_BOOL, "1",
+	 "CPU: many-token matmuls (prefill) run the blocked GEMM kernels (0: the one-token kernel per token)"},
 	{"SARAGOSSA_CPU_ATTN_SPLIT_KV", SG_FLAG_BOOL, "1",
 	 "CPU: attention with few heads also splits the kv length across threads (0: heads only)"},
 	{"SARAGOSSA_CPU_GDN_CHUNK", SG_FLAG_BOOL, "1",

@@ -50,7 +50,14 @@ def test_gemma3_270m_greedy_continuation_is_pinned(sg, gemma_gguf, prompt, golde
 
 
 def test_gemma3_270m_token_by_token_prefill_gives_the_same_continuation(sg, gemma_gguf):
+    # Only the 11 tokens before the France prompt's second near-tie: at index 11 the candidates
+    # ' largest' (7488, llama.cpp's and the one-chunk prefill's choice) and ' capital' (5279) are
+    # within 0.031 logit on every path (f32 activations: 7488 by 0.014; 8-bit activations,
+    # one-chunk GEMM prefill: 7488 by 0.031; token by token: 5279 by 0.015). With 8-bit
+    # activations a float-rounding change anywhere (summation order) moves the logits by as much
+    # as the activation quantization itself, so a tie that close is not a property of the path.
     prompt, golden = GOLDEN[3]
+    golden = golden[:11]
     r = sg("eval", "--model", str(gemma_gguf), "--tokens", ",".join(map(str, prompt)), "--chunk", "1",
            "--greedy", str(len(golden)), timeout=300)
     assert r.returncode == 0, r.stderr

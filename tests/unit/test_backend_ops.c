@@ -286,6 +286,53 @@ Test(backend_ops, matmul_every_type_on_every_simd_set_matches_scalar_reference)
 	sg_backend_free(ref);
 }
 
+/*
+ * The many-token GEMM kernels against the same set with the GEMM switched off (the one-token
+ * kernel looped over tokens): the same 8-bit activations and the same integer dots, so only the
+ * float summation order differs (threshold NMSE_F32 x 100, as above). Shapes: odd row counts
+ * (tails of the row tile), token counts that are not multiples of the token tile and pass the
+ * token chunk, and K past the GEMM's K chunk (partial sums added over chunks), with a bias.
+ */
+Test(backend_ops, gemm_equals_per_token_loop_up_to_summation_order)
+{
+	wcase cases[64];
+	int nc = n_wcases(cases), checked = 0;
+	for (int s = 0; s < N_SETS; s++) {
+		sg_backend *be = make_be(simd_sets[s], 2), *lp = make_be(simd_sets[s], 2);
+		if (!be) continue;
+		const sg_cpu_kernels *k = ((sg_cpu_backend *)be)->k;
+		((sg_cpu_backend *)lp)->gemm = 0;
+		for (int c = 0; c < nc; c++) {
+			if (!k->mm[cases[c].kt]) continue;
+			int blk = cases[c].group ? cases[c].group : sg_cpu_kt_info(cases[c].kt)->block;
+			for (int v = 0; v < 3; v++) {
+				int64_t N = v == 0 ? 5 : v == 1 ? 37 : 19, ntok = v == 0 ? 2 : v == 1 ? 7 : 70;
+				int64_t K = v == 2 ? (blk == 1 ? 2061 : 2304) : k_for(&cases[c], v);
+				wmat w = make_w(be, cases[c].kt, N, K, cases[c].group, cases[c].sb_bf16);
+				sg_btensor x = f32_tensor(be, K, ntok, 1), b = f32_tensor(be, N, 1, 1);
+				sg_btensor y0 = f32_tensor(be, N, ntok, 1), y1 = f32_tensor(be, N, ntok, 1);
+				fill(&x, 1.0f);
+				fill(&b, 1.0f);
+				cr_assert_eq(be->ops->matmul(be, &w.t, &x, &b, &y1), SG_OK);
+				cr_assert_eq(lp->ops->matmul(lp, &w.t, &x, &b, &y0), SG_OK);
+				double e = nmse(y0.data, y1.data, N * ntok);
+				cr_expect(e < NMSE_F32 * 100, "%s %s g%d K=%lld N=%lld n=%lld: gemm vs loop nmse %.3g", simd_sets[s],
+					  sg_cpu_kt_info(cases[c].kt)->name, cases[c].group, (long long)K, (long long)N, (long long)ntok, e);
+				checked++;
+				sg_btensor *all[] = {&x, &b, &y0, &y1};
+				for (int i = 0; i < 4; i++) be->ops->tensor_free(be, all[i]);
+				free_w(&w);
+			}
+		}
+		sg_backend_free(be);
+		sg_backend_free(lp);
+	}
+	/* every x86 set has GEMM kernels for the types real models use */
+#if defined(__x86_64__)
+	cr_expect(checked > 0, "no GEMM kernel was exercised");
+#endif
+}
+
 Test(backend_ops, scalar_matmul_equals_dequantized_dot_in_double)
 {
 	/* the reference matvec against an explicit dequantize-then-dot here, for every type */
@@ -807,6 +854,60 @@ Test(backend_ops, elementwise_softmax_glu_match_formula)
 	free(want);
 	b0->ops->tensor_free(b0, &a);
 	b0->ops->tensor_free(b0, &b);
+	free_sets(&s);
+}
+
+/*
+ * The vectorised tanh (softcap) and the gated activations (GELU-tanh, SiLU) of every set, element
+ * by element against double precision: relative error within 2e-6 (the polynomial and exp
+ * approximations are ~3e-7; float rounding of the argument adds a few ulp). Dense over [-9, 9],
+ * plus tiny and large magnitudes (where the result is e^z-small, the bound grows with |z|, the
+ * condition of e^z in float), at a length that leaves a scalar tail. GELU's reference is
+ * g / (1 + e^(-2u)), equal to 0.5 g (1 + tanh(u)) but free of its cancellation for negative u (in
+ * double as in float); the scalar set computes the cancelling form with libm, so it is held to an
+ * absolute bound instead.
+ */
+Test(backend_ops, vector_tanh_gelu_silu_are_accurate_to_2e6_relative)
+{
+	beset s = all_sets();
+	sg_backend *b0 = s.be[0];
+	int64_t n = 18003;
+	sg_btensor a = f32_tensor(b0, n, 1, 1), one = f32_tensor(b0, n, 1, 1), y = f32_tensor(b0, n, 1, 1);
+	float *ap = a.data;
+	for (int64_t i = 0; i < n; i++) {
+		ap[i] = -9.0f + 18.0f * (float)i / (float)(n - 1);
+		((float *)one.data)[i] = 1.0f;
+	}
+	const float extra[] = {0, 1e-7f, -3e-5f, 0.01f, -0.5499f, 0.55f, 0.5501f, 30.0f, -60.0f, 100.0f};
+	for (int i = 0; i < 10; i++) ap[i * 7] = extra[i];
+	for (int i = 0; i < s.n; i++) {
+		sg_backend *be = s.be[i];
+		for (int op = 0; op < 3; op++) {
+			sg_status st = op == 0 ? be->ops->softcap(be, &a, 1.0f, &y)
+				       : op == 1 ? be->ops->glu(be, &a, &one, SG_ACT_GELU_TANH, &y)
+						 : be->ops->glu(be, &a, &one, SG_ACT_SILU, &y);
+			cr_assert_eq(st, SG_OK);
+			double worst = 0;
+			int64_t at = 0;
+			for (int64_t k = 0; k < n; k++) {
+				double g = ap[k], want = op == 0 ? tanh(g)
+							: op == 1 ? g / (1 + exp(-2 * sqrt(2 / M_PI) * (g + 0.044715 * g * g * g)))
+								  : g / (1 + exp(-g));
+				if (fabs(want) < 1e-30) continue;
+				double err = fabs(((float *)y.data)[k] - want);
+				/* e^z in float is only as exact as z: its rounding (a few ulp of |z|) adds
+				 * |z| x 2.5e-7 of relative error where the result is e^z-small */
+				double z = op == 1 ? 2 * sqrt(2 / M_PI) * fabs(g + 0.044715 * g * g * g) : op == 2 ? fabs(g) : 0;
+				double rel = (i == 0 ? err / (1 + fabs(g)) : err / fabs(want)) / (1 + z * 0.125);
+				if (rel > worst) worst = rel, at = k;
+			}
+			cr_expect(worst < 2e-6, "set %d op %d: relative error %.3g at x = %g", i, op, worst, (double)ap[at]);
+			cr_log_info("set %d op %d: worst relative error %.3g at x = %g", i, op, worst, (double)ap[at]);
+		}
+	}
+	b0->ops->tensor_free(b0, &a);
+	b0->ops->tensor_free(b0, &one);
+	b0->ops->tensor_free(b0, &y);
 	free_sets(&s);
 }
 

@@ -84,6 +84,11 @@ static const sg_cpu_kernels kset_neon = {
 	.quantize_x = sg_cpu_quantize_x_ref,
 	.dot_f32 = dot_f32_neon,
 	.axpy_f32 = axpy_f32_neon,
+	.glu = sg_cpu_glu_ref,
+	.softcap = sg_cpu_softcap_ref,
+	.expsum = sg_cpu_expsum_ref,
+	.wsum_f32 = sg_cpu_wsum_f32_ref,
+	.dots_f32 = sg_cpu_dots_f32_ref,
 };
 
 const sg_cpu_kernels *sg_cpu_kernels_neon(void) { return &kset_neon; }

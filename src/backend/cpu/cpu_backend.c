@@ -6,6 +6,7 @@
 #include "backend/cpu/cpu_internal.h"
 
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -167,6 +168,8 @@ typedef struct mm_job {
 	sg_cpu_backend *cb;
 	sg_wview w;
 	sg_mv_fn mv;
+	sg_mm_fn mm; /* many tokens: the GEMM kernel, or NULL to loop mv over tokens */
+	_Atomic int64_t next; /* GEMM: the next chunk of rows to hand out */
 	int q8, xoff;
 	sg_xlayout xl;
 	const float *x; /* [nx][K] */
@@ -218,6 +221,29 @@ static void row_range(int64_t N, int ith, int nth, int64_t *r0, int64_t *r1)
 
 #define ROW_TILE 16 /* weight rows kept hot (L1/L2) while every token of a tile passes */
 #define TOK_TILE 32 /* tokens per pass: their activations stay in L2 */
+/* GEMM blocking: a chunk of K (a multiple of every block size) times a chunk of tokens keeps the
+ * activations the kernel sweeps for every row tile in L2 (64 tokens x 1024 elements of 8-bit
+ * blocks = 128 KiB), while a row tile's weights of that chunk stay in L1 across the tokens. */
+#define GEMM_KC 1024
+#define GEMM_TC 64
+/* GEMM rows are handed out in chunks from a shared counter instead of fixed halves: on cores
+ * shared with other work a thread the scheduler holds back takes fewer chunks, instead of the
+ * other waiting for it. Each row is still computed whole by one thread, in one order, so the
+ * result does not depend on the thread count. A multiple of 16: no two threads write one line. */
+#define GEMM_RCH 64
+
+static void mm_gemm(mm_job *j, int64_t r0, int64_t r1)
+{
+	const uint8_t *xb = j->q8 ? j->xq_mem : (const uint8_t *)j->x;
+	size_t xs = j->q8 ? j->xq_stride : (size_t)j->K * sizeof(float);
+	for (int64_t k0 = 0; k0 < j->K; k0 += GEMM_KC) {
+		int64_t k1 = k0 + GEMM_KC < j->K ? k0 + GEMM_KC : j->K;
+		for (int64_t t0 = 0; t0 < j->nx; t0 += GEMM_TC) {
+			int64_t t1 = t0 + GEMM_TC < j->nx ? t0 + GEMM_TC : j->nx;
+			j->mm(&j->w, r0, r1, xb, xs, t0, t1, j->y, j->N, k0, k1);
+		}
+	}
+}
 
 static void mm_task(void *ctx, int ith, int nth)
 {
@@ -241,6 +267,16 @@ static void mm_task(void *ctx, int ith, int nth)
 			xa = &tmp;
 		}
 		j->mv(&j->w, r0, r1, xa, j->y + r0);
+	} else if (j->mm) {
+		int64_t nch = (j->N + GEMM_RCH - 1) / GEMM_RCH;
+		for (int64_t c; (c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < nch;) {
+			int64_t a = c * GEMM_RCH, b = a + GEMM_RCH < j->N ? a + GEMM_RCH : j->N;
+			mm_gemm(j, a, b);
+			if (j->bias)
+				for (int64_t t = 0; t < j->nx; t++)
+					for (int64_t r = a; r < b; r++) j->y[t * j->N + r] += j->bias[r];
+		}
+		return;
 	} else {
 		for (int64_t t0 = 0; t0 < j->nx; t0 += TOK_TILE) {
 			int64_t t1 = t0 + TOK_TILE < j->nx ? t0 + TOK_TILE : j->nx;
@@ -313,6 +349,13 @@ static sg_status cpu_matmul(sg_backend *be, const sg_btensor *w, const sg_btenso
 		j.bias = bias->data;
 	}
 	j.y = y->data;
+	/* many tokens: the GEMM kernel when the set has one (8-bit types only with 8-bit activations) */
+	sg_kt kt = j.w.kt;
+	if (j.nx > 1 && cb->gemm && cb->k->mm[kt] && (j.q8 || kt == SG_KT_F32 || kt == SG_KT_F16 || kt == SG_KT_BF16)) {
+		j.mm = cb->k->mm[kt];
+		j.xoff = cb->k->mm_xoff[kt];
+		atomic_init(&j.next, 0);
+	}
 	if ((st = mm_scratch(&j, 0))) return st;
 	sg_threadpool_run(cb->pool, mm_task, &j);
 	return SG_OK;
@@ -524,6 +567,7 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
 	cb->k = k;
 	cb->int8_dot = sg_flag_bool("SARAGOSSA_CPU_INT8_DOT");
 	cb->attn_split_kv = sg_flag_bool("SARAGOSSA_CPU_ATTN_SPLIT_KV");
+	cb->gemm = sg_flag_bool("SARAGOSSA_CPU_GEMM");
 	sg_status st = sg_threadpool_create(p->n_threads, &cb->pool);
 	if (st) {
 		sg_free(cb);

@@ -81,15 +81,35 @@ void sg_xq_init(sg_xq *x, int64_t K, void *mem);
 /* y[r - r0] for rows r0..r1-1 of w against one activation vector: x is const float * for
  * SG_XL_F32 kernel types, else const sg_xq *. */
 typedef void (*sg_mv_fn)(const sg_wview *w, int64_t r0, int64_t r1, const void *x, float *y);
+/* The many-token matmul (GEMM) of one weight type: y[t * ldy + r] for rows [r0, r1) and tokens
+ * [t0, t1), over elements [k0, k1) of K (multiples of the type's block; k0 > 0 adds to y, so the
+ * caller may block over K). Token t's activations lie at x + t * xstride: an sg_xq laid out by
+ * sg_xq_init (quantized with the set's mm_xoff) for 8-bit types, K floats for float types. Every
+ * weight block is unpacked once per tile of several rows and applied to several tokens. */
+typedef void (*sg_mm_fn)(const sg_wview *w, int64_t r0, int64_t r1, const uint8_t *x, size_t xstride, int64_t t0,
+			 int64_t t1, float *y, int64_t ldy, int64_t k0, int64_t k1);
 typedef void (*sg_quant_x_fn)(const float *x, int64_t K, sg_xlayout xl, int xoff, sg_xq *out);
 
 typedef struct sg_cpu_kernels {
 	const char *name;
 	sg_mv_fn mv[SG_KT_COUNT];
 	unsigned q8_mask; /* bit kt set: mv[kt] takes 8-bit activations (sg_xq), else f32 */
+	sg_mm_fn mm[SG_KT_COUNT];        /* NULL: the many-token matmul loops mv over tokens */
+	short mm_xoff[SG_KT_COUNT];      /* the code offset mm[kt] wants in its activations */
 	sg_quant_x_fn quantize_x;
 	float (*dot_f32)(const float *a, const float *b, int64_t n);
 	void (*axpy_f32)(float *y, const float *x, float a, int64_t n); /* y += a * x */
+	/* out = act(g) * u over n elements, act SG_ACT_SILU or SG_ACT_GELU_TANH; out may alias g or u */
+	void (*glu)(sg_act act, const float *g, const float *u, float *out, int64_t n);
+	/* out = cap * tanh(x / cap); out may alias x */
+	void (*softcap)(const float *x, float cap, float *out, int64_t n);
+	/* out[i] = e^(x[i] - m) for i < n (out may alias x); returns the sum of the out[i] */
+	float (*expsum)(const float *x, float m, float *out, int64_t n);
+	/* acc[i] += sum_k e[k] * v[k * vstride + i] for i < d, k < nk: attention's weighted sum of
+	 * value rows, acc kept in registers across the rows */
+	void (*wsum_f32)(float *acc, const float *v, int64_t vstride, const float *e, int64_t nk, int64_t d);
+	/* out[k] = q . key row k (at k * kstride) of d elements, k < nk: attention scores */
+	void (*dots_f32)(const float *q, const float *k, int64_t kstride, int64_t nk, int64_t d, float *out);
 } sg_cpu_kernels;
 
 /* Kernel sets: the scalar reference always; an ISA set when compiled in (NULL otherwise). */
@@ -122,6 +142,12 @@ const uint8_t *sg_cpu_xl_perm(sg_xlayout xl);
 /* The reference matvec (f32 activations, any kernel type). */
 void sg_cpu_mv_ref(const sg_wview *w, int64_t r0, int64_t r1, const void *x, float *y);
 void sg_cpu_quantize_x_ref(const float *x, int64_t K, sg_xlayout xl, int xoff, sg_xq *out);
+/* The scalar references of the elementwise kernels (libm's expf / tanhf). */
+void sg_cpu_glu_ref(sg_act act, const float *g, const float *u, float *out, int64_t n);
+void sg_cpu_softcap_ref(const float *x, float cap, float *out, int64_t n);
+float sg_cpu_expsum_ref(const float *x, float m, float *out, int64_t n);
+void sg_cpu_dots_f32_ref(const float *q, const float *k, int64_t kstride, int64_t nk, int64_t d, float *out);
+void sg_cpu_wsum_f32_ref(float *acc, const float *v, int64_t vstride, const float *e, int64_t nk, int64_t d);
 /* MLX codes of elements [k0, k0+32) of a row into natural order (any bits). */
 void sg_cpu_mlx_codes(const uint8_t *row, int bits, int64_t k0, uint8_t out[32]);
 
@@ -135,6 +161,7 @@ typedef struct sg_cpu_backend {
 	const sg_cpu_kernels *k;
 	int int8_dot;      /* SARAGOSSA_CPU_INT8_DOT */
 	int attn_split_kv; /* SARAGOSSA_CPU_ATTN_SPLIT_KV */
+	int gemm;          /* SARAGOSSA_CPU_GEMM: many tokens take the kernel set's mm[] */
 	void *scratch_raw; /* allocation */
 	uint8_t *scratch;  /* 64-byte aligned inside it */
 	size_t scratch_cap;

@@ -288,28 +288,55 @@ static const float *kv_row(const uint8_t *base, int f16, int64_t j, int64_t Hkv,
 	return buf;
 }
 
-/* Online softmax over kv positions [a, b] for one (token, head): m, l and the unnormalised acc. */
+#define ATT_KB 32 /* kv positions scored at once: one max, one vector exp, one pass over the values */
+
+/* Online softmax over kv positions [a, b] for one (token, head): m, l and the unnormalised acc.
+ * Positions go by chunks of ATT_KB: the scores of a chunk first, the running maximum (and the
+ * rescaling of what was accumulated) once per chunk, the exponentials as one vector, then the
+ * value rows added with the accumulator held in registers. The chunks start at a, so the split
+ * depends only on the kv range, never on the threads. */
 static void attn_item(const attn_job *j, int64_t t, int64_t h, int64_t a, int64_t b, float *m_out, float *l_out, float *acc)
 {
 	const sg_cpu_kernels *k = j->cb->k;
 	const float *q = j->q + (t * j->H + h) * j->hd;
 	int64_t kh = h / (j->H / j->Hkv);
-	float kbuf[MAX_HEAD_DIM], vbuf[MAX_HEAD_DIM];
+	float kbuf[MAX_HEAD_DIM], vbuf[MAX_HEAD_DIM], sc[ATT_KB];
 	float m = -INFINITY, l = 0;
 	memset(acc, 0, sizeof(float) * (size_t)j->hdv);
-	for (int64_t p = a; p <= b; p++) {
-		int64_t row = j->ring ? p % j->ctx : p;
-		float s = k->dot_f32(q, kv_row(j->kc, j->kf16, row, j->Hkv, kh, j->hd, kbuf), j->hd) * j->scale;
-		if (j->cap > 0) s = j->cap * tanhf(s / j->cap);
-		if (s > m) { /* new maximum: rescale what was accumulated */
-			float c = expf(m - s);
-			l *= c;
-			for (int64_t i = 0; i < j->hdv; i++) acc[i] *= c;
-			m = s;
+	for (int64_t p0 = a; p0 <= b; p0 += ATT_KB) {
+		int64_t nk = b - p0 + 1 < ATT_KB ? b - p0 + 1 : ATT_KB;
+		int64_t row0 = j->ring ? p0 % j->ctx : p0;
+		float cm = -INFINITY;
+		int contiguous = row0 + nk <= j->ctx; /* no ring wrap inside the chunk */
+		if (!j->kf16 && contiguous) {
+			k->dots_f32(q, (const float *)j->kc + ((size_t)row0 * j->Hkv + kh) * j->hd, j->Hkv * j->hd, nk, j->hd, sc);
+		} else {
+			for (int64_t i = 0; i < nk; i++) {
+				int64_t row = j->ring ? (p0 + i) % j->ctx : p0 + i;
+				sc[i] = k->dot_f32(q, kv_row(j->kc, j->kf16, row, j->Hkv, kh, j->hd, kbuf), j->hd);
+			}
 		}
-		float e = expf(s - m);
-		l += e;
-		k->axpy_f32(acc, kv_row(j->vc, j->vf16, row, j->Hkv, kh, j->hdv, vbuf), e, j->hdv);
+		for (int64_t i = 0; i < nk; i++) sc[i] *= j->scale;
+		if (j->cap > 0) k->softcap(sc, j->cap, sc, nk);
+		for (int64_t i = 0; i < nk; i++) cm = sc[i] > cm ? sc[i] : cm;
+		if (cm > m) { /* new maximum: rescale what was accumulated */
+			if (m > -INFINITY) {
+				float c = expf(m - cm);
+				l *= c;
+				for (int64_t i = 0; i < j->hdv; i++) acc[i] *= c;
+			}
+			m = cm;
+		}
+		l += k->expsum(sc, m, sc, nk);
+		if (!j->vf16 && contiguous) {
+			const float *v = (const float *)j->vc + ((size_t)row0 * j->Hkv + kh) * j->hdv;
+			k->wsum_f32(acc, v, j->Hkv * j->hdv, sc, nk, j->hdv);
+		} else {
+			for (int64_t i = 0; i < nk; i++) {
+				int64_t row = j->ring ? (p0 + i) % j->ctx : p0 + i;
+				k->axpy_f32(acc, kv_row(j->vc, j->vf16, row, j->Hkv, kh, j->hdv, vbuf), sc[i], j->hdv);
+			}
+		}
 	}
 	*m_out = m;
 	*l_out = l;
@@ -427,6 +454,7 @@ typedef struct {
 	float *out;
 	float s;
 	int kind;
+	const sg_cpu_kernels *k;
 } ew_job;
 
 enum { EW_SILU, EW_GELU, EW_GELU_ERF, EW_ADD, EW_SCALE, EW_SOFTCAP };
@@ -436,16 +464,10 @@ static void ew_range(void *ctx, int64_t i0, int64_t i1, int ith)
 	ew_job *j = ctx;
 	switch (j->kind) {
 	case EW_SILU:
-		for (int64_t i = i0; i < i1; i++) {
-			float g = j->a[i];
-			j->out[i] = g / (1.0f + expf(-g)) * j->b[i];
-		}
+		j->k->glu(SG_ACT_SILU, j->a + i0, j->b + i0, j->out + i0, i1 - i0);
 		break;
 	case EW_GELU:
-		for (int64_t i = i0; i < i1; i++) {
-			float g = j->a[i];
-			j->out[i] = 0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g))) * j->b[i];
-		}
+		j->k->glu(SG_ACT_GELU_TANH, j->a + i0, j->b + i0, j->out + i0, i1 - i0);
 		break;
 	case EW_GELU_ERF:
 		for (int64_t i = i0; i < i1; i++) {
@@ -460,7 +482,7 @@ static void ew_range(void *ctx, int64_t i0, int64_t i1, int ith)
 		for (int64_t i = i0; i < i1; i++) j->out[i] = j->a[i] * j->s;
 		break;
 	case EW_SOFTCAP:
-		for (int64_t i = i0; i < i1; i++) j->out[i] = j->s * tanhf(j->a[i] / j->s);
+		j->k->softcap(j->a + i0, j->s, j->out + i0, i1 - i0);
 		break;
 	}
 }
@@ -472,7 +494,7 @@ static sg_status ew_run(sg_backend *be, const char *op, int kind, const sg_btens
 	if ((st = sg_cpu_check_f32(op, "input", a)) || (st = sg_cpu_check_f32(op, "out", out)) || (st = sg_cpu_check_same(op, a, out)))
 		return st;
 	if (b && ((st = sg_cpu_check_f32(op, "input", b)) || (st = sg_cpu_check_same(op, a, b)))) return st;
-	ew_job j = {a->data, b ? b->data : NULL, out->data, s, kind};
+	ew_job j = {a->data, b ? b->data : NULL, out->data, s, kind, cb->k};
 	/* grain of 16 floats: no two threads write one cache line */
 	sg_parallel_for(cb->pool, a->ne[0] * sg_btensor_rows(a), 16, ew_range, &j);
 	return SG_OK;

@@ -478,6 +478,41 @@ static void axpy_f32_ref(float *y, const float *x, float a, int64_t n)
 	for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+void sg_cpu_glu_ref(sg_act act, const float *g, const float *u, float *out, int64_t n)
+{
+	if (act == SG_ACT_SILU) {
+		for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+		return;
+	}
+	for (int64_t i = 0; i < n; i++) {
+		float x = g[i];
+		out[i] = 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x))) * u[i];
+	}
+}
+
+void sg_cpu_softcap_ref(const float *x, float cap, float *out, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++) out[i] = cap * tanhf(x[i] / cap);
+}
+
+float sg_cpu_expsum_ref(const float *x, float m, float *out, int64_t n)
+{
+	float s = 0;
+	for (int64_t i = 0; i < n; i++) s += out[i] = expf(x[i] - m);
+	return s;
+}
+
+void sg_cpu_wsum_f32_ref(float *acc, const float *v, int64_t vstride, const float *e, int64_t nk, int64_t d)
+{
+	for (int64_t k = 0; k < nk; k++)
+		for (int64_t i = 0; i < d; i++) acc[i] += e[k] * v[k * vstride + i];
+}
+
+void sg_cpu_dots_f32_ref(const float *q, const float *k, int64_t kstride, int64_t nk, int64_t d, float *out)
+{
+	for (int64_t j = 0; j < nk; j++) out[j] = dot_f32_ref(q, k + j * kstride, d);
+}
+
 const sg_cpu_kernels sg_cpu_kernels_ref = {
 	.name = "scalar",
 	.mv = {sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref,
@@ -486,4 +521,9 @@ const sg_cpu_kernels sg_cpu_kernels_ref = {
 	.quantize_x = sg_cpu_quantize_x_ref,
 	.dot_f32 = dot_f32_ref,
 	.axpy_f32 = axpy_f32_ref,
+	.glu = sg_cpu_glu_ref,
+	.softcap = sg_cpu_softcap_ref,
+	.expsum = sg_cpu_expsum_ref,
+	.wsum_f32 = sg_cpu_wsum_f32_ref,
+	.dots_f32 = sg_cpu_dots_f32_ref,
 };

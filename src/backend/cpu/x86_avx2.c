@@ -37,6 +37,10 @@ static inline __m256i or_hbit_avx2(__m256i u, uint32_t bits, int v)
 #define DPBUSD(acc, u, s) dpbusd_avx2((acc), (u), (s))
 #define OR_HBIT(u, bits, v) or_hbit_avx2((u), (bits), (v))
 #define KSET kset_avx2
+#define GEMM_R 2 /* GEMM tile: rows x tokens; 16 vector registers hold its 8 accumulators */
+#define GEMM_T 4
+#define GEMM_Q8_U 0
+#define GEMM_PACKED 0 /* the 8-row packed GEMM (needs the one-instruction DPBUSD) */
 #define KSET_NAME "avx2"
 #include "backend/cpu/x86_kernels.inc"
 

@@ -22,6 +22,10 @@
 /* one mask move and one masked add (the bit is clear in u, so add = or) */
 #define OR_HBIT(u, bits, v) _mm256_mask_add_epi8((u), _cvtu32_mask32(bits), (u), _mm256_set1_epi8((char)(v)))
 #define KSET kset_avx512
+#define GEMM_R 4 /* GEMM tile: rows x tokens; 32 vector registers hold its 16 accumulators */
+#define GEMM_T 4
+#define GEMM_Q8_U 1
+#define GEMM_PACKED 1 /* the 8-row packed GEMM (needs the one-instruction DPBUSD) */
 #define KSET_NAME "avx512"
 #include "backend/cpu/x86_kernels.inc"
 
