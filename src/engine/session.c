@@ -315,6 +315,13 @@ sg_status sg_session_truncate(sg_session *s, int keep)
 	return SG_OK;
 }
 
+int sg_session_chunk_invariant(const sg_session *s)
+{
+	if (sg_session_has_recurrent_state(s)) return 0;
+	if (strcmp(s->m->be->ops->name, "cpu") != 0) return 0; /* GPU prefill runs GEMMs, decode GEMVs */
+	return !sg_flag_bool("SARAGOSSA_CPU_GEMM");
+}
+
 int sg_session_has_recurrent_state(const sg_session *s)
 {
 	for (int i = 0; s->fs.conv && i < s->m->desc.n_layer; i++)

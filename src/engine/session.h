@@ -33,5 +33,10 @@ sg_status sg_session_fetch_logits(sg_session *s);
  * session cannot be moved back to an earlier position by lowering n_past, only restored from a
  * snapshot or reset. */
 int sg_session_has_recurrent_state(const sg_session *s);
+/* 1 when the forward gives bit-identical state whatever the prefill chunking, decode steps
+ * included: attention-only layers on the CPU without the blocked GEMM (whose summation order
+ * differs from the one-token kernels'). Only then may a caller reuse state that was built in
+ * other pieces than a cold run would use and promise identical output. */
+int sg_session_chunk_invariant(const sg_session *s);
 
 #endif

@@ -198,15 +198,15 @@ sg_status sg_srv_model_prefix_begin(sg_srv_model *m, const uint8_t root[32], con
 	*diverged = mt.diverged_at;
 	int done = 0;
 	/* The live state of the same session may hold more than the blocks (the last answer's
-	 * tokens, a partial block): rolling back to the common prefix reuses all of it. For
-	 * attention-only models the CPU forward gives bit-identical rows whatever the chunking,
-	 * decode steps included (tested in tests/unit/test_prefix_cache.c), so this changes no
-	 * output. A recurrent state was advanced by the answer's decode steps, whose arithmetic
-	 * differs from a prefill's: those models reuse blocks only. Another session's live state is
-	 * never reused: only its own blocks are. */
+	 * tokens, a partial block): rolling back to the common prefix reuses all of it. That is
+	 * exact only where the forward is chunk-invariant (sg_session_chunk_invariant: the CPU
+	 * without its blocked GEMM, attention-only layers): elsewhere the answer's decode steps did
+	 * other arithmetic than a cold prefill would, so those setups reuse blocks only, which are
+	 * prefilled in the same pieces in both runs. Another session's live state is never reused:
+	 * only its own blocks are. */
 	size_t live = sg_gen_common_prefix(&m->state, prompt, n);
 	if (live >= n) live = n - 1;
-	if (sg_session_has_recurrent_state(m->session)) live = 0;
+	if (!sg_session_chunk_invariant(m->session)) live = 0;
 	if (live && live >= K && m->live_ok && !memcmp(m->live_root, root, 32) && op_truncate(m, live) == SG_OK) {
 		m->state.n = live;
 		K = live;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/flags.h"
 #include "base/sha256.h"
 #include "engine/prefix_cache.h"
 #include "engine/session.h"
@@ -275,11 +276,35 @@ static void chunking_invariance(const char *name)
 	sg_model_free(m);
 }
 
+/* The one-token kernels everywhere (SARAGOSSA_CPU_GEMM=0): the setup the server reuses live state
+ * in (sg_session_chunk_invariant). */
 Test(prefix_cache, chunking_and_decode_steps_do_not_change_the_logits)
 {
+	setenv("SARAGOSSA_CPU_GEMM", "0", 1);
+	sg_flags_reload();
 	chunking_invariance("llama");
 	chunking_invariance("qwen3");
 	chunking_invariance("gemma3_text");
+}
+
+/* With the blocked GEMM (the default) prefill sums in another order than decode: the session says
+ * so, and the server then reuses blocks only. */
+Test(prefix_cache, the_blocked_gemm_makes_the_session_not_chunk_invariant)
+{
+	setenv("SARAGOSSA_CPU_GEMM", "1", 1);
+	sg_flags_reload();
+	sg_model *m = load("llama");
+	sg_session *s = session(m, 32);
+	cr_assert_not(sg_session_chunk_invariant(s));
+	sg_session_free(s);
+	sg_model_free(m);
+	setenv("SARAGOSSA_CPU_GEMM", "0", 1);
+	sg_flags_reload();
+	m = load("llama");
+	s = session(m, 32);
+	cr_assert(sg_session_chunk_invariant(s));
+	sg_session_free(s);
+	sg_model_free(m);
 }
 
 Test(prefix_cache, restoring_blocks_of_a_hybrid_model_restores_its_recurrent_state)

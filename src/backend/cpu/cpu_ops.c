@@ -307,7 +307,9 @@ static void attn_item(const attn_job *j, int64_t t, int64_t h, int64_t a, int64_
 		int64_t nk = b - p0 + 1 < ATT_KB ? b - p0 + 1 : ATT_KB;
 		int64_t row0 = j->ring ? p0 % j->ctx : p0;
 		float cm = -INFINITY;
-		int contiguous = row0 + nk <= j->ctx; /* no ring wrap inside the chunk */
+		/* a ring's size depends on the prefill chunk, and so would the wrap points: rings take the
+		 * row-by-row path always, so their results do not depend on the chunking */
+		int contiguous = !j->ring && row0 + nk <= j->ctx;
 		if (!j->kf16 && contiguous) {
 			k->dots_f32(q, (const float *)j->kc + ((size_t)row0 * j->Hkv + kh) * j->hd, j->Hkv * j->hd, nk, j->hd, sc);
 		} else {
