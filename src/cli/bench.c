@@ -1,7 +1,12 @@
 /*
  * saragossa bench: prompt processing and generation speed, measured like llama-bench's pp/tg:
  *   pp<P>  one prompt of P tokens from an empty context, chunked as a session would (tok/s)
- *   tg<N>  N single-token decode steps from an empty context (tok/s)
+ *   tg<N>  N single-token greedy decode steps (the argmax id is the only read back; on CUDA one
+ *          graph replay per token unless SARAGOSSA_CUDA_GRAPHS=0), from an empty context or,
+ *          with -d D, after an untimed prefill of D tokens (tok/s)
+ * --backend cuda runs on the GPU and adds the device-to-device copy bandwidth measured in the same
+ * process and each decode line's share of it (bytes read per token: weights + the KV cache rows
+ * attended, at the mean depth of the run).
  * Each test runs r times (default 5) after one warm-up; like llama-bench, each line gives the
  * mean tok/s over the repetitions +- their sample standard deviation, with the bytes of weights
  * one decode step reads and the bandwidth that implies. Token ids are a fixed pseudo-random
@@ -14,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "base/alloc.h"
 #include "base/timer.h"
 #include "cli/cli.h"
@@ -53,7 +59,8 @@ static void stats(const double *v, int n, double *mean, double *sd)
 int sg_cli_bench(int argc, char **argv)
 {
 	const char *model_path = NULL;
-	int p = 512, n = 128, reps = 5, threads = 0, chunk = 0;
+	const char *backend = "cpu";
+	int p = 512, n = 128, reps = 5, threads = 0, chunk = 0, depth = 0;
 	for (int i = 0; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int rc = 0;
@@ -63,6 +70,8 @@ int sg_cli_bench(int argc, char **argv)
 		else if (!strcmp(a, "-r")) rc = int_arg(a, v, 1, &reps);
 		else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) rc = int_arg(a, v, 0, &threads);
 		else if (!strcmp(a, "--chunk")) rc = int_arg(a, v, 1, &chunk);
+		else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) rc = int_arg(a, v, 0, &depth);
+		else if (!strcmp(a, "--backend")) backend = v;
 		else return sg_cli_usage_error("bench", "unknown argument '%s'", a);
 		if (rc) return 2;
 		if (!v) return sg_cli_usage_error("bench", "%s needs a value", a);
@@ -76,6 +85,7 @@ int sg_cli_bench(int argc, char **argv)
 	if (sg_lm_check_memory(model_path)) return fail();
 	sg_model_params mp = sg_model_default_params();
 	mp.n_threads = threads;
+	mp.backend = backend;
 	sg_model *m = NULL;
 	sg_session *s = NULL;
 	int32_t *toks = NULL;
@@ -83,9 +93,9 @@ int sg_cli_bench(int argc, char **argv)
 	int rc = 1;
 	if (sg_model_load(model_path, &mp, &m)) return fail();
 	sg_session_params sp = sg_session_default_params();
-	sp.n_ctx = (p > n ? p : n) + 1;
+	sp.n_ctx = (p > depth + n ? p : depth + n) + 1;
 	sp.n_batch = chunk;
-	int V = sg_model_n_vocab(m), len = p > n ? p : n;
+	int V = sg_model_n_vocab(m), len = p > depth + n ? p : depth + n;
 	toks = sg_malloc(sizeof(int32_t) * (size_t)len);
 	t = sg_malloc(sizeof(double) * (size_t)(reps + 1));
 	if (!toks || !t) {
@@ -105,6 +115,15 @@ int sg_cli_bench(int argc, char **argv)
 	       sg_model_arch(m), m->weight_bytes / 1048576.0, threads, threads ? "" : " (auto)", s->n_batch,
 	       s->fs.kv_type == SG_TYPE_F16 ? "f16" : "f32");
 	printf("repetitions: %d (after one warm-up)\n", reps);
+	double copy_gbps = 0;
+	if (sg_cuda_is_backend(m->be)) {
+		if (sg_cuda_copy_bandwidth(m->be, (size_t)1 << 30, &copy_gbps)) {
+			rc = fail();
+			goto done;
+		}
+		printf("device: %s, cudaMemcpy D2D %.0f GB/s (read + write), decode graphs %s\n", sg_cuda_backend_device(m->be),
+		       copy_gbps, sg_cuda_graphs_enabled() ? "on" : "off (SARAGOSSA_CUDA_GRAPHS=0)");
+	}
 	printf("%-8s %25s %12s\n", "test", "tok/s (mean +- sd)", "weights GB/s");
 	if (p) {
 		for (int r = 0; r <= reps; r++) { /* r = 0 warms up */
@@ -123,9 +142,14 @@ int sg_cli_bench(int argc, char **argv)
 	if (n) {
 		for (int r = 0; r <= reps; r++) {
 			sg_session_reset(s);
+			if (depth && sg_session_eval(s, toks, depth, NULL)) {
+				rc = fail();
+				goto done;
+			}
+			int32_t next;
 			double t0 = sg_time_s();
 			for (int i = 0; i < n; i++)
-				if (sg_session_eval(s, toks + i, 1, NULL)) {
+				if (sg_session_decode_greedy(s, toks[depth + i], &next)) {
 					rc = fail();
 					goto done;
 				}
@@ -133,7 +157,20 @@ int sg_cli_bench(int argc, char **argv)
 		}
 		double mean, sd;
 		stats(t + 1, reps, &mean, &sd);
-		printf("tg%-6d %14.2f +- %7.2f %12.2f\n", n, mean, sd, mean * (double)m->weight_bytes / 1e9);
+		/* KV rows a step reads: every cached position of every layer, K and V */
+		double kv = 0, at = depth + (n - 1) / 2.0;
+		for (int li = 0; li < m->desc.n_layer; li++) {
+			const sg_kv_layer *c = &s->fs.kv[li];
+			double rows = at < c->rows ? at + 1 : c->rows;
+			kv += 2.0 * rows * (double)c->k.row_bytes * (double)c->k.ne[1];
+		}
+		double bytes = (double)m->weight_bytes + kv;
+		char name[32];
+		snprintf(name, sizeof name, depth ? "tg%d@d%d" : "tg%d", n, depth);
+		printf("%-8s %14.2f +- %7.2f %12.2f", name, mean, sd, mean * (double)m->weight_bytes / 1e9);
+		printf("   %.1f MiB/token (KV %.1f MiB)", bytes / 1048576.0, kv / 1048576.0);
+		if (copy_gbps > 0) printf(", %.0f GB/s = %.1f%% of copy", mean * bytes / 1e9, 100.0 * mean * bytes / 1e9 / copy_gbps);
+		printf("\n");
 	}
 	rc = 0;
 done:

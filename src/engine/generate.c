@@ -1,7 +1,6 @@
 /* The generation loop (see generate.h). */
 #include "engine/generate.h"
 
-#include <math.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -104,30 +103,9 @@ const char *sg_gen_finish_str(sg_gen_finish f)
 	case SG_GEN_STOP: return "stop";
 	case SG_GEN_LENGTH: return "length";
 	case SG_GEN_CANCELLED: return "cancelled";
-	case SG_GEN_CONSTRAINED: return "constrained";
 	case SG_GEN_NONE: break;
 	}
 	return "none";
-}
-
-/* Gives every token the constraint does not allow -inf (in place). Returns the number of
- * allowed tokens. */
-static size_t apply_mask(float *logits, int32_t n_vocab, const uint32_t *bits)
-{
-	size_t allowed = 0;
-	for (int32_t w = 0; w * 32 < n_vocab; w++) {
-		uint32_t b = bits[w];
-		int32_t end = (w + 1) * 32 < n_vocab ? (w + 1) * 32 : n_vocab;
-		if (b == UINT32_MAX && end - w * 32 == 32) {
-			allowed += 32;
-			continue;
-		}
-		for (int32_t i = w * 32; i < end; i++) {
-			if ((b >> (i & 31)) & 1) allowed++;
-			else logits[i] = -INFINITY;
-		}
-	}
-	return allowed;
 }
 
 /* The text still held by the detokenizer and the stop matcher, as one final event. */
@@ -170,7 +148,6 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 	sg_sampler *smp = NULL;
 	sg_stop *stop = NULL;
 	float *logits = NULL;
-	uint32_t *mask = NULL;
 	sg_status s = sg_sampler_create(&p->sampler, m->n_vocab, &smp);
 	if (s) goto out;
 	res->seed = sg_sampler_seed(smp);
@@ -185,14 +162,8 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 		s = SG_FAIL(SG_ERR_NOMEM, "logits of %d entries", m->n_vocab);
 		goto out;
 	}
-	if (p->constraint) {
-		mask = sg_malloc((size_t)(m->n_vocab + 31) / 32 * sizeof *mask);
-		if (!mask) {
-			s = SG_FAIL(SG_ERR_NOMEM, "token mask of %d entries", m->n_vocab);
-			goto out;
-		}
-	}
 	detok->reset(detok->self);
+	if (p->constraint && p->constraint->reset) p->constraint->reset(p->constraint->self);
 
 	/* Reuse what the state holds; at least the last prompt token is evaluated again, since
 	 * its logits are needed to sample the first new token. */
@@ -221,15 +192,7 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 			break;
 		}
 		sg_sample_result sr;
-		if (p->constraint) {
-			const sg_gen_constraint *c = p->constraint;
-			if ((s = c->mask(c->self, mask))) goto out;
-			if (apply_mask(logits, m->n_vocab, mask) == 0) {
-				res->finish = SG_GEN_CONSTRAINED;
-				emit_tail(p, detok, stop, 1);
-				break;
-			}
-		}
+		if (p->constraint && (s = p->constraint->mask(p->constraint->self, logits, m->n_vocab))) goto out;
 		if ((s = sg_sampler_sample(smp, logits, m->n_vocab, &sr))) goto out;
 		if (p->constraint && (s = p->constraint->accept(p->constraint->self, sr.token))) goto out;
 		if (!t_first) t_first = sg_time_ns();
@@ -271,7 +234,6 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 	res->ttft_s = t_first ? (double)(t_first - t0) * 1e-9 : 0;
 	res->decode_s = t_first ? (double)(t2 - t_first) * 1e-9 : 0;
 out:
-	sg_free(mask);
 	sg_free(logits);
 	sg_stop_free(stop);
 	sg_sampler_free(smp);

@@ -76,17 +76,15 @@ typedef struct sg_gen_event {
 	int is_final;
 } sg_gen_event;
 
-/* A constraint on the sampled tokens (constrained decoding): before each draw the loop asks
- * for the allowed-token bitmap and gives every other token -inf; after the draw it reports the
- * chosen token. End-of-sequence ids are ordinary ids here: the constraint allows them only where
- * its language accepts the end. */
+/* A constraint on what may be generated (constrained decoding: JSON, tool-call grammars). */
 typedef struct sg_gen_constraint {
 	void *self;
-	/* Writes the bitmap of allowed tokens for the next step: bit i of bits[i / 32] set iff token
-	 * i may be drawn. bits has (n_vocab + 31) / 32 words. */
-	sg_status (*mask)(void *self, uint32_t *bits);
-	/* The token drawn (also an EOS id). */
+	/* Before each sample: set logits[i] to -INFINITY for every token not allowed now. */
+	sg_status (*mask)(void *self, float *logits, int32_t n_vocab);
+	/* After each sample: the chosen token (an EOS id included). */
 	sg_status (*accept)(void *self, int32_t token);
+	/* At the start of every generation. */
+	void (*reset)(void *self);
 } sg_gen_constraint;
 
 /* Returns 0 to go on, non-zero to stop (treated like a cancellation). */
@@ -97,7 +95,6 @@ typedef enum sg_gen_finish {
 	SG_GEN_STOP,      /* an EOS id or a stop string */
 	SG_GEN_LENGTH,    /* max_tokens, or the context is full */
 	SG_GEN_CANCELLED, /* the cancel flag, or the callback asked to stop */
-	SG_GEN_CONSTRAINED, /* the constraint allowed no token at all (its language ended) */
 } sg_gen_finish;
 
 typedef struct sg_gen_params {
@@ -111,7 +108,7 @@ typedef struct sg_gen_params {
 	int32_t max_tokens;        /* > 0; the context also bounds it */
 	size_t prefill_chunk;      /* tokens per prefill eval (cancellation is checked between) */
 	const atomic_int *cancel;  /* non-zero: stop before the next token; may be NULL */
-	const sg_gen_constraint *constraint; /* may be NULL: unconstrained */
+	const sg_gen_constraint *constraint; /* may be NULL */
 	sg_gen_event_fn on_event;  /* may be NULL */
 	void *user;
 } sg_gen_params;

@@ -285,6 +285,12 @@ sg_status sg_lm_chat_prompt(const sg_lm *lm, const json_t *messages, const json_
 	return sg_chat_template_render(lm->tmpl, &p, out, len);
 }
 
+sg_status sg_lm_chat_render(const sg_lm *lm, const sg_chat_params *p, char **out, size_t *len)
+{
+	if (!lm->tmpl) return sg_error(SG_ERR_NOT_FOUND, "the model has no chat template");
+	return sg_chat_template_render(lm->tmpl, p, out, len);
+}
+
 sg_status sg_lm_tokenize(const sg_lm *lm, const char *text, size_t len, int add_special, int32_t **ids, size_t *n)
 {
 	sg_tokens t = {0};

@@ -67,6 +67,9 @@ int sg_lm_has_template(const sg_lm *lm);
 /* Renders messages (and tools, may be NULL) with the chat template, generation prompt appended.
  * *out: heap string (sg_free). SG_ERR_NOT_FOUND when the model has no template. */
 sg_status sg_lm_chat_prompt(const sg_lm *lm, const json_t *messages, const json_t *tools, char **out, size_t *len);
+/* The same with every template parameter (kwargs such as enable_thinking, no generation prompt...). */
+struct sg_chat_params;
+sg_status sg_lm_chat_render(const sg_lm *lm, const struct sg_chat_params *p, char **out, size_t *len);
 
 /* Text -> ids (*ids heap, sg_free). add_special: BOS etc. as the tokenizer's config says; a
  * templated chat prompt already spells them, so it is encoded without. */

@@ -81,6 +81,15 @@ sg_status sg_session_eval(sg_session *s, const int32_t *tokens, int n, float *lo
 		return SG_FAIL(SG_ERR_RANGE, "%d tokens at position %d exceed the context of %d tokens", n, s->n_past,
 			       s->n_ctx);
 	const sg_backend_ops *o = s->m->be->ops;
+	if (n == 1 && !logits_out && sg_fwd_decode_graphs(s->m, &s->fs)) {
+		/* one decode step replayed from the CUDA graph; the same kernels as the per-op path */
+		sg_status st = sg_forward_decode(s->m, &s->fs, tokens[0], s->n_past);
+		if (!st) st = o->read(s->m->be, &s->fs.logits, 0, s->last, sizeof(float) * (size_t)V);
+		s->has_last = !st;
+		if (st) return st;
+		s->tokens[s->n_past++] = tokens[0];
+		return SG_OK;
+	}
 	for (int done = 0; done < n;) {
 		int c = n - done < s->n_batch ? n - done : s->n_batch;
 		int last = done + c == n;
@@ -99,7 +108,32 @@ sg_status sg_session_eval(sg_session *s, const int32_t *tokens, int n, float *lo
 	memcpy(s->tokens + s->n_past, tokens, sizeof(int32_t) * (size_t)n);
 	s->n_past += n;
 	s->has_last = 1;
+	s->dev_last = 0;
 	return SG_OK;
+}
+
+sg_status sg_session_decode_greedy(sg_session *s, int32_t token, int32_t *next)
+{
+	*next = -1;
+	int V = sg_model_n_vocab(s->m);
+	if (token < 0 || token >= V) return SG_FAIL(SG_ERR_RANGE, "token %d is outside the vocabulary [0, %d)", token, V);
+	if (s->n_past >= s->n_ctx) return SG_FAIL(SG_ERR_RANGE, "the context of %d tokens is full", s->n_ctx);
+	s->has_last = 0;
+	sg_status st = sg_forward_decode(s->m, &s->fs, token, s->n_past);
+	if (!st) st = s->m->be->ops->read(s->m->be, &s->fs.amax, 0, next, sizeof(int32_t));
+	if (st) return st;
+	s->tokens[s->n_past++] = token;
+	s->dev_last = s->n_past;
+	return SG_OK;
+}
+
+sg_status sg_session_fetch_logits(sg_session *s)
+{
+	if (s->has_last) return SG_OK;
+	if (!s->n_past || s->dev_last != s->n_past) return SG_FAIL(SG_ERR_INVALID_ARG, "no greedy step's logits at position %d", s->n_past);
+	sg_status st = s->m->be->ops->read(s->m->be, &s->fs.logits, 0, s->last, sizeof(float) * (size_t)sg_model_n_vocab(s->m));
+	s->has_last = !st;
+	return st;
 }
 
 const float *sg_session_logits(const sg_session *s) { return s && s->has_last ? s->last : NULL; }
@@ -113,6 +147,7 @@ void sg_session_reset(sg_session *s)
 	/* stale cache rows are never read: attention stops at the current position */
 	s->n_past = 0;
 	s->has_last = 0;
+	s->dev_last = 0;
 }
 
 /* ---- snapshots ---- */

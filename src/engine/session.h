@@ -17,7 +17,17 @@ struct sg_session {
 	int32_t *tokens;    /* [n_ctx] history */
 	float *last;        /* [n_vocab] logits of the last token */
 	int has_last;
+	int dev_last;       /* n_past at which s->fs.logits row 0 holds the unread logits of a greedy step (0 = none) */
 };
+
+/* Greedy decode of one token: evaluates `token` at the session's position and stores the argmax
+ * of its logits (lowest id on ties) in *next, reading back only that id (on CUDA with graphs on,
+ * the whole step is one graph replay). The logits stay on the device: sg_session_logits returns
+ * NULL until sg_session_fetch_logits copies them. */
+sg_status sg_session_decode_greedy(sg_session *s, int32_t token, int32_t *next);
+/* Copies the last decode step's logits from the device after sg_session_decode_greedy (no-op when
+ * they are already on the host). */
+sg_status sg_session_fetch_logits(sg_session *s);
 
 /* 1 if the session carries recurrent state (linear-attention conv and delta-rule states): such a
  * session cannot be moved back to an earlier position by lowering n_past, only restored from a

@@ -14,8 +14,10 @@
 
 #include <string.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/log.h"
 
 #define OK(call)                                                                                   \
 	do {                                                                                       \
@@ -96,6 +98,7 @@ sg_status sg_fwd_state_init(const sg_model *m, int n_ctx, int chunk, sg_type kv_
 	/* one row: every-position logits ([chunk][V], 256 MiB for a 262k vocabulary) are allocated
 	 * when first asked for */
 	if (!st) st = alloc(be, SG_TYPE_F32, d->n_vocab, 1, &s->logits);
+	if (!st) st = alloc(be, SG_TYPE_I32, 1, 1, &s->amax);
 	if (!st && d->n_expert > 0) {
 		st = alloc(be, SG_TYPE_F32, d->n_expert, chunk, &s->rl);
 		if (!st) st = alloc(be, SG_TYPE_I32, kx, chunk, &s->eids);
@@ -111,6 +114,7 @@ void sg_fwd_state_free(const sg_model *m, sg_fwd_state *s)
 {
 	sg_backend *be = m->be;
 	sg_fwd_hybrid_free(m, s);
+	sg_cuda_graph_free(s->graph);
 	if (s->kv)
 		for (int i = 0; i < m->desc.n_layer; i++) {
 			be->ops->tensor_free(be, &s->kv[i].k);
@@ -118,7 +122,7 @@ void sg_fwd_state_free(const sg_model *m, sg_fwd_state *s)
 		}
 	sg_free(s->kv);
 	sg_btensor *bufs[] = {&s->ids, &s->pos, &s->ring_rows, &s->x, &s->xb, &s->q, &s->k, &s->v, &s->att,
-			      &s->g, &s->u, &s->rl, &s->eids, &s->ew, &s->ey, &s->logits};
+			      &s->g, &s->u, &s->rl, &s->eids, &s->ew, &s->ey, &s->logits, &s->amax};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i]->data) be->ops->tensor_free(be, bufs[i]);
 	memset(s, 0, sizeof(*s));
@@ -231,21 +235,15 @@ static sg_status mlp_block(const sg_model *m, sg_fwd_state *s, int li, int n)
 	return o->add(be, &x, &h, &x);
 }
 
-sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0, sg_logits_mode mode)
+/* Everything of a chunk after its ids and positions are on the device: the layers and the
+ * logits `mode` asks for. No host copies (outside ring caches), so a one-token step can be
+ * recorded as a graph. */
+static sg_status forward_body(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0, sg_logits_mode mode)
 {
 	const sg_model_desc *d = &m->desc;
 	sg_backend *be = m->be;
 	const sg_backend_ops *o = be->ops;
-	if (n < 1 || n > s->chunk || pos0 < 0 || pos0 + n > s->n_ctx)
-		return SG_FAIL(SG_ERR_INVALID_ARG, "%d tokens at position %d (chunk %d, context %d)", n, pos0, s->chunk,
-			       s->n_ctx);
-	int32_t p[n];
-	for (int t = 0; t < n; t++) p[t] = pos0 + t;
-	sg_btensor ids = view2(&s->ids, n, 1), pos = view2(&s->pos, n, 1), x = view2(&s->x, d->dim, n);
-	OK(o->write(be, &ids, 0, tokens, sizeof(int32_t) * (size_t)n));
-	OK(o->write(be, &pos, 0, p, sizeof(int32_t) * (size_t)n));
-	s->ring_rows_of = 0;
-	s->pos0 = pos0;
+	sg_btensor ids = view2(&s->ids, n, 1), x = view2(&s->x, d->dim, n);
 	OK(o->embed(be, &m->tok_embd, &ids, &x));
 	if (d->embed_scale != 1.0f) OK(o->scale(be, &x, d->embed_scale, &x));
 	if (s->hybrid) OK(sg_fwd_hybrid_layers(m, s, tokens, n, pos0));
@@ -255,6 +253,8 @@ sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, 
 	}
 	if (mode == SG_LOGITS_NONE) return SG_OK;
 	if (mode == SG_LOGITS_ALL && s->logits.ne[1] < n) {
+		sg_cuda_graph_free(s->graph); /* it writes the old buffer */
+		s->graph = NULL;
 		o->tensor_free(be, &s->logits);
 		OK(alloc(be, SG_TYPE_F32, d->n_vocab, s->chunk, &s->logits));
 	}
@@ -265,5 +265,80 @@ sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, 
 	OK(norm(m, &xl, &m->out_norm, &h));
 	OK(o->matmul(be, &m->output, &h, NULL, &lg));
 	if (d->final_softcap > 0) OK(o->softcap(be, &lg, d->final_softcap, &lg));
+	return SG_OK;
+}
+
+/* Copies a chunk's ids and positions to the device. */
+static sg_status forward_inputs(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0)
+{
+	sg_backend *be = m->be;
+	int32_t p[n];
+	for (int t = 0; t < n; t++) p[t] = pos0 + t;
+	sg_btensor ids = view2(&s->ids, n, 1), pos = view2(&s->pos, n, 1);
+	OK(be->ops->write(be, &ids, 0, tokens, sizeof(int32_t) * (size_t)n));
+	OK(be->ops->write(be, &pos, 0, p, sizeof(int32_t) * (size_t)n));
+	s->ring_rows_of = 0;
+	s->pos0 = pos0;
+	return SG_OK;
+}
+
+sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0, sg_logits_mode mode)
+{
+	if (n < 1 || n > s->chunk || pos0 < 0 || pos0 + n > s->n_ctx)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "%d tokens at position %d (chunk %d, context %d)", n, pos0, s->chunk,
+			       s->n_ctx);
+	OK(forward_inputs(m, s, tokens, n, pos0));
+	return forward_body(m, s, tokens, n, pos0, mode);
+}
+
+int sg_fwd_decode_graphs(const sg_model *m, const sg_fwd_state *s)
+{
+	if (s->graph_off || s->hybrid || m->desc.n_expert > 0 || !sg_cuda_is_backend(m->be) || !sg_cuda_graphs_enabled())
+		return 0;
+	/* a ring cache's row is computed on the host per position */
+	for (int i = 0; i < m->desc.n_layer; i++)
+		if (s->kv[i].ring) return 0;
+	return 1;
+}
+
+/* The decode step's ops after its inputs: layers, last-token logits, argmax. */
+static sg_status decode_body(const sg_model *m, sg_fwd_state *s, const int32_t *token, int pos)
+{
+	OK(forward_body(m, s, token, 1, pos, SG_LOGITS_LAST));
+	sg_btensor lg = view2(&s->logits, m->desc.n_vocab, 1);
+	return m->be->ops->argmax(m->be, &lg, &s->amax);
+}
+
+sg_status sg_forward_decode(const sg_model *m, sg_fwd_state *s, int32_t token, int pos)
+{
+	sg_backend *be = m->be;
+	if (pos < 0 || pos + 1 > s->n_ctx)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "a token at position %d (context %d)", pos, s->n_ctx);
+	OK(forward_inputs(m, s, &token, 1, pos));
+	int graphs = sg_fwd_decode_graphs(m, s);
+	if (graphs && s->graph) {
+		if (!sg_cuda_graph_stale(be, s->graph)) return sg_cuda_graph_launch(be, s->graph);
+		sg_cuda_graph_free(s->graph);
+		s->graph = NULL;
+	}
+	/* per-op: also sizes the backend's scratch for the recording below (nothing may grow while
+	 * recording) */
+	OK(decode_body(m, s, &token, pos));
+	if (!graphs) return SG_OK;
+	/* Record the step just run for the next tokens. The recording does not execute anything,
+	 * and the inputs stay in s->ids / s->pos, rewritten before every launch. */
+	sg_cuda_graph *g = NULL;
+	sg_status st = sg_cuda_graph_begin(be);
+	if (!st) {
+		st = decode_body(m, s, &token, pos);
+		if (!st) st = sg_cuda_graph_end_into(be, &g);
+		else sg_cuda_graph_abort(be);
+	}
+	if (st) { /* this step already ran; later ones stay per-op */
+		SG_WARN("cuda decode graph: recording failed (%s); decoding op by op", sg_last_error());
+		s->graph_off = 1;
+	} else {
+		s->graph = g;
+	}
 	return SG_OK;
 }

@@ -34,6 +34,9 @@ typedef struct sg_fwd_state {
 	sg_btensor eids, ew;    /* MoE I32 [chunk][k], F32 [chunk][k] */
 	sg_btensor ey;          /* MoE [chunk][k][D] */
 	sg_btensor logits;      /* [1][V], grown to [chunk][V] when every position's logits are wanted */
+	sg_btensor amax;        /* I32 [1]: the decode step's argmax (greedy next token) */
+	void *graph;            /* CUDA: the recorded one-token decode step (sg_cuda_graph), or NULL */
+	int graph_off;          /* 1: recording failed once; this state stays on the per-op path */
 	/* hybrid and Gemma 4 (forward_hybrid.c); empty for other families */
 	int hybrid;             /* 1: layers run through sg_fwd_hybrid_layers */
 	sg_btensor *conv, *ssm; /* [n_layer] linear layers: conv state [K-1][C], delta state [Hv][dk][dv] */
@@ -63,6 +66,18 @@ typedef enum { SG_LOGITS_NONE = 0, SG_LOGITS_LAST, SG_LOGITS_ALL } sg_logits_mod
  * the ids against the vocabulary), writing their K/V into the caches and the logits `mode` asks
  * for into s->logits. */
 sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0, sg_logits_mode mode);
+
+/* One decode step: token at position pos (pos < n_ctx, the id checked by the caller), its K/V
+ * into the caches, its logits in row 0 of s->logits and their argmax (lowest id on ties) in
+ * s->amax; nothing is read back. On the CUDA backend with SARAGOSSA_CUDA_GRAPHS on and a layer
+ * stack whose launches do not depend on the position (no ring caches, no hybrid or MoE layers),
+ * the step is recorded once as a graph and replayed for every later token: only the token id
+ * and position are copied to the device before the replay. A step after the backend's scratch
+ * moved (a longer prefill in between) runs per-op and records the graph again. */
+sg_status sg_forward_decode(const sg_model *m, sg_fwd_state *s, int32_t token, int pos);
+/* 1 if sg_forward_decode on this state replays a CUDA graph (CUDA backend, flag on, eligible
+ * layers): the session routes single-token steps through it. */
+int sg_fwd_decode_graphs(const sg_model *m, const sg_fwd_state *s);
 
 /* Hybrid / Gemma 4 part of the state (called by sg_fwd_state_init / _free). */
 sg_status sg_fwd_hybrid_init(const sg_model *m, sg_fwd_state *s);

@@ -1,6 +1,7 @@
 /* The agent side of a generation (see agent.h). */
 #include "server/agent.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -48,7 +49,8 @@ int sg_agent_plan_make(const sg_srv_model *m, const sg_srv_req *q, sg_agent_plan
 		st = sg_toolcall_grammar((sg_toolcall_syntax)p->syntax, q->tools,
 					 q->tool_choice == SG_TOOLS_NAMED ? q->tool_name : NULL, q->parallel_tools ? 8 : 1,
 					 &p->grammar);
-		if (st == SG_ERR_UNSUPPORTED && p->syntax != SG_TC_HERMES && p->syntax != SG_TC_LLAMA3 && p->syntax != SG_TC_MISTRAL)
+		if (st == SG_ERR_UNSUPPORTED && p->syntax != SG_TC_HERMES && p->syntax != SG_TC_LLAMA3 && p->syntax != SG_TC_MISTRAL &&
+		    p->syntax != SG_TC_QWEN_XML)
 			sg_error(st, "tool_choice 'required' or a named function cannot be enforced for model '%s' (its tool-call "
 				     "syntax has no grammar yet): use 'auto'",
 				 sg_srv_model_info_get(m)->name);
@@ -123,6 +125,7 @@ struct sg_agent_run {
 	sg_gen_constraint con;
 	int has_con;
 	int calls, malformed;
+	uint32_t *bits;      /* [(n_vocab + 31) / 32] the allowed tokens of this step */
 	char *ws;            /* blank answer text held back: dropped when a tool call follows it */
 	size_t ws_len, ws_cap;
 };
@@ -170,9 +173,8 @@ static int reasoning_now(const sg_agent_run *r)
 	return 0;
 }
 
-static sg_status con_mask(void *self, uint32_t *bits)
+static sg_status con_bits(sg_agent_run *r, uint32_t *bits)
 {
-	sg_agent_run *r = self;
 	const sg_agent_plan *p = r->plan;
 	if (reasoning_now(r) && p->reasoning_budget > 0 && r->reasoning_tokens >= p->reasoning_budget && p->think_end_id >= 0 &&
 	    p->think_end_id < r->n_vocab) {
@@ -195,6 +197,18 @@ static sg_status con_mask(void *self, uint32_t *bits)
 	if (st) return st;
 	if (reasoning_now(r)) /* the constrained answer must come: no end of turn inside the reasoning */
 		for (size_t i = 0; i < r->n_eos; i++) bits[r->eos[i] >> 5] &= ~(1u << (r->eos[i] & 31));
+	return SG_OK;
+}
+
+/* The loop's hook: the allowed-token bitmap, then -inf for every token outside it. */
+static sg_status con_mask(void *self, float *logits, int32_t n_vocab)
+{
+	sg_agent_run *r = self;
+	if (n_vocab != r->n_vocab) return sg_error(SG_ERR_INTERNAL, "constraint: %d logits for a vocabulary of %d", n_vocab, r->n_vocab);
+	sg_status st = con_bits(r, r->bits);
+	if (st) return st;
+	for (int32_t i = 0; i < n_vocab; i++)
+		if (!((r->bits[i >> 5] >> (i & 31)) & 1)) logits[i] = -INFINITY;
 	return SG_OK;
 }
 
@@ -252,6 +266,11 @@ sg_status sg_agent_run_new(const sg_agent_plan *plan, sg_srv_model *m, const sg_
 		sg_agent_run_free(r);
 		return st;
 	}
+	r->bits = sg_malloc((size_t)(r->n_vocab + 31) / 32 * sizeof *r->bits);
+	if (!r->bits) {
+		sg_agent_run_free(r);
+		return SG_FAIL(SG_ERR_NOMEM, "token mask");
+	}
 	r->has_con = plan && (plan->grammar || (plan->reasoning && plan->reasoning_budget > 0 && plan->think_end_id >= 0));
 	r->con = (sg_gen_constraint){.self = r, .mask = con_mask, .accept = con_accept};
 	*res = r;
@@ -266,6 +285,7 @@ void sg_agent_run_free(sg_agent_run *r)
 	sg_reasoning_split_free(r->split);
 	sg_toolcall_parser_free(r->parser);
 	sg_free(r->ws);
+	sg_free(r->bits);
 	sg_free(r);
 }
 

@@ -152,9 +152,9 @@ def test_repo_not_cached_without_network_says_so(sg, tmp_path):
 def test_unsupported_architecture_lists_the_supported_ones(sg, tmp_path):
     # A model the formats describe but no forward runs (a fixture), and an architecture no
     # format knows (a GGUF written with the reference gguf package).
-    r = sg("generate", "--model", str(ROOT / "tests" / "fixtures" / "gemma4_text"), "--prompt", "x")
+    r = sg("generate", "--model", str(ROOT / "tests" / "fixtures" / "bert"), "--prompt", "x")
     assert r.returncode == 1
-    assert "unsupported architecture 'gemma4_text'" in r.stderr and "llama, mistral, qwen2, qwen3" in r.stderr
+    assert "unsupported architecture 'bert'" in r.stderr and "llama, mistral, qwen2, qwen3" in r.stderr
     gguf = pytest.importorskip("gguf")
     import numpy as np
     path = tmp_path / "mamba.gguf"

@@ -288,17 +288,32 @@ def gemma(tmp_path_factory):
     s.stop()
 
 
-def test_json_object_on_gemma3_is_one_object_and_ollama_format_json_too(gemma):
+def test_schema_on_gemma3_validates_and_stream_and_ollama_format_agree(gemma):
     c = openai.OpenAI(base_url=f"http://127.0.0.1:{gemma.port}/v1", api_key=KEY, max_retries=0)
-    msgs = [{"role": "user", "content": "Give the capital of France as JSON with a key 'capital'."}]
-    r = c.chat.completions.create(model="gemma3", messages=msgs, response_format={"type": "json_object"},
-                                  max_tokens=40, temperature=0)
-    assert isinstance(json.loads(r.choices[0].message.content), dict)
+    msgs = [{"role": "user", "content": "What is the capital of France?"}]
+    schema = {"type": "object", "properties": {"capital": {"type": "string", "maxLength": 24}},
+              "required": ["capital"], "additionalProperties": False}
+    r = c.chat.completions.create(model="gemma3", messages=msgs, response_format=rf(schema), max_tokens=40,
+                                  temperature=0)
+    out = json.loads(r.choices[0].message.content)
+    jsonschema.validate(out, schema)
+    assert out["capital"].strip()
     text = "".join(x.choices[0].delta.content or "" for x in c.chat.completions.create(
-        model="gemma3", messages=msgs, response_format={"type": "json_object"}, max_tokens=40, temperature=0,
-        stream=True) if x.choices)
+        model="gemma3", messages=msgs, response_format=rf(schema), max_tokens=40, temperature=0, stream=True)
+        if x.choices)
     assert text == r.choices[0].message.content
     ol = ollama.Client(host=f"http://127.0.0.1:{gemma.port}", headers={"Authorization": f"Bearer {KEY}"})
-    g = ol.chat(model="gemma3", messages=msgs, format="json", options={"temperature": 0, "num_predict": 40,
+    g = ol.chat(model="gemma3", messages=msgs, format=schema, options={"temperature": 0, "num_predict": 40,
                                                                        "repeat_penalty": 1.0})
-    assert json.loads(g.message.content) == json.loads(r.choices[0].message.content)
+    assert json.loads(g.message.content) == out
+
+
+def test_json_object_is_one_object_or_an_incomplete_json_error(oai):
+    for seed in range(4):
+        try:
+            r = oai.chat.completions.create(model="q3", messages=MSG, response_format={"type": "json_object"},
+                                            max_tokens=60, seed=seed, extra_body=NO_THINK)
+        except openai.BadRequestError as e:
+            assert e.body["code"] == "incomplete_json"
+            continue
+        assert isinstance(json.loads(r.choices[0].message.content), dict)

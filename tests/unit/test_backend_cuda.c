@@ -16,7 +16,12 @@
  * The repacked weight layouts are checked against the formats module's reference dequantizer
  * (embed returns dequantized rows).
  *
- * Without a GPU (CI) or without CUDA in the build, every test skips with a message.
+ * The session's decode graph (cuda_decode): prefill, then greedy steps replayed from the recorded
+ * graph give bit-identical logits and ids to SARAGOSSA_CUDA_GRAPHS=0 (the per-op path); an MoE
+ * model stays per-op. decode_greedy runs on the CPU too (CI): the id is the argmax of the step's
+ * logits.
+ *
+ * Without a GPU (CI) or without CUDA in the build, every GPU test skips with a message.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -25,6 +30,8 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "engine/session.h"
+#include "saragossa.h"
 
 #if SG_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -696,6 +703,98 @@ Test(cuda, graph_replay_equals_per_op_with_device_positions)
 	free_hw(&w);
 }
 
+/* ---- the decode graph of a session (forward.c) against the per-op path ---- */
+
+static const int32_t dprompt[] = {5, 17, 101, 33, 250, 9, 77};
+#define DSTEPS 12
+
+/* Prefill of the prompt, then DSTEPS greedy steps feeding back the argmax of each step's logits;
+ * every step's logits into lg [DSTEPS][V], the ids into ids. graphs: SARAGOSSA_CUDA_GRAPHS.
+ * Returns 1 if the session's decode ran from a recorded graph. */
+static int decode_run(const char *name, const char *graphs, int greedy, float *lg, int32_t *ids, int *V)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "tests/fixtures/%s", name);
+	setenv("SARAGOSSA_CUDA_GRAPHS", graphs, 1);
+	sg_flags_reload();
+	sg_model_params mp = sg_model_default_params();
+	mp.backend = "cuda";
+	sg_model *m = NULL;
+	if (sg_model_load(path, &mp, &m) != SG_OK) {
+		unsetenv("SARAGOSSA_CUDA_GRAPHS");
+		sg_flags_reload();
+		cr_skip_test("no usable GPU: %s", sg_last_error());
+	}
+	*V = sg_model_n_vocab(m);
+	sg_session_params sp = sg_session_default_params();
+	sp.n_ctx = 64;
+	sp.n_batch = 4; /* the prompt in chunks: the scratch grows before the first decode step */
+	sp.kv_type = SG_KV_F32;
+	sg_session *s = NULL;
+	cr_assert_eq(sg_session_new(m, &sp, &s), SG_OK, "%s", sg_last_error());
+	int n = (int)(sizeof(dprompt) / sizeof(dprompt[0]));
+	cr_assert_eq(sg_session_eval(s, dprompt, n, NULL), SG_OK, "%s", sg_last_error());
+	const float *l0 = sg_session_logits(s);
+	int32_t tok = 0;
+	for (int i = 1; i < *V; i++)
+		if (l0[i] > l0[tok]) tok = i;
+	for (int step = 0; step < DSTEPS; step++) {
+		float *row = lg + (size_t)step * (size_t)*V;
+		if (greedy) {
+			int32_t next = -1;
+			cr_assert_eq(sg_session_decode_greedy(s, tok, &next), SG_OK, "%s", sg_last_error());
+			cr_assert_null(sg_session_logits(s), "greedy decode read the logits back");
+			cr_assert_eq(sg_session_fetch_logits(s), SG_OK, "%s", sg_last_error());
+			memcpy(row, sg_session_logits(s), sizeof(float) * (size_t)*V);
+			tok = next;
+		} else {
+			cr_assert_eq(sg_session_eval(s, &tok, 1, NULL), SG_OK, "%s", sg_last_error());
+			memcpy(row, sg_session_logits(s), sizeof(float) * (size_t)*V);
+			tok = 0;
+			for (int i = 1; i < *V; i++)
+				if (row[i] > row[tok]) tok = i;
+		}
+		ids[step] = tok;
+	}
+	int used = s->fs.graph != NULL;
+	sg_session_free(s);
+	sg_model_free(m);
+	unsetenv("SARAGOSSA_CUDA_GRAPHS");
+	sg_flags_reload();
+	return used;
+}
+
+/* Graph replay (greedy: only the id read back; and full logits) gives bit-identical logits and
+ * tokens to the per-op path (same kernels, same order). */
+static void graph_matches_per_op(const char *name, int expect_graph)
+{
+	int V = 0;
+	size_t cap = (size_t)DSTEPS * 300000;
+	float *a = malloc(sizeof(float) * cap), *b = malloc(sizeof(float) * cap), *c = malloc(sizeof(float) * cap);
+	int32_t ia[DSTEPS], ib[DSTEPS], ic[DSTEPS];
+	cr_assert(a && b && c);
+	cr_assert_eq(decode_run(name, "0", 0, a, ia, &V), 0, "%s: a graph with SARAGOSSA_CUDA_GRAPHS=0", name);
+	cr_assert(V <= 300000);
+	cr_assert_eq(decode_run(name, "1", 1, b, ib, &V), expect_graph, "%s: graph used", name);
+	cr_assert_eq(decode_run(name, "1", 0, c, ic, &V), expect_graph, "%s: graph used", name);
+	size_t bytes = sizeof(float) * (size_t)DSTEPS * (size_t)V;
+	cr_expect(!memcmp(a, b, bytes), "%s: greedy graph logits differ from the per-op path", name);
+	cr_expect(!memcmp(a, c, bytes), "%s: graph logits differ from the per-op path", name);
+	for (int i = 0; i < DSTEPS; i++) {
+		cr_expect_eq(ia[i], ib[i], "%s: step %d greedy id %d vs %d", name, i, ib[i], ia[i]);
+		cr_expect_eq(ia[i], ic[i], "%s: step %d id %d vs %d", name, i, ic[i], ia[i]);
+	}
+	free(a);
+	free(b);
+	free(c);
+}
+
+Test(cuda_decode, graph_replay_is_bit_identical_qwen3) { graph_matches_per_op("qwen3", 1); }
+Test(cuda_decode, graph_replay_is_bit_identical_llama) { graph_matches_per_op("llama", 1); }
+Test(cuda_decode, graph_replay_is_bit_identical_mlx_q4) { graph_matches_per_op("qwen3_mlx_q4_g32", 1); }
+/* MoE stays per-op: the same results, no graph */
+Test(cuda_decode, moe_stays_per_op) { graph_matches_per_op("qwen3_moe", 0); }
+
 #else
 
 Test(cuda, skipped_without_cuda_in_the_build)
@@ -704,3 +803,50 @@ Test(cuda, skipped_without_cuda_in_the_build)
 }
 
 #endif
+
+/* ---- greedy decode on any backend (runs on the CPU in CI) ---- */
+
+/* sg_session_decode_greedy returns the argmax (lowest id on ties) of the logits sg_session_eval
+ * gives for the same token, and its fetched logits are those logits. */
+Test(decode_greedy, returns_the_argmax_of_the_step_logits_on_cpu)
+{
+	sg_model_params mp = sg_model_default_params();
+	mp.n_threads = 1;
+	sg_model *m = NULL;
+	cr_assert_eq(sg_model_load("tests/fixtures/qwen3", &mp, &m), SG_OK, "%s", sg_last_error());
+	sg_session_params sp = sg_session_default_params();
+	sp.n_ctx = 32;
+	sp.kv_type = SG_KV_F32;
+	sg_session *a = NULL, *b = NULL;
+	cr_assert_eq(sg_session_new(m, &sp, &a), SG_OK, "%s", sg_last_error());
+	cr_assert_eq(sg_session_new(m, &sp, &b), SG_OK, "%s", sg_last_error());
+	int V = sg_model_n_vocab(m);
+	const int32_t prompt[] = {5, 17, 101, 33};
+	cr_assert_eq(sg_session_eval(a, prompt, 4, NULL), SG_OK);
+	cr_assert_eq(sg_session_eval(b, prompt, 4, NULL), SG_OK);
+	cr_assert_eq(sg_session_fetch_logits(a), SG_OK); /* already on the host: no-op */
+	int32_t tok = 7;
+	for (int step = 0; step < 6; step++) {
+		int32_t next = -1;
+		cr_assert_eq(sg_session_decode_greedy(a, tok, &next), SG_OK, "%s", sg_last_error());
+		cr_assert_eq(sg_session_eval(b, &tok, 1, NULL), SG_OK, "%s", sg_last_error());
+		const float *lb = sg_session_logits(b);
+		int32_t best = 0;
+		for (int i = 1; i < V; i++)
+			if (lb[i] > lb[best]) best = i;
+		cr_expect_eq(next, best, "step %d: greedy %d, argmax of the logits %d", step, next, best);
+		cr_assert_null(sg_session_logits(a));
+		cr_assert_eq(sg_session_fetch_logits(a), SG_OK, "%s", sg_last_error());
+		cr_expect(!memcmp(sg_session_logits(a), lb, sizeof(float) * (size_t)V), "step %d: fetched logits differ", step);
+		tok = best;
+	}
+	cr_expect_eq(sg_session_position(a), 10);
+	cr_expect(!memcmp(sg_session_tokens(a), sg_session_tokens(b), sizeof(int32_t) * 10));
+	/* out-of-vocabulary token: refused, the session unchanged */
+	int32_t next;
+	cr_expect_eq(sg_session_decode_greedy(a, V, &next), SG_ERR_RANGE);
+	cr_expect_eq(sg_session_position(a), 10);
+	sg_session_free(a);
+	sg_session_free(b);
+	sg_model_free(m);
+}

@@ -39,6 +39,8 @@ static inline sg_cuda_params sg_cuda_default_params(void)
 /* Creates the backend on device p->device: SG_ERR_UNSUPPORTED with the runtime's reason when no
  * GPU is usable. *out is freed with sg_backend_free. */
 sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out);
+/* 1 if be is a CUDA backend. */
+int sg_cuda_is_backend(const sg_backend *be);
 /* 1 unless SARAGOSSA_CUDA_GRAPHS=0. */
 int sg_cuda_graphs_enabled(void);
 /* Starts recording the ops issued on be (a CUDA backend) into a graph. */
@@ -47,6 +49,22 @@ sg_status sg_cuda_graph_begin(sg_backend *be);
 sg_status sg_cuda_graph_end(sg_backend *be);
 /* Enqueues one replay of the recorded graph; does not wait. */
 sg_status sg_cuda_graph_replay(sg_backend *be);
+/* A recorded graph owned by its caller (several sessions can share one backend, each with its
+ * own decode graph). */
+typedef struct sg_cuda_graph sg_cuda_graph;
+/* Ends a recording started by sg_cuda_graph_begin into a new graph *out (free with
+ * sg_cuda_graph_free); the backend's own graph (sg_cuda_graph_replay) is left as it was. */
+sg_status sg_cuda_graph_end_into(sg_backend *be, sg_cuda_graph **out);
+/* Ends a recording and throws it away (an op failed while recording); no-op when not recording. */
+void sg_cuda_graph_abort(sg_backend *be);
+/* 1 if g was recorded before the backend's scratch moved (its launches would read freed memory). */
+int sg_cuda_graph_stale(const sg_backend *be, const sg_cuda_graph *g);
+/* Enqueues one replay of g; does not wait. Fails on a stale graph. */
+sg_status sg_cuda_graph_launch(sg_backend *be, const sg_cuda_graph *g);
+void sg_cuda_graph_free(sg_cuda_graph *g);
+/* Device-to-device copy bandwidth in GB/s (1e9 bytes/s, counting bytes read + written) measured with
+ * `bytes`-sized cudaMemcpy copies on the backend's device: the roofline a decode step is held to. */
+sg_status sg_cuda_copy_bandwidth(sg_backend *be, size_t bytes, double *gbps);
 /* The kernels' view of a weight tensor bound by a CUDA backend (benches and tests call the
  * launchers of cuda_kernels.h with it): SG_OK, or SG_ERR_UNSUPPORTED for a type without kernels. */
 struct sg_cuw;
@@ -61,10 +79,18 @@ static inline sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backe
 	return sg_error(SG_ERR_UNSUPPORTED, "cuda: this build has no CUDA backend (rebuild with make CUDA=1)");
 }
 static inline int sg_cuda_graphs_enabled(void) { return 0; }
+static inline int sg_cuda_is_backend(const sg_backend *be) { (void)be; return 0; }
 static inline sg_status sg_cuda_graph_begin(sg_backend *be) { (void)be; return SG_ERR_UNSUPPORTED; }
 static inline sg_status sg_cuda_graph_end(sg_backend *be) { (void)be; return SG_ERR_UNSUPPORTED; }
 static inline sg_status sg_cuda_graph_replay(sg_backend *be) { (void)be; return SG_ERR_UNSUPPORTED; }
 static inline const char *sg_cuda_backend_device(const sg_backend *be) { (void)be; return "none"; }
+typedef struct sg_cuda_graph sg_cuda_graph;
+static inline sg_status sg_cuda_graph_end_into(sg_backend *be, sg_cuda_graph **out) { (void)be; *out = 0; return SG_ERR_UNSUPPORTED; }
+static inline void sg_cuda_graph_abort(sg_backend *be) { (void)be; }
+static inline int sg_cuda_graph_stale(const sg_backend *be, const sg_cuda_graph *g) { (void)be; (void)g; return 1; }
+static inline sg_status sg_cuda_graph_launch(sg_backend *be, const sg_cuda_graph *g) { (void)be; (void)g; return SG_ERR_UNSUPPORTED; }
+static inline void sg_cuda_graph_free(sg_cuda_graph *g) { (void)g; }
+static inline sg_status sg_cuda_copy_bandwidth(sg_backend *be, size_t bytes, double *gbps) { (void)be; (void)bytes; *gbps = 0; return SG_ERR_UNSUPPORTED; }
 #endif
 
 #endif
