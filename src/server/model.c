@@ -206,7 +206,9 @@ sg_status sg_srv_model_prefix_begin(sg_srv_model *m, const uint8_t root[32], con
 	 * never reused: only its own blocks are. */
 	size_t live = sg_gen_common_prefix(&m->state, prompt, n);
 	if (live >= n) live = n - 1;
-	if (sg_session_has_recurrent_state(m->session)) live = 0;
+	/* only the CPU backend's chunk invariance is tested: elsewhere (a GPU picking its kernels
+	 * by batch size, a decode graph) blocks only, whose pieces match a cold run's by design */
+	if (sg_session_has_recurrent_state(m->session) || strcmp(m->session->m->be->ops->name, "cpu") != 0) live = 0;
 	if (live && live >= K && m->live_ok && !memcmp(m->live_root, root, 32) && op_truncate(m, live) == SG_OK) {
 		m->state.n = live;
 		K = live;
