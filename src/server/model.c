@@ -172,7 +172,7 @@ static sg_status set_history(sg_gen_state *st, const int32_t *t, size_t n)
 		st->tokens = nt;
 		st->cap = cap;
 	}
-	memcpy(st->tokens, t, n * sizeof *t);
+	if (n) memcpy(st->tokens, t, n * sizeof *t);
 	st->n = n;
 	return SG_OK;
 }
