@@ -139,9 +139,10 @@ def test_run_ctrl_c_stops_the_answer_not_the_program(gemma):
         c.read_until(b" ", timeout=180)
         c.send("\x03")
         t0 = time.time()
-        out = c.read_until(PROMPT, timeout=60)
+        # within one token of the Ctrl-C; generous bounds: on shared cores a token can take seconds
+        out = c.read_until(PROMPT, timeout=180)
         assert "[stopped]" in out, out
-        assert time.time() - t0 < 30
+        assert time.time() - t0 < 120
         n = int(re.search(r"generated tokens:\s+(\d+)", out).group(1))
         assert n < 400
         # Still alive: the next turn works.

@@ -56,7 +56,11 @@ def test_delta_rule_chunk_boundary_inside_a_long_prompt(sg, tmp_path, name):
     # to ~2e-5 (the rest stay near 1e-6), so the bound is 1e-4 over the whole prompt
     for other in (nochunk, step):
         assert rel_err(other, one) <= 1e-4
-        assert rel_err(other[:320 * 64], one[:320 * 64]) <= 1e-5  # the first 64 positions
+    # the first 64 positions: the chunked and the plain recurrence in the same prefill (same matmul
+    # kernels) agree to 1e-5; token by token also swaps the prefill GEMM for the one-token kernels,
+    # whose sums run in another order: f32 rounding again, a few 1e-5 at most
+    assert rel_err(nochunk[:320 * 64], one[:320 * 64]) <= 1e-5
+    assert rel_err(step[:320 * 64], one[:320 * 64]) <= 1e-4
 
 
 def test_vision_and_audio_towers_are_refused_by_name(sg, tmp_path):

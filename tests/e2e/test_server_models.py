@@ -131,12 +131,34 @@ def test_stop_string_cuts_the_answer(oai):
     assert r.choices[0].message.content == full[:cut]
 
 
-def test_follow_up_turn_reuses_the_earlier_turns(oai):
+def follow_up(oai):
     first = oai.chat.completions.create(model="qwen", messages=HELLO, max_tokens=4, temperature=0)
     convo = HELLO + [{"role": "assistant", "content": first.choices[0].message.content},
                      {"role": "user", "content": "And of Spain?"}]
     second = oai.chat.completions.create(model="qwen", messages=convo, max_tokens=4, temperature=0)
-    assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 1
+    return first, second
+
+
+def test_follow_up_turn_reuses_the_earlier_turns(models_dir, tmp_path):
+    """With the one-token kernels everywhere (SARAGOSSA_CPU_GEMM=0) the CPU forward is chunk-invariant,
+    so the server continues from the live state: the whole first turn is reused."""
+    s = start_or_skip("--model", f"qwen={models_dir['qwen']}", socket_path=str(tmp_path / "s.sock"),
+                      port=free_port(), key=KEY, env={"SARAGOSSA_CPU_GEMM": "0"})
+    try:
+        oai = openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key=KEY, max_retries=0)
+        first, second = follow_up(oai)
+        assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 1
+    finally:
+        s.stop()
+
+
+def test_follow_up_turn_with_the_blocked_gemm_reuses_whole_blocks_only(oai):
+    """The default blocked GEMM sums a prefill in another order than the answer's decode steps: the live
+    state is not reused (its output could differ from a cold run's), only whole prefix-cache blocks,
+    none for a prompt shorter than a block."""
+    first, second = follow_up(oai)
+    assert second.usage.prompt_tokens_details.cached_tokens % 256 == 0
+    assert second.usage.prompt_tokens_details.cached_tokens <= first.usage.prompt_tokens
 
 
 def test_prompt_over_context_is_400_naming_the_context(oai):
