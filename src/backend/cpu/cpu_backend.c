@@ -236,8 +236,11 @@ static void mm_gemm(mm_job *j, int64_t r0, int64_t r1)
 {
 	const uint8_t *xb = j->q8 ? j->xq_mem : (const uint8_t *)j->x;
 	size_t xs = j->q8 ? j->xq_stride : (size_t)j->K * sizeof(float);
-	for (int64_t k0 = 0; k0 < j->K; k0 += GEMM_KC) {
-		int64_t k1 = k0 + GEMM_KC < j->K ? k0 + GEMM_KC : j->K;
+	/* float weights: the whole row in one pass, so each token's sum is the matvec's, bit for bit
+	 * (their activations are 4 bytes per element and a few tokens' rows still fit in L2) */
+	int64_t kc = j->q8 ? GEMM_KC : j->K;
+	for (int64_t k0 = 0; k0 < j->K; k0 += kc) {
+		int64_t k1 = k0 + kc < j->K ? k0 + kc : j->K;
 		for (int64_t t0 = 0; t0 < j->nx; t0 += GEMM_TC) {
 			int64_t t1 = t0 + GEMM_TC < j->nx ? t0 + GEMM_TC : j->nx;
 			j->mm(&j->w, r0, r1, xb, xs, t0, t1, j->y, j->N, k0, k1);
