@@ -172,41 +172,42 @@ static void dt_reset(void *self)
 	}
 }
 
-static void add_eos(sg_lm *lm, int32_t id)
+static void add_eos(int32_t *eos, size_t *n, size_t cap, int32_t n_vocab, int32_t id)
 {
-	if (id < 0 || id >= lm->n_vocab || lm->n_eos >= MAX_EOS) return;
-	for (size_t i = 0; i < lm->n_eos; i++)
-		if (lm->eos[i] == id) return;
-	lm->eos[lm->n_eos++] = id;
+	if (id < 0 || id >= n_vocab || *n >= cap) return;
+	for (size_t i = 0; i < *n; i++)
+		if (eos[i] == id) return;
+	eos[(*n)++] = id;
 }
 
-/* End of sequence, plus the end-of-turn tokens chat templates close an assistant turn with
- * (a chat model answers until one of them, not until the base EOS), plus generation_config's
- * eos_token_id (an id or a list). */
-static void find_eos(sg_lm *lm, const char *path)
+size_t sg_lm_find_eos(const sg_tokenizer *tok, int32_t n_vocab, const char *path, int32_t *eos, size_t cap)
 {
-	add_eos(lm, sg_tokenizer_eos(lm->tok));
+	size_t n = 0;
+	add_eos(eos, &n, cap, n_vocab, sg_tokenizer_eos(tok));
 	static const char *eot[] = {"<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<|eom_id|>",
 				    "</s>", "<turn|>", "<|return|>"};
-	for (size_t i = 0; i < sizeof eot / sizeof *eot; i++) add_eos(lm, sg_tokenizer_token_id(lm->tok, eot[i], strlen(eot[i])));
+	for (size_t i = 0; i < sizeof eot / sizeof *eot; i++)
+		add_eos(eos, &n, cap, n_vocab, sg_tokenizer_token_id(tok, eot[i], strlen(eot[i])));
 	char p[4200];
 	snprintf(p, sizeof p, "%s/generation_config.json", path);
 	json_t *g;
 	if (sg_json_load_file(p, 1 << 20, &g) == SG_OK) {
 		json_t *e = json_object_get(g, "eos_token_id");
-		if (json_is_integer(e)) add_eos(lm, (int32_t)json_integer_value(e));
+		if (json_is_integer(e)) add_eos(eos, &n, cap, n_vocab, (int32_t)json_integer_value(e));
 		size_t i;
 		json_t *v;
-		if (json_is_array(e)) json_array_foreach(e, i, v) if (json_is_integer(v)) add_eos(lm, (int32_t)json_integer_value(v));
+		if (json_is_array(e))
+			json_array_foreach(e, i, v) if (json_is_integer(v)) add_eos(eos, &n, cap, n_vocab, (int32_t)json_integer_value(v));
 		json_decref(g);
 	}
+	return n;
 }
 
 /* Gemma's turn format, for Gemma files that carry no template (the GGUF conversions of the
  * base models often do not): a system message is folded into the first user turn. Templates
  * render with trim_blocks (as transformers does), which eats a newline right after a block tag:
  * the one after the role is written as an expression. */
-const char sg_lm_gemma_template[] =
+static const char GEMMA_TEMPLATE[] =
 	"{{ bos_token }}"
 	"{% if messages[0]['role'] == 'system' %}{% set first = messages[0]['content'] + '\n\n' %}"
 	"{% set rest = messages[1:] %}{% else %}{% set first = '' %}{% set rest = messages %}{% endif %}"
@@ -216,7 +217,7 @@ const char sg_lm_gemma_template[] =
 
 /* A model without a chat template of its own: Gemma files get Gemma's turn format; others have
  * none (raw completions still work). */
-static sg_status fallback_template(const sg_model *model, const sg_tokenizer *tok, sg_chat_template **out)
+sg_status sg_lm_fallback_template(const sg_model *model, const sg_tokenizer *tok, sg_chat_template **out)
 {
 	*out = NULL;
 	if (strncmp(sg_model_arch(model), "gemma", 5) != 0 || sg_tokenizer_token_id(tok, "<start_of_turn>", 15) < 0)
@@ -224,7 +225,7 @@ static sg_status fallback_template(const sg_model *model, const sg_tokenizer *to
 	size_t n = 0;
 	const char *bos = sg_tokenizer_token(tok, sg_tokenizer_bos(tok), &n);
 	json_t *special = json_pack("{s:s%}", "bos_token", bos ? bos : "", bos ? n : 0);
-	sg_status s = sg_chat_template_from_source(sg_lm_gemma_template, sizeof sg_lm_gemma_template - 1, special, out);
+	sg_status s = sg_chat_template_from_source(GEMMA_TEMPLATE, sizeof GEMMA_TEMPLATE - 1, special, out);
 	json_decref(special);
 	return s;
 }
@@ -249,12 +250,12 @@ sg_status sg_lm_load(const char *path, const sg_lm_params *p, sg_lm **out)
 		goto fail;
 	}
 	s = sg_chat_template_load(path, &lm->tmpl);
-	if (s == SG_ERR_NOT_FOUND) s = fallback_template(lm->model, lm->tok, &lm->tmpl);
+	if (s == SG_ERR_NOT_FOUND) s = sg_lm_fallback_template(lm->model, lm->tok, &lm->tmpl);
 	if (s) goto fail;
 	if ((s = sg_detok_create(lm->tok, 1, &lm->detok))) goto fail;
 	lm->n_ctx = sg_session_n_ctx(lm->session);
 	lm->n_vocab = sg_model_n_vocab(lm->model);
-	find_eos(lm, path);
+	lm->n_eos = sg_lm_find_eos(lm->tok, lm->n_vocab, path, lm->eos, MAX_EOS);
 	lm->ops = (sg_gen_model){.self = lm, .n_vocab = lm->n_vocab, .n_ctx = lm->n_ctx, .eval = op_eval,
 				 .truncate = op_truncate, .reset = op_reset};
 	lm->dt_ops = (sg_gen_detok){.self = lm, .push = dt_push, .flush = dt_flush, .reset = dt_reset};

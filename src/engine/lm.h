@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "engine/generate.h"
+#include "text/chat_template.h"
 #include "saragossa.h"
 
 typedef struct sg_lm sg_lm;
@@ -37,8 +38,14 @@ typedef struct sg_lm_params {
 	int n_threads; /* CPU threads; 0 = SARAGOSSA_THREADS, else one per core */
 } sg_lm_params;
 
-/* Gemma's turn format, for Gemma files that carry no chat template (shared with the server). */
-extern const char sg_lm_gemma_template[];
+/* Pieces of the binding the server's own model state uses too. */
+/* The ids that end an answer: the tokenizer's EOS, the end-of-turn tokens chat templates close an
+ * assistant turn with, and generation_config.json's eos_token_id beside `path`. At most cap ids,
+ * each in [0, n_vocab), no repeats; returns how many. */
+size_t sg_lm_find_eos(const sg_tokenizer *tok, int32_t n_vocab, const char *path, int32_t *eos, size_t cap);
+/* A chat template for a model without one: Gemma files get Gemma's turn format, others none
+ * (*out NULL, SG_OK). */
+sg_status sg_lm_fallback_template(const sg_model *model, const sg_tokenizer *tok, sg_chat_template **out);
 
 sg_lm_params sg_lm_default_params(void);
 

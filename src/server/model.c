@@ -283,53 +283,6 @@ static void dt_reset(void *self)
 	}
 }
 
-static void add_eos(sg_srv_model *m, int32_t id)
-{
-	if (id < 0 || id >= m->info.n_vocab || m->n_eos >= MAX_EOS) return;
-	for (size_t i = 0; i < m->n_eos; i++)
-		if (m->eos[i] == id) return;
-	m->eos[m->n_eos++] = id;
-}
-
-/* End of sequence, plus the end-of-turn tokens chat templates close an assistant turn with
- * (a chat model answers until one of them, not until the base EOS), plus generation_config's
- * eos_token_id (an id or a list). */
-static void find_eos(sg_srv_model *m, const char *path)
-{
-	add_eos(m, sg_tokenizer_eos(m->tok));
-	static const char *eot[] = {"<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<|eom_id|>",
-				    "</s>", "<turn|>", "<|return|>"};
-	for (size_t i = 0; i < sizeof eot / sizeof *eot; i++) add_eos(m, sg_tokenizer_token_id(m->tok, eot[i], strlen(eot[i])));
-	char p[4200];
-	snprintf(p, sizeof p, "%s/generation_config.json", path);
-	json_t *g;
-	if (sg_json_load_file(p, 1 << 20, &g) == SG_OK) {
-		json_t *e = json_object_get(g, "eos_token_id");
-		if (json_is_integer(e)) add_eos(m, (int32_t)json_integer_value(e));
-		size_t i;
-		json_t *v;
-		if (json_is_array(e)) json_array_foreach(e, i, v) if (json_is_integer(v)) add_eos(m, (int32_t)json_integer_value(v));
-		json_decref(g);
-	}
-}
-
-/* Gemma files without a template get Gemma's turn format: sg_lm_gemma_template (engine/lm.h). */
-
-/* A model without a chat template of its own: Gemma files get Gemma's turn format; others have
- * none (completions still work, chat answers 400 naming the problem). */
-static sg_status fallback_template(const sg_model *model, const sg_tokenizer *tok, sg_chat_template **out)
-{
-	*out = NULL;
-	if (strncmp(sg_model_arch(model), "gemma", 5) != 0 || sg_tokenizer_token_id(tok, "<start_of_turn>", 15) < 0)
-		return SG_OK;
-	size_t n = 0;
-	const char *bos = sg_tokenizer_token(tok, sg_tokenizer_bos(tok), &n);
-	json_t *special = json_pack("{s:s%}", "bos_token", bos ? bos : "", bos ? n : 0);
-	sg_status s = sg_chat_template_from_source(sg_lm_gemma_template, strlen(sg_lm_gemma_template), special, out);
-	json_decref(special);
-	return s;
-}
-
 /* The tool-call syntax: render an assistant turn holding one call with the model's own template
  * and look at how it came out. A template that cannot render a call (or has none) falls back
  * on the vocabulary's markers, then on Hermes (the most common, and what ChatML models learn). */
@@ -476,14 +429,14 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, s
 		goto fail;
 	}
 	s = sg_chat_template_load(path, &m->tmpl);
-	if (s == SG_ERR_NOT_FOUND) s = fallback_template(m->model, m->tok, &m->tmpl);
+	if (s == SG_ERR_NOT_FOUND) s = sg_lm_fallback_template(m->model, m->tok, &m->tmpl);
 	if (s) goto fail;
 	if ((s = sg_detok_create(m->tok, 1, &m->detok))) goto fail;
 	snprintf(m->info.arch, sizeof m->info.arch, "%s", sg_model_arch(m->model));
 	snprintf(m->info.quant, sizeof m->info.quant, "%s", gguf ? "gguf" : "bf16");
 	m->info.n_ctx = sg_session_n_ctx(m->session);
 	m->info.n_vocab = sg_model_n_vocab(m->model);
-	find_eos(m, path);
+	m->n_eos = sg_lm_find_eos(m->tok, m->info.n_vocab, path, m->eos, MAX_EOS);
 	snprintf(m->info.arch, sizeof m->info.arch, "%s", sg_model_arch(m->model));
 	find_agent(m);
 	m->ops = (sg_gen_model){.self = m, .n_vocab = m->info.n_vocab, .n_ctx = m->info.n_ctx, .eval = op_eval,
