@@ -131,6 +131,11 @@ typedef struct sg_rope_params {
 	/* dynamic (NTK): theta grows once max(pos) + 1 passes orig_ctx, with factor */
 } sg_rope_params;
 
+/* The inverse frequencies of the rotated pairs after scaling (linear, llama3, yarn, proportional;
+ * dynamic NTK is the caller's, through `theta`), into inv_freq[0 .. head_dim/2); writes the
+ * position multiplier (linear) and the cos/sin multiplier (yarn). Returns the number of pairs. */
+int sg_rope_inv_freq(const sg_rope_params *p, double theta, float *inv_freq, float *pos_scale, float *mscale);
+
 typedef struct sg_attn_params {
 	float scale;   /* logit multiplier; 0 = 1/sqrt(head_dim) */
 	float softcap; /* > 0: logits become softcap * tanh(logits / softcap) before softmax */

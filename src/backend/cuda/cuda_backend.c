@@ -578,7 +578,7 @@ static sg_status cuda_layernorm(sg_backend *be, const sg_btensor *x, const sg_bt
 	return SG_OK;
 }
 
-/* Frequencies after scaling: the same definitions as the CPU reference (cpu_ops.c). */
+/* The device copy of the rotation: frequencies from sg_rope_inv_freq (backend/rope.c), shared with the CPU. */
 static sg_status rope_setup(const char *op, const sg_rope_params *p, sg_cu_rope *r)
 {
 	if (p->head_dim < 2 || p->head_dim > MAX_HEAD_DIM || p->n_rot < 0 || p->n_rot > p->head_dim || (p->n_rot & 1) || p->theta <= 0)
@@ -590,46 +590,9 @@ static sg_status rope_setup(const char *op, const sg_rope_params *p, sg_cu_rope 
 	r->hd = hd;
 	r->half = dim / 2;
 	r->neox = p->neox;
-	r->pos_scale = 1.0f;
-	r->mscale = 1.0f;
 	r->dyn = p->scaling == SG_ROPE_SCALING_DYNAMIC;
 	r->nr = nr, r->dim = dim, r->prop = prop, r->orig_ctx = p->orig_ctx, r->theta = p->theta, r->factor = p->factor;
-	for (int i = 0; i < r->half; i++) {
-		double f = 1.0 / pow((double)p->theta, (double)(2 * i) / (double)dim);
-		if (prop && 2 * i >= nr) f = 0;
-		r->inv_freq[i] = (float)f;
-	}
-	if (p->scaling == SG_ROPE_SCALING_LINEAR && p->factor > 0) r->pos_scale = 1.0f / p->factor;
-	if (p->scaling == SG_ROPE_SCALING_LLAMA3 && p->factor > 0) {
-		double lo = p->low_freq_factor > 0 ? p->low_freq_factor : 1, hi = p->high_freq_factor > 0 ? p->high_freq_factor : 4;
-		double oc = p->orig_ctx > 0 ? p->orig_ctx : 8192;
-		double lo_wl = oc / lo, hi_wl = oc / hi;
-		for (int i = 0; i < r->half; i++) {
-			double f = r->inv_freq[i], wl = 2 * M_PI / f;
-			if (wl > lo_wl) f /= p->factor;
-			else if (wl >= hi_wl) {
-				double s = (oc / wl - lo) / (hi - lo);
-				f = (1 - s) * f / p->factor + s * f;
-			}
-			r->inv_freq[i] = (float)f;
-		}
-	}
-	if (p->scaling == SG_ROPE_SCALING_YARN && p->factor > 0) {
-		double bf = p->beta_fast > 0 ? p->beta_fast : 32, bs = p->beta_slow > 0 ? p->beta_slow : 1;
-		double oc = p->orig_ctx > 0 ? p->orig_ctx : 4096;
-		double lo = floor(dim * log(oc / (bf * 2 * M_PI)) / (2 * log(p->theta)));
-		double hi = ceil(dim * log(oc / (bs * 2 * M_PI)) / (2 * log(p->theta)));
-		if (lo < 0) lo = 0;
-		if (hi > dim - 1) hi = dim - 1;
-		if (hi == lo) hi += 0.001;
-		for (int i = 0; i < r->half; i++) {
-			double ramp = ((double)i - lo) / (hi - lo);
-			ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
-			double extrap = 1 - ramp, f = r->inv_freq[i];
-			r->inv_freq[i] = (float)(f / p->factor * (1 - extrap) + f * extrap);
-		}
-		r->mscale = p->attn_factor > 0 ? p->attn_factor : (float)(0.1 * log(p->factor) + 1.0);
-	}
+	sg_rope_inv_freq(p, p->theta, r->inv_freq, &r->pos_scale, &r->mscale);
 	return SG_OK;
 }
 
