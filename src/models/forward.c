@@ -19,30 +19,6 @@
 #include "base/error.h"
 #include "base/log.h"
 
-#define OK(call)                                                                                   \
-	do {                                                                                       \
-		sg_status st_ = (call);                                                            \
-		if (st_) return st_;                                                               \
-	} while (0)
-
-/* A 2-D view [rows][cols] of the start of a plain (4-byte element) buffer. */
-static sg_btensor view2(const sg_btensor *t, int64_t cols, int64_t rows)
-{
-	sg_btensor v = *t;
-	v.ne[0] = cols;
-	v.ne[1] = rows;
-	v.ne[2] = v.ne[3] = 1;
-	v.row_bytes = (size_t)cols * 4;
-	v.owned = 0;
-	return v;
-}
-
-static sg_status alloc(sg_backend *be, sg_type type, int64_t cols, int64_t rows, sg_btensor *out)
-{
-	int64_t ne[4] = {cols, rows, 1, 1};
-	return be->ops->tensor_alloc(be, type, ne, out);
-}
-
 static int kv_rows_for(const sg_layer_desc *l, int n_ctx, int chunk, int *ring)
 {
 	*ring = 0;
@@ -84,26 +60,26 @@ sg_status sg_fwd_state_init(const sg_model *m, int n_ctx, int chunk, sg_type kv_
 		if (l->ffn_dim > fw) fw = l->ffn_dim;
 	}
 	if (d->moe_ffn_dim * kx > fw) fw = d->moe_ffn_dim * kx; /* g, u hold [k][F] per token */
-	if (!st) st = alloc(be, SG_TYPE_I32, chunk, 1, &s->ids);
-	if (!st) st = alloc(be, SG_TYPE_I32, chunk, 1, &s->pos);
-	if (!st) st = alloc(be, SG_TYPE_I32, chunk, 1, &s->ring_rows);
-	if (!st) st = alloc(be, SG_TYPE_F32, d->dim, chunk, &s->x);
-	if (!st) st = alloc(be, SG_TYPE_F32, d->dim, chunk, &s->xb);
-	if (!st) st = alloc(be, SG_TYPE_F32, qw, chunk, &s->q);
-	if (!st) st = alloc(be, SG_TYPE_F32, kw, chunk, &s->k);
-	if (!st) st = alloc(be, SG_TYPE_F32, kw, chunk, &s->v);
-	if (!st) st = alloc(be, SG_TYPE_F32, qw, chunk, &s->att);
-	if (!st) st = alloc(be, SG_TYPE_F32, fw, chunk, &s->g);
-	if (!st) st = alloc(be, SG_TYPE_F32, fw, chunk, &s->u);
+	if (!st) st = sg_fwd_alloc2(be, SG_TYPE_I32, chunk, 1, &s->ids);
+	if (!st) st = sg_fwd_alloc2(be, SG_TYPE_I32, chunk, 1, &s->pos);
+	if (!st) st = sg_fwd_alloc2(be, SG_TYPE_I32, chunk, 1, &s->ring_rows);
+	if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, d->dim, chunk, &s->x);
+	if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, d->dim, chunk, &s->xb);
+	if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, qw, chunk, &s->q);
+	if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, kw, chunk, &s->k);
+	if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, kw, chunk, &s->v);
+	if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, qw, chunk, &s->att);
+	if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, fw, chunk, &s->g);
+	if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, fw, chunk, &s->u);
 	/* one row: every-position logits ([chunk][V], 256 MiB for a 262k vocabulary) are allocated
 	 * when first asked for */
-	if (!st) st = alloc(be, SG_TYPE_F32, d->n_vocab, 1, &s->logits);
-	if (!st) st = alloc(be, SG_TYPE_I32, 1, 1, &s->amax);
+	if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, d->n_vocab, 1, &s->logits);
+	if (!st) st = sg_fwd_alloc2(be, SG_TYPE_I32, 1, 1, &s->amax);
 	if (!st && d->n_expert > 0) {
-		st = alloc(be, SG_TYPE_F32, d->n_expert, chunk, &s->rl);
-		if (!st) st = alloc(be, SG_TYPE_I32, kx, chunk, &s->eids);
-		if (!st) st = alloc(be, SG_TYPE_F32, kx, chunk, &s->ew);
-		if (!st) st = alloc(be, SG_TYPE_F32, d->dim, chunk * kx, &s->ey);
+		st = sg_fwd_alloc2(be, SG_TYPE_F32, d->n_expert, chunk, &s->rl);
+		if (!st) st = sg_fwd_alloc2(be, SG_TYPE_I32, kx, chunk, &s->eids);
+		if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, kx, chunk, &s->ew);
+		if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, d->dim, chunk * kx, &s->ey);
 	}
 	if (!st && sg_fwd_is_hybrid(m)) st = sg_fwd_hybrid_init(m, s);
 	if (st) sg_fwd_state_free(m, s);
@@ -128,8 +104,6 @@ void sg_fwd_state_free(const sg_model *m, sg_fwd_state *s)
 	memset(s, 0, sizeof(*s));
 }
 
-static const sg_btensor *opt(const sg_btensor *t) { return t->data ? t : NULL; }
-
 /* x <- x / rms(x) * (w + offset) over rows of width w->ne[0]. */
 static sg_status norm(const sg_model *m, const sg_btensor *x, const sg_btensor *w, sg_btensor *y)
 {
@@ -144,18 +118,18 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 	sg_backend *be = m->be;
 	const sg_backend_ops *o = be->ops;
 	int64_t hd = l->head_dim, qd = l->n_head * hd, kd = l->n_kv_head * hd;
-	sg_btensor x = view2(&s->x, d->dim, n), h = view2(&s->xb, d->dim, n);
-	sg_btensor q = view2(&s->q, qd, n), k = view2(&s->k, kd, n), v = view2(&s->v, kd, n);
-	sg_btensor att = view2(&s->att, qd, n), pos = view2(&s->pos, n, 1);
+	sg_btensor x = sg_fwd_view2(&s->x, d->dim, n), h = sg_fwd_view2(&s->xb, d->dim, n);
+	sg_btensor q = sg_fwd_view2(&s->q, qd, n), k = sg_fwd_view2(&s->k, kd, n), v = sg_fwd_view2(&s->v, kd, n);
+	sg_btensor att = sg_fwd_view2(&s->att, qd, n), pos = sg_fwd_view2(&s->pos, n, 1);
 
-	OK(norm(m, &x, &lw->attn_norm, &h));
-	OK(o->matmul(be, &lw->wq, &h, opt(&lw->bq), &q));
-	OK(o->matmul(be, &lw->wk, &h, opt(&lw->bk), &k));
-	OK(o->matmul(be, &lw->wv, &h, opt(&lw->bv), &v));
+	SG_FWD_OK(norm(m, &x, &lw->attn_norm, &h));
+	SG_FWD_OK(o->matmul(be, &lw->wq, &h, sg_fwd_opt(&lw->bq), &q));
+	SG_FWD_OK(o->matmul(be, &lw->wk, &h, sg_fwd_opt(&lw->bk), &k));
+	SG_FWD_OK(o->matmul(be, &lw->wv, &h, sg_fwd_opt(&lw->bv), &v));
 	if (d->qk_norm) {
-		sg_btensor qh = view2(&s->q, hd, n * l->n_head), kh = view2(&s->k, hd, n * l->n_kv_head);
-		OK(norm(m, &qh, &lw->q_norm, &qh));
-		OK(norm(m, &kh, &lw->k_norm, &kh));
+		sg_btensor qh = sg_fwd_view2(&s->q, hd, n * l->n_head), kh = sg_fwd_view2(&s->k, hd, n * l->n_kv_head);
+		SG_FWD_OK(norm(m, &qh, &lw->q_norm, &qh));
+		SG_FWD_OK(norm(m, &kh, &lw->k_norm, &kh));
 	}
 	sg_rope_params rp = {
 		.head_dim = (int)hd,
@@ -173,30 +147,30 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 	};
 	sg_kv_layer *kv = &s->kv[li];
 	const sg_btensor *rows = &pos;
-	sg_btensor ring_rows = view2(&s->ring_rows, n, 1);
+	sg_btensor ring_rows = sg_fwd_view2(&s->ring_rows, n, 1);
 	if (kv->ring) {
 		if (s->ring_rows_of != kv->rows) { /* positions are known on the host: no round trip */
 			int32_t r[n];
 			for (int t = 0; t < n; t++) r[t] = (s->pos0 + t) % kv->rows;
-			OK(o->write(be, &ring_rows, 0, r, sizeof(int32_t) * (size_t)n));
+			SG_FWD_OK(o->write(be, &ring_rows, 0, r, sizeof(int32_t) * (size_t)n));
 			s->ring_rows_of = kv->rows;
 		}
 		rows = &ring_rows;
 	}
 	if (l->n_rot > 0) {
-		OK(o->rope(be, &q, &pos, &rp));
-		OK(o->rope(be, &k, &pos, &rp));
+		SG_FWD_OK(o->rope(be, &q, &pos, &rp));
+		SG_FWD_OK(o->rope(be, &k, &pos, &rp));
 	}
-	OK(o->kv_store(be, &k, &v, rows, &kv->k, &kv->v));
+	SG_FWD_OK(o->kv_store(be, &k, &v, rows, &kv->k, &kv->v));
 	sg_attn_params ap = {
 		.scale = d->query_scale,
 		.softcap = d->attn_softcap,
 		.window = l->kind == SG_LAYER_SLIDING_ATTN ? l->sliding_window : 0,
 		.causal = 1, /* a ring cache is read as one because the window is shorter than it */
 	};
-	OK(o->attention(be, &q, &kv->k, &kv->v, &pos, &ap, &att));
-	OK(o->matmul(be, &lw->wo, &att, NULL, &h));
-	if (d->sandwich_norm) OK(norm(m, &h, &lw->post_attn_norm, &h));
+	SG_FWD_OK(o->attention(be, &q, &kv->k, &kv->v, &pos, &ap, &att));
+	SG_FWD_OK(o->matmul(be, &lw->wo, &att, NULL, &h));
+	if (d->sandwich_norm) SG_FWD_OK(norm(m, &h, &lw->post_attn_norm, &h));
 	return o->add(be, &x, &h, &x);
 }
 
@@ -207,31 +181,31 @@ static sg_status mlp_block(const sg_model *m, sg_fwd_state *s, int li, int n)
 	const sg_layer_weights *lw = &m->layers[li];
 	sg_backend *be = m->be;
 	const sg_backend_ops *o = be->ops;
-	sg_btensor x = view2(&s->x, d->dim, n), h = view2(&s->xb, d->dim, n);
+	sg_btensor x = sg_fwd_view2(&s->x, d->dim, n), h = sg_fwd_view2(&s->xb, d->dim, n);
 
-	OK(norm(m, &x, &lw->ffn_norm, &h));
+	SG_FWD_OK(norm(m, &x, &lw->ffn_norm, &h));
 	if (l->moe) {
 		int k = d->n_expert_used;
 		int64_t F = lw->gate_exps.ne[1];
-		sg_btensor rl = view2(&s->rl, d->n_expert, n), ids = view2(&s->eids, k, n), w = view2(&s->ew, k, n);
-		sg_btensor g = view2(&s->g, F, (int64_t)n * k), u = view2(&s->u, F, (int64_t)n * k);
-		sg_btensor ey = view2(&s->ey, d->dim, (int64_t)n * k);
-		OK(o->matmul(be, &lw->router, &h, NULL, &rl));
-		OK(o->moe_route(be, &rl, SG_ROUTER_SOFTMAX, k, d->norm_topk_prob, &ids, &w));
-		OK(o->moe_matmul(be, &lw->gate_exps, &h, &ids, &g));
-		OK(o->moe_matmul(be, &lw->up_exps, &h, &ids, &u));
-		OK(o->glu(be, &g, &u, d->act, &g));
-		OK(o->moe_matmul(be, &lw->down_exps, &g, &ids, &ey));
-		OK(o->moe_combine(be, &ey, &w, &h));
+		sg_btensor rl = sg_fwd_view2(&s->rl, d->n_expert, n), ids = sg_fwd_view2(&s->eids, k, n), w = sg_fwd_view2(&s->ew, k, n);
+		sg_btensor g = sg_fwd_view2(&s->g, F, (int64_t)n * k), u = sg_fwd_view2(&s->u, F, (int64_t)n * k);
+		sg_btensor ey = sg_fwd_view2(&s->ey, d->dim, (int64_t)n * k);
+		SG_FWD_OK(o->matmul(be, &lw->router, &h, NULL, &rl));
+		SG_FWD_OK(o->moe_route(be, &rl, SG_ROUTER_SOFTMAX, k, d->norm_topk_prob, &ids, &w));
+		SG_FWD_OK(o->moe_matmul(be, &lw->gate_exps, &h, &ids, &g));
+		SG_FWD_OK(o->moe_matmul(be, &lw->up_exps, &h, &ids, &u));
+		SG_FWD_OK(o->glu(be, &g, &u, d->act, &g));
+		SG_FWD_OK(o->moe_matmul(be, &lw->down_exps, &g, &ids, &ey));
+		SG_FWD_OK(o->moe_combine(be, &ey, &w, &h));
 	} else {
 		int64_t F = lw->gate.ne[1];
-		sg_btensor g = view2(&s->g, F, n), u = view2(&s->u, F, n);
-		OK(o->matmul(be, &lw->gate, &h, NULL, &g));
-		OK(o->matmul(be, &lw->up, &h, NULL, &u));
-		OK(o->glu(be, &g, &u, d->act, &g));
-		OK(o->matmul(be, &lw->down, &g, NULL, &h));
+		sg_btensor g = sg_fwd_view2(&s->g, F, n), u = sg_fwd_view2(&s->u, F, n);
+		SG_FWD_OK(o->matmul(be, &lw->gate, &h, NULL, &g));
+		SG_FWD_OK(o->matmul(be, &lw->up, &h, NULL, &u));
+		SG_FWD_OK(o->glu(be, &g, &u, d->act, &g));
+		SG_FWD_OK(o->matmul(be, &lw->down, &g, NULL, &h));
 	}
-	if (d->sandwich_norm) OK(norm(m, &h, &lw->post_ffn_norm, &h));
+	if (d->sandwich_norm) SG_FWD_OK(norm(m, &h, &lw->post_ffn_norm, &h));
 	return o->add(be, &x, &h, &x);
 }
 
@@ -243,28 +217,28 @@ static sg_status forward_body(const sg_model *m, sg_fwd_state *s, const int32_t 
 	const sg_model_desc *d = &m->desc;
 	sg_backend *be = m->be;
 	const sg_backend_ops *o = be->ops;
-	sg_btensor ids = view2(&s->ids, n, 1), x = view2(&s->x, d->dim, n);
-	OK(o->embed(be, &m->tok_embd, &ids, &x));
-	if (d->embed_scale != 1.0f) OK(o->scale(be, &x, d->embed_scale, &x));
-	if (s->hybrid) OK(sg_fwd_hybrid_layers(m, s, tokens, n, pos0));
+	sg_btensor ids = sg_fwd_view2(&s->ids, n, 1), x = sg_fwd_view2(&s->x, d->dim, n);
+	SG_FWD_OK(o->embed(be, &m->tok_embd, &ids, &x));
+	if (d->embed_scale != 1.0f) SG_FWD_OK(o->scale(be, &x, d->embed_scale, &x));
+	if (s->hybrid) SG_FWD_OK(sg_fwd_hybrid_layers(m, s, tokens, n, pos0));
 	for (int li = 0; li < d->n_layer && !s->hybrid; li++) {
-		OK(attention_block(m, s, li, n));
-		OK(mlp_block(m, s, li, n));
+		SG_FWD_OK(attention_block(m, s, li, n));
+		SG_FWD_OK(mlp_block(m, s, li, n));
 	}
 	if (mode == SG_LOGITS_NONE) return SG_OK;
 	if (mode == SG_LOGITS_ALL && s->logits.ne[1] < n) {
 		sg_cuda_graph_free(s->graph); /* it writes the old buffer */
 		s->graph = NULL;
 		o->tensor_free(be, &s->logits);
-		OK(alloc(be, SG_TYPE_F32, d->n_vocab, s->chunk, &s->logits));
+		SG_FWD_OK(sg_fwd_alloc2(be, SG_TYPE_F32, d->n_vocab, s->chunk, &s->logits));
 	}
 	/* only the rows whose logits are wanted go through the final norm and the head */
 	int r0 = mode == SG_LOGITS_ALL ? 0 : n - 1, nr = n - r0;
-	sg_btensor xl = sg_btensor_rows_view(&s->x, r0, nr), h = view2(&s->xb, d->dim, nr);
-	sg_btensor lg = view2(&s->logits, d->n_vocab, nr);
-	OK(norm(m, &xl, &m->out_norm, &h));
-	OK(o->matmul(be, &m->output, &h, NULL, &lg));
-	if (d->final_softcap > 0) OK(o->softcap(be, &lg, d->final_softcap, &lg));
+	sg_btensor xl = sg_btensor_rows_view(&s->x, r0, nr), h = sg_fwd_view2(&s->xb, d->dim, nr);
+	sg_btensor lg = sg_fwd_view2(&s->logits, d->n_vocab, nr);
+	SG_FWD_OK(norm(m, &xl, &m->out_norm, &h));
+	SG_FWD_OK(o->matmul(be, &m->output, &h, NULL, &lg));
+	if (d->final_softcap > 0) SG_FWD_OK(o->softcap(be, &lg, d->final_softcap, &lg));
 	return SG_OK;
 }
 
@@ -274,9 +248,9 @@ static sg_status forward_inputs(const sg_model *m, sg_fwd_state *s, const int32_
 	sg_backend *be = m->be;
 	int32_t p[n];
 	for (int t = 0; t < n; t++) p[t] = pos0 + t;
-	sg_btensor ids = view2(&s->ids, n, 1), pos = view2(&s->pos, n, 1);
-	OK(be->ops->write(be, &ids, 0, tokens, sizeof(int32_t) * (size_t)n));
-	OK(be->ops->write(be, &pos, 0, p, sizeof(int32_t) * (size_t)n));
+	sg_btensor ids = sg_fwd_view2(&s->ids, n, 1), pos = sg_fwd_view2(&s->pos, n, 1);
+	SG_FWD_OK(be->ops->write(be, &ids, 0, tokens, sizeof(int32_t) * (size_t)n));
+	SG_FWD_OK(be->ops->write(be, &pos, 0, p, sizeof(int32_t) * (size_t)n));
 	s->ring_rows_of = 0;
 	s->pos0 = pos0;
 	return SG_OK;
@@ -287,7 +261,7 @@ sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, 
 	if (n < 1 || n > s->chunk || pos0 < 0 || pos0 + n > s->n_ctx)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "%d tokens at position %d (chunk %d, context %d)", n, pos0, s->chunk,
 			       s->n_ctx);
-	OK(forward_inputs(m, s, tokens, n, pos0));
+	SG_FWD_OK(forward_inputs(m, s, tokens, n, pos0));
 	return forward_body(m, s, tokens, n, pos0, mode);
 }
 
@@ -304,8 +278,8 @@ int sg_fwd_decode_graphs(const sg_model *m, const sg_fwd_state *s)
 /* The decode step's ops after its inputs: layers, last-token logits, argmax. */
 static sg_status decode_body(const sg_model *m, sg_fwd_state *s, const int32_t *token, int pos)
 {
-	OK(forward_body(m, s, token, 1, pos, SG_LOGITS_LAST));
-	sg_btensor lg = view2(&s->logits, m->desc.n_vocab, 1);
+	SG_FWD_OK(forward_body(m, s, token, 1, pos, SG_LOGITS_LAST));
+	sg_btensor lg = sg_fwd_view2(&s->logits, m->desc.n_vocab, 1);
 	return m->be->ops->argmax(m->be, &lg, &s->amax);
 }
 
@@ -314,7 +288,7 @@ sg_status sg_forward_decode(const sg_model *m, sg_fwd_state *s, int32_t token, i
 	sg_backend *be = m->be;
 	if (pos < 0 || pos + 1 > s->n_ctx)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "a token at position %d (context %d)", pos, s->n_ctx);
-	OK(forward_inputs(m, s, &token, 1, pos));
+	SG_FWD_OK(forward_inputs(m, s, &token, 1, pos));
 	int graphs = sg_fwd_decode_graphs(m, s);
 	if (graphs && s->graph) {
 		if (!sg_cuda_graph_stale(be, s->graph)) return sg_cuda_graph_launch(be, s->graph);
@@ -323,7 +297,7 @@ sg_status sg_forward_decode(const sg_model *m, sg_fwd_state *s, int32_t token, i
 	}
 	/* per-op: also sizes the backend's scratch for the recording below (nothing may grow while
 	 * recording) */
-	OK(decode_body(m, s, &token, pos));
+	SG_FWD_OK(decode_body(m, s, &token, pos));
 	if (!graphs) return SG_OK;
 	/* Record the step just run for the next tokens. The recording does not execute anything,
 	 * and the inputs stay in s->ids / s->pos, rewritten before every launch. */

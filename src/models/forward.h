@@ -88,4 +88,33 @@ int sg_fwd_is_hybrid(const sg_model *m);
 /* Runs every layer of a chunk whose embeddings are in s->x (tokens: the chunk's ids). */
 sg_status sg_fwd_hybrid_layers(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0);
 
+
+/* Small helpers of the forward passes (forward.c, forward_hybrid.c). */
+#define SG_FWD_OK(call)                                                                            \
+	do {                                                                                       \
+		sg_status st_ = (call);                                                            \
+		if (st_) return st_;                                                               \
+	} while (0)
+
+/* A 2-D view [rows][cols] of the start of a plain (4-byte element) buffer. */
+static inline sg_btensor sg_fwd_view2(const sg_btensor *t, int64_t cols, int64_t rows)
+{
+	sg_btensor v = *t;
+	v.ne[0] = cols;
+	v.ne[1] = rows;
+	v.ne[2] = v.ne[3] = 1;
+	v.row_bytes = (size_t)cols * 4;
+	v.owned = 0;
+	return v;
+}
+
+static inline sg_status sg_fwd_alloc2(sg_backend *be, sg_type type, int64_t cols, int64_t rows, sg_btensor *out)
+{
+	int64_t ne[4] = {cols, rows, 1, 1};
+	return be->ops->tensor_alloc(be, type, ne, out);
+}
+
+/* An optional weight: NULL when absent (no data). */
+static inline const sg_btensor *sg_fwd_opt(const sg_btensor *t) { return t->data ? t : NULL; }
+
 #endif

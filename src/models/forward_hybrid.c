@@ -24,31 +24,6 @@
 #include "base/error.h"
 #include "models/forward.h"
 
-#define OK(call)                                                                                   \
-	do {                                                                                       \
-		sg_status st_ = (call);                                                            \
-		if (st_) return st_;                                                               \
-	} while (0)
-
-static sg_btensor view2(const sg_btensor *t, int64_t cols, int64_t rows)
-{
-	sg_btensor v = *t;
-	v.ne[0] = cols;
-	v.ne[1] = rows;
-	v.ne[2] = v.ne[3] = 1;
-	v.row_bytes = (size_t)cols * 4;
-	v.owned = 0;
-	return v;
-}
-
-static sg_status alloc2(sg_backend *be, sg_type type, int64_t cols, int64_t rows, sg_btensor *out)
-{
-	int64_t ne[4] = {cols, rows, 1, 1};
-	return be->ops->tensor_alloc(be, type, ne, out);
-}
-
-static const sg_btensor *opt(const sg_btensor *t) { return t->data ? t : NULL; }
-
 int sg_fwd_is_hybrid(const sg_model *m)
 {
 	const sg_model_desc *d = &m->desc;
@@ -103,34 +78,34 @@ sg_status sg_fwd_hybrid_init(const sg_model *m, sg_fwd_state *s)
 	if (any_lin) {
 		if (C + Vd > raw) raw = C + Vd; /* fused qkvz */
 		raw2 = 2 * (int64_t)d->lin_n_v_head;
-		if (!st) st = alloc2(be, SG_TYPE_F32, C, chunk, &s->lqkv);
-		if (!st) st = alloc2(be, SG_TYPE_F32, C, chunk, &s->lconv);
-		if (!st) st = alloc2(be, SG_TYPE_F32, Vd, chunk, &s->lz);
-		if (!st) st = alloc2(be, SG_TYPE_F32, Vd, chunk, &s->lo);
-		if (!st) st = alloc2(be, SG_TYPE_F32, d->lin_n_v_head, chunk, &s->la);
-		if (!st) st = alloc2(be, SG_TYPE_F32, d->lin_n_v_head, chunk, &s->lb);
+		if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, C, chunk, &s->lqkv);
+		if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, C, chunk, &s->lconv);
+		if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, Vd, chunk, &s->lz);
+		if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, Vd, chunk, &s->lo);
+		if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, d->lin_n_v_head, chunk, &s->la);
+		if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, d->lin_n_v_head, chunk, &s->lb);
 	}
-	if (!st && raw > 0) st = alloc2(be, SG_TYPE_F32, raw, chunk, &s->raw);
-	if (!st) st = alloc2(be, SG_TYPE_F32, raw2, chunk, &s->raw2);
-	if (!st && qd2) st = alloc2(be, SG_TYPE_F32, qd2 / 2, chunk, &s->gate);
-	if (!st) st = alloc2(be, SG_TYPE_F32, d->dim, chunk, &s->sh);
-	if (!st) st = alloc2(be, SG_TYPE_F32, 1, chunk, &s->shg);
+	if (!st && raw > 0) st = sg_fwd_alloc2(be, SG_TYPE_F32, raw, chunk, &s->raw);
+	if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, raw2, chunk, &s->raw2);
+	if (!st && qd2) st = sg_fwd_alloc2(be, SG_TYPE_F32, qd2 / 2, chunk, &s->gate);
+	if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, d->dim, chunk, &s->sh);
+	if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, 1, chunk, &s->shg);
 	/* the shared expert's hidden width may pass the widest MLP the base state sized g, u for */
 	if (!st && d->shared_expert_ffn_dim > s->g.ne[0]) {
 		o->tensor_free(be, &s->g);
 		o->tensor_free(be, &s->u);
-		st = alloc2(be, SG_TYPE_F32, d->shared_expert_ffn_dim, chunk, &s->g);
-		if (!st) st = alloc2(be, SG_TYPE_F32, d->shared_expert_ffn_dim, chunk, &s->u);
+		st = sg_fwd_alloc2(be, SG_TYPE_F32, d->shared_expert_ffn_dim, chunk, &s->g);
+		if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, d->shared_expert_ffn_dim, chunk, &s->u);
 	}
 	if (!st && d->per_layer_input_dim > 0) {
-		st = alloc2(be, SG_TYPE_F32, d->dim, chunk, &s->x0);
-		if (!st) st = alloc2(be, SG_TYPE_F32, d->per_layer_input_dim, chunk, &s->pl);
-		if (!st) st = alloc2(be, SG_TYPE_F32, d->per_layer_input_dim, chunk, &s->pl2);
-		if (!st) st = alloc2(be, SG_TYPE_I32, chunk, L, &s->pl_ids);
+		st = sg_fwd_alloc2(be, SG_TYPE_F32, d->dim, chunk, &s->x0);
+		if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, d->per_layer_input_dim, chunk, &s->pl);
+		if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, d->per_layer_input_dim, chunk, &s->pl2);
+		if (!st) st = sg_fwd_alloc2(be, SG_TYPE_I32, chunk, L, &s->pl_ids);
 	}
 	if (!st && d->moe_beside_dense && d->n_expert > 0) {
-		st = alloc2(be, SG_TYPE_F32, 2 * (int64_t)d->moe_ffn_dim, (int64_t)chunk * d->n_expert_used, &s->gu);
-		if (!st) st = alloc2(be, SG_TYPE_F32, d->dim, chunk, &s->h2);
+		st = sg_fwd_alloc2(be, SG_TYPE_F32, 2 * (int64_t)d->moe_ffn_dim, (int64_t)chunk * d->n_expert_used, &s->gu);
+		if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, d->dim, chunk, &s->h2);
 	}
 	return st;
 }
@@ -164,31 +139,31 @@ static sg_status linear_block(const sg_model *m, sg_fwd_state *s, int li, int n)
 	const sg_backend_ops *o = be->ops;
 	int Hv = d->lin_n_v_head, dv = d->lin_v_head_dim;
 	int64_t C = lin_channels(d), Vd = (int64_t)Hv * dv;
-	sg_btensor x = view2(&s->x, d->dim, n), h = view2(&s->xb, d->dim, n);
-	sg_btensor qkv = view2(&s->lqkv, C, n), cv = view2(&s->lconv, C, n), z = view2(&s->lz, Vd, n);
-	sg_btensor a = view2(&s->la, Hv, n), b = view2(&s->lb, Hv, n), out = view2(&s->lo, Vd, n);
+	sg_btensor x = sg_fwd_view2(&s->x, d->dim, n), h = sg_fwd_view2(&s->xb, d->dim, n);
+	sg_btensor qkv = sg_fwd_view2(&s->lqkv, C, n), cv = sg_fwd_view2(&s->lconv, C, n), z = sg_fwd_view2(&s->lz, Vd, n);
+	sg_btensor a = sg_fwd_view2(&s->la, Hv, n), b = sg_fwd_view2(&s->lb, Hv, n), out = sg_fwd_view2(&s->lo, Vd, n);
 
-	OK(norm(m, &x, &lw->attn_norm, &h));
+	SG_FWD_OK(norm(m, &x, &lw->attn_norm, &h));
 	if (hl->lin_qkvz.data) {
-		sg_btensor raw = view2(&s->raw, C + Vd, n), raw2 = view2(&s->raw2, 2 * (int64_t)Hv, n);
-		OK(o->matmul(be, &hl->lin_qkvz, &h, NULL, &raw));
-		OK(o->gather_cols(be, &raw, &m->hy.idx_qkv, &qkv));
-		OK(o->gather_cols(be, &raw, &m->hy.idx_z, &z));
-		OK(o->matmul(be, &hl->lin_ba, &h, NULL, &raw2));
-		OK(o->gather_cols(be, &raw2, &m->hy.idx_b, &b));
-		OK(o->gather_cols(be, &raw2, &m->hy.idx_a, &a));
+		sg_btensor raw = sg_fwd_view2(&s->raw, C + Vd, n), raw2 = sg_fwd_view2(&s->raw2, 2 * (int64_t)Hv, n);
+		SG_FWD_OK(o->matmul(be, &hl->lin_qkvz, &h, NULL, &raw));
+		SG_FWD_OK(o->gather_cols(be, &raw, &m->hy.idx_qkv, &qkv));
+		SG_FWD_OK(o->gather_cols(be, &raw, &m->hy.idx_z, &z));
+		SG_FWD_OK(o->matmul(be, &hl->lin_ba, &h, NULL, &raw2));
+		SG_FWD_OK(o->gather_cols(be, &raw2, &m->hy.idx_b, &b));
+		SG_FWD_OK(o->gather_cols(be, &raw2, &m->hy.idx_a, &a));
 	} else {
-		OK(o->matmul(be, &hl->lin_qkv, &h, NULL, &qkv));
-		OK(o->matmul(be, &hl->lin_z, &h, NULL, &z));
-		OK(o->matmul(be, &hl->lin_b, &h, NULL, &b));
-		OK(o->matmul(be, &hl->lin_a, &h, NULL, &a));
+		SG_FWD_OK(o->matmul(be, &hl->lin_qkv, &h, NULL, &qkv));
+		SG_FWD_OK(o->matmul(be, &hl->lin_z, &h, NULL, &z));
+		SG_FWD_OK(o->matmul(be, &hl->lin_b, &h, NULL, &b));
+		SG_FWD_OK(o->matmul(be, &hl->lin_a, &h, NULL, &a));
 	}
-	OK(o->short_conv(be, &qkv, &hl->conv_w, &s->conv[li], &cv));
+	SG_FWD_OK(o->short_conv(be, &qkv, &hl->conv_w, &s->conv[li], &cv));
 	sg_gdn_params p = {d->lin_n_k_head, Hv, d->lin_k_head_dim, dv, 1e-6f};
-	OK(o->gated_delta(be, &cv, &a, &b, &hl->a_log, &hl->dt_bias, &p, &s->ssm[li], &out));
-	sg_btensor oh = view2(&s->lo, dv, (int64_t)n * Hv), zh = view2(&s->lz, dv, (int64_t)n * Hv);
-	OK(o->gated_rmsnorm(be, &oh, &hl->lin_norm, &zh, d->norm_eps, &oh));
-	OK(o->matmul(be, &hl->lin_out, &out, NULL, &h));
+	SG_FWD_OK(o->gated_delta(be, &cv, &a, &b, &hl->a_log, &hl->dt_bias, &p, &s->ssm[li], &out));
+	sg_btensor oh = sg_fwd_view2(&s->lo, dv, (int64_t)n * Hv), zh = sg_fwd_view2(&s->lz, dv, (int64_t)n * Hv);
+	SG_FWD_OK(o->gated_rmsnorm(be, &oh, &hl->lin_norm, &zh, d->norm_eps, &oh));
+	SG_FWD_OK(o->matmul(be, &hl->lin_out, &out, NULL, &h));
 	return o->add(be, &x, &h, &x);
 }
 
@@ -201,33 +176,33 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 	const sg_backend_ops *o = be->ops;
 	int src = l->kv_source, own = src == li;
 	int64_t hd = l->head_dim, qd = l->n_head * hd, kd = l->n_kv_head * hd;
-	sg_btensor x = view2(&s->x, d->dim, n), h = view2(&s->xb, d->dim, n);
-	sg_btensor q = view2(&s->q, qd, n), k = view2(&s->k, kd, n), v = view2(&s->v, kd, n);
-	sg_btensor att = view2(&s->att, qd, n), pos = view2(&s->pos, n, 1), gate = {0};
+	sg_btensor x = sg_fwd_view2(&s->x, d->dim, n), h = sg_fwd_view2(&s->xb, d->dim, n);
+	sg_btensor q = sg_fwd_view2(&s->q, qd, n), k = sg_fwd_view2(&s->k, kd, n), v = sg_fwd_view2(&s->v, kd, n);
+	sg_btensor att = sg_fwd_view2(&s->att, qd, n), pos = sg_fwd_view2(&s->pos, n, 1), gate = {0};
 
-	OK(norm(m, &x, &lw->attn_norm, &h));
+	SG_FWD_OK(norm(m, &x, &lw->attn_norm, &h));
 	if (d->attn_output_gate) {
-		sg_btensor raw = view2(&s->raw, 2 * qd, n);
-		gate = view2(&s->gate, qd, n);
-		OK(o->matmul(be, &lw->wq, &h, NULL, &raw));
-		OK(o->gather_cols(be, &raw, &m->hy.idx_q, &q));
-		OK(o->gather_cols(be, &raw, &m->hy.idx_gate, &gate));
+		sg_btensor raw = sg_fwd_view2(&s->raw, 2 * qd, n);
+		gate = sg_fwd_view2(&s->gate, qd, n);
+		SG_FWD_OK(o->matmul(be, &lw->wq, &h, NULL, &raw));
+		SG_FWD_OK(o->gather_cols(be, &raw, &m->hy.idx_q, &q));
+		SG_FWD_OK(o->gather_cols(be, &raw, &m->hy.idx_gate, &gate));
 	} else {
-		OK(o->matmul(be, &lw->wq, &h, opt(&lw->bq), &q));
+		SG_FWD_OK(o->matmul(be, &lw->wq, &h, sg_fwd_opt(&lw->bq), &q));
 	}
 	if (own) {
-		OK(o->matmul(be, &lw->wk, &h, opt(&lw->bk), &k));
-		if (l->k_eq_v) OK(o->scale(be, &k, 1.0f, &v)); /* v is the raw key projection */
-		else OK(o->matmul(be, &lw->wv, &h, opt(&lw->bv), &v));
+		SG_FWD_OK(o->matmul(be, &lw->wk, &h, sg_fwd_opt(&lw->bk), &k));
+		if (l->k_eq_v) SG_FWD_OK(o->scale(be, &k, 1.0f, &v)); /* v is the raw key projection */
+		else SG_FWD_OK(o->matmul(be, &lw->wv, &h, sg_fwd_opt(&lw->bv), &v));
 	}
 	if (d->qk_norm) {
-		sg_btensor qh = view2(&s->q, hd, n * l->n_head), kh = view2(&s->k, hd, n * l->n_kv_head);
-		OK(norm(m, &qh, &lw->q_norm, &qh));
-		if (own) OK(norm(m, &kh, &lw->k_norm, &kh));
+		sg_btensor qh = sg_fwd_view2(&s->q, hd, n * l->n_head), kh = sg_fwd_view2(&s->k, hd, n * l->n_kv_head);
+		SG_FWD_OK(norm(m, &qh, &lw->q_norm, &qh));
+		if (own) SG_FWD_OK(norm(m, &kh, &lw->k_norm, &kh));
 	}
 	if (own && d->v_norm) {
-		sg_btensor vh = view2(&s->v, hd, n * l->n_kv_head);
-		OK(o->rmsnorm(be, &vh, NULL, d->norm_eps, 0.0f, &vh));
+		sg_btensor vh = sg_fwd_view2(&s->v, hd, n * l->n_kv_head);
+		SG_FWD_OK(o->rmsnorm(be, &vh, NULL, d->norm_eps, 0.0f, &vh));
 	}
 	sg_rope_params rp = {
 		.head_dim = (int)hd,
@@ -245,22 +220,22 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 	};
 	sg_kv_layer *kv = &s->kv[src];
 	if (l->n_rot > 0) {
-		OK(o->rope(be, &q, &pos, &rp));
-		if (own) OK(o->rope(be, &k, &pos, &rp));
+		SG_FWD_OK(o->rope(be, &q, &pos, &rp));
+		if (own) SG_FWD_OK(o->rope(be, &k, &pos, &rp));
 	}
 	if (own) {
 		const sg_btensor *rows = &pos;
-		sg_btensor ring_rows = view2(&s->ring_rows, n, 1);
+		sg_btensor ring_rows = sg_fwd_view2(&s->ring_rows, n, 1);
 		if (kv->ring) {
 			if (s->ring_rows_of != kv->rows) {
 				int32_t r[n];
 				for (int t = 0; t < n; t++) r[t] = (s->pos0 + t) % kv->rows;
-				OK(o->write(be, &ring_rows, 0, r, sizeof(int32_t) * (size_t)n));
+				SG_FWD_OK(o->write(be, &ring_rows, 0, r, sizeof(int32_t) * (size_t)n));
 				s->ring_rows_of = kv->rows;
 			}
 			rows = &ring_rows;
 		}
-		OK(o->kv_store(be, &k, &v, rows, &kv->k, &kv->v));
+		SG_FWD_OK(o->kv_store(be, &k, &v, rows, &kv->k, &kv->v));
 	}
 	sg_attn_params ap = {
 		.scale = d->query_scale,
@@ -268,10 +243,10 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 		.window = l->kind == SG_LAYER_SLIDING_ATTN ? l->sliding_window : 0,
 		.causal = 1,
 	};
-	OK(o->attention(be, &q, &kv->k, &kv->v, &pos, &ap, &att));
-	if (gate.data) OK(o->sigmoid_mul(be, &att, &gate, &att));
-	OK(o->matmul(be, &lw->wo, &att, NULL, &h));
-	if (d->sandwich_norm) OK(norm(m, &h, &lw->post_attn_norm, &h));
+	SG_FWD_OK(o->attention(be, &q, &kv->k, &kv->v, &pos, &ap, &att));
+	if (gate.data) SG_FWD_OK(o->sigmoid_mul(be, &att, &gate, &att));
+	SG_FWD_OK(o->matmul(be, &lw->wo, &att, NULL, &h));
+	if (d->sandwich_norm) SG_FWD_OK(norm(m, &h, &lw->post_attn_norm, &h));
 	return o->add(be, &x, &h, &x);
 }
 
@@ -287,22 +262,22 @@ static sg_status experts(const sg_model *m, sg_fwd_state *s, int li, int n, cons
 	const sg_backend_ops *o = be->ops;
 	int k = d->n_expert_used;
 	int64_t F = d->moe_ffn_dim;
-	sg_btensor rl = view2(&s->rl, d->n_expert, n), ids = view2(&s->eids, k, n), w = view2(&s->ew, k, n);
-	sg_btensor g = view2(&s->g, F, (int64_t)n * k), u = view2(&s->u, F, (int64_t)n * k);
-	sg_btensor ey = view2(&s->ey, d->dim, (int64_t)n * k);
-	OK(o->matmul(be, &lw->router, rin, NULL, &rl));
-	OK(o->moe_route(be, &rl, SG_ROUTER_SOFTMAX, k, d->norm_topk_prob, &ids, &w));
-	if (hl->expert_scale.data) OK(o->moe_weight_scale(be, &w, &ids, &hl->expert_scale));
+	sg_btensor rl = sg_fwd_view2(&s->rl, d->n_expert, n), ids = sg_fwd_view2(&s->eids, k, n), w = sg_fwd_view2(&s->ew, k, n);
+	sg_btensor g = sg_fwd_view2(&s->g, F, (int64_t)n * k), u = sg_fwd_view2(&s->u, F, (int64_t)n * k);
+	sg_btensor ey = sg_fwd_view2(&s->ey, d->dim, (int64_t)n * k);
+	SG_FWD_OK(o->matmul(be, &lw->router, rin, NULL, &rl));
+	SG_FWD_OK(o->moe_route(be, &rl, SG_ROUTER_SOFTMAX, k, d->norm_topk_prob, &ids, &w));
+	if (hl->expert_scale.data) SG_FWD_OK(o->moe_weight_scale(be, &w, &ids, &hl->expert_scale));
 	if (hl->gate_up_exps.data) {
-		sg_btensor gu = view2(&s->gu, 2 * F, (int64_t)n * k);
-		OK(o->moe_matmul(be, &hl->gate_up_exps, h, &ids, &gu));
-		OK(o->glu_split(be, &gu, d->act, &g));
+		sg_btensor gu = sg_fwd_view2(&s->gu, 2 * F, (int64_t)n * k);
+		SG_FWD_OK(o->moe_matmul(be, &hl->gate_up_exps, h, &ids, &gu));
+		SG_FWD_OK(o->glu_split(be, &gu, d->act, &g));
 	} else {
-		OK(o->moe_matmul(be, &lw->gate_exps, h, &ids, &g));
-		OK(o->moe_matmul(be, &lw->up_exps, h, &ids, &u));
-		OK(o->glu(be, &g, &u, d->act, &g));
+		SG_FWD_OK(o->moe_matmul(be, &lw->gate_exps, h, &ids, &g));
+		SG_FWD_OK(o->moe_matmul(be, &lw->up_exps, h, &ids, &u));
+		SG_FWD_OK(o->glu(be, &g, &u, d->act, &g));
 	}
-	OK(o->moe_matmul(be, &lw->down_exps, &g, &ids, &ey));
+	SG_FWD_OK(o->moe_matmul(be, &lw->down_exps, &g, &ids, &ey));
 	return o->moe_combine(be, &ey, &w, out);
 }
 
@@ -314,44 +289,44 @@ static sg_status mlp_block(const sg_model *m, sg_fwd_state *s, int li, int n)
 	const sg_hybrid_layer *hl = &m->hy.layers[li];
 	sg_backend *be = m->be;
 	const sg_backend_ops *o = be->ops;
-	sg_btensor x = view2(&s->x, d->dim, n), h = view2(&s->xb, d->dim, n), sh = view2(&s->sh, d->dim, n);
+	sg_btensor x = sg_fwd_view2(&s->x, d->dim, n), h = sg_fwd_view2(&s->xb, d->dim, n), sh = sg_fwd_view2(&s->sh, d->dim, n);
 
-	OK(norm(m, &x, &lw->ffn_norm, &h));
+	SG_FWD_OK(norm(m, &x, &lw->ffn_norm, &h));
 	if (l->moe && !d->moe_beside_dense) {
 		if (hl->sh_gate.data) { /* the shared expert first: the routed output overwrites h */
 			int64_t Fs = hl->sh_gate.ne[1];
-			sg_btensor g = view2(&s->g, Fs, n), u = view2(&s->u, Fs, n), sg = view2(&s->shg, 1, n);
-			OK(o->matmul(be, &hl->sh_gate, &h, NULL, &g));
-			OK(o->matmul(be, &hl->sh_up, &h, NULL, &u));
-			OK(o->glu(be, &g, &u, d->act, &g));
-			OK(o->matmul(be, &hl->sh_down, &g, NULL, &sh));
+			sg_btensor g = sg_fwd_view2(&s->g, Fs, n), u = sg_fwd_view2(&s->u, Fs, n), sg = sg_fwd_view2(&s->shg, 1, n);
+			SG_FWD_OK(o->matmul(be, &hl->sh_gate, &h, NULL, &g));
+			SG_FWD_OK(o->matmul(be, &hl->sh_up, &h, NULL, &u));
+			SG_FWD_OK(o->glu(be, &g, &u, d->act, &g));
+			SG_FWD_OK(o->matmul(be, &hl->sh_down, &g, NULL, &sh));
 			if (hl->sh_gate_inp.data) {
-				OK(o->matmul(be, &hl->sh_gate_inp, &h, NULL, &sg));
-				OK(o->sigmoid_mul(be, &sh, &sg, &sh));
+				SG_FWD_OK(o->matmul(be, &hl->sh_gate_inp, &h, NULL, &sg));
+				SG_FWD_OK(o->sigmoid_mul(be, &sh, &sg, &sh));
 			}
 		}
-		OK(experts(m, s, li, n, &h, &h, &h));
-		if (hl->sh_gate.data) OK(o->add(be, &h, &sh, &h));
+		SG_FWD_OK(experts(m, s, li, n, &h, &h, &h));
+		if (hl->sh_gate.data) SG_FWD_OK(o->add(be, &h, &sh, &h));
 	} else {
 		int64_t F = lw->gate.ne[1];
-		sg_btensor g = view2(&s->g, F, n), u = view2(&s->u, F, n);
-		OK(o->matmul(be, &lw->gate, &h, NULL, &g));
-		OK(o->matmul(be, &lw->up, &h, NULL, &u));
-		OK(o->glu(be, &g, &u, d->act, &g));
-		OK(o->matmul(be, &lw->down, &g, NULL, &h));
+		sg_btensor g = sg_fwd_view2(&s->g, F, n), u = sg_fwd_view2(&s->u, F, n);
+		SG_FWD_OK(o->matmul(be, &lw->gate, &h, NULL, &g));
+		SG_FWD_OK(o->matmul(be, &lw->up, &h, NULL, &u));
+		SG_FWD_OK(o->glu(be, &g, &u, d->act, &g));
+		SG_FWD_OK(o->matmul(be, &lw->down, &g, NULL, &h));
 		if (l->moe) { /* Gemma 4: experts beside the dense MLP, from the residual */
-			OK(norm(m, &h, &hl->post_ffn_norm1, &h));
-			OK(o->rmsnorm(be, &x, &hl->router_scale, d->norm_eps, 0.0f, &sh));
-			OK(o->scale(be, &sh, 1.0f / sqrtf((float)d->dim), &sh));
+			SG_FWD_OK(norm(m, &h, &hl->post_ffn_norm1, &h));
+			SG_FWD_OK(o->rmsnorm(be, &x, &hl->router_scale, d->norm_eps, 0.0f, &sh));
+			SG_FWD_OK(o->scale(be, &sh, 1.0f / sqrtf((float)d->dim), &sh));
 			/* the router input stays in sh until routing is done; the experts read e */
-			sg_btensor rin = sh, e = view2(&s->h2, d->dim, n);
-			OK(norm(m, &x, &hl->pre_ffn_norm2, &e));
-			OK(experts(m, s, li, n, &rin, &e, &sh));
-			OK(norm(m, &sh, &hl->post_ffn_norm2, &sh));
-			OK(o->add(be, &h, &sh, &h));
+			sg_btensor rin = sh, e = sg_fwd_view2(&s->h2, d->dim, n);
+			SG_FWD_OK(norm(m, &x, &hl->pre_ffn_norm2, &e));
+			SG_FWD_OK(experts(m, s, li, n, &rin, &e, &sh));
+			SG_FWD_OK(norm(m, &sh, &hl->post_ffn_norm2, &sh));
+			SG_FWD_OK(o->add(be, &h, &sh, &h));
 		}
 	}
-	if (d->sandwich_norm) OK(norm(m, &h, &lw->post_ffn_norm, &h));
+	if (d->sandwich_norm) SG_FWD_OK(norm(m, &h, &lw->post_ffn_norm, &h));
 	return o->add(be, &x, &h, &x);
 }
 
@@ -363,25 +338,25 @@ static sg_status per_layer_block(const sg_model *m, sg_fwd_state *s, int li, int
 	sg_backend *be = m->be;
 	const sg_backend_ops *o = be->ops;
 	int64_t P = d->per_layer_input_dim;
-	sg_btensor x = view2(&s->x, d->dim, n), h = view2(&s->xb, d->dim, n), x0 = view2(&s->x0, d->dim, n);
-	sg_btensor pl = view2(&s->pl, P, n), pl2 = view2(&s->pl2, P, n);
+	sg_btensor x = sg_fwd_view2(&s->x, d->dim, n), h = sg_fwd_view2(&s->xb, d->dim, n), x0 = sg_fwd_view2(&s->x0, d->dim, n);
+	sg_btensor pl = sg_fwd_view2(&s->pl, P, n), pl2 = sg_fwd_view2(&s->pl2, P, n);
 	sg_btensor ids = sg_btensor_rows_view(&s->pl_ids, li, 1);
 	ids.ne[0] = n;
 	ids.row_bytes = sizeof(int32_t) * (size_t)n;
 	/* context part: this layer's rows of the model projection of the embeddings, normed */
 	sg_btensor wp = sg_btensor_rows_view(&m->hy.pl_model_proj, li * P, P);
-	OK(o->matmul(be, &wp, &x0, NULL, &pl));
-	OK(o->scale(be, &pl, 1.0f / sqrtf((float)d->dim), &pl));
-	OK(o->rmsnorm(be, &pl, &m->hy.pl_proj_norm, d->norm_eps, d->norm_offset, &pl));
+	SG_FWD_OK(o->matmul(be, &wp, &x0, NULL, &pl));
+	SG_FWD_OK(o->scale(be, &pl, 1.0f / sqrtf((float)d->dim), &pl));
+	SG_FWD_OK(o->rmsnorm(be, &pl, &m->hy.pl_proj_norm, d->norm_eps, d->norm_offset, &pl));
 	/* token part: row id * n_layer + li of the per-layer table */
-	OK(o->embed(be, &m->hy.pl_embd, &ids, &pl2));
-	OK(o->scale(be, &pl2, sqrtf((float)P), &pl2));
-	OK(o->add(be, &pl, &pl2, &pl));
-	OK(o->scale(be, &pl, (float)(1.0 / sqrt(2.0)), &pl));
-	OK(o->matmul(be, &hl->pl_gate, &x, NULL, &pl2));
-	OK(o->glu(be, &pl2, &pl, d->act, &pl2));
-	OK(o->matmul(be, &hl->pl_proj, &pl2, NULL, &h));
-	OK(norm(m, &h, &hl->pl_norm, &h));
+	SG_FWD_OK(o->embed(be, &m->hy.pl_embd, &ids, &pl2));
+	SG_FWD_OK(o->scale(be, &pl2, sqrtf((float)P), &pl2));
+	SG_FWD_OK(o->add(be, &pl, &pl2, &pl));
+	SG_FWD_OK(o->scale(be, &pl, (float)(1.0 / sqrt(2.0)), &pl));
+	SG_FWD_OK(o->matmul(be, &hl->pl_gate, &x, NULL, &pl2));
+	SG_FWD_OK(o->glu(be, &pl2, &pl, d->act, &pl2));
+	SG_FWD_OK(o->matmul(be, &hl->pl_proj, &pl2, NULL, &h));
+	SG_FWD_OK(norm(m, &h, &hl->pl_norm, &h));
 	return o->add(be, &x, &h, &x);
 }
 
@@ -403,12 +378,12 @@ sg_status sg_fwd_hybrid_layers(const sg_model *m, sg_fwd_state *s, const int32_t
 	int L = d->n_layer;
 	if (pos0 == 0) /* a new sequence: the recurrent state starts from zero */
 		for (int i = 0; i < L; i++) {
-			if (s->conv[i].data) OK(zero(be, &s->conv[i]));
-			if (s->ssm[i].data) OK(zero(be, &s->ssm[i]));
+			if (s->conv[i].data) SG_FWD_OK(zero(be, &s->conv[i]));
+			if (s->ssm[i].data) SG_FWD_OK(zero(be, &s->ssm[i]));
 		}
 	if (d->per_layer_input_dim > 0) {
-		sg_btensor x = view2(&s->x, d->dim, n), x0 = view2(&s->x0, d->dim, n);
-		OK(o->scale(be, &x, 1.0f, &x0));
+		sg_btensor x = sg_fwd_view2(&s->x, d->dim, n), x0 = sg_fwd_view2(&s->x0, d->dim, n);
+		SG_FWD_OK(o->scale(be, &x, 1.0f, &x0));
 		int32_t *ids = sg_malloc(sizeof(int32_t) * (size_t)L * (size_t)n);
 		if (!ids) return SG_FAIL(SG_ERR_NOMEM, "%d x %d ids", L, n);
 		sg_status st = SG_OK;
@@ -426,14 +401,14 @@ sg_status sg_fwd_hybrid_layers(const sg_model *m, sg_fwd_state *s, const int32_t
 		if (st) return st;
 	}
 	for (int li = 0; li < L; li++) {
-		if (d->layers[li].kind == SG_LAYER_LINEAR_ATTN) OK(linear_block(m, s, li, n));
-		else OK(attention_block(m, s, li, n));
-		OK(mlp_block(m, s, li, n));
-		if (d->per_layer_input_dim > 0) OK(per_layer_block(m, s, li, n));
+		if (d->layers[li].kind == SG_LAYER_LINEAR_ATTN) SG_FWD_OK(linear_block(m, s, li, n));
+		else SG_FWD_OK(attention_block(m, s, li, n));
+		SG_FWD_OK(mlp_block(m, s, li, n));
+		if (d->per_layer_input_dim > 0) SG_FWD_OK(per_layer_block(m, s, li, n));
 		float ls = m->hy.layer_scalar ? m->hy.layer_scalar[li] : 1.0f;
 		if (ls != 1.0f) {
-			sg_btensor x = view2(&s->x, d->dim, n);
-			OK(o->scale(be, &x, ls, &x));
+			sg_btensor x = sg_fwd_view2(&s->x, d->dim, n);
+			SG_FWD_OK(o->scale(be, &x, ls, &x));
 		}
 	}
 	return SG_OK;
