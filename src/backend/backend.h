@@ -155,6 +155,25 @@ typedef struct sg_gdn_params {
 	float l2_eps;           /* q/k L2 norm: x / sqrt(sum(x^2) + eps) (1e-6) */
 } sg_gdn_params;
 
+/* A fused projection stage (see the matmul_multi op): optionally RMS-normalises x, multiplies
+ * it by up to three weight matrices sharing it (q, k, v; gate and up), and finishes with an
+ * epilogue: plain stores, the gated activation of a GLU, or a residual add. */
+#define SG_MATMUL_MULTI_MAX 3
+typedef struct sg_matmul_multi {
+	const sg_btensor *x;     /* [n][K] */
+	const sg_btensor *norm;  /* [K] or NULL: x is first RMS-normalised (eps, norm_offset) into xn */
+	float eps, norm_offset;
+	sg_btensor *xn;          /* [n][K], written when norm is set (the projections read it) */
+	int nw;                  /* 1 .. SG_MATMUL_MULTI_MAX */
+	const sg_btensor *w[SG_MATMUL_MULTI_MAX];    /* [N_i][K], one weight type for all */
+	const sg_btensor *bias[SG_MATMUL_MULTI_MAX]; /* [N_i] or NULL */
+	sg_btensor *y[SG_MATMUL_MULTI_MAX];          /* [n][N_i] */
+	int glu;                 /* nw = 2, N_0 = N_1: y[0] = act(x W0^T) * (x W1^T); y[1] is scratch */
+	sg_act act;
+	const sg_btensor *residual; /* nw = 1, [n][N_0] or NULL: out = residual + x W0^T, y[0] scratch */
+	sg_btensor *out;            /* with residual; may alias it */
+} sg_matmul_multi;
+
 /*
  * The op table. Every op takes the backend first; tensors are backend tensors of this backend.
  * In-place use is allowed where an op says so. Unless stated, F32 tensors only.
@@ -280,6 +299,20 @@ typedef struct sg_backend_ops {
 	 * [n][k]; scale [E]. An id outside [0, E) leaves the weight at 0. */
 	sg_status (*moe_weight_scale)(sg_backend *be, sg_btensor *weights, const sg_btensor *ids,
 				      const sg_btensor *scale);
+
+	/* --- fused stages (may be NULL: sg_backend_matmul_multi composes them) --- */
+	/* The projections of sg_matmul_multi in as few launches as the backend can: a GPU runs one
+	 * token's norm, activation quantization and every matrix of the stage as two kernels. The
+	 * result equals the composition (rmsnorm, matmul per weight, glu or add) up to the summation
+	 * order of the dot products. */
+	sg_status (*matmul_multi)(sg_backend *be, const sg_matmul_multi *p);
+	/* attn_prep with the per-head RMS norms of q and k first (qk-norm models): q_norm, k_norm
+	 * [head_dim] (eps, w_offset as rmsnorm). May be NULL; the forward then issues the norms,
+	 * the ropes and kv_store one by one. */
+	sg_status (*attn_prep_norm)(sg_backend *be, sg_btensor *q, sg_btensor *k, const sg_btensor *v,
+				    const sg_btensor *pos, const sg_rope_params *rope, const sg_btensor *q_norm,
+				    const sg_btensor *k_norm, float eps, float w_offset, sg_btensor *kcache,
+				    sg_btensor *vcache);
 } sg_backend_ops;
 
 /* The backend object. A backend implementation embeds it first in its own struct. */
@@ -310,6 +343,12 @@ static inline int sg_backend_supports(sg_backend *be, sg_stage s, sg_type t)
 {
 	return be->ops->supports(be, s, t);
 }
+
+/* The stage of p: the backend's fused op when it has one, else rmsnorm, matmul per weight and
+ * glu or add (sg_backend_matmul_multi_compose). */
+sg_status sg_backend_matmul_multi(sg_backend *be, const sg_matmul_multi *p);
+/* The composition, for backends whose fused op declines a case (many tokens, mixed types). */
+sg_status sg_backend_matmul_multi_compose(sg_backend *be, const sg_matmul_multi *p);
 
 /* rope(q), rope(k), kv_store(k, v): the backend's fused stage when it has one. */
 static inline sg_status sg_backend_attn_prep(sg_backend *be, sg_btensor *q, sg_btensor *k,

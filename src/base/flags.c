@@ -37,6 +37,9 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_Q8X", SG_FLAG_BOOL, "0",
 	 "CUDA GEMV of quantized weights on activations quantized to 8 bits with integer dot products: 1.5-2x the f32 path's "
 	 "bandwidth, but it moves one MLX fixture's greedy tokens, so off until qualified"},
+	{"SARAGOSSA_CUDA_FUSED", SG_FLAG_BOOL, "1",
+	 "CUDA decode (one token): the norm and the projections of a stage (q/k/v; gate/up with the GLU; o or down with the "
+	 "residual add) as one fused GEMV launch (0 = one op each)"},
 	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
 	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},
 	{"SARAGOSSA_API_KEY", SG_FLAG_STR, "", "bearer token `serve` requires on TCP (same as --api-key)"},

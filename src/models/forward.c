@@ -122,11 +122,18 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 	sg_btensor q = sg_fwd_view2(&s->q, qd, n), k = sg_fwd_view2(&s->k, kd, n), v = sg_fwd_view2(&s->v, kd, n);
 	sg_btensor att = sg_fwd_view2(&s->att, qd, n), pos = sg_fwd_view2(&s->pos, n, 1);
 
-	SG_FWD_OK(norm(m, &x, &lw->attn_norm, &h));
-	SG_FWD_OK(o->matmul(be, &lw->wq, &h, sg_fwd_opt(&lw->bq), &q));
-	SG_FWD_OK(o->matmul(be, &lw->wk, &h, sg_fwd_opt(&lw->bk), &k));
-	SG_FWD_OK(o->matmul(be, &lw->wv, &h, sg_fwd_opt(&lw->bv), &v));
-	if (d->qk_norm) {
+	/* norm + q, k, v: one fused stage (a GPU runs it as two kernels for one token) */
+	sg_matmul_multi qkv = {
+		.x = &x, .norm = &lw->attn_norm, .eps = d->norm_eps, .norm_offset = d->norm_offset, .xn = &h, .nw = 3,
+		.w = {&lw->wq, &lw->wk, &lw->wv}, .bias = {sg_fwd_opt(&lw->bq), sg_fwd_opt(&lw->bk), sg_fwd_opt(&lw->bv)},
+		.y = {&q, &k, &v},
+	};
+	SG_FWD_OK(sg_backend_matmul_multi(be, &qkv));
+	sg_kv_layer *kv = &s->kv[li];
+	/* a backend's fused stage: qk-norm, both ropes and the cache store in one go (a ring cache
+	 * stores at rows that differ from the positions, so it keeps the separate ops) */
+	int fuse = !kv->ring && l->n_rot > 0 && (!d->qk_norm || o->attn_prep_norm);
+	if (d->qk_norm && !fuse) {
 		sg_btensor qh = sg_fwd_view2(&s->q, hd, n * l->n_head), kh = sg_fwd_view2(&s->k, hd, n * l->n_kv_head);
 		SG_FWD_OK(norm(m, &qh, &lw->q_norm, &qh));
 		SG_FWD_OK(norm(m, &kh, &lw->k_norm, &kh));
@@ -145,7 +152,6 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 		.low_freq_factor = l->rope.low_freq_factor,
 		.high_freq_factor = l->rope.high_freq_factor,
 	};
-	sg_kv_layer *kv = &s->kv[li];
 	const sg_btensor *rows = &pos;
 	sg_btensor ring_rows = sg_fwd_view2(&s->ring_rows, n, 1);
 	if (kv->ring) {
@@ -157,11 +163,17 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 		}
 		rows = &ring_rows;
 	}
-	if (l->n_rot > 0) {
-		SG_FWD_OK(o->rope(be, &q, &pos, &rp));
-		SG_FWD_OK(o->rope(be, &k, &pos, &rp));
+	if (fuse && d->qk_norm) {
+		SG_FWD_OK(o->attn_prep_norm(be, &q, &k, &v, &pos, &rp, &lw->q_norm, &lw->k_norm, d->norm_eps, d->norm_offset, &kv->k, &kv->v));
+	} else if (fuse) {
+		SG_FWD_OK(sg_backend_attn_prep(be, &q, &k, &v, &pos, &rp, &kv->k, &kv->v));
+	} else {
+		if (l->n_rot > 0) {
+			SG_FWD_OK(o->rope(be, &q, &pos, &rp));
+			SG_FWD_OK(o->rope(be, &k, &pos, &rp));
+		}
+		SG_FWD_OK(o->kv_store(be, &k, &v, rows, &kv->k, &kv->v));
 	}
-	SG_FWD_OK(o->kv_store(be, &k, &v, rows, &kv->k, &kv->v));
 	sg_attn_params ap = {
 		.scale = d->query_scale,
 		.softcap = d->attn_softcap,
@@ -169,9 +181,13 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 		.causal = 1, /* a ring cache is read as one because the window is shorter than it */
 	};
 	SG_FWD_OK(o->attention(be, &q, &kv->k, &kv->v, &pos, &ap, &att));
-	SG_FWD_OK(o->matmul(be, &lw->wo, &att, NULL, &h));
-	if (d->sandwich_norm) SG_FWD_OK(norm(m, &h, &lw->post_attn_norm, &h));
-	return o->add(be, &x, &h, &x);
+	if (d->sandwich_norm) {
+		SG_FWD_OK(o->matmul(be, &lw->wo, &att, NULL, &h));
+		SG_FWD_OK(norm(m, &h, &lw->post_attn_norm, &h));
+		return o->add(be, &x, &h, &x);
+	}
+	sg_matmul_multi wo = {.x = &att, .nw = 1, .w = {&lw->wo}, .y = {&h}, .residual = &x, .out = &x};
+	return sg_backend_matmul_multi(be, &wo);
 }
 
 static sg_status mlp_block(const sg_model *m, sg_fwd_state *s, int li, int n)
@@ -183,8 +199,24 @@ static sg_status mlp_block(const sg_model *m, sg_fwd_state *s, int li, int n)
 	const sg_backend_ops *o = be->ops;
 	sg_btensor x = sg_fwd_view2(&s->x, d->dim, n), h = sg_fwd_view2(&s->xb, d->dim, n);
 
+	if (!l->moe) {
+		int64_t F = lw->gate.ne[1];
+		sg_btensor g = sg_fwd_view2(&s->g, F, n), u = sg_fwd_view2(&s->u, F, n);
+		sg_matmul_multi gu = {
+			.x = &x, .norm = &lw->ffn_norm, .eps = d->norm_eps, .norm_offset = d->norm_offset, .xn = &h, .nw = 2,
+			.w = {&lw->gate, &lw->up}, .y = {&g, &u}, .glu = 1, .act = d->act,
+		};
+		SG_FWD_OK(sg_backend_matmul_multi(be, &gu));
+		if (d->sandwich_norm) {
+			SG_FWD_OK(o->matmul(be, &lw->down, &g, NULL, &h));
+			SG_FWD_OK(norm(m, &h, &lw->post_ffn_norm, &h));
+			return o->add(be, &x, &h, &x);
+		}
+		sg_matmul_multi down = {.x = &g, .nw = 1, .w = {&lw->down}, .y = {&h}, .residual = &x, .out = &x};
+		return sg_backend_matmul_multi(be, &down);
+	}
 	SG_FWD_OK(norm(m, &x, &lw->ffn_norm, &h));
-	if (l->moe) {
+	{
 		int k = d->n_expert_used;
 		int64_t F = lw->gate_exps.ne[1];
 		sg_btensor rl = sg_fwd_view2(&s->rl, d->n_expert, n), ids = sg_fwd_view2(&s->eids, k, n), w = sg_fwd_view2(&s->ew, k, n);
@@ -197,13 +229,6 @@ static sg_status mlp_block(const sg_model *m, sg_fwd_state *s, int li, int n)
 		SG_FWD_OK(o->glu(be, &g, &u, d->act, &g));
 		SG_FWD_OK(o->moe_matmul(be, &lw->down_exps, &g, &ids, &ey));
 		SG_FWD_OK(o->moe_combine(be, &ey, &w, &h));
-	} else {
-		int64_t F = lw->gate.ne[1];
-		sg_btensor g = sg_fwd_view2(&s->g, F, n), u = sg_fwd_view2(&s->u, F, n);
-		SG_FWD_OK(o->matmul(be, &lw->gate, &h, NULL, &g));
-		SG_FWD_OK(o->matmul(be, &lw->up, &h, NULL, &u));
-		SG_FWD_OK(o->glu(be, &g, &u, d->act, &g));
-		SG_FWD_OK(o->matmul(be, &lw->down, &g, NULL, &h));
 	}
 	if (d->sandwich_norm) SG_FWD_OK(norm(m, &h, &lw->post_ffn_norm, &h));
 	return o->add(be, &x, &h, &x);

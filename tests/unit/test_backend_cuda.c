@@ -850,3 +850,152 @@ Test(decode_greedy, returns_the_argmax_of_the_step_logits_on_cpu)
 	sg_session_free(b);
 	sg_model_free(m);
 }
+
+/* The fused decode GEMV (sg_cu_gemv_multi) against the CPU: every format it takes, every variant,
+ * each epilogue (three stores with biases after a norm; the GLU; the residual add). The reference
+ * runs the CPU's rmsnorm and matmuls on the activations the GPU used (rounded to 8 bits for the
+ * quantized formats), so only summation order separates the two. */
+Test(cuda, fused_gemv_every_format_variant_and_epilogue_matches_cpu)
+{
+	for (int c = 0; c < N_WTYPES; c++) {
+		sg_cuw probe;
+		int64_t K = k_for(&wtypes[c], 1);
+		hw w0 = make_w(&wtypes[c], 64, K);
+		sg_btensor wc[3], wg[3];
+		bind_both(&w0, &wc[0], &wg[0]);
+		cr_assert_eq(sg_cuda_weight_view(&wg[0], &probe), SG_OK);
+		if (!sg_cu_multi_ok(probe.kt)) {
+			gpu->ops->tensor_free(gpu, &wg[0]);
+			free_hw(&w0);
+			continue;
+		}
+		hw w1 = make_w(&wtypes[c], 64, K), w2 = make_w(&wtypes[c], 37, K);
+		bind_both(&w1, &wc[1], &wg[1]);
+		bind_both(&w2, &wc[2], &wg[2]);
+		int q8 = q8_kernels(&wtypes[c]);
+		pair x = pair_rand(K, 1, 1, 1.5f), nw = pair_rand(K, 1, 1, 1.0f), xn = pair_new(SG_TYPE_F32, K, 1, 1, 1);
+		pair y[3], b[3];
+		int64_t N[3] = {64, 64, 37};
+		for (int i = 0; i < 3; i++) y[i] = pair_new(SG_TYPE_F32, N[i], 1, 1, 1), b[i] = pair_rand(N[i], 1, 1, 1.0f);
+		pair res = pair_rand(37, 1, 1, 1.0f), out = pair_new(SG_TYPE_F32, 37, 1, 1, 1);
+		pair q8s = pair_new(SG_TYPE_I32, (int64_t)(sg_cu_q8_bytes(1, K) / 4 + 1), 1, 1, 1);
+		cr_assert_eq(cpu->ops->rmsnorm(cpu, &x.c, &nw.c, 1e-6f, 0.0f, &xn.c), SG_OK);
+		pair xr = q8 ? requantized(&xn) : xn;
+		for (int var = 8; var <= 10; var++) {
+			for (int epi = 0; epi < 3; epi++) {
+				sg_cu_multi m;
+				memset(&m, 0, sizeof(m));
+				m.epi = epi == 0 ? SG_CU_EPI_STORE : epi == 1 ? SG_CU_EPI_GLU : SG_CU_EPI_ADD;
+				m.nw = epi == 0 ? 3 : epi == 1 ? 2 : 1;
+				m.act = SG_CU_EW_SILU;
+				for (int i = 0; i < m.nw; i++) {
+					int wi = epi == 2 ? 2 : i;
+					cr_assert_eq(sg_cuda_weight_view(&wg[wi], &m.w[i]), SG_OK);
+					m.N[i] = N[wi];
+					m.bias[i] = epi == 0 ? b[i].g.data : NULL;
+					m.y[i] = epi == 2 ? out.g.data : y[i].g.data;
+					poison(&y[i]);
+				}
+				m.res = res.g.data;
+				poison(&xn);
+				poison(&out);
+				cr_assert_eq(gpu->ops->sync(gpu), SG_OK);
+				/* the norm runs in the stage for the first two epilogues; the add takes x as is */
+				int norm = epi < 2;
+				const float *xin = norm ? x.g.data : xn.c.data; /* replaced below for the add */
+				if (!norm) {
+					cr_assert_eq(gpu->ops->write(gpu, &xn.g, 0, xn.c.data, sizeof(float) * (size_t)K), SG_OK);
+					xin = xn.g.data;
+				}
+				cr_assert_eq(sg_cu_gemv_multi(&m, xin, norm, nw.g.data, 1e-6f, 0.0f, norm ? xn.g.data : NULL, var, q8 ? q8s.g.data : NULL, NULL), 0,
+					     "%s variant %d epilogue %d", wtypes[c].name, var, epi);
+				cr_assert_eq(cudaDeviceSynchronize(), cudaSuccess);
+				if (norm) cr_expect(pair_nmse(&xn) < NMSE_F32, "%s: the stage's norm", wtypes[c].name);
+				if (epi == 0) {
+					for (int i = 0; i < 3; i++) {
+						cr_assert_eq(cpu->ops->matmul(cpu, &wc[i], &xr.c, &b[i].c, &y[i].c), SG_OK);
+						double e = pair_nmse(&y[i]);
+						cr_expect(e < NMSE_F32 * 100, "%s variant %d store %d: nmse %.3g", wtypes[c].name, var, i, e);
+					}
+				} else if (epi == 1) {
+					cr_assert_eq(cpu->ops->matmul(cpu, &wc[0], &xr.c, NULL, &y[0].c), SG_OK);
+					cr_assert_eq(cpu->ops->matmul(cpu, &wc[1], &xr.c, NULL, &y[1].c), SG_OK);
+					cr_assert_eq(cpu->ops->glu(cpu, &y[0].c, &y[1].c, SG_ACT_SILU, &y[0].c), SG_OK);
+					double e = pair_nmse(&y[0]);
+					cr_expect(e < NMSE_F32 * 100, "%s variant %d glu: nmse %.3g", wtypes[c].name, var, e);
+				} else {
+					cr_assert_eq(cpu->ops->matmul(cpu, &wc[2], &xr.c, NULL, &out.c), SG_OK);
+					cr_assert_eq(cpu->ops->add(cpu, &res.c, &out.c, &out.c), SG_OK);
+					double e = pair_nmse(&out);
+					cr_expect(e < NMSE_F32 * 100, "%s variant %d add: nmse %.3g", wtypes[c].name, var, e);
+				}
+			}
+		}
+		if (q8) pair_free(&xr);
+		for (int i = 0; i < 3; i++) pair_free(&y[i]), pair_free(&b[i]), gpu->ops->tensor_free(gpu, &wg[i]);
+		pair_free(&x), pair_free(&nw), pair_free(&xn), pair_free(&res), pair_free(&out), pair_free(&q8s);
+		free_hw(&w0), free_hw(&w1), free_hw(&w2);
+	}
+}
+
+/* The backend's fused stages equal their compositions on the same GPU: the matmul_multi op (BF16
+ * weights take it whatever the flags) and attn_prep_norm (qk-norm + ropes + cache store) bit for
+ * bit, since the fused norm kernels keep the unfused ones' sums. */
+Test(cuda, fused_stages_equal_their_composition_on_the_gpu)
+{
+	const wtype *bt = &wtypes[2]; /* BF16 */
+	int64_t K = 256;
+	hw hq = make_w(bt, 96, K), hu = make_w(bt, 96, K);
+	sg_btensor wc[2], wg[2];
+	bind_both(&hq, &wc[0], &wg[0]);
+	bind_both(&hu, &wc[1], &wg[1]);
+	pair x = pair_rand(K, 1, 1, 1.0f), nw = pair_rand(K, 1, 1, 1.0f), xn = pair_new(SG_TYPE_F32, K, 1, 1, 1);
+	pair g = pair_new(SG_TYPE_F32, 96, 1, 1, 1), u = pair_new(SG_TYPE_F32, 96, 1, 1, 1);
+	sg_matmul_multi p = {.x = &x.g, .norm = &nw.g, .eps = 1e-6f, .norm_offset = 1.0f, .xn = &xn.g, .nw = 2,
+			     .w = {&wg[0], &wg[1]}, .y = {&g.g, &u.g}, .glu = 1, .act = SG_ACT_GELU_TANH};
+	cr_assert_eq(sg_backend_matmul_multi(gpu, &p), SG_OK, "%s", sg_last_error());
+	float *fused = fetch(&g);
+	cr_assert_eq(sg_backend_matmul_multi_compose(gpu, &p), SG_OK, "%s", sg_last_error());
+	float *comp = fetch(&g);
+	double e = nmse(comp, fused, 96);
+	cr_expect(e < NMSE_F32, "fused GLU stage vs composition: nmse %.3g", e);
+	/* and against the CPU's composition */
+	sg_matmul_multi pc = p;
+	pc.x = &x.c, pc.norm = &nw.c, pc.xn = &xn.c, pc.w[0] = &wc[0], pc.w[1] = &wc[1], pc.y[0] = &g.c, pc.y[1] = &u.c;
+	cr_assert_eq(sg_backend_matmul_multi(cpu, &pc), SG_OK);
+	cr_expect(pair_nmse(&g) < NMSE_F32, "fused GLU stage vs the CPU");
+	free(fused), free(comp);
+
+	/* attn_prep_norm: 3 tokens, 4 q heads, 2 kv heads of 64, an F16 cache */
+	int n = 3, Hq = 4, Hk = 2, hd = 64, ctx = 16;
+	int32_t posv[3] = {2, 3, 9};
+	sg_rope_params rp = rope_case(0, hd);
+	pair pos = pair_i32(n, 1, posv), qn = pair_rand(hd, 1, 1, 1.0f), kn = pair_rand(hd, 1, 1, 1.0f);
+	pair q0 = pair_rand(hd * Hq, n, 1, 2.0f), k0 = pair_rand(hd * Hk, n, 1, 2.0f), v = pair_rand(hd * Hk, n, 1, 1.0f);
+	pair q1 = pair_new(SG_TYPE_F32, hd * Hq, n, 1, 1), k1 = pair_new(SG_TYPE_F32, hd * Hk, n, 1, 1);
+	pair kc0 = pair_new(SG_TYPE_F16, hd, Hk, ctx, 1), vc0 = pair_new(SG_TYPE_F16, hd, Hk, ctx, 1);
+	pair kc1 = pair_new(SG_TYPE_F16, hd, Hk, ctx, 1), vc1 = pair_new(SG_TYPE_F16, hd, Hk, ctx, 1);
+	cr_assert_eq(gpu->ops->write(gpu, &q1.g, 0, q0.c.data, sizeof(float) * (size_t)q0.n), SG_OK);
+	cr_assert_eq(gpu->ops->write(gpu, &k1.g, 0, k0.c.data, sizeof(float) * (size_t)k0.n), SG_OK);
+	cr_assert_not_null(gpu->ops->attn_prep_norm);
+	cr_assert_eq(gpu->ops->attn_prep_norm(gpu, &q0.g, &k0.g, &v.g, &pos.g, &rp, &qn.g, &kn.g, 1e-6f, 0.0f, &kc0.g, &vc0.g), SG_OK, "%s",
+		     sg_last_error());
+	sg_btensor qh = q1.g, kh = k1.g;
+	qh.ne[0] = hd, qh.ne[1] = n * Hq, kh.ne[0] = hd, kh.ne[1] = n * Hk;
+	qh.row_bytes = kh.row_bytes = sizeof(float) * (size_t)hd;
+	cr_assert_eq(gpu->ops->rmsnorm(gpu, &qh, &qn.g, 1e-6f, 0.0f, &qh), SG_OK);
+	cr_assert_eq(gpu->ops->rmsnorm(gpu, &kh, &kn.g, 1e-6f, 0.0f, &kh), SG_OK);
+	cr_assert_eq(gpu->ops->rope(gpu, &q1.g, &pos.g, &rp), SG_OK);
+	cr_assert_eq(gpu->ops->rope(gpu, &k1.g, &pos.g, &rp), SG_OK);
+	cr_assert_eq(gpu->ops->kv_store(gpu, &k1.g, &v.g, &pos.g, &kc1.g, &vc1.g), SG_OK);
+	pair *fa[] = {&q0, &k0, &kc0, &vc0}, *fb[] = {&q1, &k1, &kc1, &vc1};
+	for (int i = 0; i < 4; i++) {
+		float *a = fetch(fa[i]), *b = fetch(fb[i]);
+		cr_expect(!memcmp(a, b, sizeof(float) * (size_t)fa[i]->n), "attn_prep_norm output %d differs from the composition", i);
+		free(a), free(b);
+	}
+	pair *all[] = {&x, &nw, &xn, &g, &u, &pos, &qn, &kn, &q0, &k0, &v, &q1, &k1, &kc0, &vc0, &kc1, &vc1};
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) pair_free(all[i]);
+	gpu->ops->tensor_free(gpu, &wg[0]), gpu->ops->tensor_free(gpu, &wg[1]);
+	free_hw(&hq), free_hw(&hu);
+}

@@ -40,6 +40,7 @@ typedef struct sg_cuda_backend {
 	unsigned scratch_gen; /* bumped when the scratch moves: a graph recorded before is stale */
 	int gemm; /* GEMM_*: SARAGOSSA_CUDA_GEMM */
 	int q8x;  /* SARAGOSSA_CUDA_Q8X */
+	int fused; /* SARAGOSSA_CUDA_FUSED */
 	int capturing;
 	cudaGraphExec_t exec;
 	unsigned exec_gen;
@@ -512,6 +513,57 @@ static sg_status cuda_matmul(sg_backend *be, const sg_btensor *w, const sg_btens
 	return SG_OK;
 }
 
+/*
+ * The fused stage for one token: a norm + activation-quantizing kernel and one GEMV launch over
+ * every matrix (sg_cu_gemv_multi). Everything else (many tokens, mixed formats, quantized
+ * weights without SARAGOSSA_CUDA_Q8X, whose exact path is the f32 GEMV) is the composition.
+ */
+static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	if (!cb->fused || p->nw < 1 || p->nw > SG_MATMUL_MULTI_MAX || sg_btensor_rows(p->x) != 1) return sg_backend_matmul_multi_compose(be, p);
+	if ((p->glu && p->nw != 2) || (p->residual && (p->nw != 1 || !p->out)) || (p->norm && !p->xn)) return sg_backend_matmul_multi_compose(be, p);
+	sg_cu_multi m;
+	memset(&m, 0, sizeof(m));
+	m.nw = p->nw;
+	m.epi = p->glu ? SG_CU_EPI_GLU : p->residual ? SG_CU_EPI_ADD : SG_CU_EPI_STORE;
+	m.act = p->act == SG_ACT_SILU ? SG_CU_EW_SILU : p->act == SG_ACT_GELU_TANH ? SG_CU_EW_GELU : SG_CU_EW_GELU_ERF;
+	if (p->glu && p->act != SG_ACT_SILU && p->act != SG_ACT_GELU_TANH && p->act != SG_ACT_GELU) return sg_backend_matmul_multi_compose(be, p);
+	sg_status st;
+	for (int i = 0; i < p->nw; i++) {
+		const sg_btensor *w = p->w[i], *b = p->bias[i];
+		if (wview("matmul", w, &m.w[i]) != SG_OK) return sg_backend_matmul_multi_compose(be, p);
+		m.N[i] = sg_btensor_rows(w);
+		if (m.w[i].kt != m.w[0].kt || m.w[i].K != m.w[0].K || m.w[i].group != m.w[0].group || m.w[i].sb_bf16 != m.w[0].sb_bf16)
+			return sg_backend_matmul_multi_compose(be, p);
+		if ((st = check_x("matmul", p->x, w, &m.w[i])) || (st = check_f32("matmul", "y", p->y[i]))) return st;
+		if (p->y[i]->ne[0] != m.N[i] || sg_btensor_rows(p->y[i]) != 1)
+			return sg_error(SG_ERR_INVALID_ARG, "cuda matmul_multi: output %d is [%lld][%lld], expected [1][%lld]", i,
+					(long long)sg_btensor_rows(p->y[i]), (long long)p->y[i]->ne[0], (long long)m.N[i]);
+		if (b && ((st = check_f32("matmul", "bias", b)) || b->ne[0] != m.N[i]))
+			return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda matmul_multi: bias %d has %lld values, expected %lld", i, (long long)b->ne[0],
+						  (long long)m.N[i]);
+		m.bias[i] = b ? b->data : NULL;
+		m.y[i] = p->y[i]->data;
+	}
+	int kt = m.w[0].kt, plain = kt == SG_CUKT_F32 || kt == SG_CUKT_F16 || kt == SG_CUKT_BF16;
+	if (!sg_cu_multi_ok(kt) || (!plain && !cb->q8x) || (p->glu && m.N[0] != m.N[1])) return sg_backend_matmul_multi_compose(be, p);
+	if (p->residual) {
+		if ((st = check_same("matmul_multi", p->residual, p->out)) || (st = check_f32("matmul_multi", "out", p->out))) return st;
+		if (p->out->ne[0] != m.N[0]) return sg_error(SG_ERR_INVALID_ARG, "cuda matmul_multi: residual width %lld, expected %lld", (long long)p->out->ne[0], (long long)m.N[0]);
+		m.res = p->residual->data;
+		m.y[0] = p->out->data;
+	}
+	if (p->norm && ((st = check_f32("rmsnorm", "w", p->norm)) || (st = check_same("rmsnorm", p->x, p->xn)) || p->norm->ne[0] != p->x->ne[0]))
+		return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda matmul_multi: norm weight of %lld values for rows of %lld", (long long)p->norm->ne[0],
+					  (long long)p->x->ne[0]);
+	void *q8 = NULL;
+	if (!plain && !(q8 = scratch(cb, sg_cu_q8_bytes(1, m.w[0].K), &st))) return st;
+	CU_RET("matmul_multi", sg_cu_gemv_multi(&m, p->x->data, p->norm != NULL, p->norm ? p->norm->data : NULL, p->eps, p->norm_offset,
+						 p->xn ? p->xn->data : NULL, 0, q8, S(cb)));
+	return SG_OK;
+}
+
 static sg_status cuda_moe_matmul(sg_backend *be, const sg_btensor *w, const sg_btensor *x, const sg_btensor *ids, sg_btensor *y)
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
@@ -644,8 +696,8 @@ static sg_status cuda_kv_store(sg_backend *be, const sg_btensor *k, const sg_bte
 	return SG_OK;
 }
 
-static sg_status cuda_attn_prep(sg_backend *be, sg_btensor *q, sg_btensor *k, const sg_btensor *v, const sg_btensor *pos, const sg_rope_params *p,
-				sg_btensor *kc, sg_btensor *vc)
+static sg_status prep(sg_backend *be, sg_btensor *q, sg_btensor *k, const sg_btensor *v, const sg_btensor *pos, const sg_rope_params *p,
+		      const sg_btensor *qn, const sg_btensor *kn, float eps, float off, sg_btensor *kc, sg_btensor *vc)
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
 	sg_status st;
@@ -661,9 +713,27 @@ static sg_status cuda_attn_prep(sg_backend *be, sg_btensor *q, sg_btensor *k, co
 	if ((st = cache_ok("attn_prep", kc, Hk * p->head_dim)) || (st = cache_ok("attn_prep", vc, Hk * vc->ne[0]))) return st;
 	int64_t ctx = kc->ne[2] * kc->ne[3];
 	if (vc->ne[2] * vc->ne[3] != ctx) return sg_error(SG_ERR_INVALID_ARG, "cuda attn_prep: caches of different lengths");
+	if ((qn && ((st = check_f32("attn_prep", "q_norm", qn)) || qn->ne[0] != p->head_dim)) ||
+	    (kn && ((st = check_f32("attn_prep", "k_norm", kn)) || kn->ne[0] != p->head_dim)))
+		return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda attn_prep: q/k norm weights must have head_dim = %d values", p->head_dim);
+	if ((qn || kn) && p->head_dim >= 1024) return sg_error(SG_ERR_UNSUPPORTED, "cuda attn_prep: qk-norm of heads of %d dims", p->head_dim);
 	CU_RET("attn_prep", sg_cu_attn_prep(q->data, k->data, v->data, pos->data, n, Hq, Hk, vc->ne[0], &r, kc->data, kc->type == SG_TYPE_F16,
-					    vc->data, vc->type == SG_TYPE_F16, ctx, S(cb)));
+					    vc->data, vc->type == SG_TYPE_F16, ctx, qn ? qn->data : NULL, kn ? kn->data : NULL, eps, off, S(cb)));
 	return SG_OK;
+}
+
+static sg_status cuda_attn_prep(sg_backend *be, sg_btensor *q, sg_btensor *k, const sg_btensor *v, const sg_btensor *pos, const sg_rope_params *p,
+				sg_btensor *kc, sg_btensor *vc)
+{
+	return prep(be, q, k, v, pos, p, NULL, NULL, 0, 0, kc, vc);
+}
+
+static sg_status cuda_attn_prep_norm(sg_backend *be, sg_btensor *q, sg_btensor *k, const sg_btensor *v, const sg_btensor *pos,
+				     const sg_rope_params *p, const sg_btensor *qn, const sg_btensor *kn, float eps, float off, sg_btensor *kc,
+				     sg_btensor *vc)
+{
+	if (!qn || !kn) return sg_error(SG_ERR_INVALID_ARG, "cuda attn_prep_norm: both norm weights are required");
+	return prep(be, q, k, v, pos, p, qn, kn, eps, off, kc, vc);
 }
 
 /* kv positions per block when the length is split: a warp's scan of its positions is a serial
@@ -865,6 +935,8 @@ static const sg_backend_ops cuda_ops = {
 	.moe_matmul = cuda_moe_matmul,
 	.moe_combine = cuda_moe_combine,
 	.argmax = cuda_argmax,
+	.matmul_multi = cuda_matmul_multi,
+	.attn_prep_norm = cuda_attn_prep_norm,
 };
 
 sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
@@ -888,6 +960,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	const char *gm = sg_flag_str("SARAGOSSA_CUDA_GEMM");
 	cb->gemm = !strcmp(gm, "bf16") ? GEMM_BF16 : !strcmp(gm, "off") || !strcmp(gm, "0") ? GEMM_OFF : GEMM_F32;
 	cb->q8x = sg_flag_bool("SARAGOSSA_CUDA_Q8X");
+	cb->fused = sg_flag_bool("SARAGOSSA_CUDA_FUSED");
 	struct cudaDeviceProp prop;
 	sg_status st = SG_OK;
 	if ((e = cudaSetDevice(p->device)) || (e = cudaGetDeviceProperties(&prop, p->device)) ||

@@ -59,6 +59,27 @@ size_t sg_cu_q8_bytes(int64_t nx, int64_t K);
 int sg_cu_gemv(const sg_cuw *w, const float *x, int64_t n, float *y, int64_t N, const float *bias,
 	       int variant, void *q8_scratch, sg_custream s);
 
+/* The fused decode GEMV (one token): up to three matrices of one format and K share the input
+ * (concatenated in row space: one launch), with an epilogue. */
+#define SG_CU_MULTI_MAX 3
+enum { SG_CU_EPI_STORE, SG_CU_EPI_GLU, SG_CU_EPI_ADD };
+typedef struct sg_cu_multi {
+	int nw, epi, act;                     /* act: SG_CU_EW_SILU, _GELU or _GELU_ERF (GLU) */
+	sg_cuw w[SG_CU_MULTI_MAX];
+	int64_t N[SG_CU_MULTI_MAX];           /* rows of each */
+	const float *bias[SG_CU_MULTI_MAX];   /* [N_i] or NULL */
+	float *y[SG_CU_MULTI_MAX];            /* STORE: y_i = W_i x; GLU (nw 2, N_0 = N_1):
+					       * y_0 = act(W_0 x) * W_1 x; ADD (nw 1): y_0 = res + W_0 x */
+	const float *res;                     /* ADD; may alias y_0 */
+} sg_cu_multi;
+/* 1 if kt has the fused kernel: plain types on f32 activations, the others on 8-bit ones. */
+int sg_cu_multi_ok(int kt);
+/* Runs m on one token x [K]: when norm, x is first RMS-normalised (w may be NULL, eps, off) into
+ * xn; quantized formats quantize the (normalised) x to 8 bits in the same kernel. variant 0 = the
+ * default, 8..11 = the bench's layouts. q8_scratch: sg_cu_q8_bytes(1, K) bytes for quantized kt. */
+int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, const float *norm_w, float eps,
+		     float off, float *xn, int variant, void *q8_scratch, sg_custream s);
+
 /* Dequantizes rows [r0, r0 + nr) of w into bf16 [nr][K] (the tiles of the tensor-core GEMM). */
 int sg_cu_dequant_bf16(const sg_cuw *w, int64_t r0, int64_t nr, uint16_t *out, sg_custream s);
 /* Dequantizes rows [r0, r0 + nr) of w into f32 [nr][K] (the tiles of the f32 GEMM). */
@@ -103,10 +124,13 @@ int sg_cu_rope_apply(float *x, const int32_t *pos, int64_t n, int64_t H, const s
 /* k, v [n][per] into caches [ctx][per] (F32 or F16: *_f16) at rows pos[t]; skipped outside. */
 int sg_cu_kv_store(const float *k, const float *v, const int32_t *pos, int64_t n, int64_t kper,
 		   int64_t vper, void *kc, int kf16, void *vc, int vf16, int64_t ctx, sg_custream s);
-/* Fused rope(q), rope(k), kv_store(k, v): q [n][Hq][hd], k [n][Hk][hd], v [n][Hk][hdv]. */
+/* Fused rope(q), rope(k), kv_store(k, v): q [n][Hq][hd], k [n][Hk][hd], v [n][Hk][hdv]. With
+ * qn or kn (per-head norm weights [hd], or both NULL): every q and k head is RMS-normalised first
+ * (eps, weight offset off; a NULL weight of the two means no weight). */
 int sg_cu_attn_prep(float *q, float *k, const float *v, const int32_t *pos, int64_t n, int64_t Hq,
 		    int64_t Hk, int64_t hdv, const sg_cu_rope *r, void *kc, int kf16, void *vc,
-		    int vf16, int64_t ctx, sg_custream s);
+		    int vf16, int64_t ctx, const float *qn, const float *kn, float eps, float off,
+		    sg_custream s);
 
 typedef struct sg_cu_attn {
 	const float *q;       /* [n][H][hd] */

@@ -788,6 +788,273 @@ extern "C" int sg_cu_gemv(const sg_cuw *w, const float *x, int64_t n, float *y, 
 	return (int)cudaGetLastError();
 }
 
+/* --- the fused decode GEMV: one token, up to three matrices sharing the input, an epilogue --- */
+
+/* The gated activations of the elementwise kernel, same arithmetic (act(g) * u). */
+static __device__ __forceinline__ float act_of(int act, float g)
+{
+	if (act == SG_CU_EW_GELU) return 0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g)));
+	if (act == SG_CU_EW_GELU_ERF) return 0.5f * g * (1.0f + erff(g * 0.70710678f));
+	return g / (1.0f + expf(-g));
+}
+
+/* Row gr of the stage's row space (the matrices one after another) -> its matrix and row. */
+static __device__ __forceinline__ int multi_row(const sg_cu_multi &p, int64_t gr, int64_t &r)
+{
+	r = gr;
+	if (p.nw > 1 && r >= p.N[0]) {
+		r -= p.N[0];
+		if (p.nw > 2 && r >= p.N[1]) {
+			r -= p.N[1];
+			return 2;
+		}
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * One warp owns S row slots: S consecutive rows of the row space, or for the GLU S/2 rows of the
+ * gate and the same rows of the up matrix (so the epilogue has both). Its lanes stride over the
+ * units of those rows, UNR units per lane per step: every slot's 16-byte loads of the step are
+ * issued before any arithmetic (loads past the row end are clamped to the last unit and weighed
+ * 0, so the step is one basic block and the compiler can hoist them), which keeps S * UNR loads
+ * in flight per lane. Q8: 8-bit activations and dp4a (the UI decoders, as mvq_kernel); else f32
+ * activations (plain formats). The weights' parameters are read from the kernel's parameter
+ * space (__grid_constant__: no per-thread copy).
+ */
+template <int KT, int Q8, int S, int UNR>
+__global__ void __launch_bounds__(WARPS * 32) mvm_kernel(const __grid_constant__ sg_cu_multi p, const float *__restrict__ x,
+							 const int8_t *__restrict__ xq, const float *__restrict__ dx,
+							 const float *__restrict__ sx, int64_t rows)
+{
+	const int glu = p.epi == SG_CU_EPI_GLU, per = glu ? S / 2 : S;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	int64_t g0 = ((int64_t)blockIdx.x * WARPS + warp) * per;
+	if (g0 >= rows) return;
+	const uint8_t *rp[S], *sp[S], *bp[S];
+	int ms[S];
+	int64_t rs[S];
+#pragma unroll
+	for (int s = 0; s < S; s++) {
+		int64_t gr = g0 + s % per, r;
+		if (gr >= rows) gr = rows - 1; /* computed, never stored */
+		int m = glu ? s / per : multi_row(p, gr, r);
+		if (glu) r = gr;
+		ms[s] = m, rs[s] = r;
+		const sg_cuw &w = p.w[m];
+		rp[s] = w.data + (size_t)r * w.row_bytes;
+		sp[s] = w.scales ? w.scales + (size_t)r * w.sb_row_bytes : NULL;
+		bp[s] = w.biases ? w.biases + (size_t)r * w.sb_row_bytes : NULL;
+	}
+	const sg_cuw &w0 = p.w[0];
+	float acc[S];
+#pragma unroll
+	for (int s = 0; s < S; s++) acc[s] = 0.0f;
+	if constexpr (Q8) {
+		typedef UI<KT> T;
+		const int64_t nu = w0.K / 32;
+		for (int64_t ub = lane; ub < nu; ub += 32 * UNR) {
+			int c[UNR][S][8];
+			float sca[UNR][S][2], off[UNR][S][2], ok[UNR];
+			int64_t uu[UNR];
+#pragma unroll
+			for (int j = 0; j < UNR; j++) {
+				int64_t u = ub + 32 * j;
+				ok[j] = u < nu ? 1.0f : 0.0f;
+				uu[j] = u < nu ? u : nu - 1;
+			}
+#pragma unroll
+			for (int j = 0; j < UNR; j++)
+#pragma unroll
+				for (int s = 0; s < S; s++) T::dq(w0, rp[s], sp[s], bp[s], uu[j], c[j][s], sca[j][s], off[j][s]);
+#pragma unroll
+			for (int j = 0; j < UNR; j++) {
+				int64_t ea = T::e0(uu[j]), ec = ea + T::HS;
+				int4 xa = __ldg((const int4 *)(xq + ea)), xc = __ldg((const int4 *)(xq + ec));
+				float d0 = __ldg(dx + (ea >> 5)) * ok[j], d1 = __ldg(dx + (ec >> 5)) * ok[j];
+				float s0 = __ldg(sx + (ea >> 4)) * ok[j], s1 = __ldg(sx + (ec >> 4)) * ok[j];
+#pragma unroll
+				for (int s = 0; s < S; s++) {
+					const int *cc = c[j][s];
+					int i0 = __dp4a(cc[0], xa.x, 0);
+					i0 = __dp4a(cc[1], xa.y, i0);
+					i0 = __dp4a(cc[2], xa.z, i0);
+					i0 = __dp4a(cc[3], xa.w, i0);
+					int i1 = __dp4a(cc[4], xc.x, 0);
+					i1 = __dp4a(cc[5], xc.y, i1);
+					i1 = __dp4a(cc[6], xc.z, i1);
+					i1 = __dp4a(cc[7], xc.w, i1);
+					acc[s] += d0 * sca[j][s][0] * (float)i0 + off[j][s][0] * s0 + d1 * sca[j][s][1] * (float)i1 + off[j][s][1] * s1;
+				}
+			}
+		}
+	} else {
+		typedef U<KT> T;
+		const int64_t nu = w0.K / T::E;
+		for (int64_t ub = lane; ub < nu; ub += 32 * UNR) {
+			float wv[UNR][S][T::E], ok[UNR];
+			int64_t uu[UNR], e0[UNR];
+#pragma unroll
+			for (int j = 0; j < UNR; j++) {
+				int64_t u = ub + 32 * j;
+				ok[j] = u < nu ? 1.0f : 0.0f;
+				uu[j] = u < nu ? u : nu - 1;
+			}
+#pragma unroll
+			for (int j = 0; j < UNR; j++)
+#pragma unroll
+				for (int s = 0; s < S; s++) e0[j] = T::dq(w0, rp[s], sp[s], bp[s], uu[j], wv[j][s]);
+#pragma unroll
+			for (int j = 0; j < UNR; j++) {
+				float xv[T::E];
+				load_x<KT>(x, e0[j], xv);
+#pragma unroll
+				for (int s = 0; s < S; s++) {
+					float a = 0.0f;
+#pragma unroll
+					for (int i = 0; i < T::E; i++) a = fmaf(wv[j][s][i], xv[i], a);
+					acc[s] += a * ok[j];
+				}
+			}
+		}
+	}
+#pragma unroll
+	for (int s = 0; s < S; s++) acc[s] = warp_sum(acc[s]);
+	if (lane != 0) return;
+#pragma unroll
+	for (int s = 0; s < S; s++) {
+		if (glu) {
+			int64_t r = g0 + s;
+			if (s < S / 2 && r < rows) {
+				float g = acc[s] + (p.bias[0] ? p.bias[0][r] : 0.0f), u = acc[s + S / 2] + (p.bias[1] ? p.bias[1][r] : 0.0f);
+				p.y[0][r] = act_of(p.act, g) * u;
+			}
+		} else if (g0 + s < rows) {
+			int m = ms[s];
+			int64_t r = rs[s];
+			float v = acc[s] + (p.bias[m] ? p.bias[m][r] : 0.0f);
+			if (p.epi == SG_CU_EPI_ADD) v = p.res[r] + v;
+			p.y[m][r] = v;
+		}
+	}
+}
+
+/*
+ * One row per block: RMS-normalises x (when norm; the sums and the arithmetic of the rmsnorm
+ * kernel at its block size, so xn is bit-identical to it) into xn and quantizes the result to
+ * 8-bit blocks exactly as quant_x_kernel does.
+ */
+__global__ void norm_quant_kernel(const float *__restrict__ x, const float *__restrict__ w, int norm, float eps, float off, int64_t K,
+				  float *__restrict__ xn, int8_t *__restrict__ xq, float *__restrict__ dx, float *__restrict__ sx)
+{
+	__shared__ float sh[32];
+	__shared__ float res;
+	const float *xr = x + blockIdx.x * K;
+	int wi = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+	float sc = 1.0f;
+	if (norm) {
+		float ss = 0.0f;
+		for (int64_t i = threadIdx.x; i < K; i += blockDim.x) ss += xr[i] * xr[i];
+		ss = warp_sum(ss);
+		if (lane == 0) sh[wi] = ss;
+		__syncthreads();
+		if (wi == 0) {
+			float t = lane < nw ? sh[lane] : 0.0f;
+			t = warp_sum(t);
+			if (lane == 0) res = t;
+		}
+		__syncthreads();
+		sc = 1.0f / sqrtf(res / (float)K + eps);
+	}
+	const int64_t nb = K / 32;
+	for (int64_t b = wi; b < nb; b += nw) {
+		int64_t i = b * 32 + lane, ob = blockIdx.x * nb + b;
+		float v = norm ? (w ? xr[i] * sc * (w[i] + off) : xr[i] * sc) : xr[i];
+		if (xn) xn[blockIdx.x * K + i] = v;
+		float a = fabsf(v);
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+		float d = a / 127.0f, id = a > 0 ? 127.0f / a : 0.0f;
+		int q = __float2int_rn(v * id), sq = q;
+		xq[ob * 32 + lane] = (int8_t)q;
+#pragma unroll
+		for (int o = 8; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+		if (lane == 0) dx[ob] = d;
+		if ((lane & 15) == 0) sx[2 * ob + (lane >> 4)] = d * (float)sq;
+	}
+}
+
+typedef void (*mvm_fn)(const sg_cu_multi, const float *, const int8_t *, const float *, const float *, int64_t);
+
+/* variant: 8 (default) = 2 slots x 2 units in flight, 9 = 2 x 4, 10 = 4 x 2 */
+static int multi_slots(int variant) { return variant == 10 ? 4 : 2; }
+
+template <int KT, int Q8> static mvm_fn pickm_kt(int variant)
+{
+	switch (variant) {
+	case 9: return mvm_kernel<KT, Q8, 2, 4>;
+	case 10: return mvm_kernel<KT, Q8, 4, 2>;
+	default: return mvm_kernel<KT, Q8, 2, 2>;
+	}
+}
+
+static mvm_fn pickm(int kt, int variant)
+{
+	switch (kt) {
+	case SG_CUKT_F32: return pickm_kt<SG_CUKT_F32, 0>(variant);
+	case SG_CUKT_F16: return pickm_kt<SG_CUKT_F16, 0>(variant);
+	case SG_CUKT_BF16: return pickm_kt<SG_CUKT_BF16, 0>(variant);
+	case SG_CUKT_Q8_0: return pickm_kt<SG_CUKT_Q8_0, 1>(variant);
+	case SG_CUKT_Q4_0: return pickm_kt<SG_CUKT_Q4_0, 1>(variant);
+	case SG_CUKT_Q5_0: return pickm_kt<SG_CUKT_Q5_0, 1>(variant);
+	case SG_CUKT_Q4_K: return pickm_kt<SG_CUKT_Q4_K, 1>(variant);
+	case SG_CUKT_Q5_K: return pickm_kt<SG_CUKT_Q5_K, 1>(variant);
+	case SG_CUKT_Q6_K: return pickm_kt<SG_CUKT_Q6_K, 1>(variant);
+	case SG_CUKT_MLX4: return pickm_kt<SG_CUKT_MLX4, 1>(variant);
+	case SG_CUKT_MLX8: return pickm_kt<SG_CUKT_MLX8, 1>(variant);
+	default: return NULL;
+	}
+}
+
+static int plain_kt(int kt) { return kt == SG_CUKT_F32 || kt == SG_CUKT_F16 || kt == SG_CUKT_BF16; }
+
+extern "C" int sg_cu_multi_ok(int kt) { return pickm(kt, 8) != NULL; }
+
+extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, const float *norm_w, float eps, float off, float *xn,
+				int variant, void *q8_scratch, sg_custream s)
+{
+	cudaStream_t st = (cudaStream_t)s;
+	int kt = m->w[0].kt;
+	int64_t K = m->w[0].K;
+	mvm_fn f = pickm(kt, variant);
+	if (!f || m->nw < 1 || m->nw > SG_CU_MULTI_MAX) return (int)cudaErrorInvalidValue;
+	const float *xin = x;
+	int8_t *xq = NULL;
+	float *dx = NULL, *sx = NULL;
+	if (plain_kt(kt)) {
+		if (norm) {
+			int e = sg_cu_rmsnorm(x, norm_w, eps, off, xn, 1, K, s);
+			if (e) return e;
+			xin = xn;
+		}
+	} else {
+		if (!q8_scratch || K % 32) return (int)cudaErrorInvalidValue;
+		size_t q = ((size_t)K + 255) & ~(size_t)255, fb = ((size_t)(K / 32) * 4 + 255) & ~(size_t)255;
+		xq = (int8_t *)q8_scratch;
+		dx = (float *)((char *)q8_scratch + q);
+		sx = (float *)((char *)q8_scratch + q + fb);
+		norm_quant_kernel<<<1, K >= 1024 ? 512 : 128, 0, st>>>(x, norm_w, norm, eps, off, K, norm ? xn : NULL, xq, dx, sx);
+	}
+	int S = multi_slots(variant), glu = m->epi == SG_CU_EPI_GLU, per = glu ? S / 2 : S;
+	int64_t rows = m->N[0];
+	if (!glu)
+		for (int i = 1; i < m->nw; i++) rows += m->N[i];
+	int64_t rpb = (int64_t)WARPS * per;
+	f<<<(unsigned)((rows + rpb - 1) / rpb), WARPS * 32, 0, st>>>(*m, xin, xq, dx, sx, rows);
+	return (int)cudaGetLastError();
+}
+
 /* --- MoE --- */
 
 /* One block: counts the slots of each expert, lays them out by expert, lists the used experts

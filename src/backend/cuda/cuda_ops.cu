@@ -224,7 +224,7 @@ extern "C" int sg_cu_kv_store(const float *k, const float *v, const int32_t *pos
 /* One block per (token, head) of q and k together: rotate; a k head also writes its rotated row,
  * its unrotated tail and its v row into the caches (same thread that rotated a pair stores it). */
 __global__ void attn_prep_kernel(float *q, float *k, const float *v, const int32_t *pos, int64_t Hq, int64_t Hk, int64_t hdv, const sg_cu_rope r,
-				 void *kc, int kf16, void *vc, int vf16, int64_t ctx)
+				 void *kc, int kf16, void *vc, int vf16, int64_t ctx, const float *qn, const float *kn, float eps, float off)
 {
 	int64_t t = blockIdx.x / (Hq + Hk), h = blockIdx.x % (Hq + Hk);
 	int pmax = r.dyn ? block_pmax(pos, gridDim.x / (Hq + Hk)) : 0;
@@ -232,6 +232,18 @@ __global__ void attn_prep_kernel(float *q, float *k, const float *v, const int32
 	float pf = (float)p * r.pos_scale;
 	int isk = h >= Hq;
 	float *x = isk ? k + (t * Hk + (h - Hq)) * r.hd : q + (t * Hq + h) * r.hd;
+	const float *nw = isk ? kn : qn;
+	if (qn || kn) {
+		/* the per-head RMS norm first: the rmsnorm kernel's sums at its block size for rows of
+		 * head_dim < 1024 (128 threads), so the result is bit-identical to running it */
+		float ss = 0.0f;
+		for (int64_t i = threadIdx.x; i < r.hd; i += blockDim.x) ss += x[i] * x[i];
+		ss = block_sum(ss);
+		float sc = 1.0f / sqrtf(ss / (float)r.hd + eps);
+		if (nw)
+			for (int64_t i = threadIdx.x; i < r.hd; i += blockDim.x) x[i] = x[i] * sc * (nw[i] + off);
+		__syncthreads();
+	}
 	int store = isk && p >= 0 && p < ctx;
 	int64_t kbase = store ? ((int64_t)p * Hk + (h - Hq)) * r.hd : 0;
 	for (int kk = threadIdx.x; kk < r.half; kk += blockDim.x) {
@@ -250,10 +262,13 @@ __global__ void attn_prep_kernel(float *q, float *k, const float *v, const int32
 }
 
 extern "C" int sg_cu_attn_prep(float *q, float *k, const float *v, const int32_t *pos, int64_t n, int64_t Hq, int64_t Hk, int64_t hdv,
-			       const sg_cu_rope *r, void *kc, int kf16, void *vc, int vf16, int64_t ctx, sg_custream s)
+			       const sg_cu_rope *r, void *kc, int kf16, void *vc, int vf16, int64_t ctx, const float *qn, const float *kn,
+			       float eps, float off, sg_custream s)
 {
 	if (n <= 0) return 0;
-	attn_prep_kernel<<<(unsigned)(n * (Hq + Hk)), 128, 0, (cudaStream_t)s>>>(q, k, v, pos, Hq, Hk, hdv, *r, kc, kf16, vc, vf16, ctx);
+	if ((qn || kn) && r->hd >= 1024) return (int)cudaErrorInvalidValue; /* the rmsnorm kernel would use 512 threads */
+	attn_prep_kernel<<<(unsigned)(n * (Hq + Hk)), 128, 0, (cudaStream_t)s>>>(q, k, v, pos, Hq, Hk, hdv, *r, kc, kf16, vc, vf16, ctx, qn, kn,
+										 eps, off);
 	return ok();
 }
 

@@ -1,0 +1,27 @@
+/* Fused stages composed from the op table, for backends that lack (or decline) the fused op. */
+#include "backend/backend.h"
+#include "base/error.h"
+
+sg_status sg_backend_matmul_multi_compose(sg_backend *be, const sg_matmul_multi *p)
+{
+	const sg_backend_ops *o = be->ops;
+	if (p->nw < 1 || p->nw > SG_MATMUL_MULTI_MAX) return sg_error(SG_ERR_INVALID_ARG, "matmul_multi: %d weights (1 to %d)", p->nw, SG_MATMUL_MULTI_MAX);
+	if ((p->glu && p->nw != 2) || (p->residual && (p->nw != 1 || !p->out)) || (p->norm && !p->xn))
+		return sg_error(SG_ERR_INVALID_ARG, "matmul_multi: inconsistent stage (glu needs 2 weights, residual 1 weight and out, norm xn)");
+	const sg_btensor *x = p->x;
+	sg_status st;
+	if (p->norm) {
+		if ((st = o->rmsnorm(be, x, p->norm, p->eps, p->norm_offset, p->xn))) return st;
+		x = p->xn;
+	}
+	for (int i = 0; i < p->nw; i++)
+		if ((st = o->matmul(be, p->w[i], x, p->bias[i], p->y[i]))) return st;
+	if (p->glu) return o->glu(be, p->y[0], p->y[1], p->act, p->y[0]);
+	if (p->residual) return o->add(be, p->residual, p->y[0], p->out);
+	return SG_OK;
+}
+
+sg_status sg_backend_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
+{
+	return be->ops->matmul_multi ? be->ops->matmul_multi(be, p) : sg_backend_matmul_multi_compose(be, p);
+}
