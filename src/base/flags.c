@@ -34,12 +34,16 @@ static const sg_flag table[] = {
 	 "CUDA decode: record one graph per token and replay it (0 = issue every op from the host)"},
 	{"SARAGOSSA_CUDA_GEMM", SG_FLAG_STR, "f32",
 	 "CUDA matmul of more than 8 tokens: f32 (cuBLAS FP32 on dequantized tiles), bf16 (tensor cores; logits move ~5e-3) or off (the GEMV kernel)"},
-	{"SARAGOSSA_CUDA_Q8X", SG_FLAG_BOOL, "0",
-	 "CUDA GEMV of quantized weights on activations quantized to 8 bits with integer dot products: 1.5-2x the f32 path's "
-	 "bandwidth, but it moves one MLX fixture's greedy tokens, so off until qualified"},
+	{"SARAGOSSA_CUDA_Q8X", SG_FLAG_BOOL, "1",
+	 "CUDA: quantized weights take activations rounded to 8-bit blocks (as the CPU's SIMD kernels): integer dot products "
+	 "in the GEMV (1.5-2x the f32 path's bandwidth), and the prefill GEMM sees the same rounded activations; 0 = f32 "
+	 "activations everywhere (the exact path)"},
 	{"SARAGOSSA_CUDA_FUSED", SG_FLAG_BOOL, "1",
 	 "CUDA decode (one token): the norm and the projections of a stage (q/k/v; gate/up with the GLU; o or down with the "
 	 "residual add) as one fused GEMV launch (0 = one op each)"},
+	{"SARAGOSSA_CUDA_PDL", SG_FLAG_BOOL, "1",
+	 "CUDA: launch the fused decode kernels with programmatic dependent launch, so each is scheduled while the "
+	 "previous one drains (0 = plain stream order)"},
 	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
 	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},
 	{"SARAGOSSA_API_KEY", SG_FLAG_STR, "", "bearer token `serve` requires on TCP (same as --api-key)"},

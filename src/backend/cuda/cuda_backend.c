@@ -466,16 +466,23 @@ static sg_status gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int6
 	int64_t rt = (int64_t)(GEMM_TILE_BYTES / es / (size_t)K);
 	if (rt > N) rt = N;
 	if (rt < 16) rt = 16 < N ? 16 : N;
-	size_t xb = cb->gemm == GEMM_BF16 ? round16((size_t)(n * K) * 2) : 0, need = xb + (size_t)(rt * K) * es;
+	/* with 8-bit decode activations the GEMM takes the same rounded activations (see sg_cu_requant) */
+	int rq = cb->q8x && sg_cu_has_q8(v->kt) && K % 32 == 0;
+	size_t xb = cb->gemm == GEMM_BF16 ? round16((size_t)(n * K) * 2) : 0, rb = rq ? round16((size_t)(n * K) * 4) : 0;
+	size_t need = xb + rb + (size_t)(rt * K) * es;
 	sg_status st;
 	uint8_t *sc = scratch(cb, need, &st);
 	if (!sc) return st;
+	if (rq) {
+		CU_RET("matmul", sg_cu_requant(x, n * K, (float *)(sc + xb), S(cb)));
+		x = (const float *)(sc + xb);
+	}
 	const void *xa = x;
 	if (cb->gemm == GEMM_BF16) {
 		CU_RET("matmul", sg_cu_f32_to_bf16(x, n * K, (uint16_t *)sc, S(cb)));
 		xa = sc;
 	}
-	void *wt = sc + xb;
+	void *wt = sc + xb + rb;
 	cudaDataType ty = cb->gemm == GEMM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 	const float one = 1.0f, zero = 0.0f;
 	for (int64_t r0 = 0; r0 < N; r0 += rt) {
@@ -961,6 +968,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	cb->gemm = !strcmp(gm, "bf16") ? GEMM_BF16 : !strcmp(gm, "off") || !strcmp(gm, "0") ? GEMM_OFF : GEMM_F32;
 	cb->q8x = sg_flag_bool("SARAGOSSA_CUDA_Q8X");
 	cb->fused = sg_flag_bool("SARAGOSSA_CUDA_FUSED");
+	sg_cu_set_pdl(sg_flag_bool("SARAGOSSA_CUDA_PDL"));
 	struct cudaDeviceProp prop;
 	sg_status st = SG_OK;
 	if ((e = cudaSetDevice(p->device)) || (e = cudaGetDeviceProperties(&prop, p->device)) ||

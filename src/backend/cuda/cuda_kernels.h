@@ -80,6 +80,12 @@ int sg_cu_multi_ok(int kt);
 int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, const float *norm_w, float eps,
 		     float off, float *xn, int variant, void *q8_scratch, sg_custream s);
 
+/* Programmatic dependent launch of the fused decode kernels on (1) or off (0). */
+void sg_cu_set_pdl(int on);
+
+/* out = x with every block of 32 rounded as the 8-bit activation quantizer rounds it (n % 32 = 0). */
+int sg_cu_requant(const float *x, int64_t n, float *out, sg_custream s);
+
 /* Dequantizes rows [r0, r0 + nr) of w into bf16 [nr][K] (the tiles of the tensor-core GEMM). */
 int sg_cu_dequant_bf16(const sg_cuw *w, int64_t r0, int64_t nr, uint16_t *out, sg_custream s);
 /* Dequantizes rows [r0, r0 + nr) of w into f32 [nr][K] (the tiles of the f32 GEMM). */

@@ -13,11 +13,30 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <utility>
+
 #include "backend/cuda/cuda_kernels.h"
 
 #define WARPS 8 /* warps (rows) per GEMV block: 256 threads */
 /* The 8-bit GEMV variant used by default (sg_cu_gemv): chosen by bench/kernels/cuda on the H200. */
 #define SG_CU_GEMV_Q8_DEFAULT 4
+
+/* Programmatic dependent launch (SARAGOSSA_CUDA_PDL): the fused decode kernels are launched so
+ * that their blocks may be scheduled while the previous kernel drains; each waits for it with
+ * cudaGridDependencySynchronize() before reading anything (a no-op when launched plainly). */
+static int g_pdl = 1;
+extern "C" void sg_cu_set_pdl(int on) { g_pdl = on; }
+
+template <typename... P, typename... A> static int launch_pdl(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, A &&...args)
+{
+	cudaLaunchConfig_t cfg = {};
+	cudaLaunchAttribute at[1];
+	cfg.gridDim = grid, cfg.blockDim = block, cfg.stream = s;
+	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	at[0].val.programmaticStreamSerializationAllowed = 1;
+	cfg.attrs = at, cfg.numAttrs = g_pdl ? 1 : 0;
+	return (int)cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...);
+}
 
 static __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 static __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
@@ -788,6 +807,30 @@ extern "C" int sg_cu_gemv(const sg_cuw *w, const float *x, int64_t n, float *y, 
 	return (int)cudaGetLastError();
 }
 
+/* x rounded as the 8-bit activation quantizer rounds it (d * rint(x / d) per block of 32), in
+ * floats: the prefill GEMM of a model decoded on 8-bit activations sees the same activations, so
+ * prefill and decode differ by summation order only. */
+__global__ void requant_kernel(const float *__restrict__ x, int64_t nblk, float *__restrict__ out)
+{
+	int lane = threadIdx.x & 31;
+	int64_t w0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+	for (int64_t b = w0; b < nblk; b += nw) {
+		float v = x[b * 32 + lane], a = fabsf(v);
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+		float d = a / 127.0f, id = a > 0 ? 127.0f / a : 0.0f;
+		out[b * 32 + lane] = d * (float)__float2int_rn(v * id);
+	}
+}
+
+extern "C" int sg_cu_requant(const float *x, int64_t n, float *out, sg_custream s)
+{
+	int64_t nblk = n / 32, blocks = (nblk + 7) / 8;
+	if (n % 32) return (int)cudaErrorInvalidValue;
+	if (nblk) requant_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, (cudaStream_t)s>>>(x, nblk, out);
+	return (int)cudaGetLastError();
+}
+
 /* --- the fused decode GEMV: one token, up to three matrices sharing the input, an epilogue --- */
 
 /* The gated activations of the elementwise kernel, same arithmetic (act(g) * u). */
@@ -814,24 +857,24 @@ static __device__ __forceinline__ int multi_row(const sg_cu_multi &p, int64_t gr
 }
 
 /*
- * One warp owns S row slots: S consecutive rows of the row space, or for the GLU S/2 rows of the
- * gate and the same rows of the up matrix (so the epilogue has both). Its lanes stride over the
- * units of those rows, UNR units per lane per step: every slot's 16-byte loads of the step are
- * issued before any arithmetic (loads past the row end are clamped to the last unit and weighed
- * 0, so the step is one basic block and the compiler can hoist them), which keeps S * UNR loads
- * in flight per lane. Q8: 8-bit activations and dp4a (the UI decoders, as mvq_kernel); else f32
- * activations (plain formats). The weights' parameters are read from the kernel's parameter
- * space (__grid_constant__: no per-thread copy).
+ * Block-split, as mvq_kernel's variants 4 and 5 (the fastest on the H200): block b owns S row
+ * slots, S consecutive rows of the row space, or for the GLU S/2 rows of the gate and the same
+ * rows of the up matrix (so the epilogue has both), and its QT threads stride over the units of
+ * those rows; the slots' sums meet in shared memory. Thousands of short blocks keep the loads in
+ * flight better than a few warps looping over long rows (measured: the warp-per-row layout lost
+ * 20-50% here). Q8: 8-bit activations and dp4a (the UI decoders); else f32 activations (plain
+ * formats). The weights' parameters stay in the kernel's parameter space (__grid_constant__).
  */
-template <int KT, int Q8, int S, int UNR>
-__global__ void __launch_bounds__(WARPS * 32) mvm_kernel(const __grid_constant__ sg_cu_multi p, const float *__restrict__ x,
-							 const int8_t *__restrict__ xq, const float *__restrict__ dx,
-							 const float *__restrict__ sx, int64_t rows)
+template <int KT, int Q8, int S>
+__global__ void __launch_bounds__(QT) mvm_kernel(const __grid_constant__ sg_cu_multi p, const float *__restrict__ x,
+						 const int8_t *__restrict__ xq, const float *__restrict__ dx, const float *__restrict__ sx,
+						 int64_t rows)
 {
+	__shared__ float red[QT / 32][S];
+	cudaGridDependencySynchronize();
 	const int glu = p.epi == SG_CU_EPI_GLU, per = glu ? S / 2 : S;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int64_t g0 = ((int64_t)blockIdx.x * WARPS + warp) * per;
-	if (g0 >= rows) return;
+	int64_t g0 = (int64_t)blockIdx.x * per;
 	const uint8_t *rp[S], *sp[S], *bp[S];
 	int ms[S];
 	int64_t rs[S];
@@ -854,108 +897,99 @@ __global__ void __launch_bounds__(WARPS * 32) mvm_kernel(const __grid_constant__
 	if constexpr (Q8) {
 		typedef UI<KT> T;
 		const int64_t nu = w0.K / 32;
-		for (int64_t ub = lane; ub < nu; ub += 32 * UNR) {
-			int c[UNR][S][8];
-			float sca[UNR][S][2], off[UNR][S][2], ok[UNR];
-			int64_t uu[UNR];
+#pragma unroll 2
+		for (int64_t u = threadIdx.x; u < nu; u += QT) {
+			int64_t ea = T::e0(u), ec = ea + T::HS;
+			int4 xa = __ldg((const int4 *)(xq + ea)), xc = __ldg((const int4 *)(xq + ec));
+			float d0 = __ldg(dx + (ea >> 5)), d1 = __ldg(dx + (ec >> 5)), s0 = __ldg(sx + (ea >> 4)), s1 = __ldg(sx + (ec >> 4));
 #pragma unroll
-			for (int j = 0; j < UNR; j++) {
-				int64_t u = ub + 32 * j;
-				ok[j] = u < nu ? 1.0f : 0.0f;
-				uu[j] = u < nu ? u : nu - 1;
-			}
-#pragma unroll
-			for (int j = 0; j < UNR; j++)
-#pragma unroll
-				for (int s = 0; s < S; s++) T::dq(w0, rp[s], sp[s], bp[s], uu[j], c[j][s], sca[j][s], off[j][s]);
-#pragma unroll
-			for (int j = 0; j < UNR; j++) {
-				int64_t ea = T::e0(uu[j]), ec = ea + T::HS;
-				int4 xa = __ldg((const int4 *)(xq + ea)), xc = __ldg((const int4 *)(xq + ec));
-				float d0 = __ldg(dx + (ea >> 5)) * ok[j], d1 = __ldg(dx + (ec >> 5)) * ok[j];
-				float s0 = __ldg(sx + (ea >> 4)) * ok[j], s1 = __ldg(sx + (ec >> 4)) * ok[j];
-#pragma unroll
-				for (int s = 0; s < S; s++) {
-					const int *cc = c[j][s];
-					int i0 = __dp4a(cc[0], xa.x, 0);
-					i0 = __dp4a(cc[1], xa.y, i0);
-					i0 = __dp4a(cc[2], xa.z, i0);
-					i0 = __dp4a(cc[3], xa.w, i0);
-					int i1 = __dp4a(cc[4], xc.x, 0);
-					i1 = __dp4a(cc[5], xc.y, i1);
-					i1 = __dp4a(cc[6], xc.z, i1);
-					i1 = __dp4a(cc[7], xc.w, i1);
-					acc[s] += d0 * sca[j][s][0] * (float)i0 + off[j][s][0] * s0 + d1 * sca[j][s][1] * (float)i1 + off[j][s][1] * s1;
-				}
+			for (int s = 0; s < S; s++) {
+				int c[8];
+				float sca[2], off[2];
+				T::dq(w0, rp[s], sp[s], bp[s], u, c, sca, off);
+				int i0 = __dp4a(c[0], xa.x, 0);
+				i0 = __dp4a(c[1], xa.y, i0);
+				i0 = __dp4a(c[2], xa.z, i0);
+				i0 = __dp4a(c[3], xa.w, i0);
+				int i1 = __dp4a(c[4], xc.x, 0);
+				i1 = __dp4a(c[5], xc.y, i1);
+				i1 = __dp4a(c[6], xc.z, i1);
+				i1 = __dp4a(c[7], xc.w, i1);
+				acc[s] += d0 * sca[0] * (float)i0 + off[0] * s0 + d1 * sca[1] * (float)i1 + off[1] * s1;
 			}
 		}
 	} else {
 		typedef U<KT> T;
 		const int64_t nu = w0.K / T::E;
-		for (int64_t ub = lane; ub < nu; ub += 32 * UNR) {
-			float wv[UNR][S][T::E], ok[UNR];
-			int64_t uu[UNR], e0[UNR];
+#pragma unroll 2
+		for (int64_t u = threadIdx.x; u < nu; u += QT) {
+			float wv[S][T::E], xv[T::E];
+			int64_t e0 = 0;
 #pragma unroll
-			for (int j = 0; j < UNR; j++) {
-				int64_t u = ub + 32 * j;
-				ok[j] = u < nu ? 1.0f : 0.0f;
-				uu[j] = u < nu ? u : nu - 1;
-			}
+			for (int s = 0; s < S; s++) e0 = T::dq(w0, rp[s], sp[s], bp[s], u, wv[s]);
+			load_x<KT>(x, e0, xv);
 #pragma unroll
-			for (int j = 0; j < UNR; j++)
+			for (int s = 0; s < S; s++) {
+				float a = 0.0f;
 #pragma unroll
-				for (int s = 0; s < S; s++) e0[j] = T::dq(w0, rp[s], sp[s], bp[s], uu[j], wv[j][s]);
-#pragma unroll
-			for (int j = 0; j < UNR; j++) {
-				float xv[T::E];
-				load_x<KT>(x, e0[j], xv);
-#pragma unroll
-				for (int s = 0; s < S; s++) {
-					float a = 0.0f;
-#pragma unroll
-					for (int i = 0; i < T::E; i++) a = fmaf(wv[j][s][i], xv[i], a);
-					acc[s] += a * ok[j];
-				}
+				for (int i = 0; i < T::E; i++) a = fmaf(wv[s][i], xv[i], a);
+				acc[s] += a;
 			}
 		}
 	}
 #pragma unroll
-	for (int s = 0; s < S; s++) acc[s] = warp_sum(acc[s]);
-	if (lane != 0) return;
+	for (int s = 0; s < S; s++) {
+		float v = warp_sum(acc[s]);
+		if (lane == 0) red[warp][s] = v;
+	}
+	__syncthreads();
+	if (threadIdx.x >= S) return;
+	float tot[S];
 #pragma unroll
 	for (int s = 0; s < S; s++) {
+		tot[s] = 0.0f;
+#pragma unroll
+		for (int k = 0; k < QT / 32; k++) tot[s] += red[k][s];
+	}
+#pragma unroll
+	for (int s = 0; s < S; s++) {
+		if (s != (int)threadIdx.x) continue;
 		if (glu) {
 			int64_t r = g0 + s;
 			if (s < S / 2 && r < rows) {
-				float g = acc[s] + (p.bias[0] ? p.bias[0][r] : 0.0f), u = acc[s + S / 2] + (p.bias[1] ? p.bias[1][r] : 0.0f);
+				float g = tot[s] + (p.bias[0] ? p.bias[0][r] : 0.0f), u = tot[s + S / 2] + (p.bias[1] ? p.bias[1][r] : 0.0f);
 				p.y[0][r] = act_of(p.act, g) * u;
 			}
 		} else if (g0 + s < rows) {
 			int m = ms[s];
 			int64_t r = rs[s];
-			float v = acc[s] + (p.bias[m] ? p.bias[m][r] : 0.0f);
+			float v = tot[s] + (p.bias[m] ? p.bias[m][r] : 0.0f);
 			if (p.epi == SG_CU_EPI_ADD) v = p.res[r] + v;
 			p.y[m][r] = v;
 		}
 	}
 }
 
+#define NQ_WARPS 16 /* warps of a norm-quantize block: 512 threads, the rmsnorm kernel's size for rows of >= 1024 */
+
 /*
- * One row per block: RMS-normalises x (when norm; the sums and the arithmetic of the rmsnorm
- * kernel at its block size, so xn is bit-identical to it) into xn and quantizes the result to
- * 8-bit blocks exactly as quant_x_kernel does.
+ * RMS-normalises one row x (when norm) into xn and quantizes it to 8-bit blocks exactly as
+ * quant_x_kernel does. Block b quantizes the row's 32-blocks [16b, 16b + 16), one per warp; every
+ * block sums the row's squares itself (the row is a few KB in L2), with the rmsnorm kernel's loop
+ * and reduction at its block size, so xn is bit-identical to that kernel's output.
  */
-__global__ void norm_quant_kernel(const float *__restrict__ x, const float *__restrict__ w, int norm, float eps, float off, int64_t K,
-				  float *__restrict__ xn, int8_t *__restrict__ xq, float *__restrict__ dx, float *__restrict__ sx)
+__global__ void __launch_bounds__(NQ_WARPS * 32) norm_quant_kernel(const float *__restrict__ x, const float *__restrict__ w, int norm, float eps,
+								   float off, int64_t K, float *__restrict__ xn, int8_t *__restrict__ xq,
+								   float *__restrict__ dx, float *__restrict__ sx)
 {
 	__shared__ float sh[32];
 	__shared__ float res;
-	const float *xr = x + blockIdx.x * K;
+	cudaGridDependencySynchronize();
 	int wi = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
 	float sc = 1.0f;
 	if (norm) {
 		float ss = 0.0f;
-		for (int64_t i = threadIdx.x; i < K; i += blockDim.x) ss += xr[i] * xr[i];
+		for (int64_t i = threadIdx.x; i < K; i += blockDim.x) ss += x[i] * x[i];
 		ss = warp_sum(ss);
 		if (lane == 0) sh[wi] = ss;
 		__syncthreads();
@@ -967,68 +1001,69 @@ __global__ void norm_quant_kernel(const float *__restrict__ x, const float *__re
 		__syncthreads();
 		sc = 1.0f / sqrtf(res / (float)K + eps);
 	}
-	const int64_t nb = K / 32;
-	for (int64_t b = wi; b < nb; b += nw) {
-		int64_t i = b * 32 + lane, ob = blockIdx.x * nb + b;
-		float v = norm ? (w ? xr[i] * sc * (w[i] + off) : xr[i] * sc) : xr[i];
-		if (xn) xn[blockIdx.x * K + i] = v;
-		float a = fabsf(v);
+	int64_t b = (int64_t)blockIdx.x * nw + wi;
+	if (b >= K / 32) return;
+	int64_t i = b * 32 + lane;
+	float v = norm ? (w ? x[i] * sc * (w[i] + off) : x[i] * sc) : x[i];
+	if (xn) xn[i] = v;
+	float a = fabsf(v);
 #pragma unroll
-		for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-		float d = a / 127.0f, id = a > 0 ? 127.0f / a : 0.0f;
-		int q = __float2int_rn(v * id), sq = q;
-		xq[ob * 32 + lane] = (int8_t)q;
+	for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+	float d = a / 127.0f, id = a > 0 ? 127.0f / a : 0.0f;
+	int q = __float2int_rn(v * id), sq = q;
+	xq[i] = (int8_t)q;
 #pragma unroll
-		for (int o = 8; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
-		if (lane == 0) dx[ob] = d;
-		if ((lane & 15) == 0) sx[2 * ob + (lane >> 4)] = d * (float)sq;
-	}
+	for (int o = 8; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+	if (lane == 0) dx[b] = d;
+	if ((lane & 15) == 0) sx[2 * b + (lane >> 4)] = d * (float)sq;
 }
 
 typedef void (*mvm_fn)(const sg_cu_multi, const float *, const int8_t *, const float *, const float *, int64_t);
 
-/* variant: 8 (default) = 2 slots x 2 units in flight, 9 = 2 x 4, 10 = 4 x 2 */
-static int multi_slots(int variant) { return variant == 10 ? 4 : 2; }
+/* variant: 8 = 2 row slots per block, 9 = 4, 10 = 1 (a GLU takes 2 instead); 0 = by shape */
+static int multi_slots(int variant, int glu) { return variant == 9 ? 4 : variant == 10 && !glu ? 1 : 2; }
 
-template <int KT, int Q8> static mvm_fn pickm_kt(int variant)
+template <int KT, int Q8> static mvm_fn pickm_kt(int slots)
 {
-	switch (variant) {
-	case 9: return mvm_kernel<KT, Q8, 2, 4>;
-	case 10: return mvm_kernel<KT, Q8, 4, 2>;
-	default: return mvm_kernel<KT, Q8, 2, 2>;
-	}
+	return slots == 4 ? mvm_kernel<KT, Q8, 4> : slots == 1 ? mvm_kernel<KT, Q8, 1> : mvm_kernel<KT, Q8, 2>;
 }
 
-static mvm_fn pickm(int kt, int variant)
+static mvm_fn pickm(int kt, int slots)
 {
 	switch (kt) {
-	case SG_CUKT_F32: return pickm_kt<SG_CUKT_F32, 0>(variant);
-	case SG_CUKT_F16: return pickm_kt<SG_CUKT_F16, 0>(variant);
-	case SG_CUKT_BF16: return pickm_kt<SG_CUKT_BF16, 0>(variant);
-	case SG_CUKT_Q8_0: return pickm_kt<SG_CUKT_Q8_0, 1>(variant);
-	case SG_CUKT_Q4_0: return pickm_kt<SG_CUKT_Q4_0, 1>(variant);
-	case SG_CUKT_Q5_0: return pickm_kt<SG_CUKT_Q5_0, 1>(variant);
-	case SG_CUKT_Q4_K: return pickm_kt<SG_CUKT_Q4_K, 1>(variant);
-	case SG_CUKT_Q5_K: return pickm_kt<SG_CUKT_Q5_K, 1>(variant);
-	case SG_CUKT_Q6_K: return pickm_kt<SG_CUKT_Q6_K, 1>(variant);
-	case SG_CUKT_MLX4: return pickm_kt<SG_CUKT_MLX4, 1>(variant);
-	case SG_CUKT_MLX8: return pickm_kt<SG_CUKT_MLX8, 1>(variant);
+	case SG_CUKT_F32: return pickm_kt<SG_CUKT_F32, 0>(slots);
+	case SG_CUKT_F16: return pickm_kt<SG_CUKT_F16, 0>(slots);
+	case SG_CUKT_BF16: return pickm_kt<SG_CUKT_BF16, 0>(slots);
+	case SG_CUKT_Q8_0: return pickm_kt<SG_CUKT_Q8_0, 1>(slots);
+	case SG_CUKT_Q4_0: return pickm_kt<SG_CUKT_Q4_0, 1>(slots);
+	case SG_CUKT_Q5_0: return pickm_kt<SG_CUKT_Q5_0, 1>(slots);
+	case SG_CUKT_Q4_K: return pickm_kt<SG_CUKT_Q4_K, 1>(slots);
+	case SG_CUKT_Q5_K: return pickm_kt<SG_CUKT_Q5_K, 1>(slots);
+	case SG_CUKT_Q6_K: return pickm_kt<SG_CUKT_Q6_K, 1>(slots);
+	case SG_CUKT_MLX4: return pickm_kt<SG_CUKT_MLX4, 1>(slots);
+	case SG_CUKT_MLX8: return pickm_kt<SG_CUKT_MLX8, 1>(slots);
 	default: return NULL;
 	}
 }
 
 static int plain_kt(int kt) { return kt == SG_CUKT_F32 || kt == SG_CUKT_F16 || kt == SG_CUKT_BF16; }
 
-extern "C" int sg_cu_multi_ok(int kt) { return pickm(kt, 8) != NULL; }
+extern "C" int sg_cu_multi_ok(int kt) { return pickm(kt, 2) != NULL; }
 
 extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, const float *norm_w, float eps, float off, float *xn,
 				int variant, void *q8_scratch, sg_custream s)
 {
 	cudaStream_t st = (cudaStream_t)s;
-	int kt = m->w[0].kt;
-	int64_t K = m->w[0].K;
-	mvm_fn f = pickm(kt, variant);
-	if (!f || m->nw < 1 || m->nw > SG_CU_MULTI_MAX) return (int)cudaErrorInvalidValue;
+	int kt = m->w[0].kt, glu = m->epi == SG_CU_EPI_GLU;
+	int64_t K = m->w[0].K, rows = m->N[0];
+	if (m->nw < 1 || m->nw > SG_CU_MULTI_MAX) return (int)cudaErrorInvalidValue;
+	if (!glu)
+		for (int i = 1; i < m->nw; i++) rows += m->N[i];
+	/* the kernel bench's best: one row per block for plain formats, two for the others (a GLU
+	 * always pairs a gate and an up row) */
+	int S = variant ? multi_slots(variant, glu) : plain_kt(kt) && !glu ? 1 : 2;
+	mvm_fn f = pickm(kt, S);
+	if (!f) return (int)cudaErrorInvalidValue;
 	const float *xin = x;
 	int8_t *xq = NULL;
 	float *dx = NULL, *sx = NULL;
@@ -1044,15 +1079,22 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 		xq = (int8_t *)q8_scratch;
 		dx = (float *)((char *)q8_scratch + q);
 		sx = (float *)((char *)q8_scratch + q + fb);
-		norm_quant_kernel<<<1, K >= 1024 ? 512 : 128, 0, st>>>(x, norm_w, norm, eps, off, K, norm ? xn : NULL, xq, dx, sx);
+		if (norm && K < 1024) { /* the rmsnorm kernel's 128-thread size: normalise apart, then quantize */
+			int e = sg_cu_rmsnorm(x, norm_w, eps, off, xn, 1, K, s);
+			if (e) return e;
+			x = xn;
+			norm = 0;
+		}
+		int64_t nb = K / 32;
+		float *xno = norm ? xn : NULL;
+		int e = launch_pdl(norm_quant_kernel, dim3((unsigned)((nb + NQ_WARPS - 1) / NQ_WARPS)), dim3(NQ_WARPS * 32), st, x, norm_w, norm, eps, off, K,
+				   xno, xq, dx, sx);
+		if (e) return e;
 	}
-	int S = multi_slots(variant), glu = m->epi == SG_CU_EPI_GLU, per = glu ? S / 2 : S;
-	int64_t rows = m->N[0];
-	if (!glu)
-		for (int i = 1; i < m->nw; i++) rows += m->N[i];
-	int64_t rpb = (int64_t)WARPS * per;
-	f<<<(unsigned)((rows + rpb - 1) / rpb), WARPS * 32, 0, st>>>(*m, xin, xq, dx, sx, rows);
-	return (int)cudaGetLastError();
+	int per = glu ? S / 2 : S;
+	const int8_t *cxq = xq;
+	const float *cdx = dx, *csx = sx;
+	return launch_pdl(f, dim3((unsigned)((rows + per - 1) / per)), dim3(QT), st, *m, xin, cxq, cdx, csx, rows);
 }
 
 /* --- MoE --- */
