@@ -44,6 +44,9 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_PDL", SG_FLAG_BOOL, "1",
 	 "CUDA: launch the fused decode kernels with programmatic dependent launch, so each is scheduled while the "
 	 "previous one drains (0 = plain stream order)"},
+	{"SARAGOSSA_CUDA_GEMV_ROWS", SG_FLAG_INT, "0",
+	 "CUDA fused decode GEMV on 8-bit activations: weight rows per 128-thread block (1, 2, 4 or 8; from 4 on the "
+	 "activations are staged in shared memory); 0 = the measured default"},
 	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
 	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},
 	{"SARAGOSSA_API_KEY", SG_FLAG_STR, "", "bearer token `serve` requires on TCP (same as --api-key)"},

@@ -882,7 +882,7 @@ Test(cuda, fused_gemv_every_format_variant_and_epilogue_matches_cpu)
 		pair q8s = pair_new(SG_TYPE_I32, (int64_t)(sg_cu_q8_bytes(1, K) / 4 + 1), 1, 1, 1);
 		cr_assert_eq(cpu->ops->rmsnorm(cpu, &x.c, &nw.c, 1e-6f, 0.0f, &xn.c), SG_OK);
 		float *xcpu = cpu_floats(&xn);
-		for (int var = 8; var <= 10; var++) {
+		for (int var = 8; var <= 11; var++) {
 			for (int epi = 0; epi < 3; epi++) {
 				sg_cu_multi m;
 				memset(&m, 0, sizeof(m));

@@ -82,6 +82,8 @@ int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, const float
 
 /* Programmatic dependent launch of the fused decode kernels on (1) or off (0). */
 void sg_cu_set_pdl(int on);
+/* Rows per block of the fused 8-bit decode GEMV: 1, 2, 4 or 8; anything else = the default. */
+void sg_cu_set_gemv_rows(int rows);
 
 /* out = x with every block of 32 rounded as the 8-bit activation quantizer rounds it (n % 32 = 0). */
 int sg_cu_requant(const float *x, int64_t n, float *out, sg_custream s);

@@ -27,11 +27,11 @@
 static int g_pdl = 1;
 extern "C" void sg_cu_set_pdl(int on) { g_pdl = on; }
 
-template <typename... P, typename... A> static int launch_pdl(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, A &&...args)
+template <typename... P, typename... A> static int launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A &&...args)
 {
 	cudaLaunchConfig_t cfg = {};
 	cudaLaunchAttribute at[1];
-	cfg.gridDim = grid, cfg.blockDim = block, cfg.stream = s;
+	cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
 	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
 	at[0].val.programmaticStreamSerializationAllowed = 1;
 	cfg.attrs = at, cfg.numAttrs = g_pdl ? 1 : 0;
@@ -897,11 +897,25 @@ __global__ void __launch_bounds__(QT) mvm_kernel(const __grid_constant__ sg_cu_m
 	if constexpr (Q8) {
 		typedef UI<KT> T;
 		const int64_t nu = w0.K / 32;
+		const int8_t *vq = xq;
+		const float *vd = dx, *vs = sx;
+		if constexpr (S >= 4) {
+			/* many rows share the activations: stage them in shared memory once per block */
+			extern __shared__ __align__(16) unsigned char xsm[];
+			int64_t K = w0.K;
+			int8_t *q = (int8_t *)xsm;
+			float *d = (float *)(xsm + K), *sm = d + K / 32;
+			for (int64_t i = threadIdx.x; i < K / 16; i += QT) ((int4 *)q)[i] = __ldg((const int4 *)xq + i);
+			for (int64_t i = threadIdx.x; i < K / 32; i += QT) d[i] = __ldg(dx + i);
+			for (int64_t i = threadIdx.x; i < K / 16; i += QT) sm[i] = __ldg(sx + i);
+			__syncthreads();
+			vq = q, vd = d, vs = sm;
+		}
 #pragma unroll 2
 		for (int64_t u = threadIdx.x; u < nu; u += QT) {
 			int64_t ea = T::e0(u), ec = ea + T::HS;
-			int4 xa = __ldg((const int4 *)(xq + ea)), xc = __ldg((const int4 *)(xq + ec));
-			float d0 = __ldg(dx + (ea >> 5)), d1 = __ldg(dx + (ec >> 5)), s0 = __ldg(sx + (ea >> 4)), s1 = __ldg(sx + (ec >> 4));
+			int4 xa = *(const int4 *)(vq + ea), xc = *(const int4 *)(vq + ec);
+			float d0 = vd[ea >> 5], d1 = vd[ec >> 5], s0 = vs[ea >> 4], s1 = vs[ec >> 4];
 #pragma unroll
 			for (int s = 0; s < S; s++) {
 				int c[8];
@@ -970,6 +984,10 @@ __global__ void __launch_bounds__(QT) mvm_kernel(const __grid_constant__ sg_cu_m
 	}
 }
 
+/* Row slots per block of the fused 8-bit GEMV (SARAGOSSA_CUDA_GEMV_ROWS; 0 = the default). */
+static int g_slots = 0;
+extern "C" void sg_cu_set_gemv_rows(int rows) { g_slots = rows == 1 || rows == 2 || rows == 4 || rows == 8 ? rows : 0; }
+#define SG_CU_MULTI_SLOTS (g_slots ? g_slots : 2)
 #define NQ_WARPS 16 /* warps of a norm-quantize block: 512 threads, the rmsnorm kernel's size for rows of >= 1024 */
 
 /*
@@ -1020,12 +1038,20 @@ __global__ void __launch_bounds__(NQ_WARPS * 32) norm_quant_kernel(const float *
 
 typedef void (*mvm_fn)(const sg_cu_multi, const float *, const int8_t *, const float *, const float *, int64_t);
 
-/* variant: 8 = 2 row slots per block, 9 = 4, 10 = 1 (a GLU takes 2 instead); 0 = by shape */
-static int multi_slots(int variant, int glu) { return variant == 9 ? 4 : variant == 10 && !glu ? 1 : 2; }
+/* variant: 8 = 2 row slots per block, 9 = 4, 10 = 1 (a GLU takes 2 instead), 11 = 8; 0 = by shape.
+ * From 4 slots on, 8-bit activations are staged in shared memory. */
+static int multi_slots(int variant, int glu) { return variant == 9 ? 4 : variant == 11 ? 8 : variant == 10 && !glu ? 1 : 2; }
+#define SMEM_X_MAX (48 << 10) /* static shared memory limit: larger K takes 2 slots */
+static size_t smem_x(int64_t K) { return (size_t)K + (size_t)(K / 32) * 4 + (size_t)(K / 16) * 4; }
 
 template <int KT, int Q8> static mvm_fn pickm_kt(int slots)
 {
-	return slots == 4 ? mvm_kernel<KT, Q8, 4> : slots == 1 ? mvm_kernel<KT, Q8, 1> : mvm_kernel<KT, Q8, 2>;
+	switch (slots) {
+	case 1: return mvm_kernel<KT, Q8, 1>;
+	case 4: return Q8 ? mvm_kernel<KT, Q8, 4> : NULL;
+	case 8: return Q8 ? mvm_kernel<KT, Q8, 8> : NULL;
+	default: return mvm_kernel<KT, Q8, 2>;
+	}
 }
 
 static mvm_fn pickm(int kt, int slots)
@@ -1061,7 +1087,9 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 		for (int i = 1; i < m->nw; i++) rows += m->N[i];
 	/* the kernel bench's best: one row per block for plain formats, two for the others (a GLU
 	 * always pairs a gate and an up row) */
-	int S = variant ? multi_slots(variant, glu) : plain_kt(kt) && !glu ? 1 : 2;
+	int S = variant ? multi_slots(variant, glu) : plain_kt(kt) && !glu ? 1 : SG_CU_MULTI_SLOTS;
+	if (plain_kt(kt) && S > 2) S = 2;
+	if (S >= 4 && smem_x(K) > SMEM_X_MAX) S = 2;
 	mvm_fn f = pickm(kt, S);
 	if (!f) return (int)cudaErrorInvalidValue;
 	const float *xin = x;
@@ -1087,14 +1115,14 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 		}
 		int64_t nb = K / 32;
 		float *xno = norm ? xn : NULL;
-		int e = launch_pdl(norm_quant_kernel, dim3((unsigned)((nb + NQ_WARPS - 1) / NQ_WARPS)), dim3(NQ_WARPS * 32), st, x, norm_w, norm, eps, off, K,
+		int e = launch_pdl(norm_quant_kernel, dim3((unsigned)((nb + NQ_WARPS - 1) / NQ_WARPS)), dim3(NQ_WARPS * 32), 0, st, x, norm_w, norm, eps, off, K,
 				   xno, xq, dx, sx);
 		if (e) return e;
 	}
 	int per = glu ? S / 2 : S;
 	const int8_t *cxq = xq;
 	const float *cdx = dx, *csx = sx;
-	return launch_pdl(f, dim3((unsigned)((rows + per - 1) / per)), dim3(QT), st, *m, xin, cxq, cdx, csx, rows);
+	return launch_pdl(f, dim3((unsigned)((rows + per - 1) / per)), dim3(QT), S >= 4 ? smem_x(K) : 0, st, *m, xin, cxq, cdx, csx, rows);
 }
 
 /* --- MoE --- */
