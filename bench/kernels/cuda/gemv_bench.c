@@ -131,6 +131,8 @@ static double copy_bw(cudaStream_t s)
 int main(int argc, char **argv)
 {
 	int quick = argc > 1 && !strcmp(argv[1], "--quick");
+	/* GEMV_ONLY=<type name> and GEMV_SHAPE=<0..2> restrict the run (for profilers) */
+	const char *only = getenv("GEMV_ONLY"), *shp = getenv("GEMV_SHAPE");
 	sg_backend *be = NULL;
 	sg_cuda_params p = sg_cuda_default_params();
 	if (sg_cuda_backend_create(&p, &be) != SG_OK) {
@@ -158,6 +160,7 @@ int main(int argc, char **argv)
 	void *q8;
 	CK(cudaMalloc(&q8, sg_cu_q8_bytes(1, 14336)));
 	for (int si = 0; si < 3; si++) {
+		if (shp && atoi(shp) != si) continue;
 		int64_t N = shapes[si][0], K = shapes[si][1];
 		/* v0: cuBLAS over bf16 copies */
 		int nb = (int)(TARGET_BYTES / (size_t)(N * K * 2)) + 1;
@@ -188,6 +191,7 @@ int main(int argc, char **argv)
 		for (int ti = 0; ti < ntypes; ti++) {
 			if (quick && ti > 3) break;
 			const btype *bt = &types[ti];
+			if (only && strcmp(only, bt->name)) continue;
 			sg_btensor hw = host_w(bt, N, K);
 			sg_btensor dw[MAX_COPIES];
 			sg_cuw v[MAX_COPIES];

@@ -228,6 +228,9 @@ static sg_status wview(const char *op, const sg_btensor *w, sg_cuw *v)
 	v->row_bytes = w->row_bytes;
 	if (kt >= SG_CUKT_MLX4) {
 		v->group = w->mlx.group;
+		v->gsh = -1;
+		for (int sh = 0; sh < 16; sh++)
+			if (32 << sh == v->group) v->gsh = sh;
 		v->sb_bf16 = w->mlx.sb_type == SG_TYPE_BF16;
 		v->scales = w->scales;
 		v->biases = w->biases;

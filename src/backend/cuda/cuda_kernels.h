@@ -34,6 +34,7 @@ typedef struct sg_cuw {
 	size_t row_bytes;
 	/* MLX affine */
 	int group, sb_bf16;
+	int gsh;                /* log2(group / 32) when group is a power of two >= 32, else -1 */
 	const uint8_t *scales, *biases; /* [rows][K/group] 16-bit */
 	size_t sb_row_bytes;
 	size_t expert_bytes, expert_sb_bytes;
