@@ -397,22 +397,36 @@ __global__ void __launch_bounds__(WARPS * 32) mv_kernel(sg_cuw w, const float *_
  * elements apart) with one scale and offset per half: w = sca * code + off, so
  *   sum_half x w = dx * sca * dot(qx, code) + off * (dx * sum(qx)), the last factor precomputed.
  */
+/* A warp's block of 32 values, one per lane, rounded to 8 bits: returns the lane's code and the
+ * block's scale d (amax / 127). */
+static __device__ __forceinline__ int q8_lane(float v, float &d)
+{
+	float a = fabsf(v);
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+	d = a / 127.0f;
+	float id = a > 0 ? 127.0f / a : 0.0f;
+	return __float2int_rn(v * id);
+}
+
+/* Block b quantized into the three arrays: codes, the block's scale, and d * the sum of each
+ * half's codes. */
+static __device__ __forceinline__ void q8_store(float v, int64_t b, int lane, int8_t *xq, float *dx, float *sx)
+{
+	float d;
+	int q = q8_lane(v, d), sq = q;
+	xq[b * 32 + lane] = (int8_t)q;
+#pragma unroll
+	for (int o = 8; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+	if (lane == 0) dx[b] = d;
+	if ((lane & 15) == 0) sx[2 * b + (lane >> 4)] = d * (float)sq;
+}
+
 __global__ void quant_x_kernel(const float *__restrict__ x, int64_t nblk, int8_t *__restrict__ xq, float *__restrict__ dx, float *__restrict__ sx)
 {
 	int lane = threadIdx.x & 31;
 	int64_t w0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
-	for (int64_t b = w0; b < nblk; b += nw) {
-		float v = x[b * 32 + lane], a = fabsf(v);
-#pragma unroll
-		for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-		float d = a / 127.0f, id = a > 0 ? 127.0f / a : 0.0f;
-		int q = __float2int_rn(v * id), sq = q;
-		xq[b * 32 + lane] = (int8_t)q;
-#pragma unroll
-		for (int o = 8; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
-		if (lane == 0) dx[b] = d;
-		if ((lane & 15) == 0) sx[2 * b + (lane >> 4)] = d * (float)sq;
-	}
+	for (int64_t b = w0; b < nblk; b += nw) q8_store(x[b * 32 + lane], b, lane, xq, dx, sx);
 }
 
 /* Bit j of b (4 bits) moved to bit 4 of byte j: the fifth bit of four 5-bit codes. */
@@ -817,11 +831,9 @@ __global__ void requant_kernel(const float *__restrict__ x, int64_t nblk, float 
 	int lane = threadIdx.x & 31;
 	int64_t w0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
 	for (int64_t b = w0; b < nblk; b += nw) {
-		float v = x[b * 32 + lane], a = fabsf(v);
-#pragma unroll
-		for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-		float d = a / 127.0f, id = a > 0 ? 127.0f / a : 0.0f;
-		out[b * 32 + lane] = d * (float)__float2int_rn(v * id);
+		float d;
+		int q = q8_lane(x[b * 32 + lane], d);
+		out[b * 32 + lane] = d * (float)q;
 	}
 }
 
@@ -1026,16 +1038,7 @@ __global__ void __launch_bounds__(NQ_WARPS * 32) norm_quant_kernel(const float *
 	int64_t i = b * 32 + lane;
 	float v = norm ? (w ? x[i] * sc * (w[i] + off) : x[i] * sc) : x[i];
 	if (xn) xn[i] = v;
-	float a = fabsf(v);
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-	float d = a / 127.0f, id = a > 0 ? 127.0f / a : 0.0f;
-	int q = __float2int_rn(v * id), sq = q;
-	xq[i] = (int8_t)q;
-#pragma unroll
-	for (int o = 8; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
-	if (lane == 0) dx[b] = d;
-	if ((lane & 15) == 0) sx[2 * b + (lane >> 4)] = d * (float)sq;
+	q8_store(v, b, lane, xq, dx, sx);
 }
 
 typedef void (*mvm_fn)(const sg_cu_multi, const float *, const int8_t *, const float *, const float *, int64_t);
