@@ -1008,3 +1008,259 @@ Test(cuda, fused_stages_equal_their_composition_on_the_gpu)
 	gpu->ops->tensor_free(gpu, &wg[0]), gpu->ops->tensor_free(gpu, &wg[1]);
 	free_hw(&hq), free_hw(&hu);
 }
+
+/* ---- linear attention and Gemma 4 stages (SG_STAGE_LINEAR_ATTN) ---- */
+#if SG_CUDA
+
+/* Elementwise and per-row ops of the stage: only expf/erff/tanhf rounding and the order of one
+ * row sum separate the GPU from the CPU, NMSE ~1e-14; the gate is 1e-10. */
+#define NMSE_LIN 1e-10
+
+static int32_t *rand_ids(int64_t n, int64_t lo, int64_t hi)
+{
+	int32_t *v = malloc(sizeof(int32_t) * (size_t)n);
+	for (int64_t i = 0; i < n; i++) v[i] = (int32_t)(lo + (int64_t)(rnd() % (uint32_t)(hi - lo)));
+	return v;
+}
+
+/* gated_rmsnorm (both block sizes, in place), sigmoid_mul (per element and per row, in place),
+ * gather_cols, glu_split (every activation; in place on one row) and moe_weight_scale (ids out of
+ * range zero the weight) on 1 and 7 tokens against the CPU. */
+Test(cuda, linear_attn_elementwise_stages_match_cpu)
+{
+	static const int ns[] = {1, 7};
+	for (int ni = 0; ni < 2; ni++) {
+		int n = ns[ni];
+		/* gated RMSNorm: heads of 24 (128 threads) and rows of 1030 (512 threads); y aliases x */
+		static const int64_t Ds[] = {24, 1030};
+		for (int di = 0; di < 2; di++) {
+			int64_t D = Ds[di], rows = (int64_t)n * 5;
+			pair x = pair_rand(D, rows, 1, 1.5f), w = pair_rand(D, 1, 1, 1.0f), g = pair_rand(D, rows, 1, 2.0f), y = pair_new(SG_TYPE_F32, D, rows, 1, 1);
+			poison(&y);
+			cr_assert_eq(gpu->ops->gated_rmsnorm(gpu, &x.g, &w.g, &g.g, 1e-6f, &y.g), SG_OK, "%s", sg_last_error());
+			cr_assert_eq(cpu->ops->gated_rmsnorm(cpu, &x.c, &w.c, &g.c, 1e-6f, &y.c), SG_OK);
+			double e = pair_nmse(&y);
+			cr_expect(e < NMSE_LIN, "gated_rmsnorm n %d D %lld: nmse %.3g", n, (long long)D, e);
+			cr_assert_eq(gpu->ops->gated_rmsnorm(gpu, &x.g, &w.g, &g.g, 1e-6f, &x.g), SG_OK, "%s", sg_last_error());
+			cr_assert_eq(cpu->ops->gated_rmsnorm(cpu, &x.c, &w.c, &g.c, 1e-6f, &x.c), SG_OK);
+			e = pair_nmse(&x);
+			cr_expect(e < NMSE_LIN, "gated_rmsnorm in place n %d D %lld: nmse %.3g", n, (long long)D, e);
+			pair_free(&x), pair_free(&w), pair_free(&g), pair_free(&y);
+		}
+		/* sigmoid gate: one per element, one per row (shared expert), in place */
+		{
+			int64_t W = 77;
+			pair x = pair_rand(W, n, 1, 1.0f), ge = pair_rand(W, n, 1, 3.0f), gr = pair_rand(1, n, 1, 3.0f), o = pair_new(SG_TYPE_F32, W, n, 1, 1);
+			poison(&o);
+			cr_assert_eq(gpu->ops->sigmoid_mul(gpu, &x.g, &ge.g, &o.g), SG_OK, "%s", sg_last_error());
+			cr_assert_eq(cpu->ops->sigmoid_mul(cpu, &x.c, &ge.c, &o.c), SG_OK);
+			double e = pair_nmse(&o);
+			cr_expect(e < NMSE_LIN, "sigmoid_mul per element n %d: nmse %.3g", n, e);
+			cr_assert_eq(gpu->ops->sigmoid_mul(gpu, &x.g, &gr.g, &x.g), SG_OK, "%s", sg_last_error());
+			cr_assert_eq(cpu->ops->sigmoid_mul(cpu, &x.c, &gr.c, &x.c), SG_OK);
+			e = pair_nmse(&x);
+			cr_expect(e < NMSE_LIN, "sigmoid_mul per row in place n %d: nmse %.3g", n, e);
+			pair_free(&x), pair_free(&ge), pair_free(&gr), pair_free(&o);
+		}
+		/* column gather with repeats, into a wider and a narrower output */
+		{
+			int64_t W = 37;
+			static const int64_t W2s[] = {53, 5};
+			for (int wi = 0; wi < 2; wi++) {
+				int64_t W2 = W2s[wi];
+				int32_t *iv = rand_ids(W2, 0, W);
+				pair x = pair_rand(W, n, 1, 1.0f), idx = pair_i32(W2, 1, iv), o = pair_new(SG_TYPE_F32, W2, n, 1, 1);
+				poison(&o);
+				cr_assert_eq(gpu->ops->gather_cols(gpu, &x.g, &idx.g, &o.g), SG_OK, "%s", sg_last_error());
+				cr_assert_eq(cpu->ops->gather_cols(cpu, &x.c, &idx.c, &o.c), SG_OK);
+				float *og = fetch(&o);
+				cr_expect(!memcmp(og, o.c.data, sizeof(float) * (size_t)o.n), "gather_cols n %d W2 %lld: not an exact copy", n, (long long)W2);
+				free(og), free(iv);
+				pair_free(&x), pair_free(&idx), pair_free(&o);
+			}
+		}
+		/* split GLU, every activation; in place on a single row */
+		{
+			static const sg_act acts[] = {SG_ACT_SILU, SG_ACT_GELU_TANH, SG_ACT_GELU};
+			int64_t F = 45;
+			for (int ai = 0; ai < 3; ai++) {
+				pair x = pair_rand(2 * F, n, 1, 1.5f), o = pair_new(SG_TYPE_F32, F, n, 1, 1);
+				poison(&o);
+				cr_assert_eq(gpu->ops->glu_split(gpu, &x.g, acts[ai], &o.g), SG_OK, "%s", sg_last_error());
+				cr_assert_eq(cpu->ops->glu_split(cpu, &x.c, acts[ai], &o.c), SG_OK);
+				double e = pair_nmse(&o);
+				cr_expect(e < NMSE_LIN, "glu_split act %d n %d: nmse %.3g", (int)acts[ai], n, e);
+				if (n == 1) {
+					sg_btensor xg = x.g, xc = x.c;
+					xg.ne[0] = xc.ne[0] = F; /* out = the first half of x */
+					cr_assert_eq(gpu->ops->glu_split(gpu, &x.g, acts[ai], &xg), SG_OK, "%s", sg_last_error());
+					cr_assert_eq(cpu->ops->glu_split(cpu, &x.c, acts[ai], &xc), SG_OK);
+					e = pair_nmse(&x);
+					cr_expect(e < NMSE_LIN, "glu_split act %d in place: nmse %.3g", (int)acts[ai], e);
+				} else {
+					sg_btensor xg = x.g;
+					xg.ne[0] = F;
+					cr_expect_eq(gpu->ops->glu_split(gpu, &x.g, acts[ai], &xg), SG_ERR_INVALID_ARG, "glu_split in place over rows must be refused");
+				}
+				pair_free(&x), pair_free(&o);
+			}
+		}
+		/* per-expert scale: ids of 5 experts with -1 and 5 mixed in */
+		{
+			int64_t k = 3, E = 5;
+			int32_t *iv = rand_ids((int64_t)n * k, -1, E + 1);
+			pair w = pair_rand(k, n, 1, 1.0f), ids = pair_i32(k, n, iv), sc = pair_rand(E, 1, 1, 2.0f);
+			cr_assert_eq(gpu->ops->moe_weight_scale(gpu, &w.g, &ids.g, &sc.g), SG_OK, "%s", sg_last_error());
+			cr_assert_eq(cpu->ops->moe_weight_scale(cpu, &w.c, &ids.c, &sc.c), SG_OK);
+			float *wg = fetch(&w);
+			cr_expect(!memcmp(wg, w.c.data, sizeof(float) * (size_t)w.n), "moe_weight_scale n %d: differs from the CPU", n);
+			free(wg), free(iv);
+			pair_free(&w), pair_free(&ids), pair_free(&sc);
+		}
+	}
+	cr_expect(sg_backend_supports(gpu, SG_STAGE_LINEAR_ATTN, SG_TYPE_F32));
+	cr_expect(!sg_backend_supports(gpu, SG_STAGE_LINEAR_ATTN, SG_TYPE_F16));
+}
+
+/* The short conv over consecutive calls of 7, 1, 1, 3, 1 and 37 tokens (fewer tokens than state
+ * rows take part of the new state from the old), from a random state: outputs and the state in
+ * place after every call equal the CPU's; channels not a multiple of 32, taps 1 to 12. */
+Test(cuda, short_conv_and_its_state_match_cpu_over_consecutive_calls)
+{
+	static const int64_t Cs[] = {77, 200};
+	static const int Ks[] = {4, 2, 1, 12};
+	static const int steps[] = {7, 1, 1, 3, 1, 37};
+	for (int ci = 0; ci < 2; ci++) {
+		for (int ki = 0; ki < 4; ki++) {
+			int64_t C = Cs[ci];
+			int K = Ks[ki];
+			pair w = pair_rand(K, C, 1, 0.5f), st = pair_rand(C, K > 1 ? K - 1 : 1, 1, 1.0f);
+			for (int s = 0; s < 6; s++) {
+				int n = steps[s];
+				pair x = pair_rand(C, n, 1, 1.0f), o = pair_new(SG_TYPE_F32, C, n, 1, 1);
+				poison(&o);
+				cr_assert_eq(gpu->ops->short_conv(gpu, &x.g, &w.g, &st.g, &o.g), SG_OK, "%s", sg_last_error());
+				cr_assert_eq(cpu->ops->short_conv(cpu, &x.c, &w.c, &st.c, &o.c), SG_OK);
+				double e = pair_nmse(&o);
+				cr_expect(e < NMSE_LIN, "short_conv C %lld K %d call %d (n %d): out nmse %.3g", (long long)C, K, s, n, e);
+				e = pair_nmse(&st);
+				cr_expect(e < NMSE_LIN, "short_conv C %lld K %d call %d (n %d): state nmse %.3g", (long long)C, K, s, n, e);
+				pair_free(&x), pair_free(&o);
+			}
+			/* out aliasing x is refused, as on the CPU */
+			pair x = pair_rand(C, 2, 1, 1.0f);
+			cr_expect_eq(gpu->ops->short_conv(gpu, &x.g, &w.g, &st.g, &x.g), SG_ERR_INVALID_ARG);
+			pair_free(&x), pair_free(&w), pair_free(&st);
+		}
+	}
+}
+
+/* The gated delta rule over consecutive calls of 7, 1, 1, 7 and 1 tokens from a random state,
+ * against the CPU's token-by-token recurrence (SARAGOSSA_CPU_GDN_CHUNK=0): outputs and state
+ * after every call. Shapes cover every kernel variant (dk <= 32, 128, 256, 1024), grouped key
+ * heads, value dims below, at and past a 32-column tile, and the Qwen3.6 head dims (128). Only
+ * the order of the dk-long sums differs (f32), NMSE ~1e-13; the gate is 1e-9. */
+Test(cuda, gated_delta_and_its_state_match_cpu_recurrence_over_consecutive_calls)
+{
+	static const int shapes[][4] = {{2, 4, 16, 16}, {2, 6, 40, 24}, {3, 3, 17, 70}, {1, 2, 128, 128}, {1, 2, 200, 33}, {1, 2, 300, 40}};
+	static const int steps[] = {7, 1, 1, 7, 1};
+	setenv("SARAGOSSA_CPU_GDN_CHUNK", "0", 1);
+	sg_flags_reload();
+	for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+		sg_gdn_params p = {shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3], 1e-6f};
+		int Hk = p.n_k_head, Hv = p.n_v_head, dk = p.dk, dv = p.dv;
+		int64_t C = 2 * (int64_t)Hk * dk + (int64_t)Hv * dv;
+		pair alog = pair_rand(Hv, 1, 1, 0.3f), dtb = pair_rand(Hv, 1, 1, 0.3f), st = pair_rand(dv, dk, Hv, 0.1f);
+		for (int s = 0; s < 5; s++) {
+			int n = steps[s];
+			pair qkv = pair_rand(C, n, 1, 1.0f), a = pair_rand(Hv, n, 1, 1.0f), b = pair_rand(Hv, n, 1, 1.0f);
+			pair o = pair_new(SG_TYPE_F32, (int64_t)Hv * dv, n, 1, 1);
+			poison(&o);
+			cr_assert_eq(gpu->ops->gated_delta(gpu, &qkv.g, &a.g, &b.g, &alog.g, &dtb.g, &p, &st.g, &o.g), SG_OK, "%s", sg_last_error());
+			cr_assert_eq(cpu->ops->gated_delta(cpu, &qkv.c, &a.c, &b.c, &alog.c, &dtb.c, &p, &st.c, &o.c), SG_OK, "%s", sg_last_error());
+			double e = pair_nmse(&o);
+			cr_expect(e < NMSE_F32, "gated_delta %d/%d heads %dx%d call %d (n %d): out nmse %.3g", Hk, Hv, dk, dv, s, n, e);
+			e = pair_nmse(&st);
+			cr_expect(e < NMSE_F32, "gated_delta %d/%d heads %dx%d call %d (n %d): state nmse %.3g", Hk, Hv, dk, dv, s, n, e);
+			pair_free(&qkv), pair_free(&a), pair_free(&b), pair_free(&o);
+		}
+		pair_free(&alog), pair_free(&dtb), pair_free(&st);
+	}
+	/* shapes the kernels cannot take are refused before any launch */
+	sg_gdn_params bad = {3, 4, 16, 16, 1e-6f};
+	pair q = pair_rand(2 * 3 * 16 + 4 * 16, 1, 1, 1.0f), a = pair_rand(4, 1, 1, 1.0f), st = pair_rand(16, 16, 4, 1.0f), o = pair_new(SG_TYPE_F32, 64, 1, 1, 1);
+	cr_expect_eq(gpu->ops->gated_delta(gpu, &q.g, &a.g, &a.g, &a.g, &a.g, &bad, &st.g, &o.g), SG_ERR_INVALID_ARG);
+	pair_free(&q), pair_free(&a), pair_free(&st), pair_free(&o);
+	unsetenv("SARAGOSSA_CPU_GDN_CHUNK");
+	sg_flags_reload();
+}
+
+/* ---- hybrid and Gemma 4 models on the GPU against the CPU reference ---- */
+
+/* Loads fixture `name` on the GPU (prompt in chunks of 4 tokens: the recurrent state crosses a
+ * chunk boundary) and on the CPU's scalar reference kernels, prefills the same prompt and runs
+ * DSTEPS_LIN decode steps on the CPU's greedy tokens: every step's logits agree to 1e-4 (L2
+ * relative), and the hybrid stack's decode stays per-op (no recorded graph). */
+#define DSTEPS_LIN 4
+static void hybrid_logits_match_cpu(const char *name)
+{
+	sg_backend *probe = NULL;
+	sg_cuda_params gp = sg_cuda_default_params();
+	if (sg_cuda_backend_create(&gp, &probe) != SG_OK) cr_skip_test("no usable GPU: %s", sg_last_error());
+	sg_backend_free(probe);
+	char path[256];
+	snprintf(path, sizeof(path), "tests/fixtures/%s", name);
+	sg_model_params mp = sg_model_default_params();
+	mp.backend = "cuda";
+	sg_model *mg = NULL, *mc = NULL;
+	cr_assert_eq(sg_model_load(path, &mp, &mg), SG_OK, "%s on cuda: %s", name, sg_last_error());
+	setenv("SARAGOSSA_SIMD", "scalar", 1);
+	sg_flags_reload();
+	sg_model_params cp = sg_model_default_params();
+	cp.n_threads = 2;
+	sg_status lst = sg_model_load(path, &cp, &mc);
+	unsetenv("SARAGOSSA_SIMD");
+	sg_flags_reload();
+	cr_assert_eq(lst, SG_OK, "%s on cpu: %s", name, sg_last_error());
+	int V = sg_model_n_vocab(mc);
+	cr_assert_eq(sg_model_n_vocab(mg), V);
+	sg_session_params sp = sg_session_default_params();
+	sp.n_ctx = 64;
+	sp.kv_type = SG_KV_F32;
+	sg_session *sc = NULL, *sgp = NULL;
+	cr_assert_eq(sg_session_new(mc, &sp, &sc), SG_OK, "%s", sg_last_error());
+	sp.n_batch = 4;
+	cr_assert_eq(sg_session_new(mg, &sp, &sgp), SG_OK, "%s", sg_last_error());
+	int n = (int)(sizeof(dprompt) / sizeof(dprompt[0]));
+	cr_assert_eq(sg_session_eval(sc, dprompt, n, NULL), SG_OK, "%s", sg_last_error());
+	cr_assert_eq(sg_session_eval(sgp, dprompt, n, NULL), SG_OK, "%s: %s", name, sg_last_error());
+	for (int step = 0; step <= DSTEPS_LIN; step++) {
+		const float *lc = sg_session_logits(sc), *lg = sg_session_logits(sgp);
+		cr_assert(lc && lg);
+		double num = 0, den = 0;
+		int32_t tok = 0;
+		for (int i = 0; i < V; i++) {
+			double d = (double)lg[i] - lc[i];
+			num += isfinite(d) ? d * d : INFINITY;
+			den += (double)lc[i] * lc[i];
+			if (lc[i] > lc[tok]) tok = i;
+		}
+		double rel = sqrt(num / (den > 0 ? den : 1));
+		cr_expect(rel <= 1e-4, "%s: %s logits relative error %.3g", name, step ? "decode step" : "prefill", rel);
+		if (step == DSTEPS_LIN) break;
+		cr_assert_eq(sg_session_eval(sc, &tok, 1, NULL), SG_OK, "%s", sg_last_error());
+		cr_assert_eq(sg_session_eval(sgp, &tok, 1, NULL), SG_OK, "%s: %s", name, sg_last_error());
+	}
+	cr_expect(sgp->fs.graph == NULL, "%s: the hybrid stack recorded a decode graph", name);
+	sg_session_free(sc);
+	sg_session_free(sgp);
+	sg_model_free(mc);
+	sg_model_free(mg);
+}
+
+Test(cuda_hybrid, qwen3_next_logits_match_cpu) { hybrid_logits_match_cpu("qwen3_next"); }
+Test(cuda_hybrid, qwen3_5_moe_logits_match_cpu) { hybrid_logits_match_cpu("qwen3_5_moe_text"); }
+Test(cuda_hybrid, gemma4_logits_match_cpu) { hybrid_logits_match_cpu("gemma4_text"); }
+Test(cuda_hybrid, gemma4_moe_logits_match_cpu) { hybrid_logits_match_cpu("gemma4_text_moe"); }
+
+#endif

@@ -166,6 +166,43 @@ int sg_cu_moe_combine(const float *y, const float *w, int64_t n, int64_t k, int6
 		      sg_custream s);
 int sg_cu_argmax(const float *x, int64_t rows, int64_t D, int32_t *ids, sg_custream s);
 
+/* --- linear attention and Gemma 4 stages (cuda_linear.cu) --- */
+
+#define SG_CU_CONV_MAXK 64   /* short conv taps (the CPU's limit) */
+#define SG_CU_GDN_MAX_DK 1024 /* key head dim of the delta rule (the CPU's limit) */
+
+/* Causal depthwise conv + SiLU: x, out [n][C]; w [C][K]; state [K-1][C] updated in place
+ * (see backend.h short_conv). out must not alias x. */
+int sg_cu_short_conv(const float *x, const float *w, float *state, float *out, int64_t n, int64_t C, int K,
+		     sg_custream s);
+
+/* The gated delta rule over n tokens (backend.h gated_delta), token by token. */
+typedef struct sg_cu_gdn {
+	const float *qkv;            /* [n][C], C = 2*Hk*dk + Hv*dv */
+	const float *a, *b;          /* [n][Hv] */
+	const float *a_log, *dt_bias; /* [Hv] */
+	float *state;                /* [Hv][dk][dv], in/out */
+	float *out;                  /* [n][Hv][dv] */
+	int64_t n, C;
+	int Hk, Hv, dk, dv;
+	float eps;                   /* q/k L2 norm */
+} sg_cu_gdn;
+int sg_cu_gated_delta(const sg_cu_gdn *g, sg_custream s);
+
+/* y = x / sqrt(mean(x^2) + eps) * w * silu(gate) per row of D; y may alias x. */
+int sg_cu_gated_rmsnorm(const float *x, const float *w, const float *gate, float eps, float *y, int64_t rows,
+			int64_t D, sg_custream s);
+/* out = x * sigmoid(gate); x, out [rows][W]; gate [rows][gw], gw = W or 1. out may alias x. */
+int sg_cu_sigmoid_mul(const float *x, const float *gate, int64_t rows, int64_t W, int64_t gw, float *out,
+		      sg_custream s);
+/* out[t][j] = x[t][idx[j]] (0 for an index outside [0, W)); x [n][W], idx [W2], out [n][W2]. */
+int sg_cu_gather_cols(const float *x, const int32_t *idx, int64_t n, int64_t W, int64_t W2, float *out,
+		      sg_custream s);
+/* out[r] = act(x[r][:F]) * x[r][F:]; act SG_CU_EW_SILU, _GELU or _GELU_ERF; x [rows][2F]. */
+int sg_cu_glu_split(const float *x, int act, int64_t rows, int64_t F, float *out, sg_custream s);
+/* w[i] *= scale[ids[i]] for i < nk (0 for an id outside [0, E)). */
+int sg_cu_moe_weight_scale(float *w, const int32_t *ids, int64_t nk, const float *scale, int64_t E, sg_custream s);
+
 #ifdef __cplusplus
 }
 #endif
