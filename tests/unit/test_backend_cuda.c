@@ -852,6 +852,7 @@ Test(decode_greedy, returns_the_argmax_of_the_step_logits_on_cpu)
 	sg_model_free(m);
 }
 
+#if SG_CUDA
 /* The fused decode GEMV (sg_cu_gemv_multi) against the CPU: every format it takes, every variant,
  * each epilogue (three stores with biases after a norm; the GLU; the residual add). The reference
  * runs the CPU's rmsnorm and matmuls on the activations the GPU used (rounded to 8 bits for the
@@ -1008,6 +1009,7 @@ Test(cuda, fused_stages_equal_their_composition_on_the_gpu)
 	gpu->ops->tensor_free(gpu, &wg[0]), gpu->ops->tensor_free(gpu, &wg[1]);
 	free_hw(&hq), free_hw(&hu);
 }
+#endif
 
 /* ---- linear attention and Gemma 4 stages (SG_STAGE_LINEAR_ATTN) ---- */
 #if SG_CUDA

@@ -1,7 +1,8 @@
 /*
  * The CUDA backend's host side: the op table, shape checks (the CPU backend's, same messages),
  * device memory, weight upload and repacking, the cuBLAS GEMM path for many tokens, scratch and
- * graph capture. Kernels live in cuda_matmul.cu and cuda_ops.cu behind cuda_kernels.h.
+ * graph capture. Kernels live in cuda_matmul.cu (weights), cuda_ops.cu (norms, RoPE, attention,
+ * elementwise) and cuda_linear.cu (the linear-attention and Gemma 4 stages) behind cuda_kernels.h.
  *
  * Weight layouts on the device (row r at data + r * row_bytes, so row views keep working):
  *  - F32 / F16 / BF16, Q4_K, Q5_K, MLX affine: the file's bytes (K-quant blocks of 144 and 176
