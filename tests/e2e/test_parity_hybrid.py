@@ -37,9 +37,11 @@ def test_one_chunk_several_chunks_and_token_by_token_agree(sg, tmp_path, name):
         got, toks, _ = run_eval(sg, tmp_path, name, ids, "--chunk", str(chunk), tag=str(chunk))
         runs[chunk] = got
         assert toks == greedy, f"chunk {chunk}: {toks} != {greedy}"
+    # f32 rounding: 1e-5 on the CPU; on the GPU chunks of more than 8 tokens take the cuBLAS GEMM
+    # and smaller ones the GEMV, which sum in other orders (qwen3_next: 1.8e-5 on an H200)
     for chunk in (5, 1):
         err = rel_err(runs[chunk], runs[64])
-        assert err <= 1e-5, f"{name}: chunk {chunk} differs from one chunk by {err:.3g}"
+        assert err <= 3e-5, f"{name}: chunk {chunk} differs from one chunk by {err:.3g}"
 
 
 @pytest.mark.parametrize("name", ["qwen3_next", "qwen3_5_moe_text"])
