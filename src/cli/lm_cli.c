@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,17 +156,29 @@ bad_float:
 
 static atomic_int *sigint_flag;
 static volatile sig_atomic_t sigint_count;
+static pthread_t sigint_thread; /* the thread that installed the handler: it reads the terminal */
 
 static void on_sigint(int sig)
 {
-	(void)sig;
 	if (sigint_flag) atomic_store(sigint_flag, 1);
+	/* SIGINT goes to any thread of the process that does not block it, as often as not a
+	 * compute worker sleeping in the thread pool: then the thread blocked in the chat prompt's
+	 * read() is never interrupted, the line discipline has thrown the typed input away, and
+	 * the prompt waits for a line that will not come. Hand the signal to the reading thread
+	 * (pthread_kill is async-signal-safe); it is counted there, once. */
+	if (!pthread_equal(pthread_self(), sigint_thread)) {
+		int e = errno;
+		pthread_kill(sigint_thread, sig);
+		errno = e;
+		return;
+	}
 	sigint_count = sigint_count + 1;
 }
 
 void sg_cli_sigint_install(atomic_int *flag)
 {
 	sigint_flag = flag;
+	sigint_thread = pthread_self();
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_sigint;

@@ -38,8 +38,10 @@ int sg_cli_sampler_opt(const char *name, const char *value, sg_sampler_params *p
 int sg_cli_parse_int(const char *s, long lo, long hi, long *out);
 int sg_cli_parse_float(const char *s, double lo, double hi, double *out);
 
-/* Ctrl-C sets *flag (SIGINT, no SA_RESTART, so a blocked read returns EINTR). The counter of
- * SIGINTs since the last sg_cli_sigint_take lets the chat prompt tell one Ctrl-C from two. */
+/* Ctrl-C sets *flag (SIGINT, no SA_RESTART, so a blocked read returns EINTR). The calling
+ * thread is the one whose blocked read is interrupted: a SIGINT the kernel hands to another
+ * thread (a compute worker) is passed on to it. The counter of SIGINTs since the last
+ * sg_cli_sigint_take lets the chat prompt tell one Ctrl-C from two. */
 void sg_cli_sigint_install(atomic_int *flag);
 int sg_cli_sigint_take(void);
 
