@@ -178,6 +178,10 @@ typedef struct sg_backend_ops {
 	sg_status (*read)(sg_backend *be, const sg_btensor *t, size_t offset, void *dst, size_t n);
 	/* Waits until every queued op has finished (CPU: ops are synchronous, nothing to do). */
 	sg_status (*sync)(sg_backend *be);
+	/* The device memory free now and its total, in bytes (what the server's memory guard
+	 * projects device allocations against). NULL for a backend whose tensors live in host
+	 * memory (the CPU): the process footprint covers them. */
+	sg_status (*mem_info)(sg_backend *be, uint64_t *free_bytes, uint64_t *total_bytes);
 
 	/* --- ops --- */
 	/* out[i] = row ids[i] of w, dequantized. w [V][D] any supported type; ids I32 [n];
@@ -280,12 +284,6 @@ typedef struct sg_backend_ops {
 	 * [n][k]; scale [E]. An id outside [0, E) leaves the weight at 0. */
 	sg_status (*moe_weight_scale)(sg_backend *be, sg_btensor *weights, const sg_btensor *ids,
 				      const sg_btensor *scale);
-
-	/* --- memory accounting --- */
-	/* The device memory free now and its total, in bytes (what the server's memory guard
-	 * projects device allocations against). NULL for a backend whose tensors live in host
-	 * memory (the CPU): the process footprint covers them. */
-	sg_status (*mem_info)(sg_backend *be, uint64_t *free_bytes, uint64_t *total_bytes);
 } sg_backend_ops;
 
 /* The backend object. A backend implementation embeds it first in its own struct. */

@@ -7,7 +7,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/select.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/flags.h"
 #include "base/sysinfo.h"
@@ -184,6 +186,43 @@ void sg_cli_sigint_install(atomic_int *flag)
 	sa.sa_handler = on_sigint;
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
+}
+
+int sg_cli_read_byte(int fd, unsigned char *ch)
+{
+	/* SIGINT stays blocked from the check of the counter until pselect unblocks it atomically:
+	 * a Ctrl-C that lands after the prompt is printed but before the wait starts is seen at
+	 * the check or interrupts the wait, never lost while read() blocks. */
+	sigset_t block, old;
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &block, &old);
+	int r;
+	for (;;) {
+		if (sigint_count) {
+			errno = EINTR;
+			r = -1;
+			break;
+		}
+		fd_set rs;
+		FD_ZERO(&rs);
+		FD_SET(fd, &rs);
+		if (pselect(fd + 1, &rs, NULL, NULL, NULL, &old) < 0) {
+			if (errno == EINTR) continue; /* the counter says whether it was a Ctrl-C */
+			r = -1;
+			break;
+		}
+		/* readable: SIGINT unblocked again, so the read is interruptible like any other */
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		ssize_t n = read(fd, ch, 1);
+		if (n < 0 && errno == EINTR && !sigint_count) {
+			pthread_sigmask(SIG_BLOCK, &block, NULL);
+			continue;
+		}
+		return n == 1 ? 1 : n == 0 ? 0 : -1;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return r;
 }
 
 int sg_cli_sigint_take(void)

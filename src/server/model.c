@@ -54,6 +54,8 @@ struct sg_srv_model {
 	size_t pc_n;
 	int live_ok;              /* the live state belongs to live_root's session */
 	uint8_t live_root[32];
+	size_t live_blocks;       /* whole blocks at the head of the live state that a block-aligned
+				   * prefill (or a restore) wrote: equal to the cached blocks */
 	size_t kv_high;           /* highest position ever evaluated (KV rows past it untouched) */
 };
 
@@ -220,16 +222,27 @@ sg_status sg_srv_model_prefix_begin(sg_srv_model *m, const uint8_t root[32], con
 		K = live;
 		done = 1;
 	}
+	/* Elsewhere the blocks are restored; those the live state of the same session already holds
+	 * (rows a block-aligned prefill wrote, not the answer's decode steps) are the cached blocks'
+	 * own bits: the state is rolled back to them (attention layers only) and the rest copied. */
+	size_t have = 0;
+	if (!done && m->live_ok && !memcmp(m->live_root, root, 32) && !sg_session_has_recurrent_state(m->session)) {
+		size_t common = sg_gen_common_prefix(&m->state, prompt, n);
+		have = common / B < m->live_blocks ? common / B : m->live_blocks;
+		if (have > mt.n_blocks) have = mt.n_blocks;
+		if (have && op_truncate(m, have * B) == SG_OK) m->state.n = have * B;
+		else have = 0;
+	}
 	if (!done) {
-		if ((st = sg_gen_state_reset(&m->state))) goto out;
-		size_t i = 0;
+		if (!have && (st = sg_gen_state_reset(&m->state))) goto out;
+		size_t i = have;
 		while (i < mt.n_blocks && sg_session_restore_range(m->session, mt.payloads[i]) == SG_OK) i++;
 		if (i < mt.n_blocks || set_history(&m->state, prompt, K)) {
 			SG_WARN("serve: prefix restore stopped at block %zu of %zu: %s; prefilling the whole prompt", i, mt.n_blocks,
 				sg_last_error());
 			K = 0;
 			if ((st = sg_gen_state_reset(&m->state))) goto out;
-		}
+		} else if (K) SG_DEBUG("serve: prefix of %zu tokens: %zu blocks kept from the live state, %zu restored", K, have, K / B - have);
 	}
 	memcpy(m->pc_root, root, 32);
 	m->pc_prompt = prompt;
@@ -246,6 +259,10 @@ void sg_srv_model_prefix_end(sg_srv_model *m)
 	if (m->pc_armed) {
 		m->live_ok = 1;
 		memcpy(m->live_root, m->pc_root, 32);
+		/* the prompt's whole blocks were restored or prefilled in block pieces; the partial
+		 * block past them and the answer were not */
+		size_t pos = (size_t)sg_session_position(m->session), B = (size_t)sg_pool_block_tokens(m->pool);
+		m->live_blocks = (pos < m->pc_n ? pos : m->pc_n) / B;
 	}
 	m->pc_armed = 0;
 	m->pc_prompt = NULL;

@@ -37,6 +37,7 @@ class Chat:
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # child
             os.execv(saragossa_bin(), [saragossa_bin(), "run", *args])
+        os.set_blocking(self.fd, False)  # a read never outlives the timeouts below
         self.buf = b""
 
     def read_until(self, marker, timeout=180):
@@ -49,6 +50,8 @@ class Chat:
             if r:
                 try:
                     data = os.read(self.fd, 4096)
+                except BlockingIOError:
+                    continue  # what select saw was taken back (a Ctrl-C flushes the terminal)
                 except OSError:
                     data = b""
                 if not data:

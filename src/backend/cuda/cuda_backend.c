@@ -394,6 +394,20 @@ static sg_status cuda_sync(sg_backend *be)
 	return SG_OK;
 }
 
+/* Free and total bytes of the backend's device, as the runtime sees them (other processes' and
+ * contexts' allocations included). */
+static sg_status cuda_mem_info(sg_backend *be, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	size_t f = 0, t = 0;
+	*free_bytes = *total_bytes = 0;
+	CU_RET("mem_info", cudaSetDevice(cb->device));
+	CU_RET("mem_info", cudaMemGetInfo(&f, &t));
+	*free_bytes = f;
+	*total_bytes = t;
+	return SG_OK;
+}
+
 /* --- matmul --- */
 
 static sg_status check_x(const char *op, const sg_btensor *x, const sg_btensor *w, const sg_cuw *v)
@@ -838,20 +852,6 @@ static void cuda_destroy(sg_backend *be)
 	sg_free(cb);
 }
 
-/* Free and total bytes of the backend's device, as the runtime sees them (other processes' and
- * contexts' allocations included). */
-static sg_status cuda_mem_info(sg_backend *be, uint64_t *free_bytes, uint64_t *total_bytes)
-{
-	sg_cuda_backend *cb = (sg_cuda_backend *)be;
-	size_t f = 0, t = 0;
-	*free_bytes = *total_bytes = 0;
-	CU_RET("mem_info", cudaSetDevice(cb->device));
-	CU_RET("mem_info", cudaMemGetInfo(&f, &t));
-	*free_bytes = f;
-	*total_bytes = t;
-	return SG_OK;
-}
-
 static const sg_backend_ops cuda_ops = {
 	.name = "cuda",
 	.destroy = cuda_destroy,
@@ -862,6 +862,7 @@ static const sg_backend_ops cuda_ops = {
 	.write = cuda_write,
 	.read = cuda_read,
 	.sync = cuda_sync,
+	.mem_info = cuda_mem_info,
 	.embed = cuda_embed,
 	.matmul = cuda_matmul,
 	.rmsnorm = cuda_rmsnorm,
@@ -879,7 +880,6 @@ static const sg_backend_ops cuda_ops = {
 	.moe_matmul = cuda_moe_matmul,
 	.moe_combine = cuda_moe_combine,
 	.argmax = cuda_argmax,
-	.mem_info = cuda_mem_info,
 };
 
 sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
