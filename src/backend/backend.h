@@ -197,6 +197,10 @@ typedef struct sg_backend_ops {
 	sg_status (*read)(sg_backend *be, const sg_btensor *t, size_t offset, void *dst, size_t n);
 	/* Waits until every queued op has finished (CPU: ops are synchronous, nothing to do). */
 	sg_status (*sync)(sg_backend *be);
+	/* The device memory free now and its total, in bytes (what the server's memory guard
+	 * projects device allocations against). NULL for a backend whose tensors live in host
+	 * memory (the CPU): the process footprint covers them. */
+	sg_status (*mem_info)(sg_backend *be, uint64_t *free_bytes, uint64_t *total_bytes);
 
 	/* --- ops --- */
 	/* out[i] = row ids[i] of w, dequantized. w [V][D] any supported type; ids I32 [n];

@@ -3,10 +3,13 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/select.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/flags.h"
 #include "base/sysinfo.h"
@@ -155,22 +158,71 @@ bad_float:
 
 static atomic_int *sigint_flag;
 static volatile sig_atomic_t sigint_count;
+static pthread_t sigint_thread; /* the thread that installed the handler: it reads the terminal */
 
 static void on_sigint(int sig)
 {
-	(void)sig;
 	if (sigint_flag) atomic_store(sigint_flag, 1);
+	/* SIGINT goes to any thread of the process that does not block it, as often as not a
+	 * compute worker sleeping in the thread pool: then the thread blocked in the chat prompt's
+	 * read() is never interrupted, the line discipline has thrown the typed input away, and
+	 * the prompt waits for a line that will not come. Hand the signal to the reading thread
+	 * (pthread_kill is async-signal-safe); it is counted there, once. */
+	if (!pthread_equal(pthread_self(), sigint_thread)) {
+		int e = errno;
+		pthread_kill(sigint_thread, sig);
+		errno = e;
+		return;
+	}
 	sigint_count = sigint_count + 1;
 }
 
 void sg_cli_sigint_install(atomic_int *flag)
 {
 	sigint_flag = flag;
+	sigint_thread = pthread_self();
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_sigint;
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
+}
+
+int sg_cli_read_byte(int fd, unsigned char *ch)
+{
+	/* SIGINT stays blocked from the check of the counter until pselect unblocks it atomically:
+	 * a Ctrl-C that lands after the prompt is printed but before the wait starts is seen at
+	 * the check or interrupts the wait, never lost while read() blocks. */
+	sigset_t block, old;
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &block, &old);
+	int r;
+	for (;;) {
+		if (sigint_count) {
+			errno = EINTR;
+			r = -1;
+			break;
+		}
+		fd_set rs;
+		FD_ZERO(&rs);
+		FD_SET(fd, &rs);
+		if (pselect(fd + 1, &rs, NULL, NULL, NULL, &old) < 0) {
+			if (errno == EINTR) continue; /* the counter says whether it was a Ctrl-C */
+			r = -1;
+			break;
+		}
+		/* readable: SIGINT unblocked again, so the read is interruptible like any other */
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		ssize_t n = read(fd, ch, 1);
+		if (n < 0 && errno == EINTR && !sigint_count) {
+			pthread_sigmask(SIG_BLOCK, &block, NULL);
+			continue;
+		}
+		return n == 1 ? 1 : n == 0 ? 0 : -1;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return r;
 }
 
 int sg_cli_sigint_take(void)

@@ -38,10 +38,17 @@ int sg_cli_sampler_opt(const char *name, const char *value, sg_sampler_params *p
 int sg_cli_parse_int(const char *s, long lo, long hi, long *out);
 int sg_cli_parse_float(const char *s, double lo, double hi, double *out);
 
-/* Ctrl-C sets *flag (SIGINT, no SA_RESTART, so a blocked read returns EINTR). The counter of
- * SIGINTs since the last sg_cli_sigint_take lets the chat prompt tell one Ctrl-C from two. */
+/* Ctrl-C sets *flag (SIGINT, no SA_RESTART, so a blocked read returns EINTR). The calling
+ * thread is the one whose blocked read is interrupted: a SIGINT the kernel hands to another
+ * thread (a compute worker) is passed on to it. The counter of SIGINTs since the last
+ * sg_cli_sigint_take lets the chat prompt tell one Ctrl-C from two. */
 void sg_cli_sigint_install(atomic_int *flag);
 int sg_cli_sigint_take(void);
+/* One byte from fd for a line editor: 1 (*ch set), 0 at end of input, -1 with errno EINTR when a
+ * Ctrl-C came (counted since the last sg_cli_sigint_take, including one that arrived before the
+ * call) or another errno on failure. Unlike a bare read(), a Ctrl-C between the caller's check
+ * and the wait cannot be lost. */
+int sg_cli_read_byte(int fd, unsigned char *ch);
 
 /* Metrics of one generation. */
 typedef struct sg_cli_metrics {

@@ -271,12 +271,8 @@ static char *trim(char *s)
 static int getc_fn(FILE *f)
 {
 	unsigned char ch;
-	for (;;) {
-		ssize_t n = read(fileno(f), &ch, 1);
-		if (n == 1) return ch;
-		if (n == 0) return EOF;
-		if (errno != EINTR || sg_cli_sigint_take()) return EOF;
-	}
+	int n = sg_cli_read_byte(fileno(f), &ch);
+	return n == 1 ? ch : EOF;
 }
 
 static int interactive_loop(chat *c, const char *path)

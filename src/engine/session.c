@@ -315,11 +315,50 @@ sg_status sg_session_truncate(sg_session *s, int keep)
 	return SG_OK;
 }
 
+int sg_session_gemm_matches_gemv(sg_type type)
+{
+	switch (type) {
+	/* float weights: the blocked GEMM accumulates every output in the order of the one-token
+	 * kernel (same k blocking, same lane split, same final reduction) */
+	case SG_TYPE_F32:
+	case SG_TYPE_F16:
+	case SG_TYPE_BF16: return 1;
+	/* quantized weights: the GEMM's tiles reduce in another order than the GEMV (turn a type on
+	 * here once its GEMM gives the GEMV's bits; the chunking tests then cover it) */
+	default: return 0;
+	}
+}
+
+/* 1 if every tensor of the block of n btensors at t is absent or of a type whose GEMM matches
+ * the GEMV. (Norms and scalars are F32 or BF16 and pass, which is right: they are not matmuls,
+ * and their per-token kernels do not depend on the chunk.) */
+static int all_match(const sg_btensor *t, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		if (t[k].data && !sg_session_gemm_matches_gemv(t[k].type)) return 0;
+	return 1;
+}
+
 int sg_session_chunk_invariant(const sg_session *s)
 {
+	const sg_model *m = s->m;
 	if (sg_session_has_recurrent_state(s)) return 0;
-	if (strcmp(s->m->be->ops->name, "cpu") != 0) return 0; /* GPU prefill runs GEMMs, decode GEMVs */
-	return !sg_flag_bool("SARAGOSSA_CPU_GEMM");
+	if (strcmp(m->be->ops->name, "cpu") != 0) return 0; /* GPU prefill runs GEMMs, decode GEMVs */
+	if (!sg_flag_bool("SARAGOSSA_CPU_GEMM")) return 1;   /* the one-token kernels for every chunk */
+	if (!all_match(&m->output, 1)) return 0;
+	for (int i = 0; i < m->desc.n_layer; i++) {
+		const sg_layer_weights *l = &m->layers[i];
+		/* the grouped expert matmul has its own many-token path, not checked against one token */
+		if (l->router.data || l->gate_exps.data) return 0;
+		if (!all_match((const sg_btensor *)l, sizeof *l / sizeof(sg_btensor))) return 0;
+		if (m->hy.layers) {
+			const sg_hybrid_layer *h = &m->hy.layers[i];
+			if (h->gate_up_exps.data) return 0;
+			if (!all_match((const sg_btensor *)h, sizeof *h / sizeof(sg_btensor))) return 0;
+		}
+	}
+	if (m->hy.pl_model_proj.data && !all_match(&m->hy.pl_model_proj, 1)) return 0;
+	return 1;
 }
 
 int sg_session_has_recurrent_state(const sg_session *s)

@@ -34,9 +34,14 @@ sg_status sg_session_fetch_logits(sg_session *s);
  * snapshot or reset. */
 int sg_session_has_recurrent_state(const sg_session *s);
 /* 1 when the forward gives bit-identical state whatever the prefill chunking, decode steps
- * included: attention-only layers on the CPU without the blocked GEMM (whose summation order
- * differs from the one-token kernels'). Only then may a caller reuse state that was built in
- * other pieces than a cold run would use and promise identical output. */
+ * included: attention-only layers on the CPU, with the one-token kernels for every chunk
+ * (SARAGOSSA_CPU_GEMM=0) or with the blocked GEMM where every weight's type has a GEMM that sums
+ * like the one-token kernel (sg_session_gemm_matches_gemv). Only then may a caller reuse state
+ * that was built in other pieces than a cold run would use and promise identical output. */
 int sg_session_chunk_invariant(const sg_session *s);
+/* 1 if the CPU's blocked GEMM over weights of `type` gives, for every token, the bits of the
+ * one-token kernel (GEMV): today the float types (F32, F16, BF16). The one place a type is
+ * switched on once its GEMM is made bit-identical. */
+int sg_session_gemm_matches_gemv(sg_type type);
 
 #endif

@@ -9,6 +9,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/flags.h"
 #include "engine/lm.h"
 #include "base/json.h"
 #include "base/log.h"
@@ -53,6 +54,8 @@ struct sg_srv_model {
 	size_t pc_n;
 	int live_ok;              /* the live state belongs to live_root's session */
 	uint8_t live_root[32];
+	size_t live_blocks;       /* whole blocks at the head of the live state that a block-aligned
+				   * prefill (or a restore) wrote: equal to the cached blocks */
 	size_t kv_high;           /* highest position ever evaluated (KV rows past it untouched) */
 };
 
@@ -100,6 +103,12 @@ void sg_srv_model_bind(sg_srv_model *m, struct sg_pool *pool)
 	m->pool = pool;
 }
 
+int sg_srv_backend_is_accel(void)
+{
+	const char *b = sg_flag_str("RETI_SERVE_BACKEND");
+	return b && !strcmp(b, "cuda");
+}
+
 #if SG_SERVER_HAVE_MODELS
 
 /* Takes the block snapshot that ends at position `end` (the session is there) into the cache,
@@ -112,8 +121,9 @@ static void snapshot_block(sg_srv_model *m, size_t end)
 	if (sg_pc_contains(pc, m, m->pc_root, m->pc_prompt, b)) return;
 	sg_mem_evictor ev[2];
 	int n_ev = sg_pool_evictors(m->pool, m, ev);
-	if (sg_memguard_reserve(sg_pool_guard(m->pool), "a prefix-cache block", sg_session_block_bytes(m->session, (int)B), ev,
-				n_ev)) {
+	/* block snapshots are copied to host memory, whatever the backend */
+	if (sg_memguard_reserve(sg_pool_guard(m->pool), "a prefix-cache block", sg_session_block_bytes(m->session, (int)B),
+				SG_MEM_HOST, ev, n_ev)) {
 		SG_DEBUG("serve: block %zu not cached: %s", b, sg_last_error());
 		return;
 	}
@@ -212,16 +222,27 @@ sg_status sg_srv_model_prefix_begin(sg_srv_model *m, const uint8_t root[32], con
 		K = live;
 		done = 1;
 	}
+	/* Elsewhere the blocks are restored; those the live state of the same session already holds
+	 * (rows a block-aligned prefill wrote, not the answer's decode steps) are the cached blocks'
+	 * own bits: the state is rolled back to them (attention layers only) and the rest copied. */
+	size_t have = 0;
+	if (!done && m->live_ok && !memcmp(m->live_root, root, 32) && !sg_session_has_recurrent_state(m->session)) {
+		size_t common = sg_gen_common_prefix(&m->state, prompt, n);
+		have = common / B < m->live_blocks ? common / B : m->live_blocks;
+		if (have > mt.n_blocks) have = mt.n_blocks;
+		if (have && op_truncate(m, have * B) == SG_OK) m->state.n = have * B;
+		else have = 0;
+	}
 	if (!done) {
-		if ((st = sg_gen_state_reset(&m->state))) goto out;
-		size_t i = 0;
+		if (!have && (st = sg_gen_state_reset(&m->state))) goto out;
+		size_t i = have;
 		while (i < mt.n_blocks && sg_session_restore_range(m->session, mt.payloads[i]) == SG_OK) i++;
 		if (i < mt.n_blocks || set_history(&m->state, prompt, K)) {
 			SG_WARN("serve: prefix restore stopped at block %zu of %zu: %s; prefilling the whole prompt", i, mt.n_blocks,
 				sg_last_error());
 			K = 0;
 			if ((st = sg_gen_state_reset(&m->state))) goto out;
-		}
+		} else if (K) SG_DEBUG("serve: prefix of %zu tokens: %zu blocks kept from the live state, %zu restored", K, have, K / B - have);
 	}
 	memcpy(m->pc_root, root, 32);
 	m->pc_prompt = prompt;
@@ -238,6 +259,10 @@ void sg_srv_model_prefix_end(sg_srv_model *m)
 	if (m->pc_armed) {
 		m->live_ok = 1;
 		memcpy(m->live_root, m->pc_root, 32);
+		/* the prompt's whole blocks were restored or prefilled in block pieces; the partial
+		 * block past them and the answer were not */
+		size_t pos = (size_t)sg_session_position(m->session), B = (size_t)sg_pool_block_tokens(m->pool);
+		m->live_blocks = (pos < m->pc_n ? pos : m->pc_n) / B;
 	}
 	m->pc_armed = 0;
 	m->pc_prompt = NULL;
@@ -247,12 +272,17 @@ sg_status sg_srv_model_reserve_tokens(sg_srv_model *m, size_t n_total)
 {
 	if (n_total > (size_t)m->info.n_ctx) n_total = (size_t)m->info.n_ctx;
 	if (!m->pool || n_total <= m->kv_high) return SG_OK;
+	/* A GPU backend allocates the whole KV cache in device memory at load (it was projected
+	 * then): positions reached for the first time cost nothing new. A CPU cache's pages are
+	 * only backed once touched: those rows grow the host footprint. */
+	uint64_t f, t;
+	if (sg_srv_model_accel_mem(m, &f, &t)) return SG_OK;
 	size_t per = sg_session_block_bytes(m->session, 1) - sg_session_block_bytes(m->session, 0);
 	sg_mem_evictor ev[2];
 	int n_ev = sg_pool_evictors(m->pool, m, ev);
 	char what[200];
 	snprintf(what, sizeof what, "the KV cache rows of positions %zu..%zu", m->kv_high, n_total);
-	return sg_memguard_reserve(sg_pool_guard(m->pool), what, (uint64_t)(n_total - m->kv_high) * per, ev, n_ev);
+	return sg_memguard_reserve(sg_pool_guard(m->pool), what, (uint64_t)(n_total - m->kv_high) * per, SG_MEM_HOST, ev, n_ev);
 }
 
 static sg_status op_reset(void *self)
@@ -419,6 +449,7 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, s
 	int gguf = pl > 5 && !strcmp(path + pl - 5, ".gguf");
 	snprintf(m->info.format, sizeof m->info.format, "%s", gguf ? "gguf" : "safetensors");
 	sg_model_params mp = sg_model_default_params();
+	mp.backend = sg_flag_str("RETI_SERVE_BACKEND");
 	sg_status s = sg_model_load(path, &mp, &m->model);
 	if (s) goto fail;
 	sg_session_params sp = sg_session_default_params();
@@ -448,6 +479,13 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, s
 fail:
 	sg_srv_model_free(m);
 	return s;
+}
+
+int sg_srv_model_accel_mem(sg_srv_model *m, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+	sg_backend *be = m->model ? m->model->be : NULL;
+	if (!be || !be->ops->mem_info) return 0;
+	return be->ops->mem_info(be, free_bytes, total_bytes) == SG_OK;
 }
 
 void sg_srv_model_free(sg_srv_model *m)
@@ -514,6 +552,7 @@ sg_status sg_srv_model_prefix_begin(sg_srv_model *m, const uint8_t root[32], con
 
 void sg_srv_model_prefix_end(sg_srv_model *m) {}
 sg_status sg_srv_model_reserve_tokens(sg_srv_model *m, size_t n_total) { return SG_OK; }
+int sg_srv_model_accel_mem(sg_srv_model *m, uint64_t *free_bytes, uint64_t *total_bytes) { return 0; }
 
 sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, sg_srv_model **out)
 {

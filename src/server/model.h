@@ -92,6 +92,12 @@ void sg_srv_model_prefix_end(sg_srv_model *m);
  * for the first time. SG_ERR_NOMEM (message with the numbers) when they do not fit. */
 sg_status sg_srv_model_reserve_tokens(sg_srv_model *m, size_t n_total);
 
+/* 1 when the model runs on an accelerator whose device memory its backend reports (the
+ * mem_info op): *free_bytes and *total_bytes are filled; 0 for host memory (the CPU). */
+int sg_srv_model_accel_mem(sg_srv_model *m, uint64_t *free_bytes, uint64_t *total_bytes);
+/* 1 when RETI_SERVE_BACKEND names a GPU backend (served models live in device memory). */
+int sg_srv_backend_is_accel(void);
+
 /* The worker's conversation state and streaming detokenizer. */
 sg_gen_state *sg_srv_model_state(sg_srv_model *m);
 const sg_gen_detok *sg_srv_model_detok(sg_srv_model *m);

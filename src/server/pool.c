@@ -11,6 +11,9 @@
 #include "base/flags.h"
 #include "base/log.h"
 #include "engine/session.h"
+#if SG_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "server/routes.h"
 
 typedef struct entry {
@@ -31,12 +34,39 @@ struct sg_pool {
 	sg_memguard guard;
 	sg_status load_st; /* the last failed load's status */
 	int block_tokens;
+	int accel;            /* RETI_SERVE_BACKEND is a GPU: model weights go to device memory */
+	sg_backend *measure;  /* a backend of that GPU kept to read its memory before any model is
+			       * resident there (created on the first measurement); NULL: none */
 	/* what /health shows, copied by the worker under mu (connection threads never read the
 	 * cache or the guard themselves) */
 	uint64_t pub_blocks, pub_bytes, pub_ev_blocks, pub_ev_models, pub_refusals;
 };
 
 static void free_snapshot(void *p) { sg_snapshot_free(p); }
+
+/* The guard's accelerator term: the device memory of the GPU the models run on, read from a
+ * resident model's backend, else from the pool's own measuring backend. Worker only. */
+static void accel_probe(void *user, sg_mem_probe *out)
+{
+	sg_pool *p = user;
+	uint64_t f = 0, t = 0;
+	int have = 0;
+	pthread_mutex_lock(&p->mu);
+	for (int i = 0; i < p->n && !have; i++)
+		if (p->e[i].m) have = sg_srv_model_accel_mem(p->e[i].m, &f, &t);
+	pthread_mutex_unlock(&p->mu);
+	if (!have && p->accel) {
+#if SG_CUDA
+		if (!p->measure && sg_cuda_backend_create(NULL, &p->measure))
+			SG_WARN("serve: cannot read the accelerator's memory: %s", sg_last_error());
+#endif
+		have = p->measure && p->measure->ops->mem_info && p->measure->ops->mem_info(p->measure, &f, &t) == SG_OK;
+	}
+	if (!have) return;
+	out->have_accel = 1;
+	out->accel_free = f;
+	out->accel_total = t;
+}
 
 sg_status sg_pool_new(const sg_server_model_spec *specs, int n, int32_t n_ctx, int prefix_cache, sg_pool **out)
 {
@@ -52,6 +82,9 @@ sg_status sg_pool_new(const sg_server_model_spec *specs, int n, int32_t n_ctx, i
 	sg_pool *p = sg_calloc(1, sizeof *p);
 	if (!p) return SG_FAIL(SG_ERR_NOMEM, "model pool");
 	sg_status st = sg_memguard_init(&p->guard);
+	p->guard.accel_probe = accel_probe;
+	p->guard.accel_user = p;
+	p->accel = sg_srv_backend_is_accel();
 	if (!st && prefix_cache && sg_flag_bool("RETI_SERVE_PREFIX_CACHE")) {
 		sg_pc_params pp = sg_pc_default_params();
 		pp.free_payload = free_snapshot;
@@ -97,6 +130,7 @@ void sg_pool_free(sg_pool *p)
 	if (!p) return;
 	for (int i = 0; i < p->n; i++) unload(p, &p->e[i], 1);
 	sg_pc_free(p->pc);
+	sg_backend_free(p->measure);
 	pthread_mutex_destroy(&p->mu);
 	sg_free(p);
 }
@@ -195,8 +229,13 @@ int sg_pool_evictors(sg_pool *p, const sg_srv_model *keep, sg_mem_evictor ev[2])
 	/* one worker thread: its evictor context lives in thread-local storage */
 	cur_evictor.p = p;
 	cur_evictor.keep = keep;
-	ev[0] = (sg_mem_evictor){.evict = evict_block, .user = p, .counter = &p->guard.evicted_blocks};
-	ev[1] = (sg_mem_evictor){.evict = evict_model, .user = &cur_evictor, .counter = &p->guard.evicted_models};
+	/* block snapshots are host memory whatever the backend; a model holds both (its mapping,
+	 * its device tensors) */
+	ev[0] = (sg_mem_evictor){.evict = evict_block, .user = p, .counter = &p->guard.evicted_blocks, .frees = SG_MEM_FREES_HOST};
+	ev[1] = (sg_mem_evictor){.evict = evict_model,
+				 .user = &cur_evictor,
+				 .counter = &p->guard.evicted_models,
+				 .frees = SG_MEM_FREES_HOST | SG_MEM_FREES_ACCEL};
 	return 2;
 }
 
@@ -215,27 +254,20 @@ static int load(sg_pool *p, int i, sg_srv_err *e)
 {
 	entry *en = &p->e[i];
 	uint64_t need = weight_bytes(en->path);
+	/* on a GPU the weights are uploaded to device memory (the KV cache too, allocated whole at
+	 * load); on the CPU they are mapped and touched in host memory */
+	sg_mem_where where = p->accel ? SG_MEM_ACCEL : SG_MEM_HOST;
+	char what[200];
+	snprintf(what, sizeof what, "model '%s'", en->name);
 	if (p->guard.on) {
 		/* Refuse before evicting anything when even an empty pool and cache could not hold it. */
-		sg_mem_probe pr;
-		sg_memguard_measure(&p->guard, &pr);
-		const char *which;
-		uint64_t ceil = sg_memguard_ceiling(&p->guard, &pr, &which), reclaim = p->pc ? sg_pc_bytes(p->pc) : 0;
+		uint64_t reclaim = where == SG_MEM_HOST && p->pc ? sg_pc_bytes(p->pc) : 0;
 		pthread_mutex_lock(&p->mu);
 		for (int k = 0; k < p->n; k++)
 			if (p->e[k].m && !p->e[k].refs) reclaim += sg_srv_model_info_get(p->e[k].m)->size_bytes;
 		pthread_mutex_unlock(&p->mu);
-		uint64_t floor = pr.rss > reclaim ? pr.rss - reclaim : 0;
-		if (ceil != UINT64_MAX && floor + need > ceil) {
-			p->guard.refusals++;
-			return sg_srv_err_set(e, 503, "server_error", "model",
-					      "not enough memory to load model '%s': it needs %llu bytes, %llu are available "
-					      "(footprint %llu bytes, ceiling %llu from %s; evicting every idle model and cache "
-					      "block would free at most %llu)",
-					      en->name, (unsigned long long)need,
-					      (unsigned long long)(ceil > pr.rss ? ceil - pr.rss : 0), (unsigned long long)pr.rss,
-					      (unsigned long long)ceil, which, (unsigned long long)reclaim);
-		}
+		if (sg_memguard_could_fit(&p->guard, what, need, where, reclaim))
+			return sg_srv_err_set(e, 503, "server_error", "model", "%s", sg_last_error());
 	}
 	if (resident(p) >= p->cap) {
 		int v = idle_lru(p, NULL);
@@ -253,11 +285,9 @@ static int load(sg_pool *p, int i, sg_srv_err *e)
 			return sg_srv_err_set(e, 503, "server_busy", "model", "model '%s' is not loaded and the pool is busy; retry shortly",
 					      en->name);
 	}
-	char what[200];
-	snprintf(what, sizeof what, "model '%s'", en->name);
 	sg_mem_evictor ev[2];
 	int n_ev = sg_pool_evictors(p, NULL, ev);
-	if (sg_memguard_reserve(&p->guard, what, need, ev, n_ev))
+	if (sg_memguard_reserve(&p->guard, what, need, where, ev, n_ev))
 		return sg_srv_err_set(e, 503, "server_error", "model", "%s", sg_last_error());
 	sg_srv_model *m = NULL;
 	SG_INFO("serve: loading %s from %s", en->name, en->path);

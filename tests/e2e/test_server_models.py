@@ -131,11 +131,11 @@ def test_stop_string_cuts_the_answer(oai):
     assert r.choices[0].message.content == full[:cut]
 
 
-def follow_up(oai):
-    first = oai.chat.completions.create(model="qwen", messages=HELLO, max_tokens=4, temperature=0)
+def follow_up(oai, model="qwen"):
+    first = oai.chat.completions.create(model=model, messages=HELLO, max_tokens=4, temperature=0)
     convo = HELLO + [{"role": "assistant", "content": first.choices[0].message.content},
                      {"role": "user", "content": "And of Spain?"}]
-    second = oai.chat.completions.create(model="qwen", messages=convo, max_tokens=4, temperature=0)
+    second = oai.chat.completions.create(model=model, messages=convo, max_tokens=4, temperature=0)
     return first, second
 
 
@@ -152,13 +152,27 @@ def test_follow_up_turn_reuses_the_earlier_turns(models_dir, tmp_path):
         s.stop()
 
 
-def test_follow_up_turn_with_the_blocked_gemm_reuses_whole_blocks_only(oai):
-    """The default blocked GEMM sums a prefill in another order than the answer's decode steps: the live
-    state is not reused (its output could differ from a cold run's), only whole prefix-cache blocks,
-    none for a prompt shorter than a block."""
+def test_follow_up_turn_with_float_weights_reuses_the_earlier_turns_with_the_gemm_on(oai):
+    """bf16 weights: the default blocked GEMM sums like the one-token kernel, so the live state is
+    reused as with the GEMM off, although the first turn is shorter than a cache block."""
     first, second = follow_up(oai)
-    assert second.usage.prompt_tokens_details.cached_tokens % 256 == 0
-    assert second.usage.prompt_tokens_details.cached_tokens <= first.usage.prompt_tokens
+    assert first.usage.prompt_tokens < 256
+    assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 1
+
+
+def test_follow_up_turn_with_quantized_weights_and_the_gemm_reuses_whole_blocks_only(tmp_path):
+    """A quantized GEMM sums a prefill in another order than the answer's decode steps: the live state
+    is not reused (its output could differ from a cold run's), only whole prefix-cache blocks, none
+    for a prompt shorter than a block."""
+    q = make_test_model("qwen3_mlx_q4_g32", tmp_path / "q4", 384)
+    s = start_or_skip("--model", f"q4={q}", socket_path=str(tmp_path / "s.sock"), port=free_port(), key=KEY)
+    try:
+        oai = openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key=KEY, max_retries=0)
+        first, second = follow_up(oai, "q4")
+        assert first.usage.prompt_tokens < 256
+        assert second.usage.prompt_tokens_details.cached_tokens == 0
+    finally:
+        s.stop()
 
 
 def test_prompt_over_context_is_400_naming_the_context(oai):

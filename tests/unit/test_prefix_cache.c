@@ -287,22 +287,81 @@ Test(prefix_cache, chunking_and_decode_steps_do_not_change_the_logits)
 	chunking_invariance("gemma3_text");
 }
 
-/* With the blocked GEMM (the default) prefill sums in another order than decode: the session says
- * so, and the server then reuses blocks only. */
-Test(prefix_cache, the_blocked_gemm_makes_the_session_not_chunk_invariant)
+/* With the blocked GEMM on (the default), float weights: the logits of every prompt position
+ * evaluated in one chunk (GEMM) equal, bit for bit, those of the prompt evaluated token by token
+ * (the one-token kernels, as the answer's decode steps run), on one thread and on several. That is
+ * what lets the server continue from the live state of a float model. */
+static void one_chunk_equals_token_by_token(const char *name, int threads)
+{
+	char path[256];
+	snprintf(path, sizeof path, "tests/fixtures/%s", name);
+	sg_model_params mp = sg_model_default_params();
+	mp.n_threads = threads;
+	sg_model *m = NULL;
+	cr_assert_eq(sg_model_load(path, &mp, &m), SG_OK, "%s", sg_last_error());
+	int V = sg_model_n_vocab(m);
+	float *all = malloc(sizeof(float) * (size_t)V * NP), *one = malloc(sizeof(float) * (size_t)V * NP);
+	sg_session *s = session(m, NP);
+	cr_assert(sg_session_chunk_invariant(s), "%s: float weights with the GEMM on", name);
+	cr_assert_eq(sg_session_eval(s, P, NP, all), SG_OK, "%s", sg_last_error());
+	sg_session_free(s);
+	s = session(m, NP);
+	for (int t = 0; t < NP; t++) {
+		cr_assert_eq(sg_session_eval(s, P + t, 1, NULL), SG_OK, "%s", sg_last_error());
+		memcpy(one + (size_t)t * V, sg_session_logits(s), sizeof(float) * (size_t)V);
+	}
+	for (int t = 0; t < NP; t++)
+		cr_assert(!memcmp(all + (size_t)t * V, one + (size_t)t * V, sizeof(float) * (size_t)V),
+			  "%s (%d threads): position %d's logits differ between one chunk and token by token", name, threads, t);
+	sg_session_free(s);
+	free(all);
+	free(one);
+	sg_model_free(m);
+}
+
+Test(prefix_cache, float_weights_one_chunk_equals_token_by_token_with_the_gemm_on)
 {
 	setenv("SARAGOSSA_CPU_GEMM", "1", 1);
 	sg_flags_reload();
-	sg_model *m = load("llama");
+	one_chunk_equals_token_by_token("llama", 1);
+	one_chunk_equals_token_by_token("qwen3", 1);
+	one_chunk_equals_token_by_token("gemma3_text", 1);
+	one_chunk_equals_token_by_token("llama", 3);
+	chunking_invariance("qwen3");
+}
+
+/* With the blocked GEMM on, a model with quantized weights sums a prefill in another order than
+ * decode: the session says so, and the server then reuses blocks only; float weights (and the
+ * one-token kernels everywhere) are chunk-invariant. */
+Test(prefix_cache, only_weight_types_whose_gemm_matches_the_gemv_are_chunk_invariant)
+{
+	cr_assert(sg_session_gemm_matches_gemv(SG_TYPE_F32) && sg_session_gemm_matches_gemv(SG_TYPE_F16) &&
+		  sg_session_gemm_matches_gemv(SG_TYPE_BF16));
+	cr_assert_not(sg_session_gemm_matches_gemv(SG_TYPE_Q4_K));
+	cr_assert_not(sg_session_gemm_matches_gemv(SG_TYPE_Q8_0));
+	cr_assert_not(sg_session_gemm_matches_gemv(SG_TYPE_MLX_AFFINE));
+	setenv("SARAGOSSA_CPU_GEMM", "1", 1);
+	sg_flags_reload();
+	sg_model *m = load("llama_mlx_q4_g32");
 	sg_session *s = session(m, 32);
+	cr_assert_not(sg_session_chunk_invariant(s));
+	sg_session_free(s);
+	sg_model_free(m);
+	m = load("llama");
+	s = session(m, 32);
+	cr_assert(sg_session_chunk_invariant(s));
+	sg_session_free(s);
+	sg_model_free(m);
+	m = load("qwen3_5_moe_text"); /* recurrent state: never */
+	s = session(m, 32);
 	cr_assert_not(sg_session_chunk_invariant(s));
 	sg_session_free(s);
 	sg_model_free(m);
 	setenv("SARAGOSSA_CPU_GEMM", "0", 1);
 	sg_flags_reload();
-	m = load("llama");
+	m = load("llama_mlx_q4_g32");
 	s = session(m, 32);
-	cr_assert(sg_session_chunk_invariant(s));
+	cr_assert(sg_session_chunk_invariant(s), "the one-token kernels for every chunk");
 	sg_session_free(s);
 	sg_model_free(m);
 }

@@ -399,6 +399,20 @@ static sg_status cuda_sync(sg_backend *be)
 	return SG_OK;
 }
 
+/* Free and total bytes of the backend's device, as the runtime sees them (other processes' and
+ * contexts' allocations included). */
+static sg_status cuda_mem_info(sg_backend *be, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	size_t f = 0, t = 0;
+	*free_bytes = *total_bytes = 0;
+	CU_RET("mem_info", cudaSetDevice(cb->device));
+	CU_RET("mem_info", cudaMemGetInfo(&f, &t));
+	*free_bytes = f;
+	*total_bytes = t;
+	return SG_OK;
+}
+
 /* --- matmul --- */
 
 static sg_status check_x(const char *op, const sg_btensor *x, const sg_btensor *w, const sg_cuw *v)
@@ -1048,6 +1062,7 @@ static const sg_backend_ops cuda_ops = {
 	.write = cuda_write,
 	.read = cuda_read,
 	.sync = cuda_sync,
+	.mem_info = cuda_mem_info,
 	.embed = cuda_embed,
 	.matmul = cuda_matmul,
 	.rmsnorm = cuda_rmsnorm,
