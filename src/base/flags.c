@@ -22,6 +22,8 @@ static const sg_flag table[] = {
 	 "CPU: quantized weights take 8-bit activations and integer dot products (0: f32 reference kernels)"},
 	{"SARAGOSSA_CPU_GEMM", SG_FLAG_BOOL, "1",
 	 "CPU: many-token matmuls (prefill) run the blocked GEMM kernels (0: the one-token kernel per token)"},
+	{"SARAGOSSA_CPU_PREFETCH", SG_FLAG_INT, "4096",
+	 "CPU: software prefetch distance of the weight kernels in bytes (0: none, the hardware prefetcher alone)"},
 	{"SARAGOSSA_CPU_ATTN_SPLIT_KV", SG_FLAG_BOOL, "1",
 	 "CPU: attention with few heads also splits the kv length across threads (0: heads only)"},
 	{"SARAGOSSA_CPU_GDN_CHUNK", SG_FLAG_BOOL, "1",

@@ -5,6 +5,7 @@
  */
 #include "backend/cpu/cpu_internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -16,6 +17,16 @@
 #include "base/threadpool.h"
 
 /* --- kernel set --- */
+
+size_t sg_cpu_pf_dist = 4096;
+
+/* Once per process, before any kernel of any backend runs: the kernels read it unsynchronised. */
+static pthread_once_t pf_once = PTHREAD_ONCE_INIT;
+static void pf_init(void)
+{
+	int64_t d = sg_flag_int("SARAGOSSA_CPU_PREFETCH");
+	sg_cpu_pf_dist = d > 0 && d <= (1 << 20) ? (size_t)d / 64 * 64 : 0;
+}
 
 const sg_cpu_kernels *sg_cpu_kernels_pick(const char *simd, const char **why)
 {
@@ -571,6 +582,7 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
 	cb->int8_dot = sg_flag_bool("SARAGOSSA_CPU_INT8_DOT");
 	cb->attn_split_kv = sg_flag_bool("SARAGOSSA_CPU_ATTN_SPLIT_KV");
 	cb->gemm = sg_flag_bool("SARAGOSSA_CPU_GEMM");
+	pthread_once(&pf_once, pf_init);
 	sg_status st = sg_threadpool_create(p->n_threads, &cb->pool);
 	if (st) {
 		sg_free(cb);

@@ -112,6 +112,10 @@ typedef struct sg_cpu_kernels {
 	void (*dots_f32)(const float *q, const float *k, int64_t kstride, int64_t nk, int64_t d, float *out);
 } sg_cpu_kernels;
 
+/* Software prefetch distance of the SIMD weight kernels in bytes (SARAGOSSA_CPU_PREFETCH; 0 turns
+ * the prefetch into a no-op on the line being read). Set by sg_cpu_backend_create, read-only after. */
+extern size_t sg_cpu_pf_dist;
+
 /* Kernel sets: the scalar reference always; an ISA set when compiled in (NULL otherwise). */
 extern const sg_cpu_kernels sg_cpu_kernels_ref;
 const sg_cpu_kernels *sg_cpu_kernels_avx2(void);
