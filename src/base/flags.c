@@ -22,6 +22,8 @@ static const sg_flag table[] = {
 	 "CPU: quantized weights take 8-bit activations and integer dot products (0: f32 reference kernels)"},
 	{"SARAGOSSA_CPU_GEMM", SG_FLAG_BOOL, "1",
 	 "CPU: many-token matmuls (prefill) run the blocked GEMM kernels (0: the one-token kernel per token)"},
+	{"SARAGOSSA_CPU_MLX_REPACK", SG_FLAG_BOOL, "1",
+	 "CPU: MLX 4-bit weights are repacked at load into one stream of [scale, bias, codes] groups (0: read the three tensors in place)"},
 	{"SARAGOSSA_CPU_PREFETCH", SG_FLAG_INT, "4096",
 	 "CPU: software prefetch distance of the weight kernels in bytes (0: none, the hardware prefetcher alone)"},
 	{"SARAGOSSA_CPU_ATTN_SPLIT_KV", SG_FLAG_BOOL, "1",
