@@ -647,7 +647,7 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
 	cb->int8_dot = sg_flag_bool("SARAGOSSA_CPU_INT8_DOT");
 	cb->attn_split_kv = sg_flag_bool("SARAGOSSA_CPU_ATTN_SPLIT_KV");
 	cb->gemm = sg_flag_bool("SARAGOSSA_CPU_GEMM");
-	cb->mlx_repack = sg_flag_bool("SARAGOSSA_CPU_MLX_REPACK");
+	cb->mlx_repack = (int)sg_flag_int("SARAGOSSA_CPU_MLX_REPACK");
 	pthread_once(&pf_once, pf_init);
 	sg_status st = sg_threadpool_create(p->n_threads, &cb->pool);
 	if (st) {

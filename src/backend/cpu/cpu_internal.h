@@ -181,7 +181,7 @@ typedef struct sg_cpu_backend {
 	int attn_split_kv; /* SARAGOSSA_CPU_ATTN_SPLIT_KV */
 	int gemm;          /* SARAGOSSA_CPU_GEMM: many tokens take the kernel set's mm[] */
 	int mlx_repack;    /* SARAGOSSA_CPU_MLX_REPACK: bind repacks MLX 4-bit weights of groups >= 64 to
-			    * SG_KT_MLX4G (1); 0 never; 2 every group size (tests) */
+			    * SG_KT_MLX4G (1); 0 never; 2 every group size */
 	void *scratch_raw; /* allocation */
 	uint8_t *scratch;  /* 64-byte aligned inside it */
 	size_t scratch_cap;
