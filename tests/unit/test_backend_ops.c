@@ -344,6 +344,55 @@ Test(backend_ops, gemm_equals_per_token_loop_up_to_summation_order)
 #endif
 }
 
+/*
+ * Prefill against decode: a many-token matmul (GEMM kernels on, as in a prompt chunk) against the
+ * same tokens one call each (the decode path, one token). Bit for bit wherever the contract holds:
+ * float weights (the GEMM keeps the matvec's summation sequence) and every type without a GEMM
+ * kernel in the set (the one-token kernel looped). The quantized GEMM kernels (Q8_0, Q4_0, Q5_0,
+ * Q4_K, Q6_K, MLX 4-bit) apply the scale to each block's whole integer dot and add K chunks,
+ * where the matvec scales 8 lane partials per block in one chain: equal only up to summation
+ * order, like the test above; SARAGOSSA_CPU_GEMM=0 makes every type bit-identical.
+ */
+Test(backend_ops, prefill_equals_decode_bit_for_bit_for_float_and_non_gemm_types)
+{
+	wcase cases[64];
+	int nc = n_wcases(cases), exact = 0;
+	static const char *sets[] = {"scalar", "avx512", "avx2", "neon"};
+	for (int s = 0; s < 4; s++) {
+		sg_backend *be = make_be(sets[s], 2);
+		if (!be) continue;
+		const sg_cpu_kernels *k = ((sg_cpu_backend *)be)->k;
+		for (int c = 0; c < nc; c++) {
+			sg_kt kt = cases[c].kt;
+			int64_t N = 21, K = k_for(&cases[c], 1), ntok = 6;
+			wmat w = make_w(be, kt, N, K, cases[c].group, cases[c].sb_bf16);
+			sg_wview v;
+			sg_kt bound = sg_cpu_wview(&w.t, &v); /* MLX4 may be bound as MLX4G */
+			if (k->mm[bound] && bound > SG_KT_BF16) {
+				free_w(&w);
+				continue;
+			}
+			sg_btensor x = f32_tensor(be, K, ntok, 1), y = f32_tensor(be, N, ntok, 1);
+			sg_btensor x1 = f32_tensor(be, K, 1, 1), y1 = f32_tensor(be, N, 1, 1);
+			fill(&x, 1.0f);
+			cr_assert_eq(be->ops->matmul(be, &w.t, &x, NULL, &y), SG_OK);
+			for (int64_t t = 0; t < ntok; t++) {
+				memcpy(x1.data, (float *)x.data + t * K, sizeof(float) * (size_t)K);
+				cr_assert_eq(be->ops->matmul(be, &w.t, &x1, NULL, &y1), SG_OK);
+				cr_expect(!memcmp(y1.data, (float *)y.data + t * N, sizeof(float) * (size_t)N),
+					  "%s %s g%d token %lld: prefill differs from decode in bits", sets[s], sg_cpu_kt_info(bound)->name,
+					  cases[c].group, (long long)t);
+			}
+			exact++;
+			sg_btensor *all[] = {&x, &y, &x1, &y1};
+			for (int i = 0; i < 4; i++) be->ops->tensor_free(be, all[i]);
+			free_w(&w);
+		}
+		sg_backend_free(be);
+	}
+	cr_expect(exact > 20);
+}
+
 Test(backend_ops, scalar_matmul_equals_dequantized_dot_in_double)
 {
 	/* the reference matvec against an explicit dequantize-then-dot here, for every type */
