@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/error.h"
@@ -151,7 +152,8 @@ static void repack_range(void *ctx, int64_t r0, int64_t r1, int ith)
 static void release_pages(const void *p, size_t n)
 {
 #if defined(MADV_PAGEOUT) || defined(MADV_COLD)
-	uintptr_t pg = 4096, a = ((uintptr_t)p + pg - 1) & ~(pg - 1), e = ((uintptr_t)p + n) & ~(pg - 1);
+	long ps = sysconf(_SC_PAGESIZE);
+	uintptr_t pg = ps > 0 ? (uintptr_t)ps : 4096, a = ((uintptr_t)p + pg - 1) & ~(pg - 1), e = ((uintptr_t)p + n) & ~(pg - 1);
 	if (e <= a) return;
 #if defined(MADV_PAGEOUT)
 	if (!madvise((void *)a, e - a, MADV_PAGEOUT)) return;
