@@ -55,6 +55,7 @@ static double cpu_now(void)
 }
 
 static int g_nth = 2;
+static sg_backend *g_be;
 
 /* Best rate of the rounds, by wall time (*wall) and by CPU time per thread (*cpu). */
 typedef struct {
@@ -157,6 +158,7 @@ typedef struct {
 	uint8_t *pool;     /* copies of data, then scales, then biases, one after another */
 	size_t w_bytes, sb_bytes, copy_bytes;
 	int copies;
+	int packed; /* the backend repacked the weights at bind (MLX 4-bit): one buffer per copy */
 } wset;
 
 static size_t block_bytes_of(sg_type t)
@@ -209,6 +211,21 @@ static int make_wset(const wtype *wt, int64_t N, int64_t K, size_t pool_bytes, w
 			b[i] = 0xbc23;
 		}
 	}
+	if (ws->sb_bytes) {
+		/* bind as a model load does: the backend may repack (SARAGOSSA_CPU_MLX_REPACK); the
+		 * repacked rows hold the same bytes in all, so they take the place of copy 0 */
+		sg_btensor b = *t;
+		b.data = m;
+		b.scales = m + ws->w_bytes;
+		b.biases = m + ws->w_bytes + ws->sb_bytes;
+		b.row_bytes = 0;
+		if (g_be->ops->tensor_bind(g_be, &b) == SG_OK && b.owned) {
+			memcpy(m, b.data, b.row_bytes * (size_t)N);
+			t->row_bytes = b.row_bytes;
+			ws->packed = 1;
+			g_be->ops->tensor_free(g_be, &b);
+		}
+	}
 	for (int c = 1; c < ws->copies; c++) memcpy(ws->pool + (size_t)c * ws->copy_bytes, ws->pool, ws->copy_bytes);
 	return 0;
 }
@@ -218,7 +235,9 @@ static sg_btensor copy_at(const wset *ws, int c)
 	sg_btensor t = ws->t;
 	uint8_t *base = ws->pool + (size_t)c * ws->copy_bytes;
 	t.data = base;
-	if (ws->sb_bytes) {
+	if (ws->packed) {
+		t.scales = t.biases = base; /* inline in the rows */
+	} else if (ws->sb_bytes) {
 		t.scales = base + ws->w_bytes;
 		t.biases = base + ws->w_bytes + ws->sb_bytes;
 	}
@@ -262,6 +281,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	g_nth = nth;
+	g_be = be;
 	sg_threadpool *pool;
 	sg_threadpool_create(nth, &pool);
 	char feat[256];

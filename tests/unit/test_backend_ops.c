@@ -90,7 +90,8 @@ static void fill(sg_btensor *t, float scale)
  * Owns its memory (free with free_w). */
 typedef struct {
 	sg_btensor t;
-	void *mem, *sc, *bi;
+	void *mem, *sc, *bi; /* the bytes as built (split MLX layout); bind may repack t into its own copy */
+	sg_backend *be;
 } wmat;
 
 static const sg_type kt_type[SG_KT_COUNT] = {
@@ -178,12 +179,14 @@ static wmat make_w(sg_backend *be, sg_kt kt, int64_t N, int64_t K, int group, in
 		}
 	}
 	w.t.data = m;
+	w.be = be;
 	cr_assert_eq(be->ops->tensor_bind(be, &w.t), SG_OK);
 	return w;
 }
 
 static void free_w(wmat *w)
 {
+	w->be->ops->tensor_free(w->be, &w->t); /* a repacked copy; a no-op on bytes bound in place */
 	free(w->mem);
 	free(w->sc);
 	free(w->bi);
@@ -200,6 +203,7 @@ static int n_wcases(wcase *out)
 {
 	int n = 0;
 	for (int kt = 0; kt < SG_KT_COUNT; kt++) {
+		if (kt == SG_KT_MLX4G) continue; /* what bind makes of MLX4: every MLX4 case below runs it */
 		if (kt_type[kt] != SG_TYPE_MLX_AFFINE) {
 			out[n++] = (wcase){kt, 0, 0};
 			continue;
@@ -340,6 +344,55 @@ Test(backend_ops, gemm_equals_per_token_loop_up_to_summation_order)
 #endif
 }
 
+/*
+ * Prefill against decode: a many-token matmul (GEMM kernels on, as in a prompt chunk) against the
+ * same tokens one call each (the decode path, one token). Bit for bit wherever the contract holds:
+ * float weights (the GEMM keeps the matvec's summation sequence) and every type without a GEMM
+ * kernel in the set (the one-token kernel looped). The quantized GEMM kernels (Q8_0, Q4_0, Q5_0,
+ * Q4_K, Q6_K, MLX 4-bit) apply the scale to each block's whole integer dot and add K chunks,
+ * where the matvec scales 8 lane partials per block in one chain: equal only up to summation
+ * order, like the test above; SARAGOSSA_CPU_GEMM=0 makes every type bit-identical.
+ */
+Test(backend_ops, prefill_equals_decode_bit_for_bit_for_float_and_non_gemm_types)
+{
+	wcase cases[64];
+	int nc = n_wcases(cases), exact = 0;
+	static const char *sets[] = {"scalar", "avx512", "avx2", "neon"};
+	for (int s = 0; s < 4; s++) {
+		sg_backend *be = make_be(sets[s], 2);
+		if (!be) continue;
+		const sg_cpu_kernels *k = ((sg_cpu_backend *)be)->k;
+		for (int c = 0; c < nc; c++) {
+			sg_kt kt = cases[c].kt;
+			int64_t N = 21, K = k_for(&cases[c], 1), ntok = 6;
+			wmat w = make_w(be, kt, N, K, cases[c].group, cases[c].sb_bf16);
+			sg_wview v;
+			sg_kt bound = sg_cpu_wview(&w.t, &v); /* MLX4 may be bound as MLX4G */
+			if (k->mm[bound] && bound > SG_KT_BF16) {
+				free_w(&w);
+				continue;
+			}
+			sg_btensor x = f32_tensor(be, K, ntok, 1), y = f32_tensor(be, N, ntok, 1);
+			sg_btensor x1 = f32_tensor(be, K, 1, 1), y1 = f32_tensor(be, N, 1, 1);
+			fill(&x, 1.0f);
+			cr_assert_eq(be->ops->matmul(be, &w.t, &x, NULL, &y), SG_OK);
+			for (int64_t t = 0; t < ntok; t++) {
+				memcpy(x1.data, (float *)x.data + t * K, sizeof(float) * (size_t)K);
+				cr_assert_eq(be->ops->matmul(be, &w.t, &x1, NULL, &y1), SG_OK);
+				cr_expect(!memcmp(y1.data, (float *)y.data + t * N, sizeof(float) * (size_t)N),
+					  "%s %s g%d token %lld: prefill differs from decode in bits", sets[s], sg_cpu_kt_info(bound)->name,
+					  cases[c].group, (long long)t);
+			}
+			exact++;
+			sg_btensor *all[] = {&x, &y, &x1, &y1};
+			for (int i = 0; i < 4; i++) be->ops->tensor_free(be, all[i]);
+			free_w(&w);
+		}
+		sg_backend_free(be);
+	}
+	cr_expect(exact > 20);
+}
+
 Test(backend_ops, scalar_matmul_equals_dequantized_dot_in_double)
 {
 	/* the reference matvec against an explicit dequantize-then-dot here, for every type */
@@ -386,6 +439,8 @@ Test(backend_ops, reference_dequantizer_equals_qtypes_reference)
 			sg_cpu_dequant_row_ref(&v, r, 0, K, a);
 			const uint8_t *row = (const uint8_t *)w.t.data + (size_t)r * w.t.row_bytes;
 			if (w.t.type == SG_TYPE_MLX_AFFINE) {
+				/* the split bytes as built: bind may have repacked MLX 4-bit (SG_KT_MLX4G) */
+				row = (const uint8_t *)w.mem + (size_t)r * (size_t)(K / 8 * w.t.mlx.bits);
 				size_t sb = sg_btensor_mlx_sb_row_bytes(&w.t);
 				sg_mlx_dequantize_row_ref(&w.t.mlx, (const uint32_t *)row, (const uint8_t *)w.t.scales + r * sb,
 							  (const uint8_t *)w.t.biases + r * sb, b, K);
@@ -449,6 +504,111 @@ Test(backend_ops, dequantizer_decodes_hand_built_blocks)
 	v.kt = SG_KT_Q4_K; v.row_bytes = 144;
 	sg_cpu_dequant_row_ref(&v, 0, 0, 256, y);
 	for (int j = 0; j < 8; j++) cr_assert_float_eq(y[32 * j + 5], (float)(j + 1) * 3 - 0.5f, 1e-6, "block %d", j);
+}
+
+/* --- MLX 4-bit repack (SARAGOSSA_CPU_MLX_REPACK) --- */
+
+static sg_btensor rebind(sg_backend *be, const sg_btensor *split)
+{
+	sg_btensor t = *split;
+	t.row_bytes = 0;
+	t.owned = 0;
+	cr_assert_eq(be->ops->tensor_bind(be, &t), SG_OK);
+	return t;
+}
+
+/* [V][L*P] seen as [V*L][P] (a per-layer table, sliced like the Gemma 4 loader does). */
+static sg_btensor split_rows(const sg_btensor *t, int64_t L)
+{
+	sg_btensor v = *t;
+	v.ne[0] /= L;
+	v.ne[1] *= L;
+	v.row_bytes /= (size_t)L;
+	v.owned = 0;
+	return v;
+}
+
+/*
+ * The same MLX 4-bit bytes bound with the repack (one stream of [scale, bias, codes] groups) and
+ * without (codes, scales, biases read in place), on every kernel set: matvec and GEMM agree up to
+ * float summation order (same 8-bit activations, same integer dots), embedding rows, row views
+ * and a per-layer reslicing of the row agree bit for bit, and the repacked matvec and GEMM give
+ * the same bits on one thread and two. The default policy repacks groups of 64 and 128 only.
+ * Shapes: group 32/64/128, f16 and bf16 scales, rows not a
+ * multiple of the row tile, K past the GEMM's K chunk, odd group counts.
+ */
+Test(backend_ops, mlx4_repacked_equals_split_layout)
+{
+	static const char *sets[] = {"scalar", "avx512", "avx2", "neon"};
+	int ran = 0;
+	for (int s = 0; s < 4; s++) {
+		sg_backend *on = make_be(sets[s], 2), *on1 = make_be(sets[s], 1), *off = make_be(sets[s], 2);
+		if (!on) continue;
+		((sg_cpu_backend *)on)->mlx_repack = ((sg_cpu_backend *)on1)->mlx_repack = 2; /* groups of 32 too */
+		((sg_cpu_backend *)off)->mlx_repack = 0;
+		static const int groups[3] = {32, 64, 128};
+		for (int gi = 0; gi < 3; gi++)
+			for (int v = 0; v < 3; v++) {
+				int g = groups[gi], bf = (gi + v) & 1;
+				int64_t K = v == 0 ? 3 * g : v == 1 ? 7 * g : 2304, N = v == 0 ? 13 : v == 1 ? 37 : 21, L = K / g;
+				wmat w = make_w(off, SG_KT_MLX4, N, K, g, bf);
+				sg_btensor t = rebind(on, &w.t), t1 = rebind(on1, &w.t);
+				sg_wview vw;
+				cr_assert_eq(sg_cpu_wview(&w.t, &vw), SG_KT_MLX4);
+				cr_assert_eq(sg_cpu_wview(&t, &vw), SG_KT_MLX4G, "%s g%d: bind did not repack", sets[s], g);
+				cr_assert(t.owned && t.data != w.t.data);
+				for (int nt = 1; nt <= 70; nt += nt == 1 ? 4 : 65) {
+					sg_btensor x = f32_tensor(on, K, nt, 1), y0 = f32_tensor(on, N, nt, 1);
+					sg_btensor y1 = f32_tensor(on, N, nt, 1), y2 = f32_tensor(on, N, nt, 1);
+					fill(&x, 1.0f);
+					cr_assert_eq(off->ops->matmul(off, &w.t, &x, NULL, &y0), SG_OK);
+					cr_assert_eq(on->ops->matmul(on, &t, &x, NULL, &y1), SG_OK);
+					cr_assert_eq(on1->ops->matmul(on1, &t1, &x, NULL, &y2), SG_OK);
+					double e = nmse(y0.data, y1.data, N * nt);
+					cr_expect(e < NMSE_F32 * 100, "%s g%d bf%d K=%lld N=%lld n=%d: repacked vs split nmse %.3g", sets[s], g, bf,
+						  (long long)K, (long long)N, nt, e);
+					cr_expect(!memcmp(y1.data, y2.data, sizeof(float) * (size_t)(N * nt)),
+						  "%s g%d K=%lld n=%d: repacked, 1 and 2 threads differ", sets[s], g, (long long)K, nt);
+					if (nt == 1) { /* rows 3..9 as a view: the same rows of the full result */
+						sg_btensor tv = sg_btensor_rows_view(&t, 3, 7), yv = f32_tensor(on, 7, 1, 1);
+						cr_assert_eq(on->ops->matmul(on, &tv, &x, NULL, &yv), SG_OK);
+						cr_expect(!memcmp(yv.data, (float *)y1.data + 3, 7 * sizeof(float)), "%s g%d: row view", sets[s], g);
+						on->ops->tensor_free(on, &yv);
+					}
+					sg_btensor *all[] = {&x, &y0, &y1, &y2};
+					for (int i = 0; i < 4; i++) on->ops->tensor_free(on, all[i]);
+				}
+				/* embedding rows, whole and resliced to [N*L][group] */
+				for (int sl = 0; sl < 2; sl++) {
+					sg_btensor a = sl ? split_rows(&w.t, L) : w.t, b = sl ? split_rows(&t, L) : t;
+					int64_t V = sg_btensor_rows(&a), D = a.ne[0];
+					int32_t idv[4] = {0, (int32_t)(V - 1), (int32_t)(V / 2), 1};
+					sg_btensor ids = i32_tensor(on, 4, 1, idv), o0 = f32_tensor(on, D, 4, 1), o1 = f32_tensor(on, D, 4, 1);
+					cr_assert_eq(off->ops->embed(off, &a, &ids, &o0), SG_OK);
+					cr_assert_eq(on->ops->embed(on, &b, &ids, &o1), SG_OK);
+					cr_expect(!memcmp(o0.data, o1.data, sizeof(float) * (size_t)(4 * D)), "%s g%d: embed (resliced %d)", sets[s], g, sl);
+					sg_btensor *all[] = {&ids, &o0, &o1};
+					for (int i = 0; i < 3; i++) on->ops->tensor_free(on, all[i]);
+				}
+				on1->ops->tensor_free(on1, &t1);
+				on->ops->tensor_free(on, &t);
+				free_w(&w);
+				ran++;
+			}
+		sg_backend_free(on);
+		sg_backend_free(on1);
+		sg_backend_free(off);
+	}
+	cr_expect(ran >= 9);
+	sg_backend *be = make_be(NULL, 1);
+	((sg_cpu_backend *)be)->mlx_repack = 1;
+	for (int g = 32; g <= 128; g *= 2) {
+		wmat w = make_w(be, SG_KT_MLX4, 3, 256, g, 1);
+		sg_wview vw;
+		cr_expect_eq(sg_cpu_wview(&w.t, &vw), g == 32 ? SG_KT_MLX4 : SG_KT_MLX4G, "group %d", g);
+		free_w(&w);
+	}
+	sg_backend_free(be);
 }
 
 /* --- races: one thread and two give the same bits --- */

@@ -79,7 +79,7 @@ static const sg_cpu_kernels kset_neon = {
 	       [SG_KT_Q3_K] = sg_cpu_mv_ref, [SG_KT_Q4_K] = sg_cpu_mv_ref, [SG_KT_Q5_K] = sg_cpu_mv_ref,
 	       [SG_KT_Q6_K] = sg_cpu_mv_ref, [SG_KT_IQ4_NL] = sg_cpu_mv_ref, [SG_KT_IQ4_XS] = sg_cpu_mv_ref,
 	       [SG_KT_MLX2] = sg_cpu_mv_ref, [SG_KT_MLX3] = sg_cpu_mv_ref, [SG_KT_MLX4] = sg_cpu_mv_ref,
-	       [SG_KT_MLX5] = sg_cpu_mv_ref, [SG_KT_MLX6] = sg_cpu_mv_ref, [SG_KT_MLX8] = sg_cpu_mv_ref},
+	       [SG_KT_MLX5] = sg_cpu_mv_ref, [SG_KT_MLX6] = sg_cpu_mv_ref, [SG_KT_MLX8] = sg_cpu_mv_ref, [SG_KT_MLX4G] = sg_cpu_mv_ref},
 	.q8_mask = 0,
 	.quantize_x = sg_cpu_quantize_x_ref,
 	.dot_f32 = dot_f32_neon,

@@ -5,9 +5,12 @@
  */
 #include "backend/cpu/cpu_internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/error.h"
@@ -16,6 +19,16 @@
 #include "base/threadpool.h"
 
 /* --- kernel set --- */
+
+size_t sg_cpu_pf_dist = 4096;
+
+/* Once per process, before any kernel of any backend runs: the kernels read it unsynchronised. */
+static pthread_once_t pf_once = PTHREAD_ONCE_INIT;
+static void pf_init(void)
+{
+	int64_t d = sg_flag_int("SARAGOSSA_CPU_PREFETCH");
+	sg_cpu_pf_dist = d > 0 && d <= (1 << 20) ? (size_t)d / 64 * 64 : 0;
+}
 
 const sg_cpu_kernels *sg_cpu_kernels_pick(const char *simd, const char **why)
 {
@@ -114,6 +127,66 @@ static sg_status cpu_tensor_alloc(sg_backend *be, sg_type type, const int64_t ne
 	return SG_OK;
 }
 
+/* --- MLX 4-bit repack --- */
+
+typedef struct {
+	const uint8_t *codes, *sc, *bi;
+	uint8_t *out;
+	int64_t K;
+	int group;
+	size_t cb, sb, rb; /* row bytes: codes, scales (= biases), repacked */
+} repack_job;
+
+static void repack_range(void *ctx, int64_t r0, int64_t r1, int ith)
+{
+	const repack_job *j = ctx;
+	for (int64_t r = r0; r < r1; r++)
+		sg_cpu_mlx4g_pack_row(j->codes + (size_t)r * j->cb, j->sc + (size_t)r * j->sb, j->bi + (size_t)r * j->sb, j->K,
+				      j->group, j->out + (size_t)r * j->rb);
+}
+
+/* Hands the pages wholly inside [p, p + n) back to the kernel: the repacked copy replaces the
+ * mmap'd original in the resident set instead of adding to it. MADV_PAGEOUT keeps the contents
+ * (a file page is re-read, an anonymous one swapped), so this is safe whatever the memory is;
+ * errors (an older kernel) only leave the pages resident. */
+static void release_pages(const void *p, size_t n)
+{
+#if defined(MADV_PAGEOUT) || defined(MADV_COLD)
+	long ps = sysconf(_SC_PAGESIZE);
+	uintptr_t pg = ps > 0 ? (uintptr_t)ps : 4096, a = ((uintptr_t)p + pg - 1) & ~(pg - 1), e = ((uintptr_t)p + n) & ~(pg - 1);
+	if (e <= a) return;
+#if defined(MADV_PAGEOUT)
+	if (!madvise((void *)a, e - a, MADV_PAGEOUT)) return;
+#endif
+#if defined(MADV_COLD)
+	(void)madvise((void *)a, e - a, MADV_COLD);
+#endif
+#else
+	(void)p;
+	(void)n;
+#endif
+}
+
+/* MLX 4-bit weights into SG_KT_MLX4G (one stream per row; see cpu_internal.h), in a buffer the
+ * tensor then owns. On allocation failure the split layout is kept (it works, only slower). */
+static void repack_mlx4(sg_cpu_backend *cb, sg_btensor *t)
+{
+	int64_t rows = sg_btensor_rows(t), K = t->ne[0];
+	repack_job j = {t->data, t->scales, t->biases, NULL, K, t->mlx.group, t->row_bytes, sg_btensor_mlx_sb_row_bytes(t), 0};
+	j.rb = j.cb + 2 * j.sb;
+	size_t bytes = j.rb * (size_t)rows;
+	void *mem = NULL;
+	if (posix_memalign(&mem, 64, (bytes + 63) & ~(size_t)63)) return;
+	j.out = mem;
+	sg_parallel_for(cb->pool, rows, 64, repack_range, &j);
+	release_pages(j.codes, j.cb * (size_t)rows);
+	release_pages(j.sc, j.sb * (size_t)rows);
+	release_pages(j.bi, j.sb * (size_t)rows);
+	t->data = mem;
+	t->row_bytes = j.rb;
+	t->owned = 1;
+}
+
 static sg_status cpu_tensor_bind(sg_backend *be, sg_btensor *t)
 {
 	sg_wview v;
@@ -133,6 +206,11 @@ static sg_status cpu_tensor_bind(sg_backend *be, sg_btensor *t)
 	for (int i = 1; i < 4; i++)
 		if (t->ne[i] < 1) t->ne[i] = 1;
 	t->owned = 0;
+	/* groups of 32: one block per group, so the repacked kernel's per-group work (scale and bias
+	 * unpacked, one more FMA) costs as much as the single stream saves: measured even, kept split */
+	int rp = ((sg_cpu_backend *)be)->mlx_repack;
+	if (t->type == SG_TYPE_MLX_AFFINE && v.kt == SG_KT_MLX4 && (rp == 2 || (rp == 1 && v.group >= 64)))
+		repack_mlx4((sg_cpu_backend *)be, t);
 	return SG_OK;
 }
 
@@ -431,7 +509,7 @@ static sg_status cpu_moe_matmul(sg_backend *be, const sg_btensor *w, const sg_bt
 	j.ids = ids->data;
 	j.y = y->data;
 	j.w_expert_bytes = (size_t)j.N * w->row_bytes;
-	j.sb_expert_bytes = (size_t)j.N * sg_btensor_mlx_sb_row_bytes(w);
+	j.sb_expert_bytes = (size_t)j.N * j.w.sb_row_bytes;
 	size_t extra = sizeof(int32_t) * (size_t)(j.n * j.k + 2 * (j.E + 1));
 	if ((st = mm_scratch(&j, extra))) return st;
 	j.start = j.order + j.n * j.k;
@@ -571,6 +649,8 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
 	cb->int8_dot = sg_flag_bool("SARAGOSSA_CPU_INT8_DOT");
 	cb->attn_split_kv = sg_flag_bool("SARAGOSSA_CPU_ATTN_SPLIT_KV");
 	cb->gemm = sg_flag_bool("SARAGOSSA_CPU_GEMM");
+	cb->mlx_repack = (int)sg_flag_int("SARAGOSSA_CPU_MLX_REPACK");
+	pthread_once(&pf_once, pf_init);
 	sg_status st = sg_threadpool_create(p->n_threads, &cb->pool);
 	if (st) {
 		sg_free(cb);
@@ -582,3 +662,4 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
 }
 
 const char *sg_cpu_backend_simd(const sg_backend *be) { return ((const sg_cpu_backend *)be)->k->name; }
+int sg_pf_hint = 0;

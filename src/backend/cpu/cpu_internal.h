@@ -10,13 +10,21 @@
 
 #include "backend/backend.h"
 
-/* Kernel types: the weight formats a matvec kernel exists for (MLX affine split by bits). */
+/*
+ * Kernel types: the weight formats a matvec kernel exists for (MLX affine split by bits).
+ * SG_KT_MLX4G is MLX 4-bit as the CPU backend repacks it at bind (SARAGOSSA_CPU_MLX_REPACK): each
+ * row one stream of groups, group = [16-bit scale][16-bit bias][group/2 bytes of codes, the MLX
+ * bytes unchanged], so a row is (K/group) * (group/2 + 4) bytes and rows (or whole groups of a
+ * row) can still be sliced like any block format. The split layout streams codes, scales and
+ * biases from three places, which DRAM serves measurably slower than one stream.
+ */
 typedef enum sg_kt {
 	SG_KT_F32, SG_KT_F16, SG_KT_BF16,
 	SG_KT_Q8_0, SG_KT_Q4_0, SG_KT_Q4_1, SG_KT_Q5_0, SG_KT_Q5_1,
 	SG_KT_Q2_K, SG_KT_Q3_K, SG_KT_Q4_K, SG_KT_Q5_K, SG_KT_Q6_K,
 	SG_KT_IQ4_NL, SG_KT_IQ4_XS,
 	SG_KT_MLX2, SG_KT_MLX3, SG_KT_MLX4, SG_KT_MLX5, SG_KT_MLX6, SG_KT_MLX8,
+	SG_KT_MLX4G,
 	SG_KT_COUNT,
 	SG_KT_NONE = -1
 } sg_kt;
@@ -46,9 +54,15 @@ typedef struct sg_wview {
 	size_t row_bytes;
 	/* MLX affine */
 	int bits, group, sb_bf16;
-	const uint8_t *scales, *biases; /* [rows][K/group] 16-bit */
+	const uint8_t *scales, *biases; /* [rows][K/group] 16-bit; NULL for SG_KT_MLX4G (inline) */
 	size_t sb_row_bytes;
 } sg_wview;
+
+/* Bytes of one group of SG_KT_MLX4G: scale, bias, codes. */
+static inline size_t sg_cpu_mlx4g_group_bytes(int group) { return (size_t)group / 2 + 4; }
+
+/* The SG_KT_MLX4G row of split MLX 4-bit bytes: codes [K/2], scales and biases [K/group]. */
+void sg_cpu_mlx4g_pack_row(const uint8_t *codes, const uint8_t *sc, const uint8_t *bi, int64_t K, int group, uint8_t *out);
 
 /* Fills a view from a backend tensor; SG_KT_NONE (returned) if the type has no kernel. */
 sg_kt sg_cpu_wview(const sg_btensor *w, sg_wview *out);
@@ -112,6 +126,10 @@ typedef struct sg_cpu_kernels {
 	void (*dots_f32)(const float *q, const float *k, int64_t kstride, int64_t nk, int64_t d, float *out);
 } sg_cpu_kernels;
 
+/* Software prefetch distance of the SIMD weight kernels in bytes (SARAGOSSA_CPU_PREFETCH; 0 turns
+ * the prefetch into a no-op on the line being read). Set by sg_cpu_backend_create, read-only after. */
+extern size_t sg_cpu_pf_dist;
+
 /* Kernel sets: the scalar reference always; an ISA set when compiled in (NULL otherwise). */
 extern const sg_cpu_kernels sg_cpu_kernels_ref;
 const sg_cpu_kernels *sg_cpu_kernels_avx2(void);
@@ -162,6 +180,8 @@ typedef struct sg_cpu_backend {
 	int int8_dot;      /* SARAGOSSA_CPU_INT8_DOT */
 	int attn_split_kv; /* SARAGOSSA_CPU_ATTN_SPLIT_KV */
 	int gemm;          /* SARAGOSSA_CPU_GEMM: many tokens take the kernel set's mm[] */
+	int mlx_repack;    /* SARAGOSSA_CPU_MLX_REPACK: bind repacks MLX 4-bit weights of groups >= 64 to
+			    * SG_KT_MLX4G (1); 0 never; 2 every group size */
 	void *scratch_raw; /* allocation */
 	uint8_t *scratch;  /* 64-byte aligned inside it */
 	size_t scratch_cap;

@@ -23,14 +23,15 @@ static const sg_kt_info kt_info[SG_KT_COUNT] = {
 	[SG_KT_Q4_K] = {"Q4_K", 256, SG_XL_NAT, 0},
 	[SG_KT_Q5_K] = {"Q5_K", 256, SG_XL_NAT, 0},
 	[SG_KT_Q6_K] = {"Q6_K", 256, SG_XL_NAT, 32},
-	[SG_KT_IQ4_NL] = {"IQ4_NL", 32, SG_XL_NAT, 0},
-	[SG_KT_IQ4_XS] = {"IQ4_XS", 256, SG_XL_NAT, 0},
+	[SG_KT_IQ4_NL] = {"IQ4_NL", 32, SG_XL_NAT, 128}, /* offset: the VNNI kernel reads the grid + 128 */
+	[SG_KT_IQ4_XS] = {"IQ4_XS", 256, SG_XL_NAT, 128}, /* offset: the VNNI kernel reads the grid + 128 */
 	[SG_KT_MLX2] = {"MLX2", 32, SG_XL_ILV2, 0},
 	[SG_KT_MLX3] = {"MLX3", 32, SG_XL_NAT, 0},
 	[SG_KT_MLX4] = {"MLX4", 32, SG_XL_ILV4, 0},
 	[SG_KT_MLX5] = {"MLX5", 32, SG_XL_NAT, 0},
 	[SG_KT_MLX6] = {"MLX6", 32, SG_XL_NAT, 0},
 	[SG_KT_MLX8] = {"MLX8", 32, SG_XL_NAT, 0},
+	[SG_KT_MLX4G] = {"MLX4G", 32, SG_XL_ILV4, 0},
 };
 
 const sg_kt_info *sg_cpu_kt_info(sg_kt kt) { return kt >= 0 && kt < SG_KT_COUNT ? &kt_info[kt] : NULL; }
@@ -258,6 +259,17 @@ void sg_cpu_mlx_codes(const uint8_t *row, int bits, int64_t k0, uint8_t out[32])
 	}
 }
 
+void sg_cpu_mlx4g_pack_row(const uint8_t *codes, const uint8_t *sc, const uint8_t *bi, int64_t K, int group, uint8_t *out)
+{
+	size_t gb = (size_t)group / 2;
+	for (int64_t g = 0; g < K / group; g++) {
+		memcpy(out, sc + 2 * g, 2);
+		memcpy(out + 2, bi + 2 * g, 2);
+		memcpy(out + 4, codes + (size_t)g * gb, gb);
+		out += gb + 4;
+	}
+}
+
 void sg_cpu_dequant_row_ref(const sg_wview *w, int64_t r, int64_t k0, int64_t n, float *out)
 {
 	const uint8_t *row = w->data + (size_t)r * w->row_bytes;
@@ -278,6 +290,20 @@ void sg_cpu_dequant_row_ref(const sg_wview *w, int64_t r, int64_t k0, int64_t n,
 			sg_cpu_mlx_codes(row, w->bits, k, c);
 			int64_t g = k / w->group;
 			uint16_t s16 = rd16(sc + 2 * g), b16 = rd16(bi + 2 * g);
+			float s = w->sb_bf16 ? sg_cpu_bf16(s16) : sg_cpu_f16(s16);
+			float bb = w->sb_bf16 ? sg_cpu_bf16(b16) : sg_cpu_f16(b16);
+			for (int i = 0; i < 32; i++) out[k - k0 + i] = s * c[i] + bb;
+		}
+		return;
+	}
+	case SG_KT_MLX4G: {
+		size_t gs = sg_cpu_mlx4g_group_bytes(w->group);
+		for (int64_t k = k0; k < k0 + n; k += 32) {
+			const uint8_t *p = row + (size_t)(k / w->group) * gs;
+			uint8_t c[32];
+			/* the group's codes are the MLX bytes of its elements: element k % group of them */
+			sg_cpu_mlx_codes(p + 4, 4, k % w->group, c);
+			uint16_t s16 = rd16(p), b16 = rd16(p + 2);
 			float s = w->sb_bf16 ? sg_cpu_bf16(s16) : sg_cpu_f16(s16);
 			float bb = w->sb_bf16 ? sg_cpu_bf16(b16) : sg_cpu_f16(b16);
 			for (int i = 0; i < 32; i++) out[k - k0 + i] = s * c[i] + bb;
@@ -335,9 +361,15 @@ sg_kt sg_cpu_wview(const sg_btensor *t, sg_wview *v)
 		v->bits = t->mlx.bits;
 		v->group = g;
 		v->sb_bf16 = t->mlx.sb_type == SG_TYPE_BF16;
+		size_t cb = (size_t)t->ne[0] / 8 * (size_t)t->mlx.bits, sb = sg_btensor_mlx_sb_row_bytes(t);
+		if (kt == SG_KT_MLX4 && t->row_bytes == cb + 2 * sb && t->ne[0] % g == 0) {
+			/* repacked at bind: the row size says so (the split layout's rows hold codes only) */
+			kt = SG_KT_MLX4G;
+			break;
+		}
 		v->scales = t->scales;
 		v->biases = t->biases;
-		v->sb_row_bytes = sg_btensor_mlx_sb_row_bytes(t);
+		v->sb_row_bytes = sb;
 		break;
 	}
 	default: return SG_KT_NONE;
@@ -381,6 +413,7 @@ size_t sg_cpu_row_bytes(const sg_btensor *t)
 	case SG_KT_F16: case SG_KT_BF16: return (size_t)t->ne[0] * 2;
 	case SG_KT_MLX2: case SG_KT_MLX3: case SG_KT_MLX4: case SG_KT_MLX5: case SG_KT_MLX6: case SG_KT_MLX8:
 		return (size_t)t->ne[0] / 8 * (size_t)t->mlx.bits;
+	case SG_KT_MLX4G: return (size_t)(t->ne[0] / t->mlx.group) * sg_cpu_mlx4g_group_bytes(t->mlx.group);
 	default: return (size_t)(t->ne[0] / kt_info[kt].block) * kt_block_bytes(kt);
 	}
 }
@@ -516,7 +549,7 @@ void sg_cpu_dots_f32_ref(const float *q, const float *k, int64_t kstride, int64_
 const sg_cpu_kernels sg_cpu_kernels_ref = {
 	.name = "scalar",
 	.mv = {sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref,
-	       sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref},
+	       sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref, sg_cpu_mv_ref},
 	.q8_mask = 0,
 	.quantize_x = sg_cpu_quantize_x_ref,
 	.dot_f32 = dot_f32_ref,

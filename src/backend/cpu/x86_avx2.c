@@ -42,6 +42,7 @@ static inline __m256i or_hbit_avx2(__m256i u, uint32_t bits, int v)
 #define GEMM_Q8_U 0
 #define GEMM_PACKED 0 /* the 8-row packed GEMM (needs the one-instruction DPBUSD) */
 #define KSET_NAME "avx2"
+#define MLX_SRLV16 0
 #include "backend/cpu/x86_kernels.inc"
 
 #if defined(__clang__)

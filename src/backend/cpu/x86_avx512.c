@@ -27,6 +27,7 @@
 #define GEMM_Q8_U 1
 #define GEMM_PACKED 1 /* the 8-row packed GEMM (needs the one-instruction DPBUSD) */
 #define KSET_NAME "avx512"
+#define MLX_SRLV16 1 /* vpsrlvw for the MLX 3/5/6-bit unpack */
 #include "backend/cpu/x86_kernels.inc"
 
 #if defined(__clang__)
