@@ -350,7 +350,7 @@ Test(cuda, matmul_every_type_gemv_and_gemm_paths_match_cpu_reference)
 				pair_free(&y);
 				pair_free(&b);
 			}
-			gpu->ops->tensor_free(gpu, &wg);
+			gpu->ops->tensor_free(gpu, &wg), cpu->ops->tensor_free(cpu, &wc); /* the CPU may own a repacked copy */
 			free_hw(&w);
 		}
 	}
@@ -383,7 +383,7 @@ Test(cuda, every_gemv_variant_matches_cpu_reference)
 			}
 			pair_free(&x), pair_free(&xr), pair_free(&y), pair_free(&q8);
 		}
-		gpu->ops->tensor_free(gpu, &wg);
+		gpu->ops->tensor_free(gpu, &wg), cpu->ops->tensor_free(cpu, &wc); /* the CPU may own a repacked copy */
 		free_hw(&w);
 	}
 }
@@ -421,7 +421,7 @@ Test(cuda, embed_of_repacked_weights_equals_reference_dequantizer_and_zeroes_bad
 		free(ref);
 		pair_free(&ids);
 		pair_free(&out);
-		gpu->ops->tensor_free(gpu, &wg);
+		gpu->ops->tensor_free(gpu, &wg), cpu->ops->tensor_free(cpu, &wc); /* the CPU may own a repacked copy */
 		free_hw(&w);
 	}
 }
@@ -455,7 +455,7 @@ Test(cuda, moe_matmul_reads_selected_experts_and_zeroes_bad_ids)
 				pair_free(&y);
 			}
 		}
-		gpu->ops->tensor_free(gpu, &wg);
+		gpu->ops->tensor_free(gpu, &wg), cpu->ops->tensor_free(cpu, &wc); /* the CPU may own a repacked copy */
 		free_hw(&w);
 	}
 }
@@ -700,7 +700,7 @@ Test(cuda, graph_replay_equals_per_op_with_device_positions)
 	free(zeros);
 	pair *all[] = {&x, &q, &k, &v, &kc, &vc, &out, &am, &pos};
 	for (int i = 0; i < 9; i++) pair_free(all[i]);
-	gpu->ops->tensor_free(gpu, &wg);
+	gpu->ops->tensor_free(gpu, &wg), cpu->ops->tensor_free(cpu, &wc); /* the CPU may own a repacked copy */
 	free_hw(&w);
 }
 
@@ -867,7 +867,7 @@ Test(cuda, fused_gemv_every_format_variant_and_epilogue_matches_cpu)
 		bind_both(&w0, &wc[0], &wg[0]);
 		cr_assert_eq(sg_cuda_weight_view(&wg[0], &probe), SG_OK);
 		if (!sg_cu_multi_ok(probe.kt)) {
-			gpu->ops->tensor_free(gpu, &wg[0]);
+			gpu->ops->tensor_free(gpu, &wg[0]), cpu->ops->tensor_free(cpu, &wc[0]);
 			free_hw(&w0);
 			continue;
 		}
@@ -942,7 +942,7 @@ Test(cuda, fused_gemv_every_format_variant_and_epilogue_matches_cpu)
 			}
 		}
 		free(xcpu);
-		for (int i = 0; i < 3; i++) pair_free(&y[i]), pair_free(&b[i]), gpu->ops->tensor_free(gpu, &wg[i]);
+		for (int i = 0; i < 3; i++) pair_free(&y[i]), pair_free(&b[i]), gpu->ops->tensor_free(gpu, &wg[i]), cpu->ops->tensor_free(cpu, &wc[i]);
 		pair_free(&x), pair_free(&nw), pair_free(&xn), pair_free(&res), pair_free(&out), pair_free(&q8s);
 		free_hw(&w0), free_hw(&w1), free_hw(&w2);
 	}
@@ -1007,6 +1007,7 @@ Test(cuda, fused_stages_equal_their_composition_on_the_gpu)
 	pair *all[] = {&x, &nw, &xn, &g, &u, &pos, &qn, &kn, &q0, &k0, &v, &q1, &k1, &kc0, &vc0, &kc1, &vc1};
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) pair_free(all[i]);
 	gpu->ops->tensor_free(gpu, &wg[0]), gpu->ops->tensor_free(gpu, &wg[1]);
+	cpu->ops->tensor_free(cpu, &wc[0]), cpu->ops->tensor_free(cpu, &wc[1]);
 	free_hw(&hq), free_hw(&hu);
 }
 #endif
