@@ -19,7 +19,10 @@ the model fits a small machine.
           vocab 151936 (untied). Default: all 36 layers. --bits 16 writes plain BF16 weights
           (an unquantized Hugging Face checkpoint) instead of MLX affine codes.
 
-Usage: make_random_model.py qwen36|gemma4|qwen3 [--layers N] [--bits 4] [--group 64] [--out DIR]
+  qwen3moe Qwen3-30B-A3B (qwen3_moe): hidden 2048, 48 layers, 32 heads / 4 KV heads of dim 128,
+          128 experts of width 768 with top 8 (MLX switch_mlp stacks), vocab 151936 (untied).
+
+Usage: make_random_model.py qwen36|gemma4|qwen3|qwen3moe [--layers N] [--bits 4] [--group 64] [--out DIR]
 The folder (config.json + model.safetensors) goes to DIR, by default
 $SARAGOSSA_CACHE_DIR or ~/.cache/saragossa, under random/<name>. Never commit it.
 """
@@ -265,17 +268,55 @@ def qwen3(layers, bits, group, seed):
     return "qwen3-8b-random-%dl-%s" % (layers, kind), cfg, m
 
 
+def qwen3moe(layers, bits, group, seed):
+    D, V, H, Hkv, hd, E, k, F = 2048, 151936, 32, 4, 128, 128, 8, 768
+    cfg = {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+        "hidden_size": D, "vocab_size": V, "num_hidden_layers": layers, "intermediate_size": 6144,
+        "moe_intermediate_size": F, "num_experts": E, "num_experts_per_tok": k, "norm_topk_prob": True,
+        "decoder_sparse_step": 1, "mlp_only_layers": [],
+        "num_attention_heads": H, "num_key_value_heads": Hkv, "head_dim": hd, "hidden_act": "silu",
+        "rms_norm_eps": 1e-6, "max_position_embeddings": 40960, "rope_theta": 1000000.0,
+        "tie_word_embeddings": False, "attention_bias": False, "torch_dtype": "bfloat16",
+        "bos_token_id": 151643, "eos_token_id": 151645,
+    }
+    if bits != 16:
+        cfg["quantization"] = {"group_size": group, "bits": bits}
+    m = Model(bits, group, seed)
+    m.quant("model.embed_tokens", V, D)
+    for i in range(layers):
+        p = f"model.layers.{i}"
+        m.vec(f"{p}.input_layernorm.weight", D, 1.0)
+        m.vec(f"{p}.post_attention_layernorm.weight", D, 1.0)
+        a = f"{p}.self_attn"
+        m.quant(f"{a}.q_proj", H * hd, D)
+        m.quant(f"{a}.k_proj", Hkv * hd, D)
+        m.quant(f"{a}.v_proj", Hkv * hd, D)
+        m.quant(f"{a}.o_proj", D, H * hd)
+        m.vec(f"{a}.q_norm.weight", hd, 1.0)
+        m.vec(f"{a}.k_norm.weight", hd, 1.0)
+        m.quant(f"{p}.mlp.gate", E, D)
+        m.quant(f"{p}.mlp.switch_mlp.gate_proj", E, F, D)
+        m.quant(f"{p}.mlp.switch_mlp.up_proj", E, F, D)
+        m.quant(f"{p}.mlp.switch_mlp.down_proj", E, D, F)
+    m.vec("model.norm.weight", D, 1.0)
+    m.quant("lm_head", V, D)
+    kind = "bf16" if bits == 16 else "u%dg%d" % (bits, group)
+    return "qwen3-30b-a3b-random-%dl-%s" % (layers, kind), cfg, m
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("arch", choices=["qwen36", "gemma4", "qwen3"])
+    ap.add_argument("arch", choices=["qwen36", "gemma4", "qwen3", "qwen3moe"])
     ap.add_argument("--layers", type=int, default=None)
     ap.add_argument("--bits", type=int, default=4)
     ap.add_argument("--group", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
-    layers = a.layers or {"qwen36": 4, "gemma4": 6, "qwen3": 36}[a.arch]
-    name, cfg, m = {"qwen36": qwen36, "gemma4": gemma4, "qwen3": qwen3}[a.arch](layers, a.bits, a.group, a.seed)
+    layers = a.layers or {"qwen36": 4, "gemma4": 6, "qwen3": 36, "qwen3moe": 48}[a.arch]
+    builders = {"qwen36": qwen36, "gemma4": gemma4, "qwen3": qwen3, "qwen3moe": qwen3moe}
+    name, cfg, m = builders[a.arch](layers, a.bits, a.group, a.seed)
     root = Path(a.out) if a.out else Path(os.environ.get("SARAGOSSA_CACHE_DIR") or Path.home() / ".cache" / "saragossa") / "random"
     d = root / name
     d.mkdir(parents=True, exist_ok=True)
