@@ -94,7 +94,11 @@ sg_status sg_model_bind_stacked_experts(sg_model *m, int layer, sg_layer_weights
 		{"blk.{L}.ffn_up_exps.weight", SG_WANT_MATMUL, 3, {D, F, E}, 0, 0, &lw->up_exps},
 		{"blk.{L}.ffn_down_exps.weight", SG_WANT_MATMUL, 3, {F, D, E}, 0, 0, &lw->down_exps},
 	};
-	return bind_wants(m, ws, 3, layer);
+	size_t before = m->weight_bytes;
+	sg_status st = bind_wants(m, ws, 3, layer);
+	/* a decode step reads k of the E experts: the bench's byte count says so */
+	m->weight_bytes = before + (m->weight_bytes - before) / (size_t)E * (size_t)d->n_expert_used;
+	return st;
 }
 
 static sg_status bind_layer(sg_model *m, int i)

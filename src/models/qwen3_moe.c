@@ -36,7 +36,7 @@ static sg_status stack(sg_model *m, int layer, const char *proj, int64_t cols, i
 		sg_status st = m->be->ops->write(m->be, out, (size_t)e * t->nbytes, t->data, t->nbytes);
 		if (st) return st;
 	}
-	m->weight_bytes += (size_t)E * first->nbytes;
+	m->weight_bytes += (size_t)m->desc.n_expert_used * first->nbytes; /* a decode step reads k of the E experts */
 	return SG_OK;
 }
 
