@@ -28,6 +28,8 @@ static const sg_flag table[] = {
 	 "CPU: software prefetch distance of the weight kernels in bytes (0: none, the hardware prefetcher alone)"},
 	{"SARAGOSSA_CPU_ATTN_SPLIT_KV", SG_FLAG_BOOL, "1",
 	 "CPU: attention with few heads also splits the kv length across threads (0: heads only)"},
+	{"SARAGOSSA_CPU_ATTN_TILE", SG_FLAG_BOOL, "1",
+	 "CPU: prefill attention runs tiles of tokens x grouped heads that share each K/V block (same bits; 0: one (token, head) at a time)"},
 	{"SARAGOSSA_CPU_GDN_CHUNK", SG_FLAG_BOOL, "1",
 	 "CPU: prefill runs the gated delta rule in chunks of 64 tokens (0: the token-by-token recurrence)"},
 	{"SARAGOSSA_CACHE_DIR", SG_FLAG_STR, "",

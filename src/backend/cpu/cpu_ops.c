@@ -8,9 +8,11 @@
 #include "backend/cpu/cpu_internal.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "base/error.h"
+#include "base/flags.h"
 #include "base/threadpool.h"
 
 #define MAX_HEAD_DIM 1024
@@ -212,6 +214,8 @@ sg_status sg_cpu_kv_store(sg_backend *be, const sg_btensor *k, const sg_btensor 
 
 #define KV_CHUNK 256     /* kv positions per work item when a step has few heads */
 #define FEW_ITEMS 32     /* below this many (token, head) pairs, also split the kv length */
+#define TILE_QUERIES 32  /* queries (tokens x grouped heads) that share each K/V block of a tile */
+#define MAX_TILE_TOKENS 32
 
 typedef struct {
 	sg_cpu_backend *cb;
@@ -224,6 +228,12 @@ typedef struct {
 	float scale, cap;
 	int window, causal, ring;
 	float *out, *part; /* part [n*H][nchunk][hdv + 2] */
+	/* the tiled path: tiles of tq tokens x the G grouped heads of one kv head; each thread's
+	 * buffer (tbuf + ith * tfloats) holds m [tq*G], l [tq*G] and, for f16 caches, the block's
+	 * rows converted once: k [ATT_KB][hd], v [ATT_KB][hdv] */
+	int64_t tq, tfloats;
+	float *tbuf;
+	_Atomic int64_t next;
 } attn_job;
 
 static void kv_range(const attn_job *j, int64_t t, int64_t *lo, int64_t *hi)
@@ -247,55 +257,72 @@ static const float *kv_row(const uint8_t *base, int f16, int64_t j, int64_t Hkv,
 
 #define ATT_KB 32 /* kv positions scored at once: one max, one vector exp, one pass over the values */
 
-/* Online softmax over kv positions [a, b] for one (token, head): m, l and the unnormalised acc.
- * Positions go by chunks of ATT_KB: the scores of a chunk first, the running maximum (and the
- * rescaling of what was accumulated) once per chunk, the exponentials as one vector, then the
- * value rows added with the accumulator held in registers. The chunks start at a, so the split
- * depends only on the kv range, never on the threads. */
-static void attn_item(const attn_job *j, int64_t t, int64_t h, int64_t a, int64_t b, float *m_out, float *l_out, float *acc)
+/* One block of the online softmax: kv positions [p0, p0 + nk) (nk <= ATT_KB) of kv head kh for
+ * the query q, folded into its running maximum *m, sum *l and unnormalised acc [hdv]. The block's
+ * scores first, the running maximum (and the rescaling of what was accumulated) once, the
+ * exponentials as one vector, then the value rows added with the accumulator held in registers.
+ * krows / vrows: NULL, or the block's rows already converted to f32 ([nk][hd], [nk][hdv]; used
+ * only where the rows go one by one, i.e. f16 caches): the same values kv_row would give, so the
+ * result is the same bit for bit. Every path of the attention runs a query's blocks through this
+ * function, which is what makes the tiled path equal the per-item one. */
+static void attn_block(const attn_job *j, const float *q, int64_t kh, int64_t p0, int64_t nk, const float *krows,
+		       const float *vrows, float *m_io, float *l_io, float *acc)
 {
 	const sg_cpu_kernels *k = j->cb->k;
+	float kbuf[MAX_HEAD_DIM], vbuf[MAX_HEAD_DIM], sc[ATT_KB];
+	float m = *m_io, l = *l_io;
+	int64_t row0 = j->ring ? p0 % j->ctx : p0;
+	float cm = -INFINITY;
+	/* a ring's size depends on the prefill chunk, and so would the wrap points: rings take the
+	 * row-by-row path always, so their results do not depend on the chunking */
+	int contiguous = !j->ring && row0 + nk <= j->ctx;
+	if (!j->kf16 && contiguous) {
+		k->dots_f32(q, (const float *)j->kc + ((size_t)row0 * j->Hkv + kh) * j->hd, j->Hkv * j->hd, nk, j->hd, sc);
+	} else {
+		for (int64_t i = 0; i < nk; i++) {
+			int64_t row = j->ring ? (p0 + i) % j->ctx : p0 + i;
+			const float *kr = krows ? krows + i * j->hd : kv_row(j->kc, j->kf16, row, j->Hkv, kh, j->hd, kbuf);
+			sc[i] = k->dot_f32(q, kr, j->hd);
+		}
+	}
+	for (int64_t i = 0; i < nk; i++) sc[i] *= j->scale;
+	if (j->cap > 0) k->softcap(sc, j->cap, sc, nk);
+	for (int64_t i = 0; i < nk; i++) cm = sc[i] > cm ? sc[i] : cm;
+	if (cm > m) { /* new maximum: rescale what was accumulated */
+		if (m > -INFINITY) {
+			float c = expf(m - cm);
+			l *= c;
+			for (int64_t i = 0; i < j->hdv; i++) acc[i] *= c;
+		}
+		m = cm;
+	}
+	l += k->expsum(sc, m, sc, nk);
+	if (!j->vf16 && contiguous) {
+		const float *v = (const float *)j->vc + ((size_t)row0 * j->Hkv + kh) * j->hdv;
+		k->wsum_f32(acc, v, j->Hkv * j->hdv, sc, nk, j->hdv);
+	} else {
+		for (int64_t i = 0; i < nk; i++) {
+			int64_t row = j->ring ? (p0 + i) % j->ctx : p0 + i;
+			const float *vr = vrows ? vrows + i * j->hdv : kv_row(j->vc, j->vf16, row, j->Hkv, kh, j->hdv, vbuf);
+			k->axpy_f32(acc, vr, sc[i], j->hdv);
+		}
+	}
+	*m_io = m;
+	*l_io = l;
+}
+
+/* Online softmax over kv positions [a, b] for one (token, head): m, l and the unnormalised acc.
+ * Blocks of ATT_KB positions start at a, so the split depends only on the kv range, never on the
+ * threads. */
+static void attn_item(const attn_job *j, int64_t t, int64_t h, int64_t a, int64_t b, float *m_out, float *l_out, float *acc)
+{
 	const float *q = j->q + (t * j->H + h) * j->hd;
 	int64_t kh = h / (j->H / j->Hkv);
-	float kbuf[MAX_HEAD_DIM], vbuf[MAX_HEAD_DIM], sc[ATT_KB];
 	float m = -INFINITY, l = 0;
 	memset(acc, 0, sizeof(float) * (size_t)j->hdv);
 	for (int64_t p0 = a; p0 <= b; p0 += ATT_KB) {
 		int64_t nk = b - p0 + 1 < ATT_KB ? b - p0 + 1 : ATT_KB;
-		int64_t row0 = j->ring ? p0 % j->ctx : p0;
-		float cm = -INFINITY;
-		/* a ring's size depends on the prefill chunk, and so would the wrap points: rings take the
-		 * row-by-row path always, so their results do not depend on the chunking */
-		int contiguous = !j->ring && row0 + nk <= j->ctx;
-		if (!j->kf16 && contiguous) {
-			k->dots_f32(q, (const float *)j->kc + ((size_t)row0 * j->Hkv + kh) * j->hd, j->Hkv * j->hd, nk, j->hd, sc);
-		} else {
-			for (int64_t i = 0; i < nk; i++) {
-				int64_t row = j->ring ? (p0 + i) % j->ctx : p0 + i;
-				sc[i] = k->dot_f32(q, kv_row(j->kc, j->kf16, row, j->Hkv, kh, j->hd, kbuf), j->hd);
-			}
-		}
-		for (int64_t i = 0; i < nk; i++) sc[i] *= j->scale;
-		if (j->cap > 0) k->softcap(sc, j->cap, sc, nk);
-		for (int64_t i = 0; i < nk; i++) cm = sc[i] > cm ? sc[i] : cm;
-		if (cm > m) { /* new maximum: rescale what was accumulated */
-			if (m > -INFINITY) {
-				float c = expf(m - cm);
-				l *= c;
-				for (int64_t i = 0; i < j->hdv; i++) acc[i] *= c;
-			}
-			m = cm;
-		}
-		l += k->expsum(sc, m, sc, nk);
-		if (!j->vf16 && contiguous) {
-			const float *v = (const float *)j->vc + ((size_t)row0 * j->Hkv + kh) * j->hdv;
-			k->wsum_f32(acc, v, j->Hkv * j->hdv, sc, nk, j->hdv);
-		} else {
-			for (int64_t i = 0; i < nk; i++) {
-				int64_t row = j->ring ? (p0 + i) % j->ctx : p0 + i;
-				k->axpy_f32(acc, kv_row(j->vc, j->vf16, row, j->Hkv, kh, j->hdv, vbuf), sc[i], j->hdv);
-			}
-		}
+		attn_block(j, q, kh, p0, nk, NULL, NULL, &m, &l, acc);
 	}
 	*m_out = m;
 	*l_out = l;
@@ -343,6 +370,62 @@ static void attn_task(void *ctx, int ith, int nth)
 		}
 		float inv = l > 0 ? 1.0f / l : 0.0f;
 		for (int64_t i = 0; i < j->hdv; i++) o[i] *= inv;
+	}
+}
+
+/* The tiled path (many tokens, every kv range starting at 0). A work item is a tile: tq
+ * consecutive tokens x the G query heads of one kv head. The tile walks the kv positions in
+ * blocks of ATT_KB from 0, and each of its queries whose range reaches a block runs that block
+ * (truncated at its own end) through attn_block: the same blocks, the same calls with the same
+ * nk as attn_item, so every output is bit for bit the per-item one, whatever shares its tile. What
+ * changes is the memory traffic: a block's K and V rows come from memory once per tile and from
+ * the cache for its other queries. Tiles are taken from a shared counter, the latest tokens
+ * (longest ranges) first; which thread runs a tile does not change its result. */
+static void attn_tile_task(void *ctx, int ith, int nth)
+{
+	(void)nth;
+	attn_job *j = ctx;
+	int64_t G = j->H / j->Hkv, tq = j->tq, ntt = (j->n + tq - 1) / tq, tiles = ntt * j->Hkv;
+	float *ms = j->tbuf + ith * j->tfloats, *ls = ms + tq * G, *krows = ls + tq * G;
+	float *vrows = krows + (j->kf16 ? ATT_KB * j->hd : 0);
+	for (int64_t it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < tiles;) {
+		int64_t r = tiles - 1 - it, t0 = (r / j->Hkv) * tq, kh = r % j->Hkv;
+		int64_t t1 = t0 + tq < j->n ? t0 + tq : j->n, top = -1;
+		int64_t his[MAX_TILE_TOKENS];
+		for (int64_t t = t0; t < t1; t++) {
+			int64_t lo, hi;
+			kv_range(j, t, &lo, &hi);
+			SG_ASSERT(lo == 0);
+			his[t - t0] = hi;
+			top = hi > top ? hi : top;
+			for (int64_t g = 0; g < G; g++) {
+				ms[(t - t0) * G + g] = -INFINITY;
+				ls[(t - t0) * G + g] = 0;
+				if (hi >= 0) memset(j->out + (t * j->H + kh * G + g) * j->hdv, 0, sizeof(float) * (size_t)j->hdv);
+			}
+		}
+		for (int64_t p0 = 0; p0 <= top; p0 += ATT_KB) {
+			int64_t nb = top - p0 + 1 < ATT_KB ? top - p0 + 1 : ATT_KB;
+			/* f16 rows: converted once per tile, the values kv_row gives each query */
+			for (int64_t i = 0; i < nb && j->kf16; i++) kv_row(j->kc, 1, p0 + i, j->Hkv, kh, j->hd, krows + i * j->hd);
+			for (int64_t i = 0; i < nb && j->vf16; i++) kv_row(j->vc, 1, p0 + i, j->Hkv, kh, j->hdv, vrows + i * j->hdv);
+			for (int64_t t = t0; t < t1; t++) {
+				int64_t hi = his[t - t0];
+				if (hi < p0) continue;
+				int64_t nk = hi - p0 + 1 < ATT_KB ? hi - p0 + 1 : ATT_KB;
+				for (int64_t g = 0; g < G; g++) {
+					int64_t qi = t * j->H + kh * G + g;
+					attn_block(j, j->q + qi * j->hd, kh, p0, nk, j->kf16 ? krows : NULL, j->vf16 ? vrows : NULL,
+						   &ms[(t - t0) * G + g], &ls[(t - t0) * G + g], j->out + qi * j->hdv);
+				}
+			}
+		}
+		for (int64_t t = t0; t < t1; t++)
+			for (int64_t g = 0; g < G; g++) {
+				float l = ls[(t - t0) * G + g], *o = j->out + (t * j->H + kh * G + g) * j->hdv;
+				float inv = l > 0 ? 1.0f / l : 0.0f;
+				for (int64_t i = 0; i < j->hdv; i++) o[i] = l > 0 ? o[i] * inv : 0.0f;
+			}
 	}
 }
 
@@ -401,6 +484,31 @@ sg_status sg_cpu_attention(sg_backend *be, const sg_btensor *q, const sg_btensor
 		size_t need = sizeof(float) * (size_t)(j.n * j.H * j.nchunk * (j.hdv + 2));
 		j.part = sg_cpu_scratch(cb, need);
 		if (!j.part) return SG_FAIL(SG_ERR_NOMEM, "%zu bytes of scratch", need);
+	}
+	/* the tiled path where every query's blocks start at kv position 0 (causal, no ring, no
+	 * window that cuts a range short) and the kv length is not split: there the tiles share
+	 * their blocks exactly. Which path runs never changes a bit of the result (see
+	 * attn_tile_task), so the choice may look at the thread count. */
+	int tile = j.causal && !j.ring && j.nchunk == 1 && j.n >= 2 && sg_flag_bool("SARAGOSSA_CPU_ATTN_TILE");
+	for (int64_t t = 0; tile && t < j.n; t++) {
+		int64_t lo, hi;
+		kv_range(&j, t, &lo, &hi);
+		tile = lo == 0;
+	}
+	if (tile) {
+		int64_t G = j.H / j.Hkv, nth = cb->nth > 0 ? cb->nth : 1;
+		j.tq = TILE_QUERIES / G > 1 ? TILE_QUERIES / G : 1;
+		if (j.tq > MAX_TILE_TOKENS) j.tq = MAX_TILE_TOKENS;
+		/* enough tiles to keep every thread busy */
+		while (j.tq > 1 && j.Hkv * ((j.n + j.tq - 1) / j.tq) < 2 * nth) j.tq /= 2;
+		j.tfloats = 2 * j.tq * G + (j.kf16 ? ATT_KB * j.hd : 0) + (j.vf16 ? ATT_KB * j.hdv : 0);
+		j.tfloats = (j.tfloats + 15) / 16 * 16; /* a cache line apart */
+		size_t need = sizeof(float) * (size_t)(j.tfloats * nth);
+		j.tbuf = sg_cpu_scratch(cb, need);
+		if (!j.tbuf) return SG_FAIL(SG_ERR_NOMEM, "%zu bytes of scratch", need);
+		atomic_init(&j.next, 0);
+		sg_threadpool_run(cb->pool, attn_tile_task, &j);
+		return SG_OK;
 	}
 	sg_threadpool_run(cb->pool, attn_task, &j);
 	return SG_OK;
