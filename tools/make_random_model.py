@@ -234,6 +234,19 @@ def gemma4(layers, bits, group, seed):
     return "gemma4-26b-a4b-random-%dl-u%dg%d" % (layers, bits, group), cfg, m
 
 
+def qwen3_attention(m, p, D, H, Hkv, hd):
+    """A Qwen3 layer's norms and attention (qk-norm, no biases) under prefix p."""
+    m.vec(f"{p}.input_layernorm.weight", D, 1.0)
+    m.vec(f"{p}.post_attention_layernorm.weight", D, 1.0)
+    a = f"{p}.self_attn"
+    m.quant(f"{a}.q_proj", H * hd, D)
+    m.quant(f"{a}.k_proj", Hkv * hd, D)
+    m.quant(f"{a}.v_proj", Hkv * hd, D)
+    m.quant(f"{a}.o_proj", D, H * hd)
+    m.vec(f"{a}.q_norm.weight", hd, 1.0)
+    m.vec(f"{a}.k_norm.weight", hd, 1.0)
+
+
 def qwen3(layers, bits, group, seed):
     D, V, F, H, Hkv, hd = 4096, 151936, 12288, 32, 8, 128
     cfg = {
@@ -250,15 +263,7 @@ def qwen3(layers, bits, group, seed):
     m.quant("model.embed_tokens", V, D)
     for i in range(layers):
         p = f"model.layers.{i}"
-        m.vec(f"{p}.input_layernorm.weight", D, 1.0)
-        m.vec(f"{p}.post_attention_layernorm.weight", D, 1.0)
-        a = f"{p}.self_attn"
-        m.quant(f"{a}.q_proj", H * hd, D)
-        m.quant(f"{a}.k_proj", Hkv * hd, D)
-        m.quant(f"{a}.v_proj", Hkv * hd, D)
-        m.quant(f"{a}.o_proj", D, H * hd)
-        m.vec(f"{a}.q_norm.weight", hd, 1.0)
-        m.vec(f"{a}.k_norm.weight", hd, 1.0)
+        qwen3_attention(m, p, D, H, Hkv, hd)
         m.quant(f"{p}.mlp.gate_proj", F, D)
         m.quant(f"{p}.mlp.up_proj", F, D)
         m.quant(f"{p}.mlp.down_proj", D, F)
@@ -286,15 +291,7 @@ def qwen3moe(layers, bits, group, seed):
     m.quant("model.embed_tokens", V, D)
     for i in range(layers):
         p = f"model.layers.{i}"
-        m.vec(f"{p}.input_layernorm.weight", D, 1.0)
-        m.vec(f"{p}.post_attention_layernorm.weight", D, 1.0)
-        a = f"{p}.self_attn"
-        m.quant(f"{a}.q_proj", H * hd, D)
-        m.quant(f"{a}.k_proj", Hkv * hd, D)
-        m.quant(f"{a}.v_proj", Hkv * hd, D)
-        m.quant(f"{a}.o_proj", D, H * hd)
-        m.vec(f"{a}.q_norm.weight", hd, 1.0)
-        m.vec(f"{a}.k_norm.weight", hd, 1.0)
+        qwen3_attention(m, p, D, H, Hkv, hd)
         m.quant(f"{p}.mlp.gate", E, D)
         m.quant(f"{p}.mlp.switch_mlp.gate_proj", E, F, D)
         m.quant(f"{p}.mlp.switch_mlp.up_proj", E, F, D)

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_reduce.cuh"
 
 static int lin_ok(void) { return (int)cudaGetLastError(); }
 
@@ -27,12 +28,6 @@ static __device__ __forceinline__ float lin_sigm(float x) { return 1.0f / (1.0f 
 /* softplus as torch computes it (beta 1, threshold 20: linear past it), as the CPU does */
 static __device__ __forceinline__ float lin_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-static __device__ __forceinline__ float lin_warp_sum(float v)
-{
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
 
 /* --- short conv --- */
 
@@ -135,8 +130,8 @@ template <int P, int R> __global__ void __launch_bounds__(32 * P) gdn_kernel(con
 			sq += qv * qv;
 			sk += kv * kv;
 		}
-		sq = lin_warp_sum(sq);
-		sk = lin_warp_sum(sk);
+		sq = warp_sum(sq);
+		sk = warp_sum(sk);
 		if (cx == 0) wsq[0][py] = sq, wsq[1][py] = sk;
 		__syncthreads(); /* q, k rows and their partial sums of squares are in */
 		float tq = 0.0f, tk = 0.0f;
@@ -208,23 +203,11 @@ extern "C" int sg_cu_gated_delta(const sg_cu_gdn *g, sg_custream s)
 /* One block per row: y = x * (1 / sqrt(mean(x^2) + eps)) * w * silu(gate), the CPU's order. */
 __global__ void gated_rmsnorm_kernel(const float *x, const float *w, const float *gate, float eps, float *y, int64_t D)
 {
-	__shared__ float sh[32];
-	__shared__ float tot;
 	const float *xr = x + blockIdx.x * D, *gr = gate + blockIdx.x * D;
 	float *yr = y + blockIdx.x * D;
 	float ss = 0.0f;
 	for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss += xr[i] * xr[i];
-	ss = lin_warp_sum(ss);
-	int wi = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
-	if (l == 0) sh[wi] = ss;
-	__syncthreads();
-	if (wi == 0) {
-		float v = l < nw ? sh[l] : 0.0f;
-		v = lin_warp_sum(v);
-		if (l == 0) tot = v;
-	}
-	__syncthreads();
-	float sc = 1.0f / sqrtf(tot / (float)D + eps);
+	float sc = 1.0f / sqrtf(block_sum(ss) / (float)D + eps);
 	/* each element is read and written by the same thread: y may alias x */
 	for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * sc * w[i] * lin_silu(gr[i]);
 }

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_reduce.cuh"
 
 #define WARPS 8 /* warps (rows) per GEMV block: 256 threads */
 /* The 8-bit GEMV variant used by default (sg_cu_gemv): chosen by bench/kernels/cuda on the H200. */
@@ -299,12 +300,6 @@ template <int KT> static __device__ __forceinline__ void load_x(const float *x, 
 	}
 }
 
-static __device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
 
 /*
  * The GEMV: warp `warp` of block b owns rows [(b*WARPS + warp)*R, +R). Each lane walks the row's
@@ -1014,24 +1009,13 @@ __global__ void __launch_bounds__(NQ_WARPS * 32) norm_quant_kernel(const float *
 								   float off, int64_t K, float *__restrict__ xn, int8_t *__restrict__ xq,
 								   float *__restrict__ dx, float *__restrict__ sx)
 {
-	__shared__ float sh[32];
-	__shared__ float res;
 	cudaGridDependencySynchronize();
 	int wi = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
 	float sc = 1.0f;
 	if (norm) {
 		float ss = 0.0f;
 		for (int64_t i = threadIdx.x; i < K; i += blockDim.x) ss += x[i] * x[i];
-		ss = warp_sum(ss);
-		if (lane == 0) sh[wi] = ss;
-		__syncthreads();
-		if (wi == 0) {
-			float t = lane < nw ? sh[lane] : 0.0f;
-			t = warp_sum(t);
-			if (lane == 0) res = t;
-		}
-		__syncthreads();
-		sc = 1.0f / sqrtf(res / (float)K + eps);
+		sc = 1.0f / sqrtf(block_sum(ss) / (float)K + eps);
 	}
 	int64_t b = (int64_t)blockIdx.x * nw + wi;
 	if (b >= K / 32) return;

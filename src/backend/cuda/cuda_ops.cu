@@ -11,19 +11,8 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_reduce.cuh"
 
-static __device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
-static __device__ __forceinline__ double warp_sumd(double v)
-{
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
 static __device__ __forceinline__ float warp_max(float v)
 {
 #pragma unroll
@@ -31,41 +20,6 @@ static __device__ __forceinline__ float warp_max(float v)
 	return v;
 }
 
-/* Sum over the block (blockDim a multiple of 32, at most 1024); every thread gets the result. */
-static __device__ float block_sum(float v)
-{
-	__shared__ float sh[32];
-	__shared__ float res;
-	v = warp_sum(v);
-	int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
-	__syncthreads();
-	if (l == 0) sh[w] = v;
-	__syncthreads();
-	if (w == 0) {
-		float s = l < nw ? sh[l] : 0.0f;
-		s = warp_sum(s);
-		if (l == 0) res = s;
-	}
-	__syncthreads();
-	return res;
-}
-static __device__ double block_sumd(double v)
-{
-	__shared__ double sh[32];
-	__shared__ double res;
-	v = warp_sumd(v);
-	int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
-	__syncthreads();
-	if (l == 0) sh[w] = v;
-	__syncthreads();
-	if (w == 0) {
-		double s = l < nw ? sh[l] : 0.0;
-		s = warp_sumd(s);
-		if (l == 0) res = s;
-	}
-	__syncthreads();
-	return res;
-}
 static __device__ float block_max(float v)
 {
 	__shared__ float sh[32];
@@ -117,10 +71,10 @@ __global__ void layernorm_kernel(const float *x, const float *w, const float *b,
 	float *yr = y + blockIdx.x * D;
 	double sum = 0;
 	for (int64_t i = threadIdx.x; i < D; i += blockDim.x) sum += xr[i];
-	double mean = block_sumd(sum) / (double)D;
+	double mean = block_sum(sum) / (double)D;
 	double var = 0;
 	for (int64_t i = threadIdx.x; i < D; i += blockDim.x) var += (xr[i] - mean) * (xr[i] - mean);
-	var = block_sumd(var) / (double)D;
+	var = block_sum(var) / (double)D;
 	float m = (float)mean, sc = (float)(1.0 / sqrt(var + eps));
 	for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
 		float v = (xr[i] - m) * sc;
@@ -442,7 +396,7 @@ __global__ void softmax_kernel(const float *x, float *out, int64_t D)
 		o[i] = e;
 		sum += e;
 	}
-	float inv = (float)(1.0 / block_sumd(sum));
+	float inv = (float)(1.0 / block_sum(sum));
 	for (int64_t i = threadIdx.x; i < D; i += blockDim.x) o[i] *= inv;
 }
 
@@ -493,7 +447,7 @@ __global__ void route_kernel(const float *logits, int64_t E, int sigmoid, int k,
 			p[i] = expf(x[i] - m);
 			sum += p[i];
 		}
-		float inv = (float)(1.0 / block_sumd(sum));
+		float inv = (float)(1.0 / block_sum(sum));
 		for (int64_t i = threadIdx.x; i < E; i += blockDim.x) p[i] *= inv;
 	}
 	__syncthreads();
