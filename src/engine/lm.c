@@ -43,6 +43,11 @@ sg_model *sg_lm_model(const sg_lm *lm)
 	return lm->model;
 }
 
+sg_session *sg_lm_session(const sg_lm *lm)
+{
+	return lm->session;
+}
+
 const sg_tokenizer *sg_lm_tokenizer(const sg_lm *lm)
 {
 	return lm->tok;
@@ -235,12 +240,13 @@ sg_status sg_lm_load(const char *path, const sg_lm_params *p, sg_lm **out)
 	static const sg_lm_params defaults = {0};
 	if (!p) p = &defaults;
 	*out = NULL;
-	sg_status s = sg_lm_check_memory(path);
+	sg_status s = p->no_memory_check ? SG_OK : sg_lm_check_memory(path);
 	if (s) return s;
 	sg_lm *lm = sg_calloc(1, sizeof *lm);
 	if (!lm) return SG_FAIL(SG_ERR_NOMEM, "model state");
 	sg_model_params mp = sg_model_default_params();
 	mp.n_threads = p->n_threads;
+	if (p->backend) mp.backend = p->backend;
 	if ((s = sg_model_load(path, &mp, &lm->model))) goto fail;
 	sg_session_params sp = sg_session_default_params();
 	sp.n_ctx = p->n_ctx;

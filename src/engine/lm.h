@@ -31,11 +31,14 @@
 #include "saragossa.h"
 
 typedef struct sg_lm sg_lm;
+typedef struct sg_session sg_session;
 typedef struct sg_tokenizer sg_tokenizer;
 
 typedef struct sg_lm_params {
-	int32_t n_ctx; /* context the state holds; 0 = the session default (the model's, capped) */
-	int n_threads; /* CPU threads; 0 = SARAGOSSA_THREADS, else one per core */
+	int32_t n_ctx;       /* context the state holds; 0 = the session default (the model's, capped) */
+	int n_threads;       /* CPU threads; 0 = SARAGOSSA_THREADS, else one per core */
+	const char *backend; /* "cpu", "cuda"; NULL = the model loader's default */
+	int no_memory_check; /* 1: skip sg_lm_check_memory (the caller guards memory itself) */
 } sg_lm_params;
 
 /* Pieces of the binding the server's own model state uses too. */
@@ -65,6 +68,8 @@ sg_status sg_lm_load(const char *path, const sg_lm_params *p, sg_lm **out);
 void sg_lm_free(sg_lm *lm);
 
 sg_model *sg_lm_model(const sg_lm *lm);
+/* The session the binding evaluates in (the server drives it with its own prefix-cache hooks). */
+sg_session *sg_lm_session(const sg_lm *lm);
 const sg_tokenizer *sg_lm_tokenizer(const sg_lm *lm);
 int32_t sg_lm_n_ctx(const sg_lm *lm);
 int32_t sg_lm_n_vocab(const sg_lm *lm);

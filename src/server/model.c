@@ -31,21 +31,17 @@
 
 struct sg_srv_model {
 	sg_srv_model_info info;
-	int32_t eos[MAX_EOS];
-	size_t n_eos;
 	sg_gen_model ops;
-	sg_gen_detok dt_ops;
 	sg_gen_state state;
 	sg_srv_model_agent agent;
 #if SG_SERVER_HAVE_MODELS
 	sg_token_trie *trie; /* lazily built by the worker */
 	uint8_t **tok_bytes; /* [n_vocab] each token's output bytes */
 	uint32_t *tok_len;   /* [n_vocab] */
-	sg_model *model;
-	sg_session *session;
-	sg_tokenizer *tok;
-	sg_chat_template *tmpl;
-	sg_detok *detok;
+	sg_lm *lm;                 /* the model, its session, tokenizer, template, detokenizer, EOS ids */
+	sg_model *model;           /* borrowed from lm */
+	sg_session *session;       /* borrowed from lm: driven with the prefix-cache hooks below */
+	const sg_tokenizer *tok;   /* borrowed from lm */
 #endif
 	struct sg_pool *pool;     /* prefix cache + memory guard; NULL: none */
 	int pc_armed;             /* the running prefill snapshots block boundaries */
@@ -66,8 +62,12 @@ const sg_srv_model_info *sg_srv_model_info_get(const sg_srv_model *m)
 
 const int32_t *sg_srv_model_eos(const sg_srv_model *m, size_t *n)
 {
-	*n = m->n_eos;
-	return m->eos;
+#if SG_SERVER_HAVE_MODELS
+	return sg_lm_eos(m->lm, n);
+#else
+	*n = 0;
+	return NULL;
+#endif
 }
 
 const sg_srv_model_agent *sg_srv_model_agent_get(const sg_srv_model *m)
@@ -82,7 +82,11 @@ sg_gen_state *sg_srv_model_state(sg_srv_model *m)
 
 const sg_gen_detok *sg_srv_model_detok(sg_srv_model *m)
 {
-	return &m->dt_ops;
+#if SG_SERVER_HAVE_MODELS
+	return sg_lm_detok(m->lm);
+#else
+	return NULL;
+#endif
 }
 
 static uint64_t path_bytes(const char *path)
@@ -292,27 +296,6 @@ static sg_status op_reset(void *self)
 	return SG_OK;
 }
 
-static sg_status dt_push(void *self, int32_t tok, const char **piece, size_t *len)
-{
-	return sg_detok_push(((sg_srv_model *)self)->detok, tok, piece, len);
-}
-
-static sg_status dt_flush(void *self, const char **piece, size_t *len)
-{
-	return sg_detok_flush(((sg_srv_model *)self)->detok, piece, len);
-}
-
-static void dt_reset(void *self)
-{
-	sg_srv_model *m = self;
-	/* A fresh stream per generation: nothing of the last answer is held back. */
-	sg_detok *d = NULL;
-	if (sg_detok_create(m->tok, 1, &d) == SG_OK) {
-		sg_detok_free(m->detok);
-		m->detok = d;
-	}
-}
-
 /* The tool-call syntax: render an assistant turn holding one call with the model's own template
  * and look at how it came out. A template that cannot render a call (or has none) falls back
  * on the vocabulary's markers, then on Hermes (the most common, and what ChatML models learn). */
@@ -323,7 +306,7 @@ static int find_syntax(const sg_srv_model *m)
 	else if (sg_tokenizer_token_id(m->tok, "<|python_tag|>", 14) >= 0) syn = SG_TC_LLAMA3;
 	else if (sg_tokenizer_token_id(m->tok, "<|tool_call>", 12) >= 0) syn = SG_TC_GEMMA4;
 	else if (!strncmp(m->info.arch, "gemma3", 6)) syn = SG_TC_GEMMA3;
-	if (!m->tmpl) return syn;
+	if (!sg_lm_has_template(m->lm)) return syn;
 	json_t *msgs = json_pack("[{s:s,s:s},{s:s,s:s,s:[{s:s,s:s,s:{s:s,s:{s:i}}}]},{s:s,s:s,s:s}]", "role", "user", "content",
 				 "x", "role", "assistant", "content", "", "tool_calls", "id", "call_0", "type", "function",
 				 "function", "name", "probe_fn", "arguments", "a", 1, "role", "tool", "tool_call_id", "call_0",
@@ -334,7 +317,7 @@ static int find_syntax(const sg_srv_model *m)
 	char *out = NULL;
 	size_t n = 0;
 	sg_chat_params p = {.messages = msgs, .tools = tools, .add_generation_prompt = 1};
-	if (msgs && tools && sg_chat_template_render(m->tmpl, &p, &out, &n) == SG_OK) {
+	if (msgs && tools && sg_lm_chat_render(m->lm, &p, &out, &n) == SG_OK) {
 		if (strstr(out, "<function=probe_fn>")) syn = SG_TC_QWEN_XML;
 		else if (strstr(out, "<tool_call>")) syn = SG_TC_HERMES;
 		else if (strstr(out, "[TOOL_CALLS]")) syn = SG_TC_MISTRAL;
@@ -423,11 +406,14 @@ sg_status sg_srv_model_trie(sg_srv_model *m, const sg_token_trie **trie, const u
 			}
 		}
 		sg_free(ref_text);
+		size_t n_eos = 0;
+		const int32_t *eos = sg_lm_eos(m->lm, &n_eos);
 		int eot[MAX_EOS];
-		for (size_t i = 0; i < m->n_eos; i++) eot[i] = m->eos[i];
+		if (n_eos > MAX_EOS) n_eos = MAX_EOS;
+		for (size_t i = 0; i < n_eos; i++) eot[i] = eos[i];
 		if (st == SG_OK)
 			st = sg_token_trie_build((const uint8_t *const *)m->tok_bytes, m->tok_len, nv, special, n_special, eot,
-						 (int)m->n_eos, &m->trie);
+						 (int)n_eos, &m->trie);
 		sg_free(special);
 		if (st) return st;
 	}
@@ -448,31 +434,20 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, s
 	size_t pl = strlen(path);
 	int gguf = pl > 5 && !strcmp(path + pl - 5, ".gguf");
 	snprintf(m->info.format, sizeof m->info.format, "%s", gguf ? "gguf" : "safetensors");
-	sg_model_params mp = sg_model_default_params();
-	mp.backend = sg_flag_str("RETI_SERVE_BACKEND");
-	sg_status s = sg_model_load(path, &mp, &m->model);
+	/* the memory guard has already projected this load: no second check here */
+	sg_lm_params lp = {.n_ctx = n_ctx, .backend = sg_flag_str("RETI_SERVE_BACKEND"), .no_memory_check = 1};
+	sg_status s = sg_lm_load(path, &lp, &m->lm);
 	if (s) goto fail;
-	sg_session_params sp = sg_session_default_params();
-	sp.n_ctx = n_ctx;
-	if ((s = sg_session_new(m->model, &sp, &m->session))) goto fail;
-	if ((s = sg_tokenizer_load(path, &m->tok))) {
-		sg_error_wrap(s, "tokenizer");
-		goto fail;
-	}
-	s = sg_chat_template_load(path, &m->tmpl);
-	if (s == SG_ERR_NOT_FOUND) s = sg_lm_fallback_template(m->model, m->tok, &m->tmpl);
-	if (s) goto fail;
-	if ((s = sg_detok_create(m->tok, 1, &m->detok))) goto fail;
+	m->model = sg_lm_model(m->lm);
+	m->session = sg_lm_session(m->lm);
+	m->tok = sg_lm_tokenizer(m->lm);
 	snprintf(m->info.arch, sizeof m->info.arch, "%s", sg_model_arch(m->model));
 	snprintf(m->info.quant, sizeof m->info.quant, "%s", gguf ? "gguf" : "bf16");
-	m->info.n_ctx = sg_session_n_ctx(m->session);
-	m->info.n_vocab = sg_model_n_vocab(m->model);
-	m->n_eos = sg_lm_find_eos(m->tok, m->info.n_vocab, path, m->eos, MAX_EOS);
-	snprintf(m->info.arch, sizeof m->info.arch, "%s", sg_model_arch(m->model));
+	m->info.n_ctx = sg_lm_n_ctx(m->lm);
+	m->info.n_vocab = sg_lm_n_vocab(m->lm);
 	find_agent(m);
 	m->ops = (sg_gen_model){.self = m, .n_vocab = m->info.n_vocab, .n_ctx = m->info.n_ctx, .eval = op_eval,
 				.truncate = op_truncate, .reset = op_reset};
-	m->dt_ops = (sg_gen_detok){.self = m, .push = dt_push, .flush = dt_flush, .reset = dt_reset};
 	sg_gen_state_init(&m->state, &m->ops);
 	*out = m;
 	return SG_OK;
@@ -497,47 +472,32 @@ void sg_srv_model_free(sg_srv_model *m)
 		for (int32_t i = 0; i < m->info.n_vocab; i++) sg_free(m->tok_bytes[i]);
 	sg_free(m->tok_bytes);
 	sg_free(m->tok_len);
-	sg_detok_free(m->detok);
-	sg_chat_template_free(m->tmpl);
-	sg_tokenizer_free(m->tok);
-	sg_session_free(m->session);
-	sg_model_free(m->model);
+	sg_lm_free(m->lm);
 	sg_free(m);
 }
 
 sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools, const json_t *kwargs,
 				   char **out, size_t *len)
 {
-	if (!m->tmpl)
+	if (!sg_lm_has_template(m->lm))
 		return sg_error(SG_ERR_NOT_FOUND, "model '%s' has no chat template: use /v1/completions (or raw: true)", m->info.name);
 	sg_chat_params p = {.messages = messages, .tools = tools, .kwargs = kwargs, .add_generation_prompt = 1};
-	return sg_chat_template_render(m->tmpl, &p, out, len);
+	return sg_lm_chat_render(m->lm, &p, out, len);
 }
 
 sg_status sg_srv_model_tokenize(const sg_srv_model *m, const char *text, size_t len, int add_special, int32_t **ids, size_t *n)
 {
-	sg_tokens t = {0};
-	sg_status s = sg_tokenizer_encode(m->tok, text, len, add_special, &t);
-	if (s) {
-		sg_tokens_free(&t);
-		return s;
-	}
-	*ids = t.ids;
-	*n = t.n;
-	return SG_OK;
+	return sg_lm_tokenize(m->lm, text, len, add_special, ids, n);
 }
 
 sg_status sg_srv_model_detokenize(const sg_srv_model *m, const int32_t *ids, size_t n, char **out, size_t *len)
 {
-	for (size_t i = 0; i < n; i++)
-		if (ids[i] < 0 || ids[i] >= m->info.n_vocab)
-			return sg_error(SG_ERR_RANGE, "token %zu is id %d, outside the vocabulary [0, %d)", i, ids[i], m->info.n_vocab);
-	return sg_tokenizer_decode(m->tok, ids, n, 0, out, len);
+	return sg_lm_detokenize(m->lm, ids, n, out, len);
 }
 
 sg_status sg_srv_model_token_bytes(const sg_srv_model *m, int32_t id, char **out, size_t *len)
 {
-	return sg_tokenizer_decode(m->tok, &id, 1, 0, out, len);
+	return sg_lm_token_bytes(m->lm, id, out, len);
 }
 
 #else /* the model forward, tokenizer or chat template is not in this build */
