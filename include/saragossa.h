@@ -80,7 +80,8 @@ const char *sg_last_error(void);
 /* ---- models ---- */
 
 typedef struct sg_model_params {
-	const char *backend; /* "cpu" or "cuda" (NULL = cpu) */
+	const char *backend; /* "cpu", "cuda" or "auto" (the GPU when one is usable and takes the model, else the
+	                      * CPU); NULL = the SARAGOSSA_BACKEND flag (default auto) */
 	int n_threads;       /* CPU threads, caller included; 0 = SARAGOSSA_THREADS, else one per core */
 } sg_model_params;
 

@@ -36,6 +36,9 @@ static const sg_flag table[] = {
 	 "saragossa's own cache (models, tools); empty = $XDG_CACHE_HOME/saragossa or ~/.cache/saragossa"},
 	{"SARAGOSSA_CHUNK", SG_FLAG_INT, "256", "prompt tokens per forward chunk (1 = token by token, the decode path)"},
 	{"SARAGOSSA_KV_TYPE", SG_FLAG_STR, "f32", "KV cache element type on the CPU: f32 or f16"},
+	{"SARAGOSSA_BACKEND", SG_FLAG_STR, "auto",
+	 "where models run when no --backend is given: auto (the GPU when this build has CUDA, a GPU is usable and it "
+	 "takes the model, else the CPU), cpu or cuda"},
 	{"SARAGOSSA_CUDA_GRAPHS", SG_FLAG_BOOL, "1",
 	 "CUDA decode: record one graph per token and replay it (0 = issue every op from the host)"},
 	{"SARAGOSSA_CUDA_GEMM", SG_FLAG_STR, "f32",

@@ -59,7 +59,7 @@ static void stats(const double *v, int n, double *mean, double *sd)
 int sg_cli_bench(int argc, char **argv)
 {
 	const char *model_path = NULL;
-	const char *backend = "cpu";
+	const char *backend = NULL;
 	int p = 512, n = 128, reps = 5, threads = 0, chunk = 0, depth = 0;
 	for (int i = 0; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -84,7 +84,7 @@ static int int_arg(const char *verb, const char *name, const char *v, int lo, in
 
 int sg_cli_eval(int argc, char **argv)
 {
-	const char *model_path = NULL, *tokens_arg = NULL, *logits_path = NULL, *backend = "cpu", *kv = NULL;
+	const char *model_path = NULL, *tokens_arg = NULL, *logits_path = NULL, *backend = NULL, *kv = NULL;
 	int greedy = 0, threads = 0, chunk = 0, ctx = 0;
 	for (int i = 0; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

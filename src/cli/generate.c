@@ -36,6 +36,8 @@
 	"  --stop STR         stop before STR (repeatable)\n"                                                         \
 	"  --ctx N            context length (default: the model's, at most 4096)\n"                                  \
 	"  --threads N        CPU threads (default: SARAGOSSA_THREADS, else one per core)\n"                          \
+	"  --backend B        cpu, cuda or auto (default: SARAGOSSA_BACKEND, auto: the GPU when one\n"                          \
+	"                     takes the model, else the CPU)\n"                          \
 	"  --metrics          print prompt tokens, prefill tok/s, time to first token, decode tok/s,\n"               \
 	"                     total time and peak memory on stderr\n"                                                 \
 	"  --json             print one JSON object: text, finish_reason, seed, metrics\n"
@@ -104,6 +106,7 @@ int sg_cli_generate(int argc, char **argv)
 	size_t n_stop = 0;
 	int chat = 0, metrics = 0, json = 0;
 	long max_tokens = 256, n_ctx = 0, threads = 0;
+	const char *backend = NULL;
 	sg_sampler_params sp = sg_sampler_default_params();
 	for (int i = 0; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -140,6 +143,10 @@ int sg_cli_generate(int argc, char **argv)
 		} else if (!strcmp(a, "--ctx")) {
 			if (sg_cli_parse_int(v, 1, 1 << 24, &n_ctx))
 				return sg_cli_usage_error("generate", "--ctx wants an integer >= 1, got '%s'", v);
+		} else if (!strcmp(a, "--backend")) {
+			if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
+				return sg_cli_usage_error("generate", "--backend wants cpu, cuda or auto, got '%s'", v);
+			backend = v;
 		} else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
 			if (sg_cli_parse_int(v, 0, 4096, &threads))
 				return sg_cli_usage_error("generate", "--threads wants an integer >= 0, got '%s'", v);
@@ -171,7 +178,7 @@ int sg_cli_generate(int argc, char **argv)
 	out_ctx o = {.json = json};
 	json_t *messages = NULL;
 	char path[SG_HUB_PATH_MAX];
-	if (sg_cli_load_lm("generate", model, (int32_t)n_ctx, (int)threads, &lm, path, sizeof path)) goto done;
+	if (sg_cli_load_lm("generate", model, (int32_t)n_ctx, (int)threads, backend, &lm, path, sizeof path)) goto done;
 	double t_loaded = sg_time_s();
 	sg_status st;
 	if (chat) {

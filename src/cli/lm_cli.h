@@ -25,7 +25,7 @@ int sg_cli_model_path(const char *verb, const char *model, char *path, size_t n)
 
 /* Resolves and loads MODEL for generation (memory is checked first). Returns 0, or 1 with the
  * error printed. */
-int sg_cli_load_lm(const char *verb, const char *model, int32_t n_ctx, int n_threads, sg_lm **out, char *path,
+int sg_cli_load_lm(const char *verb, const char *model, int32_t n_ctx, int n_threads, const char *backend, sg_lm **out, char *path,
 		   size_t path_n);
 
 /* One sampler option: `name` (--temperature, --top-p, --top-k, --min-p, --seed,

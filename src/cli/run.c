@@ -34,6 +34,8 @@
 	"  --temperature T, --top-p P, --top-k K, --min-p P, --repeat-penalty R, --seed S   sampling\n"             \
 	"  --ctx N            context length (default: the model's, at most 4096)\n"                                  \
 	"  --threads N        CPU threads\n"                                                                          \
+	"  --backend B        cpu, cuda or auto (default: SARAGOSSA_BACKEND, auto: the GPU when one\n"                                                                          \
+	"                     takes the model, else the CPU)\n"                                                                          \
 	"  --verbose          print the metrics of every answer on stderr\n"                                          \
 	"  stdin not a terminal: all of it is one prompt, answered once\n"
 
@@ -322,6 +324,7 @@ int sg_cli_run(int argc, char **argv)
 {
 	const char *model = NULL, *system = NULL;
 	long max_tokens = 1024, n_ctx = 0, threads = 0;
+	const char *backend = NULL;
 	int verbose = 0;
 	sg_sampler_params sp = sg_sampler_default_params();
 	for (int i = 0; i < argc; i++) {
@@ -352,6 +355,10 @@ int sg_cli_run(int argc, char **argv)
 		} else if (!strcmp(a, "--ctx")) {
 			if (sg_cli_parse_int(v, 1, 1 << 24, &n_ctx))
 				return sg_cli_usage_error("run", "--ctx wants an integer >= 1, got '%s'", v);
+		} else if (!strcmp(a, "--backend")) {
+			if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
+				return sg_cli_usage_error("run", "--backend wants cpu, cuda or auto, got '%s'", v);
+			backend = v;
 		} else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
 			if (sg_cli_parse_int(v, 0, 4096, &threads))
 				return sg_cli_usage_error("run", "--threads wants an integer >= 0, got '%s'", v);
@@ -371,7 +378,7 @@ int sg_cli_run(int argc, char **argv)
 			return 1;
 		}
 	}
-	if (sg_cli_load_lm("run", model, (int32_t)n_ctx, (int)threads, &c.lm, path, sizeof path)) goto done;
+	if (sg_cli_load_lm("run", model, (int32_t)n_ctx, (int)threads, backend, &c.lm, path, sizeof path)) goto done;
 	if (!sg_lm_has_template(c.lm)) {
 		fprintf(stderr, "saragossa run: %s has no chat template; `saragossa generate --prompt TEXT` continues raw text\n",
 			path);

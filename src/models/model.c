@@ -10,8 +10,13 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
+#if SG_CUDA
+#include "backend/cuda/cuda_info.h"
+#endif
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/flags.h"
+#include "base/log.h"
 
 static const sg_family *const families[] = {&sg_family_llama, &sg_family_qwen3, &sg_family_qwen3_moe,
 					    &sg_family_gemma3, &sg_family_qwen3_next, &sg_family_gemma4};
@@ -258,10 +263,25 @@ sg_status sg_model_load(const char *path, const sg_model_params *params, sg_mode
 	*out = NULL;
 	sg_model_params dp = sg_model_default_params();
 	if (!params) params = &dp;
-	int cuda = params->backend && !strcmp(params->backend, "cuda");
-	if (params->backend && strcmp(params->backend, "cpu") && !cuda)
-		return sg_error(SG_ERR_UNSUPPORTED, "model: backend '%s' (this build runs: cpu%s)", params->backend,
-				SG_CUDA ? ", cuda" : "");
+	const char *be_name = params->backend ? params->backend : sg_flag_str("SARAGOSSA_BACKEND");
+	if (!be_name || !*be_name) be_name = "auto";
+	if (!strcmp(be_name, "auto")) {
+		/* the GPU when this build has one and it takes the model, else the CPU */
+		sg_model_params p = *params;
+#if SG_CUDA
+		char gpus[512];
+		if (sg_cuda_describe(gpus, sizeof gpus) > 0) { /* no GPU (or driver): the CPU, quietly */
+			p.backend = "cuda";
+			if (sg_model_load(path, &p, out) == SG_OK) return SG_OK;
+			sg_log(SG_LOG_INFO, "model: not on the GPU (%s): loading on the CPU", sg_last_error());
+		}
+#endif
+		p.backend = "cpu";
+		return sg_model_load(path, &p, out);
+	}
+	int cuda = !strcmp(be_name, "cuda");
+	if (strcmp(be_name, "cpu") && !cuda)
+		return sg_error(SG_ERR_UNSUPPORTED, "model: backend '%s' (this build runs: auto, cpu%s)", be_name, SG_CUDA ? ", cuda" : "");
 	sg_model *m = sg_calloc(1, sizeof(*m));
 	if (!m) return sg_error(SG_ERR_NOMEM, "model: loading '%s'", path ? path : "");
 	sg_status st = sg_weights_open(path, &m->w);

@@ -1,0 +1,53 @@
+"""Where a model runs: --backend cpu|cuda|auto and SARAGOSSA_BACKEND (default auto).
+
+auto takes the GPU only when this build has CUDA, a GPU is usable and it takes the model; on a
+machine without one (CI) it must run on the CPU silently and give the CPU's numbers bit for bit.
+"""
+import numpy as np
+
+from conftest import ROOT
+
+FIX = ROOT / "tests" / "fixtures" / "qwen3"
+TOKENS = "5,17,101,33,7"
+
+
+def logits(sg, tmp_path, tag, *extra, env=None):
+    out = tmp_path / f"{tag}.f32"
+    r = sg("eval", "--model", str(FIX), "--tokens", TOKENS, "--logits-out", str(out), "--greedy", "4", *extra, env=env)
+    assert r.returncode == 0, r.stderr
+    return np.fromfile(out, dtype="<f4"), r
+
+
+def has_gpu(sg):
+    r = sg("doctor")
+    return "GPU 0:" in r.stdout
+
+
+def test_auto_default_and_flag_agree_with_cpu(sg, tmp_path):
+    cpu, rc = logits(sg, tmp_path, "cpu", "--backend", "cpu")
+    flag, rf = logits(sg, tmp_path, "flag", env={"SARAGOSSA_BACKEND": "cpu"})
+    assert np.array_equal(cpu, flag)
+    if has_gpu(sg):
+        return  # auto picks the GPU there: other summation orders (tests/e2e/test_parity.py covers it)
+    auto, ra = logits(sg, tmp_path, "auto", "--backend", "auto")
+    default, rd = logits(sg, tmp_path, "default")
+    assert np.array_equal(cpu, auto) and np.array_equal(cpu, default)
+    assert rc.stdout == ra.stdout == rd.stdout
+    assert "GPU" not in ra.stderr and "GPU" not in rd.stderr  # no GPU: the CPU, quietly
+
+
+def test_unknown_backend_is_a_clear_error(sg):
+    r = sg("eval", "--model", str(FIX), "--tokens", TOKENS, "--backend", "tpu")
+    assert r.returncode != 0 and "backend 'tpu'" in r.stderr
+    r = sg("eval", "--model", str(FIX), "--tokens", TOKENS, env={"SARAGOSSA_BACKEND": "tpu"})
+    assert r.returncode != 0 and "backend 'tpu'" in r.stderr
+    r = sg("generate", "--model", str(FIX), "--prompt", "x", "--backend", "gpu")
+    assert r.returncode == 2 and "--backend wants cpu, cuda or auto" in r.stderr
+
+
+def test_cuda_without_a_gpu_names_the_reason(sg):
+    if has_gpu(sg):
+        return
+    r = sg("eval", "--model", str(FIX), "--tokens", TOKENS, "--backend", "cuda")
+    assert r.returncode != 0
+    assert "cuda" in r.stderr.lower()
