@@ -66,14 +66,8 @@ static sg_status adjust(sg_model *m)
 	return m->hy.layers ? SG_OK : sg_error(SG_ERR_NOMEM, "model: %d layers", m->desc.n_layer);
 }
 
-/* A decode step reads k of the E experts of a layer: the bench's byte count says so. */
-static sg_status experts(sg_model *m, int layer, sg_layer_weights *lw)
-{
-	size_t before = m->weight_bytes;
-	sg_status st = sg_family_qwen3_moe.experts(m, layer, lw);
-	m->weight_bytes = before + (m->weight_bytes - before) / (size_t)m->desc.n_expert * (size_t)m->desc.n_expert_used;
-	return st;
-}
+/* The routed experts bind as Qwen3-MoE's (which counts k of the E experts in the bytes a step reads). */
+static sg_status experts(sg_model *m, int layer, sg_layer_weights *lw) { return sg_family_qwen3_moe.experts(m, layer, lw); }
 
 static sg_status bind_linear(sg_model *m, int i, sg_hybrid_layer *hl)
 {
