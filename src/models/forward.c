@@ -138,20 +138,7 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 		SG_FWD_OK(norm(m, &qh, &lw->q_norm, &qh));
 		SG_FWD_OK(norm(m, &kh, &lw->k_norm, &kh));
 	}
-	sg_rope_params rp = {
-		.head_dim = (int)hd,
-		.n_rot = l->n_rot,
-		.neox = m->rope_neox,
-		.theta = l->rope.theta,
-		.scaling = l->rope.scaling,
-		.factor = l->rope.factor,
-		.orig_ctx = l->rope.orig_ctx,
-		.beta_fast = l->rope.beta_fast,
-		.beta_slow = l->rope.beta_slow,
-		.attn_factor = l->rope.attn_factor,
-		.low_freq_factor = l->rope.low_freq_factor,
-		.high_freq_factor = l->rope.high_freq_factor,
-	};
+	sg_rope_params rp = sg_fwd_rope(m, l);
 	const sg_btensor *rows = &pos;
 	sg_btensor ring_rows = sg_fwd_view2(&s->ring_rows, n, 1);
 	if (kv->ring) {

@@ -117,4 +117,23 @@ static inline sg_status sg_fwd_alloc2(sg_backend *be, sg_type type, int64_t cols
 /* An optional weight: NULL when absent (no data). */
 static inline const sg_btensor *sg_fwd_opt(const sg_btensor *t) { return t->data ? t : NULL; }
 
+/* The RoPE of layer l as the backend op takes it. */
+static inline sg_rope_params sg_fwd_rope(const sg_model *m, const sg_layer_desc *l)
+{
+	return (sg_rope_params){
+		.head_dim = (int)l->head_dim,
+		.n_rot = l->n_rot,
+		.neox = m->rope_neox,
+		.theta = l->rope.theta,
+		.scaling = l->rope.scaling,
+		.factor = l->rope.factor,
+		.orig_ctx = l->rope.orig_ctx,
+		.beta_fast = l->rope.beta_fast,
+		.beta_slow = l->rope.beta_slow,
+		.attn_factor = l->rope.attn_factor,
+		.low_freq_factor = l->rope.low_freq_factor,
+		.high_freq_factor = l->rope.high_freq_factor,
+	};
+}
+
 #endif

@@ -204,20 +204,7 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 		sg_btensor vh = sg_fwd_view2(&s->v, hd, n * l->n_kv_head);
 		SG_FWD_OK(o->rmsnorm(be, &vh, NULL, d->norm_eps, 0.0f, &vh));
 	}
-	sg_rope_params rp = {
-		.head_dim = (int)hd,
-		.n_rot = l->n_rot,
-		.neox = m->rope_neox,
-		.theta = l->rope.theta,
-		.scaling = l->rope.scaling,
-		.factor = l->rope.factor,
-		.orig_ctx = l->rope.orig_ctx,
-		.beta_fast = l->rope.beta_fast,
-		.beta_slow = l->rope.beta_slow,
-		.attn_factor = l->rope.attn_factor,
-		.low_freq_factor = l->rope.low_freq_factor,
-		.high_freq_factor = l->rope.high_freq_factor,
-	};
+	sg_rope_params rp = sg_fwd_rope(m, l);
 	sg_kv_layer *kv = &s->kv[src];
 	if (l->n_rot > 0) {
 		SG_FWD_OK(o->rope(be, &q, &pos, &rp));

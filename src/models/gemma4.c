@@ -54,15 +54,11 @@ static const sg_name_pair names[] = {
 
 static sg_status adjust(sg_model *m)
 {
-	/* GGUF converters rename and transform these tensors (A stored as -exp(A_log), fused
-	 * layouts of their own): binding them under our names would run wrong numbers */
-	if (m->w->format == SG_WEIGHTS_GGUF)
-		return sg_error(SG_ERR_UNSUPPORTED, "model: GGUF files of %s are not supported (use the Hugging Face or MLX folder)",
-				m->desc.model_type);
+	sg_status st = sg_model_hybrid_prepare(m);
+	if (st) return st;
 	int L = m->desc.n_layer;
-	m->hy.layers = sg_calloc((size_t)L, sizeof(sg_hybrid_layer));
 	m->hy.layer_scalar = sg_calloc((size_t)L, sizeof(float));
-	if (!m->hy.layers || !m->hy.layer_scalar) return sg_error(SG_ERR_NOMEM, "model: %d layers", L);
+	if (!m->hy.layer_scalar) return sg_error(SG_ERR_NOMEM, "model: %d layers", L);
 	for (int i = 0; i < L; i++) m->hy.layer_scalar[i] = 1.0f;
 	return SG_OK;
 }

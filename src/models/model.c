@@ -106,6 +106,17 @@ sg_status sg_model_bind_stacked_experts(sg_model *m, int layer, sg_layer_weights
 	return st;
 }
 
+sg_status sg_model_hybrid_prepare(sg_model *m)
+{
+	/* GGUF converters rename and transform these tensors (A stored as -exp(A_log), fused
+	 * layouts of their own): binding them under our names would run wrong numbers */
+	if (m->w->format == SG_WEIGHTS_GGUF)
+		return sg_error(SG_ERR_UNSUPPORTED, "model: GGUF files of %s are not supported (use the Hugging Face or MLX folder)",
+				m->desc.model_type);
+	m->hy.layers = sg_calloc((size_t)m->desc.n_layer, sizeof(sg_hybrid_layer));
+	return m->hy.layers ? SG_OK : sg_error(SG_ERR_NOMEM, "model: %d layers", m->desc.n_layer);
+}
+
 static sg_status bind_layer(sg_model *m, int i)
 {
 	const sg_model_desc *d = &m->desc;

@@ -121,5 +121,8 @@ sg_status sg_model_bind_tensor(sg_model *m, const sg_tensor *t, sg_btensor *out)
 
 /* Binds the stacked experts blk.L.ffn_{gate,up,down}_exps (GGUF, MLX switch_mlp). */
 sg_status sg_model_bind_stacked_experts(sg_model *m, int layer, sg_layer_weights *lw);
+/* The hybrid / Gemma 4 families' common start (their adjust step): refuses GGUF files (their
+ * converters rename and transform the tensors) and allocates m->hy.layers. */
+sg_status sg_model_hybrid_prepare(sg_model *m);
 
 #endif

@@ -55,17 +55,6 @@ static const sg_name_pair names[] = {
 	{0, 0},
 };
 
-static sg_status adjust(sg_model *m)
-{
-	/* GGUF converters rename and transform these tensors (A stored as -exp(A_log), fused
-	 * layouts of their own): binding them under our names would run wrong numbers */
-	if (m->w->format == SG_WEIGHTS_GGUF)
-		return sg_error(SG_ERR_UNSUPPORTED, "model: GGUF files of %s are not supported (use the Hugging Face or MLX folder)",
-				m->desc.model_type);
-	m->hy.layers = sg_calloc((size_t)m->desc.n_layer, sizeof(sg_hybrid_layer));
-	return m->hy.layers ? SG_OK : sg_error(SG_ERR_NOMEM, "model: %d layers", m->desc.n_layer);
-}
-
 /* The routed experts bind as Qwen3-MoE's (which counts k of the E experts in the bytes a step reads). */
 static sg_status experts(sg_model *m, int layer, sg_layer_weights *lw) { return sg_family_qwen3_moe.experts(m, layer, lw); }
 
@@ -186,7 +175,7 @@ const sg_family sg_family_qwen3_next = {
 	.name = "qwen3_next",
 	.archs = archs,
 	.names = names,
-	.adjust = adjust,
+	.adjust = sg_model_hybrid_prepare,
 	.experts = experts,
 	.bind_extra = bind_extra,
 };
