@@ -247,57 +247,60 @@ def qwen3_attention(m, p, D, H, Hkv, hd):
     m.vec(f"{a}.k_norm.weight", hd, 1.0)
 
 
-def qwen3(layers, bits, group, seed):
-    D, V, F, H, Hkv, hd = 4096, 151936, 12288, 32, 8, 128
+def qwen3_config(arch, model_type, layers, bits, group, D, V, H, Hkv, hd, **extra):
+    """config.json of a Qwen3-family checkpoint (untied head, qk-norm, no biases)."""
     cfg = {
-        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
-        "hidden_size": D, "vocab_size": V, "num_hidden_layers": layers, "intermediate_size": F,
+        "architectures": [arch], "model_type": model_type,
+        "hidden_size": D, "vocab_size": V, "num_hidden_layers": layers,
         "num_attention_heads": H, "num_key_value_heads": Hkv, "head_dim": hd, "hidden_act": "silu",
         "rms_norm_eps": 1e-6, "max_position_embeddings": 40960, "rope_theta": 1000000.0,
         "tie_word_embeddings": False, "attention_bias": False, "torch_dtype": "bfloat16",
-        "bos_token_id": 151643, "eos_token_id": 151645,
+        "bos_token_id": 151643, "eos_token_id": 151645, **extra,
     }
     if bits != 16:
         cfg["quantization"] = {"group_size": group, "bits": bits}
+    return cfg
+
+
+def qwen3_model(cfg, bits, group, seed, mlp):
+    """Embedding, every layer's attention plus mlp(m, prefix), final norm and head."""
+    D, V = cfg["hidden_size"], cfg["vocab_size"]
     m = Model(bits, group, seed)
     m.quant("model.embed_tokens", V, D)
-    for i in range(layers):
+    for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}"
-        qwen3_attention(m, p, D, H, Hkv, hd)
+        qwen3_attention(m, p, D, cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"])
+        mlp(m, p)
+    m.vec("model.norm.weight", D, 1.0)
+    m.quant("lm_head", V, D)
+    return m
+
+
+def qwen3(layers, bits, group, seed):
+    D, F = 4096, 12288
+    cfg = qwen3_config("Qwen3ForCausalLM", "qwen3", layers, bits, group, D, 151936, 32, 8, 128, intermediate_size=F)
+
+    def mlp(m, p):
         m.quant(f"{p}.mlp.gate_proj", F, D)
         m.quant(f"{p}.mlp.up_proj", F, D)
         m.quant(f"{p}.mlp.down_proj", D, F)
-    m.vec("model.norm.weight", D, 1.0)
-    m.quant("lm_head", V, D)
+    m = qwen3_model(cfg, bits, group, seed, mlp)
     kind = "bf16" if bits == 16 else "u%dg%d" % (bits, group)
     return "qwen3-8b-random-%dl-%s" % (layers, kind), cfg, m
 
 
 def qwen3moe(layers, bits, group, seed):
-    D, V, H, Hkv, hd, E, k, F = 2048, 151936, 32, 4, 128, 128, 8, 768
-    cfg = {
-        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
-        "hidden_size": D, "vocab_size": V, "num_hidden_layers": layers, "intermediate_size": 6144,
-        "moe_intermediate_size": F, "num_experts": E, "num_experts_per_tok": k, "norm_topk_prob": True,
-        "decoder_sparse_step": 1, "mlp_only_layers": [],
-        "num_attention_heads": H, "num_key_value_heads": Hkv, "head_dim": hd, "hidden_act": "silu",
-        "rms_norm_eps": 1e-6, "max_position_embeddings": 40960, "rope_theta": 1000000.0,
-        "tie_word_embeddings": False, "attention_bias": False, "torch_dtype": "bfloat16",
-        "bos_token_id": 151643, "eos_token_id": 151645,
-    }
-    if bits != 16:
-        cfg["quantization"] = {"group_size": group, "bits": bits}
-    m = Model(bits, group, seed)
-    m.quant("model.embed_tokens", V, D)
-    for i in range(layers):
-        p = f"model.layers.{i}"
-        qwen3_attention(m, p, D, H, Hkv, hd)
+    D, E, k, F = 2048, 128, 8, 768
+    cfg = qwen3_config("Qwen3MoeForCausalLM", "qwen3_moe", layers, bits, group, D, 151936, 32, 4, 128,
+                       intermediate_size=6144, moe_intermediate_size=F, num_experts=E, num_experts_per_tok=k,
+                       norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[])
+
+    def mlp(m, p):
         m.quant(f"{p}.mlp.gate", E, D)
         m.quant(f"{p}.mlp.switch_mlp.gate_proj", E, F, D)
         m.quant(f"{p}.mlp.switch_mlp.up_proj", E, F, D)
         m.quant(f"{p}.mlp.switch_mlp.down_proj", E, D, F)
-    m.vec("model.norm.weight", D, 1.0)
-    m.quant("lm_head", V, D)
+    m = qwen3_model(cfg, bits, group, seed, mlp)
     kind = "bf16" if bits == 16 else "u%dg%d" % (bits, group)
     return "qwen3-30b-a3b-random-%dl-%s" % (layers, kind), cfg, m
 
