@@ -50,9 +50,6 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_FUSED", SG_FLAG_BOOL, "1",
 	 "CUDA decode (one token): the norm and the projections of a stage (q/k/v; gate/up with the GLU; o or down with the "
 	 "residual add) as one fused GEMV launch (0 = one op each)"},
-	{"SARAGOSSA_CUDA_PDL", SG_FLAG_BOOL, "1",
-	 "CUDA: launch the fused decode kernels with programmatic dependent launch, so each is scheduled while the "
-	 "previous one drains (0 = plain stream order)"},
 	{"SARAGOSSA_CUDA_GEMV_ROWS", SG_FLAG_INT, "0",
 	 "CUDA fused decode GEMV on 8-bit activations: weight rows per 128-thread block (1, 2, 4 or 8; from 4 on the "
 	 "activations are staged in shared memory); 0 = the measured default"},

@@ -1113,7 +1113,6 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	cb->gemm = !strcmp(gm, "bf16") ? GEMM_BF16 : !strcmp(gm, "off") || !strcmp(gm, "0") ? GEMM_OFF : GEMM_F32;
 	cb->q8x = sg_flag_bool("SARAGOSSA_CUDA_Q8X");
 	cb->fused = sg_flag_bool("SARAGOSSA_CUDA_FUSED");
-	sg_cu_set_pdl(sg_flag_bool("SARAGOSSA_CUDA_PDL"));
 	sg_cu_set_gemv_rows((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_ROWS"));
 	struct cudaDeviceProp prop;
 	sg_status st = SG_OK;

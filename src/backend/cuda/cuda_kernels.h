@@ -81,8 +81,6 @@ int sg_cu_multi_ok(int kt);
 int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, const float *norm_w, float eps,
 		     float off, float *xn, int variant, void *q8_scratch, sg_custream s);
 
-/* Programmatic dependent launch of the fused decode kernels on (1) or off (0). */
-void sg_cu_set_pdl(int on);
 /* Rows per block of the fused 8-bit decode GEMV: 1, 2, 4 or 8; anything else = the default. */
 void sg_cu_set_gemv_rows(int rows);
 

@@ -13,31 +13,12 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include <utility>
-
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_reduce.cuh"
 
 #define WARPS 8 /* warps (rows) per GEMV block: 256 threads */
 /* The 8-bit GEMV variant used by default (sg_cu_gemv): chosen by bench/kernels/cuda on the H200. */
 #define SG_CU_GEMV_Q8_DEFAULT 4
-
-/* Programmatic dependent launch (SARAGOSSA_CUDA_PDL): the fused decode kernels are launched so
- * that their blocks may be scheduled while the previous kernel drains; each waits for it with
- * cudaGridDependencySynchronize() before reading anything (a no-op when launched plainly). */
-static int g_pdl = 1;
-extern "C" void sg_cu_set_pdl(int on) { g_pdl = on; }
-
-template <typename... P, typename... A> static int launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A &&...args)
-{
-	cudaLaunchConfig_t cfg = {};
-	cudaLaunchAttribute at[1];
-	cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
-	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-	at[0].val.programmaticStreamSerializationAllowed = 1;
-	cfg.attrs = at, cfg.numAttrs = g_pdl ? 1 : 0;
-	return (int)cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...);
-}
 
 static __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 static __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
@@ -880,7 +861,6 @@ __global__ void __launch_bounds__(QT) mvm_kernel(const __grid_constant__ sg_cu_m
 						 int64_t rows)
 {
 	__shared__ float red[QT / 32][S];
-	cudaGridDependencySynchronize();
 	const int glu = p.epi == SG_CU_EPI_GLU, per = glu ? S / 2 : S;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int64_t g0 = (int64_t)blockIdx.x * per;
@@ -1009,7 +989,6 @@ __global__ void __launch_bounds__(NQ_WARPS * 32) norm_quant_kernel(const float *
 								   float off, int64_t K, float *__restrict__ xn, int8_t *__restrict__ xq,
 								   float *__restrict__ dx, float *__restrict__ sx)
 {
-	cudaGridDependencySynchronize();
 	int wi = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
 	float sc = 1.0f;
 	if (norm) {
@@ -1103,15 +1082,12 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 			norm = 0;
 		}
 		int64_t nb = K / 32;
-		float *xno = norm ? xn : NULL;
-		int e = launch_pdl(norm_quant_kernel, dim3((unsigned)((nb + NQ_WARPS - 1) / NQ_WARPS)), dim3(NQ_WARPS * 32), 0, st, x, norm_w, norm, eps, off, K,
-				   xno, xq, dx, sx);
-		if (e) return e;
+		norm_quant_kernel<<<(unsigned)((nb + NQ_WARPS - 1) / NQ_WARPS), NQ_WARPS * 32, 0, st>>>(x, norm_w, norm, eps, off, K, norm ? xn : NULL,
+													xq, dx, sx);
 	}
 	int per = glu ? S / 2 : S;
-	const int8_t *cxq = xq;
-	const float *cdx = dx, *csx = sx;
-	return launch_pdl(f, dim3((unsigned)((rows + per - 1) / per)), dim3(QT), S >= 4 ? smem_x(K) : 0, st, *m, xin, cxq, cdx, csx, rows);
+	f<<<(unsigned)((rows + per - 1) / per), QT, S >= 4 ? smem_x(K) : 0, st>>>(*m, xin, xq, dx, sx, rows);
+	return (int)cudaGetLastError();
 }
 
 /* --- MoE --- */
