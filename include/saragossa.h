@@ -102,7 +102,8 @@ const char *sg_model_arch(const sg_model *model);
 
 /* ---- sessions ---- */
 
-typedef enum sg_kv_type { SG_KV_F32 = 0, SG_KV_F16 } sg_kv_type;
+/* SG_KV_AUTO: f16 when the model runs on a GPU, else f32 */
+typedef enum sg_kv_type { SG_KV_F32 = 0, SG_KV_F16, SG_KV_AUTO } sg_kv_type;
 
 typedef struct sg_session_params {
 	int n_ctx;          /* tokens of context; 0 = the model's, capped at 4096 */

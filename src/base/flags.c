@@ -34,15 +34,25 @@ static const sg_flag table[] = {
 	 "CPU: prefill runs the gated delta rule in chunks of 64 tokens (0: the token-by-token recurrence)"},
 	{"SARAGOSSA_CACHE_DIR", SG_FLAG_STR, "",
 	 "saragossa's own cache (models, tools); empty = $XDG_CACHE_HOME/saragossa or ~/.cache/saragossa"},
-	{"SARAGOSSA_CHUNK", SG_FLAG_INT, "256", "prompt tokens per forward chunk (1 = token by token, the decode path)"},
-	{"SARAGOSSA_KV_TYPE", SG_FLAG_STR, "f32", "KV cache element type on the CPU: f32 or f16"},
+	{"SARAGOSSA_CHUNK", SG_FLAG_INT, "0",
+	 "prompt tokens per forward chunk (1 = token by token, the decode path; 0 = by backend: 256 on the CPU, 1024 on CUDA)"},
+	{"SARAGOSSA_KV_TYPE", SG_FLAG_STR, "f32", "KV cache element type: f32, f16 or auto (f16 on a GPU, f32 on the CPU)"},
 	{"SARAGOSSA_BACKEND", SG_FLAG_STR, "auto",
 	 "where models run when no --backend is given: auto (the GPU when this build has CUDA, a GPU is usable and it "
 	 "takes the model, else the CPU), cpu or cuda"},
 	{"SARAGOSSA_CUDA_GRAPHS", SG_FLAG_BOOL, "1",
 	 "CUDA decode: record one graph per token and replay it (0 = issue every op from the host)"},
 	{"SARAGOSSA_CUDA_GEMM", SG_FLAG_STR, "f32",
-	 "CUDA matmul of more than 8 tokens: f32 (cuBLAS FP32 on dequantized tiles), bf16 (tensor cores; logits move ~5e-3) or off (the GEMV kernel)"},
+	 "CUDA matmul of more than 8 tokens: f32 (cuBLAS FP32 on dequantized tiles), tf32 (TF32 tensor cores on the same tiles, also "
+	 "for the prefill attention GEMMs), tf32x3 (three TF32 products on operands split into hi + lo parts: about FP32's "
+	 "accuracy), bf16 (tensor cores; logits move ~5e-3) or off (the GEMV kernel)"},
+	{"SARAGOSSA_CUDA_ATTN_DECODE", SG_FLAG_INT, "1",
+	 "CUDA one-token attention: the query heads of a KV head share its reads, slices of the live KV length in parallel; "
+	 "f16 caches of head dim 64/128/256 take a compile-time-shape kernel (2 = without that one; 0 = the general kernel, "
+	 "a block per query head)"},
+	{"SARAGOSSA_CUDA_ATTN_GEMM", SG_FLAG_BOOL, "1",
+	 "CUDA attention of more than 8 tokens: scores and values through cuBLAS GEMMs with a masked row softmax between "
+	 "(0 = the general kernel)"},
 	{"SARAGOSSA_CUDA_Q8X", SG_FLAG_BOOL, "1",
 	 "CUDA: quantized weights take activations rounded to 8-bit blocks (as the CPU's SIMD kernels): integer dot products "
 	 "in the GEMV (1.5-2x the f32 path's bandwidth), and the prefill GEMM sees the same rounded activations; 0 = f32 "
@@ -53,6 +63,9 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_GEMV_ROWS", SG_FLAG_INT, "0",
 	 "CUDA fused decode GEMV on 8-bit activations: weight rows per 128-thread block (1, 2, 4 or 8; from 4 on the "
 	 "activations are staged in shared memory); 0 = the measured default"},
+	{"SARAGOSSA_CUDA_GEMV_VARIANT", SG_FLAG_INT, "0",
+	 "CUDA fused decode GEMV on 8-bit activations: a variant of bench/kernels/cuda (8-15, see its table: rows per block or "
+	 "per warp, activations in registers or shared memory); 0 = the measured default"},
 	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
 	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},
 	{"SARAGOSSA_API_KEY", SG_FLAG_STR, "", "bearer token `serve` requires on TCP (same as --api-key)"},

@@ -10,6 +10,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/flags.h"
+#include "backend/cuda/cuda_backend.h"
 
 #define DEFAULT_CTX 4096
 
@@ -19,7 +20,7 @@ sg_session_params sg_session_default_params(void)
 	sg_session_params p = {
 		.n_ctx = 0,
 		.n_batch = 0,
-		.kv_type = kv && !strcasecmp(kv, "f16") ? SG_KV_F16 : SG_KV_F32,
+		.kv_type = kv && !strcasecmp(kv, "f16") ? SG_KV_F16 : kv && !strcasecmp(kv, "auto") ? SG_KV_AUTO : SG_KV_F32,
 	};
 	return p;
 }
@@ -46,10 +47,14 @@ sg_status sg_session_new(sg_model *m, const sg_session_params *params, sg_sessio
 	if (max > 0 && n_ctx > max)
 		return SG_FAIL(SG_ERR_RANGE, "context of %d tokens exceeds the model's %d", n_ctx, max);
 	int64_t chunk = params->n_batch ? params->n_batch : sg_flag_int("SARAGOSSA_CHUNK");
+	/* 0: by backend. A GPU prefill chunk re-reads (dequantizes) every weight once, so larger
+	 * chunks amortise that (pp8192 on an H200: 1106 tok/s at 256, 4507 at 1024 with TF32). */
+	if (chunk == 0) chunk = sg_cuda_is_backend(m->be) ? 1024 : 256;
 	if (chunk < 1) chunk = 1;
 	if (chunk > n_ctx) chunk = n_ctx;
-	if (params->kv_type != SG_KV_F32 && params->kv_type != SG_KV_F16)
+	if (params->kv_type != SG_KV_F32 && params->kv_type != SG_KV_F16 && params->kv_type != SG_KV_AUTO)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "kv_type %d", (int)params->kv_type);
+	int kv16 = params->kv_type == SG_KV_F16 || (params->kv_type == SG_KV_AUTO && sg_cuda_is_backend(m->be));
 	sg_session *s = sg_calloc(1, sizeof(*s));
 	if (!s) return SG_FAIL(SG_ERR_NOMEM, "session");
 	s->m = m;
@@ -59,7 +64,7 @@ sg_status sg_session_new(sg_model *m, const sg_session_params *params, sg_sessio
 	s->last = sg_calloc((size_t)sg_model_n_vocab(m), sizeof(float));
 	sg_status st = s->tokens && s->last ? SG_OK : SG_FAIL(SG_ERR_NOMEM, "session of %d tokens", n_ctx);
 	if (!st)
-		st = sg_fwd_state_init(m, n_ctx, (int)chunk, params->kv_type == SG_KV_F16 ? SG_TYPE_F16 : SG_TYPE_F32,
+		st = sg_fwd_state_init(m, n_ctx, (int)chunk, kv16 ? SG_TYPE_F16 : SG_TYPE_F32,
 				       &s->fs);
 	if (st) {
 		sg_session_free(s);

@@ -279,7 +279,7 @@ sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, 
 
 int sg_fwd_decode_graphs(const sg_model *m, const sg_fwd_state *s)
 {
-	if (s->graph_off || s->hybrid || m->desc.n_expert > 0 || !sg_cuda_is_backend(m->be) || !sg_cuda_graphs_enabled())
+	if (s->graph_off || s->hybrid || !sg_cuda_is_backend(m->be) || !sg_cuda_graphs_enabled())
 		return 0;
 	/* a ring cache's row is computed on the host per position */
 	for (int i = 0; i < m->desc.n_layer; i++)

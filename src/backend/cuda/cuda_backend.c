@@ -42,6 +42,13 @@ typedef struct sg_cuda_backend {
 	int gemm; /* GEMM_*: SARAGOSSA_CUDA_GEMM */
 	int q8x;  /* SARAGOSSA_CUDA_Q8X */
 	int fused; /* SARAGOSSA_CUDA_FUSED */
+	int attn_dec;  /* SARAGOSSA_CUDA_ATTN_DECODE */
+	int attn_gemm; /* SARAGOSSA_CUDA_ATTN_GEMM */
+	/* The last I32 values written from the host (the positions of a chunk): their device address,
+	 * count and largest value, so prefill attention knows the KV length without a read-back.
+	 * Forgotten when a graph runs (a recorded step may advance positions on the device). */
+	const void *pos_ptr;
+	int64_t pos_n, pos_max;
 	int capturing;
 	cudaGraphExec_t exec;
 	unsigned exec_gen;
@@ -378,6 +385,18 @@ static sg_status cuda_write(sg_backend *be, sg_btensor *t, size_t off, const voi
 	if (cb->capturing) return sg_error(SG_ERR_INVALID_ARG, "cuda write: not allowed while recording a graph");
 	/* from pageable memory the copy has staged src when the call returns, so src is free again */
 	CU_RET("write", cudaMemcpyAsync((char *)t->data + off, src, n, cudaMemcpyHostToDevice, cb->stream));
+	cb->pos_ptr = NULL;
+	if (t->type == SG_TYPE_I32 && off % 4 == 0 && n % 4 == 0 && n) {
+		int32_t mx = INT32_MIN;
+		for (size_t i = 0; i < n / 4; i++) {
+			int32_t v;
+			memcpy(&v, (const char *)src + 4 * i, 4);
+			if (v > mx) mx = v;
+		}
+		cb->pos_ptr = (char *)t->data + off;
+		cb->pos_n = (int64_t)(n / 4);
+		cb->pos_max = mx;
+	}
 	return SG_OK;
 }
 
@@ -432,7 +451,7 @@ static sg_status check_x(const char *op, const sg_btensor *x, const sg_btensor *
 /*
  * cuBLAS is loaded on first use, not linked: its libraries are hundreds of megabytes, and mapping
  * and relocating them at start-up cost every saragossa process ~0.2 s and ~200 MB of RSS, CPU-only
- * runs included. Only the four entry points the GEMM needs are resolved.
+ * runs included. Only the five entry points the GEMMs need are resolved.
  */
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -443,6 +462,9 @@ static struct {
 	cublasStatus_t (*gemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *, const void *,
 			       cudaDataType, int, const void *, cudaDataType, int, const void *, void *, cudaDataType, int,
 			       cublasComputeType_t, cublasGemmAlgo_t);
+	cublasStatus_t (*gemm_sb)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *, const void *,
+				  cudaDataType, int, long long, const void *, cudaDataType, int, long long, const void *, void *,
+				  cudaDataType, int, long long, int, cublasComputeType_t, cublasGemmAlgo_t);
 } blas_fn;
 
 static int blas_ready(sg_cuda_backend *cb)
@@ -457,7 +479,8 @@ static int blas_ready(sg_cuda_backend *cb)
 		*(void **)&blas_fn.destroy = dlsym(h, "cublasDestroy_v2");
 		*(void **)&blas_fn.set_stream = dlsym(h, "cublasSetStream_v2");
 		*(void **)&blas_fn.gemm = dlsym(h, "cublasGemmEx");
-		if (!blas_fn.create || !blas_fn.destroy || !blas_fn.set_stream || !blas_fn.gemm) {
+		*(void **)&blas_fn.gemm_sb = dlsym(h, "cublasGemmStridedBatchedEx");
+		if (!blas_fn.create || !blas_fn.destroy || !blas_fn.set_stream || !blas_fn.gemm || !blas_fn.gemm_sb) {
 			blas_fn.gemm = NULL;
 			return 0;
 		}
@@ -475,42 +498,62 @@ static int blas_ready(sg_cuda_backend *cb)
 /* Many tokens: cuBLAS over dequantized weight tiles. GEMM_F32 keeps f32 activations and weights
  * (FP32 math: the parity gate of 1e-3 on logits holds); GEMM_BF16 rounds both to bf16 for the
  * tensor cores (~16x the FLOP rate, logits move by ~5e-3 of their range on the fixtures). */
-enum { GEMM_OFF, GEMM_F32, GEMM_BF16 };
+enum { GEMM_OFF, GEMM_F32, GEMM_BF16, GEMM_TF32, GEMM_TF32X3 };
+
+/* f32 data: FP32 math, or TF32 tensor cores (tf32: one product, tf32x3: three on split operands) */
+static cublasComputeType_t f32_math(const sg_cuda_backend *cb)
+{
+	return cb->gemm == GEMM_TF32 || cb->gemm == GEMM_TF32X3 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+/* Values a TF32 operand holds exactly (f16 and bf16 have at most 11 significant bits). */
+static int tf32_exact(sg_cukt kt) { return kt == SG_CUKT_F16 || kt == SG_CUKT_BF16; }
 
 static sg_status gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int64_t n, float *y, int64_t N, const float *bias)
 {
 	int64_t K = v->K;
 	size_t es = cb->gemm == GEMM_BF16 ? 2 : 4;
+	int x3 = cb->gemm == GEMM_TF32X3, wsplit = x3 && !tf32_exact(v->kt);
 	int64_t rt = (int64_t)(GEMM_TILE_BYTES / es / (size_t)K);
 	if (rt > N) rt = N;
 	if (rt < 16) rt = 16 < N ? 16 : N;
 	/* with 8-bit decode activations the GEMM takes the same rounded activations (see sg_cu_requant) */
 	int rq = cb->q8x && sg_cu_has_q8(v->kt) && K % 32 == 0;
-	size_t xb = cb->gemm == GEMM_BF16 ? round16((size_t)(n * K) * 2) : 0, rb = rq ? round16((size_t)(n * K) * 4) : 0;
-	size_t need = xb + rb + (size_t)(rt * K) * es;
+	size_t xs = round16((size_t)(n * K) * 4);
+	size_t xb = cb->gemm == GEMM_BF16 ? round16((size_t)(n * K) * 2) : x3 ? 2 * xs : 0, rb = rq ? xs : 0;
+	size_t tb = round16((size_t)(rt * K) * es);
 	sg_status st;
-	uint8_t *sc = scratch(cb, need, &st);
+	uint8_t *sc = scratch(cb, xb + rb + tb * (wsplit ? 2 : 1), &st);
 	if (!sc) return st;
 	if (rq) {
 		CU_RET("matmul", sg_cu_requant(x, n * K, (float *)(sc + xb), S(cb)));
 		x = (const float *)(sc + xb);
 	}
-	const void *xa = x;
+	const void *xa = x, *xl = NULL;
 	if (cb->gemm == GEMM_BF16) {
 		CU_RET("matmul", sg_cu_f32_to_bf16(x, n * K, (uint16_t *)sc, S(cb)));
 		xa = sc;
+	} else if (x3) {
+		CU_RET("matmul", sg_cu_split_tf32(x, n * K, (float *)sc, (float *)(sc + xs), S(cb)));
+		xa = sc, xl = sc + xs;
 	}
-	void *wt = sc + xb + rb;
+	void *wt = sc + xb + rb, *wl = sc + xb + rb + tb;
 	cudaDataType ty = cb->gemm == GEMM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+	cublasComputeType_t math = cb->gemm == GEMM_BF16 ? CUBLAS_COMPUTE_32F : f32_math(cb);
 	const float one = 1.0f, zero = 0.0f;
 	for (int64_t r0 = 0; r0 < N; r0 += rt) {
 		int64_t nr = N - r0 < rt ? N - r0 : rt;
 		if (cb->gemm == GEMM_BF16) CU_RET("matmul", sg_cu_dequant_bf16(v, r0, nr, wt, S(cb)));
 		else CU_RET("matmul", sg_cu_dequant_f32(v, r0, nr, wt, S(cb)));
-		/* column-major view: C (nr x n, ld N) = W^T (nr x K) * X (K x n) */
-		cublasStatus_t bs = blas_fn.gemm(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, (int)n, (int)K, &one, wt, ty, (int)K, xa, ty, (int)K,
-						 &zero, y + r0, CUDA_R_32F, (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-		if (bs != CUBLAS_STATUS_SUCCESS) return sg_error(SG_ERR_BACKEND, "cuda matmul: cuBLAS GEMM failed (status %d)", (int)bs);
+		if (wsplit) CU_RET("matmul", sg_cu_split_tf32(wt, nr * K, wt, wl, S(cb)));
+		/* column-major view: C (nr x n, ld N) = W^T (nr x K) * X (K x n); tf32x3 adds
+		 * W_hi^T X_lo and W_lo^T X_hi to W_hi^T X_hi */
+		const void *pa[3] = {wt, wt, wl}, *pb[3] = {xa, xl, xa};
+		for (int t = 0; t < (x3 ? 2 + wsplit : 1); t++) {
+			cublasStatus_t bs = blas_fn.gemm(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, (int)n, (int)K, &one, pa[t], ty, (int)K, pb[t], ty,
+							 (int)K, t ? &one : &zero, y + r0, CUDA_R_32F, (int)N, math, CUBLAS_GEMM_DEFAULT);
+			if (bs != CUBLAS_STATUS_SUCCESS) return sg_error(SG_ERR_BACKEND, "cuda matmul: cuBLAS GEMM failed (status %d)", (int)bs);
+		}
 	}
 	if (bias) CU_RET("matmul", sg_cu_add_bias(y, bias, n, N, S(cb)));
 	return SG_OK;
@@ -765,6 +808,114 @@ static sg_status cuda_attn_prep_norm(sg_backend *be, sg_btensor *q, sg_btensor *
  * chain (dot, warp sum, exp), so short chunks and many blocks hide its latency (256 took ~130 us
  * per layer at 1k positions of a 32-head decode step on the H200; 64 is ~4x more blocks) */
 #define KV_CHUNK 64
+#define ATTN_S_BYTES (256u << 20) /* scores of the GEMM prefill path held at once */
+
+/* The largest position of a chunk: from the last host write when it was these values, else read back. */
+static sg_status pos_max(sg_cuda_backend *cb, const sg_btensor *pos, int64_t n, int64_t *out)
+{
+	if (cb->pos_ptr == pos->data && cb->pos_n == n) {
+		*out = cb->pos_max;
+		return SG_OK;
+	}
+	int32_t *h = sg_malloc((size_t)n * 4);
+	if (!h) return sg_error(SG_ERR_NOMEM, "cuda attention: %lld positions", (long long)n);
+	int e = (int)cudaMemcpyAsync(h, pos->data, (size_t)n * 4, cudaMemcpyDeviceToHost, cb->stream);
+	if (!e) e = (int)cudaStreamSynchronize(cb->stream);
+	int64_t mx = 0;
+	for (int64_t i = 0; i < n && !e; i++) mx = h[i] > mx ? h[i] : mx;
+	sg_free(h);
+	if (e) return cu_fail("attention", e);
+	*out = mx;
+	return SG_OK;
+}
+
+/*
+ * Prefill attention as two GEMMs per query head: s = K^T q over the live KV rows [0, L), the
+ * row softmax with the mask, out = V p. f16 caches are widened to f32 first, so the math is
+ * FP32 (TF32 with SARAGOSSA_CUDA_GEMM=tf32; tf32x3 splits q, p and f32 caches into hi + lo
+ * parts, f16 values being exact TF32 already). Query heads of one KV head are batched by their
+ * index in the group (a strided batch over KV heads); KV heads go in groups whose scores fit
+ * ATTN_S_BYTES.
+ */
+typedef struct {
+	const float *a[3], *b[3]; /* the products' operands: a[t] (x) b[t], summed */
+	int nt;
+} split3;
+
+static sg_status sgemm_sb(sg_cuda_backend *cb, cublasOperation_t ta, int m, int n, int k, const split3 *p, int lda, long long sa, int ldb,
+			  long long sb, float *c, int ldc, long long sc, int batch)
+{
+	const float one = 1.0f, zero = 0.0f;
+	for (int t = 0; t < p->nt; t++)
+		if (blas_fn.gemm_sb(cb->blas, ta, CUBLAS_OP_N, m, n, k, &one, p->a[t], CUDA_R_32F, lda, sa, p->b[t], CUDA_R_32F, ldb, sb, t ? &one : &zero, c,
+				    CUDA_R_32F, ldc, sc, batch, f32_math(cb), CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
+			return sg_error(SG_ERR_BACKEND, "cuda attention: cuBLAS GEMM failed");
+	return SG_OK;
+}
+
+/* A cache as f32 operand(s): widened from f16 (exact in TF32) or, for tf32x3, split. */
+static sg_status kv_operand(sg_cuda_backend *cb, const void *c, int f16, int64_t n, int x3, float *w, float *lo, const float **hi_out,
+			    const float **lo_out)
+{
+	*hi_out = c, *lo_out = NULL;
+	if (f16) {
+		CU_RET("attention", sg_cu_f16_to_f32(c, n, w, S(cb)));
+		*hi_out = w;
+	} else if (x3) {
+		CU_RET("attention", sg_cu_split_tf32(c, n, w, lo, S(cb)));
+		*hi_out = w, *lo_out = lo;
+	}
+	return SG_OK;
+}
+
+static sg_status attn_gemm(sg_cuda_backend *cb, const sg_cu_attn *a, const sg_btensor *pos)
+{
+	int64_t pmax = 0;
+	sg_status st = pos_max(cb, pos, a->n, &pmax);
+	if (st) return st;
+	int64_t L = pmax + 1 > a->ctx ? a->ctx : pmax + 1 < 1 ? 1 : pmax + 1, G = a->H / a->Hkv, n = a->n;
+	int x3 = cb->gemm == GEMM_TF32X3;
+	int64_t kn = L * a->Hkv * a->hd, vn = L * a->Hkv * a->hdv, qn = n * a->H * a->hd;
+	size_t kb = a->kf16 || x3 ? round16((size_t)kn * 4) : 0, vb = a->vf16 || x3 ? round16((size_t)vn * 4) : 0;
+	size_t klb = x3 && !a->kf16 ? kb : 0, vlb = x3 && !a->vf16 ? vb : 0, qb = x3 ? 2 * round16((size_t)qn * 4) : 0;
+	size_t per = (size_t)(G * n * L) * 4 * (x3 ? 2 : 1); /* scores (and their lo parts) of one KV head */
+	int64_t hg = (int64_t)(ATTN_S_BYTES / per);
+	if (hg < 1) hg = 1;
+	if (hg > a->Hkv) hg = a->Hkv;
+	uint8_t *sc = scratch(cb, kb + vb + klb + vlb + qb + per * (size_t)hg, &st);
+	if (!sc) return st;
+	const float *K, *Kl, *V, *Vl, *Q = a->q, *Ql = NULL;
+	uint8_t *o = sc;
+	if ((st = kv_operand(cb, a->kc, a->kf16, kn, x3, (float *)o, (float *)(o + kb + vb), &K, &Kl))) return st;
+	if ((st = kv_operand(cb, a->vc, a->vf16, vn, x3, (float *)(o + kb), (float *)(o + kb + vb + klb), &V, &Vl))) return st;
+	o += kb + vb + klb + vlb;
+	if (x3) {
+		CU_RET("attention", sg_cu_split_tf32(a->q, qn, (float *)o, (float *)(o + qb / 2), S(cb)));
+		Q = (const float *)o, Ql = (const float *)(o + qb / 2);
+		o += qb;
+	}
+	float *sb = (float *)o, *sl = x3 ? sb + (size_t)hg * G * n * L : NULL;
+	for (int64_t k0 = 0; k0 < a->Hkv; k0 += hg) {
+		int nk = (int)(a->Hkv - k0 < hg ? a->Hkv - k0 : hg);
+		for (int64_t g = 0; g < G && !st; g++) { /* s[(kh G + g)][t][j] = sum_d K[j][kh][d] q[t][kh G + g][d] */
+			int64_t qo = (k0 * G + g) * a->hd;
+			split3 p = {{K + k0 * a->hd, K + k0 * a->hd, Kl ? Kl + k0 * a->hd : NULL}, {Q + qo, Ql ? Ql + qo : NULL, Q + qo}, x3 ? (Kl ? 3 : 2) : 1};
+			st = sgemm_sb(cb, CUBLAS_OP_T, (int)L, (int)n, (int)a->hd, &p, (int)(a->Hkv * a->hd), a->hd, (int)(a->H * a->hd), G * a->hd,
+				      sb + g * n * L, (int)L, G * n * L, nk);
+		}
+		if (st) return st;
+		CU_RET("attention", sg_cu_attn_rows(sb, a->pos, nk * G * n, n, L, a->scale, a->cap, a->window, a->causal, pmax, S(cb)));
+		if (x3) CU_RET("attention", sg_cu_split_tf32(sb, (int64_t)nk * G * n * L, sb, sl, S(cb)));
+		for (int64_t g = 0; g < G && !st; g++) { /* out[t][kh G + g][d] = sum_j V[j][kh][d] p[kh G + g][t][j] */
+			const float *ph = sb + g * n * L, *pl = sl ? sl + g * n * L : NULL;
+			split3 p = {{V + k0 * a->hdv, V + k0 * a->hdv, Vl ? Vl + k0 * a->hdv : NULL}, {ph, pl, ph}, x3 ? (Vl ? 3 : 2) : 1};
+			st = sgemm_sb(cb, CUBLAS_OP_N, (int)a->hdv, (int)n, (int)L, &p, (int)(a->Hkv * a->hdv), a->hdv, (int)L, G * n * L,
+				      a->out + (k0 * G + g) * a->hdv, (int)(a->H * a->hdv), G * a->hdv, nk);
+		}
+		if (st) return st;
+	}
+	return SG_OK;
+}
 
 static sg_status cuda_attention(sg_backend *be, const sg_btensor *q, const sg_btensor *kc, const sg_btensor *vc, const sg_btensor *pos,
 				const sg_attn_params *p, sg_btensor *out)
@@ -800,10 +951,23 @@ static sg_status cuda_attention(sg_backend *be, const sg_btensor *q, const sg_bt
 	a.causal = p->causal;
 	a.ring = p->causal && p->window > 0 && p->window < a.ctx;
 	a.out = out->data;
+	int64_t span = a.causal && a.window > 0 && a.window < a.ctx ? a.window : a.ctx;
+	if (a.n == 1 && cb->attn_dec && sg_cu_attn_decode_ok(&a)) {
+		/* slices from static shapes (a recorded graph stays valid); each at least 64 rows */
+		int64_t nc = (span + 63) / 64, cap = 512 / sg_cu_attn_decode_units(&a);
+		if (cap > 64) cap = 64;
+		if (nc > cap) nc = cap;
+		if (nc < 1) nc = 1;
+		a.nchunk = (int)nc;
+		if (nc > 1 && !(a.part = scratch(cb, sizeof(float) * (size_t)(a.H * nc * (a.hdv + 2)), &st))) return st;
+		CU_RET("attention", sg_cu_attn_decode(&a, S(cb)));
+		return SG_OK;
+	}
+	if (a.n > GEMV_MAX_TOKENS && cb->attn_gemm && !a.ring && !cb->capturing && a.ctx <= INT32_MAX / 2 && (cb->blas_state > 0 || blas_ready(cb)))
+		return attn_gemm(cb, &a, pos);
 	/* The split depends on static shapes only (the cache capacity, not the live length, which is
 	 * on the device), so a recorded graph stays valid as the sequence grows. Enough (token, head)
 	 * pairs fill the GPU on their own. */
-	int64_t span = a.causal && a.window > 0 && a.window < a.ctx ? a.window : a.ctx;
 	a.nchunk = 1;
 	a.chunk = (int)(span < INT32_MAX ? span : INT32_MAX);
 	if (a.n * a.H < 512 && span > KV_CHUNK) {
@@ -896,7 +1060,10 @@ static sg_status cuda_argmax(sg_backend *be, const sg_btensor *x, sg_btensor *id
 	if ((st = check_f32("argmax", "x", x)) || (st = check_i32("argmax", "ids", ids))) return st;
 	if (nvals(ids) != sg_btensor_rows(x))
 		return sg_error(SG_ERR_INVALID_ARG, "cuda argmax: ids has %lld values for %lld rows", (long long)nvals(ids), (long long)sg_btensor_rows(x));
-	CU_RET("argmax", sg_cu_argmax(x->data, sg_btensor_rows(x), x->ne[0], ids->data, S(cb)));
+	size_t sb = sg_cu_argmax_scratch(sg_btensor_rows(x), x->ne[0]);
+	void *sc = NULL;
+	if (sb && !(sc = scratch(cb, sb, &st))) return st;
+	CU_RET("argmax", sg_cu_argmax(x->data, sg_btensor_rows(x), x->ne[0], ids->data, sc, S(cb)));
 	return SG_OK;
 }
 
@@ -1110,10 +1277,18 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	cb->base.ops = &cuda_ops;
 	cb->device = p->device;
 	const char *gm = sg_flag_str("SARAGOSSA_CUDA_GEMM");
-	cb->gemm = !strcmp(gm, "bf16") ? GEMM_BF16 : !strcmp(gm, "off") || !strcmp(gm, "0") ? GEMM_OFF : GEMM_F32;
+	cb->gemm = !strcmp(gm, "bf16")			  ? GEMM_BF16
+		   : !strcmp(gm, "tf32")		  ? GEMM_TF32
+		   : !strcmp(gm, "tf32x3")		  ? GEMM_TF32X3
+		   : !strcmp(gm, "off") || !strcmp(gm, "0") ? GEMM_OFF
+							  : GEMM_F32;
+	cb->attn_dec = (int)sg_flag_int("SARAGOSSA_CUDA_ATTN_DECODE");
+	sg_cu_set_attn_decode(cb->attn_dec);
+	cb->attn_gemm = sg_flag_bool("SARAGOSSA_CUDA_ATTN_GEMM");
 	cb->q8x = sg_flag_bool("SARAGOSSA_CUDA_Q8X");
 	cb->fused = sg_flag_bool("SARAGOSSA_CUDA_FUSED");
 	sg_cu_set_gemv_rows((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_ROWS"));
+	sg_cu_set_gemv_variant((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_VARIANT"));
 	struct cudaDeviceProp prop;
 	sg_status st = SG_OK;
 	if ((e = cudaSetDevice(p->device)) || (e = cudaGetDeviceProperties(&prop, p->device)) ||
@@ -1167,6 +1342,7 @@ sg_status sg_cuda_graph_replay(sg_backend *be)
 	sg_cuda_backend *cb = as_cuda(be);
 	if (!cb || !cb->exec) return sg_error(SG_ERR_INVALID_ARG, "cuda graph: nothing recorded");
 	if (cb->exec_gen != cb->scratch_gen) return sg_error(SG_ERR_INVALID_ARG, "cuda graph: scratch moved since the recording; record it again");
+	cb->pos_ptr = NULL;
 	CU_RET("graph_replay", cudaGraphLaunch(cb->exec, cb->stream));
 	return SG_OK;
 }
@@ -1221,6 +1397,7 @@ sg_status sg_cuda_graph_launch(sg_backend *be, const sg_cuda_graph *g)
 	sg_cuda_backend *cb = as_cuda(be);
 	if (!cb || !g) return sg_error(SG_ERR_INVALID_ARG, "cuda graph: nothing recorded");
 	if (g->gen != cb->scratch_gen) return sg_error(SG_ERR_INVALID_ARG, "cuda graph: scratch moved since the recording; record it again");
+	cb->pos_ptr = NULL;
 	CU_RET("graph_launch", cudaGraphLaunch(g->exec, cb->stream));
 	return SG_OK;
 }

@@ -83,6 +83,7 @@ int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, const float
 
 /* Rows per block of the fused 8-bit decode GEMV: 1, 2, 4 or 8; anything else = the default. */
 void sg_cu_set_gemv_rows(int rows);
+void sg_cu_set_gemv_variant(int variant);
 
 /* out = x with every block of 32 rounded as the 8-bit activation quantizer rounds it (n % 32 = 0). */
 int sg_cu_requant(const float *x, int64_t n, float *out, sg_custream s);
@@ -93,6 +94,9 @@ int sg_cu_dequant_bf16(const sg_cuw *w, int64_t r0, int64_t nr, uint16_t *out, s
 int sg_cu_dequant_f32(const sg_cuw *w, int64_t r0, int64_t nr, float *out, sg_custream s);
 /* out = bf16(x), n values. */
 int sg_cu_f32_to_bf16(const float *x, int64_t n, uint16_t *out, sg_custream s);
+/* x = hi + lo with hi exactly a TF32 value (10 mantissa bits): three TF32 tensor-core products
+ * (hi*hi + hi*lo + lo*hi) then carry about FP32's accuracy. hi may alias x. */
+int sg_cu_split_tf32(const float *x, int64_t n, float *hi, float *lo, sg_custream s);
 /* y[t][r] += bias[r] for t < n. */
 int sg_cu_add_bias(float *y, const float *bias, int64_t n, int64_t N, sg_custream s);
 
@@ -153,6 +157,19 @@ typedef struct sg_cu_attn {
 } sg_cu_attn;
 #define SG_CU_MAX_HD 512
 int sg_cu_attention(const sg_cu_attn *a, sg_custream s);
+/* Decode (n = 1): the query heads of a KV head share its reads; nchunk slices of the live KV
+ * range (part holds them when nchunk > 1). _ok says whether the shapes fit (f16 or f32 caches of
+ * one type, hd a multiple of 8 up to 256, hdv 32/64/128/256); _units is the blocks per slice. */
+int sg_cu_attn_decode_ok(const sg_cu_attn *a);
+int sg_cu_attn_decode_units(const sg_cu_attn *a);
+int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s);
+void sg_cu_set_attn_decode(int mode); /* 2: the general decode kernel for every shape */
+/* Prefill through GEMMs: s [rows][L] scores of rows = heads * n query rows (token = row % n)
+ * become probabilities in place: scale, soft-cap, causal/window mask (pmax: the last position
+ * when not causal), softmax; masked entries are 0. */
+int sg_cu_attn_rows(float *s, const int32_t *pos, int64_t rows, int64_t n, int64_t L, float scale, float cap, int window, int causal,
+		    int64_t pmax, sg_custream st);
+int sg_cu_f16_to_f32(const void *x, int64_t n, float *out, sg_custream s);
 
 enum { SG_CU_EW_SILU, SG_CU_EW_GELU, SG_CU_EW_GELU_ERF, SG_CU_EW_ADD, SG_CU_EW_SCALE, SG_CU_EW_SOFTCAP };
 int sg_cu_elementwise(int kind, const float *a, const float *b, float sc, float *out, int64_t n,
@@ -162,7 +179,9 @@ int sg_cu_moe_route(const float *logits, int64_t n, int64_t E, int sigmoid, int 
 		    int32_t *ids, float *w, sg_custream s);
 int sg_cu_moe_combine(const float *y, const float *w, int64_t n, int64_t k, int64_t D, float *out,
 		      sg_custream s);
-int sg_cu_argmax(const float *x, int64_t rows, int64_t D, int32_t *ids, sg_custream s);
+/* scratch: sg_cu_argmax_scratch(rows, D) bytes (0 = none needed; NULL = one block per row) */
+size_t sg_cu_argmax_scratch(int64_t rows, int64_t D);
+int sg_cu_argmax(const float *x, int64_t rows, int64_t D, int32_t *ids, void *scratch, sg_custream s);
 
 /* --- linear attention and Gemma 4 stages (cuda_linear.cu) --- */
 

@@ -318,23 +318,28 @@ template <int ND> __global__ void __launch_bounds__(AW * 32) attn_kernel(const s
 	}
 }
 
-/* Merges the chunks of each (token, head) in chunk order. */
+/* Merges the chunks of each (token, head): the chunks' weights exp(M_c - M) are found once, in
+ * parallel, then each output dim sums its chunks in chunk order with independent loads. */
+#define MERGE_MAX 256
 __global__ void attn_merge_kernel(const sg_cu_attn a)
 {
-	int64_t th = blockIdx.x;
-	const float *pp = a.part + th * a.nchunk * (a.hdv + 2);
-	float M = -INFINITY, L = 0.0f;
-	for (int c = 0; c < a.nchunk; c++) M = fmaxf(M, pp[c * (a.hdv + 2)]);
-	for (int c = 0; c < a.nchunk; c++) {
-		const float *q = pp + c * (a.hdv + 2);
-		if (q[1] > 0) L += q[1] * expf(q[0] - M);
+	__shared__ float sf[MERGE_MAX];
+	int64_t th = blockIdx.x, st = a.hdv + 2;
+	const float *pp = a.part + th * a.nchunk * st;
+	float M = -INFINITY;
+	for (int c = threadIdx.x; c < a.nchunk; c += blockDim.x) M = fmaxf(M, pp[c * st]);
+	M = block_max(M);
+	float L = 0.0f;
+	for (int c = threadIdx.x; c < a.nchunk; c += blockDim.x) {
+		float lc = pp[c * st + 1], f = lc > 0 ? expf(pp[c * st] - M) : 0.0f;
+		sf[c] = f;
+		L += lc * f;
 	}
+	L = block_sum(L);
 	for (int64_t d = threadIdx.x; d < a.hdv; d += blockDim.x) {
 		float A = 0.0f;
-		for (int c = 0; c < a.nchunk; c++) {
-			const float *q = pp + c * (a.hdv + 2);
-			if (q[1] > 0) A += q[2 + d] * expf(q[0] - M);
-		}
+#pragma unroll 8
+		for (int c = 0; c < a.nchunk; c++) A += pp[c * st + 2 + d] * sf[c];
 		a.out[th * a.hdv + d] = L > 0 ? A / L : 0.0f;
 	}
 }
@@ -353,6 +358,312 @@ extern "C" int sg_cu_attention(const sg_cu_attn *a, sg_custream s)
 	else if (dmax <= 512) attn_kernel<16><<<grid, AW * 32, 0, st>>>(*a);
 	else return (int)cudaErrorInvalidValue;
 	if (a->nchunk > 1) attn_merge_kernel<<<(unsigned)items, 128, 0, st>>>(*a);
+	return ok();
+}
+
+/*
+ * Decode attention (one token), flash-decoding with the query heads of a KV head sharing each
+ * K/V read. A block takes G query heads of one KV head and one of nsplit slices of the live KV
+ * range (the slice length follows the live length, read from pos on the device, so one recorded
+ * graph serves every step). Each warp scores 32 positions at a time, a lane per position
+ * reading its K row with 16-byte loads against the queries in shared memory; the warp then
+ * folds the 32 values in, each lane owning hdv/32 output dims, with the probabilities broadcast
+ * from shared memory. Warps merge in shared memory; slices merge in attn_merge_kernel.
+ */
+#define DW 4 /* warps per decode block */
+
+static __device__ __forceinline__ void ld8(const __half *p, float *f)
+{
+	uint4 u = *(const uint4 *)p;
+	const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		float2 t = __half22float2(h[i]);
+		f[2 * i] = t.x, f[2 * i + 1] = t.y;
+	}
+}
+static __device__ __forceinline__ void ld8(const float *p, float *f)
+{
+	float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
+	f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+template <int NV> static __device__ __forceinline__ void ldv(const __half *p, float *f)
+{
+	if (NV == 8) {
+		ld8(p, f);
+	} else if (NV == 4) {
+		uint2 u = *(const uint2 *)p;
+		const __half2 *h = (const __half2 *)&u;
+		float2 a = __half22float2(h[0]), b = __half22float2(h[1]);
+		f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+	} else if (NV == 2) {
+		float2 a = __half22float2(*(const __half2 *)p);
+		f[0] = a.x, f[1] = a.y;
+	} else {
+		f[0] = __half2float(*p);
+	}
+}
+template <int NV> static __device__ __forceinline__ void ldv(const float *p, float *f)
+{
+	if (NV == 8) {
+		ld8(p, f);
+	} else if (NV == 4) {
+		float4 a = *(const float4 *)p;
+		f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+	} else if (NV == 2) {
+		float2 a = *(const float2 *)p;
+		f[0] = a.x, f[1] = a.y;
+	} else {
+		f[0] = *p;
+	}
+}
+
+/* The f16 compile-time head-dim path (SARAGOSSA_CUDA_ATTN_DECODE=2 keeps the general one). */
+static int g_dec_wide = 1;
+extern "C" void sg_cu_set_attn_decode(int mode) { g_dec_wide = mode != 2; }
+
+/* Shared memory of attn_dec_kernel, in floats. */
+static size_t dec_smem(int G, int64_t hd, int64_t hdv) { return (size_t)(G * hd + DW * 32 * G + DW * 32 + 2 * DW * G + DW * G * hdv) * 4; }
+
+/*
+ * HD > 0: the f16 path with head dims hd = hdv = HD known at compile time: a lane's K row loads
+ * are all in flight at once, and V rows are read 16 bytes a lane, HD/8 lanes a row, 256/HD rows
+ * per load instruction (the partial sums of the lanes sharing dims meet by shuffles at the end).
+ * HD = 0: any shapes the _ok test passes, NV = hdv/32 dims a lane.
+ */
+template <typename T, int G, int NV, int HD> __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
+{
+	extern __shared__ float4 dec_sm4[];
+	constexpr int LPR = HD ? HD / 8 : 32; /* lanes a V row */
+	constexpr int RPI = 32 / LPR;         /* V rows a load instruction */
+	constexpr int VD = HD ? 8 : NV;       /* V dims a lane */
+	const int hd = HD ? HD : (int)a.hd, hdv = HD ? HD : (int)a.hdv;
+	float *sq = (float *)dec_sm4;           /* [G][hd] queries */
+	float *sp = sq + G * hd;                /* [DW][32][G] probabilities of the warp's tile */
+	int *srow = (int *)(sp + DW * 32 * G);  /* [DW][32] cache rows of the tile */
+	float *smx = (float *)(srow + DW * 32); /* [DW][G] running max */
+	float *sl = smx + DW * G;               /* [DW][G] running sum */
+	float *sacc = sl + DW * G;              /* [DW][G][hdv] */
+	int gall = (int)(a.H / a.Hkv), ng = gall / G;
+	int kh = blockIdx.x / ng, h0 = kh * gall + (blockIdx.x % ng) * G;
+	int c = blockIdx.y, nsplit = gridDim.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	int64_t p = a.pos[0], hi = p;
+	for (int i = threadIdx.x; i < G * hd; i += DW * 32) sq[i] = a.q[h0 * hd + i];
+	if (!a.ring && hi > a.ctx - 1) hi = a.ctx - 1;
+	int64_t lo = a.causal && a.window > 0 ? p - a.window + 1 : 0;
+	if (a.ring && lo < hi - a.ctx + 1) lo = hi - a.ctx + 1;
+	if (lo < 0) lo = 0;
+	int64_t chunk = (hi - lo + nsplit) / nsplit;
+	chunk = chunk < 64 ? 64 : (chunk + 31) & ~(int64_t)31;
+	int64_t b0 = lo + (int64_t)c * chunk, b1 = min(b0 + chunk - 1, hi);
+	float m[G], l[G], acc[G][VD];
+#pragma unroll
+	for (int g = 0; g < G; g++) {
+		m[g] = -INFINITY, l[g] = 0.0f;
+#pragma unroll
+		for (int e = 0; e < VD; e++) acc[g][e] = 0.0f;
+	}
+	int64_t rs = a.Hkv * hd, vrs = a.Hkv * hdv;
+	const int sub = HD ? lane / LPR : 0, dl = HD ? (lane % LPR) * 8 : lane * NV; /* V row of the instruction, first dim */
+	const T *kb = (const T *)a.kc + kh * hd, *vb = (const T *)a.vc + kh * hdv + dl;
+	float *pw = sp + warp * 32 * G;
+	int *rw = srow + warp * 32;
+	__syncthreads();
+	for (int64_t t0 = b0 + warp * 32; t0 <= b1; t0 += DW * 32) {
+		/* lanes past the slice read the tile's first row (always live) and are masked below,
+		 * so every load is unconditional and a row is never past the cache */
+		int valid = t0 + lane <= b1;
+		int64_t j = valid ? t0 + lane : t0, row = a.ring ? j % a.ctx : j;
+		float s[G];
+#pragma unroll
+		for (int g = 0; g < G; g++) s[g] = 0.0f;
+		const T *kr = kb + row * rs;
+#pragma unroll(HD ? 16 : 4)
+		for (int e = 0; e < hd; e += 8) {
+			float kf[8];
+			ld8(kr + e, kf);
+#pragma unroll
+			for (int g = 0; g < G; g++) {
+				const float4 *q4 = (const float4 *)(sq + g * hd + e);
+				float4 x0 = q4[0], x1 = q4[1];
+				s[g] += x0.x * kf[0] + x0.y * kf[1] + x0.z * kf[2] + x0.w * kf[3] + x1.x * kf[4] + x1.y * kf[5] + x1.z * kf[6] +
+					x1.w * kf[7];
+			}
+		}
+#pragma unroll
+		for (int g = 0; g < G; g++) {
+			float sg = valid ? s[g] * a.scale : -INFINITY;
+			if (valid && a.cap > 0) sg = a.cap * tanhf(sg / a.cap);
+			float mn = fmaxf(m[g], warp_max(sg)); /* finite: lane 0 is valid */
+			float cf = expf(m[g] - mn);
+			l[g] *= cf;
+#pragma unroll
+			for (int e = 0; e < VD; e++) acc[g][e] *= cf;
+			m[g] = mn;
+			float pr = valid ? expf(sg - mn) : 0.0f;
+			l[g] += pr;
+			pw[lane * G + g] = pr;
+		}
+		rw[lane] = (int)row;
+		__syncwarp();
+		/* HD: all 32 rows (masked ones have p = 0), every load in flight at once */
+		int nv = HD ? 32 : (int)min((int64_t)32, b1 - t0 + 1);
+#pragma unroll(HD ? 32 / RPI : 8)
+		for (int jj = sub; jj < nv; jj += RPI) {
+			float vf[VD];
+			if constexpr (HD) ld8(vb + (int64_t)rw[jj] * vrs, vf);
+			else ldv<NV>(vb + (int64_t)rw[jj] * vrs, vf);
+#pragma unroll
+			for (int g = 0; g < G; g++) {
+				float pg = pw[jj * G + g];
+#pragma unroll
+				for (int e = 0; e < VD; e++) acc[g][e] += pg * vf[e];
+			}
+		}
+		__syncwarp();
+	}
+	if constexpr (RPI > 1) { /* lanes holding the same dims for other rows */
+#pragma unroll
+		for (int o = LPR; o < 32; o <<= 1)
+#pragma unroll
+			for (int g = 0; g < G; g++)
+#pragma unroll
+				for (int e = 0; e < VD; e++) acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], o);
+	}
+#pragma unroll
+	for (int g = 0; g < G; g++) {
+		float ls = warp_sum(l[g]);
+		if (lane == 0) smx[warp * G + g] = m[g], sl[warp * G + g] = ls;
+		if (sub == 0)
+#pragma unroll
+			for (int e = 0; e < VD; e++) sacc[(warp * G + g) * hdv + dl + e] = acc[g][e];
+	}
+	__syncthreads();
+	for (int i = threadIdx.x; i < G * hdv; i += DW * 32) {
+		int g = i / hdv, d = i % hdv;
+		float M = -INFINITY, L = 0.0f, A = 0.0f;
+		for (int w = 0; w < DW; w++) M = fmaxf(M, smx[w * G + g]);
+		for (int w = 0; w < DW; w++)
+			if (sl[w * G + g] > 0) {
+				float f = expf(smx[w * G + g] - M);
+				L += sl[w * G + g] * f;
+				A += sacc[(w * G + g) * hdv + d] * f;
+			}
+		int64_t h = h0 + g;
+		if (nsplit == 1) {
+			a.out[h * hdv + d] = L > 0 ? A / L : 0.0f;
+		} else {
+			float *pp = a.part + (h * nsplit + c) * (hdv + 2);
+			pp[2 + d] = A;
+			if (d == 0) pp[0] = M, pp[1] = L;
+		}
+	}
+}
+
+/* The query heads a decode block takes: the largest of 8, 4, 2, 1 dividing the group. */
+static int dec_group(const sg_cu_attn *a)
+{
+	int gall = (int)(a->H / a->Hkv);
+	return gall % 8 == 0 ? 8 : gall % 4 == 0 ? 4 : gall % 2 == 0 ? 2 : 1;
+}
+
+extern "C" int sg_cu_attn_decode_ok(const sg_cu_attn *a)
+{
+	int64_t nv = a->hdv / 32;
+	return a->n == 1 && a->kf16 == a->vf16 && a->hd % 8 == 0 && a->hd <= 256 && a->hdv % 32 == 0 && (nv == 1 || nv == 2 || nv == 4 || nv == 8) &&
+	       a->ctx < INT32_MAX && dec_smem(dec_group(a), a->hd, a->hdv) <= 48 * 1024;
+}
+
+template <typename T, int G> static void dec_launch(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st)
+{
+	if constexpr (sizeof(T) == 2) {
+		int wide = a->hd == a->hdv && g_dec_wide;
+		if (wide && a->hd == 128) return attn_dec_kernel<T, G, 4, 128><<<grid, DW * 32, sm, st>>>(*a);
+		if (wide && a->hd == 256) return attn_dec_kernel<T, G, 8, 256><<<grid, DW * 32, sm, st>>>(*a);
+		if (wide && a->hd == 64) return attn_dec_kernel<T, G, 2, 64><<<grid, DW * 32, sm, st>>>(*a);
+	}
+	switch (a->hdv / 32) {
+	case 1: attn_dec_kernel<T, G, 1, 0><<<grid, DW * 32, sm, st>>>(*a); break;
+	case 2: attn_dec_kernel<T, G, 2, 0><<<grid, DW * 32, sm, st>>>(*a); break;
+	case 4: attn_dec_kernel<T, G, 4, 0><<<grid, DW * 32, sm, st>>>(*a); break;
+	default: attn_dec_kernel<T, G, 8, 0><<<grid, DW * 32, sm, st>>>(*a); break;
+	}
+}
+
+template <typename T> static void dec_launch_g(const sg_cu_attn *a, int G, dim3 grid, size_t sm, cudaStream_t st)
+{
+	switch (G) {
+	case 8: dec_launch<T, 8>(a, grid, sm, st); break;
+	case 4: dec_launch<T, 4>(a, grid, sm, st); break;
+	case 2: dec_launch<T, 2>(a, grid, sm, st); break;
+	default: dec_launch<T, 1>(a, grid, sm, st); break;
+	}
+}
+
+extern "C" int sg_cu_attn_decode_units(const sg_cu_attn *a) { return (int)(a->Hkv * (a->H / a->Hkv / dec_group(a))); }
+
+extern "C" int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s)
+{
+	if (!sg_cu_attn_decode_ok(a) || a->nchunk < 1 || (a->nchunk > 1 && !a->part)) return (int)cudaErrorInvalidValue;
+	int G = dec_group(a);
+	dim3 grid((unsigned)sg_cu_attn_decode_units(a), (unsigned)a->nchunk);
+	size_t sm = dec_smem(G, a->hd, a->hdv);
+	cudaStream_t st = (cudaStream_t)s;
+	if (a->kf16) dec_launch_g<__half>(a, G, grid, sm, st);
+	else dec_launch_g<float>(a, G, grid, sm, st);
+	if (a->nchunk > 1) attn_merge_kernel<<<(unsigned)a->H, 128, 0, st>>>(*a);
+	return ok();
+}
+
+/*
+ * Prefill attention through cuBLAS (the host side is in cuda_backend.c): the scores of a group
+ * of heads are a GEMM into s [h][n][L]; this kernel turns each row into probabilities in place
+ * (scale, soft-cap, the causal and window mask, softmax) before the second GEMM with V.
+ */
+__global__ void attn_rows_kernel(float *s, const int32_t *pos, int64_t n, int64_t L, float scale, float cap, int window, int causal, int64_t pmax)
+{
+	int64_t r = blockIdx.x, t = r % n;
+	float *row = s + r * L;
+	int64_t p = pos[t], hi = causal ? p : pmax;
+	if (hi > L - 1) hi = L - 1;
+	int64_t lo = causal && window > 0 ? p - window + 1 : 0;
+	if (lo < 0) lo = 0;
+	float m = -INFINITY;
+	for (int64_t j = lo + threadIdx.x; j <= hi; j += blockDim.x) {
+		float v = row[j] * scale;
+		if (cap > 0) v = cap * tanhf(v / cap);
+		row[j] = v;
+		m = fmaxf(m, v);
+	}
+	m = block_max(m);
+	float sum = 0.0f;
+	for (int64_t j = lo + threadIdx.x; j <= hi; j += blockDim.x) {
+		float e = expf(row[j] - m);
+		row[j] = e;
+		sum += e;
+	}
+	sum = block_sum(sum);
+	float inv = sum > 0 ? 1.0f / sum : 0.0f;
+	for (int64_t j = threadIdx.x; j < L; j += blockDim.x) row[j] = j >= lo && j <= hi ? row[j] * inv : 0.0f;
+}
+
+extern "C" int sg_cu_attn_rows(float *s, const int32_t *pos, int64_t rows, int64_t n, int64_t L, float scale, float cap, int window, int causal,
+			       int64_t pmax, sg_custream st)
+{
+	if (rows <= 0) return 0;
+	attn_rows_kernel<<<(unsigned)rows, 256, 0, (cudaStream_t)st>>>(s, pos, n, L, scale, cap, window, causal, pmax);
+	return ok();
+}
+
+__global__ void f16_to_f32_kernel(const __half *x, int64_t n, float *out)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) out[i] = __half2float(x[i]);
+}
+
+extern "C" int sg_cu_f16_to_f32(const void *x, int64_t n, float *out, sg_custream s)
+{
+	if (n <= 0) return 0;
+	f16_to_f32_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)s>>>((const __half *)x, n, out);
 	return ok();
 }
 
@@ -506,9 +817,43 @@ __global__ void argmax_kernel(const float *x, int64_t D, int32_t *ids)
 	if (threadIdx.x == 0) ids[blockIdx.x] = bi;
 }
 
-extern "C" int sg_cu_argmax(const float *x, int64_t rows, int64_t D, int32_t *ids, sg_custream s)
+/* Long rows in two passes: block b of row r takes a slice and leaves its (value, index); one
+ * block per row then picks among them (same order rule, so the same winner as one pass). */
+__global__ void argmax_part_kernel(const float *x, int64_t D, int64_t slice, float *pv, int32_t *pi)
+{
+	const float *xr = x + blockIdx.y * D;
+	int64_t a = blockIdx.x * slice, b = min(a + slice, D);
+	float bv = -INFINITY;
+	int bi = (int)a;
+	for (int64_t i = a + threadIdx.x; i < b; i += blockDim.x) better(bv, bi, xr[i], (int)i);
+	block_argmax(bv, bi);
+	if (threadIdx.x == 0) pv[blockIdx.y * gridDim.x + blockIdx.x] = bv, pi[blockIdx.y * gridDim.x + blockIdx.x] = bi;
+}
+
+__global__ void argmax_final_kernel(const float *pv, const int32_t *pi, int np, int32_t *ids)
+{
+	float bv = -INFINITY;
+	int bi = pi[blockIdx.x * np];
+	for (int i = threadIdx.x; i < np; i += blockDim.x) better(bv, bi, pv[blockIdx.x * np + i], pi[blockIdx.x * np + i]);
+	block_argmax(bv, bi);
+	if (threadIdx.x == 0) ids[blockIdx.x] = bi;
+}
+
+#define ARGMAX_SLICE 4096
+extern "C" size_t sg_cu_argmax_scratch(int64_t rows, int64_t D) { return D > 2 * ARGMAX_SLICE ? (size_t)(rows * ((D + ARGMAX_SLICE - 1) / ARGMAX_SLICE)) * 8 : 0; }
+
+extern "C" int sg_cu_argmax(const float *x, int64_t rows, int64_t D, int32_t *ids, void *scratch, sg_custream s)
 {
 	if (rows <= 0) return 0;
-	argmax_kernel<<<(unsigned)rows, 256, 0, (cudaStream_t)s>>>(x, D, ids);
+	cudaStream_t st = (cudaStream_t)s;
+	if (!scratch || D <= 2 * ARGMAX_SLICE || rows > 65535) {
+		argmax_kernel<<<(unsigned)rows, 256, 0, st>>>(x, D, ids);
+		return ok();
+	}
+	int np = (int)((D + ARGMAX_SLICE - 1) / ARGMAX_SLICE);
+	float *pv = (float *)scratch;
+	int32_t *pi = (int32_t *)(pv + rows * np);
+	argmax_part_kernel<<<dim3((unsigned)np, (unsigned)rows), 256, 0, st>>>(x, D, ARGMAX_SLICE, pv, pi);
+	argmax_final_kernel<<<(unsigned)rows, 128, 0, st>>>(pv, pi, np, ids);
 	return ok();
 }
