@@ -42,7 +42,7 @@ static const sg_flag table[] = {
 	 "takes the model, else the CPU), cpu or cuda"},
 	{"SARAGOSSA_CUDA_GRAPHS", SG_FLAG_BOOL, "1",
 	 "CUDA decode: record one graph per token and replay it (0 = issue every op from the host)"},
-	{"SARAGOSSA_CUDA_GEMM", SG_FLAG_STR, "f32",
+	{"SARAGOSSA_CUDA_GEMM", SG_FLAG_STR, "tf32x3",
 	 "CUDA matmul of more than 8 tokens: f32 (cuBLAS FP32 on dequantized tiles), tf32 (TF32 tensor cores on the same tiles, also "
 	 "for the prefill attention GEMMs), tf32x3 (three TF32 products on operands split into hi + lo parts: about FP32's "
 	 "accuracy), bf16 (tensor cores; logits move ~5e-3) or off (the GEMV kernel)"},
@@ -64,7 +64,7 @@ static const sg_flag table[] = {
 	 "CUDA fused decode GEMV on 8-bit activations: weight rows per 128-thread block (1, 2, 4 or 8; from 4 on the "
 	 "activations are staged in shared memory); 0 = the measured default"},
 	{"SARAGOSSA_CUDA_GEMV_VARIANT", SG_FLAG_INT, "0",
-	 "CUDA fused decode GEMV on 8-bit activations: a variant of bench/kernels/cuda (8-15, see its table: rows per block or "
+	 "CUDA fused decode GEMV on 8-bit activations: a variant of bench/kernels/cuda (8-16, see its table: rows per block or "
 	 "per warp, activations in registers or shared memory); 0 = the measured default"},
 	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
 	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},

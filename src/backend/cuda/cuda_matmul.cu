@@ -951,6 +951,62 @@ __global__ void __launch_bounds__(QT) mvw_kernel(const __grid_constant__ sg_cu_m
 	(void)x;
 }
 
+/*
+ * Persistent warp-split variant: a grid about the GPU's size whose warps walk row groups
+ * (g0, g0 + stride, ...). A lane's activations (NU units of 32: codes, scales, sums) are loaded
+ * once into registers and serve every row it visits, so the loop reads weights only; no block
+ * is launched per few rows, and no wave tail. K must be 1024 * NU.
+ */
+template <int KT, int S, int NU>
+__global__ void __launch_bounds__(QT) mvp_kernel(const __grid_constant__ sg_cu_multi p, const float *__restrict__ x,
+						 const int8_t *__restrict__ xq, const float *__restrict__ dx, const float *__restrict__ sx,
+						 int64_t rows)
+{
+	typedef UI<KT> T;
+	const int glu = p.epi == SG_CU_EPI_GLU, per = glu ? S / 2 : S;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	int4 xa[NU], xc[NU];
+	float d0[NU], d1[NU], s0[NU], s1[NU];
+#pragma unroll
+	for (int k = 0; k < NU; k++) {
+		int64_t u = lane + 32 * k, ea = T::e0(u), ec = ea + T::HS;
+		xa[k] = *(const int4 *)(xq + ea), xc[k] = *(const int4 *)(xq + ec);
+		d0[k] = dx[ea >> 5], d1[k] = dx[ec >> 5], s0[k] = sx[ea >> 4], s1[k] = sx[ec >> 4];
+	}
+	const int64_t stride = (int64_t)gridDim.x * (QT / 32) * per;
+	for (int64_t g0 = ((int64_t)blockIdx.x * (QT / 32) + warp) * per; g0 < rows; g0 += stride) {
+		const uint8_t *rp[S], *sp[S], *bp[S];
+		int ms[S];
+		int64_t rs[S];
+		multi_rows<S>(p, g0, per, glu, rows, ms, rs, rp, sp, bp);
+		float acc[S];
+#pragma unroll
+		for (int s = 0; s < S; s++) acc[s] = 0.0f;
+#pragma unroll
+		for (int k = 0; k < NU; k++) {
+#pragma unroll
+			for (int s = 0; s < S; s++) {
+				int c[8];
+				float sca[2], off[2];
+				T::dq(p.w[0], rp[s], sp[s], bp[s], lane + 32 * k, c, sca, off);
+				int i0 = __dp4a(c[0], xa[k].x, 0);
+				i0 = __dp4a(c[1], xa[k].y, i0);
+				i0 = __dp4a(c[2], xa[k].z, i0);
+				i0 = __dp4a(c[3], xa[k].w, i0);
+				int i1 = __dp4a(c[4], xc[k].x, 0);
+				i1 = __dp4a(c[5], xc[k].y, i1);
+				i1 = __dp4a(c[6], xc[k].z, i1);
+				i1 = __dp4a(c[7], xc[k].w, i1);
+				acc[s] += d0[k] * sca[0] * (float)i0 + off[0] * s0[k] + d1[k] * sca[1] * (float)i1 + off[1] * s1[k];
+			}
+		}
+#pragma unroll
+		for (int s = 0; s < S; s++) acc[s] = warp_sum(acc[s]);
+		if (lane < S) multi_epi<S>(p, lane, g0, acc, ms, rs, rows);
+	}
+	(void)x;
+}
+
 template <int KT, int Q8, int S, int STG>
 __global__ void __launch_bounds__(QT) mvm_kernel(const __grid_constant__ sg_cu_multi p, const float *__restrict__ x,
 						 const int8_t *__restrict__ xq, const float *__restrict__ dx, const float *__restrict__ sx,
@@ -1026,7 +1082,7 @@ __global__ void __launch_bounds__(QT) mvm_kernel(const __grid_constant__ sg_cu_m
  * whole kernel-bench variant (SARAGOSSA_CUDA_GEMV_VARIANT, 8..15; 0 = by shape). */
 static int g_slots = 0, g_variant = 0;
 extern "C" void sg_cu_set_gemv_rows(int rows) { g_slots = rows == 1 || rows == 2 || rows == 4 || rows == 8 ? rows : 0; }
-extern "C" void sg_cu_set_gemv_variant(int variant) { g_variant = variant >= 8 && variant <= 15 ? variant : 0; }
+extern "C" void sg_cu_set_gemv_variant(int variant) { g_variant = variant >= 8 && variant <= 16 ? variant : 0; }
 #define SG_CU_MULTI_SLOTS (g_slots ? g_slots : 2)
 #define NQ_WARPS 16 /* warps of a norm-quantize block: 512 threads, the rmsnorm kernel's size for rows of >= 1024 */
 
@@ -1059,7 +1115,8 @@ typedef void (*mvm_fn)(const sg_cu_multi, const float *, const int8_t *, const f
 
 /* variant: 8 = 2 row slots per block, 9 = 4, 10 = 1 (a GLU takes 2 instead), 11 = 8 (9 and 11
  * stage the 8-bit activations in shared memory), 12 = 4 and 13 = 8 with the activations read
- * from global memory; 14 = 2 and 15 = 4 slots per warp (mvw_kernel); 0 = by shape. */
+ * from global memory; 14 = 2 and 15 = 4 slots per warp (mvw_kernel); 16 = 2 slots per warp of
+ * a persistent grid (mvp_kernel; K a multiple of 1024 up to 8192, else 14); 0 = by shape. */
 static int multi_slots(int variant, int glu)
 {
 	switch (variant) {
@@ -1110,6 +1167,44 @@ static mvm_fn pickm(int kt, int slots, int kind)
 
 static int plain_kt(int kt) { return kt == SG_CUKT_F32 || kt == SG_CUKT_F16 || kt == SG_CUKT_BF16; }
 
+template <int KT> static mvm_fn pickp_kt(int nu)
+{
+	switch (nu) {
+	case 1: return mvp_kernel<KT, 2, 1>;
+	case 2: return mvp_kernel<KT, 2, 2>;
+	case 3: return mvp_kernel<KT, 2, 3>;
+	case 4: return mvp_kernel<KT, 2, 4>;
+	case 5: return mvp_kernel<KT, 2, 5>;
+	case 6: return mvp_kernel<KT, 2, 6>;
+	case 7: return mvp_kernel<KT, 2, 7>;
+	case 8: return mvp_kernel<KT, 2, 8>;
+	default: return NULL;
+	}
+}
+
+/* The persistent GEMV for K = 1024 nu (MLX 4/8-bit and Q4_K: the formats measured). */
+static mvm_fn pickp(int kt, int nu)
+{
+	switch (kt) {
+	case SG_CUKT_Q4_K: return pickp_kt<SG_CUKT_Q4_K>(nu);
+	case SG_CUKT_MLX4: return pickp_kt<SG_CUKT_MLX4>(nu);
+	case SG_CUKT_MLX8: return pickp_kt<SG_CUKT_MLX8>(nu);
+	default: return NULL;
+	}
+}
+
+/* Blocks of the persistent GEMV: 4 of 128 threads per multiprocessor. */
+static int persist_blocks(void)
+{
+	static int n = 0;
+	if (!n) {
+		int dev = 0, sms = 0;
+		if (cudaGetDevice(&dev) || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) || sms < 1) sms = 132;
+		n = 4 * sms;
+	}
+	return n;
+}
+
 extern "C" int sg_cu_multi_ok(int kt) { return pickm(kt, 2, 0) != NULL; }
 
 extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, const float *norm_w, float eps, float off, float *xn,
@@ -1127,10 +1222,11 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 	/* MLX 4-bit: the warp-split kernel measured 8% faster end to end on Qwen3-8B shapes (H200) */
 	if (!variant && !g_slots && kt == SG_CUKT_MLX4) variant = 14;
 	int S = variant ? multi_slots(variant, glu) : plain_kt(kt) && !glu ? 1 : SG_CU_MULTI_SLOTS;
-	int kind = variant == 14 || variant == 15 ? 2 : variant == 9 || variant == 11 || (!variant && g_slots >= 4) ? 1 : 0;
+	if (variant == 16 && (K % 1024 || K > 8192 || !pickp(kt, (int)(K / 1024)))) variant = 14;
+	int kind = variant == 16 ? 3 : variant == 14 || variant == 15 ? 2 : variant == 9 || variant == 11 || (!variant && g_slots >= 4) ? 1 : 0;
 	if (plain_kt(kt) && (S > 2 || kind)) S = 2, kind = 0;
 	if (kind == 1 && smem_x(K) > SMEM_X_MAX) S = 2, kind = 0;
-	mvm_fn f = pickm(kt, S, kind);
+	mvm_fn f = kind == 3 ? pickp(kt, (int)(K / 1024)) : pickm(kt, S, kind);
 	if (!f) return (int)cudaErrorInvalidValue;
 	const float *xin = x;
 	int8_t *xq = NULL;
@@ -1157,8 +1253,10 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 		norm_quant_kernel<<<(unsigned)((nb + NQ_WARPS - 1) / NQ_WARPS), NQ_WARPS * 32, 0, st>>>(x, norm_w, norm, eps, off, K, norm ? xn : NULL,
 													xq, dx, sx);
 	}
-	int per = (glu ? S / 2 : S) * (kind == 2 ? QT / 32 : 1);
-	f<<<(unsigned)((rows + per - 1) / per), QT, kind == 1 ? smem_x(K) : 0, st>>>(*m, xin, xq, dx, sx, rows);
+	int per = (glu ? S / 2 : S) * (kind >= 2 ? QT / 32 : 1);
+	int64_t nb = (rows + per - 1) / per;
+	if (kind == 3 && nb > persist_blocks()) nb = persist_blocks();
+	f<<<(unsigned)nb, QT, kind == 1 ? smem_x(K) : 0, st>>>(*m, xin, xq, dx, sx, rows);
 	return (int)cudaGetLastError();
 }
 
