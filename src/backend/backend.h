@@ -144,6 +144,8 @@ typedef struct sg_attn_params {
 			* j lives in row j % ctx (the same row as before while positions stay below ctx),
 			* so a sliding layer may keep only window + chunk rows */
 	int causal;    /* 1: token at p sees kv positions <= p; 0: every position <= max(pos) */
+	int feeds_matmul; /* hint: the next op is a matmul_multi with x = out and x_fed set, so a
+			   * backend may hand out over in the form its matmul takes (8-bit blocks) */
 } sg_attn_params;
 
 typedef enum { SG_ROUTER_SOFTMAX, SG_ROUTER_SIGMOID } sg_router;
@@ -172,6 +174,7 @@ typedef struct sg_matmul_multi {
 	sg_act act;
 	const sg_btensor *residual; /* nw = 1, [n][N_0] or NULL: out = residual + x W0^T, y[0] scratch */
 	sg_btensor *out;            /* with residual; may alias it */
+	int x_fed;                  /* hint: x is the out of the op just before, which had feeds_matmul */
 } sg_matmul_multi;
 
 /*

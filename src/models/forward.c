@@ -166,6 +166,7 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 		.softcap = d->attn_softcap,
 		.window = l->kind == SG_LAYER_SLIDING_ATTN ? l->sliding_window : 0,
 		.causal = 1, /* a ring cache is read as one because the window is shorter than it */
+		.feeds_matmul = !d->sandwich_norm,
 	};
 	SG_FWD_OK(o->attention(be, &q, &kv->k, &kv->v, &pos, &ap, &att));
 	if (d->sandwich_norm) {
@@ -173,7 +174,7 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 		SG_FWD_OK(norm(m, &h, &lw->post_attn_norm, &h));
 		return o->add(be, &x, &h, &x);
 	}
-	sg_matmul_multi wo = {.x = &att, .nw = 1, .w = {&lw->wo}, .y = {&h}, .residual = &x, .out = &x};
+	sg_matmul_multi wo = {.x = &att, .nw = 1, .w = {&lw->wo}, .y = {&h}, .residual = &x, .out = &x, .x_fed = 1};
 	return sg_backend_matmul_multi(be, &wo);
 }
 
@@ -248,8 +249,10 @@ static sg_status forward_body(const sg_model *m, sg_fwd_state *s, const int32_t 
 	int r0 = mode == SG_LOGITS_ALL ? 0 : n - 1, nr = n - r0;
 	sg_btensor xl = sg_btensor_rows_view(&s->x, r0, nr), h = sg_fwd_view2(&s->xb, d->dim, nr);
 	sg_btensor lg = sg_fwd_view2(&s->logits, d->n_vocab, nr);
-	SG_FWD_OK(norm(m, &xl, &m->out_norm, &h));
-	SG_FWD_OK(o->matmul(be, &m->output, &h, NULL, &lg));
+	/* the final norm and the head: one fused stage (a GPU runs the 8-bit GEMV kernels on it) */
+	sg_matmul_multi head = {.x = &xl, .norm = &m->out_norm, .eps = d->norm_eps, .norm_offset = d->norm_offset, .xn = &h, .nw = 1,
+				.w = {&m->output}, .y = {&lg}};
+	SG_FWD_OK(sg_backend_matmul_multi(be, &head));
 	if (d->final_softcap > 0) SG_FWD_OK(o->softcap(be, &lg, d->final_softcap, &lg));
 	return SG_OK;
 }

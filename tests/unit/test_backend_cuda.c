@@ -570,14 +570,14 @@ static void attn_case(int n, int H, int Hkv, int hd, int ctx, int p0, sg_attn_pa
 
 Test(cuda, attention_decode_split_prefill_window_softcap_gqa_match_cpu)
 {
-	sg_attn_params causal = {0, 0, 0, 1}, win = {0, 0, 100, 1}, cap = {0.1f, 30.0f, 0, 1}, full = {0, 0, 0, 0};
+	sg_attn_params causal = {0, 0, 0, 1, 0}, win = {0, 0, 100, 1, 0}, cap = {0.1f, 30.0f, 0, 1, 0}, full = {0, 0, 0, 0, 0};
 	attn_case(1, 8, 2, 128, 4096, 3000, causal, SG_TYPE_F32, 0);   /* decode, split over the length */
 	attn_case(1, 4, 1, 256, 2048, 2047, causal, SG_TYPE_F16, 1);   /* Gemma-like heads, f16 cache */
 	attn_case(7, 8, 8, 64, 512, 300, win, SG_TYPE_F32, 1);         /* prefill chunk, sliding window */
 	attn_case(5, 6, 3, 32, 64, 10, cap, SG_TYPE_F16, 0);           /* softcap, explicit scale */
 	attn_case(9, 4, 2, 64, 32, 0, full, SG_TYPE_F32, 0);           /* bidirectional (encoder) */
 	attn_case(600, 1, 1, 64, 1024, 0, causal, SG_TYPE_F32, 1);     /* many tokens: one block each */
-	sg_attn_params ring = {0, 0, 8, 1};
+	sg_attn_params ring = {0, 0, 8, 1, 0};
 	attn_case(4, 4, 2, 32, 12, 17, ring, SG_TYPE_F32, 0);          /* ring cache: window 8 in 12 rows */
 	attn_case(4, 4, 2, 32, 12, 30, ring, SG_TYPE_F16, 1);
 	/* the one-token kernel: groups of 8, 3 (taken one head a block), 1; head dims 32 to 256;
@@ -592,10 +592,44 @@ Test(cuda, attention_decode_split_prefill_window_softcap_gqa_match_cpu)
 	attn_case(16, 32, 8, 128, 2048, 1500, causal, SG_TYPE_F32, 0);
 }
 
+/* The feeds_matmul / x_fed hints: the one-token attention rounds its output to 8 bits for the
+ * o projection right after it, which then skips its own rounding: the same bits as without. */
+Test(cuda, attention_feeding_the_next_matmul_changes_nothing)
+{
+	int64_t H = 32, Hkv = 8, hd = 128, ctx = 3000, D = H * hd;
+	const wtype *wt = &wtypes[12]; /* MLX4 g64 f16 */
+	hw w = make_w(wt, 512, D);
+	sg_btensor wc, wg;
+	bind_both(&w, &wc, &wg);
+	int32_t p = 2500;
+	pair pos = pair_i32(1, 1, &p), q = pair_rand(D, 1, 1, 1.0f), kc = pair_rand(hd * Hkv, ctx, 1, 1.0f), vc = pair_rand(hd * Hkv, ctx, 1, 1.0f);
+	pair kh = pair_new(SG_TYPE_F16, hd, Hkv, ctx, 1), vh = pair_new(SG_TYPE_F16, hd, Hkv, ctx, 1), att = pair_new(SG_TYPE_F32, D, 1, 1, 1);
+	pair res = pair_rand(512, 1, 1, 1.0f), y = pair_new(SG_TYPE_F32, 512, 1, 1, 1), out = pair_new(SG_TYPE_F32, 512, 1, 1, 1);
+	int32_t *allp = malloc(sizeof(int32_t) * (size_t)ctx);
+	for (int i = 0; i < ctx; i++) allp[i] = i;
+	pair ap_pos = pair_i32(ctx, 1, allp);
+	cr_assert_eq(gpu->ops->kv_store(gpu, &kc.g, &vc.g, &ap_pos.g, &kh.g, &vh.g), SG_OK);
+	float *got[2];
+	for (int fed = 0; fed < 2; fed++) {
+		sg_attn_params ap = {0, 0, 0, 1, fed};
+		cr_assert_eq(gpu->ops->write(gpu, &pos.g, 0, &p, 4), SG_OK);
+		cr_assert_eq(gpu->ops->attention(gpu, &q.g, &kh.g, &vh.g, &pos.g, &ap, &att.g), SG_OK, "%s", sg_last_error());
+		sg_matmul_multi m = {.x = &att.g, .nw = 1, .w = {&wg}, .y = {&y.g}, .residual = &res.g, .out = &out.g, .x_fed = fed};
+		cr_assert_eq(sg_backend_matmul_multi(gpu, &m), SG_OK, "%s", sg_last_error());
+		got[fed] = fetch(&out);
+	}
+	cr_expect(memcmp(got[0], got[1], sizeof(float) * 512) == 0, "the hinted path differs");
+	free(got[0]), free(got[1]), free(allp);
+	pair *all[] = {&pos, &q, &kc, &vc, &kh, &vh, &att, &res, &y, &out, &ap_pos};
+	for (int i = 0; i < 11; i++) pair_free(all[i]);
+	gpu->ops->tensor_free(gpu, &wg), cpu->ops->tensor_free(cpu, &wc);
+	free_hw(&w);
+}
+
 /* With each attention kill-switch set, the general kernel takes over and still matches the CPU. */
 Test(cuda, attention_kill_switches_keep_working_paths)
 {
-	sg_attn_params causal = {0, 0, 0, 1};
+	sg_attn_params causal = {0, 0, 0, 1, 0};
 	const char *sw[] = {"SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_GEMM"}, *val[] = {"0", "2", "0"};
 	for (int i = 0; i < 3; i++) {
 		setenv(sw[i], val[i], 1);
@@ -689,7 +723,7 @@ Test(cuda, graph_replay_equals_per_op_with_device_positions)
 	int32_t p = 0;
 	pair pos = pair_i32(1, 1, &p);
 	sg_rope_params rp = rope_case(0, (int)hd);
-	sg_attn_params ap = {0, 0, 0, 1};
+	sg_attn_params ap = {0, 0, 0, 1, 0};
 	float *ref[3];
 	int32_t refid[3];
 	/* per-op path */

@@ -100,7 +100,7 @@ Test(cpu_attention, tiled_prefill_equals_per_item_bit_for_bit)
 						for (int si = 0; si < 2; si++) {
 							if ((ni + si + di + gi) % 2 != nth - 1) continue;
 							int64_t n = N[ni];
-							sg_attn_params ap = {0, (ni + si + ty) % 2 ? 20.0f : 0.0f, 0, 1};
+							sg_attn_params ap = {0, (ni + si + ty) % 2 ? 20.0f : 0.0f, 0, 1, 0};
 							sg_btensor q = tensor(be, SG_TYPE_F32, hd, H, n);
 							fill(&q, 2);
 							int32_t *pv = malloc(sizeof(int32_t) * (size_t)n);
@@ -140,7 +140,7 @@ Test(cpu_attention, tiled_with_scattered_positions_equals_per_item_and_the_formu
 	for (int64_t t = 0; t < n; t++) pv[t] = (int32_t)((t * 389) % ctx);
 	pv[5] = pv[6] = 31; /* a repeat, ending exactly at a block edge */
 	pv[9] = 0;
-	sg_attn_params ap = {0, 0, 0, 1};
+	sg_attn_params ap = {0, 0, 0, 1, 0};
 	float *got = malloc(sizeof(float) * (size_t)(n * H * hd));
 	cr_expect_eq(run_both(be, &q, &kc, &vc, &pos, &ap, n, H, hd, got), 0);
 	const float *qd = q.data, *kd = kc.data, *vd = vc.data;
@@ -185,11 +185,11 @@ Test(cpu_attention, layers_outside_the_tiled_path_are_unchanged_by_the_flag)
 		sg_attn_params ap;
 		int64_t n, start;
 	} cs[] = {
-		{{0, 0, 128, 1}, 64, 500},  /* window < ctx: a ring */
-		{{0, 0, 600, 1}, 40, 560},  /* window = ctx: no ring, ranges from 0 (the tiled path) */
-		{{0, 0, 0, 0}, 33, 100},    /* not causal */
-		{{0, 30, 0, 1}, 1, 599},    /* one token */
-		{{0, 0, 0, 1}, 3, 590},     /* 12 (token, head) pairs: the kv length is split */
+		{{0, 0, 128, 1, 0}, 64, 500},  /* window < ctx: a ring */
+		{{0, 0, 600, 1, 0}, 40, 560},  /* window = ctx: no ring, ranges from 0 (the tiled path) */
+		{{0, 0, 0, 0, 0}, 33, 100},    /* not causal */
+		{{0, 30, 0, 1, 0}, 1, 599},    /* one token */
+		{{0, 0, 0, 1, 0}, 3, 590},     /* 12 (token, head) pairs: the kv length is split */
 	};
 	for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
 		int64_t n = cs[c].n;

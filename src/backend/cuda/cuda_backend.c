@@ -49,6 +49,11 @@ typedef struct sg_cuda_backend {
 	 * Forgotten when a graph runs (a recorded step may advance positions on the device). */
 	const void *pos_ptr;
 	int64_t pos_n, pos_max;
+	/* One-token attention output already rounded to 8 bits for the matmul after it (the
+	 * feeds_matmul / x_fed hints): the buffer, its capacity in values, whose output it holds. */
+	void *q8a;
+	int64_t q8a_cap;
+	const void *q8a_of;
 	int capturing;
 	cudaGraphExec_t exec;
 	unsigned exec_gen;
@@ -628,8 +633,14 @@ static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 		return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda matmul_multi: norm weight of %lld values for rows of %lld", (long long)p->norm->ne[0],
 					  (long long)p->x->ne[0]);
 	void *q8 = NULL;
-	if (!plain && !(q8 = scratch(cb, sg_cu_q8_bytes(1, m.w[0].K), &st))) return st;
-	CU_RET("matmul_multi", sg_cu_gemv_multi(&m, p->x->data, p->norm != NULL, p->norm ? p->norm->data : NULL, p->eps, p->norm_offset,
+	const float *x = p->x->data;
+	if (!plain && p->x_fed && !p->norm && cb->q8a_of && cb->q8a_of == p->x->data && m.w[0].K <= cb->q8a_cap) {
+		q8 = cb->q8a, x = NULL; /* quantized by the attention just before */
+	} else if (!plain && !(q8 = scratch(cb, sg_cu_q8_bytes(1, m.w[0].K), &st))) {
+		return st;
+	}
+	cb->q8a_of = NULL;
+	CU_RET("matmul_multi", sg_cu_gemv_multi(&m, x, p->norm != NULL, p->norm ? p->norm->data : NULL, p->eps, p->norm_offset,
 						 p->xn ? p->xn->data : NULL, 0, q8, S(cb)));
 	return SG_OK;
 }
@@ -962,6 +973,20 @@ static sg_status cuda_attention(sg_backend *be, const sg_btensor *q, const sg_bt
 		if (nc < 1) nc = 1;
 		a.nchunk = (int)nc;
 		if (nc > 1 && !(a.part = scratch(cb, sizeof(float) * (size_t)(a.H * nc * (a.hdv + 2)), &st))) return st;
+		/* the output rounded to 8 bits for the matmul after it (its buffer grows outside graph
+		 * recordings only; the per-op step before a recording sizes it) */
+		int64_t K = a.H * a.hdv;
+		cb->q8a_of = NULL;
+		if (p->feeds_matmul && cb->q8x && K > cb->q8a_cap && !cb->capturing) {
+			cudaFree(cb->q8a);
+			cb->q8a = NULL, cb->q8a_cap = 0;
+			if (!cudaMalloc(&cb->q8a, sg_cu_q8_bytes(1, K))) cb->q8a_cap = K;
+			else (void)cudaGetLastError();
+		}
+		if (p->feeds_matmul && cb->q8x && K <= cb->q8a_cap) {
+			sg_cu_q8_split(cb->q8a, K, &a.xq, &a.dx, &a.sx);
+			cb->q8a_of = a.out;
+		}
 		CU_RET("attention", sg_cu_attn_decode(&a, S(cb)));
 		return SG_OK;
 	}
@@ -1216,6 +1241,7 @@ static void cuda_destroy(sg_backend *be)
 	cudaStreamSynchronize(cb->stream);
 	if (cb->exec) cudaGraphExecDestroy(cb->exec);
 	cudaFree(cb->scratch);
+	cudaFree(cb->q8a);
 	if (cb->blas) blas_fn.destroy(cb->blas);
 	if (cb->stream) cudaStreamDestroy(cb->stream);
 	sg_free(cb);

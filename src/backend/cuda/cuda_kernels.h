@@ -51,6 +51,9 @@ int sg_cu_unit_elems(int kt);
 int sg_cu_has_q8(int kt);
 /* Scratch bytes of nx activation rows of K quantized to 8 bits (codes, scales, half sums). */
 size_t sg_cu_q8_bytes(int64_t nx, int64_t K);
+/* The three arrays of one token's 8-bit activations in a q8 buffer: codes [K], block scales
+ * [K/32], scaled half-block sums [K/16]. */
+void sg_cu_q8_split(void *q8, int64_t K, int8_t **xq, float **dx, float **sx);
 
 /* y[t][r] = w[r] . x[t] (+ bias[r]) for t < n, r < N; x [n][K], y [n][N]. Fused dequantize-GEMV
  * with 16-byte weight loads; n tokens share each decoded weight. variant: 0 = best available
@@ -77,7 +80,8 @@ typedef struct sg_cu_multi {
 int sg_cu_multi_ok(int kt);
 /* Runs m on one token x [K]: when norm, x is first RMS-normalised (w may be NULL, eps, off) into
  * xn; quantized formats quantize the (normalised) x to 8 bits in the same kernel. variant 0 = the
- * default, 8..11 = the bench's layouts. q8_scratch: sg_cu_q8_bytes(1, K) bytes for quantized kt. */
+ * default, 8..16 = the bench's layouts. q8_scratch: sg_cu_q8_bytes(1, K) bytes for quantized kt;
+ * x NULL (quantized kt, no norm): q8_scratch already holds x quantized (see sg_cu_q8_split). */
 int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, const float *norm_w, float eps,
 		     float off, float *xn, int variant, void *q8_scratch, sg_custream s);
 
@@ -154,6 +158,8 @@ typedef struct sg_cu_attn {
 	int nchunk, chunk;    /* kv split (flash-decoding): static, from ctx */
 	float *part;          /* [n*H][nchunk][hdv + 2] when nchunk > 1 */
 	float *out;           /* [n][H][hdv] */
+	int8_t *xq;           /* decode only, when set: out also rounded to 8-bit blocks for the next */
+	float *dx, *sx;       /* GEMV (sg_cu_q8_split's arrays; hdv a multiple of 32) */
 } sg_cu_attn;
 #define SG_CU_MAX_HD 512
 int sg_cu_attention(const sg_cu_attn *a, sg_custream s);

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_q8.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 
 #define WARPS 8 /* warps (rows) per GEMV block: 256 threads */
@@ -373,31 +374,6 @@ __global__ void __launch_bounds__(WARPS * 32) mv_kernel(sg_cuw w, const float *_
  * elements apart) with one scale and offset per half: w = sca * code + off, so
  *   sum_half x w = dx * sca * dot(qx, code) + off * (dx * sum(qx)), the last factor precomputed.
  */
-/* A warp's block of 32 values, one per lane, rounded to 8 bits: returns the lane's code and the
- * block's scale d (amax / 127). */
-static __device__ __forceinline__ int q8_lane(float v, float &d)
-{
-	float a = fabsf(v);
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-	d = a / 127.0f;
-	float id = a > 0 ? 127.0f / a : 0.0f;
-	return __float2int_rn(v * id);
-}
-
-/* Block b quantized into the three arrays: codes, the block's scale, and d * the sum of each
- * half's codes. */
-static __device__ __forceinline__ void q8_store(float v, int64_t b, int lane, int8_t *xq, float *dx, float *sx)
-{
-	float d;
-	int q = q8_lane(v, d), sq = q;
-	xq[b * 32 + lane] = (int8_t)q;
-#pragma unroll
-	for (int o = 8; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
-	if (lane == 0) dx[b] = d;
-	if ((lane & 15) == 0) sx[2 * b + (lane >> 4)] = d * (float)sq;
-}
-
 __global__ void quant_x_kernel(const float *__restrict__ x, int64_t nblk, int8_t *__restrict__ xq, float *__restrict__ dx, float *__restrict__ sx)
 {
 	int lane = threadIdx.x & 31;
@@ -1207,6 +1183,14 @@ static int persist_blocks(void)
 
 extern "C" int sg_cu_multi_ok(int kt) { return pickm(kt, 2, 0) != NULL; }
 
+extern "C" void sg_cu_q8_split(void *q8, int64_t K, int8_t **xq, float **dx, float **sx)
+{
+	size_t q = ((size_t)K + 255) & ~(size_t)255, fb = ((size_t)(K / 32) * 4 + 255) & ~(size_t)255;
+	*xq = (int8_t *)q8;
+	*dx = (float *)((char *)q8 + q);
+	*sx = (float *)((char *)q8 + q + fb);
+}
+
 extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, const float *norm_w, float eps, float off, float *xn,
 				int variant, void *q8_scratch, sg_custream s)
 {
@@ -1239,10 +1223,8 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 		}
 	} else {
 		if (!q8_scratch || K % 32) return (int)cudaErrorInvalidValue;
-		size_t q = ((size_t)K + 255) & ~(size_t)255, fb = ((size_t)(K / 32) * 4 + 255) & ~(size_t)255;
-		xq = (int8_t *)q8_scratch;
-		dx = (float *)((char *)q8_scratch + q);
-		sx = (float *)((char *)q8_scratch + q + fb);
+		sg_cu_q8_split(q8_scratch, K, &xq, &dx, &sx);
+		if (!x) goto launch; /* quantized by the producer */
 		if (norm && K < 1024) { /* the rmsnorm kernel's 128-thread size: normalise apart, then quantize */
 			int e = sg_cu_rmsnorm(x, norm_w, eps, off, xn, 1, K, s);
 			if (e) return e;
@@ -1253,6 +1235,7 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 		norm_quant_kernel<<<(unsigned)((nb + NQ_WARPS - 1) / NQ_WARPS), NQ_WARPS * 32, 0, st>>>(x, norm_w, norm, eps, off, K, norm ? xn : NULL,
 													xq, dx, sx);
 	}
+launch:;
 	int per = (glu ? S / 2 : S) * (kind >= 2 ? QT / 32 : 1);
 	int64_t nb = (rows + per - 1) / per;
 	if (kind == 3 && nb > persist_blocks()) nb = persist_blocks();

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_q8.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 
 static __device__ __forceinline__ float warp_max(float v)
@@ -336,11 +337,13 @@ __global__ void attn_merge_kernel(const sg_cu_attn a)
 		L += lc * f;
 	}
 	L = block_sum(L);
-	for (int64_t d = threadIdx.x; d < a.hdv; d += blockDim.x) {
+	for (int64_t d = threadIdx.x; d < a.hdv; d += blockDim.x) { /* whole warps: hdv is a multiple of 32 when xq is set */
 		float A = 0.0f;
 #pragma unroll 8
 		for (int c = 0; c < a.nchunk; c++) A += pp[c * st + 2 + d] * sf[c];
-		a.out[th * a.hdv + d] = L > 0 ? A / L : 0.0f;
+		float v = L > 0 ? A / L : 0.0f;
+		a.out[th * a.hdv + d] = v;
+		if (a.xq) q8_store(v, (th * a.hdv + d) >> 5, (int)(d & 31), a.xq, a.dx, a.sx);
 	}
 }
 
@@ -550,8 +553,10 @@ template <typename T, int G, int NV, int HD> __global__ void __launch_bounds__(D
 				A += sacc[(w * G + g) * hdv + d] * f;
 			}
 		int64_t h = h0 + g;
-		if (nsplit == 1) {
-			a.out[h * hdv + d] = L > 0 ? A / L : 0.0f;
+		if (nsplit == 1) { /* whole warps: G hdv is a multiple of 32 */
+			float v = L > 0 ? A / L : 0.0f;
+			a.out[h * hdv + d] = v;
+			if (a.xq) q8_store(v, (h * hdv + d) >> 5, lane, a.xq, a.dx, a.sx);
 		} else {
 			float *pp = a.part + (h * nsplit + c) * (hdv + 2);
 			pp[2 + d] = A;
