@@ -7,6 +7,8 @@
 #     prep   write the random GGUF and quantize it (kept in WORK; an existing Q4_K_M is reused)
 #     bench  both engines on WORK's Q4_K_M file, then the summary table
 # env: LLAMA_BIN  folder with llama-bench and llama-quantize (and their libraries)
+#      LLAMA_QUANTIZE llama-quantize from another build ($LLAMA_BIN/llama-quantize; a CPU build
+#                 does: its libraries are looked up beside it)
 #      SG_BIN     saragossa binary (build/saragossa)
 #      VOCAB      a GGUF holding a Qwen vocabulary (tokenizer.ggml.* keys; a vocabulary-only file
 #                 of a few MB will do); needed by prep only
@@ -26,6 +28,7 @@ MODEL=${1:-dense}
 PHASE=${2:-all}
 LLAMA_BIN=${LLAMA_BIN:?LLAMA_BIN: folder with llama-bench and llama-quantize}
 SG_BIN=${SG_BIN:-build/saragossa}
+LLAMA_QUANTIZE=${LLAMA_QUANTIZE:-$LLAMA_BIN/llama-quantize}
 WORK=${WORK:-/tmp/peer}
 PY=${PY:-python3}
 REPS=${REPS:-3}
@@ -34,15 +37,33 @@ TG=${TG:-128}
 DEPTHS=${DEPTHS:-0 1024 8192}
 SG_BACKEND=${SG_BACKEND:-cuda}
 RESULTS=${RESULTS:-}
-export LD_LIBRARY_PATH="$LLAMA_BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$LLAMA_BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PYTHONUNBUFFERED=1
 mkdir -p "$WORK"
 T0=$SECONDS
 ts() { echo "[$(date +%H:%M:%S) +$((SECONDS - T0))s] $*"; }
+# what an interrupted prep left behind (the source files are rewritten anyway)
+[ "$PHASE" = bench ] || rm -f "$WORK"/qwen3-*-random-*-f16.gguf "$WORK"/qwen3-*-random-*-q8_0.gguf "$WORK"/*.gguf.part
 
 case "$MODEL" in
-dense) ARCH=qwen3 LAYERS=${LAYERS:-36} NAME=qwen3-8b-random-${LAYERS:-36}l WTYPE=f16 ;;
+dense)
+	ARCH=qwen3 LAYERS=${LAYERS:-36} WTYPE=f16
+	NAME=qwen3-8b-random-${LAYERS}l
+	# F16 (0.39 GB a layer) beside its Q4_K_M (0.13 GB a layer), 3.4 GB of embeddings: 22 GB at 36
+	# layers; Q8_0 when that does not fit (llama-quantize requantizes it into the same mix)
+	if [ ! -f "$WORK/$NAME-Q4_K_M.gguf" ] && [ "$PHASE" != bench ] &&
+		[ "$(df -B1 --output=avail "$WORK" | tail -1)" -lt $((LAYERS * 600000000 + 4500000000)) ]; then
+		WTYPE=q8_0
+		ts "disk: $(df -h --output=avail "$WORK" | tail -1 | tr -d ' ') free in $WORK, too little for the F16 file: writing Q8_0"
+	fi
+	;;
 moe)
 	ARCH=qwen3moe LAYERS=${LAYERS:-48} WTYPE=q8_0
+	if [ "$PHASE" = bench ] && [ ! -f "$WORK/qwen3-30b-a3b-random-${LAYERS}l-Q4_K_M.gguf" ]; then
+		# the file prep wrote with fewer layers, if the disk made it do so
+		for f in "$WORK"/qwen3-30b-a3b-random-*l-Q4_K_M.gguf; do
+			[ ! -f "$f" ] || LAYERS=$(basename "$f" | sed 's/.*random-\([0-9]*\)l-.*/\1/')
+		done
+	fi
 	if [ ! -f "$WORK/qwen3-30b-a3b-random-${LAYERS}l-Q4_K_M.gguf" ] && [ "$PHASE" != bench ]; then
 		# Q8_0 (0.66 GB a layer) and Q4_K_M (~0.37 GB) coexist until the Q8_0 is deleted;
 		# 1.3 GB for the embeddings of both, 2 GB to spare
@@ -55,6 +76,7 @@ moe)
 		fi
 		if [ "$fit" -lt "$LAYERS" ]; then
 			ts "disk: $(df -h --output=avail "$WORK" | tail -1 | tr -d ' ') free in $WORK holds $fit MoE layers, not $LAYERS"
+			echo "(a larger WORK folder gives all of them)"
 			[ "$fit" -ge 1 ] || exit 1
 			LAYERS=$fit
 		fi
@@ -81,7 +103,8 @@ if [ "$PHASE" != bench ]; then
 		ts "quantizing to Q4_K_M with $(nproc) threads"
 		req=()
 		[ "$WTYPE" = f16 ] || req=(--allow-requantize)
-		"$LLAMA_BIN/llama-quantize" "${req[@]}" "$SRC" "$Q4.part" Q4_K_M "$(nproc)" >"$LOGS/quantize.log" 2>&1 ||
+		LD_LIBRARY_PATH="$(dirname "$LLAMA_QUANTIZE"):$LD_LIBRARY_PATH" \
+			"$LLAMA_QUANTIZE" "${req[@]}" "$SRC" "$Q4.part" Q4_K_M "$(nproc)" >"$LOGS/quantize.log" 2>&1 ||
 			{ tail -20 "$LOGS/quantize.log"; exit 1; }
 		mv "$Q4.part" "$Q4"
 		grep -E "model size|quant size|quantize time" "$LOGS/quantize.log" | sed 's/^llama_model_quantize_impl: //'
@@ -100,11 +123,18 @@ if [ "$PHASE" != prep ]; then
 	"$LLAMA_BIN/llama-bench" -m "$Q4" -ngl 99 -fa 1 -r "$REPS" -p 0 -n "$TG" -d "${DEPTHS// /,}" -o csv \
 		>"$LOGS/llama-tg.csv" 2>"$LOGS/llama-tg.err" || { tail -20 "$LOGS/llama-tg.err"; exit 1; }
 	grep -m2 -E "ggml_cuda_init|Device 0" "$LOGS/llama-pp.err" || true
-	export SARAGOSSA_KV_TYPE=f16
-	i=0
+	# the weights live on the GPU: the host-memory check (sized for CPU loads) is skipped
+	export SARAGOSSA_KV_TYPE=f16 SARAGOSSA_MEM_LIMIT=-1
+	# one load per pair (prompt test, decode depth): saragossa times its pp from an empty context
+	# whatever -d says, and loads of the MoE model cost seconds each
+	read -ra pps <<<"$PP"
+	read -ra deps <<<"$DEPTHS"
 	runs=()
-	for p in $PP; do runs+=("-p $p -n 0"); done
-	for d in $DEPTHS; do runs+=("-p 0 -n $TG -d $d"); done
+	for ((i = 0; i < ${#pps[@]} || i < ${#deps[@]}; i++)); do
+		if [ $i -lt ${#deps[@]} ]; then d="-n $TG -d ${deps[i]}"; else d="-n 0"; fi
+		runs+=("-p ${pps[i]:-0} $d")
+	done
+	i=0
 	for args in "${runs[@]}"; do
 		i=$((i + 1))
 		ts "saragossa bench $args"

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Random-weight MLX-quantized models with the layer shapes of real checkpoints, for speed runs.
+"""Random-weight models with the layer shapes of real checkpoints, for speed runs: MLX-quantized
+folders, or (qwen3, qwen3moe) one GGUF file that llama.cpp loads too (see GGUF below).
 
 The weights are random (uniform codes, scales sized so activations stay of order one), so the
 output is meaningless, but every tensor has the shape, type and name of the real model's, so a
@@ -40,6 +41,8 @@ numpy (GGUF v3, alignment 32). The tokenizer comes from VOCAB_GGUF, any GGUF hol
 vocabulary (tokenizer.ggml.* keys; a vocabulary-only file of a few MB will do): every
 tokenizer.* key is copied, the token list padded with [PAD<i>] (type unused) to the model's
 151936 rows as llama.cpp's converter does, and bos/eos/padding set to Qwen3's ids.
+--tiny writes the same tensors at small widths (hidden 256, 4 heads / 2 KV heads of dim 64,
+MLP 512 or 8 experts of width 128 with top 2) over the vocabulary's own size, for tests.
 """
 import argparse
 import json
@@ -409,14 +412,20 @@ class RandomPool:
         step = 1 << 22
         for i in range(0, n, step):
             self.f16[i:i + step] = rng.standard_normal(min(step, n - i), dtype=np.float32) * std
-        # Q8_0 blocks [f16 scale, 32 int8 codes]: codes of std 40 and scale std/40 give the same
-        # distribution as the f16 pool
-        nb = n // 32
-        blocks = np.empty((nb, 34), dtype=np.uint8)
-        blocks[:, :2] = np.frombuffer(np.float16(std / 40).tobytes() * nb, dtype=np.uint8).reshape(nb, 2)
-        codes = np.clip(np.rint(self.f16[:nb * 32].astype(np.float32) * (40 / std)), -127, 127)
-        blocks[:, 2:] = codes.astype(np.int8).view(np.uint8).reshape(nb, 32)
-        self.q8 = blocks.reshape(-1)
+        self.std, self._q8 = std, None
+
+    @property
+    def q8(self):
+        """Q8_0 blocks [f16 scale, 32 int8 codes] of the f16 pool's values (codes of std 40, scale
+        std/40), made on first use."""
+        if self._q8 is None:
+            nb = len(self.f16) // 32
+            blocks = np.empty((nb, 34), dtype=np.uint8)
+            blocks[:, :2] = np.frombuffer(np.float16(self.std / 40).tobytes() * nb, dtype=np.uint8).reshape(nb, 2)
+            codes = np.clip(np.rint(self.f16[:nb * 32].astype(np.float32) * (40 / self.std)), -127, 127)
+            blocks[:, 2:] = codes.astype(np.int8).view(np.uint8).reshape(nb, 32)
+            self._q8 = blocks.reshape(-1)
+        return self._q8
 
     def write(self, f, gtype, n):
         """n random elements of type gtype (F16, Q8_0 or F32) appended to f."""
@@ -464,12 +473,14 @@ def gguf_tensors(arch, layers, D, V, H, Hkv, hd, F=0, E=0, Fe=0, wtype=GGML_F16)
 
 
 def tokenizer_kvs(vocab_path, V, bos, eos):
-    """The tokenizer.* metadata of vocab_path, the token list padded to V entries."""
+    """The tokenizer.* metadata of vocab_path, the token list padded to V entries (V None: to
+    a multiple of 64). bos / eos / padding ids set where given (None: the vocabulary's own)."""
     kvs = {k: v for k, v in read_gguf_kvs(vocab_path).items() if k.startswith("tokenizer.")}
     if "tokenizer.ggml.tokens" not in kvs:
         raise SystemExit(f"{vocab_path}: no tokenizer.ggml.tokens")
     t, toks, et = kvs["tokenizer.ggml.tokens"]
     n = len(toks)
+    V = V or n + 1 + (-(n + 1) % 64)
     if n > V:
         raise SystemExit(f"{vocab_path}: {n} tokens, more than the model's {V} embedding rows")
     kvs["tokenizer.ggml.tokens"] = (t, list(toks) + [b"[PAD%d]" % i for i in range(n, V)], et)
@@ -479,11 +490,13 @@ def tokenizer_kvs(vocab_path, V, bos, eos):
     if "tokenizer.ggml.scores" in kvs:
         t, sc, et = kvs["tokenizer.ggml.scores"]
         kvs["tokenizer.ggml.scores"] = (t, np.concatenate([sc, np.zeros(V - n, dtype=sc.dtype)]), et)
-    kvs["tokenizer.ggml.bos_token_id"] = (KV_U32, bos, None)
-    kvs["tokenizer.ggml.eos_token_id"] = (KV_U32, eos, None)
-    kvs["tokenizer.ggml.padding_token_id"] = (KV_U32, bos, None)
+    if bos is not None:
+        kvs["tokenizer.ggml.bos_token_id"] = (KV_U32, bos, None)
+        kvs["tokenizer.ggml.padding_token_id"] = (KV_U32, bos, None)
+    if eos is not None:
+        kvs["tokenizer.ggml.eos_token_id"] = (KV_U32, eos, None)
     kvs["tokenizer.ggml.add_bos_token"] = (KV_BOOL, False, None)
-    return kvs
+    return kvs, V
 
 
 def write_gguf(path, kvs, tensors, seed):
@@ -500,7 +513,8 @@ def write_gguf(path, kvs, tensors, seed):
     head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs))
     head += b"".join(kv_bytes(k, *v) for k, v in kvs.items()) + b"".join(infos)
     head += b"\0" * (-len(head) % GGUF_ALIGN)
-    pool = RandomPool(np.random.default_rng(seed))
+    total = sum(int(np.prod(shape)) for _, shape, _, _ in tensors)
+    pool = RandomPool(np.random.default_rng(seed), n=min(1 << 26, max(1 << 20, total)))
     with open(path, "wb") as f:
         f.write(head)
         pos = 0
@@ -518,15 +532,22 @@ def write_gguf(path, kvs, tensors, seed):
     return len(head) + off
 
 
-def gguf_model(arch, layers, vocab, wtype, seed, out_root):
-    """Writes the random qwen3 / qwen3moe GGUF; returns its path and size in bytes."""
-    V, hd, eps = 151936, 128, 1e-6
+def gguf_model(arch, layers, vocab, wtype, seed, out_root, tiny=False):
+    """Writes the random qwen3 / qwen3moe GGUF; returns its path and size in bytes. tiny: the
+    same tensors at small widths and the vocabulary's own size (padded to a multiple of 64) and
+    special ids, for tests."""
+    V, hd, eps, ctx = 151936, 128, 1e-6, 40960
     if arch == "qwen3":
         D, H, Hkv, F, E, k, Fe = 4096, 32, 8, 12288, 0, 0, 0
-        name, ctx = "qwen3-8b-random-%dl" % layers, 40960
+        name = "qwen3-8b-random-%dl" % layers
     else:
         D, H, Hkv, F, E, k, Fe = 2048, 32, 4, 6144, 128, 8, 768
-        name, ctx = "qwen3-30b-a3b-random-%dl" % layers, 40960
+        name = "qwen3-30b-a3b-random-%dl" % layers
+    if tiny:
+        V, hd, ctx, D, H, Hkv, F = None, 64, 4096, 256, 4, 2, 512
+        E, k, Fe = (8, 2, 128) if E else (0, 0, 0)
+        name = "%s-random-tiny-%dl" % (arch, layers)
+    toks, V = tokenizer_kvs(vocab, V, None if tiny else 151643, None if tiny else 151645)
     tname = {GGML_F16: "f16", GGML_Q8_0: "q8_0"}[wtype]
     a = arch
     kvs = {  # the keys llama.cpp's converter writes for these arches
@@ -549,11 +570,11 @@ def gguf_model(arch, layers, vocab, wtype, seed, out_root):
         kvs[f"{a}.expert_count"] = (KV_U32, E, None)
         kvs[f"{a}.expert_used_count"] = (KV_U32, k, None)
         kvs[f"{a}.expert_feed_forward_length"] = (KV_U32, Fe, None)
-    kvs.update(tokenizer_kvs(vocab, V, 151643, 151645))
+    kvs.update(toks)
     tensors = gguf_tensors(arch, layers, D, V, H, Hkv, hd, F, E, Fe, wtype)
     out_root.mkdir(parents=True, exist_ok=True)
     path = out_root / f"{name}-{tname}.gguf"
-    return path, write_gguf(path, kvs, tensors, 1)
+    return path, write_gguf(path, kvs, tensors, seed)
 
 
 def main():
@@ -567,6 +588,7 @@ def main():
     ap.add_argument("--gguf", metavar="VOCAB_GGUF", default=None,
                     help="qwen3 / qwen3moe: write one GGUF file, its tokenizer from VOCAB_GGUF")
     ap.add_argument("--gguf-type", choices=["f16", "q8_0"], default="f16")
+    ap.add_argument("--tiny", action="store_true", help="--gguf: small widths, for tests")
     a = ap.parse_args()
     layers = a.layers or {"qwen36": 4, "gemma4": 6, "qwen3": 36, "qwen3moe": 48}[a.arch]
     root = Path(a.out) if a.out else Path(os.environ.get("SARAGOSSA_CACHE_DIR") or Path.home() / ".cache" / "saragossa") / "random"
@@ -575,7 +597,7 @@ def main():
             raise SystemExit("--gguf: only qwen3 and qwen3moe")
         t0 = time.time()
         wtype = {"f16": GGML_F16, "q8_0": GGML_Q8_0}[a.gguf_type]
-        path, n = gguf_model(a.arch, layers, a.gguf, wtype, a.seed, root)
+        path, n = gguf_model(a.arch, layers, a.gguf, wtype, a.seed, root, a.tiny)
         dt = time.time() - t0
         print(f"{path}  ({n / 1e9:.2f} GB in {dt:.1f} s, {n / 1e9 / dt:.2f} GB/s)")
         return
