@@ -1,34 +1,40 @@
 #!/usr/bin/env bash
 # saragossa against llama.cpp (CUDA build) on a GPU, on the SAME Q4_K_M GGUF file: random weights
 # with the shapes of Qwen3-8B (dense, default) or Qwen3-30B-A3B (moe), written by
-# tools/make_random_model.py --gguf and quantized by llama-quantize (its Q4_K_M mix, as for a real
-# checkpoint). Run from the repository root:
+# tools/make_random_model.py --gguf. Run from the repository root:
 #   bash bench/cuda_peer.sh [dense|moe] [all|prep|bench]
-#     prep   write the random GGUF and quantize it (kept in WORK; an existing Q4_K_M is reused)
-#     bench  both engines on WORK's Q4_K_M file, then the summary table
-# env: LLAMA_BIN  folder with llama-bench and llama-quantize (and their libraries)
+#     prep   write the Q4_K_M file into WORK (an existing one is reused)
+#     bench  both engines on it, then the summary table
+# Two ways to the Q4_K_M file (QUANT):
+#   llama   write F16 (dense: 16.4 GB) or Q8_0 (moe: 32 GB; its F16 would be 61 GB) and quantize it
+#           with llama-quantize (all cores), then delete it; the default for dense
+#   direct  write the Q4_K_M file itself: random 4- and 6-bit codes in llama-quantize's Q4_K_M mix
+#           (Q6_K for output and for attn_v / ffn_down of the layers llama-quantize picks; the
+#           types checked against llama-quantize --dry-run), the same bytes and kernels for a
+#           speed run, 18.6 GB for moe in well under a minute; the default for moe, and for dense
+#           when no llama-quantize is found
+# env: LLAMA_BIN  folder with llama-bench (and llama-quantize) and their libraries
 #      LLAMA_QUANTIZE llama-quantize from another build ($LLAMA_BIN/llama-quantize; a CPU build
 #                 does: its libraries are looked up beside it)
 #      SG_BIN     saragossa binary (build/saragossa)
 #      VOCAB      a GGUF holding a Qwen vocabulary (tokenizer.ggml.* keys; a vocabulary-only file
 #                 of a few MB will do); needed by prep only
 #      WORK       scratch folder (/tmp/peer); PY python3 with numpy (python3); REPS (3)
-#      LAYERS     layers of the model (36 dense, 48 moe; moe takes fewer when the disk cannot hold
-#                 its Q8_0 and Q4_K_M files together)
+#      LAYERS     layers of the model (36 dense, 48 moe; QUANT=llama for moe takes fewer when the
+#                 disk cannot hold its Q8_0 and Q4_K_M files together, and says so)
 #      PP ("2048 8192"), TG (128), DEPTHS ("0 1024 8192"): the tests, pp<P> from an empty context
 #                 and tg<TG> after D tokens of context; SG_BACKEND (cuda)
 #      RESULTS    folder that also receives the logs and the summary (none)
 # Both engines keep all layers on the GPU and an f16 KV cache (llama-bench -ngl 99 -fa 1, its
 # default batch 2048 / ubatch 512; saragossa --backend cuda with SARAGOSSA_KV_TYPE=f16, its default
-# chunk of 256 prompt tokens). The dense F16 file is 16.4 GB (deleted once quantized); the MoE
-# model is written as Q8_0 (32 GB at 48 layers; F16 would be 61 GB) and requantized to Q4_K_M.
+# chunk of 256 prompt tokens).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-dense}
 PHASE=${2:-all}
 LLAMA_BIN=${LLAMA_BIN:?LLAMA_BIN: folder with llama-bench and llama-quantize}
-SG_BIN=${SG_BIN:-build/saragossa}
 LLAMA_QUANTIZE=${LLAMA_QUANTIZE:-$LLAMA_BIN/llama-quantize}
+SG_BIN=${SG_BIN:-build/saragossa}
 WORK=${WORK:-/tmp/peer}
 PY=${PY:-python3}
 REPS=${REPS:-3}
@@ -41,61 +47,68 @@ export LD_LIBRARY_PATH="$LLAMA_BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PYTHONU
 mkdir -p "$WORK"
 T0=$SECONDS
 ts() { echo "[$(date +%H:%M:%S) +$((SECONDS - T0))s] $*"; }
+avail() { df -B1 --output=avail "$WORK" | tail -1; }
+free_h() { df -h --output=avail "$WORK" | tail -1 | tr -d ' '; }
 # what an interrupted prep left behind (the source files are rewritten anyway)
 [ "$PHASE" = bench ] || rm -f "$WORK"/qwen3-*-random-*-f16.gguf "$WORK"/qwen3-*-random-*-q8_0.gguf "$WORK"/*.gguf.part
 
 case "$MODEL" in
-dense)
-	ARCH=qwen3 LAYERS=${LAYERS:-36} WTYPE=f16
-	NAME=qwen3-8b-random-${LAYERS}l
-	# F16 (0.39 GB a layer) beside its Q4_K_M (0.13 GB a layer), 3.4 GB of embeddings: 22 GB at 36
-	# layers; Q8_0 when that does not fit (llama-quantize requantizes it into the same mix)
-	if [ ! -f "$WORK/$NAME-Q4_K_M.gguf" ] && [ "$PHASE" != bench ] &&
-		[ "$(df -B1 --output=avail "$WORK" | tail -1)" -lt $((LAYERS * 600000000 + 4500000000)) ]; then
-		WTYPE=q8_0
-		ts "disk: $(df -h --output=avail "$WORK" | tail -1 | tr -d ' ') free in $WORK, too little for the F16 file: writing Q8_0"
-	fi
-	;;
-moe)
-	ARCH=qwen3moe LAYERS=${LAYERS:-48} WTYPE=q8_0
-	if [ "$PHASE" = bench ] && [ ! -f "$WORK/qwen3-30b-a3b-random-${LAYERS}l-Q4_K_M.gguf" ]; then
-		# the file prep wrote with fewer layers, if the disk made it do so
-		for f in "$WORK"/qwen3-30b-a3b-random-*l-Q4_K_M.gguf; do
-			[ ! -f "$f" ] || LAYERS=$(basename "$f" | sed 's/.*random-\([0-9]*\)l-.*/\1/')
-		done
-	fi
-	if [ ! -f "$WORK/qwen3-30b-a3b-random-${LAYERS}l-Q4_K_M.gguf" ] && [ "$PHASE" != bench ]; then
-		# Q8_0 (0.66 GB a layer) and Q4_K_M (~0.37 GB) coexist until the Q8_0 is deleted;
-		# 1.3 GB for the embeddings of both, 2 GB to spare
-		fit() { echo $((($(df -B1 --output=avail "$WORK" | tail -1) - 3300000000) / 1050000000)); }
-		fit=$(fit)
-		if [ "$fit" -lt "$LAYERS" ] && ls "$WORK"/qwen3-8b-random-*.gguf >/dev/null 2>&1; then
-			ts "disk: deleting the dense model's files to make room"
-			rm -f "$WORK"/qwen3-8b-random-*.gguf
-			fit=$(fit)
-		fi
-		if [ "$fit" -lt "$LAYERS" ]; then
-			ts "disk: $(df -h --output=avail "$WORK" | tail -1 | tr -d ' ') free in $WORK holds $fit MoE layers, not $LAYERS"
-			echo "(a larger WORK folder gives all of them)"
-			[ "$fit" -ge 1 ] || exit 1
-			LAYERS=$fit
-		fi
-	fi
-	NAME=qwen3-30b-a3b-random-${LAYERS}l
-	;;
+dense) ARCH=qwen3 LAYERS=${LAYERS:-36} QUANT=${QUANT:-llama} PREFIX=qwen3-8b-random ;;
+moe) ARCH=qwen3moe LAYERS=${LAYERS:-48} QUANT=${QUANT:-direct} PREFIX=qwen3-30b-a3b-random ;;
 *) echo "usage: bench/cuda_peer.sh [dense|moe] [all|prep|bench]" >&2; exit 2 ;;
 esac
-SRC="$WORK/$NAME-$WTYPE.gguf"
-Q4="$WORK/$NAME-Q4_K_M.gguf"
+if [ "$PHASE" = bench ] && [ ! -f "$WORK/$PREFIX-${LAYERS}l-Q4_K_M.gguf" ]; then
+	# the file prep wrote with fewer layers, if the disk made it do so
+	for f in "$WORK/$PREFIX"-*l-Q4_K_M.gguf; do
+		[ ! -f "$f" ] || LAYERS=$(basename "$f" | sed 's/.*random-\([0-9]*\)l-.*/\1/')
+	done
+fi
+if [ "$QUANT" = llama ] && [ ! -x "$LLAMA_QUANTIZE" ]; then
+	ts "no $LLAMA_QUANTIZE: writing the Q4_K_M file directly"
+	QUANT=direct
+fi
+# bytes a layer and the rest (embeddings, 2 GB to spare) the prep needs on disk at its peak:
+# dense: F16 0.39 GB + Q4_K_M 0.13 GB a layer (Q8_0 instead of F16: 0.21 GB); moe: Q8_0 0.66 GB +
+# Q4_K_M 0.37 GB a layer
+case "$MODEL-$QUANT" in
+dense-llama) WTYPE=f16 PER=520000000 REST=5400000000 ;;
+moe-llama) WTYPE=q8_0 PER=1050000000 REST=3300000000 ;;
+dense-*) WTYPE=q4_k_m PER=130000000 REST=2900000000 ;;
+moe-*) WTYPE=q4_k_m PER=380000000 REST=2500000000 ;;
+esac
+Q4="$WORK/$PREFIX-${LAYERS}l-Q4_K_M.gguf"
+if [ "$PHASE" != bench ] && [ ! -f "$Q4" ] && [ "$(avail)" -lt $((LAYERS * PER + REST)) ]; then
+	if ls "$WORK"/qwen3-*-random-*.gguf >/dev/null 2>&1; then
+		ts "disk: deleting the other model's files in $WORK to make room"
+		rm -f "$WORK"/qwen3-*-random-*.gguf
+	fi
+	if [ "$MODEL-$QUANT" = dense-llama ] && [ "$(avail)" -lt $((LAYERS * PER + REST)) ]; then
+		ts "disk: $(free_h) free in $WORK, too little beside an F16 file: writing Q8_0 for llama-quantize"
+		WTYPE=q8_0 PER=340000000
+	fi
+	fit=$((($(avail) - REST) / PER))
+	if [ "$fit" -lt "$LAYERS" ]; then
+		ts "disk: $(free_h) free in $WORK holds $fit layers, not $LAYERS (a larger WORK, or QUANT=direct, gives all)"
+		[ "$fit" -ge 1 ] || exit 1
+		LAYERS=$fit
+		Q4="$WORK/$PREFIX-${LAYERS}l-Q4_K_M.gguf"
+	fi
+fi
+SRC="$WORK/$PREFIX-${LAYERS}l-$WTYPE.gguf"
 LOGS="$WORK/logs-$MODEL"
 mkdir -p "$LOGS"
 ts "model $MODEL: $ARCH, $LAYERS layers -> $Q4"
-echo "host: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GB RAM, $(df -h --output=avail "$WORK" | tail -1 | tr -d ' ') free in $WORK"
+echo "host: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GB RAM, $(free_h) free in $WORK"
 if command -v nvidia-smi >/dev/null; then nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader; fi
 
 if [ "$PHASE" != bench ]; then
 	if [ -f "$Q4" ]; then
 		ts "reusing $Q4 ($(du -h "$Q4" | cut -f1)); delete it to write a new one"
+	elif [ "$WTYPE" = q4_k_m ]; then
+		VOCAB=${VOCAB:?VOCAB: a GGUF holding a Qwen vocabulary}
+		ts "writing $Q4 (Q4_K_M mix written directly)"
+		"$PY" tools/make_random_model.py "$ARCH" --layers "$LAYERS" --gguf "$VOCAB" --gguf-type q4_k_m --out "$WORK"
+		ts "written: $(du -h "$Q4" | cut -f1)"
 	else
 		VOCAB=${VOCAB:?VOCAB: a GGUF holding a Qwen vocabulary}
 		ts "writing $SRC"

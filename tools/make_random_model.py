@@ -28,21 +28,26 @@ The folder (config.json + model.safetensors) goes to DIR, by default
 $SARAGOSSA_CACHE_DIR or ~/.cache/saragossa, under random/<name>. Never commit it.
 
 GGUF (qwen3 and qwen3moe only), for side-by-side runs with llama.cpp on the same file:
-  make_random_model.py qwen3|qwen3moe --gguf VOCAB_GGUF [--gguf-type f16|q8_0] [--layers N] [--out DIR]
-writes ONE file, DIR/<name>-f16.gguf (or -q8_0.gguf), in llama.cpp's layout for the arches
+  make_random_model.py qwen3|qwen3moe --gguf VOCAB_GGUF [--gguf-type f16|q8_0|q4_k_m] [--layers N]
+                       [--tiny] [--out DIR]
+writes ONE file, DIR/<name>-f16.gguf (-q8_0.gguf, -Q4_K_M.gguf), in llama.cpp's layout for the arches
 `qwen3` / `qwen3moe`: token_embd, blk.L.{attn_norm, attn_q, attn_k, attn_v, attn_output,
 attn_q_norm, attn_k_norm, ffn_norm}, then ffn_{gate,up,down} (dense) or ffn_gate_inp (F32 router)
 and the stacked experts ffn_{gate,up}_exps [E][F][D] / ffn_down_exps [E][D][F], output_norm,
 output (untied). Weights are normals of std 0.02 (one pool of 64M values, read at random offsets,
 so gigabytes stream to disk at the disk's speed), norm weights 1.0 (F32). Q8_0 halves the file
 (Qwen3-30B-A3B: 32 GB instead of 61 GB); llama-quantize takes it with --allow-requantize.
+q4_k_m writes the quantized file itself: Q4_K and Q6_K superblocks of random codes under fixed
+scales (values of std 0.02 again), each tensor of the type llama-quantize's Q4_K_M mix gives it
+(q4_k_m_type), so the file has the bytes a quantized checkpoint has, in seconds and without the
+F16 file on disk.
 Neither reading nor writing needs the `gguf` package: the format is written here with struct and
 numpy (GGUF v3, alignment 32). The tokenizer comes from VOCAB_GGUF, any GGUF holding a Qwen
 vocabulary (tokenizer.ggml.* keys; a vocabulary-only file of a few MB will do): every
 tokenizer.* key is copied, the token list padded with [PAD<i>] (type unused) to the model's
 151936 rows as llama.cpp's converter does, and bos/eos/padding set to Qwen3's ids.
 --tiny writes the same tensors at small widths (hidden 256, 4 heads / 2 KV heads of dim 64,
-MLP 512 or 8 experts of width 128 with top 2) over the vocabulary's own size, for tests.
+MLP 512 or 16 experts of width 256 with top 2) over the vocabulary's own size, for tests.
 """
 import argparse
 import json
@@ -331,8 +336,11 @@ GGUF_ALIGN = 32
 KV_STRUCT = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 KV_NUMPY = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1", 10: "<u8", 11: "<i8", 12: "<f8"}
 KV_U32, KV_I32, KV_F32, KV_BOOL, KV_STR, KV_ARR = 4, 5, 6, 7, 8, 9
-GGML_F32, GGML_F16, GGML_Q8_0 = 0, 1, 8
-GGML_BYTES = {GGML_F32: (1, 4), GGML_F16: (1, 2), GGML_Q8_0: (32, 34)}  # (elements, bytes) per block
+GGML_F32, GGML_F16, GGML_Q8_0, GGML_Q4_K, GGML_Q6_K = 0, 1, 8, 12, 14
+GGML_BYTES = {GGML_F32: (1, 4), GGML_F16: (1, 2), GGML_Q8_0: (32, 34),  # (elements, bytes) per block
+              GGML_Q4_K: (256, 144), GGML_Q6_K: (256, 210)}
+Q4_K_M = -1  # not a tensor type: llama-quantize's Q4_K_M mix of Q4_K and Q6_K (q4_k_m_type)
+FILE_TYPE = {GGML_F16: 1, GGML_Q8_0: 7, Q4_K_M: 15}  # general.file_type (llama_ftype)
 TOKEN_UNUSED = 5
 
 
@@ -427,27 +435,71 @@ class RandomPool:
             self._q8 = blocks.reshape(-1)
         return self._q8
 
+    def kquant(self, gtype):
+        """K-quant superblocks of 256 random codes, each with the same scales, chosen so the
+        values have mean ~0 and std ~self.std like the f16 pool's. Q4_K: w = d*sc*q - dmin*m
+        with q uniform in 0..15 (std 4.61), sc = m = 32 and dmin = 7.5 d; Q6_K: w = d*sc*(q - 32)
+        with q uniform in 0..63 (std 18.47) and sc = 16."""
+        key = "_k%d" % gtype
+        if getattr(self, key, None) is None:
+            nb = max(1, len(self.f16) // 256)
+            per, size = GGML_BYTES[gtype]
+            blocks = np.frombuffer(self.rng.bytes(nb * size), dtype=np.uint8).reshape(nb, size).copy()
+            if gtype == GGML_Q4_K:
+                d = self.std / (32 * 4.61)
+                # scales[0:4] and [4:8]: sub-block scales / mins 0-3 in the low 6 bits, bits 4-5 of
+                # those of sub-blocks 4-7 in the top 2; scales[8:12]: their low 4 bits (all 0 here)
+                head = np.array([d, 7.5 * d], dtype=np.float16).tobytes() + bytes([0xA0] * 8 + [0] * 4)
+                blocks[:, :16] = np.frombuffer(head, dtype=np.uint8)
+            else:
+                d = self.std / (16 * 18.47)
+                blocks[:, 192:208] = 16
+                blocks[:, 208:210] = np.frombuffer(np.float16(d).tobytes(), dtype=np.uint8)
+            setattr(self, key, blocks.reshape(-1))
+        return getattr(self, key)
+
     def write(self, f, gtype, n):
-        """n random elements of type gtype (F16, Q8_0 or F32) appended to f."""
+        """n random elements of type gtype (F16, Q8_0, Q4_K, Q6_K or F32) appended to f."""
         if gtype == GGML_F32:
             for i in range(0, n, 1 << 24):
                 m = min(1 << 24, n - i)
                 off = int(self.rng.integers(0, len(self.f16) - m + 1))
                 f.write(self.f16[off:off + m].astype(np.float32).tobytes())
             return
-        pool, unit = (self.f16, 1) if gtype == GGML_F16 else (self.q8, 34)
-        count = n if gtype == GGML_F16 else n // 32  # elements or blocks
+        per, unit = GGML_BYTES[gtype]  # unit: pool items a block takes (bytes; the f16 pool: 1)
+        if gtype == GGML_F16:
+            pool, unit = self.f16, 1
+        else:
+            pool = self.q8 if gtype == GGML_Q8_0 else self.kquant(gtype)
+        count = n // per  # elements or blocks
         units = len(pool) // unit
         while count:
-            m = min(count, units // 2)
+            m = min(count, max(1, units // 2))
             off = int(self.rng.integers(0, units - m + 1)) * unit
             f.write(memoryview(pool[off:off + m * unit]))
             count -= m
 
 
+def q4_k_m_type(name, layers):
+    """The type llama-quantize's Q4_K_M gives a weight of these arches: Q6_K for output.weight,
+    and for attn_v and ffn_down(_exps) of the first and last eighth of the layers and every
+    third one between; Q4_K for the rest (token_embd included)."""
+    if name == "output.weight":
+        return GGML_Q6_K
+    if name.startswith("blk."):
+        i, n = int(name.split(".")[1]), layers
+        more = i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+        if more and (".attn_v." in name or ".ffn_down." in name or ".ffn_down_exps." in name):
+            return GGML_Q6_K
+    return GGML_Q4_K
+
+
 def gguf_tensors(arch, layers, D, V, H, Hkv, hd, F=0, E=0, Fe=0, wtype=GGML_F16):
     """(name, ggml shape (fastest first), type, kind) of every tensor, in llama.cpp's naming.
     kind: "w" a random weight, "r" a random F32 router, "1" a norm weight of ones (F32)."""
+    if wtype == Q4_K_M:
+        t = gguf_tensors(arch, layers, D, V, H, Hkv, hd, F, E, Fe, GGML_F16)
+        return [(n, s, q4_k_m_type(n, layers) if k == "w" else g, k) for n, s, g, k in t]
     t = [("token_embd.weight", (D, V), wtype, "w")]
     for i in range(layers):
         p = f"blk.{i}."
@@ -545,15 +597,15 @@ def gguf_model(arch, layers, vocab, wtype, seed, out_root, tiny=False):
         name = "qwen3-30b-a3b-random-%dl" % layers
     if tiny:
         V, hd, ctx, D, H, Hkv, F = None, 64, 4096, 256, 4, 2, 512
-        E, k, Fe = (8, 2, 128) if E else (0, 0, 0)
+        E, k, Fe = (16, 2, 256) if E else (0, 0, 0)
         name = "%s-random-tiny-%dl" % (arch, layers)
     toks, V = tokenizer_kvs(vocab, V, None if tiny else 151643, None if tiny else 151645)
-    tname = {GGML_F16: "f16", GGML_Q8_0: "q8_0"}[wtype]
+    tname = {GGML_F16: "f16", GGML_Q8_0: "q8_0", Q4_K_M: "Q4_K_M"}[wtype]
     a = arch
     kvs = {  # the keys llama.cpp's converter writes for these arches
         "general.architecture": (KV_STR, a, None),
         "general.name": (KV_STR, name, None),
-        "general.file_type": (KV_U32, {GGML_F16: 1, GGML_Q8_0: 7}[wtype], None),
+        "general.file_type": (KV_U32, FILE_TYPE[wtype], None),
         "general.quantization_version": (KV_U32, 2, None),
         f"{a}.context_length": (KV_U32, ctx, None),
         f"{a}.embedding_length": (KV_U32, D, None),
@@ -587,7 +639,7 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--gguf", metavar="VOCAB_GGUF", default=None,
                     help="qwen3 / qwen3moe: write one GGUF file, its tokenizer from VOCAB_GGUF")
-    ap.add_argument("--gguf-type", choices=["f16", "q8_0"], default="f16")
+    ap.add_argument("--gguf-type", choices=["f16", "q8_0", "q4_k_m"], default="f16")
     ap.add_argument("--tiny", action="store_true", help="--gguf: small widths, for tests")
     a = ap.parse_args()
     layers = a.layers or {"qwen36": 4, "gemma4": 6, "qwen3": 36, "qwen3moe": 48}[a.arch]
@@ -596,7 +648,7 @@ def main():
         if a.arch not in ("qwen3", "qwen3moe"):
             raise SystemExit("--gguf: only qwen3 and qwen3moe")
         t0 = time.time()
-        wtype = {"f16": GGML_F16, "q8_0": GGML_Q8_0}[a.gguf_type]
+        wtype = {"f16": GGML_F16, "q8_0": GGML_Q8_0, "q4_k_m": Q4_K_M}[a.gguf_type]
         path, n = gguf_model(a.arch, layers, a.gguf, wtype, a.seed, root, a.tiny)
         dt = time.time() - t0
         print(f"{path}  ({n / 1e9:.2f} GB in {dt:.1f} s, {n / 1e9 / dt:.2f} GB/s)")

@@ -81,21 +81,28 @@ def dequant(t):
     return np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(-1)
 
 
+# Layers whose attn_v and ffn_down(_exps) llama-quantize's Q4_K_M makes Q6_K in a 10-layer
+# qwen3 / qwen3moe model (read off `llama-quantize --dry-run ... Q4_K_M`, llama.cpp 0.3.36)
+Q6K_LAYERS_OF_10 = {0, 3, 6, 8, 9}
+L = 10
+
+
 @pytest.mark.parametrize("arch", ["qwen3", "qwen3moe"])
-@pytest.mark.parametrize("wtype", ["f16", "q8_0"])
+@pytest.mark.parametrize("wtype", ["f16", "q8_0", "q4_k_m"])
 def test_random_gguf_has_llama_cpp_layout_and_runs(vocab, tmp_path, arch, wtype):
     path, tokens = vocab
-    r = subprocess.run([sys.executable, str(TOOL), arch, "--tiny", "--layers", "2", "--gguf", str(path),
+    r = subprocess.run([sys.executable, str(TOOL), arch, "--tiny", "--layers", str(L), "--gguf", str(path),
                         "--gguf-type", wtype, "--out", str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
-    f = tmp_path / f"{arch}-random-tiny-2l-{wtype}.gguf"
+    f = tmp_path / f"{arch}-random-tiny-{L}l-{'Q4_K_M' if wtype == 'q4_k_m' else wtype}.gguf"
     g = gguf.GGUFReader(str(f))
 
     def kv(k):
         return g.fields[k].contents()
 
     assert kv("general.architecture") == arch
-    assert kv(f"{arch}.block_count") == 2 and kv(f"{arch}.embedding_length") == 256
+    assert kv(f"{arch}.block_count") == L and kv(f"{arch}.embedding_length") == 256
+    assert kv("general.file_type") == {"f16": 1, "q8_0": 7, "q4_k_m": 15}[wtype]
     assert kv(f"{arch}.attention.head_count") == 4 and kv(f"{arch}.attention.head_count_kv") == 2
     assert kv(f"{arch}.attention.key_length") == 64
     V = 320  # 262 tokens padded to a multiple of 64
@@ -107,7 +114,7 @@ def test_random_gguf_has_llama_cpp_layout_and_runs(vocab, tmp_path, arch, wtype)
     assert kv("tokenizer.ggml.eos_token_id") == len(tokens) - 1
 
     want = {"token_embd.weight": (256, V), "output.weight": (256, V), "output_norm.weight": (256,)}
-    for i in range(2):
+    for i in range(L):
         p = f"blk.{i}."
         want.update({p + "attn_norm.weight": (256,), p + "ffn_norm.weight": (256,),
                      p + "attn_q.weight": (256, 256), p + "attn_k.weight": (256, 128),
@@ -117,19 +124,29 @@ def test_random_gguf_has_llama_cpp_layout_and_runs(vocab, tmp_path, arch, wtype)
             want.update({p + "ffn_gate.weight": (256, 512), p + "ffn_up.weight": (256, 512),
                          p + "ffn_down.weight": (512, 256)})
         else:
-            assert kv(f"{arch}.expert_count") == 8 and kv(f"{arch}.expert_used_count") == 2
-            want.update({p + "ffn_gate_inp.weight": (256, 8), p + "ffn_gate_exps.weight": (256, 128, 8),
-                         p + "ffn_up_exps.weight": (256, 128, 8), p + "ffn_down_exps.weight": (128, 256, 8)})
+            assert kv(f"{arch}.expert_count") == 16 and kv(f"{arch}.expert_used_count") == 2
+            want.update({p + "ffn_gate_inp.weight": (256, 16), p + "ffn_gate_exps.weight": (256, 256, 16),
+                         p + "ffn_up_exps.weight": (256, 256, 16), p + "ffn_down_exps.weight": (256, 256, 16)})
     got = {t.name: tuple(int(x) for x in t.shape) for t in g.tensors}
     assert got == want
-    qtype = gguf.GGMLQuantizationType.F16 if wtype == "f16" else gguf.GGMLQuantizationType.Q8_0
+    T = gguf.GGMLQuantizationType
+
+    def qtype(name):
+        if wtype != "q4_k_m":
+            return T.F16 if wtype == "f16" else T.Q8_0
+        if name == "output.weight":
+            return T.Q6_K
+        if (".attn_v." in name or ".ffn_down" in name) and int(name.split(".")[1]) in Q6K_LAYERS_OF_10:
+            return T.Q6_K
+        return T.Q4_K
+
     for t in g.tensors:
         x = dequant(t)
         if "norm" in t.name:
             assert t.tensor_type == gguf.GGMLQuantizationType.F32 and np.all(x == 1.0), t.name
             continue
         router = t.name.endswith("ffn_gate_inp.weight")
-        assert t.tensor_type == (gguf.GGMLQuantizationType.F32 if router else qtype), t.name
+        assert t.tensor_type == (T.F32 if router else qtype(t.name)), t.name
         assert 0.018 < x.std() < 0.022 and abs(x.mean()) < 0.002, (t.name, x.std(), x.mean())
 
     r = subprocess.run([BIN, "bench", "-m", str(f), "-p", "8", "-n", "2", "-r", "1", "--backend", "cpu"],
