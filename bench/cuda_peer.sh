@@ -24,7 +24,8 @@
 #                 disk cannot hold its Q8_0 and Q4_K_M files together, and says so)
 #      PP ("2048 8192"), TG (128), DEPTHS ("0 1024 8192"): the tests, pp<P> from an empty context
 #                 and tg<TG> after D tokens of context; SG_BACKEND (cuda)
-#      RESULTS    folder that also receives the logs and the summary (none)
+#      RESULTS    folder that also receives two files: <model>-summary.md and <model>-logs.txt
+#                 (every log of the run, one after another) (none)
 # Both engines keep all layers on the GPU and an f16 KV cache (llama-bench -ngl 99 -fa 1, its
 # default batch 2048 / ubatch 512; saragossa --backend cuda with SARAGOSSA_KV_TYPE=f16, its default
 # chunk of 256 prompt tokens).
@@ -80,7 +81,7 @@ Q4="$WORK/$PREFIX-${LAYERS}l-Q4_K_M.gguf"
 if [ "$PHASE" != bench ] && [ ! -f "$Q4" ] && [ "$(avail)" -lt $((LAYERS * PER + REST)) ]; then
 	if ls "$WORK"/qwen3-*-random-*.gguf >/dev/null 2>&1; then
 		ts "disk: deleting the other model's files in $WORK to make room"
-		rm -f "$WORK"/qwen3-*-random-*.gguf
+		rm -f "$WORK"/qwen3-*-random-*.gguf "$WORK"/qwen3-*-random-*.gguf.how
 	fi
 	if [ "$MODEL-$QUANT" = dense-llama ] && [ "$(avail)" -lt $((LAYERS * PER + REST)) ]; then
 		ts "disk: $(free_h) free in $WORK, too little beside an F16 file: writing Q8_0 for llama-quantize"
@@ -97,6 +98,15 @@ fi
 SRC="$WORK/$PREFIX-${LAYERS}l-$WTYPE.gguf"
 LOGS="$WORK/logs-$MODEL"
 mkdir -p "$LOGS"
+save() {
+	[ -n "$RESULTS" ] || return 0
+	mkdir -p "$RESULTS"
+	[ ! -f "$LOGS/summary.md" ] || cp "$LOGS/summary.md" "$RESULTS/$MODEL-summary.md"
+	for f in "$LOGS"/*; do
+		[ "$f" = "$LOGS/summary.md" ] || { echo "==> $(basename "$f")"; cat "$f"; }
+	done >"$RESULTS/$MODEL-logs.txt"
+}
+trap save EXIT  # failed runs too
 ts "model $MODEL: $ARCH, $LAYERS layers -> $Q4"
 echo "host: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GB RAM, $(free_h) free in $WORK"
 if command -v nvidia-smi >/dev/null; then nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader; fi
@@ -108,6 +118,7 @@ if [ "$PHASE" != bench ]; then
 		VOCAB=${VOCAB:?VOCAB: a GGUF holding a Qwen vocabulary}
 		ts "writing $Q4 (Q4_K_M mix written directly)"
 		"$PY" tools/make_random_model.py "$ARCH" --layers "$LAYERS" --gguf "$VOCAB" --gguf-type q4_k_m --out "$WORK"
+		echo direct >"$Q4.how"
 		ts "written: $(du -h "$Q4" | cut -f1)"
 	else
 		VOCAB=${VOCAB:?VOCAB: a GGUF holding a Qwen vocabulary}
@@ -120,6 +131,7 @@ if [ "$PHASE" != bench ]; then
 			"$LLAMA_QUANTIZE" "${req[@]}" "$SRC" "$Q4.part" Q4_K_M "$(nproc)" >"$LOGS/quantize.log" 2>&1 ||
 			{ tail -20 "$LOGS/quantize.log"; exit 1; }
 		mv "$Q4.part" "$Q4"
+		echo llama >"$Q4.how"
 		grep -E "model size|quant size|quantize time" "$LOGS/quantize.log" | sed 's/^llama_model_quantize_impl: //'
 		rm -f "$SRC"
 		ts "quantized: $(du -h "$Q4" | cut -f1); $SRC deleted"
@@ -128,7 +140,7 @@ fi
 
 if [ "$PHASE" != prep ]; then
 	[ -f "$Q4" ] || { echo "no $Q4: run the prep phase first" >&2; exit 1; }
-	rm -f "$LOGS"/llama-*.csv "$LOGS"/sg-*.txt
+	rm -f "$LOGS"/llama-*.csv "$LOGS"/sg-*.txt "$LOGS/summary.md"
 	ts "llama-bench: pp ${PP// /,}"
 	"$LLAMA_BIN/llama-bench" -m "$Q4" -ngl 99 -fa 1 -r "$REPS" -p "${PP// /,}" -n 0 -o csv \
 		>"$LOGS/llama-pp.csv" 2>"$LOGS/llama-pp.err" || { tail -20 "$LOGS/llama-pp.err"; exit 1; }
@@ -157,12 +169,16 @@ if [ "$PHASE" != prep ]; then
 		grep -vE "^(test|repetitions)" "$LOGS/sg-$i.txt"
 	done
 	ts "summary"
-	"$PY" - "$LOGS" "$MODEL" "$LAYERS" "$REPS" "$PP" "$TG" "$DEPTHS" <<'PY' | tee "$LOGS/summary.md"
+	"$PY" - "$LOGS" "$MODEL" "$LAYERS" "$REPS" "$PP" "$TG" "$DEPTHS" "$(cat "$Q4.how" 2>/dev/null || echo ?)" <<'PY' | tee "$LOGS/summary.md"
 import csv, glob, re, sys
-logs, model, layers, reps, pp, tg, depths = sys.argv[1:]
-ll = {}
+logs, model, layers, reps, pp, tg, depths, quant = sys.argv[1:]
+ll, about = {}, ""
 for f in ("llama-pp.csv", "llama-tg.csv"):
     for r in csv.DictReader(open(f"{logs}/{f}")):
+        about = (f"llama.cpp {r.get('build_commit', '?')} ({r.get('backends', '?')}, {r.get('gpu_info', '?')}), "
+                 f"model {r.get('model_type', '?')}, {int(r.get('model_size') or 0) / 1e9:.2f} GB, "
+                 f"-ngl {r.get('n_gpu_layers', '?')} -fa {r.get('flash_attn', '?')} -b {r.get('n_batch', '?')} "
+                 f"-ub {r.get('n_ubatch', '?')} kv {r.get('type_k', '?')}/{r.get('type_v', '?')}")
         p, n, d = int(r["n_prompt"]), int(r["n_gen"]), int(r.get("n_depth") or 0)
         name = f"pp{p}" if p else f"tg{n}"
         if d and not p:
@@ -177,9 +193,11 @@ for f in sorted(glob.glob(f"{logs}/sg-*.txt")):
         if line.startswith("device:") and not info:
             info = line.strip()
 shape = {"dense": "Qwen3-8B", "moe": "Qwen3-30B-A3B"}[model]
-print(f"\n{shape} shapes ({layers} layers), random weights, one Q4_K_M file; tok/s, mean +- sd of {reps} runs")
+how = {"direct": "written directly in llama-quantize's mix", "llama": "made by llama-quantize"}.get(quant, "origin unknown")
+print(f"\n{shape} shapes ({layers} layers), random weights, one Q4_K_M file ({how}); tok/s, mean +- sd of {reps} runs")
+print(about)
 if info:
-    print(info)
+    print("saragossa " + info)
 print("\n| test | llama.cpp | saragossa | saragossa / llama.cpp |")
 print("|---|---:|---:|---:|")
 tests = [f"pp{p}" for p in pp.split()] + [f"tg{tg}@d{d}" if int(d) else f"tg{tg}" for d in depths.split()]
@@ -189,9 +207,5 @@ for t in tests:
     fb = f"{b[0]:.1f} +- {b[1]:.1f}" if b else "-"
     print(f"| {t} | {fa} | {fb} | {f'{b[0] / a[0]:.2f}x' if a and b else '-'} |")
 PY
-fi
-if [ -n "$RESULTS" ]; then
-	mkdir -p "$RESULTS/$MODEL"
-	cp "$LOGS"/* "$RESULTS/$MODEL/"
 fi
 ts "done"
