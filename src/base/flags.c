@@ -63,6 +63,9 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_GEMV_ROWS", SG_FLAG_INT, "0",
 	 "CUDA fused decode GEMV on 8-bit activations: weight rows per 128-thread block (1, 2, 4 or 8; from 4 on the "
 	 "activations are staged in shared memory); 0 = the measured default"},
+	{"SARAGOSSA_CUDA_MOE_DECODE", SG_FLAG_BOOL, "1",
+	 "CUDA one-token MoE matmuls: each slot's expert straight from the routing ids, two rows a warp (0 = the sorting "
+	 "kernel every token count takes)"},
 	{"SARAGOSSA_CUDA_GEMV_VARIANT", SG_FLAG_INT, "0",
 	 "CUDA fused decode GEMV on 8-bit activations: a variant of bench/kernels/cuda (8-16, see its table: rows per block or "
 	 "per warp, activations in registers or shared memory); 0 = the measured default"},

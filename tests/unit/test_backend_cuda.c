@@ -442,6 +442,7 @@ Test(cuda, moe_matmul_reads_selected_experts_and_zeroes_bad_ids)
 				int32_t idv[10];
 				for (int i = 0; i < n * k; i++) idv[i] = (int32_t)((i * 5 + 1) % E);
 				if (n > 1) idv[3] = 99; /* out of range: zero row */
+				if (n == 1 && shared) idv[1] = -1; /* the one-token kernel too */
 				pair ids = pair_i32(k, n, idv), x = pair_rand(K, shared ? n : n * k, 1, 1.0f), y = pair_new(SG_TYPE_F32, N, n * k, 1, 1);
 				poison(&y);
 				pair xr = q8_path(wt) ? requantized(&x) : x;

@@ -88,6 +88,8 @@ int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, const float
 /* Rows per block of the fused 8-bit decode GEMV: 1, 2, 4 or 8; anything else = the default. */
 void sg_cu_set_gemv_rows(int rows);
 void sg_cu_set_gemv_variant(int variant);
+/* 0: one-token MoE matmuls take the sorting kernel too (SARAGOSSA_CUDA_MOE_DECODE) */
+void sg_cu_set_moe_decode(int on);
 
 /* out = x with every block of 32 rounded as the 8-bit activation quantizer rounds it (n % 32 = 0). */
 int sg_cu_requant(const float *x, int64_t n, float *out, sg_custream s);

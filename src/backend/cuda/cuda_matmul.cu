@@ -950,6 +950,8 @@ __global__ void __launch_bounds__(QT) mvp_kernel(const __grid_constant__ sg_cu_m
 		d0[k] = dx[ea >> 5], d1[k] = dx[ec >> 5], s0[k] = sx[ea >> 4], s1[k] = sx[ec >> 4];
 	}
 	const int64_t stride = (int64_t)gridDim.x * (QT / 32) * per;
+	/* two row groups in flight: the second's loads issue before the first's reduction */
+#pragma unroll 2
 	for (int64_t g0 = ((int64_t)blockIdx.x * (QT / 32) + warp) * per; g0 < rows; g0 += stride) {
 		const uint8_t *rp[S], *sp[S], *bp[S];
 		int ms[S];
@@ -1169,16 +1171,17 @@ static mvm_fn pickp(int kt, int nu)
 	}
 }
 
-/* Blocks of the persistent GEMV: 4 of 128 threads per multiprocessor. */
-static int persist_blocks(void)
+/* Blocks of the persistent GEMV f: as many as stay resident on every multiprocessor. */
+static int persist_blocks(mvm_fn f)
 {
-	static int n = 0;
-	if (!n) {
-		int dev = 0, sms = 0;
+	static int sms = 0;
+	if (!sms) {
+		int dev = 0;
 		if (cudaGetDevice(&dev) || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) || sms < 1) sms = 132;
-		n = 4 * sms;
 	}
-	return n;
+	int per = 0;
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, f, QT, 0) || per < 1) per = 4;
+	return per * sms;
 }
 
 extern "C" int sg_cu_multi_ok(int kt) { return pickm(kt, 2, 0) != NULL; }
@@ -1238,7 +1241,7 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 launch:;
 	int per = (glu ? S / 2 : S) * (kind >= 2 ? QT / 32 : 1);
 	int64_t nb = (rows + per - 1) / per;
-	if (kind == 3 && nb > persist_blocks()) nb = persist_blocks();
+	if (kind == 3 && nb > persist_blocks(f)) nb = persist_blocks(f);
 	f<<<(unsigned)nb, QT, kind == 1 ? smem_x(K) : 0, st>>>(*m, xin, xq, dx, sx, rows);
 	return (int)cudaGetLastError();
 }
@@ -1281,11 +1284,79 @@ __global__ void moe_sort_kernel(const int32_t *ids, int64_t S, int64_t E, int32_
 	}
 }
 
+/*
+ * One token (decode): slot j's expert is ids[j] (a token's slots name distinct experts), so no
+ * sort is needed: block (b, j) computes 8 rows of slot j, two a warp, lanes over the units
+ * (mvw_kernel's layout), against the shared or the slot's own 8-bit activations.
+ */
+template <int KT>
+__global__ void __launch_bounds__(QT) moe1_kernel(const sg_cuw w, const int8_t *__restrict__ xq, const float *__restrict__ dx,
+						  const float *__restrict__ sx, int shared_x, const int32_t *__restrict__ ids, int64_t E,
+						  float *__restrict__ y, int64_t N)
+{
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = blockIdx.y;
+	int64_t r0 = ((int64_t)blockIdx.x * (QT / 32) + warp) * 2;
+	if (r0 >= N) return;
+	float *yo = y + (int64_t)slot * N;
+	int32_t e = ids[slot];
+	if (e < 0 || e >= E) { /* an id out of range gives zeros */
+		if (lane < 2 && r0 + lane < N) yo[r0 + lane] = 0.0f;
+		return;
+	}
+	const uint8_t *data = w.data + (size_t)e * w.expert_bytes;
+	const uint8_t *sc = w.scales ? w.scales + (size_t)e * w.expert_sb_bytes : NULL, *bi = w.biases ? w.biases + (size_t)e * w.expert_sb_bytes : NULL;
+	const uint8_t *rp[2], *sp[2], *bp[2];
+#pragma unroll
+	for (int s = 0; s < 2; s++) {
+		int64_t r = r0 + s < N ? r0 + s : N - 1;
+		rp[s] = data + (size_t)r * w.row_bytes;
+		sp[s] = sc ? sc + (size_t)r * w.sb_row_bytes : NULL;
+		bp[s] = bi ? bi + (size_t)r * w.sb_row_bytes : NULL;
+	}
+	int64_t K = w.K, xo = shared_x ? 0 : slot;
+	const int8_t *vq = xq + xo * K;
+	const float *vd = dx + xo * (K / 32), *vs = sx + xo * (K / 16);
+	float acc[2] = {0.0f, 0.0f};
+#pragma unroll 4
+	for (int64_t u = lane; u < K / 32; u += 32) q8_unit<KT, 2>(w, rp, sp, bp, u, vq, vd, vs, acc);
+	acc[0] = warp_sum(acc[0]), acc[1] = warp_sum(acc[1]);
+	if (lane < 2 && r0 + lane < N) yo[r0 + lane] = acc[lane];
+}
+
+typedef void (*moe1_fn)(const sg_cuw, const int8_t *, const float *, const float *, int, const int32_t *, int64_t, float *, int64_t);
+
+static moe1_fn pick_moe1(int kt)
+{
+	switch (kt) {
+	case SG_CUKT_Q8_0: return moe1_kernel<SG_CUKT_Q8_0>;
+	case SG_CUKT_Q4_0: return moe1_kernel<SG_CUKT_Q4_0>;
+	case SG_CUKT_Q5_0: return moe1_kernel<SG_CUKT_Q5_0>;
+	case SG_CUKT_Q4_K: return moe1_kernel<SG_CUKT_Q4_K>;
+	case SG_CUKT_Q5_K: return moe1_kernel<SG_CUKT_Q5_K>;
+	case SG_CUKT_Q6_K: return moe1_kernel<SG_CUKT_Q6_K>;
+	case SG_CUKT_MLX4: return moe1_kernel<SG_CUKT_MLX4>;
+	case SG_CUKT_MLX8: return moe1_kernel<SG_CUKT_MLX8>;
+	default: return NULL;
+	}
+}
+
+static int g_moe1 = 1;
+extern "C" void sg_cu_set_moe_decode(int on) { g_moe1 = on; }
+
 extern "C" int sg_cu_moe_matmul(const sg_cuw *w, const float *x, int shared_x, const int32_t *ids, int64_t n, int64_t k, int64_t E, float *y,
 				int64_t N, int32_t *scratch, void *q8_scratch, sg_custream s)
 {
 	cudaStream_t st = (cudaStream_t)s;
 	int64_t S = n * k;
+	moe1_fn f1 = n == 1 && g_moe1 && q8_scratch && sg_cu_has_q8(w->kt) ? pick_moe1(w->kt) : NULL;
+	if (f1) {
+		int8_t *xq;
+		float *dx, *sx;
+		int e = quant_x(x, shared_x ? 1 : S, w->K, q8_scratch, &xq, &dx, &sx, st);
+		if (e) return e;
+		f1<<<dim3((unsigned)((N + 2 * (QT / 32) - 1) / (2 * (QT / 32))), (unsigned)S), QT, 0, st>>>(*w, xq, dx, sx, shared_x, ids, E, y, N);
+		return (int)cudaGetLastError();
+	}
 	int32_t *start = scratch, *order = start + E + 1, *used = order + S, *nused = used + E;
 	moe_sort_kernel<<<1, 1024, (size_t)(2 * E) * sizeof(int32_t), st>>>(ids, S, E, start, order, used, nused, y, N);
 	/* at most min(E, S) experts are used; a token's own slots name distinct experts, so one

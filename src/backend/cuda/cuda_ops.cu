@@ -565,11 +565,14 @@ template <typename T, int G, int NV, int HD> __global__ void __launch_bounds__(D
 	}
 }
 
-/* The query heads a decode block takes: the largest of 8, 4, 2, 1 dividing the group. */
+/* The query heads a decode block takes: the largest of 8, 4, 2, 1 dividing the group (see below). */
 static int dec_group(const sg_cu_attn *a)
 {
 	int gall = (int)(a->H / a->Hkv);
-	return gall % 8 == 0 ? 8 : gall % 4 == 0 ? 4 : gall % 2 == 0 ? 2 : 1;
+	int g = gall % 8 == 0 ? 8 : gall % 4 == 0 ? 4 : gall % 2 == 0 ? 2 : 1;
+	/* few KV heads (4 for Qwen3-30B-A3B): 4 query heads a block, for twice the blocks */
+	if (g == 8 && a->Hkv * (gall / g) < 8) g = 4;
+	return g;
 }
 
 extern "C" int sg_cu_attn_decode_ok(const sg_cu_attn *a)
@@ -791,24 +794,26 @@ extern "C" int sg_cu_moe_route(const float *logits, int64_t n, int64_t E, int si
 {
 	if (n <= 0) return 0;
 	if (E > MAX_EXPERTS) return (int)cudaErrorInvalidValue;
-	route_kernel<<<(unsigned)n, 256, 0, (cudaStream_t)s>>>(logits, E, sigmoid, k, norm, ids, w);
+	/* one warp for the usual expert counts: its k picks then need no cross-warp barrier work */
+	route_kernel<<<(unsigned)n, E <= 256 ? 32 : 256, 0, (cudaStream_t)s>>>(logits, E, sigmoid, k, norm, ids, w);
 	return ok();
 }
 
+/* Block (b, t): dims [256 b, 256 b + 256) of token t, its k slots summed in slot order. */
 __global__ void combine_kernel(const float *y, const float *w, int64_t k, int64_t D, float *out)
 {
-	int64_t t = blockIdx.x;
-	for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-		float acc = 0.0f;
-		for (int64_t s = 0; s < k; s++) acc += w[t * k + s] * y[(t * k + s) * D + d];
-		out[t * D + d] = acc;
-	}
+	int64_t t = blockIdx.y, d = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (d >= D) return;
+	float acc = 0.0f;
+	for (int64_t s = 0; s < k; s++) acc += w[t * k + s] * y[(t * k + s) * D + d];
+	out[t * D + d] = acc;
 }
 
 extern "C" int sg_cu_moe_combine(const float *y, const float *w, int64_t n, int64_t k, int64_t D, float *out, sg_custream s)
 {
 	if (n <= 0) return 0;
-	combine_kernel<<<(unsigned)n, 256, 0, (cudaStream_t)s>>>(y, w, k, D, out);
+	if (n > 65535) return (int)cudaErrorInvalidValue;
+	combine_kernel<<<dim3((unsigned)((D + 255) / 256), (unsigned)n), 256, 0, (cudaStream_t)s>>>(y, w, k, D, out);
 	return ok();
 }
 
