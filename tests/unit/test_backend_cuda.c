@@ -588,6 +588,7 @@ Test(cuda, attention_decode_split_prefill_window_softcap_gqa_match_cpu)
 	attn_case(1, 2, 2, 128, 100, 0, cap, SG_TYPE_F16, 0);
 	attn_case(1, 4, 2, 32, 12, 30, ring, SG_TYPE_F16, 0);
 	attn_case(1, 8, 1, 256, 40000, 33000, causal, SG_TYPE_F16, 1);
+	attn_case(1, 64, 8, 128, 2000, 1999, causal, SG_TYPE_F16, 1); /* groups of 8 over 8 KV heads */
 	/* the GEMM path (more than 8 tokens): GQA, f16 cache, soft-cap, a later chunk */
 	attn_case(40, 8, 2, 64, 300, 100, cap, SG_TYPE_F16, 1);
 	attn_case(16, 32, 8, 128, 2048, 1500, causal, SG_TYPE_F32, 0);
