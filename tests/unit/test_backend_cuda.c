@@ -921,6 +921,38 @@ Test(decode_greedy, returns_the_argmax_of_the_step_logits_on_cpu)
  * each epilogue (three stores with biases after a norm; the GLU; the residual add). The reference
  * runs the CPU's rmsnorm and matmuls on the activations the GPU used (rounded to 8 bits for the
  * quantized formats), so only summation order separates the two. */
+/* A stage over q, k, v of two formats (Q4_K, Q4_K, Q6_K: a Q4_K_M file's layers) runs as one launch
+ * per format on activations rounded once, and equals the composition of its ops. */
+Test(cuda, fused_stage_of_mixed_formats_matches_composition)
+{
+	int64_t K = 1024, N[3] = {256, 128, 128};
+	const wtype *ty[3] = {&wtypes[8], &wtypes[8], &wtypes[10]};
+	hw w[3];
+	sg_btensor wc[3], wg[3];
+	pair y[3], yc[3];
+	for (int i = 0; i < 3; i++) {
+		w[i] = make_w(ty[i], N[i], K);
+		bind_both(&w[i], &wc[i], &wg[i]);
+		y[i] = pair_new(SG_TYPE_F32, N[i], 1, 1, 1), yc[i] = pair_new(SG_TYPE_F32, N[i], 1, 1, 1);
+	}
+	pair x = pair_rand(K, 1, 1, 1.0f), nw = pair_rand(K, 1, 1, 1.0f), xn = pair_new(SG_TYPE_F32, K, 1, 1, 1);
+	sg_matmul_multi m = {.x = &x.g, .norm = &nw.g, .eps = 1e-6f, .xn = &xn.g, .nw = 3, .w = {&wg[0], &wg[1], &wg[2]}, .y = {&y[0].g, &y[1].g, &y[2].g}};
+	cr_assert_eq(sg_backend_matmul_multi(gpu, &m), SG_OK, "%s", sg_last_error());
+	m.y[0] = &yc[0].g, m.y[1] = &yc[1].g, m.y[2] = &yc[2].g;
+	cr_assert_eq(sg_backend_matmul_multi_compose(gpu, &m), SG_OK, "%s", sg_last_error());
+	for (int i = 0; i < 3; i++) {
+		float *a = fetch(&y[i]), *b = fetch(&yc[i]);
+		double num = 0, den = 0;
+		for (int64_t r = 0; r < N[i]; r++) num += ((double)a[r] - b[r]) * ((double)a[r] - b[r]), den += (double)b[r] * b[r];
+		cr_expect(den > 0 && num / den < NMSE_F32 * 100, "output %d: nmse %.3g", i, den > 0 ? num / den : -1.0);
+		free(a), free(b);
+		pair_free(&y[i]), pair_free(&yc[i]);
+		gpu->ops->tensor_free(gpu, &wg[i]), cpu->ops->tensor_free(cpu, &wc[i]);
+		free_hw(&w[i]);
+	}
+	pair_free(&x), pair_free(&nw), pair_free(&xn);
+}
+
 /* The persistent GEMV (variant 16, activations held in registers: K = 1024 * NU) against the
  * block-split one (variant 8, itself checked against the CPU above) for NU = 2..5 and the
  * formats it takes, with the GLU and the residual add. */

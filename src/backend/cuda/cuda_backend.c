@@ -588,10 +588,16 @@ static sg_status cuda_matmul(sg_backend *be, const sg_btensor *w, const sg_btens
 	return SG_OK;
 }
 
+/* Two weights one fused launch can share: same kernel format and row decoding. */
+static int same_fmt(const sg_cuw *a, const sg_cuw *b) { return a->kt == b->kt && a->K == b->K && a->group == b->group && a->sb_bf16 == b->sb_bf16; }
+
 /*
  * The fused stage for one token: a norm + activation-quantizing kernel and one GEMV launch over
- * every matrix (sg_cu_gemv_multi). Everything else (many tokens, mixed formats, quantized
- * weights without SARAGOSSA_CUDA_Q8X, whose exact path is the f32 GEMV) is the composition.
+ * every matrix (sg_cu_gemv_multi). Stores to matrices of several 8-bit-activation formats (q, k,
+ * v of a Q4_K_M file, whose v is Q6_K in half the layers) take one launch per run of one format,
+ * the later ones reading the activations the first one rounded. Everything else (many tokens,
+ * other mixed formats, quantized weights without SARAGOSSA_CUDA_Q8X, whose exact path is the f32
+ * GEMV) is the composition.
  */
 static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 {
@@ -609,7 +615,9 @@ static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 		const sg_btensor *w = p->w[i], *b = p->bias[i];
 		if (wview("matmul", w, &m.w[i]) != SG_OK) return sg_backend_matmul_multi_compose(be, p);
 		m.N[i] = sg_btensor_rows(w);
-		if (m.w[i].kt != m.w[0].kt || m.w[i].K != m.w[0].K || m.w[i].group != m.w[0].group || m.w[i].sb_bf16 != m.w[0].sb_bf16)
+		if (!same_fmt(&m.w[i], &m.w[0]) &&
+		    (p->glu || p->residual || !cb->q8x || m.w[i].K != m.w[0].K || !sg_cu_has_q8(m.w[i].kt) || !sg_cu_has_q8(m.w[0].kt) ||
+		     !sg_cu_multi_ok(m.w[i].kt)))
 			return sg_backend_matmul_multi_compose(be, p);
 		if ((st = check_x("matmul", p->x, w, &m.w[i])) || (st = check_f32("matmul", "y", p->y[i]))) return st;
 		if (p->y[i]->ne[0] != m.N[i] || sg_btensor_rows(p->y[i]) != 1)
@@ -640,8 +648,15 @@ static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 		return st;
 	}
 	cb->q8a_of = NULL;
-	CU_RET("matmul_multi", sg_cu_gemv_multi(&m, x, p->norm != NULL, p->norm ? p->norm->data : NULL, p->eps, p->norm_offset,
-						 p->xn ? p->xn->data : NULL, 0, q8, S(cb)));
+	for (int i0 = 0, i1; i0 < m.nw; i0 = i1) { /* runs of one format; the first rounds x, the rest reuse it */
+		for (i1 = i0 + 1; i1 < m.nw && same_fmt(&m.w[i1], &m.w[i0]);) i1++;
+		sg_cu_multi g = m;
+		g.nw = i1 - i0;
+		for (int j = 0; j < g.nw; j++) g.w[j] = m.w[i0 + j], g.N[j] = m.N[i0 + j], g.bias[j] = m.bias[i0 + j], g.y[j] = m.y[i0 + j];
+		int first = i0 == 0;
+		CU_RET("matmul_multi", sg_cu_gemv_multi(&g, first ? x : NULL, first && p->norm != NULL, p->norm ? p->norm->data : NULL, p->eps,
+							 p->norm_offset, p->xn ? p->xn->data : NULL, 0, q8, S(cb)));
+	}
 	return SG_OK;
 }
 
