@@ -92,8 +92,9 @@ static const sg_flag table[] = {
 	{"RETI_SERVE_MEMORY_HEADROOM_BYTES", SG_FLAG_INT, "2g", "serve: memory the guard leaves free on the host (and accelerator)"},
 	{"RETI_SERVE_MEMORY_CAP_BYTES", SG_FLAG_STR, "auto",
 	 "serve: a static ceiling on the process footprint in bytes (k/m/g suffix); auto or 0 = none"},
-	{"RETI_SERVE_BACKEND", SG_FLAG_STR, "cpu",
-	 "serve: backend the models run on: cpu or cuda (device memory is then projected against the GPU's free bytes)"},
+	{"RETI_SERVE_BACKEND", SG_FLAG_STR, "auto",
+	 "serve: backend the models run on: auto (the GPU when this build has CUDA and one is usable, else the CPU), cpu or "
+	 "cuda (on a GPU, device memory is projected against its free bytes); --backend sets it"},
 };
 
 /* Credentials among the flags: never printed. */

@@ -24,6 +24,8 @@ static void usage(void)
 	       "                        Hugging Face repo id) under NAME, the request's \"model\" field;\n"
 	       "                        repeatable; the first is the default. --model MODEL names it MODEL\n"
 	       "  --ctx N               context tokens per model (default: the model's, capped at 4096)\n"
+	       "  --backend B           cpu, cuda or auto: where models run (default $RETI_SERVE_BACKEND,\n"
+	       "                        auto: the GPU when this build has CUDA and one is usable)\n"
 	       "\n"
 	       "transport (a Unix socket unless --port is given; both when --socket is given too):\n"
 	       "  --socket PATH         Unix socket, created mode 0600 (default " DEFAULT_SOCKET "); a stale\n"
@@ -98,6 +100,12 @@ int sg_cli_serve(int argc, char **argv)
 		} else if (!strcmp(a, "--ctx")) {
 			if (parse_num(a, v, 16, 1 << 24, &x)) return 2;
 			o.n_ctx = (int32_t)x;
+		} else if (!strcmp(a, "--backend")) {
+			if (!v || (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto")))
+				return sg_cli_usage_error("serve", "--backend wants cpu, cuda or auto, got '%s'", v ? v : "");
+			/* the server reads the flag where it loads models and sizes the memory guard */
+			setenv("RETI_SERVE_BACKEND", v, 1);
+			sg_flags_reload();
 		} else if (!strcmp(a, "--max-tokens-cap")) {
 			if (parse_num(a, v, 1, 1 << 24, &x)) return 2;
 			o.max_tokens_cap = (int32_t)x;

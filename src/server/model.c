@@ -14,6 +14,9 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "server/pool.h"
+#if SG_CUDA
+#include "backend/cuda/cuda_info.h"
+#endif
 
 #if __has_include("text/tokenizer.h") && __has_include("text/chat_template.h") && __has_include("engine/session.h")
 #define SG_SERVER_HAVE_MODELS 1
@@ -110,7 +113,14 @@ void sg_srv_model_bind(sg_srv_model *m, struct sg_pool *pool)
 int sg_srv_backend_is_accel(void)
 {
 	const char *b = sg_flag_str("RETI_SERVE_BACKEND");
-	return b && !strcmp(b, "cuda");
+	if (b && !strcmp(b, "cuda")) return 1;
+#if SG_CUDA
+	char gpus[512];
+	/* auto: models go to the GPU when one is usable (a model the GPU cannot take loads on the
+	 * CPU, which the guard then projects as device memory: the conservative side) */
+	if (!b || !*b || !strcmp(b, "auto")) return sg_cuda_describe(gpus, sizeof gpus) > 0;
+#endif
+	return 0;
 }
 
 #if SG_SERVER_HAVE_MODELS

@@ -51,3 +51,13 @@ def test_cuda_without_a_gpu_names_the_reason(sg):
     r = sg("eval", "--model", str(FIX), "--tokens", TOKENS, "--backend", "cuda")
     assert r.returncode != 0
     assert "cuda" in r.stderr.lower()
+
+
+def test_serve_takes_backend(sg, tmp_path):
+    r = sg("serve", "--backend", "tpu", "--socket", str(tmp_path / "a.sock"), "--model", f"a={FIX}")
+    assert r.returncode == 2 and "--backend wants cpu, cuda or auto" in r.stderr
+    if has_gpu(sg):
+        return
+    # no GPU: asking for cuda fails at the load with the reason, it does not serve on the CPU
+    r = sg("serve", "--backend", "cuda", "--socket", str(tmp_path / "b.sock"), "--model", f"a={FIX}")
+    assert r.returncode != 0 and "cuda" in r.stderr.lower() and "model 'a'" in r.stderr

@@ -635,6 +635,7 @@ Test(cuda, attention_kill_switches_keep_working_paths)
 	const char *sw[] = {"SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_GEMM"}, *val[] = {"0", "2", "0"};
 	for (int i = 0; i < 3; i++) {
 		setenv(sw[i], val[i], 1);
+		sg_flags_reload(); /* flags are read once per process otherwise */
 		sg_backend *save = gpu;
 		sg_cuda_params gp = sg_cuda_default_params();
 		cr_assert_eq(sg_cuda_backend_create(&gp, &gpu), SG_OK, "%s", sg_last_error());
@@ -644,6 +645,7 @@ Test(cuda, attention_kill_switches_keep_working_paths)
 		sg_backend_free(gpu);
 		gpu = save;
 		unsetenv(sw[i]);
+		sg_flags_reload();
 	}
 }
 
