@@ -28,15 +28,11 @@ def tool():
 
 def byte_chars():
     """GPT-2's byte -> printable character table (byte-level BPE vocabularies store these)."""
-    keep = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    out, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            out[b] = chr(b)
-        else:
-            out[b] = chr(256 + extra)
-            extra += 1
-    return [out[b] for b in range(256)]
+    spec = importlib.util.spec_from_file_location("tiktoken_to_hf", ROOT / "tools" / "tiktoken_to_hf.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    table = mod.bytes_to_unicode()
+    return [table[b] for b in range(256)]
 
 
 @pytest.fixture(scope="module")
