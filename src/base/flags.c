@@ -67,7 +67,7 @@ static const sg_flag table[] = {
 	 "CUDA one-token MoE matmuls: each slot's expert straight from the routing ids, two rows a warp (0 = the sorting "
 	 "kernel every token count takes)"},
 	{"SARAGOSSA_CUDA_GEMV_VARIANT", SG_FLAG_INT, "0",
-	 "CUDA fused decode GEMV on 8-bit activations: a variant of bench/kernels/cuda (8-16, see its table: rows per block or "
+	 "CUDA fused decode GEMV on 8-bit activations: a variant of bench/kernels/cuda (8-15, see its table: rows per block or "
 	 "per warp, activations in registers or shared memory); 0 = the measured default"},
 	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
 	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},

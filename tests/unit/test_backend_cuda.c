@@ -955,56 +955,6 @@ Test(cuda, fused_stage_of_mixed_formats_matches_composition)
 	pair_free(&x), pair_free(&nw), pair_free(&xn);
 }
 
-/* The persistent GEMV (variant 16, activations held in registers: K = 1024 * NU) against the
- * block-split one (variant 8, itself checked against the CPU above) for NU = 2..5 and the
- * formats it takes, with the GLU and the residual add. */
-Test(cuda, persistent_gemv_matches_block_split)
-{
-	const int types[] = {8, 12, 16}; /* Q4_K, MLX4 g64 f16, MLX8 g64 */
-	for (int ti = 0; ti < 3; ti++)
-		for (int64_t K = 2048; K <= 5120; K += 1024) {
-			const wtype *wt = &wtypes[types[ti]];
-			hw w0 = make_w(wt, 300, K), w1 = make_w(wt, 300, K);
-			sg_btensor wc[2], wg[2];
-			bind_both(&w0, &wc[0], &wg[0]);
-			bind_both(&w1, &wc[1], &wg[1]);
-			pair x = pair_rand(K, 1, 1, 1.0f), res = pair_rand(300, 1, 1, 1.0f), ya = pair_new(SG_TYPE_F32, 300, 1, 1, 1),
-			     yb = pair_new(SG_TYPE_F32, 300, 1, 1, 1), q8s = pair_new(SG_TYPE_I32, (int64_t)(sg_cu_q8_bytes(1, K) / 4 + 1), 1, 1, 1);
-			for (int epi = 0; epi < 2; epi++) {
-				float *out[2];
-				for (int v = 0; v < 2; v++) {
-					sg_cu_multi m;
-					memset(&m, 0, sizeof(m));
-					m.epi = epi ? SG_CU_EPI_ADD : SG_CU_EPI_GLU;
-					m.nw = epi ? 1 : 2;
-					m.act = SG_CU_EW_SILU;
-					for (int i = 0; i < m.nw; i++) {
-						cr_assert_eq(sg_cuda_weight_view(&wg[i], &m.w[i]), SG_OK);
-						m.N[i] = 300;
-						m.y[i] = i ? yb.g.data : ya.g.data;
-					}
-					m.res = res.g.data;
-					poison(&ya);
-					cr_assert_eq(gpu->ops->sync(gpu), SG_OK);
-					cr_assert_eq(sg_cu_gemv_multi(&m, x.g.data, 0, NULL, 0, 0, NULL, v ? 16 : 8, q8s.g.data, NULL), 0, "%s K=%lld", wt->name,
-						     (long long)K);
-					cr_assert_eq(cudaDeviceSynchronize(), cudaSuccess);
-					out[v] = fetch(&ya);
-				}
-				double num = 0, den = 0;
-				for (int i = 0; i < 300; i++) {
-					double d = (double)out[1][i] - out[0][i];
-					num += d * d, den += (double)out[0][i] * out[0][i];
-				}
-				cr_expect(den > 0 && num / den < 1e-10, "%s K=%lld epilogue %d: nmse %.3g", wt->name, (long long)K, epi, den > 0 ? num / den : -1.0);
-				free(out[0]), free(out[1]);
-			}
-			for (int i = 0; i < 2; i++) gpu->ops->tensor_free(gpu, &wg[i]), cpu->ops->tensor_free(cpu, &wc[i]);
-			pair_free(&x), pair_free(&res), pair_free(&ya), pair_free(&yb), pair_free(&q8s);
-			free_hw(&w0), free_hw(&w1);
-		}
-}
-
 Test(cuda, fused_gemv_every_format_variant_and_epilogue_matches_cpu)
 {
 	for (int c = 0; c < N_WTYPES; c++) {
@@ -1031,7 +981,7 @@ Test(cuda, fused_gemv_every_format_variant_and_epilogue_matches_cpu)
 		pair q8s = pair_new(SG_TYPE_I32, (int64_t)(sg_cu_q8_bytes(1, K) / 4 + 1), 1, 1, 1);
 		cr_assert_eq(cpu->ops->rmsnorm(cpu, &x.c, &nw.c, 1e-6f, 0.0f, &xn.c), SG_OK);
 		float *xcpu = cpu_floats(&xn);
-		for (int var = 8; var <= 16; var++) {
+		for (int var = 8; var <= 15; var++) {
 			for (int epi = 0; epi < 3; epi++) {
 				sg_cu_multi m;
 				memset(&m, 0, sizeof(m));

@@ -80,7 +80,7 @@ typedef struct sg_cu_multi {
 int sg_cu_multi_ok(int kt);
 /* Runs m on one token x [K]: when norm, x is first RMS-normalised (w may be NULL, eps, off) into
  * xn; quantized formats quantize the (normalised) x to 8 bits in the same kernel. variant 0 = the
- * default, 8..16 = the bench's layouts. q8_scratch: sg_cu_q8_bytes(1, K) bytes for quantized kt;
+ * default, 8..15 = the bench's layouts. q8_scratch: sg_cu_q8_bytes(1, K) bytes for quantized kt;
  * x NULL (quantized kt, no norm): q8_scratch already holds x quantized (see sg_cu_q8_split). */
 int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, const float *norm_w, float eps,
 		     float off, float *xn, int variant, void *q8_scratch, sg_custream s);

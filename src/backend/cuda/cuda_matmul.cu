@@ -528,6 +528,22 @@ template <> struct UI<SG_CUKT_MLX8> {
  * warp owns R rows and its 32 lanes stride over their units (no shared memory, two units in flight
  * per lane). Either way a unit's activations (two 16-byte loads) serve all R rows.
  */
+/* One unit's two halves: dp4a of the codes against the 8-bit activations (xa, xc), each half
+ * scaled by d * sca and offset by off * (d * sum of the activation codes). */
+static __device__ __forceinline__ float unit_dot(const int *c, int4 xa, int4 xc, float d0, float d1, float s0, float s1, const float *sca,
+						 const float *off)
+{
+	int i0 = __dp4a(c[0], xa.x, 0);
+	i0 = __dp4a(c[1], xa.y, i0);
+	i0 = __dp4a(c[2], xa.z, i0);
+	i0 = __dp4a(c[3], xa.w, i0);
+	int i1 = __dp4a(c[4], xc.x, 0);
+	i1 = __dp4a(c[5], xc.y, i1);
+	i1 = __dp4a(c[6], xc.z, i1);
+	i1 = __dp4a(c[7], xc.w, i1);
+	return d0 * sca[0] * (float)i0 + off[0] * s0 + d1 * sca[1] * (float)i1 + off[1] * s1;
+}
+
 template <int KT, int NT, int R, int WM>
 __global__ void __launch_bounds__(WM ? WARPS * 32 : QT) mvq_kernel(sg_cuw w, const int8_t *__restrict__ xq, const float *__restrict__ dx,
 								   const float *__restrict__ sx, int64_t n, float *__restrict__ y, int64_t N,
@@ -589,17 +605,7 @@ __global__ void __launch_bounds__(WM ? WARPS * 32 : QT) mvq_kernel(sg_cuw w, con
 				T::dq(w, data + (size_t)r * w.row_bytes, rsc, rbi, u, c, sca, off);
 #pragma unroll
 				for (int t = 0; t < NT; t++) {
-					if (t < nt) {
-						int i0 = __dp4a(c[0], xa[t].x, 0);
-						i0 = __dp4a(c[1], xa[t].y, i0);
-						i0 = __dp4a(c[2], xa[t].z, i0);
-						i0 = __dp4a(c[3], xa[t].w, i0);
-						int i1 = __dp4a(c[4], xc[t].x, 0);
-						i1 = __dp4a(c[5], xc[t].y, i1);
-						i1 = __dp4a(c[6], xc[t].z, i1);
-						i1 = __dp4a(c[7], xc[t].w, i1);
-						acc[rr][t] += d0[t] * sca[0] * (float)i0 + off[0] * s0[t] + d1[t] * sca[1] * (float)i1 + off[1] * s1[t];
-					}
+					if (t < nt) acc[rr][t] += unit_dot(c, xa[t], xc[t], d0[t], d1[t], s0[t], s1[t], sca, off);
 				}
 			}
 		}
@@ -885,15 +891,7 @@ static __device__ __forceinline__ void q8_unit(const sg_cuw &w0, const uint8_t *
 		int c[8];
 		float sca[2], off[2];
 		T::dq(w0, rp[s], sp[s], bp[s], u, c, sca, off);
-		int i0 = __dp4a(c[0], xa.x, 0);
-		i0 = __dp4a(c[1], xa.y, i0);
-		i0 = __dp4a(c[2], xa.z, i0);
-		i0 = __dp4a(c[3], xa.w, i0);
-		int i1 = __dp4a(c[4], xc.x, 0);
-		i1 = __dp4a(c[5], xc.y, i1);
-		i1 = __dp4a(c[6], xc.z, i1);
-		i1 = __dp4a(c[7], xc.w, i1);
-		acc[s] += d0 * sca[0] * (float)i0 + off[0] * s0 + d1 * sca[1] * (float)i1 + off[1] * s1;
+		acc[s] += unit_dot(c, xa, xc, d0, d1, s0, s1, sca, off);
 	}
 }
 
@@ -924,64 +922,6 @@ __global__ void __launch_bounds__(QT) mvw_kernel(const __grid_constant__ sg_cu_m
 #pragma unroll
 	for (int s = 0; s < S; s++) acc[s] = warp_sum(acc[s]);
 	if (lane < S) multi_epi<S>(p, lane, g0, acc, ms, rs, rows);
-	(void)x;
-}
-
-/*
- * Persistent warp-split variant: a grid about the GPU's size whose warps walk row groups
- * (g0, g0 + stride, ...). A lane's activations (NU units of 32: codes, scales, sums) are loaded
- * once into registers and serve every row it visits, so the loop reads weights only; no block
- * is launched per few rows, and no wave tail. K must be 1024 * NU.
- */
-template <int KT, int S, int NU>
-__global__ void __launch_bounds__(QT) mvp_kernel(const __grid_constant__ sg_cu_multi p, const float *__restrict__ x,
-						 const int8_t *__restrict__ xq, const float *__restrict__ dx, const float *__restrict__ sx,
-						 int64_t rows)
-{
-	typedef UI<KT> T;
-	const int glu = p.epi == SG_CU_EPI_GLU, per = glu ? S / 2 : S;
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int4 xa[NU], xc[NU];
-	float d0[NU], d1[NU], s0[NU], s1[NU];
-#pragma unroll
-	for (int k = 0; k < NU; k++) {
-		int64_t u = lane + 32 * k, ea = T::e0(u), ec = ea + T::HS;
-		xa[k] = *(const int4 *)(xq + ea), xc[k] = *(const int4 *)(xq + ec);
-		d0[k] = dx[ea >> 5], d1[k] = dx[ec >> 5], s0[k] = sx[ea >> 4], s1[k] = sx[ec >> 4];
-	}
-	const int64_t stride = (int64_t)gridDim.x * (QT / 32) * per;
-	/* two row groups in flight: the second's loads issue before the first's reduction */
-#pragma unroll 2
-	for (int64_t g0 = ((int64_t)blockIdx.x * (QT / 32) + warp) * per; g0 < rows; g0 += stride) {
-		const uint8_t *rp[S], *sp[S], *bp[S];
-		int ms[S];
-		int64_t rs[S];
-		multi_rows<S>(p, g0, per, glu, rows, ms, rs, rp, sp, bp);
-		float acc[S];
-#pragma unroll
-		for (int s = 0; s < S; s++) acc[s] = 0.0f;
-#pragma unroll
-		for (int k = 0; k < NU; k++) {
-#pragma unroll
-			for (int s = 0; s < S; s++) {
-				int c[8];
-				float sca[2], off[2];
-				T::dq(p.w[0], rp[s], sp[s], bp[s], lane + 32 * k, c, sca, off);
-				int i0 = __dp4a(c[0], xa[k].x, 0);
-				i0 = __dp4a(c[1], xa[k].y, i0);
-				i0 = __dp4a(c[2], xa[k].z, i0);
-				i0 = __dp4a(c[3], xa[k].w, i0);
-				int i1 = __dp4a(c[4], xc[k].x, 0);
-				i1 = __dp4a(c[5], xc[k].y, i1);
-				i1 = __dp4a(c[6], xc[k].z, i1);
-				i1 = __dp4a(c[7], xc[k].w, i1);
-				acc[s] += d0[k] * sca[0] * (float)i0 + off[0] * s0[k] + d1[k] * sca[1] * (float)i1 + off[1] * s1[k];
-			}
-		}
-#pragma unroll
-		for (int s = 0; s < S; s++) acc[s] = warp_sum(acc[s]);
-		if (lane < S) multi_epi<S>(p, lane, g0, acc, ms, rs, rows);
-	}
 	(void)x;
 }
 
@@ -1060,7 +1000,7 @@ __global__ void __launch_bounds__(QT) mvm_kernel(const __grid_constant__ sg_cu_m
  * whole kernel-bench variant (SARAGOSSA_CUDA_GEMV_VARIANT, 8..15; 0 = by shape). */
 static int g_slots = 0, g_variant = 0;
 extern "C" void sg_cu_set_gemv_rows(int rows) { g_slots = rows == 1 || rows == 2 || rows == 4 || rows == 8 ? rows : 0; }
-extern "C" void sg_cu_set_gemv_variant(int variant) { g_variant = variant >= 8 && variant <= 16 ? variant : 0; }
+extern "C" void sg_cu_set_gemv_variant(int variant) { g_variant = variant >= 8 && variant <= 15 ? variant : 0; }
 #define SG_CU_MULTI_SLOTS (g_slots ? g_slots : 2)
 #define NQ_WARPS 16 /* warps of a norm-quantize block: 512 threads, the rmsnorm kernel's size for rows of >= 1024 */
 
@@ -1093,8 +1033,7 @@ typedef void (*mvm_fn)(const sg_cu_multi, const float *, const int8_t *, const f
 
 /* variant: 8 = 2 row slots per block, 9 = 4, 10 = 1 (a GLU takes 2 instead), 11 = 8 (9 and 11
  * stage the 8-bit activations in shared memory), 12 = 4 and 13 = 8 with the activations read
- * from global memory; 14 = 2 and 15 = 4 slots per warp (mvw_kernel); 16 = 2 slots per warp of
- * a persistent grid (mvp_kernel; K a multiple of 1024 up to 8192, else 14); 0 = by shape. */
+ * from global memory; 14 = 2 and 15 = 4 slots per warp (mvw_kernel); 0 = by shape. */
 static int multi_slots(int variant, int glu)
 {
 	switch (variant) {
@@ -1145,45 +1084,6 @@ static mvm_fn pickm(int kt, int slots, int kind)
 
 static int plain_kt(int kt) { return kt == SG_CUKT_F32 || kt == SG_CUKT_F16 || kt == SG_CUKT_BF16; }
 
-template <int KT> static mvm_fn pickp_kt(int nu)
-{
-	switch (nu) {
-	case 1: return mvp_kernel<KT, 2, 1>;
-	case 2: return mvp_kernel<KT, 2, 2>;
-	case 3: return mvp_kernel<KT, 2, 3>;
-	case 4: return mvp_kernel<KT, 2, 4>;
-	case 5: return mvp_kernel<KT, 2, 5>;
-	case 6: return mvp_kernel<KT, 2, 6>;
-	case 7: return mvp_kernel<KT, 2, 7>;
-	case 8: return mvp_kernel<KT, 2, 8>;
-	default: return NULL;
-	}
-}
-
-/* The persistent GEMV for K = 1024 nu (MLX 4/8-bit and Q4_K: the formats measured). */
-static mvm_fn pickp(int kt, int nu)
-{
-	switch (kt) {
-	case SG_CUKT_Q4_K: return pickp_kt<SG_CUKT_Q4_K>(nu);
-	case SG_CUKT_MLX4: return pickp_kt<SG_CUKT_MLX4>(nu);
-	case SG_CUKT_MLX8: return pickp_kt<SG_CUKT_MLX8>(nu);
-	default: return NULL;
-	}
-}
-
-/* Blocks of the persistent GEMV f: as many as stay resident on every multiprocessor. */
-static int persist_blocks(mvm_fn f)
-{
-	static int sms = 0;
-	if (!sms) {
-		int dev = 0;
-		if (cudaGetDevice(&dev) || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) || sms < 1) sms = 132;
-	}
-	int per = 0;
-	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, f, QT, 0) || per < 1) per = 4;
-	return per * sms;
-}
-
 extern "C" int sg_cu_multi_ok(int kt) { return pickm(kt, 2, 0) != NULL; }
 
 extern "C" void sg_cu_q8_split(void *q8, int64_t K, int8_t **xq, float **dx, float **sx)
@@ -1209,11 +1109,10 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 	/* MLX 4-bit: the warp-split kernel measured 8% faster end to end on Qwen3-8B shapes (H200) */
 	if (!variant && !g_slots && kt == SG_CUKT_MLX4) variant = 14;
 	int S = variant ? multi_slots(variant, glu) : plain_kt(kt) && !glu ? 1 : SG_CU_MULTI_SLOTS;
-	if (variant == 16 && (K % 1024 || K > 8192 || !pickp(kt, (int)(K / 1024)))) variant = 14;
-	int kind = variant == 16 ? 3 : variant == 14 || variant == 15 ? 2 : variant == 9 || variant == 11 || (!variant && g_slots >= 4) ? 1 : 0;
+	int kind = variant == 14 || variant == 15 ? 2 : variant == 9 || variant == 11 || (!variant && g_slots >= 4) ? 1 : 0;
 	if (plain_kt(kt) && (S > 2 || kind)) S = 2, kind = 0;
 	if (kind == 1 && smem_x(K) > SMEM_X_MAX) S = 2, kind = 0;
-	mvm_fn f = kind == 3 ? pickp(kt, (int)(K / 1024)) : pickm(kt, S, kind);
+	mvm_fn f = pickm(kt, S, kind);
 	if (!f) return (int)cudaErrorInvalidValue;
 	const float *xin = x;
 	int8_t *xq = NULL;
@@ -1241,7 +1140,6 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 launch:;
 	int per = (glu ? S / 2 : S) * (kind >= 2 ? QT / 32 : 1);
 	int64_t nb = (rows + per - 1) / per;
-	if (kind == 3 && nb > persist_blocks(f)) nb = persist_blocks(f);
 	f<<<(unsigned)nb, QT, kind == 1 ? smem_x(K) : 0, st>>>(*m, xin, xq, dx, sx, rows);
 	return (int)cudaGetLastError();
 }
