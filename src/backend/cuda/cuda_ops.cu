@@ -14,31 +14,6 @@
 #include "backend/cuda/cuda_q8.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 
-static __device__ __forceinline__ float warp_max(float v)
-{
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-	return v;
-}
-
-static __device__ float block_max(float v)
-{
-	__shared__ float sh[32];
-	__shared__ float res;
-	v = warp_max(v);
-	int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
-	__syncthreads();
-	if (l == 0) sh[w] = v;
-	__syncthreads();
-	if (w == 0) {
-		float s = l < nw ? sh[l] : -INFINITY;
-		s = warp_max(s);
-		if (l == 0) res = s;
-	}
-	__syncthreads();
-	return res;
-}
-
 static int ok(void) { return (int)cudaGetLastError(); }
 static unsigned grid_for(int64_t n, int threads)
 {

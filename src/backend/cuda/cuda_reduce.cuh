@@ -1,33 +1,48 @@
-/* Warp and block sums shared by the CUDA kernel files. The reduction tree is part of the
+/* Warp and block reductions (sum, max) shared by the CUDA kernel files. The reduction tree is part of the
  * numerics: kernels that must give the bits of another (the fused norm-quantize kernel and the
  * rmsnorm kernel) use these same functions at the same block size. */
 #ifndef SG_BACKEND_CUDA_REDUCE_CUH
 #define SG_BACKEND_CUDA_REDUCE_CUH
 
-template <typename T> static __device__ __forceinline__ T warp_sum(T v)
+#include <math.h>
+
+struct add_op {
+	template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct max_op {
+	__device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+template <typename T, typename Op> static __device__ __forceinline__ T warp_reduce(T v, Op op)
 {
 #pragma unroll
-	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+	for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
 	return v;
 }
 
-/* Sum over the block (blockDim a multiple of 32, at most 1024); every thread gets the result. */
-template <typename T> static __device__ T block_sum(T v)
+/* Over the block (blockDim a multiple of 32, at most 1024): lanes reduce, then warp 0 reduces
+ * the warps' values (id stands for the missing ones); every thread gets the result. */
+template <typename T, typename Op> static __device__ T block_reduce(T v, Op op, T id)
 {
 	__shared__ T sh[32];
 	__shared__ T res;
-	v = warp_sum(v);
+	v = warp_reduce(v, op);
 	int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
 	__syncthreads();
 	if (l == 0) sh[w] = v;
 	__syncthreads();
 	if (w == 0) {
-		T s = l < nw ? sh[l] : (T)0;
-		s = warp_sum(s);
+		T s = l < nw ? sh[l] : id;
+		s = warp_reduce(s, op);
 		if (l == 0) res = s;
 	}
 	__syncthreads();
 	return res;
 }
+
+template <typename T> static __device__ __forceinline__ T warp_sum(T v) { return warp_reduce(v, add_op()); }
+template <typename T> static __device__ T block_sum(T v) { return block_reduce(v, add_op(), (T)0); }
+static __device__ __forceinline__ float warp_max(float v) { return warp_reduce(v, max_op()); }
+static __device__ float block_max(float v) { return block_reduce(v, max_op(), -INFINITY); }
 
 #endif
