@@ -61,3 +61,17 @@ def test_serve_takes_backend(sg, tmp_path):
     # no GPU: asking for cuda fails at the load with the reason, it does not serve on the CPU
     r = sg("serve", "--backend", "cuda", "--socket", str(tmp_path / "b.sock"), "--model", f"a={FIX}")
     assert r.returncode != 0 and "cuda" in r.stderr.lower() and "model 'a'" in r.stderr
+
+
+def test_chunk_and_kv_defaults_by_backend_on_the_cpu(sg):
+    # SARAGOSSA_CHUNK=0 (the default) is 256 tokens on the CPU (1024 on CUDA); KV auto is f32
+    # on the CPU (f16 on a GPU)
+    big = ROOT / "tests" / "fixtures" / "llama"  # a context long enough not to cap the chunk
+    r = sg("bench", "-m", str(big), "-p", "1100", "-n", "1", "-r", "1", "--backend", "cpu",
+           env={"SARAGOSSA_KV_TYPE": "auto"})
+    assert r.returncode == 0, r.stderr
+    assert "chunk 256, kv f32" in r.stdout, r.stdout
+    r = sg("bench", "-m", str(big), "-p", "300", "-n", "1", "-r", "1", "--backend", "cpu",
+           env={"SARAGOSSA_KV_TYPE": "f16", "SARAGOSSA_CHUNK": "64"})
+    assert r.returncode == 0, r.stderr
+    assert "chunk 64, kv f16" in r.stdout, r.stdout
