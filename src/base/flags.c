@@ -57,6 +57,9 @@ static const sg_flag table[] = {
 	 "CUDA: quantized weights take activations rounded to 8-bit blocks (as the CPU's SIMD kernels): integer dot products "
 	 "in the GEMV (1.5-2x the f32 path's bandwidth), and the prefill GEMM sees the same rounded activations; 0 = f32 "
 	 "activations everywhere (the exact path)"},
+	{"SARAGOSSA_CUDA_GEMM_F16", SG_FLAG_BOOL, "1",
+	 "CUDA prefill of quantized weights on 8-bit activations (SARAGOSSA_CUDA_Q8X): f16 tensor-core GEMMs on the rounded "
+	 "activations (a power-of-two scale per token keeps them in range; 0 = the SARAGOSSA_CUDA_GEMM mode)"},
 	{"SARAGOSSA_CUDA_FUSED", SG_FLAG_BOOL, "1",
 	 "CUDA decode (one token): the norm and the projections of a stage (q/k/v; gate/up with the GLU; o or down with the "
 	 "residual add) as one fused GEMV launch (0 = one op each)"},

@@ -94,8 +94,9 @@ void sg_cu_set_moe_decode(int on);
 /* out = x with every block of 32 rounded as the 8-bit activation quantizer rounds it (n % 32 = 0). */
 int sg_cu_requant(const float *x, int64_t n, float *out, sg_custream s);
 
-/* Dequantizes rows [r0, r0 + nr) of w into bf16 [nr][K] (the tiles of the tensor-core GEMM). */
-int sg_cu_dequant_bf16(const sg_cuw *w, int64_t r0, int64_t nr, uint16_t *out, sg_custream s);
+/* Dequantizes rows [r0, r0 + nr) of w into bf16, or f16 when f16 (saturated at +-65504), [nr][K]
+ * (the tiles of the tensor-core GEMM). */
+int sg_cu_dequant_16(const sg_cuw *w, int64_t r0, int64_t nr, int f16, uint16_t *out, sg_custream s);
 /* Dequantizes rows [r0, r0 + nr) of w into f32 [nr][K] (the tiles of the f32 GEMM). */
 int sg_cu_dequant_f32(const sg_cuw *w, int64_t r0, int64_t nr, float *out, sg_custream s);
 /* out = bf16(x), n values. */
@@ -103,6 +104,11 @@ int sg_cu_f32_to_bf16(const float *x, int64_t n, uint16_t *out, sg_custream s);
 /* x = hi + lo with hi exactly a TF32 value (10 mantissa bits): three TF32 tensor-core products
  * (hi*hi + hi*lo + lo*hi) then carry about FP32's accuracy. hi may alias x. */
 int sg_cu_split_tf32(const float *x, int64_t n, float *hi, float *lo, sg_custream s);
+/* Rows x [n][K] rounded to 8-bit blocks (as sg_cu_requant), times a power of two per row that
+ * keeps them in f16's range, into f16 out [n][K]; scale[t] = the inverse power (K % 32 = 0). */
+int sg_cu_q8_rows_f16(const float *x, int64_t n, int64_t K, uint16_t *out, float *scale, sg_custream s);
+/* y[t][r] = y[t][r] * scale[t] (+ bias[r]), y [n][N]. */
+int sg_cu_scale_rows(float *y, int64_t n, int64_t N, const float *scale, const float *bias, sg_custream s);
 /* y[t][r] += bias[r] for t < n. */
 int sg_cu_add_bias(float *y, const float *bias, int64_t n, int64_t N, sg_custream s);
 

@@ -803,6 +803,49 @@ extern "C" int sg_cu_requant(const float *x, int64_t n, float *out, sg_custream 
 	return (int)cudaGetLastError();
 }
 
+/* One block a row: x rounded to 8-bit blocks as requant_kernel rounds it, then scaled by a power
+ * of two (scale[t], exact) that brings the row's largest magnitude to [2^13, 2^14), then rounded
+ * to f16. The f16 GEMM on these rows cannot overflow and loses ~2^-11 of each value (the 8-bit
+ * rounding before it loses up to 2^-8 of the block's largest); the GEMM's output rows are
+ * multiplied back by scale[t] (sg_cu_scale_rows). */
+__global__ void q8_rows_f16_kernel(const float *__restrict__ x, int64_t K, __half *__restrict__ out, float *__restrict__ scale)
+{
+	const float *xr = x + (int64_t)blockIdx.x * K;
+	float a = 0.0f;
+	for (int64_t i = threadIdx.x; i < K; i += blockDim.x) a = fmaxf(a, fabsf(xr[i]));
+	a = block_max(a);
+	int e = 0;
+	if (a > 0.0f && isfinite(a)) frexpf(a, &e); /* a in [2^(e-1), 2^e) */
+	float s = ldexpf(1.0f, e - 14), is = ldexpf(1.0f, 14 - e);
+	if (threadIdx.x == 0) scale[blockIdx.x] = s;
+	int lane = threadIdx.x & 31;
+	for (int64_t b = threadIdx.x >> 5; b < K / 32; b += blockDim.x >> 5) {
+		float d;
+		int q = q8_lane(xr[b * 32 + lane], d);
+		out[(int64_t)blockIdx.x * K + b * 32 + lane] = __float2half_rn(d * (float)q * is);
+	}
+}
+
+extern "C" int sg_cu_q8_rows_f16(const float *x, int64_t n, int64_t K, uint16_t *out, float *scale, sg_custream s)
+{
+	if (K % 32 || n > 0x7fffffff) return (int)cudaErrorInvalidValue;
+	if (n) q8_rows_f16_kernel<<<(unsigned)n, 256, 0, (cudaStream_t)s>>>(x, K, (__half *)out, scale);
+	return (int)cudaGetLastError();
+}
+
+__global__ void scale_rows_kernel(float *y, int64_t n, int64_t N, const float *scale, const float *bias)
+{
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n * N; i += (int64_t)gridDim.x * blockDim.x)
+		y[i] = y[i] * scale[i / N] + (bias ? bias[i % N] : 0.0f);
+}
+
+extern "C" int sg_cu_scale_rows(float *y, int64_t n, int64_t N, const float *scale, const float *bias, sg_custream s)
+{
+	int64_t b = (n * N + 255) / 256;
+	if (b) scale_rows_kernel<<<(unsigned)(b < 65535 ? b : 65535), 256, 0, (cudaStream_t)s>>>(y, n, N, scale, bias);
+	return (int)cudaGetLastError();
+}
+
 /* --- the fused decode GEMV: one token, up to three matrices sharing the input, an epilogue --- */
 
 /* The gated activations of the elementwise kernel, same arithmetic (act(g) * u). */
@@ -1280,7 +1323,9 @@ extern "C" int sg_cu_moe_matmul(const sg_cuw *w, const float *x, int shared_x, c
 
 /* --- embedding and dequantization --- */
 
-template <int KT> __global__ void dequant_rows_kernel(sg_cuw w, const int32_t *ids, int64_t r0, int64_t V, float *outf, __nv_bfloat16 *outb)
+/* Rows of w into f32 (outf) or 16-bit values (out16: bf16, or f16 when f16, saturated at the
+ * largest finite f16 so that no weight turns into an infinity). */
+template <int KT> __global__ void dequant_rows_kernel(sg_cuw w, const int32_t *ids, int64_t r0, int64_t V, float *outf, uint16_t *out16, int f16)
 {
 	typedef U<KT> T;
 	int64_t t = blockIdx.x, r = ids ? ids[t] : r0 + t, K = w.K;
@@ -1297,7 +1342,8 @@ template <int KT> __global__ void dequant_rows_kernel(sg_cuw w, const int32_t *i
 		for (int i = 0; i < T::E; i++) {
 			int64_t e = e0 + (i / T::RL) * T::RS + (i % T::RL);
 			if (outf) outf[t * K + e] = o[i];
-			else outb[t * K + e] = __float2bfloat16_rn(o[i]);
+			else if (f16) out16[t * K + e] = __half_as_ushort(__float2half_rn(fminf(fmaxf(o[i], -65504.0f), 65504.0f)));
+			else out16[t * K + e] = __bfloat16_as_ushort(__float2bfloat16_rn(o[i]));
 		}
 	}
 }
@@ -1318,7 +1364,7 @@ __global__ void embed_plain_kernel(sg_cuw w, const int32_t *ids, int64_t V, floa
 	}
 }
 
-typedef void (*dq_fn)(sg_cuw, const int32_t *, int64_t, int64_t, float *, __nv_bfloat16 *);
+typedef void (*dq_fn)(sg_cuw, const int32_t *, int64_t, int64_t, float *, uint16_t *, int);
 
 static dq_fn pick_dq(int kt)
 {
@@ -1350,16 +1396,16 @@ extern "C" int sg_cu_embed(const sg_cuw *w, const int32_t *ids, int64_t n, int64
 	} else {
 		dq_fn f = pick_dq(w->kt);
 		if (!f) return (int)cudaErrorInvalidValue;
-		f<<<(unsigned)n, 128, 0, (cudaStream_t)s>>>(*w, ids, 0, V, out, NULL);
+		f<<<(unsigned)n, 128, 0, (cudaStream_t)s>>>(*w, ids, 0, V, out, NULL, 0);
 	}
 	return (int)cudaGetLastError();
 }
 
-extern "C" int sg_cu_dequant_bf16(const sg_cuw *w, int64_t r0, int64_t nr, uint16_t *out, sg_custream s)
+extern "C" int sg_cu_dequant_16(const sg_cuw *w, int64_t r0, int64_t nr, int f16, uint16_t *out, sg_custream s)
 {
 	dq_fn f = pick_dq(w->kt);
 	if (!f) return (int)cudaErrorInvalidValue;
-	f<<<(unsigned)nr, 128, 0, (cudaStream_t)s>>>(*w, NULL, r0, 0, NULL, (__nv_bfloat16 *)out);
+	f<<<(unsigned)nr, 128, 0, (cudaStream_t)s>>>(*w, NULL, r0, 0, NULL, out, f16);
 	return (int)cudaGetLastError();
 }
 
@@ -1367,7 +1413,7 @@ extern "C" int sg_cu_dequant_f32(const sg_cuw *w, int64_t r0, int64_t nr, float 
 {
 	dq_fn f = pick_dq(w->kt);
 	if (!f) return (int)cudaErrorInvalidValue;
-	f<<<(unsigned)nr, 128, 0, (cudaStream_t)s>>>(*w, NULL, r0, 0, out, NULL);
+	f<<<(unsigned)nr, 128, 0, (cudaStream_t)s>>>(*w, NULL, r0, 0, out, NULL, 0);
 	return (int)cudaGetLastError();
 }
 
