@@ -57,6 +57,10 @@ static const sg_flag table[] = {
 	 "CUDA: quantized weights take activations rounded to 8-bit blocks (as the CPU's SIMD kernels): integer dot products "
 	 "in the GEMV (1.5-2x the f32 path's bandwidth), and the prefill GEMM sees the same rounded activations; 0 = f32 "
 	 "activations everywhere (the exact path)"},
+	{"SARAGOSSA_CUDA_PDL", SG_FLAG_INT, "2",
+	 "CUDA decode chain (norms, GEMVs, attention, argmax) with programmatic dependent launch: a kernel's blocks start "
+	 "while the previous kernel drains and wait for its results on the GPU (1); 2 = also pull the GEMV's weight rows "
+	 "into L2 before that wait; 0 = plain launches"},
 	{"SARAGOSSA_CUDA_GEMM_F16", SG_FLAG_BOOL, "1",
 	 "CUDA prefill of quantized weights on 8-bit activations (SARAGOSSA_CUDA_Q8X): f16 tensor-core GEMMs on the rounded "
 	 "activations (a power-of-two scale per token keeps them in range; 0 = the SARAGOSSA_CUDA_GEMM mode)"},

@@ -75,6 +75,7 @@ typedef struct sg_cu_multi {
 	float *y[SG_CU_MULTI_MAX];            /* STORE: y_i = W_i x; GLU (nw 2, N_0 = N_1):
 					       * y_0 = act(W_0 x) * W_1 x; ADD (nw 1): y_0 = res + W_0 x */
 	const float *res;                     /* ADD; may alias y_0 */
+	int prefetch;                         /* set by sg_cu_gemv_multi: rows into L2 before pdl_wait */
 } sg_cu_multi;
 /* 1 if kt has the fused kernel: plain types on f32 activations, the others on 8-bit ones. */
 int sg_cu_multi_ok(int kt);
@@ -177,6 +178,7 @@ int sg_cu_attention(const sg_cu_attn *a, sg_custream s);
 int sg_cu_attn_decode_ok(const sg_cu_attn *a);
 int sg_cu_attn_decode_units(const sg_cu_attn *a);
 int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s);
+void sg_cu_set_pdl(int mode); /* SARAGOSSA_CUDA_PDL: 0 off, 1 on, 2 on with the GEMVs' weight prefetch */
 void sg_cu_set_attn_decode(int mode); /* 2: the general decode kernel for every shape */
 /* Prefill through GEMMs: s [rows][L] scores of rows = heads * n query rows (token = row % n)
  * become probabilities in place: scale, soft-cap, causal/window mask (pmax: the last position

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_q8.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 
@@ -920,6 +921,20 @@ static __device__ __forceinline__ void multi_rows(const sg_cu_multi &p, int64_t 
 	}
 }
 
+/* The S rows' weights into L2 (before pdl_wait: weights are never written) by nt threads. */
+template <int S>
+static __device__ __forceinline__ void multi_prefetch(const sg_cu_multi &p, const int *ms, const uint8_t *const *rp, const uint8_t *const *sp,
+						      const uint8_t *const *bp, int lane, int nt)
+{
+#pragma unroll
+	for (int s = 0; s < S; s++) {
+		const sg_cuw &w = p.w[ms[s]];
+		l2_prefetch(rp[s], w.row_bytes, lane, nt);
+		if (sp[s]) l2_prefetch(sp[s], w.sb_row_bytes, lane, nt);
+		if (bp[s]) l2_prefetch(bp[s], w.sb_row_bytes, lane, nt);
+	}
+}
+
 /* One 32-weight unit of S rows against 8-bit activations: dp4a sums into acc. */
 template <int KT, int S>
 static __device__ __forceinline__ void q8_unit(const sg_cuw &w0, const uint8_t *const *rp, const uint8_t *const *sp, const uint8_t *const *bp,
@@ -951,11 +966,17 @@ __global__ void __launch_bounds__(QT) mvw_kernel(const __grid_constant__ sg_cu_m
 	const int glu = p.epi == SG_CU_EPI_GLU, per = glu ? S / 2 : S;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int64_t g0 = ((int64_t)blockIdx.x * (QT / 32) + warp) * per;
-	if (g0 >= rows) return;
+	pdl_trigger();
+	if (g0 >= rows) {
+		pdl_wait();
+		return;
+	}
 	const uint8_t *rp[S], *sp[S], *bp[S];
 	int ms[S];
 	int64_t rs[S];
 	multi_rows<S>(p, g0, per, glu, rows, ms, rs, rp, sp, bp);
+	if (p.prefetch) multi_prefetch<S>(p, ms, rp, sp, bp, lane, 32);
+	pdl_wait();
 	float acc[S];
 #pragma unroll
 	for (int s = 0; s < S; s++) acc[s] = 0.0f;
@@ -980,7 +1001,10 @@ __global__ void __launch_bounds__(QT) mvm_kernel(const __grid_constant__ sg_cu_m
 	const uint8_t *rp[S], *sp[S], *bp[S];
 	int ms[S];
 	int64_t rs[S];
+	pdl_trigger();
 	multi_rows<S>(p, g0, per, glu, rows, ms, rs, rp, sp, bp);
+	if (p.prefetch) multi_prefetch<S>(p, ms, rp, sp, bp, threadIdx.x, QT);
+	pdl_wait();
 	const sg_cuw &w0 = p.w[0];
 	float acc[S];
 #pragma unroll
@@ -1059,6 +1083,8 @@ __global__ void __launch_bounds__(NQ_WARPS * 32) norm_quant_kernel(const float *
 {
 	int wi = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
 	float sc = 1.0f;
+	pdl_trigger();
+	pdl_wait();
 	if (norm) {
 		float ss = 0.0f;
 		for (int64_t i = threadIdx.x; i < K; i += blockDim.x) ss += x[i] * x[i];
@@ -1177,13 +1203,16 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 			norm = 0;
 		}
 		int64_t nb = K / 32;
-		norm_quant_kernel<<<(unsigned)((nb + NQ_WARPS - 1) / NQ_WARPS), NQ_WARPS * 32, 0, st>>>(x, norm_w, norm, eps, off, K, norm ? xn : NULL,
-													xq, dx, sx);
+		pdl_launch(norm_quant_kernel, dim3((unsigned)((nb + NQ_WARPS - 1) / NQ_WARPS)), dim3(NQ_WARPS * 32), 0, st, x, norm_w, norm, eps, off, K,
+			   norm ? xn : NULL, xq, dx, sx);
 	}
 launch:;
 	int per = (glu ? S / 2 : S) * (kind >= 2 ? QT / 32 : 1);
 	int64_t nb = (rows + per - 1) / per;
-	f<<<(unsigned)nb, QT, kind == 1 ? smem_x(K) : 0, st>>>(*m, xin, xq, dx, sx, rows);
+	sg_cu_multi mp = *m;
+	mp.prefetch = sg_cu_pdl == 2;
+	pdl_launch(f, dim3((unsigned)nb), dim3(QT), kind == 1 ? smem_x(K) : 0, st, mp, xin, (const int8_t *)xq, (const float *)dx, (const float *)sx,
+		   rows);
 	return (int)cudaGetLastError();
 }
 

@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_q8.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 
 static int ok(void) { return (int)cudaGetLastError(); }
@@ -156,6 +157,8 @@ extern "C" int sg_cu_kv_store(const float *k, const float *v, const int32_t *pos
 __global__ void attn_prep_kernel(float *q, float *k, const float *v, const int32_t *pos, int64_t Hq, int64_t Hk, int64_t hdv, const sg_cu_rope r,
 				 void *kc, int kf16, void *vc, int vf16, int64_t ctx, const float *qn, const float *kn, float eps, float off)
 {
+	pdl_trigger();
+	pdl_wait();
 	int64_t t = blockIdx.x / (Hq + Hk), h = blockIdx.x % (Hq + Hk);
 	int pmax = r.dyn ? block_pmax(pos, gridDim.x / (Hq + Hk)) : 0;
 	int32_t p = pos[t];
@@ -197,8 +200,8 @@ extern "C" int sg_cu_attn_prep(float *q, float *k, const float *v, const int32_t
 {
 	if (n <= 0) return 0;
 	if ((qn || kn) && r->hd >= 1024) return (int)cudaErrorInvalidValue; /* the rmsnorm kernel would use 512 threads */
-	attn_prep_kernel<<<(unsigned)(n * (Hq + Hk)), 128, 0, (cudaStream_t)s>>>(q, k, v, pos, Hq, Hk, hdv, *r, kc, kf16, vc, vf16, ctx, qn, kn,
-										 eps, off);
+	pdl_launch(attn_prep_kernel, dim3((unsigned)(n * (Hq + Hk))), dim3(128), 0, (cudaStream_t)s, q, k, v, pos, Hq, Hk, hdv, *r, kc, kf16, vc,
+		   vf16, ctx, qn, kn, eps, off);
 	return ok();
 }
 
@@ -300,6 +303,8 @@ template <int ND> __global__ void __launch_bounds__(AW * 32) attn_kernel(const s
 __global__ void attn_merge_kernel(const sg_cu_attn a)
 {
 	__shared__ float sf[MERGE_MAX];
+	pdl_trigger();
+	pdl_wait();
 	int64_t th = blockIdx.x, st = a.hdv + 2;
 	const float *pp = a.part + th * a.nchunk * st;
 	float M = -INFINITY;
@@ -400,6 +405,9 @@ template <int NV> static __device__ __forceinline__ void ldv(const float *p, flo
 static int g_dec_wide = 1;
 extern "C" void sg_cu_set_attn_decode(int mode) { g_dec_wide = mode != 2; }
 
+int sg_cu_pdl = 0;
+extern "C" void sg_cu_set_pdl(int mode) { sg_cu_pdl = mode >= 0 && mode <= 2 ? mode : 0; }
+
 /* Shared memory of attn_dec_kernel, in floats. */
 static size_t dec_smem(int G, int64_t hd, int64_t hdv) { return (size_t)(G * hd + DW * 32 * G + DW * 32 + 2 * DW * G + DW * G * hdv) * 4; }
 
@@ -422,6 +430,8 @@ template <typename T, int G, int NV, int HD> __global__ void __launch_bounds__(D
 	float *smx = (float *)(srow + DW * 32); /* [DW][G] running max */
 	float *sl = smx + DW * G;               /* [DW][G] running sum */
 	float *sacc = sl + DW * G;              /* [DW][G][hdv] */
+	pdl_trigger();
+	pdl_wait();
 	int gall = (int)(a.H / a.Hkv), ng = gall / G;
 	int kh = blockIdx.x / ng, h0 = kh * gall + (blockIdx.x % ng) * G;
 	int c = blockIdx.y, nsplit = gridDim.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -561,15 +571,15 @@ template <typename T, int G> static void dec_launch(const sg_cu_attn *a, dim3 gr
 {
 	if constexpr (sizeof(T) == 2) {
 		int wide = a->hd == a->hdv && g_dec_wide;
-		if (wide && a->hd == 128) return attn_dec_kernel<T, G, 4, 128><<<grid, DW * 32, sm, st>>>(*a);
-		if (wide && a->hd == 256) return attn_dec_kernel<T, G, 8, 256><<<grid, DW * 32, sm, st>>>(*a);
-		if (wide && a->hd == 64) return attn_dec_kernel<T, G, 2, 64><<<grid, DW * 32, sm, st>>>(*a);
+		if (wide && a->hd == 128) return (void)pdl_launch(attn_dec_kernel<T, G, 4, 128>, grid, dim3(DW * 32), sm, st, *a);
+		if (wide && a->hd == 256) return (void)pdl_launch(attn_dec_kernel<T, G, 8, 256>, grid, dim3(DW * 32), sm, st, *a);
+		if (wide && a->hd == 64) return (void)pdl_launch(attn_dec_kernel<T, G, 2, 64>, grid, dim3(DW * 32), sm, st, *a);
 	}
 	switch (a->hdv / 32) {
-	case 1: attn_dec_kernel<T, G, 1, 0><<<grid, DW * 32, sm, st>>>(*a); break;
-	case 2: attn_dec_kernel<T, G, 2, 0><<<grid, DW * 32, sm, st>>>(*a); break;
-	case 4: attn_dec_kernel<T, G, 4, 0><<<grid, DW * 32, sm, st>>>(*a); break;
-	default: attn_dec_kernel<T, G, 8, 0><<<grid, DW * 32, sm, st>>>(*a); break;
+	case 1: pdl_launch(attn_dec_kernel<T, G, 1, 0>, grid, dim3(DW * 32), sm, st, *a); break;
+	case 2: pdl_launch(attn_dec_kernel<T, G, 2, 0>, grid, dim3(DW * 32), sm, st, *a); break;
+	case 4: pdl_launch(attn_dec_kernel<T, G, 4, 0>, grid, dim3(DW * 32), sm, st, *a); break;
+	default: pdl_launch(attn_dec_kernel<T, G, 8, 0>, grid, dim3(DW * 32), sm, st, *a); break;
 	}
 }
 
@@ -594,7 +604,7 @@ extern "C" int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s)
 	cudaStream_t st = (cudaStream_t)s;
 	if (a->kf16) dec_launch_g<__half>(a, G, grid, sm, st);
 	else dec_launch_g<float>(a, G, grid, sm, st);
-	if (a->nchunk > 1) attn_merge_kernel<<<(unsigned)a->H, 128, 0, st>>>(*a);
+	if (a->nchunk > 1) pdl_launch(attn_merge_kernel, dim3((unsigned)a->H), dim3(128), 0, st, *a);
 	return ok();
 }
 
@@ -806,6 +816,8 @@ __global__ void argmax_kernel(const float *x, int64_t D, int32_t *ids)
  * block per row then picks among them (same order rule, so the same winner as one pass). */
 __global__ void argmax_part_kernel(const float *x, int64_t D, int64_t slice, float *pv, int32_t *pi)
 {
+	pdl_trigger();
+	pdl_wait();
 	const float *xr = x + blockIdx.y * D;
 	int64_t a = blockIdx.x * slice, b = min(a + slice, D);
 	float bv = -INFINITY;
@@ -817,6 +829,8 @@ __global__ void argmax_part_kernel(const float *x, int64_t D, int64_t slice, flo
 
 __global__ void argmax_final_kernel(const float *pv, const int32_t *pi, int np, int32_t *ids)
 {
+	pdl_trigger();
+	pdl_wait();
 	float bv = -INFINITY;
 	int bi = pi[blockIdx.x * np];
 	for (int i = threadIdx.x; i < np; i += blockDim.x) better(bv, bi, pv[blockIdx.x * np + i], pi[blockIdx.x * np + i]);
@@ -838,7 +852,7 @@ extern "C" int sg_cu_argmax(const float *x, int64_t rows, int64_t D, int32_t *id
 	int np = (int)((D + ARGMAX_SLICE - 1) / ARGMAX_SLICE);
 	float *pv = (float *)scratch;
 	int32_t *pi = (int32_t *)(pv + rows * np);
-	argmax_part_kernel<<<dim3((unsigned)np, (unsigned)rows), 256, 0, st>>>(x, D, ARGMAX_SLICE, pv, pi);
-	argmax_final_kernel<<<(unsigned)rows, 128, 0, st>>>(pv, pi, np, ids);
+	pdl_launch(argmax_part_kernel, dim3((unsigned)np, (unsigned)rows), dim3(256), 0, st, x, D, (int64_t)ARGMAX_SLICE, pv, pi);
+	pdl_launch(argmax_final_kernel, dim3((unsigned)rows), dim3(128), 0, st, (const float *)pv, (const int32_t *)pi, np, ids);
 	return ok();
 }
