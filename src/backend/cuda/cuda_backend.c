@@ -709,7 +709,9 @@ static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
  * shapes are host arguments), each slot's input gathered in that order and rounded to 8 bits
  * then f16 (gemm_f16's arithmetic), the used experts' weights dequantized to f16 in tiles of
  * about GEMM_TILE_BYTES, one grouped GEMM per tile (one problem per expert: C_e [c_e][N] =
- * X_e [c_e][K] W_e^T), then the outputs scaled back and scattered to their slots' rows of y.
+ * X_e [c_e][K] W_e^T; a cublasGemmEx per expert where the library lacks the grouped call or
+ * answers CUBLAS_STATUS_NOT_SUPPORTED), then the outputs scaled back and scattered to their
+ * slots' rows of y.
  *
  * cublasGemmGroupedBatchedEx multiplies f16 operands into f16 outputs only (f32 accumulation,
  * CUBLAS_COMPUTE_32F; cublasGemmEx's f16 -> f32 is not among its types), so the outputs are f16
@@ -820,20 +822,21 @@ static sg_status moe_gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, 
 			st = cu_fail(op, e);
 			goto out;
 		}
-		cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
-		if (blas_fn.gemm_grouped) {
+		cublasStatus_t bs = CUBLAS_STATUS_NOT_SUPPORTED;
+		if (blas_fn.gemm_grouped)
 			bs = blas_fn.gemm_grouped(cb->blas, h.ta + j0, h.tb + j0, h.m + j0, h.nn + j0, h.kk + j0, h.alpha + j0, dptr + j0, CUDA_R_16F,
 						  h.ld_a + j0, dptr + E + j0, CUDA_R_16F, h.ld_a + j0, h.beta + j0, (void *const *)(dptr + 2 * E + j0),
 						  CUDA_R_16F, h.ld_c + j0, (int)(j1 - j0), h.gsize + j0, CUBLAS_COMPUTE_32F);
-		} else {
+		if (bs == CUBLAS_STATUS_NOT_SUPPORTED) { /* no grouped call (or not for these types here): one GEMM an expert */
+			bs = CUBLAS_STATUS_SUCCESS;
 			for (int64_t j = j0; j < j1 && bs == CUBLAS_STATUS_SUCCESS; j++)
 				bs = blas_fn.gemm(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, h.nn[j], (int)K, h.alpha + j, h.ptr[j], CUDA_R_16F, (int)K,
 						  h.ptr[E + j], CUDA_R_16F, (int)K, h.beta + j, (void *)h.ptr[2 * E + j], CUDA_R_16F, (int)ldc, CUBLAS_COMPUTE_32F,
 						  CUBLAS_GEMM_DEFAULT);
 		}
 		if (bs != CUBLAS_STATUS_SUCCESS) {
-			st = sg_error(SG_ERR_BACKEND, "cuda moe_matmul: cuBLAS %s GEMM of %lld experts failed (status %d)",
-				      blas_fn.gemm_grouped ? "grouped" : "per-expert", (long long)(j1 - j0), (int)bs);
+			st = sg_error(SG_ERR_BACKEND, "cuda moe_matmul: cuBLAS GEMM of experts %d..%d (%lld tokens, K %lld, N %lld) failed (status %d)",
+				      h.used[j0], h.used[j1 - 1], (long long)n, (long long)K, (long long)N, (int)bs);
 			goto out;
 		}
 	}
