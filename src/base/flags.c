@@ -73,6 +73,10 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_MOE_DECODE", SG_FLAG_BOOL, "1",
 	 "CUDA one-token MoE matmuls: each slot's expert straight from the routing ids, two rows a warp (0 = the sorting "
 	 "kernel every token count takes)"},
+	{"SARAGOSSA_CUDA_MOE_GEMM", SG_FLAG_INT, "64",
+	 "CUDA MoE matmuls of at least this many tokens, quantized experts on 8-bit activations (SARAGOSSA_CUDA_Q8X, "
+	 "SARAGOSSA_CUDA_GEMM_F16): slots sorted by expert, the used experts dequantized to f16 and one grouped cuBLAS "
+	 "tensor-core GEMM per weight tile; 0 = the grouped GEMV at every token count"},
 	{"SARAGOSSA_CUDA_GEMV_VARIANT", SG_FLAG_INT, "0",
 	 "CUDA fused decode GEMV on 8-bit activations: a variant of bench/kernels/cuda (8-15, see its table: rows per block or "
 	 "per warp, activations in registers or shared memory); 0 = the measured default"},

@@ -43,6 +43,7 @@ typedef struct sg_cuda_backend {
 	int q8x;  /* SARAGOSSA_CUDA_Q8X */
 	int gemm_f16; /* SARAGOSSA_CUDA_GEMM_F16 */
 	int fused; /* SARAGOSSA_CUDA_FUSED */
+	int moe_gemm; /* SARAGOSSA_CUDA_MOE_GEMM: fewest tokens of the MoE GEMM path, 0 = never */
 	int attn_dec;  /* SARAGOSSA_CUDA_ATTN_DECODE */
 	int attn_gemm; /* SARAGOSSA_CUDA_ATTN_GEMM */
 	/* The last I32 values written from the host (the positions of a chunk): their device address,
@@ -457,7 +458,8 @@ static sg_status check_x(const char *op, const sg_btensor *x, const sg_btensor *
 /*
  * cuBLAS is loaded on first use, not linked: its libraries are hundreds of megabytes, and mapping
  * and relocating them at start-up cost every saragossa process ~0.2 s and ~200 MB of RSS, CPU-only
- * runs included. Only the five entry points the GEMMs need are resolved.
+ * runs included. Only the five entry points the GEMMs need are resolved, and the grouped GEMM
+ * (cuBLAS 12.5 on) when the library has it.
  */
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -471,6 +473,11 @@ static struct {
 	cublasStatus_t (*gemm_sb)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *, const void *,
 				  cudaDataType, int, long long, const void *, cudaDataType, int, long long, const void *, void *,
 				  cudaDataType, int, long long, int, cublasComputeType_t, cublasGemmAlgo_t);
+	/* cublasGemmGroupedBatchedEx, or NULL: the MoE GEMM then calls gemm once per expert */
+	cublasStatus_t (*gemm_grouped)(cublasHandle_t, const cublasOperation_t *, const cublasOperation_t *, const int *, const int *,
+				       const int *, const void *, const void *const *, cudaDataType, const int *, const void *const *,
+				       cudaDataType, const int *, const void *, void *const *, cudaDataType, const int *, int, const int *,
+				       cublasComputeType_t);
 } blas_fn;
 
 static int blas_ready(sg_cuda_backend *cb)
@@ -486,6 +493,7 @@ static int blas_ready(sg_cuda_backend *cb)
 		*(void **)&blas_fn.set_stream = dlsym(h, "cublasSetStream_v2");
 		*(void **)&blas_fn.gemm = dlsym(h, "cublasGemmEx");
 		*(void **)&blas_fn.gemm_sb = dlsym(h, "cublasGemmStridedBatchedEx");
+		*(void **)&blas_fn.gemm_grouped = dlsym(h, "cublasGemmGroupedBatchedEx");
 		if (!blas_fn.create || !blas_fn.destroy || !blas_fn.set_stream || !blas_fn.gemm || !blas_fn.gemm_sb) {
 			blas_fn.gemm = NULL;
 			return 0;
@@ -695,6 +703,149 @@ static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 	return SG_OK;
 }
 
+/*
+ * MoE prefill through f16 tensor-core GEMMs (SARAGOSSA_CUDA_MOE_GEMM tokens or more): the slots
+ * sorted by expert on the device, the per-expert offsets read back (the one sync: the GEMM
+ * shapes are host arguments), each slot's input gathered in that order and rounded to 8 bits
+ * then f16 (gemm_f16's arithmetic), the used experts' weights dequantized to f16 in tiles of
+ * about GEMM_TILE_BYTES, one grouped GEMM per tile (one problem per expert: C_e [c_e][N] =
+ * X_e [c_e][K] W_e^T; a cublasGemmEx per expert where the library lacks the grouped call or
+ * answers CUBLAS_STATUS_NOT_SUPPORTED), then the outputs scaled back and scattered to their
+ * slots' rows of y.
+ *
+ * cublasGemmGroupedBatchedEx multiplies f16 operands into f16 outputs only (f32 accumulation,
+ * CUBLAS_COMPUTE_32F; cublasGemmEx's f16 -> f32 is not among its types), so the outputs are f16
+ * too, and the rows go in at a largest magnitude of [2^(MOE_TOP-1), 2^MOE_TOP), not gemm_f16's
+ * 2^14: an output then overflows only for a weight row whose absolute sum passes 2^(16-MOE_TOP)
+ * (4096; trained weights are ~0.1 a value), and the output's f16 rounding (~2^-11 of it, NMSE
+ * ~1e-7) is far below the 8-bit rounding of the inputs. Values of an input row below 2^-18 of
+ * its largest fall into f16's subnormals, where they keep an absolute error of 2^-28 of the row's
+ * largest: nothing next to the 8-bit rounding (2^-8 of a block's largest).
+ *
+ * Scratch, one buffer (each part 256-byte aligned): the sort (start [E+1], order [S], used [E],
+ * nused, as sg_cu_moe_sort), the gathered inputs f16 [S][K], their row scales f32 [S], the
+ * outputs f16 [S][ldc] (ldc = N rounded up to 8: every output pointer 16-byte aligned), the
+ * device pointer arrays A, B, C [3][used experts], the weight tile f16 [te][N][K].
+ */
+#define MOE_TOP 4
+
+static size_t round256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* Host arrays of one call: the offsets read back and the grouped GEMM's per-expert arguments. */
+typedef struct {
+	int32_t *start;           /* [E+1] */
+	int32_t *used;            /* [E] the experts with slots */
+	int *m, *nn, *kk, *ld_a, *ld_c, *gsize; /* [E] per problem (lda = ldb = K) */
+	cublasOperation_t *ta, *tb; /* [E] */
+	float *alpha, *beta;      /* [E] */
+	const void **ptr;         /* [3][E]: A (weight tile), B (inputs), C (outputs) */
+	void *mem;
+} moe_host;
+
+static sg_status moe_host_alloc(moe_host *h, int64_t E)
+{
+	size_t ne = (size_t)E;
+	size_t bytes = sizeof(int32_t) * (2 * ne + 1) + sizeof(int) * 6 * ne + sizeof(cublasOperation_t) * 2 * ne + sizeof(float) * 2 * ne +
+		       sizeof(void *) * 3 * ne + 64;
+	memset(h, 0, sizeof(*h));
+	uint8_t *p = sg_malloc(bytes);
+	if (!p) return sg_error(SG_ERR_NOMEM, "cuda moe_matmul: %zu bytes of host arrays for %lld experts", bytes, (long long)E);
+	h->mem = p;
+	/* pointers first (the widest alignment), then the 4-byte arrays */
+	h->ptr = (const void **)p, p += sizeof(void *) * 3 * ne;
+	h->alpha = (float *)p, p += sizeof(float) * ne;
+	h->beta = (float *)p, p += sizeof(float) * ne;
+	h->ta = (cublasOperation_t *)p, p += sizeof(cublasOperation_t) * ne;
+	h->tb = (cublasOperation_t *)p, p += sizeof(cublasOperation_t) * ne;
+	int **ia[6] = {&h->m, &h->nn, &h->kk, &h->ld_a, &h->ld_c, &h->gsize};
+	for (int i = 0; i < 6; i++) *ia[i] = (int *)p, p += sizeof(int) * ne;
+	h->start = (int32_t *)p, p += sizeof(int32_t) * (ne + 1);
+	h->used = (int32_t *)p;
+	return SG_OK;
+}
+
+static sg_status moe_gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int shared_x, const int32_t *ids, int64_t n, int64_t k,
+			  int64_t E, float *y, int64_t N)
+{
+	const char *op = "moe_matmul";
+	int64_t K = v->K, ns = n * k, ldc = (N + 7) & ~(int64_t)7;
+	size_t eb = (size_t)(N * K) * 2; /* one expert's weights in f16 */
+	/* experts per tile; an expert larger than the bound is a tile of its own */
+	int64_t te = (int64_t)(GEMM_TILE_BYTES / eb);
+	if (te < 1) te = 1;
+	if (te > E) te = E;
+	size_t ib = round256(sizeof(int32_t) * (size_t)(2 * E + ns + 2)), xb = round256((size_t)(ns * K) * 2), sb = round256((size_t)ns * 4);
+	size_t ob = round256((size_t)(ns * ldc) * 2), pb = round256(sizeof(void *) * 3 * (size_t)E);
+	sg_status st;
+	uint8_t *sc = scratch(cb, ib + xb + sb + ob + pb + (size_t)te * eb, &st);
+	if (!sc) return st;
+	int32_t *order = (int32_t *)sc + E + 1;
+	uint16_t *x16 = (uint16_t *)(sc + ib), *c16 = (uint16_t *)(sc + ib + xb + sb), *wt = (uint16_t *)(sc + ib + xb + sb + ob + pb);
+	float *scale = (float *)(sc + ib + xb);
+	const void **dptr = (const void **)(sc + ib + xb + sb + ob);
+	CU_RET(op, sg_cu_moe_sort(ids, ns, E, (int32_t *)sc, y, N, S(cb)));
+	moe_host h;
+	if ((st = moe_host_alloc(&h, E))) return st;
+	int e = (int)cudaMemcpyAsync(h.start, sc, sizeof(int32_t) * (size_t)(E + 1), cudaMemcpyDeviceToHost, cb->stream);
+	if (!e) e = (int)cudaStreamSynchronize(cb->stream);
+	int64_t P = e ? 0 : h.start[E], nu = 0; /* slots with an id in range; experts with slots */
+	for (int64_t i = 0; i < E && !e; i++) {
+		int32_t c = h.start[i + 1] - h.start[i];
+		if (c < 0 || h.start[i] < 0 || h.start[i + 1] > ns) {
+			st = sg_error(SG_ERR_BACKEND, "cuda moe_matmul: expert %lld's slots [%d, %d) of %lld", (long long)i, h.start[i], h.start[i + 1], (long long)ns);
+			goto out;
+		}
+		if (!c) continue;
+		int64_t j = nu++;
+		h.used[j] = (int32_t)i;
+		h.m[j] = (int)N, h.nn[j] = c, h.kk[j] = (int)K, h.ld_a[j] = (int)K, h.ld_c[j] = (int)ldc, h.gsize[j] = 1;
+		h.ta[j] = CUBLAS_OP_T, h.tb[j] = CUBLAS_OP_N, h.alpha[j] = 1.0f, h.beta[j] = 0.0f;
+		h.ptr[j] = wt + (size_t)(j % te) * (size_t)(N * K);
+		h.ptr[E + j] = x16 + (size_t)h.start[i] * (size_t)K;
+		h.ptr[2 * E + j] = c16 + (size_t)h.start[i] * (size_t)ldc;
+	}
+	if (!e && P > 0) e = sg_cu_q8_rows_f16_gather(x, order, shared_x ? k : 1, P, K, MOE_TOP, x16, scale, S(cb));
+	/* from pageable memory the copy has staged the host array when it returns */
+	if (!e && P > 0 && blas_fn.gemm_grouped) e = (int)cudaMemcpyAsync(dptr, h.ptr, sizeof(void *) * 3 * (size_t)E, cudaMemcpyHostToDevice, cb->stream);
+	if (e) {
+		st = cu_fail(op, e);
+		goto out;
+	}
+	for (int64_t j0 = 0; j0 < nu; j0 += te) {
+		int64_t j1 = j0 + te < nu ? j0 + te : nu;
+		/* runs of consecutive experts are contiguous rows of w: one dequantization each */
+		for (int64_t a = j0, b; a < j1 && !e; a = b) {
+			for (b = a + 1; b < j1 && h.used[b] == h.used[b - 1] + 1;) b++;
+			e = sg_cu_dequant_16(v, (int64_t)h.used[a] * N, (b - a) * N, 1, (uint16_t *)h.ptr[a], S(cb));
+		}
+		if (e) {
+			st = cu_fail(op, e);
+			goto out;
+		}
+		cublasStatus_t bs = CUBLAS_STATUS_NOT_SUPPORTED;
+		if (blas_fn.gemm_grouped)
+			bs = blas_fn.gemm_grouped(cb->blas, h.ta + j0, h.tb + j0, h.m + j0, h.nn + j0, h.kk + j0, h.alpha + j0, dptr + j0, CUDA_R_16F,
+						  h.ld_a + j0, dptr + E + j0, CUDA_R_16F, h.ld_a + j0, h.beta + j0, (void *const *)(dptr + 2 * E + j0),
+						  CUDA_R_16F, h.ld_c + j0, (int)(j1 - j0), h.gsize + j0, CUBLAS_COMPUTE_32F);
+		if (bs == CUBLAS_STATUS_NOT_SUPPORTED) { /* no grouped call (or not for these types here): one GEMM an expert */
+			bs = CUBLAS_STATUS_SUCCESS;
+			for (int64_t j = j0; j < j1 && bs == CUBLAS_STATUS_SUCCESS; j++)
+				bs = blas_fn.gemm(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, h.nn[j], (int)K, h.alpha + j, h.ptr[j], CUDA_R_16F, (int)K,
+						  h.ptr[E + j], CUDA_R_16F, (int)K, h.beta + j, (void *)h.ptr[2 * E + j], CUDA_R_16F, (int)ldc, CUBLAS_COMPUTE_32F,
+						  CUBLAS_GEMM_DEFAULT);
+		}
+		if (bs != CUBLAS_STATUS_SUCCESS) {
+			st = sg_error(SG_ERR_BACKEND, "cuda moe_matmul: cuBLAS GEMM of experts %d..%d (%lld tokens, K %lld, N %lld) failed (status %d)",
+				      h.used[j0], h.used[j1 - 1], (long long)n, (long long)K, (long long)N, (int)bs);
+			goto out;
+		}
+	}
+	if (P > 0 && (e = sg_cu_scale_rows_scatter(c16, ldc, order, P, N, scale, y, S(cb)))) st = cu_fail(op, e);
+out:
+	sg_free(h.mem);
+	return st;
+}
+
 static sg_status cuda_moe_matmul(sg_backend *be, const sg_btensor *w, const sg_btensor *x, const sg_btensor *ids, sg_btensor *y)
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
@@ -716,6 +867,11 @@ static sg_status cuda_moe_matmul(sg_backend *be, const sg_btensor *w, const sg_b
 	v.expert_sb_bytes = (size_t)N * sg_btensor_mlx_sb_row_bytes(w);
 	size_t ib = (sizeof(int32_t) * (size_t)(2 * E + n * k + 2) + 255) & ~(size_t)255;
 	int q8 = cb->q8x && sg_cu_has_q8(v.kt);
+	/* many tokens: tensor-core GEMMs (cuBLAS is set up outside graph recordings only; the path
+	 * reads the expert offsets back, which a recording cannot) */
+	if (q8 && cb->gemm_f16 && cb->gemm && cb->moe_gemm > 0 && n >= cb->moe_gemm && v.K % 32 == 0 && N <= INT32_MAX / 8 && v.K <= INT32_MAX &&
+	    n * k <= INT32_MAX && !cb->capturing && (cb->blas_state > 0 || blas_ready(cb)))
+		return moe_gemm(cb, &v, x->data, shared_x, ids->data, n, k, E, y->data, N);
 	uint8_t *sc = scratch(cb, ib + (q8 ? sg_cu_q8_bytes(nx, v.K) : 0), &st);
 	if (!sc) return st;
 	CU_RET("moe_matmul", sg_cu_moe_matmul(&v, x->data, shared_x, ids->data, n, k, E, y->data, N, (int32_t *)sc, q8 ? sc + ib : NULL, S(cb)));
@@ -1367,6 +1523,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	cb->q8x = sg_flag_bool("SARAGOSSA_CUDA_Q8X");
 	cb->gemm_f16 = sg_flag_bool("SARAGOSSA_CUDA_GEMM_F16");
 	cb->fused = sg_flag_bool("SARAGOSSA_CUDA_FUSED");
+	cb->moe_gemm = (int)sg_flag_int("SARAGOSSA_CUDA_MOE_GEMM");
 	sg_cu_set_gemv_rows((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_ROWS"));
 	sg_cu_set_gemv_variant((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_VARIANT"));
 	sg_cu_set_moe_decode(sg_flag_bool("SARAGOSSA_CUDA_MOE_DECODE"));

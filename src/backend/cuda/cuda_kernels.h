@@ -108,14 +108,29 @@ int sg_cu_split_tf32(const float *x, int64_t n, float *hi, float *lo, sg_custrea
 /* Rows x [n][K] rounded to 8-bit blocks (as sg_cu_requant), times a power of two per row that
  * keeps them in f16's range, into f16 out [n][K]; scale[t] = the inverse power (K % 32 = 0). */
 int sg_cu_q8_rows_f16(const float *x, int64_t n, int64_t K, uint16_t *out, float *scale, sg_custream s);
+/* The same rounding of gathered rows: out row t is x's row rows[t] / rdiv ([n] indices; rows
+ * NULL: row t), its largest magnitude brought to [2^(top-1), 2^top) (sg_cu_q8_rows_f16: 14). */
+int sg_cu_q8_rows_f16_gather(const float *x, const int32_t *rows, int64_t rdiv, int64_t n, int64_t K, int top,
+			     uint16_t *out, float *scale, sg_custream s);
 /* y[t][r] = y[t][r] * scale[t] (+ bias[r]), y [n][N]. */
 int sg_cu_scale_rows(float *y, int64_t n, int64_t N, const float *scale, const float *bias, sg_custream s);
+/* The same scaling as a scatter of f16 GEMM outputs: y[rows[t]][r] = c16[t * ldc + r] * scale[t]
+ * for t < n, r < N (ldc >= N); y [..][N]. */
+int sg_cu_scale_rows_scatter(const uint16_t *c16, int64_t ldc, const int32_t *rows, int64_t n, int64_t N,
+			     const float *scale, float *y, sg_custream s);
 /* y[t][r] += bias[r] for t < n. */
 int sg_cu_add_bias(float *y, const float *bias, int64_t n, int64_t N, sg_custream s);
 
 /* out[t] = row ids[t] of w dequantized (zeros for an id outside [0, V)); out [n][K] f32. */
 int sg_cu_embed(const sg_cuw *w, const int32_t *ids, int64_t n, int64_t V, float *out, sg_custream s);
 
+/* MoE: the S slots (ids [S]) sorted by expert into scratch (int32 device memory, 2E + S + 2
+ * values): start [E+1] (expert e's slots are order[start[e] .. start[e+1]), start[E] the slots
+ * with an id in range), order [S] (slot indices t*k + j), used [E] (the experts with slots, in
+ * increasing order), nused [1]. Zeroes the rows y[s] [N] of slots whose id is outside [0, E).
+ * E <= 4096. The order within an expert is not deterministic. */
+int sg_cu_moe_sort(const int32_t *ids, int64_t S, int64_t E, int32_t *scratch, float *y, int64_t N,
+		   sg_custream s);
 /* MoE: sorts the n*k slots by expert into scratch (start [E+1], order [n*k], used [E], nused [1]:
  * int32 device memory, 2E + n*k + 2 values), zeroing y rows of slots whose id is out of range,
  * then runs the grouped GEMV over the used experts only (8-bit activations when q8_scratch is

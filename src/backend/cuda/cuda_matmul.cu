@@ -805,19 +805,20 @@ extern "C" int sg_cu_requant(const float *x, int64_t n, float *out, sg_custream 
 }
 
 /* One block a row: x rounded to 8-bit blocks as requant_kernel rounds it, then scaled by a power
- * of two (scale[t], exact) that brings the row's largest magnitude to [2^13, 2^14), then rounded
- * to f16. The f16 GEMM on these rows cannot overflow and loses ~2^-11 of each value (the 8-bit
- * rounding before it loses up to 2^-8 of the block's largest); the GEMM's output rows are
- * multiplied back by scale[t] (sg_cu_scale_rows). */
-__global__ void q8_rows_f16_kernel(const float *__restrict__ x, int64_t K, __half *__restrict__ out, float *__restrict__ scale)
+ * of two (scale[t], exact) that brings the row's largest magnitude to [2^(top-1), 2^top), then
+ * rounded to f16. The GEMM's output rows are multiplied back by scale[t] (scale_rows_kernel).
+ * Row t is x's row rows[t] / rdiv when rows is given (the MoE gather: the slots of one token
+ * share its row when rdiv = k), else row t. */
+__global__ void q8_rows_f16_kernel(const float *__restrict__ x, const int32_t *__restrict__ rows, int64_t rdiv, int64_t K, int top,
+				   __half *__restrict__ out, float *__restrict__ scale)
 {
-	const float *xr = x + (int64_t)blockIdx.x * K;
+	const float *xr = x + (rows ? (int64_t)rows[blockIdx.x] / rdiv : (int64_t)blockIdx.x) * K;
 	float a = 0.0f;
 	for (int64_t i = threadIdx.x; i < K; i += blockDim.x) a = fmaxf(a, fabsf(xr[i]));
 	a = block_max(a);
 	int e = 0;
 	if (a > 0.0f && isfinite(a)) frexpf(a, &e); /* a in [2^(e-1), 2^e) */
-	float s = ldexpf(1.0f, e - 14), is = ldexpf(1.0f, 14 - e);
+	float s = ldexpf(1.0f, e - top), is = ldexpf(1.0f, top - e);
 	if (threadIdx.x == 0) scale[blockIdx.x] = s;
 	int lane = threadIdx.x & 31;
 	for (int64_t b = threadIdx.x >> 5; b < K / 32; b += blockDim.x >> 5) {
@@ -827,23 +828,53 @@ __global__ void q8_rows_f16_kernel(const float *__restrict__ x, int64_t K, __hal
 	}
 }
 
+/* The dense GEMM's rows: largest magnitude in [2^13, 2^14). Its outputs are f32, so the rows can
+ * sit this high: no input overflows f16, and only values below 2^-27 of their row's largest reach
+ * f16's subnormals (the 8-bit rounding before loses up to 2^-8 of the block's largest, the f16
+ * one ~2^-11 of each value). */
 extern "C" int sg_cu_q8_rows_f16(const float *x, int64_t n, int64_t K, uint16_t *out, float *scale, sg_custream s)
 {
-	if (K % 32 || n > 0x7fffffff) return (int)cudaErrorInvalidValue;
-	if (n) q8_rows_f16_kernel<<<(unsigned)n, 256, 0, (cudaStream_t)s>>>(x, K, (__half *)out, scale);
+	return sg_cu_q8_rows_f16_gather(x, NULL, 1, n, K, 14, out, scale, s);
+}
+
+extern "C" int sg_cu_q8_rows_f16_gather(const float *x, const int32_t *rows, int64_t rdiv, int64_t n, int64_t K, int top, uint16_t *out,
+					float *scale, sg_custream s)
+{
+	if (K % 32 || n > 0x7fffffff || rdiv < 1 || top < -100 || top > 100) return (int)cudaErrorInvalidValue;
+	if (n) q8_rows_f16_kernel<<<(unsigned)n, 256, 0, (cudaStream_t)s>>>(x, rows, rdiv, K, top, (__half *)out, scale);
 	return (int)cudaGetLastError();
 }
 
-__global__ void scale_rows_kernel(float *y, int64_t n, int64_t N, const float *scale, const float *bias)
+static __device__ __forceinline__ float to_f(float v) { return v; }
+static __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+
+/* y[rows[t] or t][r] = c[t][r] * scale[t] (+ bias[r]); c rows ldc apart. c may be y (in place,
+ * rows NULL, ldc = N): each element is read and written by the same thread. */
+template <typename T>
+__global__ void scale_rows_kernel(const T *c, int64_t ldc, const int32_t *rows, float *y, int64_t n, int64_t N, const float *scale,
+				  const float *bias)
 {
-	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n * N; i += (int64_t)gridDim.x * blockDim.x)
-		y[i] = y[i] * scale[i / N] + (bias ? bias[i % N] : 0.0f);
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n * N; i += (int64_t)gridDim.x * blockDim.x) {
+		int64_t t = i / N, r = i % N, yr = rows ? (int64_t)rows[t] : t;
+		y[yr * N + r] = to_f(c[t * ldc + r]) * scale[t] + (bias ? bias[r] : 0.0f);
+	}
 }
 
 extern "C" int sg_cu_scale_rows(float *y, int64_t n, int64_t N, const float *scale, const float *bias, sg_custream s)
 {
 	int64_t b = (n * N + 255) / 256;
-	if (b) scale_rows_kernel<<<(unsigned)(b < 65535 ? b : 65535), 256, 0, (cudaStream_t)s>>>(y, n, N, scale, bias);
+	if (b) scale_rows_kernel<float><<<(unsigned)(b < 65535 ? b : 65535), 256, 0, (cudaStream_t)s>>>(y, N, NULL, y, n, N, scale, bias);
+	return (int)cudaGetLastError();
+}
+
+extern "C" int sg_cu_scale_rows_scatter(const uint16_t *c16, int64_t ldc, const int32_t *rows, int64_t n, int64_t N, const float *scale,
+					float *y, sg_custream s)
+{
+	int64_t b = (n * N + 255) / 256;
+	if (ldc < N) return (int)cudaErrorInvalidValue;
+	if (b)
+		scale_rows_kernel<__half><<<(unsigned)(b < 65535 ? b : 65535), 256, 0, (cudaStream_t)s>>>((const __half *)c16, ldc, rows, y, n, N, scale,
+													   NULL);
 	return (int)cudaGetLastError();
 }
 
@@ -1231,9 +1262,11 @@ __global__ void moe_sort_kernel(const int32_t *ids, int64_t S, int64_t E, int32_
 		int32_t e = ids[s];
 		if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
 	}
-	for (int64_t i = threadIdx.x; i < S * N; i += blockDim.x) {
-		int32_t e = ids[i / N];
-		if (e < 0 || e >= E) y[i] = 0.0f;
+	/* a warp per slot: the ids are read once each, not once per output (S * N) */
+	for (int64_t s = threadIdx.x >> 5; s < S; s += blockDim.x >> 5) {
+		int32_t e = ids[s];
+		if (e < 0 || e >= E)
+			for (int64_t i = threadIdx.x & 31; i < N; i += 32) y[s * N + i] = 0.0f;
 	}
 	__syncthreads();
 	if (threadIdx.x == 0) {
@@ -1252,6 +1285,14 @@ __global__ void moe_sort_kernel(const int32_t *ids, int64_t S, int64_t E, int32_
 		int32_t e = ids[s];
 		if (e >= 0 && e < E) order[atomicAdd(&cur[e], 1)] = (int32_t)s;
 	}
+}
+
+extern "C" int sg_cu_moe_sort(const int32_t *ids, int64_t S, int64_t E, int32_t *scratch, float *y, int64_t N, sg_custream s)
+{
+	int32_t *start = scratch, *order = start + E + 1, *used = order + S, *nused = used + E;
+	if (E < 1 || E > 4096) return (int)cudaErrorInvalidValue; /* cnt and cursor in shared memory: 32 KB */
+	moe_sort_kernel<<<1, 1024, (size_t)(2 * E) * sizeof(int32_t), (cudaStream_t)s>>>(ids, S, E, start, order, used, nused, y, N);
+	return (int)cudaGetLastError();
 }
 
 /*
@@ -1328,7 +1369,8 @@ extern "C" int sg_cu_moe_matmul(const sg_cuw *w, const float *x, int shared_x, c
 		return (int)cudaGetLastError();
 	}
 	int32_t *start = scratch, *order = start + E + 1, *used = order + S, *nused = used + E;
-	moe_sort_kernel<<<1, 1024, (size_t)(2 * E) * sizeof(int32_t), st>>>(ids, S, E, start, order, used, nused, y, N);
+	int e0 = sg_cu_moe_sort(ids, S, E, scratch, y, N, s);
+	if (e0) return e0;
 	/* at most min(E, S) experts are used; a token's own slots name distinct experts, so one
 	 * token gives one slot per expert (NT = 1) */
 	int nt = n == 1 ? 1 : 8;
