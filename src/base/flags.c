@@ -53,11 +53,14 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_ATTN_GEMM", SG_FLAG_BOOL, "1",
 	 "CUDA attention of more than 8 tokens: scores and values through cuBLAS GEMMs with a masked row softmax between "
 	 "(0 = the general kernel)"},
+	{"SARAGOSSA_CUDA_ATTN_F16", SG_FLAG_BOOL, "1",
+	 "CUDA attention of more than 8 tokens over f16 KV caches: the cuBLAS GEMMs take the caches as they are with f16 "
+	 "queries and probabilities, one tensor-core product each (0 = the SARAGOSSA_CUDA_GEMM mode on widened caches)"},
 	{"SARAGOSSA_CUDA_Q8X", SG_FLAG_BOOL, "1",
 	 "CUDA: quantized weights take activations rounded to 8-bit blocks (as the CPU's SIMD kernels): integer dot products "
 	 "in the GEMV (1.5-2x the f32 path's bandwidth), and the prefill GEMM sees the same rounded activations; 0 = f32 "
 	 "activations everywhere (the exact path)"},
-	{"SARAGOSSA_CUDA_PDL", SG_FLAG_INT, "2",
+	{"SARAGOSSA_CUDA_PDL", SG_FLAG_INT, "1",
 	 "CUDA decode chain (norms, GEMVs, attention, argmax) with programmatic dependent launch: a kernel's blocks start "
 	 "while the previous kernel drains and wait for its results on the GPU (1); 2 = also pull the GEMV's weight rows "
 	 "into L2 before that wait; 0 = plain launches"},

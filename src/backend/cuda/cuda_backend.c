@@ -46,6 +46,7 @@ typedef struct sg_cuda_backend {
 	int moe_gemm; /* SARAGOSSA_CUDA_MOE_GEMM: fewest tokens of the MoE GEMM path, 0 = never */
 	int attn_dec;  /* SARAGOSSA_CUDA_ATTN_DECODE */
 	int attn_gemm; /* SARAGOSSA_CUDA_ATTN_GEMM */
+	int attn_f16;  /* SARAGOSSA_CUDA_ATTN_F16 */
 	/* The last I32 values written from the host (the positions of a chunk): their device address,
 	 * count and largest value, so prefill attention knows the KV length without a read-back.
 	 * Forgotten when a graph runs (a recorded step may advance positions on the device). */
@@ -525,6 +526,16 @@ static cublasComputeType_t f32_math(const sg_cuda_backend *cb)
 /* Values a TF32 operand holds exactly (f16 and bf16 have at most 11 significant bits). */
 static int tf32_exact(sg_cukt kt) { return kt == SG_CUKT_F16 || kt == SG_CUKT_BF16; }
 
+/* Rows of a dequantized weight tile: about GEMM_TILE_BYTES, the tiles of one matrix of equal size
+ * and a multiple of 128 rows (odd row counts made cuBLAS pick slower kernels). */
+static int64_t tile_rows(int64_t N, int64_t K, size_t es)
+{
+	int64_t cap = (int64_t)(GEMM_TILE_BYTES / es / (size_t)K);
+	if (cap < 128) cap = 128;
+	int64_t nt = (N + cap - 1) / cap, rt = ((N + nt - 1) / nt + 127) & ~(int64_t)127;
+	return rt < N ? rt : N;
+}
+
 /* cuBLAS C (nr x n, ld N) = W^T (nr x K) * X (K x n) (+ beta C): the column-major view of
  * y[t][r0 + r] = w[r0 + r] . x[t]. */
 static sg_status blas_gemm(sg_cuda_backend *cb, int64_t nr, int64_t n, int64_t K, const void *w, const void *x, cudaDataType ty,
@@ -544,9 +555,7 @@ static sg_status blas_gemm(sg_cuda_backend *cb, int64_t nr, int64_t n, int64_t K
  */
 static sg_status gemm_f16(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int64_t n, float *y, int64_t N, const float *bias)
 {
-	int64_t K = v->K, rt = (int64_t)(GEMM_TILE_BYTES / 2 / (size_t)K);
-	if (rt > N) rt = N;
-	if (rt < 16) rt = 16 < N ? 16 : N;
+	int64_t K = v->K, rt = tile_rows(N, K, 2);
 	size_t xb = round16((size_t)(n * K) * 2), sb = round16((size_t)n * 4);
 	sg_status st;
 	uint8_t *sc = scratch(cb, xb + sb + round16((size_t)(rt * K) * 2), &st);
@@ -571,9 +580,7 @@ static sg_status gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int6
 	if (rq && cb->gemm_f16) return gemm_f16(cb, v, x, n, y, N, bias);
 	size_t es = cb->gemm == GEMM_BF16 ? 2 : 4;
 	int x3 = cb->gemm == GEMM_TF32X3, wsplit = x3 && !tf32_exact(v->kt);
-	int64_t rt = (int64_t)(GEMM_TILE_BYTES / es / (size_t)K);
-	if (rt > N) rt = N;
-	if (rt < 16) rt = 16 < N ? 16 : N;
+	int64_t rt = tile_rows(N, K, es);
 	size_t xs = round16((size_t)(n * K) * 4);
 	size_t xb = cb->gemm == GEMM_BF16 ? round16((size_t)(n * K) * 2) : x3 ? 2 * xs : 0, rb = rq ? xs : 0;
 	size_t tb = round16((size_t)(rt * K) * es);
@@ -586,7 +593,7 @@ static sg_status gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int6
 	}
 	const void *xa = x, *xl = NULL;
 	if (cb->gemm == GEMM_BF16) {
-		CU_RET("matmul", sg_cu_f32_to_bf16(x, n * K, (uint16_t *)sc, S(cb)));
+		CU_RET("matmul", sg_cu_f32_to_16(x, n * K, 0, (uint16_t *)sc, S(cb)));
 		xa = sc;
 	} else if (x3) {
 		CU_RET("matmul", sg_cu_split_tf32(x, n * K, (float *)sc, (float *)(sc + xs), S(cb)));
@@ -1087,12 +1094,61 @@ static sg_status kv_operand(sg_cuda_backend *cb, const void *c, int f16, int64_t
 	return SG_OK;
 }
 
+/* One half-precision strided-batched product: C (f32) = op(A) B, A and B f16. */
+static sg_status hgemm_sb(sg_cuda_backend *cb, cublasOperation_t ta, int m, int n, int k, const void *A, int lda, long long sa, const void *B,
+			  int ldb, long long sb, float *c, int ldc, long long sc, int batch)
+{
+	const float one = 1.0f, zero = 0.0f;
+	if (blas_fn.gemm_sb(cb->blas, ta, CUBLAS_OP_N, m, n, k, &one, A, CUDA_R_16F, lda, sa, B, CUDA_R_16F, ldb, sb, &zero, c, CUDA_R_32F, ldc, sc, batch,
+			    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
+		return sg_error(SG_ERR_BACKEND, "cuda attention: cuBLAS GEMM failed");
+	return SG_OK;
+}
+
+/*
+ * The same two GEMMs over f16 caches with f16 queries and probabilities (SARAGOSSA_CUDA_ATTN_F16):
+ * the caches are the operands as they are (no widening), one tensor-core product each, FP32
+ * sums. An f16 cache already rounds K and V to 11 bits; q and p take the same rounding.
+ */
+static sg_status attn_gemm_f16(sg_cuda_backend *cb, const sg_cu_attn *a, int64_t L, int64_t pmax)
+{
+	int64_t G = a->H / a->Hkv, n = a->n, qn = n * a->H * a->hd;
+	size_t qb = round16((size_t)qn * 2), per = round16((size_t)(G * n * L) * 6); /* scores f32 + probabilities f16 */
+	int64_t hg = (int64_t)(ATTN_S_BYTES / per);
+	if (hg < 1) hg = 1;
+	if (hg > a->Hkv) hg = a->Hkv;
+	sg_status st;
+	uint8_t *sc = scratch(cb, qb + per * (size_t)hg + 16, &st);
+	if (!sc) return st;
+	uint16_t *Q = (uint16_t *)sc;
+	float *sb = (float *)(sc + qb);
+	uint16_t *pb = (uint16_t *)(sc + qb + round16((size_t)hg * G * n * L * 4));
+	const uint16_t *K = a->kc, *V = a->vc;
+	CU_RET("attention", sg_cu_f32_to_16(a->q, qn, 1, Q, S(cb)));
+	for (int64_t k0 = 0; k0 < a->Hkv; k0 += hg) {
+		int nk = (int)(a->Hkv - k0 < hg ? a->Hkv - k0 : hg);
+		for (int64_t g = 0; g < G && !st; g++)
+			st = hgemm_sb(cb, CUBLAS_OP_T, (int)L, (int)n, (int)a->hd, K + k0 * a->hd, (int)(a->Hkv * a->hd), a->hd, Q + (k0 * G + g) * a->hd,
+				      (int)(a->H * a->hd), G * a->hd, sb + g * n * L, (int)L, G * n * L, nk);
+		if (st) return st;
+		int64_t ns = (int64_t)nk * G * n * L;
+		CU_RET("attention", sg_cu_attn_rows(sb, a->pos, nk * G * n, n, L, a->scale, a->cap, a->window, a->causal, pmax, S(cb)));
+		CU_RET("attention", sg_cu_f32_to_16(sb, ns, 1, pb, S(cb)));
+		for (int64_t g = 0; g < G && !st; g++)
+			st = hgemm_sb(cb, CUBLAS_OP_N, (int)a->hdv, (int)n, (int)L, V + k0 * a->hdv, (int)(a->Hkv * a->hdv), a->hdv, pb + g * n * L, (int)L,
+				      G * n * L, a->out + (k0 * G + g) * a->hdv, (int)(a->H * a->hdv), G * a->hdv, nk);
+		if (st) return st;
+	}
+	return SG_OK;
+}
+
 static sg_status attn_gemm(sg_cuda_backend *cb, const sg_cu_attn *a, const sg_btensor *pos)
 {
 	int64_t pmax = 0;
 	sg_status st = pos_max(cb, pos, a->n, &pmax);
 	if (st) return st;
 	int64_t L = pmax + 1 > a->ctx ? a->ctx : pmax + 1 < 1 ? 1 : pmax + 1, G = a->H / a->Hkv, n = a->n;
+	if (cb->attn_f16 && a->kf16 && a->vf16) return attn_gemm_f16(cb, a, L, pmax);
 	int x3 = cb->gemm == GEMM_TF32X3;
 	int64_t kn = L * a->Hkv * a->hd, vn = L * a->Hkv * a->hdv, qn = n * a->H * a->hd;
 	size_t kb = a->kf16 || x3 ? round16((size_t)kn * 4) : 0, vb = a->vf16 || x3 ? round16((size_t)vn * 4) : 0;
@@ -1520,6 +1576,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	cb->attn_dec = (int)sg_flag_int("SARAGOSSA_CUDA_ATTN_DECODE");
 	sg_cu_set_attn_decode(cb->attn_dec);
 	cb->attn_gemm = sg_flag_bool("SARAGOSSA_CUDA_ATTN_GEMM");
+	cb->attn_f16 = sg_flag_bool("SARAGOSSA_CUDA_ATTN_F16");
 	cb->q8x = sg_flag_bool("SARAGOSSA_CUDA_Q8X");
 	cb->gemm_f16 = sg_flag_bool("SARAGOSSA_CUDA_GEMM_F16");
 	cb->fused = sg_flag_bool("SARAGOSSA_CUDA_FUSED");

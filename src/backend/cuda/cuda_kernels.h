@@ -100,8 +100,8 @@ int sg_cu_requant(const float *x, int64_t n, float *out, sg_custream s);
 int sg_cu_dequant_16(const sg_cuw *w, int64_t r0, int64_t nr, int f16, uint16_t *out, sg_custream s);
 /* Dequantizes rows [r0, r0 + nr) of w into f32 [nr][K] (the tiles of the f32 GEMM). */
 int sg_cu_dequant_f32(const sg_cuw *w, int64_t r0, int64_t nr, float *out, sg_custream s);
-/* out = bf16(x), n values. */
-int sg_cu_f32_to_bf16(const float *x, int64_t n, uint16_t *out, sg_custream s);
+/* out = bf16(x), or f16(x) when f16, n values. */
+int sg_cu_f32_to_16(const float *x, int64_t n, int f16, uint16_t *out, sg_custream s);
 /* x = hi + lo with hi exactly a TF32 value (10 mantissa bits): three TF32 tensor-core products
  * (hi*hi + hi*lo + lo*hi) then carry about FP32's accuracy. hi may alias x. */
 int sg_cu_split_tf32(const float *x, int64_t n, float *hi, float *lo, sg_custream s);

@@ -854,27 +854,32 @@ template <typename T>
 __global__ void scale_rows_kernel(const T *c, int64_t ldc, const int32_t *rows, float *y, int64_t n, int64_t N, const float *scale,
 				  const float *bias)
 {
-	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n * N; i += (int64_t)gridDim.x * blockDim.x) {
-		int64_t t = i / N, r = i % N, yr = rows ? (int64_t)rows[t] : t;
-		y[yr * N + r] = to_f(c[t * ldc + r]) * scale[t] + (bias ? bias[r] : 0.0f);
+	for (int64_t t = blockIdx.y; t < n; t += gridDim.y) {
+		int64_t yr = rows ? (int64_t)rows[t] : t;
+		float sc = scale[t];
+		for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < N; r += (int64_t)gridDim.x * blockDim.x)
+			y[yr * N + r] = to_f(c[t * ldc + r]) * sc + (bias ? bias[r] : 0.0f);
 	}
+}
+
+/* rows of N columns: blocks of 256 across a row (at most 64), rows in the grid's y */
+static dim3 rows_grid(int64_t n, int64_t N)
+{
+	int64_t bx = (N + 255) / 256;
+	return dim3((unsigned)(bx < 64 ? bx : 64), (unsigned)(n < 65535 ? n : 65535));
 }
 
 extern "C" int sg_cu_scale_rows(float *y, int64_t n, int64_t N, const float *scale, const float *bias, sg_custream s)
 {
-	int64_t b = (n * N + 255) / 256;
-	if (b) scale_rows_kernel<float><<<(unsigned)(b < 65535 ? b : 65535), 256, 0, (cudaStream_t)s>>>(y, N, NULL, y, n, N, scale, bias);
+	if (n > 0 && N > 0) scale_rows_kernel<float><<<rows_grid(n, N), 256, 0, (cudaStream_t)s>>>(y, N, NULL, y, n, N, scale, bias);
 	return (int)cudaGetLastError();
 }
 
 extern "C" int sg_cu_scale_rows_scatter(const uint16_t *c16, int64_t ldc, const int32_t *rows, int64_t n, int64_t N, const float *scale,
 					float *y, sg_custream s)
 {
-	int64_t b = (n * N + 255) / 256;
 	if (ldc < N) return (int)cudaErrorInvalidValue;
-	if (b)
-		scale_rows_kernel<__half><<<(unsigned)(b < 65535 ? b : 65535), 256, 0, (cudaStream_t)s>>>((const __half *)c16, ldc, rows, y, n, N, scale,
-													   NULL);
+	if (n > 0 && N > 0) scale_rows_kernel<__half><<<rows_grid(n, N), 256, 0, (cudaStream_t)s>>>((const __half *)c16, ldc, rows, y, n, N, scale, NULL);
 	return (int)cudaGetLastError();
 }
 
@@ -1409,12 +1414,28 @@ template <int KT> __global__ void dequant_rows_kernel(sg_cuw w, const int32_t *i
 	for (int64_t u = threadIdx.x; u < K / T::E; u += blockDim.x) {
 		float o[T::E];
 		int64_t e0 = T::dq(w, row, sc, bi, u, o);
+		/* runs of RL >= 8 contiguous elements starting at multiples of 8: 16-byte stores */
 #pragma unroll
-		for (int i = 0; i < T::E; i++) {
-			int64_t e = e0 + (i / T::RL) * T::RS + (i % T::RL);
-			if (outf) outf[t * K + e] = o[i];
-			else if (f16) out16[t * K + e] = __half_as_ushort(__float2half_rn(fminf(fmaxf(o[i], -65504.0f), 65504.0f)));
-			else out16[t * K + e] = __bfloat16_as_ushort(__float2bfloat16_rn(o[i]));
+		for (int i = 0; i < T::E; i += 8) {
+			int64_t e = t * K + e0 + (i / T::RL) * T::RS + (i % T::RL);
+			if (outf) {
+				((float4 *)(outf + e))[0] = make_float4(o[i], o[i + 1], o[i + 2], o[i + 3]);
+				((float4 *)(outf + e))[1] = make_float4(o[i + 4], o[i + 5], o[i + 6], o[i + 7]);
+				continue;
+			}
+			uint32_t h[4];
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				float a = o[i + 2 * j], b = o[i + 2 * j + 1];
+				if (f16) {
+					__half2 v = __floats2half2_rn(fminf(fmaxf(a, -65504.0f), 65504.0f), fminf(fmaxf(b, -65504.0f), 65504.0f));
+					h[j] = *(uint32_t *)&v;
+				} else {
+					__nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+					h[j] = *(uint32_t *)&v;
+				}
+			}
+			*(uint4 *)(out16 + e) = make_uint4(h[0], h[1], h[2], h[3]);
 		}
 	}
 }
@@ -1467,6 +1488,7 @@ extern "C" int sg_cu_embed(const sg_cuw *w, const int32_t *ids, int64_t n, int64
 	} else {
 		dq_fn f = pick_dq(w->kt);
 		if (!f) return (int)cudaErrorInvalidValue;
+		if ((uintptr_t)out & 15) return (int)cudaErrorMisalignedAddress; /* 16-byte stores */
 		f<<<(unsigned)n, 128, 0, (cudaStream_t)s>>>(*w, ids, 0, V, out, NULL, 0);
 	}
 	return (int)cudaGetLastError();
@@ -1476,6 +1498,7 @@ extern "C" int sg_cu_dequant_16(const sg_cuw *w, int64_t r0, int64_t nr, int f16
 {
 	dq_fn f = pick_dq(w->kt);
 	if (!f) return (int)cudaErrorInvalidValue;
+	if ((uintptr_t)out & 15) return (int)cudaErrorMisalignedAddress;
 	f<<<(unsigned)nr, 128, 0, (cudaStream_t)s>>>(*w, NULL, r0, 0, NULL, out, f16);
 	return (int)cudaGetLastError();
 }
@@ -1484,20 +1507,21 @@ extern "C" int sg_cu_dequant_f32(const sg_cuw *w, int64_t r0, int64_t nr, float 
 {
 	dq_fn f = pick_dq(w->kt);
 	if (!f) return (int)cudaErrorInvalidValue;
+	if ((uintptr_t)out & 15) return (int)cudaErrorMisalignedAddress;
 	f<<<(unsigned)nr, 128, 0, (cudaStream_t)s>>>(*w, NULL, r0, 0, out, NULL, 0);
 	return (int)cudaGetLastError();
 }
 
-__global__ void f32_to_bf16_kernel(const float *x, int64_t n, __nv_bfloat16 *out)
+__global__ void f32_to_16_kernel(const float *x, int64_t n, int f16, uint16_t *out)
 {
 	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-		out[i] = __float2bfloat16_rn(x[i]);
+		out[i] = f16 ? __half_as_ushort(__float2half_rn(x[i])) : __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
 }
 
-extern "C" int sg_cu_f32_to_bf16(const float *x, int64_t n, uint16_t *out, sg_custream s)
+extern "C" int sg_cu_f32_to_16(const float *x, int64_t n, int f16, uint16_t *out, sg_custream s)
 {
 	int64_t b = (n + 255) / 256;
-	f32_to_bf16_kernel<<<(unsigned)(b < 65535 ? b : 65535), 256, 0, (cudaStream_t)s>>>(x, n, (__nv_bfloat16 *)out);
+	if (b) f32_to_16_kernel<<<(unsigned)(b < 65535 ? b : 65535), 256, 0, (cudaStream_t)s>>>(x, n, f16, out);
 	return (int)cudaGetLastError();
 }
 
