@@ -1049,6 +1049,7 @@ static void pdl_matches_plain(const char *name)
 
 Test(cuda_decode, pdl_launches_are_bit_identical_qwen3) { pdl_matches_plain("qwen3"); }
 Test(cuda_decode, pdl_launches_are_bit_identical_mlx_q4) { pdl_matches_plain("qwen3_mlx_q4_g32"); }
+Test(cuda_decode, pdl_launches_are_bit_identical_moe) { pdl_matches_plain("qwen3_moe"); }
 
 Test(cuda_decode, graph_replay_is_bit_identical_qwen3) { graph_matches_per_op("qwen3", 1); }
 Test(cuda_decode, graph_replay_is_bit_identical_llama) { graph_matches_per_op("llama", 1); }

@@ -1131,9 +1131,7 @@ static sg_status attn_gemm_f16(sg_cuda_backend *cb, const sg_cu_attn *a, int64_t
 			st = hgemm_sb(cb, CUBLAS_OP_T, (int)L, (int)n, (int)a->hd, K + k0 * a->hd, (int)(a->Hkv * a->hd), a->hd, Q + (k0 * G + g) * a->hd,
 				      (int)(a->H * a->hd), G * a->hd, sb + g * n * L, (int)L, G * n * L, nk);
 		if (st) return st;
-		int64_t ns = (int64_t)nk * G * n * L;
-		CU_RET("attention", sg_cu_attn_rows(sb, a->pos, nk * G * n, n, L, a->scale, a->cap, a->window, a->causal, pmax, S(cb)));
-		CU_RET("attention", sg_cu_f32_to_16(sb, ns, 1, pb, S(cb)));
+		CU_RET("attention", sg_cu_attn_rows(sb, a->pos, nk * G * n, n, L, a->scale, a->cap, a->window, a->causal, pmax, pb, S(cb)));
 		for (int64_t g = 0; g < G && !st; g++)
 			st = hgemm_sb(cb, CUBLAS_OP_N, (int)a->hdv, (int)n, (int)L, V + k0 * a->hdv, (int)(a->Hkv * a->hdv), a->hdv, pb + g * n * L, (int)L,
 				      G * n * L, a->out + (k0 * G + g) * a->hdv, (int)(a->H * a->hdv), G * a->hdv, nk);
@@ -1179,7 +1177,7 @@ static sg_status attn_gemm(sg_cuda_backend *cb, const sg_cu_attn *a, const sg_bt
 				      sb + g * n * L, (int)L, G * n * L, nk);
 		}
 		if (st) return st;
-		CU_RET("attention", sg_cu_attn_rows(sb, a->pos, nk * G * n, n, L, a->scale, a->cap, a->window, a->causal, pmax, S(cb)));
+		CU_RET("attention", sg_cu_attn_rows(sb, a->pos, nk * G * n, n, L, a->scale, a->cap, a->window, a->causal, pmax, NULL, S(cb)));
 		if (x3) CU_RET("attention", sg_cu_split_tf32(sb, (int64_t)nk * G * n * L, sb, sl, S(cb)));
 		for (int64_t g = 0; g < G && !st; g++) { /* out[t][kh G + g][d] = sum_j V[j][kh][d] p[kh G + g][t][j] */
 			const float *ph = sb + g * n * L, *pl = sl ? sl + g * n * L : NULL;

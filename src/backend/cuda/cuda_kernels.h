@@ -196,10 +196,11 @@ int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s);
 void sg_cu_set_pdl(int mode); /* SARAGOSSA_CUDA_PDL: 0 off, 1 on, 2 on with the GEMVs' weight prefetch */
 void sg_cu_set_attn_decode(int mode); /* 2: the general decode kernel for every shape */
 /* Prefill through GEMMs: s [rows][L] scores of rows = heads * n query rows (token = row % n)
- * become probabilities in place: scale, soft-cap, causal/window mask (pmax: the last position
- * when not causal), softmax; masked entries are 0. */
+ * become probabilities in place, or as f16 into p16 [rows][L] (s then unchanged): scale,
+ * soft-cap, causal/window mask (pmax: the last position when not causal), softmax; masked
+ * entries are 0. */
 int sg_cu_attn_rows(float *s, const int32_t *pos, int64_t rows, int64_t n, int64_t L, float scale, float cap, int window, int causal,
-		    int64_t pmax, sg_custream st);
+		    int64_t pmax, uint16_t *p16, sg_custream st);
 int sg_cu_f16_to_f32(const void *x, int64_t n, float *out, sg_custream s);
 
 enum { SG_CU_EW_SILU, SG_CU_EW_GELU, SG_CU_EW_GELU_ERF, SG_CU_EW_ADD, SG_CU_EW_SCALE, SG_CU_EW_SOFTCAP };

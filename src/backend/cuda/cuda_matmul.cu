@@ -379,6 +379,8 @@ __global__ void quant_x_kernel(const float *__restrict__ x, int64_t nblk, int8_t
 {
 	int lane = threadIdx.x & 31;
 	int64_t w0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+	pdl_trigger();
+	pdl_wait();
 	for (int64_t b = w0; b < nblk; b += nw) q8_store(x[b * 32 + lane], b, lane, xq, dx, sx);
 }
 
@@ -556,6 +558,8 @@ __global__ void __launch_bounds__(WM ? WARPS * 32 : QT) mvq_kernel(sg_cuw w, con
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int64_t r0 = WM ? ((int64_t)blockIdx.x * WARPS + warp) * R : (int64_t)blockIdx.x * R;
 	const int stride = WM ? 32 : QT, tid = WM ? lane : (int)threadIdx.x;
+	pdl_trigger();
+	pdl_wait();
 	if (r0 >= N) return;
 	const uint8_t *data = w.data, *sc = w.scales, *bi = w.biases;
 	const int32_t *list = NULL;
@@ -713,7 +717,7 @@ static int quant_x(const float *x, int64_t nx, int64_t K, void *scratch, int8_t 
 	*dx = (float *)((char *)scratch + q);
 	*sx = (float *)((char *)scratch + q + f);
 	int64_t nblk = nx * K / 32, blocks = (nblk + 7) / 8;
-	quant_x_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, s>>>(x, nblk, *xq, *dx, *sx);
+	pdl_launch(quant_x_kernel, dim3((unsigned)(blocks < 4096 ? blocks : 4096)), dim3(256), 0, s, x, nblk, *xq, *dx, *sx);
 	return (int)cudaGetLastError();
 }
 
@@ -770,7 +774,9 @@ extern "C" int sg_cu_gemv(const sg_cuw *w, const float *x, int64_t n, float *y, 
 		int e = quant_x(x, n, w->K, q8_scratch, &xq, &dx, &sx, st);
 		if (e) return e;
 		int r = q8_rows_per_block(nt, variant);
-		f<<<(unsigned)((N + r - 1) / r), q8_threads(nt, variant), 0, st>>>(*w, xq, dx, sx, n, y, N, bias, NULL, NULL, NULL, NULL, 1, 0);
+		pdl_launch(f, dim3((unsigned)((N + r - 1) / r)), dim3(q8_threads(nt, variant)), 0, st, *w, (const int8_t *)xq, (const float *)dx,
+			   (const float *)sx, n, y, N, bias, (const int32_t *)NULL, (const int32_t *)NULL, (const int32_t *)NULL, (const int32_t *)NULL,
+			   (int64_t)1, 0);
 		return (int)cudaGetLastError();
 	}
 	int r = nt == 1 && variant == 2 ? 2 : 1;
@@ -1312,6 +1318,8 @@ __global__ void __launch_bounds__(QT) moe1_kernel(const sg_cuw w, const int8_t *
 {
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = blockIdx.y;
 	int64_t r0 = ((int64_t)blockIdx.x * (QT / 32) + warp) * 2;
+	pdl_trigger();
+	pdl_wait();
 	if (r0 >= N) return;
 	float *yo = y + (int64_t)slot * N;
 	int32_t e = ids[slot];
@@ -1370,7 +1378,8 @@ extern "C" int sg_cu_moe_matmul(const sg_cuw *w, const float *x, int shared_x, c
 		float *dx, *sx;
 		int e = quant_x(x, shared_x ? 1 : S, w->K, q8_scratch, &xq, &dx, &sx, st);
 		if (e) return e;
-		f1<<<dim3((unsigned)((N + 2 * (QT / 32) - 1) / (2 * (QT / 32))), (unsigned)S), QT, 0, st>>>(*w, xq, dx, sx, shared_x, ids, E, y, N);
+		pdl_launch(f1, dim3((unsigned)((N + 2 * (QT / 32) - 1) / (2 * (QT / 32))), (unsigned)S), dim3(QT), 0, st, *w, (const int8_t *)xq,
+			   (const float *)dx, (const float *)sx, (int)shared_x, ids, E, y, N);
 		return (int)cudaGetLastError();
 	}
 	int32_t *start = scratch, *order = start + E + 1, *used = order + S, *nused = used + E;

@@ -613,7 +613,16 @@ extern "C" int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s)
  * of heads are a GEMM into s [h][n][L]; this kernel turns each row into probabilities in place
  * (scale, soft-cap, the causal and window mask, softmax) before the second GEMM with V.
  */
-__global__ void attn_rows_kernel(float *s, const int32_t *pos, int64_t n, int64_t L, float scale, float cap, int window, int causal, int64_t pmax)
+/* Three reads of the row and one write (the scaled score is recomputed, not stored between the
+ * passes: the same float each time); the probabilities go back in place, or as f16 into p16. */
+static __device__ __forceinline__ float score_of(float x, float scale, float cap)
+{
+	float v = x * scale;
+	return cap > 0 ? cap * tanhf(v / cap) : v;
+}
+
+__global__ void attn_rows_kernel(float *s, const int32_t *pos, int64_t n, int64_t L, float scale, float cap, int window, int causal, int64_t pmax,
+				 __half *p16)
 {
 	int64_t r = blockIdx.x, t = r % n;
 	float *row = s + r * L;
@@ -622,29 +631,24 @@ __global__ void attn_rows_kernel(float *s, const int32_t *pos, int64_t n, int64_
 	int64_t lo = causal && window > 0 ? p - window + 1 : 0;
 	if (lo < 0) lo = 0;
 	float m = -INFINITY;
-	for (int64_t j = lo + threadIdx.x; j <= hi; j += blockDim.x) {
-		float v = row[j] * scale;
-		if (cap > 0) v = cap * tanhf(v / cap);
-		row[j] = v;
-		m = fmaxf(m, v);
-	}
+	for (int64_t j = lo + threadIdx.x; j <= hi; j += blockDim.x) m = fmaxf(m, score_of(row[j], scale, cap));
 	m = block_max(m);
 	float sum = 0.0f;
-	for (int64_t j = lo + threadIdx.x; j <= hi; j += blockDim.x) {
-		float e = expf(row[j] - m);
-		row[j] = e;
-		sum += e;
-	}
+	for (int64_t j = lo + threadIdx.x; j <= hi; j += blockDim.x) sum += expf(score_of(row[j], scale, cap) - m);
 	sum = block_sum(sum);
 	float inv = sum > 0 ? 1.0f / sum : 0.0f;
-	for (int64_t j = threadIdx.x; j < L; j += blockDim.x) row[j] = j >= lo && j <= hi ? row[j] * inv : 0.0f;
+	for (int64_t j = threadIdx.x; j < L; j += blockDim.x) {
+		float v = j >= lo && j <= hi ? expf(score_of(row[j], scale, cap) - m) * inv : 0.0f;
+		if (p16) p16[r * L + j] = __float2half_rn(v);
+		else row[j] = v;
+	}
 }
 
 extern "C" int sg_cu_attn_rows(float *s, const int32_t *pos, int64_t rows, int64_t n, int64_t L, float scale, float cap, int window, int causal,
-			       int64_t pmax, sg_custream st)
+			       int64_t pmax, uint16_t *p16, sg_custream st)
 {
 	if (rows <= 0) return 0;
-	attn_rows_kernel<<<(unsigned)rows, 256, 0, (cudaStream_t)st>>>(s, pos, n, L, scale, cap, window, causal, pmax);
+	attn_rows_kernel<<<(unsigned)rows, 256, 0, (cudaStream_t)st>>>(s, pos, n, L, scale, cap, window, causal, pmax, (__half *)p16);
 	return ok();
 }
 
@@ -739,6 +743,8 @@ static __device__ void block_argmax(float &bv, int &bi)
 __global__ void route_kernel(const float *logits, int64_t E, int sigmoid, int k, int norm, int32_t *ids, float *wout)
 {
 	__shared__ float p[MAX_EXPERTS];
+	pdl_trigger();
+	pdl_wait();
 	const float *x = logits + blockIdx.x * E;
 	if (sigmoid) {
 		for (int64_t i = threadIdx.x; i < E; i += blockDim.x) p[i] = 1.0f / (1.0f + expf(-x[i]));
@@ -780,7 +786,7 @@ extern "C" int sg_cu_moe_route(const float *logits, int64_t n, int64_t E, int si
 	if (n <= 0) return 0;
 	if (E > MAX_EXPERTS) return (int)cudaErrorInvalidValue;
 	/* one warp for the usual expert counts: its k picks then need no cross-warp barrier work */
-	route_kernel<<<(unsigned)n, E <= 256 ? 32 : 256, 0, (cudaStream_t)s>>>(logits, E, sigmoid, k, norm, ids, w);
+	pdl_launch(route_kernel, dim3((unsigned)n), dim3(E <= 256 ? 32 : 256), 0, (cudaStream_t)s, logits, E, sigmoid, k, norm, ids, w);
 	return ok();
 }
 
@@ -788,6 +794,8 @@ extern "C" int sg_cu_moe_route(const float *logits, int64_t n, int64_t E, int si
 __global__ void combine_kernel(const float *y, const float *w, int64_t k, int64_t D, float *out)
 {
 	int64_t t = blockIdx.y, d = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	pdl_trigger();
+	pdl_wait();
 	if (d >= D) return;
 	float acc = 0.0f;
 	for (int64_t s = 0; s < k; s++) acc += w[t * k + s] * y[(t * k + s) * D + d];
@@ -798,7 +806,7 @@ extern "C" int sg_cu_moe_combine(const float *y, const float *w, int64_t n, int6
 {
 	if (n <= 0) return 0;
 	if (n > 65535) return (int)cudaErrorInvalidValue;
-	combine_kernel<<<dim3((unsigned)((D + 255) / 256), (unsigned)n), 256, 0, (cudaStream_t)s>>>(y, w, k, D, out);
+	pdl_launch(combine_kernel, dim3((unsigned)((D + 255) / 256), (unsigned)n), dim3(256), 0, (cudaStream_t)s, y, w, k, D, out);
 	return ok();
 }
 
