@@ -782,7 +782,7 @@ static sg_status moe_gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, 
 	if (te < 1) te = 1;
 	if (te > E) te = E;
 	size_t ib = round256(sizeof(int32_t) * (size_t)(2 * E + ns + 2)), xb = round256((size_t)(ns * K) * 2), sb = round256((size_t)ns * 4);
-	size_t ob = round256((size_t)(ns * ldc) * 2), pb = round256(sizeof(void *) * 3 * (size_t)E);
+	size_t ob = round256((size_t)(ns * ldc) * 2), pb = round256(sizeof(void *) * 3 * (size_t)E + sizeof(int32_t) * (size_t)E);
 	sg_status st;
 	uint8_t *sc = scratch(cb, ib + xb + sb + ob + pb + (size_t)te * eb, &st);
 	if (!sc) return st;
@@ -818,13 +818,15 @@ static sg_status moe_gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, 
 		st = cu_fail(op, e);
 		goto out;
 	}
+	/* the used experts' ids on the device: each tile's experts dequantized in one launch */
+	int32_t *dused = (int32_t *)(dptr + 3 * E);
+	if (nu > 0 && (e = (int)cudaMemcpyAsync(dused, h.used, sizeof(int32_t) * (size_t)nu, cudaMemcpyHostToDevice, cb->stream))) {
+		st = cu_fail(op, e);
+		goto out;
+	}
 	for (int64_t j0 = 0; j0 < nu; j0 += te) {
 		int64_t j1 = j0 + te < nu ? j0 + te : nu;
-		/* runs of consecutive experts are contiguous rows of w: one dequantization each */
-		for (int64_t a = j0, b; a < j1 && !e; a = b) {
-			for (b = a + 1; b < j1 && h.used[b] == h.used[b - 1] + 1;) b++;
-			e = sg_cu_dequant_16(v, (int64_t)h.used[a] * N, (b - a) * N, 1, (uint16_t *)h.ptr[a], S(cb));
-		}
+		e = sg_cu_dequant_16_groups(v, dused + j0, j1 - j0, N, E, 1, (uint16_t *)h.ptr[j0], S(cb));
 		if (e) {
 			st = cu_fail(op, e);
 			goto out;

@@ -98,6 +98,11 @@ int sg_cu_requant(const float *x, int64_t n, float *out, sg_custream s);
 /* Dequantizes rows [r0, r0 + nr) of w into bf16, or f16 when f16 (saturated at +-65504), [nr][K]
  * (the tiles of the tensor-core GEMM). */
 int sg_cu_dequant_16(const sg_cuw *w, int64_t r0, int64_t nr, int f16, uint16_t *out, sg_custream s);
+/* The same for ng groups of rper rows: group i is rows [groups[i] * rper, + rper) (groups a device
+ * array; an id outside [0, V) gives zero rows), into out [ng * rper][K]: the used experts of an
+ * MoE matmul in one launch. */
+int sg_cu_dequant_16_groups(const sg_cuw *w, const int32_t *groups, int64_t ng, int64_t rper, int64_t V, int f16, uint16_t *out,
+			    sg_custream s);
 /* Dequantizes rows [r0, r0 + nr) of w into f32 [nr][K] (the tiles of the f32 GEMM). */
 int sg_cu_dequant_f32(const sg_cuw *w, int64_t r0, int64_t nr, float *out, sg_custream s);
 /* out = bf16(x), or f16(x) when f16, n values. */

@@ -1409,14 +1409,23 @@ extern "C" int sg_cu_moe_matmul(const sg_cuw *w, const float *x, int shared_x, c
 /* --- embedding and dequantization --- */
 
 /* Rows of w into f32 (outf) or 16-bit values (out16: bf16, or f16 when f16, saturated at the
- * largest finite f16 so that no weight turns into an infinity). */
-template <int KT> __global__ void dequant_rows_kernel(sg_cuw w, const int32_t *ids, int64_t r0, int64_t V, float *outf, uint16_t *out16, int f16)
+ * largest finite f16 so that no weight turns into an infinity). Output row t is row r0 + t, or
+ * with ids row ids[t / rper] * rper + t % rper (groups of rper rows: embedding rows with rper 1,
+ * experts with rper N); a group id outside [0, V) gives zeros. */
+template <int KT>
+__global__ void dequant_rows_kernel(sg_cuw w, const int32_t *ids, int64_t rper, int64_t r0, int64_t V, float *outf, uint16_t *out16, int f16)
 {
 	typedef U<KT> T;
-	int64_t t = blockIdx.x, r = ids ? ids[t] : r0 + t, K = w.K;
-	if (ids && (r < 0 || r >= V)) {
-		for (int64_t i = threadIdx.x; i < K; i += blockDim.x) outf[t * K + i] = 0.0f;
-		return;
+	int64_t t = blockIdx.x, r = r0 + t, K = w.K;
+	if (ids) {
+		int64_t g = ids[t / rper];
+		if (g < 0 || g >= V) {
+			for (int64_t i = threadIdx.x; i < K; i += blockDim.x)
+				if (outf) outf[t * K + i] = 0.0f;
+				else out16[t * K + i] = 0;
+			return;
+		}
+		r = g * rper + t % rper;
 	}
 	const uint8_t *row = w.data + (size_t)r * w.row_bytes;
 	const uint8_t *sc = w.scales ? w.scales + (size_t)r * w.sb_row_bytes : NULL, *bi = w.biases ? w.biases + (size_t)r * w.sb_row_bytes : NULL;
@@ -1465,7 +1474,7 @@ __global__ void embed_plain_kernel(sg_cuw w, const int32_t *ids, int64_t V, floa
 	}
 }
 
-typedef void (*dq_fn)(sg_cuw, const int32_t *, int64_t, int64_t, float *, uint16_t *, int);
+typedef void (*dq_fn)(sg_cuw, const int32_t *, int64_t, int64_t, int64_t, float *, uint16_t *, int);
 
 static dq_fn pick_dq(int kt)
 {
@@ -1498,7 +1507,7 @@ extern "C" int sg_cu_embed(const sg_cuw *w, const int32_t *ids, int64_t n, int64
 		dq_fn f = pick_dq(w->kt);
 		if (!f) return (int)cudaErrorInvalidValue;
 		if ((uintptr_t)out & 15) return (int)cudaErrorMisalignedAddress; /* 16-byte stores */
-		f<<<(unsigned)n, 128, 0, (cudaStream_t)s>>>(*w, ids, 0, V, out, NULL, 0);
+		f<<<(unsigned)n, 128, 0, (cudaStream_t)s>>>(*w, ids, 1, 0, V, out, NULL, 0);
 	}
 	return (int)cudaGetLastError();
 }
@@ -1508,7 +1517,17 @@ extern "C" int sg_cu_dequant_16(const sg_cuw *w, int64_t r0, int64_t nr, int f16
 	dq_fn f = pick_dq(w->kt);
 	if (!f) return (int)cudaErrorInvalidValue;
 	if ((uintptr_t)out & 15) return (int)cudaErrorMisalignedAddress;
-	f<<<(unsigned)nr, 128, 0, (cudaStream_t)s>>>(*w, NULL, r0, 0, NULL, out, f16);
+	f<<<(unsigned)nr, 128, 0, (cudaStream_t)s>>>(*w, NULL, 1, r0, 0, NULL, out, f16);
+	return (int)cudaGetLastError();
+}
+
+extern "C" int sg_cu_dequant_16_groups(const sg_cuw *w, const int32_t *groups, int64_t ng, int64_t rper, int64_t V, int f16, uint16_t *out,
+				       sg_custream s)
+{
+	dq_fn f = pick_dq(w->kt);
+	if (!f || rper < 1 || ng * rper > 0x7fffffff) return (int)cudaErrorInvalidValue;
+	if ((uintptr_t)out & 15) return (int)cudaErrorMisalignedAddress;
+	if (ng > 0) f<<<(unsigned)(ng * rper), 128, 0, (cudaStream_t)s>>>(*w, groups, rper, 0, V, NULL, out, f16);
 	return (int)cudaGetLastError();
 }
 
@@ -1517,7 +1536,7 @@ extern "C" int sg_cu_dequant_f32(const sg_cuw *w, int64_t r0, int64_t nr, float 
 	dq_fn f = pick_dq(w->kt);
 	if (!f) return (int)cudaErrorInvalidValue;
 	if ((uintptr_t)out & 15) return (int)cudaErrorMisalignedAddress;
-	f<<<(unsigned)nr, 128, 0, (cudaStream_t)s>>>(*w, NULL, r0, 0, out, NULL, 0);
+	f<<<(unsigned)nr, 128, 0, (cudaStream_t)s>>>(*w, NULL, 1, r0, 0, out, NULL, 0);
 	return (int)cudaGetLastError();
 }
 
