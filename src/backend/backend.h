@@ -320,6 +320,12 @@ typedef struct sg_backend_ops {
 				    const sg_btensor *pos, const sg_rope_params *rope, const sg_btensor *q_norm,
 				    const sg_btensor *k_norm, float eps, float w_offset, sg_btensor *kcache,
 				    sg_btensor *vcache);
+	/* g = act(moe_matmul(w_gate, x, ids)) * moe_matmul(w_up, x, ids): the gate and up expert
+	 * matmuls of an MoE layer with their GLU (u [n][k][F] may be used as scratch). Equals the
+	 * composition (sg_backend_moe_glu_compose) up to the summation order. May be NULL. */
+	sg_status (*moe_glu)(sg_backend *be, const sg_btensor *w_gate, const sg_btensor *w_up,
+			     const sg_btensor *x, const sg_btensor *ids, sg_act act, sg_btensor *g,
+			     sg_btensor *u);
 } sg_backend_ops;
 
 /* The backend object. A backend implementation embeds it first in its own struct. */
@@ -356,6 +362,13 @@ static inline int sg_backend_supports(sg_backend *be, sg_stage s, sg_type t)
 sg_status sg_backend_matmul_multi(sg_backend *be, const sg_matmul_multi *p);
 /* The composition, for backends whose fused op declines a case (many tokens, mixed types). */
 sg_status sg_backend_matmul_multi_compose(sg_backend *be, const sg_matmul_multi *p);
+
+/* The gate and up expert matmuls with the GLU: the backend's fused op when it has one, else
+ * moe_matmul twice and glu. */
+sg_status sg_backend_moe_glu(sg_backend *be, const sg_btensor *w_gate, const sg_btensor *w_up, const sg_btensor *x,
+			     const sg_btensor *ids, sg_act act, sg_btensor *g, sg_btensor *u);
+sg_status sg_backend_moe_glu_compose(sg_backend *be, const sg_btensor *w_gate, const sg_btensor *w_up, const sg_btensor *x,
+				     const sg_btensor *ids, sg_act act, sg_btensor *g, sg_btensor *u);
 
 /* rope(q), rope(k), kv_store(k, v): the backend's fused stage when it has one. */
 static inline sg_status sg_backend_attn_prep(sg_backend *be, sg_btensor *q, sg_btensor *k,

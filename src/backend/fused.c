@@ -25,3 +25,19 @@ sg_status sg_backend_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 {
 	return be->ops->matmul_multi ? be->ops->matmul_multi(be, p) : sg_backend_matmul_multi_compose(be, p);
 }
+
+sg_status sg_backend_moe_glu_compose(sg_backend *be, const sg_btensor *w_gate, const sg_btensor *w_up, const sg_btensor *x,
+				     const sg_btensor *ids, sg_act act, sg_btensor *g, sg_btensor *u)
+{
+	const sg_backend_ops *o = be->ops;
+	sg_status st;
+	if ((st = o->moe_matmul(be, w_gate, x, ids, g)) || (st = o->moe_matmul(be, w_up, x, ids, u))) return st;
+	return o->glu(be, g, u, act, g);
+}
+
+sg_status sg_backend_moe_glu(sg_backend *be, const sg_btensor *w_gate, const sg_btensor *w_up, const sg_btensor *x,
+			     const sg_btensor *ids, sg_act act, sg_btensor *g, sg_btensor *u)
+{
+	return be->ops->moe_glu ? be->ops->moe_glu(be, w_gate, w_up, x, ids, act, g, u)
+				: sg_backend_moe_glu_compose(be, w_gate, w_up, x, ids, act, g, u);
+}

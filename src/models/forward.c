@@ -212,9 +212,7 @@ static sg_status mlp_block(const sg_model *m, sg_fwd_state *s, int li, int n)
 		sg_btensor ey = sg_fwd_view2(&s->ey, d->dim, (int64_t)n * k);
 		SG_FWD_OK(o->matmul(be, &lw->router, &h, NULL, &rl));
 		SG_FWD_OK(o->moe_route(be, &rl, SG_ROUTER_SOFTMAX, k, d->norm_topk_prob, &ids, &w));
-		SG_FWD_OK(o->moe_matmul(be, &lw->gate_exps, &h, &ids, &g));
-		SG_FWD_OK(o->moe_matmul(be, &lw->up_exps, &h, &ids, &u));
-		SG_FWD_OK(o->glu(be, &g, &u, d->act, &g));
+		SG_FWD_OK(sg_backend_moe_glu(be, &lw->gate_exps, &lw->up_exps, &h, &ids, d->act, &g, &u));
 		SG_FWD_OK(o->moe_matmul(be, &lw->down_exps, &g, &ids, &ey));
 		SG_FWD_OK(o->moe_combine(be, &ey, &w, &h));
 	}

@@ -260,9 +260,7 @@ static sg_status experts(const sg_model *m, sg_fwd_state *s, int li, int n, cons
 		SG_FWD_OK(o->moe_matmul(be, &hl->gate_up_exps, h, &ids, &gu));
 		SG_FWD_OK(o->glu_split(be, &gu, d->act, &g));
 	} else {
-		SG_FWD_OK(o->moe_matmul(be, &lw->gate_exps, h, &ids, &g));
-		SG_FWD_OK(o->moe_matmul(be, &lw->up_exps, h, &ids, &u));
-		SG_FWD_OK(o->glu(be, &g, &u, d->act, &g));
+		SG_FWD_OK(sg_backend_moe_glu(be, &lw->gate_exps, &lw->up_exps, h, &ids, d->act, &g, &u));
 	}
 	SG_FWD_OK(o->moe_matmul(be, &lw->down_exps, &g, &ids, &ey));
 	return o->moe_combine(be, &ey, &w, out);

@@ -623,6 +623,50 @@ Test(cuda, moe_gemm_path_over_several_weight_tiles_matches_grouped_gemv)
 	free(idv);
 }
 
+/* The fused one-token gate/up/GLU (moe_glu) gives the bits of its composition on the GPU (two
+ * moe_matmul calls and glu), bad ids included, and matches the CPU's composition. */
+Test(cuda, moe_glu_one_token_equals_its_composition)
+{
+	static const int tys[] = {8, 10, 12, 3};
+	static const sg_act acts[] = {SG_ACT_SILU, SG_ACT_GELU_TANH};
+	for (int ci = 0; ci < 4; ci++) {
+		const wtype *wt = &wtypes[tys[ci]];
+		int64_t E = 6, N = 72, K = k_for(wt, 1), k = 4;
+		hw wgh = make_w(wt, E * N, K), wuh = make_w(wt, E * N, K);
+		wgh.t.ne[1] = wuh.t.ne[1] = N;
+		wgh.t.ne[2] = wuh.t.ne[2] = E;
+		sg_btensor gc, gg, uc, ug;
+		bind_both(&wgh, &gc, &gg);
+		bind_both(&wuh, &uc, &ug);
+		int32_t idv[4] = {3, 0, 5, 1};
+		if (ci == 1) idv[2] = 77; /* out of range: a zero row either way */
+		pair ids = pair_i32(k, 1, idv), x = pair_rand(K, 1, 1, 1.0f);
+		for (int ai = 0; ai < 2; ai++) {
+			pair g = pair_new(SG_TYPE_F32, N, k, 1, 1), u = pair_new(SG_TYPE_F32, N, k, 1, 1);
+			pair g2 = pair_new(SG_TYPE_F32, N, k, 1, 1), u2 = pair_new(SG_TYPE_F32, N, k, 1, 1);
+			poison(&g);
+			cr_assert_eq(sg_backend_moe_glu(gpu, &gg, &ug, &x.g, &ids.g, acts[ai], &g.g, &u.g), SG_OK, "%s", sg_last_error());
+			cr_assert_eq(sg_backend_moe_glu_compose(gpu, &gg, &ug, &x.g, &ids.g, acts[ai], &g2.g, &u2.g), SG_OK, "%s", sg_last_error());
+			float *a = fetch(&g), *b = fetch(&g2);
+			cr_expect(!memcmp(a, b, sizeof(float) * (size_t)(N * k)), "%s act %d: fused differs from the composition", wt->name, (int)acts[ai]);
+			if (ci == 1)
+				for (int64_t r = 0; r < N; r++) cr_expect(a[2 * N + r] == 0.0f, "%s: bad id row %lld = %g", wt->name, (long long)r, (double)a[2 * N + r]);
+			/* against the CPU on the activations the GPU rounded */
+			pair xr = requantized(&x);
+			sg_backend_moe_glu(cpu, &gc, &uc, &xr.c, &ids.c, acts[ai], &g.c, &u.c);
+			double e = pair_nmse(&g);
+			cr_expect(e < NMSE_F32 * 100, "%s act %d: nmse %.3g vs the CPU", wt->name, (int)acts[ai], e);
+			free(a), free(b);
+			pair *all[] = {&g, &u, &g2, &u2, &xr};
+			for (int i = 0; i < 5; i++) pair_free(all[i]);
+		}
+		pair_free(&ids), pair_free(&x);
+		gpu->ops->tensor_free(gpu, &gg), cpu->ops->tensor_free(cpu, &gc);
+		gpu->ops->tensor_free(gpu, &ug), cpu->ops->tensor_free(cpu, &uc);
+		free_hw(&wgh), free_hw(&wuh);
+	}
+}
+
 Test(cuda, unsupported_weight_types_fail_to_bind_with_their_name)
 {
 	uint8_t buf[84 * 4] = {0};

@@ -887,6 +887,32 @@ static sg_status cuda_moe_matmul(sg_backend *be, const sg_btensor *w, const sg_b
 	return SG_OK;
 }
 
+/* One token (decode): the gate and up expert matmuls and the GLU as one activation rounding and
+ * one launch; anything else is the composition. */
+static sg_status cuda_moe_glu(sg_backend *be, const sg_btensor *wg, const sg_btensor *wu, const sg_btensor *x, const sg_btensor *ids, sg_act act,
+			      sg_btensor *g, sg_btensor *u)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_cuw a, b;
+	int ca = act == SG_ACT_SILU ? SG_CU_EW_SILU : act == SG_ACT_GELU_TANH ? SG_CU_EW_GELU : act == SG_ACT_GELU ? SG_CU_EW_GELU_ERF : -1;
+	if (!cb->fused || !cb->q8x || ca < 0 || !ids || ids->type != SG_TYPE_I32 || sg_btensor_rows(ids) != 1 || wview("moe_matmul", wg, &a) ||
+	    wview("moe_matmul", wu, &b) || !sg_cu_moe_glu_ok(&a, &b) || wg->ne[2] != wu->ne[2] || wg->ne[1] != wu->ne[1] || wg->ne[2] > 4096)
+		return sg_backend_moe_glu_compose(be, wg, wu, x, ids, act, g, u);
+	sg_status st;
+	int64_t k = ids->ne[0], E = wg->ne[2], N = wg->ne[1];
+	if ((st = check_x("moe_matmul", x, wg, &a)) || (st = check_f32("moe_matmul", "g", g))) return st;
+	if (sg_btensor_rows(x) != 1) return sg_backend_moe_glu_compose(be, wg, wu, x, ids, act, g, u);
+	if (g->ne[0] != N || sg_btensor_rows(g) != k)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda moe_glu: g is [%lld][%lld], expected [%lld][%lld]", (long long)sg_btensor_rows(g),
+				(long long)g->ne[0], (long long)k, (long long)N);
+	a.expert_bytes = (size_t)N * wg->row_bytes, a.expert_sb_bytes = (size_t)N * sg_btensor_mlx_sb_row_bytes(wg);
+	b.expert_bytes = (size_t)N * wu->row_bytes, b.expert_sb_bytes = (size_t)N * sg_btensor_mlx_sb_row_bytes(wu);
+	void *q8 = scratch(cb, sg_cu_q8_bytes(1, a.K), &st);
+	if (!q8) return st;
+	CU_RET("moe_glu", sg_cu_moe_glu(&a, &b, x->data, ids->data, k, E, ca, g->data, N, q8, S(cb)));
+	return SG_OK;
+}
+
 static sg_status cuda_embed(sg_backend *be, const sg_btensor *w, const sg_btensor *ids, sg_btensor *out)
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
@@ -1546,6 +1572,7 @@ static const sg_backend_ops cuda_ops = {
 	.moe_weight_scale = cuda_moe_weight_scale,
 	.matmul_multi = cuda_matmul_multi,
 	.attn_prep_norm = cuda_attn_prep_norm,
+	.moe_glu = cuda_moe_glu,
 };
 
 sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)

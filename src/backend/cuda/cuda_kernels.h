@@ -91,6 +91,13 @@ void sg_cu_set_gemv_rows(int rows);
 void sg_cu_set_gemv_variant(int variant);
 /* 0: one-token MoE matmuls take the sorting kernel too (SARAGOSSA_CUDA_MOE_DECODE) */
 void sg_cu_set_moe_decode(int on);
+/* The one-token gate and up expert matmuls with the GLU in one launch (after one activation
+ * rounding): g[j][r] = act(wg[ids[j]] x . ) * (wu[ids[j]] x .) for the k slots, bit-identical to
+ * two one-token moe_matmul calls and the glu kernel. _ok: the pair has that kernel. act:
+ * SG_CU_EW_SILU, _GELU or _GELU_ERF. */
+int sg_cu_moe_glu_ok(const sg_cuw *wg, const sg_cuw *wu);
+int sg_cu_moe_glu(const sg_cuw *wg, const sg_cuw *wu, const float *x, const int32_t *ids, int64_t k, int64_t E, int act, float *g,
+		  int64_t N, void *q8_scratch, sg_custream s);
 
 /* out = x with every block of 32 rounded as the 8-bit activation quantizer rounds it (n % 32 = 0). */
 int sg_cu_requant(const float *x, int64_t n, float *out, sg_custream s);

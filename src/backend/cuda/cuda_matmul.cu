@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_pdl.cuh"
@@ -1314,28 +1315,32 @@ extern "C" int sg_cu_moe_sort(const int32_t *ids, int64_t S, int64_t E, int32_t 
 template <int KT>
 __global__ void __launch_bounds__(QT) moe1_kernel(const sg_cuw w, const int8_t *__restrict__ xq, const float *__restrict__ dx,
 						  const float *__restrict__ sx, int shared_x, const int32_t *__restrict__ ids, int64_t E,
-						  float *__restrict__ y, int64_t N)
+						  float *__restrict__ y, int64_t N, const sg_cuw w2, int act)
 {
+	/* GLU (w2 given: the up matrix, same format): a warp's two rows are row r of the gate expert
+	 * and row r of the up expert, and it stores act(g) * u (the sums are those of the unfused
+	 * kernel: each row's accumulator sees the same units in the same order) */
+	const int glu = w2.data != NULL, per = glu ? 1 : 2;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = blockIdx.y;
-	int64_t r0 = ((int64_t)blockIdx.x * (QT / 32) + warp) * 2;
+	int64_t r0 = ((int64_t)blockIdx.x * (QT / 32) + warp) * per;
 	pdl_trigger();
 	pdl_wait();
 	if (r0 >= N) return;
 	float *yo = y + (int64_t)slot * N;
 	int32_t e = ids[slot];
 	if (e < 0 || e >= E) { /* an id out of range gives zeros */
-		if (lane < 2 && r0 + lane < N) yo[r0 + lane] = 0.0f;
+		if (lane < per && r0 + lane < N) yo[r0 + lane] = 0.0f;
 		return;
 	}
-	const uint8_t *data = w.data + (size_t)e * w.expert_bytes;
-	const uint8_t *sc = w.scales ? w.scales + (size_t)e * w.expert_sb_bytes : NULL, *bi = w.biases ? w.biases + (size_t)e * w.expert_sb_bytes : NULL;
 	const uint8_t *rp[2], *sp[2], *bp[2];
 #pragma unroll
 	for (int s = 0; s < 2; s++) {
-		int64_t r = r0 + s < N ? r0 + s : N - 1;
-		rp[s] = data + (size_t)r * w.row_bytes;
-		sp[s] = sc ? sc + (size_t)r * w.sb_row_bytes : NULL;
-		bp[s] = bi ? bi + (size_t)r * w.sb_row_bytes : NULL;
+		const sg_cuw &m = glu && s ? w2 : w;
+		const uint8_t *data = m.data + (size_t)e * m.expert_bytes;
+		int64_t r = glu ? r0 : r0 + s < N ? r0 + s : N - 1;
+		rp[s] = data + (size_t)r * m.row_bytes;
+		sp[s] = m.scales ? m.scales + (size_t)e * m.expert_sb_bytes + (size_t)r * m.sb_row_bytes : NULL;
+		bp[s] = m.biases ? m.biases + (size_t)e * m.expert_sb_bytes + (size_t)r * m.sb_row_bytes : NULL;
 	}
 	int64_t K = w.K, xo = shared_x ? 0 : slot;
 	const int8_t *vq = xq + xo * K;
@@ -1344,10 +1349,15 @@ __global__ void __launch_bounds__(QT) moe1_kernel(const sg_cuw w, const int8_t *
 #pragma unroll 4
 	for (int64_t u = lane; u < K / 32; u += 32) q8_unit<KT, 2>(w, rp, sp, bp, u, vq, vd, vs, acc);
 	acc[0] = warp_sum(acc[0]), acc[1] = warp_sum(acc[1]);
-	if (lane < 2 && r0 + lane < N) yo[r0 + lane] = acc[lane];
+	if (glu) {
+		if (lane == 0) yo[r0] = act_of(act, acc[0]) * acc[1];
+	} else if (lane < 2 && r0 + lane < N) {
+		yo[r0 + lane] = acc[lane];
+	}
 }
 
-typedef void (*moe1_fn)(const sg_cuw, const int8_t *, const float *, const float *, int, const int32_t *, int64_t, float *, int64_t);
+typedef void (*moe1_fn)(const sg_cuw, const int8_t *, const float *, const float *, int, const int32_t *, int64_t, float *, int64_t, const sg_cuw,
+			int);
 
 static moe1_fn pick_moe1(int kt)
 {
@@ -1367,6 +1377,27 @@ static moe1_fn pick_moe1(int kt)
 static int g_moe1 = 1;
 extern "C" void sg_cu_set_moe_decode(int on) { g_moe1 = on; }
 
+extern "C" int sg_cu_moe_glu_ok(const sg_cuw *wg, const sg_cuw *wu)
+{
+	return g_moe1 && sg_cu_has_q8(wg->kt) && pick_moe1(wg->kt) && wg->kt == wu->kt && wg->K == wu->K && wg->group == wu->group &&
+	       wg->sb_bf16 == wu->sb_bf16;
+}
+
+extern "C" int sg_cu_moe_glu(const sg_cuw *wg, const sg_cuw *wu, const float *x, const int32_t *ids, int64_t k, int64_t E, int act, float *g,
+			     int64_t N, void *q8_scratch, sg_custream s)
+{
+	cudaStream_t st = (cudaStream_t)s;
+	moe1_fn f1 = sg_cu_moe_glu_ok(wg, wu) && q8_scratch ? pick_moe1(wg->kt) : NULL;
+	if (!f1 || !wu->data) return (int)cudaErrorInvalidValue;
+	int8_t *xq;
+	float *dx, *sx;
+	int e = quant_x(x, 1, wg->K, q8_scratch, &xq, &dx, &sx, st);
+	if (e) return e;
+	pdl_launch(f1, dim3((unsigned)((N + QT / 32 - 1) / (QT / 32)), (unsigned)k), dim3(QT), 0, st, *wg, (const int8_t *)xq, (const float *)dx,
+		   (const float *)sx, 1, ids, E, g, N, *wu, act);
+	return (int)cudaGetLastError();
+}
+
 extern "C" int sg_cu_moe_matmul(const sg_cuw *w, const float *x, int shared_x, const int32_t *ids, int64_t n, int64_t k, int64_t E, float *y,
 				int64_t N, int32_t *scratch, void *q8_scratch, sg_custream s)
 {
@@ -1378,8 +1409,10 @@ extern "C" int sg_cu_moe_matmul(const sg_cuw *w, const float *x, int shared_x, c
 		float *dx, *sx;
 		int e = quant_x(x, shared_x ? 1 : S, w->K, q8_scratch, &xq, &dx, &sx, st);
 		if (e) return e;
+		sg_cuw none;
+		memset(&none, 0, sizeof(none));
 		pdl_launch(f1, dim3((unsigned)((N + 2 * (QT / 32) - 1) / (2 * (QT / 32))), (unsigned)S), dim3(QT), 0, st, *w, (const int8_t *)xq,
-			   (const float *)dx, (const float *)sx, (int)shared_x, ids, E, y, N);
+			   (const float *)dx, (const float *)sx, (int)shared_x, ids, E, y, N, none, 0);
 		return (int)cudaGetLastError();
 	}
 	int32_t *start = scratch, *order = start + E + 1, *used = order + S, *nused = used + E;
