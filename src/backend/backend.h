@@ -326,6 +326,11 @@ typedef struct sg_backend_ops {
 	sg_status (*moe_glu)(sg_backend *be, const sg_btensor *w_gate, const sg_btensor *w_up,
 			     const sg_btensor *x, const sg_btensor *ids, sg_act act, sg_btensor *g,
 			     sg_btensor *u);
+	/* out = residual + moe_combine(y, weights) (the MoE layer's output added to the stream);
+	 * out may alias residual; tmp [n][D] may be used as scratch. Bit-identical to the
+	 * composition (moe_combine into tmp, add). May be NULL. */
+	sg_status (*moe_combine_add)(sg_backend *be, const sg_btensor *y, const sg_btensor *weights,
+				     const sg_btensor *residual, sg_btensor *out, sg_btensor *tmp);
 } sg_backend_ops;
 
 /* The backend object. A backend implementation embeds it first in its own struct. */
@@ -369,6 +374,11 @@ sg_status sg_backend_moe_glu(sg_backend *be, const sg_btensor *w_gate, const sg_
 			     const sg_btensor *ids, sg_act act, sg_btensor *g, sg_btensor *u);
 sg_status sg_backend_moe_glu_compose(sg_backend *be, const sg_btensor *w_gate, const sg_btensor *w_up, const sg_btensor *x,
 				     const sg_btensor *ids, sg_act act, sg_btensor *g, sg_btensor *u);
+
+/* residual + the weighted sum of the experts' outputs: the backend's fused op, else moe_combine
+ * into tmp and add. */
+sg_status sg_backend_moe_combine_add(sg_backend *be, const sg_btensor *y, const sg_btensor *weights, const sg_btensor *residual,
+				     sg_btensor *out, sg_btensor *tmp);
 
 /* rope(q), rope(k), kv_store(k, v): the backend's fused stage when it has one. */
 static inline sg_status sg_backend_attn_prep(sg_backend *be, sg_btensor *q, sg_btensor *k,

@@ -667,6 +667,25 @@ Test(cuda, moe_glu_one_token_equals_its_composition)
 	}
 }
 
+/* moe_combine_add in place (out = residual) gives the bits of moe_combine then add. */
+Test(cuda, moe_combine_add_equals_combine_then_add)
+{
+	int64_t n = 3, k = 8, D = 2048 + 64;
+	pair y = pair_rand(D, n * k, 1, 1.0f), w = pair_rand(k, n, 1, 1.0f), x = pair_rand(D, n, 1, 3.0f), x2 = pair_new(SG_TYPE_F32, D, n, 1, 1);
+	pair t = pair_new(SG_TYPE_F32, D, n, 1, 1), t2 = pair_new(SG_TYPE_F32, D, n, 1, 1);
+	float *x0 = fetch(&x);
+	cr_assert_eq(gpu->ops->write(gpu, &x2.g, 0, x0, sizeof(float) * (size_t)(n * D)), SG_OK);
+	cr_assert_eq(sg_backend_moe_combine_add(gpu, &y.g, &w.g, &x.g, &x.g, &t.g), SG_OK, "%s", sg_last_error());
+	cr_assert_eq(gpu->ops->moe_combine(gpu, &y.g, &w.g, &t2.g), SG_OK);
+	cr_assert_eq(gpu->ops->add(gpu, &x2.g, &t2.g, &x2.g), SG_OK);
+	float *a = fetch(&x), *b = fetch(&x2);
+	cr_expect(!memcmp(a, b, sizeof(float) * (size_t)(n * D)), "fused combine + residual differs from combine then add");
+	cr_expect(memcmp(a, x0, sizeof(float) * (size_t)(n * D)), "the residual was not updated");
+	free(a), free(b), free(x0);
+	pair *all[] = {&y, &w, &x, &x2, &t, &t2};
+	for (int i = 0; i < 6; i++) pair_free(all[i]);
+}
+
 Test(cuda, unsupported_weight_types_fail_to_bind_with_their_name)
 {
 	uint8_t buf[84 * 4] = {0};

@@ -1354,9 +1354,8 @@ static sg_status cuda_moe_route(sg_backend *be, const sg_btensor *logits, sg_rou
 	return SG_OK;
 }
 
-static sg_status cuda_moe_combine(sg_backend *be, const sg_btensor *y, const sg_btensor *weights, sg_btensor *out)
+static sg_status moe_combine(sg_cuda_backend *cb, const sg_btensor *y, const sg_btensor *weights, const sg_btensor *res, sg_btensor *out)
 {
-	sg_cuda_backend *cb = (sg_cuda_backend *)be;
 	sg_status st;
 	if ((st = check_f32("moe_combine", "y", y)) || (st = check_f32("moe_combine", "weights", weights)) || (st = check_f32("moe_combine", "out", out)))
 		return st;
@@ -1364,8 +1363,26 @@ static sg_status cuda_moe_combine(sg_backend *be, const sg_btensor *y, const sg_
 	if (y->ne[0] != D || sg_btensor_rows(y) != n * k || sg_btensor_rows(weights) != n)
 		return sg_error(SG_ERR_INVALID_ARG, "cuda moe_combine: y [%lld][%lld], weights [%lld][%lld], out [%lld][%lld] disagree",
 				(long long)sg_btensor_rows(y), (long long)y->ne[0], (long long)sg_btensor_rows(weights), (long long)k, (long long)n, (long long)D);
-	CU_RET("moe_combine", sg_cu_moe_combine(y->data, weights->data, n, k, D, out->data, S(cb)));
+	if (res && ((st = check_f32("moe_combine", "residual", res)) || (st = check_same("moe_combine", res, out)))) return st;
+	CU_RET("moe_combine", sg_cu_moe_combine(y->data, weights->data, n, k, D, res ? res->data : NULL, out->data, S(cb)));
 	return SG_OK;
+}
+
+static sg_status cuda_moe_combine(sg_backend *be, const sg_btensor *y, const sg_btensor *weights, sg_btensor *out)
+{
+	return moe_combine((sg_cuda_backend *)be, y, weights, NULL, out);
+}
+
+/* the residual add in the combine kernel (SARAGOSSA_CUDA_FUSED): one kernel fewer a MoE layer */
+static sg_status cuda_moe_combine_add(sg_backend *be, const sg_btensor *y, const sg_btensor *weights, const sg_btensor *residual, sg_btensor *out,
+				      sg_btensor *tmp)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	if (!cb->fused) {
+		sg_status st = moe_combine(cb, y, weights, NULL, tmp);
+		return st ? st : be->ops->add(be, residual, tmp, out);
+	}
+	return moe_combine(cb, y, weights, residual, out);
 }
 
 static sg_status cuda_argmax(sg_backend *be, const sg_btensor *x, sg_btensor *ids)
@@ -1573,6 +1590,7 @@ static const sg_backend_ops cuda_ops = {
 	.matmul_multi = cuda_matmul_multi,
 	.attn_prep_norm = cuda_attn_prep_norm,
 	.moe_glu = cuda_moe_glu,
+	.moe_combine_add = cuda_moe_combine_add,
 };
 
 sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)

@@ -221,7 +221,8 @@ int sg_cu_elementwise(int kind, const float *a, const float *b, float sc, float 
 int sg_cu_softmax(const float *x, float *out, int64_t rows, int64_t D, sg_custream s);
 int sg_cu_moe_route(const float *logits, int64_t n, int64_t E, int sigmoid, int k, int norm,
 		    int32_t *ids, float *w, sg_custream s);
-int sg_cu_moe_combine(const float *y, const float *w, int64_t n, int64_t k, int64_t D, float *out,
+/* out[t] = res[t] + sum_j w[t][j] y[t][j] (res NULL: the sum); out may alias res. */
+int sg_cu_moe_combine(const float *y, const float *w, int64_t n, int64_t k, int64_t D, const float *res, float *out,
 		      sg_custream s);
 /* scratch: sg_cu_argmax_scratch(rows, D) bytes (0 = none needed; NULL = one block per row) */
 size_t sg_cu_argmax_scratch(int64_t rows, int64_t D);

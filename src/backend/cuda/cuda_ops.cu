@@ -791,7 +791,9 @@ extern "C" int sg_cu_moe_route(const float *logits, int64_t n, int64_t E, int si
 }
 
 /* Block (b, t): dims [256 b, 256 b + 256) of token t, its k slots summed in slot order. */
-__global__ void combine_kernel(const float *y, const float *w, int64_t k, int64_t D, float *out)
+/* out = res + sum_s w_s y_s (res NULL: the sum alone); the sum first, then one add, as the
+ * combine and add kernels would do it. out may alias res (each element one thread's). */
+__global__ void combine_kernel(const float *y, const float *w, int64_t k, int64_t D, const float *res, float *out)
 {
 	int64_t t = blockIdx.y, d = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	pdl_trigger();
@@ -799,14 +801,14 @@ __global__ void combine_kernel(const float *y, const float *w, int64_t k, int64_
 	if (d >= D) return;
 	float acc = 0.0f;
 	for (int64_t s = 0; s < k; s++) acc += w[t * k + s] * y[(t * k + s) * D + d];
-	out[t * D + d] = acc;
+	out[t * D + d] = res ? res[t * D + d] + acc : acc;
 }
 
-extern "C" int sg_cu_moe_combine(const float *y, const float *w, int64_t n, int64_t k, int64_t D, float *out, sg_custream s)
+extern "C" int sg_cu_moe_combine(const float *y, const float *w, int64_t n, int64_t k, int64_t D, const float *res, float *out, sg_custream s)
 {
 	if (n <= 0) return 0;
 	if (n > 65535) return (int)cudaErrorInvalidValue;
-	pdl_launch(combine_kernel, dim3((unsigned)((D + 255) / 256), (unsigned)n), dim3(256), 0, (cudaStream_t)s, y, w, k, D, out);
+	pdl_launch(combine_kernel, dim3((unsigned)((D + 255) / 256), (unsigned)n), dim3(256), 0, (cudaStream_t)s, y, w, k, D, res, out);
 	return ok();
 }
 
