@@ -1,0 +1,119 @@
+/* Internal to the CUDA backend's host side: the backend object, the helpers its files share
+ * (cuda_backend.c: the op table, memory, weights, graphs; cuda_gemm.c: the cuBLAS paths for many
+ * tokens). Not a public interface. */
+#ifndef SG_BACKEND_CUDA_INTERNAL_H
+#define SG_BACKEND_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "base/error.h"
+
+#define GEMV_MAX_TOKENS 8          /* more tokens take the tensor-core GEMM (when enabled) */
+#define GEMM_TILE_BYTES (64u << 20) /* weight tile dequantized per cuBLAS call */
+#define MAX_HEAD_DIM 1024
+
+typedef struct sg_cuda_backend {
+	sg_backend base; /* first: a sg_backend * is a sg_cuda_backend * */
+	int device;
+	cudaStream_t stream;
+	cublasHandle_t blas; /* created on the first GEMM (see sg_cuda_blas_ready) */
+	int blas_state;      /* 0 not tried, 1 ready, -1 unavailable: the GEMV kernel serves every n */
+	void *scratch;
+	size_t scratch_cap;
+	unsigned scratch_gen; /* bumped when the scratch moves: a graph recorded before is stale */
+	int gemm; /* GEMM_*: SARAGOSSA_CUDA_GEMM */
+	int q8x;  /* SARAGOSSA_CUDA_Q8X */
+	int gemm_f16; /* SARAGOSSA_CUDA_GEMM_F16 */
+	int fused; /* SARAGOSSA_CUDA_FUSED */
+	int moe_gemm; /* SARAGOSSA_CUDA_MOE_GEMM: fewest tokens of the MoE GEMM path, 0 = never */
+	int attn_dec;  /* SARAGOSSA_CUDA_ATTN_DECODE */
+	int attn_gemm; /* SARAGOSSA_CUDA_ATTN_GEMM */
+	int attn_f16;  /* SARAGOSSA_CUDA_ATTN_F16 */
+	/* The last I32 values written from the host (the positions of a chunk): their device address,
+	 * count and largest value, so prefill attention knows the KV length without a read-back.
+	 * Forgotten when a graph runs (a recorded step may advance positions on the device). */
+	const void *pos_ptr;
+	int64_t pos_n, pos_max;
+	/* One-token attention output already rounded to 8 bits for the matmul after it (the
+	 * feeds_matmul / x_fed hints): the buffer, its capacity in values, whose output it holds. */
+	void *q8a;
+	int64_t q8a_cap;
+	const void *q8a_of;
+	int capturing;
+	cudaGraphExec_t exec;
+	unsigned exec_gen;
+	char desc[320];
+} sg_cuda_backend;
+
+/* Many tokens: cuBLAS over dequantized weight tiles. GEMM_TF32X3 (the default) splits f32
+ * activations and weights into hi + lo TF32 parts and sums three tensor-core products (about
+ * FP32's accuracy: the parity gate of 1e-3 on logits holds; 1.2-1.3x FP32's speed at 2k-8k
+ * tokens on an H200); GEMM_F32 is plain FP32 math; GEMM_TF32 one TF32 product (1.1e-3 on the
+ * fixtures, past the gate); GEMM_BF16 rounds both to bf16 (logits move by ~5e-3). */
+enum { GEMM_OFF, GEMM_F32, GEMM_BF16, GEMM_TF32, GEMM_TF32X3 };
+
+static inline sg_custream S(sg_cuda_backend *cb) { return (sg_custream)cb->stream; }
+
+static inline sg_status cu_fail(const char *op, int err)
+{
+	return sg_error(SG_ERR_BACKEND, "cuda %s: %s", op, cudaGetErrorString((cudaError_t)err));
+}
+#define CU_RET(op, call)                                                                           \
+	do {                                                                                       \
+		int e_ = (int)(call);                                                              \
+		if (e_) return cu_fail(op, e_);                                                   \
+	} while (0)
+
+static inline const char *tname(sg_type t) { return sg_type_name((int)t); }
+
+static inline sg_status check_f32(const char *op, const char *what, const sg_btensor *t)
+{
+	if (!t || !t->data) return sg_error(SG_ERR_INVALID_ARG, "cuda %s: %s is missing", op, what);
+	if (t->type != SG_TYPE_F32)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda %s: %s must be F32, found %s", op, what, tname(t->type));
+	return SG_OK;
+}
+
+static inline sg_status check_i32(const char *op, const char *what, const sg_btensor *t)
+{
+	if (!t || !t->data || t->type != SG_TYPE_I32)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda %s: %s must be an I32 tensor", op, what);
+	return SG_OK;
+}
+
+static inline sg_status check_same(const char *op, const sg_btensor *a, const sg_btensor *b)
+{
+	if (a->ne[0] != b->ne[0] || sg_btensor_rows(a) != sg_btensor_rows(b))
+		return sg_error(SG_ERR_INVALID_ARG, "cuda %s: shapes differ: [%lld][%lld] vs [%lld][%lld]", op,
+				(long long)sg_btensor_rows(a), (long long)a->ne[0], (long long)sg_btensor_rows(b),
+				(long long)b->ne[0]);
+	return SG_OK;
+}
+
+static inline int64_t nvals(const sg_btensor *t) { return t->ne[0] * sg_btensor_rows(t); }
+
+static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+static inline size_t round256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* The backend's one scratch buffer, at least n bytes (grown outside graph recordings only). */
+void *sg_cuda_scratch(sg_cuda_backend *cb, size_t n, sg_status *st);
+/* The kernel view of a bound weight tensor; op names the caller in errors. */
+sg_status sg_cuda_wview(const char *op, const sg_btensor *w, sg_cuw *v);
+
+/* --- cuda_gemm.c --- */
+/* 1 when cuBLAS is loaded and the backend's handle made (tried once; never inside a recording). */
+int sg_cuda_blas_ready(sg_cuda_backend *cb);
+void sg_cuda_blas_destroy(sg_cuda_backend *cb);
+/* y [n][N] = x [n][K] w^T (+ bias) through tensor-core GEMMs on dequantized weight tiles. */
+sg_status sg_cuda_gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int64_t n, float *y, int64_t N, const float *bias);
+/* The moe_matmul op for many tokens through per-expert GEMMs (quantized experts, 8-bit activations). */
+sg_status sg_cuda_moe_gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int shared_x, const int32_t *ids, int64_t n, int64_t k,
+			   int64_t E, float *y, int64_t N);
+/* Prefill attention as GEMMs (scores, masked softmax, values) over the live KV rows. */
+sg_status sg_cuda_attn_gemm(sg_cuda_backend *cb, const sg_cu_attn *a, const sg_btensor *pos);
+
+#endif
