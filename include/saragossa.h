@@ -142,7 +142,9 @@ void sg_session_reset(sg_session *s);
  * (recurrent) state, or a sliding-window ring that no longer holds the window before `keep`. */
 sg_status sg_session_truncate(sg_session *s, int keep);
 
-/* Copies the state (KV cache, position, tokens) into *out (caller frees with sg_snapshot_free). */
+/* Copies the state (KV cache, position, tokens) into *out (caller frees with sg_snapshot_free,
+ * before the model: with SARAGOSSA_SNAPSHOT_RESIDENT, the default, the copies live in the model's
+ * backend, device memory on a GPU). */
 sg_status sg_session_snapshot(const sg_session *s, sg_snapshot **out);
 /* Puts a session back at a snapshot taken from a session of the same model and context size. */
 sg_status sg_session_restore(sg_session *s, const sg_snapshot *snap);
@@ -167,6 +169,9 @@ sg_status sg_session_snapshot_range(const sg_session *s, int from, sg_snapshot *
 sg_status sg_session_restore_range(sg_session *s, const sg_snapshot *snap);
 /* Host or device bytes a snapshot holds (for memory accounting). */
 size_t sg_snapshot_bytes(const sg_snapshot *snap);
+/* 1 when this session's snapshots are kept in GPU memory (SARAGOSSA_SNAPSHOT_RESIDENT on a GPU
+ * backend), 0 when in host memory. */
+int sg_session_snapshots_on_device(const sg_session *s);
 /* Bytes a block snapshot of n tokens takes on this session (an estimate made before taking it,
  * for the memory guard). */
 size_t sg_session_block_bytes(const sg_session *s, int n);

@@ -331,6 +331,12 @@ typedef struct sg_backend_ops {
 	 * composition (moe_combine into tmp, add). May be NULL. */
 	sg_status (*moe_combine_add)(sg_backend *be, const sg_btensor *y, const sg_btensor *weights,
 				     const sg_btensor *residual, sg_btensor *out, sg_btensor *tmp);
+	/* n bytes of src from src_off to dst at dst_off, both tensors of this backend, ordered with
+	 * the ops around it (device to device on a GPU: no host round trip). The ranges must lie
+	 * inside the tensors (SG_ERR_RANGE otherwise) and must not overlap. May be NULL: session
+	 * snapshots then go through host memory. */
+	sg_status (*copy)(sg_backend *be, const sg_btensor *src, size_t src_off, sg_btensor *dst,
+			  size_t dst_off, size_t n);
 } sg_backend_ops;
 
 /* The backend object. A backend implementation embeds it first in its own struct. */

@@ -60,6 +60,9 @@ static const sg_flag table[] = {
 	 "CUDA: quantized weights take activations rounded to 8-bit blocks (as the CPU's SIMD kernels): integer dot products "
 	 "in the GEMV (1.5-2x the f32 path's bandwidth), and the prefill GEMM sees the same rounded activations; 0 = f32 "
 	 "activations everywhere (the exact path)"},
+	{"SARAGOSSA_SNAPSHOT_RESIDENT", SG_FLAG_BOOL, "1",
+	 "session snapshots and prefix-cache blocks stay in the backend's memory: device-to-device copies on a GPU, no "
+	 "round trip through the host (0 = copies in host memory)"},
 	{"SARAGOSSA_CUDA_PDL", SG_FLAG_INT, "1",
 	 "CUDA decode chain (norms, GEMVs, attention, argmax) with programmatic dependent launch: a kernel's blocks start "
 	 "while the previous kernel drains and wait for its results on the GPU (1); 2 = also pull the GEMV's weight rows "

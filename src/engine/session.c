@@ -10,6 +10,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/flags.h"
+#include "base/log.h"
 #include "backend/cuda/cuda_backend.h"
 
 #define DEFAULT_CTX 4096
@@ -157,6 +158,12 @@ void sg_session_reset(sg_session *s)
 
 /* ---- snapshots ---- */
 
+/* A snapshot's copy of one tensor's bytes: in host memory, or a tensor of the backend. */
+typedef struct blob {
+	void *host;
+	sg_btensor dev;
+} blob;
+
 struct sg_snapshot {
 	const sg_model *m;
 	int from;         /* 0 for a whole-state snapshot; a block snapshot's first position */
@@ -166,11 +173,44 @@ struct sg_snapshot {
 	int32_t *tokens;  /* [n_past] */
 	float *last;      /* [n_vocab] */
 	int n_layer;
-	void **k, **v;    /* [n_layer] host copies of the cache rows in use */
+	blob *k, *v;      /* [n_layer] copies of the cache rows in use */
 	size_t *bytes;    /* [n_layer] bytes of each */
-	void **rec;       /* [2 * n_layer] recurrent state (conv, delta rule) of linear layers, or NULL */
+	blob *rec;        /* [2 * n_layer] recurrent state (conv, delta rule) of linear layers, or NULL */
 	size_t *rec_bytes;
 };
+
+/* Where snapshots keep their bytes: the backend's own memory (SARAGOSSA_SNAPSHOT_RESIDENT and a
+ * backend with the copy op: device-to-device copies on a GPU, no round trip through the host),
+ * else host memory. A buffer the backend cannot allocate falls back to the host. */
+static int resident(const sg_session *s) { return s->m->be->ops->copy && sg_flag_bool("SARAGOSSA_SNAPSHOT_RESIDENT"); }
+
+static sg_status blob_alloc(const sg_session *s, blob *b, size_t n)
+{
+	sg_backend *be = s->m->be;
+	if (resident(s)) {
+		int64_t ne[4] = {(int64_t)((n + 3) / 4), 1, 1, 1};
+		if (be->ops->tensor_alloc(be, SG_TYPE_I32, ne, &b->dev) == SG_OK) return SG_OK;
+		SG_DEBUG("snapshot: %zu bytes in host memory (%s)", n, sg_last_error());
+		memset(&b->dev, 0, sizeof(b->dev));
+	}
+	b->host = sg_malloc(n);
+	return b->host ? SG_OK : SG_FAIL(SG_ERR_NOMEM, "snapshot of %zu bytes", n);
+}
+
+static void blob_free(sg_backend *be, blob *b)
+{
+	sg_free(b->host);
+	if (b->dev.data) be->ops->tensor_free(be, &b->dev);
+}
+
+/* n bytes between tensor t at toff and the blob at boff: dir 0 t -> blob, 1 blob -> t. */
+static sg_status blob_io(const sg_session *s, blob *b, size_t boff, sg_btensor *t, size_t toff, size_t n, int dir)
+{
+	sg_backend *be = s->m->be;
+	const sg_backend_ops *o = be->ops;
+	if (b->host) return dir ? o->write(be, t, toff, (char *)b->host + boff, n) : o->read(be, t, toff, (char *)b->host + boff, n);
+	return dir ? o->copy(be, &b->dev, boff, t, toff, n) : o->copy(be, t, toff, &b->dev, boff, n);
+}
 
 /* The recurrent state tensors of a session: conv then delta-rule state of every layer (empty
  * for attention layers and for models without linear attention). */
@@ -182,16 +222,49 @@ static sg_btensor *rec_tensor(const sg_session *s, int i)
 	return t->data ? t : NULL;
 }
 
+/* The recurrent states into p->rec (a full copy each), and back. */
+static sg_status rec_save(const sg_session *s, sg_snapshot *p)
+{
+	int L = s->m->desc.n_layer;
+	p->rec = sg_calloc((size_t)(2 * L), sizeof(blob));
+	p->rec_bytes = sg_calloc((size_t)(2 * L), sizeof(size_t));
+	if (!p->rec || !p->rec_bytes) return SG_FAIL(SG_ERR_NOMEM, "snapshot");
+	for (int i = 0; i < 2 * L; i++) {
+		sg_btensor *t = rec_tensor(s, i);
+		if (!t) continue;
+		size_t b = (size_t)sg_btensor_rows(t) * t->row_bytes;
+		sg_status st = blob_alloc(s, &p->rec[i], b);
+		if (st) return st;
+		p->rec_bytes[i] = b;
+		if ((st = blob_io(s, &p->rec[i], 0, t, 0, b, 0))) return st;
+	}
+	return SG_OK;
+}
+
+static sg_status rec_load(sg_session *s, const sg_snapshot *p)
+{
+	for (int i = 0; p->rec && i < 2 * p->n_layer; i++) {
+		sg_btensor *t = rec_tensor(s, i);
+		if (!p->rec_bytes[i] || !t) continue;
+		sg_status st = blob_io(s, &p->rec[i], 0, t, 0, p->rec_bytes[i], 1);
+		if (st) return st;
+	}
+	return SG_OK;
+}
+
+int sg_session_snapshots_on_device(const sg_session *s) { return resident(s) && sg_cuda_is_backend(s->m->be); }
+
 void sg_snapshot_free(sg_snapshot *snap)
 {
 	if (!snap) return;
-	for (int i = 0; snap->k && i < snap->n_layer; i++) {
-		sg_free(snap->k[i]);
-		sg_free(snap->v[i]);
+	sg_backend *be = snap->m->be;
+	for (int i = 0; snap->k && snap->v && i < snap->n_layer; i++) {
+		blob_free(be, &snap->k[i]);
+		blob_free(be, &snap->v[i]);
 	}
 	sg_free(snap->k);
 	sg_free(snap->v);
-	for (int i = 0; snap->rec && i < 2 * snap->n_layer; i++) sg_free(snap->rec[i]);
+	for (int i = 0; snap->rec && i < 2 * snap->n_layer; i++) blob_free(be, &snap->rec[i]);
 	sg_free(snap->rec);
 	sg_free(snap->rec_bytes);
 	sg_free(snap->bytes);
@@ -232,35 +305,20 @@ sg_status sg_session_snapshot(const sg_session *s, sg_snapshot **out)
 	p->n_layer = L;
 	p->tokens = sg_calloc((size_t)s->n_past + 1, sizeof(int32_t));
 	p->last = sg_calloc((size_t)V, sizeof(float));
-	p->k = sg_calloc((size_t)L, sizeof(void *));
-	p->v = sg_calloc((size_t)L, sizeof(void *));
+	p->k = sg_calloc((size_t)L, sizeof(blob));
+	p->v = sg_calloc((size_t)L, sizeof(blob));
 	p->bytes = sg_calloc((size_t)L, sizeof(size_t));
 	sg_status st = p->tokens && p->last && p->k && p->v && p->bytes ? SG_OK : SG_FAIL(SG_ERR_NOMEM, "snapshot");
-	const sg_backend_ops *o = s->m->be->ops;
 	for (int i = 0; i < L && !st; i++) {
-		const sg_kv_layer *kv = &s->fs.kv[i];
+		sg_kv_layer *kv = (sg_kv_layer *)&s->fs.kv[i]; /* read only in this direction */
 		size_t b = used_bytes(kv, s->n_past);
 		p->bytes[i] = b;
 		if (!b) continue;
-		p->k[i] = sg_malloc(b);
-		p->v[i] = sg_malloc(b);
-		if (!p->k[i] || !p->v[i]) st = SG_FAIL(SG_ERR_NOMEM, "snapshot of %zu bytes per cache", b);
-		if (!st) st = o->read(s->m->be, &kv->k, 0, p->k[i], b);
-		if (!st) st = o->read(s->m->be, &kv->v, 0, p->v[i], b);
+		if (!(st = blob_alloc(s, &p->k[i], b))) st = blob_alloc(s, &p->v[i], b);
+		if (!st) st = blob_io(s, &p->k[i], 0, &kv->k, 0, b, 0);
+		if (!st) st = blob_io(s, &p->v[i], 0, &kv->v, 0, b, 0);
 	}
-	if (!st && s->fs.conv) {
-		p->rec = sg_calloc((size_t)(2 * L), sizeof(void *));
-		p->rec_bytes = sg_calloc((size_t)(2 * L), sizeof(size_t));
-		if (!p->rec || !p->rec_bytes) st = SG_FAIL(SG_ERR_NOMEM, "snapshot");
-		for (int i = 0; i < 2 * L && !st; i++) {
-			const sg_btensor *t = rec_tensor(s, i);
-			if (!t) continue;
-			size_t b = (size_t)sg_btensor_rows(t) * t->row_bytes;
-			p->rec[i] = sg_malloc(b);
-			p->rec_bytes[i] = b;
-			st = p->rec[i] ? o->read(s->m->be, t, 0, p->rec[i], b) : SG_FAIL(SG_ERR_NOMEM, "snapshot of %zu bytes", b);
-		}
-	}
+	if (!st && s->fs.conv) st = rec_save(s, p);
 	if (st) {
 		sg_snapshot_free(p);
 		return st;
@@ -278,19 +336,14 @@ sg_status sg_session_restore(sg_session *s, const sg_snapshot *p)
 	if (p->m != s->m || p->n_ctx != s->n_ctx || p->kv_type != s->fs.kv_type)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "the snapshot was taken from another model or context size (%d vs %d)",
 			       p->n_ctx, s->n_ctx);
-	const sg_backend_ops *o = s->m->be->ops;
 	for (int i = 0; i < p->n_layer; i++) {
 		if (!p->bytes[i]) continue;
-		sg_status st = o->write(s->m->be, &s->fs.kv[i].k, 0, p->k[i], p->bytes[i]);
-		if (!st) st = o->write(s->m->be, &s->fs.kv[i].v, 0, p->v[i], p->bytes[i]);
+		sg_status st = blob_io(s, &p->k[i], 0, &s->fs.kv[i].k, 0, p->bytes[i], 1);
+		if (!st) st = blob_io(s, &p->v[i], 0, &s->fs.kv[i].v, 0, p->bytes[i], 1);
 		if (st) return st;
 	}
-	for (int i = 0; p->rec && i < 2 * p->n_layer; i++) {
-		sg_btensor *t = rec_tensor(s, i);
-		if (!p->rec[i] || !t) continue;
-		sg_status st = o->write(s->m->be, t, 0, p->rec[i], p->rec_bytes[i]);
-		if (st) return st;
-	}
+	sg_status st = rec_load(s, p);
+	if (st) return st;
 	memcpy(s->tokens, p->tokens, sizeof(int32_t) * (size_t)p->n_past);
 	memcpy(s->last, p->last, sizeof(float) * (size_t)sg_model_n_vocab(s->m));
 	s->n_past = p->n_past;
@@ -399,17 +452,15 @@ size_t sg_session_block_bytes(const sg_session *s, int n)
 
 /* Copies (dir 0: cache -> buf) or writes back (dir 1) the rows of positions [from, to) of one
  * cache tensor; a ring maps position p to row p % rows, so a block may wrap its end. */
-static sg_status rows_io(sg_session *s, sg_kv_layer *kv, sg_btensor *t, int from, int to, void *buf, int dir)
+static sg_status rows_io(const sg_session *s, sg_kv_layer *kv, sg_btensor *t, int from, int to, blob *buf, int dir)
 {
-	const sg_backend_ops *o = s->m->be->ops;
-	size_t pb = pos_bytes(kv);
-	char *b = buf;
+	size_t pb = pos_bytes(kv), b = 0;
 	for (int p = from; p < to;) {
 		int row = kv->ring ? p % kv->rows : p;
 		int n = to - p;
 		if (row + n > kv->rows) n = kv->rows - row;
 		size_t off = (size_t)row * pb, len = (size_t)n * pb;
-		sg_status st = dir ? o->write(s->m->be, t, off, b, len) : o->read(s->m->be, t, off, b, len);
+		sg_status st = blob_io(s, buf, b, t, off, len, dir);
 		if (st) return st;
 		b += len;
 		p += n;
@@ -437,37 +488,22 @@ sg_status sg_session_snapshot_range(const sg_session *s, int from, sg_snapshot *
 	p->kv_type = s->fs.kv_type;
 	p->n_layer = L;
 	p->tokens = sg_calloc((size_t)(to - from), sizeof(int32_t));
-	p->k = sg_calloc((size_t)L, sizeof(void *));
-	p->v = sg_calloc((size_t)L, sizeof(void *));
+	p->k = sg_calloc((size_t)L, sizeof(blob));
+	p->v = sg_calloc((size_t)L, sizeof(blob));
 	p->bytes = sg_calloc((size_t)L, sizeof(size_t));
 	sg_status st = p->tokens && p->k && p->v && p->bytes ? SG_OK : SG_FAIL(SG_ERR_NOMEM, "snapshot");
 	for (int i = 0; i < L && !st; i++) {
-		sg_kv_layer *kv = &s->fs.kv[i];
+		/* the cast: rows_io only reads the cache in this direction */
+		sg_kv_layer *kv = (sg_kv_layer *)&s->fs.kv[i];
 		size_t b = pos_bytes(kv) * (size_t)(to - from);
 		p->bytes[i] = b;
 		if (!b) continue; /* a layer without a KV cache (linear attention) */
-		p->k[i] = sg_malloc(b);
-		p->v[i] = sg_malloc(b);
-		if (!p->k[i] || !p->v[i]) st = SG_FAIL(SG_ERR_NOMEM, "block snapshot of %zu bytes per cache", b);
-		/* the cast: rows_io only reads the cache in this direction */
-		if (!st) st = rows_io((sg_session *)s, kv, &kv->k, from, to, p->k[i], 0);
-		if (!st) st = rows_io((sg_session *)s, kv, &kv->v, from, to, p->v[i], 0);
+		if (!(st = blob_alloc(s, &p->k[i], b))) st = blob_alloc(s, &p->v[i], b);
+		if (!st) st = rows_io(s, kv, &kv->k, from, to, &p->k[i], 0);
+		if (!st) st = rows_io(s, kv, &kv->v, from, to, &p->v[i], 0);
 	}
 	/* recurrent and conv states summarise every position before `to`: a full copy */
-	if (!st && s->fs.conv) {
-		const sg_backend_ops *o = s->m->be->ops;
-		p->rec = sg_calloc((size_t)(2 * L), sizeof(void *));
-		p->rec_bytes = sg_calloc((size_t)(2 * L), sizeof(size_t));
-		if (!p->rec || !p->rec_bytes) st = SG_FAIL(SG_ERR_NOMEM, "block snapshot");
-		for (int i = 0; i < 2 * L && !st; i++) {
-			const sg_btensor *t = rec_tensor(s, i);
-			if (!t) continue;
-			size_t b = (size_t)sg_btensor_rows(t) * t->row_bytes;
-			p->rec[i] = sg_malloc(b);
-			p->rec_bytes[i] = b;
-			st = p->rec[i] ? o->read(s->m->be, t, 0, p->rec[i], b) : SG_FAIL(SG_ERR_NOMEM, "block snapshot of %zu bytes", b);
-		}
-	}
+	if (!st && s->fs.conv) st = rec_save(s, p);
 	if (st) {
 		sg_snapshot_free(p);
 		return st;
@@ -490,22 +526,18 @@ sg_status sg_session_restore_range(sg_session *s, const sg_snapshot *p)
 	for (int i = 0; i < p->n_layer; i++) {
 		if (!p->bytes[i]) continue;
 		sg_kv_layer *kv = &s->fs.kv[i];
-		sg_status st = rows_io(s, kv, &kv->k, p->from, p->n_past, p->k[i], 1);
-		if (!st) st = rows_io(s, kv, &kv->v, p->from, p->n_past, p->v[i], 1);
+		sg_status st = rows_io(s, kv, &kv->k, p->from, p->n_past, &p->k[i], 1);
+		if (!st) st = rows_io(s, kv, &kv->v, p->from, p->n_past, &p->v[i], 1);
 		if (st) {
 			/* part of the block is written: the state past from is undefined */
 			s->has_last = 0;
 			return st;
 		}
 	}
-	for (int i = 0; p->rec && i < 2 * p->n_layer; i++) {
-		sg_btensor *t = rec_tensor(s, i);
-		if (!p->rec[i] || !t) continue;
-		sg_status st = s->m->be->ops->write(s->m->be, t, 0, p->rec[i], p->rec_bytes[i]);
-		if (st) {
-			s->has_last = 0;
-			return st;
-		}
+	sg_status st = rec_load(s, p);
+	if (st) {
+		s->has_last = 0;
+		return st;
 	}
 	memcpy(s->tokens + p->from, p->tokens, sizeof(int32_t) * (size_t)(p->n_past - p->from));
 	s->n_past = p->n_past;

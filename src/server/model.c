@@ -135,9 +135,9 @@ static void snapshot_block(sg_srv_model *m, size_t end)
 	if (sg_pc_contains(pc, m, m->pc_root, m->pc_prompt, b)) return;
 	sg_mem_evictor ev[2];
 	int n_ev = sg_pool_evictors(m->pool, m, ev);
-	/* block snapshots are copied to host memory, whatever the backend */
-	if (sg_memguard_reserve(sg_pool_guard(m->pool), "a prefix-cache block", sg_session_block_bytes(m->session, (int)B),
-				SG_MEM_HOST, ev, n_ev)) {
+	/* block snapshots stay in device memory on a GPU (SARAGOSSA_SNAPSHOT_RESIDENT), else host memory */
+	sg_mem_where kind = sg_session_snapshots_on_device(m->session) ? SG_MEM_ACCEL : SG_MEM_HOST;
+	if (sg_memguard_reserve(sg_pool_guard(m->pool), "a prefix-cache block", sg_session_block_bytes(m->session, (int)B), kind, ev, n_ev)) {
 		SG_DEBUG("serve: block %zu not cached: %s", b, sg_last_error());
 		return;
 	}

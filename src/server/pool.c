@@ -229,9 +229,12 @@ int sg_pool_evictors(sg_pool *p, const sg_srv_model *keep, sg_mem_evictor ev[2])
 	/* one worker thread: its evictor context lives in thread-local storage */
 	cur_evictor.p = p;
 	cur_evictor.keep = keep;
-	/* block snapshots are host memory whatever the backend; a model holds both (its mapping,
-	 * its device tensors) */
-	ev[0] = (sg_mem_evictor){.evict = evict_block, .user = p, .counter = &p->guard.evicted_blocks, .frees = SG_MEM_FREES_HOST};
+	/* block snapshots are device memory on a GPU (SARAGOSSA_SNAPSHOT_RESIDENT), else host memory; a
+	 * model holds both (its mapping, its device tensors) */
+	ev[0] = (sg_mem_evictor){.evict = evict_block,
+				 .user = p,
+				 .counter = &p->guard.evicted_blocks,
+				 .frees = p->accel && sg_flag_bool("SARAGOSSA_SNAPSHOT_RESIDENT") ? SG_MEM_FREES_HOST | SG_MEM_FREES_ACCEL : SG_MEM_FREES_HOST};
 	ev[1] = (sg_mem_evictor){.evict = evict_model,
 				 .user = &cur_evictor,
 				 .counter = &p->guard.evicted_models,

@@ -254,6 +254,18 @@ Test(prefix_cache, restoring_blocks_into_a_wrapped_sliding_window_ring)
 	blocks_roundtrip("gemma3_text", 2);
 }
 
+/* Blocks kept in host memory (SARAGOSSA_SNAPSHOT_RESIDENT=0) instead of the backend's: the same
+ * restores. (On the CPU backend both are host memory, but they take different copy paths.) */
+Test(prefix_cache, blocks_in_host_memory_restore_the_same)
+{
+	setenv("SARAGOSSA_SNAPSHOT_RESIDENT", "0", 1);
+	sg_flags_reload();
+	blocks_roundtrip("llama", 16);
+	blocks_roundtrip("gemma3_text", 2);
+	unsetenv("SARAGOSSA_SNAPSHOT_RESIDENT");
+	sg_flags_reload();
+}
+
 /* The server reuses the live state of attention-only models from any position, although it was
  * prefilled in other pieces than a cold run would use (the answer's decode steps): that is only
  * exact because their chunking changes no bit. (A gated delta-rule layer's chunked form does

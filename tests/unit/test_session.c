@@ -8,6 +8,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/backend.h"
+#include "base/flags.h"
 #include "engine/session.h"
 #include "saragossa.h"
 
@@ -72,6 +74,46 @@ Test(session, snapshot_restore_of_a_wrapped_sliding_window_ring)
 {
 	/* gemma3_text: window 8 and chunks of 2 give rings of 10 rows, which the 18 tokens wrap */
 	snapshot_roundtrip("gemma3_text", 2);
+}
+
+/* Snapshots in host memory (SARAGOSSA_SNAPSHOT_RESIDENT=0) take the read/write path instead of
+ * the backend's copy op: the same logits. */
+Test(session, snapshot_in_host_memory_restores_the_same)
+{
+	setenv("SARAGOSSA_SNAPSHOT_RESIDENT", "0", 1);
+	sg_flags_reload();
+	snapshot_roundtrip("llama", 4);
+	snapshot_roundtrip("gemma3_text", 2);
+	unsetenv("SARAGOSSA_SNAPSHOT_RESIDENT");
+	sg_flags_reload();
+}
+
+/* The backend's copy op (what resident snapshots use) moves the bytes asked for and refuses a
+ * range past either tensor; a session on the CPU keeps its snapshots in host memory. */
+Test(session, backend_copy_moves_bytes_and_refuses_ranges_past_a_tensor)
+{
+	sg_backend *be = NULL;
+	cr_assert_eq(sg_cpu_backend_create(NULL, &be), SG_OK, "%s", sg_last_error());
+	int64_t ne[4] = {8, 1, 1, 1};
+	sg_btensor a, b;
+	cr_assert_eq(be->ops->tensor_alloc(be, SG_TYPE_I32, ne, &a), SG_OK);
+	cr_assert_eq(be->ops->tensor_alloc(be, SG_TYPE_I32, ne, &b), SG_OK);
+	int32_t v[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[8];
+	cr_assert_eq(be->ops->write(be, &a, 0, v, sizeof(v)), SG_OK);
+	cr_assert_eq(be->ops->copy(be, &a, 8, &b, 4, 12), SG_OK, "%s", sg_last_error());
+	cr_assert_eq(be->ops->read(be, &b, 0, got, sizeof(got)), SG_OK);
+	cr_expect(got[0] == 0 && got[1] == 3 && got[2] == 4 && got[3] == 5 && got[4] == 0, "copy moved the wrong bytes");
+	cr_expect_eq(be->ops->copy(be, &a, 24, &b, 0, 12), SG_ERR_RANGE);
+	cr_expect_eq(be->ops->copy(be, &a, 0, &b, 28, 8), SG_ERR_RANGE);
+	cr_expect_eq(be->ops->copy(be, &a, (size_t)-1, &b, 0, 2), SG_ERR_RANGE);
+	be->ops->tensor_free(be, &a);
+	be->ops->tensor_free(be, &b);
+	sg_backend_free(be);
+	sg_model *m = load("llama");
+	sg_session *s = session(m, 32, 4);
+	cr_expect_eq(sg_session_snapshots_on_device(s), 0);
+	sg_session_free(s);
+	sg_model_free(m);
 }
 
 Test(session, bad_tokens_and_overflow_leave_the_session_unchanged)

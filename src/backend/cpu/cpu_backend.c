@@ -238,6 +238,16 @@ static sg_status cpu_read(sg_backend *be, const sg_btensor *t, size_t off, void 
 	return SG_OK;
 }
 
+static sg_status cpu_copy(sg_backend *be, const sg_btensor *src, size_t src_off, sg_btensor *dst, size_t dst_off, size_t n)
+{
+	(void)be;
+	if (src_off > tensor_bytes(src) || n > tensor_bytes(src) - src_off || dst_off > tensor_bytes(dst) || n > tensor_bytes(dst) - dst_off)
+		return SG_FAIL(SG_ERR_RANGE, "copy of %zu bytes from %zu of %zu to %zu of %zu", n, src_off, tensor_bytes(src), dst_off,
+			       tensor_bytes(dst));
+	memmove((char *)dst->data + dst_off, (const char *)src->data + src_off, n);
+	return SG_OK;
+}
+
 static sg_status cpu_sync(sg_backend *be) { return SG_OK; }
 
 /* --- matmul --- */
@@ -600,6 +610,7 @@ static const sg_backend_ops cpu_ops = {
 	.tensor_free = cpu_tensor_free,
 	.write = cpu_write,
 	.read = cpu_read,
+	.copy = cpu_copy,
 	.sync = cpu_sync,
 	.embed = cpu_embed,
 	.matmul = cpu_matmul,

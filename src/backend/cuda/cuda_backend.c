@@ -341,6 +341,17 @@ static sg_status cuda_read(sg_backend *be, const sg_btensor *t, size_t off, void
 	return SG_OK;
 }
 
+/* Device to device on the backend's stream: ordered with the kernels, no host round trip. */
+static sg_status cuda_copy(sg_backend *be, const sg_btensor *src, size_t src_off, sg_btensor *dst, size_t dst_off, size_t n)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	if (src_off > tensor_bytes(src) || n > tensor_bytes(src) - src_off || dst_off > tensor_bytes(dst) || n > tensor_bytes(dst) - dst_off)
+		return sg_error(SG_ERR_RANGE, "cuda copy: %zu bytes from %zu of %zu to %zu of %zu", n, src_off, tensor_bytes(src), dst_off,
+				tensor_bytes(dst));
+	if (n) CU_RET("copy", cudaMemcpyAsync((char *)dst->data + dst_off, (const char *)src->data + src_off, n, cudaMemcpyDeviceToDevice, cb->stream));
+	return SG_OK;
+}
+
 static sg_status cuda_sync(sg_backend *be)
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
@@ -1022,6 +1033,7 @@ static const sg_backend_ops cuda_ops = {
 	.tensor_free = cuda_tensor_free,
 	.write = cuda_write,
 	.read = cuda_read,
+	.copy = cuda_copy,
 	.sync = cuda_sync,
 	.mem_info = cuda_mem_info,
 	.embed = cuda_embed,
