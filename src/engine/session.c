@@ -173,10 +173,11 @@ struct sg_snapshot {
 	int32_t *tokens;  /* [n_past] */
 	float *last;      /* [n_vocab] */
 	int n_layer;
-	blob *k, *v;      /* [n_layer] copies of the cache rows in use */
-	size_t *bytes;    /* [n_layer] bytes of each */
-	blob *rec;        /* [2 * n_layer] recurrent state (conv, delta rule) of linear layers, or NULL */
-	size_t *rec_bytes;
+	blob mem;         /* every copied byte, one allocation (one cudaMalloc on a GPU) */
+	size_t *bytes;    /* [n_layer] bytes of layer i's K rows and of its V rows */
+	size_t *off;      /* [n_layer] where they sit in mem: K at off[i], V at off[i] + bytes[i] */
+	size_t *rec_bytes; /* [2 * n_layer] recurrent state (conv, delta rule) of linear layers, or NULL */
+	size_t *rec_off;
 };
 
 /* Where snapshots keep their bytes: the backend's own memory (SARAGOSSA_SNAPSHOT_RESIDENT and a
@@ -222,31 +223,50 @@ static sg_btensor *rec_tensor(const sg_session *s, int i)
 	return t->data ? t : NULL;
 }
 
-/* The recurrent states into p->rec (a full copy each), and back. */
+/* A snapshot of L layers with layer i's K and V rows of bytes[i] each (filled in by the caller)
+ * and, when the session has recurrent states, room for each: lays out p->mem and allocates it. */
+static sg_status layout(const sg_session *s, sg_snapshot *p)
+{
+	int L = p->n_layer;
+	size_t total = 0;
+	p->off = sg_calloc((size_t)L, sizeof(size_t));
+	if (!p->off) return SG_FAIL(SG_ERR_NOMEM, "snapshot");
+	for (int i = 0; i < L; i++) {
+		p->off[i] = total;
+		total += 2 * p->bytes[i];
+	}
+	if (s->fs.conv) {
+		p->rec_bytes = sg_calloc((size_t)(2 * L), sizeof(size_t));
+		p->rec_off = sg_calloc((size_t)(2 * L), sizeof(size_t));
+		if (!p->rec_bytes || !p->rec_off) return SG_FAIL(SG_ERR_NOMEM, "snapshot");
+		for (int i = 0; i < 2 * L; i++) {
+			const sg_btensor *t = rec_tensor(s, i);
+			p->rec_off[i] = total;
+			p->rec_bytes[i] = t ? (size_t)sg_btensor_rows(t) * t->row_bytes : 0;
+			total += p->rec_bytes[i];
+		}
+	}
+	return total ? blob_alloc(s, &p->mem, total) : SG_OK;
+}
+
+/* The recurrent states into the snapshot (a full copy each), and back. */
 static sg_status rec_save(const sg_session *s, sg_snapshot *p)
 {
-	int L = s->m->desc.n_layer;
-	p->rec = sg_calloc((size_t)(2 * L), sizeof(blob));
-	p->rec_bytes = sg_calloc((size_t)(2 * L), sizeof(size_t));
-	if (!p->rec || !p->rec_bytes) return SG_FAIL(SG_ERR_NOMEM, "snapshot");
-	for (int i = 0; i < 2 * L; i++) {
+	for (int i = 0; p->rec_bytes && i < 2 * p->n_layer; i++) {
 		sg_btensor *t = rec_tensor(s, i);
-		if (!t) continue;
-		size_t b = (size_t)sg_btensor_rows(t) * t->row_bytes;
-		sg_status st = blob_alloc(s, &p->rec[i], b);
+		if (!t || !p->rec_bytes[i]) continue;
+		sg_status st = blob_io(s, &p->mem, p->rec_off[i], t, 0, p->rec_bytes[i], 0);
 		if (st) return st;
-		p->rec_bytes[i] = b;
-		if ((st = blob_io(s, &p->rec[i], 0, t, 0, b, 0))) return st;
 	}
 	return SG_OK;
 }
 
 static sg_status rec_load(sg_session *s, const sg_snapshot *p)
 {
-	for (int i = 0; p->rec && i < 2 * p->n_layer; i++) {
+	for (int i = 0; p->rec_bytes && i < 2 * p->n_layer; i++) {
 		sg_btensor *t = rec_tensor(s, i);
 		if (!p->rec_bytes[i] || !t) continue;
-		sg_status st = blob_io(s, &p->rec[i], 0, t, 0, p->rec_bytes[i], 1);
+		sg_status st = blob_io(s, (blob *)&p->mem, p->rec_off[i], t, 0, p->rec_bytes[i], 1);
 		if (st) return st;
 	}
 	return SG_OK;
@@ -257,15 +277,9 @@ int sg_session_snapshots_on_device(const sg_session *s) { return resident(s) && 
 void sg_snapshot_free(sg_snapshot *snap)
 {
 	if (!snap) return;
-	sg_backend *be = snap->m->be;
-	for (int i = 0; snap->k && snap->v && i < snap->n_layer; i++) {
-		blob_free(be, &snap->k[i]);
-		blob_free(be, &snap->v[i]);
-	}
-	sg_free(snap->k);
-	sg_free(snap->v);
-	for (int i = 0; snap->rec && i < 2 * snap->n_layer; i++) blob_free(be, &snap->rec[i]);
-	sg_free(snap->rec);
+	blob_free(snap->m->be, &snap->mem);
+	sg_free(snap->off);
+	sg_free(snap->rec_off);
 	sg_free(snap->rec_bytes);
 	sg_free(snap->bytes);
 	sg_free(snap->tokens);
@@ -280,7 +294,7 @@ size_t sg_snapshot_bytes(const sg_snapshot *snap)
 	if (!snap) return 0;
 	size_t b = sizeof(*snap) + sizeof(int32_t) * (size_t)(snap->n_past - snap->from + 1);
 	for (int i = 0; i < snap->n_layer; i++) b += 2 * snap->bytes[i];
-	for (int i = 0; snap->rec && i < 2 * snap->n_layer; i++) b += snap->rec_bytes[i];
+	for (int i = 0; snap->rec_bytes && i < 2 * snap->n_layer; i++) b += snap->rec_bytes[i];
 	return b + (snap->last ? sizeof(float) * (size_t)sg_model_n_vocab(snap->m) : 0);
 }
 
@@ -305,20 +319,17 @@ sg_status sg_session_snapshot(const sg_session *s, sg_snapshot **out)
 	p->n_layer = L;
 	p->tokens = sg_calloc((size_t)s->n_past + 1, sizeof(int32_t));
 	p->last = sg_calloc((size_t)V, sizeof(float));
-	p->k = sg_calloc((size_t)L, sizeof(blob));
-	p->v = sg_calloc((size_t)L, sizeof(blob));
 	p->bytes = sg_calloc((size_t)L, sizeof(size_t));
-	sg_status st = p->tokens && p->last && p->k && p->v && p->bytes ? SG_OK : SG_FAIL(SG_ERR_NOMEM, "snapshot");
+	sg_status st = p->tokens && p->last && p->bytes ? SG_OK : SG_FAIL(SG_ERR_NOMEM, "snapshot");
+	for (int i = 0; i < L && !st; i++) p->bytes[i] = used_bytes(&s->fs.kv[i], s->n_past);
+	if (!st) st = layout(s, p);
 	for (int i = 0; i < L && !st; i++) {
 		sg_kv_layer *kv = (sg_kv_layer *)&s->fs.kv[i]; /* read only in this direction */
-		size_t b = used_bytes(kv, s->n_past);
-		p->bytes[i] = b;
-		if (!b) continue;
-		if (!(st = blob_alloc(s, &p->k[i], b))) st = blob_alloc(s, &p->v[i], b);
-		if (!st) st = blob_io(s, &p->k[i], 0, &kv->k, 0, b, 0);
-		if (!st) st = blob_io(s, &p->v[i], 0, &kv->v, 0, b, 0);
+		if (!p->bytes[i]) continue;
+		st = blob_io(s, &p->mem, p->off[i], &kv->k, 0, p->bytes[i], 0);
+		if (!st) st = blob_io(s, &p->mem, p->off[i] + p->bytes[i], &kv->v, 0, p->bytes[i], 0);
 	}
-	if (!st && s->fs.conv) st = rec_save(s, p);
+	if (!st) st = rec_save(s, p);
 	if (st) {
 		sg_snapshot_free(p);
 		return st;
@@ -338,8 +349,9 @@ sg_status sg_session_restore(sg_session *s, const sg_snapshot *p)
 			       p->n_ctx, s->n_ctx);
 	for (int i = 0; i < p->n_layer; i++) {
 		if (!p->bytes[i]) continue;
-		sg_status st = blob_io(s, &p->k[i], 0, &s->fs.kv[i].k, 0, p->bytes[i], 1);
-		if (!st) st = blob_io(s, &p->v[i], 0, &s->fs.kv[i].v, 0, p->bytes[i], 1);
+		blob *m = (blob *)&p->mem; /* read only in this direction */
+		sg_status st = blob_io(s, m, p->off[i], &s->fs.kv[i].k, 0, p->bytes[i], 1);
+		if (!st) st = blob_io(s, m, p->off[i] + p->bytes[i], &s->fs.kv[i].v, 0, p->bytes[i], 1);
 		if (st) return st;
 	}
 	sg_status st = rec_load(s, p);
@@ -452,9 +464,9 @@ size_t sg_session_block_bytes(const sg_session *s, int n)
 
 /* Copies (dir 0: cache -> buf) or writes back (dir 1) the rows of positions [from, to) of one
  * cache tensor; a ring maps position p to row p % rows, so a block may wrap its end. */
-static sg_status rows_io(const sg_session *s, sg_kv_layer *kv, sg_btensor *t, int from, int to, blob *buf, int dir)
+static sg_status rows_io(const sg_session *s, sg_kv_layer *kv, sg_btensor *t, int from, int to, blob *buf, size_t b, int dir)
 {
-	size_t pb = pos_bytes(kv), b = 0;
+	size_t pb = pos_bytes(kv);
 	for (int p = from; p < to;) {
 		int row = kv->ring ? p % kv->rows : p;
 		int n = to - p;
@@ -488,22 +500,20 @@ sg_status sg_session_snapshot_range(const sg_session *s, int from, sg_snapshot *
 	p->kv_type = s->fs.kv_type;
 	p->n_layer = L;
 	p->tokens = sg_calloc((size_t)(to - from), sizeof(int32_t));
-	p->k = sg_calloc((size_t)L, sizeof(blob));
-	p->v = sg_calloc((size_t)L, sizeof(blob));
 	p->bytes = sg_calloc((size_t)L, sizeof(size_t));
-	sg_status st = p->tokens && p->k && p->v && p->bytes ? SG_OK : SG_FAIL(SG_ERR_NOMEM, "snapshot");
+	sg_status st = p->tokens && p->bytes ? SG_OK : SG_FAIL(SG_ERR_NOMEM, "snapshot");
+	/* a layer without a KV cache (linear attention) has 0 bytes */
+	for (int i = 0; i < L && !st; i++) p->bytes[i] = pos_bytes(&s->fs.kv[i]) * (size_t)(to - from);
+	if (!st) st = layout(s, p);
 	for (int i = 0; i < L && !st; i++) {
 		/* the cast: rows_io only reads the cache in this direction */
 		sg_kv_layer *kv = (sg_kv_layer *)&s->fs.kv[i];
-		size_t b = pos_bytes(kv) * (size_t)(to - from);
-		p->bytes[i] = b;
-		if (!b) continue; /* a layer without a KV cache (linear attention) */
-		if (!(st = blob_alloc(s, &p->k[i], b))) st = blob_alloc(s, &p->v[i], b);
-		if (!st) st = rows_io(s, kv, &kv->k, from, to, &p->k[i], 0);
-		if (!st) st = rows_io(s, kv, &kv->v, from, to, &p->v[i], 0);
+		if (!p->bytes[i]) continue;
+		st = rows_io(s, kv, &kv->k, from, to, &p->mem, p->off[i], 0);
+		if (!st) st = rows_io(s, kv, &kv->v, from, to, &p->mem, p->off[i] + p->bytes[i], 0);
 	}
 	/* recurrent and conv states summarise every position before `to`: a full copy */
-	if (!st && s->fs.conv) st = rec_save(s, p);
+	if (!st) st = rec_save(s, p);
 	if (st) {
 		sg_snapshot_free(p);
 		return st;
@@ -526,8 +536,9 @@ sg_status sg_session_restore_range(sg_session *s, const sg_snapshot *p)
 	for (int i = 0; i < p->n_layer; i++) {
 		if (!p->bytes[i]) continue;
 		sg_kv_layer *kv = &s->fs.kv[i];
-		sg_status st = rows_io(s, kv, &kv->k, p->from, p->n_past, &p->k[i], 1);
-		if (!st) st = rows_io(s, kv, &kv->v, p->from, p->n_past, &p->v[i], 1);
+		blob *m = (blob *)&p->mem; /* read only in this direction */
+		sg_status st = rows_io(s, kv, &kv->k, p->from, p->n_past, m, p->off[i], 1);
+		if (!st) st = rows_io(s, kv, &kv->v, p->from, p->n_past, m, p->off[i] + p->bytes[i], 1);
 		if (st) {
 			/* part of the block is written: the state past from is undefined */
 			s->has_last = 0;
