@@ -60,6 +60,10 @@ static const sg_flag table[] = {
 	 "CUDA: quantized weights take activations rounded to 8-bit blocks (as the CPU's SIMD kernels): integer dot products "
 	 "in the GEMV (1.5-2x the f32 path's bandwidth), and the prefill GEMM sees the same rounded activations; 0 = f32 "
 	 "activations everywhere (the exact path)"},
+	{"SARAGOSSA_GREEDY_IN_BACKEND", SG_FLAG_BOOL, "1",
+	 "generate/serve with plain greedy sampling (temperature 0, no bias, penalty, log-probabilities or constraint): each "
+	 "decode step's argmax is found by the backend and only the id comes back (on a GPU: one graph replay and a 4-byte "
+	 "read, the logits stay on the device); 0 = the logits come back and the sampler picks"},
 	{"SARAGOSSA_SNAPSHOT_RESIDENT", SG_FLAG_BOOL, "1",
 	 "session snapshots and prefix-cache blocks stay in the backend's memory: device-to-device copies on a GPU, no "
 	 "round trip through the host (0 = copies in host memory)"},

@@ -5,6 +5,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/flags.h"
 #include "base/timer.h"
 
 sg_gen_params sg_gen_default_params(void)
@@ -69,6 +70,20 @@ static sg_status eval_tokens(sg_gen_state *st, const int32_t *t, size_t n, float
 		return s;
 	}
 	return history_append(st, t, n);
+}
+
+/* eval_tokens for one token whose successor is its logits' argmax (sg_gen_model.eval_greedy). */
+static sg_status eval_greedy(sg_gen_state *st, int32_t t, int32_t *next)
+{
+	const sg_gen_model *m = st->model;
+	sg_status s = m->eval_greedy(m->self, t, st->n, next);
+	if (!s && (*next < 0 || *next >= m->n_vocab)) s = sg_error(SG_ERR_INTERNAL, "greedy step gave id %d of %d", *next, m->n_vocab);
+	if (s) {
+		st->n = 0;
+		(void)m->reset(m->self);
+		return s;
+	}
+	return history_append(st, &t, 1);
 }
 
 /* Keeps the first `keep` tokens of the state: truncates when the model can, else restarts. */
@@ -185,6 +200,10 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 	res->prefill_s = (double)(t1 - t0) * 1e-9;
 
 	uint64_t t_first = 0;
+	/* plain greedy without a constraint: each step's argmax found where the logits are (on a
+	 * GPU only the id comes back); the first token still comes from the prompt's logits */
+	int fast = m->eval_greedy && !p->constraint && sg_sampler_plain_greedy(smp) && sg_flag_bool("SARAGOSSA_GREEDY_IN_BACKEND");
+	int32_t next = -1;
 	for (;;) {
 		if (cancelled(p)) {
 			res->finish = SG_GEN_CANCELLED;
@@ -192,8 +211,13 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 			break;
 		}
 		sg_sample_result sr;
-		if (p->constraint && (s = p->constraint->mask(p->constraint->self, logits, m->n_vocab))) goto out;
-		if ((s = sg_sampler_sample(smp, logits, m->n_vocab, &sr))) goto out;
+		if (next >= 0) {
+			memset(&sr, 0, sizeof(sr));
+			sr.token = next;
+		} else {
+			if (p->constraint && (s = p->constraint->mask(p->constraint->self, logits, m->n_vocab))) goto out;
+			if ((s = sg_sampler_sample(smp, logits, m->n_vocab, &sr))) goto out;
+		}
 		if (p->constraint && (s = p->constraint->accept(p->constraint->self, sr.token))) goto out;
 		if (!t_first) t_first = sg_time_ns();
 		res->n_generated++;
@@ -228,7 +252,9 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 			emit_tail(p, detok, stop, 1);
 			break;
 		}
-		if ((s = eval_tokens(st, &sr.token, 1, logits))) goto out;
+		if (fast) s = eval_greedy(st, sr.token, &next);
+		else s = eval_tokens(st, &sr.token, 1, logits);
+		if (s) goto out;
 	}
 	uint64_t t2 = sg_time_ns();
 	res->ttft_s = t_first ? (double)(t_first - t0) * 1e-9 : 0;

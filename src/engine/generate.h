@@ -45,6 +45,10 @@ typedef struct sg_gen_model {
 	sg_status (*truncate)(void *self, size_t n_keep);
 	/* Forgets everything (position 0). Required. */
 	sg_status (*reset)(void *self);
+	/* Appends one token at n_past and gives *next, the id of its largest logit (lowest id on
+	 * ties), without handing the logits over (a GPU keeps them and returns only the id). Used
+	 * for plain greedy sampling (sg_sampler_plain_greedy) without a constraint. May be NULL. */
+	sg_status (*eval_greedy)(void *self, int32_t token, size_t n_past, int32_t *next);
 } sg_gen_model;
 
 /* A streaming detokenizer: ids in, complete UTF-8 pieces out. */

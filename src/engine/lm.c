@@ -127,6 +127,17 @@ sg_status sg_lm_check_memory(const char *path)
 			path, n, a, limit > 0 ? "allowed by SARAGOSSA_MEM_LIMIT" : "available");
 }
 
+/* One token, only its argmax back (the session's greedy step: on a GPU, one recorded graph and a
+ * 4-byte read instead of the logits) */
+static sg_status op_eval_greedy(void *self, int32_t token, size_t n_past, int32_t *next)
+{
+	sg_lm *lm = self;
+	if ((size_t)sg_session_position(lm->session) != n_past)
+		return sg_error(SG_ERR_INTERNAL, "lm: session at %d, the loop expects %zu", sg_session_position(lm->session),
+				n_past);
+	return sg_session_decode_greedy(lm->session, token, next);
+}
+
 static sg_status op_eval(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
 {
 	sg_lm *lm = self;
@@ -263,7 +274,7 @@ sg_status sg_lm_load(const char *path, const sg_lm_params *p, sg_lm **out)
 	lm->n_vocab = sg_model_n_vocab(lm->model);
 	lm->n_eos = sg_lm_find_eos(lm->tok, lm->n_vocab, path, lm->eos, MAX_EOS);
 	lm->ops = (sg_gen_model){.self = lm, .n_vocab = lm->n_vocab, .n_ctx = lm->n_ctx, .eval = op_eval,
-				 .truncate = op_truncate, .reset = op_reset};
+				 .truncate = op_truncate, .reset = op_reset, .eval_greedy = op_eval_greedy};
 	lm->dt_ops = (sg_gen_detok){.self = lm, .push = dt_push, .flush = dt_flush, .reset = dt_reset};
 	sg_gen_state_init(&lm->state, &lm->ops);
 	*out = lm;

@@ -415,6 +415,8 @@ uint64_t sg_sampler_seed(const sg_sampler *s)
 {
 	return s->seed;
 }
+int sg_sampler_plain_greedy(const sg_sampler *s) { return s->p.temperature == 0.0f && !s->n_bias && !s->pen_on && !s->p.logprobs; }
+
 int32_t sg_sampler_n_vocab(const sg_sampler *s)
 {
 	return s->n_vocab;

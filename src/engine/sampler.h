@@ -94,6 +94,10 @@ void sg_sampler_free(sg_sampler *s);
 /* The seed actually in use (the drawn one when params.seed was SG_SAMPLER_SEED_RANDOM). */
 uint64_t sg_sampler_seed(const sg_sampler *s);
 int32_t sg_sampler_n_vocab(const sg_sampler *s);
+/* 1 when sampling is the plain argmax of the model's logits: temperature 0, no logit_bias, no
+ * active penalty, no log-probabilities. The token is then the largest logit (lowest id on
+ * ties), which a backend can find where the logits are (sg_gen_model.eval_greedy). */
+int sg_sampler_plain_greedy(const sg_sampler *s);
 
 /* Samples one token from logits[n_vocab] (n_vocab must be the sampler's). The token is NOT
  * added to the penalty history: call sg_sampler_accept with it (and with prompt tokens, if the

@@ -150,6 +150,18 @@ static void snapshot_block(sg_srv_model *m, size_t end)
 		SG_DEBUG("serve: block %zu not cached: %s", b, sg_last_error());
 }
 
+/* A decode step of greedy sampling: only the argmax comes back (a GPU keeps the logits). Past the
+ * prompt, so no block boundary of the prefix cache is crossed here. */
+static sg_status op_eval_greedy(void *self, int32_t token, size_t n_past, int32_t *next)
+{
+	sg_srv_model *m = self;
+	if ((size_t)sg_session_position(m->session) != n_past)
+		return sg_error(SG_ERR_INTERNAL, "serve: session at %d, the loop expects %zu", sg_session_position(m->session), n_past);
+	sg_status s = sg_session_decode_greedy(m->session, token, next);
+	if ((size_t)sg_session_position(m->session) > m->kv_high) m->kv_high = (size_t)sg_session_position(m->session);
+	return s;
+}
+
 static sg_status op_eval(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
 {
 	sg_srv_model *m = self;
@@ -457,7 +469,7 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, s
 	m->info.n_vocab = sg_lm_n_vocab(m->lm);
 	find_agent(m);
 	m->ops = (sg_gen_model){.self = m, .n_vocab = m->info.n_vocab, .n_ctx = m->info.n_ctx, .eval = op_eval,
-				.truncate = op_truncate, .reset = op_reset};
+				.truncate = op_truncate, .reset = op_reset, .eval_greedy = op_eval_greedy};
 	sg_gen_state_init(&m->state, &m->ops);
 	*out = m;
 	return SG_OK;

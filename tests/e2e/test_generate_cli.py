@@ -56,6 +56,16 @@ def test_generate_metrics_prints_every_metric_on_stderr(greedy_json):
     assert re.search(r"^peak memory:\s+[0-9.]+ MiB", err, re.M)
 
 
+def test_greedy_steps_in_the_backend_give_the_sampler_s_tokens(sg, gemma):
+    # plain greedy decodes through the session's greedy step (only the argmax id comes back);
+    # the kill-switch sends the logits back to the sampler: the same 24 tokens either way
+    args = ("generate", "--model", gemma, "--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "24")
+    a = sg(*args, timeout=300)
+    b = sg(*args, env={"SARAGOSSA_GREEDY_IN_BACKEND": "0"}, timeout=300)
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    assert a.stdout == b.stdout and len(a.stdout) > 40
+
+
 def test_generate_streams_plain_text_and_stop_string_cuts_it(sg, gemma):
     r = sg("generate", "--model", gemma, "--prompt", "The capital of France is", "--temperature", "0",
            "--max-tokens", "8", "--stop", "country", "--json", timeout=300)

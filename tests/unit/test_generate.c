@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/flags.h"
 #include "engine/generate.h"
 
 #define V 16
@@ -18,6 +19,7 @@ typedef struct fake {
 	useconds_t delay_us;  /* per eval */
 	atomic_int *cancel_at_eval; /* set when eval count reaches cancel_after */
 	int cancel_after, evals;
+	int greedy_evals; /* of them through eval_greedy */
 } fake;
 
 static sg_status fake_eval(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
@@ -31,6 +33,19 @@ static sg_status fake_eval(void *self, const int32_t *t, size_t n, size_t n_past
 	if (f->cancel_at_eval && f->evals == f->cancel_after) atomic_store(f->cancel_at_eval, 1);
 	int32_t next = (t[n - 1] + 1) % V;
 	for (int i = 0; i < V; i++) logits[i] = i == next ? 10.0f : 0.0f;
+	return SG_OK;
+}
+
+/* The same model's greedy step: only the id of the largest logit comes back. */
+static sg_status fake_eval_greedy(void *self, int32_t t, size_t n_past, int32_t *next)
+{
+	fake *f = self;
+	cr_assert_eq(n_past, f->n_past, "greedy eval at %zu but the model holds %zu", n_past, f->n_past);
+	f->n_past++;
+	f->evaluated++;
+	f->evals++;
+	f->greedy_evals++;
+	*next = (t + 1) % V;
 	return SG_OK;
 }
 
@@ -156,6 +171,51 @@ Test(generate, greedy_runs_to_max_tokens_and_reports_length)
 	/* The last sampled token is not evaluated: the state holds the prompt and 2 tokens. */
 	cr_assert_eq(r.st.n, 3);
 	cr_assert_eq(r.f.n_past, 3);
+	sg_gen_state_free(&r.st);
+}
+
+/* With eval_greedy and plain greedy sampling, decode steps hand back only the argmax: same text
+ * and state as the logits path; any sampler setting that needs the logits (a penalty, a bias,
+ * log-probabilities, temperature) or a constraint keeps the logits path. */
+Test(generate, plain_greedy_decodes_through_eval_greedy_and_nothing_else_does)
+{
+	for (int mode = 0; mode < 5; mode++) {
+		rig r;
+		rig_init(&r, 64);
+		r.m.eval_greedy = fake_eval_greedy;
+		sg_logit_bias bias = {3, 0.5f};
+		if (mode == 1) r.p.sampler.repetition_penalty = 1.1f;
+		if (mode == 2) r.p.sampler.logit_bias = &bias, r.p.sampler.n_logit_bias = 1;
+		if (mode == 3) r.p.sampler.logprobs = 1;
+		if (mode == 4) r.p.sampler.temperature = 0.5f, r.p.sampler.top_k = 1;
+		int32_t prompt[] = {0, 1};
+		r.p.prompt = prompt;
+		r.p.n_prompt = 2;
+		r.p.max_tokens = 5;
+		sg_gen_result res;
+		cr_assert_eq(sg_generate(&r.st, &r.dt, &r.p, &res), SG_OK, "%s", sg_last_error());
+		cr_expect_str_eq(r.c.text, "cdHello", "mode %d", mode);
+		cr_expect_eq(r.st.n, 6, "mode %d", mode);
+		cr_expect_eq(r.f.n_past, 6, "mode %d", mode);
+		cr_expect_eq(r.f.greedy_evals, mode == 0 ? 4 : 0, "mode %d: %d greedy steps", mode, r.f.greedy_evals);
+		sg_gen_state_free(&r.st);
+	}
+	/* the kill-switch keeps the logits path */
+	rig r;
+	rig_init(&r, 64);
+	r.m.eval_greedy = fake_eval_greedy;
+	setenv("SARAGOSSA_GREEDY_IN_BACKEND", "0", 1);
+	sg_flags_reload();
+	int32_t prompt[] = {0, 1};
+	r.p.prompt = prompt;
+	r.p.n_prompt = 2;
+	r.p.max_tokens = 5;
+	sg_gen_result res;
+	cr_assert_eq(sg_generate(&r.st, &r.dt, &r.p, &res), SG_OK, "%s", sg_last_error());
+	unsetenv("SARAGOSSA_GREEDY_IN_BACKEND");
+	sg_flags_reload();
+	cr_expect_str_eq(r.c.text, "cdHello");
+	cr_expect_eq(r.f.greedy_evals, 0);
 	sg_gen_state_free(&r.st);
 }
 
