@@ -75,3 +75,16 @@ def test_chunk_and_kv_defaults_by_backend_on_the_cpu(sg):
            env={"SARAGOSSA_KV_TYPE": "f16", "SARAGOSSA_CHUNK": "64"})
     assert r.returncode == 0, r.stderr
     assert "chunk 64, kv f16" in r.stdout, r.stdout
+
+
+def test_bench_reports_the_time_to_first_token_of_its_prompt(sg):
+    # ttft@pP: the prefill of the pp prompt plus the first token's argmax, in ms; it cannot be
+    # shorter than the prefill the pp line implies
+    import re
+    r = sg("bench", "-m", str(ROOT / "tests" / "fixtures" / "llama"), "-p", "96", "-n", "2", "-r", "2", "--backend", "cpu")
+    assert r.returncode == 0, r.stderr
+    pp = re.search(r"^pp96\s+([\d.]+)", r.stdout, re.M)
+    ttft = re.search(r"^ttft@p96\s+([\d.]+) ms", r.stdout, re.M)
+    assert pp and ttft, r.stdout
+    assert float(ttft.group(1)) > 0
+    assert float(ttft.group(1)) >= 0.5 * 96 / float(pp.group(1)) * 1e3, r.stdout
