@@ -44,6 +44,7 @@ void *sg_cuda_scratch(sg_cuda_backend *cb, size_t n, sg_status *st)
 	cb->scratch_cap = 0;
 	int e = (int)cudaMalloc(&p, cap);
 	if (e) {
+		(void)cudaGetLastError(); /* not sticky: clear it, or the next launch check reports it */
 		*st = sg_error(SG_ERR_NOMEM, "cuda: %zu bytes of scratch: %s", cap, cudaGetErrorString((cudaError_t)e));
 		return NULL;
 	}
@@ -205,7 +206,10 @@ static sg_status cuda_tensor_alloc(sg_backend *be, sg_type type, const int64_t n
 	void *p = NULL;
 	size_t bytes = round16(n * es);
 	int e = (int)cudaMalloc(&p, bytes);
-	if (e) return sg_error(SG_ERR_NOMEM, "cuda tensor_alloc: %zu bytes: %s", bytes, cudaGetErrorString((cudaError_t)e));
+	if (e) {
+		(void)cudaGetLastError(); /* an out-of-memory is not sticky (snapshots fall back to the host) */
+		return sg_error(SG_ERR_NOMEM, "cuda tensor_alloc: %zu bytes: %s", bytes, cudaGetErrorString((cudaError_t)e));
+	}
 	/* on the backend's stream: the legacy stream is not ordered with it */
 	e = (int)cudaMemsetAsync(p, 0, bytes, ((sg_cuda_backend *)be)->stream);
 	if (e) {
@@ -277,7 +281,10 @@ static sg_status cuda_tensor_bind(sg_backend *be, sg_btensor *t)
 	size_t total = wbytes + 2 * round16(sb_bytes);
 	uint8_t *dev = NULL;
 	int e = (int)cudaMalloc((void **)&dev, total ? total : 16);
-	if (e) return sg_error(SG_ERR_NOMEM, "cuda tensor_bind: %zu bytes of %s weights: %s", total, tname(t->type), cudaGetErrorString((cudaError_t)e));
+	if (e) {
+		(void)cudaGetLastError();
+		return sg_error(SG_ERR_NOMEM, "cuda tensor_bind: %zu bytes of %s weights: %s", total, tname(t->type), cudaGetErrorString((cudaError_t)e));
+	}
 	cudaStream_t strm = ((sg_cuda_backend *)be)->stream;
 	sg_status st = upload_rows(strm, kt, t, rows, src_rb, dst_rb, dev);
 	if (!st && sb_bytes) {
