@@ -385,6 +385,8 @@ sg_status sg_backend_moe_glu_compose(sg_backend *be, const sg_btensor *w_gate, c
  * into tmp and add. */
 sg_status sg_backend_moe_combine_add(sg_backend *be, const sg_btensor *y, const sg_btensor *weights, const sg_btensor *residual,
 				     sg_btensor *out, sg_btensor *tmp);
+sg_status sg_backend_moe_combine_add_compose(sg_backend *be, const sg_btensor *y, const sg_btensor *weights, const sg_btensor *residual,
+					     sg_btensor *out, sg_btensor *tmp);
 
 /* rope(q), rope(k), kv_store(k, v): the backend's fused stage when it has one. */
 static inline sg_status sg_backend_attn_prep(sg_backend *be, sg_btensor *q, sg_btensor *k,

@@ -42,11 +42,16 @@ sg_status sg_backend_moe_glu(sg_backend *be, const sg_btensor *w_gate, const sg_
 				: sg_backend_moe_glu_compose(be, w_gate, w_up, x, ids, act, g, u);
 }
 
+sg_status sg_backend_moe_combine_add_compose(sg_backend *be, const sg_btensor *y, const sg_btensor *weights, const sg_btensor *residual,
+					     sg_btensor *out, sg_btensor *tmp)
+{
+	sg_status st = be->ops->moe_combine(be, y, weights, tmp);
+	return st ? st : be->ops->add(be, residual, tmp, out);
+}
+
 sg_status sg_backend_moe_combine_add(sg_backend *be, const sg_btensor *y, const sg_btensor *weights, const sg_btensor *residual,
 				     sg_btensor *out, sg_btensor *tmp)
 {
-	const sg_backend_ops *o = be->ops;
-	if (o->moe_combine_add) return o->moe_combine_add(be, y, weights, residual, out, tmp);
-	sg_status st = o->moe_combine(be, y, weights, tmp);
-	return st ? st : o->add(be, residual, tmp, out);
+	return be->ops->moe_combine_add ? be->ops->moe_combine_add(be, y, weights, residual, out, tmp)
+					: sg_backend_moe_combine_add_compose(be, y, weights, residual, out, tmp);
 }

@@ -60,16 +60,20 @@ static sg_status history_append(sg_gen_state *st, const int32_t *t, size_t n)
 
 /* Evaluates tokens and records them; a failed eval leaves the model state unknown, so the
  * history is forgotten (the next turn starts from scratch). */
-static sg_status eval_tokens(sg_gen_state *st, const int32_t *t, size_t n, float *logits)
+static sg_status evaluated(sg_gen_state *st, sg_status s, const int32_t *t, size_t n)
 {
-	const sg_gen_model *m = st->model;
-	sg_status s = m->eval(m->self, t, n, st->n, logits);
 	if (s) {
 		st->n = 0;
-		(void)m->reset(m->self);
+		(void)st->model->reset(st->model->self);
 		return s;
 	}
 	return history_append(st, t, n);
+}
+
+static sg_status eval_tokens(sg_gen_state *st, const int32_t *t, size_t n, float *logits)
+{
+	const sg_gen_model *m = st->model;
+	return evaluated(st, m->eval(m->self, t, n, st->n, logits), t, n);
 }
 
 /* eval_tokens for one token whose successor is its logits' argmax (sg_gen_model.eval_greedy). */
@@ -78,12 +82,7 @@ static sg_status eval_greedy(sg_gen_state *st, int32_t t, int32_t *next)
 	const sg_gen_model *m = st->model;
 	sg_status s = m->eval_greedy(m->self, t, st->n, next);
 	if (!s && (*next < 0 || *next >= m->n_vocab)) s = sg_error(SG_ERR_INTERNAL, "greedy step gave id %d of %d", *next, m->n_vocab);
-	if (s) {
-		st->n = 0;
-		(void)m->reset(m->self);
-		return s;
-	}
-	return history_append(st, &t, 1);
+	return evaluated(st, s, &t, 1);
 }
 
 /* Keeps the first `keep` tokens of the state: truncates when the model can, else restarts. */

@@ -857,10 +857,7 @@ static sg_status cuda_moe_combine_add(sg_backend *be, const sg_btensor *y, const
 				      sg_btensor *tmp)
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
-	if (!cb->fused) {
-		sg_status st = moe_combine(cb, y, weights, NULL, tmp);
-		return st ? st : be->ops->add(be, residual, tmp, out);
-	}
+	if (!cb->fused) return sg_backend_moe_combine_add_compose(be, y, weights, residual, out, tmp);
 	return moe_combine(cb, y, weights, residual, out);
 }
 
