@@ -176,10 +176,10 @@ Test(generate, greedy_runs_to_max_tokens_and_reports_length)
 
 /* With eval_greedy and plain greedy sampling, decode steps hand back only the argmax: same text
  * and state as the logits path; any sampler setting that needs the logits (a penalty, a bias,
- * log-probabilities, temperature) or a constraint keeps the logits path. */
+ * log-probabilities, temperature) or the kill-switch keeps the logits path. */
 Test(generate, plain_greedy_decodes_through_eval_greedy_and_nothing_else_does)
 {
-	for (int mode = 0; mode < 5; mode++) {
+	for (int mode = 0; mode < 6; mode++) {
 		rig r;
 		rig_init(&r, 64);
 		r.m.eval_greedy = fake_eval_greedy;
@@ -188,35 +188,22 @@ Test(generate, plain_greedy_decodes_through_eval_greedy_and_nothing_else_does)
 		if (mode == 2) r.p.sampler.logit_bias = &bias, r.p.sampler.n_logit_bias = 1;
 		if (mode == 3) r.p.sampler.logprobs = 1;
 		if (mode == 4) r.p.sampler.temperature = 0.5f, r.p.sampler.top_k = 1;
+		if (mode == 5) setenv("SARAGOSSA_GREEDY_IN_BACKEND", "0", 1);
+		sg_flags_reload();
 		int32_t prompt[] = {0, 1};
 		r.p.prompt = prompt;
 		r.p.n_prompt = 2;
 		r.p.max_tokens = 5;
 		sg_gen_result res;
 		cr_assert_eq(sg_generate(&r.st, &r.dt, &r.p, &res), SG_OK, "%s", sg_last_error());
+		unsetenv("SARAGOSSA_GREEDY_IN_BACKEND");
+		sg_flags_reload();
 		cr_expect_str_eq(r.c.text, "cdHello", "mode %d", mode);
 		cr_expect_eq(r.st.n, 6, "mode %d", mode);
 		cr_expect_eq(r.f.n_past, 6, "mode %d", mode);
 		cr_expect_eq(r.f.greedy_evals, mode == 0 ? 4 : 0, "mode %d: %d greedy steps", mode, r.f.greedy_evals);
 		sg_gen_state_free(&r.st);
 	}
-	/* the kill-switch keeps the logits path */
-	rig r;
-	rig_init(&r, 64);
-	r.m.eval_greedy = fake_eval_greedy;
-	setenv("SARAGOSSA_GREEDY_IN_BACKEND", "0", 1);
-	sg_flags_reload();
-	int32_t prompt[] = {0, 1};
-	r.p.prompt = prompt;
-	r.p.n_prompt = 2;
-	r.p.max_tokens = 5;
-	sg_gen_result res;
-	cr_assert_eq(sg_generate(&r.st, &r.dt, &r.p, &res), SG_OK, "%s", sg_last_error());
-	unsetenv("SARAGOSSA_GREEDY_IN_BACKEND");
-	sg_flags_reload();
-	cr_expect_str_eq(r.c.text, "cdHello");
-	cr_expect_eq(r.f.greedy_evals, 0);
-	sg_gen_state_free(&r.st);
 }
 
 Test(generate, stop_string_spanning_pieces_is_cut_and_not_emitted)
