@@ -158,7 +158,7 @@ void sg_session_reset(sg_session *s)
 
 /* ---- snapshots ---- */
 
-/* A snapshot's copy of one tensor's bytes: in host memory, or a tensor of the backend. */
+/* A snapshot's bytes: in host memory, or a tensor of the backend (blob_alloc chooses). */
 typedef struct blob {
 	void *host;
 	sg_btensor dev;
