@@ -1176,6 +1176,44 @@ Test(decode_greedy, returns_the_argmax_of_the_step_logits_on_cpu)
 }
 
 #if SG_CUDA
+/* The planar Q4_K / Q6_K device rows (no GPU needed): repacking then unpacking gives the file row
+ * back; each field lands where the kernels read it (Q4_K: piece p of block b's codes at (p * nb +
+ * b) * 16, scales at 128 nb + 12 b, d/dmin at 140 nb + 4 b; Q6_K: ql pieces, qh pieces at 128 nb,
+ * scales at 192 nb + 16 b, d at 208 nb + 2 b); bad lengths and types are refused. */
+Test(cuda_layout, planar_k_quant_rows_round_trip_and_place_every_field)
+{
+	static const int64_t Ks[] = {256, 768, 4096};
+	for (int t = 0; t < 2; t++) {
+		int kt = t ? SG_CUKT_Q6_K : SG_CUKT_Q4_K, bb = t ? 210 : 144;
+		for (int ki = 0; ki < 3; ki++) {
+			int64_t K = Ks[ki], nb = K / 256;
+			size_t n = (size_t)nb * (size_t)bb;
+			uint8_t *f = malloc(n), *d = malloc(n), *back = malloc(n);
+			for (size_t i = 0; i < n; i++) f[i] = (uint8_t)rnd();
+			cr_assert_eq(sg_cuda_repack_kq(kt, K, f, d), 0);
+			memset(back, 0, n);
+			cr_assert_eq(sg_cuda_unpack_kq(kt, K, d, back), 0);
+			cr_expect(!memcmp(f, back, n), "kt %d K=%lld: round trip differs", kt, (long long)K);
+			for (int64_t b = 0; b < nb; b++) {
+				const uint8_t *fb = f + b * bb;
+				for (int p = 0; p < 8; p++)
+					cr_expect(!memcmp(d + (p * nb + b) * 16, fb + (t ? 0 : 16) + 16 * p, 16), "kt %d block %lld piece %d", kt, (long long)b, p);
+				if (t) {
+					for (int p = 0; p < 4; p++) cr_expect(!memcmp(d + 128 * nb + (p * nb + b) * 16, fb + 128 + 16 * p, 16));
+					cr_expect(!memcmp(d + 192 * nb + 16 * b, fb + 192, 16) && !memcmp(d + 208 * nb + 2 * b, fb + 208, 2));
+				} else {
+					cr_expect(!memcmp(d + 128 * nb + 12 * b, fb + 4, 12) && !memcmp(d + 140 * nb + 4 * b, fb, 4));
+				}
+			}
+			free(f), free(d), free(back);
+		}
+	}
+	uint8_t buf[512];
+	cr_expect_eq(sg_cuda_repack_kq(SG_CUKT_Q4_K, 100, buf, buf + 256), -1);
+	cr_expect_eq(sg_cuda_repack_kq(SG_CUKT_Q8_0, 256, buf, buf + 256), -1);
+	cr_expect_eq(sg_cuda_unpack_kq(SG_CUKT_Q6_K, 0, buf, buf + 256), -1);
+}
+
 /* The fused decode GEMV (sg_cu_gemv_multi) against the CPU: every format it takes, every variant,
  * each epilogue (three stores with biases after a norm; the GLU; the residual add). The reference
  * runs the CPU's rmsnorm and matmuls on the activations the GPU used (rounded to 8 bits for the
@@ -1238,7 +1276,7 @@ Test(cuda, fused_gemv_every_format_variant_and_epilogue_matches_cpu)
 		pair q8s = pair_new(SG_TYPE_I32, (int64_t)(sg_cu_q8_bytes(1, K) / 4 + 1), 1, 1, 1);
 		cr_assert_eq(cpu->ops->rmsnorm(cpu, &x.c, &nw.c, 1e-6f, 0.0f, &xn.c), SG_OK);
 		float *xcpu = cpu_floats(&xn);
-		for (int var = 8; var <= 15; var++) {
+		for (int var = 8; var <= 16; var++) { /* 16 falls back to the default where the type lacks it */
 			for (int epi = 0; epi < 3; epi++) {
 				sg_cu_multi m;
 				memset(&m, 0, sizeof(m));
@@ -1303,6 +1341,62 @@ Test(cuda, fused_gemv_every_format_variant_and_epilogue_matches_cpu)
 		pair_free(&x), pair_free(&nw), pair_free(&xn), pair_free(&res), pair_free(&out), pair_free(&q8s);
 		free_hw(&w0), free_hw(&w1), free_hw(&w2);
 	}
+}
+
+/* The block-per-lane GEMV of Q4_K and Q6_K (SARAGOSSA_CUDA_GEMV_SB, the default) over row lengths
+ * that give it every lane count (K = 256 .. 12288: 4, 8, 16 and 32 lanes a row, blocks per lane
+ * 1 to 3 and a last round with idle lanes), through the op table's one-token matmul and its fused
+ * stages (store with bias, GLU, residual add), exactly against the CPU reference on the
+ * activations the GPU rounded. */
+Test(cuda, block_per_lane_gemv_of_long_rows_matches_cpu_reference)
+{
+	static const int64_t Ks[] = {256, 768, 2048, 4096, 5120, 12288};
+	const wtype *tys[2] = {&wtypes[8], &wtypes[10]}; /* Q4_K, Q6_K */
+	for (int ti = 0; ti < 2; ti++)
+		for (int ki = 0; ki < (int)(sizeof(Ks) / sizeof(Ks[0])); ki++) {
+			int64_t K = Ks[ki], N = 45;
+			hw h0 = make_w(tys[ti], N, K), h1 = make_w(tys[ti], N, K);
+			sg_btensor c0, g0, c1, g1;
+			bind_both(&h0, &c0, &g0);
+			bind_both(&h1, &c1, &g1);
+			pair x = pair_rand(K, 1, 1, 1.0f), xr = requantized(&x), b = pair_rand(N, 1, 1, 1.0f);
+			pair y0 = pair_new(SG_TYPE_F32, N, 1, 1, 1), y1 = pair_new(SG_TYPE_F32, N, 1, 1, 1);
+			pair res = pair_rand(N, 1, 1, 1.0f), out = pair_new(SG_TYPE_F32, N, 1, 1, 1);
+			/* one-token matmul with a bias */
+			poison(&y0);
+			cr_assert_eq(gpu->ops->matmul(gpu, &g0, &x.g, &b.g, &y0.g), SG_OK, "%s", sg_last_error());
+			cr_assert_eq(cpu->ops->matmul(cpu, &c0, &xr.c, &b.c, &y0.c), SG_OK);
+			double e = pair_nmse(&y0);
+			cr_expect(e < NMSE_F32 * 100, "%s K=%lld matmul: nmse %.3g", tys[ti]->name, (long long)K, e);
+			/* two stores in one launch */
+			poison(&y0), poison(&y1);
+			sg_matmul_multi m = {.x = &x.g, .nw = 2, .w = {&g0, &g1}, .y = {&y0.g, &y1.g}};
+			cr_assert_eq(sg_backend_matmul_multi(gpu, &m), SG_OK, "%s", sg_last_error());
+			cr_assert_eq(cpu->ops->matmul(cpu, &c0, &xr.c, NULL, &y0.c), SG_OK);
+			cr_assert_eq(cpu->ops->matmul(cpu, &c1, &xr.c, NULL, &y1.c), SG_OK);
+			double e0 = pair_nmse(&y0), e1 = pair_nmse(&y1);
+			cr_expect(e0 < NMSE_F32 * 100 && e1 < NMSE_F32 * 100, "%s K=%lld stores: nmse %.3g %.3g", tys[ti]->name, (long long)K, e0, e1);
+			/* gate and up with the GLU */
+			poison(&y0);
+			sg_matmul_multi gu = {.x = &x.g, .nw = 2, .w = {&g0, &g1}, .y = {&y0.g, &y1.g}, .glu = 1, .act = SG_ACT_SILU};
+			cr_assert_eq(sg_backend_matmul_multi(gpu, &gu), SG_OK, "%s", sg_last_error());
+			cr_assert_eq(cpu->ops->matmul(cpu, &c0, &xr.c, NULL, &y0.c), SG_OK);
+			cr_assert_eq(cpu->ops->matmul(cpu, &c1, &xr.c, NULL, &y1.c), SG_OK);
+			cr_assert_eq(cpu->ops->glu(cpu, &y0.c, &y1.c, SG_ACT_SILU, &y0.c), SG_OK);
+			e = pair_nmse(&y0);
+			cr_expect(e < NMSE_F32 * 100, "%s K=%lld glu: nmse %.3g", tys[ti]->name, (long long)K, e);
+			/* the residual add */
+			poison(&out);
+			sg_matmul_multi ad = {.x = &x.g, .nw = 1, .w = {&g0}, .y = {&y0.g}, .residual = &res.g, .out = &out.g};
+			cr_assert_eq(sg_backend_matmul_multi(gpu, &ad), SG_OK, "%s", sg_last_error());
+			cr_assert_eq(cpu->ops->matmul(cpu, &c0, &xr.c, NULL, &out.c), SG_OK);
+			cr_assert_eq(cpu->ops->add(cpu, &res.c, &out.c, &out.c), SG_OK);
+			e = pair_nmse(&out);
+			cr_expect(e < NMSE_F32 * 100, "%s K=%lld add: nmse %.3g", tys[ti]->name, (long long)K, e);
+			pair_free(&x), pair_free(&xr), pair_free(&b), pair_free(&y0), pair_free(&y1), pair_free(&res), pair_free(&out);
+			gpu->ops->tensor_free(gpu, &g0), cpu->ops->tensor_free(cpu, &c0), gpu->ops->tensor_free(gpu, &g1), cpu->ops->tensor_free(cpu, &c1);
+			free_hw(&h0), free_hw(&h1);
+		}
 }
 
 /* The backend's fused stages equal their compositions on the same GPU: the matmul_multi op (BF16

@@ -13,9 +13,9 @@
 extern "C" {
 #endif
 
-/* GPU weight formats. The legacy 32-blocks are repacked at bind (see cuda_backend.c); the
- * K-quants Q4_K / Q5_K keep the GGUF bytes (their blocks are multiples of 16 bytes); Q6_K blocks
- * are padded from 210 to 224 bytes so every field is 16-byte aligned. */
+/* GPU weight formats. The legacy 32-blocks are repacked at bind (see cuda_backend.c); Q5_K keeps
+ * the GGUF bytes (its blocks are multiples of 16 bytes); Q4_K and Q6_K rows are planar (each
+ * field of every block as a run, the codes split into 16-byte planes: sg_cuda_repack_kq). */
 typedef enum sg_cukt {
 	SG_CUKT_F32, SG_CUKT_F16, SG_CUKT_BF16,
 	SG_CUKT_Q8_0, SG_CUKT_Q4_0, SG_CUKT_Q4_1, SG_CUKT_Q5_0, SG_CUKT_Q5_1,
@@ -89,6 +89,10 @@ int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, const float
 /* Rows per block of the fused 8-bit decode GEMV: 1, 2, 4 or 8; anything else = the default. */
 void sg_cu_set_gemv_rows(int rows);
 void sg_cu_set_gemv_variant(int variant);
+/* 0: Q4_K and Q6_K take the unit kernels too (SARAGOSSA_CUDA_GEMV_SB); _ok: kt has the
+ * block-per-lane kernel (variant 16 of sg_cu_gemv_multi, the default for one token) */
+void sg_cu_set_gemv_sb(int on);
+int sg_cu_sb_ok(int kt);
 /* 0: one-token MoE matmuls take the sorting kernel too (SARAGOSSA_CUDA_MOE_DECODE) */
 void sg_cu_set_moe_decode(int on);
 /* The one-token gate and up expert matmuls with the GLU in one launch (after one activation

@@ -22,6 +22,8 @@
 #define WARPS 8 /* warps (rows) per GEMV block: 256 threads */
 /* The 8-bit GEMV variant used by default (sg_cu_gemv): chosen by bench/kernels/cuda on the H200. */
 #define SG_CU_GEMV_Q8_DEFAULT 4
+static int g_sb = 1; /* SARAGOSSA_CUDA_GEMV_SB: the block-per-lane GEMV of the planar K-quants */
+static int g_slots = 0, g_variant = 0; /* SARAGOSSA_CUDA_GEMV_ROWS, SARAGOSSA_CUDA_GEMV_VARIANT */
 
 static __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 static __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
@@ -154,20 +156,39 @@ static __device__ __forceinline__ void k4_scale(const uint8_t *p, int s, float &
 }
 
 /* A K-quant unit is lane l (0..7) of a 256-block: 16 bytes of nibbles = 16 elements of sub-block
- * 2j (low nibbles) and the same 16 positions of sub-block 2j+1 (high nibbles), j = l/2. */
-template <int FIVE> static __device__ __forceinline__ int64_t dq_k45(const uint8_t *row, int64_t u, float *o)
+ * 2j (low nibbles) and the same 16 positions of sub-block 2j+1 (high nibbles), j = l/2. Q5_K keeps
+ * the file's blocks; Q4_K rows are planar (cuda_backend.c): piece l of block b at (l * nb + b) *
+ * 16, then the blocks' 12 scale bytes, then their d and dmin. */
+template <int FIVE> struct KQ4 {
+	const uint8_t *q, *sc, *qh;
+	float d, dmin;
+	static __device__ __forceinline__ KQ4 at(const uint8_t *row, int64_t K, int64_t b, int l)
+	{
+		KQ4 k;
+		if (FIVE) {
+			const uint8_t *blk = row + b * 176;
+			k.q = blk + 48 + 16 * l, k.sc = blk + 4, k.qh = blk + 16 + 16 * (l & 1);
+			k.d = ldh(blk), k.dmin = ldh(blk + 2);
+		} else {
+			int64_t nb = K / 256;
+			k.q = row + ((int64_t)l * nb + b) * 16, k.sc = row + 128 * nb + 12 * b, k.qh = NULL;
+			k.d = ldh(row + 140 * nb + 4 * b), k.dmin = ldh(row + 140 * nb + 4 * b + 2);
+		}
+		return k;
+	}
+};
+
+template <int FIVE> static __device__ __forceinline__ int64_t dq_k45(const uint8_t *row, int64_t K, int64_t u, float *o)
 {
-	const int bb = FIVE ? 176 : 144;
 	int64_t b = u >> 3;
 	int l = (int)(u & 7), j = l >> 1, h = l & 1;
-	const uint8_t *blk = row + b * bb;
-	float d = ldh(blk), dmin = ldh(blk + 2);
+	KQ4<FIVE> k = KQ4<FIVE>::at(row, K, b, l);
 	float s0, m0, s1, m1;
-	k4_scale(blk + 4, 2 * j, s0, m0);
-	k4_scale(blk + 4, 2 * j + 1, s1, m1);
-	float a0 = d * s0, b0 = dmin * m0, a1 = d * s1, b1 = dmin * m1;
-	uint4 q = ld16(blk + (FIVE ? 48 : 16) + 32 * j + 16 * h);
-	uint4 qh = FIVE ? ld16(blk + 16 + 16 * h) : make_uint4(0, 0, 0, 0);
+	k4_scale(k.sc, 2 * j, s0, m0);
+	k4_scale(k.sc, 2 * j + 1, s1, m1);
+	float a0 = k.d * s0, b0 = k.dmin * m0, a1 = k.d * s1, b1 = k.dmin * m1;
+	uint4 q = ld16(k.q);
+	uint4 qh = FIVE ? ld16(k.qh) : make_uint4(0, 0, 0, 0);
 #pragma unroll
 	for (int i = 0; i < 16; i++) {
 		int c0 = (int)(qbyte(q, i) & 15), c1 = (int)(qbyte(q, i) >> 4);
@@ -183,27 +204,43 @@ template <int FIVE> static __device__ __forceinline__ int64_t dq_k45(const uint8
 
 template <> struct U<SG_CUKT_Q4_K> {
 	enum { E = 32, RL = 16, RS = 32 };
-	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o) { return dq_k45<0>(row, u, o); }
+	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o) { return dq_k45<0>(row, w.K, u, o); }
 };
 template <> struct U<SG_CUKT_Q5_K> {
 	enum { E = 32, RL = 16, RS = 32 };
-	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o) { return dq_k45<1>(row, u, o); }
+	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o) { return dq_k45<1>(row, w.K, u, o); }
 };
 
-/* Q6_K, blocks padded to 224 bytes: ql[128] qh[64] scales[16] d. Lane l of a block takes ql bytes
- * [16l, 16l+16): low nibbles of quarter kk, high nibbles of quarter kk+2 of half n. */
+/* Q6_K planar rows (cuda_backend.c): block b's ql piece p (0..7) at (p * nb + b) * 16, its qh
+ * piece p (0..3) at 128 nb + (p * nb + b) * 16, its 16 scales at 192 nb + 16 b, its d at 208 nb +
+ * 2 b. ql piece l holds low nibbles of quarter kk and high nibbles of quarter kk+2 of half n
+ * (n = l/4, kk = l/2 % 2), with the high bits in qh piece 2n + l % 2. */
+struct KQ6 {
+	const uint8_t *ql, *qh, *sc;
+	float d;
+	static __device__ __forceinline__ KQ6 at(const uint8_t *row, int64_t K, int64_t b, int l)
+	{
+		int64_t nb = K / 256;
+		KQ6 k;
+		k.ql = row + ((int64_t)l * nb + b) * 16;
+		k.qh = row + 128 * nb + ((int64_t)(2 * (l >> 2) + (l & 1)) * nb + b) * 16;
+		k.sc = row + 192 * nb + 16 * b;
+		k.d = ldh(row + 208 * nb + 2 * b);
+		return k;
+	}
+};
+
 template <> struct U<SG_CUKT_Q6_K> {
 	enum { E = 32, RL = 16, RS = 64 };
 	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o)
 	{
 		int64_t b = u >> 3;
 		int l = (int)(u & 7), n = l >> 2, kk = (l >> 1) & 1, li = 16 * (l & 1);
-		const uint8_t *blk = row + b * 224;
-		uint4 ql = ld16(blk + 16 * l), qh = ld16(blk + 128 + 32 * n + li);
-		float d = ldh(blk + 208);
+		KQ6 k = KQ6::at(row, w.K, b, l);
+		uint4 ql = ld16(k.ql), qh = ld16(k.qh);
 		int ba = 4 * n + kk, bb = ba + 2;
-		float sa = d * (float)(int8_t)__ldg(blk + 192 + 2 * ba + (li >> 4));
-		float sb = d * (float)(int8_t)__ldg(blk + 192 + 2 * bb + (li >> 4));
+		float sa = k.d * (float)(int8_t)__ldg(k.sc + 2 * ba + (li >> 4));
+		float sb = k.d * (float)(int8_t)__ldg(k.sc + 2 * bb + (li >> 4));
 #pragma unroll
 		for (int i = 0; i < 16; i++) {
 			uint32_t lb = qbyte(ql, i), hb = qbyte(qh, i);
@@ -439,22 +476,21 @@ template <int FIVE> struct UIK {
 	}
 	static __device__ __forceinline__ void dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, int *c, float *sca, float *off)
 	{
-		const int bb = FIVE ? 176 : 144;
-		int l = (int)(u & 7), j = l >> 1, h = l & 1;
-		const uint8_t *blk = row + (u >> 3) * bb;
-		float d = ldh(blk), dmin = ldh(blk + 2), s0, m0, s1, m1;
-		k4_scale(blk + 4, 2 * j, s0, m0);
-		k4_scale(blk + 4, 2 * j + 1, s1, m1);
-		uint4 q = ld16(blk + (FIVE ? 48 : 16) + 32 * j + 16 * h);
-		uint4 qh = FIVE ? ld16(blk + 16 + 16 * h) : make_uint4(0, 0, 0, 0);
+		int l = (int)(u & 7), j = l >> 1;
+		KQ4<FIVE> k = KQ4<FIVE>::at(row, w.K, u >> 3, l);
+		float s0, m0, s1, m1;
+		k4_scale(k.sc, 2 * j, s0, m0);
+		k4_scale(k.sc, 2 * j + 1, s1, m1);
+		uint4 q = ld16(k.q);
+		uint4 qh = FIVE ? ld16(k.qh) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-		for (int k = 0; k < 4; k++) {
-			uint32_t v = qword(q, k), hv = qword(qh, k);
-			c[k] = (int)((v & 0x0F0F0F0Fu) | (FIVE ? ((hv >> (2 * j)) & 0x01010101u) << 4 : 0));
-			c[4 + k] = (int)(((v >> 4) & 0x0F0F0F0Fu) | (FIVE ? ((hv >> (2 * j + 1)) & 0x01010101u) << 4 : 0));
+		for (int i = 0; i < 4; i++) {
+			uint32_t v = qword(q, i), hv = qword(qh, i);
+			c[i] = (int)((v & 0x0F0F0F0Fu) | (FIVE ? ((hv >> (2 * j)) & 0x01010101u) << 4 : 0));
+			c[4 + i] = (int)(((v >> 4) & 0x0F0F0F0Fu) | (FIVE ? ((hv >> (2 * j + 1)) & 0x01010101u) << 4 : 0));
 		}
-		sca[0] = d * s0, sca[1] = d * s1;
-		off[0] = -dmin * m0, off[1] = -dmin * m1;
+		sca[0] = k.d * s0, sca[1] = k.d * s1;
+		off[0] = -k.dmin * m0, off[1] = -k.dmin * m1;
 	}
 };
 template <> struct UI<SG_CUKT_Q4_K> : UIK<0> {};
@@ -470,17 +506,16 @@ template <> struct UI<SG_CUKT_Q6_K> {
 	static __device__ __forceinline__ void dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, int *c, float *sca, float *off)
 	{
 		int l = (int)(u & 7), n = l >> 2, kk = (l >> 1) & 1, li = 16 * (l & 1);
-		const uint8_t *blk = row + (u >> 3) * 224;
-		uint4 ql = ld16(blk + 16 * l), qh = ld16(blk + 128 + 32 * n + li);
-		float d = ldh(blk + 208);
+		KQ6 k = KQ6::at(row, w.K, u >> 3, l);
+		uint4 ql = ld16(k.ql), qh = ld16(k.qh);
 		int ba = 4 * n + kk, bb = ba + 2;
-		float sa = d * (float)(int8_t)__ldg(blk + 192 + 2 * ba + (li >> 4));
-		float sb = d * (float)(int8_t)__ldg(blk + 192 + 2 * bb + (li >> 4));
+		float sa = k.d * (float)(int8_t)__ldg(k.sc + 2 * ba + (li >> 4));
+		float sb = k.d * (float)(int8_t)__ldg(k.sc + 2 * bb + (li >> 4));
 #pragma unroll
-		for (int k = 0; k < 4; k++) {
-			uint32_t v = qword(ql, k), hv = qword(qh, k);
-			c[k] = (int)((v & 0x0F0F0F0Fu) | (((hv >> (2 * kk)) & 0x03030303u) << 4));
-			c[4 + k] = (int)(((v >> 4) & 0x0F0F0F0Fu) | (((hv >> (2 * kk + 4)) & 0x03030303u) << 4));
+		for (int i = 0; i < 4; i++) {
+			uint32_t v = qword(ql, i), hv = qword(qh, i);
+			c[i] = (int)((v & 0x0F0F0F0Fu) | (((hv >> (2 * kk)) & 0x03030303u) << 4));
+			c[4 + i] = (int)(((v >> 4) & 0x0F0F0F0Fu) | (((hv >> (2 * kk + 4)) & 0x03030303u) << 4));
 		}
 		sca[0] = sa, sca[1] = sb;
 		off[0] = -32.0f * sa, off[1] = -32.0f * sb;
@@ -763,6 +798,13 @@ extern "C" int sg_cu_gemv(const sg_cuw *w, const float *x, int64_t n, float *y, 
 {
 	cudaStream_t st = (cudaStream_t)s;
 	int nt = nt_for(n);
+	/* one token of a planar K-quant: the fused kernel's block-per-lane variant, one matrix */
+	if (!variant && n == 1 && q8_scratch && g_sb && !g_variant && !g_slots && sg_cu_sb_ok(w->kt)) {
+		sg_cu_multi m;
+		memset(&m, 0, sizeof(m));
+		m.nw = 1, m.epi = SG_CU_EPI_STORE, m.w[0] = *w, m.N[0] = N, m.bias[0] = bias, m.y[0] = y;
+		return sg_cu_gemv_multi(&m, x, 0, NULL, 0.0f, 0.0f, NULL, 16, q8_scratch, s);
+	}
 	/* f32 activations: two rows per warp pay for quantized weights (their activations are reused
 	 * across the rows), one for plain types (already at ~90% of the copy bandwidth) */
 	int plain = w->kt == SG_CUKT_F32 || w->kt == SG_CUKT_F16 || w->kt == SG_CUKT_BF16;
@@ -926,9 +968,7 @@ static __device__ __forceinline__ int multi_row(const sg_cu_multi &p, int64_t gr
  */
 /* The epilogue of row slot s of a fused GEMV (S slots from row g0 of the row space; for the GLU
  * slots [0, S/2) are gate rows and [S/2, S) the same up rows); tot holds every slot's sum. */
-template <int S>
-static __device__ __forceinline__ void multi_epi(const sg_cu_multi &p, int s, int64_t g0, const float *tot, const int *ms, const int64_t *rs,
-						 int64_t rows)
+template <int S> static __device__ __forceinline__ void multi_epi(const sg_cu_multi &p, int s, int64_t g0, const float *tot, int64_t rows)
 {
 	if (p.epi == SG_CU_EPI_GLU) {
 		int64_t r = g0 + s;
@@ -937,8 +977,8 @@ static __device__ __forceinline__ void multi_epi(const sg_cu_multi &p, int s, in
 			p.y[0][r] = act_of(p.act, g) * u;
 		}
 	} else if (g0 + s < rows) {
-		int m = ms[s];
-		int64_t r = rs[s];
+		int64_t r;
+		int m = multi_row(p, g0 + s, r);
 		float v = tot[s] + (p.bias[m] ? p.bias[m][r] : 0.0f);
 		if (p.epi == SG_CU_EPI_ADD) v = p.res[r] + v;
 		p.y[m][r] = v;
@@ -1028,7 +1068,7 @@ __global__ void __launch_bounds__(QT) mvw_kernel(const __grid_constant__ sg_cu_m
 	for (int64_t u = lane; u < nu; u += 32) q8_unit<KT, S>(p.w[0], rp, sp, bp, u, xq, dx, sx, acc);
 #pragma unroll
 	for (int s = 0; s < S; s++) acc[s] = warp_sum(acc[s]);
-	if (lane < S) multi_epi<S>(p, lane, g0, acc, ms, rs, rows);
+	if (lane < S) multi_epi<S>(p, lane, g0, acc, rows);
 	(void)x;
 }
 
@@ -1103,14 +1143,209 @@ __global__ void __launch_bounds__(QT) mvm_kernel(const __grid_constant__ sg_cu_m
 #pragma unroll
 		for (int k = 0; k < QT / 32; k++) tot[s] += red[k][s];
 	}
-	multi_epi<S>(p, (int)threadIdx.x, g0, tot, ms, rs, rows);
+	multi_epi<S>(p, (int)threadIdx.x, g0, tot, rows);
 }
+
+/*
+ * The block-per-lane GEMV of the planar K-quants (variant 16, the default for Q4_K and Q6_K).
+ * Each lane takes one whole 256-element block of a row at a time: 8 (Q4_K) or 13 (Q6_K) 16-byte
+ * loads plus its small fields, all issued before the first is used, and lane b's p-th load sits
+ * next to lane b+1's in the planar row, so every warp-wide load is one contiguous run. The unit
+ * kernels above read 16 bytes of codes per unit and decode the block's scales again for each of
+ * its 8 units (14 loads per 16 bytes for Q4_K: 27-46% of the copy bandwidth); here a block's
+ * scales are decoded once, in registers, from three words. LPR lanes share a row (the largest
+ * power of two that keeps them busy: 16 for K = 4096, 8 for 2048); a 128-thread block holds
+ * 4 * 32 / LPR row slots whose sums meet in shared memory for multi_epi. The first block's loads
+ * go out before pdl_wait: weights are never written, so they overlap the previous kernel's tail.
+ */
+template <int KT> struct SB;
+
+/* n float4 loads from p (16-byte aligned) into o[4n] */
+static __device__ __forceinline__ void ld_f4(const float *p, float *o, int n)
+{
+#pragma unroll
+	for (int i = 0; i < n; i++) {
+		float4 v = __ldg((const float4 *)p + i);
+		o[4 * i] = v.x, o[4 * i + 1] = v.y, o[4 * i + 2] = v.z, o[4 * i + 3] = v.w;
+	}
+}
+
+template <> struct SB<SG_CUKT_Q4_K> {
+	uint4 q[8];
+	uint32_t s[3], dm;
+	__device__ __forceinline__ void load(const uint8_t *row, int64_t nb, int64_t b)
+	{
+#pragma unroll
+		for (int p = 0; p < 8; p++) q[p] = ld16(row + ((int64_t)p * nb + b) * 16);
+		const uint32_t *sp = (const uint32_t *)(row + 128 * nb + 12 * b);
+		s[0] = __ldg(sp), s[1] = __ldg(sp + 1), s[2] = __ldg(sp + 2);
+		dm = __ldg((const uint32_t *)(row + 140 * nb) + b);
+	}
+	/* sub-block t (0..7): w = d * sc[t] * code - dmin * mn[t]; x ~= dx[t] * qx */
+	__device__ __forceinline__ float dot(const int8_t *xq, const float *dx, const float *sx, int64_t b) const
+	{
+		/* the 6-bit scales and minima as bytes: words of sub-blocks 0-3 and 4-7 */
+		uint32_t sc[2] = {s[0] & 0x3f3f3f3fu, (s[2] & 0x0f0f0f0fu) | ((s[0] >> 2) & 0x30303030u)};
+		uint32_t mn[2] = {s[1] & 0x3f3f3f3fu, ((s[2] >> 4) & 0x0f0f0f0fu) | ((s[1] >> 2) & 0x30303030u)};
+		float d = h2f((uint16_t)dm), dmin = h2f((uint16_t)(dm >> 16));
+		const int8_t *xb = xq + 256 * b;
+		float dxv[8], sxv[16];
+		ld_f4(dx + 8 * b, dxv, 2);
+		ld_f4(sx + 16 * b, sxv, 4);
+		float acc = 0.0f;
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			/* pieces 2j and 2j+1: elements 0-15 and 16-31 of sub-blocks 2j (low) and 2j+1 (high) */
+			int lo = 0, hi = 0;
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				int4 xa = __ldg((const int4 *)(xb + 64 * j + 16 * h)), xc = __ldg((const int4 *)(xb + 64 * j + 32 + 16 * h));
+				const uint4 &v = q[2 * j + h];
+				lo = __dp4a((int)(v.x & 0x0f0f0f0fu), xa.x, lo);
+				lo = __dp4a((int)(v.y & 0x0f0f0f0fu), xa.y, lo);
+				lo = __dp4a((int)(v.z & 0x0f0f0f0fu), xa.z, lo);
+				lo = __dp4a((int)(v.w & 0x0f0f0f0fu), xa.w, lo);
+				hi = __dp4a((int)((v.x >> 4) & 0x0f0f0f0fu), xc.x, hi);
+				hi = __dp4a((int)((v.y >> 4) & 0x0f0f0f0fu), xc.y, hi);
+				hi = __dp4a((int)((v.z >> 4) & 0x0f0f0f0fu), xc.z, hi);
+				hi = __dp4a((int)((v.w >> 4) & 0x0f0f0f0fu), xc.w, hi);
+			}
+			const int t0 = 2 * j, t1 = 2 * j + 1;
+			float c0 = (float)((sc[t0 >> 2] >> (8 * (t0 & 3))) & 255u), m0 = (float)((mn[t0 >> 2] >> (8 * (t0 & 3))) & 255u);
+			float c1 = (float)((sc[t1 >> 2] >> (8 * (t1 & 3))) & 255u), m1 = (float)((mn[t1 >> 2] >> (8 * (t1 & 3))) & 255u);
+			acc += d * c0 * dxv[t0] * (float)lo - dmin * m0 * (sxv[2 * t0] + sxv[2 * t0 + 1]);
+			acc += d * c1 * dxv[t1] * (float)hi - dmin * m1 * (sxv[2 * t1] + sxv[2 * t1 + 1]);
+		}
+		return acc;
+	}
+};
+
+template <> struct SB<SG_CUKT_Q6_K> {
+	uint4 ql[8], qh[4], sc;
+	uint32_t d16;
+	__device__ __forceinline__ void load(const uint8_t *row, int64_t nb, int64_t b)
+	{
+#pragma unroll
+		for (int p = 0; p < 8; p++) ql[p] = ld16(row + ((int64_t)p * nb + b) * 16);
+#pragma unroll
+		for (int p = 0; p < 4; p++) qh[p] = ld16(row + 128 * nb + ((int64_t)p * nb + b) * 16);
+		sc = ld16(row + 192 * nb + 16 * b);
+		d16 = __ldg((const unsigned short *)(row + 208 * nb) + b);
+	}
+	/* runs of 16: w = d * sc[e / 16] * (code - 32); x ~= dx * qx, sx = dx * sum(qx) per run */
+	__device__ __forceinline__ float dot(const int8_t *xq, const float *dx, const float *sx, int64_t b) const
+	{
+		const int8_t *xb = xq + 256 * b;
+		float dxv[8], sxv[16];
+		ld_f4(dx + 8 * b, dxv, 2);
+		ld_f4(sx + 16 * b, sxv, 4);
+		float acc = 0.0f;
+#pragma unroll
+		for (int p = 0; p < 8; p++) {
+			const int n = p >> 2, kk = (p >> 1) & 1, li = 16 * (p & 1);
+			const int ea = 128 * n + 32 * kk + li, eb = ea + 64; /* low nibbles, high nibbles */
+			const uint4 &v = ql[p], &hv = qh[2 * n + (p & 1)];
+			int4 xa = __ldg((const int4 *)(xb + ea)), xc = __ldg((const int4 *)(xb + eb));
+			int ia = 0, ib = 0;
+#pragma unroll
+			for (int k = 0; k < 4; k++) {
+				uint32_t w = qword(v, k), h = qword(hv, k);
+				int ca = (int)((w & 0x0f0f0f0fu) | (((h >> (2 * kk)) & 0x03030303u) << 4));
+				int cb = (int)(((w >> 4) & 0x0f0f0f0fu) | (((h >> (2 * kk + 4)) & 0x03030303u) << 4));
+				ia = __dp4a(ca, k == 0 ? xa.x : k == 1 ? xa.y : k == 2 ? xa.z : xa.w, ia);
+				ib = __dp4a(cb, k == 0 ? xc.x : k == 1 ? xc.y : k == 2 ? xc.z : xc.w, ib);
+			}
+			float sa = (float)(int8_t)qbyte(sc, ea >> 4), sbv = (float)(int8_t)qbyte(sc, eb >> 4);
+			acc += sa * (dxv[ea >> 5] * (float)ia - 32.0f * sxv[ea >> 4]);
+			acc += sbv * (dxv[eb >> 5] * (float)ib - 32.0f * sxv[eb >> 4]);
+		}
+		return h2f((uint16_t)d16) * acc;
+	}
+};
+
+template <int KT, int LPR, int MANY>
+__global__ void __launch_bounds__(QT) mvs_kernel(const __grid_constant__ sg_cu_multi p, const float *__restrict__ x,
+						 const int8_t *__restrict__ xq, const float *__restrict__ dx, const float *__restrict__ sx,
+						 int64_t rows)
+{
+	enum { S = QT / LPR };
+	__shared__ float tot[S];
+	const int glu = p.epi == SG_CU_EPI_GLU, per = glu ? S / 2 : S;
+	const int slot = (int)threadIdx.x / LPR, sl = (int)threadIdx.x % LPR;
+	const int64_t g0 = (int64_t)blockIdx.x * per;
+	pdl_trigger();
+	int64_t gr = g0 + slot % per, r;
+	if (gr >= rows) gr = rows - 1; /* computed, never stored */
+	int m = glu ? slot / per : multi_row(p, gr, r);
+	if (glu) r = gr;
+	const uint8_t *row = p.w[m].data + (size_t)r * p.w[m].row_bytes;
+	const int64_t nb = p.w[0].K / 256;
+	SB<KT> a, c;
+	int64_t b = sl;
+	if (b < nb) a.load(row, nb, b);
+	pdl_wait();
+	float acc = 0.0f;
+	if (!MANY) { /* at most one block a lane (nb <= LPR): half the registers, twice the blocks an SM holds */
+		if (b < nb) acc = a.dot(xq, dx, sx, b);
+	}
+	/* two blocks in registers when a lane has several: the next one's loads fly during the dot */
+	while (MANY && b < nb) {
+		int64_t b2 = b + LPR;
+		if (b2 < nb) c.load(row, nb, b2);
+		acc += a.dot(xq, dx, sx, b);
+		if (b2 >= nb) break;
+		b = b2 + LPR;
+		if (b < nb) a.load(row, nb, b);
+		acc += c.dot(xq, dx, sx, b2);
+	}
+#pragma unroll
+	for (int o = LPR / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+	if (sl == 0) tot[slot] = acc;
+	__syncthreads();
+	if ((int)threadIdx.x < S) multi_epi<S>(p, (int)threadIdx.x, g0, tot, rows);
+	(void)x;
+}
+
+/* Lanes per row for blocks of nb 256-element blocks: the largest power of two (4..32) not above
+ * nb, halved while that leaves lanes idle in a last round and the half divides nb. */
+static int sb_lanes(int64_t nb)
+{
+	int l = 32;
+	while (l > 4 && l > nb) l >>= 1;
+	while (l > 8 && nb % l && nb % (l / 2) == 0) l >>= 1;
+	return l;
+}
+
+typedef void (*mvs_fn)(const sg_cu_multi, const float *, const int8_t *, const float *, const float *, int64_t);
+
+template <int KT, int MANY> static mvs_fn picks_kt(int lpr)
+{
+	switch (lpr) {
+	case 4: return mvs_kernel<KT, 4, MANY>;
+	case 8: return mvs_kernel<KT, 8, MANY>;
+	case 16: return mvs_kernel<KT, 16, MANY>;
+	default: return mvs_kernel<KT, 32, MANY>;
+	}
+}
+
+/* the kernel for rows of nb blocks at lpr lanes a row */
+static mvs_fn picks(int kt, int lpr, int64_t nb)
+{
+	int many = nb > lpr;
+	switch (kt) {
+	case SG_CUKT_Q4_K: return many ? picks_kt<SG_CUKT_Q4_K, 1>(lpr) : picks_kt<SG_CUKT_Q4_K, 0>(lpr);
+	case SG_CUKT_Q6_K: return many ? picks_kt<SG_CUKT_Q6_K, 1>(lpr) : picks_kt<SG_CUKT_Q6_K, 0>(lpr);
+	default: return NULL;
+	}
+}
+
+extern "C" void sg_cu_set_gemv_sb(int on) { g_sb = on; }
+extern "C" int sg_cu_sb_ok(int kt) { return picks(kt, 32, 1) != NULL; }
 
 /* Row slots per block of the fused 8-bit GEMV (SARAGOSSA_CUDA_GEMV_ROWS; 0 = the default), or a
  * whole kernel-bench variant (SARAGOSSA_CUDA_GEMV_VARIANT, 8..15; 0 = by shape). */
-static int g_slots = 0, g_variant = 0;
 extern "C" void sg_cu_set_gemv_rows(int rows) { g_slots = rows == 1 || rows == 2 || rows == 4 || rows == 8 ? rows : 0; }
-extern "C" void sg_cu_set_gemv_variant(int variant) { g_variant = variant >= 8 && variant <= 15 ? variant : 0; }
+extern "C" void sg_cu_set_gemv_variant(int variant) { g_variant = variant >= 8 && variant <= 16 ? variant : 0; }
 #define SG_CU_MULTI_SLOTS (g_slots ? g_slots : 2)
 #define NQ_WARPS 16 /* warps of a norm-quantize block: 512 threads, the rmsnorm kernel's size for rows of >= 1024 */
 
@@ -1218,14 +1453,17 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 	/* the kernel bench's best: one row per block for plain formats, two for the others (a GLU
 	 * always pairs a gate and an up row) */
 	if (!variant && !plain_kt(kt)) variant = g_variant;
+	/* the block-per-lane kernel where it exists (types without it take the default) */
+	if (!variant && !g_slots && g_sb && sg_cu_sb_ok(kt)) variant = 16;
+	if (variant == 16 && !sg_cu_sb_ok(kt)) variant = 0;
 	/* MLX 4-bit: the warp-split kernel measured 8% faster end to end on Qwen3-8B shapes (H200) */
 	if (!variant && !g_slots && kt == SG_CUKT_MLX4) variant = 14;
-	int S = variant ? multi_slots(variant, glu) : plain_kt(kt) && !glu ? 1 : SG_CU_MULTI_SLOTS;
+	int S = variant == 16 ? 1 : variant ? multi_slots(variant, glu) : plain_kt(kt) && !glu ? 1 : SG_CU_MULTI_SLOTS;
 	int kind = variant == 14 || variant == 15 ? 2 : variant == 9 || variant == 11 || (!variant && g_slots >= 4) ? 1 : 0;
 	if (plain_kt(kt) && (S > 2 || kind)) S = 2, kind = 0;
 	if (kind == 1 && smem_x(K) > SMEM_X_MAX) S = 2, kind = 0;
-	mvm_fn f = pickm(kt, S, kind);
-	if (!f) return (int)cudaErrorInvalidValue;
+	mvm_fn f = variant == 16 ? NULL : pickm(kt, S, kind);
+	if (!f && variant != 16) return (int)cudaErrorInvalidValue;
 	const float *xin = x;
 	int8_t *xq = NULL;
 	float *dx = NULL, *sx = NULL;
@@ -1250,6 +1488,13 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 			   norm ? xn : NULL, xq, dx, sx);
 	}
 launch:;
+	if (variant == 16) {
+		int lpr = sb_lanes(K / 256), slots = QT / lpr, per = glu ? slots / 2 : slots;
+		sg_cu_multi mp = *m;
+		pdl_launch(picks(kt, lpr, K / 256), dim3((unsigned)((rows + per - 1) / per)), dim3(QT), 0, st, mp, xin, (const int8_t *)xq, (const float *)dx,
+			   (const float *)sx, rows);
+		return (int)cudaGetLastError();
+	}
 	int per = (glu ? S / 2 : S) * (kind >= 2 ? QT / 32 : 1);
 	int64_t nb = (rows + per - 1) / per;
 	sg_cu_multi mp = *m;
