@@ -1160,6 +1160,17 @@ __global__ void __launch_bounds__(QT) mvm_kernel(const __grid_constant__ sg_cu_m
  */
 template <int KT> struct SB;
 
+/* block b's 16 half sums from the swizzled shared copy (mvs_kernel) */
+static __device__ __forceinline__ void ld_ss(const float4 *ss, int64_t b, float *o)
+{
+	const int f = (int)((b >> 1) & 3);
+#pragma unroll
+	for (int q = 0; q < 4; q++) {
+		float4 v = ss[4 * b + (q ^ f)];
+		o[4 * q] = v.x, o[4 * q + 1] = v.y, o[4 * q + 2] = v.z, o[4 * q + 3] = v.w;
+	}
+}
+
 /* n float4 loads from p (16-byte aligned) into o[4n] */
 static __device__ __forceinline__ void ld_f4(const float *p, float *o, int n)
 {
@@ -1182,16 +1193,17 @@ template <> struct SB<SG_CUKT_Q4_K> {
 		dm = __ldg((const uint32_t *)(row + 140 * nb) + b);
 	}
 	/* sub-block t (0..7): w = d * sc[t] * code - dmin * mn[t]; x ~= dx[t] * qx */
-	__device__ __forceinline__ float dot(const int8_t *xq, const float *dx, const float *sx, int64_t b) const
+	__device__ __forceinline__ float dot(const int4 *xs, int64_t b, const float *dx, const float4 *ss) const
 	{
 		/* the 6-bit scales and minima as bytes: words of sub-blocks 0-3 and 4-7 */
 		uint32_t sc[2] = {s[0] & 0x3f3f3f3fu, (s[2] & 0x0f0f0f0fu) | ((s[0] >> 2) & 0x30303030u)};
 		uint32_t mn[2] = {s[1] & 0x3f3f3f3fu, ((s[2] >> 4) & 0x0f0f0f0fu) | ((s[1] >> 2) & 0x30303030u)};
 		float d = h2f((uint16_t)dm), dmin = h2f((uint16_t)(dm >> 16));
-		const int8_t *xb = xq + 256 * b;
+		const int4 *xb = xs + 16 * b;
+		const int bm = (int)(b & 15);
 		float dxv[8], sxv[16];
 		ld_f4(dx + 8 * b, dxv, 2);
-		ld_f4(sx + 16 * b, sxv, 4);
+		ld_ss(ss, b, sxv);
 		float acc = 0.0f;
 #pragma unroll
 		for (int j = 0; j < 4; j++) {
@@ -1199,7 +1211,7 @@ template <> struct SB<SG_CUKT_Q4_K> {
 			int lo = 0, hi = 0;
 #pragma unroll
 			for (int h = 0; h < 2; h++) {
-				int4 xa = __ldg((const int4 *)(xb + 64 * j + 16 * h)), xc = __ldg((const int4 *)(xb + 64 * j + 32 + 16 * h));
+				int4 xa = xb[(4 * j + h) ^ bm], xc = xb[(4 * j + 2 + h) ^ bm];
 				const uint4 &v = q[2 * j + h];
 				lo = __dp4a((int)(v.x & 0x0f0f0f0fu), xa.x, lo);
 				lo = __dp4a((int)(v.y & 0x0f0f0f0fu), xa.y, lo);
@@ -1233,19 +1245,20 @@ template <> struct SB<SG_CUKT_Q6_K> {
 		d16 = __ldg((const unsigned short *)(row + 208 * nb) + b);
 	}
 	/* runs of 16: w = d * sc[e / 16] * (code - 32); x ~= dx * qx, sx = dx * sum(qx) per run */
-	__device__ __forceinline__ float dot(const int8_t *xq, const float *dx, const float *sx, int64_t b) const
+	__device__ __forceinline__ float dot(const int4 *xs, int64_t b, const float *dx, const float4 *ss) const
 	{
-		const int8_t *xb = xq + 256 * b;
+		const int4 *xb = xs + 16 * b;
+		const int bm = (int)(b & 15);
 		float dxv[8], sxv[16];
 		ld_f4(dx + 8 * b, dxv, 2);
-		ld_f4(sx + 16 * b, sxv, 4);
+		ld_ss(ss, b, sxv);
 		float acc = 0.0f;
 #pragma unroll
 		for (int p = 0; p < 8; p++) {
 			const int n = p >> 2, kk = (p >> 1) & 1, li = 16 * (p & 1);
 			const int ea = 128 * n + 32 * kk + li, eb = ea + 64; /* low nibbles, high nibbles */
 			const uint4 &v = ql[p], &hv = qh[2 * n + (p & 1)];
-			int4 xa = __ldg((const int4 *)(xb + ea)), xc = __ldg((const int4 *)(xb + eb));
+			int4 xa = xb[(ea >> 4) ^ bm], xc = xb[(eb >> 4) ^ bm];
 			int ia = 0, ib = 0;
 #pragma unroll
 			for (int k = 0; k < 4; k++) {
@@ -1284,19 +1297,27 @@ __global__ void __launch_bounds__(QT) mvs_kernel(const __grid_constant__ sg_cu_m
 	int64_t b = sl;
 	if (b < nb) a.load(row, nb, b);
 	pdl_wait();
+	/* the 8-bit activations into shared memory, 16-byte chunk c of block b at 16 b + (c ^ b % 16):
+	 * the lanes of a row read chunk c of 16 consecutive blocks at once, which in the plain layout
+	 * lie 256 bytes apart (one bank group: a 16-way conflict; from L1, 16 lines a load) */
+	extern __shared__ int4 xs[];
+	float4 *ss = (float4 *)(xs + 16 * nb); /* the half sums, chunk q of block b at 4 b + (q ^ b / 2 % 4): no conflicts either */
+	for (int64_t i = threadIdx.x; i < 16 * nb; i += QT) xs[(i & ~(int64_t)15) + ((i & 15) ^ ((i >> 4) & 15))] = __ldg((const int4 *)xq + i);
+	for (int64_t i = threadIdx.x; i < 4 * nb; i += QT) ss[(i & ~(int64_t)3) + ((i & 3) ^ ((i >> 3) & 3))] = __ldg((const float4 *)sx + i);
+	__syncthreads();
 	float acc = 0.0f;
 	if (!MANY) { /* at most one block a lane (nb <= LPR): half the registers, twice the blocks an SM holds */
-		if (b < nb) acc = a.dot(xq, dx, sx, b);
+		if (b < nb) acc = a.dot(xs, b, dx, ss);
 	}
 	/* two blocks in registers when a lane has several: the next one's loads fly during the dot */
 	while (MANY && b < nb) {
 		int64_t b2 = b + LPR;
 		if (b2 < nb) c.load(row, nb, b2);
-		acc += a.dot(xq, dx, sx, b);
+		acc += a.dot(xs, b, dx, ss);
 		if (b2 >= nb) break;
 		b = b2 + LPR;
 		if (b < nb) a.load(row, nb, b);
-		acc += c.dot(xq, dx, sx, b2);
+		acc += c.dot(xs, b2, dx, ss);
 	}
 #pragma unroll
 	for (int o = LPR / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
@@ -1455,7 +1476,7 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 	if (!variant && !plain_kt(kt)) variant = g_variant;
 	/* the block-per-lane kernel where it exists (types without it take the default) */
 	if (!variant && !g_slots && g_sb && sg_cu_sb_ok(kt)) variant = 16;
-	if (variant == 16 && !sg_cu_sb_ok(kt)) variant = 0;
+	if (variant == 16 && (!sg_cu_sb_ok(kt) || K + K / 4 > SMEM_X_MAX)) variant = 0; /* 1.25 K bytes of activations staged */
 	/* MLX 4-bit: the warp-split kernel measured 8% faster end to end on Qwen3-8B shapes (H200) */
 	if (!variant && !g_slots && kt == SG_CUKT_MLX4) variant = 14;
 	int S = variant == 16 ? 1 : variant ? multi_slots(variant, glu) : plain_kt(kt) && !glu ? 1 : SG_CU_MULTI_SLOTS;
@@ -1491,7 +1512,7 @@ launch:;
 	if (variant == 16) {
 		int lpr = sb_lanes(K / 256), slots = QT / lpr, per = glu ? slots / 2 : slots;
 		sg_cu_multi mp = *m;
-		pdl_launch(picks(kt, lpr, K / 256), dim3((unsigned)((rows + per - 1) / per)), dim3(QT), 0, st, mp, xin, (const int8_t *)xq, (const float *)dx,
+		pdl_launch(picks(kt, lpr, K / 256), dim3((unsigned)((rows + per - 1) / per)), dim3(QT), (size_t)K + (size_t)K / 4, st, mp, xin, (const int8_t *)xq, (const float *)dx,
 			   (const float *)sx, rows);
 		return (int)cudaGetLastError();
 	}
