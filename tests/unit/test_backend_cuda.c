@@ -1344,13 +1344,13 @@ Test(cuda, fused_gemv_every_format_variant_and_epilogue_matches_cpu)
 }
 
 /* The block-per-lane GEMV of Q4_K and Q6_K (SARAGOSSA_CUDA_GEMV_SB, the default) over row lengths
- * that give it every lane count (K = 256 .. 12288: 4, 8, 16 and 32 lanes a row, blocks per lane
- * 1 to 3 and a last round with idle lanes), through the op table's one-token matmul and its fused
+ * that give it every shape (K = 256 .. 25600: 4 to 32 lanes a row, rows of 1 to 4 segments in
+ * blocks of 96, 128 or 192 threads, idle lanes, and lanes walking several blocks), through the op table's one-token matmul and its fused
  * stages (store with bias, GLU, residual add), exactly against the CPU reference on the
  * activations the GPU rounded. */
 Test(cuda, block_per_lane_gemv_of_long_rows_matches_cpu_reference)
 {
-	static const int64_t Ks[] = {256, 768, 2048, 4096, 5120, 12288};
+	static const int64_t Ks[] = {256, 768, 2048, 4096, 5120, 8192, 12288, 16384, 25600};
 	const wtype *tys[2] = {&wtypes[8], &wtypes[10]}; /* Q4_K, Q6_K */
 	for (int ti = 0; ti < 2; ti++)
 		for (int ki = 0; ki < (int)(sizeof(Ks) / sizeof(Ks[0])); ki++) {

@@ -1171,6 +1171,12 @@ static __device__ __forceinline__ void ld_ss(const float4 *ss, int64_t b, float 
 	}
 }
 
+/* block b's 8 activation scales (global) and 16 half sums (staged) */
+struct XS {
+	float d[8], s[16];
+	__device__ __forceinline__ void load(const float *dx, const float4 *ss, int64_t b);
+};
+
 /* n float4 loads from p (16-byte aligned) into o[4n] */
 static __device__ __forceinline__ void ld_f4(const float *p, float *o, int n)
 {
@@ -1179,6 +1185,12 @@ static __device__ __forceinline__ void ld_f4(const float *p, float *o, int n)
 		float4 v = __ldg((const float4 *)p + i);
 		o[4 * i] = v.x, o[4 * i + 1] = v.y, o[4 * i + 2] = v.z, o[4 * i + 3] = v.w;
 	}
+}
+
+__device__ __forceinline__ void XS::load(const float *dx, const float4 *ss, int64_t b)
+{
+	ld_f4(dx + 8 * b, d, 2);
+	ld_ss(ss, b, s);
 }
 
 template <> struct SB<SG_CUKT_Q4_K> {
@@ -1192,43 +1204,54 @@ template <> struct SB<SG_CUKT_Q4_K> {
 		s[0] = __ldg(sp), s[1] = __ldg(sp + 1), s[2] = __ldg(sp + 2);
 		dm = __ldg((const uint32_t *)(row + 140 * nb) + b);
 	}
-	/* sub-block t (0..7): w = d * sc[t] * code - dmin * mn[t]; x ~= dx[t] * qx */
-	__device__ __forceinline__ float dot(const int4 *xs, int64_t b, const float *dx, const float4 *ss) const
+	/* sub-block t (0..7): w = d * sc[t] * code - dmin * mn[t]; x ~= dx[t] * qx. acc[i] += the dot
+	 * of row r[i]'s block b (NR rows of one column block: each activation chunk read once) */
+	template <int NR>
+	static __device__ __forceinline__ void dot(const SB *r, const int4 *xs, int64_t b, const float *dxv, const float *sxv, float *acc)
 	{
 		/* the 6-bit scales and minima as bytes: words of sub-blocks 0-3 and 4-7 */
-		uint32_t sc[2] = {s[0] & 0x3f3f3f3fu, (s[2] & 0x0f0f0f0fu) | ((s[0] >> 2) & 0x30303030u)};
-		uint32_t mn[2] = {s[1] & 0x3f3f3f3fu, ((s[2] >> 4) & 0x0f0f0f0fu) | ((s[1] >> 2) & 0x30303030u)};
-		float d = h2f((uint16_t)dm), dmin = h2f((uint16_t)(dm >> 16));
+		uint32_t sc[NR][2], mn[NR][2];
+		float d[NR], dmin[NR];
+#pragma unroll
+		for (int i = 0; i < NR; i++) {
+			const uint32_t *s = r[i].s;
+			sc[i][0] = s[0] & 0x3f3f3f3fu, sc[i][1] = (s[2] & 0x0f0f0f0fu) | ((s[0] >> 2) & 0x30303030u);
+			mn[i][0] = s[1] & 0x3f3f3f3fu, mn[i][1] = ((s[2] >> 4) & 0x0f0f0f0fu) | ((s[1] >> 2) & 0x30303030u);
+			d[i] = h2f((uint16_t)r[i].dm), dmin[i] = h2f((uint16_t)(r[i].dm >> 16));
+		}
 		const int4 *xb = xs + 16 * b;
 		const int bm = (int)(b & 15);
-		float dxv[8], sxv[16];
-		ld_f4(dx + 8 * b, dxv, 2);
-		ld_ss(ss, b, sxv);
-		float acc = 0.0f;
 #pragma unroll
 		for (int j = 0; j < 4; j++) {
 			/* pieces 2j and 2j+1: elements 0-15 and 16-31 of sub-blocks 2j (low) and 2j+1 (high) */
-			int lo = 0, hi = 0;
+			int lo[NR], hi[NR];
+#pragma unroll
+			for (int i = 0; i < NR; i++) lo[i] = hi[i] = 0;
 #pragma unroll
 			for (int h = 0; h < 2; h++) {
 				int4 xa = xb[(4 * j + h) ^ bm], xc = xb[(4 * j + 2 + h) ^ bm];
-				const uint4 &v = q[2 * j + h];
-				lo = __dp4a((int)(v.x & 0x0f0f0f0fu), xa.x, lo);
-				lo = __dp4a((int)(v.y & 0x0f0f0f0fu), xa.y, lo);
-				lo = __dp4a((int)(v.z & 0x0f0f0f0fu), xa.z, lo);
-				lo = __dp4a((int)(v.w & 0x0f0f0f0fu), xa.w, lo);
-				hi = __dp4a((int)((v.x >> 4) & 0x0f0f0f0fu), xc.x, hi);
-				hi = __dp4a((int)((v.y >> 4) & 0x0f0f0f0fu), xc.y, hi);
-				hi = __dp4a((int)((v.z >> 4) & 0x0f0f0f0fu), xc.z, hi);
-				hi = __dp4a((int)((v.w >> 4) & 0x0f0f0f0fu), xc.w, hi);
+#pragma unroll
+				for (int i = 0; i < NR; i++) {
+					const uint4 &v = r[i].q[2 * j + h];
+					lo[i] = __dp4a((int)(v.x & 0x0f0f0f0fu), xa.x, lo[i]);
+					lo[i] = __dp4a((int)(v.y & 0x0f0f0f0fu), xa.y, lo[i]);
+					lo[i] = __dp4a((int)(v.z & 0x0f0f0f0fu), xa.z, lo[i]);
+					lo[i] = __dp4a((int)(v.w & 0x0f0f0f0fu), xa.w, lo[i]);
+					hi[i] = __dp4a((int)((v.x >> 4) & 0x0f0f0f0fu), xc.x, hi[i]);
+					hi[i] = __dp4a((int)((v.y >> 4) & 0x0f0f0f0fu), xc.y, hi[i]);
+					hi[i] = __dp4a((int)((v.z >> 4) & 0x0f0f0f0fu), xc.z, hi[i]);
+					hi[i] = __dp4a((int)((v.w >> 4) & 0x0f0f0f0fu), xc.w, hi[i]);
+				}
 			}
 			const int t0 = 2 * j, t1 = 2 * j + 1;
-			float c0 = (float)((sc[t0 >> 2] >> (8 * (t0 & 3))) & 255u), m0 = (float)((mn[t0 >> 2] >> (8 * (t0 & 3))) & 255u);
-			float c1 = (float)((sc[t1 >> 2] >> (8 * (t1 & 3))) & 255u), m1 = (float)((mn[t1 >> 2] >> (8 * (t1 & 3))) & 255u);
-			acc += d * c0 * dxv[t0] * (float)lo - dmin * m0 * (sxv[2 * t0] + sxv[2 * t0 + 1]);
-			acc += d * c1 * dxv[t1] * (float)hi - dmin * m1 * (sxv[2 * t1] + sxv[2 * t1 + 1]);
+#pragma unroll
+			for (int i = 0; i < NR; i++) {
+				float c0 = (float)((sc[i][t0 >> 2] >> (8 * (t0 & 3))) & 255u), m0 = (float)((mn[i][t0 >> 2] >> (8 * (t0 & 3))) & 255u);
+				float c1 = (float)((sc[i][t1 >> 2] >> (8 * (t1 & 3))) & 255u), m1 = (float)((mn[i][t1 >> 2] >> (8 * (t1 & 3))) & 255u);
+				acc[i] += d[i] * c0 * dxv[t0] * (float)lo[i] - dmin[i] * m0 * (sxv[2 * t0] + sxv[2 * t0 + 1]);
+				acc[i] += d[i] * c1 * dxv[t1] * (float)hi[i] - dmin[i] * m1 * (sxv[2 * t1] + sxv[2 * t1 + 1]);
+			}
 		}
-		return acc;
 	}
 };
 
@@ -1244,47 +1267,74 @@ template <> struct SB<SG_CUKT_Q6_K> {
 		sc = ld16(row + 192 * nb + 16 * b);
 		d16 = __ldg((const unsigned short *)(row + 208 * nb) + b);
 	}
-	/* runs of 16: w = d * sc[e / 16] * (code - 32); x ~= dx * qx, sx = dx * sum(qx) per run */
-	__device__ __forceinline__ float dot(const int4 *xs, int64_t b, const float *dx, const float4 *ss) const
+	/* runs of 16: w = d * sc[e / 16] * (code - 32); x ~= dx * qx, sx = dx * sum(qx) per run;
+	 * acc[i] += the dot of row r[i]'s block b */
+	template <int NR>
+	static __device__ __forceinline__ void dot(const SB *r, const int4 *xs, int64_t b, const float *dxv, const float *sxv, float *acc)
 	{
 		const int4 *xb = xs + 16 * b;
 		const int bm = (int)(b & 15);
-		float dxv[8], sxv[16];
-		ld_f4(dx + 8 * b, dxv, 2);
-		ld_ss(ss, b, sxv);
-		float acc = 0.0f;
+		float a[NR];
+#pragma unroll
+		for (int i = 0; i < NR; i++) a[i] = 0.0f;
 #pragma unroll
 		for (int p = 0; p < 8; p++) {
 			const int n = p >> 2, kk = (p >> 1) & 1, li = 16 * (p & 1);
 			const int ea = 128 * n + 32 * kk + li, eb = ea + 64; /* low nibbles, high nibbles */
-			const uint4 &v = ql[p], &hv = qh[2 * n + (p & 1)];
 			int4 xa = xb[(ea >> 4) ^ bm], xc = xb[(eb >> 4) ^ bm];
-			int ia = 0, ib = 0;
 #pragma unroll
-			for (int k = 0; k < 4; k++) {
-				uint32_t w = qword(v, k), h = qword(hv, k);
-				int ca = (int)((w & 0x0f0f0f0fu) | (((h >> (2 * kk)) & 0x03030303u) << 4));
-				int cb = (int)(((w >> 4) & 0x0f0f0f0fu) | (((h >> (2 * kk + 4)) & 0x03030303u) << 4));
-				ia = __dp4a(ca, k == 0 ? xa.x : k == 1 ? xa.y : k == 2 ? xa.z : xa.w, ia);
-				ib = __dp4a(cb, k == 0 ? xc.x : k == 1 ? xc.y : k == 2 ? xc.z : xc.w, ib);
+			for (int i = 0; i < NR; i++) {
+				const uint4 &v = r[i].ql[p], &hv = r[i].qh[2 * n + (p & 1)];
+				int ia = 0, ib = 0;
+#pragma unroll
+				for (int k = 0; k < 4; k++) {
+					uint32_t w = qword(v, k), h = qword(hv, k);
+					int ca = (int)((w & 0x0f0f0f0fu) | (((h >> (2 * kk)) & 0x03030303u) << 4));
+					int cb = (int)(((w >> 4) & 0x0f0f0f0fu) | (((h >> (2 * kk + 4)) & 0x03030303u) << 4));
+					ia = __dp4a(ca, k == 0 ? xa.x : k == 1 ? xa.y : k == 2 ? xa.z : xa.w, ia);
+					ib = __dp4a(cb, k == 0 ? xc.x : k == 1 ? xc.y : k == 2 ? xc.z : xc.w, ib);
+				}
+				float sa = (float)(int8_t)qbyte(r[i].sc, ea >> 4), sbv = (float)(int8_t)qbyte(r[i].sc, eb >> 4);
+				a[i] += sa * (dxv[ea >> 5] * (float)ia - 32.0f * sxv[ea >> 4]);
+				a[i] += sbv * (dxv[eb >> 5] * (float)ib - 32.0f * sxv[eb >> 4]);
 			}
-			float sa = (float)(int8_t)qbyte(sc, ea >> 4), sbv = (float)(int8_t)qbyte(sc, eb >> 4);
-			acc += sa * (dxv[ea >> 5] * (float)ia - 32.0f * sxv[ea >> 4]);
-			acc += sbv * (dxv[eb >> 5] * (float)ib - 32.0f * sxv[eb >> 4]);
 		}
-		return h2f((uint16_t)d16) * acc;
+#pragma unroll
+		for (int i = 0; i < NR; i++) acc[i] += h2f((uint16_t)r[i].d16) * a[i];
 	}
 };
 
-template <int KT, int LPR, int MANY>
-__global__ void __launch_bounds__(QT) mvs_kernel(const __grid_constant__ sg_cu_multi p, const float *__restrict__ x,
-						 const int8_t *__restrict__ xq, const float *__restrict__ dx, const float *__restrict__ sx,
-						 int64_t rows)
+/* One token's 8-bit activations (nb 256-blocks) and half sums into shared memory, swizzled: code
+ * chunk c (16 bytes) of block b at xs[16 b + (c ^ b % 16)], half-sum chunk q (4 floats) at ss[4 b +
+ * (q ^ b / 2 % 4)]. The lanes of a row read chunk c of 16 consecutive blocks at once, which in the
+ * plain layout lie 256 bytes apart (one bank group: a 16-way conflict; from L1, 16 lines a load);
+ * swizzled, no two of 8 neighbouring lanes share a bank. Ends with the block's barrier. */
+static __device__ __forceinline__ void stage_x(const int8_t *xq, const float *sx, int64_t nb, int4 *xs, float4 *ss)
 {
-	enum { S = QT / LPR };
-	__shared__ float tot[S];
+	for (int64_t i = threadIdx.x; i < 16 * nb; i += blockDim.x) xs[(i & ~(int64_t)15) + ((i & 15) ^ ((i >> 4) & 15))] = __ldg((const int4 *)xq + i);
+	for (int64_t i = threadIdx.x; i < 4 * nb; i += blockDim.x) ss[(i & ~(int64_t)3) + ((i & 3) ^ ((i >> 3) & 3))] = __ldg((const float4 *)sx + i);
+	__syncthreads();
+}
+
+/* Threads of an mvs_kernel block: RPB rows of NSEG * LPR lanes (two rows when 128 is not a
+ * multiple of a row's lanes). */
+template <int LPR, int NSEG> struct SBT {
+	enum { RPB = 128 % (LPR * NSEG) == 0 ? 128 / (LPR * NSEG) : 2, THREADS = RPB * LPR * NSEG };
+};
+
+/* A row's nb blocks are NSEG segments of LPR lanes, lane sl of segment g taking block g LPR + sl,
+ * so a long row (K = 12288: 48 blocks, 3 segments of 16 lanes) still gives each lane one block
+ * and the kernel its few registers; MANY (rows past 128 blocks, or a GLU whose rows would not
+ * pair in a block) walks them instead, two blocks in registers. */
+template <int KT, int LPR, int NSEG, int MANY>
+__global__ void __launch_bounds__((SBT<LPR, NSEG>::THREADS)) mvs_kernel(const __grid_constant__ sg_cu_multi p, const float *__restrict__ x,
+									 const int8_t *__restrict__ xq, const float *__restrict__ dx,
+									 const float *__restrict__ sx, int64_t rows)
+{
+	enum { S = SBT<LPR, NSEG>::RPB, SEGS = S * NSEG };
+	__shared__ float tot[SEGS];
 	const int glu = p.epi == SG_CU_EPI_GLU, per = glu ? S / 2 : S;
-	const int slot = (int)threadIdx.x / LPR, sl = (int)threadIdx.x % LPR;
+	const int seg = (int)threadIdx.x / LPR, slot = seg / NSEG, sl = (int)threadIdx.x % LPR;
 	const int64_t g0 = (int64_t)blockIdx.x * per;
 	pdl_trigger();
 	int64_t gr = g0 + slot % per, r;
@@ -1294,74 +1344,116 @@ __global__ void __launch_bounds__(QT) mvs_kernel(const __grid_constant__ sg_cu_m
 	const uint8_t *row = p.w[m].data + (size_t)r * p.w[m].row_bytes;
 	const int64_t nb = p.w[0].K / 256;
 	SB<KT> a, c;
-	int64_t b = sl;
+	int64_t b = (int64_t)(seg % NSEG) * LPR + sl;
 	if (b < nb) a.load(row, nb, b);
 	pdl_wait();
-	/* the 8-bit activations into shared memory, 16-byte chunk c of block b at 16 b + (c ^ b % 16):
-	 * the lanes of a row read chunk c of 16 consecutive blocks at once, which in the plain layout
-	 * lie 256 bytes apart (one bank group: a 16-way conflict; from L1, 16 lines a load) */
 	extern __shared__ int4 xs[];
-	float4 *ss = (float4 *)(xs + 16 * nb); /* the half sums, chunk q of block b at 4 b + (q ^ b / 2 % 4): no conflicts either */
-	for (int64_t i = threadIdx.x; i < 16 * nb; i += QT) xs[(i & ~(int64_t)15) + ((i & 15) ^ ((i >> 4) & 15))] = __ldg((const int4 *)xq + i);
-	for (int64_t i = threadIdx.x; i < 4 * nb; i += QT) ss[(i & ~(int64_t)3) + ((i & 3) ^ ((i >> 3) & 3))] = __ldg((const float4 *)sx + i);
-	__syncthreads();
+	float4 *ss = (float4 *)(xs + 16 * nb);
+	stage_x(xq, sx, nb, xs, ss);
 	float acc = 0.0f;
-	if (!MANY) { /* at most one block a lane (nb <= LPR): half the registers, twice the blocks an SM holds */
-		if (b < nb) acc = a.dot(xs, b, dx, ss);
+	if (!MANY) { /* at most one block a lane: the fewest registers, the most blocks an SM holds */
+		if (b < nb) {
+			XS v;
+			v.load(dx, ss, b);
+			SB<KT>::template dot<1>(&a, xs, b, v.d, v.s, &acc);
+		}
 	}
 	/* two blocks in registers when a lane has several: the next one's loads fly during the dot */
 	while (MANY && b < nb) {
 		int64_t b2 = b + LPR;
 		if (b2 < nb) c.load(row, nb, b2);
-		acc += a.dot(xs, b, dx, ss);
+		XS v;
+		v.load(dx, ss, b);
+		SB<KT>::template dot<1>(&a, xs, b, v.d, v.s, &acc);
 		if (b2 >= nb) break;
 		b = b2 + LPR;
 		if (b < nb) a.load(row, nb, b);
-		acc += c.dot(xs, b2, dx, ss);
+		v.load(dx, ss, b2);
+		SB<KT>::template dot<1>(&c, xs, b2, v.d, v.s, &acc);
 	}
 #pragma unroll
 	for (int o = LPR / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-	if (sl == 0) tot[slot] = acc;
+	if (sl == 0) tot[seg] = acc;
 	__syncthreads();
-	if ((int)threadIdx.x < S) multi_epi<S>(p, (int)threadIdx.x, g0, tot, rows);
+	if ((int)threadIdx.x < S) {
+		if (NSEG > 1) { /* the row's segments, in order */
+			float t = 0.0f;
+#pragma unroll
+			for (int g = 0; g < NSEG; g++) t += tot[threadIdx.x * NSEG + g];
+			tot[threadIdx.x * NSEG] = t;
+		}
+	}
+	if (NSEG > 1) __syncthreads();
+	if ((int)threadIdx.x < S) {
+		float sums[S];
+#pragma unroll
+		for (int i = 0; i < S; i++) sums[i] = tot[i * NSEG];
+		multi_epi<S>(p, (int)threadIdx.x, g0, sums, rows);
+	}
 	(void)x;
 }
 
-/* Lanes per row for blocks of nb 256-element blocks: the largest power of two (4..32) not above
- * nb, halved while that leaves lanes idle in a last round and the half divides nb. */
-static int sb_lanes(int64_t nb)
+/* The shape of mvs_kernel for rows of nb blocks: lanes a segment, segments a row, and MANY. */
+typedef struct {
+	int lpr, nseg, many;
+} sb_shape;
+static sb_shape sb_shape_of(int64_t nb, int glu)
 {
-	int l = 32;
-	while (l > 4 && l > nb) l >>= 1;
-	while (l > 8 && nb % l && nb % (l / 2) == 0) l >>= 1;
-	return l;
+	sb_shape h = {32, 1, 0};
+	if (nb <= 32) { /* the smallest power of two (4..32) holding every block */
+		h.lpr = 4;
+		while (h.lpr < nb) h.lpr <<= 1;
+	} else if (nb <= 48 && nb % 16 == 0) {
+		h.lpr = 16, h.nseg = (int)(nb / 16);
+	} else if (nb <= 128) {
+		h.nseg = (int)((nb + 31) / 32);
+	} else {
+		h.many = 1;
+	}
+	/* a GLU pairs its gate and up rows in one block: two rows at least */
+	if (glu && 128 % (h.lpr * h.nseg) == 0 && 128 / (h.lpr * h.nseg) < 2) h = (sb_shape){32, 1, 1};
+	return h;
 }
 
 typedef void (*mvs_fn)(const sg_cu_multi, const float *, const int8_t *, const float *, const float *, int64_t);
 
-template <int KT, int MANY> static mvs_fn picks_kt(int lpr)
+template <int KT> static mvs_fn picks_kt(sb_shape h)
 {
-	switch (lpr) {
-	case 4: return mvs_kernel<KT, 4, MANY>;
-	case 8: return mvs_kernel<KT, 8, MANY>;
-	case 16: return mvs_kernel<KT, 16, MANY>;
-	default: return mvs_kernel<KT, 32, MANY>;
+	if (h.many) return mvs_kernel<KT, 32, 1, 1>;
+	if (h.nseg == 1) {
+		switch (h.lpr) {
+		case 4: return mvs_kernel<KT, 4, 1, 0>;
+		case 8: return mvs_kernel<KT, 8, 1, 0>;
+		case 16: return mvs_kernel<KT, 16, 1, 0>;
+		default: return mvs_kernel<KT, 32, 1, 0>;
+		}
+	}
+	if (h.lpr == 16) return mvs_kernel<KT, 16, 3, 0>;
+	switch (h.nseg) {
+	case 2: return mvs_kernel<KT, 32, 2, 0>;
+	case 3: return mvs_kernel<KT, 32, 3, 0>;
+	default: return mvs_kernel<KT, 32, 4, 0>;
 	}
 }
 
-/* the kernel for rows of nb blocks at lpr lanes a row */
-static mvs_fn picks(int kt, int lpr, int64_t nb)
+static int sb_threads(sb_shape h)
 {
-	int many = nb > lpr;
+	int lanes = h.many ? 32 : h.lpr * h.nseg;
+	return 128 % lanes == 0 ? 128 : 2 * lanes;
+}
+
+static mvs_fn picks(int kt, sb_shape h)
+{
 	switch (kt) {
-	case SG_CUKT_Q4_K: return many ? picks_kt<SG_CUKT_Q4_K, 1>(lpr) : picks_kt<SG_CUKT_Q4_K, 0>(lpr);
-	case SG_CUKT_Q6_K: return many ? picks_kt<SG_CUKT_Q6_K, 1>(lpr) : picks_kt<SG_CUKT_Q6_K, 0>(lpr);
+	case SG_CUKT_Q4_K: return picks_kt<SG_CUKT_Q4_K>(h);
+	case SG_CUKT_Q6_K: return picks_kt<SG_CUKT_Q6_K>(h);
 	default: return NULL;
 	}
 }
 
-extern "C" void sg_cu_set_gemv_sb(int on) { g_sb = on; }
-extern "C" int sg_cu_sb_ok(int kt) { return picks(kt, 32, 1) != NULL; }
+extern "C" void sg_cu_set_gemv_sb(int on) { g_sb = on != 0; }
+
+extern "C" int sg_cu_sb_ok(int kt) { return picks(kt, sb_shape_of(1, 0)) != NULL; }
 
 /* Row slots per block of the fused 8-bit GEMV (SARAGOSSA_CUDA_GEMV_ROWS; 0 = the default), or a
  * whole kernel-bench variant (SARAGOSSA_CUDA_GEMV_VARIANT, 8..15; 0 = by shape). */
@@ -1510,10 +1602,11 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 	}
 launch:;
 	if (variant == 16) {
-		int lpr = sb_lanes(K / 256), slots = QT / lpr, per = glu ? slots / 2 : slots;
+		sb_shape h = sb_shape_of(K / 256, glu);
+		int th = sb_threads(h), slots = th / (h.many ? 32 : h.lpr * h.nseg), per = glu ? slots / 2 : slots;
 		sg_cu_multi mp = *m;
-		pdl_launch(picks(kt, lpr, K / 256), dim3((unsigned)((rows + per - 1) / per)), dim3(QT), (size_t)K + (size_t)K / 4, st, mp, xin, (const int8_t *)xq, (const float *)dx,
-			   (const float *)sx, rows);
+		pdl_launch(picks(kt, h), dim3((unsigned)((rows + per - 1) / per)), dim3((unsigned)th), (size_t)K + (size_t)K / 4, st, mp, xin,
+			   (const int8_t *)xq, (const float *)dx, (const float *)sx, rows);
 		return (int)cudaGetLastError();
 	}
 	int per = (glu ? S / 2 : S) * (kind >= 2 ? QT / 32 : 1);

@@ -297,21 +297,45 @@ template <int ND> __global__ void __launch_bounds__(AW * 32) attn_kernel(const s
 	}
 }
 
+/* The live rows [lo, hi] of a one-token decode and the rows of each of its nsplit slices (at
+ * least 64, a multiple of 32): slice c holds [lo + c chunk, ...], live when lo + c chunk <= hi.
+ * Read on the device (the position), so one recorded graph serves every length. */
+static __device__ __forceinline__ void dec_span(const sg_cu_attn &a, int nsplit, int64_t &lo, int64_t &hi, int64_t &chunk)
+{
+	int64_t p = a.pos[0];
+	hi = p;
+	if (!a.ring && hi > a.ctx - 1) hi = a.ctx - 1;
+	lo = a.causal && a.window > 0 ? p - a.window + 1 : 0;
+	if (a.ring && lo < hi - a.ctx + 1) lo = hi - a.ctx + 1;
+	if (lo < 0) lo = 0;
+	chunk = (hi - lo + nsplit) / nsplit;
+	chunk = chunk < 64 ? 64 : (chunk + 31) & ~(int64_t)31;
+}
+
 /* Merges the chunks of each (token, head): the chunks' weights exp(M_c - M) are found once, in
- * parallel, then each output dim sums its chunks in chunk order with independent loads. */
+ * parallel, then each output dim sums its chunks in chunk order with independent loads. DEC (the
+ * one-token decode kernel's slices): only the live slices, which are all its kernel wrote (the
+ * others would add exp(-inf) * 0). */
 #define MERGE_MAX 256
-__global__ void attn_merge_kernel(const sg_cu_attn a)
+template <int DEC> __global__ void attn_merge_kernel(const sg_cu_attn a)
 {
 	__shared__ float sf[MERGE_MAX];
 	pdl_trigger();
 	pdl_wait();
 	int64_t th = blockIdx.x, st = a.hdv + 2;
 	const float *pp = a.part + th * a.nchunk * st;
+	int nc = a.nchunk;
+	if (DEC) {
+		int64_t lo, hi, chunk;
+		dec_span(a, a.nchunk, lo, hi, chunk);
+		int64_t live = (hi - lo) / chunk + 1;
+		nc = live < nc ? (int)live : nc;
+	}
 	float M = -INFINITY;
-	for (int c = threadIdx.x; c < a.nchunk; c += blockDim.x) M = fmaxf(M, pp[c * st]);
+	for (int c = threadIdx.x; c < nc; c += blockDim.x) M = fmaxf(M, pp[c * st]);
 	M = block_max(M);
 	float L = 0.0f;
-	for (int c = threadIdx.x; c < a.nchunk; c += blockDim.x) {
+	for (int c = threadIdx.x; c < nc; c += blockDim.x) {
 		float lc = pp[c * st + 1], f = lc > 0 ? expf(pp[c * st] - M) : 0.0f;
 		sf[c] = f;
 		L += lc * f;
@@ -320,7 +344,7 @@ __global__ void attn_merge_kernel(const sg_cu_attn a)
 	for (int64_t d = threadIdx.x; d < a.hdv; d += blockDim.x) { /* whole warps: hdv is a multiple of 32 when xq is set */
 		float A = 0.0f;
 #pragma unroll 8
-		for (int c = 0; c < a.nchunk; c++) A += pp[c * st + 2 + d] * sf[c];
+		for (int c = 0; c < nc; c++) A += pp[c * st + 2 + d] * sf[c];
 		float v = L > 0 ? A / L : 0.0f;
 		a.out[th * a.hdv + d] = v;
 		if (a.xq) q8_store(v, (th * a.hdv + d) >> 5, (int)(d & 31), a.xq, a.dx, a.sx);
@@ -340,7 +364,7 @@ extern "C" int sg_cu_attention(const sg_cu_attn *a, sg_custream s)
 	else if (dmax <= 256) attn_kernel<8><<<grid, AW * 32, 0, st>>>(*a);
 	else if (dmax <= 512) attn_kernel<16><<<grid, AW * 32, 0, st>>>(*a);
 	else return (int)cudaErrorInvalidValue;
-	if (a->nchunk > 1) attn_merge_kernel<<<(unsigned)items, 128, 0, st>>>(*a);
+	if (a->nchunk > 1) attn_merge_kernel<0><<<(unsigned)items, 128, 0, st>>>(*a);
 	return ok();
 }
 
@@ -435,15 +459,11 @@ template <typename T, int G, int NV, int HD> __global__ void __launch_bounds__(D
 	int gall = (int)(a.H / a.Hkv), ng = gall / G;
 	int kh = blockIdx.x / ng, h0 = kh * gall + (blockIdx.x % ng) * G;
 	int c = blockIdx.y, nsplit = gridDim.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int64_t p = a.pos[0], hi = p;
-	for (int i = threadIdx.x; i < G * hd; i += DW * 32) sq[i] = a.q[h0 * hd + i];
-	if (!a.ring && hi > a.ctx - 1) hi = a.ctx - 1;
-	int64_t lo = a.causal && a.window > 0 ? p - a.window + 1 : 0;
-	if (a.ring && lo < hi - a.ctx + 1) lo = hi - a.ctx + 1;
-	if (lo < 0) lo = 0;
-	int64_t chunk = (hi - lo + nsplit) / nsplit;
-	chunk = chunk < 64 ? 64 : (chunk + 31) & ~(int64_t)31;
+	int64_t lo, hi, chunk;
+	dec_span(a, nsplit, lo, hi, chunk);
 	int64_t b0 = lo + (int64_t)c * chunk, b1 = min(b0 + chunk - 1, hi);
+	if (b0 > hi) return; /* a slice past the live rows: the merge skips it (whole block: no barrier waits) */
+	for (int i = threadIdx.x; i < G * hd; i += DW * 32) sq[i] = a.q[h0 * hd + i];
 	float m[G], l[G], acc[G][VD];
 #pragma unroll
 	for (int g = 0; g < G; g++) {
@@ -604,7 +624,7 @@ extern "C" int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s)
 	cudaStream_t st = (cudaStream_t)s;
 	if (a->kf16) dec_launch_g<__half>(a, G, grid, sm, st);
 	else dec_launch_g<float>(a, G, grid, sm, st);
-	if (a->nchunk > 1) pdl_launch(attn_merge_kernel, dim3((unsigned)a->H), dim3(128), 0, st, *a);
+	if (a->nchunk > 1) pdl_launch(attn_merge_kernel<1>, dim3((unsigned)a->H), dim3(128), 0, st, *a);
 	return ok();
 }
 
