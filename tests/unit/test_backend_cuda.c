@@ -1344,8 +1344,8 @@ Test(cuda, fused_gemv_every_format_variant_and_epilogue_matches_cpu)
 }
 
 /* The block-per-lane GEMV of Q4_K and Q6_K (SARAGOSSA_CUDA_GEMV_SB, the default) over row lengths
- * that give it every shape (K = 256 .. 25600: 4 to 32 lanes a row, rows of 1 to 4 segments in
- * blocks of 96, 128 or 192 threads, idle lanes, and lanes walking several blocks), through the op table's one-token matmul and its fused
+ * that give it every shape (K = 256 .. 25600: 4 to 32 lanes a row, idle lanes, lanes walking up
+ * to 4 blocks), through the op table's one-token matmul and its fused
  * stages (store with bias, GLU, residual add), exactly against the CPU reference on the
  * activations the GPU rounded. */
 Test(cuda, block_per_lane_gemv_of_long_rows_matches_cpu_reference)

@@ -1316,25 +1316,21 @@ static __device__ __forceinline__ void stage_x(const int8_t *xq, const float *sx
 	__syncthreads();
 }
 
-/* Threads of an mvs_kernel block: RPB rows of NSEG * LPR lanes (two rows when 128 is not a
- * multiple of a row's lanes). */
-template <int LPR, int NSEG> struct SBT {
-	enum { RPB = 128 % (LPR * NSEG) == 0 ? 128 / (LPR * NSEG) : 2, THREADS = RPB * LPR * NSEG };
-};
-
-/* A row's nb blocks are NSEG segments of LPR lanes, lane sl of segment g taking block g LPR + sl,
- * so a long row (K = 12288: 48 blocks, 3 segments of 16 lanes) still gives each lane one block
- * and the kernel its few registers; MANY (rows past 128 blocks, or a GLU whose rows would not
- * pair in a block) walks them instead, two blocks in registers. */
-template <int KT, int LPR, int NSEG, int MANY>
-__global__ void __launch_bounds__((SBT<LPR, NSEG>::THREADS)) mvs_kernel(const __grid_constant__ sg_cu_multi p, const float *__restrict__ x,
-									 const int8_t *__restrict__ xq, const float *__restrict__ dx,
-									 const float *__restrict__ sx, int64_t rows)
+/*
+ * The first block of each lane's row is loaded before pdl_wait; at most one block a lane (MANY =
+ * 0) keeps the registers few and the blocks an SM holds many. Longer rows (MANY) walk their blocks
+ * with two in registers, the next one's loads in flight during the dot: measured faster on the
+ * H200 than splitting such rows over more lanes (K = 14336: 2366-2462 against 2102 GB/s).
+ */
+template <int KT, int LPR, int MANY>
+__global__ void __launch_bounds__(QT) mvs_kernel(const __grid_constant__ sg_cu_multi p, const float *__restrict__ x,
+						 const int8_t *__restrict__ xq, const float *__restrict__ dx, const float *__restrict__ sx,
+						 int64_t rows)
 {
-	enum { S = SBT<LPR, NSEG>::RPB, SEGS = S * NSEG };
-	__shared__ float tot[SEGS];
+	enum { S = QT / LPR };
+	__shared__ float tot[S];
 	const int glu = p.epi == SG_CU_EPI_GLU, per = glu ? S / 2 : S;
-	const int seg = (int)threadIdx.x / LPR, slot = seg / NSEG, sl = (int)threadIdx.x % LPR;
+	const int slot = (int)threadIdx.x / LPR, sl = (int)threadIdx.x % LPR;
 	const int64_t g0 = (int64_t)blockIdx.x * per;
 	pdl_trigger();
 	int64_t gr = g0 + slot % per, r;
@@ -1344,21 +1340,20 @@ __global__ void __launch_bounds__((SBT<LPR, NSEG>::THREADS)) mvs_kernel(const __
 	const uint8_t *row = p.w[m].data + (size_t)r * p.w[m].row_bytes;
 	const int64_t nb = p.w[0].K / 256;
 	SB<KT> a, c;
-	int64_t b = (int64_t)(seg % NSEG) * LPR + sl;
+	int64_t b = sl;
 	if (b < nb) a.load(row, nb, b);
 	pdl_wait();
 	extern __shared__ int4 xs[];
 	float4 *ss = (float4 *)(xs + 16 * nb);
 	stage_x(xq, sx, nb, xs, ss);
 	float acc = 0.0f;
-	if (!MANY) { /* at most one block a lane: the fewest registers, the most blocks an SM holds */
+	if (!MANY) {
 		if (b < nb) {
 			XS v;
 			v.load(dx, ss, b);
 			SB<KT>::template dot<1>(&a, xs, b, v.d, v.s, &acc);
 		}
 	}
-	/* two blocks in registers when a lane has several: the next one's loads fly during the dot */
 	while (MANY && b < nb) {
 		int64_t b2 = b + LPR;
 		if (b2 < nb) c.load(row, nb, b2);
@@ -1373,87 +1368,48 @@ __global__ void __launch_bounds__((SBT<LPR, NSEG>::THREADS)) mvs_kernel(const __
 	}
 #pragma unroll
 	for (int o = LPR / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-	if (sl == 0) tot[seg] = acc;
+	if (sl == 0) tot[slot] = acc;
 	__syncthreads();
-	if ((int)threadIdx.x < S) {
-		if (NSEG > 1) { /* the row's segments, in order */
-			float t = 0.0f;
-#pragma unroll
-			for (int g = 0; g < NSEG; g++) t += tot[threadIdx.x * NSEG + g];
-			tot[threadIdx.x * NSEG] = t;
-		}
-	}
-	if (NSEG > 1) __syncthreads();
-	if ((int)threadIdx.x < S) {
-		float sums[S];
-#pragma unroll
-		for (int i = 0; i < S; i++) sums[i] = tot[i * NSEG];
-		multi_epi<S>(p, (int)threadIdx.x, g0, sums, rows);
-	}
+	if ((int)threadIdx.x < S) multi_epi<S>(p, (int)threadIdx.x, g0, tot, rows);
 	(void)x;
 }
 
-/* The shape of mvs_kernel for rows of nb blocks: lanes a segment, segments a row, and MANY. */
-typedef struct {
-	int lpr, nseg, many;
-} sb_shape;
-static sb_shape sb_shape_of(int64_t nb, int glu)
+/* Lanes per row for rows of nb blocks: the smallest power of two (4..32) holding every block;
+ * past 32 blocks, 32 lanes walking them, or 16 when that leaves no lane idle in a last round. */
+static int sb_lanes(int64_t nb)
 {
-	sb_shape h = {32, 1, 0};
-	if (nb <= 32) { /* the smallest power of two (4..32) holding every block */
-		h.lpr = 4;
-		while (h.lpr < nb) h.lpr <<= 1;
-	} else if (nb <= 48 && nb % 16 == 0) {
-		h.lpr = 16, h.nseg = (int)(nb / 16);
-	} else if (nb <= 128) {
-		h.nseg = (int)((nb + 31) / 32);
-	} else {
-		h.many = 1;
-	}
-	/* a GLU pairs its gate and up rows in one block: two rows at least */
-	if (glu && 128 % (h.lpr * h.nseg) == 0 && 128 / (h.lpr * h.nseg) < 2) h = (sb_shape){32, 1, 1};
-	return h;
+	int l = 4;
+	while (l < 32 && l < nb) l <<= 1;
+	if (nb > 32 && nb % 32 && nb % 16 == 0) l = 16;
+	return l;
 }
 
 typedef void (*mvs_fn)(const sg_cu_multi, const float *, const int8_t *, const float *, const float *, int64_t);
 
-template <int KT> static mvs_fn picks_kt(sb_shape h)
+template <int KT, int MANY> static mvs_fn picks_kt(int lpr)
 {
-	if (h.many) return mvs_kernel<KT, 32, 1, 1>;
-	if (h.nseg == 1) {
-		switch (h.lpr) {
-		case 4: return mvs_kernel<KT, 4, 1, 0>;
-		case 8: return mvs_kernel<KT, 8, 1, 0>;
-		case 16: return mvs_kernel<KT, 16, 1, 0>;
-		default: return mvs_kernel<KT, 32, 1, 0>;
-		}
-	}
-	if (h.lpr == 16) return mvs_kernel<KT, 16, 3, 0>;
-	switch (h.nseg) {
-	case 2: return mvs_kernel<KT, 32, 2, 0>;
-	case 3: return mvs_kernel<KT, 32, 3, 0>;
-	default: return mvs_kernel<KT, 32, 4, 0>;
+	switch (lpr) {
+	case 4: return mvs_kernel<KT, 4, MANY>;
+	case 8: return mvs_kernel<KT, 8, MANY>;
+	case 16: return mvs_kernel<KT, 16, MANY>;
+	default: return mvs_kernel<KT, 32, MANY>;
 	}
 }
 
-static int sb_threads(sb_shape h)
+/* the kernel for rows of nb blocks at lpr lanes a row */
+static mvs_fn picks(int kt, int lpr, int64_t nb)
 {
-	int lanes = h.many ? 32 : h.lpr * h.nseg;
-	return 128 % lanes == 0 ? 128 : 2 * lanes;
-}
-
-static mvs_fn picks(int kt, sb_shape h)
-{
+	int many = nb > lpr;
 	switch (kt) {
-	case SG_CUKT_Q4_K: return picks_kt<SG_CUKT_Q4_K>(h);
-	case SG_CUKT_Q6_K: return picks_kt<SG_CUKT_Q6_K>(h);
+	case SG_CUKT_Q4_K: return many ? picks_kt<SG_CUKT_Q4_K, 1>(lpr) : picks_kt<SG_CUKT_Q4_K, 0>(lpr);
+	case SG_CUKT_Q6_K: return many ? picks_kt<SG_CUKT_Q6_K, 1>(lpr) : picks_kt<SG_CUKT_Q6_K, 0>(lpr);
 	default: return NULL;
 	}
 }
 
 extern "C" void sg_cu_set_gemv_sb(int on) { g_sb = on != 0; }
 
-extern "C" int sg_cu_sb_ok(int kt) { return picks(kt, sb_shape_of(1, 0)) != NULL; }
+extern "C" int sg_cu_sb_ok(int kt) { return picks(kt, 32, 1) != NULL; }
 
 /* Row slots per block of the fused 8-bit GEMV (SARAGOSSA_CUDA_GEMV_ROWS; 0 = the default), or a
  * whole kernel-bench variant (SARAGOSSA_CUDA_GEMV_VARIANT, 8..15; 0 = by shape). */
@@ -1602,10 +1558,9 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 	}
 launch:;
 	if (variant == 16) {
-		sb_shape h = sb_shape_of(K / 256, glu);
-		int th = sb_threads(h), slots = th / (h.many ? 32 : h.lpr * h.nseg), per = glu ? slots / 2 : slots;
+		int lpr = sb_lanes(K / 256), slots = QT / lpr, per = glu ? slots / 2 : slots;
 		sg_cu_multi mp = *m;
-		pdl_launch(picks(kt, h), dim3((unsigned)((rows + per - 1) / per)), dim3((unsigned)th), (size_t)K + (size_t)K / 4, st, mp, xin,
+		pdl_launch(picks(kt, lpr, K / 256), dim3((unsigned)((rows + per - 1) / per)), dim3(QT), (size_t)K + (size_t)K / 4, st, mp, xin,
 			   (const int8_t *)xq, (const float *)dx, (const float *)sx, rows);
 		return (int)cudaGetLastError();
 	}
