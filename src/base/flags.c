@@ -80,9 +80,10 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_GEMV_ROWS", SG_FLAG_INT, "0",
 	 "CUDA fused decode GEMV on 8-bit activations: weight rows per 128-thread block (1, 2, 4 or 8; from 4 on the "
 	 "activations are staged in shared memory); 0 = the measured default"},
-	{"SARAGOSSA_CUDA_GEMV_SB", SG_FLAG_BOOL, "1",
-	 "CUDA one-token GEMV of Q4_K and Q6_K weights: each lane takes a whole 256-element block of the planar rows "
-	 "(all its loads in flight at once, the scales decoded once); 0 = the 32-element unit kernels the other formats use"},
+	{"SARAGOSSA_CUDA_GEMV_SB", SG_FLAG_INT, "1",
+	 "CUDA one-token GEMV of Q4_K and Q6_K weights, a whole 256-element block of the planar rows per lane (the scales "
+	 "decoded once): 1 = each lane loads its block itself; 2 = tiles of rows moved into shared memory by the copy engine, "
+	 "stages ahead, in a persistent grid; 0 = the 32-element unit kernels the other formats use"},
 	{"SARAGOSSA_CUDA_MOE_DECODE", SG_FLAG_BOOL, "1",
 	 "CUDA one-token MoE matmuls: each slot's expert straight from the routing ids, two rows a warp (0 = the sorting "
 	 "kernel every token count takes)"},

@@ -1276,7 +1276,7 @@ Test(cuda, fused_gemv_every_format_variant_and_epilogue_matches_cpu)
 		pair q8s = pair_new(SG_TYPE_I32, (int64_t)(sg_cu_q8_bytes(1, K) / 4 + 1), 1, 1, 1);
 		cr_assert_eq(cpu->ops->rmsnorm(cpu, &x.c, &nw.c, 1e-6f, 0.0f, &xn.c), SG_OK);
 		float *xcpu = cpu_floats(&xn);
-		for (int var = 8; var <= 16; var++) { /* 16 falls back to the default where the type lacks it */
+		for (int var = 8; var <= 17; var++) { /* 16, 17 fall back to the default where the type lacks them */
 			for (int epi = 0; epi < 3; epi++) {
 				sg_cu_multi m;
 				memset(&m, 0, sizeof(m));
@@ -1352,9 +1352,11 @@ Test(cuda, block_per_lane_gemv_of_long_rows_matches_cpu_reference)
 {
 	static const int64_t Ks[] = {256, 768, 2048, 4096, 5120, 8192, 12288, 16384, 25600};
 	const wtype *tys[2] = {&wtypes[8], &wtypes[10]}; /* Q4_K, Q6_K */
+	for (int mode = 1; mode <= 2; mode++) /* SARAGOSSA_CUDA_GEMV_SB: a block per lane, the copy-engine tiles */
 	for (int ti = 0; ti < 2; ti++)
 		for (int ki = 0; ki < (int)(sizeof(Ks) / sizeof(Ks[0])); ki++) {
-			int64_t K = Ks[ki], N = 45;
+			sg_cu_set_gemv_sb(mode);
+			int64_t K = Ks[ki], N = mode == 2 && ki % 2 ? 301 : 45; /* several tiles a block, a partial last tile */
 			hw h0 = make_w(tys[ti], N, K), h1 = make_w(tys[ti], N, K);
 			sg_btensor c0, g0, c1, g1;
 			bind_both(&h0, &c0, &g0);
@@ -1367,7 +1369,7 @@ Test(cuda, block_per_lane_gemv_of_long_rows_matches_cpu_reference)
 			cr_assert_eq(gpu->ops->matmul(gpu, &g0, &x.g, &b.g, &y0.g), SG_OK, "%s", sg_last_error());
 			cr_assert_eq(cpu->ops->matmul(cpu, &c0, &xr.c, &b.c, &y0.c), SG_OK);
 			double e = pair_nmse(&y0);
-			cr_expect(e < NMSE_F32 * 100, "%s K=%lld matmul: nmse %.3g", tys[ti]->name, (long long)K, e);
+			cr_expect(e < NMSE_F32 * 100, "%s K=%lld mode %d matmul: nmse %.3g", tys[ti]->name, (long long)K, mode, e);
 			/* two stores in one launch */
 			poison(&y0), poison(&y1);
 			sg_matmul_multi m = {.x = &x.g, .nw = 2, .w = {&g0, &g1}, .y = {&y0.g, &y1.g}};
@@ -1375,7 +1377,7 @@ Test(cuda, block_per_lane_gemv_of_long_rows_matches_cpu_reference)
 			cr_assert_eq(cpu->ops->matmul(cpu, &c0, &xr.c, NULL, &y0.c), SG_OK);
 			cr_assert_eq(cpu->ops->matmul(cpu, &c1, &xr.c, NULL, &y1.c), SG_OK);
 			double e0 = pair_nmse(&y0), e1 = pair_nmse(&y1);
-			cr_expect(e0 < NMSE_F32 * 100 && e1 < NMSE_F32 * 100, "%s K=%lld stores: nmse %.3g %.3g", tys[ti]->name, (long long)K, e0, e1);
+			cr_expect(e0 < NMSE_F32 * 100 && e1 < NMSE_F32 * 100, "%s K=%lld mode %d stores: nmse %.3g %.3g", tys[ti]->name, (long long)K, mode, e0, e1);
 			/* gate and up with the GLU */
 			poison(&y0);
 			sg_matmul_multi gu = {.x = &x.g, .nw = 2, .w = {&g0, &g1}, .y = {&y0.g, &y1.g}, .glu = 1, .act = SG_ACT_SILU};
@@ -1384,7 +1386,7 @@ Test(cuda, block_per_lane_gemv_of_long_rows_matches_cpu_reference)
 			cr_assert_eq(cpu->ops->matmul(cpu, &c1, &xr.c, NULL, &y1.c), SG_OK);
 			cr_assert_eq(cpu->ops->glu(cpu, &y0.c, &y1.c, SG_ACT_SILU, &y0.c), SG_OK);
 			e = pair_nmse(&y0);
-			cr_expect(e < NMSE_F32 * 100, "%s K=%lld glu: nmse %.3g", tys[ti]->name, (long long)K, e);
+			cr_expect(e < NMSE_F32 * 100, "%s K=%lld mode %d glu: nmse %.3g", tys[ti]->name, (long long)K, mode, e);
 			/* the residual add */
 			poison(&out);
 			sg_matmul_multi ad = {.x = &x.g, .nw = 1, .w = {&g0}, .y = {&y0.g}, .residual = &res.g, .out = &out.g};
@@ -1392,11 +1394,12 @@ Test(cuda, block_per_lane_gemv_of_long_rows_matches_cpu_reference)
 			cr_assert_eq(cpu->ops->matmul(cpu, &c0, &xr.c, NULL, &out.c), SG_OK);
 			cr_assert_eq(cpu->ops->add(cpu, &res.c, &out.c, &out.c), SG_OK);
 			e = pair_nmse(&out);
-			cr_expect(e < NMSE_F32 * 100, "%s K=%lld add: nmse %.3g", tys[ti]->name, (long long)K, e);
+			cr_expect(e < NMSE_F32 * 100, "%s K=%lld mode %d add: nmse %.3g", tys[ti]->name, (long long)K, mode, e);
 			pair_free(&x), pair_free(&xr), pair_free(&b), pair_free(&y0), pair_free(&y1), pair_free(&res), pair_free(&out);
 			gpu->ops->tensor_free(gpu, &g0), cpu->ops->tensor_free(cpu, &c0), gpu->ops->tensor_free(gpu, &g1), cpu->ops->tensor_free(cpu, &c1);
 			free_hw(&h0), free_hw(&h1);
 		}
+	sg_cu_set_gemv_sb((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_SB"));
 }
 
 /* The backend's fused stages equal their compositions on the same GPU: the matmul_multi op (BF16

@@ -803,7 +803,7 @@ extern "C" int sg_cu_gemv(const sg_cuw *w, const float *x, int64_t n, float *y, 
 		sg_cu_multi m;
 		memset(&m, 0, sizeof(m));
 		m.nw = 1, m.epi = SG_CU_EPI_STORE, m.w[0] = *w, m.N[0] = N, m.bias[0] = bias, m.y[0] = y;
-		return sg_cu_gemv_multi(&m, x, 0, NULL, 0.0f, 0.0f, NULL, 16, q8_scratch, s);
+		return sg_cu_gemv_multi(&m, x, 0, NULL, 0.0f, 0.0f, NULL, 15 + g_sb, q8_scratch, s);
 	}
 	/* f32 activations: two rows per warp pay for quantized weights (their activations are reused
 	 * across the rows), one for plain types (already at ~90% of the copy bandwidth) */
@@ -1204,6 +1204,15 @@ template <> struct SB<SG_CUKT_Q4_K> {
 		s[0] = __ldg(sp), s[1] = __ldg(sp + 1), s[2] = __ldg(sp + 2);
 		dm = __ldg((const uint32_t *)(row + 140 * nb) + b);
 	}
+	/* the same from a row staged in shared memory */
+	__device__ __forceinline__ void load_s(const uint8_t *row, int64_t nb, int64_t b)
+	{
+#pragma unroll
+		for (int p = 0; p < 8; p++) q[p] = *(const uint4 *)(row + ((int64_t)p * nb + b) * 16);
+		const uint32_t *sp = (const uint32_t *)(row + 128 * nb + 12 * b);
+		s[0] = sp[0], s[1] = sp[1], s[2] = sp[2];
+		dm = ((const uint32_t *)(row + 140 * nb))[b];
+	}
 	/* sub-block t (0..7): w = d * sc[t] * code - dmin * mn[t]; x ~= dx[t] * qx. acc[i] += the dot
 	 * of row r[i]'s block b (NR rows of one column block: each activation chunk read once) */
 	template <int NR>
@@ -1266,6 +1275,15 @@ template <> struct SB<SG_CUKT_Q6_K> {
 		for (int p = 0; p < 4; p++) qh[p] = ld16(row + 128 * nb + ((int64_t)p * nb + b) * 16);
 		sc = ld16(row + 192 * nb + 16 * b);
 		d16 = __ldg((const unsigned short *)(row + 208 * nb) + b);
+	}
+	__device__ __forceinline__ void load_s(const uint8_t *row, int64_t nb, int64_t b)
+	{
+#pragma unroll
+		for (int p = 0; p < 8; p++) ql[p] = *(const uint4 *)(row + ((int64_t)p * nb + b) * 16);
+#pragma unroll
+		for (int p = 0; p < 4; p++) qh[p] = *(const uint4 *)(row + 128 * nb + ((int64_t)p * nb + b) * 16);
+		sc = *(const uint4 *)(row + 192 * nb + 16 * b);
+		d16 = ((const unsigned short *)(row + 208 * nb))[b];
 	}
 	/* runs of 16: w = d * sc[e / 16] * (code - 32); x ~= dx * qx, sx = dx * sum(qx) per run;
 	 * acc[i] += the dot of row r[i]'s block b */
@@ -1407,14 +1425,213 @@ static mvs_fn picks(int kt, int lpr, int64_t nb)
 	}
 }
 
-extern "C" void sg_cu_set_gemv_sb(int on) { g_sb = on != 0; }
+/*
+ * Variant 17, the copy-engine GEMV of the planar K-quants: a persistent grid (two blocks an SM)
+ * whose blocks take tiles of TR consecutive rows (~20 KB) in turn. One thread has the copy engine
+ * move each tile into shared memory (cp.async.bulk, one copy per contiguous run of rows,
+ * completing on the stage's mbarrier), NST stages ahead, so ~120 KB per SM are always in flight
+ * whatever the registers allow; the one-shot kernel above was measured (ncu) at 48% of DRAM
+ * throughput, its warps stalled on their own loads half the time. The tile's (row, block) tasks
+ * are spread over the threads and read from shared memory (lane b's 16 bytes next to lane b+1's:
+ * no conflicts); partial sums meet in a fixed order (deterministic, so a replayed graph gives the
+ * same bits as the per-op path). The activations are staged once per block.
+ */
+#define TNST 3 /* pipeline stages */
+#define TNT 128 /* threads */
+
+static __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+static __device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count)
+{
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+
+static __device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes)
+{
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+
+static __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
+{
+	uint32_t done = 0;
+	while (!done)
+		asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+			     : "=r"(done)
+			     : "r"(smem_u32(bar)), "r"(parity)
+			     : "memory");
+}
+
+/* bytes (a multiple of 16) from global src to shared dst by the copy engine, completing on bar */
+static __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t bytes, uint64_t *bar)
+{
+	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)), "l"(src),
+		     "r"(bytes), "r"(smem_u32(bar))
+		     : "memory");
+}
+
+/* Tile t's rows into stage dst (thread 0): a GLU tile is TR/2 gate rows then the same up rows. */
+static __device__ __forceinline__ void tile_fetch(const sg_cu_multi &p, int64_t t, int TR, int64_t rows, uint8_t *dst, uint64_t *bar)
+{
+	const size_t rb = p.w[0].row_bytes;
+	uint32_t tx = 0;
+	if (p.epi == SG_CU_EPI_GLU) {
+		int64_t h = TR / 2, r0 = t * h, n = rows - r0 < h ? rows - r0 : h;
+		tx = (uint32_t)(2 * n * (int64_t)rb);
+		mbar_expect_tx(bar, tx);
+		bulk_g2s(dst, p.w[0].data + (size_t)r0 * rb, (uint32_t)(n * (int64_t)rb), bar);
+		bulk_g2s(dst + (size_t)h * rb, p.w[1].data + (size_t)r0 * rb, (uint32_t)(n * (int64_t)rb), bar);
+		return;
+	}
+	int64_t g0 = t * TR, g1 = g0 + TR < rows ? g0 + TR : rows, off = 0;
+	for (int m = 0; m < p.nw; m++) { /* the runs of rows of each matrix the tile covers */
+		int64_t a = g0 > off ? g0 : off, b = g1 < off + p.N[m] ? g1 : off + p.N[m];
+		if (a < b) tx += (uint32_t)((b - a) * (int64_t)rb);
+		off += p.N[m];
+	}
+	mbar_expect_tx(bar, tx);
+	off = 0;
+	for (int m = 0; m < p.nw; m++) {
+		int64_t a = g0 > off ? g0 : off, b = g1 < off + p.N[m] ? g1 : off + p.N[m];
+		if (a < b) bulk_g2s(dst + (size_t)(a - g0) * rb, p.w[m].data + (size_t)(a - off) * rb, (uint32_t)((b - a) * (int64_t)rb), bar);
+		off += p.N[m];
+	}
+}
+
+template <int KT>
+__global__ void __launch_bounds__(TNT) mvt_kernel(const __grid_constant__ sg_cu_multi p, const int8_t *__restrict__ xq, const float *__restrict__ dx,
+						  const float *__restrict__ sx, int64_t rows, int TR, size_t stage_bytes)
+{
+	extern __shared__ __align__(128) uint8_t tsm[];
+	const int glu = p.epi == SG_CU_EPI_GLU;
+	const int64_t nb = p.w[0].K / 256, ntiles = glu ? (rows + TR / 2 - 1) / (TR / 2) : (rows + TR - 1) / TR;
+	const size_t rb = p.w[0].row_bytes;
+	const int ntask = TR * (int)nb;
+	uint8_t *stage = tsm;
+	int4 *xs = (int4 *)(tsm + TNST * stage_bytes);
+	float4 *ss = (float4 *)(xs + 16 * nb);
+	float *red = (float *)(ss + 4 * nb); /* [2][ntask] */
+	uint64_t *bar = (uint64_t *)(red + 2 * ((ntask + 3) & ~3));
+	pdl_trigger();
+	if (threadIdx.x == 0) {
+		for (int i = 0; i < TNST; i++) mbar_init(&bar[i], 1);
+		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+		/* weights are never written: the first tiles fly before the wait */
+		for (int i = 0; i < TNST; i++) {
+			int64_t t = blockIdx.x + (int64_t)i * gridDim.x;
+			if (t < ntiles) tile_fetch(p, t, TR, rows, stage + i * stage_bytes, &bar[i]);
+		}
+	}
+	pdl_wait();
+	stage_x(xq, sx, nb, xs, ss); /* ends with a barrier: the mbarriers are initialised too */
+	int it = 0;
+	for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x, it++) {
+		const int si = it % TNST;
+		const uint8_t *st = stage + si * stage_bytes;
+		float *rd = red + (it & 1) * ((ntask + 3) & ~3);
+		mbar_wait(&bar[si], (uint32_t)((it / TNST) & 1));
+		int64_t nrow = glu ? TR : (rows - t * TR < TR ? rows - t * TR : TR); /* rows present (GLU: both halves) */
+		if (glu) {
+			int64_t n = rows - t * (TR / 2);
+			nrow = n < TR / 2 ? n : TR / 2;
+		}
+		for (int k = threadIdx.x; k < ntask; k += TNT) {
+			int j = k / (int)nb;
+			int64_t b = k % nb;
+			int live = glu ? (j % (TR / 2)) < nrow : j < nrow;
+			float acc = 0.0f;
+			if (live) {
+				SB<KT> w;
+				w.load_s(st + (size_t)j * rb, nb, b);
+				XS v;
+				v.load(dx, ss, b);
+				SB<KT>::template dot<1>(&w, xs, b, v.d, v.s, &acc);
+			}
+			rd[k] = acc;
+		}
+		__syncthreads(); /* the stage is read and the partial sums written */
+		if (threadIdx.x == 0) {
+			int64_t tn = t + (int64_t)TNST * gridDim.x;
+			/* the block's reads of the stage (ordered by the barrier) before the copy engine's writes */
+			asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+			if (tn < ntiles) tile_fetch(p, tn, TR, rows, stage + si * stage_bytes, &bar[si]);
+		}
+		const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nout = glu ? TR / 2 : TR;
+		for (int o = warp; o < nout; o += TNT / 32) {
+			float a0 = 0.0f, a1 = 0.0f;
+			for (int64_t b = lane; b < nb; b += 32) {
+				a0 += rd[o * nb + b];
+				if (glu) a1 += rd[(o + TR / 2) * nb + b];
+			}
+			a0 = warp_sum(a0);
+			if (glu) a1 = warp_sum(a1);
+			if (lane == 0 && o < nrow) {
+				if (glu) {
+					int64_t r = t * (TR / 2) + o;
+					float g = a0 + (p.bias[0] ? p.bias[0][r] : 0.0f), u = a1 + (p.bias[1] ? p.bias[1][r] : 0.0f);
+					p.y[0][r] = act_of(p.act, g) * u;
+				} else {
+					int64_t r;
+					int m = multi_row(p, t * TR + o, r);
+					float v = a0 + (p.bias[m] ? p.bias[m][r] : 0.0f);
+					if (p.epi == SG_CU_EPI_ADD) v = p.res[r] + v;
+					p.y[m][r] = v;
+				}
+			}
+		}
+	}
+}
+
+typedef void (*mvt_fn)(const sg_cu_multi, const int8_t *, const float *, const float *, int64_t, int, size_t);
+
+static mvt_fn pickt(int kt)
+{
+	switch (kt) {
+	case SG_CUKT_Q4_K: return mvt_kernel<SG_CUKT_Q4_K>;
+	case SG_CUKT_Q6_K: return mvt_kernel<SG_CUKT_Q6_K>;
+	default: return NULL;
+	}
+}
+
+/* Launches mvt_kernel: rows per tile for ~20 KB tiles (even for a GLU), shared memory for the
+ * stages, the staged activations, the partial sums and the barriers; -1 when it does not fit. */
+static int mvt_launch(const sg_cu_multi *m, const int8_t *xq, const float *dx, const float *sx, int64_t rows, cudaStream_t st)
+{
+	static int sms, cap_set[SG_CUKT_COUNT];
+	const int glu = m->epi == SG_CU_EPI_GLU, kt = m->w[0].kt;
+	const size_t rb = m->w[0].row_bytes;
+	const int64_t K = m->w[0].K, nb = K / 256;
+	mvt_fn f = pickt(kt);
+	if (!f || rb % 16) return -1;
+	int TR = (int)((20480 + rb / 2) / rb);
+	if (TR < 1) TR = 1;
+	if (TR > 32) TR = 32;
+	if (glu && TR & 1) TR = TR < 2 ? 2 : TR - 1;
+	size_t stage = (TR * rb + 127) & ~(size_t)127, ntask = (size_t)TR * (size_t)nb;
+	size_t smem = TNST * stage + (size_t)K + (size_t)K / 4 + 2 * 4 * ((ntask + 3) & ~(size_t)3) + 8 * TNST;
+	if (smem > 110 * 1024) return -1; /* two blocks an SM */
+	if (!sms) {
+		int dev = 0;
+		if (cudaGetDevice(&dev) || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) sms = 132;
+	}
+	if (!cap_set[kt]) {
+		if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 110 * 1024)) return (int)cudaGetLastError();
+		cap_set[kt] = 1;
+	}
+	int64_t ntiles = glu ? (rows + TR / 2 - 1) / (TR / 2) : (rows + TR - 1) / TR, grid = 2 * (int64_t)sms;
+	if (grid > ntiles) grid = ntiles;
+	sg_cu_multi mp = *m;
+	pdl_launch(f, dim3((unsigned)grid), dim3(TNT), smem, st, mp, xq, dx, sx, rows, TR, stage);
+	return (int)cudaGetLastError();
+}
+
+extern "C" void sg_cu_set_gemv_sb(int on) { g_sb = on >= 0 && on <= 2 ? on : 1; }
 
 extern "C" int sg_cu_sb_ok(int kt) { return picks(kt, 32, 1) != NULL; }
 
 /* Row slots per block of the fused 8-bit GEMV (SARAGOSSA_CUDA_GEMV_ROWS; 0 = the default), or a
  * whole kernel-bench variant (SARAGOSSA_CUDA_GEMV_VARIANT, 8..15; 0 = by shape). */
 extern "C" void sg_cu_set_gemv_rows(int rows) { g_slots = rows == 1 || rows == 2 || rows == 4 || rows == 8 ? rows : 0; }
-extern "C" void sg_cu_set_gemv_variant(int variant) { g_variant = variant >= 8 && variant <= 16 ? variant : 0; }
+extern "C" void sg_cu_set_gemv_variant(int variant) { g_variant = variant >= 8 && variant <= 17 ? variant : 0; }
 #define SG_CU_MULTI_SLOTS (g_slots ? g_slots : 2)
 #define NQ_WARPS 16 /* warps of a norm-quantize block: 512 threads, the rmsnorm kernel's size for rows of >= 1024 */
 
@@ -1523,16 +1740,16 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 	 * always pairs a gate and an up row) */
 	if (!variant && !plain_kt(kt)) variant = g_variant;
 	/* the block-per-lane kernel where it exists (types without it take the default) */
-	if (!variant && !g_slots && g_sb && sg_cu_sb_ok(kt)) variant = 16;
-	if (variant == 16 && (!sg_cu_sb_ok(kt) || K + K / 4 > SMEM_X_MAX)) variant = 0; /* 1.25 K bytes of activations staged */
+	if (!variant && !g_slots && g_sb && sg_cu_sb_ok(kt)) variant = 15 + g_sb;
+	if (variant >= 16 && (!sg_cu_sb_ok(kt) || K + K / 4 > SMEM_X_MAX)) variant = 0; /* 1.25 K bytes of activations staged */
 	/* MLX 4-bit: the warp-split kernel measured 8% faster end to end on Qwen3-8B shapes (H200) */
 	if (!variant && !g_slots && kt == SG_CUKT_MLX4) variant = 14;
-	int S = variant == 16 ? 1 : variant ? multi_slots(variant, glu) : plain_kt(kt) && !glu ? 1 : SG_CU_MULTI_SLOTS;
+	int S = variant >= 16 ? 1 : variant ? multi_slots(variant, glu) : plain_kt(kt) && !glu ? 1 : SG_CU_MULTI_SLOTS;
 	int kind = variant == 14 || variant == 15 ? 2 : variant == 9 || variant == 11 || (!variant && g_slots >= 4) ? 1 : 0;
 	if (plain_kt(kt) && (S > 2 || kind)) S = 2, kind = 0;
 	if (kind == 1 && smem_x(K) > SMEM_X_MAX) S = 2, kind = 0;
-	mvm_fn f = variant == 16 ? NULL : pickm(kt, S, kind);
-	if (!f && variant != 16) return (int)cudaErrorInvalidValue;
+	mvm_fn f = variant >= 16 ? NULL : pickm(kt, S, kind);
+	if (!f && variant < 16) return (int)cudaErrorInvalidValue;
 	const float *xin = x;
 	int8_t *xq = NULL;
 	float *dx = NULL, *sx = NULL;
@@ -1557,6 +1774,11 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 			   norm ? xn : NULL, xq, dx, sx);
 	}
 launch:;
+	if (variant == 17) {
+		int e = mvt_launch(m, xq, dx, sx, rows, st);
+		if (e >= 0) return e;
+		variant = 16; /* shared memory too small for its stages */
+	}
 	if (variant == 16) {
 		int lpr = sb_lanes(K / 256), slots = QT / lpr, per = glu ? slots / 2 : slots;
 		sg_cu_multi mp = *m;
