@@ -1892,6 +1892,108 @@ __global__ void __launch_bounds__(QT) moe1_kernel(const sg_cuw w, const int8_t *
 	}
 }
 
+/*
+ * One token's expert matmul of the planar K-quants (SARAGOSSA_CUDA_GEMV_SB): mvs_kernel's layout
+ * for the rows of slot blockIdx.y's expert. Block (b, j) takes QT / LPR row slots of expert ids[j]
+ * (with the GLU: half of them gate rows, the other half the same up rows), each lane one
+ * 256-block of its row, against the shared or the slot's own activations, staged swizzled.
+ */
+template <int KT, int LPR, int MANY>
+__global__ void __launch_bounds__(QT) moes_kernel(const sg_cuw w, const int8_t *__restrict__ xq, const float *__restrict__ dx,
+						  const float *__restrict__ sx, int shared_x, const int32_t *__restrict__ ids, int64_t E,
+						  float *__restrict__ y, int64_t N, const sg_cuw w2, int act)
+{
+	enum { S = QT / LPR };
+	__shared__ float tot[S];
+	const int glu = w2.data != NULL, per = glu ? S / 2 : S, js = blockIdx.y;
+	const int slot = (int)threadIdx.x / LPR, sl = (int)threadIdx.x % LPR;
+	const int64_t g0 = (int64_t)blockIdx.x * per, nb = w.K / 256;
+	pdl_trigger();
+	int64_t r = g0 + slot % per;
+	if (r >= N) r = N - 1; /* computed, never stored */
+	const sg_cuw &m = glu && slot >= per ? w2 : w;
+	pdl_wait(); /* the ids come from the router kernel */
+	int32_t e = ids[js];
+	float *yo = y + (int64_t)js * N;
+	if (e < 0 || e >= E) { /* an id out of range gives zeros */
+		if ((int)threadIdx.x < per && g0 + threadIdx.x < N) yo[g0 + threadIdx.x] = 0.0f;
+		return;
+	}
+	const uint8_t *row = m.data + (size_t)e * m.expert_bytes + (size_t)r * m.row_bytes;
+	SB<KT> a, c;
+	int64_t b = sl;
+	if (b < nb) a.load(row, nb, b);
+	int64_t xo = shared_x ? 0 : js;
+	extern __shared__ int4 xs[];
+	float4 *ss = (float4 *)(xs + 16 * nb);
+	stage_x(xq + xo * w.K, sx + xo * (w.K / 16), nb, xs, ss);
+	const float *dxo = dx + xo * (w.K / 32);
+	float acc = 0.0f;
+	if (!MANY) {
+		if (b < nb) {
+			XS v;
+			v.load(dxo, ss, b);
+			SB<KT>::template dot<1>(&a, xs, b, v.d, v.s, &acc);
+		}
+	}
+	while (MANY && b < nb) {
+		int64_t b2 = b + LPR;
+		if (b2 < nb) c.load(row, nb, b2);
+		XS v;
+		v.load(dxo, ss, b);
+		SB<KT>::template dot<1>(&a, xs, b, v.d, v.s, &acc);
+		if (b2 >= nb) break;
+		b = b2 + LPR;
+		if (b < nb) a.load(row, nb, b);
+		v.load(dxo, ss, b2);
+		SB<KT>::template dot<1>(&c, xs, b2, v.d, v.s, &acc);
+	}
+#pragma unroll
+	for (int o = LPR / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+	if (sl == 0) tot[slot] = acc;
+	__syncthreads();
+	int t = (int)threadIdx.x;
+	if (t < per && g0 + t < N) yo[g0 + t] = glu ? act_of(act, tot[t]) * tot[t + per] : tot[t];
+}
+
+typedef void (*moes_fn)(const sg_cuw, const int8_t *, const float *, const float *, int, const int32_t *, int64_t, float *, int64_t, const sg_cuw,
+			int);
+
+template <int KT, int MANY> static moes_fn pick_moes_kt(int lpr)
+{
+	switch (lpr) {
+	case 4: return moes_kernel<KT, 4, MANY>;
+	case 8: return moes_kernel<KT, 8, MANY>;
+	case 16: return moes_kernel<KT, 16, MANY>;
+	default: return moes_kernel<KT, 32, MANY>;
+	}
+}
+
+static moes_fn pick_moes(int kt, int lpr, int64_t nb)
+{
+	int many = nb > lpr;
+	switch (kt) {
+	case SG_CUKT_Q4_K: return many ? pick_moes_kt<SG_CUKT_Q4_K, 1>(lpr) : pick_moes_kt<SG_CUKT_Q4_K, 0>(lpr);
+	case SG_CUKT_Q6_K: return many ? pick_moes_kt<SG_CUKT_Q6_K, 1>(lpr) : pick_moes_kt<SG_CUKT_Q6_K, 0>(lpr);
+	default: return NULL;
+	}
+}
+
+/* moes_kernel for k slots of one token: the launch status, or -1 when it does not apply (the
+ * caller takes moe1_kernel) */
+static int moes_launch(const sg_cuw *w, const sg_cuw *w2, const int8_t *xq, const float *dx, const float *sx, int shared_x, const int32_t *ids,
+		       int64_t k, int64_t E, float *y, int64_t N, int act, cudaStream_t st)
+{
+	int64_t K = w->K, nb = K / 256;
+	if (!g_sb || !sg_cu_sb_ok(w->kt) || K + K / 4 > SMEM_X_MAX || (w2 && w2->kt != w->kt)) return -1;
+	int lpr = sb_lanes(nb), per = QT / lpr / (w2 ? 2 : 1);
+	sg_cuw none;
+	memset(&none, 0, sizeof(none));
+	pdl_launch(pick_moes(w->kt, lpr, nb), dim3((unsigned)((N + per - 1) / per), (unsigned)k), dim3(QT), (size_t)K + (size_t)K / 4, st, *w, xq, dx,
+		   sx, shared_x, ids, E, y, N, w2 ? *w2 : none, act);
+	return (int)cudaGetLastError();
+}
+
 typedef void (*moe1_fn)(const sg_cuw, const int8_t *, const float *, const float *, int, const int32_t *, int64_t, float *, int64_t, const sg_cuw,
 			int);
 
@@ -1929,6 +2031,8 @@ extern "C" int sg_cu_moe_glu(const sg_cuw *wg, const sg_cuw *wu, const float *x,
 	float *dx, *sx;
 	int e = quant_x(x, 1, wg->K, q8_scratch, &xq, &dx, &sx, st);
 	if (e) return e;
+	int sb = moes_launch(wg, wu, xq, dx, sx, 1, ids, k, E, g, N, act, st);
+	if (sb >= 0) return sb;
 	pdl_launch(f1, dim3((unsigned)((N + QT / 32 - 1) / (QT / 32)), (unsigned)k), dim3(QT), 0, st, *wg, (const int8_t *)xq, (const float *)dx,
 		   (const float *)sx, 1, ids, E, g, N, *wu, act);
 	return (int)cudaGetLastError();
@@ -1945,6 +2049,8 @@ extern "C" int sg_cu_moe_matmul(const sg_cuw *w, const float *x, int shared_x, c
 		float *dx, *sx;
 		int e = quant_x(x, shared_x ? 1 : S, w->K, q8_scratch, &xq, &dx, &sx, st);
 		if (e) return e;
+		int sb = moes_launch(w, NULL, xq, dx, sx, (int)shared_x, ids, S, E, y, N, 0, st);
+		if (sb >= 0) return sb;
 		sg_cuw none;
 		memset(&none, 0, sizeof(none));
 		pdl_launch(f1, dim3((unsigned)((N + 2 * (QT / 32) - 1) / (2 * (QT / 32))), (unsigned)S), dim3(QT), 0, st, *w, (const int8_t *)xq,
