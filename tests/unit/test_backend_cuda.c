@@ -1176,7 +1176,7 @@ Test(decode_greedy, returns_the_argmax_of_the_step_logits_on_cpu)
 }
 
 #if SG_CUDA
-/* The planar Q4_K / Q6_K device rows (no GPU needed): repacking then unpacking gives the file row
+/* The planar Q4_K / Q6_K / MLX 4-bit device rows (no GPU needed): repacking then unpacking gives the file row
  * back; each field lands where the kernels read it (Q4_K: piece p of block b's codes at (p * nb +
  * b) * 16, scales at 128 nb + 12 b, d/dmin at 140 nb + 4 b; Q6_K: ql pieces, qh pieces at 128 nb,
  * scales at 192 nb + 16 b, d at 208 nb + 2 b); bad lengths and types are refused. */
@@ -1207,6 +1207,16 @@ Test(cuda_layout, planar_k_quant_rows_round_trip_and_place_every_field)
 			}
 			free(f), free(d), free(back);
 		}
+	}
+	{ /* MLX 4-bit codes: 8 pieces of 16 bytes a 256-block */
+		int64_t K = 1024, nb = K / 256;
+		uint8_t f[512], d[512], back[512];
+		for (int i = 0; i < 512; i++) f[i] = (uint8_t)rnd();
+		cr_assert_eq(sg_cuda_repack_kq(SG_CUKT_MLX4, K, f, d), 0);
+		cr_assert_eq(sg_cuda_unpack_kq(SG_CUKT_MLX4, K, d, back), 0);
+		cr_expect(!memcmp(f, back, 512));
+		for (int64_t b = 0; b < nb; b++)
+			for (int p = 0; p < 8; p++) cr_expect(!memcmp(d + (p * nb + b) * 16, f + b * 128 + 16 * p, 16), "MLX4 block %lld piece %d", (long long)b, p);
 	}
 	uint8_t buf[512];
 	cr_expect_eq(sg_cuda_repack_kq(SG_CUKT_Q4_K, 100, buf, buf + 256), -1);
@@ -1343,7 +1353,7 @@ Test(cuda, fused_gemv_every_format_variant_and_epilogue_matches_cpu)
 	}
 }
 
-/* The block-per-lane GEMV of Q4_K and Q6_K (SARAGOSSA_CUDA_GEMV_SB, the default) over row lengths
+/* The block-per-lane GEMV of Q4_K, Q6_K and MLX 4-bit (SARAGOSSA_CUDA_GEMV_SB, the default) over row lengths
  * that give it every shape (K = 256 .. 25600: 4 to 32 lanes a row, idle lanes, lanes walking up
  * to 4 blocks), through the op table's one-token matmul and its fused
  * stages (store with bias, GLU, residual add), exactly against the CPU reference on the
@@ -1351,9 +1361,9 @@ Test(cuda, fused_gemv_every_format_variant_and_epilogue_matches_cpu)
 Test(cuda, block_per_lane_gemv_of_long_rows_matches_cpu_reference)
 {
 	static const int64_t Ks[] = {256, 768, 2048, 4096, 5120, 8192, 12288, 16384, 25600};
-	const wtype *tys[2] = {&wtypes[8], &wtypes[10]}; /* Q4_K, Q6_K */
-	for (int mode = 1; mode <= 2; mode++) /* SARAGOSSA_CUDA_GEMV_SB: a block per lane, the copy-engine tiles */
-	for (int ti = 0; ti < 2; ti++)
+	const wtype *tys[5] = {&wtypes[8], &wtypes[10], &wtypes[11], &wtypes[12], &wtypes[13]}; /* Q4_K, Q6_K, MLX4 g32/g64 f16/g128 */
+	for (int mode = 1; mode <= 2; mode++) /* SARAGOSSA_CUDA_GEMV_SB: a block per lane, the copy-engine tiles (K-quants) */
+	for (int ti = 0; ti < 5; ti++)
 		for (int ki = 0; ki < (int)(sizeof(Ks) / sizeof(Ks[0])); ki++) {
 			sg_cu_set_gemv_sb(mode);
 			int64_t K = Ks[ki], N = mode == 2 && ki % 2 ? 301 : 45; /* several tiles a block, a partial last tile */

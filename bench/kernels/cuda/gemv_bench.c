@@ -150,7 +150,7 @@ int main(int argc, char **argv)
 	       "v6, v7: 8-bit activations, 1 or 2 rows per warp; v8, v9, v10: the fused decode GEMV (sg_cu_gemv_multi, one matrix;\n"
 	       "f32 activations for plain types, else 8-bit, quantized in the launch), 2, 4, 1 or (v11) 8 rows per 128-thread block\n"
 	       "(v9, v11 stage the activations in shared memory; v12, v13: 4 and 8 rows reading them from global memory); v14, v15: 2 and 4\n"
-	       "rows per warp, 4 warps a block; v16: a 256-element block per lane over the planar Q4_K / Q6_K rows; v17: tiles of rows moved to shared memory by the copy engine, 3 stages ahead, in a persistent grid.\n\n");
+	       "rows per warp, 4 warps a block; v16: a 256-element block per lane over the planar Q4_K / Q6_K / MLX4 rows; v17: tiles of rows moved to shared memory by the copy engine, 3 stages ahead, in a persistent grid.\n\n");
 	printf("| type | N x K | MB | v0 GB/s | v1 GB/s | v2 GB/s | v3 GB/s | v4 GB/s | v5 GB/s | v6 GB/s | v7 GB/s | v8 GB/s | v9 GB/s | v10 GB/s | v11 GB/s | v12 GB/s | v13 GB/s | v14 GB/s | v15 GB/s | v16 GB/s | v17 GB/s | best us | best %% copy |\n");
 	printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 	static const int64_t shapes[3][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
@@ -215,7 +215,7 @@ int main(int argc, char **argv)
 				if (sg_cuda_weight_view(&dw[c], &v[c])) return 1;
 			double tv[18] = {0};
 			for (int var = 1; var <= 17; var++) {
-				if (var >= 16 && !sg_cu_sb_ok(v[0].kt)) continue;
+				if (var >= 16 && !sg_cu_sb_ok(&v[0])) continue;
 				if (var >= 3 && var <= 7 && !sg_cu_has_q8(v[0].kt)) continue;
 				if (var >= 8 && !sg_cu_multi_ok(v[0].kt)) continue;
 				if (var >= 11 && !sg_cu_has_q8(v[0].kt)) continue;

@@ -5,12 +5,12 @@
  * elementwise) and cuda_linear.cu (the linear-attention and Gemma 4 stages) behind cuda_kernels.h.
  *
  * Weight layouts on the device (row r at data + r * row_bytes, so row views keep working):
- *  - F32 / F16 / BF16, Q5_K, MLX affine: the file's bytes (Q5_K's 176-byte blocks are multiples
- *    of 16, so 16-byte loads stay aligned).
+ *  - F32 / F16 / BF16, Q5_K, MLX affine (but 4-bit rows of 256 k): the file's bytes (Q5_K's
+ *    176-byte blocks are multiples of 16, so 16-byte loads stay aligned).
  *  - Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: per row, all the blocks' codes first, then their high bits,
  *    scales and minima as separate runs (the 18..34-byte blocks would misalign every wide load),
  *    the row padded to 16 bytes.
- *  - Q4_K, Q6_K: planar rows (sg_cuda_repack_kq). A block's 16-byte pieces of codes are spread
+ *  - Q4_K, Q6_K, and MLX 4-bit rows of a multiple of 256 elements: planar rows (sg_cuda_repack_kq). A block's 16-byte pieces of codes are spread
  *    over planes, piece p of block b at (p * nb + b) * 16 (nb blocks a row), then the small
  *    fields of every block as runs. The decode GEMV gives each lane a whole block: lane b's p-th
  *    load and lane b+1's are neighbours, so a warp's every load is one contiguous run (the file's
@@ -127,6 +127,11 @@ static int kq_fields(sg_cukt kt, kq_field *f, int *block_bytes)
 		*block_bytes = 210;
 		return 4;
 	}
+	if (kt == SG_CUKT_MLX4) { /* 256 elements of codes; the scales and biases are arrays of their own */
+		f[0] = (kq_field){0, 128, 1};
+		*block_bytes = 128;
+		return 1;
+	}
 	return 0;
 }
 
@@ -173,7 +178,7 @@ static void repack_row(sg_cukt kt, int64_t K, const uint8_t *src, uint8_t *dst, 
 {
 	memset(dst, 0, dst_bytes);
 	int64_t nb = K / 32;
-	if (kt == SG_CUKT_Q4_K || kt == SG_CUKT_Q6_K) {
+	if (kt == SG_CUKT_Q4_K || kt == SG_CUKT_Q6_K || kt == SG_CUKT_MLX4) {
 		sg_cuda_repack_kq(kt, K, src, dst);
 		return;
 	}
@@ -291,7 +296,7 @@ static sg_status cuda_tensor_alloc(sg_backend *be, sg_type type, const int64_t n
  * once its source is staged, so the staging buffer may be refilled at once. */
 static sg_status upload_rows(cudaStream_t s, sg_cukt kt, const sg_btensor *t, int64_t rows, size_t src_rb, size_t dst_rb, uint8_t *dev)
 {
-	if (!is_legacy(kt) && kt != SG_CUKT_Q6_K && kt != SG_CUKT_Q4_K)
+	if (!is_legacy(kt) && kt != SG_CUKT_Q6_K && kt != SG_CUKT_Q4_K && !(kt == SG_CUKT_MLX4 && t->ne[0] % 256 == 0))
 		return cudaMemcpyAsync(dev, t->data, src_rb * (size_t)rows, cudaMemcpyHostToDevice, s) ? cu_fail("tensor_bind", (int)cudaGetLastError()) : SG_OK;
 	/* repack through a bounded host buffer */
 	int64_t chunk = (int64_t)((16u << 20) / dst_rb);

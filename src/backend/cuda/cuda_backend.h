@@ -69,9 +69,10 @@ sg_status sg_cuda_copy_bandwidth(sg_backend *be, size_t bytes, double *gbps);
  * launchers of cuda_kernels.h with it): SG_OK, or SG_ERR_UNSUPPORTED for a type without kernels. */
 struct sg_cuw;
 sg_status sg_cuda_weight_view(const sg_btensor *w, struct sg_cuw *out);
-/* One row of K elements of a Q4_K or Q6_K tensor (sg_cukt kt) between the file's blocks and the
- * planar device layout (cuda_backend.c); the device row is the file row's bytes (Q6_K: rounded up
- * to 16 by the caller). 0, or -1 for another type or K not a positive multiple of 256. */
+/* One row of K elements of a Q4_K, Q6_K or MLX 4-bit tensor (sg_cukt kt; MLX: the codes) between
+ * the file's blocks and the planar device layout (cuda_backend.c); the device row is the file
+ * row's bytes (Q6_K: rounded up to 16 by the caller). 0, or -1 for another type or K not a positive
+ * multiple of 256. */
 int sg_cuda_repack_kq(int kt, int64_t K, const uint8_t *file_row, uint8_t *dev_row);
 int sg_cuda_unpack_kq(int kt, int64_t K, const uint8_t *dev_row, uint8_t *file_row);
 /* Name, memory and capability of the backend's device: "NVIDIA H200, 139.8 GiB, sm_90". */

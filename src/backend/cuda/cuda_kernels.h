@@ -89,10 +89,12 @@ int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, const float
 /* Rows per block of the fused 8-bit decode GEMV: 1, 2, 4 or 8; anything else = the default. */
 void sg_cu_set_gemv_rows(int rows);
 void sg_cu_set_gemv_variant(int variant);
-/* 0: Q4_K and Q6_K take the unit kernels too (SARAGOSSA_CUDA_GEMV_SB); _ok: kt has the
- * block-per-lane kernel (variant 16 of sg_cu_gemv_multi, the default for one token) */
+/* SARAGOSSA_CUDA_GEMV_SB: 0 = Q4_K, Q6_K and MLX 4-bit take the unit kernels too, 1 = the
+ * block-per-lane kernel (variant 16 of sg_cu_gemv_multi, the default for one token), 2 = the
+ * copy-engine one (variant 17, K-quants); _ok: w has the block-per-lane kernel (Q4_K, Q6_K, MLX
+ * 4-bit of group 32/64/128 with rows of a multiple of 256) */
 void sg_cu_set_gemv_sb(int on);
-int sg_cu_sb_ok(int kt);
+int sg_cu_sb_ok(const sg_cuw *w);
 /* 0: one-token MoE matmuls take the sorting kernel too (SARAGOSSA_CUDA_MOE_DECODE) */
 void sg_cu_set_moe_decode(int on);
 /* The one-token gate and up expert matmuls with the GLU in one launch (after one activation

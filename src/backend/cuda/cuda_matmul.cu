@@ -264,11 +264,18 @@ static __device__ __forceinline__ void mlx_sb(const sg_cuw &w, const uint8_t *sc
 	b = w.sb_bf16 ? bf2f(b16) : h2f(b16);
 }
 
+/* MLX 4-bit rows of a multiple of 256 elements are planar (cuda_backend.c): 16-byte piece p of
+ * 256-block b at (p * nb + b) * 16; shorter multiples keep the file's order. */
+static __device__ __forceinline__ const uint8_t *mlx4_unit(const sg_cuw &w, const uint8_t *row, int64_t u)
+{
+	return w.K % 256 ? row + 16 * u : row + ((u & 7) * (w.K / 256) + (u >> 3)) * 16;
+}
+
 template <> struct U<SG_CUKT_MLX4> {
 	enum { E = 32, RL = 32, RS = 32 };
 	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *sc, const uint8_t *bi, int64_t u, float *o)
 	{
-		uint4 q = ld16(row + 16 * u);
+		uint4 q = ld16(mlx4_unit(w, row, u));
 		float s, b;
 		mlx_sb(w, sc, bi, u, s, b);
 #pragma unroll
@@ -527,7 +534,7 @@ template <> struct UI<SG_CUKT_MLX4> {
 	static __device__ __forceinline__ int64_t e0(int64_t u) { return 32 * u; }
 	static __device__ __forceinline__ void dq(const sg_cuw &w, const uint8_t *row, const uint8_t *sc, const uint8_t *bi, int64_t u, int *c, float *sca, float *off)
 	{
-		uint4 q = ld16(row + 16 * u);
+		uint4 q = ld16(mlx4_unit(w, row, u));
 		float s, b;
 		mlx_sb(w, sc, bi, u, s, b);
 #pragma unroll
@@ -799,7 +806,7 @@ extern "C" int sg_cu_gemv(const sg_cuw *w, const float *x, int64_t n, float *y, 
 	cudaStream_t st = (cudaStream_t)s;
 	int nt = nt_for(n);
 	/* one token of a planar K-quant: the fused kernel's block-per-lane variant, one matrix */
-	if (!variant && n == 1 && q8_scratch && g_sb && !g_variant && !g_slots && sg_cu_sb_ok(w->kt)) {
+	if (!variant && n == 1 && q8_scratch && g_sb && !g_variant && !g_slots && sg_cu_sb_ok(w)) {
 		sg_cu_multi m;
 		memset(&m, 0, sizeof(m));
 		m.nw = 1, m.epi = SG_CU_EPI_STORE, m.w[0] = *w, m.N[0] = N, m.bias[0] = bias, m.y[0] = y;
@@ -1196,7 +1203,7 @@ __device__ __forceinline__ void XS::load(const float *dx, const float4 *ss, int6
 template <> struct SB<SG_CUKT_Q4_K> {
 	uint4 q[8];
 	uint32_t s[3], dm;
-	__device__ __forceinline__ void load(const uint8_t *row, int64_t nb, int64_t b)
+	__device__ __forceinline__ void load(const uint8_t *row, const uint8_t *, const uint8_t *, int, int64_t nb, int64_t b)
 	{
 #pragma unroll
 		for (int p = 0; p < 8; p++) q[p] = ld16(row + ((int64_t)p * nb + b) * 16);
@@ -1267,7 +1274,7 @@ template <> struct SB<SG_CUKT_Q4_K> {
 template <> struct SB<SG_CUKT_Q6_K> {
 	uint4 ql[8], qh[4], sc;
 	uint32_t d16;
-	__device__ __forceinline__ void load(const uint8_t *row, int64_t nb, int64_t b)
+	__device__ __forceinline__ void load(const uint8_t *row, const uint8_t *, const uint8_t *, int, int64_t nb, int64_t b)
 	{
 #pragma unroll
 		for (int p = 0; p < 8; p++) ql[p] = ld16(row + ((int64_t)p * nb + b) * 16);
@@ -1322,6 +1329,70 @@ template <> struct SB<SG_CUKT_Q6_K> {
 	}
 };
 
+/* MLX 4-bit of group G (32, 64, 128) over planar rows: SB id 100 + log2(G / 32). Piece p (32
+ * elements, activation block 8 b + p) has group 32 p / G: w = scale * code + bias. The 256 / G
+ * scales and biases of the block are 16-bit (bf16 or f16), converted at the dot (not at the load:
+ * the load runs before pdl_wait and must not wait for its data). */
+#define SB_MLX4 100
+template <int G> struct SBM {
+	enum { NG = 256 / G };
+	uint4 q[8];
+	uint32_t sw[NG / 2 > 0 ? NG / 2 : 1], bw[NG / 2 > 0 ? NG / 2 : 1]; /* pairs of 16-bit values; G = 128: one pair */
+	int bf;
+	__device__ __forceinline__ void load(const uint8_t *row, const uint8_t *sc, const uint8_t *bi, int bf16, int64_t nb, int64_t b)
+	{
+#pragma unroll
+		for (int p = 0; p < 8; p++) q[p] = ld16(row + ((int64_t)p * nb + b) * 16);
+		const uint32_t *sp = (const uint32_t *)(sc + 2 * NG * b), *bp = (const uint32_t *)(bi + 2 * NG * b);
+#pragma unroll
+		for (int i = 0; i < NG / 2; i++) sw[i] = __ldg(sp + i), bw[i] = __ldg(bp + i);
+		bf = bf16;
+	}
+	__device__ __forceinline__ float f16v(uint32_t w, int hi) const
+	{
+		uint16_t h = (uint16_t)(hi ? w >> 16 : w);
+		return bf ? bf2f(h) : h2f(h);
+	}
+	template <int NR>
+	static __device__ __forceinline__ void dot(const SBM *r, const int4 *xs, int64_t b, const float *dxv, const float *sxv, float *acc)
+	{
+		const int4 *xb = xs + 16 * b;
+		const int bm = (int)(b & 15);
+#pragma unroll
+		for (int p = 0; p < 8; p++) {
+			int4 xa = xb[(2 * p) ^ bm], xc = xb[(2 * p + 1) ^ bm];
+			const int g = 32 * p / G;
+#pragma unroll
+			for (int i = 0; i < NR; i++) {
+				const uint4 &v = r[i].q[p];
+				int d = 0;
+#pragma unroll
+				for (int k = 0; k < 4; k++) {
+					/* word k: elements 8k..8k+7 as nibbles, even ones low */
+					uint32_t w = qword(v, k), lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+					int4 x = k < 2 ? xa : xc;
+					int x0 = k & 1 ? x.z : x.x, x1 = k & 1 ? x.w : x.y;
+					d = __dp4a((int)__byte_perm(lo, hi, 0x5140), x0, d);
+					d = __dp4a((int)__byte_perm(lo, hi, 0x7362), x1, d);
+				}
+				float sv = r[i].f16v(r[i].sw[g >> 1], g & 1), bv = r[i].f16v(r[i].bw[g >> 1], g & 1);
+				acc[i] += sv * dxv[p] * (float)d + bv * (sxv[2 * p] + sxv[2 * p + 1]);
+			}
+		}
+	}
+};
+template <> struct SB<SB_MLX4> : SBM<32> {};
+template <> struct SB<SB_MLX4 + 1> : SBM<64> {};
+template <> struct SB<SB_MLX4 + 2> : SBM<128> {};
+
+/* The block-per-lane kind of a weight: its SB id, or -1 without that kernel. */
+static int sb_kind(const sg_cuw *w)
+{
+	if (w->kt == SG_CUKT_Q4_K || w->kt == SG_CUKT_Q6_K) return w->kt;
+	if (w->kt == SG_CUKT_MLX4 && w->K % 256 == 0 && w->gsh >= 0 && w->gsh <= 2) return SB_MLX4 + w->gsh;
+	return -1;
+}
+
 /* One token's 8-bit activations (nb 256-blocks) and half sums into shared memory, swizzled: code
  * chunk c (16 bytes) of block b at xs[16 b + (c ^ b % 16)], half-sum chunk q (4 floats) at ss[4 b +
  * (q ^ b / 2 % 4)]. The lanes of a row read chunk c of 16 consecutive blocks at once, which in the
@@ -1355,11 +1426,13 @@ __global__ void __launch_bounds__(QT) mvs_kernel(const __grid_constant__ sg_cu_m
 	if (gr >= rows) gr = rows - 1; /* computed, never stored */
 	int m = glu ? slot / per : multi_row(p, gr, r);
 	if (glu) r = gr;
-	const uint8_t *row = p.w[m].data + (size_t)r * p.w[m].row_bytes;
+	const sg_cuw &w = p.w[m];
+	const uint8_t *row = w.data + (size_t)r * w.row_bytes;
+	const uint8_t *rsc = w.scales ? w.scales + (size_t)r * w.sb_row_bytes : NULL, *rbi = w.biases ? w.biases + (size_t)r * w.sb_row_bytes : NULL;
 	const int64_t nb = p.w[0].K / 256;
 	SB<KT> a, c;
 	int64_t b = sl;
-	if (b < nb) a.load(row, nb, b);
+	if (b < nb) a.load(row, rsc, rbi, w.sb_bf16, nb, b);
 	pdl_wait();
 	extern __shared__ int4 xs[];
 	float4 *ss = (float4 *)(xs + 16 * nb);
@@ -1374,13 +1447,13 @@ __global__ void __launch_bounds__(QT) mvs_kernel(const __grid_constant__ sg_cu_m
 	}
 	while (MANY && b < nb) {
 		int64_t b2 = b + LPR;
-		if (b2 < nb) c.load(row, nb, b2);
+		if (b2 < nb) c.load(row, rsc, rbi, w.sb_bf16, nb, b2);
 		XS v;
 		v.load(dx, ss, b);
 		SB<KT>::template dot<1>(&a, xs, b, v.d, v.s, &acc);
 		if (b2 >= nb) break;
 		b = b2 + LPR;
-		if (b < nb) a.load(row, nb, b);
+		if (b < nb) a.load(row, rsc, rbi, w.sb_bf16, nb, b);
 		v.load(dx, ss, b2);
 		SB<KT>::template dot<1>(&c, xs, b2, v.d, v.s, &acc);
 	}
@@ -1414,13 +1487,16 @@ template <int KT, int MANY> static mvs_fn picks_kt(int lpr)
 	}
 }
 
-/* the kernel for rows of nb blocks at lpr lanes a row */
-static mvs_fn picks(int kt, int lpr, int64_t nb)
+/* the kernel of SB kind sk (sb_kind) for rows of nb blocks at lpr lanes a row */
+static mvs_fn picks(int sk, int lpr, int64_t nb)
 {
 	int many = nb > lpr;
-	switch (kt) {
+	switch (sk) {
 	case SG_CUKT_Q4_K: return many ? picks_kt<SG_CUKT_Q4_K, 1>(lpr) : picks_kt<SG_CUKT_Q4_K, 0>(lpr);
 	case SG_CUKT_Q6_K: return many ? picks_kt<SG_CUKT_Q6_K, 1>(lpr) : picks_kt<SG_CUKT_Q6_K, 0>(lpr);
+	case SB_MLX4: return many ? picks_kt<SB_MLX4, 1>(lpr) : picks_kt<SB_MLX4, 0>(lpr);
+	case SB_MLX4 + 1: return many ? picks_kt<SB_MLX4 + 1, 1>(lpr) : picks_kt<SB_MLX4 + 1, 0>(lpr);
+	case SB_MLX4 + 2: return many ? picks_kt<SB_MLX4 + 2, 1>(lpr) : picks_kt<SB_MLX4 + 2, 0>(lpr);
 	default: return NULL;
 	}
 }
@@ -1601,7 +1677,7 @@ static int mvt_launch(const sg_cu_multi *m, const int8_t *xq, const float *dx, c
 	const size_t rb = m->w[0].row_bytes;
 	const int64_t K = m->w[0].K, nb = K / 256;
 	mvt_fn f = pickt(kt);
-	if (!f || rb % 16) return -1;
+	if (!f || rb % 16 || m->w[0].scales) return -1;
 	int TR = (int)((20480 + rb / 2) / rb);
 	if (TR < 1) TR = 1;
 	if (TR > 32) TR = 32;
@@ -1626,7 +1702,7 @@ static int mvt_launch(const sg_cu_multi *m, const int8_t *xq, const float *dx, c
 
 extern "C" void sg_cu_set_gemv_sb(int on) { g_sb = on >= 0 && on <= 2 ? on : 1; }
 
-extern "C" int sg_cu_sb_ok(int kt) { return picks(kt, 32, 1) != NULL; }
+extern "C" int sg_cu_sb_ok(const sg_cuw *w) { return picks(sb_kind(w), 32, 1) != NULL; }
 
 /* Row slots per block of the fused 8-bit GEMV (SARAGOSSA_CUDA_GEMV_ROWS; 0 = the default), or a
  * whole kernel-bench variant (SARAGOSSA_CUDA_GEMV_VARIANT, 8..15; 0 = by shape). */
@@ -1740,8 +1816,8 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 	 * always pairs a gate and an up row) */
 	if (!variant && !plain_kt(kt)) variant = g_variant;
 	/* the block-per-lane kernel where it exists (types without it take the default) */
-	if (!variant && !g_slots && g_sb && sg_cu_sb_ok(kt)) variant = 15 + g_sb;
-	if (variant >= 16 && (!sg_cu_sb_ok(kt) || K + K / 4 > SMEM_X_MAX)) variant = 0; /* 1.25 K bytes of activations staged */
+	if (!variant && !g_slots && g_sb && sg_cu_sb_ok(&m->w[0])) variant = 15 + g_sb;
+	if (variant >= 16 && (!sg_cu_sb_ok(&m->w[0]) || K + K / 4 > SMEM_X_MAX)) variant = 0; /* 1.25 K bytes of activations staged */
 	/* MLX 4-bit: the warp-split kernel measured 8% faster end to end on Qwen3-8B shapes (H200) */
 	if (!variant && !g_slots && kt == SG_CUKT_MLX4) variant = 14;
 	int S = variant >= 16 ? 1 : variant ? multi_slots(variant, glu) : plain_kt(kt) && !glu ? 1 : SG_CU_MULTI_SLOTS;
@@ -1782,7 +1858,7 @@ launch:;
 	if (variant == 16) {
 		int lpr = sb_lanes(K / 256), slots = QT / lpr, per = glu ? slots / 2 : slots;
 		sg_cu_multi mp = *m;
-		pdl_launch(picks(kt, lpr, K / 256), dim3((unsigned)((rows + per - 1) / per)), dim3(QT), (size_t)K + (size_t)K / 4, st, mp, xin,
+		pdl_launch(picks(sb_kind(&m->w[0]), lpr, K / 256), dim3((unsigned)((rows + per - 1) / per)), dim3(QT), (size_t)K + (size_t)K / 4, st, mp, xin,
 			   (const int8_t *)xq, (const float *)dx, (const float *)sx, rows);
 		return (int)cudaGetLastError();
 	}
@@ -1920,9 +1996,11 @@ __global__ void __launch_bounds__(QT) moes_kernel(const sg_cuw w, const int8_t *
 		return;
 	}
 	const uint8_t *row = m.data + (size_t)e * m.expert_bytes + (size_t)r * m.row_bytes;
+	size_t so = (size_t)e * m.expert_sb_bytes + (size_t)r * m.sb_row_bytes;
+	const uint8_t *rsc = m.scales ? m.scales + so : NULL, *rbi = m.biases ? m.biases + so : NULL;
 	SB<KT> a, c;
 	int64_t b = sl;
-	if (b < nb) a.load(row, nb, b);
+	if (b < nb) a.load(row, rsc, rbi, m.sb_bf16, nb, b);
 	int64_t xo = shared_x ? 0 : js;
 	extern __shared__ int4 xs[];
 	float4 *ss = (float4 *)(xs + 16 * nb);
@@ -1938,13 +2016,13 @@ __global__ void __launch_bounds__(QT) moes_kernel(const sg_cuw w, const int8_t *
 	}
 	while (MANY && b < nb) {
 		int64_t b2 = b + LPR;
-		if (b2 < nb) c.load(row, nb, b2);
+		if (b2 < nb) c.load(row, rsc, rbi, m.sb_bf16, nb, b2);
 		XS v;
 		v.load(dxo, ss, b);
 		SB<KT>::template dot<1>(&a, xs, b, v.d, v.s, &acc);
 		if (b2 >= nb) break;
 		b = b2 + LPR;
-		if (b < nb) a.load(row, nb, b);
+		if (b < nb) a.load(row, rsc, rbi, m.sb_bf16, nb, b);
 		v.load(dxo, ss, b2);
 		SB<KT>::template dot<1>(&c, xs, b2, v.d, v.s, &acc);
 	}
@@ -1969,12 +2047,15 @@ template <int KT, int MANY> static moes_fn pick_moes_kt(int lpr)
 	}
 }
 
-static moes_fn pick_moes(int kt, int lpr, int64_t nb)
+static moes_fn pick_moes(int sk, int lpr, int64_t nb)
 {
 	int many = nb > lpr;
-	switch (kt) {
+	switch (sk) {
 	case SG_CUKT_Q4_K: return many ? pick_moes_kt<SG_CUKT_Q4_K, 1>(lpr) : pick_moes_kt<SG_CUKT_Q4_K, 0>(lpr);
 	case SG_CUKT_Q6_K: return many ? pick_moes_kt<SG_CUKT_Q6_K, 1>(lpr) : pick_moes_kt<SG_CUKT_Q6_K, 0>(lpr);
+	case SB_MLX4: return many ? pick_moes_kt<SB_MLX4, 1>(lpr) : pick_moes_kt<SB_MLX4, 0>(lpr);
+	case SB_MLX4 + 1: return many ? pick_moes_kt<SB_MLX4 + 1, 1>(lpr) : pick_moes_kt<SB_MLX4 + 1, 0>(lpr);
+	case SB_MLX4 + 2: return many ? pick_moes_kt<SB_MLX4 + 2, 1>(lpr) : pick_moes_kt<SB_MLX4 + 2, 0>(lpr);
 	default: return NULL;
 	}
 }
@@ -1985,11 +2066,11 @@ static int moes_launch(const sg_cuw *w, const sg_cuw *w2, const int8_t *xq, cons
 		       int64_t k, int64_t E, float *y, int64_t N, int act, cudaStream_t st)
 {
 	int64_t K = w->K, nb = K / 256;
-	if (!g_sb || !sg_cu_sb_ok(w->kt) || K + K / 4 > SMEM_X_MAX || (w2 && w2->kt != w->kt)) return -1;
+	if (!g_sb || !sg_cu_sb_ok(w) || K + K / 4 > SMEM_X_MAX || (w2 && sb_kind(w2) != sb_kind(w))) return -1;
 	int lpr = sb_lanes(nb), per = QT / lpr / (w2 ? 2 : 1);
 	sg_cuw none;
 	memset(&none, 0, sizeof(none));
-	pdl_launch(pick_moes(w->kt, lpr, nb), dim3((unsigned)((N + per - 1) / per), (unsigned)k), dim3(QT), (size_t)K + (size_t)K / 4, st, *w, xq, dx,
+	pdl_launch(pick_moes(sb_kind(w), lpr, nb), dim3((unsigned)((N + per - 1) / per), (unsigned)k), dim3(QT), (size_t)K + (size_t)K / 4, st, *w, xq, dx,
 		   sx, shared_x, ids, E, y, N, w2 ? *w2 : none, act);
 	return (int)cudaGetLastError();
 }
