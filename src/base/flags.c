@@ -53,9 +53,6 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_ATTN_GEMM", SG_FLAG_BOOL, "1",
 	 "CUDA attention of more than 8 tokens: scores and values through cuBLAS GEMMs with a masked row softmax between "
 	 "(0 = the general kernel)"},
-	{"SARAGOSSA_CUDA_ATTN_MERGE", SG_FLAG_BOOL, "1",
-	 "CUDA one-token attention split over the KV length: the last slice of each KV head to finish merges the slices "
-	 "(one kernel a layer fewer; 0 = a merge kernel after the slices)"},
 	{"SARAGOSSA_CUDA_ATTN_F16", SG_FLAG_BOOL, "1",
 	 "CUDA attention of more than 8 tokens over f16 KV caches: the cuBLAS GEMMs take the caches as they are with f16 "
 	 "queries and probabilities, one tensor-core product each (0 = the SARAGOSSA_CUDA_GEMM mode on widened caches)"},

@@ -859,10 +859,9 @@ Test(cuda, attention_feeding_the_next_matmul_changes_nothing)
 Test(cuda, attention_kill_switches_keep_working_paths)
 {
 	sg_attn_params causal = {0, 0, 0, 1, 0};
-	const char *sw[] = {"SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_GEMM", "SARAGOSSA_CUDA_ATTN_F16",
-			    "SARAGOSSA_CUDA_ATTN_MERGE"},
-		   *val[] = {"0", "2", "0", "0", "0"};
-	for (int i = 0; i < 5; i++) {
+	const char *sw[] = {"SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_GEMM", "SARAGOSSA_CUDA_ATTN_F16"},
+		   *val[] = {"0", "2", "0", "0"};
+	for (int i = 0; i < 4; i++) {
 		setenv(sw[i], val[i], 1);
 		sg_flags_reload(); /* flags are read once per process otherwise */
 		sg_backend *save = gpu;

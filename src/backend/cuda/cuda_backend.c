@@ -809,17 +809,6 @@ static sg_status cuda_attention(sg_backend *be, const sg_btensor *q, const sg_bt
 		if (nc < 1) nc = 1;
 		a.nchunk = (int)nc;
 		if (nc > 1 && !(a.part = sg_cuda_scratch(cb, sizeof(float) * (size_t)(a.H * nc * (a.hdv + 2)), &st))) return st;
-		/* the slices merged by the last of each unit: counters made outside recordings, else the
-		 * merge kernel */
-		enum { ATTN_CNT_MAX = 4096 };
-		if (nc > 1 && cb->attn_merge && !cb->attn_cnt && !cb->capturing) {
-			void *c = NULL;
-			if (!cudaMalloc(&c, sizeof(int32_t) * ATTN_CNT_MAX) && !cudaMemsetAsync(c, 0, sizeof(int32_t) * ATTN_CNT_MAX, cb->stream))
-				cb->attn_cnt = c;
-			else
-				cudaFree(c), (void)cudaGetLastError();
-		}
-		if (nc > 1 && cb->attn_merge && sg_cu_attn_decode_units(&a) <= ATTN_CNT_MAX) a.cnt = cb->attn_cnt;
 		/* the output rounded to 8 bits for the matmul after it (its buffer grows outside graph
 		 * recordings only; the per-op step before a recording sizes it) */
 		int64_t K = a.H * a.hdv;
@@ -1103,7 +1092,6 @@ static void cuda_destroy(sg_backend *be)
 	if (cb->exec) cudaGraphExecDestroy(cb->exec);
 	cudaFree(cb->scratch);
 	cudaFree(cb->q8a);
-	cudaFree(cb->attn_cnt);
 	sg_cuda_blas_destroy(cb);
 	if (cb->stream) cudaStreamDestroy(cb->stream);
 	sg_free(cb);
@@ -1180,7 +1168,6 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	sg_cu_set_attn_decode(cb->attn_dec);
 	cb->attn_gemm = sg_flag_bool("SARAGOSSA_CUDA_ATTN_GEMM");
 	cb->attn_f16 = sg_flag_bool("SARAGOSSA_CUDA_ATTN_F16");
-	cb->attn_merge = sg_flag_bool("SARAGOSSA_CUDA_ATTN_MERGE");
 	cb->q8x = sg_flag_bool("SARAGOSSA_CUDA_Q8X");
 	cb->gemm_f16 = sg_flag_bool("SARAGOSSA_CUDA_GEMM_F16");
 	cb->fused = sg_flag_bool("SARAGOSSA_CUDA_FUSED");

@@ -33,8 +33,6 @@ typedef struct sg_cuda_backend {
 	int attn_dec;  /* SARAGOSSA_CUDA_ATTN_DECODE */
 	int attn_gemm; /* SARAGOSSA_CUDA_ATTN_GEMM */
 	int attn_f16;  /* SARAGOSSA_CUDA_ATTN_F16 */
-	int attn_merge; /* SARAGOSSA_CUDA_ATTN_MERGE: decode slices merged by the last one of a unit */
-	int32_t *attn_cnt; /* [ATTN_CNT_MAX] zeroed arrival counters of those merges (made on first use) */
 	/* The last I32 values written from the host (the positions of a chunk): their device address,
 	 * count and largest value, so prefill attention knows the KV length without a read-back.
 	 * Forgotten when a graph runs (a recorded step may advance positions on the device). */

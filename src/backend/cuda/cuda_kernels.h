@@ -202,8 +202,6 @@ typedef struct sg_cu_attn {
 	float *out;           /* [n][H][hdv] */
 	int8_t *xq;           /* decode only, when set: out also rounded to 8-bit blocks for the next */
 	float *dx, *sx;       /* GEMV (sg_cu_q8_split's arrays; hdv a multiple of 32) */
-	int32_t *cnt;         /* decode with nchunk > 1: [units] zeroed counters; the last live slice of a
-			       * unit merges them and leaves its counter zero again (NULL: a merge kernel) */
 } sg_cu_attn;
 #define SG_CU_MAX_HD 512
 int sg_cu_attention(const sg_cu_attn *a, sg_custream s);

@@ -568,48 +568,6 @@ template <typename T, int G, int NV, int HD> __global__ void __launch_bounds__(D
 			if (d == 0) pp[0] = M, pp[1] = L;
 		}
 	}
-	if (nsplit == 1 || !a.cnt) return;
-	/* The last live slice of this unit to finish merges the unit's slices (no merge kernel): the
-	 * slices' partials are published before the count (threadfence), read after it from L2. */
-	__shared__ int last;
-	int64_t nlive = (hi - lo) / chunk + 1;
-	if (nlive > nsplit) nlive = nsplit;
-	__threadfence();
-	__syncthreads();
-	if (threadIdx.x == 0) {
-		last = atomicAdd(&a.cnt[blockIdx.x], 1) == (int)nlive - 1;
-		if (last) a.cnt[blockIdx.x] = 0; /* ready for the next launch: every live slice has counted */
-	}
-	__syncthreads();
-	if (!last) return;
-	__threadfence();
-	float *sf = sp, *sL = smx; /* [G][nsplit] slice weights, [G] sums (the tile buffers are free now) */
-	for (int g = warp; g < G; g += DW) {
-		const float *ph = a.part + (int64_t)(h0 + g) * nsplit * (hdv + 2);
-		float M = -INFINITY;
-		for (int cc = lane; cc < nlive; cc += 32) M = fmaxf(M, __ldcg(ph + cc * (hdv + 2)));
-		M = warp_max(M);
-		float L = 0.0f;
-		for (int cc = lane; cc < nlive; cc += 32) {
-			float lc = __ldcg(ph + cc * (hdv + 2) + 1), f = lc > 0 ? expf(__ldcg(ph + cc * (hdv + 2)) - M) : 0.0f;
-			sf[g * nsplit + cc] = f;
-			L += lc * f;
-		}
-		L = warp_sum(L);
-		if (lane == 0) sL[g] = L;
-	}
-	__syncthreads();
-	for (int i = threadIdx.x; i < G * hdv; i += DW * 32) { /* whole warps: hdv is a multiple of 32 */
-		int g = i / hdv, d = i % hdv;
-		int64_t h = h0 + g;
-		const float *ph = a.part + h * nsplit * (hdv + 2) + 2 + d;
-		float A = 0.0f;
-#pragma unroll 8
-		for (int cc = 0; cc < nlive; cc++) A += __ldcg(ph + cc * (hdv + 2)) * sf[g * nsplit + cc];
-		float v = sL[g] > 0 ? A / sL[g] : 0.0f;
-		a.out[h * hdv + d] = v;
-		if (a.xq) q8_store(v, (h * hdv + d) >> 5, lane, a.xq, a.dx, a.sx);
-	}
 }
 
 /* The query heads a decode block takes: the largest of 8, 4, 2, 1 dividing the group (see below). */
@@ -666,7 +624,7 @@ extern "C" int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s)
 	cudaStream_t st = (cudaStream_t)s;
 	if (a->kf16) dec_launch_g<__half>(a, G, grid, sm, st);
 	else dec_launch_g<float>(a, G, grid, sm, st);
-	if (a->nchunk > 1 && !a->cnt) pdl_launch(attn_merge_kernel<1>, dim3((unsigned)a->H), dim3(128), 0, st, *a);
+	if (a->nchunk > 1) pdl_launch(attn_merge_kernel<1>, dim3((unsigned)a->H), dim3(128), 0, st, *a);
 	return ok();
 }
 
