@@ -14,8 +14,9 @@ extern "C" {
 #endif
 
 /* GPU weight formats. The legacy 32-blocks are repacked at bind (see cuda_backend.c); Q5_K keeps
- * the GGUF bytes (its blocks are multiples of 16 bytes); Q4_K and Q6_K rows are planar (each
- * field of every block as a run, the codes split into 16-byte planes: sg_cuda_repack_kq). */
+ * the GGUF bytes (its blocks are multiples of 16 bytes); Q4_K and Q6_K rows, and MLX 4-bit rows
+ * of a multiple of 256 elements, are planar (each field of every block as a run, the codes split
+ * into 16-byte planes: sg_cuda_repack_kq). */
 typedef enum sg_cukt {
 	SG_CUKT_F32, SG_CUKT_F16, SG_CUKT_BF16,
 	SG_CUKT_Q8_0, SG_CUKT_Q4_0, SG_CUKT_Q4_1, SG_CUKT_Q5_0, SG_CUKT_Q5_1,
