@@ -1,12 +1,16 @@
 /*
  * Weight kernels of the CUDA backend: the per-format decoders (one "unit" of 8 or 32 elements
- * from 16-byte loads), the fused dequantize-GEMV used for one or a few tokens, the grouped expert
- * GEMV, the embedding gather and the bf16 dequantizer that feeds cuBLAS for prefill.
+ * from 16-byte loads), the fused dequantize-GEMV used for one or a few tokens, the block-per-lane
+ * GEMVs of the planar Q4_K / Q6_K / MLX 4-bit rows (a 256-element block a lane: mvs_kernel,
+ * moes_kernel, and the copy-engine mvt_kernel), the grouped expert GEMV, the embedding gather and
+ * the 16-bit dequantizer that feeds cuBLAS for prefill.
  *
  * Byte counts: a GEMV must stream the whole weight matrix once (N * row_bytes); the activations
- * (K floats per token) are re-read by every warp but stay in L1/L2. Batch-1 decode is therefore
- * bound by HBM bandwidth, and the kernel's only job is to keep enough 16-byte loads in flight:
- * one warp per row, each lane one unit per step, 8 warps per block, many blocks per SM.
+ * (K bytes at 8 bits, plus a scale and two half sums per 32) are re-read by every block but stay
+ * in L2 (and are staged in shared memory by the block-per-lane kernels). Batch-1 decode is
+ * therefore bound by HBM bandwidth, and a kernel's job is to keep enough 16-byte loads in flight
+ * with little work per byte: the unit kernels spend ~14 loads per 16 bytes of 4-bit codes on
+ * scales and activations, the block-per-lane ones 12-14 loads per 144-210 bytes.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
