@@ -63,6 +63,10 @@ typedef struct sg_btensor {
 	const void *scales; /* [rows][ne[0]/group] in mlx.sb_type */
 	const void *biases; /* [rows][ne[0]/group] in mlx.sb_type */
 	int owned;          /* 1 when the backend allocated data (sg_backend_tensor_free releases it) */
+	/* Row order in data: 0 = the file's; tensor_bind may repack rows into an order of its own
+	 * (> 0, backend-specific: the CUDA backend's planar K-quant rows). -1 before tensor_bind asks
+	 * it to keep the file's order, for a tensor whose rows will be viewed as shorter rows. */
+	int layout;
 } sg_btensor;
 
 /* Rows of a tensor: the product of its outer dimensions. */

@@ -104,7 +104,7 @@ static sg_status per_layer_tables(sg_model *m)
 	const sg_model_desc *d = &m->desc;
 	int64_t D = d->dim, P = d->per_layer_input_dim, L = d->n_layer;
 	sg_want ws[] = {
-		{"per_layer_token_embd.weight", SG_WANT_MATMUL, 2, {L * P, -1}, 0, 0, &m->hy.pl_embd_full},
+		{"per_layer_token_embd.weight", SG_WANT_MATMUL, 2, {L * P, -1}, 0, SG_WANT_ROWS_SPLIT, &m->hy.pl_embd_full}, /* viewed as [V*L][P] below */
 		{"per_layer_model_proj.weight", SG_WANT_MATMUL, 2, {D, L * P}, 0, 0, &m->hy.pl_model_proj},
 		{"per_layer_proj_norm.weight", SG_WANT_FLOAT, 1, {P}, 0, 1, &m->hy.pl_proj_norm},
 	};
@@ -115,8 +115,8 @@ static sg_status per_layer_tables(sg_model *m)
 	m->weight_bytes -= t->nbytes;
 	/* view the [V][L*P] table as [V*L][P]: row id*L + layer is that layer's slice */
 	sg_btensor v = m->hy.pl_embd_full;
-	int block_ok = v.type == SG_TYPE_F32 || v.type == SG_TYPE_F16 || v.type == SG_TYPE_BF16 ||
-		       (v.type == SG_TYPE_MLX_AFFINE && v.mlx.group > 0 && P % v.mlx.group == 0);
+	int block_ok = v.layout <= 0 && (v.type == SG_TYPE_F32 || v.type == SG_TYPE_F16 || v.type == SG_TYPE_BF16 ||
+					 (v.type == SG_TYPE_MLX_AFFINE && v.mlx.group > 0 && P % v.mlx.group == 0));
 	if (!block_ok || v.row_bytes % (size_t)L)
 		return sg_error(SG_ERR_UNSUPPORTED, "per_layer_token_embd.weight: type %s cannot be split into %lld rows of %lld",
 				sg_type_name(v.type), (long long)L, (long long)P);

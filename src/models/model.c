@@ -30,9 +30,15 @@ sg_model_params sg_model_default_params(void)
 	return p;
 }
 
-sg_status sg_model_bind_tensor(sg_model *m, const sg_tensor *t, sg_btensor *out)
+static sg_status bind_tensor_as(sg_model *m, const sg_tensor *t, int layout, sg_btensor *out);
+
+sg_status sg_model_bind_tensor(sg_model *m, const sg_tensor *t, sg_btensor *out) { return bind_tensor_as(m, t, 0, out); }
+
+/* layout: sg_btensor.layout asked of tensor_bind (0, or -1 to keep the file's row order) */
+static sg_status bind_tensor_as(sg_model *m, const sg_tensor *t, int layout, sg_btensor *out)
 {
 	memset(out, 0, sizeof(*out));
+	out->layout = layout;
 	if (t->n_dims > 4)
 		return sg_error(SG_ERR_UNSUPPORTED, "%s: %d dimensions (at most 4)", t->name, t->n_dims);
 	out->type = t->type;
@@ -68,7 +74,7 @@ typedef struct want {
 	int n_dims;
 	int64_t ne[3];
 	int optional;
-	int vector;       /* norm or bias: widened to F32 */
+	int vector;       /* 1: norm or bias, widened to F32; SG_WANT_ROWS_SPLIT: kept in file row order */
 	sg_btensor *out;
 } want;
 
@@ -84,8 +90,9 @@ static sg_status bind_wants(sg_model *m, const want *ws, int n, int layer)
 	sg_status st = sg_weights_bind(m->w, m->fam->names, specs, n, layer);
 	for (int i = 0; i < n && !st; i++) {
 		if (!found[i]) continue;
-		st = ws[i].vector ? bind_vector(m, found[i], ws[i].out) : sg_model_bind_tensor(m, found[i], ws[i].out);
-		if (!st && !ws[i].vector) m->weight_bytes += found[i]->nbytes;
+		int vec = ws[i].vector == 1;
+		st = vec ? bind_vector(m, found[i], ws[i].out) : bind_tensor_as(m, found[i], ws[i].vector == SG_WANT_ROWS_SPLIT ? -1 : 0, ws[i].out);
+		if (!st && !vec) m->weight_bytes += found[i]->nbytes;
 	}
 	return st;
 }

@@ -98,7 +98,10 @@ extern const sg_family sg_family_llama, sg_family_qwen3, sg_family_qwen3_moe, sg
 extern const sg_family sg_family_qwen3_next, sg_family_gemma4;
 
 /* One weight a family binds: GGUF-style name (may hold {L}), expected type (sg_type or
- * SG_WANT_*), shape innermost first (-1 = any), optional, vector (norm/bias: widened to F32). */
+ * SG_WANT_*), shape innermost first (-1 = any), optional, vector (1: a norm or bias, widened to
+ * F32; SG_WANT_ROWS_SPLIT: a matmul weight whose rows the family views as shorter rows, bound in
+ * the file's row order: sg_btensor.layout -1). */
+#define SG_WANT_ROWS_SPLIT 2
 typedef struct sg_want {
 	const char *name;
 	int type;

@@ -434,6 +434,46 @@ Test(cuda, embed_of_repacked_weights_equals_reference_dequantizer_and_zeroes_bad
 	}
 }
 
+/* A table asked to keep the file's row order (sg_btensor.layout -1, as Gemma 4 binds its
+ * per-layer embeddings before viewing [V][L*P] as [V*L][P]): MLX 4-bit rows of whole 256-blocks
+ * stay unplanar, so the shorter-row view gathers the reference rows; bound normally they are
+ * planar (layout 1). Q4_K, whose rows are always planar on the GPU, refuses the request. */
+Test(cuda, rows_kept_in_file_order_survive_a_shorter_row_view)
+{
+	const wtype *wt = &wtypes[12]; /* MLX4 g64 f16 */
+	int64_t L = 4, P = 256, V = 5, K = L * P;
+	hw w = make_w(wt, V, K);
+	sg_btensor wg = w.t, wp = w.t;
+	wg.layout = -1;
+	cr_assert_eq(gpu->ops->tensor_bind(gpu, &wg), SG_OK, "%s", sg_last_error());
+	cr_expect_eq(wg.layout, 0);
+	cr_assert_eq(gpu->ops->tensor_bind(gpu, &wp), SG_OK, "%s", sg_last_error());
+	cr_expect_eq(wp.layout, 1);
+	sg_btensor v = wg;
+	v.ne[0] = P, v.ne[1] = V * L, v.row_bytes /= (size_t)L;
+	int32_t idv[4] = {0, 7, 13, 19}; /* row id * L + layer */
+	pair ids = pair_i32(4, 1, idv), out = pair_new(SG_TYPE_F32, P, 4, 1, 1);
+	poison(&out);
+	cr_assert_eq(gpu->ops->embed(gpu, &v, &ids.g, &out.g), SG_OK, "%s", sg_last_error());
+	float *g = fetch(&out), *ref = malloc(sizeof(float) * (size_t)K);
+	size_t rb = (size_t)K / 2, sb = (size_t)(K / wt->group);
+	for (int t = 0; t < 4; t++) {
+		int64_t r = idv[t] / L, l = idv[t] % L;
+		sg_mlx_dequantize_row_ref(&w.t.mlx, (const uint32_t *)(w.mem + rb * (size_t)r), w.sc + sb * (size_t)r, w.bi + sb * (size_t)r, ref, K);
+		double e = nmse(ref + l * P, g + t * P, P);
+		cr_expect(e < 1e-12, "view row %d: nmse %.3g", idv[t], e);
+	}
+	free(g), free(ref);
+	pair_free(&ids), pair_free(&out);
+	gpu->ops->tensor_free(gpu, &wg), gpu->ops->tensor_free(gpu, &wp);
+	free_hw(&w);
+	hw q = make_w(&wtypes[8], 4, 512);
+	sg_btensor qg = q.t;
+	qg.layout = -1;
+	cr_expect_eq(gpu->ops->tensor_bind(gpu, &qg), SG_ERR_UNSUPPORTED);
+	free_hw(&q);
+}
+
 Test(cuda, moe_matmul_reads_selected_experts_and_zeroes_bad_ids)
 {
 	static const int tys[] = {2, 8, 10, 12};

@@ -173,6 +173,10 @@ int sg_cuda_unpack_kq(int kt, int64_t K, const uint8_t *dev_row, uint8_t *file_r
 	return 0;
 }
 
+/* MLX 4-bit rows are planar when they hold whole 256-blocks and nobody asked for the file's order
+ * (sg_btensor.layout -1: the rows will be viewed as shorter ones, which the planes would not survive). */
+static int planar_mlx4(sg_cukt kt, const sg_btensor *t) { return kt == SG_CUKT_MLX4 && t->ne[0] % 256 == 0 && t->layout != -1; }
+
 /* One row from the file layout into the device layout (legacy types and the planar K-quants). */
 static void repack_row(sg_cukt kt, int64_t K, const uint8_t *src, uint8_t *dst, size_t dst_bytes)
 {
@@ -234,6 +238,7 @@ sg_status sg_cuda_wview(const char *op, const sg_btensor *w, sg_cuw *v)
 	v->K = w->ne[0];
 	v->data = w->data;
 	v->row_bytes = w->row_bytes;
+	v->planar = w->layout == 1;
 	if (kt >= SG_CUKT_MLX4) {
 		v->group = w->mlx.group;
 		v->gsh = -1;
@@ -296,7 +301,7 @@ static sg_status cuda_tensor_alloc(sg_backend *be, sg_type type, const int64_t n
  * once its source is staged, so the staging buffer may be refilled at once. */
 static sg_status upload_rows(cudaStream_t s, sg_cukt kt, const sg_btensor *t, int64_t rows, size_t src_rb, size_t dst_rb, uint8_t *dev)
 {
-	if (!is_legacy(kt) && kt != SG_CUKT_Q6_K && kt != SG_CUKT_Q4_K && !(kt == SG_CUKT_MLX4 && t->ne[0] % 256 == 0))
+	if (!is_legacy(kt) && kt != SG_CUKT_Q6_K && kt != SG_CUKT_Q4_K && !planar_mlx4(kt, t))
 		return cudaMemcpyAsync(dev, t->data, src_rb * (size_t)rows, cudaMemcpyHostToDevice, s) ? cu_fail("tensor_bind", (int)cudaGetLastError()) : SG_OK;
 	/* repack through a bounded host buffer */
 	int64_t chunk = (int64_t)((16u << 20) / dst_rb);
@@ -336,6 +341,8 @@ static sg_status cuda_tensor_bind(sg_backend *be, sg_btensor *t)
 					"Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MLX 4/6/8-bit)", tname(t->type));
 		}
 		int64_t km = k_multiple(kt, t);
+		if ((kt == SG_CUKT_Q4_K || kt == SG_CUKT_Q6_K) && t->layout == -1)
+			return sg_error(SG_ERR_UNSUPPORTED, "cuda: %s rows viewed as shorter rows have no GPU layout (the rows are planar)", tname(t->type));
 		if (t->ne[0] < 1 || t->ne[0] % km)
 			return sg_error(SG_ERR_INVALID_ARG, "cuda: %s rows of %lld elements (must be a multiple of %lld)", tname(t->type),
 					(long long)t->ne[0], (long long)km);
@@ -372,6 +379,7 @@ static sg_status cuda_tensor_bind(sg_backend *be, sg_btensor *t)
 	t->data = dev;
 	t->row_bytes = dst_rb;
 	t->owned = 1; /* scales and biases live in the same allocation */
+	t->layout = kt == SG_CUKT_Q4_K || kt == SG_CUKT_Q6_K || planar_mlx4(kt, t) ? 1 : 0;
 	return SG_OK;
 }
 

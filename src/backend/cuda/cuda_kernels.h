@@ -33,6 +33,7 @@ typedef struct sg_cuw {
 	int64_t K;              /* elements per row */
 	const uint8_t *data;
 	size_t row_bytes;
+	int planar;             /* rows in the planar order (Q4_K, Q6_K always; MLX 4-bit when bound so) */
 	/* MLX affine */
 	int group, sb_bf16;
 	int gsh;                /* log2(group / 32) when group is a power of two >= 32, else -1 */

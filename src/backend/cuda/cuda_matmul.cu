@@ -268,11 +268,11 @@ static __device__ __forceinline__ void mlx_sb(const sg_cuw &w, const uint8_t *sc
 	b = w.sb_bf16 ? bf2f(b16) : h2f(b16);
 }
 
-/* MLX 4-bit rows of a multiple of 256 elements are planar (cuda_backend.c): 16-byte piece p of
- * 256-block b at (p * nb + b) * 16; shorter multiples keep the file's order. */
+/* Planar MLX 4-bit rows (cuda_backend.c: rows of whole 256-blocks not bound in the file's order):
+ * 16-byte piece p of 256-block b at (p * nb + b) * 16; the others keep the file's order. */
 static __device__ __forceinline__ const uint8_t *mlx4_unit(const sg_cuw &w, const uint8_t *row, int64_t u)
 {
-	return w.K % 256 ? row + 16 * u : row + ((u & 7) * (w.K / 256) + (u >> 3)) * 16;
+	return w.planar ? row + ((u & 7) * (w.K / 256) + (u >> 3)) * 16 : row + 16 * u;
 }
 
 template <> struct U<SG_CUKT_MLX4> {
@@ -1393,7 +1393,7 @@ template <> struct SB<SB_MLX4 + 2> : SBM<128> {};
 static int sb_kind(const sg_cuw *w)
 {
 	if (w->kt == SG_CUKT_Q4_K || w->kt == SG_CUKT_Q6_K) return w->kt;
-	if (w->kt == SG_CUKT_MLX4 && w->K % 256 == 0 && w->gsh >= 0 && w->gsh <= 2) return SB_MLX4 + w->gsh;
+	if (w->kt == SG_CUKT_MLX4 && w->planar && w->K % 256 == 0 && w->gsh >= 0 && w->gsh <= 2) return SB_MLX4 + w->gsh;
 	return -1;
 }
 
