@@ -135,12 +135,14 @@ static int kq_fields(sg_cukt kt, kq_field *f, int *block_bytes)
 	return 0;
 }
 
-/* in -> out between the file's blocks and the planar row: file to device, or back when to_file */
-static void kq_move(sg_cukt kt, int64_t K, const uint8_t *in, uint8_t *out, int to_file)
+/* in -> out between the file's blocks and the planar row: file to device, or back when to_file;
+ * -1 for a type without the planar layout or K not a positive multiple of 256 */
+static int kq_move(sg_cukt kt, int64_t K, const uint8_t *in, uint8_t *out, int to_file)
 {
 	kq_field f[4];
 	int bb, nf = kq_fields(kt, f, &bb);
 	int64_t nb = K / 256;
+	if (!nf || K < 256 || K % 256) return -1;
 	size_t pos = 0;
 	for (int i = 0; i < nf; i++) {
 		const int pieces = f[i].planes ? f[i].bytes / 16 : 1, pb = f[i].planes ? 16 : f[i].bytes;
@@ -153,25 +155,12 @@ static void kq_move(sg_cukt kt, int64_t K, const uint8_t *in, uint8_t *out, int 
 			}
 		pos += (size_t)f[i].bytes * (size_t)nb;
 	}
-}
-
-int sg_cuda_repack_kq(int kt, int64_t K, const uint8_t *file_row, uint8_t *dev_row)
-{
-	kq_field f[4];
-	int bb;
-	if (K < 256 || K % 256 || !kq_fields((sg_cukt)kt, f, &bb)) return -1;
-	kq_move((sg_cukt)kt, K, file_row, dev_row, 0);
 	return 0;
 }
 
-int sg_cuda_unpack_kq(int kt, int64_t K, const uint8_t *dev_row, uint8_t *file_row)
-{
-	kq_field f[4];
-	int bb;
-	if (K < 256 || K % 256 || !kq_fields((sg_cukt)kt, f, &bb)) return -1;
-	kq_move((sg_cukt)kt, K, dev_row, file_row, 1);
-	return 0;
-}
+int sg_cuda_repack_kq(int kt, int64_t K, const uint8_t *file_row, uint8_t *dev_row) { return kq_move((sg_cukt)kt, K, file_row, dev_row, 0); }
+
+int sg_cuda_unpack_kq(int kt, int64_t K, const uint8_t *dev_row, uint8_t *file_row) { return kq_move((sg_cukt)kt, K, dev_row, file_row, 1); }
 
 /* MLX 4-bit rows are planar when they hold whole 256-blocks and nobody asked for the file's order
  * (sg_btensor.layout -1: the rows will be viewed as shorter ones, which the planes would not survive). */

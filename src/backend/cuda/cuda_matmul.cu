@@ -1409,6 +1409,39 @@ static __device__ __forceinline__ void stage_x(const int8_t *xq, const float *sx
 	__syncthreads();
 }
 
+/* Lane sl's part of one row's dot (nb 256-blocks at LPR lanes a row, block b = sl already loaded
+ * into a when b < nb) against the staged activations, summed over the row's lanes. MANY: the lane
+ * walks its blocks with two in registers, the next one's loads in flight during the dot. */
+template <int KT, int LPR, int MANY>
+static __device__ __forceinline__ float sb_row_sum(SB<KT> &a, int64_t b, const uint8_t *row, const uint8_t *rsc, const uint8_t *rbi, int bf,
+						   int64_t nb, const int4 *xs, const float4 *ss, const float *dx)
+{
+	SB<KT> c;
+	float acc = 0.0f;
+	if (!MANY) {
+		if (b < nb) {
+			XS v;
+			v.load(dx, ss, b);
+			SB<KT>::template dot<1>(&a, xs, b, v.d, v.s, &acc);
+		}
+	}
+	while (MANY && b < nb) {
+		int64_t b2 = b + LPR;
+		if (b2 < nb) c.load(row, rsc, rbi, bf, nb, b2);
+		XS v;
+		v.load(dx, ss, b);
+		SB<KT>::template dot<1>(&a, xs, b, v.d, v.s, &acc);
+		if (b2 >= nb) break;
+		b = b2 + LPR;
+		if (b < nb) a.load(row, rsc, rbi, bf, nb, b);
+		v.load(dx, ss, b2);
+		SB<KT>::template dot<1>(&c, xs, b2, v.d, v.s, &acc);
+	}
+#pragma unroll
+	for (int o = LPR / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+	return acc;
+}
+
 /*
  * The first block of each lane's row is loaded before pdl_wait; at most one block a lane (MANY =
  * 0) keeps the registers few and the blocks an SM holds many. Longer rows (MANY) walk their blocks
@@ -1434,35 +1467,14 @@ __global__ void __launch_bounds__(QT) mvs_kernel(const __grid_constant__ sg_cu_m
 	const uint8_t *row = w.data + (size_t)r * w.row_bytes;
 	const uint8_t *rsc = w.scales ? w.scales + (size_t)r * w.sb_row_bytes : NULL, *rbi = w.biases ? w.biases + (size_t)r * w.sb_row_bytes : NULL;
 	const int64_t nb = p.w[0].K / 256;
-	SB<KT> a, c;
+	SB<KT> a;
 	int64_t b = sl;
 	if (b < nb) a.load(row, rsc, rbi, w.sb_bf16, nb, b);
 	pdl_wait();
 	extern __shared__ int4 xs[];
 	float4 *ss = (float4 *)(xs + 16 * nb);
 	stage_x(xq, sx, nb, xs, ss);
-	float acc = 0.0f;
-	if (!MANY) {
-		if (b < nb) {
-			XS v;
-			v.load(dx, ss, b);
-			SB<KT>::template dot<1>(&a, xs, b, v.d, v.s, &acc);
-		}
-	}
-	while (MANY && b < nb) {
-		int64_t b2 = b + LPR;
-		if (b2 < nb) c.load(row, rsc, rbi, w.sb_bf16, nb, b2);
-		XS v;
-		v.load(dx, ss, b);
-		SB<KT>::template dot<1>(&a, xs, b, v.d, v.s, &acc);
-		if (b2 >= nb) break;
-		b = b2 + LPR;
-		if (b < nb) a.load(row, rsc, rbi, w.sb_bf16, nb, b);
-		v.load(dx, ss, b2);
-		SB<KT>::template dot<1>(&c, xs, b2, v.d, v.s, &acc);
-	}
-#pragma unroll
-	for (int o = LPR / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+	float acc = sb_row_sum<KT, LPR, MANY>(a, b, row, rsc, rbi, w.sb_bf16, nb, xs, ss, dx);
 	if (sl == 0) tot[slot] = acc;
 	__syncthreads();
 	if ((int)threadIdx.x < S) multi_epi<S>(p, (int)threadIdx.x, g0, tot, rows);
@@ -1481,29 +1493,40 @@ static int sb_lanes(int64_t nb)
 
 typedef void (*mvs_fn)(const sg_cu_multi, const float *, const int8_t *, const float *, const float *, int64_t);
 
-template <int KT, int MANY> static mvs_fn picks_kt(int lpr)
+/* The instance of a block-per-lane kernel family (K: mvs_kernel or moes_kernel, by a struct whose
+ * f<KT, LPR, MANY>() names it) for SB kind sk (sb_kind) and rows of nb blocks at lpr lanes a row. */
+template <typename K, int KT, int MANY> static typename K::fn sb_pick_kt(int lpr)
 {
 	switch (lpr) {
-	case 4: return mvs_kernel<KT, 4, MANY>;
-	case 8: return mvs_kernel<KT, 8, MANY>;
-	case 16: return mvs_kernel<KT, 16, MANY>;
-	default: return mvs_kernel<KT, 32, MANY>;
+	case 4: return K::template f<KT, 4, MANY>();
+	case 8: return K::template f<KT, 8, MANY>();
+	case 16: return K::template f<KT, 16, MANY>();
+	default: return K::template f<KT, 32, MANY>();
 	}
 }
 
-/* the kernel of SB kind sk (sb_kind) for rows of nb blocks at lpr lanes a row */
-static mvs_fn picks(int sk, int lpr, int64_t nb)
+template <typename K, int KT> static typename K::fn sb_pick_many(int lpr, int64_t nb)
 {
-	int many = nb > lpr;
+	return nb > lpr ? sb_pick_kt<K, KT, 1>(lpr) : sb_pick_kt<K, KT, 0>(lpr);
+}
+
+template <typename K> static typename K::fn sb_pick(int sk, int lpr, int64_t nb)
+{
 	switch (sk) {
-	case SG_CUKT_Q4_K: return many ? picks_kt<SG_CUKT_Q4_K, 1>(lpr) : picks_kt<SG_CUKT_Q4_K, 0>(lpr);
-	case SG_CUKT_Q6_K: return many ? picks_kt<SG_CUKT_Q6_K, 1>(lpr) : picks_kt<SG_CUKT_Q6_K, 0>(lpr);
-	case SB_MLX4: return many ? picks_kt<SB_MLX4, 1>(lpr) : picks_kt<SB_MLX4, 0>(lpr);
-	case SB_MLX4 + 1: return many ? picks_kt<SB_MLX4 + 1, 1>(lpr) : picks_kt<SB_MLX4 + 1, 0>(lpr);
-	case SB_MLX4 + 2: return many ? picks_kt<SB_MLX4 + 2, 1>(lpr) : picks_kt<SB_MLX4 + 2, 0>(lpr);
+	case SG_CUKT_Q4_K: return sb_pick_many<K, SG_CUKT_Q4_K>(lpr, nb);
+	case SG_CUKT_Q6_K: return sb_pick_many<K, SG_CUKT_Q6_K>(lpr, nb);
+	case SB_MLX4: return sb_pick_many<K, SB_MLX4>(lpr, nb);
+	case SB_MLX4 + 1: return sb_pick_many<K, SB_MLX4 + 1>(lpr, nb);
+	case SB_MLX4 + 2: return sb_pick_many<K, SB_MLX4 + 2>(lpr, nb);
 	default: return NULL;
 	}
 }
+
+struct MvsK {
+	typedef mvs_fn fn;
+	template <int KT, int LPR, int MANY> static fn f() { return mvs_kernel<KT, LPR, MANY>; }
+};
+static mvs_fn picks(int sk, int lpr, int64_t nb) { return sb_pick<MvsK>(sk, lpr, nb); }
 
 /*
  * Variant 17, the copy-engine GEMV of the planar K-quants: a persistent grid (two blocks an SM)
@@ -2002,36 +2025,14 @@ __global__ void __launch_bounds__(QT) moes_kernel(const sg_cuw w, const int8_t *
 	const uint8_t *row = m.data + (size_t)e * m.expert_bytes + (size_t)r * m.row_bytes;
 	size_t so = (size_t)e * m.expert_sb_bytes + (size_t)r * m.sb_row_bytes;
 	const uint8_t *rsc = m.scales ? m.scales + so : NULL, *rbi = m.biases ? m.biases + so : NULL;
-	SB<KT> a, c;
+	SB<KT> a;
 	int64_t b = sl;
 	if (b < nb) a.load(row, rsc, rbi, m.sb_bf16, nb, b);
 	int64_t xo = shared_x ? 0 : js;
 	extern __shared__ int4 xs[];
 	float4 *ss = (float4 *)(xs + 16 * nb);
 	stage_x(xq + xo * w.K, sx + xo * (w.K / 16), nb, xs, ss);
-	const float *dxo = dx + xo * (w.K / 32);
-	float acc = 0.0f;
-	if (!MANY) {
-		if (b < nb) {
-			XS v;
-			v.load(dxo, ss, b);
-			SB<KT>::template dot<1>(&a, xs, b, v.d, v.s, &acc);
-		}
-	}
-	while (MANY && b < nb) {
-		int64_t b2 = b + LPR;
-		if (b2 < nb) c.load(row, rsc, rbi, m.sb_bf16, nb, b2);
-		XS v;
-		v.load(dxo, ss, b);
-		SB<KT>::template dot<1>(&a, xs, b, v.d, v.s, &acc);
-		if (b2 >= nb) break;
-		b = b2 + LPR;
-		if (b < nb) a.load(row, rsc, rbi, m.sb_bf16, nb, b);
-		v.load(dxo, ss, b2);
-		SB<KT>::template dot<1>(&c, xs, b2, v.d, v.s, &acc);
-	}
-#pragma unroll
-	for (int o = LPR / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+	float acc = sb_row_sum<KT, LPR, MANY>(a, b, row, rsc, rbi, m.sb_bf16, nb, xs, ss, dx + xo * (w.K / 32));
 	if (sl == 0) tot[slot] = acc;
 	__syncthreads();
 	int t = (int)threadIdx.x;
@@ -2041,28 +2042,11 @@ __global__ void __launch_bounds__(QT) moes_kernel(const sg_cuw w, const int8_t *
 typedef void (*moes_fn)(const sg_cuw, const int8_t *, const float *, const float *, int, const int32_t *, int64_t, float *, int64_t, const sg_cuw,
 			int);
 
-template <int KT, int MANY> static moes_fn pick_moes_kt(int lpr)
-{
-	switch (lpr) {
-	case 4: return moes_kernel<KT, 4, MANY>;
-	case 8: return moes_kernel<KT, 8, MANY>;
-	case 16: return moes_kernel<KT, 16, MANY>;
-	default: return moes_kernel<KT, 32, MANY>;
-	}
-}
-
-static moes_fn pick_moes(int sk, int lpr, int64_t nb)
-{
-	int many = nb > lpr;
-	switch (sk) {
-	case SG_CUKT_Q4_K: return many ? pick_moes_kt<SG_CUKT_Q4_K, 1>(lpr) : pick_moes_kt<SG_CUKT_Q4_K, 0>(lpr);
-	case SG_CUKT_Q6_K: return many ? pick_moes_kt<SG_CUKT_Q6_K, 1>(lpr) : pick_moes_kt<SG_CUKT_Q6_K, 0>(lpr);
-	case SB_MLX4: return many ? pick_moes_kt<SB_MLX4, 1>(lpr) : pick_moes_kt<SB_MLX4, 0>(lpr);
-	case SB_MLX4 + 1: return many ? pick_moes_kt<SB_MLX4 + 1, 1>(lpr) : pick_moes_kt<SB_MLX4 + 1, 0>(lpr);
-	case SB_MLX4 + 2: return many ? pick_moes_kt<SB_MLX4 + 2, 1>(lpr) : pick_moes_kt<SB_MLX4 + 2, 0>(lpr);
-	default: return NULL;
-	}
-}
+struct MoesK {
+	typedef moes_fn fn;
+	template <int KT, int LPR, int MANY> static fn f() { return moes_kernel<KT, LPR, MANY>; }
+};
+static moes_fn pick_moes(int sk, int lpr, int64_t nb) { return sb_pick<MoesK>(sk, lpr, nb); }
 
 /* moes_kernel for k slots of one token: the launch status, or -1 when it does not apply (the
  * caller takes moe1_kernel) */
