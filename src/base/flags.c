@@ -81,9 +81,10 @@ static const sg_flag table[] = {
 	 "CUDA fused decode GEMV on 8-bit activations: weight rows per 128-thread block (1, 2, 4 or 8; from 4 on the "
 	 "activations are staged in shared memory); 0 = the measured default"},
 	{"SARAGOSSA_CUDA_GEMV_SB", SG_FLAG_INT, "1",
-	 "CUDA one-token GEMV of Q4_K and Q6_K weights, a whole 256-element block of the planar rows per lane (the scales "
-	 "decoded once): 1 = each lane loads its block itself; 2 = tiles of rows moved into shared memory by the copy engine, "
-	 "stages ahead, in a persistent grid; 0 = the 32-element unit kernels the other formats use"},
+	 "CUDA one-token GEMV (dense and MoE) of Q4_K, Q6_K and MLX 4-bit weights, a whole 256-element block of the planar "
+	 "rows per lane (the scales decoded once): 1 = each lane loads its block itself; 2 = Q4_K / Q6_K tiles of rows moved "
+	 "into shared memory by the copy engine, stages ahead, in a persistent grid; 0 = the 32-element unit kernels the "
+	 "other formats use"},
 	{"SARAGOSSA_CUDA_MOE_DECODE", SG_FLAG_BOOL, "1",
 	 "CUDA one-token MoE matmuls: each slot's expert straight from the routing ids, two rows a warp (0 = the sorting "
 	 "kernel every token count takes)"},
@@ -92,8 +93,9 @@ static const sg_flag table[] = {
 	 "SARAGOSSA_CUDA_GEMM_F16): slots sorted by expert, the used experts dequantized to f16 and one grouped cuBLAS "
 	 "tensor-core GEMM per weight tile; 0 = the grouped GEMV at every token count"},
 	{"SARAGOSSA_CUDA_GEMV_VARIANT", SG_FLAG_INT, "0",
-	 "CUDA fused decode GEMV on 8-bit activations: a variant of bench/kernels/cuda (8-16, see its table: rows per block or "
-	 "per warp, activations in registers or shared memory; 16 = a block per lane, Q4_K and Q6_K); 0 = the measured default"},
+	 "CUDA fused decode GEMV on 8-bit activations: a variant of bench/kernels/cuda (8-17, see its table: rows per block or "
+	 "per warp, activations in registers or shared memory; 16 = a block per lane (Q4_K, Q6_K, MLX 4-bit), 17 = the "
+	 "copy-engine tiles (Q4_K, Q6_K)); 0 = the measured default"},
 	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
 	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},
 	{"SARAGOSSA_API_KEY", SG_FLAG_STR, "", "bearer token `serve` requires on TCP (same as --api-key)"},

@@ -30,10 +30,6 @@ sg_model_params sg_model_default_params(void)
 	return p;
 }
 
-static sg_status bind_tensor_as(sg_model *m, const sg_tensor *t, int layout, sg_btensor *out);
-
-sg_status sg_model_bind_tensor(sg_model *m, const sg_tensor *t, sg_btensor *out) { return bind_tensor_as(m, t, 0, out); }
-
 /* layout: sg_btensor.layout asked of tensor_bind (0, or -1 to keep the file's row order) */
 static sg_status bind_tensor_as(sg_model *m, const sg_tensor *t, int layout, sg_btensor *out)
 {
@@ -52,6 +48,8 @@ static sg_status bind_tensor_as(sg_model *m, const sg_tensor *t, int layout, sg_
 	sg_status st = m->be->ops->tensor_bind(m->be, out);
 	return st ? sg_error_wrap(st, "%s", t->name) : SG_OK;
 }
+
+sg_status sg_model_bind_tensor(sg_model *m, const sg_tensor *t, sg_btensor *out) { return bind_tensor_as(m, t, 0, out); }
 
 /* A norm weight or bias: F32 is used in place, a 16-bit float vector is widened once. */
 static sg_status bind_vector(sg_model *m, const sg_tensor *t, sg_btensor *out)
