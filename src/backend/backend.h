@@ -179,6 +179,9 @@ typedef struct sg_matmul_multi {
 	const sg_btensor *residual; /* nw = 1, [n][N_0] or NULL: out = residual + x W0^T, y[0] scratch */
 	sg_btensor *out;            /* with residual; may alias it */
 	int x_fed;                  /* hint: x is the out of the op just before, which had feeds_matmul */
+	int feeds_moe;              /* hint: with norm, one token: the next ops are a moe_route of y[0] and a
+	                             * moe_glu with x = xn, and nothing writes xn between, so a backend may
+	                             * hand xn over to that moe_glu in the form its matmul takes */
 } sg_matmul_multi;
 
 /*

@@ -48,8 +48,12 @@ static const sg_flag table[] = {
 	 "accuracy), bf16 (tensor cores; logits move ~5e-3) or off (the GEMV kernel)"},
 	{"SARAGOSSA_CUDA_ATTN_DECODE", SG_FLAG_INT, "1",
 	 "CUDA one-token attention: the query heads of a KV head share its reads, slices of the live KV length in parallel; "
-	 "f16 caches of head dim 64/128/256 take a compile-time-shape kernel (2 = without that one; 0 = the general kernel, "
+	 "f16 caches of head dim 64/128/256 take a compile-time-shape kernel that stages each warp's K/V tile in shared "
+	 "memory with cp.async (3 = that kernel without the staging; 2 = without that kernel; 0 = the general kernel, "
 	 "a block per query head)"},
+	{"SARAGOSSA_CUDA_ATTN_GROUP", SG_FLAG_INT, "0",
+	 "CUDA one-token attention: at most this many query heads of a KV head per block (1, 2, 4 or 8; 0 = by shape, "
+	 "up to 8); fewer give more blocks, each with less work a lane"},
 	{"SARAGOSSA_CUDA_ATTN_GEMM", SG_FLAG_BOOL, "1",
 	 "CUDA attention of more than 8 tokens: scores and values through cuBLAS GEMMs with a masked row softmax between "
 	 "(0 = the general kernel)"},
@@ -88,6 +92,9 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_MOE_DECODE", SG_FLAG_BOOL, "1",
 	 "CUDA one-token MoE matmuls: each slot's expert straight from the routing ids, two rows a warp (0 = the sorting "
 	 "kernel every token count takes)"},
+	{"SARAGOSSA_CUDA_ROUTE_WARP", SG_FLAG_BOOL, "1",
+	 "CUDA MoE routing of up to 256 experts by one warp holding the probabilities in registers (the same picks and "
+	 "weights; 0 = the shared-memory routing kernel)"},
 	{"SARAGOSSA_CUDA_MOE_GEMM", SG_FLAG_INT, "64",
 	 "CUDA MoE matmuls of at least this many tokens, quantized experts on 8-bit activations (SARAGOSSA_CUDA_Q8X, "
 	 "SARAGOSSA_CUDA_GEMM_F16): slots sorted by expert, the used experts dequantized to f16 and one grouped cuBLAS "

@@ -895,13 +895,57 @@ Test(cuda, attention_feeding_the_next_matmul_changes_nothing)
 	free_hw(&w);
 }
 
+/* The one-token kernel with its K/V tiles staged in shared memory (SARAGOSSA_CUDA_ATTN_DECODE=1)
+ * gives the bits of the same kernel reading them into registers (=3): head dims 64, 128, 256,
+ * groups of 8, 4, 2, short and long live lengths, a ring, a soft-cap. */
+Test(cuda, attention_decode_staged_tiles_equal_unstaged)
+{
+	sg_attn_params causal = {0, 0, 0, 1, 0}, ring = {0, 0, 8, 1, 0}, cap = {0.1f, 30.0f, 0, 1, 0};
+	struct {
+		int64_t H, Hkv, hd, ctx;
+		int32_t p;
+		sg_attn_params ap;
+	} cs[] = {{32, 8, 128, 4096, 1088, causal},  {16, 2, 64, 3000, 2999, causal},
+	          {8, 1, 256, 40000, 33000, causal}, {4, 2, 128, 12, 30, ring},
+	          {64, 8, 128, 2000, 31, causal},    {2, 2, 128, 100, 0, cap}};
+	for (size_t c = 0; c < sizeof(cs) / sizeof(cs[0]); c++) {
+		int64_t H = cs[c].H, Hkv = cs[c].Hkv, hd = cs[c].hd, ctx = cs[c].ctx, D = H * hd;
+		int32_t p = cs[c].p;
+		pair pos = pair_i32(1, 1, &p), q = pair_rand(D, 1, 1, 1.0f),
+		     kc = pair_rand(hd * Hkv, ctx, 1, 1.0f), vc = pair_rand(hd * Hkv, ctx, 1, 1.0f);
+		pair kh = pair_new(SG_TYPE_F16, hd, Hkv, ctx, 1), vh = pair_new(SG_TYPE_F16, hd, Hkv, ctx, 1),
+		     att = pair_new(SG_TYPE_F32, D, 1, 1, 1);
+		int32_t *allp = malloc(sizeof(int32_t) * (size_t)ctx);
+		for (int i = 0; i < ctx; i++) allp[i] = i;
+		pair ap_pos = pair_i32(ctx, 1, allp);
+		cr_assert_eq(gpu->ops->kv_store(gpu, &kc.g, &vc.g, &ap_pos.g, &kh.g, &vh.g), SG_OK);
+		float *got[2];
+		for (int m = 0; m < 2; m++) {
+			sg_cu_set_attn_decode(m ? 3 : 1);
+			cr_assert_eq(gpu->ops->attention(gpu, &q.g, &kh.g, &vh.g, &pos.g, &cs[c].ap, &att.g),
+			             SG_OK, "%s", sg_last_error());
+			got[m] = fetch(&att);
+		}
+		sg_cu_set_attn_decode((int)sg_flag_int("SARAGOSSA_CUDA_ATTN_DECODE"));
+		int same = memcmp(got[0], got[1], sizeof(float) * (size_t)D) == 0, finite = 1;
+		for (int64_t i = 0; i < D; i++) finite &= isfinite(got[0][i]) != 0;
+		cr_expect(same && finite, "case %zu (H %lld, hd %lld, p %d): staged %s", c, (long long)H,
+		          (long long)hd, p, same ? "output not finite" : "differs from unstaged");
+		free(got[0]), free(got[1]), free(allp);
+		pair *all[] = {&pos, &q, &kc, &vc, &kh, &vh, &att, &ap_pos};
+		for (int i = 0; i < 8; i++) pair_free(all[i]);
+	}
+}
+
 /* With each attention kill-switch set, the general kernel takes over and still matches the CPU. */
 Test(cuda, attention_kill_switches_keep_working_paths)
 {
 	sg_attn_params causal = {0, 0, 0, 1, 0};
-	const char *sw[] = {"SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_GEMM", "SARAGOSSA_CUDA_ATTN_F16"},
-		   *val[] = {"0", "2", "0", "0"};
-	for (int i = 0; i < 4; i++) {
+	const char *sw[] = {"SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_DECODE",
+	                    "SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_GEMM",
+	                    "SARAGOSSA_CUDA_ATTN_F16"},
+	           *val[] = {"0", "2", "3", "0", "0"};
+	for (int i = 0; i < 5; i++) {
 		setenv(sw[i], val[i], 1);
 		sg_flags_reload(); /* flags are read once per process otherwise */
 		sg_backend *save = gpu;
@@ -938,19 +982,38 @@ Test(cuda, elementwise_softmax_route_combine_argmax_match_cpu)
 		double e = pair_nmse(&o);
 		cr_expect(e < NMSE_F32, "elementwise op %d: nmse %.3g", op, e);
 	}
-	/* routing: softmax and sigmoid, normalised or not; a tie between experts 1 and 4 */
-	int64_t E = 64, n = 4;
-	for (int r = 0; r < 4; r++) {
-		int k = r < 2 ? 8 : 2;
-		pair lg = pair_rand(E, n, 1, 2.0f), ids = pair_new(SG_TYPE_I32, k, n, 1, 1), w = pair_new(SG_TYPE_F32, k, n, 1, 1);
+	/* routing: softmax and sigmoid, normalised or not; a tie between experts 1 and 4; expert
+	 * counts of the one-warp kernel (64, 100, 128) and of the shared-memory one (300), the two
+	 * kernels giving the same bits where both apply */
+	int64_t n = 4;
+	for (int r = 0; r < 16; r++) {
+		int64_t E = (int64_t[]){64, 100, 128, 300}[r / 4];
+		int k = r % 4 < 2 ? 8 : 2;
+		pair lg = pair_rand(E, n, 1, 2.0f), ids = pair_new(SG_TYPE_I32, k, n, 1, 1),
+		     w = pair_new(SG_TYPE_F32, k, n, 1, 1);
 		((float *)lg.c.data)[1] = ((float *)lg.c.data)[4] = 9.0f;
 		pair_push(&lg);
 		sg_router ro = r & 1 ? SG_ROUTER_SIGMOID : SG_ROUTER_SOFTMAX;
-		cpu->ops->moe_route(cpu, &lg.c, ro, k, r < 2, &ids.c, &w.c);
-		cr_assert_eq(gpu->ops->moe_route(gpu, &lg.g, ro, k, r < 2, &ids.g, &w.g), SG_OK, "%s", sg_last_error());
-		int32_t gi[32];
+		int nrm = r % 4 < 2;
+		cpu->ops->moe_route(cpu, &lg.c, ro, k, nrm, &ids.c, &w.c);
+		int32_t gi[32], gi0[32];
+		float gw[32], gw0[32];
+		sg_cu_set_route_warp(0);
+		cr_assert_eq(gpu->ops->moe_route(gpu, &lg.g, ro, k, nrm, &ids.g, &w.g), SG_OK, "%s",
+		             sg_last_error());
+		cr_assert_eq(gpu->ops->read(gpu, &ids.g, 0, gi0, sizeof(int32_t) * (size_t)(k * n)), SG_OK);
+		cr_assert_eq(gpu->ops->read(gpu, &w.g, 0, gw0, sizeof(float) * (size_t)(k * n)), SG_OK);
+		sg_cu_set_route_warp(1);
+		cr_assert_eq(gpu->ops->moe_route(gpu, &lg.g, ro, k, nrm, &ids.g, &w.g), SG_OK, "%s",
+		             sg_last_error());
 		cr_assert_eq(gpu->ops->read(gpu, &ids.g, 0, gi, sizeof(int32_t) * (size_t)(k * n)), SG_OK);
-		cr_expect(memcmp(gi, ids.c.data, sizeof(int32_t) * (size_t)(k * n)) == 0, "route %d: ids differ", r);
+		cr_assert_eq(gpu->ops->read(gpu, &w.g, 0, gw, sizeof(float) * (size_t)(k * n)), SG_OK);
+		cr_expect(memcmp(gi, ids.c.data, sizeof(int32_t) * (size_t)(k * n)) == 0,
+		          "route %d (E %lld): ids differ", r, (long long)E);
+		cr_expect(memcmp(gi, gi0, sizeof(gi[0]) * (size_t)(k * n)) == 0 &&
+		              memcmp(gw, gw0, sizeof(gw[0]) * (size_t)(k * n)) == 0,
+		          "route %d (E %lld): the one-warp kernel differs from the shared-memory one", r,
+		          (long long)E);
 		cr_expect(pair_nmse(&w) < NMSE_F32, "route %d weights", r);
 		/* combine */
 		pair y = pair_rand(D, n * k, 1, 1.0f), out = pair_new(SG_TYPE_F32, D, n, 1, 1);

@@ -448,6 +448,21 @@ static sg_status cuda_mem_info(sg_backend *be, uint64_t *free_bytes, uint64_t *t
 
 /* --- matmul --- */
 
+/* The one-token 8-bit hand-over buffer (q8a) holds K values: grown outside graph recordings only
+ * (the per-op step before a recording sizes it). */
+static int q8a_fit(sg_cuda_backend *cb, int64_t K)
+{
+	if (K > cb->q8a_cap && !cb->capturing) {
+		cudaFree(cb->q8a);
+		cb->q8a = NULL, cb->q8a_cap = 0;
+		if (!cudaMalloc(&cb->q8a, sg_cu_q8_bytes(1, K)))
+			cb->q8a_cap = K;
+		else
+			(void)cudaGetLastError();
+	}
+	return K <= cb->q8a_cap;
+}
+
 static sg_status check_x(const char *op, const sg_btensor *x, const sg_btensor *w, const sg_cuw *v)
 {
 	int64_t K = w->ne[0];
@@ -538,21 +553,36 @@ static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 					  (long long)p->x->ne[0]);
 	void *q8 = NULL;
 	const float *x = p->x->data;
-	if (!plain && p->x_fed && !p->norm && cb->q8a_of && cb->q8a_of == p->x->data && m.w[0].K <= cb->q8a_cap) {
+	int64_t K = m.w[0].K;
+	/* the normalised x handed to the MoE experts after the router, rounded once (the 512-thread
+	 * norm kernel's sizes) */
+	int moe_q8 = p->feeds_moe && p->norm && cb->q8x && K % 32 == 0 && K >= 1024 && q8a_fit(cb, K);
+	if (!plain && p->x_fed && !p->norm && cb->q8a_of && cb->q8a_of == p->x->data && K <= cb->q8a_cap) {
 		q8 = cb->q8a, x = NULL; /* quantized by the attention just before */
-	} else if (!plain && !(q8 = sg_cuda_scratch(cb, sg_cu_q8_bytes(1, m.w[0].K), &st))) {
+	} else if (moe_q8) {
+		q8 = cb->q8a;
+	} else if (!plain && !(q8 = sg_cuda_scratch(cb, sg_cu_q8_bytes(1, K), &st))) {
 		return st;
 	}
 	cb->q8a_of = NULL;
-	for (int i0 = 0, i1; i0 < m.nw; i0 = i1) { /* runs of one format; the first rounds x, the rest reuse it */
+	int norm = p->norm != NULL;
+	if (moe_q8 && plain) { /* normalised and rounded by one kernel; the plain GEMV reads xn */
+		CU_RET("matmul_multi",
+		       sg_cu_norm_quant(x, p->norm->data, p->eps, p->norm_offset, K, p->xn->data, q8, S(cb)));
+		x = p->xn->data, norm = 0;
+	}
+	for (int i0 = 0, i1; i0 < m.nw;
+	     i0 = i1) { /* runs of one format; the first rounds x, the rest reuse it */
 		for (i1 = i0 + 1; i1 < m.nw && same_fmt(&m.w[i1], &m.w[i0]);) i1++;
 		sg_cu_multi g = m;
 		g.nw = i1 - i0;
 		for (int j = 0; j < g.nw; j++) g.w[j] = m.w[i0 + j], g.N[j] = m.N[i0 + j], g.bias[j] = m.bias[i0 + j], g.y[j] = m.y[i0 + j];
 		int first = i0 == 0;
-		CU_RET("matmul_multi", sg_cu_gemv_multi(&g, first ? x : NULL, first && p->norm != NULL, p->norm ? p->norm->data : NULL, p->eps,
-							 p->norm_offset, p->xn ? p->xn->data : NULL, 0, q8, S(cb)));
+		CU_RET("matmul_multi",
+		       sg_cu_gemv_multi(&g, first ? x : NULL, first && norm, p->norm ? p->norm->data : NULL,
+		                        p->eps, p->norm_offset, p->xn ? p->xn->data : NULL, 0, q8, S(cb)));
 	}
+	if (moe_q8) cb->q8a_of = p->xn->data;
 	return SG_OK;
 }
 
@@ -594,6 +624,8 @@ static sg_status cuda_moe_glu(sg_backend *be, const sg_btensor *wg, const sg_bte
 			      sg_btensor *g, sg_btensor *u)
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	const void *fed = cb->q8a_of;
+	cb->q8a_of = NULL; /* good for this op only */
 	sg_cuw a, b;
 	int ca = act == SG_ACT_SILU ? SG_CU_EW_SILU : act == SG_ACT_GELU_TANH ? SG_CU_EW_GELU : act == SG_ACT_GELU ? SG_CU_EW_GELU_ERF : -1;
 	if (!cb->fused || !cb->q8x || ca < 0 || !ids || ids->type != SG_TYPE_I32 || sg_btensor_rows(ids) != 1 || sg_cuda_wview("moe_matmul", wg, &a) ||
@@ -604,13 +636,19 @@ static sg_status cuda_moe_glu(sg_backend *be, const sg_btensor *wg, const sg_bte
 	if ((st = check_x("moe_matmul", x, wg, &a)) || (st = check_f32("moe_matmul", "g", g))) return st;
 	if (sg_btensor_rows(x) != 1) return sg_backend_moe_glu_compose(be, wg, wu, x, ids, act, g, u);
 	if (g->ne[0] != N || sg_btensor_rows(g) != k)
-		return sg_error(SG_ERR_INVALID_ARG, "cuda moe_glu: g is [%lld][%lld], expected [%lld][%lld]", (long long)sg_btensor_rows(g),
-				(long long)g->ne[0], (long long)k, (long long)N);
-	a.expert_bytes = (size_t)N * wg->row_bytes, a.expert_sb_bytes = (size_t)N * sg_btensor_mlx_sb_row_bytes(wg);
-	b.expert_bytes = (size_t)N * wu->row_bytes, b.expert_sb_bytes = (size_t)N * sg_btensor_mlx_sb_row_bytes(wu);
-	void *q8 = sg_cuda_scratch(cb, sg_cu_q8_bytes(1, a.K), &st);
+		return sg_error(SG_ERR_INVALID_ARG, "cuda moe_glu: g is [%lld][%lld], expected [%lld][%lld]",
+		                (long long)sg_btensor_rows(g), (long long)g->ne[0], (long long)k,
+		                (long long)N);
+	a.expert_bytes = (size_t)N * wg->row_bytes,
+	a.expert_sb_bytes = (size_t)N * sg_btensor_mlx_sb_row_bytes(wg);
+	b.expert_bytes = (size_t)N * wu->row_bytes,
+	b.expert_sb_bytes = (size_t)N * sg_btensor_mlx_sb_row_bytes(wu);
+	/* x rounded by the router stage just before (its feeds_moe hint) */
+	int pre = fed && fed == x->data && a.K <= cb->q8a_cap;
+	void *q8 = pre ? cb->q8a : sg_cuda_scratch(cb, sg_cu_q8_bytes(1, a.K), &st);
 	if (!q8) return st;
-	CU_RET("moe_glu", sg_cu_moe_glu(&a, &b, x->data, ids->data, k, E, ca, g->data, N, q8, S(cb)));
+	CU_RET("moe_glu",
+	       sg_cu_moe_glu(&a, &b, pre ? NULL : x->data, ids->data, k, E, ca, g->data, N, q8, S(cb)));
 	return SG_OK;
 }
 
@@ -738,10 +776,20 @@ static sg_status prep(sg_backend *be, sg_btensor *q, sg_btensor *k, const sg_bte
 	if (vc->ne[2] * vc->ne[3] != ctx) return sg_error(SG_ERR_INVALID_ARG, "cuda attn_prep: caches of different lengths");
 	if ((qn && ((st = check_f32("attn_prep", "q_norm", qn)) || qn->ne[0] != p->head_dim)) ||
 	    (kn && ((st = check_f32("attn_prep", "k_norm", kn)) || kn->ne[0] != p->head_dim)))
-		return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda attn_prep: q/k norm weights must have head_dim = %d values", p->head_dim);
-	if ((qn || kn) && p->head_dim >= 1024) return sg_error(SG_ERR_UNSUPPORTED, "cuda attn_prep: qk-norm of heads of %d dims", p->head_dim);
-	CU_RET("attn_prep", sg_cu_attn_prep(q->data, k->data, v->data, pos->data, n, Hq, Hk, vc->ne[0], &r, kc->data, kc->type == SG_TYPE_F16,
-					    vc->data, vc->type == SG_TYPE_F16, ctx, qn ? qn->data : NULL, kn ? kn->data : NULL, eps, off, S(cb)));
+		return st ? st
+		          : sg_error(SG_ERR_INVALID_ARG,
+		                     "cuda attn_prep: q/k norm weights must have head_dim = %d values",
+		                     p->head_dim);
+	if ((qn || kn) && p->head_dim >= 1024)
+		return sg_error(SG_ERR_UNSUPPORTED, "cuda attn_prep: qk-norm of heads of %d dims",
+		                p->head_dim);
+	if (vc->ne[0] > MAX_HEAD_DIM)
+		return sg_error(SG_ERR_UNSUPPORTED, "cuda attn_prep: v heads of %lld dims (at most %d)",
+		                (long long)vc->ne[0], MAX_HEAD_DIM);
+	CU_RET("attn_prep",
+	       sg_cu_attn_prep(q->data, k->data, v->data, pos->data, n, Hq, Hk, vc->ne[0], &r, kc->data,
+	                       kc->type == SG_TYPE_F16, vc->data, vc->type == SG_TYPE_F16, ctx,
+	                       qn ? qn->data : NULL, kn ? kn->data : NULL, eps, off, S(cb)));
 	return SG_OK;
 }
 
@@ -810,13 +858,7 @@ static sg_status cuda_attention(sg_backend *be, const sg_btensor *q, const sg_bt
 		 * recordings only; the per-op step before a recording sizes it) */
 		int64_t K = a.H * a.hdv;
 		cb->q8a_of = NULL;
-		if (p->feeds_matmul && cb->q8x && K > cb->q8a_cap && !cb->capturing) {
-			cudaFree(cb->q8a);
-			cb->q8a = NULL, cb->q8a_cap = 0;
-			if (!cudaMalloc(&cb->q8a, sg_cu_q8_bytes(1, K))) cb->q8a_cap = K;
-			else (void)cudaGetLastError();
-		}
-		if (p->feeds_matmul && cb->q8x && K <= cb->q8a_cap) {
+		if (p->feeds_matmul && cb->q8x && q8a_fit(cb, K)) {
 			sg_cu_q8_split(cb->q8a, K, &a.xq, &a.dx, &a.sx);
 			cb->q8a_of = a.out;
 		}
@@ -1163,6 +1205,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 							  : GEMM_TF32X3;
 	cb->attn_dec = (int)sg_flag_int("SARAGOSSA_CUDA_ATTN_DECODE");
 	sg_cu_set_attn_decode(cb->attn_dec);
+	sg_cu_set_attn_group((int)sg_flag_int("SARAGOSSA_CUDA_ATTN_GROUP"));
 	cb->attn_gemm = sg_flag_bool("SARAGOSSA_CUDA_ATTN_GEMM");
 	cb->attn_f16 = sg_flag_bool("SARAGOSSA_CUDA_ATTN_F16");
 	cb->q8x = sg_flag_bool("SARAGOSSA_CUDA_Q8X");
@@ -1173,6 +1216,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	sg_cu_set_gemv_variant((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_VARIANT"));
 	sg_cu_set_gemv_sb((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_SB"));
 	sg_cu_set_moe_decode(sg_flag_bool("SARAGOSSA_CUDA_MOE_DECODE"));
+	sg_cu_set_route_warp(sg_flag_bool("SARAGOSSA_CUDA_ROUTE_WARP"));
 	sg_cu_set_pdl((int)sg_flag_int("SARAGOSSA_CUDA_PDL"));
 	struct cudaDeviceProp prop;
 	sg_status st = SG_OK;

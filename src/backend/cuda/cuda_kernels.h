@@ -99,13 +99,23 @@ void sg_cu_set_gemv_sb(int on);
 int sg_cu_sb_ok(const sg_cuw *w);
 /* 0: one-token MoE matmuls take the sorting kernel too (SARAGOSSA_CUDA_MOE_DECODE) */
 void sg_cu_set_moe_decode(int on);
+/* Query heads a one-token attention block takes at most (SARAGOSSA_CUDA_ATTN_GROUP; 0 = by shape) */
+void sg_cu_set_attn_group(int g);
+/* 0: MoE routing always by the shared-memory kernel (SARAGOSSA_CUDA_ROUTE_WARP) */
+void sg_cu_set_route_warp(int on);
 /* The one-token gate and up expert matmuls with the GLU in one launch (after one activation
  * rounding): g[j][r] = act(wg[ids[j]] x . ) * (wu[ids[j]] x .) for the k slots, bit-identical to
  * two one-token moe_matmul calls and the glu kernel. _ok: the pair has that kernel. act:
- * SG_CU_EW_SILU, _GELU or _GELU_ERF. */
+ * SG_CU_EW_SILU, _GELU or _GELU_ERF. x NULL: q8_scratch already holds x rounded (sg_cu_q8_split). */
 int sg_cu_moe_glu_ok(const sg_cuw *wg, const sg_cuw *wu);
 int sg_cu_moe_glu(const sg_cuw *wg, const sg_cuw *wu, const float *x, const int32_t *ids, int64_t k, int64_t E, int act, float *g,
 		  int64_t N, void *q8_scratch, sg_custream s);
+
+/* One row x [K] RMS-normalised into xn (bit-identical to sg_cu_rmsnorm) and rounded to 8-bit
+ * blocks into q8 (sg_cu_q8_bytes(1, K), laid out as sg_cu_q8_split says) in one kernel; K a
+ * multiple of 32, at least 1024. */
+int sg_cu_norm_quant(const float *x, const float *w, float eps, float off, int64_t K, float *xn, void *q8,
+                     sg_custream s);
 
 /* out = x with every block of 32 rounded as the 8-bit activation quantizer rounds it (n % 32 = 0). */
 int sg_cu_requant(const float *x, int64_t n, float *out, sg_custream s);

@@ -205,9 +205,7 @@ __global__ void gated_rmsnorm_kernel(const float *x, const float *w, const float
 {
 	const float *xr = x + blockIdx.x * D, *gr = gate + blockIdx.x * D;
 	float *yr = y + blockIdx.x * D;
-	float ss = 0.0f;
-	for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss += xr[i] * xr[i];
-	float sc = 1.0f / sqrtf(block_sum(ss) / (float)D + eps);
+	float sc = 1.0f / sqrtf(block_sumsq(xr, D) / (float)D + eps);
 	/* each element is read and written by the same thread: y may alias x */
 	for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * sc * w[i] * lin_silu(gr[i]);
 }

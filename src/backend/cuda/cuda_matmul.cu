@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_reduce.cuh"
 
 #define WARPS 8 /* warps (rows) per GEMV block: 256 threads */
+
 /* The 8-bit GEMV variant used by default (sg_cu_gemv): chosen by bench/kernels/cuda on the H200. */
 #define SG_CU_GEMV_Q8_DEFAULT 4
 static int g_sb = 1; /* SARAGOSSA_CUDA_GEMV_SB: the block-per-lane GEMV of the planar K-quants */
@@ -1753,9 +1754,7 @@ __global__ void __launch_bounds__(NQ_WARPS * 32) norm_quant_kernel(const float *
 	pdl_trigger();
 	pdl_wait();
 	if (norm) {
-		float ss = 0.0f;
-		for (int64_t i = threadIdx.x; i < K; i += blockDim.x) ss += x[i] * x[i];
-		sc = 1.0f / sqrtf(block_sum(ss) / (float)K + eps);
+		sc = 1.0f / sqrtf(block_sumsq(x, K) / (float)K + eps);
 	}
 	int64_t b = (int64_t)blockIdx.x * nw + wi;
 	if (b >= K / 32) return;
@@ -1765,7 +1764,21 @@ __global__ void __launch_bounds__(NQ_WARPS * 32) norm_quant_kernel(const float *
 	q8_store(v, b, lane, xq, dx, sx);
 }
 
-typedef void (*mvm_fn)(const sg_cu_multi, const float *, const int8_t *, const float *, const float *, int64_t);
+extern "C" int sg_cu_norm_quant(const float *x, const float *w, float eps, float off, int64_t K, float *xn,
+                                void *q8, sg_custream s)
+{
+	if (K % 32 || K < 1024 || !xn || !q8)
+		return (int)cudaErrorInvalidValue; /* the rmsnorm kernel's 512-thread size */
+	int8_t *xq;
+	float *dx, *sx;
+	sg_cu_q8_split(q8, K, &xq, &dx, &sx);
+	pdl_launch(norm_quant_kernel, dim3((unsigned)((K / 32 + NQ_WARPS - 1) / NQ_WARPS)),
+	           dim3(NQ_WARPS * 32), 0, (cudaStream_t)s, x, w, 1, eps, off, K, xn, xq, dx, sx);
+	return (int)cudaGetLastError();
+}
+
+typedef void (*mvm_fn)(const sg_cu_multi, const float *, const int8_t *, const float *, const float *,
+                       int64_t);
 
 /* variant: 8 = 2 row slots per block, 9 = 4, 10 = 1 (a GLU takes 2 instead), 11 = 8 (9 and 11
  * stage the 8-bit activations in shared memory), 12 = 4 and 13 = 8 with the activations read
@@ -2098,8 +2111,12 @@ extern "C" int sg_cu_moe_glu(const sg_cuw *wg, const sg_cuw *wu, const float *x,
 	if (!f1 || !wu->data) return (int)cudaErrorInvalidValue;
 	int8_t *xq;
 	float *dx, *sx;
-	int e = quant_x(x, 1, wg->K, q8_scratch, &xq, &dx, &sx, st);
-	if (e) return e;
+	if (x) {
+		int e = quant_x(x, 1, wg->K, q8_scratch, &xq, &dx, &sx, st);
+		if (e) return e;
+	} else {
+		sg_cu_q8_split(q8_scratch, wg->K, &xq, &dx, &sx); /* rounded by the producer */
+	}
 	int sb = moes_launch(wg, wu, xq, dx, sx, 1, ids, k, E, g, N, act, st);
 	if (sb >= 0) return sb;
 	pdl_launch(f1, dim3((unsigned)((N + QT / 32 - 1) / (QT / 32)), (unsigned)k), dim3(QT), 0, st, *wg, (const int8_t *)xq, (const float *)dx,

@@ -28,17 +28,19 @@ __global__ void rmsnorm_kernel(const float *x, const float *w, float eps, float 
 {
 	const float *xr = x + blockIdx.x * D;
 	float *yr = y + blockIdx.x * D;
-	float ss = 0.0f;
-	for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss += xr[i] * xr[i];
-	ss = block_sum(ss);
-	float sc = 1.0f / sqrtf(ss / (float)D + eps);
-	for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = w ? xr[i] * sc * (w[i] + off) : xr[i] * sc;
+	pdl_trigger();
+	pdl_wait();
+	float sc = 1.0f / sqrtf(block_sumsq(xr, D) / (float)D + eps);
+#pragma unroll 4
+	for (int64_t i = threadIdx.x; i < D; i += blockDim.x)
+		yr[i] = w ? xr[i] * sc * (w[i] + off) : xr[i] * sc;
 }
 
 extern "C" int sg_cu_rmsnorm(const float *x, const float *w, float eps, float off, float *y, int64_t rows, int64_t D, sg_custream s)
 {
 	if (rows <= 0) return 0;
-	rmsnorm_kernel<<<(unsigned)rows, D >= 1024 ? 512 : 128, 0, (cudaStream_t)s>>>(x, w, eps, off, y, D);
+	pdl_launch(rmsnorm_kernel, dim3((unsigned)rows), dim3(D >= 1024 ? 512 : 128), 0, (cudaStream_t)s, x,
+	           w, eps, off, y, D);
 	return ok();
 }
 
@@ -153,45 +155,68 @@ extern "C" int sg_cu_kv_store(const float *k, const float *v, const int32_t *pos
 }
 
 /* One block per (token, head) of q and k together: rotate; a k head also writes its rotated row,
- * its unrotated tail and its v row into the caches (same thread that rotated a pair stores it). */
-__global__ void attn_prep_kernel(float *q, float *k, const float *v, const int32_t *pos, int64_t Hq, int64_t Hk, int64_t hdv, const sg_cu_rope r,
-				 void *kc, int kf16, void *vc, int vf16, int64_t ctx, const float *qn, const float *kn, float eps, float off)
+ * its unrotated tail and its v row into the caches. The head goes through shared memory and its
+ * norm weights and v row through registers, all loaded at once (the norm weights before the wait:
+ * weights are never written), so the block waits out one memory round trip, not one per stage;
+ * the arithmetic is that of the separate rmsnorm, rope and kv_store kernels. */
+#define PREP_THREADS 128
+#define PREP_MAX     1024 /* head dims of q / k and of v */
+#define PREP_PER     (PREP_MAX / PREP_THREADS)
+__global__ void __launch_bounds__(PREP_THREADS)
+    attn_prep_kernel(float *q, float *k, const float *v, const int32_t *pos, int64_t Hq, int64_t Hk,
+                     int64_t hdv, const sg_cu_rope r, void *kc, int kf16, void *vc, int vf16, int64_t ctx,
+                     const float *qn, const float *kn, float eps, float off)
 {
+	__shared__ __align__(16) float xs[PREP_MAX];
+	int64_t t = blockIdx.x / (Hq + Hk), h = blockIdx.x % (Hq + Hk);
+	int isk = h >= Hq, tid = threadIdx.x;
+	const float *nw = isk ? kn : qn;
+	float wv[PREP_PER], vv[PREP_PER];
+#pragma unroll
+	for (int j = 0; j < PREP_PER; j++) {
+		int i = tid + j * PREP_THREADS;
+		wv[j] = nw && i < r.hd ? nw[i] + off : 1.0f;
+	}
 	pdl_trigger();
 	pdl_wait();
-	int64_t t = blockIdx.x / (Hq + Hk), h = blockIdx.x % (Hq + Hk);
 	int pmax = r.dyn ? block_pmax(pos, gridDim.x / (Hq + Hk)) : 0;
 	int32_t p = pos[t];
 	float pf = (float)p * r.pos_scale;
-	int isk = h >= Hq;
 	float *x = isk ? k + (t * Hk + (h - Hq)) * r.hd : q + (t * Hq + h) * r.hd;
-	const float *nw = isk ? kn : qn;
+	int store = isk && p >= 0 && p < ctx;
+	const float *vr = v + (t * Hk + (isk ? h - Hq : 0)) * hdv;
+#pragma unroll
+	for (int j = 0; j < PREP_PER; j++) {
+		int i = tid + j * PREP_THREADS;
+		if (i < r.hd) xs[i] = x[i];
+		vv[j] = store && i < hdv ? vr[i] : 0.0f;
+	}
+	__syncthreads();
 	if (qn || kn) {
 		/* the per-head RMS norm first: the rmsnorm kernel's sums at its block size for rows of
 		 * head_dim < 1024 (128 threads), so the result is bit-identical to running it */
-		float ss = 0.0f;
-		for (int64_t i = threadIdx.x; i < r.hd; i += blockDim.x) ss += x[i] * x[i];
-		ss = block_sum(ss);
-		float sc = 1.0f / sqrtf(ss / (float)r.hd + eps);
+		float sc = 1.0f / sqrtf(block_sumsq(xs, r.hd) / (float)r.hd + eps);
 		if (nw)
-			for (int64_t i = threadIdx.x; i < r.hd; i += blockDim.x) x[i] = x[i] * sc * (nw[i] + off);
+#pragma unroll
+			for (int j = 0; j < PREP_PER; j++) {
+				int i = tid + j * PREP_THREADS;
+				if (i < r.hd) xs[i] = xs[i] * sc * wv[j];
+			}
 		__syncthreads();
 	}
-	int store = isk && p >= 0 && p < ctx;
-	int64_t kbase = store ? ((int64_t)p * Hk + (h - Hq)) * r.hd : 0;
-	for (int kk = threadIdx.x; kk < r.half; kk += blockDim.x) {
-		rope_pair(x, r, pf, kk, pmax);
-		if (store) {
-			int ia = r.neox ? kk : 2 * kk, ib = r.neox ? kk + r.half : 2 * kk + 1;
-			cache_put(kc, kf16, kbase + ia, x[ia]);
-			cache_put(kc, kf16, kbase + ib, x[ib]);
+	for (int kk = tid; kk < r.half; kk += PREP_THREADS) rope_pair(xs, r, pf, kk, pmax);
+	__syncthreads();
+	int64_t kbase = store ? ((int64_t)p * Hk + (h - Hq)) * r.hd : 0,
+	        vbase = ((int64_t)p * Hk + (h - Hq)) * hdv;
+#pragma unroll
+	for (int j = 0; j < PREP_PER; j++) {
+		int i = tid + j * PREP_THREADS;
+		if (i < r.hd) {
+			x[i] = xs[i];
+			if (store) cache_put(kc, kf16, kbase + i, xs[i]);
 		}
+		if (store && i < hdv) cache_put(vc, vf16, vbase + i, vv[j]);
 	}
-	if (!store) return;
-	for (int i = 2 * r.half + threadIdx.x; i < r.hd; i += blockDim.x) cache_put(kc, kf16, kbase + i, x[i]);
-	const float *vr = v + (t * Hk + (h - Hq)) * hdv;
-	int64_t vbase = ((int64_t)p * Hk + (h - Hq)) * hdv;
-	for (int64_t i = threadIdx.x; i < hdv; i += blockDim.x) cache_put(vc, vf16, vbase + i, vr[i]);
 }
 
 extern "C" int sg_cu_attn_prep(float *q, float *k, const float *v, const int32_t *pos, int64_t n, int64_t Hq, int64_t Hk, int64_t hdv,
@@ -199,9 +224,11 @@ extern "C" int sg_cu_attn_prep(float *q, float *k, const float *v, const int32_t
 			       float eps, float off, sg_custream s)
 {
 	if (n <= 0) return 0;
-	if ((qn || kn) && r->hd >= 1024) return (int)cudaErrorInvalidValue; /* the rmsnorm kernel would use 512 threads */
-	pdl_launch(attn_prep_kernel, dim3((unsigned)(n * (Hq + Hk))), dim3(128), 0, (cudaStream_t)s, q, k, v, pos, Hq, Hk, hdv, *r, kc, kf16, vc,
-		   vf16, ctx, qn, kn, eps, off);
+	if ((qn || kn) && r->hd >= 1024)
+		return (int)cudaErrorInvalidValue; /* the rmsnorm kernel would use 512 threads */
+	if (r->hd > PREP_MAX || hdv > PREP_MAX) return (int)cudaErrorInvalidValue;
+	pdl_launch(attn_prep_kernel, dim3((unsigned)(n * (Hq + Hk))), dim3(PREP_THREADS), 0, (cudaStream_t)s,
+	           q, k, v, pos, Hq, Hk, hdv, *r, kc, kf16, vc, vf16, ctx, qn, kn, eps, off);
 	return ok();
 }
 
@@ -425,23 +452,59 @@ template <int NV> static __device__ __forceinline__ void ldv(const float *p, flo
 	}
 }
 
-/* The f16 compile-time head-dim path (SARAGOSSA_CUDA_ATTN_DECODE=2 keeps the general one). */
-static int g_dec_wide = 1;
-extern "C" void sg_cu_set_attn_decode(int mode) { g_dec_wide = mode != 2; }
+/* The f16 compile-time head-dim path (SARAGOSSA_CUDA_ATTN_DECODE=2 keeps the general one), and
+ * its tiles staged in shared memory by cp.async (3 = without the staging). */
+static int g_dec_wide = 1, g_dec_stage = 1, g_dec_group = 0;
+extern "C" void sg_cu_set_attn_group(int g)
+{
+	g_dec_group = g == 1 || g == 2 || g == 4 || g == 8 ? g : 0;
+}
+extern "C" void sg_cu_set_attn_decode(int mode)
+{
+	g_dec_wide = mode != 2;
+	g_dec_stage = mode == 1;
+}
+
+/* 16 bytes global -> shared without registers (sm_80+), and the wait for the thread's copies */
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src)
+{
+	asm volatile(
+	    "cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
+	    "l"(src)
+	    : "memory");
+}
+static __device__ __forceinline__ void cp_async_wait_all()
+{
+	asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+}
 
 int sg_cu_pdl = 0;
 extern "C" void sg_cu_set_pdl(int mode) { sg_cu_pdl = mode >= 0 && mode <= 2 ? mode : 0; }
 
-/* Shared memory of attn_dec_kernel, in floats. */
-static size_t dec_smem(int G, int64_t hd, int64_t hdv) { return (size_t)(G * hd + DW * 32 * G + DW * 32 + 2 * DW * G + DW * G * hdv) * 4; }
+/* Shared memory of attn_dec_kernel, in floats (a multiple of 4: the staged tiles follow). */
+static size_t dec_smem(int G, int64_t hd, int64_t hdv)
+{
+	return (size_t)(G * hd + DW * 32 * G + DW * 32 + 2 * DW * G + DW * G * hdv) * 4;
+}
+/* ... and the staged variant's tiles: a warp's 32 K rows and 32 V rows, f16 */
+static size_t dec_stage_smem(int64_t hd)
+{
+	return (size_t)DW * 2 * 32 * (size_t)hd * 2;
+}
 
 /*
  * HD > 0: the f16 path with head dims hd = hdv = HD known at compile time: a lane's K row loads
  * are all in flight at once, and V rows are read 16 bytes a lane, HD/8 lanes a row, 256/HD rows
  * per load instruction (the partial sums of the lanes sharing dims meet by shuffles at the end).
  * HD = 0: any shapes the _ok test passes, NV = hdv/32 dims a lane.
+ * STG (f16, HD > 0): each warp first moves its tile's 32 K and 32 V rows into shared memory with
+ * cp.async, all 2 * HD * 64 bytes in flight at once (one memory round trip a tile; from
+ * registers the loads went out a few at a time: ~12 us a layer at 1k positions), 16-byte chunk c
+ * of tile row r stored at chunk c ^ (r & 7), so the 8 lanes of a shared-memory phase (8 rows at
+ * one chunk for K, one row's 8 chunks for V) fall in 8 different banks.
  */
-template <typename T, int G, int NV, int HD> __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
+template <typename T, int G, int NV, int HD, int STG>
+__global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 {
 	extern __shared__ float4 dec_sm4[];
 	constexpr int LPR = HD ? HD / 8 : 32; /* lanes a V row */
@@ -454,6 +517,9 @@ template <typename T, int G, int NV, int HD> __global__ void __launch_bounds__(D
 	float *smx = (float *)(srow + DW * 32); /* [DW][G] running max */
 	float *sl = smx + DW * G;               /* [DW][G] running sum */
 	float *sacc = sl + DW * G;              /* [DW][G][hdv] */
+	constexpr int CPR = HD ? HD / 8 : 1;    /* 16-byte chunks a row (STG) */
+	__half *kst = (__half *)(sacc + DW * G * hdv) + (threadIdx.x >> 5) * 2 * 32 * HD,
+	       *vst = kst + 32 * HD; /* [32][HD] each */
 	pdl_trigger();
 	pdl_wait();
 	int gall = (int)(a.H / a.Hkv), ng = gall / G;
@@ -482,6 +548,18 @@ template <typename T, int G, int NV, int HD> __global__ void __launch_bounds__(D
 		 * so every load is unconditional and a row is never past the cache */
 		int valid = t0 + lane <= b1;
 		int64_t j = valid ? t0 + lane : t0, row = a.ring ? j % a.ctx : j;
+		if constexpr (STG) {
+#pragma unroll
+			for (int it = 0; it < CPR; it++) {
+				int i = it * 32 + lane, r = i / CPR, c = i % CPR;
+				int64_t jr = t0 + r <= b1 ? t0 + r : t0, rr = a.ring ? jr % a.ctx : jr;
+				int o = r * HD + (c ^ (r & 7)) * 8;
+				cp_async16(kst + o, (const __half *)a.kc + kh * hd + rr * rs + c * 8);
+				cp_async16(vst + o, (const __half *)a.vc + kh * hdv + rr * vrs + c * 8);
+			}
+			cp_async_wait_all();
+			__syncwarp();
+		}
 		float s[G];
 #pragma unroll
 		for (int g = 0; g < G; g++) s[g] = 0.0f;
@@ -489,7 +567,10 @@ template <typename T, int G, int NV, int HD> __global__ void __launch_bounds__(D
 #pragma unroll(HD ? 16 : 4)
 		for (int e = 0; e < hd; e += 8) {
 			float kf[8];
-			ld8(kr + e, kf);
+			if constexpr (STG)
+				ld8(kst + lane * HD + ((e / 8) ^ (lane & 7)) * 8, kf);
+			else
+				ld8(kr + e, kf);
 #pragma unroll
 			for (int g = 0; g < G; g++) {
 				const float4 *q4 = (const float4 *)(sq + g * hd + e);
@@ -519,8 +600,12 @@ template <typename T, int G, int NV, int HD> __global__ void __launch_bounds__(D
 #pragma unroll(HD ? 32 / RPI : 8)
 		for (int jj = sub; jj < nv; jj += RPI) {
 			float vf[VD];
-			if constexpr (HD) ld8(vb + (int64_t)rw[jj] * vrs, vf);
-			else ldv<NV>(vb + (int64_t)rw[jj] * vrs, vf);
+			if constexpr (STG)
+				ld8(vst + jj * HD + ((dl / 8) ^ (jj & 7)) * 8, vf);
+			else if constexpr (HD)
+				ld8(vb + (int64_t)rw[jj] * vrs, vf);
+			else
+				ldv<NV>(vb + (int64_t)rw[jj] * vrs, vf);
 #pragma unroll
 			for (int g = 0; g < G; g++) {
 				float pg = pw[jj * G + g];
@@ -577,6 +662,9 @@ static int dec_group(const sg_cu_attn *a)
 	int g = gall % 8 == 0 ? 8 : gall % 4 == 0 ? 4 : gall % 2 == 0 ? 2 : 1;
 	/* few KV heads (4 for Qwen3-30B-A3B): 4 query heads a block, for twice the blocks */
 	if (g == 8 && a->Hkv * (gall / g) < 8) g = 4;
+	/* SARAGOSSA_CUDA_ATTN_GROUP: at most that many (a divisor of the group): more blocks, each
+	 * with fewer score and value sums a lane */
+	if (g_dec_group > 0 && g_dec_group < g && gall % g_dec_group == 0) g = g_dec_group;
 	return g;
 }
 
@@ -587,19 +675,49 @@ extern "C" int sg_cu_attn_decode_ok(const sg_cu_attn *a)
 	       a->ctx < INT32_MAX && dec_smem(dec_group(a), a->hd, a->hdv) <= 48 * 1024;
 }
 
-template <typename T, int G> static void dec_launch(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st)
+/* The compile-time head-dim kernel, staged unless the flag says otherwise (or its shared memory
+ * cannot be had). */
+template <int G, int NV, int HD>
+static void dec_wide(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st)
+{
+	if (g_dec_stage) {
+		static int ready; /* 1 = the kernel may take its shared memory, -1 = it may not */
+		size_t smx = sm + dec_stage_smem(HD);
+		if (!ready)
+			ready = cudaFuncSetAttribute(attn_dec_kernel<__half, G, NV, HD, 1>,
+			                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smx)
+			            ? -1
+			            : 1;
+		if (ready > 0)
+			return (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, 1>, grid, dim3(DW * 32),
+			                        smx, st, *a);
+		(void)cudaGetLastError();
+	}
+	pdl_launch(attn_dec_kernel<__half, G, NV, HD, 0>, grid, dim3(DW * 32), sm, st, *a);
+}
+
+template <typename T, int G>
+static void dec_launch(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st)
 {
 	if constexpr (sizeof(T) == 2) {
 		int wide = a->hd == a->hdv && g_dec_wide;
-		if (wide && a->hd == 128) return (void)pdl_launch(attn_dec_kernel<T, G, 4, 128>, grid, dim3(DW * 32), sm, st, *a);
-		if (wide && a->hd == 256) return (void)pdl_launch(attn_dec_kernel<T, G, 8, 256>, grid, dim3(DW * 32), sm, st, *a);
-		if (wide && a->hd == 64) return (void)pdl_launch(attn_dec_kernel<T, G, 2, 64>, grid, dim3(DW * 32), sm, st, *a);
+		if (wide && a->hd == 128) return dec_wide<G, 4, 128>(a, grid, sm, st);
+		if (wide && a->hd == 256) return dec_wide<G, 8, 256>(a, grid, sm, st);
+		if (wide && a->hd == 64) return dec_wide<G, 2, 64>(a, grid, sm, st);
 	}
 	switch (a->hdv / 32) {
-	case 1: pdl_launch(attn_dec_kernel<T, G, 1, 0>, grid, dim3(DW * 32), sm, st, *a); break;
-	case 2: pdl_launch(attn_dec_kernel<T, G, 2, 0>, grid, dim3(DW * 32), sm, st, *a); break;
-	case 4: pdl_launch(attn_dec_kernel<T, G, 4, 0>, grid, dim3(DW * 32), sm, st, *a); break;
-	default: pdl_launch(attn_dec_kernel<T, G, 8, 0>, grid, dim3(DW * 32), sm, st, *a); break;
+	case 1:
+		pdl_launch(attn_dec_kernel<T, G, 1, 0, 0>, grid, dim3(DW * 32), sm, st, *a);
+		break;
+	case 2:
+		pdl_launch(attn_dec_kernel<T, G, 2, 0, 0>, grid, dim3(DW * 32), sm, st, *a);
+		break;
+	case 4:
+		pdl_launch(attn_dec_kernel<T, G, 4, 0, 0>, grid, dim3(DW * 32), sm, st, *a);
+		break;
+	default:
+		pdl_launch(attn_dec_kernel<T, G, 8, 0, 0>, grid, dim3(DW * 32), sm, st, *a);
+		break;
 	}
 }
 
@@ -801,10 +919,90 @@ __global__ void route_kernel(const float *logits, int64_t E, int sigmoid, int k,
 		for (int s = 0; s < k; s++) wout[blockIdx.x * k + s] /= wsum;
 }
 
-extern "C" int sg_cu_moe_route(const float *logits, int64_t n, int64_t E, int sigmoid, int k, int norm, int32_t *ids, float *w, sg_custream s)
+/*
+ * route_kernel for E <= 256 experts as one warp with the probabilities in registers (expert
+ * 32 i + lane in p[i]): the k picks are shuffles alone, no shared memory or barriers. The same
+ * bits as route_kernel at 32 threads: each lane sums its experts in the same order, the warp
+ * reduces them in the same tree, ties go to the lower index.
+ */
+#define ROUTE_PER 8
+__global__ void __launch_bounds__(32)
+    route_warp_kernel(const float *logits, int64_t E, int sigmoid, int k, int norm, int32_t *ids, float *wout)
+{
+	pdl_trigger();
+	pdl_wait();
+	int lane = threadIdx.x;
+	const float *x = logits + blockIdx.x * E;
+	float p[ROUTE_PER];
+#pragma unroll
+	for (int i = 0; i < ROUTE_PER; i++) p[i] = 32 * i + lane < E ? x[32 * i + lane] : NAN;
+	if (sigmoid) {
+#pragma unroll
+		for (int i = 0; i < ROUTE_PER; i++)
+			if (32 * i + lane < E) p[i] = 1.0f / (1.0f + expf(-p[i]));
+	} else {
+		float m = -INFINITY;
+#pragma unroll
+		for (int i = 0; i < ROUTE_PER; i++)
+			if (32 * i + lane < E) m = fmaxf(m, p[i]);
+		m = warp_max(m);
+		double sum = 0;
+#pragma unroll
+		for (int i = 0; i < ROUTE_PER; i++)
+			if (32 * i + lane < E) {
+				p[i] = expf(p[i] - m);
+				sum += p[i];
+			}
+		float inv = (float)(1.0 / warp_sum(sum));
+#pragma unroll
+		for (int i = 0; i < ROUTE_PER; i++) p[i] *= inv; /* NaN stays NaN: never picked */
+	}
+	float wsum = 0.0f;
+	for (int s = 0; s < k; s++) {
+		float bv = -INFINITY;
+		int bi = 0x7fffffff;
+#pragma unroll
+		for (int i = 0; i < ROUTE_PER; i++)
+			if (p[i] == p[i]) better(bv, bi, p[i], 32 * i + lane);
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1) {
+			float v = __shfl_xor_sync(0xffffffffu, bv, o);
+			int i = __shfl_xor_sync(0xffffffffu, bi, o);
+			better(bv, bi, v, i);
+		}
+		if (bi == 0x7fffffff)
+			bi = 0, bv = __shfl_sync(0xffffffffu, p[0],
+			                         0); /* all taken or NaN: route_kernel's expert 0 */
+#pragma unroll
+		for (int i = 0; i < ROUTE_PER; i++)
+			if (32 * i + lane == bi) p[i] = NAN; /* taken */
+		if (lane == 0) {
+			ids[blockIdx.x * k + s] = bi;
+			wout[blockIdx.x * k + s] = bv;
+		}
+		wsum += bv;
+	}
+	if (lane == 0 && norm && wsum > 0)
+		for (int s = 0; s < k; s++) wout[blockIdx.x * k + s] /= wsum;
+}
+
+/* SARAGOSSA_CUDA_ROUTE_WARP=0 keeps route_kernel for every expert count */
+static int g_route_warp = 1;
+extern "C" void sg_cu_set_route_warp(int on)
+{
+	g_route_warp = on != 0;
+}
+
+extern "C" int sg_cu_moe_route(const float *logits, int64_t n, int64_t E, int sigmoid, int k, int norm,
+                               int32_t *ids, float *w, sg_custream s)
 {
 	if (n <= 0) return 0;
 	if (E > MAX_EXPERTS) return (int)cudaErrorInvalidValue;
+	if (E <= 32 * ROUTE_PER && g_route_warp) {
+		pdl_launch(route_warp_kernel, dim3((unsigned)n), dim3(32), 0, (cudaStream_t)s, logits, E,
+		           sigmoid, k, norm, ids, w);
+		return ok();
+	}
 	/* one warp for the usual expert counts: its k picks then need no cross-warp barrier work */
 	pdl_launch(route_kernel, dim3((unsigned)n), dim3(E <= 256 ? 32 : 256), 0, (cudaStream_t)s, logits, E, sigmoid, k, norm, ids, w);
 	return ok();
@@ -820,7 +1018,9 @@ __global__ void combine_kernel(const float *y, const float *w, int64_t k, int64_
 	pdl_wait();
 	if (d >= D) return;
 	float acc = 0.0f;
-	for (int64_t s = 0; s < k; s++) acc += w[t * k + s] * y[(t * k + s) * D + d];
+#pragma unroll 8
+	for (int64_t s = 0; s < k; s++)
+		acc += w[t * k + s] * y[(t * k + s) * D + d]; /* the loads in flight together */
 	out[t * D + d] = res ? res[t * D + d] + acc : acc;
 }
 
