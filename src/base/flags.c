@@ -48,9 +48,9 @@ static const sg_flag table[] = {
 	 "accuracy), bf16 (tensor cores; logits move ~5e-3) or off (the GEMV kernel)"},
 	{"SARAGOSSA_CUDA_ATTN_DECODE", SG_FLAG_INT, "1",
 	 "CUDA one-token attention: the query heads of a KV head share its reads, slices of the live KV length in parallel; "
-	 "f16 caches of head dim 64/128/256 take a compile-time-shape kernel that stages each warp's K/V tile in shared "
-	 "memory with cp.async (3 = that kernel without the staging; 2 = without that kernel; 0 = the general kernel, "
-	 "a block per query head)"},
+	 "f16 caches of head dim 64/128/256 take a compile-time-shape kernel (3 = that kernel staging each warp's K/V tile "
+	 "in shared memory with cp.async, faster at 1k positions, slower at 8k; 2 = without that kernel; 0 = the general "
+	 "kernel, a block per query head)"},
 	{"SARAGOSSA_CUDA_ATTN_GROUP", SG_FLAG_INT, "0",
 	 "CUDA one-token attention: at most this many query heads of a KV head per block (1, 2, 4 or 8; 0 = by shape, "
 	 "up to 8); fewer give more blocks, each with less work a lane"},

@@ -895,8 +895,8 @@ Test(cuda, attention_feeding_the_next_matmul_changes_nothing)
 	free_hw(&w);
 }
 
-/* The one-token kernel with its K/V tiles staged in shared memory (SARAGOSSA_CUDA_ATTN_DECODE=1)
- * gives the bits of the same kernel reading them into registers (=3): head dims 64, 128, 256,
+/* The one-token kernel with its K/V tiles staged in shared memory (SARAGOSSA_CUDA_ATTN_DECODE=3)
+ * gives the bits of the same kernel reading them into registers (=1): head dims 64, 128, 256,
  * groups of 8, 4, 2, short and long live lengths, a ring, a soft-cap. */
 Test(cuda, attention_decode_staged_tiles_equal_unstaged)
 {
