@@ -707,6 +707,70 @@ Test(cuda, moe_glu_one_token_equals_its_composition)
 	}
 }
 
+/* The MoE norm + router stage with the feeds_moe hint hands the gate/up experts x already rounded
+ * to 8 bits (one token, rows of >= 1024 values): the normalised x, the routing and the experts'
+ * outputs are the bits of the unhinted stage, for an F32 and a Q4_K router; and they agree with
+ * the CPU. */
+Test(cuda, moe_router_stage_feeding_the_experts_changes_nothing)
+{
+	int64_t K = 2048, E = 16, N = 96, k = 4;
+	const wtype *ewt = &wtypes[8]; /* Q4_K experts */
+	hw wgh = make_w(ewt, E * N, K), wuh = make_w(ewt, E * N, K);
+	wgh.t.ne[1] = wuh.t.ne[1] = N;
+	wgh.t.ne[2] = wuh.t.ne[2] = E;
+	sg_btensor gc, gg, uc, ug;
+	bind_both(&wgh, &gc, &gg);
+	bind_both(&wuh, &uc, &ug);
+	for (int rt = 0; rt < 2; rt++) {
+		const wtype *rwt = &wtypes[rt ? 8 : 0];
+		hw rh = make_w(rwt, E, K);
+		sg_btensor rc, rg;
+		bind_both(&rh, &rc, &rg);
+		pair x = pair_rand(K, 1, 1, 1.0f), nw = pair_rand(K, 1, 1, 1.0f);
+		float *got[2][3];
+		int32_t gid[2][8];
+		for (int hint = 0; hint < 2; hint++) {
+			pair xn = pair_new(SG_TYPE_F32, K, 1, 1, 1), rl = pair_new(SG_TYPE_F32, E, 1, 1, 1),
+			     ids = pair_new(SG_TYPE_I32, k, 1, 1, 1), w = pair_new(SG_TYPE_F32, k, 1, 1, 1),
+			     g = pair_new(SG_TYPE_F32, N, k, 1, 1), u = pair_new(SG_TYPE_F32, N, k, 1, 1);
+			sg_matmul_multi r = {.x = &x.g, .norm = &nw.g, .eps = 1e-6f, .xn = &xn.g, .nw = 1,
+			                     .w = {&rg}, .y = {&rl.g}, .feeds_moe = hint};
+			cr_assert_eq(sg_backend_matmul_multi(gpu, &r), SG_OK, "%s", sg_last_error());
+			cr_assert_eq(gpu->ops->moe_route(gpu, &rl.g, SG_ROUTER_SOFTMAX, k, 1, &ids.g, &w.g), SG_OK);
+			cr_assert_eq(sg_backend_moe_glu(gpu, &gg, &ug, &xn.g, &ids.g, SG_ACT_SILU, &g.g, &u.g), SG_OK,
+			             "%s", sg_last_error());
+			got[hint][0] = fetch(&xn), got[hint][1] = fetch(&w), got[hint][2] = fetch(&g);
+			cr_assert_eq(gpu->ops->read(gpu, &ids.g, 0, gid[hint], sizeof(int32_t) * (size_t)k), SG_OK);
+			if (hint) { /* the CPU on the same routing and the activations the GPU rounded */
+				sg_matmul_multi rcpu = {.x = &x.c, .norm = &nw.c, .eps = 1e-6f, .xn = &xn.c, .nw = 1,
+				                        .w = {&rc}, .y = {&rl.c}};
+				cr_assert_eq(sg_backend_matmul_multi(cpu, &rcpu), SG_OK);
+				cr_expect(pair_nmse(&xn) < NMSE_F32, "router %s: normalised x vs the CPU", rwt->name);
+				memcpy(ids.c.data, gid[hint], sizeof(int32_t) * (size_t)k);
+				pair xr = requantized(&xn);
+				sg_backend_moe_glu(cpu, &gc, &uc, &xr.c, &ids.c, SG_ACT_SILU, &g.c, &u.c);
+				cr_expect(pair_nmse(&g) < NMSE_F32 * 100, "router %s: experts vs the CPU", rwt->name);
+				pair_free(&xr);
+			}
+			pair *all[] = {&xn, &rl, &ids, &w, &g, &u};
+			for (int i = 0; i < 6; i++) pair_free(all[i]);
+		}
+		cr_expect(memcmp(gid[0], gid[1], sizeof(int32_t) * (size_t)k) == 0, "router %s: ids differ", rwt->name);
+		int64_t n[3] = {K, k, N * k};
+		for (int j = 0; j < 3; j++) {
+			cr_expect(memcmp(got[0][j], got[1][j], sizeof(float) * (size_t)n[j]) == 0,
+			          "router %s: output %d of the hinted stage differs", rwt->name, j);
+			free(got[0][j]), free(got[1][j]);
+		}
+		pair_free(&x), pair_free(&nw);
+		gpu->ops->tensor_free(gpu, &rg), cpu->ops->tensor_free(cpu, &rc);
+		free_hw(&rh);
+	}
+	gpu->ops->tensor_free(gpu, &gg), cpu->ops->tensor_free(cpu, &gc);
+	gpu->ops->tensor_free(gpu, &ug), cpu->ops->tensor_free(cpu, &uc);
+	free_hw(&wgh), free_hw(&wuh);
+}
+
 /* moe_combine_add in place (out = residual) gives the bits of moe_combine then add. */
 Test(cuda, moe_combine_add_equals_combine_then_add)
 {
@@ -861,6 +925,19 @@ Test(cuda, attention_decode_split_prefill_window_softcap_gqa_match_cpu)
 	attn_case(16, 32, 8, 128, 2048, 1500, causal, SG_TYPE_F32, 0);
 }
 
+/* f16 K and V caches [ctx][Hkv][hd] of random rows at every position, stored by kv_store. */
+static void f16_caches(int64_t hd, int64_t Hkv, int64_t ctx, pair *kh, pair *vh)
+{
+	pair kc = pair_rand(hd * Hkv, ctx, 1, 1.0f), vc = pair_rand(hd * Hkv, ctx, 1, 1.0f);
+	*kh = pair_new(SG_TYPE_F16, hd, Hkv, ctx, 1), *vh = pair_new(SG_TYPE_F16, hd, Hkv, ctx, 1);
+	int32_t *allp = malloc(sizeof(int32_t) * (size_t)ctx);
+	for (int i = 0; i < ctx; i++) allp[i] = i;
+	pair ap_pos = pair_i32(ctx, 1, allp);
+	cr_assert_eq(gpu->ops->kv_store(gpu, &kc.g, &vc.g, &ap_pos.g, &kh->g, &vh->g), SG_OK);
+	free(allp);
+	pair_free(&kc), pair_free(&vc), pair_free(&ap_pos);
+}
+
 /* The feeds_matmul / x_fed hints: the one-token attention rounds its output to 8 bits for the
  * o projection right after it, which then skips its own rounding: the same bits as without. */
 Test(cuda, attention_feeding_the_next_matmul_changes_nothing)
@@ -871,13 +948,9 @@ Test(cuda, attention_feeding_the_next_matmul_changes_nothing)
 	sg_btensor wc, wg;
 	bind_both(&w, &wc, &wg);
 	int32_t p = 2500;
-	pair pos = pair_i32(1, 1, &p), q = pair_rand(D, 1, 1, 1.0f), kc = pair_rand(hd * Hkv, ctx, 1, 1.0f), vc = pair_rand(hd * Hkv, ctx, 1, 1.0f);
-	pair kh = pair_new(SG_TYPE_F16, hd, Hkv, ctx, 1), vh = pair_new(SG_TYPE_F16, hd, Hkv, ctx, 1), att = pair_new(SG_TYPE_F32, D, 1, 1, 1);
+	pair pos = pair_i32(1, 1, &p), q = pair_rand(D, 1, 1, 1.0f), kh, vh, att = pair_new(SG_TYPE_F32, D, 1, 1, 1);
 	pair res = pair_rand(512, 1, 1, 1.0f), y = pair_new(SG_TYPE_F32, 512, 1, 1, 1), out = pair_new(SG_TYPE_F32, 512, 1, 1, 1);
-	int32_t *allp = malloc(sizeof(int32_t) * (size_t)ctx);
-	for (int i = 0; i < ctx; i++) allp[i] = i;
-	pair ap_pos = pair_i32(ctx, 1, allp);
-	cr_assert_eq(gpu->ops->kv_store(gpu, &kc.g, &vc.g, &ap_pos.g, &kh.g, &vh.g), SG_OK);
+	f16_caches(hd, Hkv, ctx, &kh, &vh);
 	float *got[2];
 	for (int fed = 0; fed < 2; fed++) {
 		sg_attn_params ap = {0, 0, 0, 1, fed};
@@ -888,9 +961,9 @@ Test(cuda, attention_feeding_the_next_matmul_changes_nothing)
 		got[fed] = fetch(&out);
 	}
 	cr_expect(memcmp(got[0], got[1], sizeof(float) * 512) == 0, "the hinted path differs");
-	free(got[0]), free(got[1]), free(allp);
-	pair *all[] = {&pos, &q, &kc, &vc, &kh, &vh, &att, &res, &y, &out, &ap_pos};
-	for (int i = 0; i < 11; i++) pair_free(all[i]);
+	free(got[0]), free(got[1]);
+	pair *all[] = {&pos, &q, &kh, &vh, &att, &res, &y, &out};
+	for (int i = 0; i < 8; i++) pair_free(all[i]);
 	gpu->ops->tensor_free(gpu, &wg), cpu->ops->tensor_free(cpu, &wc);
 	free_hw(&w);
 }
@@ -911,14 +984,8 @@ Test(cuda, attention_decode_staged_tiles_equal_unstaged)
 	for (size_t c = 0; c < sizeof(cs) / sizeof(cs[0]); c++) {
 		int64_t H = cs[c].H, Hkv = cs[c].Hkv, hd = cs[c].hd, ctx = cs[c].ctx, D = H * hd;
 		int32_t p = cs[c].p;
-		pair pos = pair_i32(1, 1, &p), q = pair_rand(D, 1, 1, 1.0f),
-		     kc = pair_rand(hd * Hkv, ctx, 1, 1.0f), vc = pair_rand(hd * Hkv, ctx, 1, 1.0f);
-		pair kh = pair_new(SG_TYPE_F16, hd, Hkv, ctx, 1), vh = pair_new(SG_TYPE_F16, hd, Hkv, ctx, 1),
-		     att = pair_new(SG_TYPE_F32, D, 1, 1, 1);
-		int32_t *allp = malloc(sizeof(int32_t) * (size_t)ctx);
-		for (int i = 0; i < ctx; i++) allp[i] = i;
-		pair ap_pos = pair_i32(ctx, 1, allp);
-		cr_assert_eq(gpu->ops->kv_store(gpu, &kc.g, &vc.g, &ap_pos.g, &kh.g, &vh.g), SG_OK);
+		pair pos = pair_i32(1, 1, &p), q = pair_rand(D, 1, 1, 1.0f), kh, vh, att = pair_new(SG_TYPE_F32, D, 1, 1, 1);
+		f16_caches(hd, Hkv, ctx, &kh, &vh);
 		float *got[2];
 		for (int m = 0; m < 2; m++) {
 			sg_cu_set_attn_decode(m ? 3 : 1);
@@ -931,21 +998,21 @@ Test(cuda, attention_decode_staged_tiles_equal_unstaged)
 		for (int64_t i = 0; i < D; i++) finite &= isfinite(got[0][i]) != 0;
 		cr_expect(same && finite, "case %zu (H %lld, hd %lld, p %d): staged %s", c, (long long)H,
 		          (long long)hd, p, same ? "output not finite" : "differs from unstaged");
-		free(got[0]), free(got[1]), free(allp);
-		pair *all[] = {&pos, &q, &kc, &vc, &kh, &vh, &att, &ap_pos};
-		for (int i = 0; i < 8; i++) pair_free(all[i]);
+		free(got[0]), free(got[1]);
+		pair *all[] = {&pos, &q, &kh, &vh, &att};
+		for (int i = 0; i < 5; i++) pair_free(all[i]);
 	}
 }
 
-/* With each attention kill-switch set, the general kernel takes over and still matches the CPU. */
+/* With each attention kill-switch or tunable set, the path it leaves still matches the CPU. */
 Test(cuda, attention_kill_switches_keep_working_paths)
 {
 	sg_attn_params causal = {0, 0, 0, 1, 0};
 	const char *sw[] = {"SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_DECODE",
-	                    "SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_GEMM",
-	                    "SARAGOSSA_CUDA_ATTN_F16"},
-	           *val[] = {"0", "2", "3", "0", "0"};
-	for (int i = 0; i < 5; i++) {
+	                    "SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_GROUP",
+	                    "SARAGOSSA_CUDA_ATTN_GEMM",   "SARAGOSSA_CUDA_ATTN_F16"},
+	           *val[] = {"0", "2", "3", "1", "0", "0"};
+	for (int i = 0; i < 6; i++) {
 		setenv(sw[i], val[i], 1);
 		sg_flags_reload(); /* flags are read once per process otherwise */
 		sg_backend *save = gpu;

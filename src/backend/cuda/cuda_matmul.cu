@@ -24,7 +24,6 @@
 #include "backend/cuda/cuda_reduce.cuh"
 
 #define WARPS 8 /* warps (rows) per GEMV block: 256 threads */
-
 /* The 8-bit GEMV variant used by default (sg_cu_gemv): chosen by bench/kernels/cuda on the H200. */
 #define SG_CU_GEMV_Q8_DEFAULT 4
 static int g_sb = 1; /* SARAGOSSA_CUDA_GEMV_SB: the block-per-lane GEMV of the planar K-quants */
@@ -1764,21 +1763,24 @@ __global__ void __launch_bounds__(NQ_WARPS * 32) norm_quant_kernel(const float *
 	q8_store(v, b, lane, xq, dx, sx);
 }
 
-extern "C" int sg_cu_norm_quant(const float *x, const float *w, float eps, float off, int64_t K, float *xn,
-                                void *q8, sg_custream s)
+static void nq_launch(const float *x, const float *w, int norm, float eps, float off, int64_t K, float *xn, int8_t *xq,
+		      float *dx, float *sx, cudaStream_t st)
 {
-	if (K % 32 || K < 1024 || !xn || !q8)
-		return (int)cudaErrorInvalidValue; /* the rmsnorm kernel's 512-thread size */
+	pdl_launch(norm_quant_kernel, dim3((unsigned)((K / 32 + NQ_WARPS - 1) / NQ_WARPS)), dim3(NQ_WARPS * 32), 0, st, x, w, norm,
+		   eps, off, K, xn, xq, dx, sx);
+}
+
+extern "C" int sg_cu_norm_quant(const float *x, const float *w, float eps, float off, int64_t K, float *xn, void *q8, sg_custream s)
+{
+	if (K % 32 || K < 1024 || !xn || !q8) return (int)cudaErrorInvalidValue; /* the rmsnorm kernel's 512-thread size */
 	int8_t *xq;
 	float *dx, *sx;
 	sg_cu_q8_split(q8, K, &xq, &dx, &sx);
-	pdl_launch(norm_quant_kernel, dim3((unsigned)((K / 32 + NQ_WARPS - 1) / NQ_WARPS)),
-	           dim3(NQ_WARPS * 32), 0, (cudaStream_t)s, x, w, 1, eps, off, K, xn, xq, dx, sx);
+	nq_launch(x, w, 1, eps, off, K, xn, xq, dx, sx, (cudaStream_t)s);
 	return (int)cudaGetLastError();
 }
 
-typedef void (*mvm_fn)(const sg_cu_multi, const float *, const int8_t *, const float *, const float *,
-                       int64_t);
+typedef void (*mvm_fn)(const sg_cu_multi, const float *, const int8_t *, const float *, const float *, int64_t);
 
 /* variant: 8 = 2 row slots per block, 9 = 4, 10 = 1 (a GLU takes 2 instead), 11 = 8 (9 and 11
  * stage the 8-bit activations in shared memory), 12 = 4 and 13 = 8 with the activations read
@@ -1885,9 +1887,7 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 			x = xn;
 			norm = 0;
 		}
-		int64_t nb = K / 32;
-		pdl_launch(norm_quant_kernel, dim3((unsigned)((nb + NQ_WARPS - 1) / NQ_WARPS)), dim3(NQ_WARPS * 32), 0, st, x, norm_w, norm, eps, off, K,
-			   norm ? xn : NULL, xq, dx, sx);
+		nq_launch(x, norm_w, norm, eps, off, K, norm ? xn : NULL, xq, dx, sx, st);
 	}
 launch:;
 	if (variant == 17) {

@@ -858,15 +858,22 @@ static __device__ __forceinline__ void better(float &bv, int &bi, float v, int i
 	if (v > bv || (v == bv && i < bi)) bv = v, bi = i;
 }
 
-static __device__ void block_argmax(float &bv, int &bi)
+/* (value, index) argmax over the warp; every lane gets it. */
+static __device__ __forceinline__ void warp_argmax(float &bv, int &bi)
 {
-	__shared__ float sv[32];
-	__shared__ int si[32];
+#pragma unroll
 	for (int o = 16; o > 0; o >>= 1) {
 		float v = __shfl_xor_sync(0xffffffffu, bv, o);
 		int i = __shfl_xor_sync(0xffffffffu, bi, o);
 		better(bv, bi, v, i);
 	}
+}
+
+static __device__ void block_argmax(float &bv, int &bi)
+{
+	__shared__ float sv[32];
+	__shared__ int si[32];
+	warp_argmax(bv, bi);
 	int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
 	__syncthreads();
 	if (l == 0) sv[w] = bv, si[w] = bi;
@@ -963,15 +970,9 @@ __global__ void __launch_bounds__(32)
 #pragma unroll
 		for (int i = 0; i < ROUTE_PER; i++)
 			if (p[i] == p[i]) better(bv, bi, p[i], 32 * i + lane);
-#pragma unroll
-		for (int o = 16; o > 0; o >>= 1) {
-			float v = __shfl_xor_sync(0xffffffffu, bv, o);
-			int i = __shfl_xor_sync(0xffffffffu, bi, o);
-			better(bv, bi, v, i);
-		}
-		if (bi == 0x7fffffff)
-			bi = 0, bv = __shfl_sync(0xffffffffu, p[0],
-			                         0); /* all taken or NaN: route_kernel's expert 0 */
+		warp_argmax(bv, bi);
+		/* all taken or NaN: route_kernel's expert 0 */
+		if (bi == 0x7fffffff) bi = 0, bv = __shfl_sync(0xffffffffu, p[0], 0);
 #pragma unroll
 		for (int i = 0; i < ROUTE_PER; i++)
 			if (32 * i + lane == bi) p[i] = NAN; /* taken */
