@@ -184,6 +184,8 @@ typedef struct sg_matmul_multi {
 	                             * hand xn over to that moe_glu in the form its matmul takes */
 } sg_matmul_multi;
 
+#define SG_BACKEND_TOPC_MAX 2048 /* the most candidates top_candidates gives */
+
 /*
  * The op table. Every op takes the backend first; tensors are backend tensors of this backend.
  * In-place use is allowed where an op says so. Unless stated, F32 tensors only.
@@ -276,6 +278,13 @@ typedef struct sg_backend_ops {
 	/* ids[t] = index of the largest x[t][i] (the lowest such index on ties; NaN never wins).
 	 * x [n][V]; ids I32 [n]. */
 	sg_status (*argmax)(sg_backend *be, const sg_btensor *x, sg_btensor *ids);
+	/* Sampling candidates of one row of logits x [1][V] (see sg_sampler_top_request): the k
+	 * largest values, ranked with NaN as -inf, +inf as FLT_MAX and -0 as 0, ties to the lower
+	 * id, in no particular order; and x at the ids of gather I32 [m] (NULL: m = 0; an id outside
+	 * [0, V) gives NaN). out I32 [2k + m]: the k ids, the k values' float bits, the m gathered
+	 * values' bits. 1 <= k <= min(V, SG_BACKEND_TOPC_MAX). May be NULL: the logits are then read
+	 * back and the sampler ranks them itself (the CPU's, where they already are). */
+	sg_status (*top_candidates)(sg_backend *be, const sg_btensor *x, int k, const sg_btensor *gather, sg_btensor *out);
 
 	/* --- hybrid (gated delta net) and Gemma 4 stages; SG_STAGE_LINEAR_ATTN --- */
 	/* Causal depthwise conv with SiLU over the sequence, one channel per column:

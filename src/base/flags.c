@@ -68,6 +68,11 @@ static const sg_flag table[] = {
 	 "generate/serve with plain greedy sampling (temperature 0, no bias, penalty, log-probabilities or constraint): each "
 	 "decode step's argmax is found by the backend and only the id comes back (on a GPU: one graph replay and a 4-byte "
 	 "read, the logits stay on the device); 0 = the logits come back and the sampler picks"},
+	{"SARAGOSSA_SAMPLE_IN_BACKEND", SG_FLAG_BOOL, "1",
+	 "generate/serve with top-k sampling (and greedy with a bias or penalty) and no log-probabilities or constraint, on a "
+	 "backend that keeps the logits (CUDA): each decode step ranks the logits where they are and only the top-k plus the "
+	 "biased and penalized tokens' logits come back, the sampler draws from them (the same token as from the full row); "
+	 "0 = the logits come back"},
 	{"SARAGOSSA_SNAPSHOT_RESIDENT", SG_FLAG_BOOL, "1",
 	 "session snapshots and prefix-cache blocks stay in the backend's memory: device-to-device copies on a GPU, no "
 	 "round trip through the host (0 = copies in host memory)"},

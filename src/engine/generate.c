@@ -85,6 +85,54 @@ static sg_status eval_greedy(sg_gen_state *st, int32_t t, int32_t *next)
 	return evaluated(st, s, &t, 1);
 }
 
+/* Sampling candidates of a decode step (sg_gen_model.eval_top): the request's shape and ids, and
+ * the last step's candidates. */
+typedef struct top_step {
+	int on, have; /* the loop samples from candidates; the last eval left some */
+	int32_t k, m;
+	int32_t *ids, *tid; /* [SG_SAMPLER_TOP_MAX_IDS], [k] */
+	float *tv, *v;      /* [k], [m] */
+} top_step;
+
+/* Decides whether the loop can sample from candidates and allocates their buffers. */
+static sg_status top_step_init(top_step *t, const sg_gen_model *m, const sg_gen_params *p, const sg_sampler *smp)
+{
+	memset(t, 0, sizeof(*t));
+	/* plain greedy has its own path (or its kill-switch asks for the logits) */
+	if (!m->eval_top || p->constraint || sg_sampler_plain_greedy(smp) || !sg_flag_bool("SARAGOSSA_SAMPLE_IN_BACKEND"))
+		return SG_OK;
+	t->ids = sg_malloc(SG_SAMPLER_TOP_MAX_IDS * sizeof(*t->ids));
+	if (!t->ids) return SG_FAIL(SG_ERR_NOMEM, "candidate ids");
+	if (!sg_sampler_top_request(smp, &t->k, t->ids, SG_SAMPLER_TOP_MAX_IDS, &t->m) || t->k > m->top_max) return SG_OK;
+	t->tid = sg_malloc((size_t)t->k * sizeof(*t->tid));
+	t->tv = sg_malloc((size_t)t->k * sizeof(*t->tv));
+	t->v = sg_malloc(((size_t)t->m + 1) * sizeof(*t->v));
+	if (!t->tid || !t->tv || !t->v) return SG_FAIL(SG_ERR_NOMEM, "%d sampling candidates", t->k);
+	t->on = 1;
+	return SG_OK;
+}
+
+static void top_step_free(top_step *t)
+{
+	sg_free(t->ids);
+	sg_free(t->tid);
+	sg_free(t->tv);
+	sg_free(t->v);
+}
+
+/* eval_tokens for one token whose successor is drawn from candidates: the request is renewed
+ * (the penalty window moved), its shape stays. */
+static sg_status eval_top(sg_gen_state *st, top_step *t, const sg_sampler *smp, int32_t tok)
+{
+	const sg_gen_model *m = st->model;
+	int32_t k, mm;
+	if (!sg_sampler_top_request(smp, &k, t->ids, SG_SAMPLER_TOP_MAX_IDS, &mm) || k != t->k || mm != t->m)
+		return sg_error(SG_ERR_INTERNAL, "sampling candidates changed shape (%d, %d) -> (%d, %d)", t->k, t->m, k, mm);
+	sg_status s = m->eval_top(m->self, tok, st->n, t->k, t->ids, t->m, t->tid, t->tv, t->v);
+	t->have = !s;
+	return evaluated(st, s, &tok, 1);
+}
+
 /* Keeps the first `keep` tokens of the state: truncates when the model can, else restarts. */
 static sg_status roll_back(sg_gen_state *st, size_t keep)
 {
@@ -162,8 +210,10 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 	sg_sampler *smp = NULL;
 	sg_stop *stop = NULL;
 	float *logits = NULL;
+	top_step top = {0};
 	sg_status s = sg_sampler_create(&p->sampler, m->n_vocab, &smp);
 	if (s) goto out;
+	if ((s = top_step_init(&top, m, p, smp))) goto out;
 	res->seed = sg_sampler_seed(smp);
 	sg_stop_params sp = {.eos_ids = p->eos_ids,
 			     .n_eos = p->n_eos,
@@ -213,6 +263,9 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 		if (next >= 0) {
 			memset(&sr, 0, sizeof(sr));
 			sr.token = next;
+		} else if (top.have) {
+			top.have = 0;
+			if ((s = sg_sampler_sample_top(smp, top.tid, top.tv, top.k, top.ids, top.v, top.m, &sr))) goto out;
 		} else {
 			if (p->constraint && (s = p->constraint->mask(p->constraint->self, logits, m->n_vocab))) goto out;
 			if ((s = sg_sampler_sample(smp, logits, m->n_vocab, &sr))) goto out;
@@ -252,6 +305,7 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 			break;
 		}
 		if (fast) s = eval_greedy(st, sr.token, &next);
+		else if (top.on) s = eval_top(st, &top, smp, sr.token);
 		else s = eval_tokens(st, &sr.token, 1, logits);
 		if (s) goto out;
 	}
@@ -260,6 +314,7 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 	res->decode_s = t_first ? (double)(t2 - t_first) * 1e-9 : 0;
 out:
 	sg_free(logits);
+	top_step_free(&top);
 	sg_stop_free(stop);
 	sg_sampler_free(smp);
 	return s;

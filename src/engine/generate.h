@@ -49,6 +49,14 @@ typedef struct sg_gen_model {
 	 * ties), without handing the logits over (a GPU keeps them and returns only the id). Used
 	 * for plain greedy sampling (sg_sampler_plain_greedy) without a constraint. May be NULL. */
 	sg_status (*eval_greedy)(void *self, int32_t token, size_t n_past, int32_t *next);
+	/* Appends one token at n_past and hands over sampling candidates of its logits instead of
+	 * the logits (sg_sampler_top_request): the k largest in any order (top_ids, top_v [k]) and
+	 * the logits at ids[0..m) (v [m]; -1 ids are padding). Used when the sampler can draw from
+	 * them (sg_sampler_sample_top) and there is no constraint. May be NULL; top_max is the
+	 * largest k it takes. */
+	sg_status (*eval_top)(void *self, int32_t token, size_t n_past, int32_t k, const int32_t *ids, int32_t m,
+			      int32_t *top_ids, float *top_v, float *v);
+	int32_t top_max;
 } sg_gen_model;
 
 /* A streaming detokenizer: ids in, complete UTF-8 pieces out. */

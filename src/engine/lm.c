@@ -138,6 +138,17 @@ static sg_status op_eval_greedy(void *self, int32_t token, size_t n_past, int32_
 	return sg_session_decode_greedy(lm->session, token, next);
 }
 
+/* One token, only its sampling candidates back (sg_session_decode_top). */
+static sg_status op_eval_top(void *self, int32_t token, size_t n_past, int32_t k, const int32_t *ids, int32_t m,
+			     int32_t *top_ids, float *top_v, float *v)
+{
+	sg_lm *lm = self;
+	if ((size_t)sg_session_position(lm->session) != n_past)
+		return sg_error(SG_ERR_INTERNAL, "lm: session at %d, the loop expects %zu", sg_session_position(lm->session),
+				n_past);
+	return sg_session_decode_top(lm->session, token, k, ids, m, top_ids, top_v, v);
+}
+
 static sg_status op_eval(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
 {
 	sg_lm *lm = self;
@@ -274,7 +285,8 @@ sg_status sg_lm_load(const char *path, const sg_lm_params *p, sg_lm **out)
 	lm->n_vocab = sg_model_n_vocab(lm->model);
 	lm->n_eos = sg_lm_find_eos(lm->tok, lm->n_vocab, path, lm->eos, MAX_EOS);
 	lm->ops = (sg_gen_model){.self = lm, .n_vocab = lm->n_vocab, .n_ctx = lm->n_ctx, .eval = op_eval,
-				 .truncate = op_truncate, .reset = op_reset, .eval_greedy = op_eval_greedy};
+				 .truncate = op_truncate, .reset = op_reset, .eval_greedy = op_eval_greedy,
+				 .eval_top = op_eval_top, .top_max = sg_session_top_max(lm->session)};
 	lm->dt_ops = (sg_gen_detok){.self = lm, .push = dt_push, .flush = dt_flush, .reset = dt_reset};
 	sg_gen_state_init(&lm->state, &lm->ops);
 	*out = lm;

@@ -68,6 +68,7 @@ struct sg_sampler {
 	double *bsum; /* [n_vocab / SUM_BLOCK + 1] sums of wbuf's blocks */
 	cand *ca;     /* [n_vocab] candidate lists (ping-pong) */
 	cand *cb;     /* [n_vocab] */
+	int32_t *cid; /* [n_vocab] token ids of a candidate row (sg_sampler_sample_top) */
 };
 
 /* ---- random numbers: splitmix64 to seed xoshiro256** (Blackman & Vigna) ---- */
@@ -387,7 +388,8 @@ sg_status sg_sampler_create(const sg_sampler_params *p, int32_t n_vocab, sg_samp
 	s->bsum = sg_malloc(((size_t)n_vocab / SUM_BLOCK + 1) * sizeof(*s->bsum));
 	s->ca = sg_malloc((size_t)n_vocab * sizeof(*s->ca));
 	s->cb = sg_malloc((size_t)n_vocab * sizeof(*s->cb));
-	if (!s->adj || !s->work || !s->wbuf || !s->bsum || !s->ca || !s->cb) goto nomem;
+	s->cid = sg_malloc((size_t)n_vocab * sizeof(*s->cid));
+	if (!s->adj || !s->work || !s->wbuf || !s->bsum || !s->ca || !s->cb || !s->cid) goto nomem;
 	*out = s;
 	return SG_OK;
 nomem:
@@ -408,6 +410,7 @@ void sg_sampler_free(sg_sampler *s)
 	sg_free(s->bsum);
 	sg_free(s->ca);
 	sg_free(s->cb);
+	sg_free(s->cid);
 	sg_free(s);
 }
 
@@ -486,34 +489,37 @@ sg_status sg_sampler_accept(sg_sampler *s, int32_t token)
 
 /* ---- steps 1-3: sanitize, bias, penalties ---- */
 
+/* Steps 2-3 on one sanitized logit v: bias b (NULL: none), then the penalties for a token seen c
+ * times in the window (c = 0: none). */
+static float adjust(const sg_sampler *s, float v, const float *b, int32_t c)
+{
+	const sg_sampler_params *p = &s->p;
+	/* OpenAI documents -100 as a ban; additive -100 leaves exp(-100) > 0 in float, so make it
+	 * exact. */
+	if (b) v = *b <= SG_SAMPLER_BAN_BIAS ? -INFINITY : v + *b;
+	if (c > 0) {
+		if (p->repetition_penalty != 1.0f) v = v > 0.0f ? v / p->repetition_penalty : v * p->repetition_penalty;
+		v -= (float)c * p->frequency_penalty + p->presence_penalty;
+	}
+	return sanitize(v);
+}
+
 /* Builds s->adj: every token whose logit steps 2-3 change, ascending id, with its new value.
  * Only these tokens differ from sanitize(logits[i]), so a pass over the vocabulary can read the
  * logits directly and splice these in. */
 static int32_t build_adj(sg_sampler *s, const float *logits)
 {
-	const sg_sampler_params *p = &s->p;
 	size_t bi = 0, di = 0, n = 0;
 	int32_t nd = s->pen_on ? s->n_distinct : 0;
 	while (bi < s->n_bias || di < (size_t)nd) {
 		int32_t tb = bi < s->n_bias ? s->bias[bi].token : INT32_MAX;
 		int32_t td = di < (size_t)nd ? s->distinct[di] : INT32_MAX;
 		int32_t id = tb < td ? tb : td;
-		float v = sanitize(logits[id]);
-		if (tb == id) {
-			float b = s->bias[bi++].bias;
-			/* OpenAI documents -100 as a ban; additive -100 leaves exp(-100) > 0 in float,
-			 * so make it exact. */
-			v = b <= SG_SAMPLER_BAN_BIAS ? -INFINITY : v + b;
-		}
-		if (td == id) {
-			di++;
-			int32_t c = s->counts[id];
-			if (p->repetition_penalty != 1.0f)
-				v = v > 0.0f ? v / p->repetition_penalty : v * p->repetition_penalty;
-			v -= (float)c * p->frequency_penalty + p->presence_penalty;
-		}
+		const float *b = tb == id ? &s->bias[bi++].bias : NULL;
+		int32_t c = 0;
+		if (td == id) di++, c = s->counts[id];
 		s->adj[n].id = id;
-		s->adj[n].v = sanitize(v);
+		s->adj[n].v = adjust(s, sanitize(logits[id]), b, c);
 		n++;
 	}
 	return (int32_t)n;
@@ -857,16 +863,17 @@ static int32_t first_equal(const float *x, int32_t n, float v)
 	return -1;
 }
 
-/* Steps 4-7 on s->work, whose maximum is mx (finite). */
-static void prepare(sg_sampler *s, float mx, prepared *pr)
+/* Steps 4-7 on the adjusted logits x[0..n) (s->work over the vocabulary, or a candidate row in
+ * id order), whose maximum is mx (finite); top_k: the entries step 5 keeps, 0 = no top-k. The
+ * candidates' ids are indices into x. */
+static void prepare(sg_sampler *s, const float *x, int32_t n, int32_t top_k, float mx, prepared *pr)
 {
 	const sg_sampler_params *p = &s->p;
-	int32_t n = s->n_vocab;
 	pr->greedy_tok = -1;
 	pr->c = NULL;
 	pr->w = NULL;
 	if (p->temperature == 0.0f) {
-		pr->greedy_tok = first_equal(s->work, n, mx);
+		pr->greedy_tok = first_equal(x, n, mx);
 		return;
 	}
 	/* Multiplying by 1/T rather than dividing: cheaper in the vector loop, and as fixed. */
@@ -881,16 +888,19 @@ static void prepare(sg_sampler *s, float mx, prepared *pr)
 	 * of all candidates, which is still summed. Zero weights can never be drawn. */
 	float floor_w = p->min_p;
 	double total = 0.0;
-	if (p->top_k > 0 && p->top_k < n) {
-		int32_t k = p->top_k <= HEAP_TOP_K ? select_top_k_heap(s->work, n, p->top_k, o)
-		                                   : select_top_k(s->work, n, p->top_k, o);
+	if (top_k > 0) {
+		int32_t k = top_k;
+		if (k >= n)
+			for (int32_t i = 0; i < n; i++) o[i] = (cand){x[i], i};
+		else
+			k = k <= HEAP_TOP_K ? select_top_k_heap(x, n, k, o) : select_top_k(x, n, k, o);
 		for (int32_t i = 0; i < k; i++) {
 			float w = exp_neg((o[i].v - mx) * inv_t);
 			total += w;
 			if (w > 0.0f && w >= floor_w) c[nc++] = (cand){w, o[i].id};
 		}
 	} else {
-		total = sum_exp(s->work, n, mx, inv_t, s->wbuf, s->bsum);
+		total = sum_exp(x, n, mx, inv_t, s->wbuf, s->bsum);
 		const float *w = s->wbuf;
 		if (floor_w == 0.0f && p->top_p >= 1.0f) {
 			/* Nothing filtered: draw straight from the dense weights. */
@@ -952,6 +962,12 @@ static int32_t draw(sg_sampler *s, const prepared *pr)
 	return i;
 }
 
+/* Step 5's k over the whole vocabulary (0: no top-k). */
+static int32_t vocab_top_k(const sg_sampler *s)
+{
+	return s->p.top_k > 0 && s->p.top_k < s->n_vocab ? s->p.top_k : 0;
+}
+
 static sg_status run_steps_1_3(sg_sampler *s, const float *logits, float *mx, const char *fn)
 {
 	int32_t na = build_adj(s, logits);
@@ -977,7 +993,7 @@ sg_status sg_sampler_sample(sg_sampler *s, const float *logits, int32_t n_vocab,
 	st = run_steps_1_3(s, logits, &mx, "sg_sampler_sample");
 	if (st) return st;
 	prepared pr;
-	prepare(s, mx, &pr);
+	prepare(s, s->work, n_vocab, vocab_top_k(s), mx, &pr);
 	int32_t tok = pr.greedy_tok >= 0 ? pr.greedy_tok : draw(s, &pr);
 	out->token = tok;
 	if (s->p.logprobs) fill_logprobs(s, logits, mx, tok, out);
@@ -1001,7 +1017,7 @@ sg_status sg_sampler_distribution(sg_sampler *s, const float *logits, int32_t n_
 	st = run_steps_1_3(s, logits, &mx, "sg_sampler_distribution");
 	if (st) return st;
 	prepared pr;
-	prepare(s, mx, &pr);
+	prepare(s, s->work, n_vocab, vocab_top_k(s), mx, &pr);
 	memset(probs, 0, (size_t)n_vocab * sizeof(*probs));
 	if (pr.greedy_tok >= 0) {
 		probs[pr.greedy_tok] = 1.0;
@@ -1011,5 +1027,90 @@ sg_status sg_sampler_distribution(sg_sampler *s, const float *logits, int32_t n_
 		for (int32_t i = 0; i < pr.n; i++) probs[pr.c[i].id] = pr.c[i].v / pr.total;
 	else
 		for (int32_t i = 0; i < pr.n; i++) probs[i] = pr.w[i] / pr.total;
+	return SG_OK;
+}
+
+/* ---- candidate rows (sampler.h) ---- */
+
+/* The ids bias and penalties change, for sg_sampler_top_request: their number, at most cap. */
+static int32_t changed_ids(const sg_sampler *s, int32_t *ids)
+{
+	int32_t n = 0;
+	for (size_t i = 0; i < s->n_bias; i++) ids[n++] = s->bias[i].token;
+	if (s->pen_on)
+		for (int32_t i = 0; i < s->n_distinct; i++) ids[n++] = s->distinct[i];
+	return n;
+}
+
+int sg_sampler_top_request(const sg_sampler *s, int32_t *k, int32_t *ids, int32_t cap, int32_t *m)
+{
+	const sg_sampler_params *p = &s->p;
+	if (p->logprobs) return 0;
+	int32_t kk = p->temperature == 0.0f ? 1 : vocab_top_k(s);
+	int64_t mc = (int64_t)s->n_bias + (s->pen_on ? s->cap_distinct : 0);
+	/* the candidate row (k + m entries before merging) must fit the sampler's scratch, and is
+	 * only worth it well below the vocabulary */
+	if (!kk || mc > cap || mc > SG_SAMPLER_TOP_MAX_IDS || kk + 2 * mc > s->n_vocab / 2) return 0;
+	int32_t n = changed_ids(s, ids);
+	for (int32_t i = n; i < mc; i++) ids[i] = -1;
+	*k = kk + (int32_t)mc;
+	*m = (int32_t)mc;
+	return 1;
+}
+
+/* The bias entry of token id, or NULL. */
+static const float *bias_of(const sg_sampler *s, int32_t id)
+{
+	size_t lo = 0, hi = s->n_bias;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (s->bias[mid].token < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < s->n_bias && s->bias[lo].token == id ? &s->bias[lo].bias : NULL;
+}
+
+sg_status sg_sampler_sample_top(sg_sampler *s, const int32_t *top_ids, const float *top_v, int32_t n_top,
+				const int32_t *ids, const float *v, int32_t m, sg_sample_result *out)
+{
+	const char *fn = "sg_sampler_sample_top";
+	if (!out || (n_top && (!top_ids || !top_v)) || (m && (!ids || !v)))
+		return sg_error(SG_ERR_INVALID_ARG, "%s: candidates and out are required", fn);
+	if (n_top < 1 || m < 0 || (int64_t)n_top + m > s->n_vocab)
+		return sg_error(SG_ERR_INVALID_ARG, "%s: %d + %d candidates for a vocabulary of %d", fn, n_top, m, s->n_vocab);
+	if (s->p.logprobs || (s->p.temperature != 0.0f && !vocab_top_k(s)))
+		return sg_error(SG_ERR_INVALID_ARG, "%s: %s needs the full row of logits", fn,
+				s->p.logprobs ? "log-probabilities" : "sampling without top-k");
+	out->logprob = 0.0f;
+	out->n_top = 0;
+	/* The candidate row in id order, each token once. */
+	cand *c = s->ca;
+	int32_t n = 0;
+	for (int32_t i = 0; i < n_top + m; i++) {
+		int32_t id = i < n_top ? top_ids[i] : ids[i - n_top];
+		if (id < 0 && i >= n_top) continue;
+		if (id < 0 || id >= s->n_vocab)
+			return sg_error(SG_ERR_RANGE, "%s: candidate id %d is outside [0, %d)", fn, id, s->n_vocab);
+		c[n++] = (cand){i < n_top ? top_v[i] : v[i - n_top], id};
+	}
+	qsort(c, (size_t)n, sizeof(*c), cmp_cand_id);
+	int32_t w = 0;
+	float mx = -INFINITY;
+	for (int32_t i = 0; i < n; i++) {
+		if (w && c[i].id == s->cid[w - 1]) continue;
+		int32_t id = c[i].id;
+		float x = adjust(s, sanitize(c[i].v), bias_of(s, id), s->pen_on ? s->counts[id] : 0);
+		s->cid[w] = id;
+		s->work[w++] = x;
+		mx = x > mx ? x : mx;
+	}
+	if (mx == -INFINITY) return all_banned(s, fn);
+	prepared pr;
+	int32_t k = s->p.top_k < w ? s->p.top_k : w;
+	prepare(s, s->work, w, k, mx, &pr);
+	int32_t at = pr.greedy_tok >= 0 ? pr.greedy_tok : draw(s, &pr);
+	out->token = s->cid[at];
 	return SG_OK;
 }

@@ -106,6 +106,26 @@ int sg_sampler_plain_greedy(const sg_sampler *s);
  * or NaN after bias and penalties); the RNG is untouched then. */
 sg_status sg_sampler_sample(sg_sampler *s, const float *logits, int32_t n_vocab, sg_sample_result *out);
 
+/* Sampling from candidates, for a backend that keeps the logits in device memory: instead of the
+ * whole row it hands over the few logits the draw can depend on, the k largest and those of the
+ * tokens that logit_bias and the penalties change. The token is then exactly the one
+ * sg_sampler_sample would give on the full row, with the same RNG step: an unchanged token in
+ * the top-k after steps 1-3 is among the k unchanged ones with the largest logits, so among the
+ * (top_k + changed) largest of the row; temperature and the later steps see only the top-k.
+ *
+ * sg_sampler_top_request says how much of the row that takes: the *k largest logits (NaN as -inf,
+ * ties to the lowest ids) and the logits at ids[0..*m) (the changed tokens, then -1 padding;
+ * cap >= *m entries). *k and *m stay fixed for the sampler's life, so a recorded device graph is
+ * reused from token to token. Returns 0 (nothing written) when the full row is needed instead:
+ * no top-k or one over most of the vocabulary, log-probabilities, or more than cap ids. */
+#define SG_SAMPLER_TOP_MAX_IDS 1024
+int sg_sampler_top_request(const sg_sampler *s, int32_t *k, int32_t *ids, int32_t cap, int32_t *m);
+/* Samples from the candidates of a request: top_ids/top_v [n_top] the largest logits in any
+ * order, v [m] the logits at the request's ids (-1 entries ignored). Same contract and errors as
+ * sg_sampler_sample (log-probabilities are not available here). */
+sg_status sg_sampler_sample_top(sg_sampler *s, const int32_t *top_ids, const float *top_v, int32_t n_top,
+				const int32_t *ids, const float *v, int32_t m, sg_sample_result *out);
+
 /* Appends token to the penalty history. SG_ERR_RANGE for an id outside [0, n_vocab). */
 sg_status sg_sampler_accept(sg_sampler *s, int32_t token);
 

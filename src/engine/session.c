@@ -32,6 +32,7 @@ void sg_session_free(sg_session *s)
 	if (s->fs.kv) sg_fwd_state_free(s->m, &s->fs);
 	sg_free(s->tokens);
 	sg_free(s->last);
+	sg_free(s->tc_host);
 	sg_free(s);
 }
 
@@ -128,6 +129,39 @@ sg_status sg_session_decode_greedy(sg_session *s, int32_t token, int32_t *next)
 	sg_status st = sg_forward_decode(s->m, &s->fs, token, s->n_past);
 	if (!st) st = s->m->be->ops->read(s->m->be, &s->fs.amax, 0, next, sizeof(int32_t));
 	if (st) return st;
+	s->tokens[s->n_past++] = token;
+	s->dev_last = s->n_past;
+	return SG_OK;
+}
+
+int sg_session_top_max(const sg_session *s)
+{
+	return s->m->be->ops->top_candidates ? SG_BACKEND_TOPC_MAX : 0;
+}
+
+sg_status sg_session_decode_top(sg_session *s, int32_t token, int k, const int32_t *ids, int m, int32_t *top_ids,
+				float *top_v, float *v)
+{
+	int V = sg_model_n_vocab(s->m);
+	if (token < 0 || token >= V) return SG_FAIL(SG_ERR_RANGE, "token %d is outside the vocabulary [0, %d)", token, V);
+	if (s->n_past >= s->n_ctx) return SG_FAIL(SG_ERR_RANGE, "the context of %d tokens is full", s->n_ctx);
+	if (k < 1 || k > sg_session_top_max(s) || k > V || m < 0 || m > V)
+		return sg_error(k > sg_session_top_max(s) ? SG_ERR_UNSUPPORTED : SG_ERR_INVALID_ARG,
+				"%d sampling candidates and %d ids (the backend gives at most %d)", k, m, sg_session_top_max(s));
+	size_t words = 2 * (size_t)k + (size_t)m;
+	if (words > s->tc_cap) {
+		int32_t *b = sg_realloc(s->tc_host, words * sizeof(*b));
+		if (!b) return SG_FAIL(SG_ERR_NOMEM, "%zu candidate words", words);
+		s->tc_host = b;
+		s->tc_cap = words;
+	}
+	s->has_last = 0;
+	sg_status st = sg_forward_decode_top(s->m, &s->fs, token, s->n_past, k, ids, m);
+	if (!st) st = s->m->be->ops->read(s->m->be, &s->fs.tc_out, 0, s->tc_host, words * sizeof(int32_t));
+	if (st) return st;
+	memcpy(top_ids, s->tc_host, (size_t)k * sizeof(int32_t));
+	memcpy(top_v, s->tc_host + k, (size_t)k * sizeof(float));
+	if (m) memcpy(v, s->tc_host + 2 * k, (size_t)m * sizeof(float));
 	s->tokens[s->n_past++] = token;
 	s->dev_last = s->n_past;
 	return SG_OK;

@@ -18,6 +18,8 @@ struct sg_session {
 	float *last;        /* [n_vocab] logits of the last token */
 	int has_last;
 	int dev_last;       /* n_past at which s->fs.logits row 0 holds the unread logits of a greedy step (0 = none) */
+	int32_t *tc_host;   /* [tc_cap] a candidate step's read-back words */
+	size_t tc_cap;
 };
 
 /* Greedy decode of one token: evaluates `token` at the session's position and stores the argmax
@@ -25,6 +27,16 @@ struct sg_session {
  * the whole step is one graph replay). The logits stay on the device: sg_session_logits returns
  * NULL until sg_session_fetch_logits copies them. */
 sg_status sg_session_decode_greedy(sg_session *s, int32_t token, int32_t *next);
+/* Decode of one token whose next token is drawn from sampling candidates (sg_sampler_top_request):
+ * evaluates `token` and reads back only the k largest logits (top_ids, top_v [k], any order) and
+ * the logits at ids[0..m) (v [m]; -1 ids give NaN), all in one transfer; on CUDA with graphs on
+ * the step is one graph replay. The logits stay on the device as after sg_session_decode_greedy.
+ * SG_ERR_UNSUPPORTED where the backend cannot (sg_session_top_max = 0). */
+sg_status sg_session_decode_top(sg_session *s, int32_t token, int k, const int32_t *ids, int m, int32_t *top_ids,
+				float *top_v, float *v);
+/* The largest k sg_session_decode_top takes on this session's backend (0: none; the CPU samples
+ * from its logits where they are). */
+int sg_session_top_max(const sg_session *s);
 /* Copies the last decode step's logits from the device after sg_session_decode_greedy (no-op when
  * they are already on the host). */
 sg_status sg_session_fetch_logits(sg_session *s);

@@ -91,6 +91,7 @@ void sg_fwd_state_free(const sg_model *m, sg_fwd_state *s)
 	sg_backend *be = m->be;
 	sg_fwd_hybrid_free(m, s);
 	sg_cuda_graph_free(s->graph);
+	sg_cuda_graph_free(s->graph_tc);
 	if (s->kv)
 		for (int i = 0; i < m->desc.n_layer; i++) {
 			be->ops->tensor_free(be, &s->kv[i].k);
@@ -98,7 +99,7 @@ void sg_fwd_state_free(const sg_model *m, sg_fwd_state *s)
 		}
 	sg_free(s->kv);
 	sg_btensor *bufs[] = {&s->ids, &s->pos, &s->ring_rows, &s->x, &s->xb, &s->q, &s->k, &s->v, &s->att,
-			      &s->g, &s->u, &s->rl, &s->eids, &s->ew, &s->ey, &s->logits, &s->amax};
+			      &s->g, &s->u, &s->rl, &s->eids, &s->ew, &s->ey, &s->logits, &s->amax, &s->tc_ids, &s->tc_out};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i]->data) be->ops->tensor_free(be, bufs[i]);
 	memset(s, 0, sizeof(*s));
@@ -249,8 +250,9 @@ static sg_status forward_body(const sg_model *m, sg_fwd_state *s, const int32_t 
 	}
 	if (mode == SG_LOGITS_NONE) return SG_OK;
 	if (mode == SG_LOGITS_ALL && s->logits.ne[1] < n) {
-		sg_cuda_graph_free(s->graph); /* it writes the old buffer */
-		s->graph = NULL;
+		sg_cuda_graph_free(s->graph); /* they write the old buffer */
+		sg_cuda_graph_free(s->graph_tc);
+		s->graph = s->graph_tc = NULL;
 		o->tensor_free(be, &s->logits);
 		SG_FWD_OK(sg_fwd_alloc2(be, SG_TYPE_F32, d->n_vocab, s->chunk, &s->logits));
 	}
@@ -299,36 +301,39 @@ int sg_fwd_decode_graphs(const sg_model *m, const sg_fwd_state *s)
 	return 1;
 }
 
-/* The decode step's ops after its inputs: layers, last-token logits, argmax. */
-static sg_status decode_body(const sg_model *m, sg_fwd_state *s, const int32_t *token, int pos)
+/* The decode step's ops after its inputs: layers, last-token logits, then their argmax (tc = 0)
+ * or their sampling candidates. */
+static sg_status decode_body(const sg_model *m, sg_fwd_state *s, const int32_t *token, int pos, int tc)
 {
 	SG_FWD_OK(forward_body(m, s, token, 1, pos, SG_LOGITS_LAST));
 	sg_btensor lg = sg_fwd_view2(&s->logits, m->desc.n_vocab, 1);
+	if (tc) return m->be->ops->top_candidates(m->be, &lg, s->tc_k, s->tc_m ? &s->tc_ids : NULL, &s->tc_out);
 	return m->be->ops->argmax(m->be, &lg, &s->amax);
 }
 
-sg_status sg_forward_decode(const sg_model *m, sg_fwd_state *s, int32_t token, int pos)
+/* One decode step through the graph slot *gp (recorded on first use, replayed after). */
+static sg_status decode_step(const sg_model *m, sg_fwd_state *s, int32_t token, int pos, int tc, void **gp)
 {
 	sg_backend *be = m->be;
 	if (pos < 0 || pos + 1 > s->n_ctx)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "a token at position %d (context %d)", pos, s->n_ctx);
 	SG_FWD_OK(forward_inputs(m, s, &token, 1, pos));
 	int graphs = sg_fwd_decode_graphs(m, s);
-	if (graphs && s->graph) {
-		if (!sg_cuda_graph_stale(be, s->graph)) return sg_cuda_graph_launch(be, s->graph);
-		sg_cuda_graph_free(s->graph);
-		s->graph = NULL;
+	if (graphs && *gp) {
+		if (!sg_cuda_graph_stale(be, *gp)) return sg_cuda_graph_launch(be, *gp);
+		sg_cuda_graph_free(*gp);
+		*gp = NULL;
 	}
 	/* per-op: also sizes the backend's scratch for the recording below (nothing may grow while
 	 * recording) */
-	SG_FWD_OK(decode_body(m, s, &token, pos));
+	SG_FWD_OK(decode_body(m, s, &token, pos, tc));
 	if (!graphs) return SG_OK;
 	/* Record the step just run for the next tokens. The recording does not execute anything,
 	 * and the inputs stay in s->ids / s->pos, rewritten before every launch. */
 	sg_cuda_graph *g = NULL;
 	sg_status st = sg_cuda_graph_begin(be);
 	if (!st) {
-		st = decode_body(m, s, &token, pos);
+		st = decode_body(m, s, &token, pos, tc);
 		if (!st) st = sg_cuda_graph_end_into(be, &g);
 		else sg_cuda_graph_abort(be);
 	}
@@ -336,7 +341,35 @@ sg_status sg_forward_decode(const sg_model *m, sg_fwd_state *s, int32_t token, i
 		SG_WARN("cuda decode graph: recording failed (%s); decoding op by op", sg_last_error());
 		s->graph_off = 1;
 	} else {
-		s->graph = g;
+		*gp = g;
 	}
 	return SG_OK;
+}
+
+sg_status sg_forward_decode(const sg_model *m, sg_fwd_state *s, int32_t token, int pos)
+{
+	return decode_step(m, s, token, pos, 0, &s->graph);
+}
+
+sg_status sg_forward_decode_top(const sg_model *m, sg_fwd_state *s, int32_t token, int pos, int k, const int32_t *ids,
+				int mids)
+{
+	sg_backend *be = m->be;
+	if (!be->ops->top_candidates) return sg_error(SG_ERR_UNSUPPORTED, "the %s backend has no sampling candidates", be->ops->name);
+	if (k < 1 || k > m->desc.n_vocab || mids < 0 || (mids && !ids))
+		return SG_FAIL(SG_ERR_INVALID_ARG, "%d candidates and %d ids for a vocabulary of %d", k, mids, m->desc.n_vocab);
+	if (k != s->tc_k || mids != s->tc_m) {
+		sg_cuda_graph_free(s->graph_tc); /* it reads and writes the old buffers */
+		s->graph_tc = NULL;
+		if (s->tc_ids.data) be->ops->tensor_free(be, &s->tc_ids);
+		if (s->tc_out.data) be->ops->tensor_free(be, &s->tc_out);
+		s->tc_k = s->tc_m = 0;
+		sg_status st = sg_fwd_alloc2(be, SG_TYPE_I32, mids > 0 ? mids : 1, 1, &s->tc_ids);
+		if (!st) st = sg_fwd_alloc2(be, SG_TYPE_I32, 2 * k + mids, 1, &s->tc_out);
+		if (st) return st;
+		s->tc_k = k;
+		s->tc_m = mids;
+	}
+	if (mids) SG_FWD_OK(be->ops->write(be, &s->tc_ids, 0, ids, sizeof(int32_t) * (size_t)mids));
+	return decode_step(m, s, token, pos, 1, &s->graph_tc);
 }

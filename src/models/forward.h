@@ -36,6 +36,10 @@ typedef struct sg_fwd_state {
 	sg_btensor logits;      /* [1][V], grown to [chunk][V] when every position's logits are wanted */
 	sg_btensor amax;        /* I32 [1]: the decode step's argmax (greedy next token) */
 	void *graph;            /* CUDA: the recorded one-token decode step (sg_cuda_graph), or NULL */
+	sg_btensor tc_ids;      /* I32 [tc_m]: tokens whose logits a candidate step also reads back */
+	sg_btensor tc_out;      /* I32 [2 tc_k + tc_m]: its candidates (top_candidates' layout) */
+	int tc_k, tc_m;         /* the candidate step's shape (0 = none allocated) */
+	void *graph_tc;         /* CUDA: the recorded step ending in those candidates, or NULL */
 	int graph_off;          /* 1: recording failed once; this state stays on the per-op path */
 	/* hybrid and Gemma 4 (forward_hybrid.c); empty for other families */
 	int hybrid;             /* 1: layers run through sg_fwd_hybrid_layers */
@@ -75,6 +79,13 @@ sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, 
  * and position are copied to the device before the replay. A step after the backend's scratch
  * moved (a longer prefill in between) runs per-op and records the graph again. */
 sg_status sg_forward_decode(const sg_model *m, sg_fwd_state *s, int32_t token, int pos);
+/* sg_forward_decode ending in sampling candidates instead of the argmax: the step's logits go
+ * through the backend's top_candidates (k largest, and the logits at ids[0..m), -1 for none)
+ * into s->tc_out; nothing is read back. The step is recorded and replayed like the greedy one,
+ * as its own graph, kept while k and m stay the same. SG_ERR_UNSUPPORTED where the backend has no
+ * top_candidates. */
+sg_status sg_forward_decode_top(const sg_model *m, sg_fwd_state *s, int32_t token, int pos, int k, const int32_t *ids,
+				int mids);
 /* 1 if sg_forward_decode on this state replays a CUDA graph (CUDA backend, flag on, eligible
  * layers): the session routes single-token steps through it. */
 int sg_fwd_decode_graphs(const sg_model *m, const sg_fwd_state *s);

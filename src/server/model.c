@@ -162,6 +162,18 @@ static sg_status op_eval_greedy(void *self, int32_t token, size_t n_past, int32_
 	return s;
 }
 
+/* A decode step that hands back only sampling candidates (sg_session_decode_top). */
+static sg_status op_eval_top(void *self, int32_t token, size_t n_past, int32_t k, const int32_t *ids, int32_t mids,
+			     int32_t *top_ids, float *top_v, float *v)
+{
+	sg_srv_model *m = self;
+	if ((size_t)sg_session_position(m->session) != n_past)
+		return sg_error(SG_ERR_INTERNAL, "serve: session at %d, the loop expects %zu", sg_session_position(m->session), n_past);
+	sg_status s = sg_session_decode_top(m->session, token, k, ids, mids, top_ids, top_v, v);
+	if ((size_t)sg_session_position(m->session) > m->kv_high) m->kv_high = (size_t)sg_session_position(m->session);
+	return s;
+}
+
 static sg_status op_eval(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
 {
 	sg_srv_model *m = self;
@@ -469,7 +481,8 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, s
 	m->info.n_vocab = sg_lm_n_vocab(m->lm);
 	find_agent(m);
 	m->ops = (sg_gen_model){.self = m, .n_vocab = m->info.n_vocab, .n_ctx = m->info.n_ctx, .eval = op_eval,
-				.truncate = op_truncate, .reset = op_reset, .eval_greedy = op_eval_greedy};
+				.truncate = op_truncate, .reset = op_reset, .eval_greedy = op_eval_greedy,
+				.eval_top = op_eval_top, .top_max = sg_session_top_max(m->session)};
 	sg_gen_state_init(&m->state, &m->ops);
 	*out = m;
 	return SG_OK;

@@ -24,6 +24,7 @@
  * Without a GPU (CI) or without CUDA in the build, every GPU test skips with a message.
  */
 #include <criterion/criterion.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1110,6 +1111,94 @@ Test(cuda, elementwise_softmax_route_combine_argmax_match_cpu)
 	pair_free(&x), pair_free(&am), pair_free(&a), pair_free(&b), pair_free(&o);
 }
 
+/* --- sampling candidates --- */
+
+/* The host sampler's order: NaN as -inf, +inf as FLT_MAX, -0 as 0, ties to the lower id. */
+static float tc_rank(float v)
+{
+	if (v != v) return -INFINITY;
+	if (v > FLT_MAX) return FLT_MAX;
+	return v == 0.0f ? 0.0f : v;
+}
+
+static const float *tc_of;
+static int tc_cmp(const void *a, const void *b)
+{
+	int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+	float vx = tc_rank(tc_of[x]), vy = tc_rank(tc_of[y]);
+	if (vx != vy) return vx > vy ? -1 : 1;
+	return (x > y) - (x < y);
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+	int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* Checks a candidate read-back w [2k + m] against x [V]: the ids are the host's k best as a set,
+ * each value is x's bits at its id, the gathered values are x at ids (NaN outside). */
+static void check_candidates(const float *x, int64_t V, int k, const int32_t *ids, int m, const int32_t *w, const char *what)
+{
+	int32_t *ord = malloc(sizeof(int32_t) * (size_t)V), *got = malloc(sizeof(int32_t) * (size_t)k);
+	for (int64_t i = 0; i < V; i++) ord[i] = (int32_t)i;
+	tc_of = x;
+	qsort(ord, (size_t)V, sizeof(int32_t), tc_cmp);
+	qsort(ord, (size_t)k, sizeof(int32_t), cmp_i32);
+	memcpy(got, w, sizeof(int32_t) * (size_t)k);
+	for (int i = 0; i < k; i++) {
+		cr_assert(got[i] >= 0 && got[i] < V, "%s: candidate %d has id %d", what, i, got[i]);
+		cr_assert(!memcmp(&w[k + i], &x[got[i]], 4), "%s: candidate %d (id %d) carries another value", what, i, got[i]);
+	}
+	qsort(got, (size_t)k, sizeof(int32_t), cmp_i32);
+	for (int i = 0; i < k; i++) cr_assert_eq(got[i], ord[i], "%s: %d-th candidate id %d, the host ranks %d", what, i, got[i], ord[i]);
+	for (int i = 0; i < m; i++) {
+		float g;
+		memcpy(&g, &w[2 * k + i], 4);
+		if (ids[i] < 0 || ids[i] >= V) cr_assert(g != g, "%s: gathered id %d outside the row gave %g", what, ids[i], (double)g);
+		else cr_assert(!memcmp(&g, &x[ids[i]], 4), "%s: gathered id %d", what, ids[i]);
+	}
+	free(ord);
+	free(got);
+}
+
+/* top_candidates against the host sampler's ranking, over one- and two-stage row lengths, with
+ * ties, NaN, +-inf and -0 in the row and gathered ids outside it. */
+Test(cuda, top_candidates_match_the_host_ranking)
+{
+	static const int64_t Vs[] = {100, 8192, 8193, 50000, 151936, 262144};
+	static const int ks[] = {1, 40, 104, 2048};
+	for (size_t vi = 0; vi < sizeof(Vs) / sizeof(Vs[0]); vi++) {
+		int64_t V = Vs[vi];
+		pair x = pair_new(SG_TYPE_F32, V, 1, 1, 1);
+		float *xv = x.c.data;
+		for (int64_t i = 0; i < V; i++) xv[i] = roundf(grand() * 16.0f) / 8.0f; /* many ties */
+		xv[3] = NAN, xv[V - 1] = INFINITY, xv[V / 2] = INFINITY, xv[7] = -INFINITY, xv[11] = -0.0f, xv[12] = 0.0f;
+		if (vi == 2) for (int64_t i = 0; i < V; i++) xv[i] = i % 3 ? -0.0f : 0.0f; /* all tied */
+		pair_push(&x);
+		int32_t gid[] = {-1, 0, (int32_t)V - 1, (int32_t)V, 5, 3};
+		int m = (int)(sizeof(gid) / sizeof(gid[0]));
+		pair g = pair_i32(m, 1, gid);
+		for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
+			int k = ks[ki] < V ? ks[ki] : (int)V;
+			pair out = pair_new(SG_TYPE_I32, 2 * k + m, 1, 1, 1);
+			cr_assert_eq(gpu->ops->top_candidates(gpu, &x.g, k, &g.g, &out.g), SG_OK, "%s", sg_last_error());
+			int32_t *w = malloc(sizeof(int32_t) * (size_t)(2 * k + m));
+			cr_assert_eq(gpu->ops->read(gpu, &out.g, 0, w, sizeof(int32_t) * (size_t)(2 * k + m)), SG_OK);
+			char what[64];
+			snprintf(what, sizeof(what), "V %lld k %d", (long long)V, k);
+			check_candidates(xv, V, k, gid, m, w, what);
+			free(w);
+			pair_free(&out);
+		}
+		pair out = pair_new(SG_TYPE_I32, 2 * 8, 1, 1, 1);
+		cr_expect_neq(gpu->ops->top_candidates(gpu, &x.g, (int)V + 1, NULL, &out.g), SG_OK, "k past the row");
+		cr_expect_neq(gpu->ops->top_candidates(gpu, &x.g, 0, NULL, &out.g), SG_OK, "k = 0");
+		cr_expect_neq(gpu->ops->top_candidates(gpu, &x.g, 9, NULL, &out.g), SG_OK, "out too small");
+		pair_free(&out), pair_free(&g), pair_free(&x);
+	}
+}
+
 /* A small decode step recorded once and replayed with new device positions equals the per-op
  * path bit for bit. */
 Test(cuda, graph_replay_equals_per_op_with_device_positions)
@@ -1279,6 +1368,66 @@ static void pdl_matches_plain(const char *name)
 	}
 	for (int i = 0; i < 3; i++) free(l[i]);
 }
+
+/* Decode steps ending in sampling candidates (sg_session_decode_top), replayed from their own
+ * graph and op by op: every step's candidates are the host ranking of that step's logits, and the
+ * logits are the greedy path's bits. */
+static void candidates_match_logits(const char *name)
+{
+	int V = 0;
+	size_t cap = (size_t)DSTEPS * 300000;
+	float *ref = malloc(sizeof(float) * cap);
+	int32_t rid[DSTEPS];
+	cr_assert(ref);
+	cr_assert_eq(decode_run(name, "1", 1, ref, rid, &V), 1, "%s: graph used", name);
+	for (int graphs = 0; graphs < 2; graphs++) {
+		char path[256];
+		snprintf(path, sizeof(path), "tests/fixtures/%s", name);
+		setenv("SARAGOSSA_CUDA_GRAPHS", graphs ? "1" : "0", 1);
+		sg_flags_reload();
+		sg_model_params mp = sg_model_default_params();
+		mp.backend = "cuda";
+		sg_model *m = NULL;
+		cr_assert_eq(sg_model_load(path, &mp, &m), SG_OK, "%s", sg_last_error());
+		sg_session_params sp = sg_session_default_params();
+		sp.n_ctx = 64;
+		sp.n_batch = 4;
+		sp.kv_type = SG_KV_F32;
+		sg_session *s = NULL;
+		cr_assert_eq(sg_session_new(m, &sp, &s), SG_OK, "%s", sg_last_error());
+		cr_assert_eq(sg_session_top_max(s), SG_BACKEND_TOPC_MAX);
+		int n = (int)(sizeof(dprompt) / sizeof(dprompt[0]));
+		cr_assert_eq(sg_session_eval(s, dprompt, n, NULL), SG_OK, "%s", sg_last_error());
+		const float *l0 = sg_session_logits(s);
+		int32_t tok = 0;
+		for (int i = 1; i < V; i++)
+			if (l0[i] > l0[tok]) tok = i;
+		enum { K = 50, M = 3 };
+		int32_t gid[M] = {1, -1, 7}, w[2 * K + M], tid[K];
+		float tv[K], gv[M];
+		for (int step = 0; step < DSTEPS; step++) {
+			cr_assert_eq(sg_session_decode_top(s, tok, K, gid, M, tid, tv, gv), SG_OK, "%s", sg_last_error());
+			cr_assert_null(sg_session_logits(s), "a candidate step read the logits back");
+			cr_assert_eq(sg_session_fetch_logits(s), SG_OK, "%s", sg_last_error());
+			const float *l = sg_session_logits(s);
+			cr_assert(!memcmp(l, ref + (size_t)step * (size_t)V, sizeof(float) * (size_t)V), "%s: step %d logits differ from the greedy path's", name, step);
+			memcpy(w, tid, sizeof(tid)), memcpy(w + K, tv, sizeof(tv)), memcpy(w + 2 * K, gv, sizeof(gv));
+			char what[64];
+			snprintf(what, sizeof(what), "%s step %d graphs %d", name, step, graphs);
+			check_candidates(l, V, K, gid, M, w, what);
+			tok = rid[step]; /* the greedy path's tokens: its logits stay comparable */
+		}
+		cr_expect_eq(s->fs.graph_tc != NULL, graphs, "%s: candidate graph recorded with graphs %d", name, graphs);
+		sg_session_free(s);
+		sg_model_free(m);
+		unsetenv("SARAGOSSA_CUDA_GRAPHS");
+		sg_flags_reload();
+	}
+	free(ref);
+}
+
+Test(cuda_decode, candidate_steps_rank_their_logits_qwen3) { candidates_match_logits("qwen3"); }
+Test(cuda_decode, candidate_steps_rank_their_logits_moe) { candidates_match_logits("qwen3_moe"); }
 
 Test(cuda_decode, pdl_launches_are_bit_identical_qwen3) { pdl_matches_plain("qwen3"); }
 Test(cuda_decode, pdl_launches_are_bit_identical_mlx_q4) { pdl_matches_plain("qwen3_mlx_q4_g32"); }

@@ -1,7 +1,9 @@
 /* The generation loop against a scripted model: the model's greedy next token is (last + 1) mod
  * V, and token i detokenizes to piece[i]. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -20,6 +22,7 @@ typedef struct fake {
 	atomic_int *cancel_at_eval; /* set when eval count reaches cancel_after */
 	int cancel_after, evals;
 	int greedy_evals; /* of them through eval_greedy */
+	int top_evals;    /* of them through eval_top */
 } fake;
 
 static sg_status fake_eval(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
@@ -47,6 +50,27 @@ static sg_status fake_eval_greedy(void *self, int32_t t, size_t n_past, int32_t 
 	f->greedy_evals++;
 	*next = (t + 1) % V;
 	return SG_OK;
+}
+
+/* The same model's candidate step: its logits' k largest (ties to the lower id) and the logits
+ * at ids. */
+static sg_status fake_eval_top(void *self, int32_t t, size_t n_past, int32_t k, const int32_t *ids, int32_t m,
+			       int32_t *tid, float *tv, float *v)
+{
+	fake *f = self;
+	float l[V];
+	int taken[V] = {0};
+	sg_status s = fake_eval(self, &t, 1, n_past, l);
+	f->top_evals++;
+	for (int32_t j = 0; j < k; j++) {
+		int best = -1;
+		for (int i = 0; i < V; i++)
+			if (!taken[i] && (best < 0 || l[i] > l[best])) best = i;
+		taken[best] = 1;
+		tid[k - 1 - j] = best, tv[k - 1 - j] = l[best];
+	}
+	for (int32_t i = 0; i < m; i++) v[i] = ids[i] >= 0 ? l[ids[i]] : NAN;
+	return s;
 }
 
 static sg_status fake_truncate(void *self, size_t keep)
@@ -458,4 +482,42 @@ Test(generate, constraint_masks_every_step_and_sees_every_token)
 	cr_assert_eq(sg_generate(&r.st, &r.dt, &r.p, &res), SG_OK, "%s", sg_last_error());
 	cr_assert_eq(accepted, 5);
 	sg_gen_state_free(&r.st);
+}
+
+/* With eval_top and a top-k sampler, decode steps hand back only candidates, and the text is the
+ * one sampling the full logits gives (same seed); the kill-switch, log-probabilities and a k past
+ * the model's top_max keep the logits path. */
+Test(generate, top_k_sampling_decodes_through_eval_top_with_the_same_tokens)
+{
+	char want[512] = "";
+	for (int mode = 0; mode < 5; mode++) {
+		rig r;
+		rig_init(&r, 64);
+		if (mode != 1) r.m.eval_top = fake_eval_top, r.m.top_max = mode == 4 ? 4 : 8;
+		r.p.sampler.temperature = 8.0f;
+		r.p.sampler.top_k = 3;
+		r.p.sampler.top_p = 1.0f;
+		r.p.sampler.min_p = 0.0f;
+		r.p.sampler.repetition_penalty = 1.5f;
+		r.p.sampler.penalty_last_n = 2; /* k = 3 + 2 */
+		r.p.sampler.seed = 42;
+		if (mode == 3) r.p.sampler.logprobs = 1;
+		if (mode == 2) setenv("SARAGOSSA_SAMPLE_IN_BACKEND", "0", 1);
+		sg_flags_reload();
+		int32_t prompt[] = {0, 1};
+		r.p.prompt = prompt;
+		r.p.n_prompt = 2;
+		r.p.max_tokens = 12;
+		sg_gen_result res;
+		cr_assert_eq(sg_generate(&r.st, &r.dt, &r.p, &res), SG_OK, "%s", sg_last_error());
+		unsetenv("SARAGOSSA_SAMPLE_IN_BACKEND");
+		sg_flags_reload();
+		if (mode == 0) {
+			snprintf(want, sizeof want, "%s", r.c.text);
+			cr_expect_str_neq(want, "cdHellolo worl", "the draw is not plain greedy");
+		}
+		cr_expect_str_eq(r.c.text, want, "mode %d", mode);
+		cr_expect_eq(r.f.top_evals, mode == 0 ? (int)res.n_generated - 1 : 0, "mode %d: %d candidate steps", mode, r.f.top_evals);
+		sg_gen_state_free(&r.st);
+	}
 }

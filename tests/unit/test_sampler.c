@@ -4,6 +4,7 @@
  * seeds, log-probabilities, and bad input. */
 #include <criterion/criterion.h>
 
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -814,4 +815,129 @@ Test(sampler, failed_allocations_are_reported_not_crashed)
 		cr_assert_eq(st, SG_ERR_NOMEM);
 		cr_assert_null(s);
 	}
+}
+
+/* ---- candidate rows (sg_sampler_top_request / sg_sampler_sample_top) ---- */
+
+/* The order a device ranks candidates by: NaN as -inf, +inf as FLT_MAX, -0 as 0; ties to the
+ * lower id. */
+static float rank_value(float v)
+{
+	if (v != v) return -INFINITY;
+	if (v > FLT_MAX) return FLT_MAX;
+	return v == 0.0f ? 0.0f : v;
+}
+
+static const float *rank_of;
+static int cmp_rank(const void *a, const void *b)
+{
+	int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+	float vx = rank_value(rank_of[x]), vy = rank_value(rank_of[y]);
+	if (vx != vy) return vx > vy ? -1 : 1;
+	return (x > y) - (x < y);
+}
+
+/* What a backend hands over for a request: the k best of l (in reverse rank order, to show the
+ * order does not matter) and l at ids. */
+static void candidates_of(const float *l, int32_t n, int32_t k, const int32_t *ids, int32_t m, int32_t *tid, float *tv,
+			  float *gv)
+{
+	int32_t *ord = malloc((size_t)n * sizeof(*ord));
+	for (int32_t i = 0; i < n; i++) ord[i] = i;
+	rank_of = l;
+	qsort(ord, (size_t)n, sizeof(*ord), cmp_rank);
+	for (int32_t i = 0; i < k; i++) tid[i] = ord[k - 1 - i], tv[i] = l[ord[k - 1 - i]];
+	for (int32_t i = 0; i < m; i++) gv[i] = ids[i] >= 0 ? l[ids[i]] : NAN;
+	free(ord);
+}
+
+/* Every sampler setting a request accepts gives, token for token over a generation (penalty
+ * window, RNG and all), what sampling the full row gives; logits with ties, NaN, +-inf and -0. */
+Test(sampler, candidate_rows_give_the_full_rows_tokens)
+{
+	enum { V = 6000, STEPS = 40 };
+	sg_logit_bias bias[] = {{7, 3.0f}, {11, -100.0f}, {13, 25.0f}, {5000, -2.0f}};
+	for (int cfg = 0; cfg < 9; cfg++) {
+		sg_sampler_params p = sg_sampler_default_params();
+		p.seed = 1000 + (uint64_t)cfg;
+		if (cfg == 1) p.temperature = 1.5f, p.top_k = 5;
+		if (cfg == 2) p.top_k = 300, p.top_p = 0.5f, p.min_p = 0.0f;
+		if (cfg == 3) p.top_k = 64, p.top_p = 1.0f, p.min_p = 0.3f, p.temperature = 2.0f;
+		if (cfg == 4) p.repetition_penalty = 1.4f, p.presence_penalty = 0.7f, p.frequency_penalty = 0.4f, p.penalty_last_n = 16;
+		if (cfg == 5) p.logit_bias = bias, p.n_logit_bias = 4, p.repetition_penalty = 0.7f;
+		if (cfg == 6) p.temperature = 0.0f, p.repetition_penalty = 1.5f, p.penalty_last_n = 8;
+		if (cfg == 7) p.temperature = 0.0f, p.logit_bias = bias, p.n_logit_bias = 4;
+		if (cfg == 8) p.top_k = 1, p.presence_penalty = -1.5f;
+		sg_sampler *full = make(p, V), *top = make(p, V);
+		float *base = random_logits(V, 77 + (uint64_t)cfg, 30.0f);
+		for (int32_t i = 0; i < V; i++) base[i] = roundf(base[i] * 4.0f) / 4.0f; /* ties */
+		base[3] = NAN, base[4] = INFINITY, base[9] = -INFINITY, base[10] = -0.0f, base[12] = 0.0f;
+		if (cfg == 6) base[4] = 0.5f;
+		float l[V];
+		int32_t ids[SG_SAMPLER_TOP_MAX_IDS], tid[V];
+		float tv[V], gv[SG_SAMPLER_TOP_MAX_IDS];
+		for (int step = 0; step < STEPS; step++) {
+			/* the same strong tokens come back, so the penalties and the window matter */
+			lcg_state = 31 * (uint64_t)step + (uint64_t)cfg;
+			for (int32_t i = 0; i < V; i++) l[i] = base[i] + (float)(0.25 * floor(4.0 * lcg_u01()));
+			int32_t k = 0, m = 0;
+			cr_assert(sg_sampler_top_request(top, &k, ids, SG_SAMPLER_TOP_MAX_IDS, &m), "cfg %d", cfg);
+			cr_assert(k >= 1 && k < V && m >= 0, "cfg %d: k %d m %d", cfg, k, m);
+			candidates_of(l, V, k, ids, m, tid, tv, gv);
+			sg_sample_result a, b;
+			cr_assert_eq(sg_sampler_sample(full, l, V, &a), SG_OK, "%s", sg_last_error());
+			cr_assert_eq(sg_sampler_sample_top(top, tid, tv, k, ids, gv, m, &b), SG_OK, "%s", sg_last_error());
+			cr_assert_eq(b.token, a.token, "cfg %d step %d: %d from candidates, %d from the row", cfg, step, b.token,
+				     a.token);
+			cr_assert_eq(sg_sampler_accept(full, a.token), SG_OK);
+			cr_assert_eq(sg_sampler_accept(top, b.token), SG_OK);
+		}
+		free(base);
+		sg_sampler_free(full);
+		sg_sampler_free(top);
+	}
+}
+
+/* Settings whose draw depends on the whole row ask for it; a candidate row the sampler cannot use
+ * is refused, not guessed from. */
+Test(sampler, candidate_rows_are_refused_where_the_row_matters)
+{
+	enum { V = 1000 };
+	int32_t k, m, ids[SG_SAMPLER_TOP_MAX_IDS];
+	sg_sampler_params p = sg_sampler_default_params();
+	p.seed = 1;
+	sg_sampler *s = make(p, V);
+	cr_assert(sg_sampler_top_request(s, &k, ids, SG_SAMPLER_TOP_MAX_IDS, &m));
+	cr_assert_eq(k, 40);
+	cr_assert_eq(m, 0);
+	int32_t tid[2] = {1, 5000};
+	float tv[2] = {1.0f, 2.0f};
+	sg_sample_result r;
+	cr_assert_eq(sg_sampler_sample_top(s, tid, tv, 2, NULL, NULL, 0, &r), SG_ERR_RANGE);
+	float nanv[1] = {NAN};
+	cr_assert_eq(sg_sampler_sample_top(s, tid, nanv, 1, NULL, NULL, 0, &r), SG_ERR_INVALID_ARG); /* all banned */
+	cr_assert_eq(sg_sampler_sample_top(s, tid, tv, 0, NULL, NULL, 0, &r), SG_ERR_INVALID_ARG);
+	sg_sampler_free(s);
+	for (int cfg = 0; cfg < 4; cfg++) {
+		p = sg_sampler_default_params();
+		p.seed = 1;
+		if (cfg == 0) p.top_k = 0;
+		if (cfg == 1) p.logprobs = 1;
+		if (cfg == 2) p.repetition_penalty = 1.1f, p.penalty_last_n = -1; /* every token may change */
+		if (cfg == 3) p.top_k = 600;
+		s = make(p, V);
+		cr_assert_not(sg_sampler_top_request(s, &k, ids, SG_SAMPLER_TOP_MAX_IDS, &m), "cfg %d", cfg);
+		cr_assert_eq(sg_sampler_sample_top(s, tid, tv, 1, NULL, NULL, 0, &r), cfg == 2 || cfg == 3 ? SG_OK : SG_ERR_INVALID_ARG,
+			     "cfg %d", cfg);
+		sg_sampler_free(s);
+	}
+	p = sg_sampler_default_params();
+	p.repetition_penalty = 1.1f; /* a window of 64 */
+	s = make(p, V);
+	cr_assert_not(sg_sampler_top_request(s, &k, ids, 32, &m), "more ids than the caller's room");
+	cr_assert(sg_sampler_top_request(s, &k, ids, 64, &m));
+	cr_assert_eq(m, 64);
+	cr_assert_eq(k, 104);
+	cr_assert_eq(ids[0], -1, "an empty window is all padding");
+	sg_sampler_free(s);
 }

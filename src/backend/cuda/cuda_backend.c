@@ -983,6 +983,24 @@ static sg_status cuda_argmax(sg_backend *be, const sg_btensor *x, sg_btensor *id
 	return SG_OK;
 }
 
+static sg_status cuda_top_candidates(sg_backend *be, const sg_btensor *x, int k, const sg_btensor *gather, sg_btensor *out)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_status st;
+	if ((st = check_f32("top_candidates", "x", x)) || (st = check_i32("top_candidates", "out", out)) ||
+	    (gather && (st = check_i32("top_candidates", "gather", gather))))
+		return st;
+	int64_t V = x->ne[0], m = gather ? nvals(gather) : 0;
+	if (sg_btensor_rows(x) != 1 || k < 1 || k > V || k > SG_BACKEND_TOPC_MAX || nvals(out) < 2 * (int64_t)k + m)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda top_candidates: %d of a row of %lld (%lld rows) and %lld ids into %lld values", k,
+				(long long)V, (long long)sg_btensor_rows(x), (long long)m, (long long)nvals(out));
+	size_t sb = sg_cu_topc_scratch(V, k);
+	void *sc = NULL;
+	if (sb && !(sc = sg_cuda_scratch(cb, sb, &st))) return st;
+	CU_RET("top_candidates", sg_cu_topc(x->data, V, k, gather ? gather->data : NULL, (int)m, out->data, sc, S(cb)));
+	return SG_OK;
+}
+
 /* --- linear attention and Gemma 4 stages (kernels in cuda_linear.cu) --- */
 
 static sg_status cuda_short_conv(sg_backend *be, const sg_btensor *x, const sg_btensor *w, sg_btensor *state, sg_btensor *out)
@@ -1165,6 +1183,7 @@ static const sg_backend_ops cuda_ops = {
 	.moe_matmul = cuda_moe_matmul,
 	.moe_combine = cuda_moe_combine,
 	.argmax = cuda_argmax,
+	.top_candidates = cuda_top_candidates,
 	.short_conv = cuda_short_conv,
 	.gated_delta = cuda_gated_delta,
 	.gated_rmsnorm = cuda_gated_rmsnorm,

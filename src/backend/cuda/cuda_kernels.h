@@ -245,6 +245,10 @@ int sg_cu_moe_combine(const float *y, const float *w, int64_t n, int64_t k, int6
 /* scratch: sg_cu_argmax_scratch(rows, D) bytes (0 = none needed; NULL = one block per row) */
 size_t sg_cu_argmax_scratch(int64_t rows, int64_t D);
 int sg_cu_argmax(const float *x, int64_t rows, int64_t D, int32_t *ids, void *scratch, sg_custream s);
+/* Sampling candidates of one row x [V] (top_candidates): out [2k + m] = k ids, k values, x at
+ * gather[0..m) (NaN for an id outside [0, V)). scratch: sg_cu_topc_scratch(V, k) bytes. */
+size_t sg_cu_topc_scratch(int64_t V, int k);
+int sg_cu_topc(const float *x, int64_t V, int k, const int32_t *gather, int m, int32_t *out, void *scratch, sg_custream s);
 
 /* --- linear attention and Gemma 4 stages (cuda_linear.cu) --- */
 

@@ -7,6 +7,7 @@
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -1084,5 +1085,138 @@ extern "C" int sg_cu_argmax(const float *x, int64_t rows, int64_t D, int32_t *id
 	int32_t *pi = (int32_t *)(pv + rows * np);
 	pdl_launch(argmax_part_kernel, dim3((unsigned)np, (unsigned)rows), dim3(256), 0, st, x, D, (int64_t)ARGMAX_SLICE, pv, pi);
 	pdl_launch(argmax_final_kernel, dim3((unsigned)rows), dim3(128), 0, st, (const float *)pv, (const int32_t *)pi, np, ids);
+	return ok();
+}
+
+/* --- sampling candidates (top_candidates) --- */
+
+/* A logit's rank key with its id: larger = better (higher value, then lower id), unique per id.
+ * NaN ranks as -inf, +inf as FLT_MAX, -0 as 0, as the host sampler compares them. An empty slot
+ * (id < 0) is 0, below every logit. */
+static __device__ __forceinline__ unsigned long long tc_key(float v, int32_t id)
+{
+	if (id < 0) return 0ull;
+	v = v != v ? -INFINITY : fminf(v, FLT_MAX);
+	if (v == 0.0f) v = 0.0f;
+	uint32_t u = __float_as_uint(v);
+	u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+	return ((unsigned long long)u << 32) | (uint32_t)~(uint32_t)id;
+}
+
+#define TC_THREADS 1024
+#define TC_CHUNK 8192
+
+/* Block b selects the k best of its chunk of entries [b*chunk, min((b+1)*chunk, n)) (PAIRS: value
+ * and id arrays; else x with ids = indices) into slots [b*k, b*k + k) of ov/oi, any order; slots
+ * past a short chunk's size get id -1. Radix selection on the 64-bit keys, 8 bits a pass from the
+ * top, until the boundary bucket is taken whole. Block 0 also gathers x at gather[0..m). */
+template <bool PAIRS>
+__global__ void __launch_bounds__(TC_THREADS) topc_kernel(const float *x, const int32_t *xid, int64_t n, int64_t chunk,
+							   int k, float *ov, int32_t *oi, const int32_t *gather, int m,
+							   float *gv)
+{
+	__shared__ unsigned hist[256];
+	__shared__ int s_digit, s_need, s_done, s_cnt;
+	pdl_trigger();
+	pdl_wait();
+	int tid = threadIdx.x, lane = tid & 31;
+	if (!PAIRS && gather && blockIdx.x == 0)
+		for (int i = tid; i < m; i += blockDim.x) {
+			int32_t id = gather[i];
+			gv[i] = id >= 0 && id < n ? x[id] : __int_as_float(0x7fc00000);
+		}
+	int64_t a = (int64_t)blockIdx.x * chunk, b = min(a + chunk, n);
+	int cnt = (int)(b - a), kk = min(k, cnt), need = kk, bits = 0;
+	unsigned long long pfx = 0;
+	float *bo = ov + (int64_t)blockIdx.x * k;
+	int32_t *bi = oi + (int64_t)blockIdx.x * k;
+	for (int i = kk + tid; i < k; i += blockDim.x) bo[i] = -INFINITY, bi[i] = -1;
+	if (tid == 0) s_cnt = 0;
+	for (int sh = 56; kk < cnt && sh >= 0; sh -= 8) {
+		for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
+		__syncthreads();
+		/* every thread runs the same trips, so the warp votes with all lanes */
+		for (int64_t i0 = a; i0 < b; i0 += blockDim.x) {
+			int64_t i = i0 + tid;
+			bool in = false;
+			unsigned d = 0;
+			if (i < b) {
+				unsigned long long key = PAIRS ? tc_key(x[i], xid[i]) : tc_key(x[i], (int32_t)i);
+				in = bits == 0 || (key >> (64 - bits)) == (pfx >> (64 - bits));
+				d = (unsigned)(key >> sh) & 255u;
+			}
+			/* one atomic per distinct digit of the warp: the top digits of a row repeat a lot */
+			unsigned act = __ballot_sync(0xffffffffu, in);
+			if (in) {
+				unsigned peers = __match_any_sync(act, d);
+				if (lane == __ffs(peers) - 1) atomicAdd(&hist[d], (unsigned)__popc(peers));
+			}
+		}
+		__syncthreads();
+		if (tid < 32) {
+			/* lane l holds bins 255-8l .. 248-8l, top down; find where the count from the top
+			 * reaches need */
+			unsigned c[8], tot = 0;
+#pragma unroll
+			for (int j = 0; j < 8; j++) c[j] = hist[255 - 8 * lane - j], tot += c[j];
+			unsigned inc = tot;
+#pragma unroll
+			for (int o = 1; o < 32; o <<= 1) {
+				unsigned v = __shfl_up_sync(0xffffffffu, inc, o);
+				if (lane >= o) inc += v;
+			}
+			unsigned acc = inc - tot;
+			if (acc < (unsigned)need && (unsigned)need <= inc)
+				for (int j = 0; j < 8; j++) {
+					if (acc + c[j] >= (unsigned)need) {
+						s_digit = 255 - 8 * lane - j;
+						s_need = need - (int)acc;
+						s_done = c[j] == (unsigned)(need - (int)acc);
+						break;
+					}
+					acc += c[j];
+				}
+		}
+		__syncthreads();
+		pfx |= (unsigned long long)s_digit << sh;
+		bits += 8;
+		need = s_need;
+		if (s_done) break;
+		__syncthreads();
+	}
+	__syncthreads();
+	for (int64_t i = a + tid; i < b; i += blockDim.x) {
+		float v = x[i];
+		int32_t id = PAIRS ? xid[i] : (int32_t)i;
+		unsigned long long key = tc_key(v, id);
+		if (kk == cnt ? id >= 0 : (key >> (64 - bits)) >= (pfx >> (64 - bits))) {
+			int at = atomicAdd(&s_cnt, 1);
+			bo[at] = v, bi[at] = id;
+		}
+	}
+}
+
+extern "C" size_t sg_cu_topc_scratch(int64_t V, int k)
+{
+	int64_t nb = (V + TC_CHUNK - 1) / TC_CHUNK;
+	return nb > 1 ? (size_t)(nb * k) * 8 : 0;
+}
+
+extern "C" int sg_cu_topc(const float *x, int64_t V, int k, const int32_t *gather, int m, int32_t *out, void *scratch,
+			  sg_custream s)
+{
+	cudaStream_t st = (cudaStream_t)s;
+	int64_t nb = (V + TC_CHUNK - 1) / TC_CHUNK;
+	if (k < 1 || k > V || (nb > 1 && !scratch)) return (int)cudaErrorInvalidValue;
+	int32_t *oid = out;
+	float *ov = (float *)(out + k), *gv = (float *)(out + 2 * k);
+	if (nb == 1) {
+		pdl_launch(topc_kernel<false>, dim3(1), dim3(TC_THREADS), 0, st, x, (const int32_t *)NULL, V, V, k, ov, oid, gather, m, gv);
+		return ok();
+	}
+	float *sv = (float *)scratch;
+	int32_t *si = (int32_t *)(sv + nb * k);
+	pdl_launch(topc_kernel<false>, dim3((unsigned)nb), dim3(TC_THREADS), 0, st, x, (const int32_t *)NULL, V, (int64_t)TC_CHUNK, k, sv, si, gather, m, gv);
+	pdl_launch(topc_kernel<true>, dim3(1), dim3(TC_THREADS), 0, st, (const float *)sv, (const int32_t *)si, nb * k, nb * k, k, ov, oid, (const int32_t *)NULL, 0, (float *)NULL);
 	return ok();
 }
