@@ -57,6 +57,10 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_ATTN_GEMM", SG_FLAG_BOOL, "1",
 	 "CUDA attention of more than 8 tokens: scores and values through cuBLAS GEMMs with a masked row softmax between "
 	 "(0 = the general kernel)"},
+	{"SARAGOSSA_CUDA_ATTN_FLASH", SG_FLAG_BOOL, "1",
+	 "CUDA attention of more than 8 tokens over f16 KV caches of head dim 64 or 128 (causal, no ring): one flash-style "
+	 "kernel, scores and softmax in registers on f16 tensor cores, no score matrix and no host read of the positions "
+	 "(0 = the SARAGOSSA_CUDA_ATTN_GEMM path)"},
 	{"SARAGOSSA_CUDA_ATTN_F16", SG_FLAG_BOOL, "1",
 	 "CUDA attention of more than 8 tokens over f16 KV caches: the cuBLAS GEMMs take the caches as they are with f16 "
 	 "queries and probabilities, one tensor-core product each (0 = the SARAGOSSA_CUDA_GEMM mode on widened caches)"},

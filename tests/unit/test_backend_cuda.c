@@ -891,8 +891,11 @@ static void attn_case(int n, int H, int Hkv, int hd, int ctx, int p0, sg_attn_pa
 	cr_assert_eq(cpu->ops->attention(cpu, &q.c, &kc.c, &vc.c, &pos.c, &ap, &out.c), SG_OK);
 	cr_assert_eq(gpu->ops->attention(gpu, &q.g, &kc.g, &vc.g, &pos.g, &ap, &out.g), SG_OK, "%s", sg_last_error());
 	double e = pair_nmse(&out);
-	/* prefill over f16 caches: f16 queries and probabilities in the GEMMs (SARAGOSSA_CUDA_ATTN_F16) */
-	int h16 = ct == SG_TYPE_F16 && n > 8 && sg_flag_bool("SARAGOSSA_CUDA_ATTN_F16") && sg_flag_bool("SARAGOSSA_CUDA_ATTN_GEMM");
+	/* prefill over f16 caches: f16 queries and probabilities in the GEMMs (SARAGOSSA_CUDA_ATTN_F16)
+	 * or the flash kernel (SARAGOSSA_CUDA_ATTN_FLASH: head dims 64 and 128, causal, no ring) */
+	int ring = ap.causal && ap.window > 0 && ap.window < ctx, flash = (hd == 64 || hd == 128) && ap.causal && !ring;
+	int h16 = ct == SG_TYPE_F16 && n > 8 && sg_flag_bool("SARAGOSSA_CUDA_ATTN_F16") &&
+		  (sg_flag_bool("SARAGOSSA_CUDA_ATTN_GEMM") || (flash && sg_flag_bool("SARAGOSSA_CUDA_ATTN_FLASH")));
 	cr_expect(e < (h16 ? NMSE_F16 : NMSE_F32), "attention n=%d H=%d/%d hd=%d ctx=%d p0=%d window=%d cap=%g causal=%d %s: nmse %.3g", n, H, Hkv, hd, ctx, p0,
 		  ap.window, (double)ap.softcap, ap.causal, ct == SG_TYPE_F16 ? "f16" : "f32", e);
 	pair *all[] = {&pos, &kc, &vc, &hk, &hv, &ap_pos, &q, &k, &v, &out};
@@ -924,6 +927,13 @@ Test(cuda, attention_decode_split_prefill_window_softcap_gqa_match_cpu)
 	/* the GEMM path (more than 8 tokens): GQA, f16 cache, soft-cap, a later chunk */
 	attn_case(40, 8, 2, 64, 300, 100, cap, SG_TYPE_F16, 1);
 	attn_case(16, 32, 8, 128, 2048, 1500, causal, SG_TYPE_F32, 0);
+	/* the flash kernel (f16 caches, head dims 128 and 64): row blocks of 64 with a short last
+	 * one, a first chunk from position 0, a later chunk, GQA, a window wider than the cache */
+	attn_case(300, 8, 2, 128, 1000, 500, causal, SG_TYPE_F16, 1);
+	attn_case(130, 4, 4, 64, 256, 0, causal, SG_TYPE_F16, 0);
+	attn_case(65, 16, 2, 128, 4096, 3000, causal, SG_TYPE_F16, 1);
+	sg_attn_params wide = {0, 0, 2000, 1, 0};
+	attn_case(100, 4, 1, 128, 1024, 900, wide, SG_TYPE_F16, 0);
 }
 
 /* f16 K and V caches [ctx][Hkv][hd] of random rows at every position, stored by kv_store. */
@@ -1011,9 +1021,10 @@ Test(cuda, attention_kill_switches_keep_working_paths)
 	sg_attn_params causal = {0, 0, 0, 1, 0};
 	const char *sw[] = {"SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_DECODE",
 	                    "SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_GROUP",
-	                    "SARAGOSSA_CUDA_ATTN_GEMM",   "SARAGOSSA_CUDA_ATTN_F16"},
-	           *val[] = {"0", "2", "3", "1", "0", "0"};
-	for (int i = 0; i < 6; i++) {
+	                    "SARAGOSSA_CUDA_ATTN_GEMM",   "SARAGOSSA_CUDA_ATTN_F16",
+	                    "SARAGOSSA_CUDA_ATTN_FLASH"},
+	           *val[] = {"0", "2", "3", "1", "0", "0", "0"};
+	for (int i = 0; i < 7; i++) {
 		setenv(sw[i], val[i], 1);
 		sg_flags_reload(); /* flags are read once per process otherwise */
 		sg_backend *save = gpu;

@@ -865,6 +865,11 @@ static sg_status cuda_attention(sg_backend *be, const sg_btensor *q, const sg_bt
 		CU_RET("attention", sg_cu_attn_decode(&a, S(cb)));
 		return SG_OK;
 	}
+	if (a.n > GEMV_MAX_TOKENS && cb->attn_flash && cb->attn_f16 && sg_cu_attn_flash_ok(&a)) {
+		cb->q8a_of = NULL;
+		CU_RET("attention", sg_cu_attn_flash(&a, S(cb)));
+		return SG_OK;
+	}
 	if (a.n > GEMV_MAX_TOKENS && cb->attn_gemm && !a.ring && !cb->capturing && a.ctx <= INT32_MAX / 2 && (cb->blas_state > 0 || sg_cuda_blas_ready(cb)))
 		return sg_cuda_attn_gemm(cb, &a, pos);
 	/* The split depends on static shapes only (the cache capacity, not the live length, which is
@@ -1226,6 +1231,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	sg_cu_set_attn_decode(cb->attn_dec);
 	sg_cu_set_attn_group((int)sg_flag_int("SARAGOSSA_CUDA_ATTN_GROUP"));
 	cb->attn_gemm = sg_flag_bool("SARAGOSSA_CUDA_ATTN_GEMM");
+	cb->attn_flash = sg_flag_bool("SARAGOSSA_CUDA_ATTN_FLASH");
 	cb->attn_f16 = sg_flag_bool("SARAGOSSA_CUDA_ATTN_F16");
 	cb->q8x = sg_flag_bool("SARAGOSSA_CUDA_Q8X");
 	cb->gemm_f16 = sg_flag_bool("SARAGOSSA_CUDA_GEMM_F16");

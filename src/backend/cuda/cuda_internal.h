@@ -32,6 +32,7 @@ typedef struct sg_cuda_backend {
 	int moe_gemm; /* SARAGOSSA_CUDA_MOE_GEMM: fewest tokens of the MoE GEMM path, 0 = never */
 	int attn_dec;  /* SARAGOSSA_CUDA_ATTN_DECODE */
 	int attn_gemm; /* SARAGOSSA_CUDA_ATTN_GEMM */
+	int attn_flash; /* SARAGOSSA_CUDA_ATTN_FLASH */
 	int attn_f16;  /* SARAGOSSA_CUDA_ATTN_F16 */
 	/* The last I32 values written from the host (the positions of a chunk): their device address,
 	 * count and largest value, so prefill attention knows the KV length without a read-back.

@@ -223,6 +223,10 @@ int sg_cu_attention(const sg_cu_attn *a, sg_custream s);
 int sg_cu_attn_decode_ok(const sg_cu_attn *a);
 int sg_cu_attn_decode_units(const sg_cu_attn *a);
 int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s);
+/* Prefill (any n) in one flash-style kernel: f16 caches, hd = hdv of 64 or 128, causal, no ring
+ * (_ok says whether the shapes fit); no score matrix, no host read of the positions. */
+int sg_cu_attn_flash_ok(const sg_cu_attn *a);
+int sg_cu_attn_flash(const sg_cu_attn *a, sg_custream s);
 void sg_cu_set_pdl(int mode); /* SARAGOSSA_CUDA_PDL: 0 off, 1 on, 2 on with the GEMVs' weight prefetch */
 void sg_cu_set_attn_decode(int mode); /* 2: the general decode kernel for every shape */
 /* Prefill through GEMMs: s [rows][L] scores of rows = heads * n query rows (token = row % n)

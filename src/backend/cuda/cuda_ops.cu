@@ -464,19 +464,6 @@ extern "C" void sg_cu_set_attn_decode(int mode)
 	g_dec_stage = mode == 3;
 }
 
-/* 16 bytes global -> shared without registers (sm_80+), and the wait for the thread's copies */
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src)
-{
-	asm volatile(
-	    "cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
-	    "l"(src)
-	    : "memory");
-}
-static __device__ __forceinline__ void cp_async_wait_all()
-{
-	asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
-}
-
 int sg_cu_pdl = 0;
 extern "C" void sg_cu_set_pdl(int mode) { sg_cu_pdl = mode >= 0 && mode <= 2 ? mode : 0; }
 

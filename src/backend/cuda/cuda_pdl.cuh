@@ -34,6 +34,16 @@ static __device__ __forceinline__ void l2_prefetch(const uint8_t *p, size_t n, i
 	for (size_t o = (size_t)lane * 128; o < n; o += (size_t)nt * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
 }
 
+/* 16 bytes global -> shared without registers (sm_80+), and the wait for the thread's copies */
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
+}
+static __device__ __forceinline__ void cp_async_wait_all()
+{
+	asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+}
+
 /* kernel<<<grid, block, smem, st>>>(args...) with the programmatic-serialization attribute when
  * the flag is on */
 template <typename... P, typename... A>
