@@ -52,8 +52,9 @@ static const sg_flag table[] = {
 	 "in shared memory with cp.async, faster at 1k positions, slower at 8k; 2 = without that kernel; 0 = the general "
 	 "kernel, a block per query head)"},
 	{"SARAGOSSA_CUDA_ATTN_GROUP", SG_FLAG_INT, "0",
-	 "CUDA one-token attention: at most this many query heads of a KV head per block (1, 2, 4 or 8; 0 = by shape, "
-	 "up to 8); fewer give more blocks, each with less work a lane"},
+	 "CUDA one-token attention: this many query heads of a KV head per block (1, 2, 4 or 8, where it divides the "
+	 "group; 0 = by shape, up to 8); fewer give more blocks, each with less work a lane, more read each K/V row for "
+	 "more heads"},
 	{"SARAGOSSA_CUDA_ATTN_GEMM", SG_FLAG_BOOL, "1",
 	 "CUDA attention of more than 8 tokens: scores and values through cuBLAS GEMMs with a masked row softmax between "
 	 "(0 = the general kernel)"},

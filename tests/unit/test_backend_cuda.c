@@ -927,9 +927,15 @@ Test(cuda, attention_decode_split_prefill_window_softcap_gqa_match_cpu)
 	/* the GEMM path (more than 8 tokens): GQA, f16 cache, soft-cap, a later chunk */
 	attn_case(40, 8, 2, 64, 300, 100, cap, SG_TYPE_F16, 1);
 	attn_case(16, 32, 8, 128, 2048, 1500, causal, SG_TYPE_F32, 0);
-	/* the flash kernel (f16 caches, head dims 128 and 64): row blocks of 64 with a short last
-	 * one, a first chunk from position 0, a later chunk, GQA, a window wider than the cache */
+}
+
+/* The flash prefill kernel (f16 caches, head dims 128 and 64): row blocks of 64 with a short last
+ * one, a first chunk from position 0, a later chunk, GQA, a window wider than the cache. */
+Test(cuda, attention_flash_prefill_matches_cpu)
+{
+	sg_attn_params causal = {0, 0, 0, 1, 0}, cap = {0.1f, 30.0f, 0, 1, 0};
 	attn_case(300, 8, 2, 128, 1000, 500, causal, SG_TYPE_F16, 1);
+	attn_case(40, 8, 2, 64, 300, 100, cap, SG_TYPE_F16, 1); /* soft-cap, explicit scale */
 	attn_case(130, 4, 4, 64, 256, 0, causal, SG_TYPE_F16, 0);
 	attn_case(65, 16, 2, 128, 4096, 3000, causal, SG_TYPE_F16, 1);
 	sg_attn_params wide = {0, 0, 2000, 1, 0};

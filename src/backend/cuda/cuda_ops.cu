@@ -649,9 +649,9 @@ static int dec_group(const sg_cu_attn *a)
 	int g = gall % 8 == 0 ? 8 : gall % 4 == 0 ? 4 : gall % 2 == 0 ? 2 : 1;
 	/* few KV heads (4 for Qwen3-30B-A3B): 4 query heads a block, for twice the blocks */
 	if (g == 8 && a->Hkv * (gall / g) < 8) g = 4;
-	/* SARAGOSSA_CUDA_ATTN_GROUP: at most that many (a divisor of the group): more blocks, each
-	 * with fewer score and value sums a lane */
-	if (g_dec_group > 0 && g_dec_group < g && gall % g_dec_group == 0) g = g_dec_group;
+	/* SARAGOSSA_CUDA_ATTN_GROUP: that many (a divisor of the group): fewer give more blocks, each
+	 * with fewer score and value sums a lane; more read each K/V row for more query heads */
+	if (g_dec_group > 0 && gall % g_dec_group == 0) g = g_dec_group;
 	return g;
 }
 
