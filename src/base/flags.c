@@ -36,7 +36,7 @@ static const sg_flag table[] = {
 	 "saragossa's own cache (models, tools); empty = $XDG_CACHE_HOME/saragossa or ~/.cache/saragossa"},
 	{"SARAGOSSA_CHUNK", SG_FLAG_INT, "0",
 	 "prompt tokens per forward chunk (1 = token by token, the decode path; 0 = by backend: 256 on the CPU, 1024 on CUDA)"},
-	{"SARAGOSSA_KV_TYPE", SG_FLAG_STR, "f32", "KV cache element type: f32, f16 or auto (f16 on a GPU, f32 on the CPU)"},
+	{"SARAGOSSA_KV_TYPE", SG_FLAG_STR, "auto", "KV cache element type: auto (f16 on a GPU, f32 on the CPU), f32 or f16"},
 	{"SARAGOSSA_BACKEND", SG_FLAG_STR, "auto",
 	 "where models run when no --backend is given: auto (the GPU when this build has CUDA, a GPU is usable and it "
 	 "takes the model, else the CPU), cpu or cuda"},

@@ -21,7 +21,7 @@ sg_session_params sg_session_default_params(void)
 	sg_session_params p = {
 		.n_ctx = 0,
 		.n_batch = 0,
-		.kv_type = kv && !strcasecmp(kv, "f16") ? SG_KV_F16 : kv && !strcasecmp(kv, "auto") ? SG_KV_AUTO : SG_KV_F32,
+		.kv_type = kv && !strcasecmp(kv, "f16") ? SG_KV_F16 : kv && !strcasecmp(kv, "f32") ? SG_KV_F32 : SG_KV_AUTO,
 	};
 	return p;
 }

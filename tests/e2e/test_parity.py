@@ -33,8 +33,10 @@ def reference(name):
 
 def run_eval(sg, tmp_path, name, ids, *extra, env=None, greedy=12, tag=""):
     out = tmp_path / f"{name}{tag}.logits"
+    # the bounds are an f32 cache's: pinned, since a GPU's default cache is f16 (its own test below)
+    kv = [] if "--kv" in extra else ["--kv", "f32"]
     args = ["eval", "--model", str(FIX / name), "--tokens", ",".join(map(str, ids)),
-            "--logits-out", str(out), "--greedy", str(greedy), *extra]
+            "--logits-out", str(out), "--greedy", str(greedy), *kv, *extra]
     r = sg(*args, env=env)
     assert r.returncode == 0, r.stderr
     logits = np.fromfile(out, dtype="<f4")
