@@ -268,7 +268,21 @@ static sg_status forward_body(const sg_model *m, sg_fwd_state *s, const int32_t 
 	return SG_OK;
 }
 
-/* Copies a chunk's ids and positions to the device. */
+/* The rows every ring cache of the state has (0: no ring cache, -1: rings of several sizes). */
+static int ring_size(const sg_model *m, const sg_fwd_state *s)
+{
+	int r = 0;
+	for (int i = 0; i < m->desc.n_layer; i++)
+		if (s->kv[i].ring) {
+			if (r && r != s->kv[i].rows) return -1;
+			r = s->kv[i].rows;
+		}
+	return r;
+}
+
+/* Copies a chunk's ids and positions to the device, and the ring rows of the positions when the
+ * ring caches share one size (then no layer writes them: a decode step stays free of host copies
+ * and can be recorded). */
 static sg_status forward_inputs(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0)
 {
 	sg_backend *be = m->be;
@@ -279,6 +293,13 @@ static sg_status forward_inputs(const sg_model *m, sg_fwd_state *s, const int32_
 	SG_FWD_OK(be->ops->write(be, &pos, 0, p, sizeof(int32_t) * (size_t)n));
 	s->ring_rows_of = 0;
 	s->pos0 = pos0;
+	int R = ring_size(m, s);
+	if (R > 0) {
+		for (int t = 0; t < n; t++) p[t] = (pos0 + t) % R;
+		sg_btensor rr = sg_fwd_view2(&s->ring_rows, n, 1);
+		SG_FWD_OK(be->ops->write(be, &rr, 0, p, sizeof(int32_t) * (size_t)n));
+		s->ring_rows_of = R;
+	}
 	return SG_OK;
 }
 
@@ -295,10 +316,8 @@ int sg_fwd_decode_graphs(const sg_model *m, const sg_fwd_state *s)
 {
 	if (s->graph_off || s->hybrid || !sg_cuda_is_backend(m->be) || !sg_cuda_graphs_enabled())
 		return 0;
-	/* a ring cache's row is computed on the host per position */
-	for (int i = 0; i < m->desc.n_layer; i++)
-		if (s->kv[i].ring) return 0;
-	return 1;
+	/* ring caches of several sizes: a layer's rows are written from the host mid-step */
+	return ring_size(m, s) >= 0;
 }
 
 /* The decode step's ops after its inputs: layers, last-token logits, then their argmax (tc = 0)

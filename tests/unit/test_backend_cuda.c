@@ -1454,6 +1454,9 @@ Test(cuda_decode, graph_replay_is_bit_identical_qwen3) { graph_matches_per_op("q
 Test(cuda_decode, graph_replay_is_bit_identical_llama) { graph_matches_per_op("llama", 1); }
 Test(cuda_decode, graph_replay_is_bit_identical_mlx_q4) { graph_matches_per_op("qwen3_mlx_q4_g32", 1); }
 Test(cuda_decode, graph_replay_is_bit_identical_moe) { graph_matches_per_op("qwen3_moe", 1); }
+/* sliding layers with ring caches of 12 rows (window 8 + chunk 4 in a context of 64): the ring rows
+ * are written with the positions before each replay, and the steps wrap the ring */
+Test(cuda_decode, graph_replay_is_bit_identical_gemma3_ring) { graph_matches_per_op("gemma3_text", 1); }
 
 #else
 
