@@ -941,3 +941,54 @@ Test(sampler, candidate_rows_are_refused_where_the_row_matters)
 	cr_assert_eq(ids[0], -1, "an empty window is all padding");
 	sg_sampler_free(s);
 }
+
+/* A sweep of random settings (temperature, top-k, top-p, min-p, the three penalties and their
+ * window, biases and bans, vocabulary sizes, rows with many ties): wherever a request is granted,
+ * the candidates give the full row's tokens over a short generation. */
+Test(sampler, candidate_rows_agree_over_random_settings)
+{
+	uint64_t st = 0x5eed;
+#define RND() (st = st * 6364136223846793005ull + 1442695040888963407ull, (double)(st >> 11) * 0x1.0p-53)
+	int granted = 0;
+	for (int cfg = 0; cfg < 150; cfg++) {
+		int32_t V = 64 + (int32_t)(RND() * 3000);
+		sg_sampler_params p = sg_sampler_default_params();
+		p.seed = (uint64_t)cfg * 7919u;
+		p.temperature = RND() < 0.15 ? 0.0f : (float)(0.05 + 3.0 * RND());
+		p.top_k = 1 + (int32_t)(RND() * (V / 8));
+		p.top_p = RND() < 0.5 ? 1.0f : (float)(0.05 + 0.95 * RND());
+		p.min_p = RND() < 0.5 ? 0.0f : (float)(0.5 * RND());
+		if (RND() < 0.5) p.repetition_penalty = (float)(0.5 + RND());
+		if (RND() < 0.3) p.presence_penalty = (float)(4.0 * RND() - 2.0);
+		if (RND() < 0.3) p.frequency_penalty = (float)(4.0 * RND() - 2.0);
+		p.penalty_last_n = (int32_t)(RND() * 20);
+		sg_logit_bias bias[8];
+		int nb = (int)(RND() * 8);
+		for (int i = 0; i < nb; i++) bias[i] = (sg_logit_bias){(int32_t)(i * (V / 8) + (int32_t)(RND() * (V / 8))), RND() < 0.3 ? -100.0f : (float)(40.0 * RND() - 20.0)};
+		p.logit_bias = bias, p.n_logit_bias = (size_t)nb;
+		sg_sampler *full = make(p, V), *top = make(p, V);
+		float *l = malloc(sizeof(float) * (size_t)V), *tv = malloc(sizeof(float) * (size_t)V), gv[SG_SAMPLER_TOP_MAX_IDS];
+		int32_t *tid = malloc(sizeof(int32_t) * (size_t)V), ids[SG_SAMPLER_TOP_MAX_IDS];
+		double q = RND() < 0.5 ? 4.0 : 1024.0; /* coarse steps: many ties */
+		for (int step = 0; step < 12; step++) {
+			for (int32_t i = 0; i < V; i++) l[i] = (float)(round(q * (8.0 * RND() * RND() - 2.0)) / q);
+			if (step % 4 == 1) l[(int32_t)(RND() * V)] = NAN;
+			int32_t k, m;
+			if (!sg_sampler_top_request(top, &k, ids, SG_SAMPLER_TOP_MAX_IDS, &m)) break;
+			granted++;
+			candidates_of(l, V, k, ids, m, tid, tv, gv);
+			sg_sample_result a, b;
+			sg_status sa = sg_sampler_sample(full, l, V, &a), sb = sg_sampler_sample_top(top, tid, tv, k, ids, gv, m, &b);
+			cr_assert_eq(sb, sa, "cfg %d step %d: status %d from candidates, %d from the row", cfg, step, sb, sa);
+			if (sa) break;
+			cr_assert_eq(b.token, a.token, "cfg %d step %d (V %d T %g k %d p %g minp %g): %d from candidates, %d from the row", cfg, step, V,
+				     (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p, b.token, a.token);
+			sg_sampler_accept(full, a.token), sg_sampler_accept(top, b.token);
+		}
+		free(l), free(tv), free(tid);
+		sg_sampler_free(full);
+		sg_sampler_free(top);
+	}
+#undef RND
+	cr_assert(granted > 1000, "only %d candidate draws were granted", granted);
+}
