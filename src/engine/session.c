@@ -119,18 +119,31 @@ sg_status sg_session_eval(sg_session *s, const int32_t *tokens, int n, float *lo
 	return SG_OK;
 }
 
-sg_status sg_session_decode_greedy(sg_session *s, int32_t token, int32_t *next)
+/* The checks of a decode step whose logits stay on the device, and its bookkeeping once done. */
+static sg_status device_step_ok(const sg_session *s, int32_t token)
 {
-	*next = -1;
 	int V = sg_model_n_vocab(s->m);
 	if (token < 0 || token >= V) return SG_FAIL(SG_ERR_RANGE, "token %d is outside the vocabulary [0, %d)", token, V);
 	if (s->n_past >= s->n_ctx) return SG_FAIL(SG_ERR_RANGE, "the context of %d tokens is full", s->n_ctx);
-	s->has_last = 0;
-	sg_status st = sg_forward_decode(s->m, &s->fs, token, s->n_past);
-	if (!st) st = s->m->be->ops->read(s->m->be, &s->fs.amax, 0, next, sizeof(int32_t));
-	if (st) return st;
+	return SG_OK;
+}
+
+static void device_step_done(sg_session *s, int32_t token)
+{
 	s->tokens[s->n_past++] = token;
 	s->dev_last = s->n_past;
+}
+
+sg_status sg_session_decode_greedy(sg_session *s, int32_t token, int32_t *next)
+{
+	*next = -1;
+	sg_status st = device_step_ok(s, token);
+	if (st) return st;
+	s->has_last = 0;
+	st = sg_forward_decode(s->m, &s->fs, token, s->n_past);
+	if (!st) st = s->m->be->ops->read(s->m->be, &s->fs.amax, 0, next, sizeof(int32_t));
+	if (st) return st;
+	device_step_done(s, token);
 	return SG_OK;
 }
 
@@ -142,12 +155,12 @@ int sg_session_top_max(const sg_session *s)
 sg_status sg_session_decode_top(sg_session *s, int32_t token, int k, const int32_t *ids, int m, int32_t *top_ids,
 				float *top_v, float *v)
 {
-	int V = sg_model_n_vocab(s->m);
-	if (token < 0 || token >= V) return SG_FAIL(SG_ERR_RANGE, "token %d is outside the vocabulary [0, %d)", token, V);
-	if (s->n_past >= s->n_ctx) return SG_FAIL(SG_ERR_RANGE, "the context of %d tokens is full", s->n_ctx);
-	if (k < 1 || k > sg_session_top_max(s) || k > V || m < 0 || m > V)
-		return sg_error(k > sg_session_top_max(s) ? SG_ERR_UNSUPPORTED : SG_ERR_INVALID_ARG,
-				"%d sampling candidates and %d ids (the backend gives at most %d)", k, m, sg_session_top_max(s));
+	sg_status st = device_step_ok(s, token);
+	if (st) return st;
+	int V = sg_model_n_vocab(s->m), cap = sg_session_top_max(s);
+	if (k < 1 || k > cap || k > V || m < 0 || m > V)
+		return sg_error(k > cap ? SG_ERR_UNSUPPORTED : SG_ERR_INVALID_ARG,
+				"%d sampling candidates and %d ids (the backend gives at most %d)", k, m, cap);
 	size_t words = 2 * (size_t)k + (size_t)m;
 	if (words > s->tc_cap) {
 		int32_t *b = sg_realloc(s->tc_host, words * sizeof(*b));
@@ -156,14 +169,13 @@ sg_status sg_session_decode_top(sg_session *s, int32_t token, int k, const int32
 		s->tc_cap = words;
 	}
 	s->has_last = 0;
-	sg_status st = sg_forward_decode_top(s->m, &s->fs, token, s->n_past, k, ids, m);
+	st = sg_forward_decode_top(s->m, &s->fs, token, s->n_past, k, ids, m);
 	if (!st) st = s->m->be->ops->read(s->m->be, &s->fs.tc_out, 0, s->tc_host, words * sizeof(int32_t));
 	if (st) return st;
 	memcpy(top_ids, s->tc_host, (size_t)k * sizeof(int32_t));
 	memcpy(top_v, s->tc_host + k, (size_t)k * sizeof(float));
 	if (m) memcpy(v, s->tc_host + 2 * k, (size_t)m * sizeof(float));
-	s->tokens[s->n_past++] = token;
-	s->dev_last = s->n_past;
+	device_step_done(s, token);
 	return SG_OK;
 }
 

@@ -41,6 +41,7 @@
 #include "base/error.h"
 #include "base/flags.h"
 #include "formats/qtypes.h"
+#include "rank_ref.h"
 
 #define NMSE_F32 1e-9
 #define NMSE_BF16 1e-4
@@ -1130,23 +1131,6 @@ Test(cuda, elementwise_softmax_route_combine_argmax_match_cpu)
 
 /* --- sampling candidates --- */
 
-/* The host sampler's order: NaN as -inf, +inf as FLT_MAX, -0 as 0, ties to the lower id. */
-static float tc_rank(float v)
-{
-	if (v != v) return -INFINITY;
-	if (v > FLT_MAX) return FLT_MAX;
-	return v == 0.0f ? 0.0f : v;
-}
-
-static const float *tc_of;
-static int tc_cmp(const void *a, const void *b)
-{
-	int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-	float vx = tc_rank(tc_of[x]), vy = tc_rank(tc_of[y]);
-	if (vx != vy) return vx > vy ? -1 : 1;
-	return (x > y) - (x < y);
-}
-
 static int cmp_i32(const void *a, const void *b)
 {
 	int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
@@ -1158,9 +1142,7 @@ static int cmp_i32(const void *a, const void *b)
 static void check_candidates(const float *x, int64_t V, int k, const int32_t *ids, int m, const int32_t *w, const char *what)
 {
 	int32_t *ord = malloc(sizeof(int32_t) * (size_t)V), *got = malloc(sizeof(int32_t) * (size_t)k);
-	for (int64_t i = 0; i < V; i++) ord[i] = (int32_t)i;
-	tc_of = x;
-	qsort(ord, (size_t)V, sizeof(int32_t), tc_cmp);
+	rank_order(x, V, ord);
 	qsort(ord, (size_t)k, sizeof(int32_t), cmp_i32);
 	memcpy(got, w, sizeof(int32_t) * (size_t)k);
 	for (int i = 0; i < k; i++) {

@@ -13,6 +13,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "engine/sampler.h"
+#include "rank_ref.h"
 
 /* ---- helpers ---- */
 
@@ -819,33 +820,13 @@ Test(sampler, failed_allocations_are_reported_not_crashed)
 
 /* ---- candidate rows (sg_sampler_top_request / sg_sampler_sample_top) ---- */
 
-/* The order a device ranks candidates by: NaN as -inf, +inf as FLT_MAX, -0 as 0; ties to the
- * lower id. */
-static float rank_value(float v)
-{
-	if (v != v) return -INFINITY;
-	if (v > FLT_MAX) return FLT_MAX;
-	return v == 0.0f ? 0.0f : v;
-}
-
-static const float *rank_of;
-static int cmp_rank(const void *a, const void *b)
-{
-	int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-	float vx = rank_value(rank_of[x]), vy = rank_value(rank_of[y]);
-	if (vx != vy) return vx > vy ? -1 : 1;
-	return (x > y) - (x < y);
-}
-
 /* What a backend hands over for a request: the k best of l (in reverse rank order, to show the
  * order does not matter) and l at ids. */
 static void candidates_of(const float *l, int32_t n, int32_t k, const int32_t *ids, int32_t m, int32_t *tid, float *tv,
 			  float *gv)
 {
 	int32_t *ord = malloc((size_t)n * sizeof(*ord));
-	for (int32_t i = 0; i < n; i++) ord[i] = i;
-	rank_of = l;
-	qsort(ord, (size_t)n, sizeof(*ord), cmp_rank);
+	rank_order(l, n, ord);
 	for (int32_t i = 0; i < k; i++) tid[i] = ord[k - 1 - i], tv[i] = l[ord[k - 1 - i]];
 	for (int32_t i = 0; i < m; i++) gv[i] = ids[i] >= 0 ? l[ids[i]] : NAN;
 	free(ord);

@@ -145,3 +145,21 @@ Test(session, unsupported_architecture_is_refused_at_load)
 	cr_assert_null(m);
 	cr_assert_neq(strstr(sg_last_error(), "unsupported architecture"), NULL, "%s", sg_last_error());
 }
+
+/* A backend without sampling candidates (the CPU: its sampler reads the logits where they are)
+ * says so, and a candidate step asked of it is refused before anything moves. */
+Test(session, candidate_steps_are_refused_where_the_backend_has_none)
+{
+	sg_model *m = load("qwen3");
+	sg_session *s = session(m, 64, 8);
+	cr_assert_eq(sg_session_eval(s, prompt, 3, NULL), SG_OK, "%s", sg_last_error());
+	cr_assert_eq(sg_session_top_max(s), 0);
+	int32_t tid[4], ids[1] = {1};
+	float tv[4], gv[1];
+	cr_assert_eq(sg_session_decode_top(s, prompt[3], 4, ids, 1, tid, tv, gv), SG_ERR_UNSUPPORTED);
+	cr_assert_eq(sg_session_decode_top(s, -1, 4, ids, 1, tid, tv, gv), SG_ERR_RANGE);
+	cr_assert_eq(sg_session_position(s), 3);
+	cr_assert_not_null(sg_session_logits(s), "the last step's logits are still there");
+	sg_session_free(s);
+	sg_model_free(m);
+}
