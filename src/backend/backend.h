@@ -11,6 +11,8 @@
  * Dynamic scalars live in backend tensors: the position of every token of a step is an I32
  * tensor `pos` [n], and the KV length an op needs is derived from it on the device (pos + 1), so
  * a recorded graph stays valid as the sequence grows. Shapes (n tokens, heads, dims) are static.
+ * Positions come from sg_backend_write alone (no op writes a pos tensor), so a GPU kernel may read
+ * them before it waits for the kernel ahead of it (the CUDA decode attention does).
  *
  * Every op returns an sg_status; an error means the caller passed inconsistent shapes or types
  * (a programming error, validated before any work) or a type the backend does not support

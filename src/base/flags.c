@@ -51,6 +51,14 @@ static const sg_flag table[] = {
 	 "f16 caches of head dim 64/128/256 take a compile-time-shape kernel (3 = that kernel staging each warp's K/V tile "
 	 "in shared memory with cp.async, faster at 1k positions, slower at 8k; 2 = without that kernel; 0 = the general "
 	 "kernel, a block per query head)"},
+	{"SARAGOSSA_CUDA_ATTN_MERGE", SG_FLAG_BOOL, "1",
+	 "CUDA one-token attention: the slices of the KV length merged by a kernel whose loads all go out at once (the "
+	 "position read before it waits for the attention kernel; the same bits); 0 = the merge kernel of the many-token "
+	 "path"},
+	{"SARAGOSSA_CUDA_ATTN_KPRE", SG_FLAG_BOOL, "1",
+	 "CUDA one-token attention: each warp's first 32 K rows are copied into shared memory before the kernel waits "
+	 "for the one ahead of it (rows of earlier positions; this step's row is read after the wait), where the block's "
+	 "shared memory stays within 48 KB (f16 caches, head dim 128 with 4 query heads a block); 0 = off"},
 	{"SARAGOSSA_CUDA_ATTN_GROUP", SG_FLAG_INT, "0",
 	 "CUDA one-token attention: this many query heads of a KV head per block (1, 2, 4 or 8, where it divides the "
 	 "group; 0 = by shape, up to 8); fewer give more blocks, each with less work a lane, more read each K/V row for "

@@ -36,6 +36,7 @@
 
 #if SG_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_kernels.h"
 #include <cuda_runtime_api.h>
 #include "base/error.h"
@@ -986,19 +987,19 @@ Test(cuda, attention_feeding_the_next_matmul_changes_nothing)
 	free_hw(&w);
 }
 
-/* The one-token kernel with its K/V tiles staged in shared memory (SARAGOSSA_CUDA_ATTN_DECODE=3)
- * gives the bits of the same kernel reading them into registers (=1): head dims 64, 128, 256,
- * groups of 8, 4, 2, short and long live lengths, a ring, a soft-cap. */
-Test(cuda, attention_decode_staged_tiles_equal_unstaged)
+/* Two settings of a one-token attention switch give the same bits (and finite outputs) over head
+ * dims 64, 128, 256, groups of 8, 4, 2, 1, short and long live lengths (one live slice of many,
+ * a few, all 64), a ring, a soft-cap; set(restore) puts the process's setting back at the end. */
+static void decode_settings_agree(void (*set)(int), const char *flag, int s0, int s1, int restore)
 {
 	sg_attn_params causal = {0, 0, 0, 1, 0}, ring = {0, 0, 8, 1, 0}, cap = {0.1f, 30.0f, 0, 1, 0};
 	struct {
 		int64_t H, Hkv, hd, ctx;
 		int32_t p;
 		sg_attn_params ap;
-	} cs[] = {{32, 8, 128, 4096, 1088, causal},  {16, 2, 64, 3000, 2999, causal},
-	          {8, 1, 256, 40000, 33000, causal}, {4, 2, 128, 12, 30, ring},
-	          {64, 8, 128, 2000, 31, causal},    {2, 2, 128, 100, 0, cap}};
+	} cs[] = {{32, 8, 128, 4096, 1088, causal}, {32, 8, 128, 4096, 31, causal}, {32, 4, 128, 40000, 32768, causal},
+	          {16, 2, 64, 3000, 2999, causal},  {8, 1, 256, 40000, 33000, causal}, {4, 2, 128, 12, 30, ring},
+	          {64, 8, 128, 2000, 31, causal},   {2, 2, 128, 100, 0, cap},          {4, 4, 128, 600, 599, cap}};
 	for (size_t c = 0; c < sizeof(cs) / sizeof(cs[0]); c++) {
 		int64_t H = cs[c].H, Hkv = cs[c].Hkv, hd = cs[c].hd, ctx = cs[c].ctx, D = H * hd;
 		int32_t p = cs[c].p;
@@ -1006,20 +1007,52 @@ Test(cuda, attention_decode_staged_tiles_equal_unstaged)
 		f16_caches(hd, Hkv, ctx, &kh, &vh);
 		float *got[2];
 		for (int m = 0; m < 2; m++) {
-			sg_cu_set_attn_decode(m ? 3 : 1);
+			set(m ? s1 : s0);
+			poison(&att);
 			cr_assert_eq(gpu->ops->attention(gpu, &q.g, &kh.g, &vh.g, &pos.g, &cs[c].ap, &att.g),
 			             SG_OK, "%s", sg_last_error());
 			got[m] = fetch(&att);
 		}
-		sg_cu_set_attn_decode((int)sg_flag_int("SARAGOSSA_CUDA_ATTN_DECODE"));
+		set(restore);
 		int same = memcmp(got[0], got[1], sizeof(float) * (size_t)D) == 0, finite = 1;
 		for (int64_t i = 0; i < D; i++) finite &= isfinite(got[0][i]) != 0;
-		cr_expect(same && finite, "case %zu (H %lld, hd %lld, p %d): staged %s", c, (long long)H,
-		          (long long)hd, p, same ? "output not finite" : "differs from unstaged");
+		cr_expect(same && finite, "case %zu (H %lld, hd %lld, p %d): %s=%d %s", c, (long long)H, (long long)hd, p, flag, s1,
+		          same ? "output not finite" : "differs");
 		free(got[0]), free(got[1]);
 		pair *all[] = {&pos, &q, &kh, &vh, &att};
 		for (int i = 0; i < 5; i++) pair_free(all[i]);
 	}
+}
+
+/* The one-token kernel with its K/V tiles staged in shared memory (SARAGOSSA_CUDA_ATTN_DECODE=3)
+ * gives the bits of the same kernel reading them into registers (=1). */
+Test(cuda, attention_decode_staged_tiles_equal_unstaged)
+{
+	decode_settings_agree(sg_cu_set_attn_decode, "SARAGOSSA_CUDA_ATTN_DECODE", 1, 3, (int)sg_flag_int("SARAGOSSA_CUDA_ATTN_DECODE"));
+}
+
+/* The slices merged in one round trip (SARAGOSSA_CUDA_ATTN_MERGE=1) give the bits of the merge
+ * that waits for the position (=0); the scratch poisoned first, so a slice past the live rows
+ * taken in would show. */
+static void merge_with_poisoned_scratch(int one)
+{
+	sg_cu_set_attn_merge(one);
+	sg_status st;
+	float *part = sg_cuda_scratch((sg_cuda_backend *)gpu, 64u << 20, &st);
+	cr_assert(part, "%s", sg_last_error());
+	cr_assert_eq(cudaMemset(part, 0xff, 64u << 20), cudaSuccess); /* NaN in every float */
+}
+Test(cuda, attention_decode_one_pass_merge_equals_merge)
+{
+	decode_settings_agree(merge_with_poisoned_scratch, "SARAGOSSA_CUDA_ATTN_MERGE", 0, 1, sg_flag_bool("SARAGOSSA_CUDA_ATTN_MERGE"));
+}
+
+/* The first tiles' K rows copied into shared memory before the wait (SARAGOSSA_CUDA_ATTN_KPRE=1;
+ * the lane whose row is the step's position reads it after) give the bits of reading every row
+ * after it (=0): the cases hold a first tile with the position in it (p = 31, 30 in a ring). */
+Test(cuda, attention_decode_k_rows_before_the_wait_equal_after)
+{
+	decode_settings_agree(sg_cu_set_attn_kpre, "SARAGOSSA_CUDA_ATTN_KPRE", 0, 1, sg_flag_bool("SARAGOSSA_CUDA_ATTN_KPRE"));
 }
 
 /* With each attention kill-switch or tunable set, the path it leaves still matches the CPU. */
@@ -1029,9 +1062,10 @@ Test(cuda, attention_kill_switches_keep_working_paths)
 	const char *sw[] = {"SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_DECODE",
 	                    "SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_GROUP",
 	                    "SARAGOSSA_CUDA_ATTN_GEMM",   "SARAGOSSA_CUDA_ATTN_F16",
-	                    "SARAGOSSA_CUDA_ATTN_FLASH"},
-	           *val[] = {"0", "2", "3", "1", "0", "0", "0"};
-	for (int i = 0; i < 7; i++) {
+	                    "SARAGOSSA_CUDA_ATTN_FLASH",  "SARAGOSSA_CUDA_ATTN_MERGE",
+	                    "SARAGOSSA_CUDA_ATTN_KPRE"},
+	           *val[] = {"0", "2", "3", "1", "0", "0", "0", "0", "0"};
+	for (int i = 0; i < 9; i++) {
 		setenv(sw[i], val[i], 1);
 		sg_flags_reload(); /* flags are read once per process otherwise */
 		sg_backend *save = gpu;

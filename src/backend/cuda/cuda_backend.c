@@ -1230,6 +1230,8 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	cb->attn_dec = (int)sg_flag_int("SARAGOSSA_CUDA_ATTN_DECODE");
 	sg_cu_set_attn_decode(cb->attn_dec);
 	sg_cu_set_attn_group((int)sg_flag_int("SARAGOSSA_CUDA_ATTN_GROUP"));
+	sg_cu_set_attn_merge(sg_flag_bool("SARAGOSSA_CUDA_ATTN_MERGE"));
+	sg_cu_set_attn_kpre(sg_flag_bool("SARAGOSSA_CUDA_ATTN_KPRE"));
 	cb->attn_gemm = sg_flag_bool("SARAGOSSA_CUDA_ATTN_GEMM");
 	cb->attn_flash = sg_flag_bool("SARAGOSSA_CUDA_ATTN_FLASH");
 	cb->attn_f16 = sg_flag_bool("SARAGOSSA_CUDA_ATTN_F16");

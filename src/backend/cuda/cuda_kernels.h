@@ -214,6 +214,7 @@ typedef struct sg_cu_attn {
 	float *out;           /* [n][H][hdv] */
 	int8_t *xq;           /* decode only, when set: out also rounded to 8-bit blocks for the next */
 	float *dx, *sx;       /* GEMV (sg_cu_q8_split's arrays; hdv a multiple of 32) */
+	int kpre;             /* decode (set by sg_cu_attn_decode): the first tiles' K rows copied before the wait */
 } sg_cu_attn;
 #define SG_CU_MAX_HD 512
 int sg_cu_attention(const sg_cu_attn *a, sg_custream s);
@@ -229,6 +230,13 @@ int sg_cu_attn_flash_ok(const sg_cu_attn *a);
 int sg_cu_attn_flash(const sg_cu_attn *a, sg_custream s);
 void sg_cu_set_pdl(int mode); /* SARAGOSSA_CUDA_PDL: 0 off, 1 on, 2 on with the GEMVs' weight prefetch */
 void sg_cu_set_attn_decode(int mode); /* 2: the general decode kernel for every shape */
+/* SARAGOSSA_CUDA_ATTN_MERGE: 1 = the one-token slices merged in one round trip of loads (up to 64
+ * slices; the position read before the wait), 0 = the merge kernel shared with the many-token path */
+void sg_cu_set_attn_merge(int one);
+/* SARAGOSSA_CUDA_ATTN_KPRE: 1 = the one-token kernel copies its first tiles' K rows into shared
+ * memory before waiting for the previous kernel (rows of earlier positions; this step's is read
+ * after), where its shared memory stays within 48 KB; 0 = every K read after the wait */
+void sg_cu_set_attn_kpre(int on);
 /* Prefill through GEMMs: s [rows][L] scores of rows = heads * n query rows (token = row % n)
  * become probabilities in place, or as f16 into p16 [rows][L] (s then unchanged): scale,
  * soft-cap, causal/window mask (pmax: the last position when not causal), softmax; masked

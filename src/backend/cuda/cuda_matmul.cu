@@ -979,7 +979,9 @@ static __device__ __forceinline__ int multi_row(const sg_cu_multi &p, int64_t gr
  */
 /* The epilogue of row slot s of a fused GEMV (S slots from row g0 of the row space; for the GLU
  * slots [0, S/2) are gate rows and [S/2, S) the same up rows); tot holds every slot's sum. */
-template <int S> static __device__ __forceinline__ void multi_epi(const sg_cu_multi &p, int s, int64_t g0, const float *tot, int64_t rows)
+/* res_s: slot s's residual p.res[r] when the caller loaded it ahead (ADD), else NULL */
+template <int S>
+static __device__ __forceinline__ void multi_epi(const sg_cu_multi &p, int s, int64_t g0, const float *tot, int64_t rows, const float *res_s = NULL)
 {
 	if (p.epi == SG_CU_EPI_GLU) {
 		int64_t r = g0 + s;
@@ -991,7 +993,7 @@ template <int S> static __device__ __forceinline__ void multi_epi(const sg_cu_mu
 		int64_t r;
 		int m = multi_row(p, g0 + s, r);
 		float v = tot[s] + (p.bias[m] ? p.bias[m][r] : 0.0f);
-		if (p.epi == SG_CU_EPI_ADD) v = p.res[r] + v;
+		if (p.epi == SG_CU_EPI_ADD) v = (res_s ? *res_s : p.res[r]) + v;
 		p.y[m][r] = v;
 	}
 }
@@ -1471,13 +1473,20 @@ __global__ void __launch_bounds__(QT) mvs_kernel(const __grid_constant__ sg_cu_m
 	int64_t b = sl;
 	if (b < nb) a.load(row, rsc, rbi, w.sb_bf16, nb, b);
 	pdl_wait();
+	/* the residual of the epilogue's row goes out with the activations' loads, not after the sums */
+	float res_t = 0.0f;
+	if (p.epi == SG_CU_EPI_ADD && (int)threadIdx.x < S && g0 + (int)threadIdx.x < rows) {
+		int64_t rr;
+		multi_row(p, g0 + (int)threadIdx.x, rr);
+		res_t = p.res[rr];
+	}
 	extern __shared__ int4 xs[];
 	float4 *ss = (float4 *)(xs + 16 * nb);
 	stage_x(xq, sx, nb, xs, ss);
 	float acc = sb_row_sum<KT, LPR, MANY>(a, b, row, rsc, rbi, w.sb_bf16, nb, xs, ss, dx);
 	if (sl == 0) tot[slot] = acc;
 	__syncthreads();
-	if ((int)threadIdx.x < S) multi_epi<S>(p, (int)threadIdx.x, g0, tot, rows);
+	if ((int)threadIdx.x < S) multi_epi<S>(p, (int)threadIdx.x, g0, tot, rows, p.epi == SG_CU_EPI_ADD ? &res_t : NULL);
 	(void)x;
 }
 
@@ -1750,15 +1759,17 @@ __global__ void __launch_bounds__(NQ_WARPS * 32) norm_quant_kernel(const float *
 {
 	int wi = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
 	float sc = 1.0f;
+	int64_t b = (int64_t)blockIdx.x * nw + wi, i = b * 32 + lane;
+	/* the norm weight before pdl_wait (weights are never written): its load, from HBM, is not
+	 * waited out after the sum of squares */
+	float wv = norm && w && b < K / 32 ? __ldg(w + i) + off : 0.0f;
 	pdl_trigger();
 	pdl_wait();
 	if (norm) {
 		sc = 1.0f / sqrtf(block_sumsq(x, K) / (float)K + eps);
 	}
-	int64_t b = (int64_t)blockIdx.x * nw + wi;
 	if (b >= K / 32) return;
-	int64_t i = b * 32 + lane;
-	float v = norm ? (w ? x[i] * sc * (w[i] + off) : x[i] * sc) : x[i];
+	float v = norm ? (w ? x[i] * sc * wv : x[i] * sc) : x[i];
 	if (xn) xn[i] = v;
 	q8_store(v, b, lane, xq, dx, sx);
 }

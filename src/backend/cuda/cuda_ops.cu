@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(PREP_THREADS)
 	for (int j = 0; j < PREP_PER; j++) {
 		int i = tid + j * PREP_THREADS;
 		if (i < r.hd) xs[i] = x[i];
-		vv[j] = store && i < hdv ? vr[i] : 0.0f;
+		vv[j] = isk && i < hdv ? vr[i] : 0.0f; /* not on store: the load need not wait for pos */
 	}
 	__syncthreads();
 	if (qn || kn) {
@@ -379,6 +379,57 @@ template <int DEC> __global__ void attn_merge_kernel(const sg_cu_attn a)
 	}
 }
 
+/*
+ * The one-token merge in one round trip (SARAGOSSA_CUDA_ATTN_MERGE=1): the position is read
+ * before pdl_wait (positions are written by host copies alone, see attn_dec_kernel), so every
+ * load of the live slices (thread c: slice c's M and L; each thread: its dim of every live
+ * slice, up to DEC_SPLIT, predicated) goes out at once after the wait; the kernel above waits
+ * out the position, then its M, L and A reads one after another, the A reads eight slices at a
+ * time. The same arithmetic in the same order (for 128 threads and at most 128 slices: each
+ * thread's max and sum hold slice c = threadIdx.x alone, then the same block reductions): its
+ * bits.
+ */
+#define DEC_SPLIT 64 /* the most slices of a one-token decode */
+__global__ void __launch_bounds__(128) attn_merge1_kernel(const sg_cu_attn a)
+{
+	__shared__ float sf[DEC_SPLIT];
+	pdl_trigger();
+	int64_t lo, hi, chunk;
+	dec_span(a, a.nchunk, lo, hi, chunk);
+	int64_t live = (hi - lo) / chunk + 1;
+	pdl_wait();
+	int64_t th = blockIdx.x, st = a.hdv + 2;
+	const float *pp = a.part + th * a.nchunk * st;
+	const int nc = live < a.nchunk ? (int)live : a.nchunk, t = (int)threadIdx.x;
+	float mc = -INFINITY, lc = 0.0f, v[DEC_SPLIT];
+	if (t < nc) mc = pp[t * st], lc = pp[t * st + 1];
+	for (int64_t d0 = 0; d0 < a.hdv; d0 += blockDim.x) {
+		int64_t d = d0 + t;
+		if (d0 == 0) { /* the first dims' values go out with M and L */
+#pragma unroll
+			for (int c = 0; c < DEC_SPLIT; c++) v[c] = c < nc && d < a.hdv ? pp[c * st + 2 + d] : 0.0f;
+		}
+		if (d0 == 0) {
+			float M = block_max(mc);
+			float f = lc > 0 ? expf(mc - M) : 0.0f;
+			if (t < nc) sf[t] = f;
+			float L = block_sum(lc * f);
+			mc = M, lc = L; /* kept for the later dims */
+		} else {
+#pragma unroll
+			for (int c = 0; c < DEC_SPLIT; c++) v[c] = c < nc && d < a.hdv ? pp[c * st + 2 + d] : 0.0f;
+		}
+		if (d >= a.hdv) continue; /* whole warps: hdv is a multiple of 32 */
+		float A = 0.0f;
+#pragma unroll
+		for (int c = 0; c < DEC_SPLIT; c++)
+			if (c < nc) A = fmaf(v[c], sf[c], A);
+		float L = lc, o = L > 0 ? A / L : 0.0f;
+		a.out[th * a.hdv + d] = o;
+		if (a.xq) q8_store(o, (th * a.hdv + d) >> 5, (int)(d & 31), a.xq, a.dx, a.sx);
+	}
+}
+
 extern "C" int sg_cu_attention(const sg_cu_attn *a, sg_custream s)
 {
 	int64_t items = a->n * a->H;
@@ -407,9 +458,8 @@ extern "C" int sg_cu_attention(const sg_cu_attn *a, sg_custream s)
  */
 #define DW 4 /* warps per decode block */
 
-static __device__ __forceinline__ void ld8(const __half *p, float *f)
+static __device__ __forceinline__ void h8(uint4 u, float *f)
 {
-	uint4 u = *(const uint4 *)p;
 	const __half2 *h = (const __half2 *)&u;
 #pragma unroll
 	for (int i = 0; i < 4; i++) {
@@ -417,6 +467,7 @@ static __device__ __forceinline__ void ld8(const __half *p, float *f)
 		f[2 * i] = t.x, f[2 * i + 1] = t.y;
 	}
 }
+static __device__ __forceinline__ void ld8(const __half *p, float *f) { h8(*(const uint4 *)p, f); }
 static __device__ __forceinline__ void ld8(const float *p, float *f)
 {
 	float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
@@ -456,7 +507,9 @@ template <int NV> static __device__ __forceinline__ void ldv(const float *p, flo
 /* The f16 compile-time head-dim path (SARAGOSSA_CUDA_ATTN_DECODE=2 keeps the general one), and
  * with =3 its tiles staged in shared memory by cp.async (measured slower at 8k positions: the
  * tiles' shared memory halves the blocks an SM holds). */
-static int g_dec_wide = 1, g_dec_stage = 0, g_dec_group = 0;
+static int g_dec_wide = 1, g_dec_stage = 0, g_dec_group = 0, g_merge1 = 1, g_kpre = 1;
+extern "C" void sg_cu_set_attn_kpre(int on) { g_kpre = on; }
+extern "C" void sg_cu_set_attn_merge(int one) { g_merge1 = one; }
 extern "C" void sg_cu_set_attn_group(int g) { g_dec_group = g == 1 || g == 2 || g == 4 || g == 8 ? g : 0; }
 extern "C" void sg_cu_set_attn_decode(int mode)
 {
@@ -507,16 +560,67 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 	constexpr int CPR = HD ? HD / 8 : 1;    /* 16-byte chunks a row (STG) */
 	__half *kst = (__half *)(sacc + DW * G * hdv) + (threadIdx.x >> 5) * 2 * 32 * HD,
 	       *vst = kst + 32 * HD; /* [32][HD] each */
+	/* PRE: [32][HD + 8]: rows 16 bytes longer than HD, so the 8 lanes of a shared-memory phase,
+	 * each reading its own row at one offset, fall in 8 different banks */
+	__half *kpst = (__half *)(sacc + DW * G * hdv) + (threadIdx.x >> 5) * 32 * (HD + 8);
 	pdl_trigger();
-	pdl_wait();
 	int gall = (int)(a.H / a.Hkv), ng = gall / G;
 	int kh = blockIdx.x / ng, h0 = kh * gall + (blockIdx.x % ng) * G;
 	int c = blockIdx.y, nsplit = gridDim.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	/* The position before pdl_wait: positions are written by host copies alone, ordered before
+	 * every kernel of the step (no kernel of a step writes them), so the value is there when any
+	 * kernel of the step runs; the wait is for the queries and this step's K/V row. */
 	int64_t lo, hi, chunk;
 	dec_span(a, nsplit, lo, hi, chunk);
-	int64_t b0 = lo + (int64_t)c * chunk, b1 = min(b0 + chunk - 1, hi);
+	int64_t b0 = lo + (int64_t)c * chunk, b1 = min(b0 + chunk - 1, hi), tf = b0 + warp * 32;
+	int64_t rs = a.Hkv * hd, vrs = a.Hkv * hdv;
+	/* PRE (SARAGOSSA_CUDA_ATTN_KPRE): the K rows of the warp's first tile are copied into shared
+	 * memory (cp.async) before the wait: rows of earlier positions were written
+	 * by earlier steps, and the lane whose row is this step's position reads it again after the
+	 * wait. The copy's memory round trip overlaps the previous kernel's tail. */
+	constexpr bool PRE = HD && !STG;
+	int kpre = 0;
+	if constexpr (PRE) {
+		if (a.kpre && tf <= b1) {
+#pragma unroll
+			for (int it = 0; it < CPR; it++) {
+				int i = it * 32 + lane, r = i / CPR, cc = i % CPR;
+				int64_t jr = tf + r <= b1 ? tf + r : tf, rr = a.ring ? jr % a.ctx : jr;
+				cp_async16(kpst + r * (HD + 8) + cc * 8, (const __half *)a.kc + kh * hd + rr * rs + cc * 8);
+			}
+			int64_t j = tf + lane <= b1 ? tf + lane : tf;
+			kpre = j != a.pos[0];
+		}
+	}
+	pdl_wait();
+	/* hd is a multiple of 8: whole float4s */
+	constexpr int QV = (G * (HD ? HD : 256) / 4 + DW * 32 - 1) / (DW * 32);
+	float4 qv[QV];
+	const float4 *q4 = (const float4 *)(a.q + (int64_t)h0 * hd);
+#pragma unroll
+	for (int k = 0; k < QV; k++) {
+		int i = (int)threadIdx.x + k * DW * 32;
+		if (i < G * hd / 4) qv[k] = q4[i];
+	}
+	if constexpr (PRE) {
+		if (a.kpre && tf <= b1) {
+			cp_async_wait_all();
+			__syncwarp();
+			if (!kpre) { /* this step's row (or the first row standing in for it): read after the wait */
+				int64_t j = tf + lane <= b1 ? tf + lane : tf, row = a.ring ? j % a.ctx : j;
+				const uint4 *src = (const uint4 *)((const __half *)a.kc + kh * hd + row * rs);
+#pragma unroll
+				for (int cc = 0; cc < CPR; cc++) *(uint4 *)(kpst + lane * (HD + 8) + cc * 8) = src[cc];
+			}
+			__syncwarp();
+		}
+	}
 	if (b0 > hi) return; /* a slice past the live rows: the merge skips it (whole block: no barrier waits) */
-	for (int i = threadIdx.x; i < G * hd; i += DW * 32) sq[i] = a.q[h0 * hd + i];
+#pragma unroll
+	for (int k = 0; k < QV; k++) {
+		int i = (int)threadIdx.x + k * DW * 32;
+		if (i < G * hd / 4) ((float4 *)sq)[i] = qv[k];
+	}
 	float m[G], l[G], acc[G][VD];
 #pragma unroll
 	for (int g = 0; g < G; g++) {
@@ -524,13 +628,12 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 #pragma unroll
 		for (int e = 0; e < VD; e++) acc[g][e] = 0.0f;
 	}
-	int64_t rs = a.Hkv * hd, vrs = a.Hkv * hdv;
 	const int sub = HD ? lane / LPR : 0, dl = HD ? (lane % LPR) * 8 : lane * NV; /* V row of the instruction, first dim */
 	const T *kb = (const T *)a.kc + kh * hd, *vb = (const T *)a.vc + kh * hdv + dl;
 	float *pw = sp + warp * 32 * G;
 	int *rw = srow + warp * 32;
 	__syncthreads();
-	for (int64_t t0 = b0 + warp * 32; t0 <= b1; t0 += DW * 32) {
+	for (int64_t t0 = tf; t0 <= b1; t0 += DW * 32) {
 		/* lanes past the slice read the tile's first row (always live) and are masked below,
 		 * so every load is unconditional and a row is never past the cache */
 		int valid = t0 + lane <= b1;
@@ -551,13 +654,18 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 #pragma unroll
 		for (int g = 0; g < G; g++) s[g] = 0.0f;
 		const T *kr = kb + row * rs;
+		/* PRE: the first tile's rows from shared memory (padded rows: the same offsets as a
+		 * row in the cache, one base address for both) */
+		const T *ks = kr;
+		if constexpr (PRE)
+			if (t0 == tf && a.kpre) ks = (const T *)(kpst + lane * (HD + 8));
 #pragma unroll(HD ? 16 : 4)
 		for (int e = 0; e < hd; e += 8) {
 			float kf[8];
 			if constexpr (STG)
 				ld8(kst + lane * HD + ((e / 8) ^ (lane & 7)) * 8, kf);
 			else
-				ld8(kr + e, kf);
+				ld8(ks + e, kf);
 #pragma unroll
 			for (int g = 0; g < G; g++) {
 				const float4 *q4 = (const float4 *)(sq + g * hd + e);
@@ -680,6 +788,14 @@ static void dec_wide(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st)
 			                        smx, st, *a);
 		(void)cudaGetLastError();
 	}
+	/* the first tiles' K rows in shared memory before the wait, where the block's shared memory
+	 * stays within the 48 KB that needs no opt-in (f16 head dim 128 with 4 query heads: 45 KB) */
+	size_t smk = sm + (size_t)DW * 32 * (HD + 8) * 2;
+	if (g_kpre && smk <= 48 * 1024) {
+		sg_cu_attn b = *a;
+		b.kpre = 1;
+		return (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, 0>, grid, dim3(DW * 32), smk, st, b);
+	}
 	pdl_launch(attn_dec_kernel<__half, G, NV, HD, 0>, grid, dim3(DW * 32), sm, st, *a);
 }
 
@@ -729,7 +845,8 @@ extern "C" int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s)
 	cudaStream_t st = (cudaStream_t)s;
 	if (a->kf16) dec_launch_g<__half>(a, G, grid, sm, st);
 	else dec_launch_g<float>(a, G, grid, sm, st);
-	if (a->nchunk > 1) pdl_launch(attn_merge_kernel<1>, dim3((unsigned)a->H), dim3(128), 0, st, *a);
+	if (a->nchunk > 1 && g_merge1 && a->nchunk <= DEC_SPLIT) pdl_launch(attn_merge1_kernel, dim3((unsigned)a->H), dim3(128), 0, st, *a);
+	else if (a->nchunk > 1) pdl_launch(attn_merge_kernel<1>, dim3((unsigned)a->H), dim3(128), 0, st, *a);
 	return ok();
 }
 
