@@ -979,7 +979,7 @@ static __device__ __forceinline__ int multi_row(const sg_cu_multi &p, int64_t gr
  */
 /* The epilogue of row slot s of a fused GEMV (S slots from row g0 of the row space; for the GLU
  * slots [0, S/2) are gate rows and [S/2, S) the same up rows); tot holds every slot's sum. */
-/* res_s: slot s's residual p.res[r] when the caller loaded it ahead (ADD), else NULL */
+/* res_s: slot s's residual p.res[r] (ADD) when the caller loaded it ahead, else NULL */
 template <int S>
 static __device__ __forceinline__ void multi_epi(const sg_cu_multi &p, int s, int64_t g0, const float *tot, int64_t rows, const float *res_s = NULL)
 {
@@ -1486,7 +1486,7 @@ __global__ void __launch_bounds__(QT) mvs_kernel(const __grid_constant__ sg_cu_m
 	float acc = sb_row_sum<KT, LPR, MANY>(a, b, row, rsc, rbi, w.sb_bf16, nb, xs, ss, dx);
 	if (sl == 0) tot[slot] = acc;
 	__syncthreads();
-	if ((int)threadIdx.x < S) multi_epi<S>(p, (int)threadIdx.x, g0, tot, rows, p.epi == SG_CU_EPI_ADD ? &res_t : NULL);
+	if ((int)threadIdx.x < S) multi_epi<S>(p, (int)threadIdx.x, g0, tot, rows, &res_t);
 	(void)x;
 }
 

@@ -405,19 +405,14 @@ __global__ void __launch_bounds__(128) attn_merge1_kernel(const sg_cu_attn a)
 	if (t < nc) mc = pp[t * st], lc = pp[t * st + 1];
 	for (int64_t d0 = 0; d0 < a.hdv; d0 += blockDim.x) {
 		int64_t d = d0 + t;
-		if (d0 == 0) { /* the first dims' values go out with M and L */
 #pragma unroll
-			for (int c = 0; c < DEC_SPLIT; c++) v[c] = c < nc && d < a.hdv ? pp[c * st + 2 + d] : 0.0f;
-		}
-		if (d0 == 0) {
+		for (int c = 0; c < DEC_SPLIT; c++) v[c] = c < nc && d < a.hdv ? pp[c * st + 2 + d] : 0.0f;
+		if (d0 == 0) { /* the first dims' values went out with M and L */
 			float M = block_max(mc);
 			float f = lc > 0 ? expf(mc - M) : 0.0f;
 			if (t < nc) sf[t] = f;
 			float L = block_sum(lc * f);
 			mc = M, lc = L; /* kept for the later dims */
-		} else {
-#pragma unroll
-			for (int c = 0; c < DEC_SPLIT; c++) v[c] = c < nc && d < a.hdv ? pp[c * st + 2 + d] : 0.0f;
 		}
 		if (d >= a.hdv) continue; /* whole warps: hdv is a multiple of 32 */
 		float A = 0.0f;
@@ -580,6 +575,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 	 * wait. The copy's memory round trip overlaps the previous kernel's tail. */
 	constexpr bool PRE = HD && !STG;
 	int kpre = 0;
+	const int64_t jf = tf + lane <= b1 ? tf + lane : tf; /* the lane's row of the first tile */
 	if constexpr (PRE) {
 		if (a.kpre && tf <= b1) {
 #pragma unroll
@@ -588,8 +584,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 				int64_t jr = tf + r <= b1 ? tf + r : tf, rr = a.ring ? jr % a.ctx : jr;
 				cp_async16(kpst + r * (HD + 8) + cc * 8, (const __half *)a.kc + kh * hd + rr * rs + cc * 8);
 			}
-			int64_t j = tf + lane <= b1 ? tf + lane : tf;
-			kpre = j != a.pos[0];
+			kpre = jf != a.pos[0];
 		}
 	}
 	pdl_wait();
@@ -607,7 +602,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 			cp_async_wait_all();
 			__syncwarp();
 			if (!kpre) { /* this step's row (or the first row standing in for it): read after the wait */
-				int64_t j = tf + lane <= b1 ? tf + lane : tf, row = a.ring ? j % a.ctx : j;
+				int64_t row = a.ring ? jf % a.ctx : jf;
 				const uint4 *src = (const uint4 *)((const __half *)a.kc + kh * hd + row * rs);
 #pragma unroll
 				for (int cc = 0; cc < CPR; cc++) *(uint4 *)(kpst + lane * (HD + 8) + cc * 8) = src[cc];
