@@ -338,6 +338,15 @@ typedef struct sg_backend_ops {
 				    const sg_btensor *pos, const sg_rope_params *rope, const sg_btensor *q_norm,
 				    const sg_btensor *k_norm, float eps, float w_offset, sg_btensor *kcache,
 				    sg_btensor *vcache);
+	/* attn_prep (q_norm, k_norm: the per-head norms of attn_prep_norm, or NULL for none) then
+	 * attention(q, kcache, vcache, pos, ap, out), as one stage: a GPU's one-token attention
+	 * normalises and rotates its query heads and the step's K row itself (one kernel fewer). The
+	 * caches and out equal the composition's bit for bit; q and k are scratch afterwards (the
+	 * composition leaves them rotated, the fused stage raw). May be NULL. */
+	sg_status (*attention_prep)(sg_backend *be, sg_btensor *q, sg_btensor *k, const sg_btensor *v, const sg_btensor *pos,
+				    const sg_rope_params *rope, const sg_btensor *q_norm, const sg_btensor *k_norm, float eps,
+				    float w_offset, sg_btensor *kcache, sg_btensor *vcache, const sg_attn_params *ap,
+				    sg_btensor *out);
 	/* g = act(moe_matmul(w_gate, x, ids)) * moe_matmul(w_up, x, ids): the gate and up expert
 	 * matmuls of an MoE layer with their GLU (u [n][k][F] may be used as scratch). Equals the
 	 * composition (sg_backend_moe_glu_compose) up to the summation order. May be NULL. */

@@ -59,6 +59,10 @@ static const sg_flag table[] = {
 	 "CUDA one-token attention: each warp's first 32 K rows are copied into shared memory before the kernel waits "
 	 "for the one ahead of it (rows of earlier positions; this step's row is read after the wait), where the block's "
 	 "shared memory stays within 48 KB (f16 caches, head dim 128 with 4 query heads a block); 0 = off"},
+	{"SARAGOSSA_CUDA_ATTN_PREP", SG_FLAG_BOOL, "1",
+	 "CUDA one-token attention over f16 caches of head dim 64/128/256: the attention kernel normalises and rotates "
+	 "its own query heads and the step's K row and stores the K and V rows (the same bits; one kernel fewer a "
+	 "layer); 0 = the separate prep kernel"},
 	{"SARAGOSSA_CUDA_ATTN_GROUP", SG_FLAG_INT, "0",
 	 "CUDA one-token attention: this many query heads of a KV head per block (1, 2, 4 or 8, where it divides the "
 	 "group; 0 = by shape, up to 8); fewer give more blocks, each with less work a lane, more read each K/V row for "

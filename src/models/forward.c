@@ -151,17 +151,6 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 		}
 		rows = &ring_rows;
 	}
-	if (fuse && d->qk_norm) {
-		SG_FWD_OK(o->attn_prep_norm(be, &q, &k, &v, &pos, &rp, &lw->q_norm, &lw->k_norm, d->norm_eps, d->norm_offset, &kv->k, &kv->v));
-	} else if (fuse) {
-		SG_FWD_OK(sg_backend_attn_prep(be, &q, &k, &v, &pos, &rp, &kv->k, &kv->v));
-	} else {
-		if (l->n_rot > 0) {
-			SG_FWD_OK(o->rope(be, &q, &pos, &rp));
-			SG_FWD_OK(o->rope(be, &k, &pos, &rp));
-		}
-		SG_FWD_OK(o->kv_store(be, &k, &v, rows, &kv->k, &kv->v));
-	}
 	sg_attn_params ap = {
 		.scale = d->query_scale,
 		.softcap = d->attn_softcap,
@@ -169,7 +158,23 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 		.causal = 1, /* a ring cache is read as one because the window is shorter than it */
 		.feeds_matmul = !d->sandwich_norm,
 	};
-	SG_FWD_OK(o->attention(be, &q, &kv->k, &kv->v, &pos, &ap, &att));
+	if (fuse && o->attention_prep) { /* the prep inside the attention where the backend can */
+		const sg_btensor *qn = d->qk_norm ? &lw->q_norm : NULL, *kn = d->qk_norm ? &lw->k_norm : NULL;
+		SG_FWD_OK(o->attention_prep(be, &q, &k, &v, &pos, &rp, qn, kn, d->norm_eps, d->norm_offset, &kv->k, &kv->v, &ap, &att));
+	} else {
+		if (fuse && d->qk_norm) {
+			SG_FWD_OK(o->attn_prep_norm(be, &q, &k, &v, &pos, &rp, &lw->q_norm, &lw->k_norm, d->norm_eps, d->norm_offset, &kv->k, &kv->v));
+		} else if (fuse) {
+			SG_FWD_OK(sg_backend_attn_prep(be, &q, &k, &v, &pos, &rp, &kv->k, &kv->v));
+		} else {
+			if (l->n_rot > 0) {
+				SG_FWD_OK(o->rope(be, &q, &pos, &rp));
+				SG_FWD_OK(o->rope(be, &k, &pos, &rp));
+			}
+			SG_FWD_OK(o->kv_store(be, &k, &v, rows, &kv->k, &kv->v));
+		}
+		SG_FWD_OK(o->attention(be, &q, &kv->k, &kv->v, &pos, &ap, &att));
+	}
 	if (d->sandwich_norm) {
 		SG_FWD_OK(o->matmul(be, &lw->wo, &att, NULL, &h));
 		SG_FWD_OK(norm(m, &h, &lw->post_attn_norm, &h));

@@ -1055,6 +1055,63 @@ Test(cuda, attention_decode_k_rows_before_the_wait_equal_after)
 	decode_settings_agree(sg_cu_set_attn_kpre, "SARAGOSSA_CUDA_ATTN_KPRE", 0, 1, sg_flag_bool("SARAGOSSA_CUDA_ATTN_KPRE"));
 }
 
+/* The prep fused into the one-token attention (SARAGOSSA_CUDA_ATTN_PREP=1) gives the bits of the
+ * prep kernel followed by the attention (=0): the output and both caches whole (the step's rows
+ * poisoned before each run, so a missing store shows), over head dims 64/128/256, groups 1-8 with
+ * one or two blocks a KV head, every rope layout and scaling, with and without q/k norms (and a
+ * norm offset), the position in a first tile (the K row copied before the wait), at 0 and past
+ * 32k. */
+Test(cuda, attention_with_the_prep_fused_equals_prep_then_attention)
+{
+	struct {
+		int64_t H, Hkv, hd, ctx;
+		int32_t p;
+		int rope, norm;
+		float off;
+	} cs[] = {{32, 8, 128, 4096, 1088, 0, 1, 0}, {32, 4, 128, 4096, 31, 0, 1, 0},  {16, 2, 64, 3000, 2999, 1, 0, 0},
+	          {8, 1, 256, 40000, 33000, 2, 1, 0}, {64, 8, 128, 2000, 500, 7, 1, 0}, {8, 8, 128, 600, 0, 4, 1, 1.0f},
+	          {4, 2, 128, 100, 64, 3, 1, 0},      {16, 2, 256, 700, 333, 5, 1, 0},  {8, 2, 128, 300, 257, 6, 1, 0}};
+	sg_attn_params ap = {0, 0, 0, 1, 1};
+	for (size_t c = 0; c < sizeof(cs) / sizeof(cs[0]); c++) {
+		int64_t H = cs[c].H, Hkv = cs[c].Hkv, hd = cs[c].hd, ctx = cs[c].ctx, D = H * hd;
+		int32_t p = cs[c].p;
+		sg_rope_params rp = rope_case(cs[c].rope, (int)hd);
+		pair pos = pair_i32(1, 1, &p), q0 = pair_rand(D, 1, 1, 2.0f), k0 = pair_rand(hd * Hkv, 1, 1, 2.0f), v = pair_rand(hd * Hkv, 1, 1, 1.0f);
+		pair q = pair_new(SG_TYPE_F32, D, 1, 1, 1), k = pair_new(SG_TYPE_F32, hd * Hkv, 1, 1, 1), kh, vh;
+		pair qn = pair_rand(hd, 1, 1, 1.0f), kn = pair_rand(hd, 1, 1, 1.0f), att = pair_new(SG_TYPE_F32, D, 1, 1, 1);
+		f16_caches(hd, Hkv, ctx, &kh, &vh);
+		float *got[2][3];
+		for (int m = 0; m < 2; m++) {
+			sg_cu_set_attn_prep(m);
+			cr_assert_eq(gpu->ops->write(gpu, &q.g, 0, q0.c.data, sizeof(float) * (size_t)D), SG_OK);
+			cr_assert_eq(gpu->ops->write(gpu, &k.g, 0, k0.c.data, sizeof(float) * (size_t)(hd * Hkv)), SG_OK);
+			uint16_t nan16[1024];
+			for (int i = 0; i < 1024; i++) nan16[i] = 0x7e00;
+			size_t row = (size_t)(hd * Hkv) * 2;
+			cr_assert_eq(gpu->ops->write(gpu, &kh.g, (size_t)p * row, nan16, row), SG_OK);
+			cr_assert_eq(gpu->ops->write(gpu, &vh.g, (size_t)p * row, nan16, row), SG_OK);
+			poison(&att);
+			cr_assert_eq(gpu->ops->attention_prep(gpu, &q.g, &k.g, &v.g, &pos.g, &rp, cs[c].norm ? &qn.g : NULL, cs[c].norm ? &kn.g : NULL,
+			                                      1e-6f, cs[c].off, &kh.g, &vh.g, &ap, &att.g),
+			             SG_OK, "%s", sg_last_error());
+			got[m][0] = fetch(&att), got[m][1] = fetch(&kh), got[m][2] = fetch(&vh);
+		}
+		sg_cu_set_attn_prep(sg_flag_bool("SARAGOSSA_CUDA_ATTN_PREP"));
+		size_t n[3] = {(size_t)D, (size_t)(ctx * hd * Hkv), (size_t)(ctx * hd * Hkv)};
+		const char *what[3] = {"output", "k cache", "v cache"};
+		int finite = 1;
+		for (int64_t i = 0; i < D; i++) finite &= isfinite(got[0][0][i]) != 0;
+		cr_expect(finite, "case %zu: output not finite", c);
+		for (int j = 0; j < 3; j++) {
+			cr_expect(!memcmp(got[0][j], got[1][j], sizeof(float) * n[j]), "case %zu (H %lld, Hkv %lld, hd %lld, p %d, rope %d): fused %s differs",
+			          c, (long long)H, (long long)Hkv, (long long)hd, p, cs[c].rope, what[j]);
+			free(got[0][j]), free(got[1][j]);
+		}
+		pair *all[] = {&pos, &q0, &k0, &v, &q, &k, &kh, &vh, &qn, &kn, &att};
+		for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) pair_free(all[i]);
+	}
+}
+
 /* With each attention kill-switch or tunable set, the path it leaves still matches the CPU. */
 Test(cuda, attention_kill_switches_keep_working_paths)
 {
@@ -1377,29 +1434,37 @@ static void graph_matches_per_op(const char *name, int expect_graph)
 	free(c);
 }
 
-/* Programmatic dependent launch only moves when a kernel's blocks start, never what they compute:
- * the recorded decode with SARAGOSSA_CUDA_PDL=2 (prefetch) and =1 gives the bits of plain launches
- * (a kernel reading its predecessor's output before waiting would show here as a difference). */
-static void pdl_matches_plain(const char *name)
+/* The recorded decode with each setting of a switch that may only change which kernels do the
+ * work, never the arithmetic, gives the same logits and tokens as the first. */
+static void setting_keeps_bits(const char *name, const char *flag, const char *const *mode, int nm)
 {
 	int V = 0;
 	size_t cap = (size_t)DSTEPS * 300000;
 	float *l[3];
 	int32_t ids[3][DSTEPS];
-	const char *mode[3] = {"0", "1", "2"};
-	for (int i = 0; i < 3; i++) {
+	cr_assert(nm <= 3);
+	for (int i = 0; i < nm; i++) {
 		l[i] = malloc(sizeof(float) * cap);
 		cr_assert(l[i]);
-		setenv("SARAGOSSA_CUDA_PDL", mode[i], 1);
+		setenv(flag, mode[i], 1);
 		cr_assert_eq(decode_run(name, "1", 0, l[i], ids[i], &V), 1, "%s: graph used", name);
-		unsetenv("SARAGOSSA_CUDA_PDL");
+		unsetenv(flag);
 		sg_flags_reload();
 	}
-	for (int i = 1; i < 3; i++) {
-		cr_expect(!memcmp(l[0], l[i], sizeof(float) * (size_t)DSTEPS * (size_t)V), "%s: PDL=%s logits differ from plain launches", name, mode[i]);
-		cr_expect(!memcmp(ids[0], ids[i], sizeof(ids[0])), "%s: PDL=%s tokens differ", name, mode[i]);
+	for (int i = 1; i < nm; i++) {
+		cr_expect(!memcmp(l[0], l[i], sizeof(float) * (size_t)DSTEPS * (size_t)V), "%s: %s=%s logits differ from =%s", name, flag, mode[i], mode[0]);
+		cr_expect(!memcmp(ids[0], ids[i], sizeof(ids[0])), "%s: %s=%s tokens differ", name, flag, mode[i]);
 	}
-	for (int i = 0; i < 3; i++) free(l[i]);
+	for (int i = 0; i < nm; i++) free(l[i]);
+}
+
+/* Programmatic dependent launch only moves when a kernel's blocks start: SARAGOSSA_CUDA_PDL=2
+ * (prefetch) and =1 give the bits of plain launches (a kernel reading its predecessor's output
+ * before waiting would show here as a difference). */
+static void pdl_matches_plain(const char *name)
+{
+	static const char *const mode[3] = {"0", "1", "2"};
+	setting_keeps_bits(name, "SARAGOSSA_CUDA_PDL", mode, 3);
 }
 
 /* Decode steps ending in sampling candidates (sg_session_decode_top), replayed from their own

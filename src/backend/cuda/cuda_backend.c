@@ -757,23 +757,35 @@ static sg_status cuda_kv_store(sg_backend *be, const sg_btensor *k, const sg_bte
 	return SG_OK;
 }
 
-static sg_status prep(sg_backend *be, sg_btensor *q, sg_btensor *k, const sg_btensor *v, const sg_btensor *pos, const sg_rope_params *p,
-		      const sg_btensor *qn, const sg_btensor *kn, float eps, float off, sg_btensor *kc, sg_btensor *vc)
-{
-	sg_cuda_backend *cb = (sg_cuda_backend *)be;
-	sg_status st;
+/* The checked arguments of an attention prep (qk-norm weights optional), for its kernel or for
+ * the one-token attention that takes it fused in. */
+typedef struct prep_args {
+	float *q, *k;
+	const float *v, *qn, *kn;
+	const int32_t *pos;
+	int64_t n, Hq, Hk, hdv, ctx;
+	void *kc, *vc;
+	int kf16, vf16;
+	float eps, off;
 	sg_cu_rope r;
-	int64_t Hq = 0, Hk = 0, Hv = 0;
+} prep_args;
+
+static sg_status prep_check(sg_btensor *q, sg_btensor *k, const sg_btensor *v, const sg_btensor *pos, const sg_rope_params *p,
+			    const sg_btensor *qn, const sg_btensor *kn, float eps, float off, sg_btensor *kc, sg_btensor *vc, prep_args *a)
+{
+	sg_status st;
+	int64_t Hv = 0;
+	memset(a, 0, sizeof(*a));
 	if ((st = check_f32("attn_prep", "q", q)) || (st = check_f32("attn_prep", "k", k)) || (st = check_f32("attn_prep", "v", v)) ||
-	    (st = check_i32("attn_prep", "pos", pos)) || (st = rope_setup("attn_prep", p, &r)))
+	    (st = check_i32("attn_prep", "pos", pos)) || (st = rope_setup("attn_prep", p, &a->r)))
 		return st;
-	int64_t n = nvals(pos);
-	if ((st = heads_of("attn_prep", q, n, p->head_dim, &Hq)) || (st = heads_of("attn_prep", k, n, p->head_dim, &Hk))) return st;
-	if (!vc || vc->ne[1] != Hk || (st = heads_of("attn_prep", v, n, vc->ne[0], &Hv)) || Hv != Hk)
-		return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda attn_prep: v and its cache disagree with %lld kv heads", (long long)Hk);
-	if ((st = cache_ok("attn_prep", kc, Hk * p->head_dim)) || (st = cache_ok("attn_prep", vc, Hk * vc->ne[0]))) return st;
-	int64_t ctx = kc->ne[2] * kc->ne[3];
-	if (vc->ne[2] * vc->ne[3] != ctx) return sg_error(SG_ERR_INVALID_ARG, "cuda attn_prep: caches of different lengths");
+	a->n = nvals(pos);
+	if ((st = heads_of("attn_prep", q, a->n, p->head_dim, &a->Hq)) || (st = heads_of("attn_prep", k, a->n, p->head_dim, &a->Hk))) return st;
+	if (!vc || vc->ne[1] != a->Hk || (st = heads_of("attn_prep", v, a->n, vc->ne[0], &Hv)) || Hv != a->Hk)
+		return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda attn_prep: v and its cache disagree with %lld kv heads", (long long)a->Hk);
+	if ((st = cache_ok("attn_prep", kc, a->Hk * p->head_dim)) || (st = cache_ok("attn_prep", vc, a->Hk * vc->ne[0]))) return st;
+	a->ctx = kc->ne[2] * kc->ne[3];
+	if (vc->ne[2] * vc->ne[3] != a->ctx) return sg_error(SG_ERR_INVALID_ARG, "cuda attn_prep: caches of different lengths");
 	if ((qn && ((st = check_f32("attn_prep", "q_norm", qn)) || qn->ne[0] != p->head_dim)) ||
 	    (kn && ((st = check_f32("attn_prep", "k_norm", kn)) || kn->ne[0] != p->head_dim)))
 		return st ? st
@@ -786,11 +798,28 @@ static sg_status prep(sg_backend *be, sg_btensor *q, sg_btensor *k, const sg_bte
 	if (vc->ne[0] > MAX_HEAD_DIM)
 		return sg_error(SG_ERR_UNSUPPORTED, "cuda attn_prep: v heads of %lld dims (at most %d)",
 		                (long long)vc->ne[0], MAX_HEAD_DIM);
-	CU_RET("attn_prep",
-	       sg_cu_attn_prep(q->data, k->data, v->data, pos->data, n, Hq, Hk, vc->ne[0], &r, kc->data,
-	                       kc->type == SG_TYPE_F16, vc->data, vc->type == SG_TYPE_F16, ctx,
-	                       qn ? qn->data : NULL, kn ? kn->data : NULL, eps, off, S(cb)));
+	a->q = q->data, a->k = k->data, a->v = v->data, a->pos = pos->data;
+	a->qn = qn ? qn->data : NULL, a->kn = kn ? kn->data : NULL;
+	a->hdv = vc->ne[0];
+	a->kc = kc->data, a->vc = vc->data;
+	a->kf16 = kc->type == SG_TYPE_F16, a->vf16 = vc->type == SG_TYPE_F16;
+	a->eps = eps, a->off = off;
 	return SG_OK;
+}
+
+static sg_status prep_run(sg_cuda_backend *cb, const prep_args *a)
+{
+	CU_RET("attn_prep", sg_cu_attn_prep(a->q, a->k, a->v, a->pos, a->n, a->Hq, a->Hk, a->hdv, &a->r, a->kc, a->kf16, a->vc, a->vf16,
+	                                    a->ctx, a->qn, a->kn, a->eps, a->off, S(cb)));
+	return SG_OK;
+}
+
+static sg_status prep(sg_backend *be, sg_btensor *q, sg_btensor *k, const sg_btensor *v, const sg_btensor *pos, const sg_rope_params *p,
+		      const sg_btensor *qn, const sg_btensor *kn, float eps, float off, sg_btensor *kc, sg_btensor *vc)
+{
+	prep_args a;
+	sg_status st = prep_check(q, k, v, pos, p, qn, kn, eps, off, kc, vc, &a);
+	return st ? st : prep_run((sg_cuda_backend *)be, &a);
 }
 
 static sg_status cuda_attn_prep(sg_backend *be, sg_btensor *q, sg_btensor *k, const sg_btensor *v, const sg_btensor *pos, const sg_rope_params *p,
@@ -811,8 +840,10 @@ static sg_status cuda_attn_prep_norm(sg_backend *be, sg_btensor *q, sg_btensor *
  * chain (dot, warp sum, exp), so short chunks and many blocks hide its latency (256 took ~130 us
  * per layer at 1k positions of a 32-head decode step on the H200; 64 is ~4x more blocks) */
 #define KV_CHUNK 64
-static sg_status cuda_attention(sg_backend *be, const sg_btensor *q, const sg_btensor *kc, const sg_btensor *vc, const sg_btensor *pos,
-				const sg_attn_params *p, sg_btensor *out)
+/* pa: an attention prep to run first (checked by prep_check against the same q, caches and
+ * positions), fused into the one-token kernel where it takes it, else as its own kernel. */
+static sg_status attention_run(sg_backend *be, const sg_btensor *q, const sg_btensor *kc, const sg_btensor *vc, const sg_btensor *pos,
+			       const sg_attn_params *p, sg_btensor *out, const prep_args *pa)
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
 	sg_status st;
@@ -846,6 +877,13 @@ static sg_status cuda_attention(sg_backend *be, const sg_btensor *q, const sg_bt
 	a.ring = p->causal && p->window > 0 && p->window < a.ctx;
 	a.out = out->data;
 	int64_t span = a.causal && a.window > 0 && a.window < a.ctx ? a.window : a.ctx;
+	if (pa) {
+		a.prep.r = pa->r;
+		a.prep.k = pa->k, a.prep.v = pa->v, a.prep.qn = pa->qn, a.prep.kn = pa->kn;
+		a.prep.eps = pa->eps, a.prep.off = pa->off;
+		a.prep.on = cb->attn_dec && pa->n == 1 && !a.ring && sg_cu_attn_prep_ok(&a);
+		if (!a.prep.on && (st = prep_run(cb, pa))) return st;
+	}
 	if (a.n == 1 && cb->attn_dec && sg_cu_attn_decode_ok(&a)) {
 		/* slices from static shapes (a recorded graph stays valid); each at least 64 rows */
 		int64_t nc = (span + 63) / 64, cap = 512 / sg_cu_attn_decode_units(&a);
@@ -887,6 +925,21 @@ static sg_status cuda_attention(sg_backend *be, const sg_btensor *q, const sg_bt
 	}
 	CU_RET("attention", sg_cu_attention(&a, S(cb)));
 	return SG_OK;
+}
+
+static sg_status cuda_attention(sg_backend *be, const sg_btensor *q, const sg_btensor *kc, const sg_btensor *vc, const sg_btensor *pos,
+				const sg_attn_params *p, sg_btensor *out)
+{
+	return attention_run(be, q, kc, vc, pos, p, out, NULL);
+}
+
+static sg_status cuda_attention_prep(sg_backend *be, sg_btensor *q, sg_btensor *k, const sg_btensor *v, const sg_btensor *pos,
+				     const sg_rope_params *rope, const sg_btensor *qn, const sg_btensor *kn, float eps, float off,
+				     sg_btensor *kc, sg_btensor *vc, const sg_attn_params *p, sg_btensor *out)
+{
+	prep_args a;
+	sg_status st = prep_check(q, k, v, pos, rope, qn, kn, eps, off, kc, vc, &a);
+	return st ? st : attention_run(be, q, kc, vc, pos, p, out, &a);
 }
 
 /* --- elementwise, softmax, routing, argmax --- */
@@ -1198,6 +1251,7 @@ static const sg_backend_ops cuda_ops = {
 	.moe_weight_scale = cuda_moe_weight_scale,
 	.matmul_multi = cuda_matmul_multi,
 	.attn_prep_norm = cuda_attn_prep_norm,
+	.attention_prep = cuda_attention_prep,
 	.moe_glu = cuda_moe_glu,
 	.moe_combine_add = cuda_moe_combine_add,
 };
@@ -1232,6 +1286,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	sg_cu_set_attn_group((int)sg_flag_int("SARAGOSSA_CUDA_ATTN_GROUP"));
 	sg_cu_set_attn_merge(sg_flag_bool("SARAGOSSA_CUDA_ATTN_MERGE"));
 	sg_cu_set_attn_kpre(sg_flag_bool("SARAGOSSA_CUDA_ATTN_KPRE"));
+	sg_cu_set_attn_prep(sg_flag_bool("SARAGOSSA_CUDA_ATTN_PREP"));
 	cb->attn_gemm = sg_flag_bool("SARAGOSSA_CUDA_ATTN_GEMM");
 	cb->attn_flash = sg_flag_bool("SARAGOSSA_CUDA_ATTN_FLASH");
 	cb->attn_f16 = sg_flag_bool("SARAGOSSA_CUDA_ATTN_F16");

@@ -201,6 +201,18 @@ int sg_cu_attn_prep(float *q, float *k, const float *v, const int32_t *pos, int6
 		    int vf16, int64_t ctx, const float *qn, const float *kn, float eps, float off,
 		    sg_custream s);
 
+/* The attention prep done inside the one-token attention (SARAGOSSA_CUDA_ATTN_PREP): q holds
+ * the raw query heads; every block normalises and rotates its own, and the blocks of the slice
+ * holding the position do the same for the step's K row and store it and the V row into the
+ * caches, with the prep kernel's arithmetic (bit-identical). */
+typedef struct sg_cu_aprep {
+	int on;
+	const float *k, *v;   /* the step's raw rows [Hkv][hd], [Hkv][hdv] */
+	const float *qn, *kn; /* per-head norm weights [hd], or NULL */
+	float eps, off;
+	sg_cu_rope r;
+} sg_cu_aprep;
+
 typedef struct sg_cu_attn {
 	const float *q;       /* [n][H][hd] */
 	const void *kc, *vc;  /* [ctx][Hkv][hd], [ctx][Hkv][hdv] */
@@ -215,6 +227,7 @@ typedef struct sg_cu_attn {
 	int8_t *xq;           /* decode only, when set: out also rounded to 8-bit blocks for the next */
 	float *dx, *sx;       /* GEMV (sg_cu_q8_split's arrays; hdv a multiple of 32) */
 	int kpre;             /* decode (set by sg_cu_attn_decode): the first tiles' K rows copied before the wait */
+	sg_cu_aprep prep;     /* decode: the prep fused in (prep.on; see sg_cu_attn_prep_ok) */
 } sg_cu_attn;
 #define SG_CU_MAX_HD 512
 int sg_cu_attention(const sg_cu_attn *a, sg_custream s);
@@ -224,6 +237,10 @@ int sg_cu_attention(const sg_cu_attn *a, sg_custream s);
 int sg_cu_attn_decode_ok(const sg_cu_attn *a);
 int sg_cu_attn_decode_units(const sg_cu_attn *a);
 int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s);
+/* 1 if the decode kernel takes a's prep fused in: f16 caches, hd = hdv of 64, 128 or 256 (the
+ * compile-time-shape kernel, unstaged), the rope's head dim hd, the flag on. */
+int sg_cu_attn_prep_ok(const sg_cu_attn *a);
+void sg_cu_set_attn_prep(int on); /* SARAGOSSA_CUDA_ATTN_PREP */
 /* Prefill (any n) in one flash-style kernel: f16 caches, hd = hdv of 64 or 128, causal, no ring
  * (_ok says whether the shapes fit); no score matrix, no host read of the positions. */
 int sg_cu_attn_flash_ok(const sg_cu_attn *a);

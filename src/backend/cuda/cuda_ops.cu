@@ -502,7 +502,8 @@ template <int NV> static __device__ __forceinline__ void ldv(const float *p, flo
 /* The f16 compile-time head-dim path (SARAGOSSA_CUDA_ATTN_DECODE=2 keeps the general one), and
  * with =3 its tiles staged in shared memory by cp.async (measured slower at 8k positions: the
  * tiles' shared memory halves the blocks an SM holds). */
-static int g_dec_wide = 1, g_dec_stage = 0, g_dec_group = 0, g_merge1 = 1, g_kpre = 1;
+static int g_dec_wide = 1, g_dec_stage = 0, g_dec_group = 0, g_merge1 = 1, g_kpre = 1, g_prep = 1;
+extern "C" void sg_cu_set_attn_prep(int on) { g_prep = on; }
 extern "C" void sg_cu_set_attn_kpre(int on) { g_kpre = on; }
 extern "C" void sg_cu_set_attn_merge(int one) { g_merge1 = one; }
 extern "C" void sg_cu_set_attn_group(int g) { g_dec_group = g == 1 || g == 2 || g == 4 || g == 8 ? g : 0; }
@@ -524,6 +525,49 @@ static size_t dec_smem(int G, int64_t hd, int64_t hdv)
 static size_t dec_stage_smem(int64_t hd)
 {
 	return (size_t)DW * 2 * 32 * (size_t)hd * 2;
+}
+
+/* One head of the fused prep by one warp: x [HD] raw, into dst [HD] (shared memory) normalised
+ * (when the layer has q/k norms: nw this head's weights, or NULL for none) and rotated. The sum
+ * of squares is block_sumsq's at the prep kernel's 128 threads: thread t < HD/4 takes float4 t,
+ * warps reduce by the same tree and warp 0 adds the warps' sums in order, so lane l here takes
+ * float4s l, l + 32 (the prep kernel's warps 0, 1) and the chunks' sums are added the same way;
+ * the scaling and rope_pair are the prep kernel's expressions (bit-identical). */
+template <int HD>
+static __device__ __forceinline__ void prep_head(const float *x, const float *nw, int norm, const sg_cu_aprep &pp, float *dst,
+                                                 int lane, float pf, int pmax)
+{
+	constexpr int NC = (HD / 4 + 31) / 32;
+	float4 v[NC], w[NC];
+#pragma unroll
+	for (int c = 0; c < NC; c++) {
+		int i = c * 32 + lane;
+		v[c] = i < HD / 4 ? ((const float4 *)x)[i] : make_float4(0, 0, 0, 0);
+		w[c] = nw && i < HD / 4 ? ((const float4 *)nw)[i] : make_float4(1, 1, 1, 1);
+	}
+	if (norm) {
+		float tot = 0.0f;
+#pragma unroll
+		for (int c = 0; c < NC; c++) {
+			float ss = 0.0f;
+			ss += v[c].x * v[c].x + v[c].y * v[c].y + v[c].z * v[c].z + v[c].w * v[c].w;
+			ss = warp_sum(ss);
+			tot = c ? tot + ss : ss;
+		}
+		float sc = 1.0f / sqrtf(tot / (float)HD + pp.eps);
+		if (nw)
+#pragma unroll
+			for (int c = 0; c < NC; c++) {
+				v[c].x = v[c].x * sc * (w[c].x + pp.off), v[c].y = v[c].y * sc * (w[c].y + pp.off);
+				v[c].z = v[c].z * sc * (w[c].z + pp.off), v[c].w = v[c].w * sc * (w[c].w + pp.off);
+			}
+	}
+#pragma unroll
+	for (int c = 0; c < NC; c++)
+		if (c * 32 + lane < HD / 4) ((float4 *)dst)[c * 32 + lane] = v[c];
+	__syncwarp();
+	for (int kk = lane; kk < pp.r.half; kk += 32) rope_pair(dst, pp.r, pf, kk, pmax);
+	__syncwarp();
 }
 
 /*
@@ -592,10 +636,40 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 	constexpr int QV = (G * (HD ? HD : 256) / 4 + DW * 32 - 1) / (DW * 32);
 	float4 qv[QV];
 	const float4 *q4 = (const float4 *)(a.q + (int64_t)h0 * hd);
+	const bool fused = HD && a.prep.on;
+	if (!fused) {
 #pragma unroll
-	for (int k = 0; k < QV; k++) {
-		int i = (int)threadIdx.x + k * DW * 32;
-		if (i < G * hd / 4) qv[k] = q4[i];
+		for (int k = 0; k < QV; k++) {
+			int i = (int)threadIdx.x + k * DW * 32;
+			if (i < G * hd / 4) qv[k] = q4[i];
+		}
+	}
+	if constexpr (HD > 0) {
+		/* the prep fused in: the block's query heads into sq; the blocks of the slice holding the
+		 * position also the step's K and V rows into the caches (every such block stores the
+		 * same bits; each reads its own stores after the barrier) */
+		if (fused) {
+			if (b0 > hi) return;
+			const sg_cu_aprep &pp = a.prep;
+			int p = a.pos[0], pmax = pp.r.dyn ? max(p, 0) : 0, qk = pp.qn || pp.kn;
+			float pf = (float)p * pp.r.pos_scale;
+			for (int g = warp; g < G; g += DW) prep_head<HD>(a.q + (int64_t)(h0 + g) * HD, pp.qn, qk, pp, sq + g * HD, lane, pf, pmax);
+			if (p >= 0 && p < a.ctx && p >= b0 && p <= b1 && warp == DW - 1) {
+				float *ks = sacc; /* free until the end */
+				prep_head<HD>(pp.k + (int64_t)kh * HD, pp.kn, qk, pp, ks, lane, pf, pmax);
+				__half *kd = (__half *)a.kc + ((int64_t)p * a.Hkv + kh) * HD, *vd = (__half *)a.vc + ((int64_t)p * a.Hkv + kh) * HD;
+				const float *vr = pp.v + (int64_t)kh * HD;
+#pragma unroll
+				for (int i = lane; i < HD / 4; i += 32) {
+					float4 kv = ((const float4 *)ks)[i], vv = ((const float4 *)vr)[i];
+					__half2 k2[2] = {__floats2half2_rn(kv.x, kv.y), __floats2half2_rn(kv.z, kv.w)};
+					__half2 v2[2] = {__floats2half2_rn(vv.x, vv.y), __floats2half2_rn(vv.z, vv.w)};
+					*(uint2 *)(kd + 4 * i) = *(const uint2 *)k2;
+					*(uint2 *)(vd + 4 * i) = *(const uint2 *)v2;
+				}
+			}
+			__syncthreads();
+		}
 	}
 	if constexpr (PRE) {
 		if (a.kpre && tf <= b1) {
@@ -611,10 +685,12 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 		}
 	}
 	if (b0 > hi) return; /* a slice past the live rows: the merge skips it (whole block: no barrier waits) */
+	if (!fused) {
 #pragma unroll
-	for (int k = 0; k < QV; k++) {
-		int i = (int)threadIdx.x + k * DW * 32;
-		if (i < G * hd / 4) ((float4 *)sq)[i] = qv[k];
+		for (int k = 0; k < QV; k++) {
+			int i = (int)threadIdx.x + k * DW * 32;
+			if (i < G * hd / 4) ((float4 *)sq)[i] = qv[k];
+		}
 	}
 	float m[G], l[G], acc[G][VD];
 #pragma unroll
@@ -831,9 +907,16 @@ template <typename T> static void dec_launch_g(const sg_cu_attn *a, int G, dim3 
 
 extern "C" int sg_cu_attn_decode_units(const sg_cu_attn *a) { return (int)(a->Hkv * (a->H / a->Hkv / dec_group(a))); }
 
+extern "C" int sg_cu_attn_prep_ok(const sg_cu_attn *a)
+{
+	return g_prep && g_dec_wide && !g_dec_stage && a->n == 1 && a->kf16 && a->vf16 && !a->ring && a->hd == a->hdv &&
+	       (a->hd == 64 || a->hd == 128 || a->hd == 256) && a->prep.r.hd == a->hd && sg_cu_attn_decode_ok(a);
+}
+
 extern "C" int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s)
 {
 	if (!sg_cu_attn_decode_ok(a) || a->nchunk < 1 || (a->nchunk > 1 && !a->part)) return (int)cudaErrorInvalidValue;
+	if (a->prep.on && !sg_cu_attn_prep_ok(a)) return (int)cudaErrorInvalidValue;
 	int G = dec_group(a);
 	dim3 grid((unsigned)sg_cu_attn_decode_units(a), (unsigned)a->nchunk);
 	size_t sm = dec_smem(G, a->hd, a->hdv);
