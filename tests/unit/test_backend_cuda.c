@@ -1055,8 +1055,9 @@ Test(cuda, attention_decode_k_rows_before_the_wait_equal_after)
 	decode_settings_agree(sg_cu_set_attn_kpre, "SARAGOSSA_CUDA_ATTN_KPRE", 0, 1, sg_flag_bool("SARAGOSSA_CUDA_ATTN_KPRE"));
 }
 
-/* The prep fused into the one-token attention (SARAGOSSA_CUDA_ATTN_PREP=1) gives the bits of the
- * prep kernel followed by the attention (=0): the output and both caches whole (the step's rows
+/* The prep fused into the one-token attention (SARAGOSSA_CUDA_ATTN_PREP=1), also with the K rows
+ * pipelined (SARAGOSSA_CUDA_ATTN_KPIPE=1: the step's row then re-read in a later tile), gives the
+ * bits of the prep kernel followed by the attention (=0): the output and both caches whole (the step's rows
  * poisoned before each run, so a missing store shows), over head dims 64/128/256, groups 1-8 with
  * one or two blocks a KV head, every rope layout and scaling, with and without q/k norms (and a
  * norm offset), the position in a first tile (the K row copied before the wait), at 0 and past
@@ -1080,9 +1081,10 @@ Test(cuda, attention_with_the_prep_fused_equals_prep_then_attention)
 		pair q = pair_new(SG_TYPE_F32, D, 1, 1, 1), k = pair_new(SG_TYPE_F32, hd * Hkv, 1, 1, 1), kh, vh;
 		pair qn = pair_rand(hd, 1, 1, 1.0f), kn = pair_rand(hd, 1, 1, 1.0f), att = pair_new(SG_TYPE_F32, D, 1, 1, 1);
 		f16_caches(hd, Hkv, ctx, &kh, &vh);
-		float *got[2][3];
-		for (int m = 0; m < 2; m++) {
-			sg_cu_set_attn_prep(m);
+		float *got[3][3];
+		for (int m = 0; m < 3; m++) { /* the prep kernel; fused; fused with the K rows pipelined */
+			sg_cu_set_attn_prep(m > 0);
+			sg_cu_set_attn_kpipe(m == 2);
 			cr_assert_eq(gpu->ops->write(gpu, &q.g, 0, q0.c.data, sizeof(float) * (size_t)D), SG_OK);
 			cr_assert_eq(gpu->ops->write(gpu, &k.g, 0, k0.c.data, sizeof(float) * (size_t)(hd * Hkv)), SG_OK);
 			uint16_t nan16[1024];
@@ -1097,19 +1099,30 @@ Test(cuda, attention_with_the_prep_fused_equals_prep_then_attention)
 			got[m][0] = fetch(&att), got[m][1] = fetch(&kh), got[m][2] = fetch(&vh);
 		}
 		sg_cu_set_attn_prep(sg_flag_bool("SARAGOSSA_CUDA_ATTN_PREP"));
+		sg_cu_set_attn_kpipe(sg_flag_bool("SARAGOSSA_CUDA_ATTN_KPIPE"));
 		size_t n[3] = {(size_t)D, (size_t)(ctx * hd * Hkv), (size_t)(ctx * hd * Hkv)};
 		const char *what[3] = {"output", "k cache", "v cache"};
 		int finite = 1;
 		for (int64_t i = 0; i < D; i++) finite &= isfinite(got[0][0][i]) != 0;
 		cr_expect(finite, "case %zu: output not finite", c);
 		for (int j = 0; j < 3; j++) {
-			cr_expect(!memcmp(got[0][j], got[1][j], sizeof(float) * n[j]), "case %zu (H %lld, Hkv %lld, hd %lld, p %d, rope %d): fused %s differs",
-			          c, (long long)H, (long long)Hkv, (long long)hd, p, cs[c].rope, what[j]);
-			free(got[0][j]), free(got[1][j]);
+			for (int m = 1; m < 3; m++)
+				cr_expect(!memcmp(got[0][j], got[m][j], sizeof(float) * n[j]),
+				          "case %zu (H %lld, Hkv %lld, hd %lld, p %d, rope %d): fused%s %s differs", c, (long long)H, (long long)Hkv,
+				          (long long)hd, p, cs[c].rope, m == 2 ? " (K pipelined)" : "", what[j]);
+			free(got[0][j]), free(got[1][j]), free(got[2][j]);
 		}
 		pair *all[] = {&pos, &q0, &k0, &v, &q, &k, &kh, &vh, &qn, &kn, &att};
 		for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) pair_free(all[i]);
 	}
+}
+
+/* Each later tile's K rows copied while the tile before reads its V rows (SARAGOSSA_CUDA_ATTN_KPIPE=1)
+ * give the bits of reading them after the scores start (=0): the cases walk up to 33k positions,
+ * several tiles a warp, the position in a later tile, a ring. */
+Test(cuda, attention_decode_pipelined_k_rows_equal_unpipelined)
+{
+	decode_settings_agree(sg_cu_set_attn_kpipe, "SARAGOSSA_CUDA_ATTN_KPIPE", 0, 1, sg_flag_bool("SARAGOSSA_CUDA_ATTN_KPIPE"));
 }
 
 /* With each attention kill-switch or tunable set, the path it leaves still matches the CPU. */

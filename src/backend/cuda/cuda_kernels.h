@@ -254,6 +254,10 @@ void sg_cu_set_attn_merge(int one);
  * memory before waiting for the previous kernel (rows of earlier positions; this step's is read
  * after), where its shared memory stays within 48 KB; 0 = every K read after the wait */
 void sg_cu_set_attn_kpre(int on);
+/* SARAGOSSA_CUDA_ATTN_KPIPE: 1 = with the K copy above, each later tile's K rows are copied into
+ * the same shared rows while the tile before it reads its V rows (long contexts: one memory round
+ * trip a tile instead of two); 0 = later tiles read K from the cache after their scores start */
+void sg_cu_set_attn_kpipe(int on);
 /* Prefill through GEMMs: s [rows][L] scores of rows = heads * n query rows (token = row % n)
  * become probabilities in place, or as f16 into p16 [rows][L] (s then unchanged): scale,
  * soft-cap, causal/window mask (pmax: the last position when not causal), softmax; masked

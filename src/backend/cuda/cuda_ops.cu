@@ -502,7 +502,8 @@ template <int NV> static __device__ __forceinline__ void ldv(const float *p, flo
 /* The f16 compile-time head-dim path (SARAGOSSA_CUDA_ATTN_DECODE=2 keeps the general one), and
  * with =3 its tiles staged in shared memory by cp.async (measured slower at 8k positions: the
  * tiles' shared memory halves the blocks an SM holds). */
-static int g_dec_wide = 1, g_dec_stage = 0, g_dec_group = 0, g_merge1 = 1, g_kpre = 1, g_prep = 1;
+static int g_dec_wide = 1, g_dec_stage = 0, g_dec_group = 0, g_merge1 = 1, g_kpre = 1, g_prep = 1, g_kpipe = 0;
+extern "C" void sg_cu_set_attn_kpipe(int on) { g_kpipe = on; }
 extern "C" void sg_cu_set_attn_prep(int on) { g_prep = on; }
 extern "C" void sg_cu_set_attn_kpre(int on) { g_kpre = on; }
 extern "C" void sg_cu_set_attn_merge(int one) { g_merge1 = one; }
@@ -581,6 +582,9 @@ static __device__ __forceinline__ void prep_head(const float *x, const float *nw
  * rows at one chunk for K, one row's 8 chunks for V) fall in 8 different banks. Measured on an
  * H200: 1% faster at 1k positions, 5-6% slower at 8k (the tiles' shared memory halves the blocks
  * an SM holds); the kernel stays latency-bound either way (~10 us at 1k, 2 busy warps an SM).
+ * STG = 2 (f16, HD > 0, with the K copy before the wait; SARAGOSSA_CUDA_ATTN_KPIPE): every later
+ * tile's K rows are copied into the same shared rows while the tile before takes its V rows, so
+ * a warp walking several tiles (long contexts) waits out one memory round trip a tile, not two.
  */
 template <typename T, int G, int NV, int HD, int STG>
 __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
@@ -617,7 +621,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 	 * memory (cp.async) before the wait: rows of earlier positions were written
 	 * by earlier steps, and the lane whose row is this step's position reads it again after the
 	 * wait. The copy's memory round trip overlaps the previous kernel's tail. */
-	constexpr bool PRE = HD && !STG;
+	constexpr bool PRE = HD && STG != 1, PIPE = HD && STG == 2;
 	int kpre = 0;
 	const int64_t jf = tf + lane <= b1 ? tf + lane : tf; /* the lane's row of the first tile */
 	if constexpr (PRE) {
@@ -709,7 +713,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 		 * so every load is unconditional and a row is never past the cache */
 		int valid = t0 + lane <= b1;
 		int64_t j = valid ? t0 + lane : t0, row = a.ring ? j % a.ctx : j;
-		if constexpr (STG) {
+		if constexpr (STG == 1) {
 #pragma unroll
 			for (int it = 0; it < CPR; it++) {
 				int i = it * 32 + lane, r = i / CPR, c = i % CPR;
@@ -726,14 +730,24 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 		for (int g = 0; g < G; g++) s[g] = 0.0f;
 		const T *kr = kb + row * rs;
 		/* PRE: the first tile's rows from shared memory (padded rows: the same offsets as a
-		 * row in the cache, one base address for both) */
+		 * row in the cache, one base address for both); with kpipe every tile's, each copied
+		 * while the tile before it took its V rows */
 		const T *ks = kr;
-		if constexpr (PRE)
-			if (t0 == tf && a.kpre) ks = (const T *)(kpst + lane * (HD + 8));
+		if constexpr (PRE) {
+			if (PIPE && t0 != tf) {
+				cp_async_wait_all();
+				__syncwarp();
+				if (j == a.pos[0]) { /* this step's row: read again, past the prep's stores */
+#pragma unroll 1
+					for (int cc = 0; cc < CPR; cc++) *(uint4 *)(kpst + lane * (HD + 8) + cc * 8) = ((const uint4 *)kr)[cc];
+				}
+			}
+			if (a.kpre && (t0 == tf || PIPE)) ks = (const T *)(kpst + lane * (HD + 8));
+		}
 #pragma unroll(HD ? 16 : 4)
 		for (int e = 0; e < hd; e += 8) {
 			float kf[8];
-			if constexpr (STG)
+			if constexpr (STG == 1)
 				ld8(kst + lane * HD + ((e / 8) ^ (lane & 7)) * 8, kf);
 			else
 				ld8(ks + e, kf);
@@ -743,6 +757,19 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 				float4 x0 = q4[0], x1 = q4[1];
 				s[g] += x0.x * kf[0] + x0.y * kf[1] + x0.z * kf[2] + x0.w * kf[3] + x1.x * kf[4] + x1.y * kf[5] + x1.z * kf[6] +
 					x1.w * kf[7];
+			}
+		}
+		if constexpr (PIPE) { /* the next tile's K rows on their way while this one's V rows load */
+			int64_t t1 = t0 + DW * 32;
+			if (t1 <= b1) {
+				__syncwarp(); /* every lane is done with its row of this tile */
+#pragma unroll 2
+				for (int it = 0; it < CPR; it++) {
+					int i = it * 32 + lane, r = i / CPR, cc = i % CPR;
+					int64_t jr = t1 + r <= b1 ? t1 + r : t1, rr = a.ring ? jr % a.ctx : jr;
+					cp_async16(kpst + r * (HD + 8) + cc * 8, (const __half *)a.kc + kh * hd + rr * rs + cc * 8);
+				}
+				cp_async_commit();
 			}
 		}
 #pragma unroll
@@ -766,7 +793,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 #pragma unroll(HD ? 32 / RPI : 8)
 		for (int jj = sub; jj < nv; jj += RPI) {
 			float vf[VD];
-			if constexpr (STG)
+			if constexpr (STG == 1)
 				ld8(vst + jj * HD + ((dl / 8) ^ (jj & 7)) * 8, vf);
 			else if constexpr (HD)
 				ld8(vb + (int64_t)rw[jj] * vrs, vf);
@@ -865,6 +892,7 @@ static void dec_wide(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st)
 	if (g_kpre && smk <= 48 * 1024) {
 		sg_cu_attn b = *a;
 		b.kpre = 1;
+		if (g_kpipe) return (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, 2>, grid, dim3(DW * 32), smk, st, b);
 		return (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, 0>, grid, dim3(DW * 32), smk, st, b);
 	}
 	pdl_launch(attn_dec_kernel<__half, G, NV, HD, 0>, grid, dim3(DW * 32), sm, st, *a);

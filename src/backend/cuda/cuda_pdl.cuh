@@ -39,6 +39,7 @@ static __device__ __forceinline__ void cp_async16(void *dst, const void *src)
 {
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
 }
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 static __device__ __forceinline__ void cp_async_wait_all()
 {
 	asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
