@@ -63,10 +63,11 @@ static const sg_flag table[] = {
 	 "CUDA one-token attention over f16 caches of head dim 64/128/256: the attention kernel normalises and rotates "
 	 "its own query heads and the step's K row and stores the K and V rows (the same bits; one kernel fewer a "
 	 "layer); 0 = the separate prep kernel"},
-	{"SARAGOSSA_CUDA_ATTN_KPIPE", SG_FLAG_BOOL, "0",
-	 "CUDA one-token attention, with SARAGOSSA_CUDA_ATTN_KPRE: each later tile's K rows are copied into shared memory "
-	 "while the tile before reads its V rows (one memory round trip a tile instead of two for warps walking several "
-	 "tiles, long contexts; the same bits); off until measured"},
+	{"SARAGOSSA_CUDA_ATTN_KPIPE", SG_FLAG_INT, "0",
+	 "CUDA one-token attention, with SARAGOSSA_CUDA_ATTN_KPRE: 1 = each later tile's K rows are copied into shared "
+	 "memory while the tile before reads its V rows (one memory round trip a tile instead of two for warps walking "
+	 "several tiles, long contexts; the same bits), 2 = also that tile's V rows requested into L2 then; 0 = off (until "
+	 "measured)"},
 	{"SARAGOSSA_CUDA_ATTN_GROUP", SG_FLAG_INT, "0",
 	 "CUDA one-token attention: this many query heads of a KV head per block (1, 2, 4 or 8, where it divides the "
 	 "group; 0 = by shape, up to 8); fewer give more blocks, each with less work a lane, more read each K/V row for "

@@ -1099,7 +1099,7 @@ Test(cuda, attention_with_the_prep_fused_equals_prep_then_attention)
 			got[m][0] = fetch(&att), got[m][1] = fetch(&kh), got[m][2] = fetch(&vh);
 		}
 		sg_cu_set_attn_prep(sg_flag_bool("SARAGOSSA_CUDA_ATTN_PREP"));
-		sg_cu_set_attn_kpipe(sg_flag_bool("SARAGOSSA_CUDA_ATTN_KPIPE"));
+		sg_cu_set_attn_kpipe((int)sg_flag_int("SARAGOSSA_CUDA_ATTN_KPIPE"));
 		size_t n[3] = {(size_t)D, (size_t)(ctx * hd * Hkv), (size_t)(ctx * hd * Hkv)};
 		const char *what[3] = {"output", "k cache", "v cache"};
 		int finite = 1;
@@ -1122,7 +1122,9 @@ Test(cuda, attention_with_the_prep_fused_equals_prep_then_attention)
  * several tiles a warp, the position in a later tile, a ring. */
 Test(cuda, attention_decode_pipelined_k_rows_equal_unpipelined)
 {
-	decode_settings_agree(sg_cu_set_attn_kpipe, "SARAGOSSA_CUDA_ATTN_KPIPE", 0, 1, sg_flag_bool("SARAGOSSA_CUDA_ATTN_KPIPE"));
+	int restore = (int)sg_flag_int("SARAGOSSA_CUDA_ATTN_KPIPE");
+	decode_settings_agree(sg_cu_set_attn_kpipe, "SARAGOSSA_CUDA_ATTN_KPIPE", 0, 1, restore);
+	decode_settings_agree(sg_cu_set_attn_kpipe, "SARAGOSSA_CUDA_ATTN_KPIPE", 0, 2, restore); /* with the V rows toward L2 */
 }
 
 /* With each attention kill-switch or tunable set, the path it leaves still matches the CPU. */

@@ -227,6 +227,7 @@ typedef struct sg_cu_attn {
 	int8_t *xq;           /* decode only, when set: out also rounded to 8-bit blocks for the next */
 	float *dx, *sx;       /* GEMV (sg_cu_q8_split's arrays; hdv a multiple of 32) */
 	int kpre;             /* decode (set by sg_cu_attn_decode): the first tiles' K rows copied before the wait */
+	int vpre;             /* decode (set with the K pipeline, SARAGOSSA_CUDA_ATTN_KPIPE=2): the next tile's V rows toward L2 */
 	sg_cu_aprep prep;     /* decode: the prep fused in (prep.on; see sg_cu_attn_prep_ok) */
 } sg_cu_attn;
 #define SG_CU_MAX_HD 512
@@ -256,8 +257,9 @@ void sg_cu_set_attn_merge(int one);
 void sg_cu_set_attn_kpre(int on);
 /* SARAGOSSA_CUDA_ATTN_KPIPE: 1 = with the K copy above, each later tile's K rows are copied into
  * the same shared rows while the tile before it reads its V rows (long contexts: one memory round
- * trip a tile instead of two); 0 = later tiles read K from the cache after their scores start */
-void sg_cu_set_attn_kpipe(int on);
+ * trip a tile instead of two); 2 = also that tile's V rows requested into L2 then; 0 = later
+ * tiles read K from the cache after their scores start */
+void sg_cu_set_attn_kpipe(int mode);
 /* Prefill through GEMMs: s [rows][L] scores of rows = heads * n query rows (token = row % n)
  * become probabilities in place, or as f16 into p16 [rows][L] (s then unchanged): scale,
  * soft-cap, causal/window mask (pmax: the last position when not causal), softmax; masked

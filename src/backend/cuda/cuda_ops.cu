@@ -503,7 +503,7 @@ template <int NV> static __device__ __forceinline__ void ldv(const float *p, flo
  * with =3 its tiles staged in shared memory by cp.async (measured slower at 8k positions: the
  * tiles' shared memory halves the blocks an SM holds). */
 static int g_dec_wide = 1, g_dec_stage = 0, g_dec_group = 0, g_merge1 = 1, g_kpre = 1, g_prep = 1, g_kpipe = 0;
-extern "C" void sg_cu_set_attn_kpipe(int on) { g_kpipe = on; }
+extern "C" void sg_cu_set_attn_kpipe(int mode) { g_kpipe = mode == 1 || mode == 2 ? mode : 0; }
 extern "C" void sg_cu_set_attn_prep(int on) { g_prep = on; }
 extern "C" void sg_cu_set_attn_kpre(int on) { g_kpre = on; }
 extern "C" void sg_cu_set_attn_merge(int one) { g_merge1 = one; }
@@ -770,6 +770,10 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 					cp_async16(kpst + r * (HD + 8) + cc * 8, (const __half *)a.kc + kh * hd + rr * rs + cc * 8);
 				}
 				cp_async_commit();
+				if (a.vpre) { /* and the lane's V row of that tile toward L2 (=2) */
+					int64_t jn = t1 + lane <= b1 ? t1 + lane : t1, rn = a.ring ? jn % a.ctx : jn;
+					l2_prefetch((const uint8_t *)((const __half *)a.vc + kh * hdv + rn * vrs), (size_t)hdv * 2, 0, 1);
+				}
 			}
 		}
 #pragma unroll
@@ -892,6 +896,7 @@ static void dec_wide(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st)
 	if (g_kpre && smk <= 48 * 1024) {
 		sg_cu_attn b = *a;
 		b.kpre = 1;
+		b.vpre = g_kpipe == 2;
 		if (g_kpipe) return (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, 2>, grid, dim3(DW * 32), smk, st, b);
 		return (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, 0>, grid, dim3(DW * 32), smk, st, b);
 	}
