@@ -1449,37 +1449,29 @@ static void graph_matches_per_op(const char *name, int expect_graph)
 	free(c);
 }
 
-/* The recorded decode with each setting of a switch that may only change which kernels do the
- * work, never the arithmetic, gives the same logits and tokens as the first. */
-static void setting_keeps_bits(const char *name, const char *flag, const char *const *mode, int nm)
+/* Programmatic dependent launch only moves when a kernel's blocks start, never what they compute:
+ * the recorded decode with SARAGOSSA_CUDA_PDL=2 (prefetch) and =1 gives the bits of plain launches
+ * (a kernel reading its predecessor's output before waiting would show here as a difference). */
+static void pdl_matches_plain(const char *name)
 {
 	int V = 0;
 	size_t cap = (size_t)DSTEPS * 300000;
 	float *l[3];
 	int32_t ids[3][DSTEPS];
-	cr_assert(nm <= 3);
-	for (int i = 0; i < nm; i++) {
+	const char *mode[3] = {"0", "1", "2"};
+	for (int i = 0; i < 3; i++) {
 		l[i] = malloc(sizeof(float) * cap);
 		cr_assert(l[i]);
-		setenv(flag, mode[i], 1);
+		setenv("SARAGOSSA_CUDA_PDL", mode[i], 1);
 		cr_assert_eq(decode_run(name, "1", 0, l[i], ids[i], &V), 1, "%s: graph used", name);
-		unsetenv(flag);
+		unsetenv("SARAGOSSA_CUDA_PDL");
 		sg_flags_reload();
 	}
-	for (int i = 1; i < nm; i++) {
-		cr_expect(!memcmp(l[0], l[i], sizeof(float) * (size_t)DSTEPS * (size_t)V), "%s: %s=%s logits differ from =%s", name, flag, mode[i], mode[0]);
-		cr_expect(!memcmp(ids[0], ids[i], sizeof(ids[0])), "%s: %s=%s tokens differ", name, flag, mode[i]);
+	for (int i = 1; i < 3; i++) {
+		cr_expect(!memcmp(l[0], l[i], sizeof(float) * (size_t)DSTEPS * (size_t)V), "%s: PDL=%s logits differ from plain launches", name, mode[i]);
+		cr_expect(!memcmp(ids[0], ids[i], sizeof(ids[0])), "%s: PDL=%s tokens differ", name, mode[i]);
 	}
-	for (int i = 0; i < nm; i++) free(l[i]);
-}
-
-/* Programmatic dependent launch only moves when a kernel's blocks start: SARAGOSSA_CUDA_PDL=2
- * (prefetch) and =1 give the bits of plain launches (a kernel reading its predecessor's output
- * before waiting would show here as a difference). */
-static void pdl_matches_plain(const char *name)
-{
-	static const char *const mode[3] = {"0", "1", "2"};
-	setting_keeps_bits(name, "SARAGOSSA_CUDA_PDL", mode, 3);
+	for (int i = 0; i < 3; i++) free(l[i]);
 }
 
 /* Decode steps ending in sampling candidates (sg_session_decode_top), replayed from their own

@@ -881,7 +881,7 @@ static sg_status attention_run(sg_backend *be, const sg_btensor *q, const sg_bte
 		a.prep.r = pa->r;
 		a.prep.k = pa->k, a.prep.v = pa->v, a.prep.qn = pa->qn, a.prep.kn = pa->kn;
 		a.prep.eps = pa->eps, a.prep.off = pa->off;
-		a.prep.on = cb->attn_dec && pa->n == 1 && !a.ring && sg_cu_attn_prep_ok(&a);
+		a.prep.on = cb->attn_dec && sg_cu_attn_prep_ok(&a); /* one token, no ring, the wide kernel */
 		if (!a.prep.on && (st = prep_run(cb, pa))) return st;
 	}
 	if (a.n == 1 && cb->attn_dec && sg_cu_attn_decode_ok(&a)) {
