@@ -63,11 +63,11 @@ static const sg_flag table[] = {
 	 "CUDA one-token attention over f16 caches of head dim 64/128/256: the attention kernel normalises and rotates "
 	 "its own query heads and the step's K row and stores the K and V rows (the same bits; one kernel fewer a "
 	 "layer); 0 = the separate prep kernel"},
-	{"SARAGOSSA_CUDA_ATTN_KPIPE", SG_FLAG_INT, "0",
-	 "CUDA one-token attention, with SARAGOSSA_CUDA_ATTN_KPRE: 1 = each later tile's K rows are copied into shared "
-	 "memory while the tile before reads its V rows (one memory round trip a tile instead of two for warps walking "
-	 "several tiles, long contexts; the same bits), 2 = also that tile's V rows requested into L2 then; 0 = off (until "
-	 "measured)"},
+	{"SARAGOSSA_CUDA_ATTN_KPIPE", SG_FLAG_INT, "1",
+	 "CUDA one-token attention, with SARAGOSSA_CUDA_ATTN_KPRE, for caches where a warp may walk several tiles of 32 "
+	 "positions (more than 128 positions a slice: caches of more than 8192 rows): 1 = each later tile's K rows are "
+	 "copied into shared memory while the tile before reads its V rows (one memory round trip a tile instead of two; "
+	 "the same bits), 2 = also that tile's V rows requested into L2 then (measured no faster); 0 = off"},
 	{"SARAGOSSA_CUDA_ATTN_GROUP", SG_FLAG_INT, "0",
 	 "CUDA one-token attention: this many query heads of a KV head per block (1, 2, 4 or 8, where it divides the "
 	 "group; 0 = by shape, up to 8); fewer give more blocks, each with less work a lane, more read each K/V row for "
@@ -116,6 +116,10 @@ static const sg_flag table[] = {
 	 "rows per lane (the scales decoded once): 1 = each lane loads its block itself; 2 = Q4_K / Q6_K tiles of rows moved "
 	 "into shared memory by the copy engine, stages ahead, in a persistent grid; 0 = the 32-element unit kernels the "
 	 "other formats use"},
+	{"SARAGOSSA_CUDA_GEMV_XSTAGE", SG_FLAG_BOOL, "1",
+	 "CUDA block-per-lane GEMVs (SARAGOSSA_CUDA_GEMV_SB): the 8-bit activations, their half sums and scales staged in "
+	 "shared memory by cp.async, every copy in flight at once (0 = a loop of loads, the scales read from global memory "
+	 "after the barrier; the same bits)"},
 	{"SARAGOSSA_CUDA_MOE_DECODE", SG_FLAG_BOOL, "1",
 	 "CUDA one-token MoE matmuls: each slot's expert straight from the routing ids, two rows a warp (0 = the sorting "
 	 "kernel every token count takes)"},

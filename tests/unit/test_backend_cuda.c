@@ -1110,7 +1110,7 @@ Test(cuda, attention_with_the_prep_fused_equals_prep_then_attention)
 				cr_expect(!memcmp(got[0][j], got[m][j], sizeof(float) * n[j]),
 				          "case %zu (H %lld, Hkv %lld, hd %lld, p %d, rope %d): fused%s %s differs", c, (long long)H, (long long)Hkv,
 				          (long long)hd, p, cs[c].rope, m == 2 ? " (K pipelined)" : "", what[j]);
-			free(got[0][j]), free(got[1][j]), free(got[2][j]);
+			for (int m = 0; m < 3; m++) free(got[m][j]);
 		}
 		pair *all[] = {&pos, &q0, &k0, &v, &q, &k, &kh, &vh, &qn, &kn, &att};
 		for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) pair_free(all[i]);
@@ -1837,6 +1837,88 @@ Test(cuda, block_per_lane_gemv_of_long_rows_matches_cpu_reference)
 			free_hw(&h0), free_hw(&h1);
 		}
 	sg_cu_set_gemv_sb((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_SB"));
+}
+
+/* The block-per-lane GEMVs' activations staged by cp.async with their scales (SARAGOSSA_CUDA_GEMV_XSTAGE=1,
+ * the default) give the bits of the loop staging that reads the scales from global memory (=0):
+ * the same values, the same sums. Dense (store, GLU, residual add; both SB modes) and the MoE
+ * experts (shared and per-slot inputs), over row lengths of 1 to 100 blocks. */
+static void run_sb_stages(sg_btensor *g0, sg_btensor *g1, pair *x, pair *res, pair *y0, pair *y1, pair *out)
+{
+	poison(y0), poison(y1), poison(out);
+	sg_matmul_multi gu = {.x = &x->g, .nw = 2, .w = {g0, g1}, .y = {&y0->g, &y1->g}, .glu = 1, .act = SG_ACT_SILU};
+	cr_assert_eq(sg_backend_matmul_multi(gpu, &gu), SG_OK, "%s", sg_last_error());
+	sg_matmul_multi ad = {.x = &x->g, .nw = 1, .w = {g1}, .y = {&y1->g}, .residual = &res->g, .out = &out->g};
+	cr_assert_eq(sg_backend_matmul_multi(gpu, &ad), SG_OK, "%s", sg_last_error());
+}
+
+Test(cuda, block_per_lane_gemv_cp_async_staging_equals_loop_staging)
+{
+	static const int64_t Ks[] = {256, 2048, 4096, 12288, 25600};
+	const wtype *tys[3] = {&wtypes[8], &wtypes[10], &wtypes[12]}; /* Q4_K, Q6_K, MLX4 g64 f16 */
+	for (int mode = 1; mode <= 2; mode++)
+		for (int ti = 0; ti < 3; ti++)
+			for (int ki = 0; ki < (int)(sizeof(Ks) / sizeof(Ks[0])); ki++) {
+				if (mode == 2 && ti == 2) continue; /* the copy-engine kernel is the K-quants' */
+				sg_cu_set_gemv_sb(mode);
+				int64_t K = Ks[ki], N = 301;
+				hw h0 = make_w(tys[ti], N, K), h1 = make_w(tys[ti], N, K);
+				sg_btensor c0, g0, c1, g1;
+				bind_both(&h0, &c0, &g0);
+				bind_both(&h1, &c1, &g1);
+				pair x = pair_rand(K, 1, 1, 1.0f), res = pair_rand(N, 1, 1, 1.0f);
+				pair y[2][3];
+				float *h[2][3];
+				for (int st = 0; st < 2; st++) {
+					for (int i = 0; i < 3; i++) y[st][i] = pair_new(SG_TYPE_F32, N, 1, 1, 1);
+					sg_cu_set_gemv_xstage(st);
+					run_sb_stages(&g0, &g1, &x, &res, &y[st][0], &y[st][1], &y[st][2]);
+					for (int i = 0; i < 3; i++) h[st][i] = fetch(&y[st][i]);
+				}
+				for (int i = 0; i < 3; i++) {
+					cr_expect(!memcmp(h[0][i], h[1][i], sizeof(float) * (size_t)N), "%s K=%lld mode %d output %d: staging changed the bits",
+						  tys[ti]->name, (long long)K, mode, i);
+					if (i != 1) /* y1: the GLU's up rows stay inside its kernel */
+						cr_expect(isfinite(h[1][i][N - 1]), "%s K=%lld mode %d output %d: not written", tys[ti]->name, (long long)K, mode, i);
+					free(h[0][i]), free(h[1][i]);
+					pair_free(&y[0][i]), pair_free(&y[1][i]);
+				}
+				pair_free(&x), pair_free(&res);
+				gpu->ops->tensor_free(gpu, &g0), cpu->ops->tensor_free(cpu, &c0), gpu->ops->tensor_free(gpu, &g1), cpu->ops->tensor_free(cpu, &c1);
+				free_hw(&h0), free_hw(&h1);
+			}
+	/* the one-token expert GEMVs */
+	for (int ti = 0; ti < 3; ti++)
+		for (int ki = 0; ki < 3; ki++) {
+			sg_cu_set_gemv_sb(1);
+			int64_t E = 6, N = 40, K = Ks[ki], k = 3;
+			hw w = make_w(tys[ti], E * N, K);
+			w.t.ne[1] = N;
+			w.t.ne[2] = E;
+			sg_btensor wc, wg;
+			bind_both(&w, &wc, &wg);
+			for (int shared = 0; shared < 2; shared++) {
+				int32_t idv[3] = {4, 1, 4};
+				pair ids = pair_i32(k, 1, idv), x = pair_rand(K, shared ? 1 : k, 1, 1.0f), y[2];
+				float *h[2];
+				for (int st = 0; st < 2; st++) {
+					y[st] = pair_new(SG_TYPE_F32, N, k, 1, 1);
+					poison(&y[st]);
+					sg_cu_set_gemv_xstage(st);
+					cr_assert_eq(gpu->ops->moe_matmul(gpu, &wg, &x.g, &ids.g, &y[st].g), SG_OK, "%s", sg_last_error());
+					h[st] = fetch(&y[st]);
+				}
+				cr_expect(!memcmp(h[0], h[1], sizeof(float) * (size_t)(N * k)), "%s K=%lld shared=%d experts: staging changed the bits",
+					  tys[ti]->name, (long long)K, shared);
+				cr_expect(isfinite(h[1][N * k - 1]), "%s K=%lld shared=%d experts: not written", tys[ti]->name, (long long)K, shared);
+				free(h[0]), free(h[1]);
+				pair_free(&ids), pair_free(&x), pair_free(&y[0]), pair_free(&y[1]);
+			}
+			gpu->ops->tensor_free(gpu, &wg), cpu->ops->tensor_free(cpu, &wc);
+			free_hw(&w);
+		}
+	sg_cu_set_gemv_sb((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_SB"));
+	sg_cu_set_gemv_xstage(sg_flag_bool("SARAGOSSA_CUDA_GEMV_XSTAGE"));
 }
 
 /* The backend's fused stages equal their compositions on the same GPU: the matmul_multi op (BF16

@@ -1298,6 +1298,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	sg_cu_set_gemv_rows((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_ROWS"));
 	sg_cu_set_gemv_variant((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_VARIANT"));
 	sg_cu_set_gemv_sb((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_SB"));
+	sg_cu_set_gemv_xstage(sg_flag_bool("SARAGOSSA_CUDA_GEMV_XSTAGE"));
 	sg_cu_set_moe_decode(sg_flag_bool("SARAGOSSA_CUDA_MOE_DECODE"));
 	sg_cu_set_route_warp(sg_flag_bool("SARAGOSSA_CUDA_ROUTE_WARP"));
 	sg_cu_set_pdl((int)sg_flag_int("SARAGOSSA_CUDA_PDL"));

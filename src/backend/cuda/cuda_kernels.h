@@ -78,6 +78,7 @@ typedef struct sg_cu_multi {
 					       * y_0 = act(W_0 x) * W_1 x; ADD (nw 1): y_0 = res + W_0 x */
 	const float *res;                     /* ADD; may alias y_0 */
 	int prefetch;                         /* set by sg_cu_gemv_multi: rows into L2 before pdl_wait */
+	int xstage;                           /* set by sg_cu_gemv_multi: SARAGOSSA_CUDA_GEMV_XSTAGE */
 } sg_cu_multi;
 /* 1 if kt has the fused kernel: plain types on f32 activations, the others on 8-bit ones. */
 int sg_cu_multi_ok(int kt);
@@ -96,6 +97,10 @@ void sg_cu_set_gemv_variant(int variant);
  * copy-engine one (variant 17, K-quants); _ok: w has the block-per-lane kernel (Q4_K, Q6_K, MLX
  * 4-bit of group 32/64/128 with rows of a multiple of 256) */
 void sg_cu_set_gemv_sb(int on);
+/* SARAGOSSA_CUDA_GEMV_XSTAGE: 1 = the block-per-lane GEMVs stage their activations, half sums and
+ * scales by cp.async, every copy at once; 0 = a loop of loads, the scales read from global memory
+ * (the same bits) */
+void sg_cu_set_gemv_xstage(int on);
 int sg_cu_sb_ok(const sg_cuw *w);
 /* 0: one-token MoE matmuls take the sorting kernel too (SARAGOSSA_CUDA_MOE_DECODE) */
 void sg_cu_set_moe_decode(int on);

@@ -27,6 +27,7 @@
 /* The 8-bit GEMV variant used by default (sg_cu_gemv): chosen by bench/kernels/cuda on the H200. */
 #define SG_CU_GEMV_Q8_DEFAULT 4
 static int g_sb = 1; /* SARAGOSSA_CUDA_GEMV_SB: the block-per-lane GEMV of the planar K-quants */
+static int g_xstage = 1; /* SARAGOSSA_CUDA_GEMV_XSTAGE: its activations staged by cp.async, scales included */
 static int g_slots = 0, g_variant = 0; /* SARAGOSSA_CUDA_GEMV_ROWS, SARAGOSSA_CUDA_GEMV_VARIANT */
 
 static __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
@@ -1184,10 +1185,11 @@ static __device__ __forceinline__ void ld_ss(const float4 *ss, int64_t b, float 
 	}
 }
 
-/* block b's 8 activation scales (global) and 16 half sums (staged) */
+/* block b's 8 activation scales (staged in ds when it is not NULL, else global) and 16 half sums
+ * (staged) */
 struct XS {
 	float d[8], s[16];
-	__device__ __forceinline__ void load(const float *dx, const float4 *ss, int64_t b);
+	__device__ __forceinline__ void load(const float *dx, const float4 *ss, const float4 *ds, int64_t b);
 };
 
 /* n float4 loads from p (16-byte aligned) into o[4n] */
@@ -1200,9 +1202,17 @@ static __device__ __forceinline__ void ld_f4(const float *p, float *o, int n)
 	}
 }
 
-__device__ __forceinline__ void XS::load(const float *dx, const float4 *ss, int64_t b)
+__device__ __forceinline__ void XS::load(const float *dx, const float4 *ss, const float4 *ds, int64_t b)
 {
-	ld_f4(dx + 8 * b, d, 2);
+	if (ds) {
+		const int f = (int)((b >> 2) & 1); /* stage_x's swizzle of the scale chunks */
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			float4 v = ds[2 * b + (h ^ f)];
+			d[4 * h] = v.x, d[4 * h + 1] = v.y, d[4 * h + 2] = v.z, d[4 * h + 3] = v.w;
+		}
+	} else
+		ld_f4(dx + 8 * b, d, 2);
 	ld_ss(ss, b, s);
 }
 
@@ -1403,27 +1413,41 @@ static int sb_kind(const sg_cuw *w)
  * chunk c (16 bytes) of block b at xs[16 b + (c ^ b % 16)], half-sum chunk q (4 floats) at ss[4 b +
  * (q ^ b / 2 % 4)]. The lanes of a row read chunk c of 16 consecutive blocks at once, which in the
  * plain layout lie 256 bytes apart (one bank group: a 16-way conflict; from L1, 16 lines a load);
- * swizzled, no two of 8 neighbouring lanes share a bank. Ends with the block's barrier. */
-static __device__ __forceinline__ void stage_x(const int8_t *xq, const float *sx, int64_t nb, int4 *xs, float4 *ss)
+ * swizzled, no two of 8 neighbouring lanes share a bank. With ds (SARAGOSSA_CUDA_GEMV_XSTAGE=1)
+ * the blocks' activation scales go to ds too (chunk h of block b at ds[2 b + (h ^ b / 4 % 2)]) and
+ * every copy is a cp.async issued at once: one memory round trip after the kernel's wait instead of
+ * one per loop round (three to eight for K = 4096 .. 12288) and one more for the scales after the
+ * barrier. Ends with the block's barrier. */
+static __device__ __forceinline__ void stage_x(const int8_t *xq, const float *sx, const float *dx, int64_t nb, int4 *xs, float4 *ss, float4 *ds)
 {
-	for (int64_t i = threadIdx.x; i < 16 * nb; i += blockDim.x) xs[(i & ~(int64_t)15) + ((i & 15) ^ ((i >> 4) & 15))] = __ldg((const int4 *)xq + i);
-	for (int64_t i = threadIdx.x; i < 4 * nb; i += blockDim.x) ss[(i & ~(int64_t)3) + ((i & 3) ^ ((i >> 3) & 3))] = __ldg((const float4 *)sx + i);
+	if (ds) {
+		for (int64_t i = threadIdx.x; i < 16 * nb; i += blockDim.x) cp_async16(&xs[(i & ~(int64_t)15) + ((i & 15) ^ ((i >> 4) & 15))], (const int4 *)xq + i);
+		for (int64_t i = threadIdx.x; i < 4 * nb; i += blockDim.x) cp_async16(&ss[(i & ~(int64_t)3) + ((i & 3) ^ ((i >> 3) & 3))], (const float4 *)sx + i);
+		for (int64_t i = threadIdx.x; i < 2 * nb; i += blockDim.x) cp_async16(&ds[(i & ~(int64_t)1) + ((i & 1) ^ ((i >> 3) & 1))], (const float4 *)dx + i);
+		cp_async_wait_all();
+	} else {
+		for (int64_t i = threadIdx.x; i < 16 * nb; i += blockDim.x) xs[(i & ~(int64_t)15) + ((i & 15) ^ ((i >> 4) & 15))] = __ldg((const int4 *)xq + i);
+		for (int64_t i = threadIdx.x; i < 4 * nb; i += blockDim.x) ss[(i & ~(int64_t)3) + ((i & 3) ^ ((i >> 3) & 3))] = __ldg((const float4 *)sx + i);
+	}
 	__syncthreads();
 }
+
+/* the shared bytes stage_x takes for rows of K: codes, half sums and (staged) scales */
+static size_t stage_bytes(int64_t K) { return (size_t)K + (size_t)K / 4 + (size_t)K / 8; }
 
 /* Lane sl's part of one row's dot (nb 256-blocks at LPR lanes a row, block b = sl already loaded
  * into a when b < nb) against the staged activations, summed over the row's lanes. MANY: the lane
  * walks its blocks with two in registers, the next one's loads in flight during the dot. */
 template <int KT, int LPR, int MANY>
 static __device__ __forceinline__ float sb_row_sum(SB<KT> &a, int64_t b, const uint8_t *row, const uint8_t *rsc, const uint8_t *rbi, int bf,
-						   int64_t nb, const int4 *xs, const float4 *ss, const float *dx)
+						   int64_t nb, const int4 *xs, const float4 *ss, const float *dx, const float4 *ds)
 {
 	SB<KT> c;
 	float acc = 0.0f;
 	if (!MANY) {
 		if (b < nb) {
 			XS v;
-			v.load(dx, ss, b);
+			v.load(dx, ss, ds, b);
 			SB<KT>::template dot<1>(&a, xs, b, v.d, v.s, &acc);
 		}
 	}
@@ -1431,12 +1455,12 @@ static __device__ __forceinline__ float sb_row_sum(SB<KT> &a, int64_t b, const u
 		int64_t b2 = b + LPR;
 		if (b2 < nb) c.load(row, rsc, rbi, bf, nb, b2);
 		XS v;
-		v.load(dx, ss, b);
+		v.load(dx, ss, ds, b);
 		SB<KT>::template dot<1>(&a, xs, b, v.d, v.s, &acc);
 		if (b2 >= nb) break;
 		b = b2 + LPR;
 		if (b < nb) a.load(row, rsc, rbi, bf, nb, b);
-		v.load(dx, ss, b2);
+		v.load(dx, ss, ds, b2);
 		SB<KT>::template dot<1>(&c, xs, b2, v.d, v.s, &acc);
 	}
 #pragma unroll
@@ -1481,9 +1505,9 @@ __global__ void __launch_bounds__(QT) mvs_kernel(const __grid_constant__ sg_cu_m
 		res_t = p.res[rr];
 	}
 	extern __shared__ int4 xs[];
-	float4 *ss = (float4 *)(xs + 16 * nb);
-	stage_x(xq, sx, nb, xs, ss);
-	float acc = sb_row_sum<KT, LPR, MANY>(a, b, row, rsc, rbi, w.sb_bf16, nb, xs, ss, dx);
+	float4 *ss = (float4 *)(xs + 16 * nb), *ds = p.xstage ? ss + 4 * nb : NULL;
+	stage_x(xq, sx, dx, nb, xs, ss, ds);
+	float acc = sb_row_sum<KT, LPR, MANY>(a, b, row, rsc, rbi, w.sb_bf16, nb, xs, ss, dx, ds);
 	if (sl == 0) tot[slot] = acc;
 	__syncthreads();
 	if ((int)threadIdx.x < S) multi_epi<S>(p, (int)threadIdx.x, g0, tot, rows, &res_t);
@@ -1620,8 +1644,8 @@ __global__ void __launch_bounds__(TNT) mvt_kernel(const __grid_constant__ sg_cu_
 	const int ntask = TR * (int)nb;
 	uint8_t *stage = tsm;
 	int4 *xs = (int4 *)(tsm + TNST * stage_bytes);
-	float4 *ss = (float4 *)(xs + 16 * nb);
-	float *red = (float *)(ss + 4 * nb); /* [2][ntask] */
+	float4 *ss = (float4 *)(xs + 16 * nb), *ds = p.xstage ? ss + 4 * nb : NULL;
+	float *red = (float *)(ss + 6 * nb); /* [2][ntask] */
 	uint64_t *bar = (uint64_t *)(red + 2 * ((ntask + 3) & ~3));
 	pdl_trigger();
 	if (threadIdx.x == 0) {
@@ -1634,7 +1658,7 @@ __global__ void __launch_bounds__(TNT) mvt_kernel(const __grid_constant__ sg_cu_
 		}
 	}
 	pdl_wait();
-	stage_x(xq, sx, nb, xs, ss); /* ends with a barrier: the mbarriers are initialised too */
+	stage_x(xq, sx, dx, nb, xs, ss, ds); /* ends with a barrier: the mbarriers are initialised too */
 	int it = 0;
 	for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x, it++) {
 		const int si = it % TNST;
@@ -1655,7 +1679,7 @@ __global__ void __launch_bounds__(TNT) mvt_kernel(const __grid_constant__ sg_cu_
 				SB<KT> w;
 				w.load_s(st + (size_t)j * rb, nb, b);
 				XS v;
-				v.load(dx, ss, b);
+				v.load(dx, ss, ds, b);
 				SB<KT>::template dot<1>(&w, xs, b, v.d, v.s, &acc);
 			}
 			rd[k] = acc;
@@ -1719,7 +1743,7 @@ static int mvt_launch(const sg_cu_multi *m, const int8_t *xq, const float *dx, c
 	if (TR > 32) TR = 32;
 	if (glu && TR & 1) TR = TR < 2 ? 2 : TR - 1;
 	size_t stage = (TR * rb + 127) & ~(size_t)127, ntask = (size_t)TR * (size_t)nb;
-	size_t smem = TNST * stage + (size_t)K + (size_t)K / 4 + 2 * 4 * ((ntask + 3) & ~(size_t)3) + 8 * TNST;
+	size_t smem = TNST * stage + stage_bytes(K) + 2 * 4 * ((ntask + 3) & ~(size_t)3) + 8 * TNST;
 	if (smem > 110 * 1024) return -1; /* two blocks an SM */
 	if (!sms) {
 		int dev = 0;
@@ -1732,11 +1756,13 @@ static int mvt_launch(const sg_cu_multi *m, const int8_t *xq, const float *dx, c
 	int64_t ntiles = glu ? (rows + TR / 2 - 1) / (TR / 2) : (rows + TR - 1) / TR, grid = 2 * (int64_t)sms;
 	if (grid > ntiles) grid = ntiles;
 	sg_cu_multi mp = *m;
+	mp.xstage = g_xstage;
 	pdl_launch(f, dim3((unsigned)grid), dim3(TNT), smem, st, mp, xq, dx, sx, rows, TR, stage);
 	return (int)cudaGetLastError();
 }
 
 extern "C" void sg_cu_set_gemv_sb(int on) { g_sb = on >= 0 && on <= 2 ? on : 1; }
+extern "C" void sg_cu_set_gemv_xstage(int on) { g_xstage = on != 0; }
 
 extern "C" int sg_cu_sb_ok(const sg_cuw *w) { return picks(sb_kind(w), 32, 1) != NULL; }
 
@@ -1765,11 +1791,12 @@ __global__ void __launch_bounds__(NQ_WARPS * 32) norm_quant_kernel(const float *
 	float wv = norm && w && b < K / 32 ? __ldg(w + i) + off : 0.0f;
 	pdl_trigger();
 	pdl_wait();
+	const float xv = b < K / 32 ? x[i] : 0.0f; /* in flight with the sum's loads, not after it */
 	if (norm) {
 		sc = 1.0f / sqrtf(block_sumsq(x, K) / (float)K + eps);
 	}
 	if (b >= K / 32) return;
-	float v = norm ? (w ? x[i] * sc * wv : x[i] * sc) : x[i];
+	float v = norm ? (w ? xv * sc * wv : xv * sc) : xv;
 	if (xn) xn[i] = v;
 	q8_store(v, b, lane, xq, dx, sx);
 }
@@ -1870,7 +1897,7 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 	if (!variant && !plain_kt(kt)) variant = g_variant;
 	/* the block-per-lane kernel where it exists (types without it take the default) */
 	if (!variant && !g_slots && g_sb && sg_cu_sb_ok(&m->w[0])) variant = 15 + g_sb;
-	if (variant >= 16 && (!sg_cu_sb_ok(&m->w[0]) || K + K / 4 > SMEM_X_MAX)) variant = 0; /* 1.25 K bytes of activations staged */
+	if (variant >= 16 && (!sg_cu_sb_ok(&m->w[0]) || stage_bytes(K) > SMEM_X_MAX)) variant = 0; /* 1.375 K bytes of activations staged */
 	/* MLX 4-bit: the warp-split kernel measured 8% faster end to end on Qwen3-8B shapes (H200) */
 	if (!variant && !g_slots && kt == SG_CUKT_MLX4) variant = 14;
 	int S = variant >= 16 ? 1 : variant ? multi_slots(variant, glu) : plain_kt(kt) && !glu ? 1 : SG_CU_MULTI_SLOTS;
@@ -1909,7 +1936,8 @@ launch:;
 	if (variant == 16) {
 		int lpr = sb_lanes(K / 256), slots = QT / lpr, per = glu ? slots / 2 : slots;
 		sg_cu_multi mp = *m;
-		pdl_launch(picks(sb_kind(&m->w[0]), lpr, K / 256), dim3((unsigned)((rows + per - 1) / per)), dim3(QT), (size_t)K + (size_t)K / 4, st, mp, xin,
+		mp.xstage = g_xstage;
+		pdl_launch(picks(sb_kind(&m->w[0]), lpr, K / 256), dim3((unsigned)((rows + per - 1) / per)), dim3(QT), stage_bytes(K), st, mp, xin,
 			   (const int8_t *)xq, (const float *)dx, (const float *)sx, rows);
 		return (int)cudaGetLastError();
 	}
@@ -2028,7 +2056,7 @@ __global__ void __launch_bounds__(QT) moe1_kernel(const sg_cuw w, const int8_t *
 template <int KT, int LPR, int MANY>
 __global__ void __launch_bounds__(QT) moes_kernel(const sg_cuw w, const int8_t *__restrict__ xq, const float *__restrict__ dx,
 						  const float *__restrict__ sx, int shared_x, const int32_t *__restrict__ ids, int64_t E,
-						  float *__restrict__ y, int64_t N, const sg_cuw w2, int act)
+						  float *__restrict__ y, int64_t N, const sg_cuw w2, int act, int xstage)
 {
 	enum { S = QT / LPR };
 	__shared__ float tot[S];
@@ -2054,9 +2082,9 @@ __global__ void __launch_bounds__(QT) moes_kernel(const sg_cuw w, const int8_t *
 	if (b < nb) a.load(row, rsc, rbi, m.sb_bf16, nb, b);
 	int64_t xo = shared_x ? 0 : js;
 	extern __shared__ int4 xs[];
-	float4 *ss = (float4 *)(xs + 16 * nb);
-	stage_x(xq + xo * w.K, sx + xo * (w.K / 16), nb, xs, ss);
-	float acc = sb_row_sum<KT, LPR, MANY>(a, b, row, rsc, rbi, m.sb_bf16, nb, xs, ss, dx + xo * (w.K / 32));
+	float4 *ss = (float4 *)(xs + 16 * nb), *ds = xstage ? ss + 4 * nb : NULL;
+	stage_x(xq + xo * w.K, sx + xo * (w.K / 16), dx + xo * (w.K / 32), nb, xs, ss, ds);
+	float acc = sb_row_sum<KT, LPR, MANY>(a, b, row, rsc, rbi, m.sb_bf16, nb, xs, ss, dx + xo * (w.K / 32), ds);
 	if (sl == 0) tot[slot] = acc;
 	__syncthreads();
 	int t = (int)threadIdx.x;
@@ -2064,7 +2092,7 @@ __global__ void __launch_bounds__(QT) moes_kernel(const sg_cuw w, const int8_t *
 }
 
 typedef void (*moes_fn)(const sg_cuw, const int8_t *, const float *, const float *, int, const int32_t *, int64_t, float *, int64_t, const sg_cuw,
-			int);
+			int, int);
 
 struct MoesK {
 	typedef moes_fn fn;
@@ -2078,12 +2106,12 @@ static int moes_launch(const sg_cuw *w, const sg_cuw *w2, const int8_t *xq, cons
 		       int64_t k, int64_t E, float *y, int64_t N, int act, cudaStream_t st)
 {
 	int64_t K = w->K, nb = K / 256;
-	if (!g_sb || !sg_cu_sb_ok(w) || K + K / 4 > SMEM_X_MAX || (w2 && sb_kind(w2) != sb_kind(w))) return -1;
+	if (!g_sb || !sg_cu_sb_ok(w) || stage_bytes(K) > SMEM_X_MAX || (w2 && sb_kind(w2) != sb_kind(w))) return -1;
 	int lpr = sb_lanes(nb), per = QT / lpr / (w2 ? 2 : 1);
 	sg_cuw none;
 	memset(&none, 0, sizeof(none));
-	pdl_launch(pick_moes(sb_kind(w), lpr, nb), dim3((unsigned)((N + per - 1) / per), (unsigned)k), dim3(QT), (size_t)K + (size_t)K / 4, st, *w, xq, dx,
-		   sx, shared_x, ids, E, y, N, w2 ? *w2 : none, act);
+	pdl_launch(pick_moes(sb_kind(w), lpr, nb), dim3((unsigned)((N + per - 1) / per), (unsigned)k), dim3(QT), stage_bytes(K), st, *w, xq, dx,
+		   sx, shared_x, ids, E, y, N, w2 ? *w2 : none, act, g_xstage);
 	return (int)cudaGetLastError();
 }
 
