@@ -120,6 +120,12 @@ static const sg_flag table[] = {
 	 "CUDA block-per-lane GEMVs (SARAGOSSA_CUDA_GEMV_SB): the 8-bit activations, their half sums and scales staged in "
 	 "shared memory by cp.async, every copy in flight at once (0 = a loop of loads, the scales read from global memory "
 	 "after the barrier; the same bits)"},
+	{"SARAGOSSA_CUDA_GEMV_MIXED", SG_FLAG_BOOL, "1",
+	 "CUDA one-token fused store stage whose matrices are Q4_K and Q6_K (q, k, v of a Q4_K_M file) of at most 8 MB: "
+	 "one block-per-lane launch for both kinds (0 = one launch per run of one format; the same bits)"},
+	{"SARAGOSSA_CUDA_GEMV_PRE", SG_FLAG_BOOL, "1",
+	 "CUDA one-token GEMV launches of F32, F16 or BF16 weights of at most 4 MB (a MoE router): a thread's first "
+	 "units loaded before the wait for the kernel ahead (weights are never written; 0 = after it; the same bits)"},
 	{"SARAGOSSA_CUDA_MOE_DECODE", SG_FLAG_BOOL, "1",
 	 "CUDA one-token MoE matmuls: each slot's expert straight from the routing ids, two rows a warp (0 = the sorting "
 	 "kernel every token count takes)"},

@@ -1920,6 +1920,94 @@ Test(cuda, block_per_lane_gemv_cp_async_staging_equals_loop_staging)
 	sg_cu_set_gemv_xstage(sg_flag_bool("SARAGOSSA_CUDA_GEMV_XSTAGE"));
 }
 
+/* SARAGOSSA_CUDA_GEMV_PRE: the plain types' GLU and residual-add stages (launches under its 4 MB)
+ * with a thread's first units loaded before the wait give the bits of the loop, over rows
+ * shorter than, as long as and longer than the units a thread loads early. */
+Test(cuda, gemv_units_loaded_before_the_wait_keep_the_bits)
+{
+	static const int64_t Ks[] = {256, 2048, 3072, 6144, 16384};
+	for (int ti = 0; ti < 3; ti++) /* F32, F16, BF16 */
+		for (int ki = 0; ki < (int)(sizeof(Ks) / sizeof(Ks[0])); ki++) {
+			int64_t K = Ks[ki], N = 29;
+			hw h0 = make_w(&wtypes[ti], N, K), h1 = make_w(&wtypes[ti], N, K);
+			sg_btensor c0, g0, c1, g1;
+			bind_both(&h0, &c0, &g0);
+			bind_both(&h1, &c1, &g1);
+			pair x = pair_rand(K, 1, 1, 1.0f), res = pair_rand(N, 1, 1, 1.0f), scratch = pair_new(SG_TYPE_F32, N, 1, 1, 1);
+			pair y[2][2];
+			float *h[2][2];
+			for (int pre = 0; pre < 2; pre++) {
+				for (int i = 0; i < 2; i++) y[pre][i] = pair_new(SG_TYPE_F32, N, 1, 1, 1);
+				sg_cu_set_gemv_pre(pre);
+				run_sb_stages(&g0, &g1, &x, &res, &scratch, &y[pre][0], &y[pre][1]);
+				for (int i = 0; i < 2; i++) h[pre][i] = fetch(&y[pre][i]);
+			}
+			for (int i = 0; i < 2; i++) {
+				cr_expect(!memcmp(h[0][i], h[1][i], sizeof(float) * (size_t)N), "%s K=%lld %s: loading early changed the bits",
+					  wtypes[ti].name, (long long)K, i ? "add" : "glu");
+				cr_expect(isfinite(h[1][i][N - 1]), "%s K=%lld %s: not written", wtypes[ti].name, (long long)K, i ? "add" : "glu");
+				free(h[0][i]), free(h[1][i]);
+				pair_free(&y[0][i]), pair_free(&y[1][i]);
+			}
+			pair_free(&x), pair_free(&res), pair_free(&scratch);
+			gpu->ops->tensor_free(gpu, &g0), cpu->ops->tensor_free(cpu, &c0), gpu->ops->tensor_free(gpu, &g1), cpu->ops->tensor_free(cpu, &c1);
+			free_hw(&h0), free_hw(&h1);
+		}
+	sg_cu_set_gemv_pre(sg_flag_bool("SARAGOSSA_CUDA_GEMV_PRE"));
+}
+
+/* SARAGOSSA_CUDA_GEMV_MIXED: a normalised q/k/v-like store stage of Q4_K and Q6_K matrices in one
+ * block-per-lane launch gives the bits of one launch per format (=0), both orders of the kinds,
+ * rows of one, two and three blocks a lane's walk (K = 2048 .. 12288), and row counts whose kind
+ * change falls inside a block (no single launch then: the same bits again). */
+Test(cuda, mixed_format_gemv_launch_equals_one_launch_per_format)
+{
+	static const int64_t Ks[] = {2048, 4096, 12288};
+	static const int64_t Ns[][3] = {{128, 64, 64}, {100, 36, 28}};
+	const wtype *q4 = &wtypes[8], *q6 = &wtypes[10];
+	const wtype *orders[2][3] = {{q4, q4, q6}, {q6, q4, q4}};
+	for (int ki = 0; ki < 3; ki++)
+		for (int ni = 0; ni < 2; ni++)
+			for (int oi = 0; oi < 2; oi++) {
+				int64_t K = Ks[ki];
+				hw h[3];
+				sg_btensor c[3], g[3];
+				for (int i = 0; i < 3; i++) h[i] = make_w(orders[oi][i], Ns[ni][i], K), bind_both(&h[i], &c[i], &g[i]);
+				pair x = pair_rand(K, 1, 1, 1.0f), nw = pair_rand(K, 1, 1, 1.0f), xn = pair_new(SG_TYPE_F32, K, 1, 1, 1);
+				/* whether one launch takes them: every kind change at a multiple of a block's rows */
+				sg_cu_multi cm = {.nw = 3, .epi = SG_CU_EPI_STORE};
+				int64_t per = K == 2048 ? 16 : 8, chg = oi ? Ns[ni][0] : Ns[ni][0] + Ns[ni][1];
+				for (int i = 0; i < 3; i++) {
+					cr_assert_eq(sg_cuda_weight_view(&g[i], &cm.w[i]), SG_OK);
+					cm.N[i] = Ns[ni][i];
+				}
+				sg_cu_set_gemv_mixed(1);
+				cr_expect_eq(sg_cu_gemv_mixed_ok(&cm), chg % per == 0, "K=%lld rows %lld/%lld/%lld order %d: one launch %s", (long long)K,
+					     (long long)Ns[ni][0], (long long)Ns[ni][1], (long long)Ns[ni][2], oi, chg % per ? "taken" : "not taken");
+				pair y[2][3];
+				float *out[2][3];
+				for (int mix = 0; mix < 2; mix++) {
+					sg_cu_set_gemv_mixed(mix);
+					for (int i = 0; i < 3; i++) y[mix][i] = pair_new(SG_TYPE_F32, Ns[ni][i], 1, 1, 1), poison(&y[mix][i]);
+					sg_matmul_multi mm = {.x = &x.g, .norm = &nw.g, .eps = 1e-6f, .xn = &xn.g, .nw = 3, .w = {&g[0], &g[1], &g[2]},
+							      .y = {&y[mix][0].g, &y[mix][1].g, &y[mix][2].g}};
+					cr_assert_eq(sg_backend_matmul_multi(gpu, &mm), SG_OK, "%s", sg_last_error());
+					for (int i = 0; i < 3; i++) out[mix][i] = fetch(&y[mix][i]);
+				}
+				for (int i = 0; i < 3; i++) {
+					cr_expect(!memcmp(out[0][i], out[1][i], sizeof(float) * (size_t)Ns[ni][i]),
+						  "K=%lld rows %lld/%lld/%lld order %d: matrix %d, one launch changed the bits", (long long)K,
+						  (long long)Ns[ni][0], (long long)Ns[ni][1], (long long)Ns[ni][2], oi, i);
+					cr_expect(isfinite(out[1][i][Ns[ni][i] - 1]), "K=%lld order %d: matrix %d not written", (long long)K, oi, i);
+					free(out[0][i]), free(out[1][i]);
+					pair_free(&y[0][i]), pair_free(&y[1][i]);
+				}
+				pair_free(&x), pair_free(&nw), pair_free(&xn);
+				for (int i = 0; i < 3; i++) gpu->ops->tensor_free(gpu, &g[i]), cpu->ops->tensor_free(cpu, &c[i]), free_hw(&h[i]);
+			}
+	sg_cu_set_gemv_mixed(sg_flag_bool("SARAGOSSA_CUDA_GEMV_MIXED"));
+}
+
 /* The backend's fused stages equal their compositions on the same GPU: the matmul_multi op (BF16
  * weights take it whatever the flags) and attn_prep_norm (qk-norm + ropes + cache store) bit for
  * bit, since the fused norm kernels keep the unfused ones' sums. */

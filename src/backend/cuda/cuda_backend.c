@@ -571,9 +571,11 @@ static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 		       sg_cu_norm_quant(x, p->norm->data, p->eps, p->norm_offset, K, p->xn->data, q8, S(cb)));
 		x = p->xn->data, norm = 0;
 	}
-	for (int i0 = 0, i1; i0 < m.nw;
-	     i0 = i1) { /* runs of one format; the first rounds x, the rest reuse it */
-		for (i1 = i0 + 1; i1 < m.nw && same_fmt(&m.w[i1], &m.w[i0]);) i1++;
+	/* Q4_K and Q6_K matrices in one launch where the kernel takes both (SARAGOSSA_CUDA_GEMV_MIXED),
+	 * else runs of one format; the first rounds x, the rest reuse it */
+	int mixed = sg_cu_gemv_mixed_ok(&m);
+	for (int i0 = 0, i1; i0 < m.nw; i0 = i1) {
+		for (i1 = i0 + 1; i1 < m.nw && (mixed || same_fmt(&m.w[i1], &m.w[i0]));) i1++;
 		sg_cu_multi g = m;
 		g.nw = i1 - i0;
 		for (int j = 0; j < g.nw; j++) g.w[j] = m.w[i0 + j], g.N[j] = m.N[i0 + j], g.bias[j] = m.bias[i0 + j], g.y[j] = m.y[i0 + j];
@@ -1299,6 +1301,8 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	sg_cu_set_gemv_variant((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_VARIANT"));
 	sg_cu_set_gemv_sb((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_SB"));
 	sg_cu_set_gemv_xstage(sg_flag_bool("SARAGOSSA_CUDA_GEMV_XSTAGE"));
+	sg_cu_set_gemv_mixed(sg_flag_bool("SARAGOSSA_CUDA_GEMV_MIXED"));
+	sg_cu_set_gemv_pre(sg_flag_bool("SARAGOSSA_CUDA_GEMV_PRE"));
 	sg_cu_set_moe_decode(sg_flag_bool("SARAGOSSA_CUDA_MOE_DECODE"));
 	sg_cu_set_route_warp(sg_flag_bool("SARAGOSSA_CUDA_ROUTE_WARP"));
 	sg_cu_set_pdl((int)sg_flag_int("SARAGOSSA_CUDA_PDL"));

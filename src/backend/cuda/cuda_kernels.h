@@ -79,6 +79,7 @@ typedef struct sg_cu_multi {
 	const float *res;                     /* ADD; may alias y_0 */
 	int prefetch;                         /* set by sg_cu_gemv_multi: rows into L2 before pdl_wait */
 	int xstage;                           /* set by sg_cu_gemv_multi: SARAGOSSA_CUDA_GEMV_XSTAGE */
+	int pre;                              /* set by sg_cu_gemv_multi: SARAGOSSA_CUDA_GEMV_PRE */
 } sg_cu_multi;
 /* 1 if kt has the fused kernel: plain types on f32 activations, the others on 8-bit ones. */
 int sg_cu_multi_ok(int kt);
@@ -101,6 +102,14 @@ void sg_cu_set_gemv_sb(int on);
  * scales by cp.async, every copy at once; 0 = a loop of loads, the scales read from global memory
  * (the same bits) */
 void sg_cu_set_gemv_xstage(int on);
+/* SARAGOSSA_CUDA_GEMV_MIXED: 1 = Q4_K and Q6_K matrices of one fused store stage (q, k, v of a
+ * Q4_K_M file) in one block-per-lane launch where each block's rows are of one kind (_ok says
+ * whether m qualifies); 0 = one launch per run of one format (the same bits) */
+void sg_cu_set_gemv_mixed(int on);
+/* SARAGOSSA_CUDA_GEMV_PRE: 1 = F32/F16/BF16 decode GEMV launches of at most 4 MB of weights (a
+ * MoE router) load a thread's first units before pdl_wait; 0 = after it (the same bits) */
+void sg_cu_set_gemv_pre(int on);
+int sg_cu_gemv_mixed_ok(const sg_cu_multi *m);
 int sg_cu_sb_ok(const sg_cuw *w);
 /* 0: one-token MoE matmuls take the sorting kernel too (SARAGOSSA_CUDA_MOE_DECODE) */
 void sg_cu_set_moe_decode(int on);

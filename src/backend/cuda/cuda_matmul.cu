@@ -28,6 +28,11 @@
 #define SG_CU_GEMV_Q8_DEFAULT 4
 static int g_sb = 1; /* SARAGOSSA_CUDA_GEMV_SB: the block-per-lane GEMV of the planar K-quants */
 static int g_xstage = 1; /* SARAGOSSA_CUDA_GEMV_XSTAGE: its activations staged by cp.async, scales included */
+static int g_pre = 1; /* SARAGOSSA_CUDA_GEMV_PRE: small plain-type launches load their first units before pdl_wait */
+/* The most weight bytes a launch loading its units before the wait takes. Measured on an H200:
+ * the BF16 projections of Qwen3-8B (33 to 200 MB a launch) 5.5% slower with every launch doing
+ * it (the registers the loads hold cost more blocks an SM than the early loads win). */
+#define PRE_MAX_BYTES ((size_t)4 << 20)
 static int g_slots = 0, g_variant = 0; /* SARAGOSSA_CUDA_GEMV_ROWS, SARAGOSSA_CUDA_GEMV_VARIANT */
 
 static __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
@@ -50,40 +55,62 @@ static __device__ __forceinline__ uint32_t qword(const uint4 &q, int i) { return
  */
 template <int KT> struct U;
 
+/* The plain types also split a unit's load (ld, into R) from its conversion (cv), for the GEMV
+ * that loads a thread's units before pdl_wait (SARAGOSSA_CUDA_GEMV_PRE). */
 template <> struct U<SG_CUKT_F32> {
 	enum { E = 8, RL = 8, RS = 8 };
+	struct R {
+		float4 a, b;
+	};
+	static __device__ __forceinline__ R ld(const uint8_t *row, int64_t u)
+	{
+		return {__ldg((const float4 *)(row + 32 * u)), __ldg((const float4 *)(row + 32 * u + 16))};
+	}
+	static __device__ __forceinline__ void cv(const R &q, float *o)
+	{
+		o[0] = q.a.x, o[1] = q.a.y, o[2] = q.a.z, o[3] = q.a.w, o[4] = q.b.x, o[5] = q.b.y, o[6] = q.b.z, o[7] = q.b.w;
+	}
 	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o)
 	{
-		float4 a = __ldg((const float4 *)(row + 32 * u)), b = __ldg((const float4 *)(row + 32 * u + 16));
-		o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+		cv(ld(row, u), o);
 		return 8 * u;
 	}
 };
 
 template <> struct U<SG_CUKT_F16> {
 	enum { E = 8, RL = 8, RS = 8 };
-	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o)
+	typedef uint4 R;
+	static __device__ __forceinline__ R ld(const uint8_t *row, int64_t u) { return ld16(row + 16 * u); }
+	static __device__ __forceinline__ void cv(const R &q, float *o)
 	{
-		uint4 q = ld16(row + 16 * u);
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
 			uint32_t v = qword(q, i);
 			o[2 * i] = h2f((uint16_t)v), o[2 * i + 1] = h2f((uint16_t)(v >> 16));
 		}
+	}
+	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o)
+	{
+		cv(ld(row, u), o);
 		return 8 * u;
 	}
 };
 
 template <> struct U<SG_CUKT_BF16> {
 	enum { E = 8, RL = 8, RS = 8 };
-	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o)
+	typedef uint4 R;
+	static __device__ __forceinline__ R ld(const uint8_t *row, int64_t u) { return ld16(row + 16 * u); }
+	static __device__ __forceinline__ void cv(const R &q, float *o)
 	{
-		uint4 q = ld16(row + 16 * u);
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
 			uint32_t v = qword(q, i);
 			o[2 * i] = __uint_as_float(v << 16), o[2 * i + 1] = __uint_as_float(v & 0xffff0000u);
 		}
+	}
+	static __device__ __forceinline__ int64_t dq(const sg_cuw &w, const uint8_t *row, const uint8_t *, const uint8_t *, int64_t u, float *o)
+	{
+		cv(ld(row, u), o);
 		return 8 * u;
 	}
 };
@@ -1086,6 +1113,26 @@ __global__ void __launch_bounds__(QT) mvw_kernel(const __grid_constant__ sg_cu_m
 	(void)x;
 }
 
+/* A unit's raw load for the plain types (U<KT>::R), a placeholder for the others. */
+template <int KT> struct Raw {
+	typedef int R;
+};
+template <> struct Raw<SG_CUKT_F32> {
+	typedef U<SG_CUKT_F32>::R R;
+};
+template <> struct Raw<SG_CUKT_F16> {
+	typedef U<SG_CUKT_F16>::R R;
+};
+template <> struct Raw<SG_CUKT_BF16> {
+	typedef U<SG_CUKT_BF16>::R R;
+};
+
+/*
+ * Plain types with p.pre (SARAGOSSA_CUDA_GEMV_PRE, small launches: a MoE router): a thread's
+ * first NP units of every slot (48 registers of them) are loaded before pdl_wait, weights being
+ * never written, so their memory round trip overlaps the kernel ahead instead of following it;
+ * they are summed in the loop's order (the same bits).
+ */
 template <int KT, int Q8, int S, int STG>
 __global__ void __launch_bounds__(QT) mvm_kernel(const __grid_constant__ sg_cu_multi p, const float *__restrict__ x,
 						 const int8_t *__restrict__ xq, const float *__restrict__ dx, const float *__restrict__ sx,
@@ -1101,6 +1148,21 @@ __global__ void __launch_bounds__(QT) mvm_kernel(const __grid_constant__ sg_cu_m
 	pdl_trigger();
 	multi_rows<S>(p, g0, per, glu, rows, ms, rs, rp, sp, bp);
 	if (p.prefetch) multi_prefetch<S>(p, ms, rp, sp, bp, threadIdx.x, QT);
+	typedef typename Raw<KT>::R RT;
+	constexpr int NP = Q8 ? 1 : 48 / (S * (int)(sizeof(RT) / 4));
+	RT pre[S][NP];
+	if constexpr (!Q8) {
+		if (p.pre) {
+			const int64_t nu = p.w[0].K / U<KT>::E;
+#pragma unroll
+			for (int k = 0; k < NP; k++) {
+				int64_t u = threadIdx.x + (int64_t)k * QT;
+				if (u < nu)
+#pragma unroll
+					for (int s = 0; s < S; s++) pre[s][k] = U<KT>::ld(rp[s], u);
+			}
+		}
+	}
 	pdl_wait();
 	const sg_cuw &w0 = p.w[0];
 	float acc[S];
@@ -1127,8 +1189,29 @@ __global__ void __launch_bounds__(QT) mvm_kernel(const __grid_constant__ sg_cu_m
 	} else {
 		typedef U<KT> T;
 		const int64_t nu = w0.K / T::E;
+		int64_t u0 = threadIdx.x;
+		if (p.pre) {
+#pragma unroll
+			for (int k = 0; k < NP; k++) {
+				int64_t u = threadIdx.x + (int64_t)k * QT;
+				if (u < nu) {
+					float wv[S][T::E], xv[T::E];
+#pragma unroll
+					for (int s = 0; s < S; s++) T::cv(pre[s][k], wv[s]);
+					load_x<KT>(x, T::E * u, xv);
+#pragma unroll
+					for (int s = 0; s < S; s++) {
+						float a = 0.0f;
+#pragma unroll
+						for (int i = 0; i < T::E; i++) a = fmaf(wv[s][i], xv[i], a);
+						acc[s] += a;
+					}
+				}
+			}
+			u0 += (int64_t)NP * QT;
+		}
 #pragma unroll 2
-		for (int64_t u = threadIdx.x; u < nu; u += QT) {
+		for (int64_t u = u0; u < nu; u += QT) {
 			float wv[S][T::E], xv[T::E];
 			int64_t e0 = 0;
 #pragma unroll
@@ -1475,20 +1558,11 @@ static __device__ __forceinline__ float sb_row_sum(SB<KT> &a, int64_t b, const u
  * H200 than splitting such rows over more lanes (K = 14336: 2366-2462 against 2102 GB/s).
  */
 template <int KT, int LPR, int MANY>
-__global__ void __launch_bounds__(QT) mvs_kernel(const __grid_constant__ sg_cu_multi p, const float *__restrict__ x,
-						 const int8_t *__restrict__ xq, const float *__restrict__ dx, const float *__restrict__ sx,
-						 int64_t rows)
+static __device__ __forceinline__ void mvs_run(const sg_cu_multi &p, const int8_t *__restrict__ xq, const float *__restrict__ dx,
+					       const float *__restrict__ sx, int64_t rows, int m, int64_t r, int64_t g0, float *tot)
 {
 	enum { S = QT / LPR };
-	__shared__ float tot[S];
-	const int glu = p.epi == SG_CU_EPI_GLU, per = glu ? S / 2 : S;
 	const int slot = (int)threadIdx.x / LPR, sl = (int)threadIdx.x % LPR;
-	const int64_t g0 = (int64_t)blockIdx.x * per;
-	pdl_trigger();
-	int64_t gr = g0 + slot % per, r;
-	if (gr >= rows) gr = rows - 1; /* computed, never stored */
-	int m = glu ? slot / per : multi_row(p, gr, r);
-	if (glu) r = gr;
 	const sg_cuw &w = p.w[m];
 	const uint8_t *row = w.data + (size_t)r * w.row_bytes;
 	const uint8_t *rsc = w.scales ? w.scales + (size_t)r * w.sb_row_bytes : NULL, *rbi = w.biases ? w.biases + (size_t)r * w.sb_row_bytes : NULL;
@@ -1511,6 +1585,30 @@ __global__ void __launch_bounds__(QT) mvs_kernel(const __grid_constant__ sg_cu_m
 	if (sl == 0) tot[slot] = acc;
 	__syncthreads();
 	if ((int)threadIdx.x < S) multi_epi<S>(p, (int)threadIdx.x, g0, tot, rows, &res_t);
+}
+
+/* KT2 != KT (SARAGOSSA_CUDA_GEMV_MIXED): the matrices are of kinds KT and KT2 (q, k Q4_K and v
+ * Q6_K in a Q4_K_M file), every block's rows in one kind (sg_cu_gemv_mixed_ok checks that the
+ * kind changes at a multiple of the block's rows), so one launch takes what took one a kind. */
+template <int KT, int LPR, int MANY, int KT2 = KT>
+__global__ void __launch_bounds__(QT) mvs_kernel(const __grid_constant__ sg_cu_multi p, const float *__restrict__ x,
+						 const int8_t *__restrict__ xq, const float *__restrict__ dx, const float *__restrict__ sx,
+						 int64_t rows)
+{
+	enum { S = QT / LPR };
+	__shared__ float tot[S];
+	const int glu = p.epi == SG_CU_EPI_GLU, per = glu ? S / 2 : S;
+	const int slot = (int)threadIdx.x / LPR;
+	const int64_t g0 = (int64_t)blockIdx.x * per;
+	pdl_trigger();
+	int64_t gr = g0 + slot % per, r;
+	if (gr >= rows) gr = rows - 1; /* computed, never stored */
+	int m = glu ? slot / per : multi_row(p, gr, r);
+	if (glu) r = gr;
+	if constexpr (KT2 != KT) {
+		if (p.w[m].kt == KT2) return mvs_run<KT2, LPR, MANY>(p, xq, dx, sx, rows, m, r, g0, tot);
+	}
+	mvs_run<KT, LPR, MANY>(p, xq, dx, sx, rows, m, r, g0, tot);
 	(void)x;
 }
 
@@ -1560,6 +1658,43 @@ struct MvsK {
 	template <int KT, int LPR, int MANY> static fn f() { return mvs_kernel<KT, LPR, MANY>; }
 };
 static mvs_fn picks(int sk, int lpr, int64_t nb) { return sb_pick<MvsK>(sk, lpr, nb); }
+/* the Q4_K / Q6_K one (either may come first) */
+struct MvsMix {
+	typedef mvs_fn fn;
+	template <int KT, int LPR, int MANY> static fn f() { return mvs_kernel<SG_CUKT_Q4_K, LPR, MANY, SG_CUKT_Q6_K>; }
+};
+
+static int g_mix = 1; /* SARAGOSSA_CUDA_GEMV_MIXED */
+extern "C" void sg_cu_set_gemv_mixed(int on) { g_mix = on != 0; }
+
+/* The most weight bytes a mixed launch takes. Measured on an H200 (tg128, one binary): the q/k/v
+ * of Qwen3-30B-A3B shapes (K = 2048, 5.9 MB) +2.3% at 1k positions and +0.9% at 8k in one launch;
+ * those of Qwen3-8B (K = 4096, 14 MB) -2.1% and +0.8%: where the matrices are large enough to
+ * stream, the separate Q6_K launch costs less than the one kernel's mix of both bodies. */
+#define MIX_MAX_BYTES ((size_t)8 << 20)
+
+/* 1 if the block-per-lane kernel takes m's matrices, of two kinds, in one launch: Q4_K and Q6_K
+ * rows of one length, stored (no GLU or residual), every change of kind at a multiple of a
+ * block's rows, at most MIX_MAX_BYTES in all, the default GEMV settings */
+extern "C" int sg_cu_gemv_mixed_ok(const sg_cu_multi *m)
+{
+	if (!g_mix || g_sb != 1 || g_slots || g_variant || m->epi != SG_CU_EPI_STORE || m->nw < 2) return 0;
+	int64_t K = m->w[0].K, per = QT / sb_lanes(K / 256), off = 0;
+	size_t bytes = 0;
+	if (K % 256 || stage_bytes(K) > (48 << 10)) return 0;
+	int two = 0;
+	for (int i = 0; i < m->nw; i++) {
+		const sg_cuw *w = &m->w[i];
+		if ((w->kt != SG_CUKT_Q4_K && w->kt != SG_CUKT_Q6_K) || w->K != K || !sg_cu_sb_ok(w)) return 0;
+		if (i && w->kt != m->w[i - 1].kt) {
+			if (off % per) return 0;
+			two = 1;
+		}
+		off += m->N[i];
+		bytes += (size_t)m->N[i] * w->row_bytes;
+	}
+	return two && bytes <= MIX_MAX_BYTES;
+}
 
 /*
  * Variant 17, the copy-engine GEMV of the planar K-quants: a persistent grid (two blocks an SM)
@@ -1763,6 +1898,7 @@ static int mvt_launch(const sg_cu_multi *m, const int8_t *xq, const float *dx, c
 
 extern "C" void sg_cu_set_gemv_sb(int on) { g_sb = on >= 0 && on <= 2 ? on : 1; }
 extern "C" void sg_cu_set_gemv_xstage(int on) { g_xstage = on != 0; }
+extern "C" void sg_cu_set_gemv_pre(int on) { g_pre = on != 0; }
 
 extern "C" int sg_cu_sb_ok(const sg_cuw *w) { return picks(sb_kind(w), 32, 1) != NULL; }
 
@@ -1937,7 +2073,8 @@ launch:;
 		int lpr = sb_lanes(K / 256), slots = QT / lpr, per = glu ? slots / 2 : slots;
 		sg_cu_multi mp = *m;
 		mp.xstage = g_xstage;
-		pdl_launch(picks(sb_kind(&m->w[0]), lpr, K / 256), dim3((unsigned)((rows + per - 1) / per)), dim3(QT), stage_bytes(K), st, mp, xin,
+		mvs_fn fk = sg_cu_gemv_mixed_ok(m) ? sb_pick_many<MvsMix, SG_CUKT_Q4_K>(lpr, K / 256) : picks(sb_kind(&m->w[0]), lpr, K / 256);
+		pdl_launch(fk, dim3((unsigned)((rows + per - 1) / per)), dim3(QT), stage_bytes(K), st, mp, xin,
 			   (const int8_t *)xq, (const float *)dx, (const float *)sx, rows);
 		return (int)cudaGetLastError();
 	}
@@ -1945,6 +2082,9 @@ launch:;
 	int64_t nb = (rows + per - 1) / per;
 	sg_cu_multi mp = *m;
 	mp.prefetch = sg_cu_pdl == 2;
+	size_t wbytes = 0; /* the launch's weight bytes: small launches load theirs before the wait */
+	for (int i = 0; i < m->nw; i++) wbytes += (size_t)m->N[i] * m->w[i].row_bytes;
+	mp.pre = g_pre && plain_kt(kt) && wbytes <= PRE_MAX_BYTES;
 	pdl_launch(f, dim3((unsigned)nb), dim3(QT), kind == 1 ? smem_x(K) : 0, st, mp, xin, (const int8_t *)xq, (const float *)dx, (const float *)sx,
 		   rows);
 	return (int)cudaGetLastError();
