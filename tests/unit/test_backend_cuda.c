@@ -898,6 +898,8 @@ static void attn_case(int n, int H, int Hkv, int hd, int ctx, int p0, sg_attn_pa
 	int ring = ap.causal && ap.window > 0 && ap.window < ctx, flash = (hd == 64 || hd == 128) && ap.causal && !ring;
 	int h16 = ct == SG_TYPE_F16 && n > 8 && sg_flag_bool("SARAGOSSA_CUDA_ATTN_F16") &&
 		  (sg_flag_bool("SARAGOSSA_CUDA_ATTN_GEMM") || (flash && sg_flag_bool("SARAGOSSA_CUDA_ATTN_FLASH")));
+	/* one token over f16 caches on tensor cores (SARAGOSSA_CUDA_ATTN_MMA): f16 queries and probabilities too */
+	h16 |= ct == SG_TYPE_F16 && n == 1 && (hd == 64 || hd == 128) && !ring && sg_flag_bool("SARAGOSSA_CUDA_ATTN_MMA");
 	cr_expect(e < (h16 ? NMSE_F16 : NMSE_F32), "attention n=%d H=%d/%d hd=%d ctx=%d p0=%d window=%d cap=%g causal=%d %s: nmse %.3g", n, H, Hkv, hd, ctx, p0,
 		  ap.window, (double)ap.softcap, ap.causal, ct == SG_TYPE_F16 ? "f16" : "f32", e);
 	pair *all[] = {&pos, &kc, &vc, &hk, &hv, &ap_pos, &q, &k, &v, &out};
@@ -990,7 +992,16 @@ Test(cuda, attention_feeding_the_next_matmul_changes_nothing)
 /* Two settings of a one-token attention switch give the same bits (and finite outputs) over head
  * dims 64, 128, 256, groups of 8, 4, 2, 1, short and long live lengths (one live slice of many,
  * a few, all 64), a ring, a soft-cap; set(restore) puts the process's setting back at the end. */
+/* tol > 0: the two outputs within that normalised squared error instead of the same bits */
+static void decode_settings_close(void (*set)(int), const char *flag, int s0, int s1, int restore, double tol);
 static void decode_settings_agree(void (*set)(int), const char *flag, int s0, int s1, int restore)
+{
+	/* the f32 kernel's switches: the tensor-core kernel (SARAGOSSA_CUDA_ATTN_MMA) off meanwhile */
+	sg_cu_set_attn_mma(0);
+	decode_settings_close(set, flag, s0, s1, restore, 0);
+	sg_cu_set_attn_mma(sg_flag_bool("SARAGOSSA_CUDA_ATTN_MMA"));
+}
+static void decode_settings_close(void (*set)(int), const char *flag, int s0, int s1, int restore, double tol)
 {
 	sg_attn_params causal = {0, 0, 0, 1, 0}, ring = {0, 0, 8, 1, 0}, cap = {0.1f, 30.0f, 0, 1, 0};
 	struct {
@@ -1015,9 +1026,14 @@ static void decode_settings_agree(void (*set)(int), const char *flag, int s0, in
 		}
 		set(restore);
 		int same = memcmp(got[0], got[1], sizeof(float) * (size_t)D) == 0, finite = 1;
-		for (int64_t i = 0; i < D; i++) finite &= isfinite(got[0][i]) != 0;
-		cr_expect(same && finite, "case %zu (H %lld, hd %lld, p %d): %s=%d %s", c, (long long)H, (long long)hd, p, flag, s1,
-		          same ? "output not finite" : "differs");
+		double num = 0, den = 0;
+		for (int64_t i = 0; i < D; i++) {
+			finite &= isfinite(got[0][i]) && isfinite(got[1][i]);
+			num += ((double)got[1][i] - got[0][i]) * ((double)got[1][i] - got[0][i]), den += (double)got[0][i] * got[0][i];
+		}
+		if (tol > 0) same = num <= tol * den;
+		cr_expect(same && finite, "case %zu (H %lld, hd %lld, p %d): %s=%d %s (nmse %.3g)", c, (long long)H, (long long)hd, p, flag, s1,
+		          same ? "output not finite" : "differs", den > 0 ? num / den : 0.0);
 		free(got[0]), free(got[1]);
 		pair *all[] = {&pos, &q, &kh, &vh, &att};
 		for (int i = 0; i < 5; i++) pair_free(all[i]);
@@ -1127,6 +1143,15 @@ Test(cuda, attention_decode_pipelined_k_rows_equal_unpipelined)
 	decode_settings_agree(sg_cu_set_attn_kpipe, "SARAGOSSA_CUDA_ATTN_KPIPE", 0, 2, restore); /* with the V rows toward L2 */
 }
 
+/* The one-token attention on tensor cores (SARAGOSSA_CUDA_ATTN_MMA=1) against the f32 dot products
+ * (=0) over the same cases (short and long live lengths, several tiles a warp, a soft-cap; the ring
+ * and head dim 256 take the f32 kernel either way): within the f16 rounding of queries and
+ * probabilities. */
+Test(cuda, attention_decode_on_tensor_cores_matches_f32_kernel)
+{
+	decode_settings_close(sg_cu_set_attn_mma, "SARAGOSSA_CUDA_ATTN_MMA", 0, 1, sg_flag_bool("SARAGOSSA_CUDA_ATTN_MMA"), NMSE_F16);
+}
+
 /* With each attention kill-switch or tunable set, the path it leaves still matches the CPU. */
 Test(cuda, attention_kill_switches_keep_working_paths)
 {
@@ -1135,9 +1160,9 @@ Test(cuda, attention_kill_switches_keep_working_paths)
 	                    "SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_GROUP",
 	                    "SARAGOSSA_CUDA_ATTN_GEMM",   "SARAGOSSA_CUDA_ATTN_F16",
 	                    "SARAGOSSA_CUDA_ATTN_FLASH",  "SARAGOSSA_CUDA_ATTN_MERGE",
-	                    "SARAGOSSA_CUDA_ATTN_KPRE"},
-	           *val[] = {"0", "2", "3", "1", "0", "0", "0", "0", "0"};
-	for (int i = 0; i < 9; i++) {
+	                    "SARAGOSSA_CUDA_ATTN_KPRE",   "SARAGOSSA_CUDA_ATTN_MMA"},
+	           *val[] = {"0", "2", "3", "1", "0", "0", "0", "0", "0", "0"};
+	for (int i = 0; i < 10; i++) {
 		setenv(sw[i], val[i], 1);
 		sg_flags_reload(); /* flags are read once per process otherwise */
 		sg_backend *save = gpu;

@@ -463,6 +463,26 @@ static __device__ __forceinline__ void h8(uint4 u, float *f)
 	}
 }
 static __device__ __forceinline__ void ld8(const __half *p, float *f) { h8(*(const uint4 *)p, f); }
+
+/* The tensor-core pieces of the one-token attention (SARAGOSSA_CUDA_ATTN_MMA). */
+static __device__ __forceinline__ uint32_t h2u(__half2 h) { return *(const uint32_t *)&h; }
+/* four 8 x 8 f16 tiles from shared memory (lane l gives the address of row l % 8 of tile l / 8),
+ * as rows or (t) transposed */
+static __device__ __forceinline__ void ldsm4(uint32_t *r, uint32_t addr)
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+static __device__ __forceinline__ void ldsm4t(uint32_t *r, uint32_t addr)
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+/* c += A B, A 16 x 16 f16 with rows 8 .. 15 zero (a0, a2: row lane / 4), B 16 x 8 f16, c f32 */
+static __device__ __forceinline__ void mma16816(float *c, uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
 static __device__ __forceinline__ void ld8(const float *p, float *f)
 {
 	float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
@@ -502,7 +522,8 @@ template <int NV> static __device__ __forceinline__ void ldv(const float *p, flo
 /* The f16 compile-time head-dim path (SARAGOSSA_CUDA_ATTN_DECODE=2 keeps the general one), and
  * with =3 its tiles staged in shared memory by cp.async (measured slower at 8k positions: the
  * tiles' shared memory halves the blocks an SM holds). */
-static int g_dec_wide = 1, g_dec_stage = 0, g_dec_group = 0, g_merge1 = 1, g_kpre = 1, g_prep = 1, g_kpipe = 1;
+static int g_dec_wide = 1, g_dec_stage = 0, g_dec_group = 0, g_merge1 = 1, g_kpre = 1, g_prep = 1, g_kpipe = 1, g_mma = 1;
+extern "C" void sg_cu_set_attn_mma(int on) { g_mma = on != 0; }
 extern "C" void sg_cu_set_attn_kpipe(int mode) { g_kpipe = mode == 1 || mode == 2 ? mode : 0; }
 extern "C" void sg_cu_set_attn_prep(int on) { g_prep = on; }
 extern "C" void sg_cu_set_attn_kpre(int on) { g_kpre = on; }
@@ -696,6 +717,104 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 			if (i < G * hd / 4) ((float4 *)sq)[i] = qv[k];
 		}
 	}
+	if constexpr (STG == 4 && HD > 0 && HD <= 128) {
+		/* Tensor cores (SARAGOSSA_CUDA_ATTN_MMA): a tile's scores as one 16 x 32 product (the G
+		 * query heads as rows, the rest zero) and its values as a 16 x HD one, from the tile's K,
+		 * then V, rows in the warp's shared rows; queries and probabilities rounded to f16 as in
+		 * the prefill kernels, sums in f32. Lane (g, t) = (lane / 4, lane % 4) holds head g's
+		 * scores of positions 8n + 2t, 8n + 2t + 1 and its values of dims 8j + 2t, 8j + 2t + 1. */
+		const int g = lane >> 2, t = lane & 3;
+		const bool real = g < G;
+		__syncthreads(); /* sq written by every warp */
+		uint32_t qa[HD / 16][2];
+#pragma unroll
+		for (int ks = 0; ks < HD / 16; ks++) {
+			float2 x0 = real ? *(const float2 *)(sq + g * HD + 16 * ks + 2 * t) : make_float2(0, 0);
+			float2 x1 = real ? *(const float2 *)(sq + g * HD + 16 * ks + 8 + 2 * t) : make_float2(0, 0);
+			qa[ks][0] = h2u(__floats2half2_rn(x0.x, x0.y)), qa[ks][1] = h2u(__floats2half2_rn(x1.x, x1.y));
+		}
+		float o[HD / 8][4];
+#pragma unroll
+		for (int j = 0; j < HD / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+		float mr = -INFINITY, lr = 0.0f;
+		const uint32_t kbuf = (uint32_t)__cvta_generic_to_shared(kpst);
+		for (int64_t t0 = tf; t0 <= b1; t0 += DW * 32) {
+			if (t0 != tf || !a.kpre) { /* the tile's K rows (the first one's came before the wait) */
+				__syncwarp();
+#pragma unroll
+				for (int it = 0; it < CPR; it++) {
+					int i = it * 32 + lane, r = i / CPR, cc = i % CPR;
+					int64_t jr = t0 + r <= b1 ? t0 + r : t0;
+					cp_async16(kpst + r * (HD + 8) + cc * 8, (const __half *)a.kc + kh * hd + jr * rs + cc * 8);
+				}
+				cp_async_wait_all();
+				__syncwarp();
+			}
+			float sc[4][4];
+#pragma unroll
+			for (int n = 0; n < 4; n++) {
+				sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll
+				for (int ks = 0; ks < HD / 16; ks += 2) { /* two k-steps of K rows 8n .. 8n + 7 */
+					uint32_t b[4];
+					ldsm4(b, kbuf + (uint32_t)(((8 * n + (lane & 7)) * (HD + 8) + 16 * ks + 8 * (lane >> 3)) * 2));
+					mma16816(sc[n], qa[ks][0], qa[ks][1], b[0], b[1]);
+					mma16816(sc[n], qa[ks + 1][0], qa[ks + 1][1], b[2], b[3]);
+				}
+			}
+			float mx = -INFINITY;
+#pragma unroll
+			for (int n = 0; n < 4; n++)
+#pragma unroll
+				for (int c = 0; c < 2; c++) {
+					int64_t jp = t0 + 8 * n + 2 * t + c;
+					float v = sc[n][c] * a.scale;
+					if (a.cap > 0) v = a.cap * tanhf(v / a.cap);
+					sc[n][c] = jp <= b1 ? v : -INFINITY;
+					mx = fmaxf(mx, sc[n][c]);
+				}
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+			float mn = fmaxf(mr, mx), cf = expf(mr - mn); /* finite: position t0 is live */
+			mr = mn;
+			lr *= cf;
+#pragma unroll
+			for (int j = 0; j < HD / 8; j++) o[j][0] *= cf, o[j][1] *= cf;
+			uint32_t pa[2][2];
+#pragma unroll
+			for (int n = 0; n < 4; n++) {
+				float p0 = expf(sc[n][0] - mn), p1 = expf(sc[n][1] - mn);
+				lr += p0 + p1;
+				pa[n >> 1][n & 1] = real ? h2u(__floats2half2_rn(p0, p1)) : 0u;
+			}
+			/* the V rows into the same shared rows, the scores' K rows read */
+			__syncwarp();
+#pragma unroll
+			for (int it = 0; it < CPR; it++) {
+				int i = it * 32 + lane, r = i / CPR, cc = i % CPR;
+				int64_t jr = t0 + r <= b1 ? t0 + r : t0;
+				cp_async16(kpst + r * (HD + 8) + cc * 8, (const __half *)a.vc + kh * hdv + jr * vrs + cc * 8);
+			}
+			cp_async_wait_all();
+			__syncwarp();
+#pragma unroll
+			for (int kk = 0; kk < 2; kk++) /* positions 16 kk .. 16 kk + 15 */
+#pragma unroll
+				for (int q2 = 0; q2 < HD / 16; q2++) { /* dims 16 q2 .. 16 q2 + 15 */
+					uint32_t b[4];
+					ldsm4t(b, kbuf + (uint32_t)(((16 * kk + 8 * ((lane >> 3) & 1) + (lane & 7)) * (HD + 8) + 16 * q2 + 8 * (lane >> 4)) * 2));
+					mma16816(o[2 * q2], pa[kk][0], pa[kk][1], b[0], b[1]);
+					mma16816(o[2 * q2 + 1], pa[kk][0], pa[kk][1], b[2], b[3]);
+				}
+		}
+		lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+		lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+		if (real) {
+			if (t == 0) smx[warp * G + g] = mr, sl[warp * G + g] = lr;
+#pragma unroll
+			for (int j = 0; j < HD / 8; j++) *(float2 *)(sacc + (warp * G + g) * hdv + 8 * j + 2 * t) = make_float2(o[j][0], o[j][1]);
+		}
+	} else {
 	float m[G], l[G], acc[G][VD];
 #pragma unroll
 	for (int g = 0; g < G; g++) {
@@ -828,6 +947,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 #pragma unroll
 			for (int e = 0; e < VD; e++) sacc[(warp * G + g) * hdv + dl + e] = acc[g][e];
 	}
+	}
 	__syncthreads();
 	for (int i = threadIdx.x; i < G * hdv; i += DW * 32) {
 		int g = i / hdv, d = i % hdv;
@@ -897,6 +1017,9 @@ static void dec_wide(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st)
 		sg_cu_attn b = *a;
 		b.kpre = 1;
 		b.vpre = g_kpipe == 2;
+		if constexpr (HD <= 128) {
+			if (g_mma && !a->ring) return (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, 4>, grid, dim3(DW * 32), smk, st, b);
+		}
 		/* the pipeline where a warp may walk several tiles: a slice longer than DW tiles (more than
 		 * 8192 rows at 64 slices); measured 1.8% slower where no warp does (1k positions) */
 		if (g_kpipe && a->ctx > (int64_t)DW * 32 * a->nchunk) return (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, 2>, grid, dim3(DW * 32), smk, st, b);
