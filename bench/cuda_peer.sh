@@ -150,15 +150,13 @@ if [ "$PHASE" != prep ]; then
 	grep -m2 -E "ggml_cuda_init|Device 0" "$LOGS/llama-pp.err" || true
 	# the weights live on the GPU: the host-memory check (sized for CPU loads) is skipped
 	export SARAGOSSA_KV_TYPE=f16 SARAGOSSA_MEM_LIMIT=-1
-	# one load per pair (prompt test, decode depth): saragossa times its pp from an empty context
-	# whatever -d says, and loads of the MoE model cost seconds each
-	read -ra pps <<<"$PP"
-	read -ra deps <<<"$DEPTHS"
+	# one process per test, so that each holds a KV cache of that test's rows alone, as llama-bench
+	# sizes its context per test (a decode depth paired with a prompt test in one process decoded
+	# in a cache sized for the prompt: the d1024 line in 8193 rows, whose attention takes other
+	# slices and kernels than a 1.2k-row cache)
 	runs=()
-	for ((i = 0; i < ${#pps[@]} || i < ${#deps[@]}; i++)); do
-		if [ $i -lt ${#deps[@]} ]; then d="-n $TG -d ${deps[i]}"; else d="-n 0"; fi
-		runs+=("-p ${pps[i]:-0} $d")
-	done
+	for p in $PP; do runs+=("-p $p -n 0"); done
+	for d in $DEPTHS; do runs+=("-p 0 -n $TG -d $d"); done
 	i=0
 	for args in "${runs[@]}"; do
 		i=$((i + 1))
