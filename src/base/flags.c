@@ -64,7 +64,8 @@ static const sg_flag table[] = {
 	 "its own query heads and the step's K row and stores the K and V rows (the same bits; one kernel fewer a "
 	 "layer); 0 = the separate prep kernel"},
 	{"SARAGOSSA_CUDA_ATTN_MMA", SG_FLAG_BOOL, "1",
-	 "CUDA one-token attention over f16 caches of head dim 64 or 128 (no ring; with SARAGOSSA_CUDA_ATTN_KPRE): scores "
+	 "CUDA one-token attention over f16 caches of head dim 64 or 128 (no ring, up to 4 query heads a block; with "
+	 "SARAGOSSA_CUDA_ATTN_KPRE): scores "
 	 "and values as tensor-core products, queries and probabilities rounded to f16 as in prefill (0 = f32 dot products "
 	 "a lane a position)"},
 	{"SARAGOSSA_CUDA_ATTN_KPIPE", SG_FLAG_INT, "1",

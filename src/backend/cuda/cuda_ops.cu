@@ -1017,7 +1017,8 @@ static void dec_wide(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st)
 		sg_cu_attn b = *a;
 		b.kpre = 1;
 		b.vpre = g_kpipe == 2;
-		if constexpr (HD <= 128) {
+		/* the tensor-core kernel for blocks of up to 4 query heads (those its tests cover) */
+		if constexpr (HD <= 128 && G <= 4) {
 			if (g_mma && !a->ring) return (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, 4>, grid, dim3(DW * 32), smk, st, b);
 		}
 		/* the pipeline where a warp may walk several tiles: a slice longer than DW tiles (more than
