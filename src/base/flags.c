@@ -65,9 +65,8 @@ static const sg_flag table[] = {
 	 "layer); 0 = the separate prep kernel"},
 	{"SARAGOSSA_CUDA_ATTN_MMA", SG_FLAG_BOOL, "1",
 	 "CUDA one-token attention over f16 caches of head dim 64 or 128 (no ring, up to 4 query heads a block; with "
-	 "SARAGOSSA_CUDA_ATTN_KPRE): scores "
-	 "and values as tensor-core products, queries and probabilities rounded to f16 as in prefill (0 = f32 dot products "
-	 "a lane a position)"},
+	 "SARAGOSSA_CUDA_ATTN_KPRE): scores and values as tensor-core products, queries and probabilities rounded to f16 "
+	 "as in prefill (0 = f32 dot products a lane a position)"},
 	{"SARAGOSSA_CUDA_ATTN_KPIPE", SG_FLAG_INT, "1",
 	 "CUDA one-token attention, with SARAGOSSA_CUDA_ATTN_KPRE, for caches where a warp may walk several tiles of 32 "
 	 "positions (more than 128 positions a slice: caches of more than 8192 rows): 1 = each later tile's K rows are "

@@ -1877,6 +1877,35 @@ static void run_sb_stages(sg_btensor *g0, sg_btensor *g1, pair *x, pair *res, pa
 	cr_assert_eq(sg_backend_matmul_multi(gpu, &ad), SG_OK, "%s", sg_last_error());
 }
 
+/* The GLU and residual-add stages of N x K weights of type ty give the same bits (and write
+ * their last rows) with set(0) and set(1); mode names the GEMV_SB setting in the messages. */
+static void stages_same_bits(const wtype *ty, int64_t N, int64_t K, void (*set)(int), const char *what, int mode)
+{
+	hw h0 = make_w(ty, N, K), h1 = make_w(ty, N, K);
+	sg_btensor c0, g0, c1, g1;
+	bind_both(&h0, &c0, &g0);
+	bind_both(&h1, &c1, &g1);
+	pair x = pair_rand(K, 1, 1, 1.0f), res = pair_rand(N, 1, 1, 1.0f), scratch = pair_new(SG_TYPE_F32, N, 1, 1, 1);
+	pair y[2][2]; /* the GLU's output, the residual add's */
+	float *h[2][2];
+	for (int st = 0; st < 2; st++) {
+		for (int i = 0; i < 2; i++) y[st][i] = pair_new(SG_TYPE_F32, N, 1, 1, 1);
+		set(st);
+		run_sb_stages(&g0, &g1, &x, &res, &scratch, &y[st][0], &y[st][1]);
+		for (int i = 0; i < 2; i++) h[st][i] = fetch(&y[st][i]);
+	}
+	for (int i = 0; i < 2; i++) {
+		cr_expect(!memcmp(h[0][i], h[1][i], sizeof(float) * (size_t)N), "%s K=%lld mode %d %s: %s=1 changed the bits", ty->name,
+			  (long long)K, mode, i ? "add" : "glu", what);
+		cr_expect(isfinite(h[1][i][N - 1]), "%s K=%lld mode %d %s: not written", ty->name, (long long)K, mode, i ? "add" : "glu");
+		free(h[0][i]), free(h[1][i]);
+		pair_free(&y[0][i]), pair_free(&y[1][i]);
+	}
+	pair_free(&x), pair_free(&res), pair_free(&scratch);
+	gpu->ops->tensor_free(gpu, &g0), cpu->ops->tensor_free(cpu, &c0), gpu->ops->tensor_free(gpu, &g1), cpu->ops->tensor_free(cpu, &c1);
+	free_hw(&h0), free_hw(&h1);
+}
+
 Test(cuda, block_per_lane_gemv_cp_async_staging_equals_loop_staging)
 {
 	static const int64_t Ks[] = {256, 2048, 4096, 12288, 25600};
@@ -1886,30 +1915,7 @@ Test(cuda, block_per_lane_gemv_cp_async_staging_equals_loop_staging)
 			for (int ki = 0; ki < (int)(sizeof(Ks) / sizeof(Ks[0])); ki++) {
 				if (mode == 2 && ti == 2) continue; /* the copy-engine kernel is the K-quants' */
 				sg_cu_set_gemv_sb(mode);
-				int64_t K = Ks[ki], N = 301;
-				hw h0 = make_w(tys[ti], N, K), h1 = make_w(tys[ti], N, K);
-				sg_btensor c0, g0, c1, g1;
-				bind_both(&h0, &c0, &g0);
-				bind_both(&h1, &c1, &g1);
-				pair x = pair_rand(K, 1, 1, 1.0f), res = pair_rand(N, 1, 1, 1.0f), scratch = pair_new(SG_TYPE_F32, N, 1, 1, 1);
-				pair y[2][2]; /* the GLU's output, the residual add's */
-				float *h[2][2];
-				for (int st = 0; st < 2; st++) {
-					for (int i = 0; i < 2; i++) y[st][i] = pair_new(SG_TYPE_F32, N, 1, 1, 1);
-					sg_cu_set_gemv_xstage(st);
-					run_sb_stages(&g0, &g1, &x, &res, &scratch, &y[st][0], &y[st][1]);
-					for (int i = 0; i < 2; i++) h[st][i] = fetch(&y[st][i]);
-				}
-				for (int i = 0; i < 2; i++) {
-					cr_expect(!memcmp(h[0][i], h[1][i], sizeof(float) * (size_t)N), "%s K=%lld mode %d %s: staging changed the bits",
-						  tys[ti]->name, (long long)K, mode, i ? "add" : "glu");
-					cr_expect(isfinite(h[1][i][N - 1]), "%s K=%lld mode %d %s: not written", tys[ti]->name, (long long)K, mode, i ? "add" : "glu");
-					free(h[0][i]), free(h[1][i]);
-					pair_free(&y[0][i]), pair_free(&y[1][i]);
-				}
-				pair_free(&x), pair_free(&res), pair_free(&scratch);
-				gpu->ops->tensor_free(gpu, &g0), cpu->ops->tensor_free(cpu, &c0), gpu->ops->tensor_free(gpu, &g1), cpu->ops->tensor_free(cpu, &c1);
-				free_hw(&h0), free_hw(&h1);
+				stages_same_bits(tys[ti], 301, Ks[ki], sg_cu_set_gemv_xstage, "XSTAGE", mode);
 			}
 	/* the one-token expert GEMVs */
 	for (int ti = 0; ti < 3; ti++)
@@ -1952,32 +1958,7 @@ Test(cuda, gemv_units_loaded_before_the_wait_keep_the_bits)
 {
 	static const int64_t Ks[] = {256, 2048, 3072, 6144, 16384};
 	for (int ti = 0; ti < 3; ti++) /* F32, F16, BF16 */
-		for (int ki = 0; ki < (int)(sizeof(Ks) / sizeof(Ks[0])); ki++) {
-			int64_t K = Ks[ki], N = 29;
-			hw h0 = make_w(&wtypes[ti], N, K), h1 = make_w(&wtypes[ti], N, K);
-			sg_btensor c0, g0, c1, g1;
-			bind_both(&h0, &c0, &g0);
-			bind_both(&h1, &c1, &g1);
-			pair x = pair_rand(K, 1, 1, 1.0f), res = pair_rand(N, 1, 1, 1.0f), scratch = pair_new(SG_TYPE_F32, N, 1, 1, 1);
-			pair y[2][2];
-			float *h[2][2];
-			for (int pre = 0; pre < 2; pre++) {
-				for (int i = 0; i < 2; i++) y[pre][i] = pair_new(SG_TYPE_F32, N, 1, 1, 1);
-				sg_cu_set_gemv_pre(pre);
-				run_sb_stages(&g0, &g1, &x, &res, &scratch, &y[pre][0], &y[pre][1]);
-				for (int i = 0; i < 2; i++) h[pre][i] = fetch(&y[pre][i]);
-			}
-			for (int i = 0; i < 2; i++) {
-				cr_expect(!memcmp(h[0][i], h[1][i], sizeof(float) * (size_t)N), "%s K=%lld %s: loading early changed the bits",
-					  wtypes[ti].name, (long long)K, i ? "add" : "glu");
-				cr_expect(isfinite(h[1][i][N - 1]), "%s K=%lld %s: not written", wtypes[ti].name, (long long)K, i ? "add" : "glu");
-				free(h[0][i]), free(h[1][i]);
-				pair_free(&y[0][i]), pair_free(&y[1][i]);
-			}
-			pair_free(&x), pair_free(&res), pair_free(&scratch);
-			gpu->ops->tensor_free(gpu, &g0), cpu->ops->tensor_free(cpu, &c0), gpu->ops->tensor_free(gpu, &g1), cpu->ops->tensor_free(cpu, &c1);
-			free_hw(&h0), free_hw(&h1);
-		}
+		for (int ki = 0; ki < (int)(sizeof(Ks) / sizeof(Ks[0])); ki++) stages_same_bits(&wtypes[ti], 29, Ks[ki], sg_cu_set_gemv_pre, "PRE", 0);
 	sg_cu_set_gemv_pre(sg_flag_bool("SARAGOSSA_CUDA_GEMV_PRE"));
 }
 

@@ -116,8 +116,8 @@ void sg_cu_set_moe_decode(int on);
 /* Query heads a one-token attention block takes at most (SARAGOSSA_CUDA_ATTN_GROUP; 0 = by shape) */
 void sg_cu_set_attn_group(int g);
 /* SARAGOSSA_CUDA_ATTN_MMA: 1 = the one-token attention over f16 caches of head dim 64 or 128 (no
- * ring, up to 4 query heads a block, with the K rows copied before the wait) on tensor cores, queries and probabilities
- * rounded to f16 as in prefill; 0 = the f32 dot products */
+ * ring, up to 4 query heads a block, with the K rows copied before the wait) on tensor cores,
+ * queries and probabilities rounded to f16 as in prefill; 0 = the f32 dot products */
 void sg_cu_set_attn_mma(int on);
 /* 0: MoE routing always by the shared-memory kernel (SARAGOSSA_CUDA_ROUTE_WARP) */
 void sg_cu_set_route_warp(int on);

@@ -1113,6 +1113,18 @@ __global__ void __launch_bounds__(QT) mvw_kernel(const __grid_constant__ sg_cu_m
 	(void)x;
 }
 
+/* acc[s] += slot s's unit of E f32 weights dotted with the activations xv (one fma chain a unit) */
+template <int E, int S> static __device__ __forceinline__ void unit_fma(float (*wv)[E], const float *xv, float *acc)
+{
+#pragma unroll
+	for (int s = 0; s < S; s++) {
+		float a = 0.0f;
+#pragma unroll
+		for (int i = 0; i < E; i++) a = fmaf(wv[s][i], xv[i], a);
+		acc[s] += a;
+	}
+}
+
 /* A unit's raw load for the plain types (U<KT>::R), a placeholder for the others. */
 template <int KT> struct Raw {
 	typedef int R;
@@ -1199,13 +1211,7 @@ __global__ void __launch_bounds__(QT) mvm_kernel(const __grid_constant__ sg_cu_m
 #pragma unroll
 					for (int s = 0; s < S; s++) T::cv(pre[s][k], wv[s]);
 					load_x<KT>(x, T::E * u, xv);
-#pragma unroll
-					for (int s = 0; s < S; s++) {
-						float a = 0.0f;
-#pragma unroll
-						for (int i = 0; i < T::E; i++) a = fmaf(wv[s][i], xv[i], a);
-						acc[s] += a;
-					}
+					unit_fma<T::E, S>(wv, xv, acc);
 				}
 			}
 			u0 += (int64_t)NP * QT;
@@ -1217,13 +1223,7 @@ __global__ void __launch_bounds__(QT) mvm_kernel(const __grid_constant__ sg_cu_m
 #pragma unroll
 			for (int s = 0; s < S; s++) e0 = T::dq(w0, rp[s], sp[s], bp[s], u, wv[s]);
 			load_x<KT>(x, e0, xv);
-#pragma unroll
-			for (int s = 0; s < S; s++) {
-				float a = 0.0f;
-#pragma unroll
-				for (int i = 0; i < T::E; i++) a = fmaf(wv[s][i], xv[i], a);
-				acc[s] += a;
-			}
+			unit_fma<T::E, S>(wv, xv, acc);
 		}
 	}
 #pragma unroll

@@ -476,6 +476,23 @@ static __device__ __forceinline__ void ldsm4t(uint32_t *r, uint32_t addr)
 {
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
+/* A warp's tile of cache rows t0 .. t0 + 31 (src: row 0 of the head, stride apart; rows past b1
+ * stand in as row t0) into dst [32][HD + 8] by cp.async, once every lane is done with dst; returns
+ * with the rows there for the whole warp. */
+template <int HD>
+static __device__ __forceinline__ void tile_rows(__half *dst, const __half *src, int64_t stride, int64_t t0, int64_t b1, int lane)
+{
+	constexpr int CPR = HD / 8; /* 16-byte chunks a row */
+	__syncwarp();
+#pragma unroll
+	for (int it = 0; it < CPR; it++) {
+		int i = it * 32 + lane, r = i / CPR, cc = i % CPR;
+		int64_t jr = t0 + r <= b1 ? t0 + r : t0;
+		cp_async16(dst + r * (HD + 8) + cc * 8, src + jr * stride + cc * 8);
+	}
+	cp_async_wait_all();
+	__syncwarp();
+}
 /* c += A B, A 16 x 16 f16 with rows 8 .. 15 zero (a0, a2: row lane / 4), B 16 x 8 f16, c f32 */
 static __device__ __forceinline__ void mma16816(float *c, uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1)
 {
@@ -740,15 +757,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 		const uint32_t kbuf = (uint32_t)__cvta_generic_to_shared(kpst);
 		for (int64_t t0 = tf; t0 <= b1; t0 += DW * 32) {
 			if (t0 != tf || !a.kpre) { /* the tile's K rows (the first one's came before the wait) */
-				__syncwarp();
-#pragma unroll
-				for (int it = 0; it < CPR; it++) {
-					int i = it * 32 + lane, r = i / CPR, cc = i % CPR;
-					int64_t jr = t0 + r <= b1 ? t0 + r : t0;
-					cp_async16(kpst + r * (HD + 8) + cc * 8, (const __half *)a.kc + kh * hd + jr * rs + cc * 8);
-				}
-				cp_async_wait_all();
-				__syncwarp();
+				tile_rows<HD>(kpst, (const __half *)a.kc + kh * hd, rs, t0, b1, lane);
 			}
 			float sc[4][4];
 #pragma unroll
@@ -788,15 +797,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 				pa[n >> 1][n & 1] = real ? h2u(__floats2half2_rn(p0, p1)) : 0u;
 			}
 			/* the V rows into the same shared rows, the scores' K rows read */
-			__syncwarp();
-#pragma unroll
-			for (int it = 0; it < CPR; it++) {
-				int i = it * 32 + lane, r = i / CPR, cc = i % CPR;
-				int64_t jr = t0 + r <= b1 ? t0 + r : t0;
-				cp_async16(kpst + r * (HD + 8) + cc * 8, (const __half *)a.vc + kh * hdv + jr * vrs + cc * 8);
-			}
-			cp_async_wait_all();
-			__syncwarp();
+			tile_rows<HD>(kpst, (const __half *)a.vc + kh * hdv, vrs, t0, b1, lane);
 #pragma unroll
 			for (int kk = 0; kk < 2; kk++) /* positions 16 kk .. 16 kk + 15 */
 #pragma unroll
