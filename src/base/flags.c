@@ -130,6 +130,10 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_GEMV_PRE", SG_FLAG_BOOL, "1",
 	 "CUDA one-token GEMV launches of F32, F16 or BF16 weights of at most 4 MB (a MoE router): a thread's first "
 	 "units loaded before the wait for the kernel ahead (weights are never written; 0 = after it; the same bits)"},
+	{"SARAGOSSA_CUDA_GEMV_PERSIST", SG_FLAG_INT, "0",
+	 "CUDA one-token block-per-lane GEMVs (Q4_K, Q6_K, MLX 4-bit) in a persistent grid whose lanes walk the blocks of "
+	 "several rows with the next one's loads in flight, the activations staged once per block (variant 18; 0 = a block "
+	 "per task, variant 16; the same bits)"},
 	{"SARAGOSSA_CUDA_MOE_DECODE", SG_FLAG_BOOL, "1",
 	 "CUDA one-token MoE matmuls: each slot's expert straight from the routing ids, two rows a warp (0 = the sorting "
 	 "kernel every token count takes)"},
@@ -141,9 +145,9 @@ static const sg_flag table[] = {
 	 "SARAGOSSA_CUDA_GEMM_F16): slots sorted by expert, the used experts dequantized to f16 and one grouped cuBLAS "
 	 "tensor-core GEMM per weight tile; 0 = the grouped GEMV at every token count"},
 	{"SARAGOSSA_CUDA_GEMV_VARIANT", SG_FLAG_INT, "0",
-	 "CUDA fused decode GEMV on 8-bit activations: a variant of bench/kernels/cuda (8-17, see its table: rows per block or "
+	 "CUDA fused decode GEMV on 8-bit activations: a variant of bench/kernels/cuda (8-18, see its table: rows per block or "
 	 "per warp, activations in registers or shared memory; 16 = a block per lane (Q4_K, Q6_K, MLX 4-bit), 17 = the "
-	 "copy-engine tiles (Q4_K, Q6_K)); 0 = the measured default"},
+	 "copy-engine tiles (Q4_K, Q6_K), 18 = the persistent block per lane); 0 = the measured default"},
 	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
 	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},
 	{"SARAGOSSA_API_KEY", SG_FLAG_STR, "", "bearer token `serve` requires on TCP (same as --api-key)"},

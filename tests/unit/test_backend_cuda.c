@@ -2014,6 +2014,56 @@ Test(cuda, mixed_format_gemv_launch_equals_one_launch_per_format)
 	sg_cu_set_gemv_mixed(sg_flag_bool("SARAGOSSA_CUDA_GEMV_MIXED"));
 }
 
+/* SARAGOSSA_CUDA_GEMV_PERSIST: the block-per-lane stages in the persistent grid give the bits of
+ * a block per task: the GLU and residual-add stages (rows of 1 to 3 blocks a lane, 4 to 32 lanes
+ * a row; a GLU of 32 lanes keeps a block per task) and a normalised store stage of three matrices,
+ * with the grid by occupancy (a task or two a block) and capped at 3 blocks (tens of tasks a
+ * block: a lane's walk across the ends of its rows). */
+Test(cuda, persistent_gemv_equals_a_block_per_task)
+{
+	static const int64_t Ks[] = {256, 2048, 4096, 5120, 12288};
+	static const int caps[] = {0, 3};
+	static const int64_t Ns[3] = {100, 36, 28};
+	const wtype *tys[3] = {&wtypes[8], &wtypes[10], &wtypes[12]}; /* Q4_K, Q6_K, MLX4 g64 f16 */
+	long n0 = sg_cu_gemv_persist_launches();
+	for (int ci = 0; ci < 2; ci++) {
+		sg_cu_set_gemv_persist_grid(caps[ci]);
+		for (int ti = 0; ti < 3; ti++)
+			for (int ki = 0; ki < (int)(sizeof(Ks) / sizeof(Ks[0])); ki++) {
+				stages_same_bits(tys[ti], 301, Ks[ki], sg_cu_set_gemv_persist, "PERSIST", caps[ci]);
+				if (ki != 2 && ki != 4) continue;
+				int64_t K = Ks[ki];
+				hw h[3];
+				sg_btensor c[3], g[3];
+				for (int i = 0; i < 3; i++) h[i] = make_w(tys[ti], Ns[i], K), bind_both(&h[i], &c[i], &g[i]);
+				pair x = pair_rand(K, 1, 1, 1.0f), nw = pair_rand(K, 1, 1, 1.0f), xn = pair_new(SG_TYPE_F32, K, 1, 1, 1);
+				pair y[2][3];
+				float *out[2][3];
+				for (int on = 0; on < 2; on++) {
+					sg_cu_set_gemv_persist(on);
+					for (int i = 0; i < 3; i++) y[on][i] = pair_new(SG_TYPE_F32, Ns[i], 1, 1, 1), poison(&y[on][i]);
+					sg_matmul_multi mm = {.x = &x.g, .norm = &nw.g, .eps = 1e-6f, .xn = &xn.g, .nw = 3, .w = {&g[0], &g[1], &g[2]},
+							      .y = {&y[on][0].g, &y[on][1].g, &y[on][2].g}};
+					cr_assert_eq(sg_backend_matmul_multi(gpu, &mm), SG_OK, "%s", sg_last_error());
+					for (int i = 0; i < 3; i++) out[on][i] = fetch(&y[on][i]);
+				}
+				for (int i = 0; i < 3; i++) {
+					cr_expect(!memcmp(out[0][i], out[1][i], sizeof(float) * (size_t)Ns[i]), "%s K=%lld cap %d store: matrix %d, PERSIST=1 changed the bits",
+						  tys[ti]->name, (long long)K, caps[ci], i);
+					cr_expect(isfinite(out[1][i][Ns[i] - 1]), "%s K=%lld cap %d store: matrix %d not written", tys[ti]->name, (long long)K, caps[ci], i);
+					free(out[0][i]), free(out[1][i]);
+					pair_free(&y[0][i]), pair_free(&y[1][i]);
+				}
+				pair_free(&x), pair_free(&nw), pair_free(&xn);
+				for (int i = 0; i < 3; i++) gpu->ops->tensor_free(gpu, &g[i]), cpu->ops->tensor_free(cpu, &c[i]), free_hw(&h[i]);
+			}
+	}
+	/* per cap and type: 5 residual adds, 4 GLUs (K = 5120: 32 lanes a row), 2 stores */
+	cr_expect_eq(sg_cu_gemv_persist_launches() - n0, 2 * 3 * 11, "persistent launches: %ld", sg_cu_gemv_persist_launches() - n0);
+	sg_cu_set_gemv_persist_grid(0);
+	sg_cu_set_gemv_persist((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_PERSIST"));
+}
+
 /* The backend's fused stages equal their compositions on the same GPU: the matmul_multi op (BF16
  * weights take it whatever the flags) and attn_prep_norm (qk-norm + ropes + cache store) bit for
  * bit, since the fused norm kernels keep the unfused ones' sums. */

@@ -150,9 +150,9 @@ int main(int argc, char **argv)
 	       "v6, v7: 8-bit activations, 1 or 2 rows per warp; v8, v9, v10: the fused decode GEMV (sg_cu_gemv_multi, one matrix;\n"
 	       "f32 activations for plain types, else 8-bit, quantized in the launch), 2, 4, 1 or (v11) 8 rows per 128-thread block\n"
 	       "(v9, v11 stage the activations in shared memory; v12, v13: 4 and 8 rows reading them from global memory); v14, v15: 2 and 4\n"
-	       "rows per warp, 4 warps a block; v16: a 256-element block per lane over the planar Q4_K / Q6_K / MLX4 rows; v17: tiles of rows moved to shared memory by the copy engine, 3 stages ahead, in a persistent grid.\n\n");
-	printf("| type | N x K | MB | v0 GB/s | v1 GB/s | v2 GB/s | v3 GB/s | v4 GB/s | v5 GB/s | v6 GB/s | v7 GB/s | v8 GB/s | v9 GB/s | v10 GB/s | v11 GB/s | v12 GB/s | v13 GB/s | v14 GB/s | v15 GB/s | v16 GB/s | v17 GB/s | best us | best %% copy |\n");
-	printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+	       "rows per warp, 4 warps a block; v16: a 256-element block per lane over the planar Q4_K / Q6_K / MLX4 rows; v17: tiles of rows moved to shared memory by the copy engine, 3 stages ahead, in a persistent grid; v18: v16 in a persistent grid, each lane walking the blocks of several rows with the next one's loads in flight.\n\n");
+	printf("| type | N x K | MB | v0 GB/s | v1 GB/s | v2 GB/s | v3 GB/s | v4 GB/s | v5 GB/s | v6 GB/s | v7 GB/s | v8 GB/s | v9 GB/s | v10 GB/s | v11 GB/s | v12 GB/s | v13 GB/s | v14 GB/s | v15 GB/s | v16 GB/s | v17 GB/s | v18 GB/s | best us | best %% copy |\n");
+	printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 	static const int64_t shapes[3][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
 	int ntypes = (int)(sizeof(types) / sizeof(types[0]));
 	float *x, *y;
@@ -213,8 +213,8 @@ int main(int argc, char **argv)
 			CK(cudaDeviceSynchronize()); /* the uploads ran on the backend's stream */
 			for (int c = 0; c < nc; c++)
 				if (sg_cuda_weight_view(&dw[c], &v[c])) return 1;
-			double tv[18] = {0};
-			for (int var = 1; var <= 17; var++) {
+			double tv[19] = {0};
+			for (int var = 1; var <= 18; var++) {
 				if (var >= 16 && !sg_cu_sb_ok(&v[0])) continue;
 				if (var >= 3 && var <= 7 && !sg_cu_has_q8(v[0].kt)) continue;
 				if (var >= 8 && !sg_cu_multi_ok(v[0].kt)) continue;
@@ -242,14 +242,14 @@ int main(int argc, char **argv)
 				cudaGraphExecDestroy(ex);
 				cudaGraphDestroy(g);
 			}
-			double gb[18], best = 0, bt_us = 0;
-			for (int var = 1; var <= 17; var++) {
+			double gb[19], best = 0, bt_us = 0;
+			for (int var = 1; var <= 18; var++) {
 				gb[var] = tv[var] > 0 ? (double)wbytes / (tv[var] * 1e-3) / 1e9 : 0;
 				if (gb[var] > best) best = gb[var], bt_us = tv[var] * 1e3;
 			}
-			printf("| %s | %lld x %lld | %.1f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.0f%% |\n", bt->name,
+			printf("| %s | %lld x %lld | %.1f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.0f%% |\n", bt->name,
 			       (long long)N, (long long)K, (double)wbytes / 1e6, 2.0 * (double)(N * K) / (t0 * 1e-3) / 1e9, gb[1], gb[2], gb[3], gb[4], gb[5], gb[6],
-			       gb[7], gb[8], gb[9], gb[10], gb[11], gb[12], gb[13], gb[14], gb[15], gb[16], gb[17], bt_us, 100 * best / bw);
+			       gb[7], gb[8], gb[9], gb[10], gb[11], gb[12], gb[13], gb[14], gb[15], gb[16], gb[17], gb[18], bt_us, 100 * best / bw);
 			fflush(stdout);
 			for (int c = 0; c < nc; c++) be->ops->tensor_free(be, &dw[c]);
 			free(hw.data);

@@ -1304,6 +1304,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	sg_cu_set_gemv_xstage(sg_flag_bool("SARAGOSSA_CUDA_GEMV_XSTAGE"));
 	sg_cu_set_gemv_mixed(sg_flag_bool("SARAGOSSA_CUDA_GEMV_MIXED"));
 	sg_cu_set_gemv_pre(sg_flag_bool("SARAGOSSA_CUDA_GEMV_PRE"));
+	sg_cu_set_gemv_persist((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_PERSIST"));
 	sg_cu_set_moe_decode(sg_flag_bool("SARAGOSSA_CUDA_MOE_DECODE"));
 	sg_cu_set_route_warp(sg_flag_bool("SARAGOSSA_CUDA_ROUTE_WARP"));
 	sg_cu_set_pdl((int)sg_flag_int("SARAGOSSA_CUDA_PDL"));

@@ -109,6 +109,13 @@ void sg_cu_set_gemv_mixed(int on);
 /* SARAGOSSA_CUDA_GEMV_PRE: 1 = F32/F16/BF16 decode GEMV launches of at most 4 MB of weights (a
  * MoE router) load a thread's first units before pdl_wait; 0 = after it (the same bits) */
 void sg_cu_set_gemv_pre(int on);
+/* SARAGOSSA_CUDA_GEMV_PERSIST: 1 = the block-per-lane GEMVs in a persistent grid, a lane's blocks
+ * over several rows walked with the next one's loads in flight (variant 18; not for a mixed
+ * launch, nor a GLU of rows over 16 lanes); 0 = one block per task (the same bits). _grid: at most
+ * that many blocks (the tests' way to give each block many tasks; 0 = by occupancy). */
+void sg_cu_set_gemv_persist(int on);
+void sg_cu_set_gemv_persist_grid(int blocks);
+long sg_cu_gemv_persist_launches(void); /* variant 18 launches so far */
 int sg_cu_gemv_mixed_ok(const sg_cu_multi *m);
 int sg_cu_sb_ok(const sg_cuw *w);
 /* 0: one-token MoE matmuls take the sorting kernel too (SARAGOSSA_CUDA_MOE_DECODE) */

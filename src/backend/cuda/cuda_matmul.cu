@@ -1697,6 +1697,166 @@ extern "C" int sg_cu_gemv_mixed_ok(const sg_cu_multi *m)
 }
 
 /*
+ * Variant 18, the persistent block-per-lane GEMV (SARAGOSSA_CUDA_GEMV_PERSIST): mvs_kernel's
+ * lanes, row slots and sums in a grid of only as many blocks as the SMs hold at once, each walking
+ * the tasks blockIdx.x, blockIdx.x + gridDim.x, ... (a task: the rows of one mvs_kernel block).
+ * A lane's blocks over all its tasks are one sequence walked with two in registers, so the next
+ * block's loads are in flight during every dot, across the ends of rows too (mvs_kernel loads a
+ * lane's one block and waits it out; ncu found its warps stalled on their own loads half the
+ * time), and the activations are staged once per block instead of once per task. A row's lanes
+ * finish its sum themselves (the shuffles of sb_row_sum; a GLU's gate and up rows are the
+ * neighbouring slots 2i and 2i+1 of one warp, LPR <= 16), so no barrier stands between tasks.
+ * The same products, sums and epilogue arithmetic in the same order as mvs_kernel: the same bits.
+ */
+template <int KT, int LPR> struct Mvp {
+	enum { S = QT / LPR };
+	const sg_cu_multi &p;
+	int glu, per, slot, sl;
+	int64_t nb, nj, rows;
+	/* the slot's row of task t: matrix and row (clamped: computed, never stored) */
+	__device__ __forceinline__ int row_of(int64_t t, int64_t &r, int64_t &gr) const
+	{
+		gr = t * per + (glu ? slot >> 1 : slot);
+		int64_t g = gr < rows ? gr : rows - 1;
+		if (glu) {
+			r = g;
+			return slot & 1;
+		}
+		return multi_row(p, g, r);
+	}
+	/* block j of the lane's part of task t into a */
+	__device__ __forceinline__ void load(SB<KT> &a, int64_t t, int64_t j) const
+	{
+		const int64_t b = sl + j * LPR;
+		if (b >= nb) return;
+		int64_t r, gr;
+		const sg_cuw &w = p.w[row_of(t, r, gr)];
+		a.load(w.data + (size_t)r * w.row_bytes, w.scales ? w.scales + (size_t)r * w.sb_row_bytes : NULL,
+		       w.biases ? w.biases + (size_t)r * w.sb_row_bytes : NULL, w.sb_bf16, nb, b);
+	}
+	/* the dot of block j of task t; after the task's last block, its row's sum and epilogue */
+	__device__ __forceinline__ void use(const SB<KT> &a, int64_t t, int64_t j, float &acc, const int4 *xs, const float4 *ss,
+					    const float *dx, const float4 *ds) const
+	{
+		const int64_t b = sl + j * LPR;
+		const int last = j == nj - 1;
+		int64_t r, gr;
+		const int m = row_of(t, r, gr);
+		float res = 0.0f; /* out before the dot: its latency under the dot's */
+		if (last && p.epi == SG_CU_EPI_ADD && sl == 0 && gr < rows) res = p.res[r];
+		if (b < nb) {
+			XS v;
+			v.load(dx, ss, ds, b);
+			SB<KT>::template dot<1>(&a, xs, b, v.d, v.s, &acc);
+		}
+		if (!last) return;
+#pragma unroll
+		for (int o = LPR / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+		if (glu) {
+			const float up = __shfl_xor_sync(0xffffffffu, acc, LPR);
+			if (sl == 0 && !(slot & 1) && gr < rows) {
+				float g = acc + (p.bias[0] ? p.bias[0][r] : 0.0f), u = up + (p.bias[1] ? p.bias[1][r] : 0.0f);
+				p.y[0][r] = act_of(p.act, g) * u;
+			}
+		} else if (sl == 0 && gr < rows) {
+			float v = acc + (p.bias[m] ? p.bias[m][r] : 0.0f);
+			if (p.epi == SG_CU_EPI_ADD) v = res + v;
+			p.y[m][r] = v;
+		}
+		acc = 0.0f;
+	}
+};
+
+/* blocks an SM the registers must allow: 4 (at most 128 a thread), 3 for Q6_K (its 13 loads a
+ * block spill at 128) */
+#define MVP_BLOCKS(KT) ((KT) == SG_CUKT_Q6_K ? 3 : 4)
+template <int KT, int LPR>
+__global__ void __launch_bounds__(QT, MVP_BLOCKS(KT)) mvp_kernel(const __grid_constant__ sg_cu_multi p, const float *__restrict__ x,
+						 const int8_t *__restrict__ xq, const float *__restrict__ dx, const float *__restrict__ sx,
+						 int64_t rows)
+{
+	Mvp<KT, LPR> k = {p};
+	k.glu = p.epi == SG_CU_EPI_GLU, k.per = k.glu ? Mvp<KT, LPR>::S / 2 : Mvp<KT, LPR>::S;
+	k.slot = (int)threadIdx.x / LPR, k.sl = (int)threadIdx.x % LPR;
+	k.nb = p.w[0].K / 256, k.nj = (k.nb + LPR - 1) / LPR, k.rows = rows;
+	const int64_t ntask = (rows + k.per - 1) / k.per, G = gridDim.x;
+	const int64_t nit = ((ntask - 1 - (int64_t)blockIdx.x) / G + 1) * k.nj; /* the grid never exceeds ntask */
+	pdl_trigger();
+	SB<KT> a, c;
+	int64_t lt = blockIdx.x, lj = 0, ut = blockIdx.x, uj = 0; /* the next block to load, to use */
+#define MVP_NEXT(t, j) (++(j) == k.nj ? ((j) = 0, (t) += G) : 0)
+	k.load(a, lt, lj);
+	MVP_NEXT(lt, lj);
+	pdl_wait();
+	extern __shared__ int4 xs[];
+	float4 *ss = (float4 *)(xs + 16 * k.nb), *ds = p.xstage ? ss + 4 * k.nb : NULL;
+	stage_x(xq, sx, dx, k.nb, xs, ss, ds);
+	float acc = 0.0f;
+	for (int64_t i = 0; i < nit; i += 2) {
+		if (i + 1 < nit) k.load(c, lt, lj), MVP_NEXT(lt, lj);
+		k.use(a, ut, uj, acc, xs, ss, dx, ds);
+		MVP_NEXT(ut, uj);
+		if (i + 1 >= nit) break;
+		if (i + 2 < nit) k.load(a, lt, lj), MVP_NEXT(lt, lj);
+		k.use(c, ut, uj, acc, xs, ss, dx, ds);
+		MVP_NEXT(ut, uj);
+	}
+#undef MVP_NEXT
+	(void)x;
+}
+
+static int g_persist = 0, g_pgrid = 0; /* SARAGOSSA_CUDA_GEMV_PERSIST; a grid cap for the tests (0 = by occupancy) */
+static long g_plaunches; /* launches of variant 18, for the tests */
+extern "C" void sg_cu_set_gemv_persist(int on) { g_persist = on >= 0 && on <= 2 ? on : 1; }
+extern "C" void sg_cu_set_gemv_persist_grid(int blocks) { g_pgrid = blocks > 0 ? blocks : 0; }
+extern "C" long sg_cu_gemv_persist_launches(void) { return g_plaunches; }
+
+struct MvpK {
+	typedef mvs_fn fn;
+	template <int KT, int LPR, int MANY> static fn f() { return mvp_kernel<KT, LPR>; }
+};
+
+/* The launch of variant 18: a grid of the blocks the SMs hold at once (by the occupancy of the
+ * instance), the tasks spread evenly over as few rounds as that allows. */
+static int mvp_launch(const sg_cu_multi *m, const float *x, const int8_t *xq, const float *dx, const float *sx, int64_t rows, cudaStream_t st)
+{
+	static mvs_fn seen[32]; /* the instances met, by their shared bytes: blocks an SM */
+	static size_t sizes[32];
+	static int fits[32], nseen, sms;
+	const int64_t K = m->w[0].K;
+	const int lpr = sb_lanes(K / 256), glu = m->epi == SG_CU_EPI_GLU, per = glu ? QT / lpr / 2 : QT / lpr;
+	mvs_fn f = sb_pick_kt<MvpK, SG_CUKT_Q4_K, 0>(lpr);
+	switch (sb_kind(&m->w[0])) {
+	case SG_CUKT_Q4_K: break;
+	case SG_CUKT_Q6_K: f = sb_pick_kt<MvpK, SG_CUKT_Q6_K, 0>(lpr); break;
+	case SB_MLX4: f = sb_pick_kt<MvpK, SB_MLX4, 0>(lpr); break;
+	case SB_MLX4 + 1: f = sb_pick_kt<MvpK, SB_MLX4 + 1, 0>(lpr); break;
+	case SB_MLX4 + 2: f = sb_pick_kt<MvpK, SB_MLX4 + 2, 0>(lpr); break;
+	default: return -1;
+	}
+	const size_t smem = stage_bytes(K);
+	int i = 0, bps = 0;
+	while (i < nseen && (seen[i] != f || sizes[i] != smem)) i++;
+	if (i < nseen) {
+		bps = fits[i];
+	} else {
+		int dev = 0;
+		if (!sms && (cudaGetDevice(&dev) || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev))) sms = 132;
+		if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, f, QT, smem) || bps < 1) bps = 1;
+		if (nseen < 32) seen[nseen] = f, sizes[nseen] = smem, fits[nseen++] = bps;
+	}
+	int64_t ntask = (rows + per - 1) / per, maxg = (int64_t)sms * bps, rounds = (ntask + maxg - 1) / maxg;
+	int64_t grid = (ntask + rounds - 1) / rounds;
+	if (g_persist == 2 && rounds > 1 && !g_pgrid) return -1; /* one round only */
+	if (g_pgrid && grid > g_pgrid) grid = g_pgrid;
+	sg_cu_multi mp = *m;
+	mp.xstage = g_xstage;
+	pdl_launch(f, dim3((unsigned)grid), dim3(QT), stage_bytes(K), st, mp, x, xq, dx, sx, rows);
+	g_plaunches++;
+	return (int)cudaGetLastError();
+}
+
+/*
  * Variant 17, the copy-engine GEMV of the planar K-quants: a persistent grid (two blocks an SM)
  * whose blocks take tiles of TR consecutive rows (~20 KB) in turn. One thread has the copy engine
  * move each tile into shared memory (cp.async.bulk, one copy per contiguous run of rows,
@@ -1905,7 +2065,7 @@ extern "C" int sg_cu_sb_ok(const sg_cuw *w) { return picks(sb_kind(w), 32, 1) !=
 /* Row slots per block of the fused 8-bit GEMV (SARAGOSSA_CUDA_GEMV_ROWS; 0 = the default), or a
  * whole kernel-bench variant (SARAGOSSA_CUDA_GEMV_VARIANT, 8..15; 0 = by shape). */
 extern "C" void sg_cu_set_gemv_rows(int rows) { g_slots = rows == 1 || rows == 2 || rows == 4 || rows == 8 ? rows : 0; }
-extern "C" void sg_cu_set_gemv_variant(int variant) { g_variant = variant >= 8 && variant <= 17 ? variant : 0; }
+extern "C" void sg_cu_set_gemv_variant(int variant) { g_variant = variant >= 8 && variant <= 18 ? variant : 0; }
 #define SG_CU_MULTI_SLOTS (g_slots ? g_slots : 2)
 #define NQ_WARPS 16 /* warps of a norm-quantize block: 512 threads, the rmsnorm kernel's size for rows of >= 1024 */
 
@@ -2068,6 +2228,14 @@ launch:;
 		int e = mvt_launch(m, xq, dx, sx, rows, st);
 		if (e >= 0) return e;
 		variant = 16; /* shared memory too small for its stages */
+	}
+	if (variant == 16 && g_persist) variant = 18;
+	if (variant == 18) { /* a GLU's gate and up slots in one warp: at most 16 lanes a row; one kind */
+		if (!sg_cu_gemv_mixed_ok(m) && (!glu || sb_lanes(K / 256) <= 16)) {
+			int e = mvp_launch(m, xin, xq, dx, sx, rows, st);
+			if (e >= 0) return e;
+		}
+		variant = 16;
 	}
 	if (variant == 16) {
 		int lpr = sb_lanes(K / 256), slots = QT / lpr, per = glu ? slots / 2 : slots;
