@@ -132,8 +132,8 @@ static const sg_flag table[] = {
 	 "units loaded before the wait for the kernel ahead (weights are never written; 0 = after it; the same bits)"},
 	{"SARAGOSSA_CUDA_GEMV_PERSIST", SG_FLAG_INT, "0",
 	 "CUDA one-token block-per-lane GEMVs (Q4_K, Q6_K, MLX 4-bit) in a persistent grid whose lanes walk the blocks of "
-	 "several rows with the next one's loads in flight, the activations staged once per block (variant 18; 0 = a block "
-	 "per task, variant 16; the same bits)"},
+	 "several rows with the next one's loads in flight, the activations staged once per block (variant 18; 2 = only "
+	 "where every task fits one round; 0 = a block per task, variant 16; the same bits)"},
 	{"SARAGOSSA_CUDA_MOE_DECODE", SG_FLAG_BOOL, "1",
 	 "CUDA one-token MoE matmuls: each slot's expert straight from the routing ids, two rows a warp (0 = the sorting "
 	 "kernel every token count takes)"},
