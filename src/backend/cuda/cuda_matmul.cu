@@ -1825,15 +1825,8 @@ static int mvp_launch(const sg_cu_multi *m, const float *x, const int8_t *xq, co
 	static int fits[32], nseen, sms;
 	const int64_t K = m->w[0].K;
 	const int lpr = sb_lanes(K / 256), glu = m->epi == SG_CU_EPI_GLU, per = glu ? QT / lpr / 2 : QT / lpr;
-	mvs_fn f = sb_pick_kt<MvpK, SG_CUKT_Q4_K, 0>(lpr);
-	switch (sb_kind(&m->w[0])) {
-	case SG_CUKT_Q4_K: break;
-	case SG_CUKT_Q6_K: f = sb_pick_kt<MvpK, SG_CUKT_Q6_K, 0>(lpr); break;
-	case SB_MLX4: f = sb_pick_kt<MvpK, SB_MLX4, 0>(lpr); break;
-	case SB_MLX4 + 1: f = sb_pick_kt<MvpK, SB_MLX4 + 1, 0>(lpr); break;
-	case SB_MLX4 + 2: f = sb_pick_kt<MvpK, SB_MLX4 + 2, 0>(lpr); break;
-	default: return -1;
-	}
+	mvs_fn f = sb_pick<MvpK>(sb_kind(&m->w[0]), lpr, K / 256);
+	if (!f) return -1;
 	const size_t smem = stage_bytes(K);
 	int i = 0, bps = 0;
 	while (i < nseen && (seen[i] != f || sizes[i] != smem)) i++;
@@ -1851,7 +1844,7 @@ static int mvp_launch(const sg_cu_multi *m, const float *x, const int8_t *xq, co
 	if (g_pgrid && grid > g_pgrid) grid = g_pgrid;
 	sg_cu_multi mp = *m;
 	mp.xstage = g_xstage;
-	pdl_launch(f, dim3((unsigned)grid), dim3(QT), stage_bytes(K), st, mp, x, xq, dx, sx, rows);
+	pdl_launch(f, dim3((unsigned)grid), dim3(QT), smem, st, mp, x, xq, dx, sx, rows);
 	g_plaunches++;
 	return (int)cudaGetLastError();
 }
