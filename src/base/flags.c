@@ -130,10 +130,11 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_GEMV_PRE", SG_FLAG_BOOL, "1",
 	 "CUDA one-token GEMV launches of F32, F16 or BF16 weights of at most 4 MB (a MoE router): a thread's first "
 	 "units loaded before the wait for the kernel ahead (weights are never written; 0 = after it; the same bits)"},
-	{"SARAGOSSA_CUDA_GEMV_PERSIST", SG_FLAG_INT, "0",
+	{"SARAGOSSA_CUDA_GEMV_PERSIST", SG_FLAG_INT, "4",
 	 "CUDA one-token block-per-lane GEMVs (Q4_K, Q6_K, MLX 4-bit) in a persistent grid whose lanes walk the blocks of "
 	 "several rows with the next one's loads in flight, the activations staged once per block (variant 18; 2 = only "
-	 "where every task fits one round; 0 = a block per task, variant 16; the same bits)"},
+	 "where every task fits one round; 3 = only launches of at least 64 MB of weights, an LM head; 4 = only launches "
+	 "of more tasks than SMs but at most 3 an SM; 0 = a block per task, variant 16; the same bits)"},
 	{"SARAGOSSA_CUDA_MOE_DECODE", SG_FLAG_BOOL, "1",
 	 "CUDA one-token MoE matmuls: each slot's expert straight from the routing ids, two rows a warp (0 = the sorting "
 	 "kernel every token count takes)"},

@@ -2019,6 +2019,9 @@ Test(cuda, mixed_format_gemv_launch_equals_one_launch_per_format)
  * a row; a GLU of 32 lanes keeps a block per task) and a normalised store stage of three matrices,
  * with the grid by occupancy (a task or two a block) and capped at 3 blocks (tens of tasks a
  * block: a lane's walk across the ends of its rows). */
+static void persist_big_only(int on) { sg_cu_set_gemv_persist(on ? 3 : 0); }
+static void persist_small_only(int on) { sg_cu_set_gemv_persist(on ? 4 : 0); }
+
 Test(cuda, persistent_gemv_equals_a_block_per_task)
 {
 	static const int64_t Ks[] = {256, 2048, 4096, 5120, 12288};
@@ -2061,6 +2064,20 @@ Test(cuda, persistent_gemv_equals_a_block_per_task)
 	/* per cap and type: 5 residual adds, 4 GLUs (K = 5120: 32 lanes a row), 2 stores */
 	cr_expect_eq(sg_cu_gemv_persist_launches() - n0, 2 * 3 * 11, "persistent launches: %ld", sg_cu_gemv_persist_launches() - n0);
 	sg_cu_set_gemv_persist_grid(0);
+	/* =3 takes launches of at least 64 MB only (an LM head): these stay a block per task */
+	long n1 = sg_cu_gemv_persist_launches();
+	stages_same_bits(tys[0], 301, 4096, persist_big_only, "PERSIST=3", 0);
+	cr_expect_eq(sg_cu_gemv_persist_launches(), n1, "PERSIST=3 took %ld small launches", sg_cu_gemv_persist_launches() - n1);
+	/* =4 takes launches of more tasks than SMs and at most 3 an SM only (K = 4096: 8 rows a
+	 * residual add's task, 4 a GLU's) */
+	int sms = sg_cu_sm_count(), want = 0;
+	for (int i = 0; i < 2; i++) {
+		int64_t N = i ? 2000 : 301, t[2] = {(N + 7) / 8, (N + 3) / 4};
+		for (int j = 0; j < 2; j++) want += t[j] > sms && t[j] <= 3 * sms;
+		stages_same_bits(tys[0], N, 4096, persist_small_only, "PERSIST=4", 0);
+	}
+	cr_expect_eq(sg_cu_gemv_persist_launches() - n1, want, "PERSIST=4 took %ld launches, expected %d (%d SMs)", sg_cu_gemv_persist_launches() - n1,
+		     want, sms);
 	sg_cu_set_gemv_persist((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_PERSIST"));
 }
 

@@ -111,11 +111,15 @@ void sg_cu_set_gemv_mixed(int on);
 void sg_cu_set_gemv_pre(int on);
 /* SARAGOSSA_CUDA_GEMV_PERSIST: 1 = the block-per-lane GEMVs in a persistent grid, a lane's blocks
  * over several rows walked with the next one's loads in flight (variant 18; not for a mixed
- * launch, nor a GLU of rows over 16 lanes); 0 = one block per task (the same bits). _grid: at most
- * that many blocks (the tests' way to give each block many tasks; 0 = by occupancy). */
+ * launch, nor a GLU of rows over 16 lanes); 2 = only where every task fits one round; 3 = only
+ * launches of at least 64 MB of weights (an LM head); 4 = only launches of more tasks than SMs
+ * but at most 3 an SM (one round); 0 = one block per task (the same bits).
+ * _grid: at most that many blocks (the tests' way to give each block many tasks; 0 = by
+ * occupancy). */
 void sg_cu_set_gemv_persist(int on);
 void sg_cu_set_gemv_persist_grid(int blocks);
 long sg_cu_gemv_persist_launches(void); /* variant 18 launches so far */
+int sg_cu_sm_count(void); /* the current device's SMs (0 if none) */
 int sg_cu_gemv_mixed_ok(const sg_cu_multi *m);
 int sg_cu_sb_ok(const sg_cuw *w);
 /* 0: one-token MoE matmuls take the sorting kernel too (SARAGOSSA_CUDA_MOE_DECODE) */

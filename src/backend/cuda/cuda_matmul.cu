@@ -1807,9 +1807,15 @@ __global__ void __launch_bounds__(QT, MVP_BLOCKS(KT)) mvp_kernel(const __grid_co
 
 static int g_persist = 0, g_pgrid = 0; /* SARAGOSSA_CUDA_GEMV_PERSIST; a grid cap for the tests (0 = by occupancy) */
 static long g_plaunches; /* launches of variant 18, for the tests */
-extern "C" void sg_cu_set_gemv_persist(int on) { g_persist = on >= 0 && on <= 2 ? on : 1; }
+extern "C" void sg_cu_set_gemv_persist(int on) { g_persist = on >= 0 && on <= 4 ? on : 1; }
+#define PERSIST_BIG ((size_t)64 << 20) /* SARAGOSSA_CUDA_GEMV_PERSIST=3: launches of at least these weight bytes (an LM head) */
 extern "C" void sg_cu_set_gemv_persist_grid(int blocks) { g_pgrid = blocks > 0 ? blocks : 0; }
 extern "C" long sg_cu_gemv_persist_launches(void) { return g_plaunches; }
+extern "C" int sg_cu_sm_count(void)
+{
+	int dev = 0, n = 0;
+	return cudaGetDevice(&dev) || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) ? 0 : n;
+}
 
 struct MvpK {
 	typedef mvs_fn fn;
@@ -1841,6 +1847,12 @@ static int mvp_launch(const sg_cu_multi *m, const float *x, const int8_t *xq, co
 	int64_t ntask = (rows + per - 1) / per, maxg = (int64_t)sms * bps, rounds = (ntask + maxg - 1) / maxg;
 	int64_t grid = (ntask + rounds - 1) / rounds;
 	if (g_persist == 2 && rounds > 1 && !g_pgrid) return -1; /* one round only */
+	if (g_persist == 4 && !g_pgrid && (ntask <= sms || ntask > 3 * (int64_t)sms)) return -1; /* one round of 1-3 blocks an SM only */
+	if (g_persist == 3) {
+		size_t bytes = 0;
+		for (int j = 0; j < m->nw; j++) bytes += (size_t)m->N[j] * m->w[j].row_bytes;
+		if (bytes < PERSIST_BIG) return -1;
+	}
 	if (g_pgrid && grid > g_pgrid) grid = g_pgrid;
 	sg_cu_multi mp = *m;
 	mp.xstage = g_xstage;
