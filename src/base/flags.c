@@ -117,9 +117,9 @@ static const sg_flag table[] = {
 	 "activations are staged in shared memory); 0 = the measured default"},
 	{"SARAGOSSA_CUDA_GEMV_SB", SG_FLAG_INT, "1",
 	 "CUDA one-token GEMV (dense and MoE) of Q4_K, Q6_K and MLX 4-bit weights, a whole 256-element block of the planar "
-	 "rows per lane (the scales decoded once): 1 = each lane loads its block itself; 2 = Q4_K / Q6_K tiles of rows moved "
-	 "into shared memory by the copy engine, stages ahead, in a persistent grid; 0 = the 32-element unit kernels the "
-	 "other formats use"},
+	 "rows per lane (the scales decoded once): 1 = each lane loads its block itself; 2 = for launches of at least 16 MB, "
+	 "Q4_K / Q6_K tiles of rows moved into shared memory by the copy engine, stages ahead, in a persistent grid (the "
+	 "same bits); 0 = the 32-element unit kernels the other formats use"},
 	{"SARAGOSSA_CUDA_GEMV_XSTAGE", SG_FLAG_BOOL, "1",
 	 "CUDA block-per-lane GEMVs (SARAGOSSA_CUDA_GEMV_SB): the 8-bit activations, their half sums and scales staged in "
 	 "shared memory by cp.async, every copy in flight at once (0 = a loop of loads, the scales read from global memory "

@@ -1951,6 +1951,31 @@ Test(cuda, block_per_lane_gemv_cp_async_staging_equals_loop_staging)
 	sg_cu_set_gemv_xstage(sg_flag_bool("SARAGOSSA_CUDA_GEMV_XSTAGE"));
 }
 
+/* SARAGOSSA_CUDA_GEMV_SB=2 (variant 17, here for launches of any size): Q4_K and Q6_K GLU and
+ * residual-add stages give variant 16's bits, over rows of 1 to 32 blocks, a few tiles a block and
+ * (8000 rows) more tiles a block than stages, so every stage is refilled; rows of 48 blocks keep
+ * variant 16. */
+static void tile_on(int on) { sg_cu_set_gemv_sb(on ? 2 : 1); }
+
+Test(cuda, copy_engine_gemv_equals_block_per_lane_bits)
+{
+	static const struct {
+		int64_t N, K;
+	} cs[] = {{301, 256}, {301, 2048}, {301, 4096}, {301, 8192}, {8000, 2048}, {8000, 4096}, {301, 12288}};
+	const wtype *tys[2] = {&wtypes[8], &wtypes[10]}; /* Q4_K, Q6_K */
+	sg_cu_set_gemv_tile_min(0);
+	for (int ti = 0; ti < 2; ti++)
+		for (int ci = 0; ci < (int)(sizeof(cs) / sizeof(cs[0])); ci++) {
+			long n0 = sg_cu_gemv_tile_launches();
+			stages_same_bits(tys[ti], cs[ci].N, cs[ci].K, tile_on, "SB", 2);
+			long took = sg_cu_gemv_tile_launches() - n0;
+			cr_expect_eq(took, cs[ci].K <= 8192 ? 2 : 0, "%s %lld x %lld: %ld copy-engine launches", tys[ti]->name, (long long)cs[ci].N,
+				     (long long)cs[ci].K, took);
+		}
+	sg_cu_set_gemv_tile_min((size_t)16 << 20);
+	sg_cu_set_gemv_sb((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_SB"));
+}
+
 /* SARAGOSSA_CUDA_GEMV_PRE: the plain types' GLU and residual-add stages (launches under its 4 MB)
  * with a thread's first units loaded before the wait give the bits of the loop, over rows
  * shorter than, as long as and longer than the units a thread loads early. */

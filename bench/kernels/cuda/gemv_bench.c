@@ -144,13 +144,14 @@ int main(int argc, char **argv)
 	cublasHandle_t h;
 	if (cublasCreate(&h) || cublasSetStream(h, s)) return 1;
 	double bw = copy_bw(s);
+	sg_cu_set_gemv_tile_min(0); /* v17 for every size here (the decode step takes it from 16 MB) */
 	printf("device: %s\ncopy bandwidth (read + write): %.0f GB/s\n\n", sg_cuda_backend_device(be), bw);
 	printf("GB/s = weight bytes / time; %% = of the copy bandwidth. v0: cuBLAS bf16 GEMV over a bf16 copy (2 bytes a weight);\n"
 	       "v1, v2: f32 activations, 1 or 2 rows per warp; v3, v4, v5: 8-bit activations + dp4a, 1, 2, 4 rows per 128-thread block;\n"
 	       "v6, v7: 8-bit activations, 1 or 2 rows per warp; v8, v9, v10: the fused decode GEMV (sg_cu_gemv_multi, one matrix;\n"
 	       "f32 activations for plain types, else 8-bit, quantized in the launch), 2, 4, 1 or (v11) 8 rows per 128-thread block\n"
 	       "(v9, v11 stage the activations in shared memory; v12, v13: 4 and 8 rows reading them from global memory); v14, v15: 2 and 4\n"
-	       "rows per warp, 4 warps a block; v16: a 256-element block per lane over the planar Q4_K / Q6_K / MLX4 rows; v17: tiles of rows moved to shared memory by the copy engine, 3 stages ahead, in a persistent grid; v18: v16 in a persistent grid, each lane walking the blocks of several rows with the next one's loads in flight.\n\n");
+	       "rows per warp, 4 warps a block; v16: a 256-element block per lane over the planar Q4_K / Q6_K / MLX4 rows; v17: tiles of rows moved to shared memory by the copy engine, 3 stages ahead, in a persistent grid of two 256-thread blocks an SM (rows of at most 32 blocks; else v16); v18: v16 in a persistent grid, each lane walking the blocks of several rows with the next one's loads in flight.\n\n");
 	printf("| type | N x K | MB | v0 GB/s | v1 GB/s | v2 GB/s | v3 GB/s | v4 GB/s | v5 GB/s | v6 GB/s | v7 GB/s | v8 GB/s | v9 GB/s | v10 GB/s | v11 GB/s | v12 GB/s | v13 GB/s | v14 GB/s | v15 GB/s | v16 GB/s | v17 GB/s | v18 GB/s | best us | best %% copy |\n");
 	printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 	static const int64_t shapes[3][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};

@@ -95,7 +95,8 @@ void sg_cu_set_gemv_rows(int rows);
 void sg_cu_set_gemv_variant(int variant);
 /* SARAGOSSA_CUDA_GEMV_SB: 0 = Q4_K, Q6_K and MLX 4-bit take the unit kernels too, 1 = the
  * block-per-lane kernel (variant 16 of sg_cu_gemv_multi, the default for one token), 2 = the
- * copy-engine one (variant 17, K-quants); _ok: w has the block-per-lane kernel (Q4_K, Q6_K, MLX
+ * copy-engine one for launches of at least 16 MB (variant 17, Q4_K and Q6_K rows of at most 32
+ * blocks; the others take variant 16); _ok: w has the block-per-lane kernel (Q4_K, Q6_K, MLX
  * 4-bit of group 32/64/128 with rows of a multiple of 256) */
 void sg_cu_set_gemv_sb(int on);
 /* SARAGOSSA_CUDA_GEMV_XSTAGE: 1 = the block-per-lane GEMVs stage their activations, half sums and
@@ -120,6 +121,10 @@ void sg_cu_set_gemv_persist(int on);
 void sg_cu_set_gemv_persist_grid(int blocks);
 long sg_cu_gemv_persist_launches(void); /* variant 18 launches so far */
 int sg_cu_sm_count(void); /* the current device's SMs (0 if none) */
+/* SARAGOSSA_CUDA_GEMV_SB=2 (variant 17) takes launches of at least this many weight bytes (16 MB;
+ * the tests' way to have small ones take it) */
+void sg_cu_set_gemv_tile_min(size_t bytes);
+long sg_cu_gemv_tile_launches(void); /* variant 17 launches so far */
 int sg_cu_gemv_mixed_ok(const sg_cu_multi *m);
 int sg_cu_sb_ok(const sg_cuw *w);
 /* 0: one-token MoE matmuls take the sorting kernel too (SARAGOSSA_CUDA_MOE_DECODE) */

@@ -842,7 +842,7 @@ extern "C" int sg_cu_gemv(const sg_cuw *w, const float *x, int64_t n, float *y, 
 		sg_cu_multi m;
 		memset(&m, 0, sizeof(m));
 		m.nw = 1, m.epi = SG_CU_EPI_STORE, m.w[0] = *w, m.N[0] = N, m.bias[0] = bias, m.y[0] = y;
-		return sg_cu_gemv_multi(&m, x, 0, NULL, 0.0f, 0.0f, NULL, 15 + g_sb, q8_scratch, s);
+		return sg_cu_gemv_multi(&m, x, 0, NULL, 0.0f, 0.0f, NULL, 0, q8_scratch, s); /* its block-per-lane variant */
 	}
 	/* f32 activations: two rows per warp pay for quantized weights (their activations are reused
 	 * across the rows), one for plain types (already at ~90% of the copy bandwidth) */
@@ -1824,7 +1824,9 @@ struct MvpK {
 
 /* The launch of variant 18: a grid of the blocks the SMs hold at once (by the occupancy of the
  * instance), the tasks spread evenly over as few rounds as that allows. */
-static int mvp_launch(const sg_cu_multi *m, const float *x, const int8_t *xq, const float *dx, const float *sx, int64_t rows, cudaStream_t st)
+/* mode: g_persist's setting, or 1 for a launch that asked for variant 18 itself (the kernel bench) */
+static int mvp_launch(const sg_cu_multi *m, const float *x, const int8_t *xq, const float *dx, const float *sx, int64_t rows, cudaStream_t st,
+		      int mode)
 {
 	static mvs_fn seen[32]; /* the instances met, by their shared bytes: blocks an SM */
 	static size_t sizes[32];
@@ -1846,9 +1848,9 @@ static int mvp_launch(const sg_cu_multi *m, const float *x, const int8_t *xq, co
 	}
 	int64_t ntask = (rows + per - 1) / per, maxg = (int64_t)sms * bps, rounds = (ntask + maxg - 1) / maxg;
 	int64_t grid = (ntask + rounds - 1) / rounds;
-	if (g_persist == 2 && rounds > 1 && !g_pgrid) return -1; /* one round only */
-	if (g_persist == 4 && !g_pgrid && (ntask <= sms || ntask > 3 * (int64_t)sms)) return -1; /* one round of 1-3 blocks an SM only */
-	if (g_persist == 3) {
+	if (mode == 2 && rounds > 1 && !g_pgrid) return -1; /* one round only */
+	if (mode == 4 && !g_pgrid && (ntask <= sms || ntask > 3 * (int64_t)sms)) return -1; /* one round of 1-3 blocks an SM only */
+	if (mode == 3) {
 		size_t bytes = 0;
 		for (int j = 0; j < m->nw; j++) bytes += (size_t)m->N[j] * m->w[j].row_bytes;
 		if (bytes < PERSIST_BIG) return -1;
@@ -1862,18 +1864,24 @@ static int mvp_launch(const sg_cu_multi *m, const float *x, const int8_t *xq, co
 }
 
 /*
- * Variant 17, the copy-engine GEMV of the planar K-quants: a persistent grid (two blocks an SM)
- * whose blocks take tiles of TR consecutive rows (~20 KB) in turn. One thread has the copy engine
- * move each tile into shared memory (cp.async.bulk, one copy per contiguous run of rows,
- * completing on the stage's mbarrier), NST stages ahead, so ~120 KB per SM are always in flight
- * whatever the registers allow; the one-shot kernel above was measured (ncu) at 48% of DRAM
- * throughput, its warps stalled on their own loads half the time. The tile's (row, block) tasks
- * are spread over the threads and read from shared memory (lane b's 16 bytes next to lane b+1's:
- * no conflicts); partial sums meet in a fixed order (deterministic, so a replayed graph gives the
- * same bits as the per-op path). The activations are staged once per block.
+ * Variant 17, the copy-engine GEMV of the planar K-quants (SARAGOSSA_CUDA_GEMV_SB=2, launches of
+ * at least g_tmin bytes of weights, rows of at most 32 blocks): a persistent grid of two 256-thread
+ * blocks an SM whose blocks take tiles of TR consecutive rows (~32 KB) in turn. One thread has the
+ * copy engine move each tile into shared memory (cp.async.bulk, one copy per contiguous run of
+ * rows, completing on the stage's mbarrier), TNST stages ahead, so two tiles a block (~128 KB an
+ * SM) are in flight whatever the registers allow; the one-shot kernel was measured (ncu) at 48% of
+ * DRAM throughput, its warps stalled on their own loads half the time. Within a tile the layout
+ * is variant 16's: LPR lanes a row, lane b on block b, summed by the same shuffles, so the bits
+ * are variant 16's. Eight warps a block, one task a thread: the first version (four warps, the
+ * tasks of ~20 KB tiles looped over and their partial sums met in shared memory) was bound by
+ * that serial work (ncu: 1.4 TB/s). The activations are staged once per block, and each lane's
+ * activation scales read once.
  */
 #define TNST 3 /* pipeline stages */
-#define TNT 128 /* threads */
+#define TNT 256 /* threads */
+#define TSMEM (113 * 1024) /* shared memory a block at most: two blocks an SM */
+static size_t g_tmin = (size_t)16 << 20; /* the launches variant 17 takes: at least these weight bytes */
+static long g_tlaunches; /* its launches, for the tests */
 
 static __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
@@ -1933,20 +1941,21 @@ static __device__ __forceinline__ void tile_fetch(const sg_cu_multi &p, int64_t 
 	}
 }
 
-template <int KT>
-__global__ void __launch_bounds__(TNT) mvt_kernel(const __grid_constant__ sg_cu_multi p, const int8_t *__restrict__ xq, const float *__restrict__ dx,
-						  const float *__restrict__ sx, int64_t rows, int TR, size_t stage_bytes)
+template <int KT, int LPR>
+__global__ void __launch_bounds__(TNT, 2) mvt_kernel(const __grid_constant__ sg_cu_multi p, const int8_t *__restrict__ xq, const float *__restrict__ dx,
+						     const float *__restrict__ sx, int64_t rows, int TR, size_t stage_bytes)
 {
+	enum { S = TNT / LPR };
 	extern __shared__ __align__(128) uint8_t tsm[];
-	const int glu = p.epi == SG_CU_EPI_GLU;
-	const int64_t nb = p.w[0].K / 256, ntiles = glu ? (rows + TR / 2 - 1) / (TR / 2) : (rows + TR - 1) / TR;
+	const int glu = p.epi == SG_CU_EPI_GLU, h = glu ? TR / 2 : TR; /* rows of the row space a tile */
+	const int64_t nb = p.w[0].K / 256, ntiles = (rows + h - 1) / h;
 	const size_t rb = p.w[0].row_bytes;
-	const int ntask = TR * (int)nb;
 	uint8_t *stage = tsm;
 	int4 *xs = (int4 *)(tsm + TNST * stage_bytes);
 	float4 *ss = (float4 *)(xs + 16 * nb), *ds = p.xstage ? ss + 4 * nb : NULL;
-	float *red = (float *)(ss + 6 * nb); /* [2][ntask] */
-	uint64_t *bar = (uint64_t *)(red + 2 * ((ntask + 3) & ~3));
+	float *tot = (float *)(ss + 6 * nb); /* [2][S]: a tile's row sums, double-buffered */
+	uint64_t *bar = (uint64_t *)(tot + 2 * S);
+	const int slot = (int)threadIdx.x / LPR, sl = (int)threadIdx.x % LPR;
 	pdl_trigger();
 	if (threadIdx.x == 0) {
 		for (int i = 0; i < TNST; i++) mbar_init(&bar[i], 1);
@@ -1959,59 +1968,41 @@ __global__ void __launch_bounds__(TNT) mvt_kernel(const __grid_constant__ sg_cu_
 	}
 	pdl_wait();
 	stage_x(xq, sx, dx, nb, xs, ss, ds); /* ends with a barrier: the mbarriers are initialised too */
+	XS v; /* lane sl's block is the same in every tile */
+	if (sl < nb) v.load(dx, ss, ds, sl);
 	int it = 0;
 	for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x, it++) {
 		const int si = it % TNST;
-		const uint8_t *st = stage + si * stage_bytes;
-		float *rd = red + (it & 1) * ((ntask + 3) & ~3);
+		float *tt = tot + (it & 1) * S;
 		mbar_wait(&bar[si], (uint32_t)((it / TNST) & 1));
-		int64_t nrow = glu ? TR : (rows - t * TR < TR ? rows - t * TR : TR); /* rows present (GLU: both halves) */
-		if (glu) {
-			int64_t n = rows - t * (TR / 2);
-			nrow = n < TR / 2 ? n : TR / 2;
+		float acc = 0.0f;
+		if (slot < TR && sl < nb) { /* rows past the matrix end read a stale stage: never stored */
+			SB<KT> a;
+			a.load_s(stage + si * stage_bytes + (size_t)slot * rb, nb, sl);
+			SB<KT>::template dot<1>(&a, xs, sl, v.d, v.s, &acc);
 		}
-		for (int k = threadIdx.x; k < ntask; k += TNT) {
-			int j = k / (int)nb;
-			int64_t b = k % nb;
-			int live = glu ? (j % (TR / 2)) < nrow : j < nrow;
-			float acc = 0.0f;
-			if (live) {
-				SB<KT> w;
-				w.load_s(st + (size_t)j * rb, nb, b);
-				XS v;
-				v.load(dx, ss, ds, b);
-				SB<KT>::template dot<1>(&w, xs, b, v.d, v.s, &acc);
-			}
-			rd[k] = acc;
-		}
-		__syncthreads(); /* the stage is read and the partial sums written */
+#pragma unroll
+		for (int o = LPR / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+		if (sl == 0) tt[slot] = acc;
+		__syncthreads(); /* the stage is read and the sums written */
 		if (threadIdx.x == 0) {
 			int64_t tn = t + (int64_t)TNST * gridDim.x;
 			/* the block's reads of the stage (ordered by the barrier) before the copy engine's writes */
 			asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 			if (tn < ntiles) tile_fetch(p, tn, TR, rows, stage + si * stage_bytes, &bar[si]);
 		}
-		const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nout = glu ? TR / 2 : TR;
-		for (int o = warp; o < nout; o += TNT / 32) {
-			float a0 = 0.0f, a1 = 0.0f;
-			for (int64_t b = lane; b < nb; b += 32) {
-				a0 += rd[o * nb + b];
-				if (glu) a1 += rd[(o + TR / 2) * nb + b];
-			}
-			a0 = warp_sum(a0);
-			if (glu) a1 = warp_sum(a1);
-			if (lane == 0 && o < nrow) {
-				if (glu) {
-					int64_t r = t * (TR / 2) + o;
-					float g = a0 + (p.bias[0] ? p.bias[0][r] : 0.0f), u = a1 + (p.bias[1] ? p.bias[1][r] : 0.0f);
-					p.y[0][r] = act_of(p.act, g) * u;
-				} else {
-					int64_t r;
-					int m = multi_row(p, t * TR + o, r);
-					float v = a0 + (p.bias[m] ? p.bias[m][r] : 0.0f);
-					if (p.epi == SG_CU_EPI_ADD) v = p.res[r] + v;
-					p.y[m][r] = v;
-				}
+		const int i = (int)threadIdx.x;
+		const int64_t g = t * h + i;
+		if (i < h && g < rows) { /* multi_epi's arithmetic */
+			if (glu) {
+				float gv = tt[i] + (p.bias[0] ? p.bias[0][g] : 0.0f), u = tt[i + h] + (p.bias[1] ? p.bias[1][g] : 0.0f);
+				p.y[0][g] = act_of(p.act, gv) * u;
+			} else {
+				int64_t r;
+				int m = multi_row(p, g, r);
+				float y = tt[i] + (p.bias[m] ? p.bias[m][r] : 0.0f);
+				if (p.epi == SG_CU_EPI_ADD) y = p.res[r] + y;
+				p.y[m][r] = y;
 			}
 		}
 	}
@@ -2019,47 +2010,77 @@ __global__ void __launch_bounds__(TNT) mvt_kernel(const __grid_constant__ sg_cu_
 
 typedef void (*mvt_fn)(const sg_cu_multi, const int8_t *, const float *, const float *, int64_t, int, size_t);
 
-static mvt_fn pickt(int kt)
+template <int KT> static mvt_fn pickt_l(int lpr)
+{
+	switch (lpr) {
+	case 4: return mvt_kernel<KT, 4>;
+	case 8: return mvt_kernel<KT, 8>;
+	case 16: return mvt_kernel<KT, 16>;
+	default: return mvt_kernel<KT, 32>;
+	}
+}
+
+static mvt_fn pickt(int kt, int lpr)
 {
 	switch (kt) {
-	case SG_CUKT_Q4_K: return mvt_kernel<SG_CUKT_Q4_K>;
-	case SG_CUKT_Q6_K: return mvt_kernel<SG_CUKT_Q6_K>;
+	case SG_CUKT_Q4_K: return pickt_l<SG_CUKT_Q4_K>(lpr);
+	case SG_CUKT_Q6_K: return pickt_l<SG_CUKT_Q6_K>(lpr);
 	default: return NULL;
 	}
 }
 
-/* Launches mvt_kernel: rows per tile for ~20 KB tiles (even for a GLU), shared memory for the
- * stages, the staged activations, the partial sums and the barriers; -1 when it does not fit. */
+/* Launches mvt_kernel: rows per tile for three stages in TSMEM beside the staged activations
+ * (even for a GLU, at most a row a lane group), or -1 where it does not apply: another format, a
+ * mixed stage, rows of more than 32 blocks, launches under g_tmin bytes. */
 static int mvt_launch(const sg_cu_multi *m, const int8_t *xq, const float *dx, const float *sx, int64_t rows, cudaStream_t st)
 {
-	static int sms, cap_set[SG_CUKT_COUNT];
+	static int sms;
+	static mvt_fn cap_set[16];
+	static int ncap;
 	const int glu = m->epi == SG_CU_EPI_GLU, kt = m->w[0].kt;
 	const size_t rb = m->w[0].row_bytes;
 	const int64_t K = m->w[0].K, nb = K / 256;
-	mvt_fn f = pickt(kt);
-	if (!f || rb % 16 || m->w[0].scales) return -1;
-	int TR = (int)((20480 + rb / 2) / rb);
-	if (TR < 1) TR = 1;
-	if (TR > 32) TR = 32;
-	if (glu && TR & 1) TR = TR < 2 ? 2 : TR - 1;
-	size_t stage = (TR * rb + 127) & ~(size_t)127, ntask = (size_t)TR * (size_t)nb;
-	size_t smem = TNST * stage + stage_bytes(K) + 2 * 4 * ((ntask + 3) & ~(size_t)3) + 8 * TNST;
-	if (smem > 110 * 1024) return -1; /* two blocks an SM */
+	size_t bytes = 0;
+	for (int j = 0; j < m->nw; j++) {
+		if (m->w[j].kt != kt || m->w[j].row_bytes != rb || m->w[j].scales) return -1;
+		bytes += (size_t)m->N[j] * m->w[j].row_bytes;
+	}
+	int lpr = sb_lanes(nb);
+	mvt_fn f = pickt(kt, lpr);
+	if (!f || rb % 16 || nb > lpr || bytes < g_tmin) return -1;
+	const int S = TNT / lpr;
+	size_t fixed = stage_bytes(K) + 2 * sizeof(float) * (size_t)S + 8 * TNST + 128;
+	if (fixed + TNST * (rb + 128) > TSMEM) return -1;
+	int TR = (int)((TSMEM - fixed) / (TNST * rb));
+	if (TR > S) TR = S;
+	if (glu) TR &= ~1;
+	if (TR < (glu ? 2 : 1)) return -1;
+	size_t stage = (TR * rb + 127) & ~(size_t)127;
+	size_t smem = TNST * stage + fixed;
 	if (!sms) {
 		int dev = 0;
 		if (cudaGetDevice(&dev) || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) sms = 132;
 	}
-	if (!cap_set[kt]) {
-		if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 110 * 1024)) return (int)cudaGetLastError();
-		cap_set[kt] = 1;
+	int seen = 0;
+	for (int i = 0; i < ncap; i++) seen |= cap_set[i] == f;
+	if (!seen) {
+		if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, TSMEM)) return (int)cudaGetLastError();
+		if (ncap < 16) cap_set[ncap++] = f;
 	}
-	int64_t ntiles = glu ? (rows + TR / 2 - 1) / (TR / 2) : (rows + TR - 1) / TR, grid = 2 * (int64_t)sms;
+	int bps = 0;
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, f, TNT, smem) || bps < 1) bps = 1;
+	if (bps > 2) bps = 2;
+	int64_t h = glu ? TR / 2 : TR, ntiles = (rows + h - 1) / h, grid = (int64_t)bps * sms;
 	if (grid > ntiles) grid = ntiles;
 	sg_cu_multi mp = *m;
 	mp.xstage = g_xstage;
 	pdl_launch(f, dim3((unsigned)grid), dim3(TNT), smem, st, mp, xq, dx, sx, rows, TR, stage);
+	g_tlaunches++;
 	return (int)cudaGetLastError();
 }
+
+extern "C" void sg_cu_set_gemv_tile_min(size_t bytes) { g_tmin = bytes; }
+extern "C" long sg_cu_gemv_tile_launches(void) { return g_tlaunches; }
 
 extern "C" void sg_cu_set_gemv_sb(int on) { g_sb = on >= 0 && on <= 2 ? on : 1; }
 extern "C" void sg_cu_set_gemv_xstage(int on) { g_xstage = on != 0; }
@@ -2191,6 +2212,7 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 	int kt = m->w[0].kt, glu = m->epi == SG_CU_EPI_GLU;
 	int64_t K = m->w[0].K, rows = m->N[0];
 	if (m->nw < 1 || m->nw > SG_CU_MULTI_MAX) return (int)cudaErrorInvalidValue;
+	const int auto_v = !variant; /* else the kernel bench's */
 	if (!glu)
 		for (int i = 1; i < m->nw; i++) rows += m->N[i];
 	/* the kernel bench's best: one row per block for plain formats, two for the others (a GLU
@@ -2234,10 +2256,11 @@ launch:;
 		if (e >= 0) return e;
 		variant = 16; /* shared memory too small for its stages */
 	}
-	if (variant == 16 && g_persist) variant = 18;
+	int pmode = variant == 18 ? 1 : g_persist; /* a variant asked for is taken where it can be */
+	if (variant == 16 && auto_v && g_persist) variant = 18;
 	if (variant == 18) { /* a GLU's gate and up slots in one warp: at most 16 lanes a row; one kind */
 		if (!sg_cu_gemv_mixed_ok(m) && (!glu || sb_lanes(K / 256) <= 16)) {
-			int e = mvp_launch(m, xin, xq, dx, sx, rows, st);
+			int e = mvp_launch(m, xin, xq, dx, sx, rows, st, pmode);
 			if (e >= 0) return e;
 		}
 		variant = 16;
