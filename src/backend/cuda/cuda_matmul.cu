@@ -1805,7 +1805,7 @@ __global__ void __launch_bounds__(QT, MVP_BLOCKS(KT)) mvp_kernel(const __grid_co
 	(void)x;
 }
 
-static int g_persist = 0, g_pgrid = 0; /* SARAGOSSA_CUDA_GEMV_PERSIST; a grid cap for the tests (0 = by occupancy) */
+static int g_persist = 4, g_pgrid = 0; /* SARAGOSSA_CUDA_GEMV_PERSIST (its default); a grid cap for the tests (0 = by occupancy) */
 static long g_plaunches; /* launches of variant 18, for the tests */
 extern "C" void sg_cu_set_gemv_persist(int on) { g_persist = on >= 0 && on <= 4 ? on : 1; }
 #define PERSIST_BIG ((size_t)64 << 20) /* SARAGOSSA_CUDA_GEMV_PERSIST=3: launches of at least these weight bytes (an LM head) */
@@ -1815,6 +1815,14 @@ extern "C" int sg_cu_sm_count(void)
 {
 	int dev = 0, n = 0;
 	return cudaGetDevice(&dev) || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) ? 0 : n;
+}
+
+/* The SMs the persistent grids size themselves to, asked once (132, an H100/H200's, if unknown). */
+static int grid_sms(void)
+{
+	static int sms;
+	if (!sms && !(sms = sg_cu_sm_count())) sms = 132;
+	return sms;
 }
 
 struct MvpK {
@@ -1830,7 +1838,8 @@ static int mvp_launch(const sg_cu_multi *m, const float *x, const int8_t *xq, co
 {
 	static mvs_fn seen[32]; /* the instances met, by their shared bytes: blocks an SM */
 	static size_t sizes[32];
-	static int fits[32], nseen, sms;
+	static int fits[32], nseen;
+	const int sms = grid_sms();
 	const int64_t K = m->w[0].K;
 	const int lpr = sb_lanes(K / 256), glu = m->epi == SG_CU_EPI_GLU, per = glu ? QT / lpr / 2 : QT / lpr;
 	mvs_fn f = sb_pick<MvpK>(sb_kind(&m->w[0]), lpr, K / 256);
@@ -1841,8 +1850,6 @@ static int mvp_launch(const sg_cu_multi *m, const float *x, const int8_t *xq, co
 	if (i < nseen) {
 		bps = fits[i];
 	} else {
-		int dev = 0;
-		if (!sms && (cudaGetDevice(&dev) || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev))) sms = 132;
 		if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, f, QT, smem) || bps < 1) bps = 1;
 		if (nseen < 32) seen[nseen] = f, sizes[nseen] = smem, fits[nseen++] = bps;
 	}
@@ -2034,9 +2041,9 @@ static mvt_fn pickt(int kt, int lpr)
  * mixed stage, rows of more than 32 blocks, launches under g_tmin bytes. */
 static int mvt_launch(const sg_cu_multi *m, const int8_t *xq, const float *dx, const float *sx, int64_t rows, cudaStream_t st)
 {
-	static int sms;
-	static mvt_fn cap_set[16];
-	static int ncap;
+	static mvt_fn seen[32]; /* the instances met, by their shared bytes: blocks an SM (at most 2) */
+	static size_t sizes[32];
+	static int fits[32], nseen;
 	const int glu = m->epi == SG_CU_EPI_GLU, kt = m->w[0].kt;
 	const size_t rb = m->w[0].row_bytes;
 	const int64_t K = m->w[0].K, nb = K / 256;
@@ -2057,20 +2064,17 @@ static int mvt_launch(const sg_cu_multi *m, const int8_t *xq, const float *dx, c
 	if (TR < (glu ? 2 : 1)) return -1;
 	size_t stage = (TR * rb + 127) & ~(size_t)127;
 	size_t smem = TNST * stage + fixed;
-	if (!sms) {
-		int dev = 0;
-		if (cudaGetDevice(&dev) || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) sms = 132;
-	}
-	int seen = 0;
-	for (int i = 0; i < ncap; i++) seen |= cap_set[i] == f;
-	if (!seen) {
+	int i = 0, bps = 0;
+	while (i < nseen && (seen[i] != f || sizes[i] != smem)) i++;
+	if (i < nseen) {
+		bps = fits[i];
+	} else {
 		if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, TSMEM)) return (int)cudaGetLastError();
-		if (ncap < 16) cap_set[ncap++] = f;
+		if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, f, TNT, smem) || bps < 1) bps = 1;
+		if (bps > 2) bps = 2;
+		if (nseen < 32) seen[nseen] = f, sizes[nseen] = smem, fits[nseen++] = bps;
 	}
-	int bps = 0;
-	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, f, TNT, smem) || bps < 1) bps = 1;
-	if (bps > 2) bps = 2;
-	int64_t h = glu ? TR / 2 : TR, ntiles = (rows + h - 1) / h, grid = (int64_t)bps * sms;
+	int64_t h = glu ? TR / 2 : TR, ntiles = (rows + h - 1) / h, grid = (int64_t)bps * grid_sms();
 	if (grid > ntiles) grid = ntiles;
 	sg_cu_multi mp = *m;
 	mp.xstage = g_xstage;
