@@ -710,6 +710,54 @@ Test(cuda, moe_glu_one_token_equals_its_composition)
 	}
 }
 
+/* The down experts reading their ids before their wait (SARAGOSSA_CUDA_MOE_IDS_EARLY, after a
+ * gate/up kernel that triggers late) give the bits of the plain order, over routing, gate/up and
+ * down as the forward runs them (each setting twice); moe_glu hands the ids on only from its planar
+ * kernel. */
+Test(cuda, moe_down_experts_reading_ids_early_changes_nothing)
+{
+	static const int tys[] = {8, 10, 3};
+	for (int c = 0; c < 3; c++) {
+		const wtype *wt = &wtypes[tys[c]];
+		int64_t E = 32, F = 256, D = 1024, k = 8;
+		hw wgh = make_w(wt, E * F, D), wuh = make_w(wt, E * F, D), wdh = make_w(wt, E * D, F);
+		wgh.t.ne[1] = wuh.t.ne[1] = F, wdh.t.ne[1] = D;
+		wgh.t.ne[2] = wuh.t.ne[2] = wdh.t.ne[2] = E;
+		sg_btensor gc, gg, uc, ug, dc, dg;
+		bind_both(&wgh, &gc, &gg), bind_both(&wuh, &uc, &ug), bind_both(&wdh, &dc, &dg);
+		pair x = pair_rand(D, 1, 1, 1.0f), lg = pair_rand(E, 1, 1, 2.0f);
+		float *got[4], *gg4[4];
+		for (int v = 0; v < 4; v++) {
+			int on = v >> 1;
+			sg_cu_set_moe_ids_early(on);
+			pair ids = pair_new(SG_TYPE_I32, k, 1, 1, 1), w = pair_new(SG_TYPE_F32, k, 1, 1, 1),
+			     g = pair_new(SG_TYPE_F32, F, k, 1, 1), u = pair_new(SG_TYPE_F32, F, k, 1, 1),
+			     ey = pair_new(SG_TYPE_F32, D, k, 1, 1);
+			poison(&ey);
+			cr_assert_eq(gpu->ops->moe_route(gpu, &lg.g, SG_ROUTER_SOFTMAX, (int)k, 1, &ids.g, &w.g), SG_OK, "%s", sg_last_error());
+			cr_assert_eq(sg_backend_moe_glu(gpu, &gg, &ug, &x.g, &ids.g, SG_ACT_SILU, &g.g, &u.g), SG_OK, "%s", sg_last_error());
+			const void *handed = ((sg_cuda_backend *)gpu)->moe_ids_done;
+			cr_expect(handed == (on && c < 2 ? ids.g.data : NULL), "%s flag %d: ids handed on %p", wt->name, on, handed);
+			cr_assert_eq(gpu->ops->moe_matmul(gpu, &dg, &g.g, &ids.g, &ey.g), SG_OK, "%s", sg_last_error());
+			cr_expect(((sg_cuda_backend *)gpu)->moe_ids_done == NULL, "the down experts take the hint once");
+			got[v] = fetch(&ey), gg4[v] = fetch(&g);
+			pair_free(&ids), pair_free(&w), pair_free(&g), pair_free(&u), pair_free(&ey);
+		}
+		sg_cu_set_moe_ids_early(0); /* the default */
+		for (int v = 1; v < 4; v++) {
+			cr_expect(memcmp(got[0], got[v], sizeof(float) * (size_t)(D * k)) == 0, "%s: the down experts differ (variant %d)", wt->name, v);
+			cr_expect(memcmp(gg4[0], gg4[v], sizeof(float) * (size_t)(F * k)) == 0, "%s: the gate/up experts differ (variant %d)", wt->name,
+				  v);
+		}
+		for (int v = 0; v < 4; v++) free(got[v]), free(gg4[v]);
+		pair_free(&x), pair_free(&lg);
+		gpu->ops->tensor_free(gpu, &gg), cpu->ops->tensor_free(cpu, &gc);
+		gpu->ops->tensor_free(gpu, &ug), cpu->ops->tensor_free(cpu, &uc);
+		gpu->ops->tensor_free(gpu, &dg), cpu->ops->tensor_free(cpu, &dc);
+		free_hw(&wgh), free_hw(&wuh), free_hw(&wdh);
+	}
+}
+
 /* The MoE norm + router stage with the feeds_moe hint hands the gate/up experts x already rounded
  * to 8 bits (one token, rows of >= 1024 values): the normalised x, the routing and the experts'
  * outputs are the bits of the unhinted stage, for an F32 and a Q4_K router; and they agree with

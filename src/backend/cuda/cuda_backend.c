@@ -616,7 +616,9 @@ static sg_status cuda_moe_matmul(sg_backend *be, const sg_btensor *w, const sg_b
 		return sg_cuda_moe_gemm(cb, &v, x->data, shared_x, ids->data, n, k, E, y->data, N);
 	uint8_t *sc = sg_cuda_scratch(cb, ib + (q8 ? sg_cu_q8_bytes(nx, v.K) : 0), &st);
 	if (!sc) return st;
-	CU_RET("moe_matmul", sg_cu_moe_matmul(&v, x->data, shared_x, ids->data, n, k, E, y->data, N, (int32_t *)sc, q8 ? sc + ib : NULL, S(cb)));
+	int ready = cb->moe_ids_done && cb->moe_ids_done == ids->data;
+	cb->moe_ids_done = NULL;
+	CU_RET("moe_matmul", sg_cu_moe_matmul(&v, x->data, shared_x, ids->data, n, k, E, y->data, N, (int32_t *)sc, q8 ? sc + ib : NULL, ready, S(cb)));
 	return SG_OK;
 }
 
@@ -649,8 +651,10 @@ static sg_status cuda_moe_glu(sg_backend *be, const sg_btensor *wg, const sg_bte
 	int pre = fed && fed == x->data && a.K <= cb->q8a_cap;
 	void *q8 = pre ? cb->q8a : sg_cuda_scratch(cb, sg_cu_q8_bytes(1, a.K), &st);
 	if (!q8) return st;
+	int done = 0;
 	CU_RET("moe_glu",
-	       sg_cu_moe_glu(&a, &b, pre ? NULL : x->data, ids->data, k, E, ca, g->data, N, q8, S(cb)));
+	       sg_cu_moe_glu(&a, &b, pre ? NULL : x->data, ids->data, k, E, ca, g->data, N, q8, &done, S(cb)));
+	cb->moe_ids_done = done ? ids->data : NULL; /* for the down experts after (SARAGOSSA_CUDA_MOE_IDS_EARLY) */
 	return SG_OK;
 }
 
@@ -997,6 +1001,7 @@ static sg_status cuda_moe_route(sg_backend *be, const sg_btensor *logits, sg_rou
 	if (E > 1024 || k < 1 || k > E) return sg_error(SG_ERR_INVALID_ARG, "cuda moe_route: k %d of %lld experts (at most 1024)", k, (long long)E);
 	if (ids->ne[0] != k || sg_btensor_rows(ids) != n || weights->ne[0] != k || sg_btensor_rows(weights) != n)
 		return sg_error(SG_ERR_INVALID_ARG, "cuda moe_route: ids and weights must be [%lld][%d]", (long long)n, k);
+	cb->moe_ids_done = NULL; /* ids rewritten */
 	CU_RET("moe_route", sg_cu_moe_route(logits->data, n, E, router == SG_ROUTER_SIGMOID, k, norm_topk, ids->data, weights->data, S(cb)));
 	return SG_OK;
 }
@@ -1297,6 +1302,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	cb->q8x = sg_flag_bool("SARAGOSSA_CUDA_Q8X");
 	cb->gemm_f16 = sg_flag_bool("SARAGOSSA_CUDA_GEMM_F16");
 	cb->fused = sg_flag_bool("SARAGOSSA_CUDA_FUSED");
+	sg_cu_set_moe_ids_early(sg_flag_bool("SARAGOSSA_CUDA_MOE_IDS_EARLY"));
 	cb->moe_gemm = (int)sg_flag_int("SARAGOSSA_CUDA_MOE_GEMM");
 	sg_cu_set_gemv_rows((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_ROWS"));
 	sg_cu_set_gemv_variant((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_VARIANT"));

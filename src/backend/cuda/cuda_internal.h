@@ -44,6 +44,7 @@ typedef struct sg_cuda_backend {
 	void *q8a;
 	int64_t q8a_cap;
 	const void *q8a_of;
+	const void *moe_ids_done; /* ids whose last moe_glu let the down experts read them early */
 	int capturing;
 	cudaGraphExec_t exec;
 	unsigned exec_gen;

@@ -143,7 +143,12 @@ void sg_cu_set_route_warp(int on);
  * SG_CU_EW_SILU, _GELU or _GELU_ERF. x NULL: q8_scratch already holds x rounded (sg_cu_q8_split). */
 int sg_cu_moe_glu_ok(const sg_cuw *wg, const sg_cuw *wu);
 int sg_cu_moe_glu(const sg_cuw *wg, const sg_cuw *wu, const float *x, const int32_t *ids, int64_t k, int64_t E, int act, float *g,
-		  int64_t N, void *q8_scratch, sg_custream s);
+		  int64_t N, void *q8_scratch, int *ids_done, sg_custream s);
+/* SARAGOSSA_CUDA_MOE_IDS_EARLY: sg_cu_moe_glu's planar kernel lets the launch after it start only
+ * once its wait is over (*ids_done = 1 then: every kernel launched after the next one starts after
+ * the routing kernel ended), and sg_cu_moe_matmul with ids_ready (the ids those of such a
+ * moe_glu, not rewritten since) reads the ids and sends the weights' loads before its wait. */
+void sg_cu_set_moe_ids_early(int on);
 
 /* One row x [K] RMS-normalised into xn (bit-identical to sg_cu_rmsnorm) and rounded to 8-bit
  * blocks into q8 (sg_cu_q8_bytes(1, K), laid out as sg_cu_q8_split says) in one kernel; K a
@@ -200,7 +205,7 @@ int sg_cu_moe_sort(const int32_t *ids, int64_t S, int64_t E, int32_t *scratch, f
  * then runs the grouped GEMV over the used experts only (8-bit activations when q8_scratch is
  * given: sg_cu_q8_bytes(rows of x, K)). */
 int sg_cu_moe_matmul(const sg_cuw *w, const float *x, int shared_x, const int32_t *ids, int64_t n,
-		     int64_t k, int64_t E, float *y, int64_t N, int32_t *scratch, void *q8_scratch,
+		     int64_t k, int64_t E, float *y, int64_t N, int32_t *scratch, void *q8_scratch, int ids_ready,
 		     sg_custream s);
 
 /* --- other ops (cuda_ops.cu) --- */

@@ -2387,6 +2387,14 @@ __global__ void __launch_bounds__(QT) moe1_kernel(const sg_cuw w, const int8_t *
 	}
 }
 
+/* moes_kernel's idm: trigger the next launch only after the wait (so that the launch after next
+ * starts after the routing kernel ended), and read the ids and send the weights' loads before the
+ * wait (the ids are then final: see sg_cu_moe_glu). SARAGOSSA_CUDA_MOE_IDS_EARLY. */
+#define MOES_TRIGGER_LATE 1
+#define MOES_IDS_EARLY 2
+static int g_ids_early = 0;
+extern "C" void sg_cu_set_moe_ids_early(int on) { g_ids_early = on != 0; }
+
 /*
  * One token's expert matmul of the planar K-quants (SARAGOSSA_CUDA_GEMV_SB): mvs_kernel's layout
  * for the rows of slot blockIdx.y's expert. Block (b, j) takes QT / LPR row slots of expert ids[j]
@@ -2396,21 +2404,26 @@ __global__ void __launch_bounds__(QT) moe1_kernel(const sg_cuw w, const int8_t *
 template <int KT, int LPR, int MANY>
 __global__ void __launch_bounds__(QT) moes_kernel(const sg_cuw w, const int8_t *__restrict__ xq, const float *__restrict__ dx,
 						  const float *__restrict__ sx, int shared_x, const int32_t *__restrict__ ids, int64_t E,
-						  float *__restrict__ y, int64_t N, const sg_cuw w2, int act, int xstage)
+						  float *__restrict__ y, int64_t N, const sg_cuw w2, int act, int xstage, int idm)
 {
 	enum { S = QT / LPR };
 	__shared__ float tot[S];
 	const int glu = w2.data != NULL, per = glu ? S / 2 : S, js = blockIdx.y;
 	const int slot = (int)threadIdx.x / LPR, sl = (int)threadIdx.x % LPR;
 	const int64_t g0 = (int64_t)blockIdx.x * per, nb = w.K / 256;
-	pdl_trigger();
+	if (!(idm & MOES_TRIGGER_LATE)) pdl_trigger();
 	int64_t r = g0 + slot % per;
 	if (r >= N) r = N - 1; /* computed, never stored */
 	const sg_cuw &m = glu && slot >= per ? w2 : w;
-	pdl_wait(); /* the ids come from the router kernel */
+	const int early = idm & MOES_IDS_EARLY;
+	if (!early) {
+		pdl_wait(); /* the ids come from the router kernel */
+		if (idm & MOES_TRIGGER_LATE) pdl_trigger();
+	}
 	int32_t e = ids[js];
 	float *yo = y + (int64_t)js * N;
 	if (e < 0 || e >= E) { /* an id out of range gives zeros */
+		if (early) pdl_wait();
 		if ((int)threadIdx.x < per && g0 + threadIdx.x < N) yo[g0 + threadIdx.x] = 0.0f;
 		return;
 	}
@@ -2420,6 +2433,7 @@ __global__ void __launch_bounds__(QT) moes_kernel(const sg_cuw w, const int8_t *
 	SB<KT> a;
 	int64_t b = sl;
 	if (b < nb) a.load(row, rsc, rbi, m.sb_bf16, nb, b);
+	if (early) pdl_wait(); /* the weights' loads went out before it */
 	int64_t xo = shared_x ? 0 : js;
 	extern __shared__ int4 xs[];
 	float4 *ss = (float4 *)(xs + 16 * nb), *ds = xstage ? ss + 4 * nb : NULL;
@@ -2432,7 +2446,7 @@ __global__ void __launch_bounds__(QT) moes_kernel(const sg_cuw w, const int8_t *
 }
 
 typedef void (*moes_fn)(const sg_cuw, const int8_t *, const float *, const float *, int, const int32_t *, int64_t, float *, int64_t, const sg_cuw,
-			int, int);
+			int, int, int);
 
 struct MoesK {
 	typedef moes_fn fn;
@@ -2443,7 +2457,7 @@ static moes_fn pick_moes(int sk, int lpr, int64_t nb) { return sb_pick<MoesK>(sk
 /* moes_kernel for k slots of one token: the launch status, or -1 when it does not apply (the
  * caller takes moe1_kernel) */
 static int moes_launch(const sg_cuw *w, const sg_cuw *w2, const int8_t *xq, const float *dx, const float *sx, int shared_x, const int32_t *ids,
-		       int64_t k, int64_t E, float *y, int64_t N, int act, cudaStream_t st)
+		       int64_t k, int64_t E, float *y, int64_t N, int act, int idm, cudaStream_t st)
 {
 	int64_t K = w->K, nb = K / 256;
 	if (!g_sb || !sg_cu_sb_ok(w) || stage_bytes(K) > SMEM_X_MAX || (w2 && sb_kind(w2) != sb_kind(w))) return -1;
@@ -2451,7 +2465,7 @@ static int moes_launch(const sg_cuw *w, const sg_cuw *w2, const int8_t *xq, cons
 	sg_cuw none;
 	memset(&none, 0, sizeof(none));
 	pdl_launch(pick_moes(sb_kind(w), lpr, nb), dim3((unsigned)((N + per - 1) / per), (unsigned)k), dim3(QT), stage_bytes(K), st, *w, xq, dx,
-		   sx, shared_x, ids, E, y, N, w2 ? *w2 : none, act, g_xstage);
+		   sx, shared_x, ids, E, y, N, w2 ? *w2 : none, act, g_xstage, idm);
 	return (int)cudaGetLastError();
 }
 
@@ -2483,8 +2497,9 @@ extern "C" int sg_cu_moe_glu_ok(const sg_cuw *wg, const sg_cuw *wu)
 }
 
 extern "C" int sg_cu_moe_glu(const sg_cuw *wg, const sg_cuw *wu, const float *x, const int32_t *ids, int64_t k, int64_t E, int act, float *g,
-			     int64_t N, void *q8_scratch, sg_custream s)
+			     int64_t N, void *q8_scratch, int *ids_done, sg_custream s)
 {
+	if (ids_done) *ids_done = 0;
 	cudaStream_t st = (cudaStream_t)s;
 	moe1_fn f1 = sg_cu_moe_glu_ok(wg, wu) && q8_scratch ? pick_moe1(wg->kt) : NULL;
 	if (!f1 || !wu->data) return (int)cudaErrorInvalidValue;
@@ -2496,15 +2511,18 @@ extern "C" int sg_cu_moe_glu(const sg_cuw *wg, const sg_cuw *wu, const float *x,
 	} else {
 		sg_cu_q8_split(q8_scratch, wg->K, &xq, &dx, &sx); /* rounded by the producer */
 	}
-	int sb = moes_launch(wg, wu, xq, dx, sx, 1, ids, k, E, g, N, act, st);
-	if (sb >= 0) return sb;
+	int sb = moes_launch(wg, wu, xq, dx, sx, 1, ids, k, E, g, N, act, g_ids_early ? MOES_TRIGGER_LATE : 0, st);
+	if (sb >= 0) {
+		if (ids_done) *ids_done = g_ids_early && sb == 0;
+		return sb;
+	}
 	pdl_launch(f1, dim3((unsigned)((N + QT / 32 - 1) / (QT / 32)), (unsigned)k), dim3(QT), 0, st, *wg, (const int8_t *)xq, (const float *)dx,
 		   (const float *)sx, 1, ids, E, g, N, *wu, act);
 	return (int)cudaGetLastError();
 }
 
 extern "C" int sg_cu_moe_matmul(const sg_cuw *w, const float *x, int shared_x, const int32_t *ids, int64_t n, int64_t k, int64_t E, float *y,
-				int64_t N, int32_t *scratch, void *q8_scratch, sg_custream s)
+				int64_t N, int32_t *scratch, void *q8_scratch, int ids_ready, sg_custream s)
 {
 	cudaStream_t st = (cudaStream_t)s;
 	int64_t S = n * k;
@@ -2514,7 +2532,7 @@ extern "C" int sg_cu_moe_matmul(const sg_cuw *w, const float *x, int shared_x, c
 		float *dx, *sx;
 		int e = quant_x(x, shared_x ? 1 : S, w->K, q8_scratch, &xq, &dx, &sx, st);
 		if (e) return e;
-		int sb = moes_launch(w, NULL, xq, dx, sx, (int)shared_x, ids, S, E, y, N, 0, st);
+		int sb = moes_launch(w, NULL, xq, dx, sx, (int)shared_x, ids, S, E, y, N, 0, ids_ready && g_ids_early ? MOES_IDS_EARLY : 0, st);
 		if (sb >= 0) return sb;
 		sg_cuw none;
 		memset(&none, 0, sizeof(none));
