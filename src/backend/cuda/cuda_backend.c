@@ -630,6 +630,7 @@ static sg_status cuda_moe_glu(sg_backend *be, const sg_btensor *wg, const sg_bte
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
 	const void *fed = cb->q8a_of;
 	cb->q8a_of = NULL; /* good for this op only */
+	cb->moe_ids_done = NULL; /* set again below only by the planar kernel's launch */
 	sg_cuw a, b;
 	int ca = act == SG_ACT_SILU ? SG_CU_EW_SILU : act == SG_ACT_GELU_TANH ? SG_CU_EW_GELU : act == SG_ACT_GELU ? SG_CU_EW_GELU_ERF : -1;
 	if (!cb->fused || !cb->q8x || ca < 0 || !ids || ids->type != SG_TYPE_I32 || sg_btensor_rows(ids) != 1 || sg_cuda_wview("moe_matmul", wg, &a) ||
