@@ -18,7 +18,8 @@
 #                 does: its libraries are looked up beside it)
 #      SG_BIN     saragossa binary (build/saragossa)
 #      VOCAB      a GGUF holding a Qwen vocabulary (tokenizer.ggml.* keys; a vocabulary-only file
-#                 of a few MB will do); needed by prep only
+#                 of a few MB will do); needed by prep only (llama.cpp's sources carry one:
+#                 models/ggml-vocab-qwen2.gguf in the llama-cpp-python source package)
 #      WORK       scratch folder (/tmp/peer); PY python3 with numpy (python3); REPS (3)
 #      LAYERS     layers of the model (36 dense, 48 moe; QUANT=llama for moe takes fewer when the
 #                 disk cannot hold its Q8_0 and Q4_K_M files together, and says so)
