@@ -355,7 +355,7 @@ template <int KT> static __device__ __forceinline__ void load_x(const float *x, 
 #pragma unroll
 	for (int i = 0; i < T::E; i += 4) {
 		int64_t e = e0 + (i / T::RL) * T::RS + (i % T::RL);
-		float4 v = __ldg((const float4 *)(x + e));
+		float4 v = ldd((const float4 *)(x + e));
 		xv[i] = v.x, xv[i + 1] = v.y, xv[i + 2] = v.z, xv[i + 3] = v.w;
 	}
 }
@@ -670,10 +670,10 @@ __global__ void __launch_bounds__(WM ? WARPS * 32 : QT) mvq_kernel(sg_cuw w, con
 			for (int t = 0; t < NT; t++) {
 				if (t < nt) {
 					int64_t ea = xb[t] + e0, ec = ea + T::HS;
-					xa[t] = __ldg((const int4 *)(xq + ea));
-					xc[t] = __ldg((const int4 *)(xq + ec));
-					d0[t] = __ldg(dx + (ea >> 5)), d1[t] = __ldg(dx + (ec >> 5));
-					s0[t] = __ldg(sx + (ea >> 4)), s1[t] = __ldg(sx + (ec >> 4));
+					xa[t] = ldd((const int4 *)(xq + ea));
+					xc[t] = ldd((const int4 *)(xq + ec));
+					d0[t] = ldd(dx + (ea >> 5)), d1[t] = ldd(dx + (ec >> 5));
+					s0[t] = ldd(sx + (ea >> 4)), s1[t] = ldd(sx + (ec >> 4));
 				}
 			}
 #pragma unroll
@@ -1190,9 +1190,9 @@ __global__ void __launch_bounds__(QT) mvm_kernel(const __grid_constant__ sg_cu_m
 			int64_t K = w0.K;
 			int8_t *q = (int8_t *)xsm;
 			float *d = (float *)(xsm + K), *sm = d + K / 32;
-			for (int64_t i = threadIdx.x; i < K / 16; i += QT) ((int4 *)q)[i] = __ldg((const int4 *)xq + i);
-			for (int64_t i = threadIdx.x; i < K / 32; i += QT) d[i] = __ldg(dx + i);
-			for (int64_t i = threadIdx.x; i < K / 16; i += QT) sm[i] = __ldg(sx + i);
+			for (int64_t i = threadIdx.x; i < K / 16; i += QT) ((int4 *)q)[i] = ldd((const int4 *)xq + i);
+			for (int64_t i = threadIdx.x; i < K / 32; i += QT) d[i] = ldd(dx + i);
+			for (int64_t i = threadIdx.x; i < K / 16; i += QT) sm[i] = ldd(sx + i);
 			__syncthreads();
 			vq = q, vd = d, vs = sm;
 		}
@@ -1280,7 +1280,7 @@ static __device__ __forceinline__ void ld_f4(const float *p, float *o, int n)
 {
 #pragma unroll
 	for (int i = 0; i < n; i++) {
-		float4 v = __ldg((const float4 *)p + i);
+		float4 v = ldd((const float4 *)p + i);
 		o[4 * i] = v.x, o[4 * i + 1] = v.y, o[4 * i + 2] = v.z, o[4 * i + 3] = v.w;
 	}
 }
@@ -1509,8 +1509,8 @@ static __device__ __forceinline__ void stage_x(const int8_t *xq, const float *sx
 		for (int64_t i = threadIdx.x; i < 2 * nb; i += blockDim.x) cp_async16(&ds[(i & ~(int64_t)1) + ((i & 1) ^ ((i >> 3) & 1))], (const float4 *)dx + i);
 		cp_async_wait_all();
 	} else {
-		for (int64_t i = threadIdx.x; i < 16 * nb; i += blockDim.x) xs[(i & ~(int64_t)15) + ((i & 15) ^ ((i >> 4) & 15))] = __ldg((const int4 *)xq + i);
-		for (int64_t i = threadIdx.x; i < 4 * nb; i += blockDim.x) ss[(i & ~(int64_t)3) + ((i & 3) ^ ((i >> 3) & 3))] = __ldg((const float4 *)sx + i);
+		for (int64_t i = threadIdx.x; i < 16 * nb; i += blockDim.x) xs[(i & ~(int64_t)15) + ((i & 15) ^ ((i >> 4) & 15))] = ldd((const int4 *)xq + i);
+		for (int64_t i = threadIdx.x; i < 4 * nb; i += blockDim.x) ss[(i & ~(int64_t)3) + ((i & 3) ^ ((i >> 3) & 3))] = ldd((const float4 *)sx + i);
 	}
 	__syncthreads();
 }
@@ -2358,7 +2358,7 @@ __global__ void __launch_bounds__(QT) moe1_kernel(const sg_cuw w, const int8_t *
 	pdl_wait();
 	if (r0 >= N) return;
 	float *yo = y + (int64_t)slot * N;
-	int32_t e = ids[slot];
+	int32_t e = ldd(ids + slot);
 	if (e < 0 || e >= E) { /* an id out of range gives zeros */
 		if (lane < per && r0 + lane < N) yo[r0 + lane] = 0.0f;
 		return;
@@ -2420,7 +2420,7 @@ __global__ void __launch_bounds__(QT) moes_kernel(const sg_cuw w, const int8_t *
 		pdl_wait(); /* the ids come from the router kernel */
 		if (idm & MOES_TRIGGER_LATE) pdl_trigger();
 	}
-	int32_t e = ids[js];
+	int32_t e = ldd(ids + js); /* not ids[js]: that load went above the wait (see ldd) */
 	float *yo = y + (int64_t)js * N;
 	if (e < 0 || e >= E) { /* an id out of range gives zeros */
 		if (early) pdl_wait();

@@ -21,6 +21,16 @@ static __device__ __forceinline__ void pdl_wait()
 #endif
 }
 
+/* A load of what an earlier kernel of the chain wrote (activations, expert ids), after pdl_wait.
+ * Never through the non-coherent path (__ldg, or a const __restrict__ pointer the compiler turns
+ * into ld.global.nc): ptxas takes such a load for one of invariant data and may move it above the
+ * wait. It did: moes_kernel read its expert id before griddepcontrol.wait, while the routing
+ * kernel was still writing it, and computed another expert's rows when the GPU was busy enough
+ * for the two to overlap. ld.global.ca is an ordinary (coherent) load, cached in L1 like the
+ * other, and stays behind the wait. tools/pdl_audit.py checks the built kernels for loads moved
+ * above it. */
+template <typename T> static __device__ __forceinline__ T ldd(const T *p) { return __ldca(p); }
+
 static __device__ __forceinline__ void pdl_trigger()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
