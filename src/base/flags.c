@@ -141,10 +141,9 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_ROUTE_WARP", SG_FLAG_BOOL, "1",
 	 "CUDA MoE routing of up to 256 experts by one warp holding the probabilities in registers (the same picks and "
 	 "weights; 0 = the shared-memory routing kernel)"},
-	{"SARAGOSSA_CUDA_MOE_IDS_EARLY", SG_FLAG_BOOL, "0",
-	 "CUDA one-token MoE, experimental: the gate/up expert kernel lets its successor start only after its wait, so "
-	 "that the down experts read their ids and send their weights' loads before they wait (meant to give the same "
-	 "bits; 0 = after)"},
+	{"SARAGOSSA_CUDA_MOE_IDS_EARLY", SG_FLAG_BOOL, "1",
+	 "CUDA one-token MoE: the gate/up expert kernel lets its successor start only after its wait, so that the down "
+	 "experts read their ids and send their weights' loads before they wait (the same bits; 0 = after)"},
 	{"SARAGOSSA_CUDA_MOE_GEMM", SG_FLAG_INT, "64",
 	 "CUDA MoE matmuls of at least this many tokens, quantized experts on 8-bit activations (SARAGOSSA_CUDA_Q8X, "
 	 "SARAGOSSA_CUDA_GEMM_F16): slots sorted by expert, the used experts dequantized to f16 and one grouped cuBLAS "

@@ -743,7 +743,7 @@ Test(cuda, moe_down_experts_reading_ids_early_changes_nothing)
 			got[v] = fetch(&ey), gg4[v] = fetch(&g);
 			pair_free(&ids), pair_free(&w), pair_free(&g), pair_free(&u), pair_free(&ey);
 		}
-		sg_cu_set_moe_ids_early(0); /* the default */
+		sg_cu_set_moe_ids_early(sg_flag_bool("SARAGOSSA_CUDA_MOE_IDS_EARLY")); /* as the backend set it */
 		for (int v = 1; v < 4; v++) {
 			cr_expect(memcmp(got[0], got[v], sizeof(float) * (size_t)(D * k)) == 0, "%s: the down experts differ (variant %d)", wt->name, v);
 			cr_expect(memcmp(gg4[0], gg4[v], sizeof(float) * (size_t)(F * k)) == 0, "%s: the gate/up experts differ (variant %d)", wt->name,

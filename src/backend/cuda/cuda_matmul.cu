@@ -2392,7 +2392,7 @@ __global__ void __launch_bounds__(QT) moe1_kernel(const sg_cuw w, const int8_t *
  * wait (the ids are then final: see sg_cu_moe_glu). SARAGOSSA_CUDA_MOE_IDS_EARLY. */
 #define MOES_TRIGGER_LATE 1
 #define MOES_IDS_EARLY 2
-static int g_ids_early = 0;
+static int g_ids_early = 1;
 extern "C" void sg_cu_set_moe_ids_early(int on) { g_ids_early = on != 0; }
 
 /*
