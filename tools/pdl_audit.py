@@ -7,9 +7,10 @@ kernel. The source puts only weight loads there. ptxas, though, may move a load 
 invariant data (ld.global.nc: __ldg, or a const __restrict__ pointer) above the wait. For every
 kernel with a wait, this counts the global loads before the first wait in the PTX (what the source
 asked for) and in the SASS (what runs); a kernel with more in the SASS has a load moved above the
-wait, and the script exits 1. It needs nvcc and cuobjdump (the CUDA toolkit's binary utilities).
+wait, and the script exits 1. It compiles with the build's NVCCFLAGS (asked of make) and needs nvcc
+and cuobjdump (the CUDA toolkit's binary utilities).
 
-  tools/pdl_audit.py [--nvcc NVCC] [--arch sm_90] [-j N] src/backend/cuda/*.cu
+  tools/pdl_audit.py [--nvcc NVCC] [-j N] src/backend/cuda/*.cu
 """
 
 import argparse
@@ -50,15 +51,26 @@ def sass_counts(sass):
     return out
 
 
-def audit(src, nvcc, cuobjdump, arch, tmp):
+def nvcc_flags():
+    """the Makefile's NVCCFLAGS, so that the audit compiles what the build compiles"""
+    r = subprocess.run(["make", "-s", "--no-print-directory", "-C", ROOT, "CUDA=1", "--eval", "pdl-audit-flags: ; @echo $(NVCCFLAGS)",
+                        "pdl-audit-flags"], capture_output=True, text=True)
+    if r.returncode or not r.stdout.strip():
+        raise RuntimeError("make could not print NVCCFLAGS: " + (r.stderr.strip() or "no output"))
+    return r.stdout.split()
+
+
+def audit(src, nvcc, cuobjdump, flags, tmp):
+    """(src, PTX counts, SASS counts), or (src, error message, None)"""
     base = os.path.join(tmp, os.path.basename(src))
-    flags = [nvcc, "-O2", "-std=c++17", f"-arch={arch}", "-I" + os.path.join(ROOT, "include"), "-I" + os.path.join(ROOT, "src"), "-DSG_CUDA=1"]
-    subprocess.run(flags + ["-ptx", src, "-o", base + ".ptx"], check=True)
-    subprocess.run(flags + ["-cubin", src, "-o", base + ".cubin"], check=True)
-    sass = subprocess.run([cuobjdump, "-sass", base + ".cubin"], check=True, capture_output=True, text=True).stdout
+    cmd = [nvcc] + flags + ["-I" + os.path.join(ROOT, "include"), "-I" + os.path.join(ROOT, "src"), "-DSG_CUDA=1"]
+    for c in (cmd + ["-ptx", src, "-o", base + ".ptx"], cmd + ["-cubin", src, "-o", base + ".cubin"], [cuobjdump, "-sass", base + ".cubin"]):
+        r = subprocess.run(c, capture_output=True, text=True)
+        if r.returncode:
+            return src, f"{os.path.basename(c[0])} failed: {r.stderr.strip()[-2000:]}", None
     with open(base + ".ptx") as f:
         p = ptx_counts(f.read())
-    return src, p, sass_counts(sass)
+    return src, p, sass_counts(r.stdout)
 
 
 def main():
@@ -66,17 +78,24 @@ def main():
     ap.add_argument("sources", nargs="+")
     ap.add_argument("--nvcc", default=shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
     ap.add_argument("--cuobjdump", default=None)
-    ap.add_argument("--arch", default="sm_90")
     ap.add_argument("-j", type=int, default=os.cpu_count() or 1)
     a = ap.parse_args()
     cuobjdump = a.cuobjdump or shutil.which("cuobjdump") or os.path.join(os.path.dirname(a.nvcc), "cuobjdump")
-    for tool in (a.nvcc, cuobjdump):
-        if not os.access(tool, os.X_OK):
-            print(f"pdl_audit: {tool} not found (the CUDA toolkit's nvcc and cuobjdump are needed)", file=sys.stderr)
-            return 2
+    missing = [t for t in (a.nvcc, cuobjdump) if not os.access(t, os.X_OK)]
+    if missing:
+        print(f"pdl_audit: {' and '.join(missing)} not found (the CUDA toolkit's nvcc and cuobjdump are needed)", file=sys.stderr)
+        return 2
+    try:
+        flags = nvcc_flags()
+    except (RuntimeError, OSError) as e:
+        print(f"pdl_audit: {e}", file=sys.stderr)
+        return 2
     bad = 0
     with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(a.j) as ex:
-        for src, p, s in ex.map(lambda f: audit(f, a.nvcc, cuobjdump, a.arch, tmp), a.sources):
+        for src, p, s in ex.map(lambda f: audit(f, a.nvcc, cuobjdump, flags, tmp), a.sources):
+            if s is None:
+                print(f"pdl_audit: {src}: {p}", file=sys.stderr)
+                return 2
             for name in sorted(p):
                 if name not in s:
                     print(f"{src}: {name}: in the PTX, not in the SASS", file=sys.stderr)
