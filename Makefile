@@ -9,17 +9,20 @@
 #   make format        clang-format every C/CUDA source in place
 #
 # Feature flags (validated): CUDA=auto|0|1  SAN=0|1  NATIVE=0|1  DEBUG=0|1  CI=true makes warnings errors.
+# CUDA_TRACE=0|1: the decode chain's kernels record a timeline (docs/development.md; use its own BUILD).
 
 CUDA   ?= auto
 SAN    ?= 0
 NATIVE ?= 0
 DEBUG  ?= 0
+CUDA_TRACE ?= 0
 FUZZ_SECONDS ?= 20
 
 check01 = $(if $(filter-out 0 1,$($(1))),$(error $(1) must be 0 or 1, got '$($(1))'))
 $(call check01,SAN)
 $(call check01,NATIVE)
 $(call check01,DEBUG)
+$(call check01,CUDA_TRACE)
 ifeq ($(filter auto 0 1,$(CUDA)),)
 $(error CUDA must be auto, 0 or 1, got '$(CUDA)')
 endif
@@ -73,6 +76,9 @@ LDFLAGS_ALL := $(SANFLAGS) -pthread $(LDFLAGS)
 
 ifeq ($(CUDA_ON),1)
   NVCCFLAGS ?= -O2 -g -std=c++17 -arch=sm_90 -Xcompiler -fPIC,-Wall
+  ifeq ($(CUDA_TRACE),1)
+    NVCCFLAGS += -DSG_CU_TRACE=1
+  endif
   CFLAGS_ALL += -isystem $(CUDA_HOME)/include
   LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
 endif

@@ -106,6 +106,9 @@ static const sg_flag table[] = {
 	 "CUDA decode chain (norms, GEMVs, attention, argmax) with programmatic dependent launch: a kernel's blocks start "
 	 "while the previous kernel drains and wait for its results on the GPU (1); 2 = also pull the GEMV's weight rows "
 	 "into L2 before that wait; 0 = plain launches"},
+	{"SARAGOSSA_CUDA_TRACE", SG_FLAG_STR, "",
+	 "a CUDA build made with CUDA_TRACE=1: the file the decode chain's timeline (when each traced kernel's wait "
+	 "returned) is written to when the backend closes, for tools/cuda_trace.py; other builds ignore it"},
 	{"SARAGOSSA_CUDA_GEMM_F16", SG_FLAG_BOOL, "1",
 	 "CUDA prefill of quantized weights on 8-bit activations (SARAGOSSA_CUDA_Q8X): f16 tensor-core GEMMs on the rounded "
 	 "activations (a power-of-two scale per token keeps them in range; 0 = the SARAGOSSA_CUDA_GEMM mode)"},

@@ -1212,6 +1212,7 @@ static void cuda_destroy(sg_backend *be)
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
 	if (!cb) return;
 	cudaStreamSynchronize(cb->stream);
+	sg_cu_trace_dump(sg_flag_str("SARAGOSSA_CUDA_TRACE"));
 	if (cb->exec) cudaGraphExecDestroy(cb->exec);
 	cudaFree(cb->scratch);
 	cudaFree(cb->q8a);

@@ -286,6 +286,7 @@ void sg_cu_set_attn_prep(int on); /* SARAGOSSA_CUDA_ATTN_PREP */
 int sg_cu_attn_flash_ok(const sg_cu_attn *a);
 int sg_cu_attn_flash(const sg_cu_attn *a, sg_custream s);
 void sg_cu_set_pdl(int mode); /* SARAGOSSA_CUDA_PDL: 0 off, 1 on, 2 on with the GEMVs' weight prefetch */
+int sg_cu_trace_dump(const char *path); /* a CUDA_TRACE=1 build: the decode chain's timeline into path (else nothing) */
 void sg_cu_set_attn_decode(int mode); /* 2: the general decode kernel for every shape */
 /* SARAGOSSA_CUDA_ATTN_MERGE: 1 = the one-token slices merged in one round trip of loads (up to 64
  * slices; the position read before the wait), 0 = the merge kernel shared with the many-token path */

@@ -23,6 +23,10 @@
 #include "backend/cuda/cuda_q8.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 
+#if defined(SG_CU_TRACE) && SG_CU_TRACE
+int sg_cu_trace_bind_matmul(sg_cu_trec *buf, unsigned *n) { return sg_cu_trace_bind(buf, n); }
+#endif
+
 #define WARPS 8 /* warps (rows) per GEMV block: 256 threads */
 /* The 8-bit GEMV variant used by default (sg_cu_gemv): chosen by bench/kernels/cuda on the H200. */
 #define SG_CU_GEMV_Q8_DEFAULT 4

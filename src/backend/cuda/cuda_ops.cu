@@ -10,6 +10,8 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_q8.cuh"
@@ -553,7 +555,74 @@ extern "C" void sg_cu_set_attn_decode(int mode)
 }
 
 int sg_cu_pdl = 0;
-extern "C" void sg_cu_set_pdl(int mode) { sg_cu_pdl = mode >= 0 && mode <= 2 ? mode : 0; }
+
+#if defined(SG_CU_TRACE) && SG_CU_TRACE
+/* The timeline build's host half: the device table, and the PDL launches recorded into graphs
+ * (the replays' order), each with its kernel's name and the capture it belongs to. */
+struct trace_launch {
+	const char *name;
+	unsigned grid, block;
+	unsigned long long capture;
+};
+static sg_cu_trec *g_trace;
+static unsigned *g_trace_n;
+static trace_launch *g_tl;
+static size_t g_ntl, g_captl;
+
+static void trace_init(void)
+{
+	if (g_trace) return;
+	if (cudaMalloc(&g_trace, (size_t)SG_CU_TRACE_CAP * sizeof *g_trace) != cudaSuccess || cudaMalloc(&g_trace_n, sizeof *g_trace_n) != cudaSuccess ||
+	    cudaMemset(g_trace_n, 0, sizeof *g_trace_n) != cudaSuccess || sg_cu_trace_bind(g_trace, g_trace_n) || sg_cu_trace_bind_matmul(g_trace, g_trace_n)) {
+		fprintf(stderr, "saragossa: CUDA trace: no device table (%s)\n", cudaGetErrorString(cudaGetLastError()));
+		g_trace = NULL;
+	}
+}
+
+void sg_cu_trace_launch(const void *k, unsigned grid, unsigned block, cudaStream_t st)
+{
+	cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+	unsigned long long id = 0;
+	if (cudaStreamGetCaptureInfo(st, &cs, &id) != cudaSuccess || cs != cudaStreamCaptureStatusActive) return;
+	if (g_ntl == g_captl) {
+		size_t c = g_captl ? 2 * g_captl : 4096;
+		trace_launch *t = (trace_launch *)realloc(g_tl, c * sizeof *t);
+		if (!t) return;
+		g_tl = t, g_captl = c;
+	}
+	const char *name = "?";
+	if (cudaFuncGetName(&name, k) != cudaSuccess) name = "?";
+	g_tl[g_ntl++] = {name, grid, block, id};
+}
+
+/* "L capture grid block name" per recorded launch, then "W t0 t1 grid block bid smid" per wait */
+extern "C" int sg_cu_trace_dump(const char *path)
+{
+	if (!path || !*path || !g_trace) return 0;
+	unsigned n = 0;
+	if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpy(&n, g_trace_n, sizeof n, cudaMemcpyDeviceToHost) != cudaSuccess) return -1;
+	if (n > SG_CU_TRACE_CAP) n = SG_CU_TRACE_CAP;
+	sg_cu_trec *r = (sg_cu_trec *)malloc((size_t)n * sizeof *r + 1);
+	FILE *f = fopen(path, "w");
+	int rc = r && f && cudaMemcpy(r, g_trace, (size_t)n * sizeof *r, cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
+	for (size_t i = 0; !rc && i < g_ntl; i++) fprintf(f, "L %llu %u %u %s\n", g_tl[i].capture, g_tl[i].grid, g_tl[i].block, g_tl[i].name);
+	for (unsigned i = 0; !rc && i < n; i++) fprintf(f, "W %llu %llu %u %u %u %u\n", r[i].t0, r[i].t1, r[i].grid, r[i].block, r[i].bid, r[i].smid);
+	if (f && fclose(f)) rc = -1;
+	free(r);
+	if (rc) fprintf(stderr, "saragossa: CUDA trace: cannot write %s\n", path);
+	return rc;
+}
+#else
+extern "C" int sg_cu_trace_dump(const char *path) { return (void)path, 0; }
+#endif
+
+extern "C" void sg_cu_set_pdl(int mode)
+{
+	sg_cu_pdl = mode >= 0 && mode <= 2 ? mode : 0;
+#if defined(SG_CU_TRACE) && SG_CU_TRACE
+	trace_init();
+#endif
+}
 
 /* Shared memory of attn_dec_kernel, in floats (a multiple of 4: the staged tiles follow). */
 static size_t dec_smem(int G, int64_t hd, int64_t hdv)

@@ -13,11 +13,63 @@
 #include <utility>
 
 extern int sg_cu_pdl; /* the flag's value, set once by the backend (sg_cu_set_pdl) */
+#if defined(SG_CU_TRACE) && SG_CU_TRACE
+/* the host's list of PDL launches, in order (cuda_ops.cu): the kernel's name, its grid and block */
+void sg_cu_trace_launch(const void *k, unsigned grid, unsigned block, cudaStream_t st);
+struct sg_cu_trec;
+int sg_cu_trace_bind_matmul(sg_cu_trec *buf, unsigned *n); /* cuda_matmul.cu's kernels onto the table */
+#endif
+
+/* A timeline build (make CUDA_TRACE=1, SARAGOSSA_CUDA_TRACE=file): every pdl_wait of thread 0 of
+ * some of a kernel's blocks (the first two, the last, every 64th) appends when the block reached its
+ * wait and when the wait returned (%globaltimer, ns) to a device table, in the order the waits
+ * return. A kernel's wait returns when the one before has finished, so the returns of successive
+ * kernels are the chain's critical path (tools/cuda_trace.py cuts it into kernels). Off in normal
+ * builds, which compile none of it. */
+#if defined(SG_CU_TRACE) && SG_CU_TRACE
+struct sg_cu_trec {
+	unsigned long long t0, t1; /* the block at its wait; the wait returned */
+	unsigned grid, block, bid, smid;
+};
+#define SG_CU_TRACE_CAP (1u << 22)
+/* one table and count for every file's kernels (one order of the waits), bound by sg_cu_set_pdl */
+static __device__ sg_cu_trec *sg_trace_buf;
+static __device__ unsigned *sg_trace_n;
+static __device__ __forceinline__ unsigned long long sg_gtime()
+{
+	unsigned long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+static inline int sg_cu_trace_bind(sg_cu_trec *buf, unsigned *n)
+{
+	return cudaMemcpyToSymbol(sg_trace_buf, &buf, sizeof buf) == cudaSuccess && cudaMemcpyToSymbol(sg_trace_n, &n, sizeof n) == cudaSuccess
+		       ? 0
+		       : -1;
+}
+#endif
 
 static __device__ __forceinline__ void pdl_wait()
 {
+#if defined(SG_CU_TRACE) && SG_CU_TRACE
+	const unsigned long long t0 = sg_gtime();
+#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+#if defined(SG_CU_TRACE) && SG_CU_TRACE
+	const unsigned bid = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), nb = gridDim.x * gridDim.y * gridDim.z;
+	if (sg_trace_buf && threadIdx.x + threadIdx.y + threadIdx.z == 0 && (bid < 2 || bid == nb - 1 || bid % 64 == 0)) {
+		sg_cu_trec r;
+		r.t0 = t0;
+		r.t1 = sg_gtime();
+		r.grid = nb;
+		r.block = blockDim.x * blockDim.y * blockDim.z;
+		r.bid = bid;
+		asm volatile("mov.u32 %0, %%smid;" : "=r"(r.smid));
+		const unsigned i = atomicAdd(sg_trace_n, 1u);
+		if (i < SG_CU_TRACE_CAP) sg_trace_buf[i] = r;
+	}
 #endif
 }
 
@@ -70,6 +122,9 @@ static cudaError_t pdl_launch(void (*k)(P...), dim3 grid, dim3 block, size_t sme
 	cfg.stream = st;
 	cfg.attrs = at;
 	cfg.numAttrs = sg_cu_pdl ? 1 : 0;
+#if defined(SG_CU_TRACE) && SG_CU_TRACE
+	sg_cu_trace_launch((const void *)k, grid.x * grid.y * grid.z, block.x * block.y * block.z, st);
+#endif
 	return cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...);
 }
 
