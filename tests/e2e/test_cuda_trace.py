@@ -1,20 +1,18 @@
 """tools/cuda_trace.py: cutting a recorded decode timeline (the file a CUDA_TRACE=1 build writes) into
 its kernels, matched to the launches the graph recorded, and its clear errors. The timeline itself needs
 a GPU; these traces are written here with known times."""
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+
+from tool_util import load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "cuda_trace.py"
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("cuda_trace", TOOL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("cuda_trace")
 
 
 # one step: norm (8 blocks of 512), gemv (512 blocks of 128), attn (64 of 128), gemv again, argmax

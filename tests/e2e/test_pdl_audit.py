@@ -1,10 +1,11 @@
 """tools/pdl_audit.py: the counts of global loads before a kernel's first griddepcontrol.wait in
 PTX and SASS text (shaped as nvcc -ptx and cuobjdump -sass print them), and its clear error when the
 toolkit's binaries are missing. The compile-and-disassemble run itself needs cuobjdump (GPU machine)."""
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+
+from tool_util import load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "pdl_audit.py"
@@ -47,10 +48,7 @@ SASS = """
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("pdl_audit", TOOL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("pdl_audit")
 
 
 def test_counts_loads_before_the_first_wait_only():

@@ -3,7 +3,6 @@ comparison with llama.cpp runs where that package is missing). The gguf package 
 reference here: its reader must find the tensors, shapes, types and tokenizer arrays the file
 should have, its dequantizer the intended value distribution, and the tool's own metadata reader
 must agree with it; saragossa must load and run the file."""
-import importlib.util
 import os
 import subprocess
 import sys
@@ -11,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tool_util import load_tool
 
 gguf = pytest.importorskip("gguf")
 
@@ -20,18 +21,12 @@ TOOL = ROOT / "tools" / "make_random_model.py"
 
 
 def tool():
-    spec = importlib.util.spec_from_file_location("make_random_model", TOOL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("make_random_model")
 
 
 def byte_chars():
     """GPT-2's byte -> printable character table (byte-level BPE vocabularies store these)."""
-    spec = importlib.util.spec_from_file_location("tiktoken_to_hf", ROOT / "tools" / "tiktoken_to_hf.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    table = mod.bytes_to_unicode()
+    table = load_tool("tiktoken_to_hf").bytes_to_unicode()
     return [table[b] for b in range(256)]
 
 
