@@ -59,6 +59,10 @@ static const sg_flag table[] = {
 	 "CUDA one-token attention: each warp's first 32 K rows are copied into shared memory before the kernel waits "
 	 "for the one ahead of it (rows of earlier positions; this step's row is read after the wait), where the block's "
 	 "shared memory stays within 48 KB (f16 caches, head dim 128 with 4 query heads a block); 0 = off"},
+	{"SARAGOSSA_CUDA_ATTN_VFIRST", SG_FLAG_BOOL, "1",
+	 "CUDA one-token attention, the tensor-core kernel: the first tiles' V rows are copied into shared memory before "
+	 "the kernel waits, as the K rows are (this step's row read after the wait; where two blocks an SM hold the grid, "
+	 "more than 48 KB of shared memory a block); 0 = after the scores"},
 	{"SARAGOSSA_CUDA_ATTN_PREP", SG_FLAG_BOOL, "1",
 	 "CUDA one-token attention over f16 caches of head dim 64/128/256: the attention kernel normalises and rotates "
 	 "its own query heads and the step's K row and stores the K and V rows (the same bits; one kernel fewer a "
@@ -128,8 +132,8 @@ static const sg_flag table[] = {
 	 "shared memory by cp.async, every copy in flight at once (0 = a loop of loads, the scales read from global memory "
 	 "after the barrier; the same bits)"},
 	{"SARAGOSSA_CUDA_GEMV_MIXED", SG_FLAG_BOOL, "1",
-	 "CUDA one-token fused store stage whose matrices are Q4_K and Q6_K (q, k, v of a Q4_K_M file) of at most 8 MB: "
-	 "one block-per-lane launch for both kinds (0 = one launch per run of one format; the same bits)"},
+	 "CUDA one-token fused store stage whose matrices are Q4_K and Q6_K (q, k, v of a Q4_K_M file): one "
+	 "block-per-lane launch for both kinds (0 = one launch per run of one format; the same bits)"},
 	{"SARAGOSSA_CUDA_GEMV_PRE", SG_FLAG_BOOL, "1",
 	 "CUDA one-token GEMV launches of F32, F16 or BF16 weights of at most 4 MB (a MoE router): a thread's first "
 	 "units loaded before the wait for the kernel ahead (weights are never written; 0 = after it; the same bits)"},

@@ -1111,6 +1111,15 @@ Test(cuda, attention_decode_one_pass_merge_equals_merge)
 	decode_settings_agree(merge_with_poisoned_scratch, "SARAGOSSA_CUDA_ATTN_MERGE", 0, 1, sg_flag_bool("SARAGOSSA_CUDA_ATTN_MERGE"));
 }
 
+/* The tensor-core kernel's first tiles' V rows copied before the wait too (SARAGOSSA_CUDA_ATTN_VFIRST=1;
+ * the lanes whose row, or the row standing in for theirs, is the step's position read it after)
+ * give the bits of reading them after the scores (=0): the cases of up to 2 blocks an SM take it,
+ * the position alone in its tile (p = 0) and inside one (599, 2999). */
+Test(cuda, attention_decode_v_rows_before_the_wait_equal_after)
+{
+	decode_settings_close(sg_cu_set_attn_vfirst, "SARAGOSSA_CUDA_ATTN_VFIRST", 0, 1, sg_flag_bool("SARAGOSSA_CUDA_ATTN_VFIRST"), 0);
+}
+
 /* The first tiles' K rows copied into shared memory before the wait (SARAGOSSA_CUDA_ATTN_KPRE=1;
  * the lane whose row is the step's position reads it after) give the bits of reading every row
  * after it (=0): the cases hold a first tile with the position in it (p = 31, 30 in a ring). */
@@ -1208,9 +1217,10 @@ Test(cuda, attention_kill_switches_keep_working_paths)
 	                    "SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_GROUP",
 	                    "SARAGOSSA_CUDA_ATTN_GEMM",   "SARAGOSSA_CUDA_ATTN_F16",
 	                    "SARAGOSSA_CUDA_ATTN_FLASH",  "SARAGOSSA_CUDA_ATTN_MERGE",
-	                    "SARAGOSSA_CUDA_ATTN_KPRE",   "SARAGOSSA_CUDA_ATTN_MMA"},
-	           *val[] = {"0", "2", "3", "1", "0", "0", "0", "0", "0", "0"};
-	for (int i = 0; i < 10; i++) {
+	                    "SARAGOSSA_CUDA_ATTN_KPRE",   "SARAGOSSA_CUDA_ATTN_MMA",
+	                    "SARAGOSSA_CUDA_ATTN_VFIRST"},
+	           *val[] = {"0", "2", "3", "1", "0", "0", "0", "0", "0", "0", "0"};
+	for (int i = 0; i < 11; i++) {
 		setenv(sw[i], val[i], 1);
 		sg_flags_reload(); /* flags are read once per process otherwise */
 		sg_backend *save = gpu;

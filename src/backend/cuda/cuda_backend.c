@@ -1295,6 +1295,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	sg_cu_set_attn_group((int)sg_flag_int("SARAGOSSA_CUDA_ATTN_GROUP"));
 	sg_cu_set_attn_merge(sg_flag_bool("SARAGOSSA_CUDA_ATTN_MERGE"));
 	sg_cu_set_attn_kpre(sg_flag_bool("SARAGOSSA_CUDA_ATTN_KPRE"));
+	sg_cu_set_attn_vfirst(sg_flag_bool("SARAGOSSA_CUDA_ATTN_VFIRST"));
 	sg_cu_set_attn_prep(sg_flag_bool("SARAGOSSA_CUDA_ATTN_PREP"));
 	sg_cu_set_attn_kpipe((int)sg_flag_int("SARAGOSSA_CUDA_ATTN_KPIPE"));
 	sg_cu_set_attn_mma(sg_flag_bool("SARAGOSSA_CUDA_ATTN_MMA"));

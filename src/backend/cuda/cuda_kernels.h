@@ -267,6 +267,7 @@ typedef struct sg_cu_attn {
 	float *dx, *sx;       /* GEMV (sg_cu_q8_split's arrays; hdv a multiple of 32) */
 	int kpre;             /* decode (set by sg_cu_attn_decode): the first tiles' K rows copied before the wait */
 	int vpre;             /* decode (set with the K pipeline, SARAGOSSA_CUDA_ATTN_KPIPE=2): the next tile's V rows toward L2 */
+	int vfirst;           /* decode (set by sg_cu_attn_decode, the tensor-core kernel): the first tiles' V rows too */
 	sg_cu_aprep prep;     /* decode: the prep fused in (prep.on; see sg_cu_attn_prep_ok) */
 } sg_cu_attn;
 #define SG_CU_MAX_HD 512
@@ -295,6 +296,9 @@ void sg_cu_set_attn_merge(int one);
  * memory before waiting for the previous kernel (rows of earlier positions; this step's is read
  * after), where its shared memory stays within 48 KB; 0 = every K read after the wait */
 void sg_cu_set_attn_kpre(int on);
+/* SARAGOSSA_CUDA_ATTN_VFIRST: 1 = the tensor-core kernel also copies its first tiles' V rows before
+ * the wait (a second set of shared rows; where two blocks an SM hold the grid), 0 = after the scores */
+void sg_cu_set_attn_vfirst(int on);
 /* SARAGOSSA_CUDA_ATTN_KPIPE: 1 = with the K copy above, each later tile's K rows are copied into
  * the same shared rows while the tile before it reads its V rows (long contexts: one memory round
  * trip a tile instead of two); 2 = also that tile's V rows requested into L2 then; 0 = later

@@ -455,6 +455,7 @@ extern "C" int sg_cu_attention(const sg_cu_attn *a, sg_custream s)
  */
 #define DW 4 /* warps per decode block */
 
+
 static __device__ __forceinline__ void h8(uint4 u, float *f)
 {
 	const __half2 *h = (const __half2 *)&u;
@@ -541,11 +542,18 @@ template <int NV> static __device__ __forceinline__ void ldv(const float *p, flo
 /* The f16 compile-time head-dim path (SARAGOSSA_CUDA_ATTN_DECODE=2 keeps the general one), and
  * with =3 its tiles staged in shared memory by cp.async (measured slower at 8k positions: the
  * tiles' shared memory halves the blocks an SM holds). */
-static int g_dec_wide = 1, g_dec_stage = 0, g_dec_group = 0, g_merge1 = 1, g_kpre = 1, g_prep = 1, g_kpipe = 1, g_mma = 1;
+static int g_dec_wide = 1, g_dec_stage = 0, g_dec_group = 0, g_merge1 = 1, g_kpre = 1, g_prep = 1, g_kpipe = 1, g_mma = 1, g_vfirst = 1;
 extern "C" void sg_cu_set_attn_mma(int on) { g_mma = on != 0; }
 extern "C" void sg_cu_set_attn_kpipe(int mode) { g_kpipe = mode == 1 || mode == 2 ? mode : 0; }
 extern "C" void sg_cu_set_attn_prep(int on) { g_prep = on; }
 extern "C" void sg_cu_set_attn_kpre(int on) { g_kpre = on; }
+extern "C" void sg_cu_set_attn_vfirst(int on) { g_vfirst = on; }
+static int dec_sms(void) /* asked once (132, an H200's, if unknown) */
+{
+	static int n;
+	if (!n && !(n = sg_cu_sm_count())) n = 132;
+	return n;
+}
 extern "C" void sg_cu_set_attn_merge(int one) { g_merge1 = one; }
 extern "C" void sg_cu_set_attn_group(int g) { g_dec_group = g == 1 || g == 2 || g == 4 || g == 8 ? g : 0; }
 extern "C" void sg_cu_set_attn_decode(int mode)
@@ -713,6 +721,8 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 	/* PRE: [32][HD + 8]: rows 16 bytes longer than HD, so the 8 lanes of a shared-memory phase,
 	 * each reading its own row at one offset, fall in 8 different banks */
 	__half *kpst = (__half *)(sacc + DW * G * hdv) + (threadIdx.x >> 5) * 32 * (HD + 8);
+	/* VFIRST (a.vfirst, the tensor-core kernel): the first tile's V rows, the same layout, after every warp's K rows */
+	__half *vpst = (__half *)(sacc + DW * G * hdv) + (DW + (threadIdx.x >> 5)) * 32 * (HD + 8);
 	pdl_trigger();
 	int gall = (int)(a.H / a.Hkv), ng = gall / G;
 	int kh = blockIdx.x / ng, h0 = kh * gall + (blockIdx.x % ng) * G;
@@ -738,6 +748,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 				int i = it * 32 + lane, r = i / CPR, cc = i % CPR;
 				int64_t jr = tf + r <= b1 ? tf + r : tf, rr = a.ring ? jr % a.ctx : jr;
 				cp_async16(kpst + r * (HD + 8) + cc * 8, (const __half *)a.kc + kh * hd + rr * rs + cc * 8);
+				if (STG == 4 && a.vfirst) cp_async16(vpst + r * (HD + 8) + cc * 8, (const __half *)a.vc + kh * hdv + rr * vrs + cc * 8);
 			}
 			kpre = jf != a.pos[0];
 		}
@@ -791,6 +802,11 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 				const uint4 *src = (const uint4 *)((const __half *)a.kc + kh * hd + row * rs);
 #pragma unroll
 				for (int cc = 0; cc < CPR; cc++) *(uint4 *)(kpst + lane * (HD + 8) + cc * 8) = src[cc];
+				if (STG == 4 && a.vfirst) { /* and its V row (a lane past the slice: the row standing in) */
+					const uint4 *vs = (const uint4 *)((const __half *)a.vc + kh * hdv + row * vrs);
+#pragma unroll
+					for (int cc = 0; cc < CPR; cc++) *(uint4 *)(vpst + lane * (HD + 8) + cc * 8) = vs[cc];
+				}
 			}
 			__syncwarp();
 		}
@@ -865,14 +881,19 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 				lr += p0 + p1;
 				pa[n >> 1][n & 1] = real ? h2u(__floats2half2_rn(p0, p1)) : 0u;
 			}
-			/* the V rows into the same shared rows, the scores' K rows read */
-			tile_rows<HD>(kpst, (const __half *)a.vc + kh * hdv, vrs, t0, b1, lane);
+			/* the V rows into the same shared rows, the scores' K rows read (the first tile's came
+			 * before the wait, with VFIRST) */
+			uint32_t vbuf = kbuf;
+			if (t0 == tf && a.vfirst)
+				vbuf = (uint32_t)__cvta_generic_to_shared(vpst);
+			else
+				tile_rows<HD>(kpst, (const __half *)a.vc + kh * hdv, vrs, t0, b1, lane);
 #pragma unroll
 			for (int kk = 0; kk < 2; kk++) /* positions 16 kk .. 16 kk + 15 */
 #pragma unroll
 				for (int q2 = 0; q2 < HD / 16; q2++) { /* dims 16 q2 .. 16 q2 + 15 */
 					uint32_t b[4];
-					ldsm4t(b, kbuf + (uint32_t)(((16 * kk + 8 * ((lane >> 3) & 1) + (lane & 7)) * (HD + 8) + 16 * q2 + 8 * (lane >> 4)) * 2));
+					ldsm4t(b, vbuf + (uint32_t)(((16 * kk + 8 * ((lane >> 3) & 1) + (lane & 7)) * (HD + 8) + 16 * q2 + 8 * (lane >> 4)) * 2));
 					mma16816(o[2 * q2], pa[kk][0], pa[kk][1], b[0], b[1]);
 					mma16816(o[2 * q2 + 1], pa[kk][0], pa[kk][1], b[2], b[3]);
 				}
@@ -1089,7 +1110,22 @@ static void dec_wide(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st)
 		b.vpre = g_kpipe == 2;
 		/* the tensor-core kernel for blocks of up to 4 query heads (those its tests cover) */
 		if constexpr (HD <= 128 && G <= 4) {
-			if (g_mma && !a->ring) return (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, 4>, grid, dim3(DW * 32), smk, st, b);
+			if (g_mma && !a->ring) {
+				/* with the first tiles' V rows too where two blocks an SM hold the whole grid (the
+				 * shared memory then passes 48 KB: opted into once) */
+				static int ready; /* 1 = the kernel may take the larger shared memory, -1 = it may not */
+				size_t smv = smk + (size_t)DW * 32 * (HD + 8) * 2;
+				if (g_vfirst && (int64_t)grid.x * grid.y <= 2 * (int64_t)dec_sms()) {
+					if (!ready)
+						ready = cudaFuncSetAttribute(attn_dec_kernel<__half, G, NV, HD, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smv) ? -1 : 1;
+					if (ready > 0) {
+						b.vfirst = 1;
+						return (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, 4>, grid, dim3(DW * 32), smv, st, b);
+					}
+					(void)cudaGetLastError();
+				}
+				return (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, 4>, grid, dim3(DW * 32), smk, st, b);
+			}
 		}
 		/* the pipeline where a warp may walk several tiles: a slice longer than DW tiles (more than
 		 * 8192 rows at 64 slices); measured 1.8% slower where no warp does (1k positions) */
