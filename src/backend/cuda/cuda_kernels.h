@@ -121,6 +121,7 @@ void sg_cu_set_gemv_persist(int on);
 void sg_cu_set_gemv_persist_grid(int blocks);
 long sg_cu_gemv_persist_launches(void); /* variant 18 launches so far */
 int sg_cu_sm_count(void); /* the current device's SMs (0 if none) */
+int sg_cu_sms(void);      /* the same, asked once, 132 if unknown (grid sizing) */
 /* SARAGOSSA_CUDA_GEMV_SB=2 (variant 17) takes launches of at least this many weight bytes (16 MB;
  * the tests' way to have small ones take it) */
 void sg_cu_set_gemv_tile_min(size_t bytes);

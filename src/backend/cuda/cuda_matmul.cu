@@ -1816,8 +1816,9 @@ extern "C" int sg_cu_sm_count(void)
 	return cudaGetDevice(&dev) || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) ? 0 : n;
 }
 
-/* The SMs the persistent grids size themselves to, asked once (132, an H100/H200's, if unknown). */
-static int grid_sms(void)
+/* The SMs the persistent grids (and the decode attention's choice of shared memory) size themselves
+ * to, asked once (132, an H100/H200's, if unknown). */
+extern "C" int sg_cu_sms(void)
 {
 	static int sms;
 	if (!sms && !(sms = sg_cu_sm_count())) sms = 132;
@@ -1838,7 +1839,7 @@ static int mvp_launch(const sg_cu_multi *m, const float *x, const int8_t *xq, co
 	static mvs_fn seen[32]; /* the instances met, by their shared bytes: blocks an SM */
 	static size_t sizes[32];
 	static int fits[32], nseen;
-	const int sms = grid_sms();
+	const int sms = sg_cu_sms();
 	const int64_t K = m->w[0].K;
 	const int lpr = sb_lanes(K / 256), glu = m->epi == SG_CU_EPI_GLU, per = glu ? QT / lpr / 2 : QT / lpr;
 	mvs_fn f = sb_pick<MvpK>(sb_kind(&m->w[0]), lpr, K / 256);
@@ -2073,7 +2074,7 @@ static int mvt_launch(const sg_cu_multi *m, const int8_t *xq, const float *dx, c
 		if (bps > 2) bps = 2;
 		if (nseen < 32) seen[nseen] = f, sizes[nseen] = smem, fits[nseen++] = bps;
 	}
-	int64_t h = glu ? TR / 2 : TR, ntiles = (rows + h - 1) / h, grid = (int64_t)bps * grid_sms();
+	int64_t h = glu ? TR / 2 : TR, ntiles = (rows + h - 1) / h, grid = (int64_t)bps * sg_cu_sms();
 	if (grid > ntiles) grid = ntiles;
 	sg_cu_multi mp = *m;
 	mp.xstage = g_xstage;

@@ -455,7 +455,6 @@ extern "C" int sg_cu_attention(const sg_cu_attn *a, sg_custream s)
  */
 #define DW 4 /* warps per decode block */
 
-
 static __device__ __forceinline__ void h8(uint4 u, float *f)
 {
 	const __half2 *h = (const __half2 *)&u;
@@ -548,12 +547,6 @@ extern "C" void sg_cu_set_attn_kpipe(int mode) { g_kpipe = mode == 1 || mode == 
 extern "C" void sg_cu_set_attn_prep(int on) { g_prep = on; }
 extern "C" void sg_cu_set_attn_kpre(int on) { g_kpre = on; }
 extern "C" void sg_cu_set_attn_vfirst(int on) { g_vfirst = on; }
-static int dec_sms(void) /* asked once (132, an H200's, if unknown) */
-{
-	static int n;
-	if (!n && !(n = sg_cu_sm_count())) n = 132;
-	return n;
-}
 extern "C" void sg_cu_set_attn_merge(int one) { g_merge1 = one; }
 extern "C" void sg_cu_set_attn_group(int g) { g_dec_group = g == 1 || g == 2 || g == 4 || g == 8 ? g : 0; }
 extern "C" void sg_cu_set_attn_decode(int mode)
@@ -1115,7 +1108,7 @@ static void dec_wide(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st)
 				 * shared memory then passes 48 KB: opted into once) */
 				static int ready; /* 1 = the kernel may take the larger shared memory, -1 = it may not */
 				size_t smv = smk + (size_t)DW * 32 * (HD + 8) * 2;
-				if (g_vfirst && (int64_t)grid.x * grid.y <= 2 * (int64_t)dec_sms()) {
+				if (g_vfirst && (int64_t)grid.x * grid.y <= 2 * (int64_t)sg_cu_sms()) {
 					if (!ready)
 						ready = cudaFuncSetAttribute(attn_dec_kernel<__half, G, NV, HD, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smv) ? -1 : 1;
 					if (ready > 0) {
