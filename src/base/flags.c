@@ -63,6 +63,12 @@ static const sg_flag table[] = {
 	 "CUDA one-token attention, the tensor-core kernel: the first tiles' V rows are copied into shared memory before "
 	 "the kernel waits, as the K rows are (this step's row read after the wait; where two blocks an SM hold the grid, "
 	 "more than 48 KB of shared memory a block); 0 = after the scores"},
+	{"SARAGOSSA_CUDA_ATTN_CLUSTER", SG_FLAG_BOOL, "0",
+	 "CUDA one-token attention, the tensor-core kernel: the slices of the KV length of one block's query heads run "
+	 "as a thread-block cluster (up to 16) that merges their sums through distributed shared memory: no merge "
+	 "kernel where one cluster holds every slice (caches of up to 1984 rows for 8 blocks a slice), else the "
+	 "slices cut into clusters of 16 and one sum a cluster merged; 0 = the sums through global memory and the "
+	 "merge kernel"},
 	{"SARAGOSSA_CUDA_ATTN_PREP", SG_FLAG_BOOL, "1",
 	 "CUDA one-token attention over f16 caches of head dim 64/128/256: the attention kernel normalises and rotates "
 	 "its own query heads and the step's K row and stores the K and V rows (the same bits; one kernel fewer a "

@@ -1009,14 +1009,13 @@ static void f16_caches(int64_t hd, int64_t Hkv, int64_t ctx, pair *kh, pair *vh)
 
 /* The feeds_matmul / x_fed hints: the one-token attention rounds its output to 8 bits for the
  * o projection right after it, which then skips its own rounding: the same bits as without. */
-Test(cuda, attention_feeding_the_next_matmul_changes_nothing)
+static void feeding_case(int64_t ctx, int32_t p)
 {
-	int64_t H = 32, Hkv = 8, hd = 128, ctx = 3000, D = H * hd;
+	int64_t H = 32, Hkv = 8, hd = 128, D = H * hd;
 	const wtype *wt = &wtypes[12]; /* MLX4 g64 f16 */
 	hw w = make_w(wt, 512, D);
 	sg_btensor wc, wg;
 	bind_both(&w, &wc, &wg);
-	int32_t p = 2500;
 	pair pos = pair_i32(1, 1, &p), q = pair_rand(D, 1, 1, 1.0f), kh, vh, att = pair_new(SG_TYPE_F32, D, 1, 1, 1);
 	pair res = pair_rand(512, 1, 1, 1.0f), y = pair_new(SG_TYPE_F32, 512, 1, 1, 1), out = pair_new(SG_TYPE_F32, 512, 1, 1, 1);
 	f16_caches(hd, Hkv, ctx, &kh, &vh);
@@ -1036,6 +1035,7 @@ Test(cuda, attention_feeding_the_next_matmul_changes_nothing)
 	gpu->ops->tensor_free(gpu, &wg), cpu->ops->tensor_free(cpu, &wc);
 	free_hw(&w);
 }
+Test(cuda, attention_feeding_the_next_matmul_changes_nothing) { feeding_case(3000, 2500); }
 
 /* Two settings of a one-token attention switch give the same bits (and finite outputs) over head
  * dims 64, 128, 256, groups of 8, 4, 2, 1, short and long live lengths (one live slice of many,
@@ -1118,6 +1118,34 @@ Test(cuda, attention_decode_one_pass_merge_equals_merge)
 Test(cuda, attention_decode_v_rows_before_the_wait_equal_after)
 {
 	decode_settings_close(sg_cu_set_attn_vfirst, "SARAGOSSA_CUDA_ATTN_VFIRST", 0, 1, sg_flag_bool("SARAGOSSA_CUDA_ATTN_VFIRST"), 0);
+}
+
+/* The slices of a block's query heads merged inside a thread-block cluster (SARAGOSSA_CUDA_ATTN_CLUSTER=1)
+ * against the merge through global memory (=0), the scratch poisoned with NaN first so a sum read
+ * from it that no one wrote shows: one cluster for every slice (no merge kernel: 2, 10 and 16
+ * slices, dead blocks in a live cluster at p = 31), whole clusters of 16 merged by the merge kernel
+ * (caches of 3000 to 40000 rows, a second cluster partly live at p = 1088), the soft-cap; the
+ * shapes the kernel does not take (head dim 256, 8 query heads a block, the ring) unchanged. The
+ * slice counts differ (rounded to whole clusters), so the f16 rounding of the probabilities does:
+ * within NMSE_F16. And the cluster kernel really ran: 16 blocks for the Qwen3-8B shape at 1k rows. */
+static void cluster_with_poisoned_scratch(int on)
+{
+	sg_cu_set_attn_cluster(on);
+	sg_status st;
+	float *part = sg_cuda_scratch((sg_cuda_backend *)gpu, 64u << 20, &st);
+	cr_assert(part, "%s", sg_last_error());
+	cr_assert_eq(cudaMemset(part, 0xff, 64u << 20), cudaSuccess); /* NaN in every float */
+}
+Test(cuda, attention_decode_cluster_merge_matches_merge_kernel)
+{
+	int restore = sg_flag_bool("SARAGOSSA_CUDA_ATTN_CLUSTER");
+	decode_settings_close(cluster_with_poisoned_scratch, "SARAGOSSA_CUDA_ATTN_CLUSTER", 0, 1, restore, NMSE_F16);
+	sg_cu_set_attn_cluster(1);
+	attn_case(1, 32, 8, 128, 1152, 1023, (sg_attn_params){0, 0, 0, 1, 0}, SG_TYPE_F16, 0);
+	cr_expect_eq(sg_cu_attn_decode_last_cluster(), 16, "the cluster kernel did not take the attention (%d)", sg_cu_attn_decode_last_cluster());
+	feeding_case(1000, 900); /* the output rounded to 8 bits by the cluster itself */
+	cr_expect_eq(sg_cu_attn_decode_last_cluster(), 16, "the cluster kernel did not take the fed attention");
+	sg_cu_set_attn_cluster(restore);
 }
 
 /* The first tiles' K rows copied into shared memory before the wait (SARAGOSSA_CUDA_ATTN_KPRE=1;
@@ -1218,9 +1246,9 @@ Test(cuda, attention_kill_switches_keep_working_paths)
 	                    "SARAGOSSA_CUDA_ATTN_GEMM",   "SARAGOSSA_CUDA_ATTN_F16",
 	                    "SARAGOSSA_CUDA_ATTN_FLASH",  "SARAGOSSA_CUDA_ATTN_MERGE",
 	                    "SARAGOSSA_CUDA_ATTN_KPRE",   "SARAGOSSA_CUDA_ATTN_MMA",
-	                    "SARAGOSSA_CUDA_ATTN_VFIRST"},
-	           *val[] = {"0", "2", "3", "1", "0", "0", "0", "0", "0", "0", "0"};
-	for (int i = 0; i < 11; i++) {
+	                    "SARAGOSSA_CUDA_ATTN_VFIRST", "SARAGOSSA_CUDA_ATTN_CLUSTER"},
+	           *val[] = {"0", "2", "3", "1", "0", "0", "0", "0", "0", "0", "0", "1"};
+	for (int i = 0; i < 12; i++) {
 		setenv(sw[i], val[i], 1);
 		sg_flags_reload(); /* flags are read once per process otherwise */
 		sg_backend *save = gpu;

@@ -897,6 +897,8 @@ static sg_status attention_run(sg_backend *be, const sg_btensor *q, const sg_bte
 		if (cap > 64) cap = 64;
 		if (nc > cap) nc = cap;
 		if (nc < 1) nc = 1;
+		/* rounded to whole clusters where those merge the slices (SARAGOSSA_CUDA_ATTN_CLUSTER) */
+		nc = sg_cu_attn_decode_slices(&a, (int)nc);
 		a.nchunk = (int)nc;
 		if (nc > 1 && !(a.part = sg_cuda_scratch(cb, sizeof(float) * (size_t)(a.H * nc * (a.hdv + 2)), &st))) return st;
 		/* the output rounded to 8 bits for the matmul after it (its buffer grows outside graph
@@ -1296,6 +1298,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	sg_cu_set_attn_merge(sg_flag_bool("SARAGOSSA_CUDA_ATTN_MERGE"));
 	sg_cu_set_attn_kpre(sg_flag_bool("SARAGOSSA_CUDA_ATTN_KPRE"));
 	sg_cu_set_attn_vfirst(sg_flag_bool("SARAGOSSA_CUDA_ATTN_VFIRST"));
+	sg_cu_set_attn_cluster(sg_flag_bool("SARAGOSSA_CUDA_ATTN_CLUSTER"));
 	sg_cu_set_attn_prep(sg_flag_bool("SARAGOSSA_CUDA_ATTN_PREP"));
 	sg_cu_set_attn_kpipe((int)sg_flag_int("SARAGOSSA_CUDA_ATTN_KPIPE"));
 	sg_cu_set_attn_mma(sg_flag_bool("SARAGOSSA_CUDA_ATTN_MMA"));

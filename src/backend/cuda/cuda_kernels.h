@@ -269,6 +269,8 @@ typedef struct sg_cu_attn {
 	int kpre;             /* decode (set by sg_cu_attn_decode): the first tiles' K rows copied before the wait */
 	int vpre;             /* decode (set with the K pipeline, SARAGOSSA_CUDA_ATTN_KPIPE=2): the next tile's V rows toward L2 */
 	int vfirst;           /* decode (set by sg_cu_attn_decode, the tensor-core kernel): the first tiles' V rows too */
+	int cl;               /* decode (set by sg_cu_attn_decode): slices a thread-block cluster merges in the kernel
+	                       * (0: none; part then holds [n*H][nchunk / cl][hdv + 2], or nothing when cl = nchunk) */
 	sg_cu_aprep prep;     /* decode: the prep fused in (prep.on; see sg_cu_attn_prep_ok) */
 } sg_cu_attn;
 #define SG_CU_MAX_HD 512
@@ -300,6 +302,14 @@ void sg_cu_set_attn_kpre(int on);
 /* SARAGOSSA_CUDA_ATTN_VFIRST: 1 = the tensor-core kernel also copies its first tiles' V rows before
  * the wait (a second set of shared rows; where two blocks an SM hold the grid), 0 = after the scores */
 void sg_cu_set_attn_vfirst(int on);
+/* SARAGOSSA_CUDA_ATTN_CLUSTER: 1 = the tensor-core kernel's slices of one block's query heads run as
+ * a thread-block cluster of up to 16 that merges them through distributed shared memory (no merge
+ * kernel when the cluster holds every slice); 0 = every slice's sums through global memory and the
+ * merge kernel. sg_cu_attn_decode_slices gives the slice count to use for a static count nc: nc,
+ * or nc rounded down to a multiple of 16 where the cluster kernel will take the attention. */
+void sg_cu_set_attn_cluster(int on);
+int sg_cu_attn_decode_slices(const sg_cu_attn *a, int nc);
+int sg_cu_attn_decode_last_cluster(void); /* the cluster size of the last one-token attention launched, 0 for none */
 /* SARAGOSSA_CUDA_ATTN_KPIPE: 1 = with the K copy above, each later tile's K rows are copied into
  * the same shared rows while the tile before it reads its V rows (long contexts: one memory round
  * trip a tile instead of two); 2 = also that tile's V rows requested into L2 then; 0 = later

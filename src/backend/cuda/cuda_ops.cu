@@ -5,6 +5,7 @@
  * arithmetic (same formulas, f32 unless the reference uses double) so the differential tests
  * can hold tight thresholds.
  */
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <float.h>
@@ -353,14 +354,15 @@ template <int DEC> __global__ void attn_merge_kernel(const sg_cu_attn a)
 	pdl_trigger();
 	pdl_wait();
 	int64_t th = blockIdx.x, st = a.hdv + 2;
-	const float *pp = a.part + th * a.nchunk * st;
 	int nc = a.nchunk;
 	if (DEC) {
 		int64_t lo, hi, chunk;
 		dec_span(a, a.nchunk, lo, hi, chunk);
 		int64_t live = (hi - lo) / chunk + 1;
+		if (a.cl > 1) live = (live + a.cl - 1) / a.cl, nc /= a.cl; /* a cluster's sums for its slices */
 		nc = live < nc ? (int)live : nc;
 	}
+	const float *pp = a.part + th * (DEC && a.cl > 1 ? a.nchunk / a.cl : a.nchunk) * st;
 	float M = -INFINITY;
 	for (int c = threadIdx.x; c < nc; c += blockDim.x) M = fmaxf(M, pp[c * st]);
 	M = block_max(M);
@@ -399,10 +401,12 @@ __global__ void __launch_bounds__(128) attn_merge1_kernel(const sg_cu_attn a)
 	int64_t lo, hi, chunk;
 	dec_span(a, a.nchunk, lo, hi, chunk);
 	int64_t live = (hi - lo) / chunk + 1;
+	int ns = a.nchunk;
+	if (a.cl > 1) live = (live + a.cl - 1) / a.cl, ns /= a.cl; /* a cluster's sums for its slices */
 	pdl_wait();
 	int64_t th = blockIdx.x, st = a.hdv + 2;
-	const float *pp = a.part + th * a.nchunk * st;
-	const int nc = live < a.nchunk ? (int)live : a.nchunk, t = (int)threadIdx.x;
+	const float *pp = a.part + th * ns * st;
+	const int nc = live < ns ? (int)live : ns, t = (int)threadIdx.x;
 	float mc = -INFINITY, lc = 0.0f, v[DEC_SPLIT];
 	if (t < nc) mc = pp[t * st], lc = pp[t * st + 1];
 	for (int64_t d0 = 0; d0 < a.hdv; d0 += blockDim.x) {
@@ -542,6 +546,9 @@ template <int NV> static __device__ __forceinline__ void ldv(const float *p, flo
  * with =3 its tiles staged in shared memory by cp.async (measured slower at 8k positions: the
  * tiles' shared memory halves the blocks an SM holds). */
 static int g_dec_wide = 1, g_dec_stage = 0, g_dec_group = 0, g_merge1 = 1, g_kpre = 1, g_prep = 1, g_kpipe = 1, g_mma = 1, g_vfirst = 1;
+static int g_cluster = 0, g_cluster_last = 0;
+extern "C" void sg_cu_set_attn_cluster(int on) { g_cluster = on != 0; }
+extern "C" int sg_cu_attn_decode_last_cluster(void) { return g_cluster_last; }
 extern "C" void sg_cu_set_attn_mma(int on) { g_mma = on != 0; }
 extern "C" void sg_cu_set_attn_kpipe(int mode) { g_kpipe = mode == 1 || mode == 2 ? mode : 0; }
 extern "C" void sg_cu_set_attn_prep(int on) { g_prep = on; }
@@ -680,6 +687,71 @@ static __device__ __forceinline__ void prep_head(const float *x, const float *nw
 }
 
 /*
+ * SARAGOSSA_CUDA_ATTN_CLUSTER: the a.cl slices of one block's query heads are the blocks of one
+ * thread-block cluster (dims 1 x cl, rank = slice order). Each block leaves its sums, [G][hdv + 2]
+ * (M, L, then A) at cp in its own shared memory; after the cluster's barrier, warp w of rank r
+ * merges the 32-dim groups r + cl w, r + cl (w + DW), ... of the G x hdv outputs, every rank's
+ * values of its group read through distributed shared memory, all 3 cl loads in flight at once
+ * (one on-chip round trip where the merge kernel costs a launch and two trips to L2), then summed
+ * in slice order with the merge kernel's formulas. The second barrier keeps each block's shared
+ * memory alive until its readers are done. One cluster for all slices (cl = nchunk): the output
+ * itself, rounded to 8 bits when asked; else the cluster's sums into part [H][nchunk / cl] for
+ * the merge kernel, which takes them as slices of cl.
+ */
+namespace cg = cooperative_groups;
+#define DEC_CLUSTER_MAX 16 /* the most blocks of a cluster (non-portable above 8) */
+template <int G> static __device__ void dec_cluster_merge(const sg_cu_attn &a, const float *cp, int h0, int hdv)
+{
+	cg::cluster_group cl = cg::this_cluster();
+	cl.sync();
+	const int n = a.cl, r = (int)cl.block_rank(), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int st = hdv + 2, np = a.nchunk / n, ci = blockIdx.y / n;
+	for (int grp = r + n * warp; grp < G * hdv / 32; grp += n * DW) { /* whole warps: lane = dim of the group */
+		const int g = grp * 32 / hdv, d = grp * 32 % hdv + lane;
+		float m[DEC_CLUSTER_MAX], l[DEC_CLUSTER_MAX], v[DEC_CLUSTER_MAX];
+#pragma unroll
+		for (int k = 0; k < DEC_CLUSTER_MAX; k++) {
+			m[k] = -INFINITY, l[k] = 0.0f, v[k] = 0.0f;
+			if (k < n) {
+				const float *pk = cl.map_shared_rank(cp, k) + g * st;
+				m[k] = pk[0], l[k] = pk[1], v[k] = pk[2 + d];
+			}
+		}
+		float M = -INFINITY, L = 0.0f, A = 0.0f;
+#pragma unroll
+		for (int k = 0; k < DEC_CLUSTER_MAX; k++) M = fmaxf(M, m[k]);
+#pragma unroll
+		for (int k = 0; k < DEC_CLUSTER_MAX; k++)
+			if (l[k] > 0) { /* a slice past the live rows left L = 0 */
+				float f = expf(m[k] - M);
+				L += l[k] * f;
+				A += v[k] * f;
+			}
+		const int64_t h = h0 + g;
+		if (np == 1) {
+			float o = L > 0 ? A / L : 0.0f;
+			a.out[h * hdv + d] = o;
+			if (a.xq) q8_store(o, (h * hdv + d) >> 5, lane, a.xq, a.dx, a.sx);
+		} else {
+			float *pp = a.part + (h * np + ci) * st;
+			pp[2 + d] = A;
+			if (d == 0) pp[0] = M, pp[1] = L;
+		}
+	}
+	cl.sync();
+}
+
+/* A block of a cluster whose slice is past the live rows: nothing of its own to add, but its rank
+ * takes part in the barriers and the merge. A cluster whose first slice is past them (all of its
+ * slices are: the slices are in order) leaves at once, every block alike, so no barrier waits. */
+template <int G> static __device__ void dec_cluster_dead(const sg_cu_attn &a, float *cp, int h0, int hdv, int64_t lo, int64_t hi, int64_t chunk)
+{
+	if (lo + (int64_t)(blockIdx.y / a.cl) * a.cl * chunk > hi) return;
+	for (int i = threadIdx.x; i < G * (hdv + 2); i += DW * 32) cp[i] = i % (hdv + 2) == 0 ? -INFINITY : 0.0f;
+	dec_cluster_merge<G>(a, cp, h0, hdv);
+}
+
+/*
  * HD > 0: the f16 path with head dims hd = hdv = HD known at compile time: a lane's K row loads
  * are all in flight at once, and V rows are read 16 bytes a lane, HD/8 lanes a row, 256/HD rows
  * per load instruction (the partial sums of the lanes sharing dims meet by shuffles at the end).
@@ -694,7 +766,7 @@ static __device__ __forceinline__ void prep_head(const float *x, const float *nw
  * tile's K rows are copied into the same shared rows while the tile before takes its V rows, so
  * a warp walking several tiles (long contexts) waits out one memory round trip a tile, not two.
  */
-template <typename T, int G, int NV, int HD, int STG>
+template <typename T, int G, int NV, int HD, int STG, int CL = 0>
 __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 {
 	extern __shared__ float4 dec_sm4[];
@@ -716,6 +788,8 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 	__half *kpst = (__half *)(sacc + DW * G * hdv) + (threadIdx.x >> 5) * 32 * (HD + 8);
 	/* VFIRST (a.vfirst, the tensor-core kernel): the first tile's V rows, the same layout, after every warp's K rows */
 	__half *vpst = (__half *)(sacc + DW * G * hdv) + (DW + (threadIdx.x >> 5)) * 32 * (HD + 8);
+	/* CL (the cluster kernel, launched with the VFIRST layout's bytes and these): the block's sums [G][hdv + 2] */
+	float *cpart = (float *)((__half *)(sacc + DW * G * hdv) + 2 * DW * 32 * (HD + 8));
 	pdl_trigger();
 	int gall = (int)(a.H / a.Hkv), ng = gall / G;
 	int kh = blockIdx.x / ng, h0 = kh * gall + (blockIdx.x % ng) * G;
@@ -764,7 +838,10 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 		 * position also the step's K and V rows into the caches (every such block stores the
 		 * same bits; each reads its own stores after the barrier) */
 		if (fused) {
-			if (b0 > hi) return;
+			if (b0 > hi) {
+				if constexpr (CL) dec_cluster_dead<G>(a, cpart, h0, hdv, lo, hi, chunk);
+				return;
+			}
 			const sg_cu_aprep &pp = a.prep;
 			int p = a.pos[0], pmax = pp.r.dyn ? max(p, 0) : 0, qk = pp.qn || pp.kn;
 			float pf = (float)p * pp.r.pos_scale;
@@ -804,7 +881,10 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 			__syncwarp();
 		}
 	}
-	if (b0 > hi) return; /* a slice past the live rows: the merge skips it (whole block: no barrier waits) */
+	if (b0 > hi) { /* a slice past the live rows: the merge skips it (whole block: no barrier waits) */
+		if constexpr (CL) dec_cluster_dead<G>(a, cpart, h0, hdv, lo, hi, chunk);
+		return;
+	}
 	if (!fused) {
 #pragma unroll
 		for (int k = 0; k < QV; k++) {
@@ -1048,12 +1128,17 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 			float v = L > 0 ? A / L : 0.0f;
 			a.out[h * hdv + d] = v;
 			if (a.xq) q8_store(v, (h * hdv + d) >> 5, lane, a.xq, a.dx, a.sx);
+		} else if constexpr (CL) {
+			float *pp = cpart + g * (hdv + 2);
+			pp[2 + d] = A;
+			if (d == 0) pp[0] = M, pp[1] = L;
 		} else {
 			float *pp = a.part + (h * nsplit + c) * (hdv + 2);
 			pp[2 + d] = A;
 			if (d == 0) pp[0] = M, pp[1] = L;
 		}
 	}
+	if constexpr (CL) dec_cluster_merge<G>(a, cpart, h0, hdv);
 }
 
 /* The query heads a decode block takes: the largest of 8, 4, 2, 1 dividing the group (see below). */
@@ -1076,10 +1161,37 @@ extern "C" int sg_cu_attn_decode_ok(const sg_cu_attn *a)
 	       a->ctx < INT32_MAX && dec_smem(dec_group(a), a->hd, a->hdv) <= 48 * 1024;
 }
 
+/* Whether the cluster kernel (G query heads a block, dynamic shared memory smem, clusters of cl
+ * blocks) can run here: its attributes set and at least one such cluster fits the GPU; asked once
+ * a cluster size (ready[cl]: 1 yes, -1 no). */
+template <typename K> static int cluster_ready(K k, size_t smem, int cl, signed char *ready)
+{
+	if (!ready[cl]) {
+		cudaLaunchConfig_t cfg = {};
+		cudaLaunchAttribute at;
+		at.id = cudaLaunchAttributeClusterDimension;
+		at.val.clusterDim.x = 1, at.val.clusterDim.y = (unsigned)cl, at.val.clusterDim.z = 1;
+		cfg.gridDim = dim3(1, (unsigned)cl);
+		cfg.blockDim = dim3(DW * 32);
+		cfg.dynamicSmemBytes = smem;
+		cfg.attrs = &at;
+		cfg.numAttrs = 1;
+		int n = 0;
+		ready[cl] = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess &&
+		                    cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
+		                    cudaOccupancyMaxActiveClusters(&n, k, &cfg) == cudaSuccess && n > 0
+		            ? 1
+		            : -1;
+		if (ready[cl] < 0) (void)cudaGetLastError();
+	}
+	return ready[cl] > 0;
+}
+
 /* The compile-time head-dim kernel, staged unless the flag says otherwise (or its shared memory
- * cannot be had). */
+ * cannot be had). Returns the cluster size it launched with (a->cl when the cluster kernel took
+ * the attention), 0 for one without clusters. */
 template <int G, int NV, int HD>
-static void dec_wide(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st)
+static int dec_wide(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st)
 {
 	if (g_dec_stage) {
 		static int ready; /* 1 = the kernel may take its shared memory, -1 = it may not */
@@ -1090,8 +1202,7 @@ static void dec_wide(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st)
 			            ? -1
 			            : 1;
 		if (ready > 0)
-			return (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, 1>, grid, dim3(DW * 32),
-			                        smx, st, *a);
+			return pdl_launch(attn_dec_kernel<__half, G, NV, HD, 1>, grid, dim3(DW * 32), smx, st, *a), 0;
 		(void)cudaGetLastError();
 	}
 	/* the first tiles' K rows in shared memory before the wait, where the block's shared memory
@@ -1108,28 +1219,39 @@ static void dec_wide(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st)
 				 * shared memory then passes 48 KB: opted into once) */
 				static int ready; /* 1 = the kernel may take the larger shared memory, -1 = it may not */
 				size_t smv = smk + (size_t)DW * 32 * (HD + 8) * 2;
-				if (g_vfirst && (int64_t)grid.x * grid.y <= 2 * (int64_t)sg_cu_sms()) {
+				const bool vf = g_vfirst && (int64_t)grid.x * grid.y <= 2 * (int64_t)sg_cu_sms();
+				/* the slices of a block's heads merged inside one cluster (a->cl of them; see
+				 * dec_cluster): the VFIRST layout's bytes whether it copies V early or not, the
+				 * block's sums after them */
+				static signed char cready[DEC_CLUSTER_MAX + 1];
+				size_t smc = smv + (size_t)G * (HD + 2) * 4;
+				if (a->cl > 1 && a->cl <= DEC_CLUSTER_MAX && cluster_ready(attn_dec_kernel<__half, G, NV, HD, 4, 1>, smc, a->cl, cready)) {
+					b.vfirst = vf;
+					return pdl_launch_cl(attn_dec_kernel<__half, G, NV, HD, 4, 1>, grid, dim3(DW * 32), smc, st, dim3(1, (unsigned)a->cl, 1), b),
+					       a->cl;
+				}
+				if (vf) {
 					if (!ready)
 						ready = cudaFuncSetAttribute(attn_dec_kernel<__half, G, NV, HD, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smv) ? -1 : 1;
 					if (ready > 0) {
 						b.vfirst = 1;
-						return (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, 4>, grid, dim3(DW * 32), smv, st, b);
+						return pdl_launch(attn_dec_kernel<__half, G, NV, HD, 4>, grid, dim3(DW * 32), smv, st, b), 0;
 					}
 					(void)cudaGetLastError();
 				}
-				return (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, 4>, grid, dim3(DW * 32), smk, st, b);
+				return pdl_launch(attn_dec_kernel<__half, G, NV, HD, 4>, grid, dim3(DW * 32), smk, st, b), 0;
 			}
 		}
 		/* the pipeline where a warp may walk several tiles: a slice longer than DW tiles (more than
 		 * 8192 rows at 64 slices); measured 1.8% slower where no warp does (1k positions) */
-		if (g_kpipe && a->ctx > (int64_t)DW * 32 * a->nchunk) return (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, 2>, grid, dim3(DW * 32), smk, st, b);
-		return (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, 0>, grid, dim3(DW * 32), smk, st, b);
+		if (g_kpipe && a->ctx > (int64_t)DW * 32 * a->nchunk) return pdl_launch(attn_dec_kernel<__half, G, NV, HD, 2>, grid, dim3(DW * 32), smk, st, b), 0;
+		return pdl_launch(attn_dec_kernel<__half, G, NV, HD, 0>, grid, dim3(DW * 32), smk, st, b), 0;
 	}
-	pdl_launch(attn_dec_kernel<__half, G, NV, HD, 0>, grid, dim3(DW * 32), sm, st, *a);
+	return pdl_launch(attn_dec_kernel<__half, G, NV, HD, 0>, grid, dim3(DW * 32), sm, st, *a), 0;
 }
 
 template <typename T, int G>
-static void dec_launch(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st)
+static int dec_launch(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st)
 {
 	if constexpr (sizeof(T) == 2) {
 		int wide = a->hd == a->hdv && g_dec_wide;
@@ -1151,15 +1273,16 @@ static void dec_launch(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t s
 		pdl_launch(attn_dec_kernel<T, G, 8, 0, 0>, grid, dim3(DW * 32), sm, st, *a);
 		break;
 	}
+	return 0;
 }
 
-template <typename T> static void dec_launch_g(const sg_cu_attn *a, int G, dim3 grid, size_t sm, cudaStream_t st)
+template <typename T> static int dec_launch_g(const sg_cu_attn *a, int G, dim3 grid, size_t sm, cudaStream_t st)
 {
 	switch (G) {
-	case 8: dec_launch<T, 8>(a, grid, sm, st); break;
-	case 4: dec_launch<T, 4>(a, grid, sm, st); break;
-	case 2: dec_launch<T, 2>(a, grid, sm, st); break;
-	default: dec_launch<T, 1>(a, grid, sm, st); break;
+	case 8: return dec_launch<T, 8>(a, grid, sm, st);
+	case 4: return dec_launch<T, 4>(a, grid, sm, st);
+	case 2: return dec_launch<T, 2>(a, grid, sm, st);
+	default: return dec_launch<T, 1>(a, grid, sm, st);
 	}
 }
 
@@ -1171,6 +1294,28 @@ extern "C" int sg_cu_attn_prep_ok(const sg_cu_attn *a)
 	       (a->hd == 64 || a->hd == 128 || a->hd == 256) && a->prep.r.hd == a->hd && sg_cu_attn_decode_ok(a);
 }
 
+/* The cluster size the slices of a one-token attention take (SARAGOSSA_CUDA_ATTN_CLUSTER), 0 for
+ * none: the tensor-core kernel's shapes and switches (as dec_wide chooses it), at least 2 slices,
+ * and all of them in one cluster (up to 16) or a whole number of clusters of 16. */
+static int dec_cluster(const sg_cu_attn *a)
+{
+	int G = dec_group(a);
+	size_t smk = dec_smem(G, a->hd, a->hdv) + (size_t)DW * 32 * (a->hd + 8) * 2;
+	int mma = a->kf16 && a->vf16 && a->hd == a->hdv && (a->hd == 64 || a->hd == 128) && G <= 4 && !a->ring && g_dec_wide && !g_dec_stage &&
+	          g_kpre && g_mma && smk <= 48 * 1024;
+	if (!g_cluster || !mma || a->nchunk < 2) return 0;
+	if (a->nchunk <= DEC_CLUSTER_MAX) return a->nchunk;
+	return a->nchunk % DEC_CLUSTER_MAX == 0 ? DEC_CLUSTER_MAX : 0;
+}
+
+extern "C" int sg_cu_attn_decode_slices(const sg_cu_attn *a, int nc)
+{
+	if (!g_cluster || nc <= DEC_CLUSTER_MAX || !sg_cu_attn_decode_ok(a)) return nc;
+	sg_cu_attn b = *a;
+	b.nchunk = nc - nc % DEC_CLUSTER_MAX;
+	return dec_cluster(&b) ? b.nchunk : nc;
+}
+
 extern "C" int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s)
 {
 	if (!sg_cu_attn_decode_ok(a) || a->nchunk < 1 || (a->nchunk > 1 && !a->part)) return (int)cudaErrorInvalidValue;
@@ -1179,10 +1324,14 @@ extern "C" int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s)
 	dim3 grid((unsigned)sg_cu_attn_decode_units(a), (unsigned)a->nchunk);
 	size_t sm = dec_smem(G, a->hd, a->hdv);
 	cudaStream_t st = (cudaStream_t)s;
-	if (a->kf16) dec_launch_g<__half>(a, G, grid, sm, st);
-	else dec_launch_g<float>(a, G, grid, sm, st);
-	if (a->nchunk > 1 && g_merge1 && a->nchunk <= DEC_SPLIT) pdl_launch(attn_merge1_kernel, dim3((unsigned)a->H), dim3(128), 0, st, *a);
-	else if (a->nchunk > 1) pdl_launch(attn_merge_kernel<1>, dim3((unsigned)a->H), dim3(128), 0, st, *a);
+	sg_cu_attn b = *a;
+	b.cl = dec_cluster(a);
+	/* the cluster size taken (0 where the kernel chosen has none): what the merge reads */
+	b.cl = a->kf16 ? dec_launch_g<__half>(&b, G, grid, sm, st) : dec_launch_g<float>(&b, G, grid, sm, st);
+	g_cluster_last = b.cl;
+	if (b.nchunk > 1 && b.cl == b.nchunk) return ok(); /* one cluster merged every slice */
+	if (b.nchunk > 1 && g_merge1 && b.nchunk <= DEC_SPLIT) pdl_launch(attn_merge1_kernel, dim3((unsigned)b.H), dim3(128), 0, st, b);
+	else if (b.nchunk > 1) pdl_launch(attn_merge_kernel<1>, dim3((unsigned)b.H), dim3(128), 0, st, b);
 	return ok();
 }
 

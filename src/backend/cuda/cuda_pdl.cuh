@@ -108,24 +108,36 @@ static __device__ __forceinline__ void cp_async_wait_all()
 }
 
 /* kernel<<<grid, block, smem, st>>>(args...) with the programmatic-serialization attribute when
- * the flag is on */
+ * the flag is on, in thread-block clusters of dims cl when those hold more than one block */
 template <typename... P, typename... A>
-static cudaError_t pdl_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A &&...args)
+static cudaError_t pdl_launch_cl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, dim3 cl, A &&...args)
 {
 	cudaLaunchConfig_t cfg = {};
-	cudaLaunchAttribute at[1];
-	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-	at[0].val.programmaticStreamSerializationAllowed = 1;
+	cudaLaunchAttribute at[2];
+	unsigned n = 0;
+	if (sg_cu_pdl) {
+		at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+		at[n++].val.programmaticStreamSerializationAllowed = 1;
+	}
+	if (cl.x * cl.y * cl.z > 1) {
+		at[n].id = cudaLaunchAttributeClusterDimension;
+		at[n].val.clusterDim.x = cl.x, at[n].val.clusterDim.y = cl.y, at[n++].val.clusterDim.z = cl.z;
+	}
 	cfg.gridDim = grid;
 	cfg.blockDim = block;
 	cfg.dynamicSmemBytes = smem;
 	cfg.stream = st;
 	cfg.attrs = at;
-	cfg.numAttrs = sg_cu_pdl ? 1 : 0;
+	cfg.numAttrs = n;
 #if defined(SG_CU_TRACE) && SG_CU_TRACE
 	sg_cu_trace_launch((const void *)k, grid.x * grid.y * grid.z, block.x * block.y * block.z, st);
 #endif
 	return cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...);
+}
+template <typename... P, typename... A>
+static cudaError_t pdl_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A &&...args)
+{
+	return pdl_launch_cl(k, grid, block, smem, st, dim3(1, 1, 1), std::forward<A>(args)...);
 }
 
 #endif
