@@ -42,6 +42,10 @@ static const sg_flag table[] = {
 	 "takes the model, else the CPU), cpu or cuda"},
 	{"SARAGOSSA_CUDA_GRAPHS", SG_FLAG_BOOL, "1",
 	 "CUDA decode: record one graph per token and replay it (0 = issue every op from the host)"},
+	{"SARAGOSSA_CUDA_GRAPHS_HYBRID", SG_FLAG_BOOL, "0",
+	 "CUDA decode of hybrid layer stacks (Qwen3-Next / Qwen3.5 gated delta net, Gemma 4 without per-layer "
+	 "inputs): record and replay their decode step as one graph too, the recurrent state updated in place "
+	 "(off: not yet run on a GPU; 0 = those models decode op by op)"},
 	{"SARAGOSSA_CUDA_GEMM", SG_FLAG_STR, "tf32x3",
 	 "CUDA matmul of more than 8 tokens: f32 (cuBLAS FP32 on dequantized tiles), tf32 (TF32 tensor cores on the same tiles, also "
 	 "for the prefill attention GEMMs), tf32x3 (three TF32 products on operands split into hi + lo parts: about FP32's "

@@ -278,7 +278,7 @@ static int ring_size(const sg_model *m, const sg_fwd_state *s)
 {
 	int r = 0;
 	for (int i = 0; i < m->desc.n_layer; i++)
-		if (s->kv[i].ring) {
+		if (s->kv[i].ring && s->kv[i].rows) { /* a layer reading another's cache has none */
 			if (r && r != s->kv[i].rows) return -1;
 			r = s->kv[i].rows;
 		}
@@ -319,8 +319,12 @@ sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, 
 
 int sg_fwd_decode_graphs(const sg_model *m, const sg_fwd_state *s)
 {
-	if (s->graph_off || s->hybrid || !sg_cuda_is_backend(m->be) || !sg_cuda_graphs_enabled())
+	if (s->graph_off || !sg_cuda_is_backend(m->be) || !sg_cuda_graphs_enabled())
 		return 0;
+	/* hybrid stacks: their recurrent state lives in device tensors each step updates in place, so
+	 * a replay continues it (SARAGOSSA_CUDA_GRAPHS_HYBRID); Gemma 4's per-layer inputs are rows the
+	 * host computes from the token and copies mid-step, so those stacks stay per-op */
+	if (s->hybrid && (!sg_cuda_graphs_hybrid() || m->desc.per_layer_input_dim > 0)) return 0;
 	/* ring caches of several sizes: a layer's rows are written from the host mid-step */
 	return ring_size(m, s) >= 0;
 }
@@ -342,7 +346,9 @@ static sg_status decode_step(const sg_model *m, sg_fwd_state *s, int32_t token, 
 	if (pos < 0 || pos + 1 > s->n_ctx)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "a token at position %d (context %d)", pos, s->n_ctx);
 	SG_FWD_OK(forward_inputs(m, s, &token, 1, pos));
-	int graphs = sg_fwd_decode_graphs(m, s);
+	/* a hybrid step at position 0 first zeroes the recurrent state from the host: per-op, and
+	 * neither recorded nor replayed */
+	int graphs = sg_fwd_decode_graphs(m, s) && !(s->hybrid && pos == 0);
 	if (graphs && *gp) {
 		if (!sg_cuda_graph_stale(be, *gp)) return sg_cuda_graph_launch(be, *gp);
 		sg_cuda_graph_free(*gp);

@@ -74,7 +74,8 @@ sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, 
 /* One decode step: token at position pos (pos < n_ctx, the id checked by the caller), its K/V
  * into the caches, its logits in row 0 of s->logits and their argmax (lowest id on ties) in
  * s->amax; nothing is read back. On the CUDA backend with SARAGOSSA_CUDA_GRAPHS on and a layer
- * stack whose launches do not depend on the position (no hybrid layers; ring caches, if any, of one size),
+ * stack whose launches do not depend on the position (ring caches, if any, of one size; hybrid
+ * layers with SARAGOSSA_CUDA_GRAPHS_HYBRID=1, without Gemma 4's per-layer inputs, past position 0),
  * the step is recorded once as a graph and replayed for every later token: only the token id
  * and position are copied to the device before the replay. A step after the backend's scratch
  * moved (a longer prefill in between) runs per-op and records the graph again. */

@@ -1657,6 +1657,31 @@ Test(cuda_decode, graph_replay_is_bit_identical_moe) { graph_matches_per_op("qwe
  * are written with the positions before each replay, and the steps wrap the ring */
 Test(cuda_decode, graph_replay_is_bit_identical_gemma3_ring) { graph_matches_per_op("gemma3_text", 1); }
 
+/* Hybrid stacks recorded as one graph (SARAGOSSA_CUDA_GRAPHS_HYBRID=1): the gated delta net's conv
+ * and delta states, updated in place by each replay, carry the sequence as the per-op steps do
+ * (Qwen3-Next; Qwen3.5 MoE with its shared expert and gated attention; Gemma 4's experts beside the
+ * dense MLP, k = v, sliding ring caches); Gemma 4 with per-layer inputs (token rows the host copies
+ * mid-step) stays per-op. */
+static void hybrid_graph_matches_per_op(const char *name, int expect_graph)
+{
+	setenv("SARAGOSSA_CUDA_GRAPHS_HYBRID", "1", 1);
+	sg_flags_reload();
+	graph_matches_per_op(name, expect_graph);
+	unsetenv("SARAGOSSA_CUDA_GRAPHS_HYBRID");
+	sg_flags_reload();
+}
+Test(cuda_decode, graph_replay_is_bit_identical_qwen3_next) { hybrid_graph_matches_per_op("qwen3_next", 1); }
+Test(cuda_decode, graph_replay_is_bit_identical_qwen3_5_moe) { hybrid_graph_matches_per_op("qwen3_5_moe_text", 1); }
+Test(cuda_decode, graph_replay_is_bit_identical_gemma4_moe) { hybrid_graph_matches_per_op("gemma4_text_moe", 1); }
+Test(cuda_decode, gemma4_per_layer_inputs_stay_per_op) { hybrid_graph_matches_per_op("gemma4_text", 0); }
+Test(cuda_decode, pdl_launches_are_bit_identical_qwen3_next)
+{
+	setenv("SARAGOSSA_CUDA_GRAPHS_HYBRID", "1", 1);
+	pdl_matches_plain("qwen3_next");
+	unsetenv("SARAGOSSA_CUDA_GRAPHS_HYBRID");
+	sg_flags_reload();
+}
+
 #else
 
 Test(cuda, skipped_without_cuda_in_the_build)

@@ -1338,6 +1338,8 @@ const char *sg_cuda_backend_device(const sg_backend *be) { return ((const sg_cud
 
 int sg_cuda_graphs_enabled(void) { return sg_flag_bool("SARAGOSSA_CUDA_GRAPHS"); }
 
+int sg_cuda_graphs_hybrid(void) { return sg_flag_bool("SARAGOSSA_CUDA_GRAPHS_HYBRID"); }
+
 int sg_cuda_is_backend(const sg_backend *be) { return be && be->ops == &cuda_ops; }
 
 static sg_cuda_backend *as_cuda(sg_backend *be) { return be && be->ops == &cuda_ops ? (sg_cuda_backend *)be : NULL; }

@@ -43,6 +43,9 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out);
 int sg_cuda_is_backend(const sg_backend *be);
 /* 1 unless SARAGOSSA_CUDA_GRAPHS=0. */
 int sg_cuda_graphs_enabled(void);
+/* 1 if SARAGOSSA_CUDA_GRAPHS_HYBRID=1: decode steps of hybrid layer stacks (gated delta net, gated
+ * attention, shared experts) are recorded and replayed too. */
+int sg_cuda_graphs_hybrid(void);
 /* Starts recording the ops issued on be (a CUDA backend) into a graph. */
 sg_status sg_cuda_graph_begin(sg_backend *be);
 /* Ends the recording and instantiates the graph (replacing any earlier one). */
@@ -85,6 +88,7 @@ static inline sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backe
 	return sg_error(SG_ERR_UNSUPPORTED, "cuda: this build has no CUDA backend (rebuild with make CUDA=1)");
 }
 static inline int sg_cuda_graphs_enabled(void) { return 0; }
+static inline int sg_cuda_graphs_hybrid(void) { return 0; }
 static inline int sg_cuda_is_backend(const sg_backend *be) { (void)be; return 0; }
 static inline sg_status sg_cuda_graph_begin(sg_backend *be) { (void)be; return SG_ERR_UNSUPPORTED; }
 static inline sg_status sg_cuda_graph_end(sg_backend *be) { (void)be; return SG_ERR_UNSUPPORTED; }
