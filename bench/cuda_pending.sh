@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The GPU checks and measurements of the CUDA switches that are off by default because they were
+# written and unit-tested on a machine without a GPU. Run on a machine with one, from the repository
+# root, in parts when a command's time is limited (STEPS picks them, in this order):
+#   STEPS="build tests" bash bench/cuda_pending.sh
+#   STEPS="models ab" VOCAB=ggml-vocab-qwen2.gguf bash bench/cuda_pending.sh
+# build   make CUDA=1 (all cores)
+# tests   the CUDA unit tests (build/test_unit --filter 'cuda*/*': the cluster merge against the
+#         merge kernel, hybrid graph replay bit-identical to per-op, and every older one), then
+#         compute-sanitizer memcheck and racecheck on the cluster test where the tool is found
+# models  random-weight files in WORK: Qwen3-8B and Qwen3-30B-A3B shapes as Q4_K_M GGUF (written
+#         directly; VOCAB: a GGUF holding a Qwen vocabulary, as for bench/cuda_peer.sh) and a
+#         Qwen3.6-35B-A3B-shaped MLX 4-bit folder of HYBRID_LAYERS layers (no vocabulary needed)
+# ab      bench/flag_ab.sh: SARAGOSSA_CUDA_ATTN_CLUSTER 0 1 on both GGUF files at DEPTHS, and
+#         SARAGOSSA_CUDA_GRAPHS_HYBRID 0 1 on the hybrid folder at 1024 positions
+# env: WORK (/tmp/peer), DEPTHS ("1024 8192"), HYBRID_LAYERS (8), PY (python3 with numpy), OUT (a
+#      folder that also receives the logs and tables; none), SG_BIN (build/saragossa)
+# A switch that measures faster and passes its tests becomes its flag's default in src/base/flags.c,
+# with the numbers in bench/RESULTS.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STEPS=${STEPS:-build tests models ab}
+WORK=${WORK:-/tmp/peer}
+DEPTHS=${DEPTHS:-1024 8192}
+HYBRID_LAYERS=${HYBRID_LAYERS:-8}
+PY=${PY:-python3}
+SG_BIN=${SG_BIN:-build/saragossa}
+OUT=${OUT:-}
+export PYTHONUNBUFFERED=1
+T0=$SECONDS
+ts() { echo "[$(date +%H:%M:%S) +$((SECONDS - T0))s] $*"; }
+keep() { [ -z "$OUT" ] || { mkdir -p "$OUT" && cp "$1" "$OUT/"; }; }
+has() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+mkdir -p "$WORK"
+DENSE="$WORK/qwen3-8b-random-36l-Q4_K_M.gguf"
+MOE="$WORK/qwen3-30b-a3b-random-48l-Q4_K_M.gguf"
+HYB="$WORK/qwen36-random-${HYBRID_LAYERS}l"
+
+if has build; then
+	ts "build (CUDA=1)"
+	make -j"$(nproc)" CUDA=1 build/saragossa build/test_unit >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; exit 1; }
+fi
+
+if has tests; then
+	ts "CUDA unit tests"
+	rc=0
+	build/test_unit --jobs=1 --filter 'cuda*/*' >"$WORK/tests.log" 2>&1 || rc=$?
+	keep "$WORK/tests.log"
+	grep -E 'Synthesis|FAIL|CRASH|skipp' "$WORK/tests.log" | tail -20
+	if command -v compute-sanitizer >/dev/null; then
+		for tool in memcheck racecheck; do
+			ts "compute-sanitizer $tool on the cluster merge"
+			compute-sanitizer --tool "$tool" --error-exitcode 9 build/test_unit --jobs=1 \
+				--filter 'cuda/attention_decode_cluster_merge_matches_merge_kernel' >"$WORK/sanitizer-$tool.log" 2>&1 || rc=$?
+			keep "$WORK/sanitizer-$tool.log"
+			grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Synthesis' "$WORK/sanitizer-$tool.log" | tail -3
+		done
+	else
+		ts "no compute-sanitizer on PATH: the sanitizer runs are skipped"
+	fi
+	[ "$rc" = 0 ] || { ts "tests failed (exit $rc): see $WORK/tests.log"; exit "$rc"; }
+fi
+
+if has models; then
+	for am in "qwen3 $DENSE" "qwen3moe $MOE"; do
+		set -- $am
+		[ ! -f "$2" ] || continue
+		VOCAB=${VOCAB:?VOCAB: a GGUF holding a Qwen vocabulary (see bench/cuda_peer.sh)}
+		ts "writing $2"
+		"$PY" tools/make_random_model.py "$1" --gguf "$VOCAB" --gguf-type q4_k_m --out "$WORK"
+		[ -f "$2" ] || { ts "make_random_model.py wrote no $2"; exit 1; }
+	done
+	if [ ! -d "$HYB" ]; then
+		ts "writing $HYB"
+		"$PY" tools/make_random_model.py qwen36 --layers "$HYBRID_LAYERS" --bits 4 --group 64 --out "$WORK/hyb.tmp"
+		mv "$(find "$WORK/hyb.tmp" -name config.json -printf '%h\n' | head -1)" "$HYB"
+		rm -rf "$WORK/hyb.tmp"
+	fi
+fi
+
+if has ab; then
+	for m in "$DENSE" "$MOE"; do
+		[ -f "$m" ] || { ts "no $m: run the models step first"; exit 1; }
+		ts "SARAGOSSA_CUDA_ATTN_CLUSTER on $(basename "$m")"
+		SG_BIN=$SG_BIN bench/flag_ab.sh -m "$m" -d "$DEPTHS" SARAGOSSA_CUDA_ATTN_CLUSTER 0 1 | tee "$WORK/ab-cluster-$(basename "$m" .gguf).md"
+		keep "$WORK/ab-cluster-$(basename "$m" .gguf).md"
+	done
+	[ -d "$HYB" ] || { ts "no $HYB: run the models step first"; exit 1; }
+	ts "SARAGOSSA_CUDA_GRAPHS_HYBRID on $(basename "$HYB")"
+	SG_BIN=$SG_BIN bench/flag_ab.sh -m "$HYB" -d 1024 SARAGOSSA_CUDA_GRAPHS_HYBRID 0 1 | tee "$WORK/ab-graphs-hybrid.md"
+	keep "$WORK/ab-graphs-hybrid.md"
+fi
+ts "done"
