@@ -143,19 +143,20 @@ static sg_status linear_block(const sg_model *m, sg_fwd_state *s, int li, int n)
 	sg_btensor qkv = sg_fwd_view2(&s->lqkv, C, n), cv = sg_fwd_view2(&s->lconv, C, n), z = sg_fwd_view2(&s->lz, Vd, n);
 	sg_btensor a = sg_fwd_view2(&s->la, Hv, n), b = sg_fwd_view2(&s->lb, Hv, n), out = sg_fwd_view2(&s->lo, Vd, n);
 
-	SG_FWD_OK(norm(m, &x, &lw->attn_norm, &h));
+	/* the norm and the input projections: one fused stage (the composition where a backend has
+	 * none: the same ops in the same order) */
+	sg_matmul_multi pr = {.x = &x, .norm = &lw->attn_norm, .eps = d->norm_eps, .norm_offset = d->norm_offset, .xn = &h};
 	if (hl->lin_qkvz.data) {
 		sg_btensor raw = sg_fwd_view2(&s->raw, C + Vd, n), raw2 = sg_fwd_view2(&s->raw2, 2 * (int64_t)Hv, n);
-		SG_FWD_OK(o->matmul(be, &hl->lin_qkvz, &h, NULL, &raw));
+		pr.nw = 2, pr.w[0] = &hl->lin_qkvz, pr.w[1] = &hl->lin_ba, pr.y[0] = &raw, pr.y[1] = &raw2;
+		SG_FWD_OK(sg_backend_matmul_multi(be, &pr));
 		SG_FWD_OK(o->gather_cols(be, &raw, &m->hy.idx_qkv, &qkv));
 		SG_FWD_OK(o->gather_cols(be, &raw, &m->hy.idx_z, &z));
-		SG_FWD_OK(o->matmul(be, &hl->lin_ba, &h, NULL, &raw2));
 		SG_FWD_OK(o->gather_cols(be, &raw2, &m->hy.idx_b, &b));
 		SG_FWD_OK(o->gather_cols(be, &raw2, &m->hy.idx_a, &a));
 	} else {
-		SG_FWD_OK(o->matmul(be, &hl->lin_qkv, &h, NULL, &qkv));
-		SG_FWD_OK(o->matmul(be, &hl->lin_z, &h, NULL, &z));
-		SG_FWD_OK(o->matmul(be, &hl->lin_b, &h, NULL, &b));
+		pr.nw = 3, pr.w[0] = &hl->lin_qkv, pr.w[1] = &hl->lin_z, pr.w[2] = &hl->lin_b, pr.y[0] = &qkv, pr.y[1] = &z, pr.y[2] = &b;
+		SG_FWD_OK(sg_backend_matmul_multi(be, &pr));
 		SG_FWD_OK(o->matmul(be, &hl->lin_a, &h, NULL, &a));
 	}
 	SG_FWD_OK(o->short_conv(be, &qkv, &hl->conv_w, &s->conv[li], &cv));
@@ -163,8 +164,8 @@ static sg_status linear_block(const sg_model *m, sg_fwd_state *s, int li, int n)
 	SG_FWD_OK(o->gated_delta(be, &cv, &a, &b, &hl->a_log, &hl->dt_bias, &p, &s->ssm[li], &out));
 	sg_btensor oh = sg_fwd_view2(&s->lo, dv, (int64_t)n * Hv), zh = sg_fwd_view2(&s->lz, dv, (int64_t)n * Hv);
 	SG_FWD_OK(o->gated_rmsnorm(be, &oh, &hl->lin_norm, &zh, d->norm_eps, &oh));
-	SG_FWD_OK(o->matmul(be, &hl->lin_out, &out, NULL, &h));
-	return o->add(be, &x, &h, &x);
+	sg_matmul_multi op = {.x = &out, .nw = 1, .w = {&hl->lin_out}, .y = {&h}, .residual = &x, .out = &x};
+	return sg_backend_matmul_multi(be, &op);
 }
 
 static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int n)
@@ -180,21 +181,21 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 	sg_btensor q = sg_fwd_view2(&s->q, qd, n), k = sg_fwd_view2(&s->k, kd, n), v = sg_fwd_view2(&s->v, kd, n);
 	sg_btensor att = sg_fwd_view2(&s->att, qd, n), pos = sg_fwd_view2(&s->pos, n, 1), gate = {0};
 
-	SG_FWD_OK(norm(m, &x, &lw->attn_norm, &h));
+	/* the norm and q (with its gate), k, v: one fused stage */
+	sg_btensor raw = sg_fwd_view2(&s->raw, 2 * qd, n);
+	sg_matmul_multi pr = {.x = &x, .norm = &lw->attn_norm, .eps = d->norm_eps, .norm_offset = d->norm_offset, .xn = &h, .nw = 1,
+	                      .w = {&lw->wq}, .bias = {sg_fwd_opt(&lw->bq)}, .y = {d->attn_output_gate ? &raw : &q}};
+	if (own) {
+		pr.w[pr.nw] = &lw->wk, pr.bias[pr.nw] = sg_fwd_opt(&lw->bk), pr.y[pr.nw++] = &k;
+		if (!l->k_eq_v) pr.w[pr.nw] = &lw->wv, pr.bias[pr.nw] = sg_fwd_opt(&lw->bv), pr.y[pr.nw++] = &v;
+	}
+	SG_FWD_OK(sg_backend_matmul_multi(be, &pr));
 	if (d->attn_output_gate) {
-		sg_btensor raw = sg_fwd_view2(&s->raw, 2 * qd, n);
 		gate = sg_fwd_view2(&s->gate, qd, n);
-		SG_FWD_OK(o->matmul(be, &lw->wq, &h, NULL, &raw));
 		SG_FWD_OK(o->gather_cols(be, &raw, &m->hy.idx_q, &q));
 		SG_FWD_OK(o->gather_cols(be, &raw, &m->hy.idx_gate, &gate));
-	} else {
-		SG_FWD_OK(o->matmul(be, &lw->wq, &h, sg_fwd_opt(&lw->bq), &q));
 	}
-	if (own) {
-		SG_FWD_OK(o->matmul(be, &lw->wk, &h, sg_fwd_opt(&lw->bk), &k));
-		if (l->k_eq_v) SG_FWD_OK(o->scale(be, &k, 1.0f, &v)); /* v is the raw key projection */
-		else SG_FWD_OK(o->matmul(be, &lw->wv, &h, sg_fwd_opt(&lw->bv), &v));
-	}
+	if (own && l->k_eq_v) SG_FWD_OK(o->scale(be, &k, 1.0f, &v)); /* v is the raw key projection */
 	if (d->qk_norm) {
 		sg_btensor qh = sg_fwd_view2(&s->q, hd, n * l->n_head), kh = sg_fwd_view2(&s->k, hd, n * l->n_kv_head);
 		SG_FWD_OK(norm(m, &qh, &lw->q_norm, &qh));
@@ -232,8 +233,12 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 	};
 	SG_FWD_OK(o->attention(be, &q, &kv->k, &kv->v, &pos, &ap, &att));
 	if (gate.data) SG_FWD_OK(o->sigmoid_mul(be, &att, &gate, &att));
+	if (!d->sandwich_norm) { /* o and the residual add: one fused stage */
+		sg_matmul_multi wo = {.x = &att, .nw = 1, .w = {&lw->wo}, .y = {&h}, .residual = &x, .out = &x};
+		return sg_backend_matmul_multi(be, &wo);
+	}
 	SG_FWD_OK(o->matmul(be, &lw->wo, &att, NULL, &h));
-	if (d->sandwich_norm) SG_FWD_OK(norm(m, &h, &lw->post_attn_norm, &h));
+	SG_FWD_OK(norm(m, &h, &lw->post_attn_norm, &h));
 	return o->add(be, &x, &h, &x);
 }
 
@@ -276,28 +281,35 @@ static sg_status mlp_block(const sg_model *m, sg_fwd_state *s, int li, int n)
 	const sg_backend_ops *o = be->ops;
 	sg_btensor x = sg_fwd_view2(&s->x, d->dim, n), h = sg_fwd_view2(&s->xb, d->dim, n), sh = sg_fwd_view2(&s->sh, d->dim, n);
 
-	SG_FWD_OK(norm(m, &x, &lw->ffn_norm, &h));
+	/* the norm with the stage after it where that is a fused one (the same ops where a backend
+	 * composes it) */
+	sg_matmul_multi gu = {.x = &x, .norm = &lw->ffn_norm, .eps = d->norm_eps, .norm_offset = d->norm_offset, .xn = &h, .nw = 2,
+	                      .glu = 1, .act = d->act};
 	if (l->moe && !d->moe_beside_dense) {
 		if (hl->sh_gate.data) { /* the shared expert first: the routed output overwrites h */
 			int64_t Fs = hl->sh_gate.ne[1];
 			sg_btensor g = sg_fwd_view2(&s->g, Fs, n), u = sg_fwd_view2(&s->u, Fs, n), sg = sg_fwd_view2(&s->shg, 1, n);
-			SG_FWD_OK(o->matmul(be, &hl->sh_gate, &h, NULL, &g));
-			SG_FWD_OK(o->matmul(be, &hl->sh_up, &h, NULL, &u));
-			SG_FWD_OK(o->glu(be, &g, &u, d->act, &g));
+			gu.w[0] = &hl->sh_gate, gu.w[1] = &hl->sh_up, gu.y[0] = &g, gu.y[1] = &u;
+			SG_FWD_OK(sg_backend_matmul_multi(be, &gu));
 			SG_FWD_OK(o->matmul(be, &hl->sh_down, &g, NULL, &sh));
 			if (hl->sh_gate_inp.data) {
 				SG_FWD_OK(o->matmul(be, &hl->sh_gate_inp, &h, NULL, &sg));
 				SG_FWD_OK(o->sigmoid_mul(be, &sh, &sg, &sh));
 			}
+		} else {
+			SG_FWD_OK(norm(m, &x, &lw->ffn_norm, &h));
 		}
 		SG_FWD_OK(experts(m, s, li, n, &h, &h, &h));
 		if (hl->sh_gate.data) SG_FWD_OK(o->add(be, &h, &sh, &h));
 	} else {
 		int64_t F = lw->gate.ne[1];
 		sg_btensor g = sg_fwd_view2(&s->g, F, n), u = sg_fwd_view2(&s->u, F, n);
-		SG_FWD_OK(o->matmul(be, &lw->gate, &h, NULL, &g));
-		SG_FWD_OK(o->matmul(be, &lw->up, &h, NULL, &u));
-		SG_FWD_OK(o->glu(be, &g, &u, d->act, &g));
+		gu.w[0] = &lw->gate, gu.w[1] = &lw->up, gu.y[0] = &g, gu.y[1] = &u;
+		SG_FWD_OK(sg_backend_matmul_multi(be, &gu));
+		if (!l->moe && !d->sandwich_norm) { /* down and the residual add: one fused stage */
+			sg_matmul_multi dn = {.x = &g, .nw = 1, .w = {&lw->down}, .y = {&h}, .residual = &x, .out = &x};
+			return sg_backend_matmul_multi(be, &dn);
+		}
 		SG_FWD_OK(o->matmul(be, &lw->down, &g, NULL, &h));
 		if (l->moe) { /* Gemma 4: experts beside the dense MLP, from the residual */
 			SG_FWD_OK(norm(m, &h, &hl->post_ffn_norm1, &h));
