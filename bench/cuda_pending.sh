@@ -6,13 +6,15 @@
 #   STEPS="models ab" VOCAB=ggml-vocab-qwen2.gguf bash bench/cuda_pending.sh
 # build   make CUDA=1 (all cores)
 # tests   the CUDA unit tests (build/test_unit --filter 'cuda*/*': the cluster merge against the
-#         merge kernel, hybrid graph replay bit-identical to per-op, and every older one), then
-#         compute-sanitizer memcheck and racecheck on the cluster test where the tool is found
+#         merge kernel, the one-kernel MoE router against the three, hybrid graph replay
+#         bit-identical to per-op, and every older one), then compute-sanitizer memcheck and
+#         racecheck on the two cluster tests where the tool is found
 # models  random-weight files in WORK: Qwen3-8B and Qwen3-30B-A3B shapes as Q4_K_M GGUF (written
 #         directly; VOCAB: a GGUF holding a Qwen vocabulary, as for bench/cuda_peer.sh) and a
 #         Qwen3.6-35B-A3B-shaped MLX 4-bit folder of HYBRID_LAYERS layers (no vocabulary needed)
-# ab      bench/flag_ab.sh: SARAGOSSA_CUDA_ATTN_CLUSTER 0 1 on both GGUF files at DEPTHS, and
-#         SARAGOSSA_CUDA_GRAPHS_HYBRID 0 1 on the hybrid folder at 1024 positions
+# ab      bench/flag_ab.sh: SARAGOSSA_CUDA_ATTN_CLUSTER 0 1 on both GGUF files at DEPTHS,
+#         SARAGOSSA_CUDA_MOE_ROUTER 0 1 on the MoE file at DEPTHS, and SARAGOSSA_CUDA_GRAPHS_HYBRID
+#         0 1 on the hybrid folder at 1024 positions
 # env: WORK (/tmp/peer), DEPTHS ("1024 8192"), HYBRID_LAYERS (8), PY (python3 with numpy), OUT (a
 #      folder that also receives the logs and tables; none), SG_BIN (build/saragossa)
 # A switch that measures faster and passes its tests becomes its flag's default in src/base/flags.c,
@@ -48,13 +50,17 @@ if has tests; then
 	keep "$WORK/tests.log"
 	grep -E 'Synthesis|FAIL|CRASH|skipp' "$WORK/tests.log" | tail -20
 	if command -v compute-sanitizer >/dev/null; then
+		: >"$WORK/sanitizer.log"
 		for tool in memcheck racecheck; do
-			ts "compute-sanitizer $tool on the cluster merge"
-			compute-sanitizer --tool "$tool" --error-exitcode 9 build/test_unit --jobs=1 \
-				--filter 'cuda/attention_decode_cluster_merge_matches_merge_kernel' >"$WORK/sanitizer-$tool.log" 2>&1 || rc=$?
-			keep "$WORK/sanitizer-$tool.log"
-			grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Synthesis' "$WORK/sanitizer-$tool.log" | tail -3
+			for t in attention_decode_cluster_merge_matches_merge_kernel moe_router_in_one_kernel_matches_the_three; do
+				ts "compute-sanitizer $tool: $t" | tee -a "$WORK/sanitizer.log"
+				compute-sanitizer --tool "$tool" --error-exitcode 9 build/test_unit --jobs=1 \
+					--filter "cuda/$t" >"$WORK/sanitizer-one.log" 2>&1 || rc=$?
+				cat "$WORK/sanitizer-one.log" >>"$WORK/sanitizer.log"
+				grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Synthesis' "$WORK/sanitizer-one.log" | tail -3
+			done
 		done
+		keep "$WORK/sanitizer.log"
 	else
 		ts "no compute-sanitizer on PATH: the sanitizer runs are skipped"
 	fi
@@ -85,6 +91,9 @@ if has ab; then
 		SG_BIN=$SG_BIN bench/flag_ab.sh -m "$m" -d "$DEPTHS" SARAGOSSA_CUDA_ATTN_CLUSTER 0 1 | tee "$WORK/ab-cluster-$(basename "$m" .gguf).md"
 		keep "$WORK/ab-cluster-$(basename "$m" .gguf).md"
 	done
+	ts "SARAGOSSA_CUDA_MOE_ROUTER on $(basename "$MOE")"
+	SG_BIN=$SG_BIN bench/flag_ab.sh -m "$MOE" -d "$DEPTHS" SARAGOSSA_CUDA_MOE_ROUTER 0 1 | tee "$WORK/ab-moe-router.md"
+	keep "$WORK/ab-moe-router.md"
 	[ -d "$HYB" ] || { ts "no $HYB: run the models step first"; exit 1; }
 	ts "SARAGOSSA_CUDA_GRAPHS_HYBRID on $(basename "$HYB")"
 	SG_BIN=$SG_BIN bench/flag_ab.sh -m "$HYB" -d 1024 SARAGOSSA_CUDA_GRAPHS_HYBRID 0 1 | tee "$WORK/ab-graphs-hybrid.md"

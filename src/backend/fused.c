@@ -55,3 +55,18 @@ sg_status sg_backend_moe_combine_add(sg_backend *be, const sg_btensor *y, const 
 	return be->ops->moe_combine_add ? be->ops->moe_combine_add(be, y, weights, residual, out, tmp)
 					: sg_backend_moe_combine_add_compose(be, y, weights, residual, out, tmp);
 }
+
+sg_status sg_backend_moe_router_compose(sg_backend *be, const sg_matmul_multi *p, sg_router router, int k, int norm_topk,
+					sg_btensor *ids, sg_btensor *weights)
+{
+	if (p->nw != 1) return sg_error(SG_ERR_INVALID_ARG, "moe_router: %d weights (the router alone)", p->nw);
+	sg_status st = sg_backend_matmul_multi(be, p);
+	return st ? st : be->ops->moe_route(be, p->y[0], router, k, norm_topk, ids, weights);
+}
+
+sg_status sg_backend_moe_router(sg_backend *be, const sg_matmul_multi *p, sg_router router, int k, int norm_topk, sg_btensor *ids,
+				sg_btensor *weights)
+{
+	return be->ops->moe_router ? be->ops->moe_router(be, p, router, k, norm_topk, ids, weights)
+				   : sg_backend_moe_router_compose(be, p, router, k, norm_topk, ids, weights);
+}

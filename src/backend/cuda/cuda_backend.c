@@ -1009,6 +1009,40 @@ static sg_status cuda_moe_route(sg_backend *be, const sg_btensor *logits, sg_rou
 	return SG_OK;
 }
 
+/* The router stage with its routing as one cluster kernel (SARAGOSSA_CUDA_MOE_ROUTER, see
+ * sg_cu_moe_router): one token whose normalised row feeds the experts (feeds_moe), an F32 router
+ * without bias, the shapes sg_cu_moe_router_ok takes. xn and its 8-bit blocks are handed to the
+ * experts as the composition's stage hands them. Anything else: the composition. */
+static sg_status cuda_moe_router(sg_backend *be, const sg_matmul_multi *p, sg_router router, int k, int norm_topk, sg_btensor *ids,
+				 sg_btensor *weights)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	const sg_btensor *w = p->nw == 1 ? p->w[0] : NULL;
+	int64_t K = p->x->ne[0], E = w ? sg_btensor_rows(w) : 0;
+	if (!cb->moe_router || !cb->fused || !cb->q8x || !w || w->type != SG_TYPE_F32 || w->ne[0] != K || !p->norm || !p->xn || !p->feeds_moe ||
+	    p->bias[0] || p->glu || p->residual || sg_btensor_rows(p->x) != 1 || !sg_cu_moe_router_ok(K, E, k))
+		return sg_backend_moe_router_compose(be, p, router, k, norm_topk, ids, weights);
+	sg_status st;
+	if ((st = check_f32("moe_router", "x", p->x)) || (st = check_f32("moe_router", "norm", p->norm)) || (st = check_f32("moe_router", "xn", p->xn)) ||
+	    (st = check_f32("moe_router", "y", p->y[0])) || (st = check_i32("moe_router", "ids", ids)) || (st = check_f32("moe_router", "weights", weights)))
+		return st;
+	if (p->norm->ne[0] != K || p->xn->ne[0] != K || sg_btensor_rows(p->xn) != 1 || p->y[0]->ne[0] != E || sg_btensor_rows(p->y[0]) != 1 ||
+	    ids->ne[0] != k || sg_btensor_rows(ids) != 1 || weights->ne[0] != k || sg_btensor_rows(weights) != 1)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda moe_router: shapes: x [1][%lld], norm %lld, xn [%lld][%lld], logits [%lld][%lld] for %lld experts, ids/weights [%lld][%lld] for k %d",
+				(long long)K, (long long)p->norm->ne[0], (long long)sg_btensor_rows(p->xn), (long long)p->xn->ne[0],
+				(long long)sg_btensor_rows(p->y[0]), (long long)p->y[0]->ne[0], (long long)E, (long long)sg_btensor_rows(ids),
+				(long long)ids->ne[0], k);
+	if (!q8a_fit(cb, K)) return sg_backend_moe_router_compose(be, p, router, k, norm_topk, ids, weights);
+	sg_cu_router r = {.x = p->x->data, .norm_w = p->norm->data, .eps = p->eps, .off = p->norm_offset, .K = K, .E = E, .xn = p->xn->data,
+			  .w = w->data, .y = p->y[0]->data, .sigmoid = router == SG_ROUTER_SIGMOID, .k = k, .norm_topk = norm_topk,
+			  .ids = ids->data, .weights = weights->data};
+	sg_cu_q8_split(cb->q8a, K, &r.xq, &r.dx, &r.sx);
+	cb->moe_ids_done = NULL; /* ids rewritten */
+	CU_RET("moe_router", sg_cu_moe_router(&r, S(cb)));
+	cb->q8a_of = p->xn->data; /* the experts' activations, rounded */
+	return SG_OK;
+}
+
 static sg_status moe_combine(sg_cuda_backend *cb, const sg_btensor *y, const sg_btensor *weights, const sg_btensor *res, sg_btensor *out)
 {
 	sg_status st;
@@ -1265,6 +1299,7 @@ static const sg_backend_ops cuda_ops = {
 	.attention_prep = cuda_attention_prep,
 	.moe_glu = cuda_moe_glu,
 	.moe_combine_add = cuda_moe_combine_add,
+	.moe_router = cuda_moe_router,
 };
 
 sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
@@ -1308,6 +1343,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	cb->q8x = sg_flag_bool("SARAGOSSA_CUDA_Q8X");
 	cb->gemm_f16 = sg_flag_bool("SARAGOSSA_CUDA_GEMM_F16");
 	cb->fused = sg_flag_bool("SARAGOSSA_CUDA_FUSED");
+	cb->moe_router = sg_flag_bool("SARAGOSSA_CUDA_MOE_ROUTER");
 	sg_cu_set_moe_ids_early(sg_flag_bool("SARAGOSSA_CUDA_MOE_IDS_EARLY"));
 	cb->moe_gemm = (int)sg_flag_int("SARAGOSSA_CUDA_MOE_GEMM");
 	sg_cu_set_gemv_rows((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_ROWS"));

@@ -138,6 +138,25 @@ void sg_cu_set_attn_group(int g);
 void sg_cu_set_attn_mma(int on);
 /* 0: MoE routing always by the shared-memory kernel (SARAGOSSA_CUDA_ROUTE_WARP) */
 void sg_cu_set_route_warp(int on);
+/* One token's MoE router stage in one launch (SARAGOSSA_CUDA_MOE_ROUTER; cuda_ops.cu): x RMS-
+ * normalised into xn and rounded to 8-bit blocks for the experts (the bits of sg_cu_norm_quant),
+ * the F32 router's logits y = W xn, and their top-k routing (the bits of sg_cu_moe_route on those
+ * logits). _ok says whether the shapes fit (and a cluster of its blocks fits the GPU). */
+typedef struct sg_cu_router {
+	const float *x, *norm_w; /* [K] the row, [K] the norm weight */
+	float eps, off;
+	int64_t K, E;
+	float *xn;               /* [K] */
+	int8_t *xq;              /* [K], [K / 32], [K / 16]: xn rounded, as sg_cu_q8_split lays them out */
+	float *dx, *sx;
+	const float *w;          /* [E][K] */
+	float *y;                /* [E] logits */
+	int sigmoid, k, norm_topk;
+	int32_t *ids;            /* [k] */
+	float *weights;          /* [k] */
+} sg_cu_router;
+int sg_cu_moe_router_ok(int64_t K, int64_t E, int k);
+int sg_cu_moe_router(const sg_cu_router *r, sg_custream s);
 /* The one-token gate and up expert matmuls with the GLU in one launch (after one activation
  * rounding): g[j][r] = act(wg[ids[j]] x . ) * (wu[ids[j]] x .) for the k slots, bit-identical to
  * two one-token moe_matmul calls and the glu kernel. _ok: the pair has that kernel. act:
