@@ -1640,10 +1640,11 @@ __global__ void __launch_bounds__(RT_THREADS) moe_router_kernel(const sg_cu_rout
 		int64_t i = lane;
 		if (e == e0 + warp) { /* the row loaded before the wait */
 #pragma unroll
-			for (int j = 0; j < RT_PRE; j++) {
-				const float4 a = wp[j], b = x4[lane + 32 * j];
-				acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-			}
+			for (int j = 0; j < RT_PRE; j++)
+				if (lane + 32 * j < K / 4) { /* a shorter row: no read past it */
+					const float4 a = wp[j], b = x4[lane + 32 * j];
+					acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+				}
 			i = lane + 32 * RT_PRE;
 		}
 #pragma unroll 4
