@@ -1165,13 +1165,17 @@ Test(cuda, attention_decode_staged_tiles_equal_unstaged)
 /* The slices merged in one round trip (SARAGOSSA_CUDA_ATTN_MERGE=1) give the bits of the merge
  * that waits for the position (=0); the scratch poisoned first, so a slice past the live rows
  * taken in would show. */
-static void merge_with_poisoned_scratch(int one)
+static void poison_scratch(void)
 {
-	sg_cu_set_attn_merge(one);
 	sg_status st;
 	float *part = sg_cuda_scratch((sg_cuda_backend *)gpu, 64u << 20, &st);
 	cr_assert(part, "%s", sg_last_error());
 	cr_assert_eq(cudaMemset(part, 0xff, 64u << 20), cudaSuccess); /* NaN in every float */
+}
+static void merge_with_poisoned_scratch(int one)
+{
+	sg_cu_set_attn_merge(one);
+	poison_scratch();
 }
 Test(cuda, attention_decode_one_pass_merge_equals_merge)
 {
@@ -1198,10 +1202,7 @@ Test(cuda, attention_decode_v_rows_before_the_wait_equal_after)
 static void cluster_with_poisoned_scratch(int on)
 {
 	sg_cu_set_attn_cluster(on);
-	sg_status st;
-	float *part = sg_cuda_scratch((sg_cuda_backend *)gpu, 64u << 20, &st);
-	cr_assert(part, "%s", sg_last_error());
-	cr_assert_eq(cudaMemset(part, 0xff, 64u << 20), cudaSuccess); /* NaN in every float */
+	poison_scratch();
 }
 Test(cuda, attention_decode_cluster_merge_matches_merge_kernel)
 {
