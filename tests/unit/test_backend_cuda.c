@@ -758,6 +758,23 @@ Test(cuda, moe_down_experts_reading_ids_early_changes_nothing)
 	}
 }
 
+/* One token's buffers of an MoE router stage and its gate/up experts: xn [K], logits [E], ids and
+ * weights [k], the experts' g and u [k][N]. */
+typedef struct {
+	pair xn, rl, ids, w, g, u;
+} moe_bufs;
+static moe_bufs moe_bufs_new(int64_t K, int64_t E, int64_t k, int64_t N)
+{
+	moe_bufs b = {pair_new(SG_TYPE_F32, K, 1, 1, 1), pair_new(SG_TYPE_F32, E, 1, 1, 1), pair_new(SG_TYPE_I32, k, 1, 1, 1),
+	              pair_new(SG_TYPE_F32, k, 1, 1, 1), pair_new(SG_TYPE_F32, N, k, 1, 1), pair_new(SG_TYPE_F32, N, k, 1, 1)};
+	return b;
+}
+static void moe_bufs_free(moe_bufs *b)
+{
+	pair *all[] = {&b->xn, &b->rl, &b->ids, &b->w, &b->g, &b->u};
+	for (int i = 0; i < 6; i++) pair_free(all[i]);
+}
+
 /* The MoE norm + router stage with the feeds_moe hint hands the gate/up experts x already rounded
  * to 8 bits (one token, rows of >= 1024 values): the normalised x, the routing and the experts'
  * outputs are the bits of the unhinted stage, for an F32 and a Q4_K router; and they agree with
@@ -781,9 +798,8 @@ Test(cuda, moe_router_stage_feeding_the_experts_changes_nothing)
 		float *got[2][3];
 		int32_t gid[2][8];
 		for (int hint = 0; hint < 2; hint++) {
-			pair xn = pair_new(SG_TYPE_F32, K, 1, 1, 1), rl = pair_new(SG_TYPE_F32, E, 1, 1, 1),
-			     ids = pair_new(SG_TYPE_I32, k, 1, 1, 1), w = pair_new(SG_TYPE_F32, k, 1, 1, 1),
-			     g = pair_new(SG_TYPE_F32, N, k, 1, 1), u = pair_new(SG_TYPE_F32, N, k, 1, 1);
+			moe_bufs mb = moe_bufs_new(K, E, k, N);
+			pair xn = mb.xn, rl = mb.rl, ids = mb.ids, w = mb.w, g = mb.g, u = mb.u;
 			sg_matmul_multi r = {.x = &x.g, .norm = &nw.g, .eps = 1e-6f, .xn = &xn.g, .nw = 1,
 			                     .w = {&rg}, .y = {&rl.g}, .feeds_moe = hint};
 			cr_assert_eq(sg_backend_matmul_multi(gpu, &r), SG_OK, "%s", sg_last_error());
@@ -803,8 +819,7 @@ Test(cuda, moe_router_stage_feeding_the_experts_changes_nothing)
 				cr_expect(pair_nmse(&g) < NMSE_F32 * 100, "router %s: experts vs the CPU", rwt->name);
 				pair_free(&xr);
 			}
-			pair *all[] = {&xn, &rl, &ids, &w, &g, &u};
-			for (int i = 0; i < 6; i++) pair_free(all[i]);
+			moe_bufs_free(&mb);
 		}
 		cr_expect(memcmp(gid[0], gid[1], sizeof(int32_t) * (size_t)k) == 0, "router %s: ids differ", rwt->name);
 		int64_t n[3] = {K, k, N * k};
@@ -851,9 +866,8 @@ Test(cuda, moe_router_in_one_kernel_matches_the_three)
 		float *got[2][4];
 		int32_t gid[2][8];
 		for (int fused = 0; fused < 2; fused++) {
-			pair xn = pair_new(SG_TYPE_F32, K, 1, 1, 1), rl = pair_new(SG_TYPE_F32, E, 1, 1, 1),
-			     ids = pair_new(SG_TYPE_I32, k, 1, 1, 1), w = pair_new(SG_TYPE_F32, k, 1, 1, 1),
-			     g = pair_new(SG_TYPE_F32, N, k, 1, 1), u = pair_new(SG_TYPE_F32, N, k, 1, 1);
+			moe_bufs mb = moe_bufs_new(K, E, k, N);
+			pair xn = mb.xn, rl = mb.rl, ids = mb.ids, w = mb.w, g = mb.g, u = mb.u;
 			poison(&xn), poison(&rl), poison(&w);
 			cb->moe_router = fused;
 			sg_matmul_multi r = {.x = &x.g, .norm = &nw.g, .eps = 1e-6f, .norm_offset = 1.0f, .xn = &xn.g, .nw = 1,
@@ -862,8 +876,7 @@ Test(cuda, moe_router_in_one_kernel_matches_the_three)
 			cr_assert_eq(sg_backend_moe_glu(gpu, &gg, &ug, &xn.g, &ids.g, SG_ACT_SILU, &g.g, &u.g), SG_OK, "%s", sg_last_error());
 			got[fused][0] = fetch(&xn), got[fused][1] = fetch(&rl), got[fused][2] = fetch(&w), got[fused][3] = fetch(&g);
 			cr_assert_eq(gpu->ops->read(gpu, &ids.g, 0, gid[fused], sizeof(int32_t) * (size_t)k), SG_OK);
-			pair *all[] = {&xn, &rl, &ids, &w, &g, &u};
-			for (int i = 0; i < 6; i++) pair_free(all[i]);
+			moe_bufs_free(&mb);
 		}
 		cb->moe_router = restore;
 		cr_expect(!memcmp(got[0][0], got[1][0], sizeof(float) * (size_t)K), "case %zu: xn differs", c);
