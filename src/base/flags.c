@@ -71,8 +71,8 @@ static const sg_flag table[] = {
 	 "CUDA one-token attention, the tensor-core kernel: the slices of the KV length of one block's query heads run "
 	 "as a thread-block cluster (up to 16) that merges their sums through distributed shared memory: no merge "
 	 "kernel where one cluster holds every slice (caches of up to 1984 rows for 8 blocks a slice), else the "
-	 "slices cut into clusters of 16 and one sum a cluster merged; 0 = the sums through global memory and the "
-	 "merge kernel"},
+	 "slices cut into clusters of 16, one sum a cluster merged, and an idle merge where one cluster holds the "
+	 "live ones (up to 1024 positions); 0 = the sums through global memory and the merge kernel"},
 	{"SARAGOSSA_CUDA_ATTN_PREP", SG_FLAG_BOOL, "1",
 	 "CUDA one-token attention over f16 caches of head dim 64/128/256: the attention kernel normalises and rotates "
 	 "its own query heads and the step's K row and stores the K and V rows (the same bits; one kernel fewer a "

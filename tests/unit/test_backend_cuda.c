@@ -1207,8 +1207,9 @@ Test(cuda, attention_decode_v_rows_before_the_wait_equal_after)
 /* The slices of a block's query heads merged inside a thread-block cluster (SARAGOSSA_CUDA_ATTN_CLUSTER=1)
  * against the merge through global memory (=0), the scratch poisoned with NaN first so a sum read
  * from it that no one wrote shows: one cluster for every slice (no merge kernel: 2, 10 and 16
- * slices, dead blocks in a live cluster at p = 31), whole clusters of 16 merged by the merge kernel
- * (caches of 3000 to 40000 rows, a second cluster partly live at p = 1088), the soft-cap; the
+ * slices), whole clusters of 16 merged by the merge kernel (caches of 3000 to 40000 rows, a second
+ * cluster partly live at p = 1088) or one of them live, with dead blocks (p = 31: the cluster
+ * writes the output, the merge kernel only waits), the soft-cap; the
  * shapes the kernel does not take (head dim 256, 8 query heads a block, the ring) unchanged. The
  * slice counts differ (rounded to whole clusters), so the f16 rounding of the probabilities does:
  * within NMSE_F16. And the cluster kernel really ran: 16 blocks for the Qwen3-8B shape at 1k rows. */
@@ -1226,6 +1227,8 @@ Test(cuda, attention_decode_cluster_merge_matches_merge_kernel)
 	cr_expect_eq(sg_cu_attn_decode_last_cluster(), 16, "the cluster kernel did not take the attention (%d)", sg_cu_attn_decode_last_cluster());
 	feeding_case(1000, 900); /* the output rounded to 8 bits by the cluster itself */
 	cr_expect_eq(sg_cu_attn_decode_last_cluster(), 16, "the cluster kernel did not take the fed attention");
+	feeding_case(4096, 500); /* 4 clusters, one of them live: that one's output, the merge kernel idle */
+	cr_expect_eq(sg_cu_attn_decode_last_cluster(), 16, "the cluster kernel did not take the fed attention (4 clusters)");
 	sg_cu_set_attn_cluster(restore);
 }
 

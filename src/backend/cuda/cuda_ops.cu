@@ -360,6 +360,7 @@ template <int DEC> __global__ void attn_merge_kernel(const sg_cu_attn a)
 		dec_span(a, a.nchunk, lo, hi, chunk);
 		int64_t live = (hi - lo) / chunk + 1;
 		if (a.cl > 1) live = (live + a.cl - 1) / a.cl, nc /= a.cl; /* a cluster's sums for its slices */
+		if (a.cl > 1 && live == 1) return; /* one live cluster wrote the output itself (after the wait above) */
 		nc = live < nc ? (int)live : nc;
 	}
 	const float *pp = a.part + th * (DEC && a.cl > 1 ? a.nchunk / a.cl : a.nchunk) * st;
@@ -404,6 +405,7 @@ __global__ void __launch_bounds__(128) attn_merge1_kernel(const sg_cu_attn a)
 	int ns = a.nchunk;
 	if (a.cl > 1) live = (live + a.cl - 1) / a.cl, ns /= a.cl; /* a cluster's sums for its slices */
 	pdl_wait();
+	if (a.cl > 1 && live == 1) return; /* one live cluster wrote the output itself */
 	int64_t th = blockIdx.x, st = a.hdv + 2;
 	const float *pp = a.part + th * ns * st;
 	const int nc = live < ns ? (int)live : ns, t = (int)threadIdx.x;
@@ -694,18 +696,23 @@ static __device__ __forceinline__ void prep_head(const float *x, const float *nw
  * values of its group read through distributed shared memory, all 3 cl loads in flight at once
  * (one on-chip round trip where the merge kernel costs a launch and two trips to L2), then summed
  * in slice order with the merge kernel's formulas. The second barrier keeps each block's shared
- * memory alive until its readers are done. One cluster for all slices (cl = nchunk): the output
- * itself, rounded to 8 bits when asked; else the cluster's sums into part [H][nchunk / cl] for
- * the merge kernel, which takes them as slices of cl.
+ * memory alive until its readers are done. One cluster for all slices (cl = nchunk), or all the
+ * live ones (the live length within cl slices): the output itself, rounded to 8 bits when asked;
+ * else the cluster's sums into part [H][nchunk / cl] for the merge kernel, which takes them as
+ * slices of cl (and, with one live cluster, only waits).
  */
 namespace cg = cooperative_groups;
 #define DEC_CLUSTER_MAX 16 /* the most blocks of a cluster (non-portable above 8) */
-template <int G> static __device__ void dec_cluster_merge(const sg_cu_attn &a, const float *cp, int h0, int hdv)
+template <int G>
+static __device__ void dec_cluster_merge(const sg_cu_attn &a, const float *cp, int h0, int hdv, int64_t lo, int64_t hi, int64_t chunk)
 {
 	cg::cluster_group cl = cg::this_cluster();
 	cl.sync();
 	const int n = a.cl, r = (int)cl.block_rank(), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int st = hdv + 2, np = a.nchunk / n, ci = blockIdx.y / n;
+	/* the output itself where this cluster holds every live slice (the merge kernel then does
+	 * nothing: it reads the same live length) */
+	const bool final = np == 1 || (hi - lo) / chunk + 1 <= n;
 	for (int grp = r + n * warp; grp < G * hdv / 32; grp += n * DW) { /* whole warps: lane = dim of the group */
 		const int g = grp * 32 / hdv, d = grp * 32 % hdv + lane;
 		float m[DEC_CLUSTER_MAX], l[DEC_CLUSTER_MAX], v[DEC_CLUSTER_MAX];
@@ -728,7 +735,7 @@ template <int G> static __device__ void dec_cluster_merge(const sg_cu_attn &a, c
 				A += v[k] * f;
 			}
 		const int64_t h = h0 + g;
-		if (np == 1) {
+		if (final) {
 			float o = L > 0 ? A / L : 0.0f;
 			a.out[h * hdv + d] = o;
 			if (a.xq) q8_store(o, (h * hdv + d) >> 5, lane, a.xq, a.dx, a.sx);
@@ -748,7 +755,7 @@ template <int G> static __device__ void dec_cluster_dead(const sg_cu_attn &a, fl
 {
 	if (lo + (int64_t)(blockIdx.y / a.cl) * a.cl * chunk > hi) return;
 	for (int i = threadIdx.x; i < G * (hdv + 2); i += DW * 32) cp[i] = i % (hdv + 2) == 0 ? -INFINITY : 0.0f;
-	dec_cluster_merge<G>(a, cp, h0, hdv);
+	dec_cluster_merge<G>(a, cp, h0, hdv, lo, hi, chunk);
 }
 
 /*
@@ -1138,7 +1145,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 			if (d == 0) pp[0] = M, pp[1] = L;
 		}
 	}
-	if constexpr (CL) dec_cluster_merge<G>(a, cpart, h0, hdv);
+	if constexpr (CL) dec_cluster_merge<G>(a, cpart, h0, hdv, lo, hi, chunk);
 }
 
 /* The query heads a decode block takes: the largest of 8, 4, 2, 1 dividing the group (see below). */
