@@ -13,7 +13,7 @@
 #         directly; VOCAB: a GGUF holding a Qwen vocabulary, as for bench/cuda_peer.sh) and a
 #         Qwen3.6-35B-A3B-shaped MLX 4-bit folder of HYBRID_LAYERS layers (no vocabulary needed)
 # ab      bench/flag_ab.sh: SARAGOSSA_CUDA_ATTN_CLUSTER 0 1 on both GGUF files at DEPTHS,
-#         SARAGOSSA_CUDA_MOE_ROUTER 0 1 on the MoE file at DEPTHS, and SARAGOSSA_CUDA_GRAPHS_HYBRID
+#         SARAGOSSA_CUDA_MOE_ROUTER 0 1 2 on the MoE file at DEPTHS, and SARAGOSSA_CUDA_GRAPHS_HYBRID
 #         0 1 on the hybrid folder at 1024 positions
 # env: WORK (/tmp/peer), DEPTHS ("1024 8192"), HYBRID_LAYERS (8), PY (python3 with numpy), OUT (a
 #      folder that also receives the logs and tables; none), SG_BIN (build/saragossa)
@@ -92,7 +92,7 @@ if has ab; then
 		keep "$WORK/ab-cluster-$(basename "$m" .gguf).md"
 	done
 	ts "SARAGOSSA_CUDA_MOE_ROUTER on $(basename "$MOE")"
-	SG_BIN=$SG_BIN bench/flag_ab.sh -m "$MOE" -d "$DEPTHS" SARAGOSSA_CUDA_MOE_ROUTER 0 1 | tee "$WORK/ab-moe-router.md"
+	SG_BIN=$SG_BIN bench/flag_ab.sh -m "$MOE" -d "$DEPTHS" SARAGOSSA_CUDA_MOE_ROUTER 0 1 2 | tee "$WORK/ab-moe-router.md"
 	keep "$WORK/ab-moe-router.md"
 	[ -d "$HYB" ] || { ts "no $HYB: run the models step first"; exit 1; }
 	ts "SARAGOSSA_CUDA_GRAPHS_HYBRID on $(basename "$HYB")"

@@ -155,11 +155,11 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_MOE_DECODE", SG_FLAG_BOOL, "1",
 	 "CUDA one-token MoE matmuls: each slot's expert straight from the routing ids, two rows a warp (0 = the sorting "
 	 "kernel every token count takes)"},
-	{"SARAGOSSA_CUDA_MOE_ROUTER", SG_FLAG_BOOL, "0",
+	{"SARAGOSSA_CUDA_MOE_ROUTER", SG_FLAG_INT, "0",
 	 "CUDA one-token MoE router stage (F32 router of up to 256 experts) as one kernel: a cluster of 8 blocks "
 	 "normalises the row, rounds it for the experts, computes the logits and routes them (three launches of the "
-	 "decode chain in one; off: not yet run on a GPU; 0 = the norm-quantize kernel, the router GEMV and the routing "
-	 "kernel)"},
+	 "decode chain in one); 2 = and then requests the chosen gate/up experts' weights into L2 for the next kernel "
+	 "(off: not yet run on a GPU; 0 = the norm-quantize kernel, the router GEMV and the routing kernel)"},
 	{"SARAGOSSA_CUDA_ROUTE_WARP", SG_FLAG_BOOL, "1",
 	 "CUDA MoE routing of up to 256 experts by one warp holding the probabilities in registers (the same picks and "
 	 "weights; 0 = the shared-memory routing kernel)"},

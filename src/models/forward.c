@@ -226,7 +226,8 @@ static sg_status mlp_block(const sg_model *m, sg_fwd_state *s, int li, int n)
 		                          .w = {&lw->router},
 		                          .y = {&rl},
 		                          .feeds_moe = 1};
-		SG_FWD_OK(sg_backend_moe_router(be, &router, SG_ROUTER_SOFTMAX, k, d->norm_topk_prob, &ids, &w));
+		sg_moe_routing rt = {SG_ROUTER_SOFTMAX, k, d->norm_topk_prob, &ids, &w, &lw->gate_exps, &lw->up_exps};
+		SG_FWD_OK(sg_backend_moe_router(be, &router, &rt));
 		SG_FWD_OK(sg_backend_moe_glu(be, &lw->gate_exps, &lw->up_exps, &h, &ids, d->act, &g, &u));
 		SG_FWD_OK(o->moe_matmul(be, &lw->down_exps, &g, &ids, &ey));
 		if (!d->sandwich_norm) return sg_backend_moe_combine_add(be, &ey, &w, &x, &x, &h);

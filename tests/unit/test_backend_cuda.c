@@ -837,8 +837,9 @@ Test(cuda, moe_router_stage_feeding_the_experts_changes_nothing)
 	free_hw(&wgh), free_hw(&wuh);
 }
 
-/* The router stage as one cluster kernel (SARAGOSSA_CUDA_MOE_ROUTER=1) against the norm-quantize
- * kernel, the router GEMV and the routing kernel it replaces: xn and the gate/up experts' output
+/* The router stage as one cluster kernel (SARAGOSSA_CUDA_MOE_ROUTER=1, and =2: the chosen gate/up
+ * experts requested into L2 after it) against the norm-quantize kernel, the router GEMV and the
+ * routing kernel it replaces: xn and the gate/up experts' output
  * on the 8-bit row it hands on the same bits, the same ids, the logits and weights within f32
  * rounding (they sum in another order); 128 and 256 experts (two rows a warp), K 2048 (each warp's
  * row loaded before the wait) and 4096 (the rest after it), softmax and sigmoid, k 8 and 1,
@@ -863,36 +864,39 @@ Test(cuda, moe_router_in_one_kernel_matches_the_three)
 		sg_btensor rc, rg, gc, gg, uc, ug;
 		bind_both(&rh, &rc, &rg), bind_both(&wgh, &gc, &gg), bind_both(&wuh, &uc, &ug);
 		pair x = pair_rand(K, 1, 1, 1.0f), nw = pair_rand(K, 1, 1, 1.0f);
-		float *got[2][4];
-		int32_t gid[2][8];
-		for (int fused = 0; fused < 2; fused++) {
+		float *got[3][4];
+		int32_t gid[3][8];
+		for (int fused = 0; fused < 3; fused++) { /* the three kernels; one; one with the experts prefetched */
 			moe_bufs mb = moe_bufs_new(K, E, k, N);
 			pair xn = mb.xn, rl = mb.rl, ids = mb.ids, w = mb.w, g = mb.g, u = mb.u;
 			poison(&xn), poison(&rl), poison(&w);
 			cb->moe_router = fused;
 			sg_matmul_multi r = {.x = &x.g, .norm = &nw.g, .eps = 1e-6f, .norm_offset = 1.0f, .xn = &xn.g, .nw = 1,
 			                     .w = {&rg}, .y = {&rl.g}, .feeds_moe = 1};
-			cr_assert_eq(sg_backend_moe_router(gpu, &r, ro, k, cs[c].nrm, &ids.g, &w.g), SG_OK, "%s", sg_last_error());
+			sg_moe_routing rt = {ro, k, cs[c].nrm, &ids.g, &w.g, &gg, &ug};
+			cr_assert_eq(sg_backend_moe_router(gpu, &r, &rt), SG_OK, "%s", sg_last_error());
 			cr_assert_eq(sg_backend_moe_glu(gpu, &gg, &ug, &xn.g, &ids.g, SG_ACT_SILU, &g.g, &u.g), SG_OK, "%s", sg_last_error());
 			got[fused][0] = fetch(&xn), got[fused][1] = fetch(&rl), got[fused][2] = fetch(&w), got[fused][3] = fetch(&g);
 			cr_assert_eq(gpu->ops->read(gpu, &ids.g, 0, gid[fused], sizeof(int32_t) * (size_t)k), SG_OK);
 			moe_bufs_free(&mb);
 		}
 		cb->moe_router = restore;
-		cr_expect(!memcmp(got[0][0], got[1][0], sizeof(float) * (size_t)K), "case %zu: xn differs", c);
-		cr_expect(!memcmp(gid[0], gid[1], sizeof(int32_t) * (size_t)k), "case %zu: ids differ", c);
-		cr_expect(!memcmp(got[0][3], got[1][3], sizeof(float) * (size_t)(N * k)), "case %zu: the experts' output differs", c);
-		double e[2] = {0, 0}, den[2] = {0, 0};
-		int64_t n[2] = {E, k};
-		for (int j = 0; j < 2; j++)
-			for (int64_t i = 0; i < n[j]; i++) {
-				double a = got[0][j + 1][i], b = got[1][j + 1][i];
-				cr_expect(isfinite(b), "case %zu: output %d[%lld] not written", c, j + 1, (long long)i);
-				e[j] += (a - b) * (a - b), den[j] += a * a;
-			}
-		cr_expect(e[0] <= NMSE_F32 * den[0] && e[1] <= NMSE_F32 * den[1], "case %zu: logits nmse %.3g, weights nmse %.3g", c, e[0] / den[0],
-		          e[1] / den[1]);
-		for (int f = 0; f < 2; f++)
+		for (int f = 1; f < 3; f++) {
+			cr_expect(!memcmp(got[0][0], got[f][0], sizeof(float) * (size_t)K), "case %zu mode %d: xn differs", c, f);
+			cr_expect(!memcmp(gid[0], gid[f], sizeof(int32_t) * (size_t)k), "case %zu mode %d: ids differ", c, f);
+			cr_expect(!memcmp(got[0][3], got[f][3], sizeof(float) * (size_t)(N * k)), "case %zu mode %d: the experts' output differs", c, f);
+			double e[2] = {0, 0}, den[2] = {0, 0};
+			int64_t n[2] = {E, k};
+			for (int j = 0; j < 2; j++)
+				for (int64_t i = 0; i < n[j]; i++) {
+					double a = got[0][j + 1][i], b = got[f][j + 1][i];
+					cr_expect(isfinite(b), "case %zu mode %d: output %d[%lld] not written", c, f, j + 1, (long long)i);
+					e[j] += (a - b) * (a - b), den[j] += a * a;
+				}
+			cr_expect(e[0] <= NMSE_F32 * den[0] && e[1] <= NMSE_F32 * den[1], "case %zu mode %d: logits nmse %.3g, weights nmse %.3g", c, f,
+			          e[0] / den[0], e[1] / den[1]);
+		}
+		for (int f = 0; f < 3; f++)
 			for (int j = 0; j < 4; j++) free(got[f][j]);
 		pair_free(&x), pair_free(&nw);
 		gpu->ops->tensor_free(gpu, &rg), cpu->ops->tensor_free(cpu, &rc);

@@ -1013,15 +1013,16 @@ static sg_status cuda_moe_route(sg_backend *be, const sg_btensor *logits, sg_rou
  * sg_cu_moe_router): one token whose normalised row feeds the experts (feeds_moe), an F32 router
  * without bias, the shapes sg_cu_moe_router_ok takes. xn and its 8-bit blocks are handed to the
  * experts as the composition's stage hands them. Anything else: the composition. */
-static sg_status cuda_moe_router(sg_backend *be, const sg_matmul_multi *p, sg_router router, int k, int norm_topk, sg_btensor *ids,
-				 sg_btensor *weights)
+static sg_status cuda_moe_router(sg_backend *be, const sg_matmul_multi *p, const sg_moe_routing *rt)
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_btensor *ids = rt->ids, *weights = rt->weights;
+	int k = rt->k;
 	const sg_btensor *w = p->nw == 1 ? p->w[0] : NULL;
 	int64_t K = p->x->ne[0], E = w ? sg_btensor_rows(w) : 0;
 	if (!cb->moe_router || !cb->fused || !cb->q8x || !w || w->type != SG_TYPE_F32 || w->ne[0] != K || !p->norm || !p->xn || !p->feeds_moe ||
 	    p->bias[0] || p->glu || p->residual || sg_btensor_rows(p->x) != 1 || !sg_cu_moe_router_ok(K, E, k))
-		return sg_backend_moe_router_compose(be, p, router, k, norm_topk, ids, weights);
+		return sg_backend_moe_router_compose(be, p, rt);
 	sg_status st;
 	if ((st = check_f32("moe_router", "x", p->x)) || (st = check_f32("moe_router", "norm", p->norm)) || (st = check_f32("moe_router", "xn", p->xn)) ||
 	    (st = check_f32("moe_router", "y", p->y[0])) || (st = check_i32("moe_router", "ids", ids)) || (st = check_f32("moe_router", "weights", weights)))
@@ -1032,11 +1033,16 @@ static sg_status cuda_moe_router(sg_backend *be, const sg_matmul_multi *p, sg_ro
 				(long long)K, (long long)p->norm->ne[0], (long long)sg_btensor_rows(p->xn), (long long)p->xn->ne[0],
 				(long long)sg_btensor_rows(p->y[0]), (long long)p->y[0]->ne[0], (long long)E, (long long)sg_btensor_rows(ids),
 				(long long)ids->ne[0], k);
-	if (!q8a_fit(cb, K)) return sg_backend_moe_router_compose(be, p, router, k, norm_topk, ids, weights);
+	if (!q8a_fit(cb, K)) return sg_backend_moe_router_compose(be, p, rt);
 	sg_cu_router r = {.x = p->x->data, .norm_w = p->norm->data, .eps = p->eps, .off = p->norm_offset, .K = K, .E = E, .xn = p->xn->data,
-			  .w = w->data, .y = p->y[0]->data, .sigmoid = router == SG_ROUTER_SIGMOID, .k = k, .norm_topk = norm_topk,
+			  .w = w->data, .y = p->y[0]->data, .sigmoid = rt->router == SG_ROUTER_SIGMOID, .k = k, .norm_topk = rt->norm_topk,
 			  .ids = ids->data, .weights = weights->data};
 	sg_cu_q8_split(cb->q8a, K, &r.xq, &r.dx, &r.sx);
+	/* =2: the chosen gate and up experts' weights requested into L2 once the ids are known */
+	const sg_btensor *pf[2] = {rt->w_gate, rt->w_up};
+	for (int i = 0; i < 2 && cb->moe_router == 2; i++)
+		if (pf[i] && pf[i]->data && pf[i]->ne[2] == E) /* expert e: rows [e F, e F + F), contiguous */
+			r.pf[i] = pf[i]->data, r.pf_bytes[i] = (size_t)pf[i]->ne[1] * pf[i]->row_bytes;
 	cb->moe_ids_done = NULL; /* ids rewritten */
 	CU_RET("moe_router", sg_cu_moe_router(&r, S(cb)));
 	cb->q8a_of = p->xn->data; /* the experts' activations, rounded */
@@ -1343,7 +1349,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	cb->q8x = sg_flag_bool("SARAGOSSA_CUDA_Q8X");
 	cb->gemm_f16 = sg_flag_bool("SARAGOSSA_CUDA_GEMM_F16");
 	cb->fused = sg_flag_bool("SARAGOSSA_CUDA_FUSED");
-	cb->moe_router = sg_flag_bool("SARAGOSSA_CUDA_MOE_ROUTER");
+	cb->moe_router = (int)sg_flag_int("SARAGOSSA_CUDA_MOE_ROUTER");
 	sg_cu_set_moe_ids_early(sg_flag_bool("SARAGOSSA_CUDA_MOE_IDS_EARLY"));
 	cb->moe_gemm = (int)sg_flag_int("SARAGOSSA_CUDA_MOE_GEMM");
 	sg_cu_set_gemv_rows((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_ROWS"));

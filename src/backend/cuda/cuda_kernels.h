@@ -154,6 +154,8 @@ typedef struct sg_cu_router {
 	int sigmoid, k, norm_topk;
 	int32_t *ids;            /* [k] */
 	float *weights;          /* [k] */
+	const uint8_t *pf[2];    /* NULL, or experts [E] of pf_bytes each: the chosen ones requested into L2 after */
+	size_t pf_bytes[2];
 } sg_cu_router;
 int sg_cu_moe_router_ok(int64_t K, int64_t E, int k);
 int sg_cu_moe_router(const sg_cu_router *r, sg_custream s);

@@ -1601,7 +1601,8 @@ __global__ void __launch_bounds__(32)
  * kernel does); its warps take router rows r per + w, r per + w + 16, ... (per = E / RT_CL rounded
  * up), one warp a row, the logits into y and the block's shared memory. After the cluster's
  * barrier one warp of rank 0 reads the E logits through distributed shared memory and routes them
- * (route_warp); the second barrier keeps the blocks' shared memory until it is done. The logits
+ * (route_warp); the second barrier keeps the blocks' shared memory until it is done (and, with
+ * r.pf, hands every block the ids, whose experts' weights it then requests into L2). The logits
  * sum in another order than the router GEMV's, so they (and a routing decided within that
  * rounding) may differ from the three kernels'; xn and the 8-bit blocks are their bits.
  */
@@ -1672,7 +1673,18 @@ __global__ void __launch_bounds__(RT_THREADS) moe_router_kernel(const sg_cu_rout
 		}
 		route_warp(p, E, r.sigmoid, r.k, r.norm_topk, r.ids, r.weights);
 	}
-	cl.sync();
+	cl.sync(); /* also makes rank 0's ids visible to the cluster */
+	/* =2: the chosen experts of the next kernel (gate, up) requested into L2, a 128-byte line a
+	 * thread at a time over the cluster's threads, so their DRAM reads start before that kernel
+	 * has waited for this one */
+	const int64_t t = (int64_t)rank * RT_THREADS + threadIdx.x, nt = (int64_t)RT_CL * RT_THREADS;
+	for (int i = 0; i < 2; i++) {
+		if (!r.pf[i]) continue;
+		for (int s = 0; s < r.k; s++) {
+			const int32_t e = __ldcg(r.ids + s);
+			if (e >= 0 && e < E) l2_prefetch(r.pf[i] + (size_t)e * r.pf_bytes[i], r.pf_bytes[i], (int)t, (int)nt);
+		}
+	}
 }
 
 /* 1 if the fused router stage takes these shapes here: K a multiple of 32 of 1024..8192 (the
