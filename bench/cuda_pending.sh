@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # The GPU checks and measurements of the CUDA switches that are off by default because they were
-# written and unit-tested on a machine without a GPU. Run on a machine with one, from the repository
-# root, in parts when a command's time is limited (STEPS picks them, in this order):
-#   STEPS="build tests" bash bench/cuda_pending.sh
-#   STEPS="models ab" VOCAB=ggml-vocab-qwen2.gguf bash bench/cuda_pending.sh
-# build   make CUDA=1 (all cores)
+# written and unit-tested on a machine without a GPU. Run from the repository root, in parts when a
+# command's time is limited (STEPS picks them, in this order):
+#   STEPS=pack bash bench/cuda_pending.sh                      (where nvcc links; no GPU needed)
+#   STEPS="unpack tests" bash bench/cuda_pending.sh            (on the GPU machine)
+#   STEPS="unpack models ab" VOCAB=ggml-vocab-qwen2.gguf bash bench/cuda_pending.sh
+# pack    make CUDA=1, then build/gpu.tar.xz: saragossa and test_unit stripped, and the shared
+#         libraries they load outside the C runtime (a bare CUDA image lacks jansson, curl, pcre2,
+#         criterion, ...), about 25 MB; take it to a GPU machine whose image cannot build the project
+# unpack  build/gpu.tar.xz into build/gpu: the later steps then run build/gpu's binaries with
+#         LD_LIBRARY_PATH=build/gpu/lib
+# build   make CUDA=1 (all cores) on a machine that has the project's dependencies
 # tests   the CUDA unit tests (build/test_unit --filter 'cuda*/*': the cluster merge against the
 #         merge kernel, the one-kernel MoE router against the three, hybrid graph replay
-#         bit-identical to per-op, and every older one), then compute-sanitizer memcheck and
-#         racecheck on the two cluster tests where the tool is found
+#         bit-identical to per-op, and every older one), the parity suite on the GPU
+#         (tests/e2e/test_parity*.py, python3 with numpy and pytest), then compute-sanitizer
+#         memcheck and racecheck on the two cluster tests where the tool is found
 # models  random-weight files in WORK: Qwen3-8B and Qwen3-30B-A3B shapes as Q4_K_M GGUF (written
 #         directly; VOCAB: a GGUF holding a Qwen vocabulary, as for bench/cuda_peer.sh) and a
 #         Qwen3.6-35B-A3B-shaped MLX 4-bit folder of HYBRID_LAYERS layers (no vocabulary needed)
@@ -16,7 +23,8 @@
 #         SARAGOSSA_CUDA_MOE_ROUTER 0 1 2 on the MoE file at DEPTHS, and SARAGOSSA_CUDA_GRAPHS_HYBRID
 #         0 1 on the hybrid folder at 1024 positions
 # env: WORK (/tmp/peer), DEPTHS ("1024 8192"), HYBRID_LAYERS (8), PY (python3 with numpy), OUT (a
-#      folder that also receives the logs and tables; none), SG_BIN (build/saragossa)
+#      folder that also receives the logs and tables; none), SG_BIN (build/saragossa, build/gpu's
+#      after unpack), TEST_BIN (build/test_unit, likewise)
 # A switch that measures faster and passes its tests becomes its flag's default in src/base/flags.c,
 # with the numbers in bench/RESULTS.md.
 set -euo pipefail
@@ -27,6 +35,7 @@ DEPTHS=${DEPTHS:-1024 8192}
 HYBRID_LAYERS=${HYBRID_LAYERS:-8}
 PY=${PY:-python3}
 SG_BIN=${SG_BIN:-build/saragossa}
+TEST_BIN=${TEST_BIN:-build/test_unit}
 OUT=${OUT:-}
 export PYTHONUNBUFFERED=1
 T0=$SECONDS
@@ -38,6 +47,30 @@ DENSE="$WORK/qwen3-8b-random-36l-Q4_K_M.gguf"
 MOE="$WORK/qwen3-30b-a3b-random-48l-Q4_K_M.gguf"
 HYB="$WORK/qwen36-random-${HYBRID_LAYERS}l"
 
+if has pack; then
+	ts "build (CUDA=1) and pack"
+	make -j"$(nproc)" CUDA=1 build/saragossa build/test_unit >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; exit 1; }
+	rm -rf build/gpu build/gpu.tar.xz
+	mkdir -p build/gpu/lib
+	strip -o build/gpu/saragossa build/saragossa
+	strip -o build/gpu/test_unit build/test_unit
+	ldd build/saragossa build/test_unit | awk '/=> \// {print $3}' | sort -u |
+		grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libresolv)\.so' | xargs -r cp -L -t build/gpu/lib
+	tar -C build -cJf build/gpu.tar.xz gpu
+	rm -rf build/gpu
+	ts "build/gpu.tar.xz: $(du -h build/gpu.tar.xz | cut -f1)"
+fi
+
+if has unpack; then
+	[ -f build/gpu.tar.xz ] || { ts "no build/gpu.tar.xz: run the pack step first"; exit 1; }
+	rm -rf build/gpu
+	tar -C build -xJf build/gpu.tar.xz
+fi
+if [ -x build/gpu/saragossa ]; then
+	SG_BIN=build/gpu/saragossa TEST_BIN=build/gpu/test_unit
+	export LD_LIBRARY_PATH="$PWD/build/gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+
 if has build; then
 	ts "build (CUDA=1)"
 	make -j"$(nproc)" CUDA=1 build/saragossa build/test_unit >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; exit 1; }
@@ -46,15 +79,19 @@ fi
 if has tests; then
 	ts "CUDA unit tests"
 	rc=0
-	build/test_unit --jobs=1 --filter 'cuda*/*' >"$WORK/tests.log" 2>&1 || rc=$?
-	keep "$WORK/tests.log"
+	"$TEST_BIN" --jobs=1 --filter 'cuda*/*' >"$WORK/tests.log" 2>&1 || rc=$?
 	grep -E 'Synthesis|FAIL|CRASH|skipp' "$WORK/tests.log" | tail -20
+	ts "parity on the GPU (eval, SARAGOSSA_BACKEND=cuda)"
+	SARAGOSSA_BACKEND=cuda SARAGOSSA_BIN="$PWD/$SG_BIN" "$PY" -m pytest -q -p no:cacheprovider tests/e2e/test_parity.py \
+		tests/e2e/test_parity_hybrid.py >>"$WORK/tests.log" 2>&1 || rc=$?
+	tail -3 "$WORK/tests.log"
+	keep "$WORK/tests.log"
 	if command -v compute-sanitizer >/dev/null; then
 		: >"$WORK/sanitizer.log"
 		for tool in memcheck racecheck; do
 			for t in attention_decode_cluster_merge_matches_merge_kernel moe_router_in_one_kernel_matches_the_three; do
 				ts "compute-sanitizer $tool: $t" | tee -a "$WORK/sanitizer.log"
-				compute-sanitizer --tool "$tool" --error-exitcode 9 build/test_unit --jobs=1 \
+				compute-sanitizer --tool "$tool" --error-exitcode 9 "$TEST_BIN" --jobs=1 \
 					--filter "cuda/$t" >"$WORK/sanitizer-one.log" 2>&1 || rc=$?
 				cat "$WORK/sanitizer-one.log" >>"$WORK/sanitizer.log"
 				grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Synthesis' "$WORK/sanitizer-one.log" | tail -3
