@@ -22,7 +22,8 @@
 # ab      bench/flag_ab.sh: SARAGOSSA_CUDA_ATTN_CLUSTER 0 1 on both GGUF files at DEPTHS,
 #         SARAGOSSA_CUDA_MOE_ROUTER 0 1 2 on the MoE file at DEPTHS, and SARAGOSSA_CUDA_GRAPHS_HYBRID
 #         0 1 on the hybrid folder at 1024 positions
-# env: WORK (/tmp/peer), DEPTHS ("1024 8192"), HYBRID_LAYERS (8), PY (python3 with numpy), OUT (a
+# env: AB ("cluster router hybrid": which of the ab step's runs; each takes a few minutes, so under
+#      a 10-minute limit give them one or two at a time), WORK (/tmp/peer), DEPTHS ("1024 8192"), HYBRID_LAYERS (8), PY (python3 with numpy), OUT (a
 #      folder that also receives the logs and tables; none), SG_BIN (build/saragossa, build/gpu's
 #      after unpack), TEST_BIN (build/test_unit, likewise)
 # A switch that measures faster and passes its tests becomes its flag's default in src/base/flags.c,
@@ -30,6 +31,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-build tests models ab}
+AB=${AB:-cluster router hybrid}
 WORK=${WORK:-/tmp/peer}
 DEPTHS=${DEPTHS:-1024 8192}
 HYBRID_LAYERS=${HYBRID_LAYERS:-8}
@@ -42,6 +44,7 @@ T0=$SECONDS
 ts() { echo "[$(date +%H:%M:%S) +$((SECONDS - T0))s] $*"; }
 keep() { [ -z "$OUT" ] || { mkdir -p "$OUT" && cp "$1" "$OUT/"; }; }
 has() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+ab() { case " $AB " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 mkdir -p "$WORK"
 DENSE="$WORK/qwen3-8b-random-36l-Q4_K_M.gguf"
 MOE="$WORK/qwen3-30b-a3b-random-48l-Q4_K_M.gguf"
@@ -123,17 +126,26 @@ fi
 
 if has ab; then
 	for m in "$DENSE" "$MOE"; do
+		ab cluster || ab router || break
 		[ -f "$m" ] || { ts "no $m: run the models step first"; exit 1; }
-		ts "SARAGOSSA_CUDA_ATTN_CLUSTER on $(basename "$m")"
-		SG_BIN=$SG_BIN bench/flag_ab.sh -m "$m" -d "$DEPTHS" SARAGOSSA_CUDA_ATTN_CLUSTER 0 1 | tee "$WORK/ab-cluster-$(basename "$m" .gguf).md"
-		keep "$WORK/ab-cluster-$(basename "$m" .gguf).md"
 	done
-	ts "SARAGOSSA_CUDA_MOE_ROUTER on $(basename "$MOE")"
-	SG_BIN=$SG_BIN bench/flag_ab.sh -m "$MOE" -d "$DEPTHS" SARAGOSSA_CUDA_MOE_ROUTER 0 1 2 | tee "$WORK/ab-moe-router.md"
-	keep "$WORK/ab-moe-router.md"
-	[ -d "$HYB" ] || { ts "no $HYB: run the models step first"; exit 1; }
-	ts "SARAGOSSA_CUDA_GRAPHS_HYBRID on $(basename "$HYB")"
-	SG_BIN=$SG_BIN bench/flag_ab.sh -m "$HYB" -d 1024 SARAGOSSA_CUDA_GRAPHS_HYBRID 0 1 | tee "$WORK/ab-graphs-hybrid.md"
-	keep "$WORK/ab-graphs-hybrid.md"
+	if ab cluster; then
+		for m in "$DENSE" "$MOE"; do
+			ts "SARAGOSSA_CUDA_ATTN_CLUSTER on $(basename "$m")"
+			SG_BIN=$SG_BIN bench/flag_ab.sh -m "$m" -d "$DEPTHS" SARAGOSSA_CUDA_ATTN_CLUSTER 0 1 | tee "$WORK/ab-cluster-$(basename "$m" .gguf).md"
+			keep "$WORK/ab-cluster-$(basename "$m" .gguf).md"
+		done
+	fi
+	if ab router; then
+		ts "SARAGOSSA_CUDA_MOE_ROUTER on $(basename "$MOE")"
+		SG_BIN=$SG_BIN bench/flag_ab.sh -m "$MOE" -d "$DEPTHS" SARAGOSSA_CUDA_MOE_ROUTER 0 1 2 | tee "$WORK/ab-moe-router.md"
+		keep "$WORK/ab-moe-router.md"
+	fi
+	if ab hybrid; then
+		[ -d "$HYB" ] || { ts "no $HYB: run the models step first"; exit 1; }
+		ts "SARAGOSSA_CUDA_GRAPHS_HYBRID on $(basename "$HYB")"
+		SG_BIN=$SG_BIN bench/flag_ab.sh -m "$HYB" -d 1024 SARAGOSSA_CUDA_GRAPHS_HYBRID 0 1 | tee "$WORK/ab-graphs-hybrid.md"
+		keep "$WORK/ab-graphs-hybrid.md"
+	fi
 fi
 ts "done"
