@@ -343,6 +343,14 @@ static __device__ __forceinline__ void dec_span(const sg_cu_attn &a, int nsplit,
 	chunk = chunk < 64 ? 64 : (chunk + 31) & ~(int64_t)31;
 }
 
+/* The sums of a head a one-token merge reads: ns, one a slice, or with clusters (a.cl > 1) one a
+ * cluster of a.cl slices; live becomes the count of those holding live rows. */
+static __device__ __forceinline__ void dec_sums(const sg_cu_attn &a, int64_t &live, int &ns)
+{
+	ns = a.nchunk;
+	if (a.cl > 1) live = (live + a.cl - 1) / a.cl, ns /= a.cl;
+}
+
 /* Merges the chunks of each (token, head): the chunks' weights exp(M_c - M) are found once, in
  * parallel, then each output dim sums its chunks in chunk order with independent loads. DEC (the
  * one-token decode kernel's slices): only the live slices, which are all its kernel wrote (the
@@ -354,16 +362,16 @@ template <int DEC> __global__ void attn_merge_kernel(const sg_cu_attn a)
 	pdl_trigger();
 	pdl_wait();
 	int64_t th = blockIdx.x, st = a.hdv + 2;
-	int nc = a.nchunk;
+	int ns = a.nchunk, nc = ns;
 	if (DEC) {
 		int64_t lo, hi, chunk;
 		dec_span(a, a.nchunk, lo, hi, chunk);
 		int64_t live = (hi - lo) / chunk + 1;
-		if (a.cl > 1) live = (live + a.cl - 1) / a.cl, nc /= a.cl; /* a cluster's sums for its slices */
+		dec_sums(a, live, ns);
 		if (a.cl > 1 && live == 1) return; /* one live cluster wrote the output itself (after the wait above) */
-		nc = live < nc ? (int)live : nc;
+		nc = live < ns ? (int)live : ns;
 	}
-	const float *pp = a.part + th * (DEC && a.cl > 1 ? a.nchunk / a.cl : a.nchunk) * st;
+	const float *pp = a.part + th * ns * st;
 	float M = -INFINITY;
 	for (int c = threadIdx.x; c < nc; c += blockDim.x) M = fmaxf(M, pp[c * st]);
 	M = block_max(M);
@@ -402,8 +410,8 @@ __global__ void __launch_bounds__(128) attn_merge1_kernel(const sg_cu_attn a)
 	int64_t lo, hi, chunk;
 	dec_span(a, a.nchunk, lo, hi, chunk);
 	int64_t live = (hi - lo) / chunk + 1;
-	int ns = a.nchunk;
-	if (a.cl > 1) live = (live + a.cl - 1) / a.cl, ns /= a.cl; /* a cluster's sums for its slices */
+	int ns;
+	dec_sums(a, live, ns);
 	pdl_wait();
 	if (a.cl > 1 && live == 1) return; /* one live cluster wrote the output itself */
 	int64_t th = blockIdx.x, st = a.hdv + 2;
@@ -1168,28 +1176,35 @@ extern "C" int sg_cu_attn_decode_ok(const sg_cu_attn *a)
 	       a->ctx < INT32_MAX && dec_smem(dec_group(a), a->hd, a->hdv) <= 48 * 1024;
 }
 
+/* 1 if at least one cluster of dims cl of kernel k (threads a block, smem bytes of dynamic shared
+ * memory each) fits the GPU; a failed query is cleared and counts as no. */
+template <typename K> static int clusters_fit(K k, dim3 cl, unsigned threads, size_t smem)
+{
+	cudaLaunchConfig_t cfg = {};
+	cudaLaunchAttribute at;
+	at.id = cudaLaunchAttributeClusterDimension;
+	at.val.clusterDim.x = cl.x, at.val.clusterDim.y = cl.y, at.val.clusterDim.z = cl.z;
+	cfg.gridDim = cl;
+	cfg.blockDim = dim3(threads);
+	cfg.dynamicSmemBytes = smem;
+	cfg.attrs = &at;
+	cfg.numAttrs = 1;
+	int n = 0;
+	if (cudaOccupancyMaxActiveClusters(&n, k, &cfg) == cudaSuccess && n > 0) return 1;
+	(void)cudaGetLastError();
+	return 0;
+}
+
 /* Whether the cluster kernel (G query heads a block, dynamic shared memory smem, clusters of cl
  * blocks) can run here: its attributes set and at least one such cluster fits the GPU; asked once
  * a cluster size (ready[cl]: 1 yes, -1 no). */
 template <typename K> static int cluster_ready(K k, size_t smem, int cl, signed char *ready)
 {
 	if (!ready[cl]) {
-		cudaLaunchConfig_t cfg = {};
-		cudaLaunchAttribute at;
-		at.id = cudaLaunchAttributeClusterDimension;
-		at.val.clusterDim.x = 1, at.val.clusterDim.y = (unsigned)cl, at.val.clusterDim.z = 1;
-		cfg.gridDim = dim3(1, (unsigned)cl);
-		cfg.blockDim = dim3(DW * 32);
-		cfg.dynamicSmemBytes = smem;
-		cfg.attrs = &at;
-		cfg.numAttrs = 1;
-		int n = 0;
-		ready[cl] = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess &&
-		                    cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
-		                    cudaOccupancyMaxActiveClusters(&n, k, &cfg) == cudaSuccess && n > 0
-		            ? 1
-		            : -1;
-		if (ready[cl] < 0) (void)cudaGetLastError();
+		int ok = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess &&
+		         cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+		if (!ok) (void)cudaGetLastError();
+		ready[cl] = ok && clusters_fit(k, dim3(1, (unsigned)cl), DW * 32, smem) ? 1 : -1;
 	}
 	return ready[cl] > 0;
 }
@@ -1303,7 +1318,9 @@ extern "C" int sg_cu_attn_prep_ok(const sg_cu_attn *a)
 
 /* The cluster size the slices of a one-token attention take (SARAGOSSA_CUDA_ATTN_CLUSTER), 0 for
  * none: the tensor-core kernel's shapes and switches (as dec_wide chooses it), at least 2 slices,
- * and all of them in one cluster (up to 16) or a whole number of clusters of 16. */
+ * and all of them in one cluster (up to 16) or a whole number of clusters of 16. It only asks:
+ * dec_wide returns the size it launched with, and the merge reads that one, so a kernel that
+ * cannot take clusters here (cluster_ready) costs nothing but the slice rounding. */
 static int dec_cluster(const sg_cu_attn *a)
 {
 	int G = dec_group(a);
@@ -1696,20 +1713,7 @@ extern "C" int sg_cu_moe_router_ok(int64_t K, int64_t E, int k)
 {
 	if (K % 32 || K < 1024 || K > 8192 || E < 1 || E > 32 * ROUTE_PER || k < 1 || k > E) return 0;
 	static int ready; /* 1 = a cluster fits, -1 = it does not */
-	if (!ready) {
-		cudaLaunchConfig_t cfg = {};
-		cudaLaunchAttribute at;
-		at.id = cudaLaunchAttributeClusterDimension;
-		at.val.clusterDim.x = RT_CL, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
-		cfg.gridDim = dim3(RT_CL);
-		cfg.blockDim = dim3(RT_THREADS);
-		cfg.dynamicSmemBytes = rt_smem(8192, 32 * ROUTE_PER);
-		cfg.attrs = &at;
-		cfg.numAttrs = 1;
-		int n = 0;
-		ready = cudaOccupancyMaxActiveClusters(&n, moe_router_kernel, &cfg) == cudaSuccess && n > 0 ? 1 : -1;
-		if (ready < 0) (void)cudaGetLastError();
-	}
+	if (!ready) ready = clusters_fit(moe_router_kernel, dim3(RT_CL), RT_THREADS, rt_smem(8192, 32 * ROUTE_PER)) ? 1 : -1;
 	return ready > 0;
 }
 
