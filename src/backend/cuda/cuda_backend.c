@@ -1021,7 +1021,8 @@ static sg_status cuda_moe_router(sg_backend *be, const sg_matmul_multi *p, const
 	const sg_btensor *w = p->nw == 1 ? p->w[0] : NULL;
 	int64_t K = p->x->ne[0], E = w ? sg_btensor_rows(w) : 0;
 	if (!cb->moe_router || !cb->fused || !cb->q8x || !w || w->type != SG_TYPE_F32 || w->ne[0] != K || !p->norm || !p->xn || !p->feeds_moe ||
-	    p->bias[0] || p->glu || p->residual || sg_btensor_rows(p->x) != 1 || !sg_cu_moe_router_ok(K, E, k))
+	    p->bias[0] || p->glu || p->residual || sg_btensor_rows(p->x) != 1 || ((uintptr_t)p->x->data & 15) || ((uintptr_t)w->data & 15) ||
+	    !sg_cu_moe_router_ok(K, E, k))
 		return sg_backend_moe_router_compose(be, p, rt);
 	sg_status st;
 	if ((st = check_f32("moe_router", "x", p->x)) || (st = check_f32("moe_router", "norm", p->norm)) || (st = check_f32("moe_router", "xn", p->xn)) ||

@@ -1611,12 +1611,13 @@ __global__ void __launch_bounds__(32)
  * SARAGOSSA_CUDA_MOE_ROUTER: one token's MoE router stage in one launch, a cluster of RT_CL blocks
  * of RT_THREADS threads in place of the norm-quantize kernel, the router GEMV and the routing
  * kernel (two launches' drain and wait fewer in the decode chain). Before the wait each warp loads
- * its first router row (weights: nothing writes them) into registers, whole for K <= 4 * 32 *
- * RT_PRE. After it every block normalises the whole row (block_sumsq at the norm-quantize kernel's
- * 512 threads and its expressions: its bits) into shared memory; block r writes the 32-value
- * blocks r, r + RT_CL, ... of xn and their 8-bit rounding for the experts (q8_store, as that
- * kernel does); its warps take router rows r per + w, r per + w + 16, ... (per = E / RT_CL rounded
- * up), one warp a row, the logits into y and the block's shared memory. After the cluster's
+ * the first RT_ROW values of its first router row (weights: nothing writes them) into registers,
+ * where rows hold that many (a shorter row is read after the wait). After it every block
+ * normalises the whole row (block_sumsq at the norm-quantize kernel's 512 threads and its
+ * expressions: its bits) into shared memory; block r writes the 32-value blocks r, r + RT_CL,
+ * ... of xn and their 8-bit rounding for the experts (q8_store, as that kernel does); its warps
+ * take router rows r per + w, r per + w + 16, ... (per = E / RT_CL rounded up), one warp a row,
+ * the logits into y and the block's shared memory. After the cluster's
  * barrier one warp of rank 0 reads the E logits through distributed shared memory and routes them
  * (route_warp); the second barrier keeps the blocks' shared memory until it is done (and, with
  * r.pf, hands every block the ids, whose experts' weights it then requests into L2). The logits
@@ -1626,12 +1627,13 @@ __global__ void __launch_bounds__(32)
 #define RT_CL 8       /* blocks of the cluster (portable size) */
 #define RT_THREADS 512 /* the norm-quantize kernel's block: the same sum of squares */
 #define RT_PRE 16     /* float4s of a row a lane loads before the wait */
+#define RT_ROW (4 * 32 * RT_PRE) /* the floats of that part of a row */
 __global__ void __launch_bounds__(RT_THREADS) moe_router_kernel(const sg_cu_router r)
 {
 	extern __shared__ float4 rt_sm4[];
-	float *xs = (float *)rt_sm4; /* [K] the normalised row */
 	const int64_t K = r.K, E = r.E, per = (E + RT_CL - 1) / RT_CL;
-	float *ls = xs + K; /* [per] this block's logits */
+	float *xs = (float *)rt_sm4; /* [K] the normalised row */
+	float *ls = xs + K;          /* [per] this block's logits */
 	cg::cluster_group cl = cg::this_cluster();
 	const int rank = (int)cl.block_rank(), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int64_t e0 = rank * per, e1 = min(E, e0 + per);
@@ -1643,7 +1645,7 @@ __global__ void __launch_bounds__(RT_THREADS) moe_router_kernel(const sg_cu_rout
 #pragma unroll
 		for (int j = 0; j < RT_PRE; j++) {
 			const int64_t i = lane + 32 * j;
-			wp[j] = e < e1 && i < K / 4 ? __ldg(w4 + i) : make_float4(0, 0, 0, 0);
+			wp[j] = e < e1 && K >= RT_ROW ? __ldg(w4 + i) : make_float4(0, 0, 0, 0);
 		}
 	}
 	pdl_wait();
@@ -1663,13 +1665,12 @@ __global__ void __launch_bounds__(RT_THREADS) moe_router_kernel(const sg_cu_rout
 		float acc = 0.0f;
 		const float4 *w4 = (const float4 *)(r.w + e * K);
 		int64_t i = lane;
-		if (e == e0 + warp) { /* the row loaded before the wait */
+		if (e == e0 + warp && K >= RT_ROW) { /* the row's part loaded before the wait (a shorter row: all of it after) */
 #pragma unroll
-			for (int j = 0; j < RT_PRE; j++)
-				if (lane + 32 * j < K / 4) { /* a shorter row: no read past it */
-					const float4 a = wp[j], b = x4[lane + 32 * j];
-					acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-				}
+			for (int j = 0; j < RT_PRE; j++) {
+				const float4 a = wp[j], b = x4[lane + 32 * j];
+				acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+			}
 			i = lane + 32 * RT_PRE;
 		}
 #pragma unroll 4
@@ -1694,13 +1695,11 @@ __global__ void __launch_bounds__(RT_THREADS) moe_router_kernel(const sg_cu_rout
 	/* =2: the chosen experts of the next kernel (gate, up) requested into L2, a 128-byte line a
 	 * thread at a time over the cluster's threads, so their DRAM reads start before that kernel
 	 * has waited for this one */
-	const int64_t t = (int64_t)rank * RT_THREADS + threadIdx.x, nt = (int64_t)RT_CL * RT_THREADS;
-	for (int i = 0; i < 2; i++) {
-		if (!r.pf[i]) continue;
-		for (int s = 0; s < r.k; s++) {
-			const int32_t e = __ldcg(r.ids + s);
-			if (e >= 0 && e < E) l2_prefetch(r.pf[i] + (size_t)e * r.pf_bytes[i], r.pf_bytes[i], (int)t, (int)nt);
-		}
+	const int t = rank * RT_THREADS + (int)threadIdx.x, nt = RT_CL * RT_THREADS;
+	for (int s = 0; s < r.k && (r.pf[0] || r.pf[1]); s++) {
+		const int32_t e = __ldcg(r.ids + s);
+		for (int i = 0; i < 2 && e >= 0 && e < E; i++)
+			if (r.pf[i]) l2_prefetch(r.pf[i] + (size_t)e * r.pf_bytes[i], r.pf_bytes[i], t, nt);
 	}
 }
 
