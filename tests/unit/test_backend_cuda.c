@@ -841,9 +841,9 @@ Test(cuda, moe_router_stage_feeding_the_experts_changes_nothing)
  * experts requested into L2 after it) against the norm-quantize kernel, the router GEMV and the
  * routing kernel it replaces: xn and the gate/up experts' output
  * on the 8-bit row it hands on the same bits, the same ids, the logits and weights within f32
- * rounding (they sum in another order); 128 and 256 experts (two rows a warp), K 2048 (each warp's
- * row loaded before the wait) and 4096 (the rest after it), softmax and sigmoid, k 8 and 1,
- * normalised or not. */
+ * rounding (they sum in another order); 128 and 256 experts (two rows a warp) and 60 (a last block
+ * of 4 rows), K 2048 (each warp's row loaded before the wait), 4096 (the rest after it) and 1024
+ * (all of it after), softmax and sigmoid, k 8, 4 and 1, normalised or not. */
 Test(cuda, moe_router_in_one_kernel_matches_the_three)
 {
 	struct {
