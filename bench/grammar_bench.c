@@ -11,9 +11,9 @@
 #include <time.h>
 
 #include "base/timer.h"
-#include "text/grammar.h"
-#include "text/json_schema.h"
-#include "text/token_trie.h"
+#include "text/grammar/grammar.h"
+#include "text/grammar/json_schema.h"
+#include "text/grammar/token_trie.h"
 
 typedef struct {
 	uint8_t **tok;

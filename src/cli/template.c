@@ -8,7 +8,7 @@
 #include "base/json.h"
 #include "cli/cli.h"
 #include "saragossa.h"
-#include "text/chat_template.h"
+#include "text/template/chat_template.h"
 
 #define MAX_INPUT (256u << 20)
 

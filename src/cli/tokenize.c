@@ -19,7 +19,7 @@
 #include "base/utf8.h"
 #include "cli/cli.h"
 #include "saragossa.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 typedef struct opts {
 	const char *model;

@@ -14,8 +14,8 @@
 #include "base/sysinfo.h"
 #include "engine/session.h"
 #include "models/model.h"
-#include "text/chat_template.h"
-#include "text/tokenizer.h"
+#include "text/template/chat_template.h"
+#include "text/tokenizer/tokenizer.h"
 
 #define MAX_EOS 16
 

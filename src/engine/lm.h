@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #include "engine/generate.h"
-#include "text/chat_template.h"
+#include "text/template/chat_template.h"
 #include "saragossa.h"
 
 typedef struct sg_lm sg_lm;

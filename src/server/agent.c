@@ -8,10 +8,10 @@
 #include "base/error.h"
 #include "base/log.h"
 
-#include "text/grammar.h"
-#include "text/json_schema.h"
-#include "text/token_trie.h"
-#include "text/toolcall.h"
+#include "text/grammar/grammar.h"
+#include "text/grammar/json_schema.h"
+#include "text/grammar/token_trie.h"
+#include "text/grammar/toolcall.h"
 
 /* Reasoning budgets of reasoning_effort / Ollama think levels, in tokens. */
 static int32_t effort_budget(int effort)

@@ -18,14 +18,14 @@
 #include "backend/cuda/cuda_info.h"
 #endif
 
-#if __has_include("text/tokenizer.h") && __has_include("text/chat_template.h") && __has_include("engine/session.h")
+#if __has_include("text/tokenizer/tokenizer.h") && __has_include("text/template/chat_template.h") && __has_include("engine/session.h")
 #define SG_SERVER_HAVE_MODELS 1
 #include "engine/session.h"
 #include "models/model.h"
-#include "text/chat_template.h"
-#include "text/token_trie.h"
-#include "text/tokenizer.h"
-#include "text/toolcall.h"
+#include "text/template/chat_template.h"
+#include "text/grammar/token_trie.h"
+#include "text/tokenizer/tokenizer.h"
+#include "text/grammar/toolcall.h"
 #else
 #define SG_SERVER_HAVE_MODELS 0
 #endif

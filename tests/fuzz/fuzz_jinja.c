@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "base/alloc.h"
-#include "text/jinja.h"
+#include "text/template/jinja.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -5,10 +5,10 @@
 #include <string.h>
 
 #include "base/json.h"
-#include "text/grammar.h"
-#include "text/json_schema.h"
-#include "text/token_trie.h"
-#include "text/toolcall.h"
+#include "text/grammar/grammar.h"
+#include "text/grammar/json_schema.h"
+#include "text/grammar/token_trie.h"
+#include "text/grammar/toolcall.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

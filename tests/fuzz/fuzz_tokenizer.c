@@ -13,7 +13,7 @@
 #include "base/alloc.h"
 #include "base/utf8.h"
 #include "saragossa.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "text/toolcall.h"
+#include "text/grammar/toolcall.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

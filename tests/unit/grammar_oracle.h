@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/grammar.h"
-#include "text/token_trie.h"
+#include "text/grammar/grammar.h"
+#include "text/grammar/token_trie.h"
 
 #define UNUSED __attribute__((unused))
 

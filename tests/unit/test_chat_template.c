@@ -1,4 +1,4 @@
-/* Unit tests of src/text/chat_template.c: where templates come from, the variables a template sees,
+/* Unit tests of src/text/template/chat_template.c: where templates come from, the variables a template sees,
  * transformers' message normalisation, and bad GGUF / config input. */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
@@ -11,7 +11,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "text/chat_template.h"
+#include "text/template/chat_template.h"
 
 static char *render_src(const char *src, const char *special, const char *msgs, const char *tools, const char *kwargs,
 			int agp, sg_status *st_out)

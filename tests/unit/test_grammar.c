@@ -1,4 +1,4 @@
-/* Unit tests of src/text/grammar*: the JSON-object automaton, its limits, the token mask against a
+/* Unit tests of src/text/grammar/grammar*: the JSON-object automaton, its limits, the token mask against a
  * slow oracle, the trie, and the reasoning gate. */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -7,8 +7,8 @@
 #include "base/error.h"
 #include "base/flags.h"
 #include "grammar_oracle.h"
-#include "text/grammar.h"
-#include "text/token_trie.h"
+#include "text/grammar/grammar.h"
+#include "text/grammar/token_trie.h"
 
 /* 2 if s is a valid prefix, +1 if the end of turn is allowed after it. */
 static int run_str(const sg_grammar *g, const char *s)

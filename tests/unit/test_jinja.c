@@ -1,4 +1,4 @@
-/* Unit tests of the Jinja interpreter (src/text/jinja_*.c). The expected outputs of the table below
+/* Unit tests of the Jinja interpreter (src/text/template/jinja_*.c). The expected outputs of the table below
  * were produced by Python jinja2 configured as transformers configures it (sandboxed, trim_blocks,
  * lstrip_blocks, loop controls, transformers' tojson), rendering each template with VARS_JSON. */
 #include <criterion/criterion.h>
@@ -9,7 +9,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "text/jinja.h"
+#include "text/template/jinja.h"
 
 typedef struct jcase {
 	const char *name, *src, *want;

@@ -1,4 +1,4 @@
-/* Unit tests of src/text/json_schema.c: what is enforced, errors naming keyword and path, and the
+/* Unit tests of src/text/grammar/json_schema.c: what is enforced, errors naming keyword and path, and the
  * property test on random schemas (mask == oracle at every step; complete outputs parse).
  *
  * With SG_GRAMMAR_SAMPLES_DIR set, json_schema::writes_samples_for_validation writes each schema
@@ -13,7 +13,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "grammar_oracle.h"
-#include "text/json_schema.h"
+#include "text/grammar/json_schema.h"
 
 static sg_grammar *compile_str(const char *schema, int strict)
 {

@@ -1,4 +1,4 @@
-/* Unit tests of src/text tokenizer: byte fallback and fused unknowns, added-token rules
+/* Unit tests of src/text/tokenizer: byte fallback and fused unknowns, added-token rules
  * (lstrip, rstrip, single_word, normalized), the GGUF array builder, decode and streaming decode
  * of split characters, several threads on one tokenizer, malformed inputs. Parity with the
  * reference on real tokenizers is in tests/e2e/test_tokenizer.py. */
@@ -11,7 +11,7 @@
 #include "base/alloc.h"
 #include "base/utf8.h"
 #include "saragossa.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 #define SP "\xE2\x96\x81" /* U+2581 */
 

@@ -1,4 +1,4 @@
-/* Unit tests of src/text/toolcall*: each family's syntax parsed into name + arguments, streaming
+/* Unit tests of src/text/grammar/toolcall*: each family's syntax parsed into name + arguments, streaming
  * in any chunking gives the same result as one piece, partial markers are held back, malformed
  * calls come back as text, the reasoning split, and the grammars that force a call. */
 #include <criterion/criterion.h>
@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "text/grammar.h"
-#include "text/toolcall.h"
+#include "text/grammar/grammar.h"
+#include "text/grammar/toolcall.h"
 #include "grammar_oracle.h"
 
 typedef struct {

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "base/arena.h"
-#include "text/grammar.h"
+#include "text/grammar/grammar.h"
 
 #define G_UNBOUNDED 0xFFFFFFFFu
 #define G_ADD 0xFFFFFFFFu /* object frame b: the current property is an additional one */

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/utf8.h"
-#include "text/jinja_internal.h"
+#include "text/template/jinja_internal.h"
 
 jv jv_undef(const char *hint)
 {

@@ -5,7 +5,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/mmap.h"
-#include "text/tokenizer_int.h"
+#include "text/tokenizer/tokenizer_int.h"
 
 sg_status sg_tokenizer_load_gguf(const char *path, sg_tokenizer **out);
 

@@ -9,7 +9,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "text/tokenizer_int.h"
+#include "text/tokenizer/tokenizer_int.h"
 
 #define SPACE_MARK "\xE2\x96\x81" /* U+2581 */
 

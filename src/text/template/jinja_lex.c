@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "base/utf8.h"
-#include "text/jinja_internal.h"
+#include "text/template/jinja_internal.h"
 
 _Noreturn void jinja_parse_fail(jparse *p, sg_status st, int line, int col, const char *fmt, ...)
 {

@@ -1,6 +1,6 @@
 /* Chat templates: locate a model's template(s), collect its special tokens, and render a
  * conversation with the variables transformers' apply_chat_template passes (see chat_template.h). */
-#include "text/chat_template.h"
+#include "text/template/chat_template.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -12,7 +12,7 @@
 #include "base/json.h"
 #include "base/mmap.h"
 #include "formats/gguf.h"
-#include "text/jinja.h"
+#include "text/template/jinja.h"
 
 #define MAX_TEMPLATE_FILE (16u << 20)
 #define MAX_CONFIG_FILE (64u << 20)

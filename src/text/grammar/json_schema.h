@@ -33,7 +33,7 @@
 #include <stddef.h>
 
 #include "saragossa.h"
-#include "text/grammar.h"
+#include "text/grammar/grammar.h"
 
 /* Compiles `schema` into node *node of the unfinished grammar g (so tool-call grammars can wrap
  * several schemas). warn (may be NULL) receives the first keyword skipped in non-strict mode, or

@@ -5,8 +5,8 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/flags.h"
-#include "text/grammar.h"
-#include "text/grammar_internal.h"
+#include "text/grammar/grammar.h"
+#include "text/grammar/grammar_internal.h"
 
 #define GSTATE_BYTES(s) (offsetof(gstate, f) + (size_t)(s)->total * sizeof(gframe))
 #define MAX_EPS 64 /* unions/references/sequence starts entered on one byte */

@@ -1,13 +1,13 @@
 /* Streaming tool-call parsing (see toolcall.h): text mode looks for the syntax's start marker,
  * holding back a possible partial one; call mode accumulates the call body and re-scans it on
  * each piece (bodies are small), streaming the arguments of JSON calls as they become visible. */
-#include "text/toolcall.h"
+#include "text/grammar/toolcall.h"
 
 #include <string.h>
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "text/toolcall_internal.h"
+#include "text/grammar/toolcall_internal.h"
 
 typedef struct {
 	char *p;

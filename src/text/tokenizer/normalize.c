@@ -7,7 +7,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "text/tokenizer_int.h"
+#include "text/tokenizer/tokenizer_int.h"
 
 enum { N_NFC = 1, N_NFD, N_NFKC, N_NFKD, N_LOWER, N_REPLACE, N_PREPEND, N_STRIP, N_STRIP_ACCENTS, N_BERT };
 

@@ -6,7 +6,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/utf8.h"
-#include "text/tokenizer_int.h"
+#include "text/tokenizer/tokenizer_int.h"
 
 enum { D_BYTELEVEL = 1, D_METASPACE, D_BYTEFALLBACK, D_FUSE, D_STRIP, D_WORDPIECE, D_REPLACE, D_BPE };
 

@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 #include "saragossa.h"
-#include "text/token_trie.h"
+#include "text/grammar/token_trie.h"
 
 #define SG_GRAMMAR_MAX_NEST 64
 #define SG_GRAMMAR_MAX_WS 8

@@ -8,7 +8,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "text/tokenizer_int.h"
+#include "text/tokenizer/tokenizer_int.h"
 
 /* ---- regex ---- */
 

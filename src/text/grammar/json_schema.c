@@ -1,6 +1,6 @@
 /* JSON Schema compiler: walks the schema and builds grammar nodes. See json_schema.h for what is
  * enforced. */
-#include "text/json_schema.h"
+#include "text/grammar/json_schema.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -7,7 +7,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/utf8.h"
-#include "text/tokenizer_int.h"
+#include "text/tokenizer/tokenizer_int.h"
 
 int sg_buf_reserve(sg_buf *b, size_t extra)
 {

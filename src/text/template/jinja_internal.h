@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "base/arena.h"
-#include "text/jinja.h"
+#include "text/template/jinja.h"
 
 /* ---- values ---- */
 

@@ -4,7 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "text/tokenizer_int.h"
+#include "text/tokenizer/tokenizer_int.h"
 
 static const uint32_t BERT_REMOVED[][2] = {
 	{0x0, 0x8}, {0xB, 0xC}, {0xE, 0x1F}, {0x7F, 0x9F},

@@ -30,7 +30,7 @@
 #include <stddef.h>
 
 #include "saragossa.h"
-#include "text/grammar.h"
+#include "text/grammar/grammar.h"
 
 typedef enum {
 	SG_TC_HERMES,

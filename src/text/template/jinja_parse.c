@@ -8,7 +8,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "text/jinja_internal.h"
+#include "text/template/jinja_internal.h"
 
 #define MAX_PARSE_DEPTH 200
 

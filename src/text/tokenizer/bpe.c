@@ -6,7 +6,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "text/tokenizer_int.h"
+#include "text/tokenizer/tokenizer_int.h"
 
 static uint64_t mix64(uint64_t x)
 {

@@ -1,6 +1,6 @@
 /* The byte-level JSON automaton: node graph, per-byte stepping of a set of parse stacks, and the
  * trie walk that turns it into a token mask. See grammar.h for the contract and limits. */
-#include "text/grammar.h"
+#include "text/grammar/grammar.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -10,7 +10,7 @@
 #include "base/alloc.h"
 #include "base/arena.h"
 #include "base/error.h"
-#include "text/grammar_internal.h"
+#include "text/grammar/grammar_internal.h"
 
 /* ---- building ---- */
 

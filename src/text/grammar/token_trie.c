@@ -1,4 +1,4 @@
-#include "text/token_trie.h"
+#include "text/grammar/token_trie.h"
 
 #include <stdlib.h>
 #include <string.h>

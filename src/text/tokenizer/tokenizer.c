@@ -8,7 +8,7 @@
 #include "base/error.h"
 #include "base/flags.h"
 #include "base/utf8.h"
-#include "text/tokenizer_int.h"
+#include "text/tokenizer/tokenizer_int.h"
 
 char *sg_tok_blob(sg_tokenizer *t, size_t n)
 {

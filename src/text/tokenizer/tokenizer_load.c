@@ -7,7 +7,7 @@
 #include "base/error.h"
 #include "base/json.h"
 #include "base/mmap.h"
-#include "text/tokenizer_int.h"
+#include "text/tokenizer/tokenizer_int.h"
 
 #define MAX_JSON_BYTES ((size_t)512 << 20)
 

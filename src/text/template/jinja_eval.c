@@ -9,7 +9,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "text/jinja_internal.h"
+#include "text/template/jinja_internal.h"
 
 _Noreturn void jfail(jctx *c, const char *fmt, ...)
 {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "text/toolcall_internal.h"
+#include "text/grammar/toolcall_internal.h"
 
 #define MAX_DEPTH 64
 

@@ -5,8 +5,8 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "text/json_schema.h"
-#include "text/toolcall.h"
+#include "text/grammar/json_schema.h"
+#include "text/grammar/toolcall.h"
 
 static const json_t *tool_function(const json_t *tool)
 {

@@ -11,7 +11,7 @@
 #include <utf8proc.h>
 
 #include "base/utf8.h"
-#include "text/jinja_internal.h"
+#include "text/template/jinja_internal.h"
 
 /* ---- argument helpers ---- */
 
