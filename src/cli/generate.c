@@ -178,7 +178,8 @@ int sg_cli_generate(int argc, char **argv)
 	out_ctx o = {.json = json};
 	json_t *messages = NULL;
 	char path[SG_HUB_PATH_MAX];
-	if (sg_cli_load_lm("generate", model, (int32_t)n_ctx, (int)threads, backend, &lm, path, sizeof path)) goto done;
+	/* one answer per process: no later turn could read a prefix-cache block */
+	if (sg_cli_load_lm("generate", model, (int32_t)n_ctx, (int)threads, backend, 0, &lm, path, sizeof path)) goto done;
 	double t_loaded = sg_time_s();
 	sg_status st;
 	if (chat) {
@@ -219,7 +220,7 @@ int sg_cli_generate(int argc, char **argv)
 	gp.on_event = on_event;
 	gp.user = &o;
 	sg_gen_result res;
-	if ((st = sg_generate(sg_lm_state(lm), sg_lm_detok(lm), &gp, &res))) goto fail;
+	if ((st = sg_lm_generate(lm, NULL, &gp, &res))) goto fail;
 	if (o.failed) {
 		fprintf(stderr, "saragossa generate: out of memory collecting the answer\n");
 		goto done;

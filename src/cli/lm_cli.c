@@ -60,14 +60,15 @@ int sg_cli_model_path(const char *verb, const char *model, char *path, size_t n)
 	return 0;
 }
 
-int sg_cli_load_lm(const char *verb, const char *model, int32_t n_ctx, int n_threads, const char *backend, sg_lm **out,
-		   char *path, size_t path_n)
+int sg_cli_load_lm(const char *verb, const char *model, int32_t n_ctx, int n_threads, const char *backend, int prefix_cache,
+		   sg_lm **out, char *path, size_t path_n)
 {
 	if (sg_cli_model_path(verb, model, path, path_n)) return 1;
 	sg_lm_params lp = sg_lm_default_params();
 	lp.n_ctx = n_ctx;
 	lp.n_threads = n_threads;
 	lp.backend = backend;
+	lp.no_prefix_cache = !prefix_cache;
 	if (sg_lm_load(path, &lp, out)) {
 		fprintf(stderr, "saragossa %s: %s\n", verb, sg_last_error());
 		return 1;

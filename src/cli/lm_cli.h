@@ -23,10 +23,12 @@ int sg_cli_default_model(char *buf, size_t n);
  * 1 after printing "saragossa <verb>: <why>" (a missing default model says how to fetch it). */
 int sg_cli_model_path(const char *verb, const char *model, char *path, size_t n);
 
-/* Resolves and loads MODEL for generation (memory is checked first). Returns 0, or 1 with the
- * error printed. */
-int sg_cli_load_lm(const char *verb, const char *model, int32_t n_ctx, int n_threads, const char *backend, sg_lm **out, char *path,
-		   size_t path_n);
+/* Resolves and loads MODEL for generation (memory is checked first). prefix_cache: 1 gives the
+ * engine a prefix cache of its own (a verb that generates more than once from one process: the
+ * chat), 0 none (a one-shot generation, whose blocks no later turn could read). Returns 0, or 1
+ * with the error printed. */
+int sg_cli_load_lm(const char *verb, const char *model, int32_t n_ctx, int n_threads, const char *backend, int prefix_cache,
+		   sg_lm **out, char *path, size_t path_n);
 
 /* One sampler option: `name` (--temperature, --top-p, --top-k, --min-p, --seed,
  * --repeat-penalty, or the same without dashes and with '_' for the /set command) with its

@@ -5,8 +5,10 @@
  * generated, the model's chat template, and commands: /clear, /system TEXT, /set NAME VALUE,
  * /set (show), /bye, /?. Ctrl-C during an answer stops it and returns to the prompt (the partial
  * answer stays in the conversation); Ctrl-C at the prompt drops the line, a second one in a row
- * exits; Ctrl-D exits. Every turn sends the whole conversation to the generation loop, which
- * keeps the KV cache of the turns before and prefills only the new tokens.
+ * exits; Ctrl-D exits. Every turn sends the whole conversation to the engine, which keeps the KV
+ * cache of the turns before and prefills only the new tokens; a conversation that starts over
+ * (/clear, /system) restores the blocks of an earlier one it shares a prefix with from the
+ * engine's prefix cache, as the server does.
  *
  * With stdin not a terminal: all of stdin is one prompt; the answer is printed and run exits.
  */
@@ -140,7 +142,9 @@ static int turn(chat *c, const char *text)
 	 * Ctrl-C typed while the prompt is templated and tokenized must stop this answer */
 	double t0 = sg_time_s();
 	sg_gen_result res;
-	st = sg_generate(sg_lm_state(c->lm), sg_lm_detok(c->lm), &gp, &res);
+	/* the conversation goes on: the engine keeps what the live state holds of it */
+	sg_lm_turn lt = {.continues = 1};
+	st = sg_lm_generate(c->lm, &lt, &gp, &res);
 	double t1 = sg_time_s();
 	sg_free(ids);
 	ids = NULL;
@@ -378,7 +382,9 @@ int sg_cli_run(int argc, char **argv)
 			return 1;
 		}
 	}
-	if (sg_cli_load_lm("run", model, (int32_t)n_ctx, (int)threads, backend, &c.lm, path, sizeof path)) goto done;
+	/* the prefix cache serves a chat's later conversations; a piped prompt is answered once */
+	if (sg_cli_load_lm("run", model, (int32_t)n_ctx, (int)threads, backend, c.interactive, &c.lm, path, sizeof path))
+		goto done;
 	if (!sg_lm_has_template(c.lm)) {
 		fprintf(stderr, "saragossa run: %s has no chat template; `saragossa generate --prompt TEXT` continues raw text\n",
 			path);

@@ -1,4 +1,4 @@
-/* A language model bound to the generation loop (see lm.h). */
+/* The engine: a language model bound to the generation loop and the prefix cache (see lm.h). */
 #include "engine/lm.h"
 
 #include <dirent.h>
@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/flags.h"
 #include "base/json.h"
+#include "base/log.h"
 #include "base/progress.h"
 #include "base/sysinfo.h"
 #include "engine/session.h"
@@ -31,6 +32,22 @@ struct sg_lm {
 	sg_gen_model ops;
 	sg_gen_detok dt_ops;
 	sg_gen_state state;
+	/* the prefix cache */
+	sg_prefix_cache *pc;      /* NULL: off */
+	int pc_own;               /* pc is lm's own (freed with it), not a shared one */
+	size_t block_tokens;      /* B: prefills are cut at its multiples, cache on or off */
+	sg_lm_hooks hooks;
+	int pc_armed;             /* the running prefill snapshots block boundaries */
+	uint8_t pc_root[32];      /* its chain root */
+	const int32_t *pc_prompt; /* [pc_n] its prompt (borrowed) */
+	size_t pc_n;
+	int live_ok;              /* the live state belongs to live_root's session */
+	uint8_t live_root[32];
+	size_t live_blocks;       /* whole blocks at the head of the live state that a block-aligned
+				   * prefill (or a restore) wrote: the bits of the cached blocks */
+	int exact;                /* the running generation continues a state a cold block-piece
+				   * prefill would have built */
+	size_t kv_high;           /* highest position ever evaluated (KV rows past it untouched) */
 };
 
 sg_lm_params sg_lm_default_params(void)
@@ -127,15 +144,50 @@ sg_status sg_lm_check_memory(const char *path)
 			path, n, a, limit > 0 ? "allowed by SARAGOSSA_MEM_LIMIT" : "available");
 }
 
+/* Takes the block snapshot that ends at position `end` (the session is there) into the cache,
+ * unless it is cached already or the memory hook has no room for it: a block is an
+ * optimisation, never a reason to fail the generation. */
+static void snapshot_block(sg_lm *lm, size_t end)
+{
+	size_t B = lm->block_tokens, b = end / B - 1;
+	if (sg_pc_contains(lm->pc, lm, lm->pc_root, lm->pc_prompt, b)) return;
+	/* block snapshots stay in device memory on a GPU (SARAGOSSA_SNAPSHOT_RESIDENT), else host memory */
+	int dev = sg_session_snapshots_on_device(lm->session);
+	if (lm->hooks.reserve &&
+	    lm->hooks.reserve(lm->hooks.user, lm, "a prefix-cache block", sg_session_block_bytes(lm->session, (int)B), dev)) {
+		SG_DEBUG("engine: block %zu not cached: %s", b, sg_last_error());
+		return;
+	}
+	sg_snapshot *snap = NULL;
+	if (sg_session_snapshot_range(lm->session, (int)(end - B), &snap)) {
+		SG_DEBUG("engine: block %zu not cached: %s", b, sg_last_error());
+		return;
+	}
+	if (sg_pc_insert(lm->pc, lm, lm->pc_root, lm->pc_prompt, b, snap, sg_snapshot_bytes(snap), NULL))
+		SG_DEBUG("engine: block %zu not cached: %s", b, sg_last_error());
+}
+
+static sg_status at(const sg_lm *lm, size_t n_past)
+{
+	if ((size_t)sg_session_position(lm->session) == n_past) return SG_OK;
+	return sg_error(SG_ERR_INTERNAL, "engine: session at %d, the loop expects %zu", sg_session_position(lm->session), n_past);
+}
+
+static void note_high(sg_lm *lm)
+{
+	if ((size_t)sg_session_position(lm->session) > lm->kv_high) lm->kv_high = (size_t)sg_session_position(lm->session);
+}
+
 /* One token, only its argmax back (the session's greedy step: on a GPU, one recorded graph and a
- * 4-byte read instead of the logits) */
+ * 4-byte read instead of the logits). Past the prompt: no block boundary is snapshot here. */
 static sg_status op_eval_greedy(void *self, int32_t token, size_t n_past, int32_t *next)
 {
 	sg_lm *lm = self;
-	if ((size_t)sg_session_position(lm->session) != n_past)
-		return sg_error(SG_ERR_INTERNAL, "lm: session at %d, the loop expects %zu", sg_session_position(lm->session),
-				n_past);
-	return sg_session_decode_greedy(lm->session, token, next);
+	sg_status s = at(lm, n_past);
+	if (s) return s;
+	s = sg_session_decode_greedy(lm->session, token, next);
+	note_high(lm);
+	return s;
 }
 
 /* One token, only its sampling candidates back (sg_session_decode_top). */
@@ -143,22 +195,36 @@ static sg_status op_eval_top(void *self, int32_t token, size_t n_past, int32_t k
 			     int32_t *top_ids, float *top_v, float *v)
 {
 	sg_lm *lm = self;
-	if ((size_t)sg_session_position(lm->session) != n_past)
-		return sg_error(SG_ERR_INTERNAL, "lm: session at %d, the loop expects %zu", sg_session_position(lm->session),
-				n_past);
-	return sg_session_decode_top(lm->session, token, k, ids, m, top_ids, top_v, v);
+	sg_status s = at(lm, n_past);
+	if (s) return s;
+	s = sg_session_decode_top(lm->session, token, k, ids, m, top_ids, top_v, v);
+	note_high(lm);
+	return s;
 }
 
 static sg_status op_eval(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
 {
 	sg_lm *lm = self;
-	if ((size_t)sg_session_position(lm->session) != n_past)
-		return sg_error(SG_ERR_INTERNAL, "lm: session at %d, the loop expects %zu", sg_session_position(lm->session),
-				n_past);
-	sg_status s = sg_session_eval(lm->session, t, (int)n, NULL);
+	sg_status s = at(lm, n_past);
+	if (s) return s;
+	/* The prefill runs in pieces that end on block boundaries, whatever the loop's chunks and
+	 * whether the cache is on or off: a cold run, a run restored at a boundary and a run
+	 * without the cache evaluate the same pieces (a linear-attention layer's chunked arithmetic
+	 * and a blocked GEMM's sums depend on them), and with the cache armed each boundary's
+	 * state is copied as it is reached. */
+	size_t B = lm->block_tokens;
+	for (size_t done = 0, pos = n_past; done < n && !s;) {
+		size_t c = n - done;
+		if (B && pos + c > (pos / B + 1) * B) c = (pos / B + 1) * B - pos;
+		s = sg_session_eval(lm->session, t + done, (int)c, NULL);
+		done += c;
+		pos += c;
+		if (!s && lm->pc_armed && pos % B == 0 && pos <= lm->pc_n) snapshot_block(lm, pos);
+	}
+	note_high(lm);
 	if (s) return s;
 	const float *l = sg_session_logits(lm->session);
-	if (!l) return sg_error(SG_ERR_INTERNAL, "lm: no logits after eval");
+	if (!l) return sg_error(SG_ERR_INTERNAL, "engine: no logits after eval");
 	memcpy(logits, l, (size_t)lm->n_vocab * sizeof *logits);
 	return SG_OK;
 }
@@ -168,15 +234,21 @@ static sg_status op_truncate(void *self, size_t keep)
 {
 	sg_lm *lm = self;
 	if (keep > (size_t)INT32_MAX) return sg_error(SG_ERR_INVALID_ARG, "truncate to %zu", keep);
-	return sg_session_truncate(lm->session, (int)keep);
+	sg_status s = sg_session_truncate(lm->session, (int)keep);
+	/* the blocks past keep are gone from the live state */
+	if (!s && lm->block_tokens && keep / lm->block_tokens < lm->live_blocks) lm->live_blocks = keep / lm->block_tokens;
+	return s;
 }
 
 static sg_status op_reset(void *self)
 {
 	sg_lm *lm = self;
 	sg_session_reset(lm->session);
+	lm->live_blocks = 0;
 	return SG_OK;
 }
+
+static void free_snapshot(void *p) { sg_snapshot_free(p); }
 
 static sg_status dt_push(void *self, int32_t tok, const char **piece, size_t *len)
 {
@@ -289,6 +361,16 @@ sg_status sg_lm_load(const char *path, const sg_lm_params *p, sg_lm **out)
 				 .eval_top = op_eval_top, .top_max = sg_session_top_max(lm->session)};
 	lm->dt_ops = (sg_gen_detok){.self = lm, .push = dt_push, .flush = dt_flush, .reset = dt_reset};
 	sg_gen_state_init(&lm->state, &lm->ops);
+	sg_pc_params pp = sg_pc_default_params();
+	lm->block_tokens = pp.block_tokens >= 1 ? (size_t)pp.block_tokens : 256;
+	if (!p->no_prefix_cache && sg_flag_bool("RETI_SERVE_PREFIX_CACHE")) {
+		pp.free_payload = free_snapshot;
+		if ((s = sg_pc_new(&pp, &lm->pc))) {
+			sg_error_wrap(s, "prefix cache");
+			goto fail;
+		}
+		lm->pc_own = 1;
+	}
 	*out = lm;
 	return SG_OK;
 fail:
@@ -299,6 +381,8 @@ fail:
 void sg_lm_free(sg_lm *lm)
 {
 	if (!lm) return;
+	if (lm->pc_own) sg_pc_free(lm->pc);
+	else if (lm->pc) sg_pc_drop_owner(lm->pc, lm);
 	sg_gen_state_free(&lm->state);
 	sg_detok_free(lm->detok);
 	sg_chat_template_free(lm->tmpl);
@@ -345,4 +429,198 @@ sg_status sg_lm_detokenize(const sg_lm *lm, const int32_t *ids, size_t n, char *
 sg_status sg_lm_token_bytes(const sg_lm *lm, int32_t id, char **out, size_t *len)
 {
 	return sg_tokenizer_decode(lm->tok, &id, 1, 0, out, len);
+}
+
+/* ---- the prefix cache and generation ---- */
+
+void sg_lm_set_prefix_cache(sg_lm *lm, sg_prefix_cache *pc, int block_tokens)
+{
+	if (lm->pc_own) sg_pc_free(lm->pc);
+	else if (lm->pc && lm->pc != pc) sg_pc_drop_owner(lm->pc, lm);
+	lm->pc = pc;
+	lm->pc_own = 0;
+	if (block_tokens < 1) block_tokens = (int)sg_flag_int("RETI_SERVE_PREFIX_BLOCK_TOKENS");
+	lm->block_tokens = block_tokens >= 1 ? (size_t)block_tokens : 256;
+	lm->live_ok = 0;
+	lm->live_blocks = 0;
+}
+
+sg_prefix_cache *sg_lm_prefix_cache(const sg_lm *lm)
+{
+	return lm->pc;
+}
+
+void sg_lm_set_hooks(sg_lm *lm, const sg_lm_hooks *h)
+{
+	lm->hooks = h ? *h : (sg_lm_hooks){0};
+}
+
+int sg_lm_device_memory(const sg_lm *lm, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+	sg_backend *be = lm->model ? lm->model->be : NULL;
+	if (!be || !be->ops->mem_info) return 0;
+	return be->ops->mem_info(be, free_bytes, total_bytes) == SG_OK;
+}
+
+/* Asks the memory hook for the KV rows a generation reaching n_total positions touches for the
+ * first time. A GPU backend allocates the whole KV cache in device memory at load (projected
+ * then): positions reached for the first time cost nothing new. A CPU cache's pages are only
+ * backed once touched: those rows grow the host footprint. */
+static sg_status reserve_tokens(sg_lm *lm, size_t n_total)
+{
+	if (n_total > (size_t)lm->n_ctx) n_total = (size_t)lm->n_ctx;
+	if (!lm->hooks.reserve || n_total <= lm->kv_high) return SG_OK;
+	uint64_t f, t;
+	if (sg_lm_device_memory(lm, &f, &t)) return SG_OK;
+	size_t per = sg_session_block_bytes(lm->session, 1) - sg_session_block_bytes(lm->session, 0);
+	char what[200];
+	snprintf(what, sizeof what, "the KV cache rows of positions %zu..%zu", lm->kv_high, n_total);
+	return lm->hooks.reserve(lm->hooks.user, lm, what, (uint64_t)(n_total - lm->kv_high) * per, 0);
+}
+
+static sg_status set_history(sg_gen_state *st, const int32_t *t, size_t n)
+{
+	if (n > st->cap) {
+		size_t cap = st->cap ? st->cap : 256;
+		while (cap < n) cap *= 2;
+		int32_t *nt = sg_realloc(st->tokens, cap * sizeof *nt);
+		if (!nt) return SG_FAIL(SG_ERR_NOMEM, "token history of %zu entries", cap);
+		st->tokens = nt;
+		st->cap = cap;
+	}
+	if (n) memcpy(st->tokens, t, n * sizeof *t);
+	st->n = n;
+	return SG_OK;
+}
+
+/* Keeps the live state's first `keep` tokens (no roll-back needed when it holds no more). */
+static sg_status keep_live(sg_lm *lm, size_t keep)
+{
+	if (keep < lm->state.n) {
+		sg_status s = op_truncate(lm, keep);
+		if (s) return s;
+	}
+	lm->state.n = keep;
+	return SG_OK;
+}
+
+/* Before a generation of prompt[0..n) under the session root: puts the conversation state at the
+ * longest reusable prefix (< n) and arms the prefill to snapshot each new block boundary at or
+ * before n, when the state it continues is the one a cold block-piece prefill would have built
+ * (so a cached block holds a cold run's bits). *reused: tokens not to prefill; *diverged: the
+ * token where the prompt left the best cached chain, or -1. */
+static sg_status prefix_begin(sg_lm *lm, const uint8_t root[32], int continues, const int32_t *prompt, size_t n,
+			      size_t *reused, long *diverged)
+{
+	*reused = 0;
+	*diverged = -1;
+	lm->pc_armed = 0;
+	lm->exact = 0;
+	sg_prefix_cache *pc = lm->pc;
+	if (n < 1) return SG_OK;
+	if (!pc && !continues) {
+		/* no cache: every prompt is prefilled whole (exact reproducibility, and the baseline) */
+		lm->live_ok = 0;
+		return sg_gen_state_reset(&lm->state);
+	}
+	size_t B = lm->block_tokens;
+	sg_pc_match mt = {0};
+	/* at least the last prompt token is evaluated: its logits give the first answer token */
+	sg_status st = pc ? sg_pc_lookup(pc, lm, root, prompt, n - 1, &mt) : SG_OK;
+	if (st) return st;
+	size_t K = mt.n_blocks * B;
+	if (pc) *diverged = mt.diverged_at;
+	int done = 0, exact = 1;
+	int chunk_inv = sg_session_chunk_invariant(lm->session);
+	int same = continues || (lm->live_ok && !memcmp(lm->live_root, root, 32));
+	/* The live state of the same session may hold more than the blocks (the last answer's
+	 * tokens, a partial block): rolling back to the common prefix reuses all of it. That is
+	 * exact only where the forward is chunk-invariant: elsewhere the answer's decode steps did
+	 * other arithmetic than a cold prefill would, so there the server reuses blocks only, which
+	 * are prefilled in the same pieces in both runs; a continued conversation (the CLI's chat)
+	 * keeps its live state anyway. Another session's live state is never reused: only its own
+	 * blocks are. */
+	size_t live = sg_gen_common_prefix(&lm->state, prompt, n);
+	if (live >= n) live = n - 1;
+	if (!chunk_inv && !continues) live = 0;
+	if (live && live >= K && same && keep_live(lm, live) == SG_OK) {
+		/* rows past the head's exact blocks, or a prefill starting off a boundary, are not
+		 * what a cold run computes: the boundaries after them are not cached */
+		exact = chunk_inv || (live % B == 0 && live / B <= lm->live_blocks);
+		K = live;
+		done = 1;
+	}
+	/* Elsewhere the blocks are restored; those the live state of the same session already holds
+	 * (rows a block-aligned prefill wrote, not the answer's decode steps) are the cached blocks'
+	 * own bits: the state is rolled back to them (attention layers only) and the rest copied. */
+	size_t have = 0;
+	if (!done && same && !sg_session_has_recurrent_state(lm->session)) {
+		size_t common = sg_gen_common_prefix(&lm->state, prompt, n);
+		have = common / B < lm->live_blocks ? common / B : lm->live_blocks;
+		if (have > mt.n_blocks) have = mt.n_blocks;
+		if (have && keep_live(lm, have * B) != SG_OK) have = 0;
+	}
+	if (!done) {
+		if (!have && (st = sg_gen_state_reset(&lm->state))) goto out;
+		size_t i = have;
+		while (i < mt.n_blocks && sg_session_restore_range(lm->session, mt.payloads[i]) == SG_OK) i++;
+		if (i < mt.n_blocks || set_history(&lm->state, prompt, K)) {
+			SG_WARN("engine: prefix restore stopped at block %zu of %zu: %s; prefilling the whole prompt", i, mt.n_blocks,
+				sg_last_error());
+			K = 0;
+			if ((st = sg_gen_state_reset(&lm->state))) goto out;
+		} else {
+			lm->live_blocks = K / B;
+			if (K) SG_DEBUG("engine: prefix of %zu tokens: %zu blocks kept from the live state, %zu restored", K, have, K / B - have);
+		}
+	}
+	memcpy(lm->pc_root, root, 32);
+	lm->pc_prompt = prompt;
+	lm->pc_n = n;
+	lm->exact = exact;
+	lm->pc_armed = pc && exact;
+	lm->live_ok = 1;
+	memcpy(lm->live_root, root, 32);
+	*reused = K;
+out:
+	sg_pc_match_free(&mt);
+	return st;
+}
+
+/* After the generation (whatever its outcome): disarms the snapshots and records how much of the
+ * live state is whole blocks a block-aligned prefill (or a restore) wrote. */
+static void prefix_end(sg_lm *lm)
+{
+	if (lm->exact) {
+		/* the prompt's whole blocks were restored or prefilled in block pieces; the partial
+		 * block past them and the answer were not */
+		size_t pos = (size_t)sg_session_position(lm->session);
+		lm->live_blocks = (pos < lm->pc_n ? pos : lm->pc_n) / lm->block_tokens;
+	}
+	lm->exact = 0;
+	lm->pc_armed = 0;
+	lm->pc_prompt = NULL;
+}
+
+sg_status sg_lm_generate(sg_lm *lm, const sg_lm_turn *turn, const sg_gen_params *p, sg_gen_result *res)
+{
+	static const sg_lm_turn none = {0};
+	if (!turn) turn = &none;
+	memset(res, 0, sizeof *res);
+	res->stop_index = -1;
+	res->n_prompt = p->n_prompt;
+	uint8_t root[32];
+	const char *key = turn->session_key;
+	sg_status st = sg_pc_root(key, key ? strlen(key) : 0, root);
+	size_t reach = p->n_prompt + (size_t)(p->max_tokens > 0 ? p->max_tokens : 0), reused = 0;
+	long diverged = -1;
+	if (!st) st = reserve_tokens(lm, reach);
+	if (!st && p->prompt && p->n_prompt)
+		st = prefix_begin(lm, root, turn->continues, p->prompt, p->n_prompt, &reused, &diverged);
+	if (!st) {
+		if (turn->on_reuse) turn->on_reuse(turn->user, reused, diverged);
+		st = sg_generate(&lm->state, &lm->dt_ops, p, res);
+	}
+	prefix_end(lm);
+	return st;
 }

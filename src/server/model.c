@@ -10,52 +10,28 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/flags.h"
-#include "engine/lm.h"
 #include "base/json.h"
 #include "base/log.h"
-#include "server/pool.h"
+#include "engine/lm.h"
+#include "models/model.h"
+#include "text/grammar/token_trie.h"
+#include "text/grammar/toolcall.h"
+#include "text/template/chat_template.h"
+#include "text/tokenizer/tokenizer.h"
 #if SG_CUDA
 #include "backend/cuda/cuda_info.h"
-#endif
-
-#if __has_include("text/tokenizer/tokenizer.h") && __has_include("text/template/chat_template.h") && __has_include("engine/session.h")
-#define SG_SERVER_HAVE_MODELS 1
-#include "engine/session.h"
-#include "models/model.h"
-#include "text/template/chat_template.h"
-#include "text/grammar/token_trie.h"
-#include "text/tokenizer/tokenizer.h"
-#include "text/grammar/toolcall.h"
-#else
-#define SG_SERVER_HAVE_MODELS 0
 #endif
 
 #define MAX_EOS 16
 
 struct sg_srv_model {
 	sg_srv_model_info info;
-	sg_gen_model ops;
-	sg_gen_state state;
 	sg_srv_model_agent agent;
-#if SG_SERVER_HAVE_MODELS
 	sg_token_trie *trie; /* lazily built by the worker */
 	uint8_t **tok_bytes; /* [n_vocab] each token's output bytes */
 	uint32_t *tok_len;   /* [n_vocab] */
-	sg_lm *lm;                 /* the model, its session, tokenizer, template, detokenizer, EOS ids */
-	sg_model *model;           /* borrowed from lm */
-	sg_session *session;       /* borrowed from lm: driven with the prefix-cache hooks below */
-	const sg_tokenizer *tok;   /* borrowed from lm */
-#endif
-	struct sg_pool *pool;     /* prefix cache + memory guard; NULL: none */
-	int pc_armed;             /* the running prefill snapshots block boundaries */
-	uint8_t pc_root[32];      /* its chain root */
-	const int32_t *pc_prompt; /* [pc_n] its prompt (borrowed) */
-	size_t pc_n;
-	int live_ok;              /* the live state belongs to live_root's session */
-	uint8_t live_root[32];
-	size_t live_blocks;       /* whole blocks at the head of the live state that a block-aligned
-				   * prefill (or a restore) wrote: equal to the cached blocks */
-	size_t kv_high;           /* highest position ever evaluated (KV rows past it untouched) */
+	sg_lm *lm;               /* the engine: model, session, tokenizer, template, prefix cache, EOS ids */
+	const sg_tokenizer *tok; /* borrowed from lm */
 };
 
 const sg_srv_model_info *sg_srv_model_info_get(const sg_srv_model *m)
@@ -65,12 +41,12 @@ const sg_srv_model_info *sg_srv_model_info_get(const sg_srv_model *m)
 
 const int32_t *sg_srv_model_eos(const sg_srv_model *m, size_t *n)
 {
-#if SG_SERVER_HAVE_MODELS
 	return sg_lm_eos(m->lm, n);
-#else
-	*n = 0;
-	return NULL;
-#endif
+}
+
+sg_lm *sg_srv_model_lm(const sg_srv_model *m)
+{
+	return m->lm;
 }
 
 const sg_srv_model_agent *sg_srv_model_agent_get(const sg_srv_model *m)
@@ -78,19 +54,6 @@ const sg_srv_model_agent *sg_srv_model_agent_get(const sg_srv_model *m)
 	return &m->agent;
 }
 
-sg_gen_state *sg_srv_model_state(sg_srv_model *m)
-{
-	return &m->state;
-}
-
-const sg_gen_detok *sg_srv_model_detok(sg_srv_model *m)
-{
-#if SG_SERVER_HAVE_MODELS
-	return sg_lm_detok(m->lm);
-#else
-	return NULL;
-#endif
-}
 
 static uint64_t path_bytes(const char *path)
 {
@@ -105,11 +68,6 @@ static uint64_t path_bytes(const char *path)
 	return total;
 }
 
-void sg_srv_model_bind(sg_srv_model *m, struct sg_pool *pool)
-{
-	m->pool = pool;
-}
-
 int sg_srv_backend_is_accel(void)
 {
 	const char *b = sg_flag_str("RETI_SERVE_BACKEND");
@@ -121,213 +79,6 @@ int sg_srv_backend_is_accel(void)
 	if (!b || !*b || !strcmp(b, "auto")) return sg_cuda_describe(gpus, sizeof gpus) > 0;
 #endif
 	return 0;
-}
-
-#if SG_SERVER_HAVE_MODELS
-
-/* Takes the block snapshot that ends at position `end` (the session is there) into the cache,
- * unless it is cached already or the memory guard has no room for it: a block is an
- * optimisation, never a reason to fail the request. */
-static void snapshot_block(sg_srv_model *m, size_t end)
-{
-	sg_prefix_cache *pc = sg_pool_prefix_cache(m->pool);
-	size_t B = (size_t)sg_pc_block_tokens(pc), b = end / B - 1;
-	if (sg_pc_contains(pc, m, m->pc_root, m->pc_prompt, b)) return;
-	sg_mem_evictor ev[2];
-	int n_ev = sg_pool_evictors(m->pool, m, ev);
-	/* block snapshots stay in device memory on a GPU (SARAGOSSA_SNAPSHOT_RESIDENT), else host memory */
-	sg_mem_where kind = sg_session_snapshots_on_device(m->session) ? SG_MEM_ACCEL : SG_MEM_HOST;
-	if (sg_memguard_reserve(sg_pool_guard(m->pool), "a prefix-cache block", sg_session_block_bytes(m->session, (int)B), kind, ev, n_ev)) {
-		SG_DEBUG("serve: block %zu not cached: %s", b, sg_last_error());
-		return;
-	}
-	sg_snapshot *snap = NULL;
-	if (sg_session_snapshot_range(m->session, (int)(end - B), &snap)) {
-		SG_DEBUG("serve: block %zu not cached: %s", b, sg_last_error());
-		return;
-	}
-	if (sg_pc_insert(pc, m, m->pc_root, m->pc_prompt, b, snap, sg_snapshot_bytes(snap), NULL))
-		SG_DEBUG("serve: block %zu not cached: %s", b, sg_last_error());
-}
-
-/* A decode step of greedy sampling: only the argmax comes back (a GPU keeps the logits). Past the
- * prompt, so no block boundary of the prefix cache is crossed here. */
-static sg_status op_eval_greedy(void *self, int32_t token, size_t n_past, int32_t *next)
-{
-	sg_srv_model *m = self;
-	if ((size_t)sg_session_position(m->session) != n_past)
-		return sg_error(SG_ERR_INTERNAL, "serve: session at %d, the loop expects %zu", sg_session_position(m->session), n_past);
-	sg_status s = sg_session_decode_greedy(m->session, token, next);
-	if ((size_t)sg_session_position(m->session) > m->kv_high) m->kv_high = (size_t)sg_session_position(m->session);
-	return s;
-}
-
-/* A decode step that hands back only sampling candidates (sg_session_decode_top). */
-static sg_status op_eval_top(void *self, int32_t token, size_t n_past, int32_t k, const int32_t *ids, int32_t mids,
-			     int32_t *top_ids, float *top_v, float *v)
-{
-	sg_srv_model *m = self;
-	if ((size_t)sg_session_position(m->session) != n_past)
-		return sg_error(SG_ERR_INTERNAL, "serve: session at %d, the loop expects %zu", sg_session_position(m->session), n_past);
-	sg_status s = sg_session_decode_top(m->session, token, k, ids, mids, top_ids, top_v, v);
-	if ((size_t)sg_session_position(m->session) > m->kv_high) m->kv_high = (size_t)sg_session_position(m->session);
-	return s;
-}
-
-static sg_status op_eval(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
-{
-	sg_srv_model *m = self;
-	if ((size_t)sg_session_position(m->session) != n_past)
-		return sg_error(SG_ERR_INTERNAL, "serve: session at %d, the loop expects %zu", sg_session_position(m->session), n_past);
-	/* The prefill runs in pieces that end on block boundaries, whatever the loop's chunks and
-	 * whether the cache is on or off: a cold run, a run restored at a boundary and a run
-	 * without the cache evaluate the same pieces (a linear-attention layer's chunked arithmetic
-	 * depends on them), and with the cache armed each boundary's state is copied as it is
-	 * reached. */
-	size_t B = m->pool ? (size_t)sg_pool_block_tokens(m->pool) : 0;
-	sg_status s = SG_OK;
-	for (size_t done = 0, pos = n_past; done < n && !s;) {
-		size_t c = n - done;
-		if (B && pos + c > (pos / B + 1) * B) c = (pos / B + 1) * B - pos;
-		s = sg_session_eval(m->session, t + done, (int)c, NULL);
-		done += c;
-		pos += c;
-		if (!s && m->pc_armed && pos % B == 0 && pos <= m->pc_n) snapshot_block(m, pos);
-	}
-	if ((size_t)sg_session_position(m->session) > m->kv_high) m->kv_high = (size_t)sg_session_position(m->session);
-	if (s) return s;
-	const float *l = sg_session_logits(m->session);
-	if (!l) return sg_error(SG_ERR_INTERNAL, "serve: no logits after eval");
-	memcpy(logits, l, (size_t)m->info.n_vocab * sizeof *logits);
-	return SG_OK;
-}
-
-/* Rolls the session back to its first keep tokens (sg_session_truncate says when it cannot). */
-static sg_status op_truncate(void *self, size_t keep)
-{
-	sg_srv_model *m = self;
-	if (keep > (size_t)INT32_MAX) return sg_error(SG_ERR_INVALID_ARG, "truncate to %zu", keep);
-	return sg_session_truncate(m->session, (int)keep);
-}
-
-static sg_status set_history(sg_gen_state *st, const int32_t *t, size_t n)
-{
-	if (n > st->cap) {
-		size_t cap = st->cap ? st->cap : 256;
-		while (cap < n) cap *= 2;
-		int32_t *nt = sg_realloc(st->tokens, cap * sizeof *nt);
-		if (!nt) return SG_FAIL(SG_ERR_NOMEM, "token history of %zu entries", cap);
-		st->tokens = nt;
-		st->cap = cap;
-	}
-	if (n) memcpy(st->tokens, t, n * sizeof *t);
-	st->n = n;
-	return SG_OK;
-}
-
-sg_status sg_srv_model_prefix_begin(sg_srv_model *m, const uint8_t root[32], const int32_t *prompt, size_t n, size_t *reused,
-				    long *diverged)
-{
-	*reused = 0;
-	*diverged = -1;
-	m->pc_armed = 0;
-	sg_prefix_cache *pc = m->pool ? sg_pool_prefix_cache(m->pool) : NULL;
-	if (!pc || n < 1) {
-		/* no cache: every prompt is prefilled whole (exact reproducibility, and the baseline) */
-		m->live_ok = 0;
-		return sg_gen_state_reset(&m->state);
-	}
-	size_t B = (size_t)sg_pc_block_tokens(pc);
-	sg_pc_match mt;
-	/* at least the last prompt token is evaluated: its logits give the first answer token */
-	sg_status st = sg_pc_lookup(pc, m, root, prompt, n - 1, &mt);
-	if (st) return st;
-	size_t K = mt.n_blocks * B;
-	*diverged = mt.diverged_at;
-	int done = 0;
-	/* The live state of the same session may hold more than the blocks (the last answer's
-	 * tokens, a partial block): rolling back to the common prefix reuses all of it. That is
-	 * exact only where the forward is chunk-invariant (sg_session_chunk_invariant: the CPU
-	 * without its blocked GEMM, attention-only layers): elsewhere the answer's decode steps did
-	 * other arithmetic than a cold prefill would, so those setups reuse blocks only, which are
-	 * prefilled in the same pieces in both runs. Another session's live state is never reused:
-	 * only its own blocks are. */
-	size_t live = sg_gen_common_prefix(&m->state, prompt, n);
-	if (live >= n) live = n - 1;
-	if (!sg_session_chunk_invariant(m->session)) live = 0;
-	if (live && live >= K && m->live_ok && !memcmp(m->live_root, root, 32) && op_truncate(m, live) == SG_OK) {
-		m->state.n = live;
-		K = live;
-		done = 1;
-	}
-	/* Elsewhere the blocks are restored; those the live state of the same session already holds
-	 * (rows a block-aligned prefill wrote, not the answer's decode steps) are the cached blocks'
-	 * own bits: the state is rolled back to them (attention layers only) and the rest copied. */
-	size_t have = 0;
-	if (!done && m->live_ok && !memcmp(m->live_root, root, 32) && !sg_session_has_recurrent_state(m->session)) {
-		size_t common = sg_gen_common_prefix(&m->state, prompt, n);
-		have = common / B < m->live_blocks ? common / B : m->live_blocks;
-		if (have > mt.n_blocks) have = mt.n_blocks;
-		if (have && op_truncate(m, have * B) == SG_OK) m->state.n = have * B;
-		else have = 0;
-	}
-	if (!done) {
-		if (!have && (st = sg_gen_state_reset(&m->state))) goto out;
-		size_t i = have;
-		while (i < mt.n_blocks && sg_session_restore_range(m->session, mt.payloads[i]) == SG_OK) i++;
-		if (i < mt.n_blocks || set_history(&m->state, prompt, K)) {
-			SG_WARN("serve: prefix restore stopped at block %zu of %zu: %s; prefilling the whole prompt", i, mt.n_blocks,
-				sg_last_error());
-			K = 0;
-			if ((st = sg_gen_state_reset(&m->state))) goto out;
-		} else if (K) SG_DEBUG("serve: prefix of %zu tokens: %zu blocks kept from the live state, %zu restored", K, have, K / B - have);
-	}
-	memcpy(m->pc_root, root, 32);
-	m->pc_prompt = prompt;
-	m->pc_n = n;
-	m->pc_armed = 1;
-	*reused = K;
-out:
-	sg_pc_match_free(&mt);
-	return st;
-}
-
-void sg_srv_model_prefix_end(sg_srv_model *m)
-{
-	if (m->pc_armed) {
-		m->live_ok = 1;
-		memcpy(m->live_root, m->pc_root, 32);
-		/* the prompt's whole blocks were restored or prefilled in block pieces; the partial
-		 * block past them and the answer were not */
-		size_t pos = (size_t)sg_session_position(m->session), B = (size_t)sg_pool_block_tokens(m->pool);
-		m->live_blocks = (pos < m->pc_n ? pos : m->pc_n) / B;
-	}
-	m->pc_armed = 0;
-	m->pc_prompt = NULL;
-}
-
-sg_status sg_srv_model_reserve_tokens(sg_srv_model *m, size_t n_total)
-{
-	if (n_total > (size_t)m->info.n_ctx) n_total = (size_t)m->info.n_ctx;
-	if (!m->pool || n_total <= m->kv_high) return SG_OK;
-	/* A GPU backend allocates the whole KV cache in device memory at load (it was projected
-	 * then): positions reached for the first time cost nothing new. A CPU cache's pages are
-	 * only backed once touched: those rows grow the host footprint. */
-	uint64_t f, t;
-	if (sg_srv_model_accel_mem(m, &f, &t)) return SG_OK;
-	size_t per = sg_session_block_bytes(m->session, 1) - sg_session_block_bytes(m->session, 0);
-	sg_mem_evictor ev[2];
-	int n_ev = sg_pool_evictors(m->pool, m, ev);
-	char what[200];
-	snprintf(what, sizeof what, "the KV cache rows of positions %zu..%zu", m->kv_high, n_total);
-	return sg_memguard_reserve(sg_pool_guard(m->pool), what, (uint64_t)(n_total - m->kv_high) * per, SG_MEM_HOST, ev, n_ev);
-}
-
-static sg_status op_reset(void *self)
-{
-	sg_srv_model *m = self;
-	sg_session_reset(m->session);
-	return SG_OK;
 }
 
 /* The tool-call syntax: render an assistant turn holding one call with the model's own template
@@ -468,22 +219,18 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, s
 	size_t pl = strlen(path);
 	int gguf = pl > 5 && !strcmp(path + pl - 5, ".gguf");
 	snprintf(m->info.format, sizeof m->info.format, "%s", gguf ? "gguf" : "safetensors");
-	/* the memory guard has already projected this load: no second check here */
-	sg_lm_params lp = {.n_ctx = n_ctx, .backend = sg_flag_str("RETI_SERVE_BACKEND"), .no_memory_check = 1};
+	/* the memory guard has already projected this load: no second check here; the pool shares
+	 * its prefix cache among its models */
+	sg_lm_params lp = {.n_ctx = n_ctx, .backend = sg_flag_str("RETI_SERVE_BACKEND"), .no_memory_check = 1,
+			   .no_prefix_cache = 1};
 	sg_status s = sg_lm_load(path, &lp, &m->lm);
 	if (s) goto fail;
-	m->model = sg_lm_model(m->lm);
-	m->session = sg_lm_session(m->lm);
 	m->tok = sg_lm_tokenizer(m->lm);
-	snprintf(m->info.arch, sizeof m->info.arch, "%s", sg_model_arch(m->model));
+	snprintf(m->info.arch, sizeof m->info.arch, "%s", sg_model_arch(sg_lm_model(m->lm)));
 	snprintf(m->info.quant, sizeof m->info.quant, "%s", gguf ? "gguf" : "bf16");
 	m->info.n_ctx = sg_lm_n_ctx(m->lm);
 	m->info.n_vocab = sg_lm_n_vocab(m->lm);
 	find_agent(m);
-	m->ops = (sg_gen_model){.self = m, .n_vocab = m->info.n_vocab, .n_ctx = m->info.n_ctx, .eval = op_eval,
-				.truncate = op_truncate, .reset = op_reset, .eval_greedy = op_eval_greedy,
-				.eval_top = op_eval_top, .top_max = sg_session_top_max(m->session)};
-	sg_gen_state_init(&m->state, &m->ops);
 	*out = m;
 	return SG_OK;
 fail:
@@ -491,17 +238,9 @@ fail:
 	return s;
 }
 
-int sg_srv_model_accel_mem(sg_srv_model *m, uint64_t *free_bytes, uint64_t *total_bytes)
-{
-	sg_backend *be = m->model ? m->model->be : NULL;
-	if (!be || !be->ops->mem_info) return 0;
-	return be->ops->mem_info(be, free_bytes, total_bytes) == SG_OK;
-}
-
 void sg_srv_model_free(sg_srv_model *m)
 {
 	if (!m) return;
-	sg_gen_state_free(&m->state);
 	sg_token_trie_free(m->trie);
 	if (m->tok_bytes)
 		for (int32_t i = 0; i < m->info.n_vocab; i++) sg_free(m->tok_bytes[i]);
@@ -534,58 +273,3 @@ sg_status sg_srv_model_token_bytes(const sg_srv_model *m, int32_t id, char **out
 {
 	return sg_lm_token_bytes(m->lm, id, out, len);
 }
-
-#else /* the model forward, tokenizer or chat template is not in this build */
-
-sg_status sg_srv_model_prefix_begin(sg_srv_model *m, const uint8_t root[32], const int32_t *prompt, size_t n, size_t *reused,
-				    long *diverged)
-{
-	*reused = 0;
-	*diverged = -1;
-	return SG_OK;
-}
-
-void sg_srv_model_prefix_end(sg_srv_model *m) {}
-sg_status sg_srv_model_reserve_tokens(sg_srv_model *m, size_t n_total) { return SG_OK; }
-int sg_srv_model_accel_mem(sg_srv_model *m, uint64_t *free_bytes, uint64_t *total_bytes) { return 0; }
-
-sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, sg_srv_model **out)
-{
-	(void)path_bytes;
-	return sg_error(SG_ERR_UNSUPPORTED, "serve: model '%s': this build cannot run models yet (no forward pass or tokenizer)",
-			name);
-}
-
-void sg_srv_model_free(sg_srv_model *m)
-{
-	sg_free(m);
-}
-
-sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools, const json_t *kwargs,
-				   char **out, size_t *len)
-{
-	return sg_error(SG_ERR_UNSUPPORTED, "no chat templates in this build");
-}
-
-sg_status sg_srv_model_trie(sg_srv_model *m, const struct sg_token_trie **trie, const uint8_t *const **tok,
-			    const uint32_t **len)
-{
-	return sg_error(SG_ERR_UNSUPPORTED, "no tokenizer in this build");
-}
-
-sg_status sg_srv_model_tokenize(const sg_srv_model *m, const char *text, size_t len, int add_special, int32_t **ids, size_t *n)
-{
-	return sg_error(SG_ERR_UNSUPPORTED, "no tokenizer in this build");
-}
-
-sg_status sg_srv_model_detokenize(const sg_srv_model *m, const int32_t *ids, size_t n, char **out, size_t *len)
-{
-	return sg_error(SG_ERR_UNSUPPORTED, "no tokenizer in this build");
-}
-
-sg_status sg_srv_model_token_bytes(const sg_srv_model *m, int32_t id, char **out, size_t *len)
-{
-	return sg_error(SG_ERR_UNSUPPORTED, "no tokenizer in this build");
-}
-
-#endif

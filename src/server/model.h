@@ -1,9 +1,10 @@
-/* A model as the server serves it: the engine's model binding (engine/lm.h: weights, tokenizer,
- * chat template and one conversation state, which the single inference worker owns) plus the
- * facts the API routes report.
+/* A model as the server serves it: the engine (engine/lm.h: weights, tokenizer, chat template, one
+ * conversation state, which the single inference worker owns, and the prefix cache it shares
+ * with the pool's other models) plus the facts the API routes report and the agent machinery
+ * needs (tool-call syntax, reasoning markers, the vocabulary trie).
  *
- * Thread rules: info, tokenize, detokenize, token_text and chat_prompt only read immutable data
- * and may run on any connection thread; state and detok belong to the inference worker. */
+ * Thread rules: info, tokenize, detokenize, token_bytes and chat_prompt only read immutable data
+ * and may run on any connection thread; generations through the engine belong to the worker. */
 #ifndef SG_SERVER_MODEL_H
 #define SG_SERVER_MODEL_H
 
@@ -11,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/generate.h"
+#include "engine/lm.h"
 #include "saragossa.h"
 
 typedef struct sg_srv_model sg_srv_model;
@@ -70,36 +71,10 @@ sg_status sg_srv_model_token_bytes(const sg_srv_model *m, int32_t id, char **out
 /* End-of-sequence / end-of-turn ids. */
 const int32_t *sg_srv_model_eos(const sg_srv_model *m, size_t *n);
 
-/* ---- prefix cache and memory guard (worker only) ---- */
+/* The engine the model generates through (worker only: sg_lm_generate). */
+sg_lm *sg_srv_model_lm(const sg_srv_model *m);
 
-struct sg_pool;
-/* Ties the model to the pool whose prefix cache and memory guard it uses (NULL: neither). */
-void sg_srv_model_bind(sg_srv_model *m, struct sg_pool *pool);
-
-/* Before a generation of prompt[0..n) under the session root: puts the conversation state at
- * the longest reusable prefix (< n): the live state's common prefix when the live state is this
- * session's and reaches at least as far, else the deepest block boundary k*B whose whole chain
- * is cached (restored); with the cache off, resets the state (every prompt is prefilled
- * whole). Arms the prefill to snapshot
- * each new block boundary at or before n into the cache. *reused: tokens not to prefill;
- * *diverged: the token where the prompt left the best cached chain, or -1. prompt must stay
- * valid until sg_srv_model_prefix_end. */
-sg_status sg_srv_model_prefix_begin(sg_srv_model *m, const uint8_t root[32], const int32_t *prompt, size_t n, size_t *reused,
-				    long *diverged);
-/* After the generation (whatever its outcome): disarms the snapshots. */
-void sg_srv_model_prefix_end(sg_srv_model *m);
-/* Asks the memory guard for the KV rows a generation reaching n_total positions will touch
- * for the first time. SG_ERR_NOMEM (message with the numbers) when they do not fit. */
-sg_status sg_srv_model_reserve_tokens(sg_srv_model *m, size_t n_total);
-
-/* 1 when the model runs on an accelerator whose device memory its backend reports (the
- * mem_info op): *free_bytes and *total_bytes are filled; 0 for host memory (the CPU). */
-int sg_srv_model_accel_mem(sg_srv_model *m, uint64_t *free_bytes, uint64_t *total_bytes);
 /* 1 when RETI_SERVE_BACKEND names a GPU backend (served models live in device memory). */
 int sg_srv_backend_is_accel(void);
-
-/* The worker's conversation state and streaming detokenizer. */
-sg_gen_state *sg_srv_model_state(sg_srv_model *m);
-const sg_gen_detok *sg_srv_model_detok(sg_srv_model *m);
 
 #endif

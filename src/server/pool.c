@@ -53,7 +53,7 @@ static void accel_probe(void *user, sg_mem_probe *out)
 	int have = 0;
 	pthread_mutex_lock(&p->mu);
 	for (int i = 0; i < p->n && !have; i++)
-		if (p->e[i].m) have = sg_srv_model_accel_mem(p->e[i].m, &f, &t);
+		if (p->e[i].m) have = sg_lm_device_memory(sg_srv_model_lm(p->e[i].m), &f, &t);
 	pthread_mutex_unlock(&p->mu);
 	if (!have && p->accel) {
 #if SG_CUDA
@@ -119,7 +119,7 @@ static int unload(sg_pool *p, entry *e, int force)
 	if (m) e->m = NULL;
 	pthread_mutex_unlock(&p->mu);
 	if (!m) return 0;
-	sg_pc_drop_owner(p->pc, m);
+	/* the engine drops the model's cache blocks as it is freed */
 	SG_INFO("serve: unloaded model '%s'", e->name);
 	sg_srv_model_free(m);
 	return 1;
@@ -177,14 +177,15 @@ void sg_pool_release(sg_pool *p, sg_srv_model *m)
 	pthread_mutex_unlock(&p->mu);
 }
 
-/* The least recently used resident model nobody uses, other than keep; -1 if none. */
-static int idle_lru(sg_pool *p, const sg_srv_model *keep)
+/* The least recently used resident model nobody uses, other than the one generating through
+ * keep (may be NULL); -1 if none. */
+static int idle_lru(sg_pool *p, const sg_lm *keep)
 {
 	int best = -1;
 	pthread_mutex_lock(&p->mu);
 	for (int i = 0; i < p->n; i++) {
 		entry *e = &p->e[i];
-		if (!e->m || e->refs || e->m == keep) continue;
+		if (!e->m || e->refs || sg_srv_model_lm(e->m) == keep) continue;
 		if (best < 0 || e->used < p->e[best].used) best = i;
 	}
 	pthread_mutex_unlock(&p->mu);
@@ -210,7 +211,7 @@ static int evict_block(void *user)
 
 typedef struct model_evictor {
 	sg_pool *p;
-	const sg_srv_model *keep;
+	const sg_lm *keep;
 } model_evictor;
 
 static __thread model_evictor cur_evictor;
@@ -224,7 +225,8 @@ static int evict_model(void *user)
 	return unload(me->p, &me->p->e[i], 0);
 }
 
-int sg_pool_evictors(sg_pool *p, const sg_srv_model *keep, sg_mem_evictor ev[2])
+/* The guard's evictors in its order: cache blocks, then idle models other than keep's. */
+static int evictors(sg_pool *p, const sg_lm *keep, sg_mem_evictor ev[2])
 {
 	/* one worker thread: its evictor context lives in thread-local storage */
 	cur_evictor.p = p;
@@ -240,6 +242,16 @@ int sg_pool_evictors(sg_pool *p, const sg_srv_model *keep, sg_mem_evictor ev[2])
 				 .counter = &p->guard.evicted_models,
 				 .frees = SG_MEM_FREES_HOST | SG_MEM_FREES_ACCEL};
 	return 2;
+}
+
+/* The engine's memory hook: the guard, with cache blocks and the idle models other than the
+ * one asking as what it may evict. Worker only. */
+static sg_status reserve(void *user, const sg_lm *lm, const char *what, uint64_t bytes, int on_device)
+{
+	sg_pool *p = user;
+	sg_mem_evictor ev[2];
+	int n_ev = evictors(p, lm, ev);
+	return sg_memguard_reserve(&p->guard, what, bytes, on_device ? SG_MEM_ACCEL : SG_MEM_HOST, ev, n_ev);
 }
 
 /* Bytes a model will take once loaded: its weight files (mapped and touched). */
@@ -289,7 +301,7 @@ static int load(sg_pool *p, int i, sg_srv_err *e)
 					      en->name);
 	}
 	sg_mem_evictor ev[2];
-	int n_ev = sg_pool_evictors(p, NULL, ev);
+	int n_ev = evictors(p, NULL, ev);
 	if (sg_memguard_reserve(&p->guard, what, need, where, ev, n_ev))
 		return sg_srv_err_set(e, 503, "server_error", "model", "%s", sg_last_error());
 	sg_srv_model *m = NULL;
@@ -299,7 +311,9 @@ static int load(sg_pool *p, int i, sg_srv_err *e)
 	if (st)
 		return sg_srv_err_set(e, st == SG_ERR_NOMEM ? 503 : 500, "server_error", "model", "model '%s': %s", en->name,
 				      sg_last_error());
-	sg_srv_model_bind(m, p);
+	sg_lm *lm = sg_srv_model_lm(m);
+	sg_lm_set_prefix_cache(lm, p->pc, p->block_tokens);
+	sg_lm_set_hooks(lm, &(sg_lm_hooks){.user = p, .reserve = reserve});
 	pthread_mutex_lock(&p->mu);
 	en->m = m;
 	en->refs = 0;

@@ -58,10 +58,9 @@ json_t *sg_pool_stats(sg_pool *p);
 /* RETI_SERVE_PREFIX_BLOCK_TOKENS, whether the cache is on or off: prefills are cut at its
  * multiples either way, so both do the same arithmetic. */
 int sg_pool_block_tokens(const sg_pool *p);
-/* The shared prefix cache (NULL when off) and memory guard. Worker only. */
+/* The shared prefix cache (NULL when off; each resident model's engine uses it) and the memory
+ * guard (each engine asks it through its memory hook). Worker only. */
 sg_prefix_cache *sg_pool_prefix_cache(sg_pool *p);
 sg_memguard *sg_pool_guard(sg_pool *p);
-/* Evictors in the guard's order (cache blocks, then idle models other than `keep`). */
-int sg_pool_evictors(sg_pool *p, const sg_srv_model *keep, sg_mem_evictor ev[2]);
 
 #endif

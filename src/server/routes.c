@@ -587,6 +587,14 @@ static void finish_incomplete(gen *g, const sg_gen_result *r)
 	free(s);
 }
 
+/* What the prefix cache reused, for the response headers (set before the status is). */
+static void note_reuse(void *user, size_t reused, long diverged)
+{
+	sg_job *job = user;
+	job->reused_prefix = (long)reused;
+	job->prefix_miss = diverged;
+}
+
 void sg_routes_run_generation(sg_job *job)
 {
 	if (sg_srv_route_is_anthropic(job->req.route)) {
@@ -626,20 +634,10 @@ void sg_routes_run_generation(sg_job *job)
 	p.constraint = sg_agent_run_constraint(g.ar);
 	sg_gen_result r;
 	memset(&r, 0, sizeof r);
-	/* the session key partitions the prefix cache: its chain root */
-	uint8_t root[32];
-	size_t reused = 0, reach = job->n_prompt + (size_t)(q->max_tokens > 0 ? q->max_tokens : 0);
-	long diverged = -1;
-	st = sg_pc_root(job->session, job->session ? strlen(job->session) : 0, root);
-	if (!st) st = sg_srv_model_reserve_tokens(job->model, reach);
-	if (!st) st = sg_srv_model_prefix_begin(job->model, root, job->prompt, job->n_prompt, &reused, &diverged);
-	if (!st) {
-		job->reused_prefix = (long)reused;
-		job->prefix_miss = diverged;
-		st = sg_generate(sg_srv_model_state(job->model), sg_srv_model_detok(job->model), &p, &r);
-		if (g.ar && !st) sg_agent_run_finish(g.ar);
-	}
-	sg_srv_model_prefix_end(job->model);
+	/* the session key partitions the prefix cache */
+	sg_lm_turn turn = {.session_key = job->session, .on_reuse = note_reuse, .user = job};
+	st = sg_lm_generate(sg_srv_model_lm(job->model), &turn, &p, &r);
+	if (g.ar && !st) sg_agent_run_finish(g.ar);
 	if (job->user) sg_pool_publish(job->user);
 	if (atomic_load(&job->cancel)) {
 		SG_INFO("serve: %s cancelled after %zu tokens (client gone)", job->id, r.n_generated);

@@ -380,6 +380,7 @@ typedef struct agen {
 	const sg_srv_req *req;
 	const char *model_name;
 	int stream, begun, failed;
+	int placed;      /* the engine placed the state (the prefix cache answered) */
 	int kind;        /* the open block's kind */
 	int index;       /* the open block's index (stream) */
 	int n_blocks;
@@ -552,6 +553,16 @@ static void respond_error(agen *g, int status, const char *type, const char *msg
 	free(s);
 }
 
+/* The prefix cache has placed the state: message_start reports what it reused. */
+static void reused(void *user, size_t n, long diverged)
+{
+	agen *g = user;
+	g->job->reused_prefix = (long)n;
+	g->job->prefix_miss = diverged;
+	g->placed = 1;
+	begin(g);
+}
+
 void sg_routes_anthropic_run(sg_job *job)
 {
 	const sg_srv_req *q = &job->req;
@@ -566,23 +577,6 @@ void sg_routes_anthropic_run(sg_job *job)
 		respond_error(&g, 500, "api_error", sg_last_error());
 		goto done;
 	}
-	/* the prefix cache: restore the session's longest cached prefix before message_start, whose
-	 * usage reports it */
-	uint8_t root[32];
-	size_t reused = 0;
-	long diverged = -1;
-	st = sg_pc_root(job->session, job->session ? strlen(job->session) : 0, root);
-	if (!st) st = sg_srv_model_reserve_tokens(job->model, job->n_prompt + (size_t)(q->max_tokens > 0 ? q->max_tokens : 0));
-	if (!st) st = sg_srv_model_prefix_begin(job->model, root, job->prompt, job->n_prompt, &reused, &diverged);
-	if (st) {
-		sg_srv_model_prefix_end(job->model);
-		respond_error(&g, st == SG_ERR_NOMEM ? 503 : 500, st == SG_ERR_NOMEM ? "overloaded_error" : "api_error",
-			      sg_last_error());
-		goto done;
-	}
-	job->reused_prefix = (long)reused;
-	job->prefix_miss = diverged;
-	begin(&g); /* message_start goes out before the prefill: the client sees the stream open */
 	ev_ctx ctx = {&g, ar};
 	sg_gen_params p = sg_gen_default_params();
 	p.prompt = job->prompt;
@@ -596,10 +590,18 @@ void sg_routes_anthropic_run(sg_job *job)
 	p.on_event = on_event;
 	p.user = &ctx;
 	p.constraint = sg_agent_run_constraint(ar);
+	/* the prefix cache: the session's longest cached prefix is restored before message_start,
+	 * whose usage reports it, goes out (before the prefill: the client sees the stream open) */
+	sg_lm_turn turn = {.session_key = job->session, .on_reuse = reused, .user = &g};
 	sg_gen_result r;
-	st = sg_generate(sg_srv_model_state(job->model), sg_srv_model_detok(job->model), &p, &r);
-	sg_srv_model_prefix_end(job->model);
+	st = sg_lm_generate(sg_srv_model_lm(job->model), &turn, &p, &r);
 	if (job->user) sg_pool_publish(job->user);
+	if (st && !g.placed) {
+		/* the memory guard refused the KV rows, or the cache could not place the state */
+		respond_error(&g, st == SG_ERR_NOMEM ? 503 : 500, st == SG_ERR_NOMEM ? "overloaded_error" : "api_error",
+			      sg_last_error());
+		goto done;
+	}
 	if (atomic_load(&job->cancel)) {
 		SG_INFO("serve: %s cancelled after %zu tokens (client gone)", job->id, r.n_generated);
 		goto done;
