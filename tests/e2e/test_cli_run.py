@@ -17,6 +17,7 @@ import time
 import pytest
 
 from conftest import ROOT, saragossa_bin
+from server_util import make_test_model
 
 PROMPT = b">>> "
 
@@ -33,10 +34,10 @@ def gemma():
 class Chat:
     """`saragossa run` on a pty: send lines, read until the prompt comes back."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, env=None):
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # child
-            os.execv(saragossa_bin(), [saragossa_bin(), "run", *args])
+            os.execve(saragossa_bin(), [saragossa_bin(), "run", *args], {**os.environ, **(env or {})})
         os.set_blocking(self.fd, False)  # a read never outlives the timeouts below
         self.buf = b""
 
@@ -143,6 +144,43 @@ def test_run_chat_commands_multi_turn_reuse_and_bye(gemma):
         n4, _ = reused(c.turn("Name a fruit."))
         assert n4 > n1
 
+        c.send("/bye\r")
+        assert c.wait() == 0
+    finally:
+        c.close()
+
+
+BLOCK = 8
+LONG = "Tell me about the rivers below the old bridge and the mills they turned."  # one terminal line
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_run_restores_an_earlier_conversations_blocks_from_the_prefix_cache(tmp_path, cache):
+    """A conversation that starts over with a prompt an earlier one began with gets that prompt's
+    blocks back from the engine's prefix cache, as the server does: the live state has moved on
+    (another conversation in between), so only the cache holds them. The restored blocks are
+    a cold prefill's bits: the greedy answer is the first one. Without the cache only the head
+    the live state still shares is reused."""
+    model = make_test_model("qwen3", tmp_path / "qwen3", 384)
+    c = Chat(str(model), "--max-tokens", "4", "--temperature", "0", "--verbose",
+             env={"RETI_SERVE_PREFIX_BLOCK_TOKENS": str(BLOCK), "RETI_SERVE_PREFIX_CACHE": "1" if cache else "0"})
+    try:
+        c.read_until(PROMPT, timeout=120)
+        first = c.turn(LONG)
+        n1, r1 = reused(first)
+        assert r1 == 0 and n1 > 3 * BLOCK, first
+        assert "Cleared the conversation." in c.turn("/clear")
+        _, r_other = reused(c.turn("Hi"))
+        assert 0 < r_other < BLOCK  # the template's head, kept from the live state
+        assert "Cleared the conversation." in c.turn("/clear")
+        again = c.turn(LONG)
+        n2, r2 = reused(again)
+        assert n2 == n1
+        if cache:
+            assert r2 == (n1 - 1) // BLOCK * BLOCK, again  # every whole block before the last token
+            assert again.split("prompt tokens:")[0] == first.split("prompt tokens:")[0]
+        else:
+            assert r2 == r_other, again
         c.send("/bye\r")
         assert c.wait() == 0
     finally:
