@@ -83,6 +83,7 @@ static const route_def routes[] = {
 	{"/v1/models", SG_ROUTE_OAI_MODELS, "GET"},
 	{"/v1/chat/completions", SG_ROUTE_OAI_CHAT, "POST"},
 	{"/v1/completions", SG_ROUTE_OAI_COMPLETIONS, "POST"},
+	{"/v1/embeddings", SG_ROUTE_OAI_EMBEDDINGS, "POST"},
 	{"/tokenize", SG_ROUTE_TOKENIZE, "POST"},
 	{"/detokenize", SG_ROUTE_DETOKENIZE, "POST"},
 	{"/api/chat", SG_ROUTE_OLLAMA_CHAT, "POST"},
@@ -566,6 +567,26 @@ static enum MHD_Result handle_show(struct MHD_Connection *c, server *s, conn_req
 	return r;
 }
 
+/* /v1/embeddings, /api/embed, /api/embeddings: the server serves text-generation models only, none
+ * of which makes embeddings; a well-formed request is told so in its API's error format (a 400
+ * naming the model, as for a model that cannot embed). */
+static enum MHD_Result handle_embed(struct MHD_Connection *c, conn_req *cr)
+{
+	sg_srv_route route = cr->rt->route;
+	json_t *b;
+	if (sg_json_parse(cr->body, cr->len, "request body", &b)) return fail(c, route, 400, NULL, NULL, NULL, "%s", sg_last_error());
+	json_t *name = json_is_object(b) ? json_object_get(b, "model") : NULL;
+	enum MHD_Result r;
+	if (!json_is_object(b)) r = fail(c, route, 400, NULL, NULL, NULL, "the request body must be a JSON object");
+	else if (!json_is_string(name)) r = fail(c, route, 400, NULL, "model", NULL, "'model' (a string) is required");
+	else
+		r = fail(c, route, 400, NULL, "model", "model_not_supported",
+			 "model '%.200s' cannot make embeddings: this server serves no embedding model (its models generate text)",
+			 json_string_value(name));
+	json_decref(b);
+	return r;
+}
+
 static enum MHD_Result dispatch(struct MHD_Connection *c, server *s, conn_req *cr)
 {
 	switch (cr->rt->route) {
@@ -595,8 +616,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, server *s, conn_req *c
 	case SG_ROUTE_OLLAMA_VERSION: return send_json(c, 200, json_pack("{s:s}", "version", sg_version()));
 	case SG_ROUTE_OLLAMA_SHOW: return handle_show(c, s, cr);
 	case SG_ROUTE_OLLAMA_EMBED:
-		return fail(c, SG_ROUTE_OLLAMA_EMBED, 501, "not_implemented", NULL, NULL,
-			    "embeddings are not available in this build yet");
+	case SG_ROUTE_OAI_EMBEDDINGS: return handle_embed(c, cr);
 	case SG_ROUTE_TOKENIZE:
 	case SG_ROUTE_DETOKENIZE: return handle_tokenize(c, s, cr);
 	case SG_ROUTE_OAI_CHAT:

@@ -29,6 +29,7 @@ typedef enum sg_srv_route {
 	SG_ROUTE_OLLAMA_EMBED,
 	SG_ROUTE_ANTHROPIC_MESSAGES,
 	SG_ROUTE_ANTHROPIC_COUNT,
+	SG_ROUTE_OAI_EMBEDDINGS,
 } sg_srv_route;
 
 /* 1 when the route answers in Anthropic's error format. */

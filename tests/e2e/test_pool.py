@@ -14,15 +14,6 @@ from server_util import KEY, ROOT, Server, free_port, make_test_model
 Q = [{"role": "user", "content": "Hello, what is the capital of France?"}]
 
 
-def start_or_skip(*args, **kw):
-    try:
-        return Server(*args, **kw)
-    except RuntimeError as e:
-        if "cannot run models yet" in str(e):
-            pytest.skip("this build cannot run models yet")
-        raise
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("pool-models")
@@ -34,7 +25,7 @@ def serve(models, names, env=None):
     args = []
     for n in names:
         args += ["--model", f"{n}={models[n]}"]
-    return start_or_skip(*args, port=free_port(), key=KEY, env=env or {})
+    return Server(*args, port=free_port(), key=KEY, env=env or {})
 
 
 def oai(s):

@@ -13,15 +13,6 @@ BLOCK = 16
 CHATML_TURN = "<|im_start|>{}\n{}<|im_end|>\n"
 
 
-def start_or_skip(*args, **kw):
-    try:
-        return Server(*args, **kw)
-    except RuntimeError as e:
-        if "cannot run models yet" in str(e) or "unsupported architecture" in str(e):
-            pytest.skip(str(e).splitlines()[0][:200])
-        raise
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("pc-models")
@@ -34,7 +25,7 @@ def serve(models, names, extra=(), env=None):
         args += ["--model", f"{n}={models[n]}"]
     e = {"RETI_SERVE_PREFIX_BLOCK_TOKENS": str(BLOCK)}
     e.update(env or {})
-    return start_or_skip(*args, *extra, port=free_port(), key=KEY, env=e)
+    return Server(*args, *extra, port=free_port(), key=KEY, env=e)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """`saragossa serve` generating with real models, driven by the official `openai` and `ollama`
 clients: tiny fixture models (qwen3, llama) given a test tokenizer and ChatML template, and the
-real Gemma 3 270M GGUF. Skipped when this build cannot run models yet."""
+real Gemma 3 270M GGUF."""
 import concurrent.futures
 import json
 import socket
@@ -17,15 +17,6 @@ from server_util import KEY, ROOT, Server, free_port, make_test_model
 from test_server import BAD, check_bad
 
 
-def start_or_skip(*args, **kw):
-    try:
-        return Server(*args, **kw)
-    except RuntimeError as e:
-        if "cannot run models yet" in str(e):
-            pytest.skip("this build cannot run models yet")
-        raise
-
-
 @pytest.fixture(scope="module")
 def models_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("models")
@@ -35,8 +26,8 @@ def models_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def srv(models_dir, tmp_path_factory):
     sock = str(tmp_path_factory.mktemp("sock") / "s.sock")
-    s = start_or_skip("--model", f"llama={models_dir['llama']}", "--model", f"qwen={models_dir['qwen']}",
-                      "--ollama-port", str(free_port()), socket_path=sock, port=free_port(), key=KEY)
+    s = Server("--model", f"llama={models_dir['llama']}", "--model", f"qwen={models_dir['qwen']}",
+               "--ollama-port", str(free_port()), socket_path=sock, port=free_port(), key=KEY)
     yield s
     s.stop()
 
@@ -142,8 +133,8 @@ def follow_up(oai, model="qwen"):
 def test_follow_up_turn_reuses_the_earlier_turns(models_dir, tmp_path):
     """With the one-token kernels everywhere (SARAGOSSA_CPU_GEMM=0) the CPU forward is chunk-invariant,
     so the server continues from the live state: the whole first turn is reused."""
-    s = start_or_skip("--model", f"qwen={models_dir['qwen']}", socket_path=str(tmp_path / "s.sock"),
-                      port=free_port(), key=KEY, env={"SARAGOSSA_CPU_GEMM": "0"})
+    s = Server("--model", f"qwen={models_dir['qwen']}", socket_path=str(tmp_path / "s.sock"),
+               port=free_port(), key=KEY, env={"SARAGOSSA_CPU_GEMM": "0"})
     try:
         oai = openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key=KEY, max_retries=0)
         first, second = follow_up(oai)
@@ -165,7 +156,7 @@ def test_follow_up_turn_with_quantized_weights_and_the_gemm_reuses_whole_blocks_
     is not reused (its output could differ from a cold run's), only whole prefix-cache blocks, none
     for a prompt shorter than a block."""
     q = make_test_model("qwen3_mlx_q4_g32", tmp_path / "q4", 384)
-    s = start_or_skip("--model", f"q4={q}", socket_path=str(tmp_path / "s.sock"), port=free_port(), key=KEY)
+    s = Server("--model", f"q4={q}", socket_path=str(tmp_path / "s.sock"), port=free_port(), key=KEY)
     try:
         oai = openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key=KEY, max_retries=0)
         first, second = follow_up(oai, "q4")
@@ -292,8 +283,8 @@ def test_health_and_models_answer_at_once_during_a_generation_and_disconnect_can
 def test_full_queue_answers_503_with_retry_after(models_dir, tmp_path):
     """One request runs, one waits (--queue 1): of 12 requests sent at once, the ones that find the
     queue full get 503 with Retry-After at once, the others complete; the server serves on."""
-    with start_or_skip("--model", f"llama={models_dir['llama']}", "--queue", "1",
-                       socket_path=str(tmp_path / "q.sock")) as s:
+    with Server("--model", f"llama={models_dir['llama']}", "--queue", "1",
+                socket_path=str(tmp_path / "q.sock")) as s:
         body = {"messages": HELLO, "max_tokens": 200, "temperature": 1, "logit_bias": {"3": -100, "1": -100}}
 
         def post(_):
@@ -358,7 +349,7 @@ def gemma(tmp_path_factory):
         pytest.skip(f"gemma3-270m not available: {p.stderr[-300:]}")
     path = p.stdout.split()[-1]
     sock = str(tmp_path_factory.mktemp("g") / "g.sock")
-    s = start_or_skip("--model", f"gemma3={path}", "--ctx", "1024", socket_path=sock, port=free_port(), key=KEY)
+    s = Server("--model", f"gemma3={path}", "--ctx", "1024", socket_path=sock, port=free_port(), key=KEY)
     yield s
     s.stop()
 
