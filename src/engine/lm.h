@@ -47,7 +47,7 @@ typedef struct sg_lm_params {
 			      * sg_lm_set_prefix_cache, or wants none); RETI_SERVE_PREFIX_CACHE=0 also says no */
 } sg_lm_params;
 
-/* Pieces of the binding the server's own model state uses too. */
+/* Pieces of the binding, for a caller that assembles a model of its own. */
 /* The ids that end an answer: the tokenizer's EOS, the end-of-turn tokens chat templates close an
  * assistant turn with, and generation_config.json's eos_token_id beside `path`. At most cap ids,
  * each in [0, n_vocab), no repeats; returns how many. */

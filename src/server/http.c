@@ -27,7 +27,10 @@
 #include "server/model.h"
 #include "server/pool.h"
 #include "server/request.h"
+#include "server/response.h"
 #include "server/routes.h"
+#include "server/routes_ollama.h"
+#include "server/routes_openai.h"
 #include "server/server.h"
 
 typedef struct listener {
@@ -158,7 +161,7 @@ static enum MHD_Result send_json(struct MHD_Connection *c, int status, json_t *o
 static enum MHD_Result send_err(struct MHD_Connection *c, sg_srv_route route, const sg_srv_err *e)
 {
 	char *s = NULL;
-	json_t *o = sg_routes_error_body(route, e);
+	json_t *o = sg_resp_error_body(route, e);
 	if (o) s = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	enum MHD_Result r = s ? send_bytes(c, e->status, "application/json", s, strlen(s), e->status == 503)
@@ -200,7 +203,7 @@ static void load_run(sg_job *j)
 {
 	sg_srv_err e;
 	if (sg_pool_ensure(j->user, j->user_i, &e)) {
-		json_t *b = sg_routes_error_body(j->req.route, &e);
+		json_t *b = sg_resp_error_body(j->req.route, &e);
 		char *t = b ? json_dumps(b, JSON_COMPACT) : NULL;
 		json_decref(b);
 		sg_job_respond(j, e.status, "application/json", t ? t : "", t ? strlen(t) : 0);
@@ -460,11 +463,7 @@ static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, co
 	}
 	/* Ollama's "load" request: no prompt, nothing to generate. */
 	if (sg_srv_route_is_ollama(route) && ((q->chat && !json_array_size(q->messages)) || (!q->chat && q->prompt && !*q->prompt))) {
-		char when[48];
-		sg_routes_rfc3339(when, sizeof when);
-		json_t *o = json_pack("{s:s,s:s,s:b,s:s}", "model", in->name, "created_at", when, "done", 1, "done_reason", "load");
-		if (q->chat) json_object_set_new(o, "message", json_pack("{s:s,s:s}", "role", "assistant", "content", ""));
-		else json_object_set_new(o, "response", json_string(""));
+		json_t *o = sg_ollama_loaded(m, q->chat);
 		sg_job_unref(j);
 		return send_json(c, 200, o);
 	}
@@ -561,10 +560,17 @@ static enum MHD_Result handle_show(struct MHD_Connection *c, server *s, conn_req
 	}
 	enum MHD_Result r;
 	sg_srv_model *m = acquire_model(c, s, SG_ROUTE_OLLAMA_SHOW, json_string_value(name), &r);
-	if (m) r = send_json(c, 200, sg_routes_ollama_show(m));
+	if (m) r = send_json(c, 200, sg_ollama_show(m));
 	sg_pool_release(s->pool, m);
 	json_decref(b);
 	return r;
+}
+
+static json_t *oai_models(server *s)
+{
+	sg_pool_item items[SG_SERVER_MAX_MODELS];
+	int n = sg_pool_list(s->pool, items, SG_SERVER_MAX_MODELS);
+	return sg_openai_models(items, n);
 }
 
 /* /v1/embeddings, /api/embed, /api/embeddings: the server serves text-generation models only, none
@@ -598,7 +604,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, server *s, conn_req *c
 	}
 	case SG_ROUTE_OAI_MODELS:
 		if (cr->model_id) {
-			json_t *all = sg_pool_oai_models(s->pool), *d;
+			json_t *all = oai_models(s), *d;
 			size_t k;
 			json_array_foreach(json_object_get(all, "data"), k, d) {
 				if (!strcmp(json_string_value(json_object_get(d, "id")), cr->model_id)) {
@@ -610,9 +616,13 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, server *s, conn_req *c
 			json_decref(all);
 			return unknown_model(c, s, SG_ROUTE_OAI_MODELS, cr->model_id);
 		}
-		return send_json(c, 200, sg_pool_oai_models(s->pool));
-	case SG_ROUTE_OLLAMA_TAGS: return send_json(c, 200, sg_pool_ollama_tags(s->pool, 0));
-	case SG_ROUTE_OLLAMA_PS: return send_json(c, 200, sg_pool_ollama_tags(s->pool, 1));
+		return send_json(c, 200, oai_models(s));
+	case SG_ROUTE_OLLAMA_TAGS:
+	case SG_ROUTE_OLLAMA_PS: {
+		sg_pool_item items[SG_SERVER_MAX_MODELS];
+		int n = sg_pool_list(s->pool, items, SG_SERVER_MAX_MODELS);
+		return send_json(c, 200, sg_ollama_tags(items, n, cr->rt->route == SG_ROUTE_OLLAMA_PS));
+	}
 	case SG_ROUTE_OLLAMA_VERSION: return send_json(c, 200, json_pack("{s:s}", "version", sg_version()));
 	case SG_ROUTE_OLLAMA_SHOW: return handle_show(c, s, cr);
 	case SG_ROUTE_OLLAMA_EMBED:
@@ -730,7 +740,7 @@ static void send_raw_error(struct MHD_Connection *c, const conn_req *cr, int sta
 	sg_srv_err e;
 	sg_srv_err_set(&e, status, "invalid_request_error", NULL, "%s", msg);
 	snprintf(e.code, sizeof e.code, "%s", code);
-	json_t *o = sg_routes_error_body(cr->rt ? cr->rt->route : SG_ROUTE_NONE, &e);
+	json_t *o = sg_resp_error_body(cr->rt ? cr->rt->route : SG_ROUTE_NONE, &e);
 	char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
 	int fd = conn_fd(c);

@@ -14,7 +14,6 @@
 #if SG_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
-#include "server/routes.h"
 
 typedef struct entry {
 	char name[128];
@@ -346,39 +345,25 @@ sg_status sg_pool_load_initial(sg_pool *p)
 
 /* ---- listings ---- */
 
-json_t *sg_pool_oai_models(sg_pool *p)
+int sg_pool_list(sg_pool *p, sg_pool_item *items, int cap)
 {
-	json_t *data = json_array();
-	pthread_mutex_lock(&p->mu);
-	for (int i = 0; i < p->n; i++) {
-		json_t *o = p->e[i].m ? sg_routes_oai_model(p->e[i].m)
-				      : json_pack("{s:s,s:s,s:i,s:s}", "id", p->e[i].name, "object", "model", "created", 0, "owned_by",
-						  "saragossa");
-		json_object_set_new(o, "resident", json_boolean(p->e[i].m != NULL));
-		json_array_append_new(data, o);
-	}
-	pthread_mutex_unlock(&p->mu);
-	return json_pack("{s:s,s:o}", "object", "list", "data", data);
-}
-
-json_t *sg_pool_ollama_tags(sg_pool *p, int ps)
-{
-	sg_srv_model *ms[SG_SERVER_MAX_MODELS];
 	int n = 0;
 	pthread_mutex_lock(&p->mu);
-	for (int i = 0; i < p->n; i++)
-		if (p->e[i].m) ms[n++] = p->e[i].m;
-	json_t *o = sg_routes_ollama_tags(ms, n, ps);
-	if (!ps) {
-		/* configured but not resident: listed with what is known without loading */
-		json_t *arr = json_object_get(o, "models");
-		for (int i = 0; i < p->n; i++)
-			if (!p->e[i].m)
-				json_array_append_new(arr, json_pack("{s:s,s:s,s:I}", "name", p->e[i].name, "model", p->e[i].name,
-								     "size", (json_int_t)weight_bytes(p->e[i].path)));
+	for (int i = 0; i < p->n && n < cap; i++, n++) {
+		sg_pool_item *it = &items[n];
+		it->resident = p->e[i].m != NULL;
+		if (it->resident) {
+			it->info = *sg_srv_model_info_get(p->e[i].m);
+			continue;
+		}
+		/* what is known without loading it */
+		memset(&it->info, 0, sizeof it->info);
+		snprintf(it->info.name, sizeof it->info.name, "%s", p->e[i].name);
+		snprintf(it->info.path, sizeof it->info.path, "%s", p->e[i].path);
+		it->info.size_bytes = weight_bytes(p->e[i].path);
 	}
 	pthread_mutex_unlock(&p->mu);
-	return o;
+	return n;
 }
 
 void sg_pool_publish(sg_pool *p)

@@ -45,10 +45,13 @@ void sg_pool_release(sg_pool *p, sg_srv_model *m);
  * pool is full and LRU is off, every resident model is in use, or the memory guard refused. */
 int sg_pool_ensure(sg_pool *p, int i, sg_srv_err *e);
 
-/* Listings: OpenAI /v1/models (every configured model, "resident" true/false) and Ollama
- * /api/tags (all) or /api/ps (resident only). */
-json_t *sg_pool_oai_models(sg_pool *p);
-json_t *sg_pool_ollama_tags(sg_pool *p, int ps);
+/* What the listings (/v1/models, /api/tags, /api/ps) show of a configured model. */
+typedef struct sg_pool_item {
+	int resident;
+	sg_srv_model_info info; /* a resident model's; else name, path and size_bytes (on disk) only */
+} sg_pool_item;
+/* The configured models in order, at most cap of them (SG_SERVER_MAX_MODELS is enough): how many. */
+int sg_pool_list(sg_pool *p, sg_pool_item *items, int cap);
 /* Worker: copies the cache and guard numbers for sg_pool_stats (after each request). */
 void sg_pool_publish(sg_pool *p);
 /* {"resident": n, "pool": cap, "prefix_cache": {...}, "memory_guard": {...}} for /health, as

@@ -1,8 +1,11 @@
-/* Request bodies -> generation parameters, for the OpenAI and Ollama routes. Pure functions of
- * the bytes (no model, no I/O), so they are fuzzed on their own (tests/fuzz/fuzz_request.c).
+/* What a request is once parsed, whatever API it came by: the routes, the error record, the
+ * request record (generation parameters), and the field readers and message checks that the
+ * per-API parsers (routes_openai.c, routes_ollama.c, routes_anthropic.c) share. Pure functions of
+ * the bytes (no model, no I/O); the parsers over them are fuzzed (tests/fuzz/fuzz_request.c).
  *
  * Every failure fills an sg_srv_err with the HTTP status and a message that names the field or
- * the byte position, as the API that was called reports it. */
+ * the byte position, as the API that was called reports it. The bottom of server/: it includes
+ * no other server header. */
 #ifndef SG_SERVER_REQUEST_H
 #define SG_SERVER_REQUEST_H
 
@@ -100,14 +103,34 @@ typedef struct sg_srv_req {
 	char note[160];       /* something ignored that the client should know ("template ignored") */
 } sg_srv_req;
 
-/* Parses body[0..len) for route into *req (zeroed first; free with sg_srv_req_free even on
- * failure). Returns 0, or the HTTP status set in *err. */
-int sg_srv_parse_request(sg_srv_route route, const char *body, size_t len, const sg_srv_limits *lim,
-			 sg_srv_req *req, sg_srv_err *err);
+/* The start of every parse: *req zeroed with the defaults (OpenAI's sampling: temperature 1, no
+ * filters; max_tokens the cap), then body[0..len) parsed into *json (a new reference, an object).
+ * Returns 0, or the HTTP status set in *err (an empty body, bad JSON, not an object). */
+int sg_srv_req_begin(sg_srv_route route, const char *body, size_t len, const sg_srv_limits *lim, sg_srv_req *req,
+		     json_t **json, sg_srv_err *err);
 void sg_srv_req_free(sg_srv_req *req);
 
-/* The Anthropic Messages body (routes_anthropic.c): messages and tools converted to the OpenAI
- * shapes the chat templates take. Same contract as sg_srv_parse_request. */
-int sg_srv_parse_anthropic(const json_t *body, sg_srv_req *req, const sg_srv_limits *lim, sg_srv_err *err);
+/* Field readers: o[key] (named `name` in messages) absent or null is "not given" (0); a present
+ * value of the wrong type or out of range is a 400 naming the field, returned as a negative
+ * number (-status) with *e filled; given and valid is 1, with *out set. */
+int sg_srv_wrong_type(sg_srv_err *e, const char *name, const char *want, const json_t *v); /* always < 0 */
+int sg_srv_get_num(const json_t *o, const char *key, const char *name, double lo, double hi, double *out, sg_srv_err *e);
+int sg_srv_get_int(const json_t *o, const char *key, const char *name, int64_t lo, int64_t hi, int64_t *out, sg_srv_err *e);
+int sg_srv_get_bool(const json_t *o, const char *key, const char *name, int *out, sg_srv_err *e);
+int sg_srv_get_str(const json_t *o, const char *key, const char *name, const char **out, sg_srv_err *e);
+/* A 500 "out of memory" (returns the status). */
+int sg_srv_oom(sg_srv_err *e);
+/* *dst = a heap copy of s: 0, or -500 with *e filled. */
+int sg_srv_dup(char **dst, const char *s, sg_srv_err *e);
+
+/* Parts the OpenAI and Ollama bodies share; each returns 0, or a negative or positive status with
+ * *err filled (callers test < 0 and != 0 as the readers above). */
+/* stop: a string or an array of at most SG_SRV_MAX_STOP strings, appended to r->stop. */
+int sg_srv_parse_stop(const json_t *v, const char *name, sg_srv_req *r, sg_srv_err *err);
+/* body.messages (roles checked, OpenAI content parts flattened to a string; ollama: string content,
+ * no images, may be empty) and body.tools, copied into r. */
+int sg_srv_parse_messages(const json_t *body, sg_srv_req *r, int ollama, sg_srv_err *err);
+/* body.model into r->model ("" when absent and not required). */
+int sg_srv_parse_model(const json_t *b, sg_srv_req *r, int required, sg_srv_err *err);
 
 #endif

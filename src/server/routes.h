@@ -1,31 +1,19 @@
-/* Response bodies of the OpenAI and Ollama routes: listings (answered on the connection thread)
- * and generations (run by the inference worker, streamed as SSE or NDJSON, or sent whole). */
+/* The routes by API: which parser reads a route's body and which writer answers its generation
+ * (routes_openai.c, routes_ollama.c, routes_anthropic.c). The top of server/ below http.c. */
 #ifndef SG_SERVER_ROUTES_H
 #define SG_SERVER_ROUTES_H
 
-#include <jansson.h>
+#include <stddef.h>
 
 #include "server/job.h"
-#include "server/model.h"
 #include "server/request.h"
 
-/* The error body in the format of the API the route belongs to. */
-json_t *sg_routes_error_body(sg_srv_route route, const sg_srv_err *e);
+/* Parses body[0..len) for route into *req (zeroed first; free with sg_srv_req_free even on
+ * failure) with the parser of the route's API. Returns 0, or the HTTP status set in *err. */
+int sg_srv_parse_request(sg_srv_route route, const char *body, size_t len, const sg_srv_limits *lim, sg_srv_req *req,
+			 sg_srv_err *err);
 
-/* GET /v1/models, /api/tags, /api/ps. */
-json_t *sg_routes_oai_models(sg_srv_model *const *models, int n);
-json_t *sg_routes_oai_model(const sg_srv_model *m);
-json_t *sg_routes_ollama_tags(sg_srv_model *const *models, int n, int ps);
-json_t *sg_routes_ollama_show(const sg_srv_model *m);
-
-/* The worker's entry for every generation route (job->req.route says which). */
+/* The worker's entry for every generation route (job->req.route says which API answers). */
 void sg_routes_run_generation(sg_job *job);
-
-/* routes_anthropic.c: the Anthropic error envelope, and the worker's entry for /v1/messages. */
-json_t *sg_routes_anthropic_error(const sg_srv_err *e);
-void sg_routes_anthropic_run(sg_job *job);
-
-/* "2024-05-01T12:00:00.000000Z" for now. */
-void sg_routes_rfc3339(char *buf, size_t cap);
 
 #endif

@@ -5,6 +5,8 @@
  * routes, and answered as content blocks (text, thinking, tool_use) or as the Messages SSE event
  * sequence: message_start, ping, (content_block_start, content_block_delta*, content_block_stop)*,
  * message_delta, message_stop. */
+#include "server/routes_anthropic.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -12,30 +14,11 @@
 #include "base/error.h"
 #include "base/json.h"
 #include "base/log.h"
-#include "engine/prefix_cache.h"
 #include "server/agent.h"
 #include "server/pool.h"
-#include "server/request.h"
-#include "server/routes.h"
+#include "server/response.h"
 
 #define BAD "invalid_request_error"
-
-/* ---- errors ---- */
-
-json_t *sg_routes_anthropic_error(const sg_srv_err *e)
-{
-	const char *type = e->type ? e->type : BAD;
-	/* Anthropic's error types for the statuses this server answers with. */
-	if (e->status == 401) type = "authentication_error";
-	else if (e->status == 403) type = "permission_error";
-	else if (e->status == 404) type = "not_found_error";
-	else if (e->status == 413) type = "request_too_large";
-	else if (e->status == 429) type = "rate_limit_error";
-	else if (e->status == 503) type = "overloaded_error";
-	else if (e->status >= 500) type = "api_error";
-	else if (strcmp(type, "incomplete_json") != 0) type = BAD;
-	return json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", type, "message", e->message);
-}
 
 /* ---- the request ---- */
 
@@ -294,7 +277,7 @@ static int get_number(const json_t *b, const char *key, double lo, double hi, do
 	return -1; /* given */
 }
 
-int sg_srv_parse_anthropic(const json_t *b, sg_srv_req *r, const sg_srv_limits *lim, sg_srv_err *e)
+int sg_anthropic_parse(const json_t *b, sg_srv_req *r, const sg_srv_limits *lim, sg_srv_err *e)
 {
 	int st;
 	int count = r->route == SG_ROUTE_ANTHROPIC_COUNT;
@@ -392,19 +375,7 @@ typedef struct agen {
 
 static void sse(agen *g, const char *event, json_t *data)
 {
-	char *s = json_dumps(data, JSON_COMPACT);
-	json_decref(data);
-	if (!s) {
-		g->failed = 1;
-		return;
-	}
-	char head[64];
-	int hn = snprintf(head, sizeof head, "event: %s\ndata: ", event);
-	int r = sg_job_write(g->job, head, (size_t)hn);
-	r |= sg_job_write(g->job, s, strlen(s));
-	r |= sg_job_write(g->job, "\n\n", 2);
-	free(s);
-	if (r) g->failed = 1;
+	if (sg_resp_event(g->job, event, data)) g->failed = 1;
 }
 
 static json_t *usage(const sg_job *job, const sg_gen_result *r)
@@ -542,15 +513,9 @@ static void respond_error(agen *g, int status, const char *type, const char *msg
 {
 	sg_srv_err e;
 	sg_srv_err_set(&e, status, type, NULL, "%s", msg);
-	json_t *body = sg_routes_anthropic_error(&e);
-	if (g->begun) {
-		sse(g, "error", body);
-		return;
-	}
-	char *s = json_dumps(body, JSON_COMPACT);
-	json_decref(body);
-	sg_job_respond(g->job, status, "application/json", s ? s : "", s ? strlen(s) : 0);
-	free(s);
+	json_t *body = sg_resp_error_body(g->req->route, &e);
+	if (g->begun) sse(g, "error", body);
+	else sg_resp_send(g->job, status, body);
 }
 
 /* The prefix cache has placed the state: message_start reports what it reused. */
@@ -563,7 +528,7 @@ static void reused(void *user, size_t n, long diverged)
 	begin(g);
 }
 
-void sg_routes_anthropic_run(sg_job *job)
+void sg_anthropic_run(sg_job *job)
 {
 	const sg_srv_req *q = &job->req;
 	agen g = {.job = job, .req = q, .stream = q->stream};
@@ -633,10 +598,7 @@ void sg_routes_anthropic_run(sg_job *job)
 		json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:O,s:s,s:o,s:o}", "id", job->id, "type", "message", "role", "assistant",
 				      "model", g.model_name, "content", g.content, "stop_reason", reason, "stop_sequence", stop_seq,
 				      "usage", usage(job, &r));
-		char *s = json_dumps(o, JSON_COMPACT);
-		json_decref(o);
-		sg_job_respond(job, s ? 200 : 500, "application/json", s ? s : "", s ? strlen(s) : 0);
-		free(s);
+		sg_resp_send(job, 200, o);
 	}
 	SG_INFO("serve: %s %s: prompt %zu tokens (%zu cached), %zu tokens, %s", job->id, g.model_name, r.n_prompt, r.n_cached,
 		r.n_generated, reason);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "server/request.h"
+#include "server/routes.h"
 #include "server/server.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

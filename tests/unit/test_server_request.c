@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "server/request.h"
+#include "server/routes.h"
 #include "server/server.h"
 
 static const sg_srv_limits LIM = {.max_tokens_cap = 4096};

@@ -1,0 +1,193 @@
+/* Response builders shared by the routes (see response.h). */
+#include "server/response.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "base/utf8.h"
+#include "server/model.h"
+
+/* Anthropic's error types for the statuses this server answers with. */
+static json_t *anthropic_error(const sg_srv_err *e)
+{
+	const char *type = e->type ? e->type : "invalid_request_error";
+	if (e->status == 401) type = "authentication_error";
+	else if (e->status == 403) type = "permission_error";
+	else if (e->status == 404) type = "not_found_error";
+	else if (e->status == 413) type = "request_too_large";
+	else if (e->status == 429) type = "rate_limit_error";
+	else if (e->status == 503) type = "overloaded_error";
+	else if (e->status >= 500) type = "api_error";
+	else if (strcmp(type, "incomplete_json") != 0) type = "invalid_request_error";
+	return json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", type, "message", e->message);
+}
+
+json_t *sg_resp_error_body(sg_srv_route route, const sg_srv_err *e)
+{
+	if (sg_srv_route_is_ollama(route)) return json_pack("{s:s}", "error", e->message);
+	if (sg_srv_route_is_anthropic(route)) return anthropic_error(e);
+	return json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", e->message, "type", e->type ? e->type : "invalid_request_error",
+			 "param", e->param[0] ? json_string(e->param) : json_null(), "code",
+			 e->code[0] ? json_string(e->code) : json_null());
+}
+
+int sg_resp_status(sg_status st)
+{
+	return st == SG_ERR_RANGE || st == SG_ERR_INVALID_ARG ? 400 : st == SG_ERR_NOMEM ? 503 : 500;
+}
+
+json_t *sg_resp_string(const char *s, size_t n)
+{
+	if (sg_utf8_valid((const uint8_t *)s, n)) return json_stringn(s, n);
+	char *b = sg_malloc(n * 3 + 1);
+	if (!b) return json_string("");
+	size_t o = 0;
+	for (size_t i = 0; i < n;) {
+		uint32_t cp;
+		int l = sg_utf8_decode((const uint8_t *)s + i, n - i, &cp);
+		if (l) {
+			memcpy(b + o, s + i, (size_t)l);
+			o += (size_t)l;
+			i += (size_t)l;
+		} else {
+			memcpy(b + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+		}
+	}
+	json_t *r = json_stringn(b, o);
+	sg_free(b);
+	return r;
+}
+
+void sg_resp_rfc3339(char *buf, size_t cap)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	struct tm tm;
+	gmtime_r(&ts.tv_sec, &tm);
+	char d[32];
+	strftime(d, sizeof d, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(buf, cap, "%s.%06ldZ", d, ts.tv_nsec / 1000);
+}
+
+void sg_resp_rfc3339_of(int64_t t, char *buf, size_t cap)
+{
+	time_t tt = (time_t)t;
+	struct tm tm;
+	gmtime_r(&tt, &tm);
+	strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+int sg_resp_buf_add(char **b, size_t *len, size_t *cap, const char *s, size_t n)
+{
+	if (*len + n + 1 > *cap) {
+		size_t c = *cap ? *cap * 2 : 4096;
+		while (c < *len + n + 1) c *= 2;
+		char *nb = sg_realloc(*b, c);
+		if (!nb) return -1;
+		*b = nb;
+		*cap = c;
+	}
+	memcpy(*b + *len, s, n);
+	*len += n;
+	(*b)[*len] = 0;
+	return 0;
+}
+
+int sg_resp_line(sg_job *job, json_t *o, int sse)
+{
+	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	if (!s) return -1;
+	int r = sse ? sg_job_write(job, "data: ", 6) : 0;
+	r |= sg_job_write(job, s, strlen(s));
+	r |= sg_job_write(job, sse ? "\n\n" : "\n", sse ? 2 : 1);
+	free(s);
+	return r ? -1 : 0;
+}
+
+int sg_resp_event(sg_job *job, const char *event, json_t *data)
+{
+	char *s = data ? json_dumps(data, JSON_COMPACT) : NULL;
+	json_decref(data);
+	if (!s) return -1;
+	char head[64];
+	int hn = snprintf(head, sizeof head, "event: %s\ndata: ", event);
+	int r = sg_job_write(job, head, (size_t)hn);
+	r |= sg_job_write(job, s, strlen(s));
+	r |= sg_job_write(job, "\n\n", 2);
+	free(s);
+	return r ? -1 : 0;
+}
+
+void sg_resp_send(sg_job *job, int status, json_t *o)
+{
+	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	sg_job_respond(job, s ? status : 500, "application/json", s ? s : "", s ? strlen(s) : 0);
+	free(s);
+}
+
+json_t *sg_resp_oai_usage(const sg_gen_result *r)
+{
+	return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)r->n_prompt, "completion_tokens",
+			 (json_int_t)r->n_generated, "total_tokens", (json_int_t)(r->n_prompt + r->n_generated),
+			 "prompt_tokens_details", "cached_tokens", (json_int_t)r->n_cached);
+}
+
+void sg_resp_call_start(json_t *calls, int index, const char *id, const char *name)
+{
+	while (json_array_size(calls) <= (size_t)index)
+		json_array_append_new(calls, json_pack("{s:s,s:s,s:s}", "id", "", "name", "", "arguments", ""));
+	json_t *c = json_array_get(calls, (size_t)index);
+	json_object_set_new(c, "id", json_string(id));
+	json_object_set_new(c, "name", json_string(name));
+}
+
+int sg_resp_call_args(json_t *calls, int index, const char *s, size_t n)
+{
+	json_t *c = json_array_get(calls, (size_t)index);
+	if (!c) return 0;
+	const char *old = json_string_value(json_object_get(c, "arguments"));
+	size_t ol = json_string_length(json_object_get(c, "arguments"));
+	char *b = sg_malloc(ol + n + 1);
+	if (!b) return -1;
+	memcpy(b, old, ol);
+	memcpy(b + ol, s, n);
+	json_object_set_new(c, "arguments", sg_resp_string(b, ol + n));
+	sg_free(b);
+	return 0;
+}
+
+void sg_resp_call_end(json_t *calls, int index)
+{
+	json_t *c = json_array_get(calls, (size_t)index);
+	if (c) json_object_set_new(c, "ended", json_true());
+}
+
+json_t *sg_resp_ollama_call(const json_t *c)
+{
+	const char *a = json_string_value(json_object_get(c, "arguments"));
+	json_t *args = a ? json_loads(a, 0, NULL) : NULL;
+	if (!args) args = json_object();
+	return json_pack("{s:{s:O,s:o}}", "function", "name", json_object_get(c, "name"), "arguments", args);
+}
+
+sg_gen_params sg_resp_gen_params(sg_job *job)
+{
+	const sg_srv_req *q = &job->req;
+	sg_gen_params p = sg_gen_default_params();
+	p.prompt = job->prompt;
+	p.n_prompt = job->n_prompt;
+	p.sampler = q->sp;
+	p.eos_ids = sg_srv_model_eos(job->model, &p.n_eos);
+	p.stop = (const char *const *)q->stop;
+	p.n_stop = q->n_stop;
+	p.max_tokens = q->max_tokens;
+	p.cancel = &job->cancel;
+	return p;
+}
