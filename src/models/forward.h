@@ -35,11 +35,11 @@ typedef struct sg_fwd_state {
 	sg_btensor ey;          /* MoE [chunk][k][D] */
 	sg_btensor logits;      /* [1][V], grown to [chunk][V] when every position's logits are wanted */
 	sg_btensor amax;        /* I32 [1]: the decode step's argmax (greedy next token) */
-	void *graph;            /* CUDA: the recorded one-token decode step (sg_cuda_graph), or NULL */
+	sg_backend_graph *graph; /* the recorded one-token decode step (backends that capture), or NULL */
 	sg_btensor tc_ids;      /* I32 [tc_m]: tokens whose logits a candidate step also reads back */
 	sg_btensor tc_out;      /* I32 [2 tc_k + tc_m]: its candidates (top_candidates' layout) */
 	int tc_k, tc_m;         /* the candidate step's shape (0 = none allocated) */
-	void *graph_tc;         /* CUDA: the recorded step ending in those candidates, or NULL */
+	sg_backend_graph *graph_tc; /* the recorded step ending in those candidates, or NULL */
 	int graph_off;          /* 1: recording failed once; this state stays on the per-op path */
 	/* hybrid and Gemma 4 (forward_hybrid.c); empty for other families */
 	int hybrid;             /* 1: layers run through sg_fwd_hybrid_layers */

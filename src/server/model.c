@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "backend/backend.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/flags.h"
@@ -14,9 +15,6 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "server/pool.h"
-#if SG_CUDA
-#include "backend/cuda/cuda_info.h"
-#endif
 
 #if __has_include("text/tokenizer/tokenizer.h") && __has_include("text/template/chat_template.h") && __has_include("engine/session.h")
 #define SG_SERVER_HAVE_MODELS 1
@@ -110,17 +108,15 @@ void sg_srv_model_bind(sg_srv_model *m, struct sg_pool *pool)
 	m->pool = pool;
 }
 
-int sg_srv_backend_is_accel(void)
+const char *sg_srv_backend_accel(void)
 {
 	const char *b = sg_flag_str("RETI_SERVE_BACKEND");
-	if (b && !strcmp(b, "cuda")) return 1;
-#if SG_CUDA
-	char gpus[512];
-	/* auto: models go to the GPU when one is usable (a model the GPU cannot take loads on the
-	 * CPU, which the guard then projects as device memory: the conservative side) */
-	if (!b || !*b || !strcmp(b, "auto")) return sg_cuda_describe(gpus, sizeof gpus) > 0;
-#endif
-	return 0;
+	/* a named accelerator; auto: the one models go to when a device is usable (a model it cannot
+	 * take loads on the CPU, which the guard then projects as device memory: the conservative
+	 * side) */
+	if (b && *b && strcmp(b, "auto") && strcmp(b, "cpu")) return sg_backend_known(b) ? b : NULL;
+	if (!b || !*b || !strcmp(b, "auto")) return sg_backend_auto_accel();
+	return NULL;
 }
 
 #if SG_SERVER_HAVE_MODELS

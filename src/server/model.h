@@ -95,8 +95,9 @@ sg_status sg_srv_model_reserve_tokens(sg_srv_model *m, size_t n_total);
 /* 1 when the model runs on an accelerator whose device memory its backend reports (the
  * mem_info op): *free_bytes and *total_bytes are filled; 0 for host memory (the CPU). */
 int sg_srv_model_accel_mem(sg_srv_model *m, uint64_t *free_bytes, uint64_t *total_bytes);
-/* 1 when RETI_SERVE_BACKEND names a GPU backend (served models live in device memory). */
-int sg_srv_backend_is_accel(void);
+/* The accelerator backend RETI_SERVE_BACKEND sends served models to ("cuda": they live in device
+ * memory), or NULL for the CPU. */
+const char *sg_srv_backend_accel(void);
 
 /* The worker's conversation state and streaming detokenizer. */
 sg_gen_state *sg_srv_model_state(sg_srv_model *m);
