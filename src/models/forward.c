@@ -17,6 +17,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "models/forward_hybrid.h"
 
 static int kv_rows_for(const sg_layer_desc *l, int n_ctx, int chunk, int *ring)
 {

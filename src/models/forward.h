@@ -87,19 +87,9 @@ sg_status sg_forward_decode(const sg_model *m, sg_fwd_state *s, int32_t token, i
  * top_candidates. */
 sg_status sg_forward_decode_top(const sg_model *m, sg_fwd_state *s, int32_t token, int pos, int k, const int32_t *ids,
 				int mids);
-/* 1 if sg_forward_decode on this state replays a CUDA graph (CUDA backend, flag on, eligible
- * layers): the session routes single-token steps through it. */
+/* 1 if sg_forward_decode on this state replays a recorded step (a backend that captures, its
+ * flag on, eligible layers): the session routes single-token steps through it. */
 int sg_fwd_decode_graphs(const sg_model *m, const sg_fwd_state *s);
-
-/* Hybrid / Gemma 4 part of the state (called by sg_fwd_state_init / _free). */
-sg_status sg_fwd_hybrid_init(const sg_model *m, sg_fwd_state *s);
-void sg_fwd_hybrid_free(const sg_model *m, sg_fwd_state *s);
-/* 1 if the description needs the hybrid layer path (linear attention, output gate, shared K/V,
- * k = v, per-layer inputs, shared expert, MoE beside a dense MLP, layer scalars). */
-int sg_fwd_is_hybrid(const sg_model *m);
-/* Runs every layer of a chunk whose embeddings are in s->x (tokens: the chunk's ids). */
-sg_status sg_fwd_hybrid_layers(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0);
-
 
 /* Small helpers of the forward passes (forward.c, forward_hybrid.c). */
 #define SG_FWD_OK(call)                                                                            \
