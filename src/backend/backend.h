@@ -198,6 +198,23 @@ typedef struct sg_moe_routing {
 
 #define SG_BACKEND_TOPC_MAX 2048 /* the most candidates top_candidates gives */
 
+/* What a backend is and can do, as the layers above it need to know (session sizing, snapshots,
+ * decode graphs, the server's memory guard, `doctor` and `bench`): asked through the caps op, so
+ * nothing above src/backend/ tests which backend runs. */
+typedef struct sg_backend_caps {
+	int kv_f16;          /* 1: a session's KV cache defaults to F16 (SG_KV_AUTO), else F32 */
+	int prefill_chunk;   /* tokens per prefill chunk a session takes by default */
+	int device_memory;   /* 1: tensors live in the device's own memory (mem_info reports it) */
+	int capture;         /* 1: a decode step can be recorded once and replayed (capture ops, on) */
+	int capture_hybrid;  /* 1: also steps of hybrid layer stacks (recurrent state in place) */
+	char device[160];    /* the device: "NVIDIA H200, 139.8 GiB, sm_90"; the CPU: its kernel set */
+	char graphs_flag[48]; /* the flag that switches capture off ("" when none) */
+} sg_backend_caps;
+
+/* A recorded decode step (a CUDA graph), owned by its caller: several sessions may share one
+ * backend, each with its own recording. */
+typedef struct sg_backend_graph sg_backend_graph;
+
 /*
  * The op table. Every op takes the backend first; tensors are backend tensors of this backend.
  * In-place use is allowed where an op says so. Unless stated, F32 tensors only.
@@ -381,6 +398,31 @@ typedef struct sg_backend_ops {
 	 * snapshots then go through host memory. */
 	sg_status (*copy)(sg_backend *be, const sg_btensor *src, size_t src_off, sg_btensor *dst,
 			  size_t dst_off, size_t n);
+
+	/* --- what it is (required) --- */
+	void (*caps)(sg_backend *be, sg_backend_caps *out);
+
+	/* --- capture and replay (NULL where caps.capture is never set) --- */
+	/* Starts recording the ops issued on be; nothing runs until a replay. Writes and reads are
+	 * not allowed while recording, and no op may grow the backend's scratch (run the step once
+	 * unrecorded first). */
+	sg_status (*capture_begin)(sg_backend *be);
+	/* Ends the recording into a new graph *out (graph_free releases it). */
+	sg_status (*capture_end)(sg_backend *be, sg_backend_graph **out);
+	/* Ends a recording and throws it away (an op failed while recording); no-op when idle. */
+	void (*capture_abort)(sg_backend *be);
+	/* 1 if g was recorded before the backend's scratch moved: replaying it would read freed
+	 * memory, so the caller records again. */
+	int (*graph_stale)(sg_backend *be, const sg_backend_graph *g);
+	/* Enqueues one replay of g; does not wait. Fails on a stale graph. */
+	sg_status (*graph_replay)(sg_backend *be, const sg_backend_graph *g);
+	void (*graph_free)(sg_backend *be, sg_backend_graph *g);
+
+	/* --- measurement (may be NULL) --- */
+	/* The copy bandwidth of the device's memory in GB/s (1e9 bytes/s, read + written) with
+	 * `bytes`-sized copies: the roofline `bench` holds a decode step to. *what names the
+	 * measurement ("cudaMemcpy D2D"). */
+	sg_status (*copy_bandwidth)(sg_backend *be, size_t bytes, double *gbps, const char **what);
 } sg_backend_ops;
 
 /* The backend object. A backend implementation embeds it first in its own struct. */
@@ -401,7 +443,46 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out);
 /* Name of the kernel set a CPU backend runs: "avx512", "avx2", "neon" or "scalar". */
 const char *sg_cpu_backend_simd(const sg_backend *be);
 
+/* --- opening a backend by name (registry.c: the one place that knows which backends exist) --- */
+typedef struct sg_backend_params {
+	int n_threads; /* CPU: threads, caller included; 0 = SARAGOSSA_THREADS, else one per core */
+	int device;    /* an accelerator's device ordinal */
+} sg_backend_params;
+
+sg_backend_params sg_backend_default_params(void);
+/* Opens backend `name` ("cpu", "cuda"): SG_ERR_UNSUPPORTED naming what this build runs when
+ * it has no backend of that name, or the device's reason when it cannot start. *out is freed
+ * with sg_backend_free. */
+sg_status sg_backend_open(const char *name, const sg_backend_params *p, sg_backend **out);
+/* The backends this build runs, for messages: "cpu, cuda". */
+const char *sg_backend_names(void);
+/* 1 if saragossa has a backend called name ("cpu", "cuda"), built into this build or not. */
+int sg_backend_known(const char *name);
+/* The accelerator backend "auto" tries first: its name when this build has one and a device of
+ * it is usable now, else NULL (the CPU). */
+const char *sg_backend_auto_accel(void);
+/* The accelerator backends saragossa has, built in or not: i = 0, 1, ... until NULL ("cuda"). */
+const char *sg_backend_accel_name(int i);
+/* The devices of accelerator backend `name` usable now (0 when none) with one line each into
+ * buf ("GPU 0: NVIDIA H200, 139.8 GiB, sm_90, driver 13.0", or why none); -1 when this build
+ * lacks that backend, buf then says how to get it ("not built (make CUDA=1)"). */
+int sg_backend_devices(const char *name, char *buf, size_t n);
+/* Free and total memory of device `device` of accelerator backend `name`, without opening a
+ * backend: SG_ERR_UNSUPPORTED for the CPU or a backend this build lacks. */
+sg_status sg_backend_device_memory(const char *name, int device, uint64_t *free_bytes, uint64_t *total_bytes);
+
 /* --- generic helpers over the table --- */
+static inline void sg_backend_caps_get(sg_backend *be, sg_backend_caps *out)
+{
+	be->ops->caps(be, out);
+}
+
+/* Frees a recorded graph (NULL: nothing). */
+static inline void sg_backend_graph_free(sg_backend *be, sg_backend_graph *g)
+{
+	if (g && be->ops->graph_free) be->ops->graph_free(be, g);
+}
+
 static inline void sg_backend_free(sg_backend *be)
 {
 	if (be) be->ops->destroy(be);

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_backend.h"
+#include "backend/backend.h"
 #include "base/alloc.h"
 #include "base/timer.h"
 #include "cli/cli.h"
@@ -120,13 +120,17 @@ int sg_cli_bench(int argc, char **argv)
 	       s->fs.kv_type == SG_TYPE_F16 ? "f16" : "f32");
 	printf("repetitions: %d (after one warm-up)\n", reps);
 	double copy_gbps = 0;
-	if (sg_cuda_is_backend(m->be)) {
-		if (sg_cuda_copy_bandwidth(m->be, (size_t)1 << 30, &copy_gbps)) {
+	if (m->be->ops->copy_bandwidth) {
+		sg_backend_caps caps;
+		const char *what = "";
+		sg_backend_caps_get(m->be, &caps);
+		if (m->be->ops->copy_bandwidth(m->be, (size_t)1 << 30, &copy_gbps, &what)) {
 			rc = fail();
 			goto done;
 		}
-		printf("device: %s, cudaMemcpy D2D %.0f GB/s (read + write), decode graphs %s\n", sg_cuda_backend_device(m->be),
-		       copy_gbps, sg_cuda_graphs_enabled() ? "on" : "off (SARAGOSSA_CUDA_GRAPHS=0)");
+		printf("device: %s, %s %.0f GB/s (read + write), decode graphs ", caps.device, what, copy_gbps);
+		if (caps.capture) printf("on\n");
+		else printf("off (%s=0)\n", caps.graphs_flag);
 	}
 	printf("%-8s %25s %12s\n", "test", "tok/s (mean +- sd)", "weights GB/s");
 	if (p) {

@@ -1,6 +1,7 @@
 /* saragossa doctor: what this machine and build are, where models come from (the default model,
  * saragossa's models folder, the Hugging Face cache, whether the hub answers) and the value of
  * every runtime flag. */
+#include "backend/backend.h"
 #include "base/flags.h"
 #include "base/progress.h"
 #include "base/sysinfo.h"
@@ -10,9 +11,6 @@
 #include "hub/download.h"
 #include "hub/repo.h"
 #include "saragossa.h"
-#if SG_CUDA
-#include "backend/cuda/cuda_info.h"
-#endif
 
 #include <curl/curl.h>
 #include <stdio.h>
@@ -89,14 +87,18 @@ int sg_cli_doctor(int argc, char **argv)
 	printf("cores:     %d\n", sg_cpu_count());
 	printf("simd:      %s\n", feat);
 	printf("memory:    %s total, %s available\n", total, avail);
-#if SG_CUDA
-	char gpus[2048];
-	int n = sg_cuda_describe(gpus, sizeof(gpus));
-	printf("cuda:      built in; %d device%s\n", n, n == 1 ? "" : "s");
-	if (gpus[0]) printf("           %s\n", gpus);
-#else
-	printf("cuda:      not built (make CUDA=1)\n");
-#endif
+	for (int i = 0; sg_backend_accel_name(i); i++) {
+		const char *be = sg_backend_accel_name(i);
+		char devs[2048];
+		int n = sg_backend_devices(be, devs, sizeof(devs));
+		printf("%s:%*s", be, (int)(10 - strlen(be)), "");
+		if (n < 0) {
+			printf("%s\n", devs);
+			continue;
+		}
+		printf("built in; %d device%s\n", n, n == 1 ? "" : "s");
+		if (devs[0]) printf("           %s\n", devs);
+	}
 	print_models();
 	printf("flags:\n");
 	for (int i = 0; i < sg_flags_count(); i++) {

@@ -11,7 +11,6 @@
 #include "base/error.h"
 #include "base/flags.h"
 #include "base/log.h"
-#include "backend/cuda/cuda_backend.h"
 
 #define DEFAULT_CTX 4096
 
@@ -49,14 +48,15 @@ sg_status sg_session_new(sg_model *m, const sg_session_params *params, sg_sessio
 	if (max > 0 && n_ctx > max)
 		return SG_FAIL(SG_ERR_RANGE, "context of %d tokens exceeds the model's %d", n_ctx, max);
 	int64_t chunk = params->n_batch ? params->n_batch : sg_flag_int("SARAGOSSA_CHUNK");
-	/* 0: by backend. A GPU prefill chunk re-reads (dequantizes) every weight once, so larger
-	 * chunks amortise that (pp8192 on an H200: 1106 tok/s at 256, 4507 at 1024 with TF32). */
-	if (chunk == 0) chunk = sg_cuda_is_backend(m->be) ? 1024 : 256;
+	sg_backend_caps caps;
+	sg_backend_caps_get(m->be, &caps);
+	/* 0: the backend's own (a GPU's chunk re-reads every weight once, so it takes larger ones) */
+	if (chunk == 0) chunk = caps.prefill_chunk > 0 ? caps.prefill_chunk : 256;
 	if (chunk < 1) chunk = 1;
 	if (chunk > n_ctx) chunk = n_ctx;
 	if (params->kv_type != SG_KV_F32 && params->kv_type != SG_KV_F16 && params->kv_type != SG_KV_AUTO)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "kv_type %d", (int)params->kv_type);
-	int kv16 = params->kv_type == SG_KV_F16 || (params->kv_type == SG_KV_AUTO && sg_cuda_is_backend(m->be));
+	int kv16 = params->kv_type == SG_KV_F16 || (params->kv_type == SG_KV_AUTO && caps.kv_f16);
 	sg_session *s = sg_calloc(1, sizeof(*s));
 	if (!s) return SG_FAIL(SG_ERR_NOMEM, "session");
 	s->m = m;
@@ -318,7 +318,12 @@ static sg_status rec_load(sg_session *s, const sg_snapshot *p)
 	return SG_OK;
 }
 
-int sg_session_snapshots_on_device(const sg_session *s) { return resident(s) && sg_cuda_is_backend(s->m->be); }
+int sg_session_snapshots_on_device(const sg_session *s)
+{
+	sg_backend_caps caps;
+	sg_backend_caps_get(s->m->be, &caps);
+	return resident(s) && caps.device_memory;
+}
 
 void sg_snapshot_free(sg_snapshot *snap)
 {

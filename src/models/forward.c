@@ -14,10 +14,10 @@
 
 #include <string.h>
 
-#include "backend/cuda/cuda_backend.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "models/forward_hybrid.h"
 
 static int kv_rows_for(const sg_layer_desc *l, int n_ctx, int chunk, int *ring)
 {
@@ -90,8 +90,8 @@ void sg_fwd_state_free(const sg_model *m, sg_fwd_state *s)
 {
 	sg_backend *be = m->be;
 	sg_fwd_hybrid_free(m, s);
-	sg_cuda_graph_free(s->graph);
-	sg_cuda_graph_free(s->graph_tc);
+	sg_backend_graph_free(be, s->graph);
+	sg_backend_graph_free(be, s->graph_tc);
 	if (s->kv)
 		for (int i = 0; i < m->desc.n_layer; i++) {
 			be->ops->tensor_free(be, &s->kv[i].k);
@@ -255,8 +255,8 @@ static sg_status forward_body(const sg_model *m, sg_fwd_state *s, const int32_t 
 	}
 	if (mode == SG_LOGITS_NONE) return SG_OK;
 	if (mode == SG_LOGITS_ALL && s->logits.ne[1] < n) {
-		sg_cuda_graph_free(s->graph); /* they write the old buffer */
-		sg_cuda_graph_free(s->graph_tc);
+		sg_backend_graph_free(be, s->graph); /* they write the old buffer */
+		sg_backend_graph_free(be, s->graph_tc);
 		s->graph = s->graph_tc = NULL;
 		o->tensor_free(be, &s->logits);
 		SG_FWD_OK(sg_fwd_alloc2(be, SG_TYPE_F32, d->n_vocab, s->chunk, &s->logits));
@@ -319,12 +319,14 @@ sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, 
 
 int sg_fwd_decode_graphs(const sg_model *m, const sg_fwd_state *s)
 {
-	if (s->graph_off || !sg_cuda_is_backend(m->be) || !sg_cuda_graphs_enabled())
-		return 0;
+	sg_backend_caps caps;
+	if (s->graph_off) return 0;
+	sg_backend_caps_get(m->be, &caps);
+	if (!caps.capture) return 0;
 	/* hybrid stacks: their recurrent state lives in device tensors each step updates in place, so
-	 * a replay continues it (SARAGOSSA_CUDA_GRAPHS_HYBRID); Gemma 4's per-layer inputs are rows the
-	 * host computes from the token and copies mid-step, so those stacks stay per-op */
-	if (s->hybrid && (!sg_cuda_graphs_hybrid() || m->desc.per_layer_input_dim > 0)) return 0;
+	 * a replay continues it (caps.capture_hybrid); Gemma 4's per-layer inputs are rows the host
+	 * computes from the token and copies mid-step, so those stacks stay per-op */
+	if (s->hybrid && (!caps.capture_hybrid || m->desc.per_layer_input_dim > 0)) return 0;
 	/* ring caches of several sizes: a layer's rows are written from the host mid-step */
 	return ring_size(m, s) >= 0;
 }
@@ -340,7 +342,7 @@ static sg_status decode_body(const sg_model *m, sg_fwd_state *s, const int32_t *
 }
 
 /* One decode step through the graph slot *gp (recorded on first use, replayed after). */
-static sg_status decode_step(const sg_model *m, sg_fwd_state *s, int32_t token, int pos, int tc, void **gp)
+static sg_status decode_step(const sg_model *m, sg_fwd_state *s, int32_t token, int pos, int tc, sg_backend_graph **gp)
 {
 	sg_backend *be = m->be;
 	if (pos < 0 || pos + 1 > s->n_ctx)
@@ -350,8 +352,8 @@ static sg_status decode_step(const sg_model *m, sg_fwd_state *s, int32_t token, 
 	 * neither recorded nor replayed */
 	int graphs = sg_fwd_decode_graphs(m, s) && !(s->hybrid && pos == 0);
 	if (graphs && *gp) {
-		if (!sg_cuda_graph_stale(be, *gp)) return sg_cuda_graph_launch(be, *gp);
-		sg_cuda_graph_free(*gp);
+		if (!be->ops->graph_stale(be, *gp)) return be->ops->graph_replay(be, *gp);
+		sg_backend_graph_free(be, *gp);
 		*gp = NULL;
 	}
 	/* per-op: also sizes the backend's scratch for the recording below (nothing may grow while
@@ -360,15 +362,15 @@ static sg_status decode_step(const sg_model *m, sg_fwd_state *s, int32_t token, 
 	if (!graphs) return SG_OK;
 	/* Record the step just run for the next tokens. The recording does not execute anything,
 	 * and the inputs stay in s->ids / s->pos, rewritten before every launch. */
-	sg_cuda_graph *g = NULL;
-	sg_status st = sg_cuda_graph_begin(be);
+	sg_backend_graph *g = NULL;
+	sg_status st = be->ops->capture_begin(be);
 	if (!st) {
 		st = decode_body(m, s, &token, pos, tc);
-		if (!st) st = sg_cuda_graph_end_into(be, &g);
-		else sg_cuda_graph_abort(be);
+		if (!st) st = be->ops->capture_end(be, &g);
+		else be->ops->capture_abort(be);
 	}
 	if (st) { /* this step already ran; later ones stay per-op */
-		SG_WARN("cuda decode graph: recording failed (%s); decoding op by op", sg_last_error());
+		SG_WARN("%s decode graph: recording failed (%s); decoding op by op", be->ops->name, sg_last_error());
 		s->graph_off = 1;
 	} else {
 		*gp = g;
@@ -389,7 +391,7 @@ sg_status sg_forward_decode_top(const sg_model *m, sg_fwd_state *s, int32_t toke
 	if (k < 1 || k > m->desc.n_vocab || mids < 0 || (mids && !ids))
 		return SG_FAIL(SG_ERR_INVALID_ARG, "%d candidates and %d ids for a vocabulary of %d", k, mids, m->desc.n_vocab);
 	if (k != s->tc_k || mids != s->tc_m) {
-		sg_cuda_graph_free(s->graph_tc); /* it reads and writes the old buffers */
+		sg_backend_graph_free(be, s->graph_tc); /* it reads and writes the old buffers */
 		s->graph_tc = NULL;
 		if (s->tc_ids.data) be->ops->tensor_free(be, &s->tc_ids);
 		if (s->tc_out.data) be->ops->tensor_free(be, &s->tc_out);

@@ -35,11 +35,11 @@ typedef struct sg_fwd_state {
 	sg_btensor ey;          /* MoE [chunk][k][D] */
 	sg_btensor logits;      /* [1][V], grown to [chunk][V] when every position's logits are wanted */
 	sg_btensor amax;        /* I32 [1]: the decode step's argmax (greedy next token) */
-	void *graph;            /* CUDA: the recorded one-token decode step (sg_cuda_graph), or NULL */
+	sg_backend_graph *graph; /* the recorded one-token decode step (backends that capture), or NULL */
 	sg_btensor tc_ids;      /* I32 [tc_m]: tokens whose logits a candidate step also reads back */
 	sg_btensor tc_out;      /* I32 [2 tc_k + tc_m]: its candidates (top_candidates' layout) */
 	int tc_k, tc_m;         /* the candidate step's shape (0 = none allocated) */
-	void *graph_tc;         /* CUDA: the recorded step ending in those candidates, or NULL */
+	sg_backend_graph *graph_tc; /* the recorded step ending in those candidates, or NULL */
 	int graph_off;          /* 1: recording failed once; this state stays on the per-op path */
 	/* hybrid and Gemma 4 (forward_hybrid.c); empty for other families */
 	int hybrid;             /* 1: layers run through sg_fwd_hybrid_layers */
@@ -87,19 +87,9 @@ sg_status sg_forward_decode(const sg_model *m, sg_fwd_state *s, int32_t token, i
  * top_candidates. */
 sg_status sg_forward_decode_top(const sg_model *m, sg_fwd_state *s, int32_t token, int pos, int k, const int32_t *ids,
 				int mids);
-/* 1 if sg_forward_decode on this state replays a CUDA graph (CUDA backend, flag on, eligible
- * layers): the session routes single-token steps through it. */
+/* 1 if sg_forward_decode on this state replays a recorded step (a backend that captures, its
+ * flag on, eligible layers): the session routes single-token steps through it. */
 int sg_fwd_decode_graphs(const sg_model *m, const sg_fwd_state *s);
-
-/* Hybrid / Gemma 4 part of the state (called by sg_fwd_state_init / _free). */
-sg_status sg_fwd_hybrid_init(const sg_model *m, sg_fwd_state *s);
-void sg_fwd_hybrid_free(const sg_model *m, sg_fwd_state *s);
-/* 1 if the description needs the hybrid layer path (linear attention, output gate, shared K/V,
- * k = v, per-layer inputs, shared expert, MoE beside a dense MLP, layer scalars). */
-int sg_fwd_is_hybrid(const sg_model *m);
-/* Runs every layer of a chunk whose embeddings are in s->x (tokens: the chunk's ids). */
-sg_status sg_fwd_hybrid_layers(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0);
-
 
 /* Small helpers of the forward passes (forward.c, forward_hybrid.c). */
 #define SG_FWD_OK(call)                                                                            \

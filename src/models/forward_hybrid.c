@@ -22,7 +22,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "models/forward.h"
+#include "models/forward_hybrid.h"
 
 int sg_fwd_is_hybrid(const sg_model *m)
 {

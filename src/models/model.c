@@ -9,10 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_backend.h"
-#if SG_CUDA
-#include "backend/cuda/cuda_info.h"
-#endif
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/flags.h"
@@ -282,22 +278,20 @@ sg_status sg_model_load(const char *path, const sg_model_params *params, sg_mode
 	const char *be_name = params->backend ? params->backend : sg_flag_str("SARAGOSSA_BACKEND");
 	if (!be_name || !*be_name) be_name = "auto";
 	if (!strcmp(be_name, "auto")) {
-		/* the GPU when this build has one and it takes the model, else the CPU */
+		/* the accelerator when this build has one, a device is usable and it takes the model,
+		 * else the CPU */
 		sg_model_params p = *params;
-#if SG_CUDA
-		char gpus[512];
-		if (sg_cuda_describe(gpus, sizeof gpus) > 0) { /* no GPU (or driver): the CPU, quietly */
-			p.backend = "cuda";
+		const char *accel = sg_backend_auto_accel(); /* NULL: no device (or driver): the CPU, quietly */
+		if (accel) {
+			p.backend = accel;
 			if (sg_model_load(path, &p, out) == SG_OK) return SG_OK;
-			sg_log(SG_LOG_INFO, "model: not on the GPU (%s): loading on the CPU", sg_last_error());
+			sg_log(SG_LOG_INFO, "model: not on the %s backend (%s): loading on the CPU", accel, sg_last_error());
 		}
-#endif
 		p.backend = "cpu";
 		return sg_model_load(path, &p, out);
 	}
-	int cuda = !strcmp(be_name, "cuda");
-	if (strcmp(be_name, "cpu") && !cuda)
-		return sg_error(SG_ERR_UNSUPPORTED, "model: backend '%s' (this build runs: auto, cpu%s)", be_name, SG_CUDA ? ", cuda" : "");
+	if (!sg_backend_known(be_name))
+		return sg_error(SG_ERR_UNSUPPORTED, "model: backend '%s' (this build runs: auto, %s)", be_name, sg_backend_names());
 	sg_model *m = sg_calloc(1, sizeof(*m));
 	if (!m) return sg_error(SG_ERR_NOMEM, "model: loading '%s'", path ? path : "");
 	sg_status st = sg_weights_open(path, &m->w);
@@ -311,13 +305,10 @@ sg_status sg_model_load(const char *path, const sg_model_params *params, sg_mode
 		st = sg_error(SG_ERR_UNSUPPORTED, "unsupported architecture '%s' (%s): this build runs %s",
 			      m->desc.model_type, sg_arch_name(m->desc.arch), supported);
 	if (!st) st = check_runnable(&m->desc);
-	if (!st && cuda) {
-		sg_cuda_params gp = sg_cuda_default_params();
-		st = sg_cuda_backend_create(&gp, &m->be);
-	} else if (!st) {
-		sg_cpu_params cp = sg_cpu_default_params();
-		cp.n_threads = params->n_threads;
-		st = sg_cpu_backend_create(&cp, &m->be);
+	if (!st) {
+		sg_backend_params bp = sg_backend_default_params();
+		bp.n_threads = params->n_threads;
+		st = sg_backend_open(be_name, &bp, &m->be);
 	}
 	m->rope_neox = 1;
 	if (!st && m->fam->adjust) st = m->fam->adjust(m);

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "backend/backend.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/flags.h"
@@ -18,9 +19,6 @@
 #include "text/grammar/toolcall.h"
 #include "text/template/chat_template.h"
 #include "text/tokenizer/tokenizer.h"
-#if SG_CUDA
-#include "backend/cuda/cuda_info.h"
-#endif
 
 #define MAX_EOS 16
 
@@ -68,17 +66,15 @@ static uint64_t path_bytes(const char *path)
 	return total;
 }
 
-int sg_srv_backend_is_accel(void)
+const char *sg_srv_backend_accel(void)
 {
 	const char *b = sg_flag_str("RETI_SERVE_BACKEND");
-	if (b && !strcmp(b, "cuda")) return 1;
-#if SG_CUDA
-	char gpus[512];
-	/* auto: models go to the GPU when one is usable (a model the GPU cannot take loads on the
-	 * CPU, which the guard then projects as device memory: the conservative side) */
-	if (!b || !*b || !strcmp(b, "auto")) return sg_cuda_describe(gpus, sizeof gpus) > 0;
-#endif
-	return 0;
+	/* a named accelerator; auto: the one models go to when a device is usable (a model it cannot
+	 * take loads on the CPU, which the guard then projects as device memory: the conservative
+	 * side) */
+	if (b && *b && strcmp(b, "auto") && strcmp(b, "cpu")) return sg_backend_known(b) ? b : NULL;
+	if (!b || !*b || !strcmp(b, "auto")) return sg_backend_auto_accel();
+	return NULL;
 }
 
 /* The tool-call syntax: render an assistant turn holding one call with the model's own template

@@ -74,7 +74,8 @@ const int32_t *sg_srv_model_eos(const sg_srv_model *m, size_t *n);
 /* The engine the model generates through (worker only: sg_lm_generate). */
 sg_lm *sg_srv_model_lm(const sg_srv_model *m);
 
-/* 1 when RETI_SERVE_BACKEND names a GPU backend (served models live in device memory). */
-int sg_srv_backend_is_accel(void);
+/* The accelerator backend RETI_SERVE_BACKEND sends served models to ("cuda": they live in device
+ * memory), or NULL for the CPU. */
+const char *sg_srv_backend_accel(void);
 
 #endif

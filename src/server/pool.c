@@ -6,14 +6,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "backend/backend.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/flags.h"
 #include "base/log.h"
 #include "engine/session.h"
-#if SG_CUDA
-#include "backend/cuda/cuda_backend.h"
-#endif
 
 typedef struct entry {
 	char name[128];
@@ -34,8 +32,8 @@ struct sg_pool {
 	sg_status load_st; /* the last failed load's status */
 	int block_tokens;
 	int accel;            /* RETI_SERVE_BACKEND is a GPU: model weights go to device memory */
-	sg_backend *measure;  /* a backend of that GPU kept to read its memory before any model is
-			       * resident there (created on the first measurement); NULL: none */
+	const char *accel_be; /* that accelerator's backend name, whose device memory the guard reads
+			       * before any model is resident there; NULL: none */
 	/* what /health shows, copied by the worker under mu (connection threads never read the
 	 * cache or the guard themselves) */
 	uint64_t pub_blocks, pub_bytes, pub_ev_blocks, pub_ev_models, pub_refusals;
@@ -54,12 +52,9 @@ static void accel_probe(void *user, sg_mem_probe *out)
 	for (int i = 0; i < p->n && !have; i++)
 		if (p->e[i].m) have = sg_lm_device_memory(sg_srv_model_lm(p->e[i].m), &f, &t);
 	pthread_mutex_unlock(&p->mu);
-	if (!have && p->accel) {
-#if SG_CUDA
-		if (!p->measure && sg_cuda_backend_create(NULL, &p->measure))
-			SG_WARN("serve: cannot read the accelerator's memory: %s", sg_last_error());
-#endif
-		have = p->measure && p->measure->ops->mem_info && p->measure->ops->mem_info(p->measure, &f, &t) == SG_OK;
+	if (!have && p->accel_be) {
+		have = sg_backend_device_memory(p->accel_be, 0, &f, &t) == SG_OK;
+		if (!have) SG_WARN("serve: cannot read the accelerator's memory: %s", sg_last_error());
 	}
 	if (!have) return;
 	out->have_accel = 1;
@@ -83,7 +78,8 @@ sg_status sg_pool_new(const sg_server_model_spec *specs, int n, int32_t n_ctx, i
 	sg_status st = sg_memguard_init(&p->guard);
 	p->guard.accel_probe = accel_probe;
 	p->guard.accel_user = p;
-	p->accel = sg_srv_backend_is_accel();
+	p->accel_be = sg_srv_backend_accel();
+	p->accel = p->accel_be != NULL;
 	if (!st && prefix_cache && sg_flag_bool("RETI_SERVE_PREFIX_CACHE")) {
 		sg_pc_params pp = sg_pc_default_params();
 		pp.free_payload = free_snapshot;
@@ -129,7 +125,6 @@ void sg_pool_free(sg_pool *p)
 	if (!p) return;
 	for (int i = 0; i < p->n; i++) unload(p, &p->e[i], 1);
 	sg_pc_free(p->pc);
-	sg_backend_free(p->measure);
 	pthread_mutex_destroy(&p->mu);
 	sg_free(p);
 }

@@ -5,6 +5,7 @@
  */
 #include "backend/cpu/cpu_internal.h"
 
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <stdatomic.h>
@@ -601,6 +602,17 @@ static void cpu_destroy(sg_backend *be)
 	sg_free(cb);
 }
 
+/* The CPU's tensors are host memory (the process footprint covers them), its KV cache F32, a
+ * prefill chunk 256 tokens (its GEMM tiles need no more to reach their speed), and nothing to record. */
+static void cpu_caps(sg_backend *be, sg_backend_caps *out)
+{
+	const sg_cpu_backend *cb = (const sg_cpu_backend *)be;
+	memset(out, 0, sizeof *out);
+	out->prefill_chunk = 256;
+	snprintf(out->device, sizeof out->device, "CPU, %d thread%s, %s kernels", cb->nth, cb->nth == 1 ? "" : "s",
+		 cb->k->name);
+}
+
 static const sg_backend_ops cpu_ops = {
 	.name = "cpu",
 	.destroy = cpu_destroy,
@@ -636,6 +648,7 @@ static const sg_backend_ops cpu_ops = {
 	.gather_cols = sg_cpu_gather_cols,
 	.glu_split = sg_cpu_glu_split,
 	.moe_weight_scale = sg_cpu_moe_weight_scale,
+	.caps = cpu_caps,
 };
 
 sg_cpu_params sg_cpu_default_params(void)

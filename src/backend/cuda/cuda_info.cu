@@ -28,3 +28,18 @@ extern "C" int sg_cuda_describe(char *buf, size_t n)
 	}
 	return count;
 }
+
+extern "C" int sg_cuda_device_memory(int device, uint64_t *free_bytes, uint64_t *total_bytes, char *why, size_t n)
+{
+	size_t f = 0, t = 0;
+	cudaError_t err = cudaSetDevice(device);
+	if (err == cudaSuccess) err = cudaMemGetInfo(&f, &t);
+	if (err != cudaSuccess) {
+		snprintf(why, n, "%s", cudaGetErrorString(err));
+		cudaGetLastError();
+		return -1;
+	}
+	*free_bytes = f;
+	*total_bytes = t;
+	return 0;
+}
