@@ -5,7 +5,10 @@
 # each value's mean to the first value's.
 #   bench/flag_ab.sh -m MODEL [-d "1024 8192"] [-n 128] [-r 2] [-k 2] [-b cuda] FLAG V1 V2 [V3 ...]
 # env: SG_BIN (build/saragossa); anything else exported (SARAGOSSA_KV_TYPE=f16 ...) reaches every run.
+# FLAG SG_BIN compares builds instead: the values are saragossa binaries (the build before a change
+# and after it, run in turn on one machine).
 # Example: bench/flag_ab.sh -m qwen3-8b.gguf -d "1024 32768" SARAGOSSA_CUDA_ATTN_KPIPE 0 1
+#          bench/flag_ab.sh -m qwen3-8b.gguf SG_BIN before/saragossa after/saragossa
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SG_BIN=${SG_BIN:-build/saragossa}
@@ -24,7 +27,8 @@ declare -A runs
 for d in $DEPTHS; do
   for ((i = 0; i < K; i++)); do
     for v in "${VALUES[@]}"; do
-      out=$(env "$FLAG=$v" "$SG_BIN" bench -m "$MODEL" --backend "$BACKEND" -r "$REPS" -p 0 -n "$N" -d "$d" 2>&1) || {
+      if [ "$FLAG" = SG_BIN ]; then bin=$v envs=(); else bin=$SG_BIN envs=("$FLAG=$v"); fi
+      out=$(env "${envs[@]}" "$bin" bench -m "$MODEL" --backend "$BACKEND" -r "$REPS" -p 0 -n "$N" -d "$d" 2>&1) || {
         echo "$FLAG=$v at depth $d failed:" >&2; echo "$out" | tail -5 >&2; exit 1; }
       t=$(echo "$out" | awk '/^tg/ {print $2; exit}')
       [ -n "$t" ] || { echo "no tg line for $FLAG=$v at depth $d:" >&2; echo "$out" | tail -5 >&2; exit 1; }

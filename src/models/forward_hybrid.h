@@ -1,11 +1,11 @@
 /* The hybrid layer path (gated delta net linear attention, gated full attention, shared experts,
  * Gemma 4's shared K/V and per-layer inputs): the part of the generic forward that only some
- * descriptions need. forward.c calls it; it uses forward.h's state and helpers, nothing of
+ * descriptions need. forward.c calls it; it uses forward_state.h's state and helpers, nothing of
  * forward.c. */
 #ifndef SG_MODELS_FORWARD_HYBRID_H
 #define SG_MODELS_FORWARD_HYBRID_H
 
-#include "models/forward.h"
+#include "models/forward_state.h"
 
 /* Hybrid / Gemma 4 part of the state (called by sg_fwd_state_init / _free). */
 sg_status sg_fwd_hybrid_init(const sg_model *m, sg_fwd_state *s);
