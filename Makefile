@@ -3,7 +3,7 @@
 #   make               build/saragossa, build/libsaragossa.a, build/libsaragossa.so, build/examples/*
 #   make test          the .so's exports, unit tests (Criterion), end-to-end tests (pytest)
 #   make test-asan     unit tests under ASan + UBSan
-#   make fuzz          every libFuzzer target for FUZZ_SECONDS each (clang)
+#   make fuzz          every libFuzzer target for FUZZ_SECONDS each (default 20; clang), from its seeds
 #   make bench         kernel benches (bench/)
 #   make run           build, fetch the default model (Gemma 3 270M) and chat with it (RUN_ARGS=...)
 #   make format        clang-format every C/CUDA source in place
@@ -184,12 +184,20 @@ FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
 fuzz:
 	$(MAKE) CC=clang SAN=1 CUDA=0 BUILD=build/fuzz CFLAGS=-fsanitize=fuzzer-no-link fuzz-run
 
+# Each target fuzz_X starts from its seeds, tests/fuzz/corpus/fuzz_X (a target without seeds is an
+# error), and adds what it finds to $(BUILD)/corpus/fuzz_X. Bounded: FUZZ_SECONDS per target, and
+# an input that runs past 10 s counts as a failure (a hang). A crash stops the run with its report.
 fuzz-run: $(LIB_A) $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/%)
-	@mkdir -p $(BUILD)/corpus
 	@for f in $(FUZZ_SRC:tests/fuzz/%.c=%); do \
-	  mkdir -p $(BUILD)/corpus/$$f; seeds=tests/fuzz/corpus/$$f; [ -d $$seeds ] || seeds=; \
-	  echo "fuzz: $$f for $(FUZZ_SECONDS)s"; \
-	  $(BUILD)/$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=0 $(BUILD)/corpus/$$f $$seeds 2>&1 | tail -n 2 || exit 1; \
+	  seeds=tests/fuzz/corpus/$$f; \
+	  [ -d $$seeds ] && [ -n "$$(ls -A $$seeds)" ] || { echo "fuzz: $$f has no seeds in $$seeds" >&2; exit 1; }; \
+	  mkdir -p $(BUILD)/corpus/$$f; \
+	  echo "fuzz: $$f for $(FUZZ_SECONDS)s from $$(ls $$seeds | wc -l) seeds"; \
+	  if ! $(BUILD)/$$f -max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=0 \
+	       -artifact_prefix=$(BUILD)/$$f- $(BUILD)/corpus/$$f $$seeds > $(BUILD)/$$f.log 2>&1; then \
+	    tail -n 40 $(BUILD)/$$f.log >&2; echo "fuzz: $$f failed (log: $(BUILD)/$$f.log)" >&2; exit 1; \
+	  fi; \
+	  tail -n 1 $(BUILD)/$$f.log; \
 	done
 
 $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_A)
