@@ -6,7 +6,8 @@
  * values for the calling thread's last failure.
  *
  * Usage: load a model with its tokenizer and chat template, render one user message, and stream
- * the greedy reply (examples/chat.c is this program, built and run by `make test`).
+ * the greedy reply (examples/chat.c is this program with a token limit and more messages; `make`
+ * builds it and `make test` runs it).
  *
  *     #include <saragossa.h>
  *     #include <stdio.h>
@@ -277,12 +278,13 @@ void sg_sampler_reset(sg_sampler *s);
 /* ---- text generation: a model with its tokenizer, chat template and one conversation ---- */
 
 /* sg_llm is a loaded model ready to chat: the weights (an sg_model), the tokenizer, the chat
- * template, the end-of-turn ids and one conversation state, the same binding the CLI's
- * run/generate verbs and the server generate through, so a library caller gets the same tokens.
- * It is a handle of its own rather than a tokenizer and a template hung on sg_model because the
- * state it carries (the conversation, reused across turns) is per user: an sg_model stays
- * immutable and shareable. Named like the engines to come (speech-to-text, text-to-speech,
- * embeddings), one handle per kind of model.
+ * template, the end-of-turn ids and one conversation state. It wraps the engine's own binding
+ * and generation loop, those the CLI's run/generate verbs use, so a library caller gets the
+ * same tokens; the engine's binding stays internal so that the public ABI does not move with
+ * it. It is a handle of its own rather than a tokenizer and a template hung on sg_model because
+ * the state it carries (the conversation, reused across turns) is per user, while an sg_model
+ * stays immutable and shareable. Named for the kind of model, as the handles of the engines to
+ * come (speech-to-text, text-to-speech, embeddings) will be.
  *
  * One sg_llm is used by one thread at a time; load one per concurrent conversation, or share
  * an sg_model through sessions (sg_session_new) and run the sampler yourself. */
