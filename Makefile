@@ -1,9 +1,9 @@
 # saragossa: one Makefile for the library, the CLI, the tests, fuzzing and benches.
 #
-#   make               build/saragossa, build/libsaragossa.a, build/libsaragossa.so
-#   make test          unit tests (Criterion) then end-to-end tests (pytest)
+#   make               build/saragossa, build/libsaragossa.a, build/libsaragossa.so, build/examples/*
+#   make test          the .so's exports, unit tests (Criterion), end-to-end tests (pytest)
 #   make test-asan     unit tests under ASan + UBSan
-#   make fuzz          every libFuzzer target for FUZZ_SECONDS each (clang)
+#   make fuzz          every libFuzzer target for FUZZ_SECONDS each (default 20; clang), from its seeds
 #   make bench         kernel benches (bench/)
 #   make run           build, fetch the default model (Gemma 3 270M) and chat with it (RUN_ARGS=...)
 #   make format        clang-format every C/CUDA source in place
@@ -102,12 +102,18 @@ BIN    := $(BUILD)/saragossa
 LIB_A  := $(BUILD)/libsaragossa.a
 LIB_SO := $(BUILD)/libsaragossa.so
 UNIT   := $(BUILD)/test_unit
+# The public API: libsaragossa.so exports the functions include/saragossa.h declares and nothing
+# else (a version script made from the header); the examples use only that header and the .so.
+# Tests that reach internal functions through ctypes load a twin of the .so that exports them.
+LIB_MAP := $(BUILD)/saragossa.map
+LIB_INTERNAL_SO := $(BUILD)/test/libsaragossa-internal.so
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(sort $(wildcard examples/*.c)))
 PYTEST := .venv/bin/python -m pytest
 
-.PHONY: all test test-unit test-e2e test-asan fuzz bench run format clean help
+.PHONY: all test test-unit test-e2e test-exports test-asan fuzz fuzz-run bench run format clean help
 .DEFAULT_GOAL := all
 
-all: $(BIN) $(LIB_A) $(LIB_SO)
+all: $(BIN) $(LIB_A) $(LIB_SO) $(EXAMPLES)
 
 # V=1 shows full command lines.
 Q := $(if $(filter 1,$(V)),,@)
@@ -127,9 +133,25 @@ $(LIB_A): $(LIB_OBJ)
 	@$(if $(Q),echo "  AR    $@",:)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(LIB_SO): $(LIB_OBJ)
+$(LIB_MAP): include/saragossa.h scripts/exports.sh
+	@mkdir -p $(dir $@)
+	$(Q)CC="$(CC)" scripts/exports.sh map > $@.tmp && mv $@.tmp $@
+
+$(LIB_SO): $(LIB_OBJ) $(LIB_MAP)
 	@$(if $(Q),echo "  LD    $@",:)
-	$(Q)$(CC) -shared $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+	$(Q)$(CC) -shared $(LDFLAGS_ALL) -Wl,--version-script=$(LIB_MAP) -o $@ $(LIB_OBJ) $(LDLIBS_ALL)
+
+$(LIB_INTERNAL_SO): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD    $@",:)
+	$(Q)$(CC) -shared $(LDFLAGS_ALL) -o $@ $(LIB_OBJ) $(LDLIBS_ALL)
+
+# Compiled against include/ alone (no src/) and linked to the shared library, found next to it.
+$(BUILD)/examples/%: examples/%.c include/saragossa.h $(LIB_SO)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC    $<",:)
+	$(Q)$(CC) $(CSTD) $(OPT) $(ARCH) $(WARN) $(WERROR) $(SANFLAGS) -Iinclude $(CFLAGS) $< -o $@ \
+		$(LDFLAGS_ALL) -L$(BUILD) -lsaragossa -Wl,-rpath,'$$ORIGIN/..'
 
 $(BIN): $(CLI_OBJ) $(LIB_A)
 	@$(if $(Q),echo "  LD    $@",:)
@@ -140,15 +162,19 @@ $(UNIT): $(UNIT_OBJ) $(LIB_A)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $(UNIT_OBJ) $(LIB_A) $(LDLIBS_ALL) -lcriterion
 
 # The unit runner prints Criterion's synthesis line; pytest ends with its own summary.
-test: all $(UNIT)
+test: all $(UNIT) $(LIB_INTERNAL_SO)
+	CC="$(CC)" scripts/exports.sh check $(LIB_SO)
 	$(UNIT) --jobs=2
 	SARAGOSSA_BIN=$(abspath $(BIN)) $(PYTEST) -q tests/e2e
 
 test-unit: $(UNIT)
 	$(UNIT) --jobs=2
 
-test-e2e: all
+test-e2e: all $(LIB_INTERNAL_SO)
 	SARAGOSSA_BIN=$(abspath $(BIN)) $(PYTEST) -q tests/e2e
+
+test-exports: $(LIB_SO)
+	CC="$(CC)" scripts/exports.sh check $(LIB_SO)
 
 test-asan:
 	$(MAKE) SAN=1 CUDA=0 BUILD=build/asan test-unit
@@ -158,12 +184,20 @@ FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
 fuzz:
 	$(MAKE) CC=clang SAN=1 CUDA=0 BUILD=build/fuzz CFLAGS=-fsanitize=fuzzer-no-link fuzz-run
 
+# Each target fuzz_X starts from its seeds, tests/fuzz/corpus/fuzz_X (a target without seeds is an
+# error), and adds what it finds to $(BUILD)/corpus/fuzz_X. Bounded: FUZZ_SECONDS per target, and
+# an input that runs past 10 s counts as a failure (a hang). A crash stops the run with its report.
 fuzz-run: $(LIB_A) $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/%)
-	@mkdir -p $(BUILD)/corpus
 	@for f in $(FUZZ_SRC:tests/fuzz/%.c=%); do \
-	  mkdir -p $(BUILD)/corpus/$$f; seeds=tests/fuzz/corpus/$$f; [ -d $$seeds ] || seeds=; \
-	  echo "fuzz: $$f for $(FUZZ_SECONDS)s"; \
-	  $(BUILD)/$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=0 $(BUILD)/corpus/$$f $$seeds 2>&1 | tail -n 2 || exit 1; \
+	  seeds=tests/fuzz/corpus/$$f; \
+	  [ -d $$seeds ] && [ -n "$$(ls -A $$seeds)" ] || { echo "fuzz: $$f has no seeds in $$seeds" >&2; exit 1; }; \
+	  mkdir -p $(BUILD)/corpus/$$f; \
+	  echo "fuzz: $$f for $(FUZZ_SECONDS)s from $$(ls $$seeds | wc -l) seeds"; \
+	  if ! $(BUILD)/$$f -max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=0 \
+	       -artifact_prefix=$(BUILD)/$$f- $(BUILD)/corpus/$$f $$seeds > $(BUILD)/$$f.log 2>&1; then \
+	    tail -n 40 $(BUILD)/$$f.log >&2; echo "fuzz: $$f failed (log: $(BUILD)/$$f.log)" >&2; exit 1; \
+	  fi; \
+	  tail -n 1 $(BUILD)/$$f.log; \
 	done
 
 $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_A)

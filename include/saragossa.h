@@ -5,35 +5,48 @@
  * sg_status, and sg_last_error() gives a message that names the function and the offending
  * values for the calling thread's last failure.
  *
- * Usage: run a prompt's token ids through a model and take the greedy next token.
+ * Usage: load a model with its tokenizer and chat template, render one user message, and stream
+ * the greedy reply (examples/chat.c is this program with a token limit and more messages; `make`
+ * builds it and `make test` runs it).
  *
  *     #include <saragossa.h>
  *     #include <stdio.h>
  *
- *     int main(int argc, char **argv) {
- *             sg_model_params mp = sg_model_default_params();
- *             sg_model *model;
- *             if (argc < 2 || sg_model_load(argv[1], &mp, &model)) {
- *                     fprintf(stderr, "%s\n", argc < 2 ? "usage: demo MODEL" : sg_last_error());
- *                     return 1;
- *             }
- *             sg_session_params sp = sg_session_default_params();
- *             sg_session *s;
- *             int32_t prompt[] = {2, 651, 6037}; // ids from the model's tokenizer
- *             if (sg_session_new(model, &sp, &s) || sg_session_eval(s, prompt, 3, NULL)) {
- *                     fprintf(stderr, "%s\n", sg_last_error());
- *                     return 1;
- *             }
- *             const float *logits = sg_session_logits(s); // [n_vocab] of the last token
- *             int best = 0;
- *             for (int i = 1; i < sg_model_n_vocab(model); i++)
- *                     if (logits[i] > logits[best]) best = i;
- *             printf("saragossa %s: next token %d\n", sg_version(), best);
- *             sg_session_free(s);
- *             sg_model_free(model);
- *             return 0;
+ *     static int print_piece(int32_t token, const char *text, size_t len, void *user) {
+ *             fwrite(text, 1, len, stdout);
+ *             return 0; // non-zero stops the answer
  *     }
  *
+ *     int main(int argc, char **argv) {
+ *             sg_llm_params lp = sg_llm_default_params();
+ *             sg_llm *llm;
+ *             if (argc < 3 || sg_llm_load(argv[1], &lp, &llm)) {
+ *                     fprintf(stderr, "%s\n", argc < 3 ? "usage: demo MODEL MESSAGE" : sg_last_error());
+ *                     return 1;
+ *             }
+ *             sg_message msg = {.role = "user", .content = argv[2]};
+ *             char *prompt = NULL;
+ *             int32_t *ids = NULL;
+ *             size_t len, n;
+ *             sg_llm_gen_params gp = sg_llm_gen_default_params();
+ *             gp.sampler.temperature = 0; // greedy
+ *             gp.on_token = print_piece;
+ *             sg_llm_gen_result res;
+ *             int rc = sg_llm_chat_prompt(llm, &msg, 1, 1, &prompt, &len) ||
+ *                      sg_llm_tokenize(llm, prompt, len, 0, &ids, &n) ||
+ *                      sg_llm_generate(llm, ids, n, &gp, &res);
+ *             if (rc) fprintf(stderr, "%s\n", sg_last_error());
+ *             else printf("\n");
+ *             sg_free(ids);
+ *             sg_free(prompt);
+ *             sg_llm_free(llm);
+ *             return rc;
+ *     }
+ *
+ * Lower down the same calls run without the chat layer: sg_session_eval on token ids gives logits,
+ * sg_sampler_sample picks a token from them.
+ *
+ * Only the functions declared here are exported from libsaragossa.so (`make test` checks it).
  */
 #ifndef SARAGOSSA_H
 #define SARAGOSSA_H
@@ -65,7 +78,6 @@ typedef enum sg_status {
 
 typedef struct sg_model sg_model;     /* immutable weights + description, shared read-only */
 typedef struct sg_session sg_session; /* per-conversation state: KV cache, recurrent state, position */
-typedef struct sg_backend sg_backend; /* a compute device: cpu, cuda */
 
 /* "0.1.0" plus build flags are reported by `saragossa --version`. Static storage. */
 const char *sg_version(void);
@@ -76,6 +88,10 @@ const char *sg_status_str(sg_status st);
 /* The calling thread's last error message ("" if none). Valid until the next failing call on this
  * thread. */
 const char *sg_last_error(void);
+
+/* Frees memory the library handed to the caller (token arrays, rendered prompts, text). NULL is
+ * a no-op. */
+void sg_free(void *p);
 
 /* ---- models ---- */
 
@@ -175,6 +191,215 @@ int sg_session_snapshots_on_device(const sg_session *s);
 /* Bytes a block snapshot of n tokens takes on this session (an estimate made before taking it,
  * for the memory guard). */
 size_t sg_session_block_bytes(const sg_session *s, int n);
+
+/* ---- sampler: logits -> token ---- */
+
+/* The pipeline, in this order (docs/sampling.md has the full story): NaN logits are banned;
+ * logit_bias is added; repetition, frequency and presence penalties apply over the penalty
+ * window; log-probabilities are taken here; then temperature (0 = greedy: the largest logit,
+ * lowest id on ties, no random draw), top-k, top-p, min-p, and one draw from a seeded generator.
+ * The token depends only on the seed, the logits and the accepted tokens: the same on every
+ * machine, compiler and thread count. A sampler is used by one thread at a time. */
+
+#define SG_SAMPLER_MAX_LOGPROBS 20         /* top alternatives, as the OpenAI API allows */
+#define SG_SAMPLER_SEED_RANDOM  UINT64_MAX /* seed from the OS entropy source at creation */
+#define SG_SAMPLER_BAN_BIAS     (-100.0f)  /* a logit_bias at or below this bans the token */
+
+typedef struct sg_sampler sg_sampler;
+
+typedef struct sg_logit_bias {
+	int32_t token;
+	float bias; /* added to the logit; <= SG_SAMPLER_BAN_BIAS or -inf bans the token */
+} sg_logit_bias;
+
+typedef enum sg_logprobs_mode {
+	SG_LOGPROBS_PROCESSED = 0, /* after logit_bias and penalties, before temperature/filters */
+	SG_LOGPROBS_RAW,           /* the model's logits as given (NaN as -inf) */
+} sg_logprobs_mode;
+
+typedef struct sg_sampler_params {
+	float temperature;               /* >= 0; 0 = greedy. default 0.8 */
+	int32_t top_k;                   /* >= 0; 0 = off. default 40 */
+	float top_p;                     /* (0, 1]; 1 = off. default 0.95 */
+	float min_p;                     /* [0, 1]; 0 = off. default 0.05 */
+	float repetition_penalty;        /* > 0; 1 = off. default 1 */
+	float presence_penalty;          /* finite (OpenAI range -2..2); 0 = off */
+	float frequency_penalty;         /* finite (OpenAI range -2..2); 0 = off */
+	int32_t penalty_last_n;          /* window of accepted tokens the penalties see: N > 0 the last N,
+	                                    -1 all since creation/reset, 0 none. default 64 */
+	const sg_logit_bias *logit_bias; /* [n_logit_bias], copied at creation; ids distinct */
+	size_t n_logit_bias;
+	uint64_t seed;        /* default SG_SAMPLER_SEED_RANDOM; sg_sampler_seed() tells it */
+	int logprobs;         /* 1: fill sg_sample_result.logprob and top[]. default 0 */
+	int32_t top_logprobs; /* 0..SG_SAMPLER_MAX_LOGPROBS alternatives when logprobs. default 0 */
+	sg_logprobs_mode logprobs_mode;
+} sg_sampler_params;
+
+typedef struct sg_token_logprob {
+	int32_t token;
+	float logprob;
+} sg_token_logprob;
+
+typedef struct sg_sample_result {
+	int32_t token;
+	float logprob; /* of token, when params.logprobs (else 0) */
+	int32_t n_top; /* entries in top[]: min(top_logprobs, tokens not banned) */
+	sg_token_logprob top[SG_SAMPLER_MAX_LOGPROBS]; /* highest first, ties by lowest id */
+} sg_sample_result;
+
+/* The defaults above (llama.cpp's), by value. */
+sg_sampler_params sg_sampler_default_params(void);
+
+/* Validates p and creates a sampler for logits of n_vocab entries. Every out-of-domain value
+ * is refused with SG_ERR_INVALID_ARG and a message naming the parameter and the value
+ * ("top_p = 1.5 is outside (0, 1]"); a logit_bias token outside [0, n_vocab) with SG_ERR_RANGE.
+ * On success *out owns its copies of the bias list; free with sg_sampler_free. */
+sg_status sg_sampler_create(const sg_sampler_params *p, int32_t n_vocab, sg_sampler **out);
+void sg_sampler_free(sg_sampler *s);
+
+/* The seed actually in use (the drawn one when params.seed was SG_SAMPLER_SEED_RANDOM). */
+uint64_t sg_sampler_seed(const sg_sampler *s);
+int32_t sg_sampler_n_vocab(const sg_sampler *s);
+
+/* Samples one token from logits[n_vocab] (n_vocab must be the sampler's). The token is NOT
+ * added to the penalty history: call sg_sampler_accept with it (and with prompt tokens, if the
+ * penalties should see them). Greedy sampling never touches the random generator; every other
+ * call consumes exactly one draw. SG_ERR_INVALID_ARG when every token is banned (all logits -inf
+ * or NaN after bias and penalties); the generator is untouched then. */
+sg_status sg_sampler_sample(sg_sampler *s, const float *logits, int32_t n_vocab, sg_sample_result *out);
+
+/* Appends token to the penalty history. SG_ERR_RANGE for an id outside [0, n_vocab). */
+sg_status sg_sampler_accept(sg_sampler *s, int32_t token);
+
+/* Clears the penalty history and restarts the generator from the seed: the next calls repeat
+ * the sequence of a fresh sampler. */
+void sg_sampler_reset(sg_sampler *s);
+
+/* ---- text generation: a model with its tokenizer, chat template and one conversation ---- */
+
+/* sg_llm is a loaded model ready to chat: the weights (an sg_model), the tokenizer, the chat
+ * template, the end-of-turn ids and one conversation state. It wraps the engine's own binding
+ * and generation loop, those the CLI's run/generate verbs use, so a library caller gets the
+ * same tokens; the engine's binding stays internal so that the public ABI does not move with
+ * it. It is a handle of its own rather than a tokenizer and a template hung on sg_model because
+ * the state it carries (the conversation, reused across turns) is per user, while an sg_model
+ * stays immutable and shareable. Named for the kind of model, as the handles of the engines to
+ * come (speech-to-text, text-to-speech, embeddings) will be.
+ *
+ * One sg_llm is used by one thread at a time; load one per concurrent conversation, or share
+ * an sg_model through sessions (sg_session_new) and run the sampler yourself. */
+typedef struct sg_llm sg_llm;
+
+typedef struct sg_llm_params {
+	const char *backend; /* as sg_model_params.backend: "cpu", "cuda", "auto"; NULL = SARAGOSSA_BACKEND */
+	int n_threads;       /* CPU threads, caller included; 0 = SARAGOSSA_THREADS, else one per core */
+	int n_ctx;           /* tokens of context; 0 = the model's, capped at 4096 */
+} sg_llm_params;
+
+sg_llm_params sg_llm_default_params(void);
+
+/* Loads the model at `path` (a Hugging Face folder or a GGUF file, as sg_model_load) with its
+ * tokenizer (tokenizer.json, or the GGUF's vocabulary) and chat template (tokenizer_config.json,
+ * chat_template.jinja, or the GGUF's; Gemma models without one get Gemma's turn format; others
+ * may have none: raw completion still works). Refuses (SG_ERR_NOMEM) weights larger than the
+ * memory available (SARAGOSSA_MEM_LIMIT overrides). Caller owns *out (sg_llm_free). */
+sg_status sg_llm_load(const char *path, const sg_llm_params *params, sg_llm **out);
+void sg_llm_free(sg_llm *llm);
+
+/* The weights, owned by llm (valid until sg_llm_free): for the sg_model_* queries, or for
+ * sessions of one's own beside llm's conversation. */
+sg_model *sg_llm_model(const sg_llm *llm);
+/* Tokens the conversation state holds at most. */
+int sg_llm_n_ctx(const sg_llm *llm);
+int sg_llm_n_vocab(const sg_llm *llm);
+/* The ids that end an answer: the tokenizer's end of sequence, the chat template's end-of-turn
+ * tokens and generation_config.json's eos_token_id ([*n], owned by llm). */
+const int32_t *sg_llm_eos(const sg_llm *llm, size_t *n);
+
+/* Text (len bytes of UTF-8) -> token ids. add_special: 1 adds what the tokenizer's config says
+ * (a beginning-of-sequence token...), for raw text; a rendered chat prompt already spells its
+ * special tokens, so it is encoded with 0. *ids: caller frees with sg_free. */
+sg_status sg_llm_tokenize(const sg_llm *llm, const char *text, size_t len, int add_special, int32_t **ids, size_t *n);
+/* Token ids -> text (*text NUL-terminated, *len bytes; caller frees with sg_free). An id outside
+ * [0, n_vocab) is SG_ERR_RANGE naming it. */
+sg_status sg_llm_detokenize(const sg_llm *llm, const int32_t *ids, size_t n, char **text, size_t *len);
+/* One token's own bytes, which may be part of a UTF-8 character (caller frees with sg_free).
+ * SG_ERR_RANGE for an id outside [0, n_vocab). */
+sg_status sg_llm_token_text(const sg_llm *llm, int32_t id, char **text, size_t *len);
+
+/* One message of a conversation (role "system", "user", "assistant", or what the template
+ * knows). */
+typedef struct sg_message {
+	const char *role;
+	const char *content;
+} sg_message;
+
+/* 1 when the model has a chat template (its own or Gemma's fallback). */
+int sg_llm_has_chat_template(const sg_llm *llm);
+/* Renders messages[0..n) with the chat template; add_generation_prompt 1 ends with the opening
+ * of the assistant's turn. *prompt (NUL-terminated, *len bytes, caller frees with sg_free) is
+ * meant for sg_llm_tokenize with add_special 0. SG_ERR_INVALID_ARG for no messages or a NULL
+ * role or content; SG_ERR_NOT_FOUND when the model has no chat template; a template that fails
+ * to render (its raise_exception included) returns that error and its message. */
+sg_status sg_llm_chat_prompt(const sg_llm *llm, const sg_message *messages, size_t n, int add_generation_prompt,
+			     char **prompt, size_t *len);
+
+/* Streaming: called once per sampled token with its id and the text that became complete with
+ * it (UTF-8; empty while a token holds part of a character or text that may begin a stop
+ * string, and then covering the earlier tokens too; an end-of-turn token adds none), then with
+ * token -1 for the text still held back at the end: the last call of an answer that did not
+ * fail has token -1, possibly with len 0. The pieces, in order, are the whole answer. text is
+ * valid during the call only. Return 0 to go on, non-zero to stop after this token (the answer
+ * ends SG_LLM_FINISH_CANCELLED; the tail calls still come, their return ignored). */
+typedef int (*sg_token_fn)(int32_t token, const char *text, size_t len, void *user);
+
+typedef enum sg_llm_finish {
+	SG_LLM_FINISH_NONE = 0,
+	SG_LLM_FINISH_STOP,      /* an end-of-turn id or a stop string */
+	SG_LLM_FINISH_LENGTH,    /* max_tokens, or the context is full */
+	SG_LLM_FINISH_CANCELLED, /* the callback asked to stop */
+} sg_llm_finish;
+
+typedef struct sg_llm_gen_params {
+	sg_sampler_params sampler; /* sg_sampler_default_params(); temperature 0 is greedy */
+	int max_tokens;            /* > 0, default 256; the context also bounds it */
+	const char *const *stop;   /* [n_stop] strings that end the answer (not included); may be NULL */
+	size_t n_stop;
+	sg_token_fn on_token;      /* may be NULL */
+	void *user;                /* passed to on_token */
+} sg_llm_gen_params;
+
+typedef struct sg_llm_gen_result {
+	sg_llm_finish finish;
+	int stop_index;     /* which stop string ended the answer, else -1 */
+	size_t n_prompt;    /* prompt tokens */
+	size_t n_cached;    /* of them, reused from the conversation state (not evaluated again) */
+	size_t n_generated; /* tokens sampled (an end-of-turn id counts) */
+	double prefill_s;   /* start to the end of the prompt's evaluation, seconds */
+	double ttft_s;      /* start to the first sampled token */
+	double decode_s;    /* first sampled token to the end */
+	uint64_t seed;      /* the sampler's seed (pass it back for the same answer) */
+} sg_llm_gen_result;
+
+/* Sampler defaults, max_tokens 256, no stop strings, no callback. */
+sg_llm_gen_params sg_llm_gen_default_params(void);
+
+/* Generates an answer to prompt[0..n_prompt) (token ids), streaming it through on_token, until
+ * an end-of-turn id, a stop string, max_tokens or the end of the context. The prompt is the whole
+ * conversation so far: the tokens llm's state already holds from the previous call (that prompt
+ * and its answer) are reused and only the new ones are evaluated, so a multi-turn chat re-renders
+ * the conversation each turn at the cost of its new tokens. Errors: SG_ERR_INVALID_ARG (NULL
+ * llm, prompt or params, n_prompt 0, a sampler parameter out of its domain), SG_ERR_RANGE (a
+ * prompt id outside the vocabulary, a prompt longer than the context), or the model's own
+ * failure. A stop from the callback is not an error. *result, when not NULL, is filled. */
+sg_status sg_llm_generate(sg_llm *llm, const int32_t *prompt, size_t n_prompt, const sg_llm_gen_params *params,
+			  sg_llm_gen_result *result);
+
+/* Forgets the conversation: the next sg_llm_generate evaluates its whole prompt. */
+sg_status sg_llm_reset(sg_llm *llm);
+
+/* "stop", "length", "cancelled" or "none". */
+const char *sg_llm_finish_str(sg_llm_finish f);
 
 #ifdef __cplusplus
 }

@@ -54,6 +54,8 @@
 #include "formats/qtypes.h"
 #include "saragossa.h"
 
+typedef struct sg_backend sg_backend; /* a compute device: cpu, cuda (defined below) */
+
 /* A tensor in a backend's memory. Plain value type: views are made by copying and adjusting. */
 typedef struct sg_btensor {
 	sg_type type;       /* element type: activations are F32 (or F16 for a KV cache), scalars I32 */

@@ -471,6 +471,7 @@ static void window_remove(sg_sampler *s, int32_t tok)
 
 sg_status sg_sampler_accept(sg_sampler *s, int32_t token)
 {
+	if (!s) return SG_FAIL(SG_ERR_INVALID_ARG, "sampler is NULL");
 	if (token < 0 || token >= s->n_vocab)
 		return SG_FAIL(SG_ERR_RANGE, "token %d is outside [0, %d)", token, s->n_vocab);
 	if (!s->pen_on) return SG_OK;
@@ -841,7 +842,7 @@ typedef struct prepared {
 static sg_status check_call(const sg_sampler *s, const float *logits, int32_t n_vocab, const void *out,
                             const char *fn)
 {
-	if (!logits || !out) return sg_error(SG_ERR_INVALID_ARG, "%s: logits and out are required", fn);
+	if (!s || !logits || !out) return sg_error(SG_ERR_INVALID_ARG, "%s: sampler, logits and out are required", fn);
 	if (n_vocab != s->n_vocab)
 		return sg_error(SG_ERR_INVALID_ARG, "%s: %d logits given, the sampler was made for %d", fn,
 		                n_vocab, s->n_vocab);

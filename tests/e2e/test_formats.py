@@ -1,8 +1,10 @@
 """Weight formats against the reference writers and dequantizers.
 
 The Python `gguf` package (GGUFWriter, gguf.quants) and the `safetensors` package write the
-files; the C side is reached through libsaragossa.so (reference dequantizers) and the
-`saragossa inspect` CLI. Values are compared bit for bit.
+files; the C side is reached through the reference dequantizers (an internal function: ctypes loads
+build/test/libsaragossa-internal.so, the library's twin that exports every function, since
+libsaragossa.so exports the public API only) and the `saragossa inspect` CLI. Values are compared
+bit for bit.
 """
 import ctypes
 import os
@@ -18,7 +20,7 @@ from gguf.quants import dequantize, quantize  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN = os.environ.get("SARAGOSSA_BIN", str(ROOT / "build" / "saragossa"))
-LIB = ROOT / "build" / "libsaragossa.so"
+LIB = pathlib.Path(BIN).parent / "test" / "libsaragossa-internal.so"
 T = gguf.GGMLQuantizationType
 
 # byte offsets of the f16 scale fields in one block, so random blocks have finite scales
@@ -32,7 +34,7 @@ SCALE_OFFSETS = {
 @pytest.fixture(scope="module")
 def lib():
     if not LIB.exists():
-        pytest.skip("build/libsaragossa.so not built")
+        pytest.skip(f"{LIB} not built (make test-e2e builds it)")
     lib = ctypes.CDLL(str(LIB))
     lib.sg_dequantize_ref.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
     lib.sg_dequantize_ref.restype = None
