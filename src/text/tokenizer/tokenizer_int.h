@@ -216,4 +216,8 @@ typedef struct tok_spec {
 sg_status sg_tok_build(const tok_spec *s, sg_tokenizer **out);
 sg_status sg_tok_json_spec(const json_t *root, const json_t *config, sg_tokenizer **out);
 
+/* The vocabulary of the GGUF file at `path` (vocab_gguf.c): read from `parsed` when that is this
+ * file (parsed->path equals path), else mapped and parsed here. parsed may be NULL. */
+sg_status sg_tokenizer_load_gguf(const char *path, const sg_gguf *parsed, sg_tokenizer **out);
+
 #endif
