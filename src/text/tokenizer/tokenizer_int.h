@@ -56,7 +56,7 @@ int sg_bert_is_mark(uint32_t cp);
 /* Decodes one code point from valid UTF-8 at s (the caller validated the text). */
 int sg_uc_next(const char *s, size_t n, uint32_t *cp);
 
-/* A pattern of tokenizer.json, {"String": "x"} or {"Regex": "x"} (normalize.c): its text and
+/* A pattern of tokenizer.json, {"String": "x"} or {"Regex": "x"} (regex.c): its text and
  * whether it is a regex. */
 sg_status sg_tok_pattern(const json_t *p, const char **s, size_t *n, int *is_regex);
 
