@@ -205,7 +205,7 @@ Test(gguf, lm_load_maps_and_parses_the_file_once)
 	remove_model();
 }
 
-Test(gguf, readers_reuse_a_parse_of_the_same_file_only)
+Test(gguf, readers_reuse_a_parse_of_the_same_file_only_and_keep_none_of_it)
 {
 	char path[512];
 	write_model("m.gguf", path, sizeof(path));
@@ -218,27 +218,49 @@ Test(gguf, readers_reuse_a_parse_of_the_same_file_only)
 	/* the file itself, and a folder whose one .gguf it is: read from g, no new parse */
 	uint64_t parses = sg_gguf_parse_count();
 	sg_tokenizer *tok = NULL;
-	sg_chat_template *ct = NULL;
+	sg_chat_template *ct = NULL, *ct_dir = NULL;
 	cr_assert_eq(sg_tokenizer_load_with(path, &g, &tok), SG_OK, "%s", sg_last_error());
 	cr_expect_eq(sg_tokenizer_n_vocab(tok), N_VOCAB);
-	sg_tokenizer_free(tok);
 	cr_assert_eq(sg_chat_template_load_with(path, &g, &ct), SG_OK, "%s", sg_last_error());
-	sg_chat_template_free(ct);
-	cr_assert_eq(sg_chat_template_load_with(tmpdir, &g, &ct), SG_OK, "%s", sg_last_error());
-	sg_chat_template_free(ct);
+	cr_assert_eq(sg_chat_template_load_with(tmpdir, &g, &ct_dir), SG_OK, "%s", sg_last_error());
 	cr_expect_eq(sg_gguf_parse_count(), parses);
 
 	/* another file (or none given) is parsed as before */
 	char other[600];
 	snprintf(other, sizeof(other), "%s/copy.gguf", tmpdir);
 	cr_assert_eq(link(path, other), 0);
-	cr_assert_eq(sg_tokenizer_load_with(other, &g, &tok), SG_OK, "%s", sg_last_error());
-	sg_tokenizer_free(tok);
-	cr_assert_eq(sg_chat_template_load(path, &ct), SG_OK, "%s", sg_last_error());
-	sg_chat_template_free(ct);
+	sg_tokenizer *tok2 = NULL;
+	sg_chat_template *ct2 = NULL;
+	cr_assert_eq(sg_tokenizer_load_with(other, &g, &tok2), SG_OK, "%s", sg_last_error());
+	sg_tokenizer_free(tok2);
+	cr_assert_eq(sg_chat_template_load(path, &ct2), SG_OK, "%s", sg_last_error());
+	sg_chat_template_free(ct2);
 	cr_expect_eq(sg_gguf_parse_count(), parses + 2);
 
+	/* what the readers made keeps nothing of the parse or the map: both gone, they still work
+	 * (under ASan a pointer left into either would be caught here) */
 	sg_gguf_free(&g);
 	sg_mmap_close(&f);
+	sg_tokens ids = {0};
+	cr_assert_eq(sg_tokenizer_encode(tok, "ab<|endoftext|>", 15, 0, &ids), SG_OK, "%s", sg_last_error());
+	cr_expect(ids.n == 2 && ids.ids[0] == 256 && ids.ids[1] == EOS);
+	char *text = NULL;
+	size_t tn = 0;
+	cr_assert_eq(sg_tokenizer_decode(tok, ids.ids, ids.n, 0, &text, &tn), SG_OK, "%s", sg_last_error());
+	cr_expect_str_eq(text, "ab<|endoftext|>");
+	sg_free(text);
+	sg_tokens_free(&ids);
+	json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", "hi");
+	sg_chat_template *both[] = {ct, ct_dir};
+	for (int i = 0; i < 2; i++) {
+		sg_chat_params p = {.messages = msgs, .add_generation_prompt = 0};
+		char *out = NULL;
+		cr_assert_eq(sg_chat_template_render(both[i], &p, &out, NULL), SG_OK, "%s", sg_last_error());
+		cr_expect_str_eq(out, "<user>hi<|endoftext|>");
+		sg_free(out);
+		sg_chat_template_free(both[i]);
+	}
+	json_decref(msgs);
+	sg_tokenizer_free(tok);
 	remove_model();
 }
