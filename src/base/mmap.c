@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -30,6 +31,10 @@ static sg_status open_regular(const char *path, int *fd, size_t *size)
 	return SG_OK;
 }
 
+static _Atomic uint64_t n_maps;
+
+uint64_t sg_mmap_open_count(void) { return atomic_load(&n_maps); }
+
 sg_status sg_mmap_open(const char *path, sg_mapped_file *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -54,6 +59,7 @@ sg_status sg_mmap_open(const char *path, sg_mapped_file *out)
 	}
 	out->data = p;
 	out->size = size;
+	atomic_fetch_add(&n_maps, 1);
 	return SG_OK;
 }
 

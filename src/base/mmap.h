@@ -17,6 +17,9 @@ typedef struct sg_mapped_file {
  * permission). The map does not read the file: pages come in on first touch. */
 sg_status sg_mmap_open(const char *path, sg_mapped_file *out);
 void sg_mmap_close(sg_mapped_file *f);
+/* How many maps sg_mmap_open has made in this process: lets a test prove that loading a model
+ * maps each of its files once. */
+uint64_t sg_mmap_open_count(void);
 
 /* Reads a whole (small) file into a NUL-terminated heap buffer; *len excludes the NUL.
  * Refuses files larger than max_bytes. */

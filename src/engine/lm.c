@@ -345,11 +345,13 @@ sg_status sg_lm_load(const char *path, const sg_lm_params *p, sg_lm **out)
 	sg_session_params sp = sg_session_default_params();
 	sp.n_ctx = p->n_ctx;
 	if ((s = sg_session_new(lm->model, &sp, &lm->session))) goto fail;
-	if ((s = sg_tokenizer_load(path, &lm->tok))) {
+	/* a GGUF file is parsed once: the vocabulary and template read the weights' parse */
+	const sg_gguf *gguf = sg_model_gguf(lm->model);
+	if ((s = sg_tokenizer_load_with(path, gguf, &lm->tok))) {
 		sg_error_wrap(s, "tokenizer");
 		goto fail;
 	}
-	s = sg_chat_template_load(path, &lm->tmpl);
+	s = sg_chat_template_load_with(path, gguf, &lm->tmpl);
 	if (s == SG_ERR_NOT_FOUND) s = sg_lm_fallback_template(lm->model, lm->tok, &lm->tmpl);
 	if (s) goto fail;
 	if ((s = sg_detok_create(lm->tok, 1, &lm->detok))) goto fail;

@@ -6,6 +6,7 @@
 #include "formats/gguf.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -287,9 +288,14 @@ static sg_status parse_tensor_info(cursor *c, sg_tensor *t, int index)
 	return SG_OK;
 }
 
+static _Atomic uint64_t n_parses;
+
+uint64_t sg_gguf_parse_count(void) { return atomic_load(&n_parses); }
+
 sg_status sg_gguf_parse(const uint8_t *data, size_t size, const char *what, int file, sg_gguf *out)
 {
 	memset(out, 0, sizeof(*out));
+	atomic_fetch_add(&n_parses, 1);
 	cursor c = {data, 0, size, what ? what : "(memory)"};
 	uint64_t magic, ver, nt, nkv;
 	sg_status st = rd(&c, 4, &magic, "magic");
@@ -385,6 +391,10 @@ sg_status sg_gguf_parse(const uint8_t *data, size_t size, const char *what, int 
 			goto fail;
 		}
 	sg_free(order);
+	if (what && !(out->path = sg_strdup(what))) {
+		sg_gguf_free(out);
+		return sg_error(SG_ERR_NOMEM, "gguf: %s: path", what);
+	}
 	return SG_OK;
 fail:
 	sg_free(order);
@@ -402,6 +412,7 @@ void sg_gguf_free(sg_gguf *g)
 	for (int i = 0; i < g->n_tensors; i++) sg_free(g->tensors[i].name);
 	sg_free(g->kv);
 	sg_free(g->tensors);
+	sg_free(g->path);
 	memset(g, 0, sizeof(*g));
 }
 

@@ -49,6 +49,8 @@ typedef struct sg_gguf_kv {
 } sg_gguf_kv;
 
 typedef struct sg_gguf {
+	char *path;     /* the `what` given to sg_gguf_parse (a file's path): owned; names the file in
+	                 * errors and tells a reader of the same file that it is this one */
 	uint32_t version;
 	sg_gguf_kv *kv; /* [n_kv], file order */
 	int64_t n_kv;
@@ -61,9 +63,18 @@ typedef struct sg_gguf {
 /* Parses and validates a GGUF file held in data[0..size): magic, version (2 or 3; version 1 and
  * big-endian files are refused by name), every metadata value including nested arrays, the
  * alignment, the tensor infos (known ggml type, ne[0] a multiple of the block, data aligned,
- * inside the file, not overlapping another tensor). Tensors get `file` as their file index. */
+ * inside the file, not overlapping another tensor). Tensors get `file` as their file index.
+ * `what` (the file's path, or NULL) is copied into out->path. Array values, string-array
+ * entries and tensor data point into data[]: the caller keeps it mapped while *out is used.
+ * One file is parsed once per model load: the weights keep the result (sg_weights.gguf) and
+ * the vocabulary and chat template read it from there (sg_tokenizer_from_gguf,
+ * sg_chat_template_from_gguf). */
 sg_status sg_gguf_parse(const uint8_t *data, size_t size, const char *what, int file, sg_gguf *out);
 void sg_gguf_free(sg_gguf *g);
+
+/* How many times sg_gguf_parse has run in this process (any outcome): lets a test prove that
+ * loading a model parses its file once. */
+uint64_t sg_gguf_parse_count(void);
 
 const sg_gguf_kv *sg_gguf_find(const sg_gguf *g, const char *key);
 

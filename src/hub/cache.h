@@ -1,5 +1,6 @@
 /* What is on this machine: the models of the Hugging Face cache and of saragossa's own models
- * folder (for `saragossa list`), and their removal (`saragossa rm`). */
+ * folder (for `saragossa list`), a complete cached copy of a repo (for resolution, without the
+ * network), and their removal (`saragossa rm`). */
 #ifndef SG_HUB_CACHE_H
 #define SG_HUB_CACHE_H
 
@@ -8,6 +9,19 @@
 
 #include "hub/repo.h"
 #include "saragossa.h"
+
+typedef enum { SG_HUB_KIND_FOLDER = 1, SG_HUB_KIND_GGUF } sg_hub_kind;
+typedef enum { SG_HUB_SRC_PATH = 1, SG_HUB_SRC_MODELS_DIR, SG_HUB_SRC_HF_CACHE } sg_hub_source;
+
+typedef struct sg_hub_model {
+	sg_hub_kind kind;
+	sg_hub_source source;
+	char path[SG_HUB_PATH_MAX]; /* the folder, or the .gguf file (a snapshot link for the cache) */
+	char repo[2 * SG_HUB_NAME_MAX + 2]; /* "org/name" when from the hub, else "" */
+	char commit[41];                    /* the snapshot's commit when from the hub, else "" */
+	int files_downloaded;               /* files fetched by this call */
+	uint64_t bytes_downloaded;          /* bytes received by this call */
+} sg_hub_model;
 
 typedef struct sg_hub_entry {
 	char name[2 * SG_HUB_NAME_MAX + SG_HUB_FILE_MAX + 4]; /* org/name, org/name:file.gguf, or a folder entry */
@@ -36,5 +50,14 @@ sg_status sg_hub_remove(const char *model, char *what, size_t wn, uint64_t *free
 /* Collects the GGUF files under dir (and up to two folders down) as names relative to dir; returns the
  * count (at most cap). */
 int sg_hub_list_gguf(const char *dir, char (*names)[SG_HUB_FILE_MAX + 1], int cap);
+
+/* Finds a complete copy of `ref` in the Hugging Face cache `cache` without the network: the
+ * snapshot of ref->revision (a commit, or refs/<revision>), holding config.json and every
+ * safetensors shard its index lists, or the GGUF file asked for (else the preferred one).
+ * SG_ERR_NOT_FOUND when there is none. */
+sg_status sg_hub_find_cached(const sg_hub_ref *ref, const char *cache, sg_hub_model *out);
+
+/* "folder" or "gguf". */
+const char *sg_hub_kind_name(sg_hub_kind kind);
 
 #endif

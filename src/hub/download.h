@@ -14,9 +14,16 @@
 #ifndef SG_HUB_DOWNLOAD_H
 #define SG_HUB_DOWNLOAD_H
 
+#include "hub/cache.h"
 #include "hub/repo.h"
-#include "hub/resolve.h"
 #include "saragossa.h"
+
+/* How a resolution (sg_hub_resolve) and its downloads behave. */
+typedef struct sg_hub_opts {
+	int offline; /* never use the network (HF_HUB_OFFLINE=1 sets it too) */
+	int update;  /* ask the hub for the revision's current commit even when a copy is cached */
+	int quiet;   /* no progress bars */
+} sg_hub_opts;
 
 /* Fetches what `ref` needs into `cache` and fills *out (kind, path, repo, commit, counters).
  * Files already linked in the snapshot are not requested again. *unreachable is set to 1 when

@@ -325,3 +325,4 @@ sg_status sg_model_load(const char *path, const sg_model_params *params, sg_mode
 int sg_model_n_vocab(const sg_model *m) { return m->desc.n_vocab; }
 int sg_model_n_ctx_train(const sg_model *m) { return m->desc.max_ctx; }
 const char *sg_model_arch(const sg_model *m) { return m->desc.model_type; }
+const sg_gguf *sg_model_gguf(const sg_model *m) { return m->w->format == SG_WEIGHTS_GGUF ? &m->w->gguf : NULL; }

@@ -112,6 +112,12 @@ typedef struct sg_want {
 	sg_btensor *out;
 } sg_want;
 
+/* The parsed GGUF file the weights came from (its path, metadata and tensors, pointing into the
+ * map the weights hold), or NULL when they came from safetensors. Borrowed: valid while the model
+ * lives. A model load hands it to the vocabulary and chat template readers
+ * (sg_tokenizer_load_with, sg_chat_template_load_with) so the file is mapped and parsed once. */
+const sg_gguf *sg_model_gguf(const sg_model *m);
+
 /* Binds n wants of `layer` (-1: none) through the family's name map; counts matmul weights in
  * m->weight_bytes. Error: "<name>: expected <type> <shape>, found ..." or "<name>: missing". */
 sg_status sg_model_bind_wants(sg_model *m, const sg_want *ws, int n, int layer);

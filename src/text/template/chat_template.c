@@ -127,11 +127,11 @@ static void take_special(sg_chat_template *ct, const json_t *cfg)
 	}
 }
 
-static sg_status load_gguf(sg_chat_template *ct, const char *path);
+static sg_status load_gguf(sg_chat_template *ct, const char *path, const sg_gguf *parsed);
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-static sg_status load_folder(sg_chat_template *ct, const char *dir)
+static sg_status load_folder(sg_chat_template *ct, const char *dir, const sg_gguf *parsed)
 {
 	char path[4096];
 	sg_status st;
@@ -226,7 +226,7 @@ static sg_status load_folder(sg_chat_template *ct, const char *dir)
 				snprintf(one, sizeof(one), "%s/%s", dir, e->d_name);
 		}
 		if (gd) closedir(gd);
-		if (count == 1) return load_gguf(ct, one);
+		if (count == 1) return load_gguf(ct, one, parsed);
 	}
 	if (!st && !ct->n)
 		st = sg_error(SG_ERR_NOT_FOUND, "%s: no chat template (looked for chat_template.jinja, tokenizer_config.json "
@@ -236,19 +236,12 @@ static sg_status load_folder(sg_chat_template *ct, const char *dir)
 
 /* ---- GGUF: the template(s) and the special tokens' text ---- */
 
-static sg_status load_gguf(sg_chat_template *ct, const char *path)
+static sg_status add_gguf(sg_chat_template *ct, const sg_gguf *g)
 {
-	sg_mapped_file f;
-	sg_status st = sg_mmap_open(path, &f);
-	if (st) return st;
-	sg_gguf g;
-	st = sg_gguf_parse(f.data, f.size, path, 0, &g);
-	if (st) {
-		sg_mmap_close(&f);
-		return st;
-	}
-	for (int64_t i = 0; i < g.n_kv && !st; i++) {
-		const sg_gguf_kv *kv = &g.kv[i];
+	const char *path = g->path ? g->path : "(gguf)";
+	sg_status st = SG_OK;
+	for (int64_t i = 0; i < g->n_kv && !st; i++) {
+		const sg_gguf_kv *kv = &g->kv[i];
 		size_t kl = strlen(kv->key);
 		if (kl < 23 || memcmp(kv->key, "tokenizer.chat_template", 23) || (kl > 23 && kv->key[23] != '.')) continue;
 		if (kv->type != SG_GGUF_STRING) {
@@ -263,10 +256,10 @@ static sg_status load_gguf(sg_chat_template *ct, const char *path)
 					      "tokenizer.ggml.padding_token_id", "tokenizer.ggml.cls_token_id",
 					      "tokenizer.ggml.mask_token_id"};
 	static const char *const names[] = {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"};
-	const sg_gguf_kv *toks = sg_gguf_find(&g, "tokenizer.ggml.tokens");
+	const sg_gguf_kv *toks = sg_gguf_find(g, "tokenizer.ggml.tokens");
 	for (int k = 0; k < 7 && !st && toks && toks->type == SG_GGUF_ARRAY && toks->arr_type == SG_GGUF_STRING; k++) {
 		int64_t id;
-		if (sg_gguf_get_int(&g, id_keys[k], &id) || id < 0 || (uint64_t)id >= toks->arr_n) continue;
+		if (sg_gguf_get_int(g, id_keys[k], &id) || id < 0 || (uint64_t)id >= toks->arr_n) continue;
 		sg_gguf_str_iter it;
 		sg_gguf_str_iter_init(toks, &it);
 		const char *s = NULL;
@@ -275,14 +268,49 @@ static sg_status load_gguf(sg_chat_template *ct, const char *path)
 		for (int64_t j = 0; j <= id && ok; j++) ok = sg_gguf_str_next(&it, &s, &l);
 		if (ok) json_object_set_new(ct->special, names[k], json_stringn(s, (size_t)l));
 	}
-	sg_error_clear();
-	sg_gguf_free(&g);
-	sg_mmap_close(&f);
+	if (!st) sg_error_clear(); /* the absent id keys' lookups; an error above keeps its message */
 	if (!st && !ct->n) st = sg_error(SG_ERR_NOT_FOUND, "%s: no tokenizer.chat_template in the GGUF metadata", path);
 	return st;
 }
 
+/* The GGUF file at `path`: from `parsed` when that is this file, else mapped and parsed here. */
+static sg_status load_gguf(sg_chat_template *ct, const char *path, const sg_gguf *parsed)
+{
+	if (parsed && parsed->path && !strcmp(parsed->path, path)) return add_gguf(ct, parsed);
+	sg_mapped_file f;
+	sg_status st = sg_mmap_open(path, &f);
+	if (st) return st;
+	sg_gguf g;
+	st = sg_gguf_parse(f.data, f.size, path, 0, &g);
+	if (!st) {
+		st = add_gguf(ct, &g);
+		sg_gguf_free(&g);
+	}
+	sg_mmap_close(&f);
+	return st;
+}
+
+sg_status sg_chat_template_from_gguf(const sg_gguf *g, sg_chat_template **out)
+{
+	*out = NULL;
+	if (!g) return SG_FAIL(SG_ERR_INVALID_ARG, "gguf is NULL");
+	sg_chat_template *ct = ct_new();
+	if (!ct) return SG_FAIL(SG_ERR_NOMEM, "out of memory");
+	sg_status st = add_gguf(ct, g);
+	if (st) {
+		sg_chat_template_free(ct);
+		return st;
+	}
+	*out = ct;
+	return SG_OK;
+}
+
 sg_status sg_chat_template_load(const char *model_path, sg_chat_template **out)
+{
+	return sg_chat_template_load_with(model_path, NULL, out);
+}
+
+sg_status sg_chat_template_load_with(const char *model_path, const sg_gguf *parsed, sg_chat_template **out)
 {
 	*out = NULL;
 	if (!model_path) return SG_FAIL(SG_ERR_INVALID_ARG, "model path is NULL");
@@ -291,10 +319,10 @@ sg_status sg_chat_template_load(const char *model_path, sg_chat_template **out)
 	sg_chat_template *ct = ct_new();
 	if (!ct) return SG_FAIL(SG_ERR_NOMEM, "out of memory");
 	sg_status st;
-	if (S_ISDIR(sb.st_mode)) st = load_folder(ct, model_path);
+	if (S_ISDIR(sb.st_mode)) st = load_folder(ct, model_path, parsed);
 	else {
 		size_t l = strlen(model_path);
-		if (l > 5 && !strcmp(model_path + l - 5, ".gguf")) st = load_gguf(ct, model_path);
+		if (l > 5 && !strcmp(model_path + l - 5, ".gguf")) st = load_gguf(ct, model_path, parsed);
 		else if (l > 6 && !strcmp(model_path + l - 6, ".jinja")) st = add_file(ct, "default", model_path);
 		else st = sg_error(SG_ERR_UNSUPPORTED, "%s: expected a model folder, a .gguf file or a .jinja template", model_path);
 	}

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "formats/gguf.h"
 #include "saragossa.h"
 
 typedef struct sg_chat_template sg_chat_template;
@@ -41,6 +42,15 @@ typedef struct sg_chat_params {
 /* Loads the template(s) and special tokens of a model folder or .gguf file. *out is owned by the
  * caller. SG_ERR_NOT_FOUND when the model has no chat template; parse errors name the file. */
 sg_status sg_chat_template_load(const char *model_path, sg_chat_template **out);
+/* As sg_chat_template_load, except that a GGUF file it would read (the .gguf named, or the one
+ * .gguf of a folder without template files) which `parsed` was parsed from (parsed->path equals
+ * that file's path) is read from `parsed`, not mapped and parsed again: a model load passes its
+ * weights' GGUF (sg_model_gguf) so the file is parsed once. parsed may be NULL; it is only read
+ * during the call (the template copies what it keeps). */
+sg_status sg_chat_template_load_with(const char *model_path, const sg_gguf *parsed, sg_chat_template **out);
+/* The template(s) and special tokens of a parsed GGUF file (borrowed for the call only);
+ * SG_ERR_NOT_FOUND when it has no tokenizer.chat_template. */
+sg_status sg_chat_template_from_gguf(const sg_gguf *g, sg_chat_template **out);
 
 /* One template from source text, with special tokens from a JSON object such as
  * {"bos_token": "<s>"} (borrowed, may be NULL). */

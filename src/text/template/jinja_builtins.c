@@ -1010,33 +1010,6 @@ int jinja_test(jctx *c, const char *name, jv in, jv *args, size_t nargs)
 
 /* ---- methods ---- */
 
-static const char *const STR_METHODS[] = {"startswith", "endswith", "split", "rsplit", "strip", "lstrip", "rstrip",
-					  "upper", "lower", "title", "capitalize", "replace", "format", "find", "rfind",
-					  "count", "join", "isdigit", "isalpha", "isalnum", "isspace", "islower", "isupper",
-					  "splitlines", "removeprefix", "removesuffix", "index", "rindex", "zfill",
-					  "center", "ljust", "rjust", "casefold", "swapcase", "partition", "rpartition",
-					  "expandtabs", "isnumeric", "isdecimal", "istitle", "isidentifier", "isprintable",
-					  "isascii", "encode", "format_map", "maketrans", "translate", NULL};
-static const char *const DICT_METHODS[] = {"get", "items", "keys", "values", "copy", "pop", "popitem", "setdefault",
-					   "update", "clear", "fromkeys", NULL};
-static const char *const LIST_METHODS[] = {"count", "index", "copy", "append", "extend", "insert", "pop", "remove",
-					   "reverse", "sort", "clear", NULL};
-
-static int in_list(const char *const *l, const char *name)
-{
-	for (int i = 0; l[i]; i++)
-		if (!strcmp(l[i], name)) return 1;
-	return 0;
-}
-
-int jinja_is_method(jv obj, const char *name)
-{
-	if (obj.t == JV_STR) return in_list(STR_METHODS, name);
-	if (obj.t == JV_DICT) return in_list(DICT_METHODS, name);
-	if (obj.t == JV_LIST) return in_list(LIST_METHODS, name);
-	return 0;
-}
-
 static int prefix_match(jctx *c, jv s, jv p, int end)
 {
 	if (p.t == JV_LIST && p.l->tuple) {

@@ -3,32 +3,12 @@
  * (undefined is falsy and prints as "", but attribute access, arithmetic and ordering on it are
  * errors). Errors unwind with longjmp to sg_jinja_render; every value lives in the render arena. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "base/error.h"
 #include "text/template/jinja_internal.h"
-
-_Noreturn void jfail(jctx *c, const char *fmt, ...)
-{
-	char msg[800];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	snprintf(c->err, sizeof(c->err), "%s: line %d, column %d: %s", c->tpl->name, c->line, c->col, msg);
-	longjmp(c->jb, 1);
-}
-
-void *jalloc(jctx *c, size_t n)
-{
-	if (c->a.used + n > c->lim.max_memory) jfail(c, "rendering needs more than %zu bytes of memory", c->lim.max_memory);
-	void *p = sg_arena_alloc(&c->a, n ? n : 1, 8);
-	if (!p) jfail(c, "out of memory");
-	return p;
-}
 
 static void step(jctx *c)
 {
@@ -80,124 +60,6 @@ static jv lookup(jctx *c, scope *s, const char *name)
 	return jv_undef(h);
 }
 
-_Noreturn static void undef_fail(jctx *c, jv u)
-{
-	jfail(c, "%s", u.hint ? u.hint : "value is undefined");
-}
-
-/* ---- attribute and item access (jinja2's getattr / getitem) ---- */
-
-static jv attr_undef(jctx *c, jv obj, const char *name)
-{
-	size_t n = strlen(name) + 64;
-	char *h = jalloc(c, n);
-	snprintf(h, n, "'%s object' has no attribute '%s'", obj.t == JV_NONE ? "None" : jv_typename(obj), name);
-	return jv_undef(h);
-}
-
-static jv method(jctx *c, jv obj, const char *name)
-{
-	jmethod *m = jalloc(c, sizeof(*m));
-	m->self = obj;
-	m->name = name;
-	jv v = {.t = JV_METHOD};
-	v.meth = m;
-	return v;
-}
-
-static jv loop_attr(jctx *c, jv obj, const char *name)
-{
-	jloop *L = obj.loop;
-	size_t n = L->items->n, i = L->i;
-	if (!strcmp(name, "index")) return jv_int((int64_t)i + 1);
-	if (!strcmp(name, "index0")) return jv_int((int64_t)i);
-	if (!strcmp(name, "revindex")) return jv_int((int64_t)(n - i));
-	if (!strcmp(name, "revindex0")) return jv_int((int64_t)(n - i - 1));
-	if (!strcmp(name, "first")) return jv_bool(i == 0);
-	if (!strcmp(name, "last")) return jv_bool(i + 1 == n);
-	if (!strcmp(name, "length")) return jv_int((int64_t)n);
-	if (!strcmp(name, "depth")) return jv_int(L->depth);
-	if (!strcmp(name, "depth0")) return jv_int(L->depth - 1);
-	if (!strcmp(name, "previtem")) return i > 0 ? L->items->v[i - 1] : jv_undef("there is no previous item");
-	if (!strcmp(name, "nextitem")) return i + 1 < n ? L->items->v[i + 1] : jv_undef("there is no next item");
-	if (!strcmp(name, "cycle")) return method(c, obj, "cycle");
-	if (!strcmp(name, "changed")) jfail(c, "unsupported construct: loop.changed");
-	return attr_undef(c, obj, name);
-}
-
-jv jinja_getattr(jctx *c, jv obj, const char *name)
-{
-	switch (obj.t) {
-	case JV_UNDEF: undef_fail(c, obj);
-	case JV_DICT:
-		if (jinja_is_method(obj, name)) return method(c, obj, name);
-		{
-			jv *v = jdict_gets(obj.d, name);
-			if (v) return *v;
-		}
-		return attr_undef(c, obj, name);
-	case JV_NS: {
-		jv *v = jdict_gets(obj.d, name);
-		return v ? *v : attr_undef(c, obj, name);
-	}
-	case JV_LOOP: return loop_attr(c, obj, name);
-	case JV_STR:
-	case JV_LIST:
-		if (jinja_is_method(obj, name)) return method(c, obj, name);
-		return attr_undef(c, obj, name);
-	default: return attr_undef(c, obj, name);
-	}
-}
-
-static int64_t norm_index(int64_t i, size_t n) { return i < 0 ? i + (int64_t)n : i; }
-
-jv jinja_getitem(jctx *c, jv obj, jv key)
-{
-	switch (obj.t) {
-	case JV_UNDEF: undef_fail(c, obj);
-	case JV_DICT:
-	case JV_NS: {
-		jv *v = jdict_get(obj.d, key);
-		if (v) return *v;
-		if (key.t == JV_STR && obj.t == JV_DICT && jinja_is_method(obj, key.s.p ? jv_strdup(c, key.s.p, key.s.n).s.p : ""))
-			return method(c, obj, jv_strdup(c, key.s.p, key.s.n).s.p);
-		break;
-	}
-	case JV_LIST:
-		if (obj.l->kind != JL_LIST) break; /* generators and views are not subscriptable */
-		if (key.t == JV_INT || key.t == JV_BOOL) {
-			int64_t i = norm_index(key.t == JV_INT ? key.i : key.b, obj.l->n);
-			if (i >= 0 && (size_t)i < obj.l->n) return obj.l->v[i];
-		}
-		break;
-	case JV_STR:
-		if (key.t == JV_INT || key.t == JV_BOOL) {
-			size_t n = utf8_count(obj.s.p, obj.s.n);
-			int64_t i = norm_index(key.t == JV_INT ? key.i : key.b, n);
-			if (i >= 0 && (size_t)i < n) {
-				size_t b = utf8_offset(obj.s.p, obj.s.n, (size_t)i), e = utf8_offset(obj.s.p, obj.s.n, (size_t)i + 1);
-				return jv_str(obj.s.p + b, e - b);
-			}
-		}
-		break;
-	case JV_LOOP:
-		if (key.t == JV_STR) return loop_attr(c, obj, jv_strdup(c, key.s.p, key.s.n).s.p);
-		break;
-	default: break;
-	}
-	if (key.t == JV_STR) {
-		const char *k = jv_strdup(c, key.s.p, key.s.n).s.p;
-		if (obj.t == JV_STR && jinja_is_method(obj, k)) return method(c, obj, k);
-		return attr_undef(c, obj, k);
-	}
-	jbuf b = {0};
-	jv_write_repr(c, &b, key);
-	size_t n = b.n + 64;
-	char *h = jalloc(c, n);
-	snprintf(h, n, "'%s object' has no element %s", obj.t == JV_NONE ? "None" : jv_typename(obj), b.p ? b.p : "");
-	return jv_undef(h);
-}
-
 /* Python slice semantics for sequences of n items. */
 static void slice_bounds(jctx *c, jv lo, jv hi, jv st, size_t n, int64_t *start, int64_t *stop, int64_t *stepv)
 {
@@ -230,7 +92,7 @@ static void slice_bounds(jctx *c, jv lo, jv hi, jv st, size_t n, int64_t *start,
 
 static jv do_slice(jctx *c, jv obj, jv lo, jv hi, jv st)
 {
-	if (obj.t == JV_UNDEF) undef_fail(c, obj);
+	if (obj.t == JV_UNDEF) jfail_undef(c, obj);
 	int64_t a, b, s;
 	if (obj.t == JV_LIST) {
 		if (obj.l->kind != JL_LIST) jfail(c, "'%s' object is not subscriptable", jv_typename(obj));
@@ -258,34 +120,6 @@ static jv do_slice(jctx *c, jv obj, jv lo, jv hi, jv st)
 	jfail(c, "'%s' object is not subscriptable", jv_typename(obj));
 }
 
-/* ---- iteration ---- */
-
-jlist *jinja_iterate(jctx *c, jv v)
-{
-	switch (v.t) {
-	case JV_UNDEF: return jlist_new(c, 1);
-	case JV_LIST: return v.l;
-	case JV_DICT:
-	case JV_NS: {
-		jlist *l = jlist_new(c, v.d->n + 1);
-		for (size_t i = 0; i < v.d->n; i++) jlist_push(c, l, v.d->k[i]);
-		return l;
-	}
-	case JV_STR: {
-		jlist *l = jlist_new(c, v.s.n + 1);
-		size_t i = 0;
-		while (i < v.s.n) {
-			size_t j = i + 1;
-			while (j < v.s.n && ((uint8_t)v.s.p[j] & 0xC0) == 0x80) j++;
-			jlist_push(c, l, jv_str(v.s.p + i, j - i));
-			i = j;
-		}
-		return l;
-	}
-	default: jfail(c, "'%s' object is not iterable", jv_typename(v));
-	}
-}
-
 /* ---- operators ---- */
 
 static int isnum(jv v) { return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL; }
@@ -294,8 +128,8 @@ static int64_t ival(jv v) { return v.t == JV_INT ? v.i : v.b; }
 
 _Noreturn static void optype_fail(jctx *c, const char *op, jv a, jv b)
 {
-	if (a.t == JV_UNDEF) undef_fail(c, a);
-	if (b.t == JV_UNDEF) undef_fail(c, b);
+	if (a.t == JV_UNDEF) jfail_undef(c, a);
+	if (b.t == JV_UNDEF) jfail_undef(c, b);
 	jfail(c, "unsupported operand type(s) for %s: '%s' and '%s'", op, jv_typename(a), jv_typename(b));
 }
 
@@ -409,7 +243,7 @@ static int contains(jctx *c, jv hay, jv needle)
 	case JV_UNDEF: return 0;
 	case JV_STR:
 		if (needle.t != JV_STR) {
-			if (needle.t == JV_UNDEF) undef_fail(c, needle);
+			if (needle.t == JV_UNDEF) jfail_undef(c, needle);
 			jfail(c, "'in <string>' requires string as left operand, not %s", jv_typename(needle));
 		}
 		if (!needle.s.n) return 1;
@@ -493,7 +327,7 @@ jv jinja_call(jctx *c, jv fn, jv *args, const char **kwnames, size_t nargs)
 	case JV_MACRO: return call_macro(c, fn.m, args, kwnames, nargs);
 	case JV_FUNC: return jinja_func(c, fn.fn, args, kwnames, nargs);
 	case JV_METHOD: return jinja_method(c, fn.meth, args, kwnames, nargs);
-	case JV_UNDEF: undef_fail(c, fn);
+	case JV_UNDEF: jfail_undef(c, fn);
 	default: jfail(c, "'%s' object is not callable", jv_typename(fn));
 	}
 }
@@ -588,7 +422,7 @@ static jv eval(jctx *c, scope *s, const node *n)
 			if (n->op == '-' && x == INT64_MIN) jfail(c, "integer overflow");
 			r = jv_int(n->op == '-' ? -x : x);
 		} else if (a.t == JV_FLOAT) r = jv_float(n->op == '-' ? -a.f : a.f);
-		else if (a.t == JV_UNDEF) undef_fail(c, a);
+		else if (a.t == JV_UNDEF) jfail_undef(c, a);
 		else jfail(c, "bad operand type for unary %c: '%s'", n->op, jv_typename(a));
 		break;
 	}

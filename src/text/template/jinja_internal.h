@@ -234,10 +234,13 @@ typedef struct jctx {
 	int line, col; /* position of the construct being evaluated */
 } jctx;
 
+/* values (jinja_value.c): the bottom of the renderer, calling nothing above it */
+/* Ends the render with "<template>: line L, column C: <message>" (longjmp to sg_jinja_render). */
 _Noreturn void jfail(jctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Fails with an undefined value's own hint ("'x' is undefined"). */
+_Noreturn void jfail_undef(jctx *c, jv u);
+/* n bytes of the render's arena; fails past lim.max_memory. */
 void *jalloc(jctx *c, size_t n);
-
-/* value helpers (jinja_value.c) */
 jv jv_undef(const char *hint);
 jv jv_none(void);
 jv jv_bool(int b);
@@ -272,19 +275,21 @@ size_t utf8_count(const char *p, size_t n);
 /* byte offset of code point index cp (clamped to n) */
 size_t utf8_offset(const char *p, size_t n, size_t cp);
 
-/* evaluator (jinja_eval.c) used by the builtins */
+/* access (jinja_access.c), over the values; the evaluator and the builtins use it */
 jv jinja_getattr(jctx *c, jv obj, const char *name);
 jv jinja_getitem(jctx *c, jv obj, jv key);
-jv jinja_call(jctx *c, jv fn, jv *args, const char **kwnames, size_t nargs);
 jlist *jinja_iterate(jctx *c, jv v); /* the items a for loop sees */
+int jinja_is_method(jv obj, const char *name); /* a str / dict / list method jinja2 lets a template call */
 
-/* builtins (jinja_builtins.c) */
+/* evaluator (jinja_eval.c) */
+jv jinja_call(jctx *c, jv fn, jv *args, const char **kwnames, size_t nargs);
+
+/* builtins (jinja_builtins.c), over access and values; the evaluator calls them */
 jv jinja_filter(jctx *c, const char *name, jv in, jv *args, const char **kwnames, size_t nargs);
 int jinja_test(jctx *c, const char *name, jv in, jv *args, size_t nargs);
 jv jinja_method(jctx *c, jmethod *m, jv *args, const char **kwnames, size_t nargs);
 jv jinja_func(jctx *c, int fn, jv *args, const char **kwnames, size_t nargs);
 /* Python's `fmt % args` for %s %r %d %i %% (args: a tuple, or one value). */
 jv jinja_percent(jctx *c, jv fmt, jv args);
-int jinja_is_method(jv obj, const char *name);
 
 #endif

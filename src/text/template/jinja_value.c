@@ -3,12 +3,41 @@
  * because the reference renderer is Python jinja2: `{{ 1.0 }}` prints "1.0", `{{ [1, 'a'] }}`
  * prints "[1, 'a']". */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/utf8.h"
 #include "text/template/jinja_internal.h"
+
+/* ---- errors and memory of a render ---- */
+
+_Noreturn void jfail(jctx *c, const char *fmt, ...)
+{
+	char msg[800];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	snprintf(c->err, sizeof(c->err), "%s: line %d, column %d: %s", c->tpl->name, c->line, c->col, msg);
+	longjmp(c->jb, 1);
+}
+
+void *jalloc(jctx *c, size_t n)
+{
+	if (c->a.used + n > c->lim.max_memory) jfail(c, "rendering needs more than %zu bytes of memory", c->lim.max_memory);
+	void *p = sg_arena_alloc(&c->a, n ? n : 1, 8);
+	if (!p) jfail(c, "out of memory");
+	return p;
+}
+
+_Noreturn void jfail_undef(jctx *c, jv u)
+{
+	jfail(c, "%s", u.hint ? u.hint : "value is undefined");
+}
+
+/* ---- constructors ---- */
 
 jv jv_undef(const char *hint)
 {

@@ -31,18 +31,6 @@ static sg_status push_step(sg_normalizer *nz, const norm_step *s)
 	return SG_OK;
 }
 
-sg_status sg_tok_pattern(const json_t *p, const char **s, size_t *n, int *is_regex)
-{
-	const json_t *v;
-	if (json_is_string(p)) v = p, *is_regex = 0;
-	else if ((v = json_object_get(p, "String"))) *is_regex = 0;
-	else if ((v = json_object_get(p, "Regex"))) *is_regex = 1;
-	if (!v || !json_is_string(v)) return SG_FAIL(SG_ERR_FORMAT, "tokenizer: pattern must be {\"String\"} or {\"Regex\"}");
-	*s = json_string_value(v);
-	*n = json_string_length(v);
-	return SG_OK;
-}
-
 static int jbool(const json_t *j, const char *k, int def)
 {
 	const json_t *v = json_object_get(j, k);

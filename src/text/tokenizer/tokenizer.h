@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "formats/gguf.h"
 #include "saragossa.h"
 
 typedef struct sg_tokenizer sg_tokenizer;
@@ -43,6 +44,13 @@ typedef struct sg_vocab_desc {
 /* Loads from a folder holding tokenizer.json (and tokenizer_config.json when present), a
  * tokenizer.json file, or a .gguf file. *out is owned by the caller (sg_tokenizer_free). */
 sg_status sg_tokenizer_load(const char *path, sg_tokenizer **out);
+/* As sg_tokenizer_load, except that a GGUF file it would read which `parsed` was parsed from
+ * (parsed->path equals that file's path) is read from `parsed`, not mapped and parsed again: a
+ * model load passes its weights' GGUF (sg_model_gguf) so the file is parsed once. parsed may be
+ * NULL; it is only read during the call (the tokenizer copies what it keeps). */
+sg_status sg_tokenizer_load_with(const char *path, const sg_gguf *parsed, sg_tokenizer **out);
+/* From the tokenizer.ggml.* metadata of a parsed GGUF file (borrowed for the call only). */
+sg_status sg_tokenizer_from_gguf(const sg_gguf *g, sg_tokenizer **out);
 /* From the text of a tokenizer.json and, optionally (NULL), of tokenizer_config.json. */
 sg_status sg_tokenizer_from_json(const char *json, size_t len, const char *config, size_t config_len,
 				 sg_tokenizer **out);

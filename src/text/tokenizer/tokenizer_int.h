@@ -56,7 +56,7 @@ int sg_bert_is_mark(uint32_t cp);
 /* Decodes one code point from valid UTF-8 at s (the caller validated the text). */
 int sg_uc_next(const char *s, size_t n, uint32_t *cp);
 
-/* A pattern of tokenizer.json, {"String": "x"} or {"Regex": "x"} (normalize.c): its text and
+/* A pattern of tokenizer.json, {"String": "x"} or {"Regex": "x"} (regex.c): its text and
  * whether it is a regex. */
 sg_status sg_tok_pattern(const json_t *p, const char **s, size_t *n, int *is_regex);
 
@@ -215,5 +215,9 @@ typedef struct tok_spec {
 } tok_spec;
 sg_status sg_tok_build(const tok_spec *s, sg_tokenizer **out);
 sg_status sg_tok_json_spec(const json_t *root, const json_t *config, sg_tokenizer **out);
+
+/* The vocabulary of the GGUF file at `path` (vocab_gguf.c): read from `parsed` when that is this
+ * file (parsed->path equals path), else mapped and parsed here. parsed may be NULL. */
+sg_status sg_tokenizer_load_gguf(const char *path, const sg_gguf *parsed, sg_tokenizer **out);
 
 #endif

@@ -161,20 +161,20 @@ sg_status sg_tokenizer_from_json(const char *json, size_t len, const char *confi
 	return st;
 }
 
-sg_status sg_tokenizer_load_gguf(const char *path, sg_tokenizer **out);
-
 static int ends_with(const char *s, const char *suf)
 {
 	size_t n = strlen(s), k = strlen(suf);
 	return n >= k && !strcmp(s + n - k, suf);
 }
 
-sg_status sg_tokenizer_load(const char *path, sg_tokenizer **out)
+sg_status sg_tokenizer_load(const char *path, sg_tokenizer **out) { return sg_tokenizer_load_with(path, NULL, out); }
+
+sg_status sg_tokenizer_load_with(const char *path, const sg_gguf *parsed, sg_tokenizer **out)
 {
 	*out = NULL;
 	struct stat sb;
 	if (!path || stat(path, &sb)) return SG_FAIL(SG_ERR_NOT_FOUND, "tokenizer: '%s' does not exist", path ? path : "(null)");
-	if (!S_ISDIR(sb.st_mode) && ends_with(path, ".gguf")) return sg_tokenizer_load_gguf(path, out);
+	if (!S_ISDIR(sb.st_mode) && ends_with(path, ".gguf")) return sg_tokenizer_load_gguf(path, parsed, out);
 	char *tj = NULL, *tc = NULL, *json = NULL, *cfg = NULL;
 	size_t jn = 0, cn = 0;
 	sg_status st;

@@ -1,15 +1,12 @@
-/* GGUF files: tokenizer.ggml.* metadata read through the GGUF parser into sg_vocab_desc. */
+/* GGUF files: tokenizer.ggml.* metadata of a parsed GGUF into sg_vocab_desc. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/mmap.h"
-#include "text/tokenizer/tokenizer_int.h"
-
-sg_status sg_tokenizer_load_gguf(const char *path, sg_tokenizer **out);
-
 #include "formats/gguf.h"
+#include "text/tokenizer/tokenizer_int.h"
 
 /* Copies a string array's entries (pointers into the map) into arrays of pointer + length. */
 static sg_status str_array(const sg_gguf_kv *kv, const char *key, const char ***s, uint32_t **lens, int32_t *n)
@@ -46,38 +43,34 @@ static int get_flag(const sg_gguf *g, const char *key)
 	return sg_gguf_get_int(g, key, &v) == SG_OK ? v != 0 : -1;
 }
 
-sg_status sg_tokenizer_load_gguf(const char *path, sg_tokenizer **out)
+sg_status sg_tokenizer_from_gguf(const sg_gguf *g, sg_tokenizer **out)
 {
 	*out = NULL;
-	sg_mapped_file f;
-	sg_status st = sg_mmap_open(path, &f);
-	if (st) return st;
-	sg_gguf g;
-	memset(&g, 0, sizeof(g));
+	const char *path = g->path ? g->path : "(gguf)";
 	sg_vocab_desc d;
 	memset(&d, 0, sizeof(d));
 	uint32_t *tlen = NULL, *mlen = NULL;
 	const char **toks = NULL, **merges = NULL;
 	float *scores = NULL;
 	int32_t *types = NULL;
-	if ((st = sg_gguf_parse(f.data, f.size, path, 0, &g))) goto done;
-	const sg_gguf_kv *kt = sg_gguf_find(&g, "tokenizer.ggml.tokens");
-	if ((st = sg_gguf_get_str(&g, "tokenizer.ggml.model", &d.model)) || !kt) {
+	sg_status st;
+	const sg_gguf_kv *kt = sg_gguf_find(g, "tokenizer.ggml.tokens");
+	if ((st = sg_gguf_get_str(g, "tokenizer.ggml.model", &d.model)) || !kt) {
 		st = SG_FAIL(SG_ERR_FORMAT, "gguf: '%s' has no tokenizer (tokenizer.ggml.model / tokens)", path);
 		goto done;
 	}
-	sg_gguf_get_str(&g, "general.architecture", &d.arch);
-	sg_gguf_get_str(&g, "tokenizer.ggml.pre", &d.pre);
+	sg_gguf_get_str(g, "general.architecture", &d.arch);
+	sg_gguf_get_str(g, "tokenizer.ggml.pre", &d.pre);
 	if ((st = str_array(kt, "tokenizer.ggml.tokens", &toks, &tlen, &d.n_tokens))) goto done;
 	d.tokens = toks;
 	d.token_lens = tlen;
-	const sg_gguf_kv *km = sg_gguf_find(&g, "tokenizer.ggml.merges");
+	const sg_gguf_kv *km = sg_gguf_find(g, "tokenizer.ggml.merges");
 	if (km) {
 		if ((st = str_array(km, "tokenizer.ggml.merges", &merges, &mlen, &d.n_merges))) goto done;
 		d.merges = merges;
 		d.merge_lens = mlen;
 	}
-	const sg_gguf_kv *ks = sg_gguf_find(&g, "tokenizer.ggml.scores");
+	const sg_gguf_kv *ks = sg_gguf_find(g, "tokenizer.ggml.scores");
 	if (ks && ks->arr_n == (uint64_t)d.n_tokens) {
 		scores = sg_malloc((size_t)d.n_tokens * sizeof(float));
 		if (!scores) goto oom;
@@ -88,7 +81,7 @@ sg_status sg_tokenizer_load_gguf(const char *path, sg_tokenizer **out)
 		}
 		d.scores = scores;
 	}
-	const sg_gguf_kv *ky = sg_gguf_find(&g, "tokenizer.ggml.token_type");
+	const sg_gguf_kv *ky = sg_gguf_find(g, "tokenizer.ggml.token_type");
 	if (ky && ky->arr_n == (uint64_t)d.n_tokens) {
 		types = sg_malloc((size_t)d.n_tokens * sizeof(int32_t));
 		if (!types) goto oom;
@@ -99,12 +92,12 @@ sg_status sg_tokenizer_load_gguf(const char *path, sg_tokenizer **out)
 		}
 		d.types = types;
 	}
-	d.bos_id = get_id(&g, "tokenizer.ggml.bos_token_id");
-	d.eos_id = get_id(&g, "tokenizer.ggml.eos_token_id");
-	d.unk_id = get_id(&g, "tokenizer.ggml.unknown_token_id");
-	d.pad_id = get_id(&g, "tokenizer.ggml.padding_token_id");
-	d.add_bos = get_flag(&g, "tokenizer.ggml.add_bos_token");
-	d.add_eos = get_flag(&g, "tokenizer.ggml.add_eos_token");
+	d.bos_id = get_id(g, "tokenizer.ggml.bos_token_id");
+	d.eos_id = get_id(g, "tokenizer.ggml.eos_token_id");
+	d.unk_id = get_id(g, "tokenizer.ggml.unknown_token_id");
+	d.pad_id = get_id(g, "tokenizer.ggml.padding_token_id");
+	d.add_bos = get_flag(g, "tokenizer.ggml.add_bos_token");
+	d.add_eos = get_flag(g, "tokenizer.ggml.add_eos_token");
 	/* The reference defaults add_bos_token to true for SentencePiece vocabularies that do not say. */
 	if (d.add_bos < 0 && !strcmp(d.model, "llama")) d.add_bos = 1;
 	st = sg_tokenizer_from_vocab(&d, out);
@@ -119,8 +112,21 @@ done:
 	sg_free(mlen);
 	sg_free(scores);
 	sg_free(types);
-	sg_gguf_free(&g);
-	sg_mmap_close(&f);
 	return st;
 }
 
+sg_status sg_tokenizer_load_gguf(const char *path, const sg_gguf *parsed, sg_tokenizer **out)
+{
+	*out = NULL;
+	if (parsed && parsed->path && !strcmp(parsed->path, path)) return sg_tokenizer_from_gguf(parsed, out);
+	sg_mapped_file f;
+	sg_status st = sg_mmap_open(path, &f);
+	if (st) return st;
+	sg_gguf g;
+	if (!(st = sg_gguf_parse(f.data, f.size, path, 0, &g))) {
+		st = sg_tokenizer_from_gguf(&g, out);
+		sg_gguf_free(&g);
+	}
+	sg_mmap_close(&f);
+	return st;
+}
