@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "base/alloc.h"
+#include "base/error.h"
 #include "base/utf8.h"
 #include "server/model.h"
 
@@ -190,4 +191,27 @@ sg_gen_params sg_resp_gen_params(sg_job *job)
 	p.max_tokens = q->max_tokens;
 	p.cancel = &job->cancel;
 	return p;
+}
+
+const char *sg_resp_finish_reason(const sg_gen_result *r) { return r->finish == SG_GEN_LENGTH ? "length" : "stop"; }
+
+void sg_resp_err_engine(sg_srv_err *e, sg_status st)
+{
+	int status = sg_resp_status(st);
+	sg_srv_err_set(e, status, status == 400 ? "invalid_request_error" : "server_error", NULL, "%s", sg_last_error());
+}
+
+void sg_resp_err_incomplete(sg_srv_err *e, const sg_gen_result *r)
+{
+	sg_srv_err_set(e, 400, "incomplete_json", "max_tokens",
+		       "the JSON answer was not finished when the generation ended (%s after %zu tokens): raise max_tokens",
+		       sg_resp_finish_reason(r), r->n_generated);
+	snprintf(e->code, sizeof e->code, "incomplete_json");
+}
+
+void sg_resp_note_reuse(void *user, size_t reused, long diverged)
+{
+	sg_job *job = user;
+	job->reused_prefix = (long)reused;
+	job->prefix_miss = diverged;
 }

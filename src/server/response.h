@@ -24,6 +24,19 @@ json_t *sg_resp_error_body(sg_srv_route route, const sg_srv_err *e);
  * fit), else 500. */
 int sg_resp_status(sg_status st);
 
+/* "length" when the generation stopped at its token limit, else "stop" (OpenAI's finish_reason,
+ * Ollama's done_reason). */
+const char *sg_resp_finish_reason(const sg_gen_result *r);
+/* *e for an engine failure st with sg_last_error() as its message: sg_resp_status's status, type
+ * invalid_request_error for a 400, else server_error. */
+void sg_resp_err_engine(sg_srv_err *e, sg_status st);
+/* *e for a JSON answer (response_format) unfinished when the generation r ended: 400
+ * incomplete_json naming max_tokens. */
+void sg_resp_err_incomplete(sg_srv_err *e, const sg_gen_result *r);
+/* An sg_lm_turn on_reuse callback (user: the sg_job): records what the prefix cache reused for
+ * the response headers, set before the status is. */
+void sg_resp_note_reuse(void *user, size_t reused, long diverged);
+
 /* Bytes as a JSON string, invalid UTF-8 replaced by U+FFFD (a token may be half a character). */
 json_t *sg_resp_string(const char *s, size_t n);
 

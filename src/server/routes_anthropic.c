@@ -543,15 +543,7 @@ void sg_anthropic_run(sg_job *job)
 		goto done;
 	}
 	ev_ctx ctx = {&g, ar};
-	sg_gen_params p = sg_gen_default_params();
-	p.prompt = job->prompt;
-	p.n_prompt = job->n_prompt;
-	p.sampler = q->sp;
-	p.eos_ids = sg_srv_model_eos(job->model, &p.n_eos);
-	p.stop = (const char *const *)q->stop;
-	p.n_stop = q->n_stop;
-	p.max_tokens = q->max_tokens;
-	p.cancel = &job->cancel;
+	sg_gen_params p = sg_resp_gen_params(job);
 	p.on_event = on_event;
 	p.user = &ctx;
 	p.constraint = sg_agent_run_constraint(ar);

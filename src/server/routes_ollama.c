@@ -316,16 +316,11 @@ static void ag_call_end(void *ud, int index)
 	write_line(g, o);
 }
 
-static const char *finish_reason(const sg_gen_result *r)
-{
-	return r->finish == SG_GEN_LENGTH ? "length" : "stop";
-}
-
 static void final_fields(json_t *o, const sg_gen_result *r)
 {
 	json_int_t prefill_ns = (json_int_t)(r->prefill_s * 1e9), decode_ns = (json_int_t)(r->decode_s * 1e9);
 	json_object_set_new(o, "done", json_true());
-	json_object_set_new(o, "done_reason", json_string(finish_reason(r)));
+	json_object_set_new(o, "done_reason", json_string(sg_resp_finish_reason(r)));
 	json_object_set_new(o, "total_duration", json_integer((json_int_t)((r->ttft_s + r->decode_s) * 1e9)));
 	json_object_set_new(o, "load_duration", json_integer(0));
 	json_object_set_new(o, "prompt_eval_count", json_integer((json_int_t)r->n_prompt));
@@ -371,8 +366,7 @@ static void finish_with(gen *g, const sg_srv_err *e)
 static void finish_error(gen *g, sg_status st)
 {
 	sg_srv_err e;
-	int status = sg_resp_status(st);
-	sg_srv_err_set(&e, status, status == 400 ? "invalid_request_error" : "server_error", NULL, "%s", sg_last_error());
+	sg_resp_err_engine(&e, st);
 	finish_with(g, &e);
 }
 
@@ -380,20 +374,9 @@ static void finish_error(gen *g, sg_status st)
 static void finish_incomplete(gen *g, const sg_gen_result *r)
 {
 	sg_srv_err e;
-	sg_srv_err_set(&e, 400, "incomplete_json", "max_tokens",
-		       "the JSON answer was not finished when the generation ended (%s after %zu tokens): raise max_tokens",
-		       finish_reason(r), r->n_generated);
-	snprintf(e.code, sizeof e.code, "incomplete_json");
+	sg_resp_err_incomplete(&e, r);
 	if (g->stream) begin_stream(g);
 	finish_with(g, &e);
-}
-
-/* What the prefix cache reused, for the response headers (set before the status is). */
-static void note_reuse(void *user, size_t reused, long diverged)
-{
-	sg_job *job = user;
-	job->reused_prefix = (long)reused;
-	job->prefix_miss = diverged;
 }
 
 void sg_ollama_run(sg_job *job)
@@ -417,7 +400,7 @@ void sg_ollama_run(sg_job *job)
 	sg_gen_result r;
 	memset(&r, 0, sizeof r);
 	/* the session key partitions the prefix cache */
-	sg_lm_turn turn = {.session_key = job->session, .on_reuse = note_reuse, .user = job};
+	sg_lm_turn turn = {.session_key = job->session, .on_reuse = sg_resp_note_reuse, .user = job};
 	st = sg_lm_generate(sg_srv_model_lm(job->model), &turn, &p, &r);
 	if (g.ar && !st) sg_agent_run_finish(g.ar);
 	if (job->user) sg_pool_publish(job->user);
@@ -427,7 +410,7 @@ void sg_ollama_run(sg_job *job)
 		SG_WARN("serve: %s failed: %s", job->id, sg_last_error());
 		finish_error(&g, st);
 	} else if (job->agent && job->agent->json && !sg_agent_run_complete(g.ar)) {
-		SG_WARN("serve: %s: the JSON answer was unfinished after %zu tokens (%s)", job->id, r.n_generated, finish_reason(&r));
+		SG_WARN("serve: %s: the JSON answer was unfinished after %zu tokens (%s)", job->id, r.n_generated, sg_resp_finish_reason(&r));
 		finish_incomplete(&g, &r);
 	} else {
 		finish_ok(&g, &r);
@@ -435,7 +418,7 @@ void sg_ollama_run(sg_job *job)
 		SG_INFO("serve: %s %s: prompt %zu tokens (%zu cached), prefill %.1f tok/s, ttft %.1f ms, %zu tokens at %.1f tok/s, %s",
 			job->id, g.model_name, r.n_prompt, r.n_cached, r.prefill_s > 0 ? pre / r.prefill_s : 0, r.ttft_s * 1e3,
 			r.n_generated, r.decode_s > 0 && r.n_generated > 1 ? (double)(r.n_generated - 1) / r.decode_s : 0,
-			sg_agent_run_calls(g.ar) && !sg_agent_run_malformed(g.ar) ? "tool_calls" : finish_reason(&r));
+			sg_agent_run_calls(g.ar) && !sg_agent_run_malformed(g.ar) ? "tool_calls" : sg_resp_finish_reason(&r));
 	}
 done:
 	sg_job_finish(job);

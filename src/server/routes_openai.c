@@ -531,17 +531,12 @@ static json_t *oai_calls(gen *g)
 	return a;
 }
 
-static const char *finish_reason(const sg_gen_result *r)
-{
-	return r->finish == SG_GEN_LENGTH ? "length" : "stop";
-}
-
 /* With tool calls: "tool_calls" when every call parsed, "stop" when one came back as text. */
 static const char *gen_finish_reason(const gen *g, const sg_gen_result *r)
 {
 	if (sg_agent_run_malformed(g->ar)) return "stop";
 	if (sg_agent_run_calls(g->ar)) return "tool_calls";
-	return finish_reason(r);
+	return sg_resp_finish_reason(r);
 }
 
 static void finish_ok(gen *g, const sg_gen_result *r)
@@ -553,7 +548,7 @@ static void finish_ok(gen *g, const sg_gen_result *r)
 		json_t *choice = g->chat ? json_pack("{s:i,s:{},s:n,s:s}", "index", 0, "delta", "logprobs", "finish_reason",
 						     gen_finish_reason(g, r))
 					 : json_pack("{s:i,s:s,s:n,s:s}", "index", 0, "text", "", "logprobs", "finish_reason",
-						     finish_reason(r));
+						     sg_resp_finish_reason(r));
 		json_object_set_new(c, "choices", json_pack("[o]", choice));
 		write_event(g, c);
 		if (q->include_usage) {
@@ -585,7 +580,7 @@ static void finish_ok(gen *g, const sg_gen_result *r)
 			lp = json_pack("{s:O,s:O,s:O,s:O}", "tokens", g->c_tokens, "token_logprobs", g->c_lps, "top_logprobs",
 				       g->c_tops, "text_offset", g->c_offs);
 		choice = json_pack("{s:i,s:o,s:o,s:s}", "index", 0, "text", text, "logprobs", lp, "finish_reason",
-				   finish_reason(r));
+				   sg_resp_finish_reason(r));
 	}
 	json_object_set_new(o, "choices", json_pack("[o]", choice));
 	json_object_set_new(o, "usage", sg_resp_oai_usage(r));
@@ -603,8 +598,7 @@ static void finish_with(gen *g, const sg_srv_err *e)
 static void finish_error(gen *g, sg_status st)
 {
 	sg_srv_err e;
-	int status = sg_resp_status(st);
-	sg_srv_err_set(&e, status, status == 400 ? "invalid_request_error" : "server_error", NULL, "%s", sg_last_error());
+	sg_resp_err_engine(&e, st);
 	finish_with(g, &e);
 }
 
@@ -613,20 +607,9 @@ static void finish_error(gen *g, sg_status st)
 static void finish_incomplete(gen *g, const sg_gen_result *r)
 {
 	sg_srv_err e;
-	sg_srv_err_set(&e, 400, "incomplete_json", "max_tokens",
-		       "the JSON answer was not finished when the generation ended (%s after %zu tokens): raise max_tokens",
-		       finish_reason(r), r->n_generated);
-	snprintf(e.code, sizeof e.code, "incomplete_json");
+	sg_resp_err_incomplete(&e, r);
 	if (g->stream) begin_stream(g);
 	finish_with(g, &e);
-}
-
-/* What the prefix cache reused, for the response headers (set before the status is). */
-static void note_reuse(void *user, size_t reused, long diverged)
-{
-	sg_job *job = user;
-	job->reused_prefix = (long)reused;
-	job->prefix_miss = diverged;
 }
 
 void sg_openai_run(sg_job *job)
@@ -655,7 +638,7 @@ void sg_openai_run(sg_job *job)
 	sg_gen_result r;
 	memset(&r, 0, sizeof r);
 	/* the session key partitions the prefix cache */
-	sg_lm_turn turn = {.session_key = job->session, .on_reuse = note_reuse, .user = job};
+	sg_lm_turn turn = {.session_key = job->session, .on_reuse = sg_resp_note_reuse, .user = job};
 	st = sg_lm_generate(sg_srv_model_lm(job->model), &turn, &p, &r);
 	if (g.ar && !st) sg_agent_run_finish(g.ar);
 	if (job->user) sg_pool_publish(job->user);
@@ -665,7 +648,7 @@ void sg_openai_run(sg_job *job)
 		SG_WARN("serve: %s failed: %s", job->id, sg_last_error());
 		finish_error(&g, st);
 	} else if (job->agent && job->agent->json && !sg_agent_run_complete(g.ar)) {
-		SG_WARN("serve: %s: the JSON answer was unfinished after %zu tokens (%s)", job->id, r.n_generated, finish_reason(&r));
+		SG_WARN("serve: %s: the JSON answer was unfinished after %zu tokens (%s)", job->id, r.n_generated, sg_resp_finish_reason(&r));
 		finish_incomplete(&g, &r);
 	} else {
 		finish_ok(&g, &r);
