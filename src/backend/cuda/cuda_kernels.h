@@ -262,6 +262,9 @@ typedef struct sg_cu_attn {
 	int8_t *xq;           /* decode only, when set: out also rounded to 8-bit blocks for the next */
 	float *dx, *sx;       /* GEMV (sg_cu_q8_split's arrays; hdv a multiple of 32) */
 	int kpre;             /* decode (set by sg_cu_attn_decode): the first tiles' K rows copied before the wait */
+	int layout_pad;       /* unused: holds the offsets of the fields after it where they were when the decode
+	                       * kernels were measured (without it ptxas gave the tensor-core kernels other
+	                       * register counts, bench/RESULTS.md); remove together with a GPU re-measurement */
 	int vfirst;           /* decode (set by sg_cu_attn_decode, the tensor-core kernel): the first tiles' V rows too */
 	int cl;               /* decode (set by sg_cu_attn_decode): slices a thread-block cluster merges in the kernel
 	                       * (0: none; part then holds [n*H][nchunk / cl][hdv + 2], or nothing when cl = nchunk) */
