@@ -885,8 +885,6 @@ Test(cuda, moe_router_in_one_kernel_matches_the_three)
 		int64_t K, E;
 		int k, sigmoid, nrm;
 	} cs[] = {{2048, 128, 8, 0, 1}, {4096, 256, 8, 1, 0}, {2048, 256, 1, 0, 0}, {1024, 60, 4, 0, 1}};
-	sg_cuda_backend *cb = (sg_cuda_backend *)gpu;
-	const int restore = cb->moe_router;
 	int64_t N = 64;
 	for (size_t c = 0; c < sizeof(cs) / sizeof(cs[0]); c++) {
 		int64_t K = cs[c].K, E = cs[c].E;
@@ -905,7 +903,9 @@ Test(cuda, moe_router_in_one_kernel_matches_the_three)
 			moe_bufs mb = moe_bufs_new(K, E, k, N);
 			pair xn = mb.xn, rl = mb.rl, ids = mb.ids, w = mb.w, g = mb.g, u = mb.u;
 			poison(&xn), poison(&rl), poison(&w);
-			cb->moe_router = fused;
+			sg_cu_policy pol = *sg_cu_policy_now();
+			pol.moe.router = fused == 0 ? SG_CU_ROUTER_THREE_KERNELS : fused == 1 ? SG_CU_ROUTER_ONE_KERNEL : SG_CU_ROUTER_PREFETCH;
+			sg_cu_policy_set(&pol);
 			sg_matmul_multi r = {.x = &x.g, .norm = &nw.g, .eps = 1e-6f, .norm_offset = 1.0f, .xn = &xn.g, .nw = 1,
 			                     .w = {&rg}, .y = {&rl.g}, .feeds_moe = 1};
 			sg_moe_routing rt = {ro, k, cs[c].nrm, &ids.g, &w.g, &gg, &ug};
@@ -915,7 +915,7 @@ Test(cuda, moe_router_in_one_kernel_matches_the_three)
 			cr_assert_eq(gpu->ops->read(gpu, &ids.g, 0, gid[fused], sizeof(int32_t) * (size_t)k), SG_OK);
 			moe_bufs_free(&mb);
 		}
-		cb->moe_router = restore;
+		sg_cu_policy_load();
 		for (int f = 1; f < 3; f++) {
 			cr_expect(!memcmp(got[0][0], got[f][0], sizeof(float) * (size_t)K), "case %zu mode %d: xn differs", c, f);
 			cr_expect(!memcmp(gid[0], gid[f], sizeof(int32_t) * (size_t)k), "case %zu mode %d: ids differ", c, f);

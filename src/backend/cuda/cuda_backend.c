@@ -920,7 +920,8 @@ static sg_status cuda_moe_router(sg_backend *be, const sg_matmul_multi *p, const
 	int k = rt->k;
 	const sg_btensor *w = p->nw == 1 ? p->w[0] : NULL;
 	int64_t K = p->x->ne[0], E = w ? sg_btensor_rows(w) : 0;
-	if (!cb->moe_router || !cb->fused || !cb->q8x || !w || w->type != SG_TYPE_F32 || w->ne[0] != K || !p->norm || !p->xn || !p->feeds_moe ||
+	const sg_cu_router_mode mode = sg_cu_policy_now()->moe.router;
+	if (mode == SG_CU_ROUTER_THREE_KERNELS || !cb->fused || !cb->q8x || !w || w->type != SG_TYPE_F32 || w->ne[0] != K || !p->norm || !p->xn || !p->feeds_moe ||
 	    p->bias[0] || p->glu || p->residual || sg_btensor_rows(p->x) != 1 || ((uintptr_t)p->x->data & 15) || ((uintptr_t)w->data & 15) ||
 	    !sg_cu_moe_router_ok(K, E, k))
 		return sg_backend_moe_router_compose(be, p, rt);
@@ -941,7 +942,7 @@ static sg_status cuda_moe_router(sg_backend *be, const sg_matmul_multi *p, const
 	sg_cu_q8_split(cb->q8a, K, &r.xq, &r.dx, &r.sx);
 	/* =2: the chosen gate and up experts' weights requested into L2 once the ids are known */
 	const sg_btensor *pf[2] = {rt->w_gate, rt->w_up};
-	for (int i = 0; i < 2 && cb->moe_router == 2; i++)
+	for (int i = 0; i < 2 && mode == SG_CU_ROUTER_PREFETCH; i++)
 		if (pf[i] && pf[i]->data && pf[i]->ne[2] == E) /* expert e: rows [e F, e F + F), contiguous */
 			r.pf[i] = pf[i]->data, r.pf_bytes[i] = (size_t)pf[i]->ne[1] * pf[i]->row_bytes;
 	cb->moe_ids_done = NULL; /* ids rewritten */
@@ -1242,7 +1243,6 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	cb->q8x = sg_flag_bool("SARAGOSSA_CUDA_Q8X");
 	cb->gemm_f16 = sg_flag_bool("SARAGOSSA_CUDA_GEMM_F16");
 	cb->fused = sg_flag_bool("SARAGOSSA_CUDA_FUSED");
-	cb->moe_router = (int)sg_flag_int("SARAGOSSA_CUDA_MOE_ROUTER");
 	cb->moe_gemm = (int)sg_flag_int("SARAGOSSA_CUDA_MOE_GEMM");
 	sg_cu_trace_start();
 	struct cudaDeviceProp prop;

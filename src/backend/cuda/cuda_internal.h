@@ -29,7 +29,6 @@ typedef struct sg_cuda_backend {
 	int q8x;  /* SARAGOSSA_CUDA_Q8X */
 	int gemm_f16; /* SARAGOSSA_CUDA_GEMM_F16 */
 	int fused; /* SARAGOSSA_CUDA_FUSED */
-	int moe_router; /* SARAGOSSA_CUDA_MOE_ROUTER: 0 off, 1 one kernel, 2 and the experts prefetched */
 	int moe_gemm; /* SARAGOSSA_CUDA_MOE_GEMM: fewest tokens of the MoE GEMM path, 0 = never */
 	int attn_dec;  /* SARAGOSSA_CUDA_ATTN_DECODE != 0: the one-token attention kernel (the policy's attn.decode) */
 	int attn_gemm; /* SARAGOSSA_CUDA_ATTN_GEMM */
