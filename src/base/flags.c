@@ -51,10 +51,9 @@ static const sg_flag table[] = {
 	 "for the prefill attention GEMMs), tf32x3 (three TF32 products on operands split into hi + lo parts: about FP32's "
 	 "accuracy), bf16 (tensor cores; logits move ~5e-3) or off (the GEMV kernel)"},
 	{"SARAGOSSA_CUDA_ATTN_DECODE", SG_FLAG_INT, "1",
-	 "CUDA one-token attention: the query heads of a KV head share its reads, slices of the live KV length in parallel; "
-	 "f16 caches of head dim 64/128/256 take a compile-time-shape kernel (3 = that kernel staging each warp's K/V tile "
-	 "in shared memory with cp.async, faster at 1k positions, slower at 8k; 2 = without that kernel; 0 = the general "
-	 "kernel, a block per query head)"},
+	 "CUDA one-token attention: 1 = the query heads of a KV head share its reads, slices of the live KV length in "
+	 "parallel, f16 caches of head dim 64/128/256 on a compile-time-shape kernel; 2 = the same grouping on the "
+	 "runtime-shape kernel for every shape; 0 = the general kernel, a block per query head"},
 	{"SARAGOSSA_CUDA_ATTN_MERGE", SG_FLAG_BOOL, "1",
 	 "CUDA one-token attention: the slices of the KV length merged by a kernel whose loads all go out at once (the "
 	 "position read before it waits for the attention kernel; the same bits); 0 = the merge kernel of the many-token "
@@ -81,15 +80,11 @@ static const sg_flag table[] = {
 	 "CUDA one-token attention over f16 caches of head dim 64 or 128 (no ring, up to 4 query heads a block; with "
 	 "SARAGOSSA_CUDA_ATTN_KPRE): scores and values as tensor-core products, queries and probabilities rounded to f16 "
 	 "as in prefill (0 = f32 dot products a lane a position)"},
-	{"SARAGOSSA_CUDA_ATTN_KPIPE", SG_FLAG_INT, "1",
+	{"SARAGOSSA_CUDA_ATTN_KPIPE", SG_FLAG_BOOL, "1",
 	 "CUDA one-token attention, with SARAGOSSA_CUDA_ATTN_KPRE, for caches where a warp may walk several tiles of 32 "
-	 "positions (more than 128 positions a slice: caches of more than 8192 rows): 1 = each later tile's K rows are "
+	 "positions (more than 128 positions a slice: caches of more than 8192 rows): each later tile's K rows are "
 	 "copied into shared memory while the tile before reads its V rows (one memory round trip a tile instead of two; "
-	 "the same bits), 2 = also that tile's V rows requested into L2 then (measured no faster); 0 = off"},
-	{"SARAGOSSA_CUDA_ATTN_GROUP", SG_FLAG_INT, "0",
-	 "CUDA one-token attention: this many query heads of a KV head per block (1, 2, 4 or 8, where it divides the "
-	 "group; 0 = by shape, up to 8); fewer give more blocks, each with less work a lane, more read each K/V row for "
-	 "more heads"},
+	 "the same bits); 0 = off"},
 	{"SARAGOSSA_CUDA_ATTN_GEMM", SG_FLAG_BOOL, "1",
 	 "CUDA attention of more than 8 tokens: scores and values through cuBLAS GEMMs with a masked row softmax between "
 	 "(0 = the general kernel)"},
@@ -116,10 +111,9 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_SNAPSHOT_RESIDENT", SG_FLAG_BOOL, "1",
 	 "session snapshots and prefix-cache blocks stay in the backend's memory: device-to-device copies on a GPU, no "
 	 "round trip through the host (0 = copies in host memory)"},
-	{"SARAGOSSA_CUDA_PDL", SG_FLAG_INT, "1",
+	{"SARAGOSSA_CUDA_PDL", SG_FLAG_BOOL, "1",
 	 "CUDA decode chain (norms, GEMVs, attention, argmax) with programmatic dependent launch: a kernel's blocks start "
-	 "while the previous kernel drains and wait for its results on the GPU (1); 2 = also pull the GEMV's weight rows "
-	 "into L2 before that wait; 0 = plain launches"},
+	 "while the previous kernel drains and wait for its results on the GPU; 0 = plain launches"},
 	{"SARAGOSSA_CUDA_TRACE", SG_FLAG_STR, "",
 	 "a CUDA build made with CUDA_TRACE=1: the file the decode chain's timeline (when each traced kernel's wait "
 	 "returned) is written to when the backend closes, for tools/cuda_trace.py; other builds ignore it"},
@@ -129,14 +123,9 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_FUSED", SG_FLAG_BOOL, "1",
 	 "CUDA decode (one token): the norm and the projections of a stage (q/k/v; gate/up with the GLU; o or down with the "
 	 "residual add) as one fused GEMV launch (0 = one op each)"},
-	{"SARAGOSSA_CUDA_GEMV_ROWS", SG_FLAG_INT, "0",
-	 "CUDA fused decode GEMV on 8-bit activations: weight rows per 128-thread block (1, 2, 4 or 8; from 4 on the "
-	 "activations are staged in shared memory); 0 = the measured default"},
-	{"SARAGOSSA_CUDA_GEMV_SB", SG_FLAG_INT, "1",
+	{"SARAGOSSA_CUDA_GEMV_SB", SG_FLAG_BOOL, "1",
 	 "CUDA one-token GEMV (dense and MoE) of Q4_K, Q6_K and MLX 4-bit weights, a whole 256-element block of the planar "
-	 "rows per lane (the scales decoded once): 1 = each lane loads its block itself; 2 = for launches of at least 16 MB, "
-	 "Q4_K / Q6_K tiles of rows moved into shared memory by the copy engine, stages ahead, in a persistent grid (the "
-	 "same bits); 0 = the 32-element unit kernels the other formats use"},
+	 "rows per lane (the scales decoded once); 0 = the 32-element unit kernels the other formats use"},
 	{"SARAGOSSA_CUDA_GEMV_XSTAGE", SG_FLAG_BOOL, "1",
 	 "CUDA block-per-lane GEMVs (SARAGOSSA_CUDA_GEMV_SB): the 8-bit activations, their half sums and scales staged in "
 	 "shared memory by cp.async, every copy in flight at once (0 = a loop of loads, the scales read from global memory "
@@ -147,11 +136,10 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_GEMV_PRE", SG_FLAG_BOOL, "1",
 	 "CUDA one-token GEMV launches of F32, F16 or BF16 weights of at most 4 MB (a MoE router): a thread's first "
 	 "units loaded before the wait for the kernel ahead (weights are never written; 0 = after it; the same bits)"},
-	{"SARAGOSSA_CUDA_GEMV_PERSIST", SG_FLAG_INT, "4",
-	 "CUDA one-token block-per-lane GEMVs (Q4_K, Q6_K, MLX 4-bit) in a persistent grid whose lanes walk the blocks of "
-	 "several rows with the next one's loads in flight, the activations staged once per block (variant 18; 2 = only "
-	 "where every task fits one round; 3 = only launches of at least 64 MB of weights, an LM head; 4 = only launches "
-	 "of more tasks than SMs but at most 3 an SM; 0 = a block per task, variant 16; the same bits)"},
+	{"SARAGOSSA_CUDA_GEMV_PERSIST", SG_FLAG_BOOL, "1",
+	 "CUDA one-token block-per-lane GEMVs (Q4_K, Q6_K, MLX 4-bit) of more tasks than SMs and at most 3 an SM in a "
+	 "persistent grid whose lanes walk the blocks of several rows with the next one's loads in flight, the activations "
+	 "staged once per block (0 = a block per task everywhere; the same bits)"},
 	{"SARAGOSSA_CUDA_MOE_DECODE", SG_FLAG_BOOL, "1",
 	 "CUDA one-token MoE matmuls: each slot's expert straight from the routing ids, two rows a warp (0 = the sorting "
 	 "kernel every token count takes)"},
@@ -170,10 +158,6 @@ static const sg_flag table[] = {
 	 "CUDA MoE matmuls of at least this many tokens, quantized experts on 8-bit activations (SARAGOSSA_CUDA_Q8X, "
 	 "SARAGOSSA_CUDA_GEMM_F16): slots sorted by expert, the used experts dequantized to f16 and one grouped cuBLAS "
 	 "tensor-core GEMM per weight tile; 0 = the grouped GEMV at every token count"},
-	{"SARAGOSSA_CUDA_GEMV_VARIANT", SG_FLAG_INT, "0",
-	 "CUDA fused decode GEMV on 8-bit activations: a variant of bench/kernels/cuda (8-18, see its table: rows per block or "
-	 "per warp, activations in registers or shared memory; 16 = a block per lane (Q4_K, Q6_K, MLX 4-bit), 17 = the "
-	 "copy-engine tiles (Q4_K, Q6_K), 18 = the persistent block per lane); 0 = the measured default"},
 	{"SARAGOSSA_HUB_RETRIES", SG_FLAG_INT, "3",
 	 "times a cut Hugging Face download is resumed (with Range) before pull gives up"},
 	{"SARAGOSSA_API_KEY", SG_FLAG_STR, "", "bearer token `serve` requires on TCP (same as --api-key)"},

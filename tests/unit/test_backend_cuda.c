@@ -9,7 +9,7 @@
  *  - more than 8 tokens go through cuBLAS: FP32 by default (as the GEMV); with
  *    SARAGOSSA_CUDA_GEMM=bf16 weights and activations are rounded to bf16 (relative error uniform
  *    in +-2^-9, variance 2^-18/3 each), NMSE ~3e-6; threshold 1e-4.
- *  - quantized weights on the GEMV with SARAGOSSA_CUDA_Q8X=1 (and every 8-bit variant) quantize activations to
+ *  - quantized weights on the GEMV with SARAGOSSA_CUDA_Q8X=1 (and every 8-bit kernel) quantize activations to
  *    8 bits per block of 32 as the CPU SIMD kernels do: checked exactly (1e-7) against the
  *    reference fed the same rounded activations d * q, and end to end (5e-4) against f32 ones.
  *  - f16 caches: both backends round to f16 identically; threshold as f32.
@@ -38,11 +38,43 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_policy.h"
 #include <cuda_runtime_api.h>
 #include "base/error.h"
 #include "base/flags.h"
 #include "formats/qtypes.h"
 #include "rank_ref.h"
+
+/* The kernels' policy (cuda_policy.h) changed one field at a time: the tests' way to compare two
+ * kernels of a stage in one process; sg_cu_policy_load() puts the flags' policy back. */
+#define POLICY_SETTER(fn, field)                                                                   \
+	static void fn(int v)                                                                      \
+	{                                                                                          \
+		sg_cu_policy p_ = *sg_cu_policy_now();                                             \
+		p_.field = v;                                                                      \
+		sg_cu_policy_set(&p_);                                                             \
+	}
+POLICY_SETTER(set_gemv_sb, gemv.block_per_lane)
+POLICY_SETTER(set_gemv_xstage, gemv.xstage)
+POLICY_SETTER(set_gemv_mixed, gemv.mixed)
+POLICY_SETTER(set_gemv_pre, gemv.pre)
+POLICY_SETTER(set_gemv_persist_grid, gemv.persist_grid)
+POLICY_SETTER(set_attn_merge, attn.merge1)
+POLICY_SETTER(set_attn_kpre, attn.kpre)
+POLICY_SETTER(set_attn_vfirst, attn.vfirst)
+POLICY_SETTER(set_attn_kpipe, attn.kpipe)
+POLICY_SETTER(set_attn_mma, attn.mma)
+POLICY_SETTER(set_attn_prep, attn.prep)
+POLICY_SETTER(set_attn_cluster, attn.cluster)
+POLICY_SETTER(set_moe_ids_early, moe.ids_early)
+POLICY_SETTER(set_route_warp, moe.route_warp)
+/* the persistent-grid GEMV for every launch it takes (1) or none (0) */
+static void set_gemv_persist(int on)
+{
+	sg_cu_policy p = *sg_cu_policy_now();
+	p.gemv.persist = on ? SG_CU_PERSIST_ALWAYS : SG_CU_PERSIST_OFF;
+	sg_cu_policy_set(&p);
+}
 
 #define NMSE_F32 1e-9
 #define NMSE_BF16 1e-4
@@ -367,10 +399,10 @@ Test(cuda, matmul_every_type_gemv_and_gemm_paths_match_cpu_reference)
 	}
 }
 
-/* Every GEMV variant the bench compares (the default is one of them), called through the
- * launcher: f32 variants exactly against f32 activations, 8-bit ones exactly against the
- * activations they round. */
-Test(cuda, every_gemv_variant_matches_cpu_reference)
+/* Every unit GEMV path of the launcher: f32 activations (q8 scratch not given) exactly against
+ * f32 activations, 8-bit ones (the block-split kernel; for one token of a block-per-lane format also
+ * with that kernel, the policy's default) exactly against the activations they round. */
+Test(cuda, every_gemv_path_matches_cpu_reference)
 {
 	for (int c = 3; c < N_WTYPES; c++) {
 		if (!q8_kernels(&wtypes[c])) continue;
@@ -383,14 +415,17 @@ Test(cuda, every_gemv_variant_matches_cpu_reference)
 		for (int n = 1; n <= 3; n += 2) {
 			pair x = pair_rand(K, n, 1, 1.0f), xr = requantized(&x), y = pair_new(SG_TYPE_F32, N, n, 1, 1);
 			pair q8 = pair_new(SG_TYPE_I32, (int64_t)(sg_cu_q8_bytes(n, K) / 4 + 1), 1, 1, 1);
-			for (int var = 1; var <= 7; var++) {
+			static const char *path[3] = {"f32 activations", "8-bit, block-split", "8-bit, the policy's"};
+			for (int pi = 0; pi < 3; pi++) {
 				poison(&y);
 				cr_assert_eq(gpu->ops->sync(gpu), SG_OK);
-				cr_assert_eq(sg_cu_gemv(&v, x.g.data, n, y.g.data, N, NULL, var, q8.g.data, NULL), 0, "%s variant %d", wtypes[c].name, var);
+				set_gemv_sb(pi == 2);
+				cr_assert_eq(sg_cu_gemv(&v, x.g.data, n, y.g.data, N, NULL, pi ? q8.g.data : NULL, NULL), 0, "%s %s", wtypes[c].name, path[pi]);
 				cr_assert_eq(cudaDeviceSynchronize(), cudaSuccess);
-				cr_assert_eq(cpu->ops->matmul(cpu, &wc, var >= 3 ? &xr.c : &x.c, NULL, &y.c), SG_OK);
+				sg_cu_policy_load();
+				cr_assert_eq(cpu->ops->matmul(cpu, &wc, pi ? &xr.c : &x.c, NULL, &y.c), SG_OK);
 				double e = pair_nmse(&y);
-				cr_expect(e < NMSE_F32 * 100, "%s n=%d variant %d: nmse %.3g", wtypes[c].name, n, var, e);
+				cr_expect(e < NMSE_F32 * 100, "%s n=%d %s: nmse %.3g", wtypes[c].name, n, path[pi], e);
 			}
 			pair_free(&x), pair_free(&xr), pair_free(&y), pair_free(&q8);
 		}
@@ -729,7 +764,7 @@ Test(cuda, moe_down_experts_reading_ids_early_changes_nothing)
 		float *got[4], *gg4[4];
 		for (int v = 0; v < 4; v++) {
 			int on = v >> 1;
-			sg_cu_set_moe_ids_early(on);
+			set_moe_ids_early(on);
 			pair ids = pair_new(SG_TYPE_I32, k, 1, 1, 1), w = pair_new(SG_TYPE_F32, k, 1, 1, 1),
 			     g = pair_new(SG_TYPE_F32, F, k, 1, 1), u = pair_new(SG_TYPE_F32, F, k, 1, 1),
 			     ey = pair_new(SG_TYPE_F32, D, k, 1, 1);
@@ -743,7 +778,7 @@ Test(cuda, moe_down_experts_reading_ids_early_changes_nothing)
 			got[v] = fetch(&ey), gg4[v] = fetch(&g);
 			pair_free(&ids), pair_free(&w), pair_free(&g), pair_free(&u), pair_free(&ey);
 		}
-		sg_cu_set_moe_ids_early(sg_flag_bool("SARAGOSSA_CUDA_MOE_IDS_EARLY")); /* as the backend set it */
+		sg_cu_policy_load(); /* as the backend set it */
 		for (int v = 1; v < 4; v++) {
 			cr_expect(memcmp(got[0], got[v], sizeof(float) * (size_t)(D * k)) == 0, "%s: the down experts differ (variant %d)", wt->name, v);
 			cr_expect(memcmp(gg4[0], gg4[v], sizeof(float) * (size_t)(F * k)) == 0, "%s: the gate/up experts differ (variant %d)", wt->name,
@@ -850,8 +885,6 @@ Test(cuda, moe_router_in_one_kernel_matches_the_three)
 		int64_t K, E;
 		int k, sigmoid, nrm;
 	} cs[] = {{2048, 128, 8, 0, 1}, {4096, 256, 8, 1, 0}, {2048, 256, 1, 0, 0}, {1024, 60, 4, 0, 1}};
-	sg_cuda_backend *cb = (sg_cuda_backend *)gpu;
-	const int restore = cb->moe_router;
 	int64_t N = 64;
 	for (size_t c = 0; c < sizeof(cs) / sizeof(cs[0]); c++) {
 		int64_t K = cs[c].K, E = cs[c].E;
@@ -870,7 +903,9 @@ Test(cuda, moe_router_in_one_kernel_matches_the_three)
 			moe_bufs mb = moe_bufs_new(K, E, k, N);
 			pair xn = mb.xn, rl = mb.rl, ids = mb.ids, w = mb.w, g = mb.g, u = mb.u;
 			poison(&xn), poison(&rl), poison(&w);
-			cb->moe_router = fused;
+			sg_cu_policy pol = *sg_cu_policy_now();
+			pol.moe.router = fused == 0 ? SG_CU_ROUTER_THREE_KERNELS : fused == 1 ? SG_CU_ROUTER_ONE_KERNEL : SG_CU_ROUTER_PREFETCH;
+			sg_cu_policy_set(&pol);
 			sg_matmul_multi r = {.x = &x.g, .norm = &nw.g, .eps = 1e-6f, .norm_offset = 1.0f, .xn = &xn.g, .nw = 1,
 			                     .w = {&rg}, .y = {&rl.g}, .feeds_moe = 1};
 			sg_moe_routing rt = {ro, k, cs[c].nrm, &ids.g, &w.g, &gg, &ug};
@@ -880,7 +915,7 @@ Test(cuda, moe_router_in_one_kernel_matches_the_three)
 			cr_assert_eq(gpu->ops->read(gpu, &ids.g, 0, gid[fused], sizeof(int32_t) * (size_t)k), SG_OK);
 			moe_bufs_free(&mb);
 		}
-		cb->moe_router = restore;
+		sg_cu_policy_load();
 		for (int f = 1; f < 3; f++) {
 			cr_expect(!memcmp(got[0][0], got[f][0], sizeof(float) * (size_t)K), "case %zu mode %d: xn differs", c, f);
 			cr_expect(!memcmp(gid[0], gid[f], sizeof(int32_t) * (size_t)k), "case %zu mode %d: ids differ", c, f);
@@ -1129,9 +1164,9 @@ static void decode_settings_close(void (*set)(int), const char *flag, int s0, in
 static void decode_settings_agree(void (*set)(int), const char *flag, int s0, int s1, int restore)
 {
 	/* the f32 kernel's switches: the tensor-core kernel (SARAGOSSA_CUDA_ATTN_MMA) off meanwhile */
-	sg_cu_set_attn_mma(0);
+	set_attn_mma(0);
 	decode_settings_close(set, flag, s0, s1, restore, 0);
-	sg_cu_set_attn_mma(sg_flag_bool("SARAGOSSA_CUDA_ATTN_MMA"));
+	sg_cu_policy_load();
 }
 static void decode_settings_close(void (*set)(int), const char *flag, int s0, int s1, int restore, double tol)
 {
@@ -1172,13 +1207,6 @@ static void decode_settings_close(void (*set)(int), const char *flag, int s0, in
 	}
 }
 
-/* The one-token kernel with its K/V tiles staged in shared memory (SARAGOSSA_CUDA_ATTN_DECODE=3)
- * gives the bits of the same kernel reading them into registers (=1). */
-Test(cuda, attention_decode_staged_tiles_equal_unstaged)
-{
-	decode_settings_agree(sg_cu_set_attn_decode, "SARAGOSSA_CUDA_ATTN_DECODE", 1, 3, (int)sg_flag_int("SARAGOSSA_CUDA_ATTN_DECODE"));
-}
-
 /* The slices merged in one round trip (SARAGOSSA_CUDA_ATTN_MERGE=1) give the bits of the merge
  * that waits for the position (=0); the scratch poisoned first, so a slice past the live rows
  * taken in would show. */
@@ -1191,7 +1219,7 @@ static void poison_scratch(void)
 }
 static void merge_with_poisoned_scratch(int one)
 {
-	sg_cu_set_attn_merge(one);
+	set_attn_merge(one);
 	poison_scratch();
 }
 Test(cuda, attention_decode_one_pass_merge_equals_merge)
@@ -1205,7 +1233,7 @@ Test(cuda, attention_decode_one_pass_merge_equals_merge)
  * the position alone in its tile (p = 0) and inside one (599, 2999). */
 Test(cuda, attention_decode_v_rows_before_the_wait_equal_after)
 {
-	decode_settings_close(sg_cu_set_attn_vfirst, "SARAGOSSA_CUDA_ATTN_VFIRST", 0, 1, sg_flag_bool("SARAGOSSA_CUDA_ATTN_VFIRST"), 0);
+	decode_settings_close(set_attn_vfirst, "SARAGOSSA_CUDA_ATTN_VFIRST", 0, 1, sg_flag_bool("SARAGOSSA_CUDA_ATTN_VFIRST"), 0);
 }
 
 /* The slices of a block's query heads merged inside a thread-block cluster (SARAGOSSA_CUDA_ATTN_CLUSTER=1)
@@ -1219,21 +1247,21 @@ Test(cuda, attention_decode_v_rows_before_the_wait_equal_after)
  * within NMSE_F16. And the cluster kernel really ran: 16 blocks for the Qwen3-8B shape at 1k rows. */
 static void cluster_with_poisoned_scratch(int on)
 {
-	sg_cu_set_attn_cluster(on);
+	set_attn_cluster(on);
 	poison_scratch();
 }
 Test(cuda, attention_decode_cluster_merge_matches_merge_kernel)
 {
 	int restore = sg_flag_bool("SARAGOSSA_CUDA_ATTN_CLUSTER");
 	decode_settings_close(cluster_with_poisoned_scratch, "SARAGOSSA_CUDA_ATTN_CLUSTER", 0, 1, restore, NMSE_F16);
-	sg_cu_set_attn_cluster(1);
+	set_attn_cluster(1);
 	attn_case(1, 32, 8, 128, 1152, 1023, (sg_attn_params){0, 0, 0, 1, 0}, SG_TYPE_F16, 0);
 	cr_expect_eq(sg_cu_attn_decode_last_cluster(), 16, "the cluster kernel did not take the attention (%d)", sg_cu_attn_decode_last_cluster());
 	feeding_case(1000, 900); /* the output rounded to 8 bits by the cluster itself */
 	cr_expect_eq(sg_cu_attn_decode_last_cluster(), 16, "the cluster kernel did not take the fed attention");
 	feeding_case(4096, 500); /* 4 clusters, one of them live: that one's output, the merge kernel idle */
 	cr_expect_eq(sg_cu_attn_decode_last_cluster(), 16, "the cluster kernel did not take the fed attention (4 clusters)");
-	sg_cu_set_attn_cluster(restore);
+	set_attn_cluster(restore);
 }
 
 /* The first tiles' K rows copied into shared memory before the wait (SARAGOSSA_CUDA_ATTN_KPRE=1;
@@ -1241,7 +1269,7 @@ Test(cuda, attention_decode_cluster_merge_matches_merge_kernel)
  * after it (=0): the cases hold a first tile with the position in it (p = 31, 30 in a ring). */
 Test(cuda, attention_decode_k_rows_before_the_wait_equal_after)
 {
-	decode_settings_agree(sg_cu_set_attn_kpre, "SARAGOSSA_CUDA_ATTN_KPRE", 0, 1, sg_flag_bool("SARAGOSSA_CUDA_ATTN_KPRE"));
+	decode_settings_agree(set_attn_kpre, "SARAGOSSA_CUDA_ATTN_KPRE", 0, 1, sg_flag_bool("SARAGOSSA_CUDA_ATTN_KPRE"));
 }
 
 /* The prep fused into the one-token attention (SARAGOSSA_CUDA_ATTN_PREP=1), also with the K rows
@@ -1272,8 +1300,8 @@ Test(cuda, attention_with_the_prep_fused_equals_prep_then_attention)
 		f16_caches(hd, Hkv, ctx, &kh, &vh);
 		float *got[3][3];
 		for (int m = 0; m < 3; m++) { /* the prep kernel; fused; fused with the K rows pipelined */
-			sg_cu_set_attn_prep(m > 0);
-			sg_cu_set_attn_kpipe(m == 2);
+			set_attn_prep(m > 0);
+			set_attn_kpipe(m == 2);
 			cr_assert_eq(gpu->ops->write(gpu, &q.g, 0, q0.c.data, sizeof(float) * (size_t)D), SG_OK);
 			cr_assert_eq(gpu->ops->write(gpu, &k.g, 0, k0.c.data, sizeof(float) * (size_t)(hd * Hkv)), SG_OK);
 			uint16_t nan16[1024];
@@ -1287,8 +1315,8 @@ Test(cuda, attention_with_the_prep_fused_equals_prep_then_attention)
 			             SG_OK, "%s", sg_last_error());
 			got[m][0] = fetch(&att), got[m][1] = fetch(&kh), got[m][2] = fetch(&vh);
 		}
-		sg_cu_set_attn_prep(sg_flag_bool("SARAGOSSA_CUDA_ATTN_PREP"));
-		sg_cu_set_attn_kpipe((int)sg_flag_int("SARAGOSSA_CUDA_ATTN_KPIPE"));
+		sg_cu_policy_load();
+		sg_cu_policy_load();
 		size_t n[3] = {(size_t)D, (size_t)(ctx * hd * Hkv), (size_t)(ctx * hd * Hkv)};
 		const char *what[3] = {"output", "k cache", "v cache"};
 		int finite = 1;
@@ -1311,9 +1339,8 @@ Test(cuda, attention_with_the_prep_fused_equals_prep_then_attention)
  * several tiles a warp, the position in a later tile, a ring. */
 Test(cuda, attention_decode_pipelined_k_rows_equal_unpipelined)
 {
-	int restore = (int)sg_flag_int("SARAGOSSA_CUDA_ATTN_KPIPE");
-	decode_settings_agree(sg_cu_set_attn_kpipe, "SARAGOSSA_CUDA_ATTN_KPIPE", 0, 1, restore);
-	decode_settings_agree(sg_cu_set_attn_kpipe, "SARAGOSSA_CUDA_ATTN_KPIPE", 0, 2, restore); /* with the V rows toward L2 */
+	int restore = sg_flag_bool("SARAGOSSA_CUDA_ATTN_KPIPE");
+	decode_settings_agree(set_attn_kpipe, "SARAGOSSA_CUDA_ATTN_KPIPE", 0, 1, restore);
 }
 
 /* The one-token attention on tensor cores (SARAGOSSA_CUDA_ATTN_MMA=1) against the f32 dot products
@@ -1322,7 +1349,7 @@ Test(cuda, attention_decode_pipelined_k_rows_equal_unpipelined)
  * probabilities. */
 Test(cuda, attention_decode_on_tensor_cores_matches_f32_kernel)
 {
-	decode_settings_close(sg_cu_set_attn_mma, "SARAGOSSA_CUDA_ATTN_MMA", 0, 1, sg_flag_bool("SARAGOSSA_CUDA_ATTN_MMA"), NMSE_F16);
+	decode_settings_close(set_attn_mma, "SARAGOSSA_CUDA_ATTN_MMA", 0, 1, sg_flag_bool("SARAGOSSA_CUDA_ATTN_MMA"), NMSE_F16);
 }
 
 /* With each attention kill-switch or tunable set, the path it leaves still matches the CPU. */
@@ -1330,13 +1357,12 @@ Test(cuda, attention_kill_switches_keep_working_paths)
 {
 	sg_attn_params causal = {0, 0, 0, 1, 0};
 	const char *sw[] = {"SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_DECODE",
-	                    "SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_GROUP",
 	                    "SARAGOSSA_CUDA_ATTN_GEMM",   "SARAGOSSA_CUDA_ATTN_F16",
 	                    "SARAGOSSA_CUDA_ATTN_FLASH",  "SARAGOSSA_CUDA_ATTN_MERGE",
 	                    "SARAGOSSA_CUDA_ATTN_KPRE",   "SARAGOSSA_CUDA_ATTN_MMA",
 	                    "SARAGOSSA_CUDA_ATTN_VFIRST", "SARAGOSSA_CUDA_ATTN_CLUSTER"},
-	           *val[] = {"0", "2", "3", "1", "0", "0", "0", "0", "0", "0", "0", "1"};
-	for (int i = 0; i < 12; i++) {
+	           *val[] = {"0", "2", "0", "0", "0", "0", "0", "0", "0", "1"};
+	for (int i = 0; i < 10; i++) {
 		setenv(sw[i], val[i], 1);
 		sg_flags_reload(); /* flags are read once per process otherwise */
 		sg_backend *save = gpu;
@@ -1389,12 +1415,12 @@ Test(cuda, elementwise_softmax_route_combine_argmax_match_cpu)
 		cpu->ops->moe_route(cpu, &lg.c, ro, k, nrm, &ids.c, &w.c);
 		int32_t gi[32], gi0[32];
 		float gw[32], gw0[32];
-		sg_cu_set_route_warp(0);
+		set_route_warp(0);
 		cr_assert_eq(gpu->ops->moe_route(gpu, &lg.g, ro, k, nrm, &ids.g, &w.g), SG_OK, "%s",
 		             sg_last_error());
 		cr_assert_eq(gpu->ops->read(gpu, &ids.g, 0, gi0, sizeof(int32_t) * (size_t)(k * n)), SG_OK);
 		cr_assert_eq(gpu->ops->read(gpu, &w.g, 0, gw0, sizeof(float) * (size_t)(k * n)), SG_OK);
-		sg_cu_set_route_warp(1);
+		set_route_warp(1);
 		cr_assert_eq(gpu->ops->moe_route(gpu, &lg.g, ro, k, nrm, &ids.g, &w.g), SG_OK, "%s",
 		             sg_last_error());
 		cr_assert_eq(gpu->ops->read(gpu, &ids.g, 0, gi, sizeof(int32_t) * (size_t)(k * n)), SG_OK);
@@ -1649,16 +1675,16 @@ static void graph_matches_per_op(const char *name, int expect_graph)
 }
 
 /* Programmatic dependent launch only moves when a kernel's blocks start, never what they compute:
- * the recorded decode with SARAGOSSA_CUDA_PDL=2 (prefetch) and =1 gives the bits of plain launches
+ * the recorded decode with SARAGOSSA_CUDA_PDL=1 gives the bits of plain launches
  * (a kernel reading its predecessor's output before waiting would show here as a difference). */
 static void pdl_matches_plain(const char *name)
 {
 	int V = 0;
 	size_t cap = (size_t)DSTEPS * 300000;
-	float *l[3];
-	int32_t ids[3][DSTEPS];
-	const char *mode[3] = {"0", "1", "2"};
-	for (int i = 0; i < 3; i++) {
+	float *l[2];
+	int32_t ids[2][DSTEPS];
+	const char *mode[2] = {"0", "1"};
+	for (int i = 0; i < 2; i++) {
 		l[i] = malloc(sizeof(float) * cap);
 		cr_assert(l[i]);
 		setenv("SARAGOSSA_CUDA_PDL", mode[i], 1);
@@ -1666,11 +1692,11 @@ static void pdl_matches_plain(const char *name)
 		unsetenv("SARAGOSSA_CUDA_PDL");
 		sg_flags_reload();
 	}
-	for (int i = 1; i < 3; i++) {
+	for (int i = 1; i < 2; i++) {
 		cr_expect(!memcmp(l[0], l[i], sizeof(float) * (size_t)DSTEPS * (size_t)V), "%s: PDL=%s logits differ from plain launches", name, mode[i]);
 		cr_expect(!memcmp(ids[0], ids[i], sizeof(ids[0])), "%s: PDL=%s tokens differ", name, mode[i]);
 	}
-	for (int i = 0; i < 3; i++) free(l[i]);
+	for (int i = 0; i < 2; i++) free(l[i]);
 }
 
 /* Decode steps ending in sampling candidates (sg_session_decode_top), replayed from their own
@@ -1875,7 +1901,7 @@ Test(cuda_layout, planar_k_quant_rows_round_trip_and_place_every_field)
 	cr_expect_eq(sg_cuda_unpack_kq(SG_CUKT_Q6_K, 0, buf, buf + 256), -1);
 }
 
-/* The fused decode GEMV (sg_cu_gemv_multi) against the CPU: every format it takes, every variant,
+/* The fused decode GEMV (sg_cu_gemv_multi) against the CPU: every format it takes, every kernel,
  * each epilogue (three stores with biases after a norm; the GLU; the residual add). The reference
  * runs the CPU's rmsnorm and matmuls on the activations the GPU used (rounded to 8 bits for the
  * quantized formats), so only summation order separates the two. */
@@ -1911,7 +1937,7 @@ Test(cuda, fused_stage_of_mixed_formats_matches_composition)
 	pair_free(&x), pair_free(&nw), pair_free(&xn);
 }
 
-Test(cuda, fused_gemv_every_format_variant_and_epilogue_matches_cpu)
+Test(cuda, fused_gemv_every_format_kernel_and_epilogue_matches_cpu)
 {
 	for (int c = 0; c < N_WTYPES; c++) {
 		sg_cuw probe;
@@ -1937,7 +1963,10 @@ Test(cuda, fused_gemv_every_format_variant_and_epilogue_matches_cpu)
 		pair q8s = pair_new(SG_TYPE_I32, (int64_t)(sg_cu_q8_bytes(1, K) / 4 + 1), 1, 1, 1);
 		cr_assert_eq(cpu->ops->rmsnorm(cpu, &x.c, &nw.c, 1e-6f, 0.0f, &xn.c), SG_OK);
 		float *xcpu = cpu_floats(&xn);
-		for (int var = 8; var <= 17; var++) { /* 16, 17 fall back to the default where the type lacks them */
+		/* the policy's kernels: 0 the default (block per lane where the format has it), 1 the unit
+		 * kernels (MLX 4-bit: the warp-split one), 2 the persistent grid for every launch it takes */
+		static const char *kern[3] = {"default", "unit kernels", "persistent grid"};
+		for (int var = 0; var < 3; var++) {
 			for (int epi = 0; epi < 3; epi++) {
 				sg_cu_multi m;
 				memset(&m, 0, sizeof(m));
@@ -1965,9 +1994,12 @@ Test(cuda, fused_gemv_every_format_variant_and_epilogue_matches_cpu)
 					cr_assert_eq(gpu->ops->sync(gpu), SG_OK);
 					xin = xn.g.data;
 				}
-				cr_assert_eq(sg_cu_gemv_multi(&m, xin, norm, nw.g.data, 1e-6f, 0.0f, norm ? xn.g.data : NULL, var, q8 ? q8s.g.data : NULL, NULL), 0,
-					     "%s variant %d epilogue %d", wtypes[c].name, var, epi);
+				set_gemv_sb(var != 1);
+				set_gemv_persist(var == 2);
+				cr_assert_eq(sg_cu_gemv_multi(&m, xin, norm, nw.g.data, 1e-6f, 0.0f, norm ? xn.g.data : NULL, q8 ? q8s.g.data : NULL, NULL), 0,
+					     "%s %s epilogue %d", wtypes[c].name, kern[var], epi);
 				cr_assert_eq(cudaDeviceSynchronize(), cudaSuccess);
+				sg_cu_policy_load();
 				if (norm) cr_expect(pair_nmse(&xn) < NMSE_F32, "%s: the stage's norm", wtypes[c].name);
 				/* the reference takes the GPU's normalised x (a last-bit difference would move an
 				 * 8-bit rounding), rounded as the GPU rounded it */
@@ -1980,19 +2012,19 @@ Test(cuda, fused_gemv_every_format_variant_and_epilogue_matches_cpu)
 					for (int i = 0; i < 3; i++) {
 						cr_assert_eq(cpu->ops->matmul(cpu, &wc[i], &xr.c, &b[i].c, &y[i].c), SG_OK);
 						double e = pair_nmse(&y[i]);
-						cr_expect(e < NMSE_F32 * 100, "%s variant %d store %d: nmse %.3g", wtypes[c].name, var, i, e);
+						cr_expect(e < NMSE_F32 * 100, "%s %s store %d: nmse %.3g", wtypes[c].name, kern[var], i, e);
 					}
 				} else if (epi == 1) {
 					cr_assert_eq(cpu->ops->matmul(cpu, &wc[0], &xr.c, NULL, &y[0].c), SG_OK);
 					cr_assert_eq(cpu->ops->matmul(cpu, &wc[1], &xr.c, NULL, &y[1].c), SG_OK);
 					cr_assert_eq(cpu->ops->glu(cpu, &y[0].c, &y[1].c, SG_ACT_SILU, &y[0].c), SG_OK);
 					double e = pair_nmse(&y[0]);
-					cr_expect(e < NMSE_F32 * 100, "%s variant %d glu: nmse %.3g", wtypes[c].name, var, e);
+					cr_expect(e < NMSE_F32 * 100, "%s %s glu: nmse %.3g", wtypes[c].name, kern[var], e);
 				} else {
 					cr_assert_eq(cpu->ops->matmul(cpu, &wc[2], &xr.c, NULL, &out.c), SG_OK);
 					cr_assert_eq(cpu->ops->add(cpu, &res.c, &out.c, &out.c), SG_OK);
 					double e = pair_nmse(&out);
-					cr_expect(e < NMSE_F32 * 100, "%s variant %d add: nmse %.3g", wtypes[c].name, var, e);
+					cr_expect(e < NMSE_F32 * 100, "%s %s add: nmse %.3g", wtypes[c].name, kern[var], e);
 				}
 				if (q8) pair_free(&xr);
 			}
@@ -2013,11 +2045,11 @@ Test(cuda, block_per_lane_gemv_of_long_rows_matches_cpu_reference)
 {
 	static const int64_t Ks[] = {256, 768, 2048, 4096, 5120, 8192, 12288, 16384, 25600};
 	const wtype *tys[5] = {&wtypes[8], &wtypes[10], &wtypes[11], &wtypes[12], &wtypes[13]}; /* Q4_K, Q6_K, MLX4 g32/g64 f16/g128 */
-	for (int mode = 1; mode <= 2; mode++) /* SARAGOSSA_CUDA_GEMV_SB: a block per lane, the copy-engine tiles (K-quants) */
+	const int mode = 1; /* SARAGOSSA_CUDA_GEMV_SB: a block per lane */
 	for (int ti = 0; ti < 5; ti++)
 		for (int ki = 0; ki < (int)(sizeof(Ks) / sizeof(Ks[0])); ki++) {
-			sg_cu_set_gemv_sb(mode);
-			int64_t K = Ks[ki], N = mode == 2 && ki % 2 ? 301 : 45; /* several tiles a block, a partial last tile */
+			set_gemv_sb(mode);
+			int64_t K = Ks[ki], N = 45;
 			hw h0 = make_w(tys[ti], N, K), h1 = make_w(tys[ti], N, K);
 			sg_btensor c0, g0, c1, g1;
 			bind_both(&h0, &c0, &g0);
@@ -2060,12 +2092,12 @@ Test(cuda, block_per_lane_gemv_of_long_rows_matches_cpu_reference)
 			gpu->ops->tensor_free(gpu, &g0), cpu->ops->tensor_free(cpu, &c0), gpu->ops->tensor_free(gpu, &g1), cpu->ops->tensor_free(cpu, &c1);
 			free_hw(&h0), free_hw(&h1);
 		}
-	sg_cu_set_gemv_sb((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_SB"));
+	sg_cu_policy_load();
 }
 
 /* The block-per-lane GEMVs' activations staged by cp.async with their scales (SARAGOSSA_CUDA_GEMV_XSTAGE=1,
  * the default) give the bits of the loop staging that reads the scales from global memory (=0):
- * the same values, the same sums. Dense (GLU, residual add; both SB modes) and the MoE
+ * the same values, the same sums. Dense (GLU, residual add) and the MoE
  * experts (shared and per-slot inputs), over row lengths of 1 to 100 blocks. */
 static void run_sb_stages(sg_btensor *g0, sg_btensor *g1, pair *x, pair *res, pair *scratch, pair *glu, pair *out)
 {
@@ -2109,17 +2141,15 @@ Test(cuda, block_per_lane_gemv_cp_async_staging_equals_loop_staging)
 {
 	static const int64_t Ks[] = {256, 2048, 4096, 12288, 25600};
 	const wtype *tys[3] = {&wtypes[8], &wtypes[10], &wtypes[12]}; /* Q4_K, Q6_K, MLX4 g64 f16 */
-	for (int mode = 1; mode <= 2; mode++)
-		for (int ti = 0; ti < 3; ti++)
-			for (int ki = 0; ki < (int)(sizeof(Ks) / sizeof(Ks[0])); ki++) {
-				if (mode == 2 && ti == 2) continue; /* the copy-engine kernel is the K-quants' */
-				sg_cu_set_gemv_sb(mode);
-				stages_same_bits(tys[ti], 301, Ks[ki], sg_cu_set_gemv_xstage, "XSTAGE", mode);
-			}
+	for (int ti = 0; ti < 3; ti++)
+		for (int ki = 0; ki < (int)(sizeof(Ks) / sizeof(Ks[0])); ki++) {
+			set_gemv_sb(1);
+			stages_same_bits(tys[ti], 301, Ks[ki], set_gemv_xstage, "XSTAGE", 1);
+		}
 	/* the one-token expert GEMVs */
 	for (int ti = 0; ti < 3; ti++)
 		for (int ki = 0; ki < 3; ki++) {
-			sg_cu_set_gemv_sb(1);
+			set_gemv_sb(1);
 			int64_t E = 6, N = 40, K = Ks[ki], k = 3;
 			hw w = make_w(tys[ti], E * N, K);
 			w.t.ne[1] = N;
@@ -2133,7 +2163,7 @@ Test(cuda, block_per_lane_gemv_cp_async_staging_equals_loop_staging)
 				for (int st = 0; st < 2; st++) {
 					y[st] = pair_new(SG_TYPE_F32, N, k, 1, 1);
 					poison(&y[st]);
-					sg_cu_set_gemv_xstage(st);
+					set_gemv_xstage(st);
 					cr_assert_eq(gpu->ops->moe_matmul(gpu, &wg, &x.g, &ids.g, &y[st].g), SG_OK, "%s", sg_last_error());
 					h[st] = fetch(&y[st]);
 				}
@@ -2146,33 +2176,8 @@ Test(cuda, block_per_lane_gemv_cp_async_staging_equals_loop_staging)
 			gpu->ops->tensor_free(gpu, &wg), cpu->ops->tensor_free(cpu, &wc);
 			free_hw(&w);
 		}
-	sg_cu_set_gemv_sb((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_SB"));
-	sg_cu_set_gemv_xstage(sg_flag_bool("SARAGOSSA_CUDA_GEMV_XSTAGE"));
-}
-
-/* SARAGOSSA_CUDA_GEMV_SB=2 (variant 17, here for launches of any size): Q4_K and Q6_K GLU and
- * residual-add stages give variant 16's bits, over rows of 1 to 32 blocks, a few tiles a block and
- * (8000 rows) more tiles a block than stages, so every stage is refilled; rows of 48 blocks keep
- * variant 16. */
-static void tile_on(int on) { sg_cu_set_gemv_sb(on ? 2 : 1); }
-
-Test(cuda, copy_engine_gemv_equals_block_per_lane_bits)
-{
-	static const struct {
-		int64_t N, K;
-	} cs[] = {{301, 256}, {301, 2048}, {301, 4096}, {301, 8192}, {8000, 2048}, {8000, 4096}, {301, 12288}};
-	const wtype *tys[2] = {&wtypes[8], &wtypes[10]}; /* Q4_K, Q6_K */
-	sg_cu_set_gemv_tile_min(0);
-	for (int ti = 0; ti < 2; ti++)
-		for (int ci = 0; ci < (int)(sizeof(cs) / sizeof(cs[0])); ci++) {
-			long n0 = sg_cu_gemv_tile_launches();
-			stages_same_bits(tys[ti], cs[ci].N, cs[ci].K, tile_on, "SB", 2);
-			long took = sg_cu_gemv_tile_launches() - n0;
-			cr_expect_eq(took, cs[ci].K <= 8192 ? 2 : 0, "%s %lld x %lld: %ld copy-engine launches", tys[ti]->name, (long long)cs[ci].N,
-				     (long long)cs[ci].K, took);
-		}
-	sg_cu_set_gemv_tile_min((size_t)16 << 20);
-	sg_cu_set_gemv_sb((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_SB"));
+	sg_cu_policy_load();
+	sg_cu_policy_load();
 }
 
 /* SARAGOSSA_CUDA_GEMV_PRE: the plain types' GLU and residual-add stages (launches under its 4 MB)
@@ -2182,8 +2187,8 @@ Test(cuda, gemv_units_loaded_before_the_wait_keep_the_bits)
 {
 	static const int64_t Ks[] = {256, 2048, 3072, 6144, 16384};
 	for (int ti = 0; ti < 3; ti++) /* F32, F16, BF16 */
-		for (int ki = 0; ki < (int)(sizeof(Ks) / sizeof(Ks[0])); ki++) stages_same_bits(&wtypes[ti], 29, Ks[ki], sg_cu_set_gemv_pre, "PRE", 0);
-	sg_cu_set_gemv_pre(sg_flag_bool("SARAGOSSA_CUDA_GEMV_PRE"));
+		for (int ki = 0; ki < (int)(sizeof(Ks) / sizeof(Ks[0])); ki++) stages_same_bits(&wtypes[ti], 29, Ks[ki], set_gemv_pre, "PRE", 0);
+	sg_cu_policy_load();
 }
 
 /* SARAGOSSA_CUDA_GEMV_MIXED: a normalised q/k/v-like store stage of Q4_K and Q6_K matrices in one
@@ -2211,13 +2216,13 @@ Test(cuda, mixed_format_gemv_launch_equals_one_launch_per_format)
 					cr_assert_eq(sg_cuda_weight_view(&g[i], &cm.w[i]), SG_OK);
 					cm.N[i] = Ns[ni][i];
 				}
-				sg_cu_set_gemv_mixed(1);
+				set_gemv_mixed(1);
 				cr_expect_eq(sg_cu_gemv_mixed_ok(&cm), chg % per == 0, "K=%lld rows %lld/%lld/%lld order %d: one launch %s", (long long)K,
 					     (long long)Ns[ni][0], (long long)Ns[ni][1], (long long)Ns[ni][2], oi, chg % per ? "taken" : "not taken");
 				pair y[2][3];
 				float *out[2][3];
 				for (int mix = 0; mix < 2; mix++) {
-					sg_cu_set_gemv_mixed(mix);
+					set_gemv_mixed(mix);
 					for (int i = 0; i < 3; i++) y[mix][i] = pair_new(SG_TYPE_F32, Ns[ni][i], 1, 1, 1), poison(&y[mix][i]);
 					sg_matmul_multi mm = {.x = &x.g, .norm = &nw.g, .eps = 1e-6f, .xn = &xn.g, .nw = 3, .w = {&g[0], &g[1], &g[2]},
 							      .y = {&y[mix][0].g, &y[mix][1].g, &y[mix][2].g}};
@@ -2235,7 +2240,7 @@ Test(cuda, mixed_format_gemv_launch_equals_one_launch_per_format)
 				pair_free(&x), pair_free(&nw), pair_free(&xn);
 				for (int i = 0; i < 3; i++) gpu->ops->tensor_free(gpu, &g[i]), cpu->ops->tensor_free(cpu, &c[i]), free_hw(&h[i]);
 			}
-	sg_cu_set_gemv_mixed(sg_flag_bool("SARAGOSSA_CUDA_GEMV_MIXED"));
+	sg_cu_policy_load();
 }
 
 /* SARAGOSSA_CUDA_GEMV_PERSIST: the block-per-lane stages in the persistent grid give the bits of
@@ -2243,8 +2248,12 @@ Test(cuda, mixed_format_gemv_launch_equals_one_launch_per_format)
  * a row; a GLU of 32 lanes keeps a block per task) and a normalised store stage of three matrices,
  * with the grid by occupancy (a task or two a block) and capped at 3 blocks (tens of tasks a
  * block: a lane's walk across the ends of its rows). */
-static void persist_big_only(int on) { sg_cu_set_gemv_persist(on ? 3 : 0); }
-static void persist_small_only(int on) { sg_cu_set_gemv_persist(on ? 4 : 0); }
+static void persist_one_round(int on)
+{
+	sg_cu_policy p = *sg_cu_policy_now();
+	p.gemv.persist = on ? SG_CU_PERSIST_ONE_ROUND : SG_CU_PERSIST_OFF;
+	sg_cu_policy_set(&p);
+}
 
 Test(cuda, persistent_gemv_equals_a_block_per_task)
 {
@@ -2254,10 +2263,10 @@ Test(cuda, persistent_gemv_equals_a_block_per_task)
 	const wtype *tys[3] = {&wtypes[8], &wtypes[10], &wtypes[12]}; /* Q4_K, Q6_K, MLX4 g64 f16 */
 	long n0 = sg_cu_gemv_persist_launches();
 	for (int ci = 0; ci < 2; ci++) {
-		sg_cu_set_gemv_persist_grid(caps[ci]);
+		set_gemv_persist_grid(caps[ci]);
 		for (int ti = 0; ti < 3; ti++)
 			for (int ki = 0; ki < (int)(sizeof(Ks) / sizeof(Ks[0])); ki++) {
-				stages_same_bits(tys[ti], 301, Ks[ki], sg_cu_set_gemv_persist, "PERSIST", caps[ci]);
+				stages_same_bits(tys[ti], 301, Ks[ki], set_gemv_persist, "PERSIST", caps[ci]);
 				if (ki != 2 && ki != 4) continue;
 				int64_t K = Ks[ki];
 				hw h[3];
@@ -2267,7 +2276,7 @@ Test(cuda, persistent_gemv_equals_a_block_per_task)
 				pair y[2][3];
 				float *out[2][3];
 				for (int on = 0; on < 2; on++) {
-					sg_cu_set_gemv_persist(on);
+					set_gemv_persist(on);
 					for (int i = 0; i < 3; i++) y[on][i] = pair_new(SG_TYPE_F32, Ns[i], 1, 1, 1), poison(&y[on][i]);
 					sg_matmul_multi mm = {.x = &x.g, .norm = &nw.g, .eps = 1e-6f, .xn = &xn.g, .nw = 3, .w = {&g[0], &g[1], &g[2]},
 							      .y = {&y[on][0].g, &y[on][1].g, &y[on][2].g}};
@@ -2287,22 +2296,19 @@ Test(cuda, persistent_gemv_equals_a_block_per_task)
 	}
 	/* per cap and type: 5 residual adds, 4 GLUs (K = 5120: 32 lanes a row), 2 stores */
 	cr_expect_eq(sg_cu_gemv_persist_launches() - n0, 2 * 3 * 11, "persistent launches: %ld", sg_cu_gemv_persist_launches() - n0);
-	sg_cu_set_gemv_persist_grid(0);
-	/* =3 takes launches of at least 64 MB only (an LM head): these stay a block per task */
+	set_gemv_persist_grid(0);
+	/* the flag's setting (SG_CU_PERSIST_ONE_ROUND) takes launches of more tasks than SMs and at
+	 * most 3 an SM only (K = 4096: 8 rows a residual add's task, 4 a GLU's) */
 	long n1 = sg_cu_gemv_persist_launches();
-	stages_same_bits(tys[0], 301, 4096, persist_big_only, "PERSIST=3", 0);
-	cr_expect_eq(sg_cu_gemv_persist_launches(), n1, "PERSIST=3 took %ld small launches", sg_cu_gemv_persist_launches() - n1);
-	/* =4 takes launches of more tasks than SMs and at most 3 an SM only (K = 4096: 8 rows a
-	 * residual add's task, 4 a GLU's) */
 	int sms = sg_cu_sm_count(), want = 0;
 	for (int i = 0; i < 2; i++) {
 		int64_t N = i ? 2000 : 301, t[2] = {(N + 7) / 8, (N + 3) / 4};
 		for (int j = 0; j < 2; j++) want += t[j] > sms && t[j] <= 3 * sms;
-		stages_same_bits(tys[0], N, 4096, persist_small_only, "PERSIST=4", 0);
+		stages_same_bits(tys[0], N, 4096, persist_one_round, "PERSIST one round", 0);
 	}
-	cr_expect_eq(sg_cu_gemv_persist_launches() - n1, want, "PERSIST=4 took %ld launches, expected %d (%d SMs)", sg_cu_gemv_persist_launches() - n1,
+	cr_expect_eq(sg_cu_gemv_persist_launches() - n1, want, "PERSIST one round took %ld launches, expected %d (%d SMs)", sg_cu_gemv_persist_launches() - n1,
 		     want, sms);
-	sg_cu_set_gemv_persist((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_PERSIST"));
+	sg_cu_policy_load();
 }
 
 /* The backend's fused stages equal their compositions on the same GPU: the matmul_multi op (BF16

@@ -8,9 +8,14 @@
  * with events. Reported: weight bytes per launch / time, and that as a percentage of the card's
  * measured device-to-device copy bandwidth (bytes read + written, as the usual definition).
  *
- * Variants: v0 reference = cuBLAS bf16 GEMV over a pre-dequantized bf16 copy (2 bytes a weight:
- * what a dequantize-then-GEMM design streams); v1 = the backend's kernel, one row per warp;
- * v2 = two rows per warp (activations loaded once for both).
+ * Columns: the reference, cuBLAS bf16 GEMV over a pre-dequantized bf16 copy (2 bytes a weight:
+ * what a dequantize-then-GEMM design streams), then the backend's kernels as its policy
+ * (cuda_policy.h) selects them: f32 activations (sg_cu_gemv without the 8-bit scratch), the 8-bit
+ * unit kernel (sg_cu_gemv, block-per-lane off), the fused stage GEMV with its unit kernels
+ * (block-per-lane off: mvm_kernel, MLX 4-bit mvw_kernel), with the block-per-lane kernel
+ * (mvs_kernel) and with the persistent grid for every launch (mvp_kernel). The kernels measured
+ * and removed since (rows per block or warp, activations in shared memory, the copy-engine tiles)
+ * are in bench/RESULTS.md with their numbers.
  *
  * Build and run: bench/kernels/cuda/run.sh (needs build/libsaragossa.a built with CUDA=1).
  */
@@ -23,6 +28,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_policy.h"
 
 #define CK(x)                                                                                      \
 	do {                                                                                       \
@@ -144,24 +150,22 @@ int main(int argc, char **argv)
 	cublasHandle_t h;
 	if (cublasCreate(&h) || cublasSetStream(h, s)) return 1;
 	double bw = copy_bw(s);
-	sg_cu_set_gemv_tile_min(0); /* v17 for every size here (the decode step takes it from 16 MB) */
 	printf("device: %s\ncopy bandwidth (read + write): %.0f GB/s\n\n", sg_cuda_backend_device(be), bw);
-	printf("GB/s = weight bytes / time; %% = of the copy bandwidth. v0: cuBLAS bf16 GEMV over a bf16 copy (2 bytes a weight);\n"
-	       "v1, v2: f32 activations, 1 or 2 rows per warp; v3, v4, v5: 8-bit activations + dp4a, 1, 2, 4 rows per 128-thread block;\n"
-	       "v6, v7: 8-bit activations, 1 or 2 rows per warp; v8, v9, v10: the fused decode GEMV (sg_cu_gemv_multi, one matrix;\n"
-	       "f32 activations for plain types, else 8-bit, quantized in the launch), 2, 4, 1 or (v11) 8 rows per 128-thread block\n"
-	       "(v9, v11 stage the activations in shared memory; v12, v13: 4 and 8 rows reading them from global memory); v14, v15: 2 and 4\n"
-	       "rows per warp, 4 warps a block; v16: a 256-element block per lane over the planar Q4_K / Q6_K / MLX4 rows; v17: tiles of rows moved to shared memory by the copy engine, 3 stages ahead, in a persistent grid of two 256-thread blocks an SM (rows of at most 32 blocks; else v16); v18: v16 in a persistent grid, each lane walking the blocks of several rows with the next one's loads in flight.\n\n");
-	printf("| type | N x K | MB | v0 GB/s | v1 GB/s | v2 GB/s | v3 GB/s | v4 GB/s | v5 GB/s | v6 GB/s | v7 GB/s | v8 GB/s | v9 GB/s | v10 GB/s | v11 GB/s | v12 GB/s | v13 GB/s | v14 GB/s | v15 GB/s | v16 GB/s | v17 GB/s | v18 GB/s | best us | best %% copy |\n");
-	printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+	printf("GB/s = weight bytes / time; %% = of the copy bandwidth. cublas: cuBLAS bf16 GEMV over a bf16 copy (2 bytes a weight);\n"
+	       "f32: f32 activations; unit8: 8-bit activations, 2 rows a 128-thread block; fused: the fused stage GEMV's unit kernels\n"
+	       "(the 8-bit rounding in the launch); lanes: a 256-element block a lane (Q4_K, Q6_K, MLX 4-bit); persist: the same in a\n"
+	       "persistent grid, each lane walking the blocks of several rows with the next one's loads in flight.\n\n");
+	printf("| type | N x K | MB | cublas GB/s | f32 GB/s | unit8 GB/s | fused GB/s | lanes GB/s | persist GB/s | best us | best %% copy |\n");
+	printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+	const sg_cu_policy base = *sg_cu_policy_now();
 	static const int64_t shapes[3][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
 	int ntypes = (int)(sizeof(types) / sizeof(types[0]));
 	float *x, *y;
 	CK(cudaMalloc((void **)&x, sizeof(float) * 14336));
 	CK(cudaMalloc((void **)&y, sizeof(float) * 14336));
 	CK(cudaMemset(x, 0, sizeof(float) * 14336));
-	void *q8;
-	CK(cudaMalloc(&q8, sg_cu_q8_bytes(1, 14336)));
+	void *q8buf;
+	CK(cudaMalloc(&q8buf, sg_cu_q8_bytes(1, 14336)));
 	for (int si = 0; si < 3; si++) {
 		if (shp && atoi(shp) != si) continue;
 		int64_t N = shapes[si][0], K = shapes[si][1];
@@ -214,23 +218,28 @@ int main(int argc, char **argv)
 			CK(cudaDeviceSynchronize()); /* the uploads ran on the backend's stream */
 			for (int c = 0; c < nc; c++)
 				if (sg_cuda_weight_view(&dw[c], &v[c])) return 1;
-			double tv[19] = {0};
-			for (int var = 1; var <= 18; var++) {
-				if (var >= 16 && !sg_cu_sb_ok(&v[0])) continue;
-				if (var >= 3 && var <= 7 && !sg_cu_has_q8(v[0].kt)) continue;
-				if (var >= 8 && !sg_cu_multi_ok(v[0].kt)) continue;
-				if (var >= 11 && !sg_cu_has_q8(v[0].kt)) continue;
+			enum { NK = 5 };
+			double tv[NK] = {0};
+			for (int kk = 0; kk < NK; kk++) {
+				const int fused = kk >= 2;
+				if (kk == 1 && !sg_cu_has_q8(v[0].kt)) continue;
+				if (fused && !sg_cu_multi_ok(v[0].kt)) continue;
+				if (kk >= 3 && !sg_cu_sb_ok(&v[0])) continue;
+				sg_cu_policy pol = base;
+				pol.gemv.block_per_lane = kk >= 3;
+				pol.gemv.persist = kk == 4 ? SG_CU_PERSIST_ALWAYS : SG_CU_PERSIST_OFF;
+				sg_cu_policy_set(&pol);
 				reps = nc * 4;
 				CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
 				for (int r = 0; r < reps; r++) {
 					int e;
-					if (var >= 8) {
+					if (fused) {
 						sg_cu_multi m;
 						memset(&m, 0, sizeof(m));
 						m.nw = 1, m.epi = SG_CU_EPI_STORE, m.w[0] = v[r % nc], m.N[0] = N, m.y[0] = y;
-						e = sg_cu_gemv_multi(&m, x, 0, NULL, 0, 0, NULL, var, q8, (sg_custream)s);
+						e = sg_cu_gemv_multi(&m, x, 0, NULL, 0, 0, NULL, q8buf, (sg_custream)s);
 					} else {
-						e = sg_cu_gemv(&v[r % nc], x, 1, y, N, NULL, var, q8, (sg_custream)s);
+						e = sg_cu_gemv(&v[r % nc], x, 1, y, N, NULL, kk ? q8buf : NULL, (sg_custream)s);
 					}
 					if (e) {
 						fprintf(stderr, "launch failed\n");
@@ -239,18 +248,18 @@ int main(int argc, char **argv)
 				}
 				CK(cudaStreamEndCapture(s, &g));
 				CK(cudaGraphInstantiate(&ex, g, 0));
-				tv[var] = time_graph(s, ex, reps, quick ? 2 : 5);
+				tv[kk] = time_graph(s, ex, reps, quick ? 2 : 5);
 				cudaGraphExecDestroy(ex);
 				cudaGraphDestroy(g);
 			}
-			double gb[19], best = 0, bt_us = 0;
-			for (int var = 1; var <= 18; var++) {
-				gb[var] = tv[var] > 0 ? (double)wbytes / (tv[var] * 1e-3) / 1e9 : 0;
-				if (gb[var] > best) best = gb[var], bt_us = tv[var] * 1e3;
+			sg_cu_policy_set(&base);
+			double gb[NK], best = 0, bt_us = 0;
+			for (int kk = 0; kk < NK; kk++) {
+				gb[kk] = tv[kk] > 0 ? (double)wbytes / (tv[kk] * 1e-3) / 1e9 : 0;
+				if (gb[kk] > best) best = gb[kk], bt_us = tv[kk] * 1e3;
 			}
-			printf("| %s | %lld x %lld | %.1f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.0f%% |\n", bt->name,
-			       (long long)N, (long long)K, (double)wbytes / 1e6, 2.0 * (double)(N * K) / (t0 * 1e-3) / 1e9, gb[1], gb[2], gb[3], gb[4], gb[5], gb[6],
-			       gb[7], gb[8], gb[9], gb[10], gb[11], gb[12], gb[13], gb[14], gb[15], gb[16], gb[17], gb[18], bt_us, 100 * best / bw);
+			printf("| %s | %lld x %lld | %.1f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.0f%% |\n", bt->name, (long long)N, (long long)K,
+			       (double)wbytes / 1e6, 2.0 * (double)(N * K) / (t0 * 1e-3) / 1e9, gb[0], gb[1], gb[2], gb[3], gb[4], bt_us, 100 * best / bw);
 			fflush(stdout);
 			for (int c = 0; c < nc; c++) be->ops->tensor_free(be, &dw[c]);
 			free(hw.data);

@@ -1,8 +1,10 @@
 /*
  * The CUDA backend's host side: the op table, shape checks (the CPU backend's, same messages),
  * device memory, weight upload and repacking, scratch and graph capture (the cuBLAS paths for
- * many tokens are in cuda_gemm.c). Kernels live in cuda_matmul.cu (weights), cuda_ops.cu (norms, RoPE, attention,
- * elementwise) and cuda_linear.cu (the linear-attention and Gemma 4 stages) behind cuda_kernels.h.
+ * many tokens are in cuda_gemm.c, the weights' repacking in cuda_repack.c). Kernels live in one
+ * file a kind of stage behind cuda_kernels.h: cuda_gemv.cu, cuda_attn.cu and cuda_flash.cu,
+ * cuda_moe.cu, cuda_norm.cu, cuda_dequant.cu and cuda_linear.cu (the linear-attention and Gemma 4
+ * stages); which kernel a stage takes is the policy's (cuda_policy.h).
  *
  * Weight layouts on the device (row r at data + r * row_bytes, so row views keep working):
  *  - F32 / F16 / BF16, Q5_K, MLX affine (but 4-bit rows of 256 k): the file's bytes (Q5_K's
@@ -10,7 +12,8 @@
  *  - Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: per row, all the blocks' codes first, then their high bits,
  *    scales and minima as separate runs (the 18..34-byte blocks would misalign every wide load),
  *    the row padded to 16 bytes.
- *  - Q4_K, Q6_K, and MLX 4-bit rows of a multiple of 256 elements: planar rows (sg_cuda_repack_kq). A block's 16-byte pieces of codes are spread
+ *  - Q4_K, Q6_K, and MLX 4-bit rows of a multiple of 256 elements: planar rows (sg_cuda_repack_kq,
+ *    cuda_repack.c). A block's 16-byte pieces of codes are spread
  *    over planes, piece p of block b at (p * nb + b) * 16 (nb blocks a row), then the small
  *    fields of every block as runs. The decode GEMV gives each lane a whole block: lane b's p-th
  *    load and lane b+1's are neighbours, so a warp's every load is one contiguous run (the file's
@@ -27,6 +30,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_policy.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/flags.h"
@@ -108,113 +112,9 @@ static size_t dev_row_bytes(sg_cukt kt, const sg_btensor *t)
 	return file_row_bytes(kt, t);
 }
 
-/* The planar K-quant row (see the top of the file): for each field of a block, its file offset,
- * its bytes and whether it is split into 16-byte pieces over planes. Q4_K: d dmin | scales[12] |
- * qs[128]; Q6_K: ql[128] | qh[64] | scales[16] | d. Planar order: the planes first (codes, then
- * Q6_K's high bits), then the other fields, each as a run over the row's blocks. */
-typedef struct {
-	int off, bytes, planes;
-} kq_field;
-static int kq_fields(sg_cukt kt, kq_field *f, int *block_bytes)
-{
-	if (kt == SG_CUKT_Q4_K) {
-		f[0] = (kq_field){16, 128, 1}, f[1] = (kq_field){4, 12, 0}, f[2] = (kq_field){0, 4, 0};
-		*block_bytes = 144;
-		return 3;
-	}
-	if (kt == SG_CUKT_Q6_K) {
-		f[0] = (kq_field){0, 128, 1}, f[1] = (kq_field){128, 64, 1}, f[2] = (kq_field){192, 16, 0}, f[3] = (kq_field){208, 2, 0};
-		*block_bytes = 210;
-		return 4;
-	}
-	if (kt == SG_CUKT_MLX4) { /* 256 elements of codes; the scales and biases are arrays of their own */
-		f[0] = (kq_field){0, 128, 1};
-		*block_bytes = 128;
-		return 1;
-	}
-	return 0;
-}
-
-/* in -> out between the file's blocks and the planar row: file to device, or back when to_file;
- * -1 for a type without the planar layout or K not a positive multiple of 256 */
-static int kq_move(sg_cukt kt, int64_t K, const uint8_t *in, uint8_t *out, int to_file)
-{
-	kq_field f[4];
-	int bb, nf = kq_fields(kt, f, &bb);
-	int64_t nb = K / 256;
-	if (!nf || K < 256 || K % 256) return -1;
-	size_t pos = 0;
-	for (int i = 0; i < nf; i++) {
-		const int pieces = f[i].planes ? f[i].bytes / 16 : 1, pb = f[i].planes ? 16 : f[i].bytes;
-		for (int64_t b = 0; b < nb; b++)
-			for (int p = 0; p < pieces; p++) {
-				size_t d = pos + ((size_t)p * (size_t)nb + (size_t)b) * (size_t)pb;
-				size_t s = (size_t)b * (size_t)bb + (size_t)f[i].off + (size_t)p * 16;
-				if (to_file) memcpy(out + s, in + d, (size_t)pb);
-				else memcpy(out + d, in + s, (size_t)pb);
-			}
-		pos += (size_t)f[i].bytes * (size_t)nb;
-	}
-	return 0;
-}
-
-int sg_cuda_repack_kq(int kt, int64_t K, const uint8_t *file_row, uint8_t *dev_row) { return kq_move((sg_cukt)kt, K, file_row, dev_row, 0); }
-
-int sg_cuda_unpack_kq(int kt, int64_t K, const uint8_t *dev_row, uint8_t *file_row) { return kq_move((sg_cukt)kt, K, dev_row, file_row, 1); }
-
 /* MLX 4-bit rows are planar when they hold whole 256-blocks and nobody asked for the file's order
  * (sg_btensor.layout -1: the rows will be viewed as shorter ones, which the planes would not survive). */
 static int planar_mlx4(sg_cukt kt, const sg_btensor *t) { return kt == SG_CUKT_MLX4 && t->ne[0] % 256 == 0 && t->layout != -1; }
-
-/* One row from the file layout into the device layout (legacy types and the planar K-quants). */
-static void repack_row(sg_cukt kt, int64_t K, const uint8_t *src, uint8_t *dst, size_t dst_bytes)
-{
-	memset(dst, 0, dst_bytes);
-	int64_t nb = K / 32;
-	if (kt == SG_CUKT_Q4_K || kt == SG_CUKT_Q6_K || kt == SG_CUKT_MLX4) {
-		sg_cuda_repack_kq(kt, K, src, dst);
-		return;
-	}
-	for (int64_t b = 0; b < nb; b++) {
-		switch (kt) {
-		case SG_CUKT_Q8_0: {
-			const uint8_t *s = src + b * 34;
-			memcpy(dst + 32 * b, s + 2, 32);
-			memcpy(dst + 32 * nb + 2 * b, s, 2);
-			break;
-		}
-		case SG_CUKT_Q4_0: {
-			const uint8_t *s = src + b * 18;
-			memcpy(dst + 16 * b, s + 2, 16);
-			memcpy(dst + 16 * nb + 2 * b, s, 2);
-			break;
-		}
-		case SG_CUKT_Q4_1: {
-			const uint8_t *s = src + b * 20;
-			memcpy(dst + 16 * b, s + 4, 16);
-			memcpy(dst + 16 * nb + 2 * b, s, 2);
-			memcpy(dst + 18 * nb + 2 * b, s + 2, 2);
-			break;
-		}
-		case SG_CUKT_Q5_0: {
-			const uint8_t *s = src + b * 22;
-			memcpy(dst + 16 * b, s + 6, 16);
-			memcpy(dst + 16 * nb + 4 * b, s + 2, 4);
-			memcpy(dst + 20 * nb + 2 * b, s, 2);
-			break;
-		}
-		case SG_CUKT_Q5_1: {
-			const uint8_t *s = src + b * 24;
-			memcpy(dst + 16 * b, s + 8, 16);
-			memcpy(dst + 16 * nb + 4 * b, s + 4, 4);
-			memcpy(dst + 20 * nb + 2 * b, s, 2);
-			memcpy(dst + 22 * nb + 2 * b, s + 2, 2);
-			break;
-		}
-		default: break;
-		}
-	}
-}
 
 /* The kernels' view of a bound weight tensor. */
 sg_status sg_cuda_wview(const char *op, const sg_btensor *w, sg_cuw *v)
@@ -302,7 +202,7 @@ static sg_status upload_rows(cudaStream_t s, sg_cukt kt, const sg_btensor *t, in
 	for (int64_t r0 = 0; r0 < rows && !st; r0 += chunk) {
 		int64_t nr = rows - r0 < chunk ? rows - r0 : chunk;
 		for (int64_t r = 0; r < nr; r++)
-			repack_row(kt, t->ne[0], (const uint8_t *)t->data + (size_t)(r0 + r) * src_rb, buf + (size_t)r * dst_rb, dst_rb);
+			sg_cuda_repack_row(kt, t->ne[0], (const uint8_t *)t->data + (size_t)(r0 + r) * src_rb, buf + (size_t)r * dst_rb, dst_rb);
 		int e = (int)cudaMemcpyAsync(dev + (size_t)r0 * dst_rb, buf, dst_rb * (size_t)nr, cudaMemcpyHostToDevice, s);
 		if (e) st = cu_fail("tensor_bind", e);
 	}
@@ -495,7 +395,7 @@ static sg_status cuda_matmul(sg_backend *be, const sg_btensor *w, const sg_btens
 		return sg_cuda_gemm(cb, &v, x->data, n, y->data, N, b);
 	void *q8 = NULL;
 	if (cb->q8x && sg_cu_has_q8(v.kt) && !(q8 = sg_cuda_scratch(cb, sg_cu_q8_bytes(n, v.K), &st))) return st;
-	CU_RET("matmul", sg_cu_gemv(&v, x->data, n, y->data, N, b, 0, q8, S(cb)));
+	CU_RET("matmul", sg_cu_gemv(&v, x->data, n, y->data, N, b, q8, S(cb)));
 	return SG_OK;
 }
 
@@ -582,7 +482,7 @@ static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 		int first = i0 == 0;
 		CU_RET("matmul_multi",
 		       sg_cu_gemv_multi(&g, first ? x : NULL, first && norm, p->norm ? p->norm->data : NULL,
-		                        p->eps, p->norm_offset, p->xn ? p->xn->data : NULL, 0, q8, S(cb)));
+		                        p->eps, p->norm_offset, p->xn ? p->xn->data : NULL, q8, S(cb)));
 	}
 	if (moe_q8) cb->q8a_of = p->xn->data;
 	return SG_OK;
@@ -1020,7 +920,8 @@ static sg_status cuda_moe_router(sg_backend *be, const sg_matmul_multi *p, const
 	int k = rt->k;
 	const sg_btensor *w = p->nw == 1 ? p->w[0] : NULL;
 	int64_t K = p->x->ne[0], E = w ? sg_btensor_rows(w) : 0;
-	if (!cb->moe_router || !cb->fused || !cb->q8x || !w || w->type != SG_TYPE_F32 || w->ne[0] != K || !p->norm || !p->xn || !p->feeds_moe ||
+	const sg_cu_router_mode mode = sg_cu_policy_now()->moe.router;
+	if (mode == SG_CU_ROUTER_THREE_KERNELS || !cb->fused || !cb->q8x || !w || w->type != SG_TYPE_F32 || w->ne[0] != K || !p->norm || !p->xn || !p->feeds_moe ||
 	    p->bias[0] || p->glu || p->residual || sg_btensor_rows(p->x) != 1 || ((uintptr_t)p->x->data & 15) || ((uintptr_t)w->data & 15) ||
 	    !sg_cu_moe_router_ok(K, E, k))
 		return sg_backend_moe_router_compose(be, p, rt);
@@ -1041,7 +942,7 @@ static sg_status cuda_moe_router(sg_backend *be, const sg_matmul_multi *p, const
 	sg_cu_q8_split(cb->q8a, K, &r.xq, &r.dx, &r.sx);
 	/* =2: the chosen gate and up experts' weights requested into L2 once the ids are known */
 	const sg_btensor *pf[2] = {rt->w_gate, rt->w_up};
-	for (int i = 0; i < 2 && cb->moe_router == 2; i++)
+	for (int i = 0; i < 2 && mode == SG_CU_ROUTER_PREFETCH; i++)
 		if (pf[i] && pf[i]->data && pf[i]->ne[2] == E) /* expert e: rows [e F, e F + F), contiguous */
 			r.pf[i] = pf[i]->data, r.pf_bytes[i] = (size_t)pf[i]->ne[1] * pf[i]->row_bytes;
 	cb->moe_ids_done = NULL; /* ids rewritten */
@@ -1352,35 +1253,16 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 		   : !strcmp(gm, "f32")			  ? GEMM_F32
 		   : !strcmp(gm, "off") || !strcmp(gm, "0") ? GEMM_OFF
 							  : GEMM_TF32X3;
-	cb->attn_dec = (int)sg_flag_int("SARAGOSSA_CUDA_ATTN_DECODE");
-	sg_cu_set_attn_decode(cb->attn_dec);
-	sg_cu_set_attn_group((int)sg_flag_int("SARAGOSSA_CUDA_ATTN_GROUP"));
-	sg_cu_set_attn_merge(sg_flag_bool("SARAGOSSA_CUDA_ATTN_MERGE"));
-	sg_cu_set_attn_kpre(sg_flag_bool("SARAGOSSA_CUDA_ATTN_KPRE"));
-	sg_cu_set_attn_vfirst(sg_flag_bool("SARAGOSSA_CUDA_ATTN_VFIRST"));
-	sg_cu_set_attn_cluster(sg_flag_bool("SARAGOSSA_CUDA_ATTN_CLUSTER"));
-	sg_cu_set_attn_prep(sg_flag_bool("SARAGOSSA_CUDA_ATTN_PREP"));
-	sg_cu_set_attn_kpipe((int)sg_flag_int("SARAGOSSA_CUDA_ATTN_KPIPE"));
-	sg_cu_set_attn_mma(sg_flag_bool("SARAGOSSA_CUDA_ATTN_MMA"));
+	sg_cu_policy_load(); /* the kernels' choices (cuda_policy.h), read once a backend */
+	cb->attn_dec = sg_cu_policy_now()->attn.decode != SG_CU_DECODE_PER_HEAD;
 	cb->attn_gemm = sg_flag_bool("SARAGOSSA_CUDA_ATTN_GEMM");
 	cb->attn_flash = sg_flag_bool("SARAGOSSA_CUDA_ATTN_FLASH");
 	cb->attn_f16 = sg_flag_bool("SARAGOSSA_CUDA_ATTN_F16");
 	cb->q8x = sg_flag_bool("SARAGOSSA_CUDA_Q8X");
 	cb->gemm_f16 = sg_flag_bool("SARAGOSSA_CUDA_GEMM_F16");
 	cb->fused = sg_flag_bool("SARAGOSSA_CUDA_FUSED");
-	cb->moe_router = (int)sg_flag_int("SARAGOSSA_CUDA_MOE_ROUTER");
-	sg_cu_set_moe_ids_early(sg_flag_bool("SARAGOSSA_CUDA_MOE_IDS_EARLY"));
 	cb->moe_gemm = (int)sg_flag_int("SARAGOSSA_CUDA_MOE_GEMM");
-	sg_cu_set_gemv_rows((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_ROWS"));
-	sg_cu_set_gemv_variant((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_VARIANT"));
-	sg_cu_set_gemv_sb((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_SB"));
-	sg_cu_set_gemv_xstage(sg_flag_bool("SARAGOSSA_CUDA_GEMV_XSTAGE"));
-	sg_cu_set_gemv_mixed(sg_flag_bool("SARAGOSSA_CUDA_GEMV_MIXED"));
-	sg_cu_set_gemv_pre(sg_flag_bool("SARAGOSSA_CUDA_GEMV_PRE"));
-	sg_cu_set_gemv_persist((int)sg_flag_int("SARAGOSSA_CUDA_GEMV_PERSIST"));
-	sg_cu_set_moe_decode(sg_flag_bool("SARAGOSSA_CUDA_MOE_DECODE"));
-	sg_cu_set_route_warp(sg_flag_bool("SARAGOSSA_CUDA_ROUTE_WARP"));
-	sg_cu_set_pdl((int)sg_flag_int("SARAGOSSA_CUDA_PDL"));
+	sg_cu_trace_start();
 	struct cudaDeviceProp prop;
 	sg_status st = SG_OK;
 	if ((e = cudaSetDevice(p->device)) || (e = cudaGetDeviceProperties(&prop, p->device)) ||

@@ -29,9 +29,8 @@ typedef struct sg_cuda_backend {
 	int q8x;  /* SARAGOSSA_CUDA_Q8X */
 	int gemm_f16; /* SARAGOSSA_CUDA_GEMM_F16 */
 	int fused; /* SARAGOSSA_CUDA_FUSED */
-	int moe_router; /* SARAGOSSA_CUDA_MOE_ROUTER: 0 off, 1 one kernel, 2 and the experts prefetched */
 	int moe_gemm; /* SARAGOSSA_CUDA_MOE_GEMM: fewest tokens of the MoE GEMM path, 0 = never */
-	int attn_dec;  /* SARAGOSSA_CUDA_ATTN_DECODE */
+	int attn_dec;  /* SARAGOSSA_CUDA_ATTN_DECODE != 0: the one-token attention kernel (the policy's attn.decode) */
 	int attn_gemm; /* SARAGOSSA_CUDA_ATTN_GEMM */
 	int attn_flash; /* SARAGOSSA_CUDA_ATTN_FLASH */
 	int attn_f16;  /* SARAGOSSA_CUDA_ATTN_F16 */
@@ -100,6 +99,12 @@ static inline sg_status check_same(const char *op, const sg_btensor *a, const sg
 static inline int64_t nvals(const sg_btensor *t) { return t->ne[0] * sg_btensor_rows(t); }
 
 static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* One row of K elements from the file's layout into the device's (cuda_repack.c): the legacy
+ * 32-blocks' codes before their scales and minima, the planar K-quants (sg_cuda_repack_kq); dst
+ * (dst_bytes) is zeroed first. */
+void sg_cuda_repack_row(sg_cukt kt, int64_t K, const uint8_t *src, uint8_t *dst, size_t dst_bytes);
+
 static inline size_t round256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 /* The backend's one scratch buffer, at least n bytes (grown outside graph recordings only). */

@@ -44,7 +44,7 @@ typedef struct sg_cuw {
 
 typedef struct CUstream_st *sg_custream;
 
-/* --- matmul family (cuda_matmul.cu) --- */
+/* --- GEMV (cuda_gemv.cu) --- */
 
 /* Elements one GEMV lane decodes per step (8 for plain types, else 32). */
 int sg_cu_unit_elems(int kt);
@@ -58,12 +58,11 @@ size_t sg_cu_q8_bytes(int64_t nx, int64_t K);
 void sg_cu_q8_split(void *q8, int64_t K, int8_t **xq, float **dx, float **sx);
 
 /* y[t][r] = w[r] . x[t] (+ bias[r]) for t < n, r < N; x [n][K], y [n][N]. Fused dequantize-GEMV
- * with 16-byte weight loads; n tokens share each decoded weight. variant: 0 = best available
- * (the 8-bit path when q8_scratch is given and the type has it); 1 = f32 activations, one row per
- * warp; 2 = f32, two rows per warp; 3, 4, 5 = 8-bit activations, 1, 2, 4 rows per block split
- * over its 128 lanes; 6, 7 = 8-bit activations, 1 or 2 rows per warp. */
-int sg_cu_gemv(const sg_cuw *w, const float *x, int64_t n, float *y, int64_t N, const float *bias,
-	       int variant, void *q8_scratch, sg_custream s);
+ * with 16-byte weight loads; n tokens share each decoded weight. With q8_scratch (sg_cu_q8_bytes(n,
+ * K) bytes) and a type that has them, 8-bit activations: one token of a block-per-lane type takes
+ * the fused stage kernel (the policy's gemv.block_per_lane), else 2 rows a 128-thread block split
+ * over its lanes. Without, f32 activations: 2 rows a warp for quantized types, 1 for plain ones. */
+int sg_cu_gemv(const sg_cuw *w, const float *x, int64_t n, float *y, int64_t N, const float *bias, void *q8_scratch, sg_custream s);
 
 /* The fused decode GEMV (one token): up to three matrices of one format and K share the input
  * (concatenated in row space: one launch), with an epilogue. */
@@ -77,68 +76,38 @@ typedef struct sg_cu_multi {
 	float *y[SG_CU_MULTI_MAX];            /* STORE: y_i = W_i x; GLU (nw 2, N_0 = N_1):
 					       * y_0 = act(W_0 x) * W_1 x; ADD (nw 1): y_0 = res + W_0 x */
 	const float *res;                     /* ADD; may alias y_0 */
-	int prefetch;                         /* set by sg_cu_gemv_multi: rows into L2 before pdl_wait */
-	int xstage;                           /* set by sg_cu_gemv_multi: SARAGOSSA_CUDA_GEMV_XSTAGE */
-	int pre;                              /* set by sg_cu_gemv_multi: SARAGOSSA_CUDA_GEMV_PRE */
+	int xstage;                           /* set by sg_cu_gemv_multi: the policy's gemv.xstage */
+	int pre;                              /* set by sg_cu_gemv_multi: gemv.pre, for launches of at most 4 MB */
 } sg_cu_multi;
 /* 1 if kt has the fused kernel: plain types on f32 activations, the others on 8-bit ones. */
 int sg_cu_multi_ok(int kt);
 /* Runs m on one token x [K]: when norm, x is first RMS-normalised (w may be NULL, eps, off) into
- * xn; quantized formats quantize the (normalised) x to 8 bits in the same kernel. variant 0 = the
- * default, 8..15 = the bench's layouts. q8_scratch: sg_cu_q8_bytes(1, K) bytes for quantized kt;
- * x NULL (quantized kt, no norm): q8_scratch already holds x quantized (see sg_cu_q8_split). */
+ * xn; quantized formats quantize the (normalised) x to 8 bits in the same kernel. The kernel is
+ * the policy's (cuda_policy.h; gemv_choose). q8_scratch: sg_cu_q8_bytes(1, K) bytes for quantized
+ * kt; x NULL (quantized kt, no norm): q8_scratch already holds x quantized (see sg_cu_q8_split). */
 int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, const float *norm_w, float eps,
-		     float off, float *xn, int variant, void *q8_scratch, sg_custream s);
+		     float off, float *xn, void *q8_scratch, sg_custream s);
 
-/* Rows per block of the fused 8-bit decode GEMV: 1, 2, 4 or 8; anything else = the default. */
-void sg_cu_set_gemv_rows(int rows);
-void sg_cu_set_gemv_variant(int variant);
-/* SARAGOSSA_CUDA_GEMV_SB: 0 = Q4_K, Q6_K and MLX 4-bit take the unit kernels too, 1 = the
- * block-per-lane kernel (variant 16 of sg_cu_gemv_multi, the default for one token), 2 = the
- * copy-engine one for launches of at least 16 MB (variant 17, Q4_K and Q6_K rows of at most 32
- * blocks; the others take variant 16); _ok: w has the block-per-lane kernel (Q4_K, Q6_K, MLX
- * 4-bit of group 32/64/128 with rows of a multiple of 256) */
-void sg_cu_set_gemv_sb(int on);
-/* SARAGOSSA_CUDA_GEMV_XSTAGE: 1 = the block-per-lane GEMVs stage their activations, half sums and
- * scales by cp.async, every copy at once; 0 = a loop of loads, the scales read from global memory
- * (the same bits) */
-void sg_cu_set_gemv_xstage(int on);
-/* SARAGOSSA_CUDA_GEMV_MIXED: 1 = Q4_K and Q6_K matrices of one fused store stage (q, k, v of a
- * Q4_K_M file) in one block-per-lane launch where each block's rows are of one kind (_ok says
- * whether m qualifies); 0 = one launch per run of one format (the same bits) */
-void sg_cu_set_gemv_mixed(int on);
-/* SARAGOSSA_CUDA_GEMV_PRE: 1 = F32/F16/BF16 decode GEMV launches of at most 4 MB of weights (a
- * MoE router) load a thread's first units before pdl_wait; 0 = after it (the same bits) */
-void sg_cu_set_gemv_pre(int on);
-/* SARAGOSSA_CUDA_GEMV_PERSIST: 1 = the block-per-lane GEMVs in a persistent grid, a lane's blocks
- * over several rows walked with the next one's loads in flight (variant 18; not for a mixed
- * launch, nor a GLU of rows over 16 lanes); 2 = only where every task fits one round; 3 = only
- * launches of at least 64 MB of weights (an LM head); 4 = only launches of more tasks than SMs
- * but at most 3 an SM (one round); 0 = one block per task (the same bits).
- * _grid: at most that many blocks (the tests' way to give each block many tasks; 0 = by
- * occupancy). */
-void sg_cu_set_gemv_persist(int on);
-void sg_cu_set_gemv_persist_grid(int blocks);
-long sg_cu_gemv_persist_launches(void); /* variant 18 launches so far */
+long sg_cu_gemv_persist_launches(void); /* persistent-grid GEMV launches so far (the tests' count) */
 int sg_cu_sm_count(void); /* the current device's SMs (0 if none) */
 int sg_cu_sms(void);      /* the same, asked once, 132 if unknown (grid sizing) */
-/* SARAGOSSA_CUDA_GEMV_SB=2 (variant 17) takes launches of at least this many weight bytes (16 MB;
- * the tests' way to have small ones take it) */
-void sg_cu_set_gemv_tile_min(size_t bytes);
-long sg_cu_gemv_tile_launches(void); /* variant 17 launches so far */
+/* 1 if the block-per-lane kernel takes m's matrices of two kinds in one launch: Q4_K and Q6_K
+ * matrices of one fused store stage (q, k, v of a Q4_K_M file) where each block's rows are of one
+ * kind, the policy's gemv.mixed on */
 int sg_cu_gemv_mixed_ok(const sg_cu_multi *m);
+/* 1 if w has the block-per-lane kernel (Q4_K, Q6_K, MLX 4-bit of group 32/64/128 with rows of a
+ * multiple of 256) */
 int sg_cu_sb_ok(const sg_cuw *w);
-/* 0: one-token MoE matmuls take the sorting kernel too (SARAGOSSA_CUDA_MOE_DECODE) */
-void sg_cu_set_moe_decode(int on);
-/* Query heads a one-token attention block takes at most (SARAGOSSA_CUDA_ATTN_GROUP; 0 = by shape) */
-void sg_cu_set_attn_group(int g);
-/* SARAGOSSA_CUDA_ATTN_MMA: 1 = the one-token attention over f16 caches of head dim 64 or 128 (no
- * ring, up to 4 query heads a block, with the K rows copied before the wait) on tensor cores,
- * queries and probabilities rounded to f16 as in prefill; 0 = the f32 dot products */
-void sg_cu_set_attn_mma(int on);
-/* 0: MoE routing always by the shared-memory kernel (SARAGOSSA_CUDA_ROUTE_WARP) */
-void sg_cu_set_route_warp(int on);
-/* One token's MoE router stage in one launch (SARAGOSSA_CUDA_MOE_ROUTER; cuda_ops.cu): x RMS-
+
+/* --- MoE (cuda_moe.cu) --- */
+
+/* Top-k routing of n rows of E logits (softmax or sigmoid, the k picks normalised when norm). */
+int sg_cu_moe_route(const float *logits, int64_t n, int64_t E, int sigmoid, int k, int norm,
+		    int32_t *ids, float *w, sg_custream s);
+/* out[t] = res[t] + sum_j w[t][j] y[t][j] (res NULL: the sum); out may alias res. */
+int sg_cu_moe_combine(const float *y, const float *w, int64_t n, int64_t k, int64_t D, const float *res, float *out,
+		      sg_custream s);
+/* One token's MoE router stage in one launch (SARAGOSSA_CUDA_MOE_ROUTER): x RMS-
  * normalised into xn and rounded to 8-bit blocks for the experts (the bits of sg_cu_norm_quant),
  * the F32 router's logits y = W xn, and their top-k routing (the bits of sg_cu_moe_route on those
  * logits). _ok says whether the shapes fit (and a cluster of its blocks fits the GPU). */
@@ -166,17 +135,20 @@ int sg_cu_moe_router(const sg_cu_router *r, sg_custream s);
 int sg_cu_moe_glu_ok(const sg_cuw *wg, const sg_cuw *wu);
 int sg_cu_moe_glu(const sg_cuw *wg, const sg_cuw *wu, const float *x, const int32_t *ids, int64_t k, int64_t E, int act, float *g,
 		  int64_t N, void *q8_scratch, int *ids_done, sg_custream s);
-/* SARAGOSSA_CUDA_MOE_IDS_EARLY: sg_cu_moe_glu's planar kernel lets the launch after it start only
- * once its wait is over (*ids_done = 1 then: every kernel launched after the next one starts after
- * the routing kernel ended), and sg_cu_moe_matmul with ids_ready (the ids those of such a
- * moe_glu, not rewritten since) reads the ids and sends the weights' loads before its wait. */
-void sg_cu_set_moe_ids_early(int on);
+/* The policy's moe.ids_early (SARAGOSSA_CUDA_MOE_IDS_EARLY): sg_cu_moe_glu's planar kernel lets the
+ * launch after it start only once its wait is over (*ids_done = 1 then: every kernel launched
+ * after the next one starts after the routing kernel ended), and sg_cu_moe_matmul with ids_ready
+ * (the ids those of such a moe_glu, not rewritten since) reads the ids and sends the weights'
+ * loads before its wait. */
 
+/* (cuda_gemv.cu) */
 /* One row x [K] RMS-normalised into xn (bit-identical to sg_cu_rmsnorm) and rounded to 8-bit
  * blocks into q8 (sg_cu_q8_bytes(1, K), laid out as sg_cu_q8_split says) in one kernel; K a
  * multiple of 32, at least 1024. */
 int sg_cu_norm_quant(const float *x, const float *w, float eps, float off, int64_t K, float *xn, void *q8,
                      sg_custream s);
+
+/* --- conversions and the embedding gather (cuda_dequant.cu) --- */
 
 /* out = x with every block of 32 rounded as the 8-bit activation quantizer rounds it (n % 32 = 0). */
 int sg_cu_requant(const float *x, int64_t n, float *out, sg_custream s);
@@ -215,6 +187,8 @@ int sg_cu_add_bias(float *y, const float *bias, int64_t n, int64_t N, sg_custrea
 /* out[t] = row ids[t] of w dequantized (zeros for an id outside [0, V)); out [n][K] f32. */
 int sg_cu_embed(const sg_cuw *w, const int32_t *ids, int64_t n, int64_t V, float *out, sg_custream s);
 
+/* --- MoE expert matmuls (cuda_moe.cu) --- */
+
 /* MoE: the S slots (ids [S]) sorted by expert into scratch (int32 device memory, 2E + S + 2
  * values): start [E+1] (expert e's slots are order[start[e] .. start[e+1]), start[E] the slots
  * with an id in range), order [S] (slot indices t*k + j), used [E] (the experts with slots, in
@@ -230,7 +204,7 @@ int sg_cu_moe_matmul(const sg_cuw *w, const float *x, int shared_x, const int32_
 		     int64_t k, int64_t E, float *y, int64_t N, int32_t *scratch, void *q8_scratch, int ids_ready,
 		     sg_custream s);
 
-/* --- other ops (cuda_ops.cu) --- */
+/* --- norms (cuda_norm.cu), attention (cuda_attn.cu, cuda_flash.cu), elementwise (cuda_norm.cu) --- */
 
 int sg_cu_rmsnorm(const float *x, const float *w, float eps, float off, float *y, int64_t rows,
 		  int64_t D, sg_custream s);
@@ -288,7 +262,9 @@ typedef struct sg_cu_attn {
 	int8_t *xq;           /* decode only, when set: out also rounded to 8-bit blocks for the next */
 	float *dx, *sx;       /* GEMV (sg_cu_q8_split's arrays; hdv a multiple of 32) */
 	int kpre;             /* decode (set by sg_cu_attn_decode): the first tiles' K rows copied before the wait */
-	int vpre;             /* decode (set with the K pipeline, SARAGOSSA_CUDA_ATTN_KPIPE=2): the next tile's V rows toward L2 */
+	int layout_pad;       /* unused: holds the offsets of the fields after it where they were when the decode
+	                       * kernels were measured (without it ptxas gave the tensor-core kernels other
+	                       * register counts, bench/RESULTS.md); remove together with a GPU re-measurement */
 	int vfirst;           /* decode (set by sg_cu_attn_decode, the tensor-core kernel): the first tiles' V rows too */
 	int cl;               /* decode (set by sg_cu_attn_decode): slices a thread-block cluster merges in the kernel
 	                       * (0: none; part then holds [n*H][nchunk / cl][hdv + 2], or nothing when cl = nchunk) */
@@ -303,39 +279,24 @@ int sg_cu_attn_decode_ok(const sg_cu_attn *a);
 int sg_cu_attn_decode_units(const sg_cu_attn *a);
 int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s);
 /* 1 if the decode kernel takes a's prep fused in: f16 caches, hd = hdv of 64, 128 or 256 (the
- * compile-time-shape kernel, unstaged), the rope's head dim hd, the flag on. */
+ * compile-time-shape kernel), the rope's head dim hd, the policy's attn.prep on. */
 int sg_cu_attn_prep_ok(const sg_cu_attn *a);
-void sg_cu_set_attn_prep(int on); /* SARAGOSSA_CUDA_ATTN_PREP */
 /* Prefill (any n) in one flash-style kernel: f16 caches, hd = hdv of 64 or 128, causal, no ring
  * (_ok says whether the shapes fit); no score matrix, no host read of the positions. */
 int sg_cu_attn_flash_ok(const sg_cu_attn *a);
 int sg_cu_attn_flash(const sg_cu_attn *a, sg_custream s);
-void sg_cu_set_pdl(int mode); /* SARAGOSSA_CUDA_PDL: 0 off, 1 on, 2 on with the GEMVs' weight prefetch */
-int sg_cu_trace_dump(const char *path); /* a CUDA_TRACE=1 build: the decode chain's timeline into path (else nothing) */
-void sg_cu_set_attn_decode(int mode); /* 2: the general decode kernel for every shape */
-/* SARAGOSSA_CUDA_ATTN_MERGE: 1 = the one-token slices merged in one round trip of loads (up to 64
- * slices; the position read before the wait), 0 = the merge kernel shared with the many-token path */
-void sg_cu_set_attn_merge(int one);
-/* SARAGOSSA_CUDA_ATTN_KPRE: 1 = the one-token kernel copies its first tiles' K rows into shared
- * memory before waiting for the previous kernel (rows of earlier positions; this step's is read
- * after), where its shared memory stays within 48 KB; 0 = every K read after the wait */
-void sg_cu_set_attn_kpre(int on);
-/* SARAGOSSA_CUDA_ATTN_VFIRST: 1 = the tensor-core kernel also copies its first tiles' V rows before
- * the wait (a second set of shared rows; where two blocks an SM hold the grid), 0 = after the scores */
-void sg_cu_set_attn_vfirst(int on);
-/* SARAGOSSA_CUDA_ATTN_CLUSTER: 1 = the tensor-core kernel's slices of one block's query heads run as
- * a thread-block cluster of up to 16 that merges them through distributed shared memory (no merge
- * kernel when the cluster holds every slice); 0 = every slice's sums through global memory and the
- * merge kernel. sg_cu_attn_decode_slices gives the slice count to use for a static count nc: nc,
- * or nc rounded down to a multiple of 16 where the cluster kernel will take the attention. */
-void sg_cu_set_attn_cluster(int on);
+/* A CUDA_TRACE=1 build: the decode chain's timeline table set up (at backend creation), and written
+ * into path (other builds: nothing). */
+void sg_cu_trace_start(void);
+int sg_cu_trace_dump(const char *path);
+/* The one-token attention's kernel is the policy's (cuda_policy.h; dec_choose): the query heads of
+ * a KV head per block, the compile-time-shape kernel with its K rows copied before the wait, the
+ * K-row pipeline, tensor cores, the first tiles' V rows copied too, the cluster merge; the slices
+ * merged in one round trip of loads (up to 64 slices). With the policy's attn.cluster,
+ * sg_cu_attn_decode_slices gives the slice count to use for a static count nc: nc, or nc rounded
+ * down to a multiple of 16 where the cluster kernel will take the attention. */
 int sg_cu_attn_decode_slices(const sg_cu_attn *a, int nc);
 int sg_cu_attn_decode_last_cluster(void); /* the cluster size of the last one-token attention launched, 0 for none */
-/* SARAGOSSA_CUDA_ATTN_KPIPE: 1 = with the K copy above, each later tile's K rows are copied into
- * the same shared rows while the tile before it reads its V rows (long contexts: one memory round
- * trip a tile instead of two); 2 = also that tile's V rows requested into L2 then; 0 = later
- * tiles read K from the cache after their scores start */
-void sg_cu_set_attn_kpipe(int mode);
 /* Prefill through GEMMs: s [rows][L] scores of rows = heads * n query rows (token = row % n)
  * become probabilities in place, or as f16 into p16 [rows][L] (s then unchanged): scale,
  * soft-cap, causal/window mask (pmax: the last position when not causal), softmax; masked
@@ -348,11 +309,6 @@ enum { SG_CU_EW_SILU, SG_CU_EW_GELU, SG_CU_EW_GELU_ERF, SG_CU_EW_ADD, SG_CU_EW_S
 int sg_cu_elementwise(int kind, const float *a, const float *b, float sc, float *out, int64_t n,
 		      sg_custream s);
 int sg_cu_softmax(const float *x, float *out, int64_t rows, int64_t D, sg_custream s);
-int sg_cu_moe_route(const float *logits, int64_t n, int64_t E, int sigmoid, int k, int norm,
-		    int32_t *ids, float *w, sg_custream s);
-/* out[t] = res[t] + sum_j w[t][j] y[t][j] (res NULL: the sum); out may alias res. */
-int sg_cu_moe_combine(const float *y, const float *w, int64_t n, int64_t k, int64_t D, const float *res, float *out,
-		      sg_custream s);
 /* scratch: sg_cu_argmax_scratch(rows, D) bytes (0 = none needed; NULL = one block per row) */
 size_t sg_cu_argmax_scratch(int64_t rows, int64_t D);
 int sg_cu_argmax(const float *x, int64_t rows, int64_t D, int32_t *ids, void *scratch, sg_custream s);

@@ -3,8 +3,7 @@
  * pdl_wait() before it touches anything an earlier kernel writes or reads (only weights, which no
  * kernel writes, may be read before: the GEMVs pull their rows into L2 there), and pdl_trigger()
  * early so that its own successor may be scheduled. On a kernel launched without the attribute
- * both are no-ops. SARAGOSSA_CUDA_PDL: 0 = plain launches, 1 = PDL, 2 = PDL with the GEMVs'
- * weight prefetch before the wait. */
+ * both are no-ops. SARAGOSSA_CUDA_PDL: 1 = PDL, 0 = plain launches (the policy's pdl field). */
 #ifndef SG_BACKEND_CUDA_PDL_CUH
 #define SG_BACKEND_CUDA_PDL_CUH
 
@@ -12,12 +11,17 @@
 #include <stdint.h>
 #include <utility>
 
-extern int sg_cu_pdl; /* the flag's value, set once by the backend (sg_cu_set_pdl) */
+#include "backend/cuda/cuda_policy.h"
+
 #if defined(SG_CU_TRACE) && SG_CU_TRACE
-/* the host's list of PDL launches, in order (cuda_ops.cu): the kernel's name, its grid and block */
+/* the host's list of PDL launches, in order (cuda_norm.cu): the kernel's name, its grid and block */
 void sg_cu_trace_launch(const void *k, unsigned grid, unsigned block, cudaStream_t st);
 struct sg_cu_trec;
-int sg_cu_trace_bind_matmul(sg_cu_trec *buf, unsigned *n); /* cuda_matmul.cu's kernels onto the table */
+/* each kernel file's device table pointers onto the one table (SG_CU_TRACE_FILE below) */
+int sg_cu_trace_bind_gemv(sg_cu_trec *buf, unsigned *n);
+int sg_cu_trace_bind_moe(sg_cu_trec *buf, unsigned *n);
+int sg_cu_trace_bind_attn(sg_cu_trec *buf, unsigned *n);
+int sg_cu_trace_bind_norm(sg_cu_trec *buf, unsigned *n);
 #endif
 
 /* A timeline build (make CUDA_TRACE=1, SARAGOSSA_CUDA_TRACE=file): every pdl_wait of thread 0 of
@@ -47,6 +51,11 @@ static inline int sg_cu_trace_bind(sg_cu_trec *buf, unsigned *n)
 		       ? 0
 		       : -1;
 }
+/* a kernel file's binder of its copy of the table pointers (each .cu file has its own) */
+#define SG_CU_TRACE_FILE(name) \
+	int sg_cu_trace_bind_##name(sg_cu_trec *buf, unsigned *n) { return sg_cu_trace_bind(buf, n); }
+#else
+#define SG_CU_TRACE_FILE(name)
 #endif
 
 static __device__ __forceinline__ void pdl_wait()
@@ -115,7 +124,7 @@ static cudaError_t pdl_launch_cl(void (*k)(P...), dim3 grid, dim3 block, size_t 
 	cudaLaunchConfig_t cfg = {};
 	cudaLaunchAttribute at[2];
 	unsigned n = 0;
-	if (sg_cu_pdl) {
+	if (sg_cu_policy_now()->pdl) {
 		at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
 		at[n++].val.programmaticStreamSerializationAllowed = 1;
 	}
@@ -138,6 +147,34 @@ template <typename... P, typename... A>
 static cudaError_t pdl_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A &&...args)
 {
 	return pdl_launch_cl(k, grid, block, smem, st, dim3(1, 1, 1), std::forward<A>(args)...);
+}
+
+/* The launch status of the kernels enqueued last (0 = cudaSuccess). */
+static inline int ok(void) { return (int)cudaGetLastError(); }
+/* Blocks of `threads` for n elements, 1 .. 65535 (grid-stride kernels take the rest). */
+static inline unsigned grid_for(int64_t n, int threads)
+{
+	int64_t b = (n + threads - 1) / threads;
+	return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
+}
+
+/* 1 if at least one cluster of dims cl of kernel k (threads a block, smem bytes of dynamic shared
+ * memory each) fits the GPU; a failed query is cleared and counts as no. */
+template <typename K> static int clusters_fit(K k, dim3 cl, unsigned threads, size_t smem)
+{
+	cudaLaunchConfig_t cfg = {};
+	cudaLaunchAttribute at;
+	at.id = cudaLaunchAttributeClusterDimension;
+	at.val.clusterDim.x = cl.x, at.val.clusterDim.y = cl.y, at.val.clusterDim.z = cl.z;
+	cfg.gridDim = cl;
+	cfg.blockDim = dim3(threads);
+	cfg.dynamicSmemBytes = smem;
+	cfg.attrs = &at;
+	cfg.numAttrs = 1;
+	int n = 0;
+	if (cudaOccupancyMaxActiveClusters(&n, k, &cfg) == cudaSuccess && n > 0) return 1;
+	(void)cudaGetLastError();
+	return 0;
 }
 
 #endif

@@ -1,5 +1,5 @@
 /* One token's activations rounded to 8-bit blocks of 32, shared by the GEMV kernels and the
- * kernels that produce their inputs (cuda_matmul.cu, cuda_ops.cu). */
+ * kernels that produce their inputs (cuda_gemv.cu, cuda_moe.cu, cuda_attn.cu). */
 #ifndef SG_BACKEND_CUDA_Q8_CUH
 #define SG_BACKEND_CUDA_Q8_CUH
 

@@ -67,4 +67,35 @@ static __device__ float block_sumsq(const float *x, int64_t K)
 	return block_sum(ss);
 }
 
+/* (value, index) argmax with ties to the lower index; NaN never wins. */
+static __device__ __forceinline__ void better(float &bv, int &bi, float v, int i)
+{
+	if (v > bv || (v == bv && i < bi)) bv = v, bi = i;
+}
+
+/* (value, index) argmax over the warp; every lane gets it. */
+static __device__ __forceinline__ void warp_argmax(float &bv, int &bi)
+{
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) {
+		float v = __shfl_xor_sync(0xffffffffu, bv, o);
+		int i = __shfl_xor_sync(0xffffffffu, bi, o);
+		better(bv, bi, v, i);
+	}
+}
+
+static __device__ void block_argmax(float &bv, int &bi)
+{
+	__shared__ float sv[32];
+	__shared__ int si[32];
+	warp_argmax(bv, bi);
+	int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+	__syncthreads();
+	if (l == 0) sv[w] = bv, si[w] = bi;
+	__syncthreads();
+	bv = sv[0], bi = si[0];
+	for (int k = 1; k < nw; k++) better(bv, bi, sv[k], si[k]);
+	__syncthreads();
+}
+
 #endif

@@ -1,9 +1,12 @@
 /*
- * The CUDA backend's non-matmul kernels: norms, RoPE, KV store (plain and fused with RoPE),
- * attention (one kernel for decode and prefill, split over the KV length: flash-decoding),
- * elementwise ops, softmax, MoE routing and combine, argmax. Each follows the CPU reference's
- * arithmetic (same formulas, f32 unless the reference uses double) so the differential tests
- * can hold tight thresholds.
+ * Attention of the CUDA backend, but for the flash prefill kernel (cuda_flash.cu): RoPE and the
+ * KV-cache store (plain, and fused with the q/k norms: the attention prep), the general attention
+ * kernel (any n, split over the KV length), the slice merges, the one-token decode attention
+ * (attn_dec_kernel: the query heads of a KV head share its reads, slices of the live length in
+ * parallel; the compile-time-shape forms with the K copy before the wait, the K-row pipeline, the
+ * tensor-core product and the cluster merge; dec_choose picks one from the policy) and the masked
+ * row softmax of the cuBLAS prefill path. Each follows the CPU reference's arithmetic (same
+ * formulas, f32) so the differential tests can hold tight thresholds.
  */
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
@@ -11,68 +14,14 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 
 #include "backend/cuda/cuda_kernels.h"
-#include "backend/cuda/cuda_q8.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
+#include "backend/cuda/cuda_policy.h"
+#include "backend/cuda/cuda_q8.cuh"
 #include "backend/cuda/cuda_reduce.cuh"
 
-static int ok(void) { return (int)cudaGetLastError(); }
-static unsigned grid_for(int64_t n, int threads)
-{
-	int64_t b = (n + threads - 1) / threads;
-	return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
-}
-
-/* --- norms --- */
-
-__global__ void rmsnorm_kernel(const float *x, const float *w, float eps, float off, float *y, int64_t D)
-{
-	const float *xr = x + blockIdx.x * D;
-	float *yr = y + blockIdx.x * D;
-	pdl_trigger();
-	pdl_wait();
-	float sc = 1.0f / sqrtf(block_sumsq(xr, D) / (float)D + eps);
-#pragma unroll 4
-	for (int64_t i = threadIdx.x; i < D; i += blockDim.x)
-		yr[i] = w ? xr[i] * sc * (w[i] + off) : xr[i] * sc;
-}
-
-extern "C" int sg_cu_rmsnorm(const float *x, const float *w, float eps, float off, float *y, int64_t rows, int64_t D, sg_custream s)
-{
-	if (rows <= 0) return 0;
-	pdl_launch(rmsnorm_kernel, dim3((unsigned)rows), dim3(D >= 1024 ? 512 : 128), 0, (cudaStream_t)s, x,
-	           w, eps, off, y, D);
-	return ok();
-}
-
-__global__ void layernorm_kernel(const float *x, const float *w, const float *b, float eps, float *y, int64_t D)
-{
-	const float *xr = x + blockIdx.x * D;
-	float *yr = y + blockIdx.x * D;
-	double sum = 0;
-	for (int64_t i = threadIdx.x; i < D; i += blockDim.x) sum += xr[i];
-	double mean = block_sum(sum) / (double)D;
-	double var = 0;
-	for (int64_t i = threadIdx.x; i < D; i += blockDim.x) var += (xr[i] - mean) * (xr[i] - mean);
-	var = block_sum(var) / (double)D;
-	float m = (float)mean, sc = (float)(1.0 / sqrt(var + eps));
-	for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-		float v = (xr[i] - m) * sc;
-		if (w) v *= w[i];
-		if (b) v += b[i];
-		yr[i] = v;
-	}
-}
-
-extern "C" int sg_cu_layernorm(const float *x, const float *w, const float *b, float eps, float *y, int64_t rows, int64_t D, sg_custream s)
-{
-	if (rows <= 0) return 0;
-	layernorm_kernel<<<(unsigned)rows, D >= 1024 ? 512 : 128, 0, (cudaStream_t)s>>>(x, w, b, eps, y, D);
-	return ok();
-}
+SG_CU_TRACE_FILE(attn)
 
 /* --- RoPE and the KV cache --- */
 
@@ -552,106 +501,13 @@ template <int NV> static __device__ __forceinline__ void ldv(const float *p, flo
 	}
 }
 
-/* The f16 compile-time head-dim path (SARAGOSSA_CUDA_ATTN_DECODE=2 keeps the general one), and
- * with =3 its tiles staged in shared memory by cp.async (measured slower at 8k positions: the
- * tiles' shared memory halves the blocks an SM holds). */
-static int g_dec_wide = 1, g_dec_stage = 0, g_dec_group = 0, g_merge1 = 1, g_kpre = 1, g_prep = 1, g_kpipe = 1, g_mma = 1, g_vfirst = 1;
-static int g_cluster = 0, g_cluster_last = 0;
-extern "C" void sg_cu_set_attn_cluster(int on) { g_cluster = on != 0; }
-extern "C" int sg_cu_attn_decode_last_cluster(void) { return g_cluster_last; }
-extern "C" void sg_cu_set_attn_mma(int on) { g_mma = on != 0; }
-extern "C" void sg_cu_set_attn_kpipe(int mode) { g_kpipe = mode == 1 || mode == 2 ? mode : 0; }
-extern "C" void sg_cu_set_attn_prep(int on) { g_prep = on; }
-extern "C" void sg_cu_set_attn_kpre(int on) { g_kpre = on; }
-extern "C" void sg_cu_set_attn_vfirst(int on) { g_vfirst = on; }
-extern "C" void sg_cu_set_attn_merge(int one) { g_merge1 = one; }
-extern "C" void sg_cu_set_attn_group(int g) { g_dec_group = g == 1 || g == 2 || g == 4 || g == 8 ? g : 0; }
-extern "C" void sg_cu_set_attn_decode(int mode)
-{
-	g_dec_wide = mode != 2;
-	g_dec_stage = mode == 3;
-}
-
-int sg_cu_pdl = 0;
-
-#if defined(SG_CU_TRACE) && SG_CU_TRACE
-/* The timeline build's host half: the device table, and the PDL launches recorded into graphs
- * (the replays' order), each with its kernel's name and the capture it belongs to. */
-struct trace_launch {
-	const char *name;
-	unsigned grid, block;
-	unsigned long long capture;
-};
-static sg_cu_trec *g_trace;
-static unsigned *g_trace_n;
-static trace_launch *g_tl;
-static size_t g_ntl, g_captl;
-
-static void trace_init(void)
-{
-	if (g_trace) return;
-	if (cudaMalloc(&g_trace, (size_t)SG_CU_TRACE_CAP * sizeof *g_trace) != cudaSuccess || cudaMalloc(&g_trace_n, sizeof *g_trace_n) != cudaSuccess ||
-	    cudaMemset(g_trace_n, 0, sizeof *g_trace_n) != cudaSuccess || sg_cu_trace_bind(g_trace, g_trace_n) || sg_cu_trace_bind_matmul(g_trace, g_trace_n)) {
-		fprintf(stderr, "saragossa: CUDA trace: no device table (%s)\n", cudaGetErrorString(cudaGetLastError()));
-		g_trace = NULL;
-	}
-}
-
-void sg_cu_trace_launch(const void *k, unsigned grid, unsigned block, cudaStream_t st)
-{
-	cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-	unsigned long long id = 0;
-	if (cudaStreamGetCaptureInfo(st, &cs, &id) != cudaSuccess || cs != cudaStreamCaptureStatusActive) return;
-	if (g_ntl == g_captl) {
-		size_t c = g_captl ? 2 * g_captl : 4096;
-		trace_launch *t = (trace_launch *)realloc(g_tl, c * sizeof *t);
-		if (!t) return;
-		g_tl = t, g_captl = c;
-	}
-	const char *name = "?";
-	if (cudaFuncGetName(&name, k) != cudaSuccess) name = "?";
-	g_tl[g_ntl++] = {name, grid, block, id};
-}
-
-/* "L capture grid block name" per recorded launch, then "W t0 t1 grid block bid smid" per wait */
-extern "C" int sg_cu_trace_dump(const char *path)
-{
-	if (!path || !*path || !g_trace) return 0;
-	unsigned n = 0;
-	if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpy(&n, g_trace_n, sizeof n, cudaMemcpyDeviceToHost) != cudaSuccess) return -1;
-	if (n > SG_CU_TRACE_CAP) n = SG_CU_TRACE_CAP;
-	sg_cu_trec *r = (sg_cu_trec *)malloc((size_t)n * sizeof *r + 1);
-	FILE *f = fopen(path, "w");
-	int rc = r && f && cudaMemcpy(r, g_trace, (size_t)n * sizeof *r, cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
-	for (size_t i = 0; !rc && i < g_ntl; i++) fprintf(f, "L %llu %u %u %s\n", g_tl[i].capture, g_tl[i].grid, g_tl[i].block, g_tl[i].name);
-	for (unsigned i = 0; !rc && i < n; i++) fprintf(f, "W %llu %llu %u %u %u %u\n", r[i].t0, r[i].t1, r[i].grid, r[i].block, r[i].bid, r[i].smid);
-	if (f && fclose(f)) rc = -1;
-	free(r);
-	if (rc) fprintf(stderr, "saragossa: CUDA trace: cannot write %s\n", path);
-	return rc;
-}
-#else
-extern "C" int sg_cu_trace_dump(const char *path) { return (void)path, 0; }
-#endif
-
-extern "C" void sg_cu_set_pdl(int mode)
-{
-	sg_cu_pdl = mode >= 0 && mode <= 2 ? mode : 0;
-#if defined(SG_CU_TRACE) && SG_CU_TRACE
-	trace_init();
-#endif
-}
-
-/* Shared memory of attn_dec_kernel, in floats (a multiple of 4: the staged tiles follow). */
+/* Shared memory of attn_dec_kernel, in floats (a multiple of 4: the copied K/V rows follow). */
 static size_t dec_smem(int G, int64_t hd, int64_t hdv)
 {
 	return (size_t)(G * hd + DW * 32 * G + DW * 32 + 2 * DW * G + DW * G * hdv) * 4;
 }
-/* ... and the staged variant's tiles: a warp's 32 K rows and 32 V rows, f16 */
-static size_t dec_stage_smem(int64_t hd)
-{
-	return (size_t)DW * 2 * 32 * (size_t)hd * 2;
-}
+/* ... and one set of a warp's 32 K (or V) rows copied before the wait, f16, padded rows */
+static size_t dec_rows_smem(int64_t hd) { return (size_t)DW * 32 * (size_t)(hd + 8) * 2; }
 
 /* One head of the fused prep by one warp: x [HD] raw, into dst [HD] (shared memory) normalised
  * (when the layer has q/k norms: nw this head's weights, or NULL for none) and rotated. The sum
@@ -771,16 +627,13 @@ template <int G> static __device__ void dec_cluster_dead(const sg_cu_attn &a, fl
  * are all in flight at once, and V rows are read 16 bytes a lane, HD/8 lanes a row, 256/HD rows
  * per load instruction (the partial sums of the lanes sharing dims meet by shuffles at the end).
  * HD = 0: any shapes the _ok test passes, NV = hdv/32 dims a lane.
- * STG (f16, HD > 0; SARAGOSSA_CUDA_ATTN_DECODE=3): each warp first moves its tile's 32 K and 32
- * V rows into shared memory with cp.async, all 2 * HD * 64 bytes in flight at once, 16-byte
- * chunk c of tile row r stored at chunk c ^ (r & 7), so the 8 lanes of a shared-memory phase (8
- * rows at one chunk for K, one row's 8 chunks for V) fall in 8 different banks. Measured on an
- * H200: 1% faster at 1k positions, 5-6% slower at 8k (the tiles' shared memory halves the blocks
- * an SM holds); the kernel stays latency-bound either way (~10 us at 1k, 2 busy warps an SM).
- * STG = 2 (f16, HD > 0, with the K copy before the wait; SARAGOSSA_CUDA_ATTN_KPIPE): every later
- * tile's K rows are copied into the same shared rows while the tile before takes its V rows, so
- * a warp walking several tiles (long contexts) waits out one memory round trip a tile, not two.
+ * STG, the form of an HD > 0 kernel: DEC_PLAIN; DEC_KPIPE (with the K copy before the wait;
+ * SARAGOSSA_CUDA_ATTN_KPIPE): every later tile's K rows are copied into the same shared rows while
+ * the tile before takes its V rows, so a warp walking several tiles (long contexts) waits out one
+ * memory round trip a tile, not two; DEC_MMA, the tensor-core kernel (SARAGOSSA_CUDA_ATTN_MMA).
+ * CL: the cluster kernel (SARAGOSSA_CUDA_ATTN_CLUSTER, with DEC_MMA).
  */
+enum { DEC_PLAIN = 0, DEC_KPIPE = 2, DEC_MMA = 4 };
 template <typename T, int G, int NV, int HD, int STG, int CL = 0>
 __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 {
@@ -795,9 +648,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 	float *smx = (float *)(srow + DW * 32); /* [DW][G] running max */
 	float *sl = smx + DW * G;               /* [DW][G] running sum */
 	float *sacc = sl + DW * G;              /* [DW][G][hdv] */
-	constexpr int CPR = HD ? HD / 8 : 1;    /* 16-byte chunks a row (STG) */
-	__half *kst = (__half *)(sacc + DW * G * hdv) + (threadIdx.x >> 5) * 2 * 32 * HD,
-	       *vst = kst + 32 * HD; /* [32][HD] each */
+	constexpr int CPR = HD ? HD / 8 : 1;    /* 16-byte chunks a row */
 	/* PRE: [32][HD + 8]: rows 16 bytes longer than HD, so the 8 lanes of a shared-memory phase,
 	 * each reading its own row at one offset, fall in 8 different banks */
 	__half *kpst = (__half *)(sacc + DW * G * hdv) + (threadIdx.x >> 5) * 32 * (HD + 8);
@@ -820,7 +671,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 	 * memory (cp.async) before the wait: rows of earlier positions were written
 	 * by earlier steps, and the lane whose row is this step's position reads it again after the
 	 * wait. The copy's memory round trip overlaps the previous kernel's tail. */
-	constexpr bool PRE = HD && STG != 1, PIPE = HD && STG == 2;
+	constexpr bool PRE = HD > 0, PIPE = HD && STG == DEC_KPIPE;
 	int kpre = 0;
 	const int64_t jf = tf + lane <= b1 ? tf + lane : tf; /* the lane's row of the first tile */
 	if constexpr (PRE) {
@@ -830,7 +681,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 				int i = it * 32 + lane, r = i / CPR, cc = i % CPR;
 				int64_t jr = tf + r <= b1 ? tf + r : tf, rr = a.ring ? jr % a.ctx : jr;
 				cp_async16(kpst + r * (HD + 8) + cc * 8, (const __half *)a.kc + kh * hd + rr * rs + cc * 8);
-				if (STG == 4 && a.vfirst) cp_async16(vpst + r * (HD + 8) + cc * 8, (const __half *)a.vc + kh * hdv + rr * vrs + cc * 8);
+				if (STG == DEC_MMA && a.vfirst) cp_async16(vpst + r * (HD + 8) + cc * 8, (const __half *)a.vc + kh * hdv + rr * vrs + cc * 8);
 			}
 			kpre = jf != a.pos[0];
 		}
@@ -887,7 +738,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 				const uint4 *src = (const uint4 *)((const __half *)a.kc + kh * hd + row * rs);
 #pragma unroll
 				for (int cc = 0; cc < CPR; cc++) *(uint4 *)(kpst + lane * (HD + 8) + cc * 8) = src[cc];
-				if (STG == 4 && a.vfirst) { /* and its V row (a lane past the slice: the row standing in) */
+				if (STG == DEC_MMA && a.vfirst) { /* and its V row (a lane past the slice: the row standing in) */
 					const uint4 *vs = (const uint4 *)((const __half *)a.vc + kh * hdv + row * vrs);
 #pragma unroll
 					for (int cc = 0; cc < CPR; cc++) *(uint4 *)(vpst + lane * (HD + 8) + cc * 8) = vs[cc];
@@ -907,7 +758,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 			if (i < G * hd / 4) ((float4 *)sq)[i] = qv[k];
 		}
 	}
-	if constexpr (STG == 4 && HD > 0 && HD <= 128) {
+	if constexpr (STG == DEC_MMA && HD > 0 && HD <= 128) {
 		/* Tensor cores (SARAGOSSA_CUDA_ATTN_MMA): a tile's scores as one 16 x 32 product (the G
 		 * query heads as rows, the rest zero) and its values as a 16 x HD one, from the tile's K,
 		 * then V, rows in the warp's shared rows; queries and probabilities rounded to f16 as in
@@ -1011,18 +862,6 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 		 * so every load is unconditional and a row is never past the cache */
 		int valid = t0 + lane <= b1;
 		int64_t j = valid ? t0 + lane : t0, row = a.ring ? j % a.ctx : j;
-		if constexpr (STG == 1) {
-#pragma unroll
-			for (int it = 0; it < CPR; it++) {
-				int i = it * 32 + lane, r = i / CPR, c = i % CPR;
-				int64_t jr = t0 + r <= b1 ? t0 + r : t0, rr = a.ring ? jr % a.ctx : jr;
-				int o = r * HD + (c ^ (r & 7)) * 8;
-				cp_async16(kst + o, (const __half *)a.kc + kh * hd + rr * rs + c * 8);
-				cp_async16(vst + o, (const __half *)a.vc + kh * hdv + rr * vrs + c * 8);
-			}
-			cp_async_wait_all();
-			__syncwarp();
-		}
 		float s[G];
 #pragma unroll
 		for (int g = 0; g < G; g++) s[g] = 0.0f;
@@ -1045,10 +884,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 #pragma unroll(HD ? 16 : 4)
 		for (int e = 0; e < hd; e += 8) {
 			float kf[8];
-			if constexpr (STG == 1)
-				ld8(kst + lane * HD + ((e / 8) ^ (lane & 7)) * 8, kf);
-			else
-				ld8(ks + e, kf);
+			ld8(ks + e, kf);
 #pragma unroll
 			for (int g = 0; g < G; g++) {
 				const float4 *q4 = (const float4 *)(sq + g * hd + e);
@@ -1068,10 +904,6 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 					cp_async16(kpst + r * (HD + 8) + cc * 8, (const __half *)a.kc + kh * hd + rr * rs + cc * 8);
 				}
 				cp_async_commit();
-				if (a.vpre) { /* and the lane's V row of that tile toward L2 (=2) */
-					int64_t jn = t1 + lane <= b1 ? t1 + lane : t1, rn = a.ring ? jn % a.ctx : jn;
-					l2_prefetch((const uint8_t *)((const __half *)a.vc + kh * hdv + rn * vrs), (size_t)hdv * 2, 0, 1);
-				}
 			}
 		}
 #pragma unroll
@@ -1095,9 +927,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 #pragma unroll(HD ? 32 / RPI : 8)
 		for (int jj = sub; jj < nv; jj += RPI) {
 			float vf[VD];
-			if constexpr (STG == 1)
-				ld8(vst + jj * HD + ((dl / 8) ^ (jj & 7)) * 8, vf);
-			else if constexpr (HD)
+			if constexpr (HD)
 				ld8(vb + (int64_t)rw[jj] * vrs, vf);
 			else
 				ldv<NV>(vb + (int64_t)rw[jj] * vrs, vf);
@@ -1156,16 +986,14 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 	if constexpr (CL) dec_cluster_merge<G>(a, cpart, h0, hdv, lo, hi, chunk);
 }
 
-/* The query heads a decode block takes: the largest of 8, 4, 2, 1 dividing the group (see below). */
+/* The query heads a decode block takes: the largest of 8, 4, 2, 1 dividing the group; few KV
+ * heads (4 for Qwen3-30B-A3B): 4 query heads a block, for twice the blocks. Measured against fixed
+ * groups (bench/RESULTS.md): 8 heads a block lost at 32k on the MoE, 1 or 2 lost at 8k. */
 static int dec_group(const sg_cu_attn *a)
 {
 	int gall = (int)(a->H / a->Hkv);
 	int g = gall % 8 == 0 ? 8 : gall % 4 == 0 ? 4 : gall % 2 == 0 ? 2 : 1;
-	/* few KV heads (4 for Qwen3-30B-A3B): 4 query heads a block, for twice the blocks */
 	if (g == 8 && a->Hkv * (gall / g) < 8) g = 4;
-	/* SARAGOSSA_CUDA_ATTN_GROUP: that many (a divisor of the group): fewer give more blocks, each
-	 * with fewer score and value sums a lane; more read each K/V row for more query heads */
-	if (g_dec_group > 0 && gall % g_dec_group == 0) g = g_dec_group;
 	return g;
 }
 
@@ -1174,25 +1002,6 @@ extern "C" int sg_cu_attn_decode_ok(const sg_cu_attn *a)
 	int64_t nv = a->hdv / 32;
 	return a->n == 1 && a->kf16 == a->vf16 && a->hd % 8 == 0 && a->hd <= 256 && a->hdv % 32 == 0 && (nv == 1 || nv == 2 || nv == 4 || nv == 8) &&
 	       a->ctx < INT32_MAX && dec_smem(dec_group(a), a->hd, a->hdv) <= 48 * 1024;
-}
-
-/* 1 if at least one cluster of dims cl of kernel k (threads a block, smem bytes of dynamic shared
- * memory each) fits the GPU; a failed query is cleared and counts as no. */
-template <typename K> static int clusters_fit(K k, dim3 cl, unsigned threads, size_t smem)
-{
-	cudaLaunchConfig_t cfg = {};
-	cudaLaunchAttribute at;
-	at.id = cudaLaunchAttributeClusterDimension;
-	at.val.clusterDim.x = cl.x, at.val.clusterDim.y = cl.y, at.val.clusterDim.z = cl.z;
-	cfg.gridDim = cl;
-	cfg.blockDim = dim3(threads);
-	cfg.dynamicSmemBytes = smem;
-	cfg.attrs = &at;
-	cfg.numAttrs = 1;
-	int n = 0;
-	if (cudaOccupancyMaxActiveClusters(&n, k, &cfg) == cudaSuccess && n > 0) return 1;
-	(void)cudaGetLastError();
-	return 0;
 }
 
 /* Whether the cluster kernel (G query heads a block, dynamic shared memory smem, clusters of cl
@@ -1209,102 +1018,128 @@ template <typename K> static int cluster_ready(K k, size_t smem, int cl, signed 
 	return ready[cl] > 0;
 }
 
-/* The compile-time head-dim kernel, staged unless the flag says otherwise (or its shared memory
- * cannot be had). Returns the cluster size it launched with (a->cl when the cluster kernel took
- * the attention), 0 for one without clusters. */
-template <int G, int NV, int HD>
-static int dec_wide(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st)
+/* The forms of the one-token attention kernel (dec_choose). */
+typedef enum {
+	DEC_GENERAL,     /* runtime shapes (any head dim, f32 or f16 caches) */
+	DEC_FIXED,       /* f16, head dim 64/128/256 at compile time, every K row read after the wait */
+	DEC_FIXED_KPRE,  /* and the first tiles' K rows copied into shared memory before the wait */
+	DEC_FIXED_KPIPE, /* and every later tile's K rows copied while the tile before reads its V rows */
+	DEC_TC,          /* tensor cores (the K copy before the wait included) */
+	DEC_TC_VFIRST,   /* and the first tiles' V rows copied before the wait too */
+	DEC_TC_CLUSTER   /* tensor cores, the slices of a block's heads merged in a thread-block cluster */
+} dec_form;
+
+/* The compile-time-shape kernel takes the attention: f16 caches of one head dim 64, 128 or 256. */
+static int dec_fixed_ok(const sg_cu_attn *a, const sg_cu_policy *pol)
 {
-	if (g_dec_stage) {
-		static int ready; /* 1 = the kernel may take its shared memory, -1 = it may not */
-		size_t smx = sm + dec_stage_smem(HD);
-		if (!ready)
-			ready = cudaFuncSetAttribute(attn_dec_kernel<__half, G, NV, HD, 1>,
-			                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smx)
-			            ? -1
-			            : 1;
-		if (ready > 0)
-			return pdl_launch(attn_dec_kernel<__half, G, NV, HD, 1>, grid, dim3(DW * 32), smx, st, *a), 0;
-		(void)cudaGetLastError();
-	}
-	/* the first tiles' K rows in shared memory before the wait, where the block's shared memory
-	 * stays within the 48 KB that needs no opt-in (f16 head dim 128 with 4 query heads: 45 KB) */
-	size_t smk = sm + (size_t)DW * 32 * (HD + 8) * 2;
-	if (g_kpre && smk <= 48 * 1024) {
-		sg_cu_attn b = *a;
-		b.kpre = 1;
-		b.vpre = g_kpipe == 2;
-		/* the tensor-core kernel for blocks of up to 4 query heads (those its tests cover) */
-		if constexpr (HD <= 128 && G <= 4) {
-			if (g_mma && !a->ring) {
-				/* with the first tiles' V rows too where two blocks an SM hold the whole grid (the
-				 * shared memory then passes 48 KB: opted into once) */
-				static int ready; /* 1 = the kernel may take the larger shared memory, -1 = it may not */
-				size_t smv = smk + (size_t)DW * 32 * (HD + 8) * 2;
-				const bool vf = g_vfirst && (int64_t)grid.x * grid.y <= 2 * (int64_t)sg_cu_sms();
-				/* the slices of a block's heads merged inside one cluster (a->cl of them; see
-				 * dec_cluster): the VFIRST layout's bytes whether it copies V early or not, the
-				 * block's sums after them */
-				static signed char cready[DEC_CLUSTER_MAX + 1];
-				size_t smc = smv + (size_t)G * (HD + 2) * 4;
-				if (a->cl > 1 && a->cl <= DEC_CLUSTER_MAX && cluster_ready(attn_dec_kernel<__half, G, NV, HD, 4, 1>, smc, a->cl, cready)) {
-					b.vfirst = vf;
-					return pdl_launch_cl(attn_dec_kernel<__half, G, NV, HD, 4, 1>, grid, dim3(DW * 32), smc, st, dim3(1, (unsigned)a->cl, 1), b),
-					       a->cl;
-				}
-				if (vf) {
-					if (!ready)
-						ready = cudaFuncSetAttribute(attn_dec_kernel<__half, G, NV, HD, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smv) ? -1 : 1;
-					if (ready > 0) {
-						b.vfirst = 1;
-						return pdl_launch(attn_dec_kernel<__half, G, NV, HD, 4>, grid, dim3(DW * 32), smv, st, b), 0;
-					}
-					(void)cudaGetLastError();
-				}
-				return pdl_launch(attn_dec_kernel<__half, G, NV, HD, 4>, grid, dim3(DW * 32), smk, st, b), 0;
+	return pol->attn.decode != SG_CU_DECODE_GROUPED && a->kf16 && a->hd == a->hdv && (a->hd == 64 || a->hd == 128 || a->hd == 256);
+}
+
+/* ... with its first tiles' K rows copied before the wait, where the block's shared memory stays
+ * within the 48 KB that needs no opt-in (f16 head dim 128 with 4 query heads: 45 KB) */
+static int dec_kpre_ok(const sg_cu_attn *a, int G, const sg_cu_policy *pol)
+{
+	return dec_fixed_ok(a, pol) && pol->attn.kpre && dec_smem(G, a->hd, a->hdv) + dec_rows_smem(a->hd) <= 48 * 1024;
+}
+
+/* ... on tensor cores: blocks of up to 4 query heads (those its tests cover), head dim 64 or 128, no ring */
+static int dec_tc_ok(const sg_cu_attn *a, int G, const sg_cu_policy *pol)
+{
+	return dec_kpre_ok(a, G, pol) && a->hd <= 128 && G <= 4 && pol->attn.mma && !a->ring;
+}
+
+/* The tensor-core kernel copies its first tiles' V rows before the wait too where two blocks an
+ * SM hold the whole grid (its shared memory then passes 48 KB: opted into once) */
+static int dec_vfirst(dim3 grid, const sg_cu_policy *pol) { return pol->attn.vfirst && (int64_t)grid.x * grid.y <= 2 * (int64_t)sg_cu_sms(); }
+
+/* The form a one-token attention takes (a->cl: the cluster size dec_cluster gave it, G query heads
+ * a block, the grid): the one place where the decode attention's switches meet. The launch may
+ * step down from the cluster or VFIRST form where the GPU refuses its shared memory or cluster. */
+static dec_form dec_choose(const sg_cu_attn *a, int G, dim3 grid, const sg_cu_policy *pol)
+{
+	if (!dec_fixed_ok(a, pol)) return DEC_GENERAL;
+	if (!dec_kpre_ok(a, G, pol)) return DEC_FIXED;
+	if (dec_tc_ok(a, G, pol)) return a->cl > 1 ? DEC_TC_CLUSTER : dec_vfirst(grid, pol) ? DEC_TC_VFIRST : DEC_TC;
+	/* the pipeline where a warp may walk several tiles: a slice longer than DW tiles (more than
+	 * 8192 rows at 64 slices); measured 1.8% slower where no warp does (1k positions) */
+	if (pol->attn.kpipe && a->ctx > (int64_t)DW * 32 * a->nchunk) return DEC_FIXED_KPIPE;
+	return DEC_FIXED_KPRE;
+}
+
+/* The compile-time head-dim kernel in form f. Returns the cluster size it launched with (a->cl
+ * when the cluster kernel took the attention), 0 for one without clusters. */
+template <int G, int NV, int HD>
+static int dec_fixed(const sg_cu_attn *a, dec_form f, dim3 grid, size_t sm, cudaStream_t st, const sg_cu_policy *pol)
+{
+	if (f == DEC_FIXED) return pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_PLAIN>, grid, dim3(DW * 32), sm, st, *a), 0;
+	const size_t smk = sm + dec_rows_smem(HD);
+	sg_cu_attn b = *a;
+	b.kpre = 1;
+	if constexpr (HD <= 128 && G <= 4) {
+		if (f == DEC_TC_CLUSTER) {
+			/* the VFIRST layout's bytes whether it copies V early or not, the block's sums after them */
+			static signed char cready[DEC_CLUSTER_MAX + 1];
+			size_t smc = smk + dec_rows_smem(HD) + (size_t)G * (HD + 2) * 4;
+			if (a->cl <= DEC_CLUSTER_MAX && cluster_ready(attn_dec_kernel<__half, G, NV, HD, DEC_MMA, 1>, smc, a->cl, cready)) {
+				b.vfirst = dec_vfirst(grid, pol);
+				return pdl_launch_cl(attn_dec_kernel<__half, G, NV, HD, DEC_MMA, 1>, grid, dim3(DW * 32), smc, st, dim3(1, (unsigned)a->cl, 1),
+						     b),
+				       a->cl;
 			}
+			f = dec_vfirst(grid, pol) ? DEC_TC_VFIRST : DEC_TC;
 		}
-		/* the pipeline where a warp may walk several tiles: a slice longer than DW tiles (more than
-		 * 8192 rows at 64 slices); measured 1.8% slower where no warp does (1k positions) */
-		if (g_kpipe && a->ctx > (int64_t)DW * 32 * a->nchunk) return pdl_launch(attn_dec_kernel<__half, G, NV, HD, 2>, grid, dim3(DW * 32), smk, st, b), 0;
-		return pdl_launch(attn_dec_kernel<__half, G, NV, HD, 0>, grid, dim3(DW * 32), smk, st, b), 0;
+		if (f == DEC_TC_VFIRST) {
+			static int ready; /* 1 = the kernel may take the larger shared memory, -1 = it may not */
+			size_t smv = smk + dec_rows_smem(HD);
+			if (!ready)
+				ready = cudaFuncSetAttribute(attn_dec_kernel<__half, G, NV, HD, DEC_MMA>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smv) ? -1
+																		 : 1;
+			if (ready > 0) {
+				b.vfirst = 1;
+				return pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_MMA>, grid, dim3(DW * 32), smv, st, b), 0;
+			}
+			(void)cudaGetLastError();
+			f = DEC_TC;
+		}
+		if (f == DEC_TC) return pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_MMA>, grid, dim3(DW * 32), smk, st, b), 0;
 	}
-	return pdl_launch(attn_dec_kernel<__half, G, NV, HD, 0>, grid, dim3(DW * 32), sm, st, *a), 0;
+	if (f == DEC_FIXED_KPIPE) return pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_KPIPE>, grid, dim3(DW * 32), smk, st, b), 0;
+	return pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_PLAIN>, grid, dim3(DW * 32), smk, st, b), 0;
 }
 
 template <typename T, int G>
-static int dec_launch(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st)
+static int dec_launch(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st, const sg_cu_policy *pol)
 {
+	const dec_form f = dec_choose(a, G, grid, pol);
 	if constexpr (sizeof(T) == 2) {
-		int wide = a->hd == a->hdv && g_dec_wide;
-		if (wide && a->hd == 128) return dec_wide<G, 4, 128>(a, grid, sm, st);
-		if (wide && a->hd == 256) return dec_wide<G, 8, 256>(a, grid, sm, st);
-		if (wide && a->hd == 64) return dec_wide<G, 2, 64>(a, grid, sm, st);
+		if (f != DEC_GENERAL && a->hd == 128) return dec_fixed<G, 4, 128>(a, f, grid, sm, st, pol);
+		if (f != DEC_GENERAL && a->hd == 256) return dec_fixed<G, 8, 256>(a, f, grid, sm, st, pol);
+		if (f != DEC_GENERAL && a->hd == 64) return dec_fixed<G, 2, 64>(a, f, grid, sm, st, pol);
 	}
 	switch (a->hdv / 32) {
 	case 1:
-		pdl_launch(attn_dec_kernel<T, G, 1, 0, 0>, grid, dim3(DW * 32), sm, st, *a);
+		pdl_launch(attn_dec_kernel<T, G, 1, 0, DEC_PLAIN>, grid, dim3(DW * 32), sm, st, *a);
 		break;
 	case 2:
-		pdl_launch(attn_dec_kernel<T, G, 2, 0, 0>, grid, dim3(DW * 32), sm, st, *a);
+		pdl_launch(attn_dec_kernel<T, G, 2, 0, DEC_PLAIN>, grid, dim3(DW * 32), sm, st, *a);
 		break;
 	case 4:
-		pdl_launch(attn_dec_kernel<T, G, 4, 0, 0>, grid, dim3(DW * 32), sm, st, *a);
+		pdl_launch(attn_dec_kernel<T, G, 4, 0, DEC_PLAIN>, grid, dim3(DW * 32), sm, st, *a);
 		break;
 	default:
-		pdl_launch(attn_dec_kernel<T, G, 8, 0, 0>, grid, dim3(DW * 32), sm, st, *a);
+		pdl_launch(attn_dec_kernel<T, G, 8, 0, DEC_PLAIN>, grid, dim3(DW * 32), sm, st, *a);
 		break;
 	}
 	return 0;
 }
 
-template <typename T> static int dec_launch_g(const sg_cu_attn *a, int G, dim3 grid, size_t sm, cudaStream_t st)
+template <typename T> static int dec_launch_g(const sg_cu_attn *a, int G, dim3 grid, size_t sm, cudaStream_t st, const sg_cu_policy *pol)
 {
 	switch (G) {
-	case 8: return dec_launch<T, 8>(a, grid, sm, st);
-	case 4: return dec_launch<T, 4>(a, grid, sm, st);
-	case 2: return dec_launch<T, 2>(a, grid, sm, st);
-	default: return dec_launch<T, 1>(a, grid, sm, st);
+	case 8: return dec_launch<T, 8>(a, grid, sm, st, pol);
+	case 4: return dec_launch<T, 4>(a, grid, sm, st, pol);
+	case 2: return dec_launch<T, 2>(a, grid, sm, st, pol);
+	default: return dec_launch<T, 1>(a, grid, sm, st, pol);
 	}
 }
 
@@ -1312,49 +1147,52 @@ extern "C" int sg_cu_attn_decode_units(const sg_cu_attn *a) { return (int)(a->Hk
 
 extern "C" int sg_cu_attn_prep_ok(const sg_cu_attn *a)
 {
-	return g_prep && g_dec_wide && !g_dec_stage && a->n == 1 && a->kf16 && a->vf16 && !a->ring && a->hd == a->hdv &&
+	const sg_cu_policy *pol = sg_cu_policy_now();
+	return pol->attn.prep && pol->attn.decode != SG_CU_DECODE_GROUPED && a->n == 1 && a->kf16 && a->vf16 && !a->ring && a->hd == a->hdv &&
 	       (a->hd == 64 || a->hd == 128 || a->hd == 256) && a->prep.r.hd == a->hd && sg_cu_attn_decode_ok(a);
 }
 
 /* The cluster size the slices of a one-token attention take (SARAGOSSA_CUDA_ATTN_CLUSTER), 0 for
- * none: the tensor-core kernel's shapes and switches (as dec_wide chooses it), at least 2 slices,
- * and all of them in one cluster (up to 16) or a whole number of clusters of 16. It only asks:
- * dec_wide returns the size it launched with, and the merge reads that one, so a kernel that
- * cannot take clusters here (cluster_ready) costs nothing but the slice rounding. */
-static int dec_cluster(const sg_cu_attn *a)
+ * none: the tensor-core kernel's shapes and switches (dec_tc_ok), at least 2 slices, and all of
+ * them in one cluster (up to 16) or a whole number of clusters of 16. It only asks: dec_fixed
+ * returns the size it launched with, and the merge reads that one, so a kernel that cannot take
+ * clusters here (cluster_ready) costs nothing but the slice rounding. */
+static int dec_cluster(const sg_cu_attn *a, const sg_cu_policy *pol)
 {
-	int G = dec_group(a);
-	size_t smk = dec_smem(G, a->hd, a->hdv) + (size_t)DW * 32 * (a->hd + 8) * 2;
-	int mma = a->kf16 && a->vf16 && a->hd == a->hdv && (a->hd == 64 || a->hd == 128) && G <= 4 && !a->ring && g_dec_wide && !g_dec_stage &&
-	          g_kpre && g_mma && smk <= 48 * 1024;
-	if (!g_cluster || !mma || a->nchunk < 2) return 0;
+	if (!pol->attn.cluster || !a->vf16 || !dec_tc_ok(a, dec_group(a), pol) || a->nchunk < 2) return 0;
 	if (a->nchunk <= DEC_CLUSTER_MAX) return a->nchunk;
 	return a->nchunk % DEC_CLUSTER_MAX == 0 ? DEC_CLUSTER_MAX : 0;
 }
 
 extern "C" int sg_cu_attn_decode_slices(const sg_cu_attn *a, int nc)
 {
-	if (!g_cluster || nc <= DEC_CLUSTER_MAX || !sg_cu_attn_decode_ok(a)) return nc;
+	const sg_cu_policy *pol = sg_cu_policy_now();
+	if (!pol->attn.cluster || nc <= DEC_CLUSTER_MAX || !sg_cu_attn_decode_ok(a)) return nc;
 	sg_cu_attn b = *a;
 	b.nchunk = nc - nc % DEC_CLUSTER_MAX;
-	return dec_cluster(&b) ? b.nchunk : nc;
+	return dec_cluster(&b, pol) ? b.nchunk : nc;
 }
+
+static int g_cluster_last; /* the cluster size of the last one-token attention launched (tests) */
+extern "C" int sg_cu_attn_decode_last_cluster(void) { return g_cluster_last; }
 
 extern "C" int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s)
 {
 	if (!sg_cu_attn_decode_ok(a) || a->nchunk < 1 || (a->nchunk > 1 && !a->part)) return (int)cudaErrorInvalidValue;
 	if (a->prep.on && !sg_cu_attn_prep_ok(a)) return (int)cudaErrorInvalidValue;
+	const sg_cu_policy *pol = sg_cu_policy_now();
 	int G = dec_group(a);
 	dim3 grid((unsigned)sg_cu_attn_decode_units(a), (unsigned)a->nchunk);
 	size_t sm = dec_smem(G, a->hd, a->hdv);
 	cudaStream_t st = (cudaStream_t)s;
 	sg_cu_attn b = *a;
-	b.cl = dec_cluster(a);
+	b.cl = dec_cluster(a, pol);
 	/* the cluster size taken (0 where the kernel chosen has none): what the merge reads */
-	b.cl = a->kf16 ? dec_launch_g<__half>(&b, G, grid, sm, st) : dec_launch_g<float>(&b, G, grid, sm, st);
+	b.cl = a->kf16 ? dec_launch_g<__half>(&b, G, grid, sm, st, pol) : dec_launch_g<float>(&b, G, grid, sm, st, pol);
 	g_cluster_last = b.cl;
 	if (b.nchunk > 1 && b.cl == b.nchunk) return ok(); /* one cluster merged every slice */
-	if (b.nchunk > 1 && g_merge1 && b.nchunk <= DEC_SPLIT) pdl_launch(attn_merge1_kernel, dim3((unsigned)b.H), dim3(128), 0, st, b);
+	/* the merge in one round trip of loads (SARAGOSSA_CUDA_ATTN_MERGE), else the many-token path's */
+	if (b.nchunk > 1 && pol->attn.merge1 && b.nchunk <= DEC_SPLIT) pdl_launch(attn_merge1_kernel, dim3((unsigned)b.H), dim3(128), 0, st, b);
 	else if (b.nchunk > 1) pdl_launch(attn_merge_kernel<1>, dim3((unsigned)b.H), dim3(128), 0, st, b);
 	return ok();
 }
@@ -1400,559 +1238,5 @@ extern "C" int sg_cu_attn_rows(float *s, const int32_t *pos, int64_t rows, int64
 {
 	if (rows <= 0) return 0;
 	attn_rows_kernel<<<(unsigned)rows, 256, 0, (cudaStream_t)st>>>(s, pos, n, L, scale, cap, window, causal, pmax, (__half *)p16);
-	return ok();
-}
-
-__global__ void f16_to_f32_kernel(const __half *x, int64_t n, float *out)
-{
-	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) out[i] = __half2float(x[i]);
-}
-
-extern "C" int sg_cu_f16_to_f32(const void *x, int64_t n, float *out, sg_custream s)
-{
-	if (n <= 0) return 0;
-	f16_to_f32_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)s>>>((const __half *)x, n, out);
-	return ok();
-}
-
-/* --- elementwise --- */
-
-__global__ void ew_kernel(int kind, const float *a, const float *b, float sc, float *out, int64_t n)
-{
-	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-		float g = a[i], r;
-		switch (kind) {
-		case SG_CU_EW_SILU: r = g / (1.0f + expf(-g)) * b[i]; break;
-		case SG_CU_EW_GELU: r = 0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g))) * b[i]; break;
-		case SG_CU_EW_GELU_ERF: r = 0.5f * g * (1.0f + erff(g * 0.70710678f)) * b[i]; break;
-		case SG_CU_EW_ADD: r = g + b[i]; break;
-		case SG_CU_EW_SCALE: r = g * sc; break;
-		default: r = sc * tanhf(g / sc); break;
-		}
-		out[i] = r;
-	}
-}
-
-extern "C" int sg_cu_elementwise(int kind, const float *a, const float *b, float sc, float *out, int64_t n, sg_custream s)
-{
-	if (n <= 0) return 0;
-	ew_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)s>>>(kind, a, b, sc, out, n);
-	return ok();
-}
-
-/* --- softmax, routing, argmax --- */
-
-__global__ void softmax_kernel(const float *x, float *out, int64_t D)
-{
-	const float *xr = x + blockIdx.x * D;
-	float *o = out + blockIdx.x * D;
-	float m = -INFINITY;
-	for (int64_t i = threadIdx.x; i < D; i += blockDim.x) m = fmaxf(m, xr[i]);
-	m = block_max(m);
-	double sum = 0;
-	for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-		float e = expf(xr[i] - m);
-		o[i] = e;
-		sum += e;
-	}
-	float inv = (float)(1.0 / block_sum(sum));
-	for (int64_t i = threadIdx.x; i < D; i += blockDim.x) o[i] *= inv;
-}
-
-extern "C" int sg_cu_softmax(const float *x, float *out, int64_t rows, int64_t D, sg_custream s)
-{
-	if (rows <= 0) return 0;
-	softmax_kernel<<<(unsigned)rows, 256, 0, (cudaStream_t)s>>>(x, out, D);
-	return ok();
-}
-
-/* (value, index) argmax with ties to the lower index; NaN never wins. */
-static __device__ __forceinline__ void better(float &bv, int &bi, float v, int i)
-{
-	if (v > bv || (v == bv && i < bi)) bv = v, bi = i;
-}
-
-/* (value, index) argmax over the warp; every lane gets it. */
-static __device__ __forceinline__ void warp_argmax(float &bv, int &bi)
-{
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1) {
-		float v = __shfl_xor_sync(0xffffffffu, bv, o);
-		int i = __shfl_xor_sync(0xffffffffu, bi, o);
-		better(bv, bi, v, i);
-	}
-}
-
-static __device__ void block_argmax(float &bv, int &bi)
-{
-	__shared__ float sv[32];
-	__shared__ int si[32];
-	warp_argmax(bv, bi);
-	int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
-	__syncthreads();
-	if (l == 0) sv[w] = bv, si[w] = bi;
-	__syncthreads();
-	bv = sv[0], bi = si[0];
-	for (int k = 1; k < nw; k++) better(bv, bi, sv[k], si[k]);
-	__syncthreads();
-}
-
-#define MAX_EXPERTS 1024
-__global__ void route_kernel(const float *logits, int64_t E, int sigmoid, int k, int norm, int32_t *ids, float *wout)
-{
-	__shared__ float p[MAX_EXPERTS];
-	pdl_trigger();
-	pdl_wait();
-	const float *x = logits + blockIdx.x * E;
-	if (sigmoid) {
-		for (int64_t i = threadIdx.x; i < E; i += blockDim.x) p[i] = 1.0f / (1.0f + expf(-x[i]));
-	} else {
-		float m = -INFINITY;
-		for (int64_t i = threadIdx.x; i < E; i += blockDim.x) m = fmaxf(m, x[i]);
-		m = block_max(m);
-		double sum = 0;
-		for (int64_t i = threadIdx.x; i < E; i += blockDim.x) {
-			p[i] = expf(x[i] - m);
-			sum += p[i];
-		}
-		float inv = (float)(1.0 / block_sum(sum));
-		for (int64_t i = threadIdx.x; i < E; i += blockDim.x) p[i] *= inv;
-	}
-	__syncthreads();
-	float wsum = 0.0f;
-	for (int s = 0; s < k; s++) {
-		float bv = -INFINITY;
-		int bi = 0x7fffffff;
-		for (int64_t i = threadIdx.x; i < E; i += blockDim.x)
-			if (p[i] == p[i]) better(bv, bi, p[i], (int)i);
-		block_argmax(bv, bi);
-		if (bi == 0x7fffffff) bi = 0;
-		if (threadIdx.x == 0) {
-			ids[blockIdx.x * k + s] = bi;
-			wout[blockIdx.x * k + s] = p[bi];
-			wsum += p[bi];
-			p[bi] = NAN; /* taken */
-		}
-		__syncthreads();
-	}
-	if (threadIdx.x == 0 && norm && wsum > 0)
-		for (int s = 0; s < k; s++) wout[blockIdx.x * k + s] /= wsum;
-}
-
-/*
- * route_kernel for E <= 256 experts as one warp with the probabilities in registers (expert
- * 32 i + lane in p[i], NaN past E): the k picks are shuffles alone, no shared memory or
- * barriers. The same bits as route_kernel at 32 threads: each lane sums its experts in the same
- * order, the warp reduces them in the same tree, ties go to the lower index. One token's k ids
- * and weights into ids [k], wout [k].
- */
-#define ROUTE_PER 8
-static __device__ __forceinline__ void route_warp(float (&p)[ROUTE_PER], int64_t E, int sigmoid, int k, int norm, int32_t *ids, float *wout)
-{
-	const int lane = threadIdx.x & 31;
-	if (sigmoid) {
-#pragma unroll
-		for (int i = 0; i < ROUTE_PER; i++)
-			if (32 * i + lane < E) p[i] = 1.0f / (1.0f + expf(-p[i]));
-	} else {
-		float m = -INFINITY;
-#pragma unroll
-		for (int i = 0; i < ROUTE_PER; i++)
-			if (32 * i + lane < E) m = fmaxf(m, p[i]);
-		m = warp_max(m);
-		double sum = 0;
-#pragma unroll
-		for (int i = 0; i < ROUTE_PER; i++)
-			if (32 * i + lane < E) {
-				p[i] = expf(p[i] - m);
-				sum += p[i];
-			}
-		float inv = (float)(1.0 / warp_sum(sum));
-#pragma unroll
-		for (int i = 0; i < ROUTE_PER; i++) p[i] *= inv; /* NaN stays NaN: never picked */
-	}
-	float wsum = 0.0f;
-	for (int s = 0; s < k; s++) {
-		float bv = -INFINITY;
-		int bi = 0x7fffffff;
-#pragma unroll
-		for (int i = 0; i < ROUTE_PER; i++)
-			if (p[i] == p[i]) better(bv, bi, p[i], 32 * i + lane);
-		warp_argmax(bv, bi);
-		/* all taken or NaN: route_kernel's expert 0 */
-		if (bi == 0x7fffffff) bi = 0, bv = __shfl_sync(0xffffffffu, p[0], 0);
-#pragma unroll
-		for (int i = 0; i < ROUTE_PER; i++)
-			if (32 * i + lane == bi) p[i] = NAN; /* taken */
-		if (lane == 0) {
-			ids[s] = bi;
-			wout[s] = bv;
-		}
-		wsum += bv;
-	}
-	if (lane == 0 && norm && wsum > 0)
-		for (int s = 0; s < k; s++) wout[s] /= wsum;
-}
-
-__global__ void __launch_bounds__(32)
-    route_warp_kernel(const float *logits, int64_t E, int sigmoid, int k, int norm, int32_t *ids, float *wout)
-{
-	pdl_trigger();
-	pdl_wait();
-	int lane = threadIdx.x;
-	const float *x = logits + blockIdx.x * E;
-	float p[ROUTE_PER];
-#pragma unroll
-	for (int i = 0; i < ROUTE_PER; i++) p[i] = 32 * i + lane < E ? x[32 * i + lane] : NAN;
-	route_warp(p, E, sigmoid, k, norm, ids + blockIdx.x * k, wout + blockIdx.x * k);
-}
-
-/*
- * SARAGOSSA_CUDA_MOE_ROUTER: one token's MoE router stage in one launch, a cluster of RT_CL blocks
- * of RT_THREADS threads in place of the norm-quantize kernel, the router GEMV and the routing
- * kernel (two launches' drain and wait fewer in the decode chain). Before the wait each warp loads
- * the first RT_ROW values of its first router row (weights: nothing writes them) into registers,
- * where rows hold that many (a shorter row is read after the wait). After it every block
- * normalises the whole row (block_sumsq at the norm-quantize kernel's 512 threads and its
- * expressions: its bits) into shared memory; block r writes the 32-value blocks r, r + RT_CL,
- * ... of xn and their 8-bit rounding for the experts (q8_store, as that kernel does); its warps
- * take router rows r per + w, r per + w + 16, ... (per = E / RT_CL rounded up), one warp a row,
- * the logits into y and the block's shared memory. After the cluster's
- * barrier one warp of rank 0 reads the E logits through distributed shared memory and routes them
- * (route_warp); the second barrier keeps the blocks' shared memory until it is done (and, with
- * r.pf, hands every block the ids, whose experts' weights it then requests into L2). The logits
- * sum in another order than the router GEMV's, so they (and a routing decided within that
- * rounding) may differ from the three kernels'; xn and the 8-bit blocks are their bits.
- */
-#define RT_CL 8       /* blocks of the cluster (portable size) */
-#define RT_THREADS 512 /* the norm-quantize kernel's block: the same sum of squares */
-#define RT_PRE 16     /* float4s of a row a lane loads before the wait */
-#define RT_ROW (4 * 32 * RT_PRE) /* the floats of that part of a row */
-__global__ void __launch_bounds__(RT_THREADS) moe_router_kernel(const sg_cu_router r)
-{
-	extern __shared__ float4 rt_sm4[];
-	const int64_t K = r.K, E = r.E, per = (E + RT_CL - 1) / RT_CL;
-	float *xs = (float *)rt_sm4; /* [K] the normalised row */
-	float *ls = xs + K;          /* [per] this block's logits */
-	cg::cluster_group cl = cg::this_cluster();
-	const int rank = (int)cl.block_rank(), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	const int64_t e0 = rank * per, e1 = min(E, e0 + per);
-	pdl_trigger();
-	float4 wp[RT_PRE];
-	{
-		const int64_t e = e0 + warp;
-		const float4 *w4 = (const float4 *)(r.w + (e < e1 ? e : 0) * K);
-#pragma unroll
-		for (int j = 0; j < RT_PRE; j++) {
-			const int64_t i = lane + 32 * j;
-			wp[j] = e < e1 && K >= RT_ROW ? __ldg(w4 + i) : make_float4(0, 0, 0, 0);
-		}
-	}
-	pdl_wait();
-	const float sc = 1.0f / sqrtf(block_sumsq(r.x, K) / (float)K + r.eps);
-	for (int64_t i = threadIdx.x; i < K; i += RT_THREADS) {
-		const float wv = r.norm_w[i] + r.off;
-		xs[i] = r.x[i] * sc * wv;
-	}
-	__syncthreads();
-	for (int64_t b = rank + (int64_t)RT_CL * warp; b < K / 32; b += (int64_t)RT_CL * (RT_THREADS / 32)) { /* whole warps */
-		const float v = xs[b * 32 + lane];
-		r.xn[b * 32 + lane] = v;
-		q8_store(v, b, lane, r.xq, r.dx, r.sx);
-	}
-	const float4 *x4 = (const float4 *)xs;
-	for (int64_t e = e0 + warp; e < e1; e += RT_THREADS / 32) {
-		float acc = 0.0f;
-		const float4 *w4 = (const float4 *)(r.w + e * K);
-		int64_t i = lane;
-		if (e == e0 + warp && K >= RT_ROW) { /* the row's part loaded before the wait (a shorter row: all of it after) */
-#pragma unroll
-			for (int j = 0; j < RT_PRE; j++) {
-				const float4 a = wp[j], b = x4[lane + 32 * j];
-				acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-			}
-			i = lane + 32 * RT_PRE;
-		}
-#pragma unroll 4
-		for (; i < K / 4; i += 32) {
-			const float4 a = __ldg(w4 + i), b = x4[i];
-			acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-		}
-		acc = warp_sum(acc);
-		if (lane == 0) ls[e - e0] = acc, r.y[e] = acc;
-	}
-	cl.sync();
-	if (rank == 0 && warp == 0) {
-		float p[ROUTE_PER];
-#pragma unroll
-		for (int j = 0; j < ROUTE_PER; j++) {
-			const int64_t e = 32 * j + lane;
-			p[j] = e < E ? cl.map_shared_rank(ls, (int)(e / per))[e % per] : NAN;
-		}
-		route_warp(p, E, r.sigmoid, r.k, r.norm_topk, r.ids, r.weights);
-	}
-	cl.sync(); /* also makes rank 0's ids visible to the cluster */
-	/* =2: the chosen experts of the next kernel (gate, up) requested into L2, a 128-byte line a
-	 * thread at a time over the cluster's threads, so their DRAM reads start before that kernel
-	 * has waited for this one */
-	const int t = rank * RT_THREADS + (int)threadIdx.x, nt = RT_CL * RT_THREADS;
-	for (int s = 0; s < r.k && (r.pf[0] || r.pf[1]); s++) {
-		const int32_t e = __ldcg(r.ids + s);
-		for (int i = 0; i < 2 && e >= 0 && e < E; i++)
-			if (r.pf[i]) l2_prefetch(r.pf[i] + (size_t)e * r.pf_bytes[i], r.pf_bytes[i], t, nt);
-	}
-}
-
-/* 1 if the fused router stage takes these shapes here: K a multiple of 32 of 1024..8192 (the
- * norm-quantize kernel's sizes; the row in 32 KB of shared memory), 16-byte aligned rows, up to
- * 32 ROUTE_PER experts, k of them at most, and a cluster of RT_CL such blocks fits the GPU (asked
- * once). */
-static size_t rt_smem(int64_t K, int64_t E) { return (size_t)(K + (E + RT_CL - 1) / RT_CL) * 4; }
-extern "C" int sg_cu_moe_router_ok(int64_t K, int64_t E, int k)
-{
-	if (K % 32 || K < 1024 || K > 8192 || E < 1 || E > 32 * ROUTE_PER || k < 1 || k > E) return 0;
-	static int ready; /* 1 = a cluster fits, -1 = it does not */
-	if (!ready) ready = clusters_fit(moe_router_kernel, dim3(RT_CL), RT_THREADS, rt_smem(8192, 32 * ROUTE_PER)) ? 1 : -1;
-	return ready > 0;
-}
-
-extern "C" int sg_cu_moe_router(const sg_cu_router *r, sg_custream s)
-{
-	if (!sg_cu_moe_router_ok(r->K, r->E, r->k) || ((uintptr_t)r->x & 15) || ((uintptr_t)r->w & 15)) return (int)cudaErrorInvalidValue;
-	pdl_launch_cl(moe_router_kernel, dim3(RT_CL), dim3(RT_THREADS), rt_smem(r->K, r->E), (cudaStream_t)s, dim3(RT_CL, 1, 1), *r);
-	return ok();
-}
-
-/* SARAGOSSA_CUDA_ROUTE_WARP=0 keeps route_kernel for every expert count */
-static int g_route_warp = 1;
-extern "C" void sg_cu_set_route_warp(int on)
-{
-	g_route_warp = on != 0;
-}
-
-extern "C" int sg_cu_moe_route(const float *logits, int64_t n, int64_t E, int sigmoid, int k, int norm,
-                               int32_t *ids, float *w, sg_custream s)
-{
-	if (n <= 0) return 0;
-	if (E > MAX_EXPERTS) return (int)cudaErrorInvalidValue;
-	if (E <= 32 * ROUTE_PER && g_route_warp) {
-		pdl_launch(route_warp_kernel, dim3((unsigned)n), dim3(32), 0, (cudaStream_t)s, logits, E,
-		           sigmoid, k, norm, ids, w);
-		return ok();
-	}
-	/* one warp for the usual expert counts: its k picks then need no cross-warp barrier work */
-	pdl_launch(route_kernel, dim3((unsigned)n), dim3(E <= 256 ? 32 : 256), 0, (cudaStream_t)s, logits, E, sigmoid, k, norm, ids, w);
-	return ok();
-}
-
-/* Block (b, t): dims [256 b, 256 b + 256) of token t, its k slots summed in slot order. */
-/* out = res + sum_s w_s y_s (res NULL: the sum alone); the sum first, then one add, as the
- * combine and add kernels would do it. out may alias res (each element one thread's). */
-__global__ void combine_kernel(const float *y, const float *w, int64_t k, int64_t D, const float *res, float *out)
-{
-	int64_t t = blockIdx.y, d = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	pdl_trigger();
-	pdl_wait();
-	if (d >= D) return;
-	float acc = 0.0f;
-#pragma unroll 8
-	for (int64_t s = 0; s < k; s++)
-		acc += w[t * k + s] * y[(t * k + s) * D + d]; /* the loads in flight together */
-	out[t * D + d] = res ? res[t * D + d] + acc : acc;
-}
-
-extern "C" int sg_cu_moe_combine(const float *y, const float *w, int64_t n, int64_t k, int64_t D, const float *res, float *out, sg_custream s)
-{
-	if (n <= 0) return 0;
-	if (n > 65535) return (int)cudaErrorInvalidValue;
-	pdl_launch(combine_kernel, dim3((unsigned)((D + 255) / 256), (unsigned)n), dim3(256), 0, (cudaStream_t)s, y, w, k, D, res, out);
-	return ok();
-}
-
-__global__ void argmax_kernel(const float *x, int64_t D, int32_t *ids)
-{
-	const float *xr = x + blockIdx.x * D;
-	float bv = -INFINITY;
-	int bi = 0;
-	for (int64_t i = threadIdx.x; i < D; i += blockDim.x) better(bv, bi, xr[i], (int)i);
-	block_argmax(bv, bi);
-	if (threadIdx.x == 0) ids[blockIdx.x] = bi;
-}
-
-/* Long rows in two passes: block b of row r takes a slice and leaves its (value, index); one
- * block per row then picks among them (same order rule, so the same winner as one pass). */
-__global__ void argmax_part_kernel(const float *x, int64_t D, int64_t slice, float *pv, int32_t *pi)
-{
-	pdl_trigger();
-	pdl_wait();
-	const float *xr = x + blockIdx.y * D;
-	int64_t a = blockIdx.x * slice, b = min(a + slice, D);
-	float bv = -INFINITY;
-	int bi = (int)a;
-	for (int64_t i = a + threadIdx.x; i < b; i += blockDim.x) better(bv, bi, xr[i], (int)i);
-	block_argmax(bv, bi);
-	if (threadIdx.x == 0) pv[blockIdx.y * gridDim.x + blockIdx.x] = bv, pi[blockIdx.y * gridDim.x + blockIdx.x] = bi;
-}
-
-__global__ void argmax_final_kernel(const float *pv, const int32_t *pi, int np, int32_t *ids)
-{
-	pdl_trigger();
-	pdl_wait();
-	float bv = -INFINITY;
-	int bi = pi[blockIdx.x * np];
-	for (int i = threadIdx.x; i < np; i += blockDim.x) better(bv, bi, pv[blockIdx.x * np + i], pi[blockIdx.x * np + i]);
-	block_argmax(bv, bi);
-	if (threadIdx.x == 0) ids[blockIdx.x] = bi;
-}
-
-#define ARGMAX_SLICE 4096
-extern "C" size_t sg_cu_argmax_scratch(int64_t rows, int64_t D) { return D > 2 * ARGMAX_SLICE ? (size_t)(rows * ((D + ARGMAX_SLICE - 1) / ARGMAX_SLICE)) * 8 : 0; }
-
-extern "C" int sg_cu_argmax(const float *x, int64_t rows, int64_t D, int32_t *ids, void *scratch, sg_custream s)
-{
-	if (rows <= 0) return 0;
-	cudaStream_t st = (cudaStream_t)s;
-	if (!scratch || D <= 2 * ARGMAX_SLICE || rows > 65535) {
-		argmax_kernel<<<(unsigned)rows, 256, 0, st>>>(x, D, ids);
-		return ok();
-	}
-	int np = (int)((D + ARGMAX_SLICE - 1) / ARGMAX_SLICE);
-	float *pv = (float *)scratch;
-	int32_t *pi = (int32_t *)(pv + rows * np);
-	pdl_launch(argmax_part_kernel, dim3((unsigned)np, (unsigned)rows), dim3(256), 0, st, x, D, (int64_t)ARGMAX_SLICE, pv, pi);
-	pdl_launch(argmax_final_kernel, dim3((unsigned)rows), dim3(128), 0, st, (const float *)pv, (const int32_t *)pi, np, ids);
-	return ok();
-}
-
-/* --- sampling candidates (top_candidates) --- */
-
-/* A logit's rank key with its id: larger = better (higher value, then lower id), unique per id.
- * NaN ranks as -inf, +inf as FLT_MAX, -0 as 0, as the host sampler compares them. An empty slot
- * (id < 0) is 0, below every logit. */
-static __device__ __forceinline__ unsigned long long tc_key(float v, int32_t id)
-{
-	if (id < 0) return 0ull;
-	v = v != v ? -INFINITY : fminf(v, FLT_MAX);
-	if (v == 0.0f) v = 0.0f;
-	uint32_t u = __float_as_uint(v);
-	u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-	return ((unsigned long long)u << 32) | (uint32_t)~(uint32_t)id;
-}
-
-#define TC_THREADS 1024
-#define TC_CHUNK 8192
-
-/* Block b selects the k best of its chunk of entries [b*chunk, min((b+1)*chunk, n)) (PAIRS: value
- * and id arrays; else x with ids = indices) into slots [b*k, b*k + k) of ov/oi, any order; slots
- * past a short chunk's size get id -1. Radix selection on the 64-bit keys, 8 bits a pass from the
- * top, until the boundary bucket is taken whole. Block 0 also gathers x at gather[0..m). */
-template <bool PAIRS>
-__global__ void __launch_bounds__(TC_THREADS) topc_kernel(const float *x, const int32_t *xid, int64_t n, int64_t chunk,
-							   int k, float *ov, int32_t *oi, const int32_t *gather, int m,
-							   float *gv)
-{
-	__shared__ unsigned hist[256];
-	__shared__ int s_digit, s_need, s_done, s_cnt;
-	pdl_trigger();
-	pdl_wait();
-	int tid = threadIdx.x, lane = tid & 31;
-	if (!PAIRS && gather && blockIdx.x == 0)
-		for (int i = tid; i < m; i += blockDim.x) {
-			int32_t id = gather[i];
-			gv[i] = id >= 0 && id < n ? x[id] : __int_as_float(0x7fc00000);
-		}
-	int64_t a = (int64_t)blockIdx.x * chunk, b = min(a + chunk, n);
-	int cnt = (int)(b - a), kk = min(k, cnt), need = kk, bits = 0;
-	unsigned long long pfx = 0;
-	float *bo = ov + (int64_t)blockIdx.x * k;
-	int32_t *bi = oi + (int64_t)blockIdx.x * k;
-	for (int i = kk + tid; i < k; i += blockDim.x) bo[i] = -INFINITY, bi[i] = -1;
-	if (tid == 0) s_cnt = 0;
-	for (int sh = 56; kk < cnt && sh >= 0; sh -= 8) {
-		for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
-		__syncthreads();
-		/* every thread runs the same trips, so the warp votes with all lanes */
-		for (int64_t i0 = a; i0 < b; i0 += blockDim.x) {
-			int64_t i = i0 + tid;
-			bool in = false;
-			unsigned d = 0;
-			if (i < b) {
-				unsigned long long key = PAIRS ? tc_key(x[i], xid[i]) : tc_key(x[i], (int32_t)i);
-				in = bits == 0 || (key >> (64 - bits)) == (pfx >> (64 - bits));
-				d = (unsigned)(key >> sh) & 255u;
-			}
-			/* one atomic per distinct digit of the warp: the top digits of a row repeat a lot */
-			unsigned act = __ballot_sync(0xffffffffu, in);
-			if (in) {
-				unsigned peers = __match_any_sync(act, d);
-				if (lane == __ffs(peers) - 1) atomicAdd(&hist[d], (unsigned)__popc(peers));
-			}
-		}
-		__syncthreads();
-		if (tid < 32) {
-			/* lane l holds bins 255-8l .. 248-8l, top down; find where the count from the top
-			 * reaches need */
-			unsigned c[8], tot = 0;
-#pragma unroll
-			for (int j = 0; j < 8; j++) c[j] = hist[255 - 8 * lane - j], tot += c[j];
-			unsigned inc = tot;
-#pragma unroll
-			for (int o = 1; o < 32; o <<= 1) {
-				unsigned v = __shfl_up_sync(0xffffffffu, inc, o);
-				if (lane >= o) inc += v;
-			}
-			unsigned acc = inc - tot;
-			if (acc < (unsigned)need && (unsigned)need <= inc)
-				for (int j = 0; j < 8; j++) {
-					if (acc + c[j] >= (unsigned)need) {
-						s_digit = 255 - 8 * lane - j;
-						s_need = need - (int)acc;
-						s_done = c[j] == (unsigned)(need - (int)acc);
-						break;
-					}
-					acc += c[j];
-				}
-		}
-		__syncthreads();
-		pfx |= (unsigned long long)s_digit << sh;
-		bits += 8;
-		need = s_need;
-		if (s_done) break;
-		__syncthreads();
-	}
-	__syncthreads();
-	for (int64_t i = a + tid; i < b; i += blockDim.x) {
-		float v = x[i];
-		int32_t id = PAIRS ? xid[i] : (int32_t)i;
-		unsigned long long key = tc_key(v, id);
-		if (kk == cnt ? id >= 0 : (key >> (64 - bits)) >= (pfx >> (64 - bits))) {
-			int at = atomicAdd(&s_cnt, 1);
-			bo[at] = v, bi[at] = id;
-		}
-	}
-}
-
-extern "C" size_t sg_cu_topc_scratch(int64_t V, int k)
-{
-	int64_t nb = (V + TC_CHUNK - 1) / TC_CHUNK;
-	return nb > 1 ? (size_t)(nb * k) * 8 : 0;
-}
-
-extern "C" int sg_cu_topc(const float *x, int64_t V, int k, const int32_t *gather, int m, int32_t *out, void *scratch,
-			  sg_custream s)
-{
-	cudaStream_t st = (cudaStream_t)s;
-	int64_t nb = (V + TC_CHUNK - 1) / TC_CHUNK;
-	if (k < 1 || k > V || (nb > 1 && !scratch)) return (int)cudaErrorInvalidValue;
-	int32_t *oid = out;
-	float *ov = (float *)(out + k), *gv = (float *)(out + 2 * k);
-	if (nb == 1) {
-		pdl_launch(topc_kernel<false>, dim3(1), dim3(TC_THREADS), 0, st, x, (const int32_t *)NULL, V, V, k, ov, oid, gather, m, gv);
-		return ok();
-	}
-	float *sv = (float *)scratch;
-	int32_t *si = (int32_t *)(sv + nb * k);
-	pdl_launch(topc_kernel<false>, dim3((unsigned)nb), dim3(TC_THREADS), 0, st, x, (const int32_t *)NULL, V, (int64_t)TC_CHUNK, k, sv, si, gather, m, gv);
-	pdl_launch(topc_kernel<true>, dim3(1), dim3(TC_THREADS), 0, st, (const float *)sv, (const int32_t *)si, nb * k, nb * k, k, ov, oid, (const int32_t *)NULL, 0, (float *)NULL);
 	return ok();
 }
