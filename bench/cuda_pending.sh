@@ -1,37 +1,36 @@
 #!/usr/bin/env bash
-# The GPU checks and measurements of the CUDA switches that are off by default because they were
-# written and unit-tested on a machine without a GPU. Run from the repository root, in parts when a
-# command's time is limited (STEPS picks them, in this order):
+# The GPU checks and measurements a change to the CUDA backend needs, for a GPU machine that may not
+# build the project. Run from the repository root, in parts when a command's time is limited (STEPS
+# picks them, in this order):
 #   STEPS=pack bash bench/cuda_pending.sh                      (where nvcc links; no GPU needed)
 #   STEPS="unpack tests" bash bench/cuda_pending.sh            (on the GPU machine)
-#   STEPS="unpack models ab" VOCAB=ggml-vocab-qwen2.gguf bash bench/cuda_pending.sh
-# pack    make CUDA=1, then build/gpu.tar.xz: saragossa and test_unit stripped, and the shared
-#         libraries they load outside the C runtime (a bare CUDA image lacks jansson, curl, pcre2,
-#         criterion, ...), about 25 MB; take it to a GPU machine whose image cannot build the project
+#   STEPS="unpack models ab" VOCAB=ggml-vocab-qwen2.gguf BEFORE_BIN=before/saragossa bash bench/cuda_pending.sh
+# pack    make CUDA=1 (in BUILD), then build/gpu.tar.xz: saragossa and test_unit stripped, and the
+#         shared libraries they load outside the C runtime (a bare CUDA image lacks jansson, curl,
+#         pcre2, criterion, ...), about 25 MB; take it to a GPU machine whose image cannot build the
+#         project (a second pack, unpacked elsewhere, is the BEFORE_BIN of a side-by-side)
 # unpack  build/gpu.tar.xz into build/gpu: the later steps then run build/gpu's binaries with
 #         LD_LIBRARY_PATH=build/gpu/lib
 # build   make CUDA=1 (all cores) on a machine that has the project's dependencies
-# tests   the CUDA unit tests (build/test_unit --filter 'cuda*/*': the cluster merge against the
-#         merge kernel, the one-kernel MoE router against the three, hybrid graph replay
-#         bit-identical to per-op, and every older one), the parity suite on the GPU
-#         (tests/e2e/test_parity*.py, python3 with numpy and pytest), then compute-sanitizer
-#         memcheck and racecheck on the two cluster tests where the tool is found
+# tests   the CUDA unit tests (build/test_unit --filter 'cuda*/*'), the parity suite on the GPU
+#         (tests/e2e/test_parity*.py, python3 with numpy and pytest), then compute-sanitizer memcheck
+#         and racecheck on SANITIZE (unit tests to check; none by default) where the tool is found
 # models  random-weight files in WORK: Qwen3-8B and Qwen3-30B-A3B shapes as Q4_K_M GGUF (written
 #         directly; VOCAB: a GGUF holding a Qwen vocabulary, as for bench/cuda_peer.sh) and a
 #         Qwen3.6-35B-A3B-shaped MLX 4-bit folder of HYBRID_LAYERS layers (no vocabulary needed)
-# ab      bench/flag_ab.sh: SARAGOSSA_CUDA_ATTN_CLUSTER 0 1 on both GGUF files at DEPTHS,
-#         SARAGOSSA_CUDA_MOE_ROUTER 0 1 2 on the MoE file at DEPTHS, and SARAGOSSA_CUDA_GRAPHS_HYBRID
-#         0 1 on the hybrid folder at 1024 positions
-# env: AB ("cluster router hybrid": which of the ab step's runs; each takes a few minutes, so under
-#      a 10-minute limit give them one or two at a time), WORK (/tmp/peer), DEPTHS ("1024 8192"), HYBRID_LAYERS (8), PY (python3 with numpy), OUT (a
-#      folder that also receives the logs and tables; none), SG_BIN (build/saragossa, build/gpu's
-#      after unpack), TEST_BIN (build/test_unit, likewise)
-# A switch that measures faster and passes its tests becomes its flag's default in src/base/flags.c,
-# with the numbers in bench/RESULTS.md.
+# ab      bench/flag_ab.sh: "builds", BEFORE_BIN against this build (SG_BIN) on both GGUF files at
+#         DEPTHS, each run in turn; "hybrid", SARAGOSSA_CUDA_GRAPHS_HYBRID 0 1 on the hybrid folder
+# env: BUILD (build: where the pack step builds with CUDA=1), AB ("builds hybrid": which of the ab
+#      step's runs; each takes a few minutes), WORK (/tmp/peer), DEPTHS ("1024 8192"), HYBRID_LAYERS
+#      (8), PY (python3 with numpy), OUT (a folder that also receives the logs and tables; none),
+#      SG_BIN (build/saragossa, build/gpu's after unpack), TEST_BIN (likewise), BEFORE_BIN, SANITIZE
+# A switch written where no GPU runs stays off until these have run; one that measures faster and
+# passes its tests becomes its flag's default in src/base/flags.c, with the numbers in
+# bench/RESULTS.md, and one that does not leaves src/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-build tests models ab}
-AB=${AB:-cluster router hybrid}
+AB=${AB:-builds hybrid}
 WORK=${WORK:-/tmp/peer}
 DEPTHS=${DEPTHS:-1024 8192}
 HYBRID_LAYERS=${HYBRID_LAYERS:-8}
@@ -39,6 +38,7 @@ PY=${PY:-python3}
 SG_BIN=${SG_BIN:-build/saragossa}
 TEST_BIN=${TEST_BIN:-build/test_unit}
 OUT=${OUT:-}
+BUILD=${BUILD:-build} # the pack step's build folder (a CUDA=0 build elsewhere keeps its own)
 export PYTHONUNBUFFERED=1
 T0=$SECONDS
 ts() { echo "[$(date +%H:%M:%S) +$((SECONDS - T0))s] $*"; }
@@ -52,12 +52,12 @@ HYB="$WORK/qwen36-random-${HYBRID_LAYERS}l"
 
 if has pack; then
 	ts "build (CUDA=1) and pack"
-	make -j"$(nproc)" CUDA=1 build/saragossa build/test_unit >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; exit 1; }
+	make -j"$(nproc)" CUDA=1 BUILD="$BUILD" "$BUILD/saragossa" "$BUILD/test_unit" >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; exit 1; }
 	rm -rf build/gpu build/gpu.tar.xz
 	mkdir -p build/gpu/lib
-	strip -o build/gpu/saragossa build/saragossa
-	strip -o build/gpu/test_unit build/test_unit
-	ldd build/saragossa build/test_unit | awk '/=> \// {print $3}' | sort -u |
+	strip -o build/gpu/saragossa "$BUILD/saragossa"
+	strip -o build/gpu/test_unit "$BUILD/test_unit"
+	ldd "$BUILD/saragossa" "$BUILD/test_unit" | awk '/=> \// {print $3}' | sort -u |
 		grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libresolv)\.so' | xargs -r cp -L -t build/gpu/lib
 	tar -C build -cJf build/gpu.tar.xz gpu
 	rm -rf build/gpu
@@ -92,7 +92,7 @@ if has tests; then
 	if command -v compute-sanitizer >/dev/null; then
 		: >"$WORK/sanitizer.log"
 		for tool in memcheck racecheck; do
-			for t in attention_decode_cluster_merge_matches_merge_kernel moe_router_in_one_kernel_matches_the_three; do
+			for t in ${SANITIZE:-}; do
 				ts "compute-sanitizer $tool: $t" | tee -a "$WORK/sanitizer.log"
 				compute-sanitizer --tool "$tool" --error-exitcode 9 "$TEST_BIN" --jobs=1 \
 					--filter "cuda/$t" >"$WORK/sanitizer-one.log" 2>&1 || rc=$?
@@ -125,21 +125,14 @@ if has models; then
 fi
 
 if has ab; then
-	for m in "$DENSE" "$MOE"; do
-		ab cluster || ab router || break
-		[ -f "$m" ] || { ts "no $m: run the models step first"; exit 1; }
-	done
-	if ab cluster; then
+	if ab builds; then
+		[ -n "${BEFORE_BIN:-}" ] || { ts "ab builds: BEFORE_BIN (the build to compare against) is not set"; exit 1; }
 		for m in "$DENSE" "$MOE"; do
-			ts "SARAGOSSA_CUDA_ATTN_CLUSTER on $(basename "$m")"
-			SG_BIN=$SG_BIN bench/flag_ab.sh -m "$m" -d "$DEPTHS" SARAGOSSA_CUDA_ATTN_CLUSTER 0 1 | tee "$WORK/ab-cluster-$(basename "$m" .gguf).md"
-			keep "$WORK/ab-cluster-$(basename "$m" .gguf).md"
+			[ -f "$m" ] || { ts "no $m: run the models step first"; exit 1; }
+			ts "$BEFORE_BIN against $SG_BIN on $(basename "$m")"
+			bench/flag_ab.sh -m "$m" -d "$DEPTHS" SG_BIN "$BEFORE_BIN" "$SG_BIN" | tee "$WORK/ab-builds-$(basename "$m" .gguf).md"
+			keep "$WORK/ab-builds-$(basename "$m" .gguf).md"
 		done
-	fi
-	if ab router; then
-		ts "SARAGOSSA_CUDA_MOE_ROUTER on $(basename "$MOE")"
-		SG_BIN=$SG_BIN bench/flag_ab.sh -m "$MOE" -d "$DEPTHS" SARAGOSSA_CUDA_MOE_ROUTER 0 1 2 | tee "$WORK/ab-moe-router.md"
-		keep "$WORK/ab-moe-router.md"
 	fi
 	if ab hybrid; then
 		[ -d "$HYB" ] || { ts "no $HYB: run the models step first"; exit 1; }

@@ -188,15 +188,6 @@ typedef struct sg_matmul_multi {
 	                             * hand xn over to that moe_glu in the form its matmul takes */
 } sg_matmul_multi;
 
-/* The routing after an MoE router stage (sg_backend_moe_router): moe_route's arguments, and the
- * gate and up experts the next stage reads with these ids (a hint: a backend may start fetching
- * the chosen experts' weights early; either may be NULL). */
-typedef struct sg_moe_routing {
-	sg_router router;
-	int k, norm_topk;
-	sg_btensor *ids, *weights;       /* I32 [n][k], F32 [n][k] */
-	const sg_btensor *w_gate, *w_up; /* [E][F][K] or NULL */
-} sg_moe_routing;
 
 #define SG_BACKEND_TOPC_MAX 2048 /* the most candidates top_candidates gives */
 
@@ -387,13 +378,6 @@ typedef struct sg_backend_ops {
 	 * composition (moe_combine into tmp, add). May be NULL. */
 	sg_status (*moe_combine_add)(sg_backend *be, const sg_btensor *y, const sg_btensor *weights,
 				     const sg_btensor *residual, sg_btensor *out, sg_btensor *tmp);
-	/* The router stage of an MoE layer: the stage p (the norm and the router projection, nw = 1,
-	 * its feeds_moe hint as the caller sets it) then moe_route(p->y[0], r->router, r->k,
-	 * r->norm_topk) into r->ids and r->weights. The logits, ids and weights equal the
-	 * composition's up to the summation order of the router's dot products (so ids may differ
-	 * where two probabilities are within that rounding); xn and what feeds_moe hands on are the
-	 * composition's bits. May be NULL. */
-	sg_status (*moe_router)(sg_backend *be, const sg_matmul_multi *p, const sg_moe_routing *r);
 	/* n bytes of src from src_off to dst at dst_off, both tensors of this backend, ordered with
 	 * the ops around it (device to device on a GPU: no host round trip). The ranges must lie
 	 * inside the tensors (SG_ERR_RANGE otherwise) and must not overlap. May be NULL: session
@@ -514,11 +498,6 @@ sg_status sg_backend_moe_combine_add(sg_backend *be, const sg_btensor *y, const 
 				     sg_btensor *out, sg_btensor *tmp);
 sg_status sg_backend_moe_combine_add_compose(sg_backend *be, const sg_btensor *y, const sg_btensor *weights, const sg_btensor *residual,
 					     sg_btensor *out, sg_btensor *tmp);
-
-/* The router stage and the routing: the backend's fused op when it has one, else the stage
- * (sg_backend_matmul_multi) and moe_route. */
-sg_status sg_backend_moe_router(sg_backend *be, const sg_matmul_multi *p, const sg_moe_routing *r);
-sg_status sg_backend_moe_router_compose(sg_backend *be, const sg_matmul_multi *p, const sg_moe_routing *r);
 
 /* rope(q), rope(k), kv_store(k, v): the backend's fused stage when it has one. */
 static inline sg_status sg_backend_attn_prep(sg_backend *be, sg_btensor *q, sg_btensor *k,

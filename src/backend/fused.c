@@ -55,15 +55,3 @@ sg_status sg_backend_moe_combine_add(sg_backend *be, const sg_btensor *y, const 
 	return be->ops->moe_combine_add ? be->ops->moe_combine_add(be, y, weights, residual, out, tmp)
 					: sg_backend_moe_combine_add_compose(be, y, weights, residual, out, tmp);
 }
-
-sg_status sg_backend_moe_router_compose(sg_backend *be, const sg_matmul_multi *p, const sg_moe_routing *r)
-{
-	if (p->nw != 1) return sg_error(SG_ERR_INVALID_ARG, "moe_router: %d weights (the router alone)", p->nw);
-	sg_status st = sg_backend_matmul_multi(be, p);
-	return st ? st : be->ops->moe_route(be, p->y[0], r->router, r->k, r->norm_topk, r->ids, r->weights);
-}
-
-sg_status sg_backend_moe_router(sg_backend *be, const sg_matmul_multi *p, const sg_moe_routing *r)
-{
-	return be->ops->moe_router ? be->ops->moe_router(be, p, r) : sg_backend_moe_router_compose(be, p, r);
-}

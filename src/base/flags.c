@@ -42,10 +42,10 @@ static const sg_flag table[] = {
 	 "takes the model, else the CPU), cpu or cuda"},
 	{"SARAGOSSA_CUDA_GRAPHS", SG_FLAG_BOOL, "1",
 	 "CUDA decode: record one graph per token and replay it (0 = issue every op from the host)"},
-	{"SARAGOSSA_CUDA_GRAPHS_HYBRID", SG_FLAG_BOOL, "0",
+	{"SARAGOSSA_CUDA_GRAPHS_HYBRID", SG_FLAG_BOOL, "1",
 	 "CUDA decode of hybrid layer stacks (Qwen3-Next / Qwen3.5 gated delta net, Gemma 4 without per-layer "
 	 "inputs): record and replay their decode step as one graph too, the recurrent state updated in place "
-	 "(off: not yet run on a GPU; 0 = those models decode op by op)"},
+	 "(0 = those models decode op by op)"},
 	{"SARAGOSSA_CUDA_GEMM", SG_FLAG_STR, "tf32x3",
 	 "CUDA matmul of more than 8 tokens: f32 (cuBLAS FP32 on dequantized tiles), tf32 (TF32 tensor cores on the same tiles, also "
 	 "for the prefill attention GEMMs), tf32x3 (three TF32 products on operands split into hi + lo parts: about FP32's "
@@ -66,12 +66,6 @@ static const sg_flag table[] = {
 	 "CUDA one-token attention, the tensor-core kernel: the first tiles' V rows are copied into shared memory before "
 	 "the kernel waits, as the K rows are (this step's row read after the wait; where two blocks an SM hold the grid, "
 	 "more than 48 KB of shared memory a block); 0 = after the scores"},
-	{"SARAGOSSA_CUDA_ATTN_CLUSTER", SG_FLAG_BOOL, "0",
-	 "CUDA one-token attention, the tensor-core kernel: the slices of the KV length of one block's query heads run "
-	 "as a thread-block cluster (up to 16) that merges their sums through distributed shared memory: no merge "
-	 "kernel where one cluster holds every slice (caches of up to 1984 rows for 8 blocks a slice), else the "
-	 "slices cut into clusters of 16, one sum a cluster merged, and an idle merge where one cluster holds the "
-	 "live ones (up to 1024 positions); 0 = the sums through global memory and the merge kernel"},
 	{"SARAGOSSA_CUDA_ATTN_PREP", SG_FLAG_BOOL, "1",
 	 "CUDA one-token attention over f16 caches of head dim 64/128/256: the attention kernel normalises and rotates "
 	 "its own query heads and the step's K row and stores the K and V rows (the same bits; one kernel fewer a "
@@ -143,11 +137,6 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_MOE_DECODE", SG_FLAG_BOOL, "1",
 	 "CUDA one-token MoE matmuls: each slot's expert straight from the routing ids, two rows a warp (0 = the sorting "
 	 "kernel every token count takes)"},
-	{"SARAGOSSA_CUDA_MOE_ROUTER", SG_FLAG_INT, "0",
-	 "CUDA one-token MoE router stage (F32 router of up to 256 experts) as one kernel: a cluster of 8 blocks "
-	 "normalises the row, rounds it for the experts, computes the logits and routes them (three launches of the "
-	 "decode chain in one); 2 = and then requests the chosen gate/up experts' weights into L2 for the next kernel "
-	 "(off: not yet run on a GPU; 0 = the norm-quantize kernel, the router GEMV and the routing kernel)"},
 	{"SARAGOSSA_CUDA_ROUTE_WARP", SG_FLAG_BOOL, "1",
 	 "CUDA MoE routing of up to 256 experts by one warp holding the probabilities in registers (the same picks and "
 	 "weights; 0 = the shared-memory routing kernel)"},

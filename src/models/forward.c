@@ -215,8 +215,8 @@ static sg_status mlp_block(const sg_model *m, sg_fwd_state *s, int li, int n)
 		sg_btensor rl = sg_fwd_view2(&s->rl, d->n_expert, n), ids = sg_fwd_view2(&s->eids, k, n), w = sg_fwd_view2(&s->ew, k, n);
 		sg_btensor g = sg_fwd_view2(&s->g, F, (int64_t)n * k), u = sg_fwd_view2(&s->u, F, (int64_t)n * k);
 		sg_btensor ey = sg_fwd_view2(&s->ey, d->dim, (int64_t)n * k);
-		/* the norm, the router and the routing one fused stage: a GPU hands the normalised x to
-		 * the experts already rounded to 8 bits (and may route in the same kernel) */
+		/* the norm and the router one fused stage: a GPU hands the normalised x to the experts
+		 * already rounded to 8 bits */
 		sg_matmul_multi router = {.x = &x,
 		                          .norm = &lw->ffn_norm,
 		                          .eps = d->norm_eps,
@@ -226,8 +226,8 @@ static sg_status mlp_block(const sg_model *m, sg_fwd_state *s, int li, int n)
 		                          .w = {&lw->router},
 		                          .y = {&rl},
 		                          .feeds_moe = 1};
-		sg_moe_routing rt = {SG_ROUTER_SOFTMAX, k, d->norm_topk_prob, &ids, &w, &lw->gate_exps, &lw->up_exps};
-		SG_FWD_OK(sg_backend_moe_router(be, &router, &rt));
+		SG_FWD_OK(sg_backend_matmul_multi(be, &router));
+		SG_FWD_OK(o->moe_route(be, &rl, SG_ROUTER_SOFTMAX, k, d->norm_topk_prob, &ids, &w));
 		SG_FWD_OK(sg_backend_moe_glu(be, &lw->gate_exps, &lw->up_exps, &h, &ids, d->act, &g, &u));
 		SG_FWD_OK(o->moe_matmul(be, &lw->down_exps, &g, &ids, &ey));
 		if (!d->sandwich_norm) return sg_backend_moe_combine_add(be, &ey, &w, &x, &x, &h);

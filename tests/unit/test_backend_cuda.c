@@ -65,7 +65,6 @@ POLICY_SETTER(set_attn_vfirst, attn.vfirst)
 POLICY_SETTER(set_attn_kpipe, attn.kpipe)
 POLICY_SETTER(set_attn_mma, attn.mma)
 POLICY_SETTER(set_attn_prep, attn.prep)
-POLICY_SETTER(set_attn_cluster, attn.cluster)
 POLICY_SETTER(set_moe_ids_early, moe.ids_early)
 POLICY_SETTER(set_route_warp, moe.route_warp)
 /* the persistent-grid GEMV for every launch it takes (1) or none (0) */
@@ -872,75 +871,6 @@ Test(cuda, moe_router_stage_feeding_the_experts_changes_nothing)
 	free_hw(&wgh), free_hw(&wuh);
 }
 
-/* The router stage as one cluster kernel (SARAGOSSA_CUDA_MOE_ROUTER=1, and =2: the chosen gate/up
- * experts requested into L2 after it) against the norm-quantize kernel, the router GEMV and the
- * routing kernel it replaces: xn and the gate/up experts' output
- * on the 8-bit row it hands on the same bits, the same ids, the logits and weights within f32
- * rounding (they sum in another order); 128 and 256 experts (two rows a warp) and 60 (a last block
- * of 4 rows), K 2048 (each warp's row loaded before the wait), 4096 (the rest after it) and 1024
- * (all of it after), softmax and sigmoid, k 8, 4 and 1, normalised or not. */
-Test(cuda, moe_router_in_one_kernel_matches_the_three)
-{
-	struct {
-		int64_t K, E;
-		int k, sigmoid, nrm;
-	} cs[] = {{2048, 128, 8, 0, 1}, {4096, 256, 8, 1, 0}, {2048, 256, 1, 0, 0}, {1024, 60, 4, 0, 1}};
-	int64_t N = 64;
-	for (size_t c = 0; c < sizeof(cs) / sizeof(cs[0]); c++) {
-		int64_t K = cs[c].K, E = cs[c].E;
-		int k = cs[c].k;
-		sg_router ro = cs[c].sigmoid ? SG_ROUTER_SIGMOID : SG_ROUTER_SOFTMAX;
-		cr_assert(sg_cu_moe_router_ok(K, E, k), "case %zu: the fused router does not take K %lld, E %lld", c, (long long)K, (long long)E);
-		hw rh = make_w(&wtypes[0], E, K), wgh = make_w(&wtypes[8], E * N, K), wuh = make_w(&wtypes[8], E * N, K);
-		wgh.t.ne[1] = wuh.t.ne[1] = N;
-		wgh.t.ne[2] = wuh.t.ne[2] = E;
-		sg_btensor rc, rg, gc, gg, uc, ug;
-		bind_both(&rh, &rc, &rg), bind_both(&wgh, &gc, &gg), bind_both(&wuh, &uc, &ug);
-		pair x = pair_rand(K, 1, 1, 1.0f), nw = pair_rand(K, 1, 1, 1.0f);
-		float *got[3][4];
-		int32_t gid[3][8];
-		for (int fused = 0; fused < 3; fused++) { /* the three kernels; one; one with the experts prefetched */
-			moe_bufs mb = moe_bufs_new(K, E, k, N);
-			pair xn = mb.xn, rl = mb.rl, ids = mb.ids, w = mb.w, g = mb.g, u = mb.u;
-			poison(&xn), poison(&rl), poison(&w);
-			sg_cu_policy pol = *sg_cu_policy_now();
-			pol.moe.router = fused == 0 ? SG_CU_ROUTER_THREE_KERNELS : fused == 1 ? SG_CU_ROUTER_ONE_KERNEL : SG_CU_ROUTER_PREFETCH;
-			sg_cu_policy_set(&pol);
-			sg_matmul_multi r = {.x = &x.g, .norm = &nw.g, .eps = 1e-6f, .norm_offset = 1.0f, .xn = &xn.g, .nw = 1,
-			                     .w = {&rg}, .y = {&rl.g}, .feeds_moe = 1};
-			sg_moe_routing rt = {ro, k, cs[c].nrm, &ids.g, &w.g, &gg, &ug};
-			cr_assert_eq(sg_backend_moe_router(gpu, &r, &rt), SG_OK, "%s", sg_last_error());
-			cr_assert_eq(sg_backend_moe_glu(gpu, &gg, &ug, &xn.g, &ids.g, SG_ACT_SILU, &g.g, &u.g), SG_OK, "%s", sg_last_error());
-			got[fused][0] = fetch(&xn), got[fused][1] = fetch(&rl), got[fused][2] = fetch(&w), got[fused][3] = fetch(&g);
-			cr_assert_eq(gpu->ops->read(gpu, &ids.g, 0, gid[fused], sizeof(int32_t) * (size_t)k), SG_OK);
-			moe_bufs_free(&mb);
-		}
-		sg_cu_policy_load();
-		for (int f = 1; f < 3; f++) {
-			cr_expect(!memcmp(got[0][0], got[f][0], sizeof(float) * (size_t)K), "case %zu mode %d: xn differs", c, f);
-			cr_expect(!memcmp(gid[0], gid[f], sizeof(int32_t) * (size_t)k), "case %zu mode %d: ids differ", c, f);
-			cr_expect(!memcmp(got[0][3], got[f][3], sizeof(float) * (size_t)(N * k)), "case %zu mode %d: the experts' output differs", c, f);
-			double e[2] = {0, 0}, den[2] = {0, 0};
-			int64_t n[2] = {E, k};
-			for (int j = 0; j < 2; j++)
-				for (int64_t i = 0; i < n[j]; i++) {
-					double a = got[0][j + 1][i], b = got[f][j + 1][i];
-					cr_expect(isfinite(b), "case %zu mode %d: output %d[%lld] not written", c, f, j + 1, (long long)i);
-					e[j] += (a - b) * (a - b), den[j] += a * a;
-				}
-			cr_expect(e[0] <= NMSE_F32 * den[0] && e[1] <= NMSE_F32 * den[1], "case %zu mode %d: logits nmse %.3g, weights nmse %.3g", c, f,
-			          e[0] / den[0], e[1] / den[1]);
-		}
-		for (int f = 0; f < 3; f++)
-			for (int j = 0; j < 4; j++) free(got[f][j]);
-		pair_free(&x), pair_free(&nw);
-		gpu->ops->tensor_free(gpu, &rg), cpu->ops->tensor_free(cpu, &rc);
-		gpu->ops->tensor_free(gpu, &gg), cpu->ops->tensor_free(cpu, &gc);
-		gpu->ops->tensor_free(gpu, &ug), cpu->ops->tensor_free(cpu, &uc);
-		free_hw(&rh), free_hw(&wgh), free_hw(&wuh);
-	}
-}
-
 /* moe_combine_add in place (out = residual) gives the bits of moe_combine then add. */
 Test(cuda, moe_combine_add_equals_combine_then_add)
 {
@@ -1236,34 +1166,6 @@ Test(cuda, attention_decode_v_rows_before_the_wait_equal_after)
 	decode_settings_close(set_attn_vfirst, "SARAGOSSA_CUDA_ATTN_VFIRST", 0, 1, sg_flag_bool("SARAGOSSA_CUDA_ATTN_VFIRST"), 0);
 }
 
-/* The slices of a block's query heads merged inside a thread-block cluster (SARAGOSSA_CUDA_ATTN_CLUSTER=1)
- * against the merge through global memory (=0), the scratch poisoned with NaN first so a sum read
- * from it that no one wrote shows: one cluster for every slice (no merge kernel: 2, 10 and 16
- * slices), whole clusters of 16 merged by the merge kernel (caches of 3000 to 40000 rows, a second
- * cluster partly live at p = 1088) or one of them live, with dead blocks (p = 31: the cluster
- * writes the output, the merge kernel only waits), the soft-cap; the
- * shapes the kernel does not take (head dim 256, 8 query heads a block, the ring) unchanged. The
- * slice counts differ (rounded to whole clusters), so the f16 rounding of the probabilities does:
- * within NMSE_F16. And the cluster kernel really ran: 16 blocks for the Qwen3-8B shape at 1k rows. */
-static void cluster_with_poisoned_scratch(int on)
-{
-	set_attn_cluster(on);
-	poison_scratch();
-}
-Test(cuda, attention_decode_cluster_merge_matches_merge_kernel)
-{
-	int restore = sg_flag_bool("SARAGOSSA_CUDA_ATTN_CLUSTER");
-	decode_settings_close(cluster_with_poisoned_scratch, "SARAGOSSA_CUDA_ATTN_CLUSTER", 0, 1, restore, NMSE_F16);
-	set_attn_cluster(1);
-	attn_case(1, 32, 8, 128, 1152, 1023, (sg_attn_params){0, 0, 0, 1, 0}, SG_TYPE_F16, 0);
-	cr_expect_eq(sg_cu_attn_decode_last_cluster(), 16, "the cluster kernel did not take the attention (%d)", sg_cu_attn_decode_last_cluster());
-	feeding_case(1000, 900); /* the output rounded to 8 bits by the cluster itself */
-	cr_expect_eq(sg_cu_attn_decode_last_cluster(), 16, "the cluster kernel did not take the fed attention");
-	feeding_case(4096, 500); /* 4 clusters, one of them live: that one's output, the merge kernel idle */
-	cr_expect_eq(sg_cu_attn_decode_last_cluster(), 16, "the cluster kernel did not take the fed attention (4 clusters)");
-	set_attn_cluster(restore);
-}
-
 /* The first tiles' K rows copied into shared memory before the wait (SARAGOSSA_CUDA_ATTN_KPRE=1;
  * the lane whose row is the step's position reads it after) give the bits of reading every row
  * after it (=0): the cases hold a first tile with the position in it (p = 31, 30 in a ring). */
@@ -1360,9 +1262,9 @@ Test(cuda, attention_kill_switches_keep_working_paths)
 	                    "SARAGOSSA_CUDA_ATTN_GEMM",   "SARAGOSSA_CUDA_ATTN_F16",
 	                    "SARAGOSSA_CUDA_ATTN_FLASH",  "SARAGOSSA_CUDA_ATTN_MERGE",
 	                    "SARAGOSSA_CUDA_ATTN_KPRE",   "SARAGOSSA_CUDA_ATTN_MMA",
-	                    "SARAGOSSA_CUDA_ATTN_VFIRST", "SARAGOSSA_CUDA_ATTN_CLUSTER"},
-	           *val[] = {"0", "2", "0", "0", "0", "0", "0", "0", "0", "1"};
-	for (int i = 0; i < 10; i++) {
+	                    "SARAGOSSA_CUDA_ATTN_VFIRST"},
+	           *val[] = {"0", "2", "0", "0", "0", "0", "0", "0", "0"};
+	for (int i = 0; i < 9; i++) {
 		setenv(sw[i], val[i], 1);
 		sg_flags_reload(); /* flags are read once per process otherwise */
 		sg_backend *save = gpu;

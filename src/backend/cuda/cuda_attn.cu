@@ -4,11 +4,10 @@
  * kernel (any n, split over the KV length), the slice merges, the one-token decode attention
  * (attn_dec_kernel: the query heads of a KV head share its reads, slices of the live length in
  * parallel; the compile-time-shape forms with the K copy before the wait, the K-row pipeline, the
- * tensor-core product and the cluster merge; dec_choose picks one from the policy) and the masked
+ * tensor-core product; dec_choose picks one from the policy) and the masked
  * row softmax of the cuBLAS prefill path. Each follows the CPU reference's arithmetic (same
  * formulas, f32) so the differential tests can hold tight thresholds.
  */
-#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <float.h>
@@ -292,14 +291,6 @@ static __device__ __forceinline__ void dec_span(const sg_cu_attn &a, int nsplit,
 	chunk = chunk < 64 ? 64 : (chunk + 31) & ~(int64_t)31;
 }
 
-/* The sums of a head a one-token merge reads: ns, one a slice, or with clusters (a.cl > 1) one a
- * cluster of a.cl slices; live becomes the count of those holding live rows. */
-static __device__ __forceinline__ void dec_sums(const sg_cu_attn &a, int64_t &live, int &ns)
-{
-	ns = a.nchunk;
-	if (a.cl > 1) live = (live + a.cl - 1) / a.cl, ns /= a.cl;
-}
-
 /* Merges the chunks of each (token, head): the chunks' weights exp(M_c - M) are found once, in
  * parallel, then each output dim sums its chunks in chunk order with independent loads. DEC (the
  * one-token decode kernel's slices): only the live slices, which are all its kernel wrote (the
@@ -316,8 +307,6 @@ template <int DEC> __global__ void attn_merge_kernel(const sg_cu_attn a)
 		int64_t lo, hi, chunk;
 		dec_span(a, a.nchunk, lo, hi, chunk);
 		int64_t live = (hi - lo) / chunk + 1;
-		dec_sums(a, live, ns);
-		if (a.cl > 1 && live == 1) return; /* one live cluster wrote the output itself (after the wait above) */
 		nc = live < ns ? (int)live : ns;
 	}
 	const float *pp = a.part + th * ns * st;
@@ -359,10 +348,8 @@ __global__ void __launch_bounds__(128) attn_merge1_kernel(const sg_cu_attn a)
 	int64_t lo, hi, chunk;
 	dec_span(a, a.nchunk, lo, hi, chunk);
 	int64_t live = (hi - lo) / chunk + 1;
-	int ns;
-	dec_sums(a, live, ns);
+	const int ns = a.nchunk;
 	pdl_wait();
-	if (a.cl > 1 && live == 1) return; /* one live cluster wrote the output itself */
 	int64_t th = blockIdx.x, st = a.hdv + 2;
 	const float *pp = a.part + th * ns * st;
 	const int nc = live < ns ? (int)live : ns, t = (int)threadIdx.x;
@@ -553,76 +540,6 @@ static __device__ __forceinline__ void prep_head(const float *x, const float *nw
 }
 
 /*
- * SARAGOSSA_CUDA_ATTN_CLUSTER: the a.cl slices of one block's query heads are the blocks of one
- * thread-block cluster (dims 1 x cl, rank = slice order). Each block leaves its sums, [G][hdv + 2]
- * (M, L, then A) at cp in its own shared memory; after the cluster's barrier, warp w of rank r
- * merges the 32-dim groups r + cl w, r + cl (w + DW), ... of the G x hdv outputs, every rank's
- * values of its group read through distributed shared memory, all 3 cl loads in flight at once
- * (one on-chip round trip where the merge kernel costs a launch and two trips to L2), then summed
- * in slice order with the merge kernel's formulas. The second barrier keeps each block's shared
- * memory alive until its readers are done. One cluster for all slices (cl = nchunk), or all the
- * live ones (the live length within cl slices): the output itself, rounded to 8 bits when asked;
- * else the cluster's sums into part [H][nchunk / cl] for the merge kernel, which takes them as
- * slices of cl (and, with one live cluster, only waits).
- */
-namespace cg = cooperative_groups;
-#define DEC_CLUSTER_MAX 16 /* the most blocks of a cluster (non-portable above 8) */
-template <int G>
-static __device__ void dec_cluster_merge(const sg_cu_attn &a, const float *cp, int h0, int hdv, int64_t lo, int64_t hi, int64_t chunk)
-{
-	cg::cluster_group cl = cg::this_cluster();
-	cl.sync();
-	const int n = a.cl, r = (int)cl.block_rank(), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	const int st = hdv + 2, np = a.nchunk / n, ci = blockIdx.y / n;
-	/* the output itself where this cluster holds every live slice (the merge kernel then does
-	 * nothing: it reads the same live length) */
-	const bool final = np == 1 || (hi - lo) / chunk + 1 <= n;
-	for (int grp = r + n * warp; grp < G * hdv / 32; grp += n * DW) { /* whole warps: lane = dim of the group */
-		const int g = grp * 32 / hdv, d = grp * 32 % hdv + lane;
-		float m[DEC_CLUSTER_MAX], l[DEC_CLUSTER_MAX], v[DEC_CLUSTER_MAX];
-#pragma unroll
-		for (int k = 0; k < DEC_CLUSTER_MAX; k++) {
-			m[k] = -INFINITY, l[k] = 0.0f, v[k] = 0.0f;
-			if (k < n) {
-				const float *pk = cl.map_shared_rank(cp, k) + g * st;
-				m[k] = pk[0], l[k] = pk[1], v[k] = pk[2 + d];
-			}
-		}
-		float M = -INFINITY, L = 0.0f, A = 0.0f;
-#pragma unroll
-		for (int k = 0; k < DEC_CLUSTER_MAX; k++) M = fmaxf(M, m[k]);
-#pragma unroll
-		for (int k = 0; k < DEC_CLUSTER_MAX; k++)
-			if (l[k] > 0) { /* a slice past the live rows left L = 0 */
-				float f = expf(m[k] - M);
-				L += l[k] * f;
-				A += v[k] * f;
-			}
-		const int64_t h = h0 + g;
-		if (final) {
-			float o = L > 0 ? A / L : 0.0f;
-			a.out[h * hdv + d] = o;
-			if (a.xq) q8_store(o, (h * hdv + d) >> 5, lane, a.xq, a.dx, a.sx);
-		} else {
-			float *pp = a.part + (h * np + ci) * st;
-			pp[2 + d] = A;
-			if (d == 0) pp[0] = M, pp[1] = L;
-		}
-	}
-	cl.sync();
-}
-
-/* A block of a cluster whose slice is past the live rows: nothing of its own to add, but its rank
- * takes part in the barriers and the merge. A cluster whose first slice is past them (all of its
- * slices are: the slices are in order) leaves at once, every block alike, so no barrier waits. */
-template <int G> static __device__ void dec_cluster_dead(const sg_cu_attn &a, float *cp, int h0, int hdv, int64_t lo, int64_t hi, int64_t chunk)
-{
-	if (lo + (int64_t)(blockIdx.y / a.cl) * a.cl * chunk > hi) return;
-	for (int i = threadIdx.x; i < G * (hdv + 2); i += DW * 32) cp[i] = i % (hdv + 2) == 0 ? -INFINITY : 0.0f;
-	dec_cluster_merge<G>(a, cp, h0, hdv, lo, hi, chunk);
-}
-
-/*
  * HD > 0: the f16 path with head dims hd = hdv = HD known at compile time: a lane's K row loads
  * are all in flight at once, and V rows are read 16 bytes a lane, HD/8 lanes a row, 256/HD rows
  * per load instruction (the partial sums of the lanes sharing dims meet by shuffles at the end).
@@ -631,10 +548,9 @@ template <int G> static __device__ void dec_cluster_dead(const sg_cu_attn &a, fl
  * SARAGOSSA_CUDA_ATTN_KPIPE): every later tile's K rows are copied into the same shared rows while
  * the tile before takes its V rows, so a warp walking several tiles (long contexts) waits out one
  * memory round trip a tile, not two; DEC_MMA, the tensor-core kernel (SARAGOSSA_CUDA_ATTN_MMA).
- * CL: the cluster kernel (SARAGOSSA_CUDA_ATTN_CLUSTER, with DEC_MMA).
  */
 enum { DEC_PLAIN = 0, DEC_KPIPE = 2, DEC_MMA = 4 };
-template <typename T, int G, int NV, int HD, int STG, int CL = 0>
+template <typename T, int G, int NV, int HD, int STG>
 __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 {
 	extern __shared__ float4 dec_sm4[];
@@ -654,8 +570,6 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 	__half *kpst = (__half *)(sacc + DW * G * hdv) + (threadIdx.x >> 5) * 32 * (HD + 8);
 	/* VFIRST (a.vfirst, the tensor-core kernel): the first tile's V rows, the same layout, after every warp's K rows */
 	__half *vpst = (__half *)(sacc + DW * G * hdv) + (DW + (threadIdx.x >> 5)) * 32 * (HD + 8);
-	/* CL (the cluster kernel, launched with the VFIRST layout's bytes and these): the block's sums [G][hdv + 2] */
-	float *cpart = (float *)((__half *)(sacc + DW * G * hdv) + 2 * DW * 32 * (HD + 8));
 	pdl_trigger();
 	int gall = (int)(a.H / a.Hkv), ng = gall / G;
 	int kh = blockIdx.x / ng, h0 = kh * gall + (blockIdx.x % ng) * G;
@@ -704,10 +618,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 		 * position also the step's K and V rows into the caches (every such block stores the
 		 * same bits; each reads its own stores after the barrier) */
 		if (fused) {
-			if (b0 > hi) {
-				if constexpr (CL) dec_cluster_dead<G>(a, cpart, h0, hdv, lo, hi, chunk);
-				return;
-			}
+			if (b0 > hi) return;
 			const sg_cu_aprep &pp = a.prep;
 			int p = a.pos[0], pmax = pp.r.dyn ? max(p, 0) : 0, qk = pp.qn || pp.kn;
 			float pf = (float)p * pp.r.pos_scale;
@@ -747,10 +658,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 			__syncwarp();
 		}
 	}
-	if (b0 > hi) { /* a slice past the live rows: the merge skips it (whole block: no barrier waits) */
-		if constexpr (CL) dec_cluster_dead<G>(a, cpart, h0, hdv, lo, hi, chunk);
-		return;
-	}
+	if (b0 > hi) return; /* a slice past the live rows: the merge skips it (whole block: no barrier waits) */
 	if (!fused) {
 #pragma unroll
 		for (int k = 0; k < QV; k++) {
@@ -973,17 +881,12 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
 			float v = L > 0 ? A / L : 0.0f;
 			a.out[h * hdv + d] = v;
 			if (a.xq) q8_store(v, (h * hdv + d) >> 5, lane, a.xq, a.dx, a.sx);
-		} else if constexpr (CL) {
-			float *pp = cpart + g * (hdv + 2);
-			pp[2 + d] = A;
-			if (d == 0) pp[0] = M, pp[1] = L;
 		} else {
 			float *pp = a.part + (h * nsplit + c) * (hdv + 2);
 			pp[2 + d] = A;
 			if (d == 0) pp[0] = M, pp[1] = L;
 		}
 	}
-	if constexpr (CL) dec_cluster_merge<G>(a, cpart, h0, hdv, lo, hi, chunk);
 }
 
 /* The query heads a decode block takes: the largest of 8, 4, 2, 1 dividing the group; few KV
@@ -1004,20 +907,6 @@ extern "C" int sg_cu_attn_decode_ok(const sg_cu_attn *a)
 	       a->ctx < INT32_MAX && dec_smem(dec_group(a), a->hd, a->hdv) <= 48 * 1024;
 }
 
-/* Whether the cluster kernel (G query heads a block, dynamic shared memory smem, clusters of cl
- * blocks) can run here: its attributes set and at least one such cluster fits the GPU; asked once
- * a cluster size (ready[cl]: 1 yes, -1 no). */
-template <typename K> static int cluster_ready(K k, size_t smem, int cl, signed char *ready)
-{
-	if (!ready[cl]) {
-		int ok = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess &&
-		         cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
-		if (!ok) (void)cudaGetLastError();
-		ready[cl] = ok && clusters_fit(k, dim3(1, (unsigned)cl), DW * 32, smem) ? 1 : -1;
-	}
-	return ready[cl] > 0;
-}
-
 /* The forms of the one-token attention kernel (dec_choose). */
 typedef enum {
 	DEC_GENERAL,     /* runtime shapes (any head dim, f32 or f16 caches) */
@@ -1025,8 +914,7 @@ typedef enum {
 	DEC_FIXED_KPRE,  /* and the first tiles' K rows copied into shared memory before the wait */
 	DEC_FIXED_KPIPE, /* and every later tile's K rows copied while the tile before reads its V rows */
 	DEC_TC,          /* tensor cores (the K copy before the wait included) */
-	DEC_TC_VFIRST,   /* and the first tiles' V rows copied before the wait too */
-	DEC_TC_CLUSTER   /* tensor cores, the slices of a block's heads merged in a thread-block cluster */
+	DEC_TC_VFIRST    /* and the first tiles' V rows copied before the wait too */
 } dec_form;
 
 /* The compile-time-shape kernel takes the attention: f16 caches of one head dim 64, 128 or 256. */
@@ -1052,42 +940,29 @@ static int dec_tc_ok(const sg_cu_attn *a, int G, const sg_cu_policy *pol)
  * SM hold the whole grid (its shared memory then passes 48 KB: opted into once) */
 static int dec_vfirst(dim3 grid, const sg_cu_policy *pol) { return pol->attn.vfirst && (int64_t)grid.x * grid.y <= 2 * (int64_t)sg_cu_sms(); }
 
-/* The form a one-token attention takes (a->cl: the cluster size dec_cluster gave it, G query heads
- * a block, the grid): the one place where the decode attention's switches meet. The launch may
- * step down from the cluster or VFIRST form where the GPU refuses its shared memory or cluster. */
+/* The form a one-token attention takes (G query heads a block, the grid): the one place where the
+ * decode attention's switches meet. The launch may step down from the VFIRST form where the GPU
+ * refuses its shared memory. */
 static dec_form dec_choose(const sg_cu_attn *a, int G, dim3 grid, const sg_cu_policy *pol)
 {
 	if (!dec_fixed_ok(a, pol)) return DEC_GENERAL;
 	if (!dec_kpre_ok(a, G, pol)) return DEC_FIXED;
-	if (dec_tc_ok(a, G, pol)) return a->cl > 1 ? DEC_TC_CLUSTER : dec_vfirst(grid, pol) ? DEC_TC_VFIRST : DEC_TC;
+	if (dec_tc_ok(a, G, pol)) return dec_vfirst(grid, pol) ? DEC_TC_VFIRST : DEC_TC;
 	/* the pipeline where a warp may walk several tiles: a slice longer than DW tiles (more than
 	 * 8192 rows at 64 slices); measured 1.8% slower where no warp does (1k positions) */
 	if (pol->attn.kpipe && a->ctx > (int64_t)DW * 32 * a->nchunk) return DEC_FIXED_KPIPE;
 	return DEC_FIXED_KPRE;
 }
 
-/* The compile-time head-dim kernel in form f. Returns the cluster size it launched with (a->cl
- * when the cluster kernel took the attention), 0 for one without clusters. */
+/* The compile-time head-dim kernel in form f. */
 template <int G, int NV, int HD>
-static int dec_fixed(const sg_cu_attn *a, dec_form f, dim3 grid, size_t sm, cudaStream_t st, const sg_cu_policy *pol)
+static void dec_fixed(const sg_cu_attn *a, dec_form f, dim3 grid, size_t sm, cudaStream_t st, const sg_cu_policy *pol)
 {
-	if (f == DEC_FIXED) return pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_PLAIN>, grid, dim3(DW * 32), sm, st, *a), 0;
+	if (f == DEC_FIXED) { (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_PLAIN>, grid, dim3(DW * 32), sm, st, *a); return; }
 	const size_t smk = sm + dec_rows_smem(HD);
 	sg_cu_attn b = *a;
 	b.kpre = 1;
 	if constexpr (HD <= 128 && G <= 4) {
-		if (f == DEC_TC_CLUSTER) {
-			/* the VFIRST layout's bytes whether it copies V early or not, the block's sums after them */
-			static signed char cready[DEC_CLUSTER_MAX + 1];
-			size_t smc = smk + dec_rows_smem(HD) + (size_t)G * (HD + 2) * 4;
-			if (a->cl <= DEC_CLUSTER_MAX && cluster_ready(attn_dec_kernel<__half, G, NV, HD, DEC_MMA, 1>, smc, a->cl, cready)) {
-				b.vfirst = dec_vfirst(grid, pol);
-				return pdl_launch_cl(attn_dec_kernel<__half, G, NV, HD, DEC_MMA, 1>, grid, dim3(DW * 32), smc, st, dim3(1, (unsigned)a->cl, 1),
-						     b),
-				       a->cl;
-			}
-			f = dec_vfirst(grid, pol) ? DEC_TC_VFIRST : DEC_TC;
-		}
 		if (f == DEC_TC_VFIRST) {
 			static int ready; /* 1 = the kernel may take the larger shared memory, -1 = it may not */
 			size_t smv = smk + dec_rows_smem(HD);
@@ -1096,19 +971,20 @@ static int dec_fixed(const sg_cu_attn *a, dec_form f, dim3 grid, size_t sm, cuda
 																		 : 1;
 			if (ready > 0) {
 				b.vfirst = 1;
-				return pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_MMA>, grid, dim3(DW * 32), smv, st, b), 0;
+				(void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_MMA>, grid, dim3(DW * 32), smv, st, b);
+				return;
 			}
 			(void)cudaGetLastError();
 			f = DEC_TC;
 		}
-		if (f == DEC_TC) return pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_MMA>, grid, dim3(DW * 32), smk, st, b), 0;
+		if (f == DEC_TC) { (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_MMA>, grid, dim3(DW * 32), smk, st, b); return; }
 	}
-	if (f == DEC_FIXED_KPIPE) return pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_KPIPE>, grid, dim3(DW * 32), smk, st, b), 0;
-	return pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_PLAIN>, grid, dim3(DW * 32), smk, st, b), 0;
+	if (f == DEC_FIXED_KPIPE) { (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_KPIPE>, grid, dim3(DW * 32), smk, st, b); return; }
+	(void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_PLAIN>, grid, dim3(DW * 32), smk, st, b);
 }
 
 template <typename T, int G>
-static int dec_launch(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st, const sg_cu_policy *pol)
+static void dec_launch(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st, const sg_cu_policy *pol)
 {
 	const dec_form f = dec_choose(a, G, grid, pol);
 	if constexpr (sizeof(T) == 2) {
@@ -1130,10 +1006,9 @@ static int dec_launch(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st
 		pdl_launch(attn_dec_kernel<T, G, 8, 0, DEC_PLAIN>, grid, dim3(DW * 32), sm, st, *a);
 		break;
 	}
-	return 0;
 }
 
-template <typename T> static int dec_launch_g(const sg_cu_attn *a, int G, dim3 grid, size_t sm, cudaStream_t st, const sg_cu_policy *pol)
+template <typename T> static void dec_launch_g(const sg_cu_attn *a, int G, dim3 grid, size_t sm, cudaStream_t st, const sg_cu_policy *pol)
 {
 	switch (G) {
 	case 8: return dec_launch<T, 8>(a, grid, sm, st, pol);
@@ -1152,30 +1027,6 @@ extern "C" int sg_cu_attn_prep_ok(const sg_cu_attn *a)
 	       (a->hd == 64 || a->hd == 128 || a->hd == 256) && a->prep.r.hd == a->hd && sg_cu_attn_decode_ok(a);
 }
 
-/* The cluster size the slices of a one-token attention take (SARAGOSSA_CUDA_ATTN_CLUSTER), 0 for
- * none: the tensor-core kernel's shapes and switches (dec_tc_ok), at least 2 slices, and all of
- * them in one cluster (up to 16) or a whole number of clusters of 16. It only asks: dec_fixed
- * returns the size it launched with, and the merge reads that one, so a kernel that cannot take
- * clusters here (cluster_ready) costs nothing but the slice rounding. */
-static int dec_cluster(const sg_cu_attn *a, const sg_cu_policy *pol)
-{
-	if (!pol->attn.cluster || !a->vf16 || !dec_tc_ok(a, dec_group(a), pol) || a->nchunk < 2) return 0;
-	if (a->nchunk <= DEC_CLUSTER_MAX) return a->nchunk;
-	return a->nchunk % DEC_CLUSTER_MAX == 0 ? DEC_CLUSTER_MAX : 0;
-}
-
-extern "C" int sg_cu_attn_decode_slices(const sg_cu_attn *a, int nc)
-{
-	const sg_cu_policy *pol = sg_cu_policy_now();
-	if (!pol->attn.cluster || nc <= DEC_CLUSTER_MAX || !sg_cu_attn_decode_ok(a)) return nc;
-	sg_cu_attn b = *a;
-	b.nchunk = nc - nc % DEC_CLUSTER_MAX;
-	return dec_cluster(&b, pol) ? b.nchunk : nc;
-}
-
-static int g_cluster_last; /* the cluster size of the last one-token attention launched (tests) */
-extern "C" int sg_cu_attn_decode_last_cluster(void) { return g_cluster_last; }
-
 extern "C" int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s)
 {
 	if (!sg_cu_attn_decode_ok(a) || a->nchunk < 1 || (a->nchunk > 1 && !a->part)) return (int)cudaErrorInvalidValue;
@@ -1185,12 +1036,9 @@ extern "C" int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s)
 	dim3 grid((unsigned)sg_cu_attn_decode_units(a), (unsigned)a->nchunk);
 	size_t sm = dec_smem(G, a->hd, a->hdv);
 	cudaStream_t st = (cudaStream_t)s;
-	sg_cu_attn b = *a;
-	b.cl = dec_cluster(a, pol);
-	/* the cluster size taken (0 where the kernel chosen has none): what the merge reads */
-	b.cl = a->kf16 ? dec_launch_g<__half>(&b, G, grid, sm, st, pol) : dec_launch_g<float>(&b, G, grid, sm, st, pol);
-	g_cluster_last = b.cl;
-	if (b.nchunk > 1 && b.cl == b.nchunk) return ok(); /* one cluster merged every slice */
+	const sg_cu_attn &b = *a;
+	if (a->kf16) dec_launch_g<__half>(&b, G, grid, sm, st, pol);
+	else dec_launch_g<float>(&b, G, grid, sm, st, pol);
 	/* the merge in one round trip of loads (SARAGOSSA_CUDA_ATTN_MERGE), else the many-token path's */
 	if (b.nchunk > 1 && pol->attn.merge1 && b.nchunk <= DEC_SPLIT) pdl_launch(attn_merge1_kernel, dim3((unsigned)b.H), dim3(128), 0, st, b);
 	else if (b.nchunk > 1) pdl_launch(attn_merge_kernel<1>, dim3((unsigned)b.H), dim3(128), 0, st, b);

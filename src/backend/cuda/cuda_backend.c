@@ -797,8 +797,6 @@ static sg_status attention_run(sg_backend *be, const sg_btensor *q, const sg_bte
 		if (cap > 64) cap = 64;
 		if (nc > cap) nc = cap;
 		if (nc < 1) nc = 1;
-		/* rounded to whole clusters where those merge the slices (SARAGOSSA_CUDA_ATTN_CLUSTER) */
-		nc = sg_cu_attn_decode_slices(&a, (int)nc);
 		a.nchunk = (int)nc;
 		if (nc > 1 && !(a.part = sg_cuda_scratch(cb, sizeof(float) * (size_t)(a.H * nc * (a.hdv + 2)), &st))) return st;
 		/* the output rounded to 8 bits for the matmul after it (its buffer grows outside graph
@@ -906,48 +904,6 @@ static sg_status cuda_moe_route(sg_backend *be, const sg_btensor *logits, sg_rou
 		return sg_error(SG_ERR_INVALID_ARG, "cuda moe_route: ids and weights must be [%lld][%d]", (long long)n, k);
 	cb->moe_ids_done = NULL; /* ids rewritten */
 	CU_RET("moe_route", sg_cu_moe_route(logits->data, n, E, router == SG_ROUTER_SIGMOID, k, norm_topk, ids->data, weights->data, S(cb)));
-	return SG_OK;
-}
-
-/* The router stage with its routing as one cluster kernel (SARAGOSSA_CUDA_MOE_ROUTER, see
- * sg_cu_moe_router): one token whose normalised row feeds the experts (feeds_moe), an F32 router
- * without bias, the shapes sg_cu_moe_router_ok takes. xn and its 8-bit blocks are handed to the
- * experts as the composition's stage hands them. Anything else: the composition. */
-static sg_status cuda_moe_router(sg_backend *be, const sg_matmul_multi *p, const sg_moe_routing *rt)
-{
-	sg_cuda_backend *cb = (sg_cuda_backend *)be;
-	sg_btensor *ids = rt->ids, *weights = rt->weights;
-	int k = rt->k;
-	const sg_btensor *w = p->nw == 1 ? p->w[0] : NULL;
-	int64_t K = p->x->ne[0], E = w ? sg_btensor_rows(w) : 0;
-	const sg_cu_router_mode mode = sg_cu_policy_now()->moe.router;
-	if (mode == SG_CU_ROUTER_THREE_KERNELS || !cb->fused || !cb->q8x || !w || w->type != SG_TYPE_F32 || w->ne[0] != K || !p->norm || !p->xn || !p->feeds_moe ||
-	    p->bias[0] || p->glu || p->residual || sg_btensor_rows(p->x) != 1 || ((uintptr_t)p->x->data & 15) || ((uintptr_t)w->data & 15) ||
-	    !sg_cu_moe_router_ok(K, E, k))
-		return sg_backend_moe_router_compose(be, p, rt);
-	sg_status st;
-	if ((st = check_f32("moe_router", "x", p->x)) || (st = check_f32("moe_router", "norm", p->norm)) || (st = check_f32("moe_router", "xn", p->xn)) ||
-	    (st = check_f32("moe_router", "y", p->y[0])) || (st = check_i32("moe_router", "ids", ids)) || (st = check_f32("moe_router", "weights", weights)))
-		return st;
-	if (p->norm->ne[0] != K || p->xn->ne[0] != K || sg_btensor_rows(p->xn) != 1 || p->y[0]->ne[0] != E || sg_btensor_rows(p->y[0]) != 1 ||
-	    ids->ne[0] != k || sg_btensor_rows(ids) != 1 || weights->ne[0] != k || sg_btensor_rows(weights) != 1)
-		return sg_error(SG_ERR_INVALID_ARG, "cuda moe_router: shapes: x [1][%lld], norm %lld, xn [%lld][%lld], logits [%lld][%lld] for %lld experts, ids/weights [%lld][%lld] for k %d",
-				(long long)K, (long long)p->norm->ne[0], (long long)sg_btensor_rows(p->xn), (long long)p->xn->ne[0],
-				(long long)sg_btensor_rows(p->y[0]), (long long)p->y[0]->ne[0], (long long)E, (long long)sg_btensor_rows(ids),
-				(long long)ids->ne[0], k);
-	if (!q8a_fit(cb, K)) return sg_backend_moe_router_compose(be, p, rt);
-	sg_cu_router r = {.x = p->x->data, .norm_w = p->norm->data, .eps = p->eps, .off = p->norm_offset, .K = K, .E = E, .xn = p->xn->data,
-			  .w = w->data, .y = p->y[0]->data, .sigmoid = rt->router == SG_ROUTER_SIGMOID, .k = k, .norm_topk = rt->norm_topk,
-			  .ids = ids->data, .weights = weights->data};
-	sg_cu_q8_split(cb->q8a, K, &r.xq, &r.dx, &r.sx);
-	/* =2: the chosen gate and up experts' weights requested into L2 once the ids are known */
-	const sg_btensor *pf[2] = {rt->w_gate, rt->w_up};
-	for (int i = 0; i < 2 && mode == SG_CU_ROUTER_PREFETCH; i++)
-		if (pf[i] && pf[i]->data && pf[i]->ne[2] == E) /* expert e: rows [e F, e F + F), contiguous */
-			r.pf[i] = pf[i]->data, r.pf_bytes[i] = (size_t)pf[i]->ne[1] * pf[i]->row_bytes;
-	cb->moe_ids_done = NULL; /* ids rewritten */
-	CU_RET("moe_router", sg_cu_moe_router(&r, S(cb)));
-	cb->q8a_of = p->xn->data; /* the experts' activations, rounded */
 	return SG_OK;
 }
 
@@ -1217,7 +1173,6 @@ static const sg_backend_ops cuda_ops = {
 	.attention_prep = cuda_attention_prep,
 	.moe_glu = cuda_moe_glu,
 	.moe_combine_add = cuda_moe_combine_add,
-	.moe_router = cuda_moe_router,
 	.caps = cuda_caps,
 	.capture_begin = cuda_capture_begin,
 	.capture_end = cuda_capture_end,

@@ -107,27 +107,6 @@ int sg_cu_moe_route(const float *logits, int64_t n, int64_t E, int sigmoid, int 
 /* out[t] = res[t] + sum_j w[t][j] y[t][j] (res NULL: the sum); out may alias res. */
 int sg_cu_moe_combine(const float *y, const float *w, int64_t n, int64_t k, int64_t D, const float *res, float *out,
 		      sg_custream s);
-/* One token's MoE router stage in one launch (SARAGOSSA_CUDA_MOE_ROUTER): x RMS-
- * normalised into xn and rounded to 8-bit blocks for the experts (the bits of sg_cu_norm_quant),
- * the F32 router's logits y = W xn, and their top-k routing (the bits of sg_cu_moe_route on those
- * logits). _ok says whether the shapes fit (and a cluster of its blocks fits the GPU). */
-typedef struct sg_cu_router {
-	const float *x, *norm_w; /* [K] the row, [K] the norm weight */
-	float eps, off;
-	int64_t K, E;
-	float *xn;               /* [K] */
-	int8_t *xq;              /* [K], [K / 32], [K / 16]: xn rounded, as sg_cu_q8_split lays them out */
-	float *dx, *sx;
-	const float *w;          /* [E][K] */
-	float *y;                /* [E] logits */
-	int sigmoid, k, norm_topk;
-	int32_t *ids;            /* [k] */
-	float *weights;          /* [k] */
-	const uint8_t *pf[2];    /* NULL, or experts [E] of pf_bytes each: the chosen ones requested into L2 after */
-	size_t pf_bytes[2];
-} sg_cu_router;
-int sg_cu_moe_router_ok(int64_t K, int64_t E, int k);
-int sg_cu_moe_router(const sg_cu_router *r, sg_custream s);
 /* The one-token gate and up expert matmuls with the GLU in one launch (after one activation
  * rounding): g[j][r] = act(wg[ids[j]] x . ) * (wu[ids[j]] x .) for the k slots, bit-identical to
  * two one-token moe_matmul calls and the glu kernel. _ok: the pair has that kernel. act:
@@ -266,8 +245,7 @@ typedef struct sg_cu_attn {
 	                       * kernels were measured (without it ptxas gave the tensor-core kernels other
 	                       * register counts, bench/RESULTS.md); remove together with a GPU re-measurement */
 	int vfirst;           /* decode (set by sg_cu_attn_decode, the tensor-core kernel): the first tiles' V rows too */
-	int cl;               /* decode (set by sg_cu_attn_decode): slices a thread-block cluster merges in the kernel
-	                       * (0: none; part then holds [n*H][nchunk / cl][hdv + 2], or nothing when cl = nchunk) */
+	int layout_pad_cl;    /* unused, likewise: where the removed cluster size was */
 	sg_cu_aprep prep;     /* decode: the prep fused in (prep.on; see sg_cu_attn_prep_ok) */
 } sg_cu_attn;
 #define SG_CU_MAX_HD 512
@@ -291,12 +269,8 @@ void sg_cu_trace_start(void);
 int sg_cu_trace_dump(const char *path);
 /* The one-token attention's kernel is the policy's (cuda_policy.h; dec_choose): the query heads of
  * a KV head per block, the compile-time-shape kernel with its K rows copied before the wait, the
- * K-row pipeline, tensor cores, the first tiles' V rows copied too, the cluster merge; the slices
- * merged in one round trip of loads (up to 64 slices). With the policy's attn.cluster,
- * sg_cu_attn_decode_slices gives the slice count to use for a static count nc: nc, or nc rounded
- * down to a multiple of 16 where the cluster kernel will take the attention. */
-int sg_cu_attn_decode_slices(const sg_cu_attn *a, int nc);
-int sg_cu_attn_decode_last_cluster(void); /* the cluster size of the last one-token attention launched, 0 for none */
+ * K-row pipeline, tensor cores, the first tiles' V rows copied too; the slices merged in one round
+ * trip of loads (up to 64 slices). */
 /* Prefill through GEMMs: s [rows][L] scores of rows = heads * n query rows (token = row % n)
  * become probabilities in place, or as f16 into p16 [rows][L] (s then unchanged): scale,
  * soft-cap, causal/window mask (pmax: the last position when not causal), softmax; masked

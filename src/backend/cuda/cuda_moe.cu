@@ -1,10 +1,9 @@
 /*
  * Mixture-of-experts kernels of the CUDA backend: the routing (top-k of the router's logits, by one
- * warp or a block), the one-kernel router stage, the expert GEMVs (one token: each slot's expert
+ * warp or a block), the expert GEMVs (one token: each slot's expert
  * straight from the routing ids, moe1_kernel or the block-per-lane moes_kernel; several tokens:
  * the slots sorted by expert and the grouped GEMV of cuda_gemv.cu) and the weighted combine.
  */
-#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -20,8 +19,6 @@
 #include "backend/cuda/cuda_sb.cuh"
 
 SG_CU_TRACE_FILE(moe)
-
-namespace cg = cooperative_groups;
 
 #define MAX_EXPERTS 1024
 __global__ void route_kernel(const float *logits, int64_t E, int sigmoid, int k, int norm, int32_t *ids, float *wout)
@@ -131,122 +128,6 @@ __global__ void __launch_bounds__(32)
 #pragma unroll
 	for (int i = 0; i < ROUTE_PER; i++) p[i] = 32 * i + lane < E ? x[32 * i + lane] : NAN;
 	route_warp(p, E, sigmoid, k, norm, ids + blockIdx.x * k, wout + blockIdx.x * k);
-}
-
-/*
- * SARAGOSSA_CUDA_MOE_ROUTER: one token's MoE router stage in one launch, a cluster of RT_CL blocks
- * of RT_THREADS threads in place of the norm-quantize kernel, the router GEMV and the routing
- * kernel (two launches' drain and wait fewer in the decode chain). Before the wait each warp loads
- * the first RT_ROW values of its first router row (weights: nothing writes them) into registers,
- * where rows hold that many (a shorter row is read after the wait). After it every block
- * normalises the whole row (block_sumsq at the norm-quantize kernel's 512 threads and its
- * expressions: its bits) into shared memory; block r writes the 32-value blocks r, r + RT_CL,
- * ... of xn and their 8-bit rounding for the experts (q8_store, as that kernel does); its warps
- * take router rows r per + w, r per + w + 16, ... (per = E / RT_CL rounded up), one warp a row,
- * the logits into y and the block's shared memory. After the cluster's
- * barrier one warp of rank 0 reads the E logits through distributed shared memory and routes them
- * (route_warp); the second barrier keeps the blocks' shared memory until it is done (and, with
- * r.pf, hands every block the ids, whose experts' weights it then requests into L2). The logits
- * sum in another order than the router GEMV's, so they (and a routing decided within that
- * rounding) may differ from the three kernels'; xn and the 8-bit blocks are their bits.
- */
-#define RT_CL 8       /* blocks of the cluster (portable size) */
-#define RT_THREADS 512 /* the norm-quantize kernel's block: the same sum of squares */
-#define RT_PRE 16     /* float4s of a row a lane loads before the wait */
-#define RT_ROW (4 * 32 * RT_PRE) /* the floats of that part of a row */
-__global__ void __launch_bounds__(RT_THREADS) moe_router_kernel(const sg_cu_router r)
-{
-	extern __shared__ float4 rt_sm4[];
-	const int64_t K = r.K, E = r.E, per = (E + RT_CL - 1) / RT_CL;
-	float *xs = (float *)rt_sm4; /* [K] the normalised row */
-	float *ls = xs + K;          /* [per] this block's logits */
-	cg::cluster_group cl = cg::this_cluster();
-	const int rank = (int)cl.block_rank(), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	const int64_t e0 = rank * per, e1 = min(E, e0 + per);
-	pdl_trigger();
-	float4 wp[RT_PRE];
-	{
-		const int64_t e = e0 + warp;
-		const float4 *w4 = (const float4 *)(r.w + (e < e1 ? e : 0) * K);
-#pragma unroll
-		for (int j = 0; j < RT_PRE; j++) {
-			const int64_t i = lane + 32 * j;
-			wp[j] = e < e1 && K >= RT_ROW ? __ldg(w4 + i) : make_float4(0, 0, 0, 0);
-		}
-	}
-	pdl_wait();
-	const float sc = 1.0f / sqrtf(block_sumsq(r.x, K) / (float)K + r.eps);
-	for (int64_t i = threadIdx.x; i < K; i += RT_THREADS) {
-		const float wv = r.norm_w[i] + r.off;
-		xs[i] = r.x[i] * sc * wv;
-	}
-	__syncthreads();
-	for (int64_t b = rank + (int64_t)RT_CL * warp; b < K / 32; b += (int64_t)RT_CL * (RT_THREADS / 32)) { /* whole warps */
-		const float v = xs[b * 32 + lane];
-		r.xn[b * 32 + lane] = v;
-		q8_store(v, b, lane, r.xq, r.dx, r.sx);
-	}
-	const float4 *x4 = (const float4 *)xs;
-	for (int64_t e = e0 + warp; e < e1; e += RT_THREADS / 32) {
-		float acc = 0.0f;
-		const float4 *w4 = (const float4 *)(r.w + e * K);
-		int64_t i = lane;
-		if (e == e0 + warp && K >= RT_ROW) { /* the row's part loaded before the wait (a shorter row: all of it after) */
-#pragma unroll
-			for (int j = 0; j < RT_PRE; j++) {
-				const float4 a = wp[j], b = x4[lane + 32 * j];
-				acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-			}
-			i = lane + 32 * RT_PRE;
-		}
-#pragma unroll 4
-		for (; i < K / 4; i += 32) {
-			const float4 a = __ldg(w4 + i), b = x4[i];
-			acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-		}
-		acc = warp_sum(acc);
-		if (lane == 0) ls[e - e0] = acc, r.y[e] = acc;
-	}
-	cl.sync();
-	if (rank == 0 && warp == 0) {
-		float p[ROUTE_PER];
-#pragma unroll
-		for (int j = 0; j < ROUTE_PER; j++) {
-			const int64_t e = 32 * j + lane;
-			p[j] = e < E ? cl.map_shared_rank(ls, (int)(e / per))[e % per] : NAN;
-		}
-		route_warp(p, E, r.sigmoid, r.k, r.norm_topk, r.ids, r.weights);
-	}
-	cl.sync(); /* also makes rank 0's ids visible to the cluster */
-	/* =2: the chosen experts of the next kernel (gate, up) requested into L2, a 128-byte line a
-	 * thread at a time over the cluster's threads, so their DRAM reads start before that kernel
-	 * has waited for this one */
-	const int t = rank * RT_THREADS + (int)threadIdx.x, nt = RT_CL * RT_THREADS;
-	for (int s = 0; s < r.k && (r.pf[0] || r.pf[1]); s++) {
-		const int32_t e = __ldcg(r.ids + s);
-		for (int i = 0; i < 2 && e >= 0 && e < E; i++)
-			if (r.pf[i]) l2_prefetch(r.pf[i] + (size_t)e * r.pf_bytes[i], r.pf_bytes[i], t, nt);
-	}
-}
-
-/* 1 if the fused router stage takes these shapes here: K a multiple of 32 of 1024..8192 (the
- * norm-quantize kernel's sizes; the row in 32 KB of shared memory), 16-byte aligned rows, up to
- * 32 ROUTE_PER experts, k of them at most, and a cluster of RT_CL such blocks fits the GPU (asked
- * once). */
-static size_t rt_smem(int64_t K, int64_t E) { return (size_t)(K + (E + RT_CL - 1) / RT_CL) * 4; }
-extern "C" int sg_cu_moe_router_ok(int64_t K, int64_t E, int k)
-{
-	if (K % 32 || K < 1024 || K > 8192 || E < 1 || E > 32 * ROUTE_PER || k < 1 || k > E) return 0;
-	static int ready; /* 1 = a cluster fits, -1 = it does not */
-	if (!ready) ready = clusters_fit(moe_router_kernel, dim3(RT_CL), RT_THREADS, rt_smem(8192, 32 * ROUTE_PER)) ? 1 : -1;
-	return ready > 0;
-}
-
-extern "C" int sg_cu_moe_router(const sg_cu_router *r, sg_custream s)
-{
-	if (!sg_cu_moe_router_ok(r->K, r->E, r->k) || ((uintptr_t)r->x & 15) || ((uintptr_t)r->w & 15)) return (int)cudaErrorInvalidValue;
-	pdl_launch_cl(moe_router_kernel, dim3(RT_CL), dim3(RT_THREADS), rt_smem(r->K, r->E), (cudaStream_t)s, dim3(RT_CL, 1, 1), *r);
-	return ok();
 }
 
 extern "C" int sg_cu_moe_route(const float *logits, int64_t n, int64_t E, int sigmoid, int k, int norm,

@@ -99,12 +99,6 @@ static __device__ __forceinline__ void pdl_trigger()
 #endif
 }
 
-/* bytes [p, p + n) into L2, one 128-byte line per thread of the group (lane of nt threads) */
-static __device__ __forceinline__ void l2_prefetch(const uint8_t *p, size_t n, int lane, int nt)
-{
-	for (size_t o = (size_t)lane * 128; o < n; o += (size_t)nt * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
-}
-
 /* 16 bytes global -> shared without registers (sm_80+), and the wait for the thread's copies */
 static __device__ __forceinline__ void cp_async16(void *dst, const void *src)
 {
@@ -117,20 +111,16 @@ static __device__ __forceinline__ void cp_async_wait_all()
 }
 
 /* kernel<<<grid, block, smem, st>>>(args...) with the programmatic-serialization attribute when
- * the flag is on, in thread-block clusters of dims cl when those hold more than one block */
+ * the flag is on */
 template <typename... P, typename... A>
-static cudaError_t pdl_launch_cl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, dim3 cl, A &&...args)
+static cudaError_t pdl_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A &&...args)
 {
 	cudaLaunchConfig_t cfg = {};
-	cudaLaunchAttribute at[2];
+	cudaLaunchAttribute at[1];
 	unsigned n = 0;
 	if (sg_cu_policy_now()->pdl) {
 		at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
 		at[n++].val.programmaticStreamSerializationAllowed = 1;
-	}
-	if (cl.x * cl.y * cl.z > 1) {
-		at[n].id = cudaLaunchAttributeClusterDimension;
-		at[n].val.clusterDim.x = cl.x, at[n].val.clusterDim.y = cl.y, at[n++].val.clusterDim.z = cl.z;
 	}
 	cfg.gridDim = grid;
 	cfg.blockDim = block;
@@ -143,11 +133,6 @@ static cudaError_t pdl_launch_cl(void (*k)(P...), dim3 grid, dim3 block, size_t 
 #endif
 	return cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...);
 }
-template <typename... P, typename... A>
-static cudaError_t pdl_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A &&...args)
-{
-	return pdl_launch_cl(k, grid, block, smem, st, dim3(1, 1, 1), std::forward<A>(args)...);
-}
 
 /* The launch status of the kernels enqueued last (0 = cudaSuccess). */
 static inline int ok(void) { return (int)cudaGetLastError(); }
@@ -156,25 +141,6 @@ static inline unsigned grid_for(int64_t n, int threads)
 {
 	int64_t b = (n + threads - 1) / threads;
 	return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
-}
-
-/* 1 if at least one cluster of dims cl of kernel k (threads a block, smem bytes of dynamic shared
- * memory each) fits the GPU; a failed query is cleared and counts as no. */
-template <typename K> static int clusters_fit(K k, dim3 cl, unsigned threads, size_t smem)
-{
-	cudaLaunchConfig_t cfg = {};
-	cudaLaunchAttribute at;
-	at.id = cudaLaunchAttributeClusterDimension;
-	at.val.clusterDim.x = cl.x, at.val.clusterDim.y = cl.y, at.val.clusterDim.z = cl.z;
-	cfg.gridDim = cl;
-	cfg.blockDim = dim3(threads);
-	cfg.dynamicSmemBytes = smem;
-	cfg.attrs = &at;
-	cfg.numAttrs = 1;
-	int n = 0;
-	if (cudaOccupancyMaxActiveClusters(&n, k, &cfg) == cudaSuccess && n > 0) return 1;
-	(void)cudaGetLastError();
-	return 0;
 }
 
 #endif

@@ -27,12 +27,9 @@ void sg_cu_policy_load(void)
 	p.attn.kpipe = sg_flag_bool("SARAGOSSA_CUDA_ATTN_KPIPE");
 	p.attn.mma = sg_flag_bool("SARAGOSSA_CUDA_ATTN_MMA");
 	p.attn.prep = sg_flag_bool("SARAGOSSA_CUDA_ATTN_PREP");
-	p.attn.cluster = sg_flag_bool("SARAGOSSA_CUDA_ATTN_CLUSTER");
 	p.moe.decode = sg_flag_bool("SARAGOSSA_CUDA_MOE_DECODE");
 	p.moe.route_warp = sg_flag_bool("SARAGOSSA_CUDA_ROUTE_WARP");
 	p.moe.ids_early = sg_flag_bool("SARAGOSSA_CUDA_MOE_IDS_EARLY");
-	int64_t router = sg_flag_int("SARAGOSSA_CUDA_MOE_ROUTER");
-	p.moe.router = router == 1 ? SG_CU_ROUTER_ONE_KERNEL : router == 2 ? SG_CU_ROUTER_PREFETCH : SG_CU_ROUTER_THREE_KERNELS;
 	p.pdl = sg_flag_bool("SARAGOSSA_CUDA_PDL");
 	sg_cu_policy_set(&p);
 }

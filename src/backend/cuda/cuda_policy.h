@@ -29,14 +29,6 @@ typedef enum sg_cu_decode {
 	SG_CU_DECODE_GROUPED     /* 2: the same grouping with the runtime-shape kernel for every shape */
 } sg_cu_decode;
 
-/* One token's MoE router stage (SARAGOSSA_CUDA_MOE_ROUTER; written without a GPU, off until
- * measured: bench/cuda_pending.sh). */
-typedef enum sg_cu_router_mode {
-	SG_CU_ROUTER_THREE_KERNELS, /* 0: the norm-quantize kernel, the router GEMV and the routing kernel */
-	SG_CU_ROUTER_ONE_KERNEL,    /* 1: one cluster kernel for the three */
-	SG_CU_ROUTER_PREFETCH       /* 2: and the chosen gate/up experts' weights requested into L2 after it */
-} sg_cu_router_mode;
-
 typedef struct sg_cu_policy {
 	struct {
 		int block_per_lane;    /* SARAGOSSA_CUDA_GEMV_SB: a 256-element block a lane (Q4_K, Q6_K, MLX 4-bit) */
@@ -54,13 +46,11 @@ typedef struct sg_cu_policy {
 		int kpipe;           /* SARAGOSSA_CUDA_ATTN_KPIPE: later tiles' K rows copied during the V reads */
 		int mma;             /* SARAGOSSA_CUDA_ATTN_MMA: scores and values on tensor cores */
 		int prep;            /* SARAGOSSA_CUDA_ATTN_PREP: the attention prep fused into the kernel */
-		int cluster;         /* SARAGOSSA_CUDA_ATTN_CLUSTER: slices merged inside a thread-block cluster */
 	} attn;
 	struct {
 		int decode;     /* SARAGOSSA_CUDA_MOE_DECODE: one token's experts straight from the routing ids */
 		int route_warp; /* SARAGOSSA_CUDA_ROUTE_WARP: routing of up to 256 experts by one warp */
 		int ids_early;  /* SARAGOSSA_CUDA_MOE_IDS_EARLY: the down experts read their ids before the wait */
-		sg_cu_router_mode router; /* SARAGOSSA_CUDA_MOE_ROUTER */
 	} moe;
 	int pdl; /* SARAGOSSA_CUDA_PDL: programmatic dependent launch of the decode chain */
 } sg_cu_policy;
