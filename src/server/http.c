@@ -401,15 +401,20 @@ static int tokenize_prompt(const sg_srv_model *m, sg_srv_req *q, sg_agent_plan *
 						      (*ids)[i], nv);
 		return 0;
 	} else if (q->route == SG_ROUTE_OLLAMA_GENERATE && !q->raw) {
+		/* system and prompt are text that may hold NULs: passed with their lengths */
 		json_t *msgs = json_array();
-		if (q->system) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", q->system));
-		json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", q->prompt));
+		if (q->system)
+			json_array_append_new(msgs, json_pack("{s:s,s:o}", "role", "system", "content",
+							      json_stringn(q->system, q->system_len)));
+		json_array_append_new(msgs, json_pack("{s:s,s:o}", "role", "user", "content",
+						      json_stringn(q->prompt ? q->prompt : "", q->prompt_len)));
 		st = sg_srv_model_chat_prompt(m, msgs, NULL, NULL, &text, &len);
 		json_decref(msgs);
 	} else {
-		text = sg_strdup(q->prompt ? q->prompt : "");
+		len = q->prompt ? q->prompt_len : 0;
+		text = sg_malloc(len + 1);
 		if (!text) return sg_srv_err_set(e, 500, "server_error", NULL, "out of memory");
-		len = strlen(text);
+		if (len) memcpy(text, q->prompt, len);
 		add_special = 1;
 	}
 	if (st) {
@@ -448,21 +453,37 @@ static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, co
 	j->model = m;
 	j->user = s->pool;
 	j->on_free = release_job_model;
-	/* the prefix-cache session: the header, else the OpenAI `user` field */
+	/* the prefix-cache session: the header, else the OpenAI `user` field (Anthropic's
+	 * metadata.user_id), kept whole: keys that differ after a NUL are different sessions */
 	const char *key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-saragossa-session");
-	if (!key || !*key) key = q->user;
-	if (key && *key && !(j->session = sg_strdup(key))) {
-		sg_job_unref(j);
-		return fail(c, route, 500, "server_error", NULL, NULL, "out of memory");
+	size_t key_len = key ? strlen(key) : 0;
+	if (!key_len) key = q->user, key_len = q->user_len;
+	if (key_len) {
+		if (!(j->session = sg_malloc(key_len + 1))) {
+			sg_job_unref(j);
+			return fail(c, route, 500, "server_error", NULL, NULL, "out of memory");
+		}
+		memcpy(j->session, key, key_len);
+		j->session[key_len] = 0;
+		j->session_len = key_len;
 	}
 	const sg_srv_model_info *in = sg_srv_model_info_get(m);
+	/* logit_bias ids are checked here, where the vocabulary is known, so the 400 names the field */
+	for (size_t i = 0; i < q->sp.n_logit_bias; i++)
+		if (q->sp.logit_bias[i].token >= in->n_vocab) {
+			enum MHD_Result r = fail(c, route, 400, NULL, "logit_bias", NULL,
+						 "'logit_bias' names token %d, outside the vocabulary [0, %d) of model '%s'",
+						 q->sp.logit_bias[i].token, in->n_vocab, in->name);
+			sg_job_unref(j);
+			return r;
+		}
 	if (q->note[0]) SG_INFO("serve: %s", q->note);
 	if (sg_agent_plan_make(m, q, &j->agent, &e)) {
 		sg_job_unref(j);
 		return send_err(c, route, &e);
 	}
 	/* Ollama's "load" request: no prompt, nothing to generate. */
-	if (sg_srv_route_is_ollama(route) && ((q->chat && !json_array_size(q->messages)) || (!q->chat && q->prompt && !*q->prompt))) {
+	if (sg_srv_route_is_ollama(route) && ((q->chat && !json_array_size(q->messages)) || (!q->chat && q->prompt && !q->prompt_len))) {
 		json_t *o = sg_ollama_loaded(m, q->chat);
 		sg_job_unref(j);
 		return send_json(c, 200, o);
@@ -520,7 +541,7 @@ static enum MHD_Result handle_tokenize(struct MHD_Connection *c, server *s, conn
 	if (route == SG_ROUTE_TOKENIZE) {
 		int32_t *ids = NULL;
 		size_t n = 0;
-		if (sg_srv_model_tokenize(m, q.prompt, strlen(q.prompt), q.add_special, &ids, &n)) {
+		if (sg_srv_model_tokenize(m, q.prompt, q.prompt_len, q.add_special, &ids, &n)) {
 			r = fail(c, route, 400, NULL, "prompt", NULL, "%s", sg_last_error());
 			goto out;
 		}
@@ -558,6 +579,10 @@ static enum MHD_Result handle_show(struct MHD_Connection *c, server *s, conn_req
 		json_decref(b);
 		return fail(c, SG_ROUTE_OLLAMA_SHOW, 400, NULL, "model", NULL, "'model' (a string) is required");
 	}
+	if (sg_srv_has_nul(name)) {
+		json_decref(b);
+		return fail(c, SG_ROUTE_OLLAMA_SHOW, 400, NULL, "model", NULL, "'model' must not contain U+0000 (a NUL character)");
+	}
 	enum MHD_Result r;
 	sg_srv_model *m = acquire_model(c, s, SG_ROUTE_OLLAMA_SHOW, json_string_value(name), &r);
 	if (m) r = send_json(c, 200, sg_ollama_show(m));
@@ -585,6 +610,7 @@ static enum MHD_Result handle_embed(struct MHD_Connection *c, conn_req *cr)
 	enum MHD_Result r;
 	if (!json_is_object(b)) r = fail(c, route, 400, NULL, NULL, NULL, "the request body must be a JSON object");
 	else if (!json_is_string(name)) r = fail(c, route, 400, NULL, "model", NULL, "'model' (a string) is required");
+	else if (sg_srv_has_nul(name)) r = fail(c, route, 400, NULL, "model", NULL, "'model' must not contain U+0000 (a NUL character)");
 	else
 		r = fail(c, route, 400, NULL, "model", "model_not_supported",
 			 "model '%.200s' cannot make embeddings: this server serves no embedding model (its models generate text)",
