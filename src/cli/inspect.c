@@ -26,33 +26,6 @@ static const char *scaling_name(sg_rope_scaling s)
 	return (unsigned)s < 6 ? n[s] : "?";
 }
 
-/* llama_ftype names for general.file_type. */
-static const char *ftype_name(int ft)
-{
-	switch (ft) {
-	case 0: return "F32";
-	case 1: return "F16";
-	case 2: return "Q4_0";
-	case 3: return "Q4_1";
-	case 7: return "Q8_0";
-	case 8: return "Q5_0";
-	case 9: return "Q5_1";
-	case 10: return "Q2_K";
-	case 11: return "Q3_K_S";
-	case 12: return "Q3_K_M";
-	case 13: return "Q3_K_L";
-	case 14: return "Q4_K_S";
-	case 15: return "Q4_K_M";
-	case 16: return "Q5_K_S";
-	case 17: return "Q5_K_M";
-	case 18: return "Q6_K";
-	case 25: return "IQ4_NL";
-	case 30: return "IQ4_XS";
-	case 32: return "BF16";
-	default: return "other";
-	}
-}
-
 static void print_desc(const sg_model_desc *d)
 {
 	printf("arch: %s\n", d->model_type);
@@ -204,9 +177,11 @@ int sg_cli_inspect(int argc, char **argv)
 		human(totals[k].bytes, h, sizeof(h));
 		printf("bytes %s: %" PRIu64 " (%s, %d tensors)\n", totals[k].name, totals[k].bytes, h, totals[k].count);
 	}
-	if (w->format == SG_WEIGHTS_GGUF)
-		printf("quantization: gguf file_type %d (%s)\n", have_desc ? d.quant.file_type : -1,
-		       ftype_name(have_desc ? d.quant.file_type : -1));
+	if (w->format == SG_WEIGHTS_GGUF) {
+		int ft = have_desc ? d.quant.file_type : -1;
+		const char *fn = sg_gguf_ftype_name(ft);
+		printf("quantization: gguf file_type %d (%s)\n", ft, fn ? fn : "other");
+	}
 	else if (have_desc && d.quant.kind == SG_QUANT_MLX)
 		printf("quantization: mlx affine u%d group %d\n", d.quant.bits, d.quant.group);
 	else printf("quantization: none\n");

@@ -218,6 +218,7 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 	sg_stop_params sp = {.eos_ids = p->eos_ids,
 			     .n_eos = p->n_eos,
 			     .stop_strings = p->stop,
+			     .stop_lens = p->stop_lens,
 			     .n_stop_strings = p->n_stop,
 			     .max_tokens = p->max_tokens};
 	if ((s = sg_stop_create(&sp, &stop))) goto out;

@@ -116,6 +116,7 @@ typedef struct sg_gen_params {
 	const int32_t *eos_ids; /* [n_eos] */
 	size_t n_eos;
 	const char *const *stop; /* [n_stop] stop strings */
+	const size_t *stop_lens; /* [n_stop] their byte lengths, or NULL: each ends at its NUL */
 	size_t n_stop;
 	int32_t max_tokens;        /* > 0; the context also bounds it */
 	size_t prefill_chunk;      /* tokens per prefill eval (cancellation is checked between) */

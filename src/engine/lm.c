@@ -613,7 +613,7 @@ sg_status sg_lm_generate(sg_lm *lm, const sg_lm_turn *turn, const sg_gen_params 
 	res->n_prompt = p->n_prompt;
 	uint8_t root[32];
 	const char *key = turn->session_key;
-	sg_status st = sg_pc_root(key, key ? strlen(key) : 0, root);
+	sg_status st = sg_pc_root(key, !key ? 0 : turn->session_key_len ? turn->session_key_len : strlen(key), root);
 	size_t reach = p->n_prompt + (size_t)(p->max_tokens > 0 ? p->max_tokens : 0), reused = 0;
 	long diverged = -1;
 	if (!st) st = reserve_tokens(lm, reach);

@@ -138,6 +138,7 @@ int sg_lm_device_memory(const sg_lm *lm, uint64_t *free_bytes, uint64_t *total_b
 
 typedef struct sg_lm_turn {
 	const char *session_key; /* partitions the prefix cache (the chain root); NULL or "": none */
+	size_t session_key_len;  /* its bytes (a key may hold a NUL byte); 0: it ends at its NUL */
 	/* 1: the prompt continues the caller's own conversation (an interactive chat): the live
 	 * state's common prefix is kept whatever built it, which is fastest but, where the forward
 	 * is not chunk-invariant (sg_session_chunk_invariant), not bit-identical to a cold run.

@@ -55,7 +55,7 @@ sg_status sg_stop_create(const sg_stop_params *p, sg_stop **out)
 			return SG_FAIL(SG_ERR_INVALID_ARG, "eos_ids[%zu] = %d is negative", i, p->eos_ids[i]);
 	for (size_t i = 0; i < p->n_stop_strings; i++) {
 		const char *t = p->stop_strings[i];
-		size_t n = t ? strnlen(t, SG_STOP_MAX_LEN + 1) : 0;
+		size_t n = !t ? 0 : p->stop_lens ? p->stop_lens[i] : strnlen(t, SG_STOP_MAX_LEN + 1);
 		if (n == 0) return SG_FAIL(SG_ERR_INVALID_ARG, "stop string %zu is empty", i);
 		if (n > SG_STOP_MAX_LEN)
 			return SG_FAIL(SG_ERR_INVALID_ARG, "stop string %zu is longer than %d bytes", i,
@@ -80,8 +80,9 @@ sg_status sg_stop_create(const sg_stop_params *p, sg_stop **out)
 		s->n_str = p->n_stop_strings;
 		for (size_t i = 0; i < s->n_str; i++) {
 			stopstr *x = &s->str[i];
-			x->len = (int32_t)strlen(p->stop_strings[i]);
-			x->s = sg_strdup(p->stop_strings[i]);
+			x->len = (int32_t)(p->stop_lens ? p->stop_lens[i] : strlen(p->stop_strings[i]));
+			x->s = sg_malloc((size_t)x->len);
+			if (x->s) memcpy(x->s, p->stop_strings[i], (size_t)x->len);
 			x->pi = sg_malloc((size_t)x->len * sizeof(*x->pi));
 			if (!x->s || !x->pi) goto nomem;
 			x->pi[0] = 0;

@@ -54,6 +54,8 @@ typedef struct sg_stop_params {
 	const int32_t *eos_ids; /* [n_eos] EOS/EOT ids (>= 0; duplicates allowed); copied */
 	size_t n_eos;
 	const char *const *stop_strings; /* [n_stop_strings] non-empty, valid UTF-8; copied */
+	const size_t *stop_lens; /* [n_stop_strings] byte lengths (a string may hold a NUL byte, as
+				  * JSON's \u0000 does), or NULL: each string ends at its NUL */
 	size_t n_stop_strings;
 	int32_t max_tokens; /* >= 0; 0 = no limit here (the caller bounds by the context) */
 } sg_stop_params;

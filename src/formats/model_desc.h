@@ -140,6 +140,9 @@ void sg_model_desc_free(sg_model_desc *d);
 
 const char *sg_arch_name(sg_arch a);
 const char *sg_layer_kind_name(sg_layer_kind k);
+/* llama.cpp's name of a GGUF general.file_type (llama_ftype): "Q4_K_M", "Q8_0", "F16"...;
+ * NULL for an unknown or unlisted value. */
+const char *sg_gguf_ftype_name(int file_type);
 
 /* "llama, mistral, qwen2, ..." for error messages. */
 const char *sg_model_desc_supported(void);

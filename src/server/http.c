@@ -6,7 +6,9 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +41,23 @@ typedef struct listener {
 	struct server *srv;
 } listener;
 
+/* One open connection as the read deadline sees it (its MHD socket context). The deadline bounds
+ * the whole request, headers included: libmicrohttpd's own timeout is an idle timer that every
+ * byte resets, so a client sending one byte a second would hold a connection for ever, and the
+ * handler is not called before the headers are complete. The watchdog thread closes a
+ * connection whose request is still being read S seconds after the connection opened (or after
+ * its previous answer was sent, on a kept-alive connection). Under server.watch_mu. */
+typedef struct conn_watch {
+	struct MHD_Connection *c;
+	int fd;
+	uint64_t since_ns;   /* when this request's read began */
+	int reading;         /* the request is being read: the deadline applies */
+	int requested;       /* its request line arrived: a 408 answers it (else the connection just closes) */
+	int answered;        /* an error was written on the socket (408, or a bad Content-Length's) */
+	sg_srv_route route;  /* the error format its URL asks for */
+	struct conn_watch *prev, *next;
+} conn_watch;
+
 typedef struct server {
 	sg_server_opts o;
 	sg_pool *pool; /* configured models, the resident ones, prefix cache, memory guard */
@@ -47,6 +66,11 @@ typedef struct server {
 	int n_ls;
 	int unix_fd;
 	atomic_ulong next_id;
+	pthread_mutex_t watch_mu;
+	pthread_cond_t watch_cv;
+	conn_watch *watching; /* the open connections */
+	int watch_stop, watch_running;
+	pthread_t watchdog;
 } server;
 
 static int stop_pipe[2] = {-1, -1};
@@ -102,11 +126,11 @@ static const route_def routes[] = {
 	{"/", SG_ROUTE_OLLAMA_VERSION, "GET"}, /* Ollama clients probe "/" */
 };
 
-/* Per-request state kept across the handler's calls. */
+/* Per-request state kept across the handler's calls (made when the request line arrives). */
 typedef struct conn_req {
+	int begun;            /* the handler's first call is done */
 	const route_def *rt;
 	const char *model_id; /* GET /v1/models/{id} */
-	uint64_t start_ns;
 	char *body;
 	size_t len, cap;
 	int answered; /* a response was queued before the body ended */
@@ -320,7 +344,8 @@ static int run_job_wait(struct MHD_Connection *c, server *s, sg_job *j)
 
 static void send_raw_error(struct MHD_Connection *c, const conn_req *cr, int status, const char *reason, const char *code,
 			   const char *msg);
-static void send_timeout(struct MHD_Connection *c, const conn_req *cr, int timeout_s);
+static void send_raw(int fd, sg_srv_route route, int status, const char *reason, const char *code, const char *msg);
+static void send_timeout_raw(int fd, sg_srv_route route, int timeout_s);
 
 /* Queues the job, waits for its status, and answers (whole, or as a stream). */
 static enum MHD_Result run_job(struct MHD_Connection *c, server *s, sg_job *j)
@@ -401,15 +426,20 @@ static int tokenize_prompt(const sg_srv_model *m, sg_srv_req *q, sg_agent_plan *
 						      (*ids)[i], nv);
 		return 0;
 	} else if (q->route == SG_ROUTE_OLLAMA_GENERATE && !q->raw) {
+		/* system and prompt are text that may hold NULs: passed with their lengths */
 		json_t *msgs = json_array();
-		if (q->system) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", q->system));
-		json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", q->prompt));
+		if (q->system)
+			json_array_append_new(msgs, json_pack("{s:s,s:o}", "role", "system", "content",
+							      json_stringn(q->system, q->system_len)));
+		json_array_append_new(msgs, json_pack("{s:s,s:o}", "role", "user", "content",
+						      json_stringn(q->prompt ? q->prompt : "", q->prompt_len)));
 		st = sg_srv_model_chat_prompt(m, msgs, NULL, NULL, &text, &len);
 		json_decref(msgs);
 	} else {
-		text = sg_strdup(q->prompt ? q->prompt : "");
+		len = q->prompt ? q->prompt_len : 0;
+		text = sg_malloc(len + 1);
 		if (!text) return sg_srv_err_set(e, 500, "server_error", NULL, "out of memory");
-		len = strlen(text);
+		if (len) memcpy(text, q->prompt, len);
 		add_special = 1;
 	}
 	if (st) {
@@ -448,21 +478,37 @@ static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, co
 	j->model = m;
 	j->user = s->pool;
 	j->on_free = release_job_model;
-	/* the prefix-cache session: the header, else the OpenAI `user` field */
+	/* the prefix-cache session: the header, else the OpenAI `user` field (Anthropic's
+	 * metadata.user_id), kept whole: keys that differ after a NUL are different sessions */
 	const char *key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-saragossa-session");
-	if (!key || !*key) key = q->user;
-	if (key && *key && !(j->session = sg_strdup(key))) {
-		sg_job_unref(j);
-		return fail(c, route, 500, "server_error", NULL, NULL, "out of memory");
+	size_t key_len = key ? strlen(key) : 0;
+	if (!key_len) key = q->user, key_len = q->user_len;
+	if (key_len) {
+		if (!(j->session = sg_malloc(key_len + 1))) {
+			sg_job_unref(j);
+			return fail(c, route, 500, "server_error", NULL, NULL, "out of memory");
+		}
+		memcpy(j->session, key, key_len);
+		j->session[key_len] = 0;
+		j->session_len = key_len;
 	}
 	const sg_srv_model_info *in = sg_srv_model_info_get(m);
+	/* logit_bias ids are checked here, where the vocabulary is known, so the 400 names the field */
+	for (size_t i = 0; i < q->sp.n_logit_bias; i++)
+		if (q->sp.logit_bias[i].token >= in->n_vocab) {
+			enum MHD_Result r = fail(c, route, 400, NULL, "logit_bias", NULL,
+						 "'logit_bias' names token %d, outside the vocabulary [0, %d) of model '%s'",
+						 q->sp.logit_bias[i].token, in->n_vocab, in->name);
+			sg_job_unref(j);
+			return r;
+		}
 	if (q->note[0]) SG_INFO("serve: %s", q->note);
 	if (sg_agent_plan_make(m, q, &j->agent, &e)) {
 		sg_job_unref(j);
 		return send_err(c, route, &e);
 	}
 	/* Ollama's "load" request: no prompt, nothing to generate. */
-	if (sg_srv_route_is_ollama(route) && ((q->chat && !json_array_size(q->messages)) || (!q->chat && q->prompt && !*q->prompt))) {
+	if (sg_srv_route_is_ollama(route) && ((q->chat && !json_array_size(q->messages)) || (!q->chat && q->prompt && !q->prompt_len))) {
 		json_t *o = sg_ollama_loaded(m, q->chat);
 		sg_job_unref(j);
 		return send_json(c, 200, o);
@@ -520,7 +566,7 @@ static enum MHD_Result handle_tokenize(struct MHD_Connection *c, server *s, conn
 	if (route == SG_ROUTE_TOKENIZE) {
 		int32_t *ids = NULL;
 		size_t n = 0;
-		if (sg_srv_model_tokenize(m, q.prompt, strlen(q.prompt), q.add_special, &ids, &n)) {
+		if (sg_srv_model_tokenize(m, q.prompt, q.prompt_len, q.add_special, &ids, &n)) {
 			r = fail(c, route, 400, NULL, "prompt", NULL, "%s", sg_last_error());
 			goto out;
 		}
@@ -558,6 +604,10 @@ static enum MHD_Result handle_show(struct MHD_Connection *c, server *s, conn_req
 		json_decref(b);
 		return fail(c, SG_ROUTE_OLLAMA_SHOW, 400, NULL, "model", NULL, "'model' (a string) is required");
 	}
+	if (sg_srv_has_nul(name)) {
+		json_decref(b);
+		return fail(c, SG_ROUTE_OLLAMA_SHOW, 400, NULL, "model", NULL, "'model' must not contain U+0000 (a NUL character)");
+	}
 	enum MHD_Result r;
 	sg_srv_model *m = acquire_model(c, s, SG_ROUTE_OLLAMA_SHOW, json_string_value(name), &r);
 	if (m) r = send_json(c, 200, sg_ollama_show(m));
@@ -585,6 +635,7 @@ static enum MHD_Result handle_embed(struct MHD_Connection *c, conn_req *cr)
 	enum MHD_Result r;
 	if (!json_is_object(b)) r = fail(c, route, 400, NULL, NULL, NULL, "the request body must be a JSON object");
 	else if (!json_is_string(name)) r = fail(c, route, 400, NULL, "model", NULL, "'model' (a string) is required");
+	else if (sg_srv_has_nul(name)) r = fail(c, route, 400, NULL, "model", NULL, "'model' must not contain U+0000 (a NUL character)");
 	else
 		r = fail(c, route, 400, NULL, "model", "model_not_supported",
 			 "model '%.200s' cannot make embeddings: this server serves no embedding model (its models generate text)",
@@ -646,17 +697,223 @@ static sg_srv_route fallback_route(const char *url)
 	return strncmp(url, "/api/", 5) == 0 ? SG_ROUTE_OLLAMA_VERSION : SG_ROUTE_NONE;
 }
 
+/* ---- the read deadline (see conn_watch) ---- */
+
+static conn_watch *watch_of(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	return ci ? ci->socket_context : NULL;
+}
+
+/* The connection this thread serves (libmicrohttpd runs one thread per connection), for the
+ * error log hook below. */
+static _Thread_local conn_watch *thread_watch;
+
+/* MHD_OPTION_NOTIFY_CONNECTION: a connection opened or closed (it is closed after this). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code)
+{
+	server *s = ((listener *)cls)->srv;
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		conn_watch *w = sg_calloc(1, sizeof *w);
+		if (!w) return; /* unwatched: only libmicrohttpd's idle timer applies */
+		w->c = c;
+		w->fd = conn_fd(c);
+		w->since_ns = sg_time_ns();
+		w->reading = 1;
+		pthread_mutex_lock(&s->watch_mu);
+		w->next = s->watching;
+		if (w->next) w->next->prev = w;
+		s->watching = w;
+		pthread_mutex_unlock(&s->watch_mu);
+		*socket_context = w;
+		return;
+	}
+	conn_watch *w = *socket_context;
+	if (!w) return;
+	pthread_mutex_lock(&s->watch_mu);
+	if (w->prev) w->prev->next = w->next;
+	else s->watching = w->next;
+	if (w->next) w->next->prev = w->prev;
+	pthread_mutex_unlock(&s->watch_mu);
+	if (thread_watch == w) thread_watch = NULL;
+	sg_free(w);
+	*socket_context = NULL;
+}
+
+/* The route a request line's URI names (for the format of an error written before the handler
+ * runs), else the fallback format. */
+static sg_srv_route route_of_uri(const char *uri)
+{
+	size_t n = strcspn(uri, "?");
+	for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
+		if (strlen(routes[i].path) == n && !strncmp(uri, routes[i].path, n)) return routes[i].route;
+	return fallback_route(uri);
+}
+
+/* MHD_OPTION_URI_LOG_CALLBACK: a request line arrived (before its headers). Its return value is
+ * the request's state (*con_cls in the handler). */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *c)
+{
+	server *s = ((listener *)cls)->srv;
+	conn_watch *w = watch_of(c);
+	thread_watch = w;
+	if (w) {
+		pthread_mutex_lock(&s->watch_mu);
+		w->requested = 1;
+		w->route = route_of_uri(uri);
+		pthread_mutex_unlock(&s->watch_mu);
+	}
+	return sg_calloc(1, sizeof(conn_req));
+}
+
+/* The request has been read, or answered before its end: the deadline stops. 0 when the
+ * deadline fired first (the connection is being closed). */
+static int watch_read_done(server *s, struct MHD_Connection *c)
+{
+	conn_watch *w = watch_of(c);
+	if (!w) return 1;
+	pthread_mutex_lock(&s->watch_mu);
+	int ok = !w->answered;
+	w->reading = 0;
+	pthread_mutex_unlock(&s->watch_mu);
+	return ok;
+}
+
+/* Takes the right to write an error on w's socket: 1 once. */
+static int watch_claim(server *s, conn_watch *w)
+{
+	if (!w) return 1;
+	pthread_mutex_lock(&s->watch_mu);
+	int ok = !w->answered;
+	w->answered = 1;
+	w->reading = 0;
+	pthread_mutex_unlock(&s->watch_mu);
+	return ok;
+}
+
+/* An answer was sent whole on a connection kept alive: the next request's read begins. */
+static void watch_next_request(server *s, conn_watch *w)
+{
+	if (!w) return;
+	pthread_mutex_lock(&s->watch_mu);
+	w->since_ns = sg_time_ns();
+	w->reading = 1;
+	w->requested = 0;
+	w->answered = 0;
+	pthread_mutex_unlock(&s->watch_mu);
+}
+
+/* Every 100 ms: a connection whose request is still arriving past the deadline gets a 408 (when
+ * its request line came; else nothing, as for a connection that never sends a request) and is
+ * shut, which wakes its thread to close it. Under watch_mu, so the socket cannot be closed (and
+ * its descriptor reused) meanwhile: on_connection unlinks it, under the lock, before that. */
+static void *watchdog_main(void *arg)
+{
+	server *s = arg;
+	uint64_t limit = (uint64_t)s->o.read_timeout_s * 1000000000ull;
+	pthread_mutex_lock(&s->watch_mu);
+	while (!s->watch_stop) {
+		uint64_t now = sg_time_ns();
+		for (conn_watch *w = s->watching; w; w = w->next) {
+			if (!w->reading || w->answered || now - w->since_ns <= limit) continue;
+			w->answered = 1;
+			w->reading = 0;
+			SG_INFO("serve: closed a connection whose request was still arriving after %d s", s->o.read_timeout_s);
+			if (w->requested) send_timeout_raw(w->fd, w->route, s->o.read_timeout_s);
+			shutdown(w->fd, SHUT_RDWR);
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100000000L;
+		if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+		pthread_cond_timedwait(&s->watch_cv, &s->watch_mu, &ts);
+	}
+	pthread_mutex_unlock(&s->watch_mu);
+	return NULL;
+}
+
+/* A Content-Length that is not a number, or past 2^64 - 1. */
+static int bad_content_length(const char *v, int *too_large)
+{
+	uint64_t x = 0;
+	*too_large = 0;
+	if (!*v) return 1;
+	for (const char *p = v; *p; p++) {
+		if (*p < '0' || *p > '9') return 1;
+		unsigned d = (unsigned)(*p - '0');
+		if (x > (UINT64_MAX - d) / 10) return *too_large = 1;
+		x = x * 10 + d;
+	}
+	return 0;
+}
+
+/* libmicrohttpd's error log (MHD_OPTION_EXTERNAL_LOGGER), into the debug log. It is also the one
+ * hook for a request whose Content-Length is not a number: libmicrohttpd 0.9.75 answers it with a
+ * 400 (413 past 2^64) whose status line and headers it writes twice (it builds the reply again
+ * once the request counts as read), and calls no handler on that path, only this log just
+ * before. So when it logs while a request's headers are in and their Content-Length is bad, the
+ * answer goes out here, in the API's error format, and the socket is shut so that its own reply
+ * goes nowhere. */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	server *s = ((listener *)cls)->srv;
+	char msg[256];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	msg[strcspn(msg, "\n")] = 0;
+	SG_DEBUG("serve: libmicrohttpd: %s", msg);
+	conn_watch *w = thread_watch;
+	if (!w || !w->requested) return;
+	struct MHD_Connection *c = w->c;
+	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	int too_large;
+	if (!cl || MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING) ||
+	    !bad_content_length(cl, &too_large) || !watch_claim(s, w))
+		return;
+	char m[160];
+	snprintf(m, sizeof m, too_large ? "the Content-Length header '%.40s' is past the largest body size"
+					: "the Content-Length header '%.40s' is not a number of bytes", cl);
+	send_raw(w->fd, w->route, too_large ? 413 : 400, too_large ? "Content Too Large" : "Bad Request",
+		 too_large ? "request_too_large" : "invalid_content_length", m);
+	shutdown(w->fd, SHUT_RDWR);
+}
+
+/* URL escapes decoded in place (MHD_OPTION_UNESCAPE_CALLBACK), all but %00: decoded, a NUL would
+ * end the path early ("/v1/models/tiny%00x" would name model "tiny"), so it stays as written and
+ * matches no route or model. */
+static int hex_digit(char ch)
+{
+	return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+}
+
+static size_t unescape_url(void *cls, struct MHD_Connection *c, char *url)
+{
+	(void)cls;
+	(void)c;
+	char *w = url;
+	for (const char *r = url; *r;) {
+		int hi, lo;
+		if (r[0] == '%' && (hi = hex_digit(r[1])) >= 0 && (lo = hex_digit(r[2])) >= 0 && (hi | lo)) {
+			*w++ = (char)(hi * 16 + lo);
+			r += 3;
+		} else *w++ = *r++;
+	}
+	*w = 0;
+	return (size_t)(w - url);
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method, const char *version,
 			       const char *upload, size_t *upload_size, void **con_cls)
 {
 	listener *l = cls;
 	server *s = l->srv;
 	conn_req *cr = *con_cls;
-	if (!cr) {
+	if (!cr) { /* on_request_line made none (out of memory) */
 		cr = sg_calloc(1, sizeof *cr);
 		if (!cr) return MHD_NO;
 		*con_cls = cr;
-		cr->start_ns = sg_time_ns();
+	}
+	if (!cr->begun) {
+		cr->begun = 1;
 		const route_def *path_match = NULL;
 		for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
 			if (!strcmp(url, routes[i].path)) {
@@ -669,20 +926,24 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 			cr->model_id = url + 11;
 		}
 		sg_srv_route fr = path_match ? path_match->route : fallback_route(url);
+		/* an answer queued now ends the read: the deadline must not write on its socket too */
 		if (l->auth && !(path_match && path_match->route == SG_ROUTE_HEALTH) &&
 		    !sg_server_auth_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"), s->o.api_key) &&
 		    !sg_server_api_key_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"), s->o.api_key)) {
 			cr->answered = 1;
+			if (!watch_read_done(s, c)) return MHD_NO;
 			return fail(c, fr, 401, "authentication_error", NULL, "invalid_api_key",
 				    "missing or wrong API key: send the header 'Authorization: Bearer <key>' (or 'x-api-key: <key>')");
 		}
 		if (!path_match) {
 			cr->answered = 1;
+			if (!watch_read_done(s, c)) return MHD_NO;
 			return fail(c, fr, 404, "not_found_error", NULL, NULL, "no route for %.200s %.200s", method, url);
 		}
 		int head_ok = !strcmp(method, "HEAD") && !strcmp(path_match->method, "GET");
 		if (strcmp(method, path_match->method) != 0 && !head_ok) {
 			cr->answered = 1;
+			if (!watch_read_done(s, c)) return MHD_NO;
 			return fail(c, fr, 405, "invalid_request_error", NULL, "method_not_allowed",
 				    "%.200s takes %s, not %.20s", url, path_match->method, method);
 		}
@@ -690,6 +951,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
 		if (cl && strtoull(cl, NULL, 10) > s->o.max_body) {
 			cr->answered = 1;
+			if (!watch_read_done(s, c)) return MHD_NO;
 			return fail(c, fr, 413, "invalid_request_error", NULL, "request_too_large",
 				    "the request body has %.20s bytes; the limit is %zu (--max-body)", cl, s->o.max_body);
 		}
@@ -699,15 +961,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 		size_t n = *upload_size;
 		*upload_size = 0;
 		if (cr->answered) return MHD_YES;
-		sg_srv_route route = cr->rt->route;
-		(void)route;
-		if (sg_time_ns() - cr->start_ns > (uint64_t)s->o.read_timeout_s * 1000000000ull) {
-			cr->answered = 1;
-			send_timeout(c, cr, s->o.read_timeout_s);
-			return MHD_NO;
-		}
+		/* (a body arriving too slowly is the watchdog's: the deadline covers the whole request) */
 		if (cr->len + n > s->o.max_body) {
 			cr->answered = 1;
+			if (!watch_read_done(s, c)) return MHD_NO;
 			char msg[128];
 			snprintf(msg, sizeof msg, "the request body is over the limit of %zu bytes (--max-body)", s->o.max_body);
 			send_raw_error(c, cr, 413, "Content Too Large", "request_too_large", msg);
@@ -728,22 +985,22 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 	}
 	if (cr->answered) return MHD_YES;
 	cr->answered = 1;
+	/* the request is in: the deadline stops (unless it fired first) */
+	if (!watch_read_done(s, c)) return MHD_NO;
 	return dispatch(c, s, cr);
 }
 
 /* An error written straight to the socket, for the moments libmicrohttpd cannot send a queued
  * response: the body is still arriving (it would wait for the rest), or the connection is being
  * closed for silence past the deadline. The caller then drops the connection. */
-static void send_raw_error(struct MHD_Connection *c, const conn_req *cr, int status, const char *reason, const char *code,
-			   const char *msg)
+static void send_raw(int fd, sg_srv_route route, int status, const char *reason, const char *code, const char *msg)
 {
 	sg_srv_err e;
 	sg_srv_err_set(&e, status, "invalid_request_error", NULL, "%s", msg);
 	snprintf(e.code, sizeof e.code, "%s", code);
-	json_t *o = sg_resp_error_body(cr->rt ? cr->rt->route : SG_ROUTE_NONE, &e);
+	json_t *o = sg_resp_error_body(route, &e);
 	char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
-	int fd = conn_fd(c);
 	if (body && fd >= 0) {
 		char buf[1024];
 		int n = snprintf(buf, sizeof buf,
@@ -758,25 +1015,38 @@ static void send_raw_error(struct MHD_Connection *c, const conn_req *cr, int sta
 	free(body);
 }
 
-static void send_timeout(struct MHD_Connection *c, const conn_req *cr, int timeout_s)
+static void send_raw_error(struct MHD_Connection *c, const conn_req *cr, int status, const char *reason, const char *code,
+			   const char *msg)
+{
+	send_raw(conn_fd(c), cr->rt ? cr->rt->route : SG_ROUTE_NONE, status, reason, code, msg);
+}
+
+static void send_timeout_raw(int fd, sg_srv_route route, int timeout_s)
 {
 	char msg[96];
 	snprintf(msg, sizeof msg, "the request did not arrive within %d s", timeout_s);
-	send_raw_error(c, cr, 408, "Request Timeout", "request_timeout", msg);
+	send_raw(fd, route, 408, "Request Timeout", "request_timeout", msg);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
 	listener *l = cls;
+	server *s = l->srv;
 	conn_req *cr = *con_cls;
-	if (cr && toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED && !cr->answered) send_timeout(c, cr, l->srv->o.read_timeout_s);
+	conn_watch *w = watch_of(c);
+	/* libmicrohttpd's idle timer ran out while the request was arriving: a 408, unless the
+	 * watchdog (or the Content-Length check) already answered */
+	if (cr && toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED && !cr->answered && watch_claim(s, w))
+		send_timeout_raw(conn_fd(c), w ? w->route : cr->rt ? cr->rt->route : SG_ROUTE_NONE, s->o.read_timeout_s);
 	if (cr) {
 		sg_free(cr->body);
 		sg_free(cr);
 		*con_cls = NULL;
 	}
-	if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
-		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)l->srv->o.read_timeout_s);
+	if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->o.read_timeout_s);
+		watch_next_request(s, w);
+	}
 }
 
 /* ---- listeners ---- */
@@ -837,7 +1107,8 @@ static sg_status start_listener(server *s, int unix_fd, const char *host, int po
 	listener *l = &s->ls[s->n_ls];
 	l->srv = s;
 	l->auth = unix_fd < 0;
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL;
+	/* one thread per connection: the Content-Length hook (on_mhd_log) relies on it */
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ERROR_LOG;
 	struct sockaddr_in in = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 	if (unix_fd < 0) {
 		const char *h = !strcmp(host, "localhost") ? "127.0.0.1" : host;
@@ -845,7 +1116,11 @@ static sg_status start_listener(server *s, int unix_fd, const char *host, int po
 			return sg_error(SG_ERR_INVALID_ARG, "serve: --host '%s' is not an IPv4 address", host);
 	}
 	struct MHD_OptionItem opts[] = {
+		{MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, l},
 		{MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)completed, l},
+		{MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, l},
+		{MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_request_line, l},
+		{MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)unescape_url, l},
 		{MHD_OPTION_CONNECTION_TIMEOUT, s->o.read_timeout_s, NULL},
 		{MHD_OPTION_CONNECTION_LIMIT, s->o.max_connections, NULL},
 		{MHD_OPTION_THREAD_STACK_SIZE, 512 * 1024, NULL},
@@ -875,6 +1150,8 @@ sg_status sg_server_run(const sg_server_opts *opts)
 	if (!s) return SG_FAIL(SG_ERR_NOMEM, "server state");
 	s->o = *opts;
 	s->unix_fd = -1;
+	pthread_mutex_init(&s->watch_mu, NULL);
+	pthread_cond_init(&s->watch_cv, NULL);
 	sg_status st = SG_OK;
 	if ((s->o.port || s->o.ollama_port) && (!s->o.api_key || !*s->o.api_key)) {
 		st = sg_error(SG_ERR_INVALID_ARG,
@@ -901,6 +1178,11 @@ sg_status sg_server_run(const sg_server_opts *opts)
 		goto out;
 	}
 	signal(SIGPIPE, SIG_IGN);
+	if (pthread_create(&s->watchdog, NULL, watchdog_main, s)) {
+		st = SG_FAIL(SG_ERR_NOMEM, "read-deadline thread");
+		goto out;
+	}
+	s->watch_running = 1;
 	if (s->o.socket_path) {
 		if ((st = open_unix(s->o.socket_path, &s->unix_fd))) goto out;
 		if ((st = start_listener(s, s->unix_fd, NULL, 0))) goto out;
@@ -927,6 +1209,13 @@ sg_status sg_server_run(const sg_server_opts *opts)
 	fprintf(stderr, "saragossa serve: shutting down\n");
 out:
 	if (s->queue) sg_queue_stop(s->queue);
+	if (s->watch_running) {
+		pthread_mutex_lock(&s->watch_mu);
+		s->watch_stop = 1;
+		pthread_cond_signal(&s->watch_cv);
+		pthread_mutex_unlock(&s->watch_mu);
+		pthread_join(s->watchdog, NULL);
+	}
 	for (int i = 0; i < s->n_ls; i++) MHD_stop_daemon(s->ls[i].d);
 	sg_queue_free(s->queue);
 	if (s->unix_fd >= 0) {
@@ -934,6 +1223,8 @@ out:
 		unlink(s->o.socket_path);
 	}
 	sg_pool_free(s->pool);
+	pthread_cond_destroy(&s->watch_cv);
+	pthread_mutex_destroy(&s->watch_mu);
 	for (int i = 0; i < 2; i++)
 		if (stop_pipe[i] >= 0) close(stop_pipe[i]), stop_pipe[i] = -1;
 	sg_free(s);

@@ -43,7 +43,8 @@ struct sg_job {
 	sg_job *next;
 	/* prefix cache: the session key (header or request field, may be NULL), and what the
 	 * worker reports in the response headers (set before the status is) */
-	char *session;
+	char *session;            /* [session_len] bytes (a key may hold NULs) */
+	size_t session_len;
 	long reused_prefix;       /* tokens restored from the cache; -1 = no header */
 	long prefix_miss;         /* token where the prompt left the best cached chain; -1 = none */
 	/* owner hooks: on_free runs when the last reference goes (releases the model) */

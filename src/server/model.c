@@ -14,6 +14,8 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "engine/lm.h"
+#include "formats/model_desc.h"
+#include "formats/qtypes.h"
 #include "models/model.h"
 #include "text/grammar/token_trie.h"
 #include "text/grammar/toolcall.h"
@@ -75,6 +77,20 @@ const char *sg_srv_backend_accel(void)
 	if (b && *b && strcmp(b, "auto") && strcmp(b, "cpu")) return sg_backend_known(b) ? b : NULL;
 	if (!b || !*b || !strcmp(b, "auto")) return sg_backend_auto_accel();
 	return NULL;
+}
+
+/* What Ollama's listings call the quantization level, spelt as Ollama does: a GGUF file's type
+ * as llama.cpp names its general.file_type ("Q4_K_M"), an MLX folder's "MLX_Q4_G64", else the
+ * type of the weights themselves ("BF16", "F16": a safetensors folder, or a GGUF file that does
+ * not say): the first layer's query projection, or the embeddings where it has none. */
+static void quant_name(const sg_model *mod, char *buf, size_t cap)
+{
+	const sg_model_desc *d = &mod->desc;
+	const char *ft = d->quant.kind == SG_QUANT_GGUF ? sg_gguf_ftype_name(d->quant.file_type) : NULL;
+	if (ft) snprintf(buf, cap, "%s", ft);
+	else if (d->quant.kind == SG_QUANT_MLX) snprintf(buf, cap, "MLX_Q%d_G%d", d->quant.bits, d->quant.group);
+	else if (mod->layers && mod->layers[0].wq.data) snprintf(buf, cap, "%s", sg_type_name(mod->layers[0].wq.type));
+	else snprintf(buf, cap, "%s", sg_type_name(mod->tok_embd.type));
 }
 
 /* The tool-call syntax: render an assistant turn holding one call with the model's own template
@@ -223,7 +239,7 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, s
 	if (s) goto fail;
 	m->tok = sg_lm_tokenizer(m->lm);
 	snprintf(m->info.arch, sizeof m->info.arch, "%s", sg_model_arch(sg_lm_model(m->lm)));
-	snprintf(m->info.quant, sizeof m->info.quant, "%s", gguf ? "gguf" : "bf16");
+	quant_name(sg_lm_model(m->lm), m->info.quant, sizeof m->info.quant);
 	m->info.n_ctx = sg_lm_n_ctx(m->lm);
 	m->info.n_vocab = sg_lm_n_vocab(m->lm);
 	find_agent(m);

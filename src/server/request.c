@@ -124,12 +124,33 @@ int sg_srv_get_bool(const json_t *o, const char *key, const char *name, int *out
 	return 1;
 }
 
+int sg_srv_has_nul(const json_t *v)
+{
+	return json_is_string(v) && memchr(json_string_value(v), 0, json_string_length(v)) != NULL;
+}
+
+int sg_srv_nul(sg_srv_err *e, const char *name)
+{
+	return -sg_srv_err_set(e, 400, BAD, name, "'%s' must not contain U+0000 (a NUL character)", name);
+}
+
 int sg_srv_get_str(const json_t *o, const char *key, const char *name, const char **out, sg_srv_err *e)
 {
 	json_t *v = json_object_get(o, key);
 	if (!v || json_is_null(v)) return 0;
 	if (!json_is_string(v)) return sg_srv_wrong_type(e, name, "a string", v);
+	if (sg_srv_has_nul(v)) return sg_srv_nul(e, name);
 	*out = json_string_value(v);
+	return 1;
+}
+
+int sg_srv_get_text(const json_t *o, const char *key, const char *name, const char **out, size_t *len, sg_srv_err *e)
+{
+	json_t *v = json_object_get(o, key);
+	if (!v || json_is_null(v)) return 0;
+	if (!json_is_string(v)) return sg_srv_wrong_type(e, name, "a string", v);
+	*out = json_string_value(v);
+	*len = json_string_length(v);
 	return 1;
 }
 
@@ -149,14 +170,30 @@ int sg_srv_dup(char **dst, const char *s, sg_srv_err *err)
 	return *dst ? 0 : -sg_srv_oom(err);
 }
 
+int sg_srv_dupn(char **dst, const char *s, size_t n, sg_srv_err *err)
+{
+	*dst = sg_malloc(n + 1);
+	if (!*dst) return -sg_srv_oom(err);
+	if (n) memcpy(*dst, s, n);
+	(*dst)[n] = 0;
+	return 0;
+}
+
+/* One stop string appended with its length. */
+static int add_stop(sg_srv_req *r, const json_t *s, const char *name, size_t i, sg_srv_err *err)
+{
+	if (json_string_length(s) > 1024)
+		return -sg_srv_err_set(err, 400, BAD, name, "'%s[%zu]' is longer than 1024 bytes", name, i);
+	if (sg_srv_dupn(&r->stop[r->n_stop], json_string_value(s), json_string_length(s), err) < 0) return -1;
+	r->stop_len[r->n_stop++] = json_string_length(s);
+	return 0;
+}
+
 /* stop: a string or an array of strings (OpenAI), the array form only for Ollama. */
 int sg_srv_parse_stop(const json_t *v, const char *name, sg_srv_req *r, sg_srv_err *err)
 {
 	if (!v || json_is_null(v)) return 0;
-	if (json_is_string(v)) {
-		if (!json_string_length(v)) return 0;
-		return sg_srv_dup(&r->stop[r->n_stop++], json_string_value(v), err);
-	}
+	if (json_is_string(v)) return json_string_length(v) ? add_stop(r, v, name, 0, err) : 0;
 	if (!json_is_array(v)) return sg_srv_wrong_type(err, name, "a string or an array of strings", v);
 	if (json_array_size(v) > SG_SRV_MAX_STOP)
 		return -sg_srv_err_set(err, 400, BAD, name, "'%s' has %zu entries; at most %d are allowed", name,
@@ -169,10 +206,7 @@ int sg_srv_parse_stop(const json_t *v, const char *name, sg_srv_req *r, sg_srv_e
 			snprintf(n, sizeof n, "%s[%zu]", name, i);
 			return sg_srv_wrong_type(err, n, "a string", s);
 		}
-		if (!json_string_length(s)) continue;
-		if (json_string_length(s) > 1024)
-			return -sg_srv_err_set(err, 400, BAD, name, "'%s[%zu]' is longer than 1024 bytes", name, i);
-		if (sg_srv_dup(&r->stop[r->n_stop++], json_string_value(s), err) < 0) return -1;
+		if (json_string_length(s) && add_stop(r, s, name, i, err) < 0) return -1;
 	}
 	return 0;
 }
@@ -193,6 +227,7 @@ static int flatten_content(json_t *msg, size_t idx, sg_srv_err *err)
 		snprintf(name, sizeof name, "messages[%zu].content[%zu].type", idx, i);
 		json_t *t = json_object_get(part, "type");
 		if (!t || !json_is_string(t)) return sg_srv_wrong_type(err, name, "a string", t ? t : json_null());
+		if (sg_srv_has_nul(t)) return sg_srv_nul(err, name);
 		type = json_string_value(t);
 		if (strcmp(type, "text") != 0)
 			return -sg_srv_err_set(err, 400, BAD, name, "content part type '%.40s' is not supported (only 'text')", type);
@@ -263,6 +298,7 @@ static int parse_tools(json_t *tools, sg_srv_req *r, sg_srv_err *err)
 		snprintf(name, sizeof name, "tools[%zu].function.name", i);
 		json_t *n = json_object_get(f, "name");
 		if (!json_is_string(n) || !json_string_length(n)) return sg_srv_wrong_type(err, name, "a non-empty string", n ? n : json_null());
+		if (sg_srv_has_nul(n)) return sg_srv_nul(err, name);
 		json_t *pa = json_object_get(f, "parameters");
 		snprintf(name, sizeof name, "tools[%zu].function.parameters", i);
 		if (pa && !json_is_null(pa) && !json_is_object(pa)) return sg_srv_wrong_type(err, name, "an object (a JSON Schema)", pa);
@@ -291,6 +327,7 @@ int sg_srv_parse_messages(const json_t *body, sg_srv_req *r, int ollama, sg_srv_
 		json_t *role = json_object_get(msg, "role");
 		if (!role) return -sg_srv_err_set(err, 400, BAD, name, "'%s' is required", name);
 		if (!json_is_string(role)) return sg_srv_wrong_type(err, name, "a string", role);
+		if (sg_srv_has_nul(role)) return sg_srv_nul(err, name);
 		int known = 0;
 		for (size_t k = 0; k < sizeof roles / sizeof *roles; k++) known |= !strcmp(json_string_value(role), roles[k]);
 		if (!known)

@@ -68,14 +68,16 @@ typedef struct sg_srv_limits {
 
 typedef struct sg_srv_req {
 	sg_srv_route route;
-	char *model;          /* requested model name ("" when absent: the default model) */
+	char *model;          /* requested model name ("" when absent: the default model; never holds a NUL) */
 	int chat;             /* messages (chat) or prompt (completion) */
 	json_t *messages;     /* chat: array of {role, content:string, ...} with parts flattened */
 	json_t *tools;        /* chat: the tools array passed to the template, or NULL */
-	char *prompt;         /* completion: prompt text (NULL when given as ids) */
+	char *prompt;         /* completion: prompt text [prompt_len] (NULL when given as ids) */
+	size_t prompt_len;    /* its bytes: text may hold NUL bytes (JSON's \u0000) */
 	int32_t *prompt_ids;  /* completion / detokenize: [n_prompt_ids] */
 	size_t n_prompt_ids;
-	char *system;         /* ollama generate: system message */
+	char *system;         /* ollama generate: system message [system_len] */
+	size_t system_len;
 	int raw;              /* ollama generate: no template */
 	int add_special;      /* tokenize: add BOS etc. */
 	int stream;
@@ -85,6 +87,7 @@ typedef struct sg_srv_req {
 	sg_sampler_params sp; /* logit_bias points into bias[] */
 	sg_logit_bias *bias;
 	char *stop[SG_SRV_MAX_STOP];
+	size_t stop_len[SG_SRV_MAX_STOP]; /* each stop string's bytes */
 	size_t n_stop;
 	int logprobs;         /* return per-token logprobs */
 	int top_logprobs;
@@ -92,13 +95,14 @@ typedef struct sg_srv_req {
 	json_t *schema;       /* json_format 2: the JSON Schema */
 	int schema_strict;    /* unsupported keywords are a 400 (Ollama format and strict: true) */
 	int tool_choice;      /* sg_srv_tool_choice */
-	char *tool_name;      /* SG_TOOLS_NAMED */
+	char *tool_name;      /* SG_TOOLS_NAMED (never holds a NUL) */
 	int parallel_tools;   /* several calls may follow one another (default 1) */
 	int think;            /* reasoning: -1 not said, 0 off, 1 on */
 	int reasoning_effort; /* 0 not said, 1 low, 2 medium, 3 high */
 	int32_t reasoning_budget; /* reasoning tokens before the end is forced; 0: from the effort */
 	json_t *kwargs;       /* extra chat-template variables (enable_thinking, ...), or NULL */
-	char *user;           /* OpenAI user / session key */
+	char *user;           /* OpenAI user / Anthropic metadata.user_id: the session key [user_len] */
+	size_t user_len;
 	int echo;             /* completions: echo the prompt (refused: unsupported) */
 	char note[160];       /* something ignored that the client should know ("template ignored") */
 } sg_srv_req;
@@ -110,22 +114,36 @@ int sg_srv_req_begin(sg_srv_route route, const char *body, size_t len, const sg_
 		     json_t **json, sg_srv_err *err);
 void sg_srv_req_free(sg_srv_req *req);
 
+/* Strings and U+0000. JSON allows "\u0000" inside a string and the parser keeps it (a string
+ * carries its length), so a C string would silently end at it: "tiny\u0000x" would name model
+ * "tiny". Text (prompts, messages, stop strings, session keys) is carried with its length;
+ * names and enumerated values (models, tools, roles, types, ids), where a NUL can mean nothing,
+ * are refused with a 400 that names the field (sg_srv_get_str does it; sg_srv_has_nul and
+ * sg_srv_nul for values read directly). */
+int sg_srv_has_nul(const json_t *v); /* 1 when v is a string holding a NUL byte */
+int sg_srv_nul(sg_srv_err *e, const char *name); /* the 400; always < 0 */
+
 /* Field readers: o[key] (named `name` in messages) absent or null is "not given" (0); a present
  * value of the wrong type or out of range is a 400 naming the field, returned as a negative
- * number (-status) with *e filled; given and valid is 1, with *out set. */
+ * number (-status) with *e filled; given and valid is 1, with *out set. get_str refuses a
+ * string holding a NUL; get_text takes any string, with its length. */
 int sg_srv_wrong_type(sg_srv_err *e, const char *name, const char *want, const json_t *v); /* always < 0 */
 int sg_srv_get_num(const json_t *o, const char *key, const char *name, double lo, double hi, double *out, sg_srv_err *e);
 int sg_srv_get_int(const json_t *o, const char *key, const char *name, int64_t lo, int64_t hi, int64_t *out, sg_srv_err *e);
 int sg_srv_get_bool(const json_t *o, const char *key, const char *name, int *out, sg_srv_err *e);
 int sg_srv_get_str(const json_t *o, const char *key, const char *name, const char **out, sg_srv_err *e);
+int sg_srv_get_text(const json_t *o, const char *key, const char *name, const char **out, size_t *len, sg_srv_err *e);
 /* A 500 "out of memory" (returns the status). */
 int sg_srv_oom(sg_srv_err *e);
-/* *dst = a heap copy of s: 0, or -500 with *e filled. */
+/* *dst = a heap copy of s (NUL-terminated): 0, or -500 with *e filled. dupn copies n bytes
+ * (which may hold NULs) and terminates them. */
 int sg_srv_dup(char **dst, const char *s, sg_srv_err *e);
+int sg_srv_dupn(char **dst, const char *s, size_t n, sg_srv_err *e);
 
 /* Parts the OpenAI and Ollama bodies share; each returns 0, or a negative or positive status with
  * *err filled (callers test < 0 and != 0 as the readers above). */
-/* stop: a string or an array of at most SG_SRV_MAX_STOP strings, appended to r->stop. */
+/* stop: a string or an array of at most SG_SRV_MAX_STOP strings of at most 1024 bytes, appended
+ * with their lengths to r->stop. */
 int sg_srv_parse_stop(const json_t *v, const char *name, sg_srv_req *r, sg_srv_err *err);
 /* body.messages (roles checked, OpenAI content parts flattened to a string; ollama: string content,
  * no images, may be empty) and body.tools, copied into r. */

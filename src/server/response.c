@@ -187,6 +187,7 @@ sg_gen_params sg_resp_gen_params(sg_job *job)
 	p.sampler = q->sp;
 	p.eos_ids = sg_srv_model_eos(job->model, &p.n_eos);
 	p.stop = (const char *const *)q->stop;
+	p.stop_lens = q->stop_len;
 	p.n_stop = q->n_stop;
 	p.max_tokens = q->max_tokens;
 	p.cancel = &job->cancel;

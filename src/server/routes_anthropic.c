@@ -32,6 +32,14 @@ static int want(sg_srv_err *e, const char *name, const char *what, const json_t 
 	return sg_srv_err_set(e, 400, BAD, name, "%s: expected %s, got %s", name, what, v ? sg_json_type_name(v) : "nothing");
 }
 
+/* The 400 (returned) when o[key] is a string holding a NUL byte (JSON's \u0000), else 0: a
+ * name, id or type holds none, and read as a C string it would end there ("tool\u0000x" would
+ * be "tool"). Text is carried with its length instead. */
+static int nul_in(const json_t *o, const char *key, const char *name, sg_srv_err *e)
+{
+	return sg_srv_has_nul(json_object_get(o, key)) ? -sg_srv_nul(e, name) : 0;
+}
+
 /* A text or an array of text blocks (system, tool_result content) as one string. cache_control and
  * citations are accepted and ignored. */
 static int blocks_text(const json_t *v, const char *name, json_t **out, sg_srv_err *e)
@@ -53,6 +61,7 @@ static int blocks_text(const json_t *v, const char *name, json_t **out, sg_srv_e
 		snprintf(nm, sizeof nm, "%s.%zu", name, i);
 		const char *type = json_string_value(json_object_get(b, "type"));
 		if (!type) return want(e, nm, "a content block with a type", b);
+		if (nul_in(b, "type", nm, e)) return e->status;
 		if (!strcmp(type, "image") || !strcmp(type, "document"))
 			return sg_srv_err_set(e, 400, BAD, nm, "%s: %s input is not supported: the model is text-only", nm, type);
 		if (strcmp(type, "text") != 0)
@@ -98,6 +107,7 @@ static int convert_message(const json_t *msg, size_t idx, json_t *out, sg_srv_er
 	if (!json_is_object(msg)) return want(e, name, "an object", msg);
 	const char *role = json_string_value(json_object_get(msg, "role"));
 	snprintf(name, sizeof name, "messages.%zu.role", idx);
+	if (nul_in(msg, "role", name, e)) return e->status;
 	if (!role || (strcmp(role, "user") && strcmp(role, "assistant")))
 		return sg_srv_err_set(e, 400, BAD, name, "%s: must be 'user' or 'assistant'", name);
 	int user = !strcmp(role, "user");
@@ -122,11 +132,15 @@ static int convert_message(const json_t *msg, size_t idx, json_t *out, sg_srv_er
 			st = want(e, nm, "a content block with a type", b);
 			break;
 		}
+		if ((st = nul_in(b, "type", nm, e))) break;
+		/* the block's text, whole: it may hold NULs */
 		const char *piece = NULL;
+		size_t n = 0;
 		char **acc = &text;
 		size_t *accl = &tl;
 		if (!strcmp(type, "text")) {
 			piece = json_string_value(json_object_get(b, "text"));
+			n = json_string_length(json_object_get(b, "text"));
 			if (!piece) {
 				st = want(e, nm, "a text block with a string 'text'", b);
 				break;
@@ -140,6 +154,7 @@ static int convert_message(const json_t *msg, size_t idx, json_t *out, sg_srv_er
 				break;
 			}
 			piece = json_string_value(json_object_get(b, "thinking"));
+			n = json_string_length(json_object_get(b, "thinking"));
 			acc = &thinking;
 			accl = &thl;
 		} else if (!strcmp(type, "redacted_thinking")) {
@@ -148,6 +163,7 @@ static int convert_message(const json_t *msg, size_t idx, json_t *out, sg_srv_er
 			const char *id = json_string_value(json_object_get(b, "id"));
 			const char *fn = json_string_value(json_object_get(b, "name"));
 			json_t *input = json_object_get(b, "input");
+			if ((st = nul_in(b, "id", nm, e)) || (st = nul_in(b, "name", nm, e))) break;
 			if (user || !id || !fn || !json_is_object(input)) {
 				st = user ? bad(e, nm, "%s: a %s block is only allowed in assistant messages", nm, type)
 					  : want(e, nm, "a tool_use block with id, name and an input object", b);
@@ -158,6 +174,7 @@ static int convert_message(const json_t *msg, size_t idx, json_t *out, sg_srv_er
 			continue;
 		} else if (!strcmp(type, "tool_result")) {
 			const char *id = json_string_value(json_object_get(b, "tool_use_id"));
+			if ((st = nul_in(b, "tool_use_id", nm, e))) break;
 			if (!user || !id) {
 				st = !user ? bad(e, nm, "%s: a %s block is only allowed in user messages", nm, type)
 					   : want(e, nm, "a tool_result block with a tool_use_id", b);
@@ -176,7 +193,6 @@ static int convert_message(const json_t *msg, size_t idx, json_t *out, sg_srv_er
 			break;
 		}
 		if (!piece) continue;
-		size_t n = strlen(piece);
 		char *nb = sg_realloc(*acc, *accl + n + 2);
 		if (!nb) {
 			st = sg_srv_err_set(e, 500, "server_error", NULL, "out of memory");
@@ -189,8 +205,8 @@ static int convert_message(const json_t *msg, size_t idx, json_t *out, sg_srv_er
 		nb[*accl] = 0;
 	}
 	if (!st && (text || thinking || json_array_size(calls) || !user)) {
-		json_t *m = json_pack("{s:s,s:s}", "role", role, "content", text ? text : "");
-		if (thinking) json_object_set_new(m, "reasoning_content", json_string(thinking));
+		json_t *m = json_pack("{s:s,s:o}", "role", role, "content", json_stringn(text ? text : "", tl));
+		if (thinking) json_object_set_new(m, "reasoning_content", json_stringn(thinking, thl));
 		if (json_array_size(calls)) json_object_set(m, "tool_calls", calls);
 		json_array_append_new(out, m);
 	}
@@ -219,6 +235,10 @@ static int convert_tools(const json_t *tools, sg_srv_req *r, sg_srv_err *e)
 		}
 		const char *type = json_string_value(json_object_get(t, "type"));
 		json_t *schema = json_object_get(t, "input_schema");
+		if (nul_in(t, "type", nm, e) || nul_in(t, "name", nm, e)) {
+			json_decref(out);
+			return e->status;
+		}
 		if (type && strcmp(type, "custom") != 0 && !schema) continue;
 		const char *name = json_string_value(json_object_get(t, "name"));
 		if (!name || !*name || !json_is_object(schema)) {
@@ -241,6 +261,7 @@ static int parse_tool_choice(const json_t *tc, sg_srv_req *r, sg_srv_err *e)
 	if (!tc || json_is_null(tc)) return 0;
 	const char *type = json_string_value(json_object_get(tc, "type"));
 	if (!json_is_object(tc) || !type) return want(e, "tool_choice", "an object with a type", tc);
+	if (nul_in(tc, "type", "tool_choice.type", e) || nul_in(tc, "name", "tool_choice.name", e)) return e->status;
 	if (json_is_true(json_object_get(tc, "disable_parallel_tool_use"))) r->parallel_tools = 0;
 	if (!strcmp(type, "auto")) r->tool_choice = SG_TOOLS_AUTO;
 	else if (!strcmp(type, "none")) r->tool_choice = SG_TOOLS_NONE;
@@ -283,6 +304,7 @@ int sg_anthropic_parse(const json_t *b, sg_srv_req *r, const sg_srv_limits *lim,
 	int count = r->route == SG_ROUTE_ANTHROPIC_COUNT;
 	const char *model = json_string_value(json_object_get(b, "model"));
 	if (!model) return want(e, "model", "a string", json_object_get(b, "model"));
+	if (nul_in(b, "model", "model", e)) return e->status;
 	if (!(r->model = sg_strdup(model))) return sg_srv_err_set(e, 500, "server_error", NULL, "out of memory");
 	r->chat = 1;
 	json_t *mt = json_object_get(b, "max_tokens");
@@ -317,8 +339,8 @@ int sg_anthropic_parse(const json_t *b, sg_srv_req *r, const sg_srv_limits *lim,
 		json_array_foreach(stops, i, sv) {
 			if (!json_is_string(sv)) return want(e, "stop_sequences", "an array of strings", sv);
 			if (!json_string_length(sv)) continue;
-			if (!(r->stop[r->n_stop++] = sg_strdup(json_string_value(sv))))
-				return sg_srv_err_set(e, 500, "server_error", NULL, "out of memory");
+			if (sg_srv_dupn(&r->stop[r->n_stop], json_string_value(sv), json_string_length(sv), e) < 0) return e->status;
+			r->stop_len[r->n_stop++] = json_string_length(sv);
 		}
 	}
 	double d;
@@ -333,13 +355,17 @@ int sg_anthropic_parse(const json_t *b, sg_srv_req *r, const sg_srv_limits *lim,
 		if (!json_is_boolean(stream)) return want(e, "stream", "a boolean", stream);
 		r->stream = json_is_true(stream);
 	}
-	json_t *meta = json_object_get(b, "metadata");
-	const char *uid = json_string_value(json_object_get(meta, "user_id"));
-	if (uid && !(r->user = sg_strdup(uid))) return sg_srv_err_set(e, 500, "server_error", NULL, "out of memory");
+	/* the session key: any text, NULs included */
+	json_t *uid = json_object_get(json_object_get(b, "metadata"), "user_id");
+	if (json_is_string(uid)) {
+		if (sg_srv_dupn(&r->user, json_string_value(uid), json_string_length(uid), e) < 0) return e->status;
+		r->user_len = json_string_length(uid);
+	}
 	json_t *th = json_object_get(b, "thinking");
 	if (th && !json_is_null(th)) {
 		const char *type = json_string_value(json_object_get(th, "type"));
 		if (!type) return want(e, "thinking", "an object with a type", th);
+		if (nul_in(th, "type", "thinking.type", e)) return e->status;
 		if (!strcmp(type, "enabled")) {
 			json_t *bt = json_object_get(th, "budget_tokens");
 			if (!json_is_integer(bt) || json_integer_value(bt) < 1)
@@ -549,7 +575,7 @@ void sg_anthropic_run(sg_job *job)
 	p.constraint = sg_agent_run_constraint(ar);
 	/* the prefix cache: the session's longest cached prefix is restored before message_start,
 	 * whose usage reports it, goes out (before the prefill: the client sees the stream open) */
-	sg_lm_turn turn = {.session_key = job->session, .on_reuse = reused, .user = &g};
+	sg_lm_turn turn = {.session_key = job->session, .session_key_len = job->session_len, .on_reuse = reused, .user = &g};
 	sg_gen_result r;
 	st = sg_lm_generate(sg_srv_model_lm(job->model), &turn, &p, &r);
 	if (job->user) sg_pool_publish(job->user);
@@ -578,7 +604,7 @@ void sg_anthropic_run(sg_job *job)
 	else if (r.finish == SG_GEN_LENGTH) reason = "max_tokens";
 	else if (r.stop_index >= 0 && (size_t)r.stop_index < q->n_stop) {
 		reason = "stop_sequence";
-		stop_seq = json_string(q->stop[r.stop_index]);
+		stop_seq = json_stringn(q->stop[r.stop_index], q->stop_len[r.stop_index]);
 	}
 	if (g.stream) {
 		json_t *u = usage(job, &r);

@@ -62,6 +62,7 @@ static int parse_ollama_common(const json_t *b, sg_srv_req *r, const sg_srv_limi
 	json_t *f = json_object_get(b, "format");
 	if (f && !json_is_null(f)) {
 		if (json_is_string(f)) {
+			if (sg_srv_has_nul(f)) return -sg_srv_nul(err, "format");
 			if (!strcmp(json_string_value(f), "json")) r->json_format = 1;
 			else if (json_string_length(f))
 				return sg_srv_err_set(err, 400, BAD, "format", "format must be \"json\" or a JSON schema object");
@@ -87,19 +88,24 @@ static int parse_ollama_generate(const json_t *b, sg_srv_req *r, const sg_srv_li
 {
 	int st;
 	if ((st = parse_ollama_common(b, r, lim, err))) return st;
+	/* prompt and system are text: NULs included, with their lengths */
 	const char *s = NULL;
-	TRY(sg_srv_get_str(b, "prompt", "prompt", &s, err));
-	if (sg_srv_dup(&r->prompt, s ? s : "", err) < 0) return err->status;
+	size_t n = 0;
+	TRY(sg_srv_get_text(b, "prompt", "prompt", &s, &n, err));
+	if (sg_srv_dupn(&r->prompt, s ? s : "", n, err) < 0) return err->status;
+	r->prompt_len = n;
 	s = NULL;
-	TRY(sg_srv_get_str(b, "system", "system", &s, err));
-	if (s && sg_srv_dup(&r->system, s, err) < 0) return err->status;
+	n = 0;
+	TRY(sg_srv_get_text(b, "system", "system", &s, &n, err));
+	if (s && sg_srv_dupn(&r->system, s, n, err) < 0) return err->status;
+	r->system_len = n;
 	TRY(sg_srv_get_bool(b, "raw", "raw", &r->raw, err));
-	s = NULL;
-	TRY(sg_srv_get_str(b, "template", "template", &s, err));
-	if (s && *s) snprintf(r->note, sizeof r->note, "the 'template' field is ignored: the model's own chat template is used");
-	s = NULL;
-	TRY(sg_srv_get_str(b, "suffix", "suffix", &s, err));
-	if (s && *s) return sg_srv_err_set(err, 400, BAD, "suffix", "suffix (fill-in-the-middle) is not supported");
+	n = 0;
+	TRY(sg_srv_get_text(b, "template", "template", &s, &n, err));
+	if (n) snprintf(r->note, sizeof r->note, "the 'template' field is ignored: the model's own chat template is used");
+	n = 0;
+	TRY(sg_srv_get_text(b, "suffix", "suffix", &s, &n, err));
+	if (n) return sg_srv_err_set(err, 400, BAD, "suffix", "suffix (fill-in-the-middle) is not supported");
 	json_t *img = json_object_get(b, "images");
 	if (img && json_is_array(img) && json_array_size(img))
 		return sg_srv_err_set(err, 400, BAD, "images", "images are not supported by this server");
@@ -118,6 +124,7 @@ static int parse_ollama_chat(const json_t *b, sg_srv_req *r, const sg_srv_limits
 	if (th && !json_is_null(th)) {
 		if (json_is_boolean(th)) r->think = json_is_true(th);
 		else if (json_is_string(th)) {
+			if (sg_srv_has_nul(th)) return -sg_srv_nul(err, "think");
 			const char *v = json_string_value(th);
 			r->reasoning_effort = !strcmp(v, "low") ? 1 : !strcmp(v, "medium") ? 2 : !strcmp(v, "high") ? 3 : 0;
 			if (!r->reasoning_effort) return sg_srv_err_set(err, 400, BAD, "think", "think must be a boolean or one of low, medium, high");
@@ -400,7 +407,8 @@ void sg_ollama_run(sg_job *job)
 	sg_gen_result r;
 	memset(&r, 0, sizeof r);
 	/* the session key partitions the prefix cache */
-	sg_lm_turn turn = {.session_key = job->session, .on_reuse = sg_resp_note_reuse, .user = job};
+	sg_lm_turn turn = {.session_key = job->session, .session_key_len = job->session_len, .on_reuse = sg_resp_note_reuse,
+			   .user = job};
 	st = sg_lm_generate(sg_srv_model_lm(job->model), &turn, &p, &r);
 	if (g.ar && !st) sg_agent_run_finish(g.ar);
 	if (job->user) sg_pool_publish(job->user);

@@ -62,6 +62,7 @@ static int parse_tool_choice(const json_t *b, sg_srv_req *r, sg_srv_err *err)
 	TRY(sg_srv_get_bool(b, "parallel_tool_calls", "parallel_tool_calls", &r->parallel_tools, err));
 	if (!tc || json_is_null(tc)) return 0;
 	const char *name = NULL;
+	if (sg_srv_has_nul(tc)) return -sg_srv_nul(err, "tool_choice");
 	if (json_is_string(tc)) {
 		const char *v = json_string_value(tc);
 		if (!strcmp(v, "auto")) r->tool_choice = SG_TOOLS_AUTO;
@@ -71,6 +72,7 @@ static int parse_tool_choice(const json_t *b, sg_srv_req *r, sg_srv_err *err)
 			return sg_srv_err_set(err, 400, BAD, "tool_choice", "'tool_choice' = '%.40s' is not one of auto, none, required", v);
 	} else if (json_is_object(tc)) {
 		json_t *f = json_object_get(tc, "function");
+		if (sg_srv_has_nul(json_object_get(f, "name"))) return -sg_srv_nul(err, "tool_choice");
 		name = json_string_value(json_object_get(f, "name"));
 		if (!name) return sg_srv_err_set(err, 400, BAD, "tool_choice", "'tool_choice' must name a function: {\"type\": \"function\", \"function\": {\"name\": ...}}");
 	} else return -sg_srv_wrong_type(err, "tool_choice", "a string or an object", tc);
@@ -167,9 +169,12 @@ static int parse_openai_sampling(const json_t *b, sg_srv_req *r, const sg_srv_li
 		if (!json_is_object(so)) return sg_srv_wrong_type(err, "stream_options", "an object", so) ? err->status : 0;
 		TRY(sg_srv_get_bool(so, "include_usage", "stream_options.include_usage", &r->include_usage, err));
 	}
+	/* the session key: any text, NULs included (two keys differing after a NUL are two sessions) */
 	const char *user = NULL;
-	TRY(given = sg_srv_get_str(b, "user", "user", &user, err));
-	if (given && sg_srv_dup(&r->user, user, err) < 0) return err->status;
+	size_t user_len = 0;
+	TRY(given = sg_srv_get_text(b, "user", "user", &user, &user_len, err));
+	if (given && sg_srv_dupn(&r->user, user, user_len, err) < 0) return err->status;
+	r->user_len = user_len;
 	json_t *rf = json_object_get(b, "response_format");
 	if (rf && !json_is_null(rf)) {
 		if (!json_is_object(rf)) return sg_srv_wrong_type(err, "response_format", "an object", rf) ? err->status : 0;
@@ -243,7 +248,8 @@ static int parse_oai_completion(const json_t *b, sg_srv_req *r, const sg_srv_lim
 	if (!p || json_is_null(p)) return sg_srv_err_set(err, 400, BAD, "prompt", "'prompt' is required");
 	if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0))) p = json_array_get(p, 0);
 	if (json_is_string(p)) {
-		if (sg_srv_dup(&r->prompt, json_string_value(p), err) < 0) return err->status;
+		if (sg_srv_dupn(&r->prompt, json_string_value(p), json_string_length(p), err) < 0) return err->status;
+		r->prompt_len = json_string_length(p);
 	} else if (json_is_array(p)) {
 		if (json_array_size(p) && json_is_array(json_array_get(p, 0)))
 			return sg_srv_err_set(err, 400, BAD, "prompt", "a batch of prompts is not supported: send one prompt per request");
@@ -258,8 +264,9 @@ static int parse_oai_completion(const json_t *b, sg_srv_req *r, const sg_srv_lim
 	TRY(sg_srv_get_bool(b, "echo", "echo", &r->echo, err));
 	if (r->echo) return sg_srv_err_set(err, 400, BAD, "echo", "'echo' is not supported");
 	const char *suffix = NULL;
-	TRY(sg_srv_get_str(b, "suffix", "suffix", &suffix, err));
-	if (suffix && *suffix) return sg_srv_err_set(err, 400, BAD, "suffix", "'suffix' is not supported");
+	size_t suffix_len = 0;
+	TRY(sg_srv_get_text(b, "suffix", "suffix", &suffix, &suffix_len, err));
+	if (suffix_len) return sg_srv_err_set(err, 400, BAD, "suffix", "'suffix' is not supported");
 	int64_t best_of;
 	TRY(given = sg_srv_get_int(b, "best_of", "best_of", INT64_MIN, INT64_MAX, &best_of, err));
 	if (given && best_of != 1) return sg_srv_err_set(err, 400, BAD, "best_of", "'best_of' must be 1");
@@ -271,13 +278,15 @@ static int parse_tokenize(const json_t *b, sg_srv_req *r, sg_srv_err *err)
 	int st;
 	if ((st = sg_srv_parse_model(b, r, 0, err))) return st;
 	const char *s = NULL;
+	size_t n = 0;
 	int given;
-	TRY(given = sg_srv_get_str(b, "prompt", "prompt", &s, err));
-	if (!given) TRY(given = sg_srv_get_str(b, "content", "content", &s, err));
+	TRY(given = sg_srv_get_text(b, "prompt", "prompt", &s, &n, err));
+	if (!given) TRY(given = sg_srv_get_text(b, "content", "content", &s, &n, err));
 	if (!given) return sg_srv_err_set(err, 400, BAD, "prompt", "'prompt' (a string) is required");
 	r->add_special = 1;
 	TRY(sg_srv_get_bool(b, "add_special", "add_special", &r->add_special, err));
-	return sg_srv_dup(&r->prompt, s, err) < 0 ? err->status : 0;
+	r->prompt_len = n;
+	return sg_srv_dupn(&r->prompt, s, n, err) < 0 ? err->status : 0;
 }
 
 static int parse_detokenize(const json_t *b, sg_srv_req *r, sg_srv_err *err)
@@ -638,7 +647,8 @@ void sg_openai_run(sg_job *job)
 	sg_gen_result r;
 	memset(&r, 0, sizeof r);
 	/* the session key partitions the prefix cache */
-	sg_lm_turn turn = {.session_key = job->session, .on_reuse = sg_resp_note_reuse, .user = job};
+	sg_lm_turn turn = {.session_key = job->session, .session_key_len = job->session_len, .on_reuse = sg_resp_note_reuse,
+			   .user = job};
 	st = sg_lm_generate(sg_srv_model_lm(job->model), &turn, &p, &r);
 	if (g.ar && !st) sg_agent_run_finish(g.ar);
 	if (job->user) sg_pool_publish(job->user);

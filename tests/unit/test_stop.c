@@ -309,3 +309,24 @@ Test(stop, long_streams_keep_the_buffer_bounded_by_the_longest_stop_string)
 	cr_assert_eq(total, 18 * 10000, "a space breaks every partial match");
 	sg_stop_free(s);
 }
+
+Test(stop, stop_string_with_a_nul_byte_is_matched_whole_when_its_length_is_given)
+{
+	/* "a\0b" (JSON's "a\u0000b"): cut at its NUL it would be "a" and stop at the first 'a'. */
+	const char *stops[] = {"a\0b"};
+	const size_t lens[] = {3};
+	sg_stop_params p = {.stop_strings = stops, .stop_lens = lens, .n_stop_strings = 1};
+	sg_stop *s = NULL;
+	cr_assert_eq(sg_stop_create(&p, &s), SG_OK, "%s", sg_last_error());
+	sg_stop_result r;
+	cr_assert_eq(sg_stop_text(s, "xab", 3, &r), SG_OK);
+	cr_assert_eq(r.finish, SG_FINISH_NONE, "'a' alone is not the stop string");
+	cr_assert_eq(r.len, 3);
+	cr_assert_eq(sg_stop_text(s, "ya", 2, &r), SG_OK);
+	cr_assert_eq(r.len, 1, "the trailing 'a' may start the stop string: held back");
+	cr_assert_eq(sg_stop_text(s, "\0bz", 3, &r), SG_OK);
+	cr_assert_eq(r.finish, SG_FINISH_STOP_STRING);
+	cr_assert_eq(r.stop_index, 0);
+	cr_assert_eq(r.len, 0);
+	sg_stop_free(s);
+}
