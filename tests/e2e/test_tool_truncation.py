@@ -27,7 +27,7 @@ OAI_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameter
 ANT_TOOLS = [{"name": "get_weather", "description": "Weather in a city", "input_schema": WEATHER}]
 # From a cut inside the first start marker, through one inside the arguments, to one complete
 # call followed by a second, cut, and both complete.
-CUTS = [2, 5, 9, 14, 20, 28, 36, 45, 60, 80, 100, 125, 140, 160, 180, 240]
+CUTS = [2, 9, 14, 28, 45, 80, 125, 160, 240]
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +62,21 @@ def no_text(t):
     assert t == "", repr(t)
 
 
+ANSWERS = {}  # max_tokens -> (finish, calls) of the OpenAI whole answers (the generation is greedy)
+
+
 def oai_answer(oai, max_tokens, **kw):
     r = oai.chat.completions.create(**oai_kw(max_tokens, **kw))
     ch = r.choices[0]
     assert r.usage.completion_tokens <= max_tokens
     calls = [(c.function.name, json.loads(c.function.arguments)) for c in ch.message.tool_calls or []]
     no_text(ch.message.content or "")
+    if not kw:
+        ANSWERS[max_tokens] = (ch.finish_reason, calls)
     return ch.finish_reason, calls
+
+
+ANT_ANSWERS = {}
 
 
 def ant_answer(ac, max_tokens, **kw):
@@ -77,7 +85,10 @@ def ant_answer(ac, max_tokens, **kw):
         assert b.type in ("text", "tool_use"), b
         if b.type == "text":
             no_text(b.text)
-    return r.stop_reason, [(b.name, b.input) for b in r.content if b.type == "tool_use"]
+    out = r.stop_reason, [(b.name, b.input) for b in r.content if b.type == "tool_use"]
+    if not kw:
+        ANT_ANSWERS[max_tokens] = out
+    return out
 
 
 def check_calls(calls):
@@ -90,8 +101,9 @@ def check_calls(calls):
 def test_cut_call_is_reported_as_truncation_by_both_apis(oai, ac, max_tokens):
     finish, calls = oai_answer(oai, max_tokens)
     check_calls(calls)
+    # the grammar forces a call: the answer ends with one, or was cut ("length")
     assert finish in ("tool_calls", "length"), finish
-    assert (finish == "tool_calls") == bool(calls) or finish == "length"
+    assert calls or finish == "length"
     stop, uses = ant_answer(ac, max_tokens)
     check_calls(uses)
     assert stop in ("tool_use", "max_tokens"), stop
@@ -110,7 +122,7 @@ def test_the_cuts_cover_each_case(oai):
     """The CUTS above do cut before any call, inside one, and after a complete one."""
     seen = set()
     for mt in CUTS:
-        finish, calls = oai_answer(oai, mt)
+        finish, calls = ANSWERS[mt] if mt in ANSWERS else oai_answer(oai, mt)
         seen.add((finish, len(calls)))
     assert {("length", 0), ("length", 1), ("tool_calls", 2)} <= seen, seen
 
@@ -133,14 +145,14 @@ def oai_stream(oai, max_tokens, **kw):
 
 @pytest.mark.parametrize("max_tokens", CUTS)
 def test_streams_end_with_the_truncation_and_agree_with_the_whole_answers(oai, ac, max_tokens):
-    finish, calls = oai_answer(oai, max_tokens)
+    finish, calls = ANSWERS.get(max_tokens) or oai_answer(oai, max_tokens)
     sfinish, scalls = oai_stream(oai, max_tokens)
     assert sfinish == finish
     # the completed calls stream as they are in the whole answer; a cut one was announced
     # before it was cut, and only the finish ("length") says it is unfinished
     assert [(c["name"], json.loads(c["arguments"])) for c in scalls[:len(calls)]] == calls
     assert len(scalls) - len(calls) <= (1 if finish == "length" else 0)
-    stop, uses = ant_answer(ac, max_tokens)
+    stop, uses = ANT_ANSWERS.get(max_tokens) or ant_answer(ac, max_tokens)
     with ac.messages.stream(**ant_kw(max_tokens)) as s:
         final = s.get_final_message()
     assert final.stop_reason == stop
