@@ -24,6 +24,8 @@ const char *sg_json_type_name(const json_t *v)
 sg_status sg_json_parse(const char *buf, size_t len, const char *what, json_t **out)
 {
 	json_error_t err;
+	*out = NULL;
+	if (!buf || !len) return sg_error(SG_ERR_FORMAT, "%s: empty (a JSON value is expected)", what ? what : "json");
 	/* JSON_ALLOW_NUL keeps embedded \u0000 legal as JSON allows; strings stay length-tracked. */
 	*out = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
 	if (!*out)

@@ -8,8 +8,9 @@
 
 #include "saragossa.h"
 
-/* Parses buf[0..len) (need not be NUL-terminated). On error: SG_ERR_FORMAT with
- * "<what>: invalid JSON at line L, column C (byte B): <reason>". */
+/* Parses buf[0..len) (need not be NUL-terminated; NULL with len 0 is empty). On error:
+ * SG_ERR_FORMAT with "<what>: invalid JSON at line L, column C (byte B): <reason>", or "<what>:
+ * empty (a JSON value is expected)". */
 sg_status sg_json_parse(const char *buf, size_t len, const char *what, json_t **out);
 sg_status sg_json_load_file(const char *path, size_t max_bytes, json_t **out);
 

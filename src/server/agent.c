@@ -125,6 +125,8 @@ struct sg_agent_run {
 	sg_gen_constraint con;
 	int has_con;
 	int calls, malformed;
+	int cut;             /* a call was cut short by the end of the generation */
+	int open_call;       /* index + 1 of the call started and not ended, else 0 */
 	uint32_t *bits;      /* [(n_vocab + 31) / 32] the allowed tokens of this step */
 	char *ws;            /* blank answer text held back: dropped when a tool call follows it */
 	size_t ws_len, ws_cap;
@@ -303,6 +305,7 @@ static void on_call(void *ud, const sg_toolcall_event *ev)
 		break;
 	case SG_TCE_CALL_START:
 		r->ws_len = 0;
+		r->open_call = ev->index + 1;
 		if (r->out.call_start) r->out.call_start(r->out.ud, ev->index, ev->name);
 		break;
 	case SG_TCE_ARGS_DELTA:
@@ -310,9 +313,20 @@ static void on_call(void *ud, const sg_toolcall_event *ev)
 		break;
 	case SG_TCE_CALL_END:
 		r->calls++;
+		r->open_call = 0;
 		if (r->out.call_end) r->out.call_end(r->out.ud, ev->index);
 		break;
+	case SG_TCE_CALL_CUT:
+		/* Not a call (its arguments are unfinished) and not answer text (it is call syntax):
+		 * the answer reports the truncation instead. */
+		r->cut++;
+		r->ws_len = 0;
+		if (r->open_call && r->out.call_void) r->out.call_void(r->out.ud, r->open_call - 1);
+		r->open_call = 0;
+		break;
 	case SG_TCE_MALFORMED:
+		if (r->open_call && r->out.call_void) r->out.call_void(r->out.ud, r->open_call - 1);
+		r->open_call = 0;
 		r->malformed++;
 		SG_WARN("serve: a malformed tool call is returned as text: %.*s", (int)(ev->len > 300 ? 300 : ev->len), ev->text);
 		emit_text(r, ev->text, ev->len);
@@ -348,11 +362,15 @@ void sg_agent_run_feed(sg_agent_run *r, const char *text, size_t n)
 	else answer(r, text, n);
 }
 
-void sg_agent_run_finish(sg_agent_run *r)
+void sg_agent_run_finish(sg_agent_run *r, const sg_gen_result *res)
 {
+	int cut = res && (res->finish == SG_GEN_LENGTH || res->stop_index >= 0);
 	if (r->split) sg_reasoning_finish(r->split, on_split, r);
-	if (r->parser) sg_toolcall_finish(r->parser, on_call, r);
-	if (r->ws_len && !r->calls && r->out.text) r->out.text(r->out.ud, r->ws, r->ws_len);
+	if (r->parser) (cut ? sg_toolcall_cut : sg_toolcall_finish)(r->parser, on_call, r);
+	/* Blank text held back is the answer only when nothing but blanks came: not when a call
+	 * followed or was cut, nor when a call was forced (its grammar allows blanks before it). */
+	int forced = r->plan && r->plan->tools && r->plan->grammar;
+	if (r->ws_len && !r->calls && !r->cut && !forced && r->out.text) r->out.text(r->out.ud, r->ws, r->ws_len);
 	r->ws_len = 0;
 }
 
@@ -364,6 +382,16 @@ int sg_agent_run_calls(const sg_agent_run *r)
 int sg_agent_run_malformed(const sg_agent_run *r)
 {
 	return r ? r->malformed : 0;
+}
+
+int sg_agent_run_cut(const sg_agent_run *r)
+{
+	return r ? r->cut : 0;
+}
+
+int sg_agent_run_tool_finish(const sg_agent_run *r)
+{
+	return r && r->calls && !r->malformed && !r->cut;
 }
 
 int sg_agent_run_complete(const sg_agent_run *r)

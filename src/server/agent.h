@@ -28,6 +28,10 @@ typedef struct sg_agent_out {
 	void (*call_start)(void *ud, int index, const char *name);
 	void (*call_args)(void *ud, int index, const char *s, size_t n); /* the next piece of the arguments */
 	void (*call_end)(void *ud, int index);
+	/* The call started at index will not end: the generation was cut short inside it
+	 * (max_tokens, a stop string), or it turned out malformed (its raw text follows as text). A
+	 * whole answer leaves it out; a stream has announced it, and its finish says why. */
+	void (*call_void)(void *ud, int index);
 } sg_agent_out;
 
 typedef struct sg_agent_plan {
@@ -61,10 +65,19 @@ void sg_agent_run_free(sg_agent_run *r);
 const sg_gen_constraint *sg_agent_run_constraint(sg_agent_run *r);
 /* Text released by the generation loop, in order. */
 void sg_agent_run_feed(sg_agent_run *r, const char *text, size_t n);
-/* The end of the output: held-back text is released, an unfinished call is reported as text. */
-void sg_agent_run_finish(sg_agent_run *r);
+/* The end of the output (res: how the generation ended; NULL: the model ended it): held-back
+ * text is released. An unfinished call is cut (call_cut, never text) when the generation was cut
+ * short by max_tokens, the context or a stop string, else the model ended its turn inside it and
+ * it is malformed (returned as text). Blank text is dropped when a call was forced. */
+void sg_agent_run_finish(sg_agent_run *r, const sg_gen_result *res);
 int sg_agent_run_calls(const sg_agent_run *r);     /* tool calls completed */
 int sg_agent_run_malformed(const sg_agent_run *r); /* calls returned as text */
+int sg_agent_run_cut(const sg_agent_run *r);       /* calls cut short (0 or 1) */
+/* 1 when the answer ends with tool calls and nothing else went wrong: calls completed, none
+ * malformed, none cut. The finish is then OpenAI's "tool_calls" / Anthropic's "tool_use";
+ * otherwise it is how the generation ended ("length" / "max_tokens" for a cut call), so every
+ * API agrees on which calls completed and on why the answer ended. */
+int sg_agent_run_tool_finish(const sg_agent_run *r);
 /* 1 when the answer is complete for the constraint (always, without one). */
 int sg_agent_run_complete(const sg_agent_run *r);
 

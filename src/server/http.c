@@ -593,25 +593,34 @@ out:
 	return r;
 }
 
+/* The body of a route that only names a model (/api/show, the embedding routes): a JSON object
+ * with a string "model" (or alt, when given and "model" is absent). 0 with *b (the body, a new
+ * reference) and *name, else the status set in *e. */
+static int body_model(const conn_req *cr, const char *alt, json_t **b, const char **name, sg_srv_err *e)
+{
+	int st = sg_srv_body_object(cr->body, cr->len, b, e);
+	if (st) return st;
+	const char *key = alt && !json_object_get(*b, "model") && json_object_get(*b, alt) ? alt : "model";
+	*name = NULL;
+	int given = sg_srv_get_str(*b, key, key, name, e);
+	if (given < 0) return -given;
+	if (!given) return sg_srv_err_set(e, 400, NULL, "model", "'model' (a string) is required");
+	return 0;
+}
+
 static enum MHD_Result handle_show(struct MHD_Connection *c, server *s, conn_req *cr)
 {
-	json_t *b;
-	if (sg_json_parse(cr->body, cr->len, "request body", &b))
-		return fail(c, SG_ROUTE_OLLAMA_SHOW, 400, NULL, NULL, NULL, "%s", sg_last_error());
-	json_t *name = json_is_object(b) ? json_object_get(b, "model") : NULL;
-	if (!name && json_is_object(b)) name = json_object_get(b, "name");
-	if (!json_is_string(name)) {
-		json_decref(b);
-		return fail(c, SG_ROUTE_OLLAMA_SHOW, 400, NULL, "model", NULL, "'model' (a string) is required");
-	}
-	if (sg_srv_has_nul(name)) {
-		json_decref(b);
-		return fail(c, SG_ROUTE_OLLAMA_SHOW, 400, NULL, "model", NULL, "'model' must not contain U+0000 (a NUL character)");
-	}
+	json_t *b = NULL;
+	const char *name;
+	sg_srv_err e;
 	enum MHD_Result r;
-	sg_srv_model *m = acquire_model(c, s, SG_ROUTE_OLLAMA_SHOW, json_string_value(name), &r);
-	if (m) r = send_json(c, 200, sg_ollama_show(m));
-	sg_pool_release(s->pool, m);
+	if (body_model(cr, "name", &b, &name, &e)) {
+		r = send_err(c, SG_ROUTE_OLLAMA_SHOW, &e);
+	} else {
+		sg_srv_model *m = acquire_model(c, s, SG_ROUTE_OLLAMA_SHOW, name, &r);
+		if (m) r = send_json(c, 200, sg_ollama_show(m));
+		sg_pool_release(s->pool, m);
+	}
 	json_decref(b);
 	return r;
 }
@@ -629,17 +638,15 @@ static json_t *oai_models(server *s)
 static enum MHD_Result handle_embed(struct MHD_Connection *c, conn_req *cr)
 {
 	sg_srv_route route = cr->rt->route;
-	json_t *b;
-	if (sg_json_parse(cr->body, cr->len, "request body", &b)) return fail(c, route, 400, NULL, NULL, NULL, "%s", sg_last_error());
-	json_t *name = json_is_object(b) ? json_object_get(b, "model") : NULL;
+	json_t *b = NULL;
+	const char *name;
+	sg_srv_err e;
 	enum MHD_Result r;
-	if (!json_is_object(b)) r = fail(c, route, 400, NULL, NULL, NULL, "the request body must be a JSON object");
-	else if (!json_is_string(name)) r = fail(c, route, 400, NULL, "model", NULL, "'model' (a string) is required");
-	else if (sg_srv_has_nul(name)) r = fail(c, route, 400, NULL, "model", NULL, "'model' must not contain U+0000 (a NUL character)");
+	if (body_model(cr, NULL, &b, &name, &e)) r = send_err(c, route, &e);
 	else
 		r = fail(c, route, 400, NULL, "model", "model_not_supported",
 			 "model '%.200s' cannot make embeddings: this server serves no embedding model (its models generate text)",
-			 json_string_value(name));
+			 name);
 	json_decref(b);
 	return r;
 }

@@ -69,7 +69,13 @@ int sg_srv_req_begin(sg_srv_route route, const char *body, size_t len, const sg_
 	req->max_tokens = lim->max_tokens_cap;
 	req->think = -1;
 	req->parallel_tools = 1;
-	if (len == 0) return sg_srv_err_set(err, 400, BAD, NULL, "the request body is empty: a JSON object is expected");
+	return sg_srv_body_object(body, len, json, err);
+}
+
+int sg_srv_body_object(const char *body, size_t len, json_t **json, sg_srv_err *err)
+{
+	*json = NULL;
+	if (!body || len == 0) return sg_srv_err_set(err, 400, BAD, NULL, "the request body is empty: a JSON object is expected");
 	json_t *b;
 	if (sg_json_parse(body, len, "request body", &b) != SG_OK)
 		return sg_srv_err_set(err, 400, BAD, NULL, "%s", sg_last_error());

@@ -113,6 +113,10 @@ typedef struct sg_srv_req {
 int sg_srv_req_begin(sg_srv_route route, const char *body, size_t len, const sg_srv_limits *lim, sg_srv_req *req,
 		     json_t **json, sg_srv_err *err);
 void sg_srv_req_free(sg_srv_req *req);
+/* body[0..len) (body may be NULL when no body came) as a JSON object in *json (a new reference):
+ * 0, or 400 set in *err for an empty body, invalid JSON or another JSON type. Every route that
+ * reads a body starts here, so they answer these the same way. */
+int sg_srv_body_object(const char *body, size_t len, json_t **json, sg_srv_err *err);
 
 /* Strings and U+0000. JSON allows "\u0000" inside a string and the parser keeps it (a string
  * carries its length), so a C string would silently end at it: "tiny\u0000x" would name model

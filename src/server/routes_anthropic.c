@@ -523,6 +523,22 @@ static void a_call_end(void *ud, int index)
 	close_block(g);
 }
 
+/* A call that will not end (cut short, or malformed): a whole message leaves its block out (an
+ * input that is not the call's would break the tool's schema); a stream closes the block it
+ * announced, and stop_reason says why (max_tokens). */
+static void a_call_void(void *ud, int index)
+{
+	(void)index;
+	agen *g = ud;
+	if (g->kind != B_TOOL) return;
+	if (g->stream) {
+		close_block(g);
+		return;
+	}
+	g->kind = B_NONE;
+	g->len = 0;
+}
+
 typedef struct ev_ctx {
 	agen *g;
 	sg_agent_run *ar;
@@ -561,7 +577,7 @@ void sg_anthropic_run(sg_job *job)
 	g.model_name = q->model && *q->model ? q->model : sg_srv_model_info_get(job->model)->name;
 	g.content = json_array();
 	sg_agent_out ao = {.ud = &g, .text = a_text, .reasoning = a_reasoning, .call_start = a_call_start,
-			   .call_args = a_call_args, .call_end = a_call_end};
+			   .call_args = a_call_args, .call_end = a_call_end, .call_void = a_call_void};
 	sg_agent_run *ar = NULL;
 	sg_status st = sg_agent_run_new(job->agent, job->model, &ao, &ar);
 	if (st) {
@@ -595,12 +611,11 @@ void sg_anthropic_run(sg_job *job)
 			      st == SG_ERR_RANGE || st == SG_ERR_INVALID_ARG ? BAD : "api_error", sg_last_error());
 		goto done;
 	}
-	sg_agent_run_finish(ar);
-	if (g.kind == B_TOOL && !g.stream && !g.len) delta(&g, B_TOOL, "{}", 2);
+	sg_agent_run_finish(ar, &r);
 	close_block(&g);
 	const char *reason = "end_turn";
 	json_t *stop_seq = json_null();
-	if (sg_agent_run_calls(ar) && !sg_agent_run_malformed(ar)) reason = "tool_use";
+	if (sg_agent_run_tool_finish(ar)) reason = "tool_use";
 	else if (r.finish == SG_GEN_LENGTH) reason = "max_tokens";
 	else if (r.stop_index >= 0 && (size_t)r.stop_index < q->n_stop) {
 		reason = "stop_sequence";

@@ -540,12 +540,11 @@ static json_t *oai_calls(gen *g)
 	return a;
 }
 
-/* With tool calls: "tool_calls" when every call parsed, "stop" when one came back as text. */
+/* "tool_calls" when the answer ends with complete calls and none came back as text or was cut
+ * short; else how the generation ended ("length" for a call max_tokens cut). */
 static const char *gen_finish_reason(const gen *g, const sg_gen_result *r)
 {
-	if (sg_agent_run_malformed(g->ar)) return "stop";
-	if (sg_agent_run_calls(g->ar)) return "tool_calls";
-	return sg_resp_finish_reason(r);
+	return sg_agent_run_tool_finish(g->ar) ? "tool_calls" : sg_resp_finish_reason(r);
 }
 
 static void finish_ok(gen *g, const sg_gen_result *r)
@@ -650,7 +649,7 @@ void sg_openai_run(sg_job *job)
 	sg_lm_turn turn = {.session_key = job->session, .session_key_len = job->session_len, .on_reuse = sg_resp_note_reuse,
 			   .user = job};
 	st = sg_lm_generate(sg_srv_model_lm(job->model), &turn, &p, &r);
-	if (g.ar && !st) sg_agent_run_finish(g.ar);
+	if (g.ar && !st) sg_agent_run_finish(g.ar, &r);
 	if (job->user) sg_pool_publish(job->user);
 	if (atomic_load(&job->cancel)) {
 		SG_INFO("serve: %s cancelled after %zu tokens (client gone)", job->id, r.n_generated);

@@ -31,7 +31,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (sg_toolcall_parser_new(syn, NULL, &p) == SG_OK) {
 		for (size_t i = 0; i < n; i += chunk)
 			sg_toolcall_feed(p, text + i, i + chunk > n ? n - i : chunk, on_event, &seen);
-		sg_toolcall_finish(p, on_event, &seen);
+		/* bit 1 of the first byte: the output was cut (max_tokens) rather than ended */
+		if (data[0] & 2) sg_toolcall_cut(p, on_event, &seen);
+		else sg_toolcall_finish(p, on_event, &seen);
+		if (sg_toolcall_cut_count(p) > 1) __builtin_trap();
 		sg_toolcall_parser_free(p);
 	}
 	sg_reasoning_split *r = NULL;

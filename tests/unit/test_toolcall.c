@@ -14,6 +14,8 @@
 typedef struct {
 	char text[4096];
 	char malformed[4096];
+	char cut[4096];
+	int n_cut;
 	int n_calls;
 	char names[8][64];
 	char args[8][1024];
@@ -55,6 +57,10 @@ static void on_event(void *ud, const sg_toolcall_event *e)
 		c->ended[e->index] = 1;
 		break;
 	case SG_TCE_MALFORMED: cat(c->malformed, sizeof(c->malformed), e->text, e->len); break;
+	case SG_TCE_CALL_CUT:
+		cat(c->cut, sizeof(c->cut), e->text, e->len);
+		c->n_cut++;
+		break;
 	}
 }
 
@@ -214,6 +220,62 @@ static void on_reason(void *ud, int is_reasoning, const char *t, size_t n)
 	cr_assert(l + n < 256);
 	memcpy(bufs[is_reasoning] + l, t, n);
 	bufs[is_reasoning][l + n] = 0;
+}
+
+/* Every prefix of an output with one complete call, then a second, is ended as a cut (max_tokens):
+ * a call is reported only once complete, the unfinished one (or the start of its marker) is cut,
+ * never text nor malformed, and the text before it is text. */
+Test(toolcall, an_output_cut_anywhere_reports_only_complete_calls)
+{
+	const struct {
+		sg_toolcall_syntax syn;
+		const char *out;
+		size_t call1_end, call2_start; /* the first call is complete from call1_end on; the
+						* second begins at call2_start (text between) */
+	} c[] = {
+		{SG_TC_HERMES, "Hi <tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1, \"x\"]}}\n</tool_call>"
+			       "\n<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>", 71, 72},
+		{SG_TC_QWEN_XML, "Hi <tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>"
+				 "<tool_call>\n<function=g>\n</function>\n</tool_call>", 81, 81},
+		{SG_TC_MISTRAL, "Hi [TOOL_CALLS]f[ARGS]{\"a\": 1}[TOOL_CALLS]g[ARGS]{}", 30, 30},
+	};
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		size_t n = strlen(c[i].out);
+		cr_assert_eq(c[i].out[c[i].call1_end - 1], c[i].syn == SG_TC_MISTRAL ? '}' : '>', "case %zu: call1_end", i);
+		for (size_t len = 0; len <= n; len++) {
+			coll k;
+			memset(&k, 0, sizeof(k));
+			sg_toolcall_parser *p;
+			cr_assert_eq(sg_toolcall_parser_new(c[i].syn, NULL, &p), SG_OK);
+			cr_assert_eq(sg_toolcall_feed(p, c[i].out, len, on_event, &k), SG_OK);
+			cr_assert_eq(sg_toolcall_cut(p, on_event, &k), SG_OK);
+			int complete = 0;
+			for (int j = 0; j < k.n_calls; j++) complete += k.ended[j];
+			int want = len == n ? 2 : len >= c[i].call1_end ? 1 : 0;
+			cr_expect_eq(complete, want, "case %zu cut at %zu: %d complete calls, want %d", i, len, complete, want);
+			cr_expect_eq(sg_toolcall_count(p), want);
+			cr_expect_str_eq(k.malformed, "", "case %zu cut at %zu: nothing is malformed", i, len);
+			/* the text is what came before and between the calls, never a piece of a call */
+			char want_text[8] = "";
+			memcpy(want_text, c[i].out, len < 3 ? len : 3);
+			want_text[len < 3 ? len : 3] = 0;
+			if (len > c[i].call1_end && c[i].call2_start > c[i].call1_end) strcat(want_text, "\n");
+			cr_expect_str_eq(k.text, want_text, "case %zu cut at %zu: text '%s'", i, len, k.text);
+			cr_expect_eq(k.n_cut, sg_toolcall_cut_count(p));
+			int in_call = (len > 3 && len < c[i].call1_end) || (len > c[i].call2_start && len < n);
+			cr_expect_eq(k.n_cut, in_call, "case %zu cut at %zu: %d cut", i, len, k.n_cut);
+			sg_toolcall_parser_free(p);
+		}
+	}
+}
+
+Test(toolcall, an_unfinished_call_the_model_ended_is_still_malformed)
+{
+	coll k;
+	sg_toolcall_parser *p = parse(SG_TC_HERMES, NULL, "<tool_call>\n{\"name\": \"f\", \"arg", 0, &k);
+	cr_expect_str_eq(k.malformed, "<tool_call>\n{\"name\": \"f\", \"arg");
+	cr_expect_eq(k.n_cut, 0);
+	sg_toolcall_parser_free(p);
 }
 
 Test(toolcall, reasoning_split_streams_in_any_chunking)

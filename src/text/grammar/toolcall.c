@@ -53,6 +53,8 @@ struct sg_toolcall_parser {
 	int bare;       /* Llama 3: this call began with a bare '{' rather than a marker */
 	int at_start;   /* Llama 3: only whitespace so far (or right after a ';') */
 	int index, count, malformed;
+	int cut;        /* the end of output is a cut (sg_toolcall_cut), not the model's own end */
+	int n_cut;
 	/* the current call object being streamed */
 	size_t off;     /* its offset in the body */
 	int started, args_final, array_open;
@@ -544,7 +546,7 @@ static int text_step(sg_toolcall_parser *p, int final)
 		return 1;
 	}
 	size_t hold = 0;
-	if (partial && !final) {
+	if (partial && (!final || p->cut)) {
 		size_t l = strlen(p->start);
 		for (size_t h = l - 1; h > 0; h--)
 			if (h <= n && memcmp(s + n - h, p->start, h) == 0) {
@@ -553,6 +555,12 @@ static int text_step(sg_toolcall_parser *p, int final)
 			}
 	}
 	ev(p, SG_TCE_TEXT, NULL, s, n - hold);
+	if (final && hold) {
+		/* the output was cut inside a start marker: the call it began is cut */
+		ev(p, SG_TCE_CALL_CUT, NULL, s + n - hold, hold);
+		p->n_cut++;
+		hold = 0;
+	}
 	tb_drop(&p->pend, n - hold);
 	return 0;
 }
@@ -594,6 +602,19 @@ static sg_status run(sg_toolcall_parser *p, int final)
 			ev(p, SG_TCE_TEXT, NULL, p->pend.p, p->pend.n);
 			tb_drop(&p->pend, p->pend.n);
 			p->mode = M_TEXT;
+			reset_call(p);
+			return SG_OK;
+		}
+		if (r == P_BAD && final && p->cut) {
+			/* unfinished when the output was cut: neither a call nor text */
+			if (tb_put(&p->raw, p->pend.p, p->pend.n)) return fail_oom();
+			ev(p, SG_TCE_CALL_CUT, NULL, p->raw.p, p->raw.n);
+			p->n_cut++;
+			if (p->started) p->index++;
+			tb_drop(&p->pend, p->pend.n);
+			p->raw.n = 0;
+			p->mode = M_TEXT;
+			p->array_open = 0;
 			reset_call(p);
 			return SG_OK;
 		}
@@ -666,7 +687,16 @@ sg_status sg_toolcall_finish(sg_toolcall_parser *p, sg_toolcall_cb cb, void *ud)
 	return run(p, 1);
 }
 
+sg_status sg_toolcall_cut(sg_toolcall_parser *p, sg_toolcall_cb cb, void *ud)
+{
+	p->cb = cb;
+	p->ud = ud;
+	p->cut = 1;
+	return run(p, 1);
+}
+
 int sg_toolcall_count(const sg_toolcall_parser *p) { return p->count; }
+int sg_toolcall_cut_count(const sg_toolcall_parser *p) { return p->n_cut; }
 int sg_toolcall_malformed(const sg_toolcall_parser *p) { return p->malformed; }
 
 sg_status sg_toolcall_syntax_from_name(const char *name, sg_toolcall_syntax *out)

@@ -21,8 +21,10 @@
  * back). For the JSON syntaxes (Hermes, Llama 3, Mistral) the arguments stream as deltas once the
  * function name is known, each delta checked to keep the arguments a valid JSON prefix; the others
  * emit their arguments in one delta when the call closes. A call that turns out malformed is
- * reported as SG_TCE_MALFORMED with its raw text (show it as text, finish with "stop", log it);
- * if that call had already started, its index is void. Parsing never aborts. */
+ * reported as SG_TCE_MALFORMED with its raw text (show it as text, log it); if that call had
+ * already started, its index is void. A call the end of the output cut short (max_tokens or a
+ * stop string, sg_toolcall_cut) is SG_TCE_CALL_CUT: neither a call nor answer text, and the
+ * answer reports the truncation. Parsing never aborts. */
 #ifndef SG_TEXT_TOOLCALL_H
 #define SG_TEXT_TOOLCALL_H
 
@@ -47,6 +49,9 @@ typedef enum {
 	SG_TCE_ARGS_DELTA, /* index, text: the next piece of the arguments JSON */
 	SG_TCE_CALL_END,   /* index: the arguments are complete and a valid JSON object */
 	SG_TCE_MALFORMED,  /* text: the raw text of a call that could not be parsed */
+	SG_TCE_CALL_CUT,   /* index, text: the raw text of a call (or of the start of its marker) that
+			    * the output's end cut short; index is void (a CALL_START it had is
+			    * never followed by a CALL_END) */
 } sg_toolcall_event_kind;
 
 typedef struct sg_toolcall_event {
@@ -69,10 +74,15 @@ void sg_toolcall_parser_free(sg_toolcall_parser *p);
 /* Feeds text[0..n); events are delivered before it returns. */
 sg_status sg_toolcall_feed(sg_toolcall_parser *p, const char *text, size_t n, sg_toolcall_cb cb,
 			   void *ud);
-/* End of output: held-back text is flushed; an unfinished call is MALFORMED. */
+/* End of output: held-back text is flushed; an unfinished call is MALFORMED (the model ended
+ * its turn inside it). */
 sg_status sg_toolcall_finish(sg_toolcall_parser *p, sg_toolcall_cb cb, void *ud);
+/* End of output cut short (max_tokens, the context, a stop string): an unfinished call, or a
+ * held-back partial start marker, is CALL_CUT; a call already malformed stays MALFORMED. */
+sg_status sg_toolcall_cut(sg_toolcall_parser *p, sg_toolcall_cb cb, void *ud);
 int sg_toolcall_count(const sg_toolcall_parser *p);     /* calls completed */
 int sg_toolcall_malformed(const sg_toolcall_parser *p); /* calls reported malformed */
+int sg_toolcall_cut_count(const sg_toolcall_parser *p); /* calls reported cut (0 or 1) */
 /* Parses a syntax name: "hermes", "qwen_xml", "gemma4", "gemma3", "llama3", "mistral". */
 sg_status sg_toolcall_syntax_from_name(const char *name, sg_toolcall_syntax *out);
 

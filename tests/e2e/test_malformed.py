@@ -1,0 +1,328 @@
+"""The malformed-request table: every route that reads a body, against a real `saragossa serve` with a
+model (the agent test model "q3"), sent invalid JSON, other JSON types, fields of the wrong type, huge
+numbers, deep nesting, unknown fields and bodies over --max-body, each answered with its exact status
+and error body in its API's format (OpenAI {"error": {message, type, param, code}}, Anthropic
+{"type": "error", "error": {type, message}}, Ollama {"error": message}); then clients that go away
+early (mid-headers, mid-body, mid-chunk, before reading the answer, mid-stream). Afterwards the
+server still answers, and its memory is flat over a few hundred bad requests.
+
+(Strings with an embedded NUL are tested with the NUL handling, not here.)"""
+import json
+import socket
+import time
+
+import pytest
+
+from agent_util import make_qwen3_agent_model
+from server_util import Server
+
+MAX_BODY = 64 * 1024
+M = [{"role": "user", "content": "hi"}]
+
+OPENAI = "openai"
+ANTHROPIC = "anthropic"
+OLLAMA = "ollama"
+
+# route: (its API, a well-formed body that answers at once)
+ROUTES = {
+    "/v1/chat/completions": (OPENAI, {"model": "q3", "messages": M, "max_tokens": 1}),
+    "/v1/completions": (OPENAI, {"model": "q3", "prompt": "hi", "max_tokens": 1}),
+    "/tokenize": (OPENAI, {"model": "q3", "prompt": "hi"}),
+    "/detokenize": (OPENAI, {"model": "q3", "tokens": [1, 2]}),
+    "/v1/embeddings": (OPENAI, {"model": "q3", "input": "hi"}),
+    "/v1/messages": (ANTHROPIC, {"model": "q3", "messages": M, "max_tokens": 1}),
+    "/v1/messages/count_tokens": (ANTHROPIC, {"model": "q3", "messages": M}),
+    "/api/chat": (OLLAMA, {"model": "q3", "messages": M, "stream": False, "options": {"num_predict": 1}}),
+    "/api/generate": (OLLAMA, {"model": "q3", "prompt": "hi", "stream": False, "options": {"num_predict": 1}}),
+    "/api/embed": (OLLAMA, {"model": "q3", "input": "hi"}),
+    "/api/embeddings": (OLLAMA, {"model": "q3", "prompt": "hi"}),
+    "/api/show": (OLLAMA, {"model": "q3"}),
+}
+
+
+def j(o):
+    return json.dumps(o).encode()
+
+
+def nested(depth):
+    return b"[" * depth + b"1" + b"]" * depth
+
+
+def with_field(body, raw_key, raw_value):
+    """The JSON object body with one more member written as raw bytes (a number json.dumps cannot
+    write, a nesting deeper than Python's encoder goes)."""
+    return j(body)[:-1] + b', "' + raw_key.encode() + b'": ' + raw_value + b"}"
+
+
+def error_body(api, status, message, param=None, code=None, type_=None):
+    if api == OLLAMA:
+        return {"error": message}
+    if api == ANTHROPIC:
+        t = {413: "request_too_large", 404: "not_found_error"}.get(status, type_ or "invalid_request_error")
+        return {"type": "error", "error": {"type": t, "message": message}}
+    return {"error": {"message": message, "type": type_ or ("not_found_error" if status == 404 else "invalid_request_error"),
+                      "param": param, "code": code}}
+
+
+def invalid_json(col, reason):
+    return f"request body: invalid JSON at line 1, column {col} (byte {col}): {reason}"
+
+
+NO_EMBED = "model 'q3' cannot make embeddings: this server serves no embedding model (its models generate text)"
+
+# What every route answers alike: bodies that are not a JSON object, or are one that the JSON
+# parser refuses (numbers past int64 / double, nesting past its depth, a duplicate key).
+# (label, body, message)
+SHARED = [
+    ("cut short", b'{"model": "q3", "x": ', invalid_json(21, "unexpected token near end of file")),
+    ("trailing garbage", b'{"model": "q3"} x', invalid_json(17, "end of file expected near 'x'")),
+    ("duplicate key", b'{"model": "q3", "model": "q3"}', invalid_json(23, "duplicate object key near '\"model\"'")),
+    ("an integer past int64", b'{"model": "q3", "x": 123456789012345678901234567890}', invalid_json(51, "too big integer")),
+    ("a negative integer past int64", b'{"model": "q3", "x": -123456789012345678901234567890}',
+     invalid_json(52, "too big negative integer")),
+    ("a real past double", b'{"model": "q3", "x": 1e400}', invalid_json(26, "real number overflow near '1e400'")),
+    ("nesting past the parser's depth", b'{"model": "q3", "x": ' + b"[" * 3000 + b"]" * 3000 + b"}",
+     invalid_json(2069, "maximum parsing depth reached near '['")),
+    ("invalid UTF-8", b'{"model": "q3", "x": "\xff"}', invalid_json(22, "unable to decode byte 0xff near '\"'")),
+    ("a lone surrogate escape", b'{"model": "q3", "x": "\\ud800"}',
+     invalid_json(29, "invalid Unicode '\\uD800' near '\"\\ud800\"'")),
+    ("not an object", b"[1, 2]", "the request body must be a JSON object, got array"),
+    ("a string", b'"q3"', invalid_json(4, "'[' or '{' expected near '\"q3\"'")),
+    ("null", b"null", invalid_json(4, "'[' or '{' expected near 'null'")),
+    ("empty", b"", "the request body is empty: a JSON object is expected"),
+]
+
+
+def wrong_type(api, name, want, got):
+    if api == ANTHROPIC:
+        return f"{name}: expected {want}, got {got}"
+    return f"'{name}' must be {want}, got {got}"
+
+
+def rows_for(path):
+    """(label, body bytes, status, expected body or None for a 200) for one route."""
+    api, good = ROUTES[path]
+    embed = path in ("/v1/embeddings", "/api/embed", "/api/embeddings")
+    ok = (400, error_body(api, 400, NO_EMBED, "model", "model_not_supported")) if embed else (200, None)
+    rows = [(label, body, 400, error_body(api, 400, msg)) for label, body, msg in SHARED]
+    rows.append(("model of the wrong type", j({**good, "model": 7}), 400,
+                 error_body(api, 400, wrong_type(api, "model", "a string", "integer"), "model")))
+    if embed:  # no model embeds: a model that is not served either is told so
+        rows.append(("model unknown", j({**good, "model": "nope"}), 400,
+                     error_body(api, 400, NO_EMBED.replace("'q3'", "'nope'"), "model", "model_not_supported")))
+    else:
+        rows.append(("model unknown", j({**good, "model": "nope"}), 404,
+                     error_body(api, 404, "model 'nope' not found; available: q3", "model", "model_not_found")))
+    big = j({**good, "pad": "a" * MAX_BODY})
+    rows.append(("over --max-body", big, 413,
+                 error_body(api, 413, f"the request body has {len(big)} bytes; the limit is {MAX_BODY} (--max-body)",
+                            code="request_too_large")))
+    if path != "/api/show":
+        rows.append(("well-formed", j(good), *ok))
+    rows.append(("unknown fields", j({**good, "frobnicate": {"a": [1, None, "x"]}, "zz": -1e300, "": True}), *ok))
+    rows.append(("deep nesting in an unknown field",
+                 j(good)[:-1] + b', "x": ' + b"[" * 1000 + b"1" + b"]" * 1000 + b"}", *ok))
+    for label, extra, status, message, param in OWN.get(path, []):
+        rows.append((label, j({**good, **extra}) if isinstance(extra, dict) else extra, status,
+                     None if status == 200 else error_body(api, status, message, param)))
+    return rows
+
+
+I32 = 2147483647
+# A route's own fields: wrong types, huge and out-of-range numbers.
+# (label, fields over the well-formed body (or whole raw bytes), status, message, param)
+OWN = {
+    "/v1/chat/completions": [
+        ("messages a string", {"messages": "hi"}, 400, "'messages' must be an array, got string", "messages"),
+        ("max_tokens a string", {"max_tokens": "1"}, 400, "'max_tokens' must be an integer, got string", "max_tokens"),
+        ("max_tokens a huge real", {"max_tokens": 1e300}, 400, "'max_tokens' must be an integer, got real", "max_tokens"),
+        ("max_tokens past int32", {"max_tokens": 2**62}, 400,
+         f"'max_tokens' = {2**62} is outside [1, {I32}]", "max_tokens"),
+        ("temperature huge", {"temperature": 1e308}, 400, "'temperature' = 1e+308 is outside [0, 2]", "temperature"),
+        ("top_k huge", {"top_k": 2**62}, 400, f"'top_k' = {2**62} is outside [-1, {2**30}]", "top_k"),
+        ("seed the smallest int64", {"seed": -2**63}, 200, None, None),
+        ("stream a string", {"stream": "yes"}, 400, "'stream' must be a boolean, got string", "stream"),
+        ("tools an object", {"tools": {}}, 400, "'tools' must be an array, got object", "tools"),
+        ("stop a number", {"stop": 1e300}, 400, "'stop' must be a string or an array of strings, got real", "stop"),
+    ],
+    "/v1/completions": [
+        ("prompt a number", {"prompt": 7}, 400, "'prompt' must be a string or an array of token ids, got integer", "prompt"),
+        ("prompt a huge token id", {"prompt": [2**40]}, 400, "'prompt[0]' must be a token id (a non-negative integer)",
+         "prompt[0]"),
+        ("prompt a token id past the vocabulary", {"prompt": [I32]}, 400,
+         f"prompt token 0 is id {I32}, outside the vocabulary [0, 384)", "prompt"),
+        ("max_tokens a huge real", {"max_tokens": 1e300}, 400, "'max_tokens' must be an integer, got real", "max_tokens"),
+        ("logprobs huge", {"logprobs": 2**62}, 400, f"'logprobs' = {2**62} is outside [0, 20]", "logprobs"),
+    ],
+    "/tokenize": [
+        ("prompt a number", {"prompt": 7}, 400, "'prompt' must be a string, got integer", "prompt"),
+        ("add_special a string", {"add_special": "yes"}, 400, "'add_special' must be a boolean, got string", "add_special"),
+    ],
+    "/detokenize": [
+        ("tokens a string", {"tokens": "x"}, 400, "'tokens' must be an array of token ids, got string", "tokens"),
+        ("a huge token id", {"tokens": [1, 2**40]}, 400, "'tokens[1]' must be a token id (a non-negative integer)", "tokens[1]"),
+        ("a real token id", {"tokens": [1e300]}, 400, "'tokens[0]' must be a token id (a non-negative integer)", "tokens[0]"),
+    ],
+    "/v1/messages": [
+        ("messages a string", {"messages": "hi"}, 400, "messages: expected an array, got string", "messages"),
+        ("max_tokens a string", {"max_tokens": "1"}, 400, "max_tokens: expected an integer >= 1 (it is required), got string",
+         "max_tokens"),
+        ("max_tokens a huge real", {"max_tokens": 1e300}, 400,
+         "max_tokens: expected an integer >= 1 (it is required), got real", "max_tokens"),
+        ("max_tokens past int32 (capped)", {"max_tokens": 2**62, "stop_sequences": ["x", " ", "a", "e"]}, 200, None, None),
+        ("temperature huge", {"temperature": 1e308}, 400, "temperature: 1e+308 is outside [0, 1]", "temperature"),
+        ("system a number", {"system": 7}, 400, "system: expected a string or an array of text blocks, got integer", "system"),
+        ("tools a string", {"tools": "x"}, 400, "tools: expected an array, got string", "tools"),
+        ("thinking budget past int32", {"thinking": {"type": "enabled", "budget_tokens": 2**62}}, 200, None, None),
+    ],
+    "/v1/messages/count_tokens": [
+        ("messages an object", {"messages": {}}, 400, "messages: expected an array, got object", "messages"),
+        ("tools a number", {"tools": 7}, 400, "tools: expected an array, got integer", "tools"),
+    ],
+    "/api/chat": [
+        ("messages a string", {"messages": "hi"}, 400, "'messages' must be an array, got string", "messages"),
+        ("options an array", {"options": []}, 400, "'options' must be an object, got array", "options"),
+        ("num_predict a huge real", {"options": {"num_predict": 1e300}}, 400,
+         "'options.num_predict' must be an integer, got real", "options.num_predict"),
+        ("num_predict past int32", {"options": {"num_predict": 2**62}}, 400,
+         f"'options.num_predict' = {2**62} is outside [-2, {I32}]", "options.num_predict"),
+        ("temperature huge", {"options": {"temperature": 1e308}}, 400,
+         "'options.temperature' = 1e+308 is outside [0, 100]", "options.temperature"),
+        ("stream a number", {"stream": 1}, 400, "'stream' must be a boolean, got integer", "stream"),
+    ],
+    "/api/generate": [
+        ("prompt a number", {"prompt": 7}, 400, "'prompt' must be a string, got integer", "prompt"),
+        ("system a number", {"system": 7}, 400, "'system' must be a string, got integer", "system"),
+        ("seed a huge real", {"options": {"seed": 1e300}}, 400, "'options.seed' must be an integer, got real", "options.seed"),
+        ("keep_alive an array", {"keep_alive": [1]}, 400,
+         "'keep_alive' must be a duration string or a number of seconds, got array", "keep_alive"),
+    ],
+    "/api/embed": [
+        ("input a number (no model embeds anyway)", {"input": 7}, 400, NO_EMBED, "model"),
+    ],
+    "/api/show": [
+        ("name instead of model", b'{"name": "q3"}', 200, None, None),
+        ("name of the wrong type", b'{"name": 7}', 400, "'name' must be a string, got integer", "name"),
+        ("no model", b"{}", 400, "'model' (a string) is required", "model"),
+    ],
+}
+
+TABLE = [(path, *row) for path in ROUTES for row in rows_for(path)]
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    d = tmp_path_factory.mktemp("malformed")
+    model = make_qwen3_agent_model(d / "q3")
+    s = Server("--model", f"q3={model}", "--ctx", "2048", "--max-body", str(MAX_BODY), socket_path=str(d / "s.sock"),
+               env={"SARAGOSSA_LOG": "error"})
+    yield s
+    s.stop()
+
+
+def ask(c, path, body):
+    return c.post(path, content=body, headers={"Content-Type": "application/json"})
+
+
+def check(c, path, label, body, status, want):
+    r = ask(c, path, body)
+    assert r.status_code == status, (path, label, r.status_code, r.text[:400])
+    assert r.headers["content-type"] == "application/json", (path, label)
+    if want is None:
+        assert isinstance(r.json(), dict)
+        return
+    got = r.json()
+    assert got == want, (path, label, got)
+
+
+@pytest.mark.parametrize("path,label,body,status,want", TABLE, ids=[f"{t[0]} {t[1]}" for t in TABLE])
+def test_malformed_request(srv, path, label, body, status, want):
+    with srv.client() as c:
+        check(c, path, label, body, status, want)
+
+
+def test_table_covers_every_route_and_case():
+    assert len(TABLE) >= 12 * 20
+    for path in ROUTES:
+        labels = {t[1] for t in TABLE if t[0] == path}
+        assert {"cut short", "not an object", "model of the wrong type", "an integer past int64", "a real past double",
+                "nesting past the parser's depth", "unknown fields", "over --max-body"} <= labels, path
+
+
+# ---- clients that go away early ----
+
+def raw(srv, data, read=False, linger=0.0):
+    """Opens a connection, sends data, optionally waits and reads a little, then closes it."""
+    c = socket.socket(socket.AF_UNIX)
+    c.connect(srv.socket)
+    c.sendall(data)
+    if linger:
+        time.sleep(linger)
+    got = b""
+    if read:
+        c.settimeout(5)
+        got = c.recv(256)
+    c.close()
+    return got
+
+
+def head(path, extra=b""):
+    return b"POST " + path.encode() + b" HTTP/1.1\r\nHost: sg\r\nContent-Type: application/json\r\n" + extra
+
+
+def early_disconnects(srv):
+    for path, (_, good) in ROUTES.items():
+        body = j(good)
+        raw(srv, head(path)[:20])  # mid request line
+        raw(srv, head(path))  # mid headers
+        raw(srv, head(path, b"Content-Length: %d\r\n\r\n" % len(body)) + body[:len(body) // 2])  # mid body
+        raw(srv, head(path, b"Transfer-Encoding: chunked\r\n\r\n") + b"%x\r\n" % len(body) + body[:5])  # mid chunk
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/messages", "/api/chat", "/api/generate"):
+        _, good = ROUTES[path]
+        long = {**good, "max_tokens": 400} if "max_tokens" in good else {**good, "options": {"num_predict": 400}}
+        for stream in (False, True):
+            body = j({**long, "stream": stream})
+            req = head(path, b"Content-Length: %d\r\n\r\n" % len(body)) + body
+            raw(srv, req)  # the whole request, then gone before the answer
+            got = raw(srv, req, read=True)  # gone after the first bytes of the answer
+            assert got.startswith(b"HTTP/1.1 200"), (path, stream, got)
+
+
+def idle(srv):
+    """The worker is idle again: no generation left running for a client that went away."""
+    with srv.client() as c:
+        for _ in range(100):
+            h = c.get("/health").json()
+            if not h["busy"] and not h["queued"]:
+                return h
+            time.sleep(0.05)
+    raise AssertionError(f"the worker is still busy: {h}")
+
+
+def test_clients_that_go_away_early_leave_the_server_serving(srv):
+    early_disconnects(srv)
+    idle(srv)
+    with srv.client() as c:
+        for path, (_, good) in ROUTES.items():
+            if path != "/api/show" and not path.endswith("embeddings") and path != "/api/embed":
+                r = ask(c, path, j(good))
+                assert r.status_code == 200, (path, r.text)
+
+
+def test_memory_stays_flat_over_hundreds_of_bad_requests(srv):
+    def one_round():
+        with srv.client() as c:
+            for path, label, body, status, want in TABLE:
+                assert ask(c, path, body).status_code == status, (path, label)
+        early_disconnects(srv)
+        idle(srv)
+
+    one_round()  # warm-up: the allocator's arenas, the worker's buffers
+    rss0 = srv.rss_kb()
+    for _ in range(2):
+        one_round()
+    rss1 = srv.rss_kb()
+    assert 2 * len(TABLE) >= 500
+    assert rss1 - rss0 < 4 * 1024, (rss0, rss1)
+    with srv.client() as c:
+        assert c.get("/health").status_code == 200
