@@ -402,6 +402,7 @@ def mlx_quantize(w, bits, group):
 
 _DTYPES = {  # numpy storage dtype -> safetensors dtype tag (bf16 travels as uint16 bit patterns)
     "F32": np.float32,
+    "F16": np.float16,
     "I32": np.int32,
     "U32": np.uint32,
     "BF16": np.uint16,
