@@ -85,14 +85,15 @@ static sg_status split_gate_up(sg_model *m, const sg_tensor *t, sg_layer_weights
 	return st ? sg_error_wrap(st, "%s", t->name) : SG_OK;
 }
 
-/* The fused stack: gate_up and its down_proj (".weight" on both when `quantized`). */
-static sg_status bind_fused(sg_model *m, int layer, const sg_tensor *gu, int quantized, sg_layer_weights *lw,
+/* The fused stack: gate_up and its down_proj (named with ".weight", as MLX names a quantized
+ * weight, when `suffixed`). */
+static sg_status bind_fused(sg_model *m, int layer, const sg_tensor *gu, int suffixed, sg_layer_weights *lw,
 			    sg_btensor *gate_up)
 {
 	const sg_model_desc *d = &m->desc;
 	int64_t D = d->dim, F = d->moe_ffn_dim, E = d->n_expert;
 	char name[96], shown[512], ts[64];
-	snprintf(name, sizeof(name), "blk.%d.ffn_experts.down_proj%s", layer, quantized ? ".weight" : "");
+	snprintf(name, sizeof(name), "blk.%d.ffn_experts.down_proj%s", layer, suffixed ? ".weight" : "");
 	const sg_tensor *down = sg_weights_lookup(m->w, m->fam->names, name);
 	if (!down)
 		return sg_error(SG_ERR_NOT_FOUND, "%s: missing (the layer's experts are stacked: %s is there)",
@@ -148,10 +149,10 @@ sg_status sg_model_bind_experts(sg_model *m, int layer, sg_layer_weights *lw, sg
 	char name[96];
 	snprintf(name, sizeof(name), "blk.%d.ffn_gate_exps.weight", layer);
 	if (sg_weights_lookup(m->w, m->fam->names, name)) return sg_model_bind_stacked_experts(m, layer, lw);
-	for (int quantized = 0; quantized < 2; quantized++) {
-		snprintf(name, sizeof(name), "blk.%d.ffn_experts.gate_up_proj%s", layer, quantized ? ".weight" : "");
+	for (int suffixed = 0; suffixed < 2; suffixed++) {
+		snprintf(name, sizeof(name), "blk.%d.ffn_experts.gate_up_proj%s", layer, suffixed ? ".weight" : "");
 		const sg_tensor *gu = sg_weights_lookup(m->w, m->fam->names, name);
-		if (gu) return bind_fused(m, layer, gu, quantized, lw, gate_up);
+		if (gu) return bind_fused(m, layer, gu, suffixed, lw, gate_up);
 	}
 	snprintf(name, sizeof(name), "blk.%d.ffn_experts.0.gate_proj.weight", layer);
 	if (!sg_weights_lookup(m->w, m->fam->names, name)) {
