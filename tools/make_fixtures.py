@@ -9,8 +9,7 @@ float32 on the CPU (eager attention, eager experts) and writes one directory per
                                              MLX variants add "quantization" and "quantization_config"
                                              ({"group_size": G, "bits": B})
     tests/fixtures/<name>/model.safetensors  the weights, bf16, under the names save_pretrained writes
-                                             (tied weights appear once; fused/unfused experts as that
-                                             transformers version saves them)
+                                             by default (tied weights appear once; experts as below)
     tests/fixtures/<name>/ref.safetensors    the reference, computed in float32 on exactly the stored values
 
 ref.safetensors holds, by kind (metadata: seed, library versions, margins):
@@ -29,6 +28,19 @@ w = scale * q + bias with q in [0, 2^bits); W.weight is uint32 [out, in*bits/32]
 at bit j*bits of the row's little-endian bit stream; W.scales and W.biases are bf16 [out, in/G]. Norms
 and biases stay bf16. The reference of a variant runs on the DEQUANTIZED weights, computed in float32 as
 float32(scale) * q + float32(bias) (product rounded, then sum rounded), so it is exact for the file.
+
+MoE experts. transformers 5 holds a layer's experts as two stacked parameters, mlp.experts.gate_up_proj
+[E, 2F, D] (each expert's F gate rows, then its F up rows) and mlp.experts.down_proj [E, D, F]. Its
+save_pretrained writes by default (save_original_format=True) the layout a family's checkpoints were first
+published in, so the fixtures hold:
+    qwen3_moe, qwen3_5_moe_text, qwen3_next   one tensor per expert (mlp.experts.N.{gate,up,down}_proj.weight)
+    gemma4_text_moe                           stacked (experts.gate_up_proj, experts.down_proj: no other layout)
+    <base>_stacked (the three Qwen ones)      stacked as transformers 5 holds them: the base's files with the
+                                              experts rewritten by tools/restack_experts.py (same values, same
+                                              config.json and ref.safetensors), checked here against what
+                                              save_pretrained(save_original_format=False) writes and reloaded
+                                              with transformers
+tools/restack_experts.py makes the _stacked copies without torch.
 
 Every weight is drawn with numpy (PCG64) from the fixture's seed, rounded to bf16 (round to nearest
 even), and the model runs in float32 on those values. The spread (std 1/sqrt(fan_in), 3/sqrt(hidden)
@@ -335,6 +347,10 @@ for _base, _args, _cfg, _opts in (("llama", LLAMA, "LlamaConfig", {}), ("qwen3",
         )
 
 
+# Fixtures whose experts save_pretrained writes one tensor per expert: each gets a <name>_stacked copy.
+STACKED_FROM = ("qwen3_moe", "qwen3_5_moe_text", "qwen3_next")
+
+
 def spec_args(spec):
     args = json.loads(json.dumps(spec["args"]))  # a deep copy: configs may edit lists in place
     for key in spec.get("drop", ()):
@@ -402,6 +418,7 @@ def mlx_quantize(w, bits, group):
 
 _DTYPES = {  # numpy storage dtype -> safetensors dtype tag (bf16 travels as uint16 bit patterns)
     "F32": np.float32,
+    "F16": np.float16,
     "I32": np.int32,
     "U32": np.uint32,
     "BF16": np.uint16,
@@ -510,12 +527,13 @@ def build_model(spec, seed):
     return model
 
 
-def saved_state(model):
-    """What save_pretrained writes: ({name: float32 numpy}, config dict)."""
+def saved_state(model, original_format=True):
+    """What save_pretrained writes: ({name: float32 numpy}, config dict). original_format=False: the model's
+    own parameter layout (transformers 5's stacked experts) instead of the published one."""
     import safetensors.torch
 
     with tempfile.TemporaryDirectory() as tmp:
-        model.save_pretrained(tmp)
+        model.save_pretrained(tmp, save_original_format=original_format)
         names = sorted(f for f in os.listdir(tmp) if f.endswith(".safetensors"))
         if not names:
             raise RuntimeError("save_pretrained wrote no safetensors file")
@@ -746,7 +764,32 @@ def make_fixture(spec, out_root, versions):
     verify_written(outdir, weights, ref)
     meta["reload_max_diff"] = "n/a (MLX layout)" if quant else f"{check_reload(spec, model, outdir, ref):.3g}"
     size = sum(os.path.getsize(os.path.join(outdir, f)) for f in os.listdir(outdir))
-    return dict(name=name, size=size, **{k: meta[k] for k in sorted(meta) if k not in versions})
+    info = dict(name=name, size=size, **{k: meta[k] for k in sorted(meta) if k not in versions})
+    if name in STACKED_FROM:
+        return [info, make_stacked(spec, model, out_root, ref, info)]
+    return [info]
+
+
+def make_stacked(spec, model, out_root, ref, info):
+    """<name>_stacked: the written fixture with its experts restacked by tools/restack_experts.py, which must
+    hold exactly what save_pretrained(save_original_format=False) writes, and reload to the reference."""
+    import restack_experts
+
+    name = spec["name"] + "_stacked"
+    src, outdir = os.path.join(out_root, spec["name"]), os.path.join(out_root, name)
+    restack_experts.restack_folder(src, outdir)
+    got, _ = restack_experts.read_safetensors(os.path.join(outdir, "model.safetensors"))
+    state, _ = saved_state(model, original_format=False)
+    want = {k: bf16_tensor(k, v) for k, v in state.items()}
+    if sorted(got) != sorted(want):
+        raise RuntimeError(f"{name}: restacked names differ from transformers' own layout: "
+                           f"{sorted(set(got) ^ set(want))[:6]}")
+    for k, (tag, arr) in want.items():
+        if got[k][0] != tag or got[k][1].shape != arr.shape or got[k][1].tobytes() != arr.tobytes():
+            raise RuntimeError(f"{name}: {k} differs from what transformers writes in its own layout")
+    diff = check_reload(spec, model, outdir, ref)
+    size = sum(os.path.getsize(os.path.join(outdir, f)) for f in os.listdir(outdir))
+    return dict(info, name=name, size=size, reload_max_diff=f"{diff:.3g}")
 
 
 def verify_written(outdir, weights, ref):
@@ -820,6 +863,8 @@ def main():
     if args.list:
         for s in SPECS:
             print(s["name"])
+            if s["name"] in STACKED_FROM:
+                print(s["name"] + "_stacked")
         return 0
     if args.self_test:
         self_test()
@@ -849,13 +894,15 @@ def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}", flush=True)
     self_test()
     os.makedirs(args.out, exist_ok=True)
-    specs = [s for s in SPECS if not args.only or s["name"] in args.only]
+    # <name>_stacked is made with <name>
+    only = {n.removesuffix("_stacked") for n in args.only} if args.only else None
+    specs = [s for s in SPECS if not only or s["name"] in only]
     done, skipped = [], []
     for spec in specs:
         try:
-            info = make_fixture(spec, args.out, versions)
-            done.append(info)
-            print(f"OK   {json.dumps(info)}", flush=True)
+            for info in make_fixture(spec, args.out, versions):
+                done.append(info)
+                print(f"OK   {json.dumps(info)}", flush=True)
         except Exception as e:  # noqa: BLE001 - an unsupported family is skipped with its reason
             reason = f"{type(e).__name__}: {e}".splitlines()[0][:300]
             skipped.append((spec["name"], reason))

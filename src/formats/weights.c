@@ -461,6 +461,7 @@ void sg_weights_close(sg_weights *w)
 	{"blk.{L}.ffn_gate_exps", "model.layers.{L}.mlp.switch_mlp.gate_proj"}, \
 	{"blk.{L}.ffn_up_exps", "model.layers.{L}.mlp.switch_mlp.up_proj"}, \
 	{"blk.{L}.ffn_down_exps", "model.layers.{L}.mlp.switch_mlp.down_proj"}, \
+	{"blk.{L}.ffn_experts", "model.layers.{L}.mlp.experts"}, \
 	{"blk.{L}.ffn_gate_shexp", "model.layers.{L}.mlp.shared_expert.gate_proj"}, \
 	{"blk.{L}.ffn_up_shexp", "model.layers.{L}.mlp.shared_expert.up_proj"}, \
 	{"blk.{L}.ffn_down_shexp", "model.layers.{L}.mlp.shared_expert.down_proj"}, \

@@ -5,8 +5,8 @@
  * scale 1, the double-wide MLP of shared layers and the final softcap.
  *
  * Its own here: the tensor names; the MoE block (router with its own norm scale and a
- * per-expert output scale, experts with a fused gate_up projection, three extra norms), which
- * runs beside the dense MLP; the per-layer inputs (a packed [V][n_layer * P] embedding table,
+ * per-expert output scale, experts with a fused gate_up projection (MLX: gate and up apart),
+ * three extra norms), which runs beside the dense MLP; the per-layer inputs (a packed [V][n_layer * P] embedding table,
  * a model-wide projection and norm, a gate, projection and norm in every layer); the layer
  * scalar that multiplies each layer's output.
  */
@@ -40,8 +40,11 @@ static const sg_name_pair names[] = {
 	{"blk.{L}.ffn_gate_inp", "model.layers.{L}.router.proj"},
 	{"blk.{L}.ffn_gate_inp_scale", "model.layers.{L}.router.scale"},
 	{"blk.{L}.ffn_expert_scale", "model.layers.{L}.router.per_expert_scale"},
-	{"blk.{L}.ffn_gate_up_exps", "model.layers.{L}.experts.gate_up_proj"},
-	{"blk.{L}.ffn_down_exps", "model.layers.{L}.experts.down_proj"},
+	{"blk.{L}.ffn_experts", "model.layers.{L}.experts"},
+	/* MLX (mlx_lm, mlx_vlm) splits gate_up_proj into experts.switch_glu.{gate,up,down}_proj */
+	{"blk.{L}.ffn_gate_exps", "model.layers.{L}.experts.switch_glu.gate_proj"},
+	{"blk.{L}.ffn_up_exps", "model.layers.{L}.experts.switch_glu.up_proj"},
+	{"blk.{L}.ffn_down_exps", "model.layers.{L}.experts.switch_glu.down_proj"},
 	{"blk.{L}.layer_scalar", "model.layers.{L}.layer_scalar"},
 	{"blk.{L}.inp_gate", "model.layers.{L}.per_layer_input_gate"},
 	{"blk.{L}.proj", "model.layers.{L}.per_layer_projection"},
@@ -63,26 +66,11 @@ static sg_status adjust(sg_model *m)
 	return SG_OK;
 }
 
+/* The experts: Hugging Face's fused gate_up_proj is bound in place (the forward runs it fused);
+ * MLX's separate switch_glu stacks as any family's. */
 static sg_status experts(sg_model *m, int layer, sg_layer_weights *lw)
 {
-	const sg_model_desc *d = &m->desc;
-	int64_t D = d->dim, F = d->moe_ffn_dim, E = d->n_expert;
-	/* Hugging Face names the stacked experts without ".weight"; a quantized (MLX) folder needs
-	 * the suffix for its scales and biases to pair up */
-	char name[64];
-	snprintf(name, sizeof(name), "blk.%d.ffn_gate_up_exps", layer);
-	int bare = sg_weights_lookup(m->w, names, name) != NULL;
-	sg_want ws[] = {
-		{bare ? "blk.{L}.ffn_gate_up_exps" : "blk.{L}.ffn_gate_up_exps.weight", SG_WANT_MATMUL, 3, {D, 2 * F, E}, 0, 0,
-		 &m->hy.layers[layer].gate_up_exps},
-		{bare ? "blk.{L}.ffn_down_exps" : "blk.{L}.ffn_down_exps.weight", SG_WANT_MATMUL, 3, {F, D, E}, 0, 0,
-		 &lw->down_exps},
-	};
-	size_t before = m->weight_bytes;
-	sg_status st = sg_model_bind_wants(m, ws, 2, layer);
-	/* a decode step reads k of the E experts: the bench's byte count says so */
-	m->weight_bytes = before + (m->weight_bytes - before) / (size_t)E * (size_t)d->n_expert_used;
-	return st;
+	return sg_model_bind_experts(m, layer, lw, &m->hy.layers[layer].gate_up_exps);
 }
 
 /* The layer scalar: one value read once (it multiplies the residual stream on the host side). */

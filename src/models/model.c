@@ -91,22 +91,6 @@ static sg_status bind_wants(sg_model *m, const want *ws, int n, int layer)
 	return st;
 }
 
-sg_status sg_model_bind_stacked_experts(sg_model *m, int layer, sg_layer_weights *lw)
-{
-	const sg_model_desc *d = &m->desc;
-	int64_t D = d->dim, F = d->moe_ffn_dim, E = d->n_expert;
-	want ws[] = {
-		{"blk.{L}.ffn_gate_exps.weight", SG_WANT_MATMUL, 3, {D, F, E}, 0, 0, &lw->gate_exps},
-		{"blk.{L}.ffn_up_exps.weight", SG_WANT_MATMUL, 3, {D, F, E}, 0, 0, &lw->up_exps},
-		{"blk.{L}.ffn_down_exps.weight", SG_WANT_MATMUL, 3, {F, D, E}, 0, 0, &lw->down_exps},
-	};
-	size_t before = m->weight_bytes;
-	sg_status st = bind_wants(m, ws, 3, layer);
-	/* a decode step reads k of the E experts: the bench's byte count says so */
-	m->weight_bytes = before + (m->weight_bytes - before) / (size_t)E * (size_t)d->n_expert_used;
-	return st;
-}
-
 sg_status sg_model_hybrid_prepare(sg_model *m)
 {
 	/* GGUF converters rename and transform these tensors (A stored as -exp(A_log), fused
@@ -160,7 +144,7 @@ static sg_status bind_layer(sg_model *m, int i)
 	}
 	sg_status st = bind_wants(m, ws, n, i);
 	if (!st && l->moe)
-		st = m->fam->experts ? m->fam->experts(m, i, lw) : sg_model_bind_stacked_experts(m, i, lw);
+		st = m->fam->experts ? m->fam->experts(m, i, lw) : sg_model_bind_experts(m, i, lw, NULL);
 	return st;
 }
 

@@ -82,7 +82,7 @@ struct sg_model {
  *   archs   the sg_arch values it runs, ended by 0
  *   names   GGUF <-> Hugging Face tensor names (NULL: sg_names_default)
  *   adjust  description tweaks after the description is read (may be NULL)
- *   experts binds one MoE layer's stacked experts (may be NULL: the generic stacked names)
+ *   experts binds one MoE layer's experts (may be NULL: sg_model_bind_experts with no fused gate_up)
  */
 struct sg_family {
 	const char *name;
@@ -128,7 +128,14 @@ sg_status sg_model_index_tensor(sg_model *m, const int32_t *v, int64_t n, sg_bte
 /* Binds a weight tensor of the file in place as a backend tensor (MLX companions too). */
 sg_status sg_model_bind_tensor(sg_model *m, const sg_tensor *t, sg_btensor *out);
 
-/* Binds the stacked experts blk.L.ffn_{gate,up,down}_exps (GGUF, MLX switch_mlp). */
+/* Binds one MoE layer's routed experts into lw->{gate,up,down}_exps, whatever the layout of the
+ * file (experts.c: separate stacks as GGUF and MLX write them, the fused gate_up_proj / down_proj
+ * stack of transformers 5, one tensor per expert). gate_up: where the family's forward takes a
+ * fused [E][2F][D] gate_up (Gemma 4), a fused stack is bound there in place; NULL: it is split
+ * into gate_exps and up_exps once. Errors name the file's tensor, the expected and the found
+ * type and shape. */
+sg_status sg_model_bind_experts(sg_model *m, int layer, sg_layer_weights *lw, sg_btensor *gate_up);
+/* Binds the separate stacks blk.L.ffn_{gate,up,down}_exps.weight (GGUF, MLX) in place. */
 sg_status sg_model_bind_stacked_experts(sg_model *m, int layer, sg_layer_weights *lw);
 /* The hybrid / Gemma 4 families' common start (their adjust step): refuses GGUF files (their
  * converters rename and transform the tensors) and allocates m->hy.layers. */

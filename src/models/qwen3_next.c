@@ -8,8 +8,8 @@
  * apart (qkv already [q heads | k heads | v heads]); Qwen3-Next fuses them per key head
  * (in_proj_qkvz rows [q | k | v of the head's value heads | z of them] for each key head,
  * in_proj_ba [b | a] likewise), split after the matmul by gather_cols. Full attention's q_proj
- * holds [q | gate] per head in both. Hugging Face folders hold one tensor per expert; MLX and
- * GGUF files stack them (bound as Qwen3 MoE binds them).
+ * holds [q | gate] per head in both. The routed experts bind in any of their layouts
+ * (experts.c), the fused gate_up_proj of transformers 5 split into a gate and an up stack.
  */
 #include <stdio.h>
 #include <string.h>
@@ -37,6 +37,7 @@ static const sg_name_pair names[] = {
 	{"blk.{L}.ffn_gate_exps", "model.layers.{L}.mlp.switch_mlp.gate_proj"},
 	{"blk.{L}.ffn_up_exps", "model.layers.{L}.mlp.switch_mlp.up_proj"},
 	{"blk.{L}.ffn_down_exps", "model.layers.{L}.mlp.switch_mlp.down_proj"},
+	{"blk.{L}.ffn_experts", "model.layers.{L}.mlp.experts"},
 	{"blk.{L}.ffn_gate_shexp", "model.layers.{L}.mlp.shared_expert.gate_proj"},
 	{"blk.{L}.ffn_up_shexp", "model.layers.{L}.mlp.shared_expert.up_proj"},
 	{"blk.{L}.ffn_down_shexp", "model.layers.{L}.mlp.shared_expert.down_proj"},
@@ -54,9 +55,6 @@ static const sg_name_pair names[] = {
 	{"blk.{L}.ssm_out", "model.layers.{L}.linear_attn.out_proj"},
 	{0, 0},
 };
-
-/* The routed experts bind as Qwen3-MoE's (which counts k of the E experts in the bytes a step reads). */
-static sg_status experts(sg_model *m, int layer, sg_layer_weights *lw) { return sg_family_qwen3_moe.experts(m, layer, lw); }
 
 static sg_status bind_linear(sg_model *m, int i, sg_hybrid_layer *hl)
 {
@@ -176,6 +174,6 @@ const sg_family sg_family_qwen3_next = {
 	.archs = archs,
 	.names = names,
 	.adjust = sg_model_hybrid_prepare,
-	.experts = experts,
+	.experts = NULL,
 	.bind_extra = bind_extra,
 };

@@ -15,7 +15,9 @@ from conftest import ROOT
 from test_fixtures import read_safetensors
 
 FIX = ROOT / "tests" / "fixtures"
-DENSE = ["llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma3_text"]
+# qwen3_moe_stacked: qwen3_moe's experts in transformers 5's stacked gate_up_proj / down_proj
+# (tools/restack_experts.py; the same values and reference)
+DENSE = ["llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "qwen3_moe_stacked", "gemma3_text"]
 MLX = ["llama_mlx_q4_g32", "llama_mlx_q8_g64", "qwen3_mlx_q4_g32", "qwen3_mlx_q8_g64"]
 UNSUPPORTED = ["whisper", "bert"]  # the hybrid and Gemma 4 fixtures: test_parity_hybrid.py
 TOL = 1e-3

@@ -2,7 +2,8 @@
 
 qwen3_next (fused in_proj_qkvz / in_proj_ba) and qwen3_5_moe_text (separate projections): three
 gated delta net layers and one gated full-attention layer, MoE with a sigmoid-gated shared
-expert. gemma4_text: per-layer head dims, proportional partial rope, K/V shared by the last two
+expert (one tensor per expert; their *_stacked copies hold the experts stacked as transformers 5
+does). gemma4_text: per-layer head dims, proportional partial rope, K/V shared by the last two
 layers, double-wide MLP there, per-layer inputs. gemma4_text_moe: k = v full layer with one K/V
 head, MoE beside the dense MLP, no per-layer inputs. Logits within 1e-3 of the reference, the 12
 greedy tokens identical; one chunk, several chunks and token by token agree to f32 rounding,
@@ -17,9 +18,12 @@ from conftest import ROOT
 from test_parity import FIX, TOL, reference, rel_err, run_eval
 
 HYBRID = ["qwen3_next", "qwen3_5_moe_text", "gemma4_text", "gemma4_text_moe"]
+# the Qwen fixtures with their experts in transformers 5's stacked gate_up_proj / down_proj
+# (tools/restack_experts.py; the same values and reference); gemma4_text_moe is stacked already
+STACKED = ["qwen3_next_stacked", "qwen3_5_moe_text_stacked"]
 
 
-@pytest.mark.parametrize("name", HYBRID)
+@pytest.mark.parametrize("name", HYBRID + STACKED)
 def test_logits_and_greedy_match_reference(sg, tmp_path, name):
     ids, want, greedy = reference(name)
     got, toks, r = run_eval(sg, tmp_path, name, ids)

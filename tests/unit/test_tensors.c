@@ -63,6 +63,13 @@ Test(tensors, name_mapping_both_ways)
 	cr_expect_str_eq(b, "model.layers.0.self_attn.q_norm.weight");
 	cr_assert(sg_names_gguf_to_hf(sg_names_default, "blk.1.ffn_gate_inp_shexp.weight", b, sizeof(b)));
 	cr_expect_str_eq(b, "model.layers.1.mlp.shared_expert_gate.weight");
+	/* the expert module: what follows it (an expert's index, a stacked parameter) carries over */
+	cr_assert(sg_names_gguf_to_hf(sg_names_default, "blk.2.ffn_experts.5.up_proj.weight", b, sizeof(b)));
+	cr_expect_str_eq(b, "model.layers.2.mlp.experts.5.up_proj.weight");
+	cr_assert(sg_names_gguf_to_hf(sg_names_default, "blk.2.ffn_experts.gate_up_proj", b, sizeof(b)));
+	cr_expect_str_eq(b, "model.layers.2.mlp.experts.gate_up_proj");
+	cr_assert(sg_names_hf_to_gguf(sg_names_default, "model.layers.7.mlp.experts.down_proj", b, sizeof(b)));
+	cr_expect_str_eq(b, "blk.7.ffn_experts.down_proj");
 	cr_expect_not(sg_names_gguf_to_hf(sg_names_default, "blk.x.attn_q.weight", b, sizeof(b)));
 	cr_expect_not(sg_names_gguf_to_hf(sg_names_default, "rope_freqs.weight", b, sizeof(b)));
 	/* the same HF name maps to different GGUF names by family */

@@ -1,0 +1,174 @@
+/*
+ * The routed experts of one MoE layer, in the three layouts files hold them in (names are the
+ * family's GGUF-style ones; `blk.L.ffn_experts` is the layer's expert module, which the name map
+ * turns into model.layers.L.mlp.experts, or model.layers.L.experts for Gemma 4):
+ *
+ *   separate stacks  blk.L.ffn_{gate,up,down}_exps.weight [E][F][D], [E][F][D], [E][D][F]: GGUF,
+ *                    and MLX (mlx_lm stacks Qwen's experts into mlp.switch_mlp.*, Gemma 4's into
+ *                    experts.switch_glu.*). Bound in place.
+ *   fused stack      blk.L.ffn_experts.gate_up_proj [E][2F][D] (per expert: F gate rows, then F
+ *                    up rows) and blk.L.ffn_experts.down_proj [E][D][F]: the parameters of
+ *                    transformers 5's expert modules, stored as they are (no ".weight") by
+ *                    save_pretrained(save_original_format=False), by a model loaded from such a
+ *                    checkpoint and by other writers (Qwen3.5-MoE releases, Gemma 4 always);
+ *                    ".weight" with MLX scales and biases when quantized. down_proj is bound in
+ *                    place; gate_up_proj too where the family's forward takes it fused (Gemma 4),
+ *                    else it is split once into a gate and an up stack.
+ *   one per expert   blk.L.ffn_experts.N.{gate,up,down}_proj.weight [F][D], [F][D], [D][F]
+ *                    (transformers 4, and what transformers 5's save_pretrained writes by default
+ *                    for the Qwen MoE families): stacked once into backend tensors.
+ *
+ * Why the fused gate_up of a Qwen family is split rather than bound in place: the generic forward
+ * runs the experts as a gate and an up stack (the CUDA backend fuses them with the router for one
+ * token), and the op table has no strided expert view. Split, a fused checkpoint runs exactly what
+ * a per-expert one runs: the same tensors, bytes per decode step, kernels and numbers. The cost is
+ * the copy at load, which the per-expert layout has always paid.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "models/model.h"
+
+sg_status sg_model_bind_stacked_experts(sg_model *m, int layer, sg_layer_weights *lw)
+{
+	const sg_model_desc *d = &m->desc;
+	int64_t D = d->dim, F = d->moe_ffn_dim, E = d->n_expert;
+	sg_want ws[] = {
+		{"blk.{L}.ffn_gate_exps.weight", SG_WANT_MATMUL, 3, {D, F, E}, 0, 0, &lw->gate_exps},
+		{"blk.{L}.ffn_up_exps.weight", SG_WANT_MATMUL, 3, {D, F, E}, 0, 0, &lw->up_exps},
+		{"blk.{L}.ffn_down_exps.weight", SG_WANT_MATMUL, 3, {F, D, E}, 0, 0, &lw->down_exps},
+	};
+	size_t before = m->weight_bytes;
+	sg_status st = sg_model_bind_wants(m, ws, 3, layer);
+	/* a decode step reads k of the E experts: the bench's byte count says so */
+	m->weight_bytes = before + (m->weight_bytes - before) / (size_t)E * (size_t)d->n_expert_used;
+	return st;
+}
+
+static int is_float(sg_type t) { return t == SG_TYPE_F32 || t == SG_TYPE_F16 || t == SG_TYPE_BF16; }
+
+/* The file's name for a GGUF-style one (what the user sees in the folder). */
+static const char *file_name(const sg_model *m, const char *gguf, char *buf, size_t cap)
+{
+	const sg_name_pair *map = m->fam->names ? m->fam->names : sg_names_default;
+	if (m->w->format != SG_WEIGHTS_SAFETENSORS || !sg_names_gguf_to_hf(map, gguf, buf, cap)) snprintf(buf, cap, "%s", gguf);
+	return buf;
+}
+
+/* t must be a 3-D matmul weight of shape ne (innermost first); the error names the file's tensor
+ * and what its dimensions are (`dims`). */
+static sg_status check3(const sg_tensor *t, const int64_t ne[3], const char *dims)
+{
+	if (t->n_dims == 3 && t->ne[0] == ne[0] && t->ne[1] == ne[1] && t->ne[2] == ne[2] &&
+	    sg_type_is_float_or_quant(t->type) && t->type != SG_TYPE_F64)
+		return SG_OK;
+	char ts[64], ss[96];
+	return sg_error(SG_ERR_FORMAT, "%s: expected float or quantized [%lld, %lld, %lld] (%s, innermost first), found %s %s",
+			t->name, (long long)ne[0], (long long)ne[1], (long long)ne[2], dims, sg_tensor_type_str(t, ts, sizeof(ts)),
+			sg_tensor_shape_str(t, ss, sizeof(ss)));
+}
+
+/* gate_up [E][2F][D] -> gate [E][F][D] and up [E][F][D], copied once into backend tensors. */
+static sg_status split_gate_up(sg_model *m, const sg_tensor *t, sg_layer_weights *lw)
+{
+	int64_t E = t->ne[2], F = t->ne[1] / 2;
+	size_t half = (size_t)F * sg_type_row_bytes(t->type, t->ne[0]);
+	int64_t ne[4] = {t->ne[0], F, E, 1};
+	sg_status st = m->be->ops->tensor_alloc(m->be, t->type, ne, &lw->gate_exps);
+	if (!st) st = m->be->ops->tensor_alloc(m->be, t->type, ne, &lw->up_exps);
+	for (int64_t e = 0; e < E && !st; e++) {
+		const char *src = (const char *)t->data + (size_t)e * 2 * half;
+		st = m->be->ops->write(m->be, &lw->gate_exps, (size_t)e * half, src, half);
+		if (!st) st = m->be->ops->write(m->be, &lw->up_exps, (size_t)e * half, src + half, half);
+	}
+	return st ? sg_error_wrap(st, "%s", t->name) : SG_OK;
+}
+
+/* The fused stack: gate_up and its down_proj (named with ".weight", as MLX names a quantized
+ * weight, when `suffixed`). */
+static sg_status bind_fused(sg_model *m, int layer, const sg_tensor *gu, int suffixed, sg_layer_weights *lw,
+			    sg_btensor *gate_up)
+{
+	const sg_model_desc *d = &m->desc;
+	int64_t D = d->dim, F = d->moe_ffn_dim, E = d->n_expert;
+	char name[96], shown[512], ts[64];
+	snprintf(name, sizeof(name), "blk.%d.ffn_experts.down_proj%s", layer, suffixed ? ".weight" : "");
+	const sg_tensor *down = sg_weights_lookup(m->w, m->fam->names, name);
+	if (!down)
+		return sg_error(SG_ERR_NOT_FOUND, "%s: missing (the layer's experts are stacked: %s is there)",
+				file_name(m, name, shown, sizeof(shown)), gu->name);
+	const int64_t gu_ne[3] = {D, 2 * F, E}, down_ne[3] = {F, D, E};
+	sg_status st = check3(gu, gu_ne, "hidden, 2 x moe_intermediate_size, experts");
+	if (!st) st = check3(down, down_ne, "moe_intermediate_size, hidden, experts");
+	if (st) return st;
+	if (!gate_up && !is_float(gu->type)) /* the split copies plain rows */
+		return sg_error(SG_ERR_UNSUPPORTED, "%s: %s: this family splits a fused gate_up at load, which takes F32/F16/BF16",
+				gu->name, sg_tensor_type_str(gu, ts, sizeof(ts)));
+	st = gate_up ? sg_model_bind_tensor(m, gu, gate_up) : split_gate_up(m, gu, lw);
+	if (!st) st = sg_model_bind_tensor(m, down, &lw->down_exps);
+	if (st) return st;
+	/* a decode step reads k of the E experts: the bench's byte count says so */
+	m->weight_bytes += (gu->nbytes + down->nbytes) / (size_t)E * (size_t)d->n_expert_used;
+	return SG_OK;
+}
+
+/* One tensor per expert: blk.L.ffn_experts.{0..E-1}.<proj>.weight into out [E][rows][cols]. */
+static sg_status stack(sg_model *m, int layer, const char *proj, int64_t cols, int64_t rows, sg_btensor *out)
+{
+	int E = m->desc.n_expert;
+	const sg_tensor *first = NULL;
+	char name[96], shown[512];
+	for (int e = 0; e < E; e++) {
+		snprintf(name, sizeof(name), "blk.%d.ffn_experts.%d.%s.weight", layer, e, proj);
+		const sg_tensor *t = sg_weights_lookup(m->w, m->fam->names, name);
+		if (!t)
+			return sg_error(SG_ERR_NOT_FOUND, "%s: missing (%d experts, one tensor each)",
+					file_name(m, name, shown, sizeof(shown)), E);
+		char ts[64], ss[96];
+		if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows || (first && t->type != first->type) || !is_float(t->type))
+			return sg_error(SG_ERR_FORMAT, "%s: expected %s [%lld, %lld], found %s %s", t->name,
+					first ? sg_type_name(first->type) : "F32/F16/BF16", (long long)cols, (long long)rows,
+					sg_tensor_type_str(t, ts, sizeof(ts)), sg_tensor_shape_str(t, ss, sizeof(ss)));
+		if (!first) {
+			int64_t ne[4] = {cols, rows, E, 1};
+			sg_status st = m->be->ops->tensor_alloc(m->be, t->type, ne, out);
+			if (st) return st;
+			first = t;
+		}
+		sg_status st = m->be->ops->write(m->be, out, (size_t)e * t->nbytes, t->data, t->nbytes);
+		if (st) return st;
+	}
+	m->weight_bytes += (size_t)m->desc.n_expert_used * first->nbytes; /* a decode step reads k of the E experts */
+	return SG_OK;
+}
+
+sg_status sg_model_bind_experts(sg_model *m, int layer, sg_layer_weights *lw, sg_btensor *gate_up)
+{
+	const sg_model_desc *d = &m->desc;
+	char name[96];
+	snprintf(name, sizeof(name), "blk.%d.ffn_gate_exps.weight", layer);
+	if (sg_weights_lookup(m->w, m->fam->names, name)) return sg_model_bind_stacked_experts(m, layer, lw);
+	for (int suffixed = 0; suffixed < 2; suffixed++) {
+		snprintf(name, sizeof(name), "blk.%d.ffn_experts.gate_up_proj%s", layer, suffixed ? ".weight" : "");
+		const sg_tensor *gu = sg_weights_lookup(m->w, m->fam->names, name);
+		if (gu) return bind_fused(m, layer, gu, suffixed, lw, gate_up);
+	}
+	snprintf(name, sizeof(name), "blk.%d.ffn_experts.0.gate_proj.weight", layer);
+	if (!sg_weights_lookup(m->w, m->fam->names, name)) {
+		if (m->w->format != SG_WEIGHTS_SAFETENSORS) return sg_error(SG_ERR_NOT_FOUND, "blk.%d.ffn_gate_exps.weight: missing", layer);
+		char a[512], b[512], c[512], n2[96];
+		snprintf(n2, sizeof(n2), "blk.%d.ffn_experts.gate_up_proj", layer);
+		file_name(m, n2, a, sizeof(a));
+		file_name(m, name, b, sizeof(b));
+		snprintf(n2, sizeof(n2), "blk.%d.ffn_gate_exps.weight", layer);
+		file_name(m, n2, c, sizeof(c));
+		return sg_error(SG_ERR_NOT_FOUND, "layer %d: no experts: neither %s (stacked), %s (one per expert) nor %s (MLX)",
+				layer, a, b, c);
+	}
+	int64_t D = d->dim, F = d->moe_ffn_dim;
+	sg_status st = stack(m, layer, "gate_proj", D, F, &lw->gate_exps);
+	if (!st) st = stack(m, layer, "up_proj", D, F, &lw->up_exps);
+	if (!st) st = stack(m, layer, "down_proj", F, D, &lw->down_exps);
+	return st;
+}
