@@ -98,6 +98,16 @@ Test(json_schema, malformed_schemas_are_refused)
 			     sg_last_error());
 }
 
+/* A required entry holding U+0000 names no key the request parser can read: it is refused, never
+ * taken for the declared property its first bytes spell ("a\u0000b" is not "a"). */
+Test(json_schema, required_entry_with_a_nul_is_refused_not_cut)
+{
+	const char *s = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},"
+	                "\"required\":[\"a\\u0000b\"],\"additionalProperties\":false}";
+	cr_expect_eq(compile_err(s, 1, NULL, 0), SG_ERR_INVALID_ARG, "%s", sg_last_error());
+	cr_expect(strstr(sg_last_error(), "U+0000") != NULL, "%s", sg_last_error());
+}
+
 Test(json_schema, properties_in_schema_order_required_mandatory_optional_skippable)
 {
 	sg_grammar *g = compile_str(

@@ -515,9 +515,17 @@ static sg_status compile_object(cctx *c, const json_t *s, int *node)
 			path_pop(c, o);
 			break;
 		}
+		/* no object key the parser reads can hold U+0000, so such an entry would match nothing (and
+		 * a C string compare would take "a\u0000b" for "a") */
+		if (memchr(json_string_value(r), 0, json_string_length(r))) {
+			size_t o = path_push(c, "required");
+			st = bad(c, "required entries must not contain U+0000");
+			path_pop(c, o);
+			break;
+		}
 		int found = 0;
 		for (int j = 0; j < n; j++)
-			if (strcmp(p[j].name, json_string_value(r)) == 0) {
+			if (p[j].name_len == json_string_length(r) && memcmp(p[j].name, json_string_value(r), p[j].name_len) == 0) {
 				p[j].required = 1;
 				found = 1;
 			}
