@@ -2,7 +2,8 @@
 uses it: the prompt appears, answers stream, /set, /clear and /system work, a follow-up turn
 reuses the earlier turns' KV cache, Ctrl-C stops an answer (not the program), /bye exits 0. Also
 the non-interactive path (a prompt on a pipe: one answer, capped, then exit 0), the default model
-(Qwen2.5-Coder-0.5B-Instruct, answering a question from a pipe) and `make run`."""
+(Qwen2.5-Coder-0.5B-Instruct: it answers a question from a pipe, its template offers tools, served it
+calls one) and `make run`."""
 import ctypes
 import json
 import os
@@ -20,7 +21,7 @@ import time
 import pytest
 
 from conftest import ROOT, saragossa_bin
-from server_util import make_test_model
+from server_util import Server, free_port, make_test_model
 
 PROMPT = b">>> "
 
@@ -323,14 +324,32 @@ def test_run_default_model_answers_a_question_from_a_pipe(sg, default_model):
     assert int(re.search(r"generated tokens:\s+(\d+)", r.stderr).group(1)) < 64, r.stdout
 
 
-def test_default_model_has_a_chat_template_with_tools(default_model):
-    """The default model chats and calls tools: its GGUF carries a chat template that renders them."""
-    gguf = pytest.importorskip("gguf")
-    reader = gguf.GGUFReader(default_model)
-    template = reader.fields["tokenizer.chat_template"].contents()
-    assert "tools" in template and "<tool_call>" in template
-    assert reader.fields["general.architecture"].contents() == "qwen2"
-    assert "Instruct" in reader.fields["general.name"].contents()
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def test_default_model_has_a_chat_template_that_offers_tools(sg, default_model, tmp_path):
+    """The default model's own template (from its GGUF) renders tools and how to call them."""
+    msgs = tmp_path / "m.json"
+    msgs.write_text(json.dumps({"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER]}))
+    r = sg("template", "--model", default_model, "--messages", str(msgs), "--add-generation-prompt")
+    assert r.returncode == 0, r.stderr
+    assert '"name": "get_weather"' in r.stdout and "<tool_call>" in r.stdout, r.stdout
+    assert r.stdout.endswith("<|im_start|>assistant\n")
+
+
+def test_default_model_calls_a_tool_through_the_openai_api(default_model):
+    """Served, the default model calls the tool it is asked for, with arguments that fit its schema."""
+    openai = pytest.importorskip("openai")
+    port = free_port()
+    with Server("--model", f"qwen={default_model}", "--ctx", "2048", port=port, key="k") as s:
+        c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
+        r = c.chat.completions.create(model="qwen", tools=[WEATHER], tool_choice="required", temperature=0,
+                                      max_tokens=100, messages=[{"role": "user", "content": "What is the weather in Paris?"}])
+        assert r.choices[0].finish_reason == "tool_calls", (r, s.stderr())
+        call = r.choices[0].message.tool_calls[0].function
+        assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}
 
 
 def test_run_rejects_an_empty_pipe_and_bad_flags(sg, gemma):
