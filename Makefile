@@ -15,8 +15,11 @@
 
 # Parallel by default: one job per core. A -jN on the command line wins over this (GNU make 4.3
 # reads the command line's -j after the makefile's; 4.4 shows it in MAKEFLAGS, so none is added);
-# a sub-make (MAKELEVEL > 0) shares its parent's job server instead of starting its own.
-JOBS ?= $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+# a sub-make (MAKELEVEL > 0) shares its parent's job server instead of starting its own. JOBS=N
+# on the command line sets the number (an environment variable of that common name does not).
+ifneq ($(origin JOBS),command line)
+  JOBS := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+endif
 ifeq ($(MAKELEVEL)$(filter -j%,$(MAKEFLAGS)),0)
   MAKEFLAGS += -j$(JOBS)
 endif

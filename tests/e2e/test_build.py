@@ -11,9 +11,10 @@ import pytest
 from conftest import ROOT
 
 
-def make_vars(*args):
+def make_vars(*args, env_extra=None):
     """`make -pnq ARGS` as a top-level make run by a user: {name: value} of its variables."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "JOBS")}
+    env.update(env_extra or {})
     env["SARAGOSSA_SKIP_DEPS"] = "1"  # reading the variables must not install anything
     p = subprocess.run(["make", "-pnq", *args, "all"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
     out = {}
@@ -41,6 +42,8 @@ def test_make_compiles_on_every_core_unless_told_otherwise():
     assert "-j1" in v["MAKEFLAGS"].split() and f"-j{cores}" not in v["MAKEFLAGS"].split() or cores == 1, v["MAKEFLAGS"]
     _, v = make_vars("JOBS=3")
     assert "-j3" in v["MAKEFLAGS"].split(), v["MAKEFLAGS"]
+    _, v = make_vars(env_extra={"JOBS": "some other tool's"})  # only the command line's JOBS counts
+    assert f"-j{cores}" in v["MAKEFLAGS"].split(), v["MAKEFLAGS"]
 
 
 @pytest.mark.skipif(gpu_visible(), reason="a GPU is visible here: CUDA=auto builds CUDA, as it should")
