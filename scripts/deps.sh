@@ -16,25 +16,60 @@ libcriterion-dev clang"
 PY_PKGS="pytest numpy safetensors gguf tokenizers jinja2 httpx openai anthropic ollama jsonschema huggingface_hub transformers tiktoken"
 VENV_STAMP="$(sha256sum scripts/deps.sh | cut -c1-64)"
 
+# Each step says what it does before it starts and how long it took. The long ones (apt-get,
+# pip: about 40 s on a fresh machine) show their lines that name a package as they go, one
+# indented line each; their whole output goes to a log whose end is printed when they fail.
+LOG="$(mktemp -t saragossa-deps.XXXXXX)"
+trap 'rm -f "$LOG"' EXIT
+step_t0=0
+step() { echo "deps: $*"; step_t0=$SECONDS; }
+done_step() { echo "deps: $* ($((SECONDS - step_t0)) s)"; }
+# run PATTERN CMD...: CMD's output into the log, the lines matching PATTERN (none for "-")
+# shown as they come.
+run() {
+	local pattern="$1" rc=0
+	shift
+	: > "$LOG"
+	if [ "$pattern" = - ]; then
+		"$@" >> "$LOG" 2>&1 || rc=$?
+	else
+		set +e
+		"$@" 2>&1 | tee -a "$LOG" | { grep --line-buffered -E "$pattern" || true; } | sed -u -e 's/^/deps:   /'
+		rc=${PIPESTATUS[0]}
+		set -e
+	fi
+	if [ "$rc" -ne 0 ]; then
+		echo "deps: failed (exit $rc): $*" >&2
+		tail -n 30 "$LOG" | sed -e 's/^/deps:   /' >&2
+		exit "$rc"
+	fi
+}
+
 missing=""
 for p in $DEB_PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 if [ -n "$missing" ]; then
-	echo "deps: installing Debian packages:$missing"
 	SUDO=""
 	[ "$(id -u)" -ne 0 ] && SUDO="sudo"
 	export DEBIAN_FRONTEND=noninteractive
-	$SUDO apt-get update -qq
-	$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+	step "apt-get update (package lists), then installing Debian packages:$missing"
+	run - $SUDO apt-get update -qq
+	run '^(Get:|Setting up )' $SUDO apt-get install -y --no-install-recommends $missing
+	done_step "Debian packages installed"
 fi
 
 if [ ! -f .venv/.stamp ] || [ "$(cat .venv/.stamp)" != "$VENV_STAMP" ]; then
-	echo "deps: creating .venv with: $PY_PKGS"
 	PY=python3
-	[ -d .venv ] || "$PY" -m venv .venv
-	.venv/bin/python -m pip install -q --upgrade pip >/dev/null
-	.venv/bin/python -m pip install -q $PY_PKGS
+	if [ ! -d .venv ]; then
+		step "creating the Python virtual environment .venv"
+		"$PY" -m venv .venv
+		done_step "created .venv"
+	fi
+	step "installing into .venv (for the tests and tools, not the engine): $PY_PKGS"
+	run - .venv/bin/python -m pip install -q --upgrade pip
+	run '^(Collecting |Installing collected|Successfully installed)' .venv/bin/python -m pip install --progress-bar off $PY_PKGS
+	done_step "Python packages installed"
 	echo "$VENV_STAMP" > .venv/.stamp
 fi
 echo "deps: ready"

@@ -59,7 +59,7 @@ static void print_models(void)
 	if (from_env) printf("default model: %s (SARAGOSSA_DEFAULT_MODEL)\n", def);
 	else
 		printf("default model: %s (%s)\n", def,
-		       stat(def, &st) ? "missing: `make run` or `tools/fetch_models.py gemma3-270m` fetches it" : "present");
+		       stat(def, &st) ? "missing: `make run` or `tools/fetch_models.py " SG_CLI_DEFAULT_MODEL_FETCH "` fetches it" : "present");
 	if (sg_hub_models_dir(dir, sizeof dir)) snprintf(dir, sizeof dir, "(unknown: %s)", sg_last_error());
 	printf("models:    %s%s\n", dir, stat(dir, &st) ? " (not created yet)" : "");
 	if (sg_hub_cache_dir(cache, sizeof cache)) snprintf(cache, sizeof cache, "(unknown: %s)", sg_last_error());

@@ -22,7 +22,7 @@
 
 #define USAGE_TAIL                                                                                                   \
 	"  --model M          a folder, a .gguf, a Hugging Face repo id or a name in saragossa's models folder\n"      \
-	"                     (default: SARAGOSSA_DEFAULT_MODEL, else Gemma 3 270M)\n"                               \
+	"                     (default: SARAGOSSA_DEFAULT_MODEL, else " SG_CLI_DEFAULT_MODEL_NAME ")\n"                             \
 	"  --prompt TEXT      the prompt ('-' reads it from stdin)\n"                                                 \
 	"  --system TEXT      a system message (implies --chat)\n"                                                    \
 	"  --chat             render the prompt as a user message with the model's chat template\n"                  \

@@ -40,8 +40,10 @@ int sg_cli_model_path(const char *verb, const char *model, char *path, size_t n)
 		struct stat st;
 		if (!from_env && stat(def, &st)) {
 			fprintf(stderr,
-				"saragossa %s: no model given, and the default model (Gemma 3 270M) is not at %s.\n"
-				"  Fetch it with `make run` in the source tree, or `tools/fetch_models.py gemma3-270m`;\n"
+				"saragossa %s: no model given, and the default model (" SG_CLI_DEFAULT_MODEL_NAME
+				") is not at %s.\n"
+				"  Fetch it with `make run` in the source tree, or `tools/fetch_models.py " SG_CLI_DEFAULT_MODEL_FETCH
+				"`;\n"
 				"  or name a model: `saragossa %s org/name` (a Hugging Face repo id), a .gguf file or a "
 				"folder;\n  or set SARAGOSSA_DEFAULT_MODEL. `saragossa list` shows the models on this "
 				"machine.\n",

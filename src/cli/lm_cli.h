@@ -11,10 +11,14 @@
 #include "engine/generate.h"
 #include "engine/lm.h"
 
-/* The file name of the default model in saragossa's models folder. */
-#define SG_CLI_DEFAULT_MODEL_FILE "gemma-3-270m-q4_k_m.gguf"
+/* The default model: an instruction-tuned chat model with a chat template that offers tools, small
+ * enough to answer at once on a laptop's CPU. Its file name in saragossa's models folder, its
+ * name for people, and the name `tools/fetch_models.py` fetches it by (from PyPI packages). */
+#define SG_CLI_DEFAULT_MODEL_FILE "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+#define SG_CLI_DEFAULT_MODEL_NAME "Qwen2.5-Coder-0.5B-Instruct"
+#define SG_CLI_DEFAULT_MODEL_FETCH "qwen2.5-coder-0.5b"
 
-/* The default model into buf: SARAGOSSA_DEFAULT_MODEL when set, else the Gemma 3 270M file in
+/* The default model into buf: SARAGOSSA_DEFAULT_MODEL when set, else SG_CLI_DEFAULT_MODEL_FILE in
  * saragossa's models folder. Returns 1 when it came from SARAGOSSA_DEFAULT_MODEL. */
 int sg_cli_default_model(char *buf, size_t n);
 

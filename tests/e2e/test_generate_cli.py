@@ -129,7 +129,7 @@ def test_missing_default_model_says_how_to_fetch_it(sg, tmp_path):
         r = subprocess.run([sg_bin(), *args], input="hello\n", capture_output=True, text=True, env=env_with(env),
                            timeout=60)
         assert r.returncode == 1, r.stderr
-        assert "make run" in r.stderr and "fetch_models.py gemma3-270m" in r.stderr
+        assert "make run" in r.stderr and "fetch_models.py qwen2.5-coder-0.5b" in r.stderr
         assert str(tmp_path) in r.stderr
 
 
