@@ -388,6 +388,8 @@ int sg_ct2_detect(const char *path)
 		return yes;
 	}
 	if (ends_with(path, ".gguf") || ends_with(path, ".safetensors")) return 0;
+	/* so that a model.bin cut short is refused by this reader, naming what is missing */
+	if (!strcmp(path, "model.bin") || ends_with(path, "/model.bin")) return 1;
 	FILE *f = fopen(path, "rb");
 	if (!f) return 0;
 	uint8_t b[4];

@@ -67,9 +67,9 @@ void sg_ct2_close(sg_ct2 *c);
 /* The variable called `name`, following an alias to its variable; NULL when neither exists. */
 const sg_ct2_var *sg_ct2_find(const sg_ct2 *c, const char *name);
 
-/* 1 when `path` should be read as CTranslate2: a folder holding model.bin, or a file not named
- * .gguf or .safetensors whose first four bytes are a version number below 256 (GGUF and ggml
- * files start with a magic word). Reads at most 4 bytes; 0 for anything unreadable. */
+/* 1 when `path` should be read as CTranslate2: a folder holding model.bin, a file named
+ * model.bin, or a file not named .gguf or .safetensors whose first four bytes are a version
+ * number below 256 (GGUF and ggml files start with a magic word). Reads at most 4 bytes. */
 int sg_ct2_detect(const char *path);
 
 /* "float32", "int8", ... for a CTranslate2 dtype id; NULL for an unknown one. */
