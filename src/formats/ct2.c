@@ -64,20 +64,18 @@ static sg_status rd(cursor *c, int n, uint64_t *v, const char *item, const char 
 
 /* A string: u16 length counting the NUL, then the bytes. *s points into the map (NUL-terminated
  * there); a length of 0, a missing terminator or a NUL inside is refused. */
-static sg_status rd_str(cursor *c, const char **s, const char *item, const char *var)
+static sg_status rd_str(cursor *c, const char **s, const char *item)
 {
 	uint64_t n;
 	uint64_t at = c->pos;
-	sg_status st = rd(c, 2, &n, item, var);
+	sg_status st = rd(c, 2, &n, item, NULL);
 	if (st) return st;
-	st = need(c, n, item, var);
+	st = need(c, n, item, NULL);
 	if (st) return st;
 	const uint8_t *p = c->base + c->pos;
 	if (n == 0 || p[n - 1] != 0 || memchr(p, 0, n - 1))
-		return sg_error(SG_ERR_FORMAT,
-				"ct2: %s: %s at offset %llu is not a NUL-terminated string of length %llu%s%s%s",
-				c->what, item, (unsigned long long)at, (unsigned long long)n, var ? " (after variable '" : "",
-				var ? var : "", var ? "')" : "");
+		return sg_error(SG_ERR_FORMAT, "ct2: %s: %s at offset %llu is not a NUL-terminated string of length %llu",
+				c->what, item, (unsigned long long)at, (unsigned long long)n);
 	*s = (const char *)p;
 	c->pos += n;
 	return SG_OK;
@@ -102,7 +100,7 @@ static sg_status parse_var(cursor *c, int index, sg_ct2_var *v, const char **nam
 {
 	char item[48];
 	snprintf(item, sizeof(item), "name of variable %d", index);
-	sg_status st = rd_str(c, name, item, NULL);
+	sg_status st = rd_str(c, name, item);
 	if (st) return st;
 	const char *nm = *name;
 	uint64_t rank, dt, nbytes;
@@ -240,7 +238,7 @@ sg_status sg_ct2_parse(const uint8_t *data, size_t size, const char *what, sg_ct
 				"ct2: %s: binary version %llu is not supported (this reader knows version %d)", what,
 				(unsigned long long)v, SG_CT2_VERSION);
 	out->version = (uint32_t)v;
-	if ((st = rd_str(&c, &s, "spec name", NULL))) return st;
+	if ((st = rd_str(&c, &s, "spec name"))) return st;
 	if (!(out->spec = sg_strdup(s))) return sg_error(SG_ERR_NOMEM, "ct2: %s: spec name", what);
 	if ((st = rd(&c, 4, &rev, "spec revision", NULL))) goto fail;
 	out->revision = (uint32_t)rev;
@@ -294,9 +292,9 @@ sg_status sg_ct2_parse(const uint8_t *data, size_t size, const char *what, sg_ct
 		const char *alias, *target;
 		char item[48];
 		snprintf(item, sizeof(item), "name of alias %llu", (unsigned long long)i);
-		if ((st = rd_str(&c, &alias, item, NULL))) goto fail;
+		if ((st = rd_str(&c, &alias, item))) goto fail;
 		snprintf(item, sizeof(item), "target of alias %llu", (unsigned long long)i);
-		if ((st = rd_str(&c, &target, item, NULL))) goto fail;
+		if ((st = rd_str(&c, &target, item))) goto fail;
 		int k = find_var(out, target);
 		if (k < 0) {
 			st = sg_error(SG_ERR_FORMAT, "ct2: %s: alias '%s' names '%s', which is not a variable", what, alias,
