@@ -6,6 +6,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "cli/cli.h"
+#include "formats/ct2.h"
 #include "formats/model_desc.h"
 #include "formats/weights.h"
 
@@ -118,6 +119,66 @@ typedef struct type_total {
 	int count;
 } type_total;
 
+/* Adds one tensor's bytes to the per-type totals (at most `cap` types). */
+static void add_total(type_total *totals, int *n, int cap, const char *type, uint64_t bytes)
+{
+	int k = 0;
+	while (k < *n && strcmp(totals[k].name, type)) k++;
+	if (k == *n && *n < cap) snprintf(totals[(*n)++].name, sizeof(totals[0].name), "%s", type);
+	if (k < *n) totals[k].bytes += bytes, totals[k].count++;
+}
+
+/* A CTranslate2 folder or model.bin: the spec, the variables and their bytes. The model itself
+ * (for Whisper: the encoder-decoder) is not read from this format yet. */
+static int inspect_ct2(const char *path, int list, const char *dump)
+{
+	if (dump) {
+		sg_error(SG_ERR_UNSUPPORTED, "inspect: --dump does not read CTranslate2 files yet (%s)", path);
+		return fail();
+	}
+	sg_ct2 c;
+	if (sg_ct2_open(path, &c)) return fail();
+	type_total totals[8] = {0};
+	int n_totals = 0, n_quant = 0;
+	uint64_t params = 0;
+	for (int i = 0; i < c.n_vars; i++) {
+		const sg_ct2_var *v = &c.vars[i];
+		params += (uint64_t)sg_tensor_nelem(&v->t);
+		n_quant += v->scale != NULL;
+		add_total(totals, &n_totals, 8, sg_type_name(v->t.type), v->t.nbytes);
+	}
+	printf("path: %s\n", path);
+	printf("format: ctranslate2 v%u (%s)\n", c.version, c.map.path);
+	printf("spec: %s revision %u\n", c.spec, c.revision);
+	printf("variables: %d\naliases: %d\n", c.n_vars, c.n_aliases);
+	printf("parameters: %" PRIu64 " (%.1fM)\n", params, (double)params / 1e6);
+	for (int k = 0; k < n_totals; k++) {
+		char h[32];
+		human(totals[k].bytes, h, sizeof(h));
+		printf("bytes %s: %" PRIu64 " (%s, %d variables)\n", totals[k].name, totals[k].bytes, h, totals[k].count);
+	}
+	if (n_quant) printf("quantization: %d weights int8/int16 with scales\n", n_quant);
+	else printf("quantization: none\n");
+	char h[32];
+	human(c.data_bytes, h, sizeof(h));
+	printf("total_bytes: %" PRIu64 " (%s)\n", c.data_bytes, h);
+	printf("model: not supported yet (the format is read; no model runs from it)\n");
+	if (list) {
+		printf("\n%-56s %-8s %-28s %s\n", "name", "type", "shape (innermost first)", "offset");
+		for (int i = 0; i < c.n_vars; i++) {
+			const sg_ct2_var *v = &c.vars[i];
+			char sh[160];
+			printf("%-56s %-8s %-28s %" PRIu64 "%s%s%s\n", v->t.name, sg_type_name(v->t.type),
+			       sg_tensor_shape_str(&v->t, sh, sizeof(sh)), v->t.offset, v->scale ? " (scale " : "",
+			       v->scale ? v->scale->name : "", v->scale ? ")" : "");
+		}
+		for (int i = 0; i < c.n_aliases; i++)
+			printf("%-56s alias of %s\n", c.aliases[i].name, c.vars[c.aliases[i].target].t.name);
+	}
+	sg_ct2_close(&c);
+	return 0;
+}
+
 int sg_cli_inspect(int argc, char **argv)
 {
 	const char *path = NULL, *dump = NULL, *out = NULL;
@@ -132,6 +193,7 @@ int sg_cli_inspect(int argc, char **argv)
 	}
 	if (!path) return sg_cli_usage_error("inspect", "missing PATH");
 	if (dump && !out) return sg_cli_usage_error("inspect", "--dump needs --out FILE");
+	if (sg_ct2_detect(path)) return inspect_ct2(path, list, dump);
 	sg_weights *w;
 	if (sg_weights_open(path, &w)) return fail();
 	if (dump) {
@@ -165,10 +227,7 @@ int sg_cli_inspect(int argc, char **argv)
 		else sg_tensor_type_str(t, tn, sizeof(tn));
 		if (!t->companion) params += (uint64_t)sg_tensor_nelem(t), n_visible++;
 		bytes += t->nbytes;
-		int k = 0;
-		while (k < n_totals && strcmp(totals[k].name, tn)) k++;
-		if (k == n_totals && n_totals < 64) snprintf(totals[n_totals++].name, sizeof(totals[0].name), "%s", tn);
-		if (k < n_totals) totals[k].bytes += t->nbytes, totals[k].count++;
+		add_total(totals, &n_totals, 64, tn, t->nbytes);
 	}
 	printf("tensors: %d\n", n_visible);
 	printf("parameters: %" PRIu64 " (%.1fM)\n", params, (double)params / 1e6);
