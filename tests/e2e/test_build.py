@@ -13,7 +13,11 @@ from conftest import ROOT
 
 def make_vars(*args, env_extra=None):
     """`make -pnq ARGS` as a top-level make run by a user: {name: value} of its variables."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "JOBS")}
+    # a make that runs this test exports its command line's variables (CI's CUDA=1 CUDA_ARCHS=...)
+    # into the environment: the knobs under test start from their defaults here
+    knobs = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "JOBS", "CUDA", "CUDA_ARCHS", "NVCC", "NVCCFLAGS",
+             "CUDA_HOME", "CUDA_TRACE", "SAN", "NATIVE", "DEBUG", "BUILD")
+    env = {k: v for k, v in os.environ.items() if k not in knobs}
     env.update(env_extra or {})
     env["SARAGOSSA_SKIP_DEPS"] = "1"  # reading the variables must not install anything
     p = subprocess.run(["make", "-pnq", *args, "all"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
