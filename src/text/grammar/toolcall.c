@@ -50,8 +50,10 @@ struct sg_toolcall_parser {
 	tbuf pend;               /* text mode: held text; call mode: the call body */
 	tbuf raw;                /* the current call's raw text, for MALFORMED */
 	int mode;
-	int bare;       /* Llama 3: this call began with a bare '{' rather than a marker */
-	int at_start;   /* Llama 3: only whitespace so far (or right after a ';') */
+	int bare;       /* this call began with a bare '{' rather than a marker (Llama 3, Hermes) */
+	int at_start;   /* Llama 3: only whitespace so far (or right after a ';'); Hermes with tools:
+			 * only whitespace and bare calls so far */
+	int bare_ok;    /* Hermes: tools were offered, so a bare JSON call object is accepted */
 	int index, count, malformed;
 	int cut;        /* the end of output is a cut (sg_toolcall_cut), not the model's own end */
 	int n_cut;
@@ -295,7 +297,7 @@ static int start_call(sg_toolcall_parser *p, const char *s, long ns, long ne)
  * complete, call ended; *end set) or P_BAD. */
 static int stream_call(sg_toolcall_parser *p, const char *s, size_t n, int final, size_t *end)
 {
-	const char *k2 = p->syn == SG_TC_LLAMA3 ? "parameters" : NULL;
+	const char *k2 = p->syn == SG_TC_LLAMA3 || p->bare ? "parameters" : NULL;
 	if (p->live) {
 		size_t ve = n;
 		int v = live_scan(p, s, n, &ve);
@@ -388,6 +390,88 @@ static size_t find_lit(const char *s, size_t n, const char *lit, int *partial)
 	return n;
 }
 
+/* Is `name` (n bytes) the name of an offered tool (prefix: a proper or whole prefix of one)? */
+static int tool_named(const json_t *tools, const char *name, size_t n, int prefix)
+{
+	size_t i;
+	json_t *t;
+	json_array_foreach(tools, i, t)
+	{
+		const json_t *f = json_object_get(t, "function");
+		if (!f) f = t;
+		const json_t *nm = json_object_get(f, "name");
+		if (!json_is_string(nm)) continue;
+		size_t l = json_string_length(nm);
+		if ((prefix ? n <= l : n == l) && memcmp(json_string_value(nm), name, n) == 0) return 1;
+	}
+	return 0;
+}
+
+/* Hermes without its tags: is the bare object at body[0..n) a call? A call object has only the
+ * keys "name" (a string naming an offered tool) and "arguments" or "parameters" (an object); it is
+ * decided (P_DONE) once both are known and the arguments have opened. P_MORE: it could still be
+ * one; P_NOTCALL: it cannot (its text is answer text). A model that writes its call bare writes
+ * these two keys only, so anything else is refuted at once and a JSON answer streams as text. */
+static int bare_decide(const sg_toolcall_parser *p, const char *s, size_t n)
+{
+	size_t i = skip_ws(s, 0, n);
+	if (i >= n) return P_MORE;
+	if (s[i] != '{') return P_NOTCALL;
+	i++;
+	int named = 0, has_args = 0;
+	for (;;) {
+		i = skip_ws(s, i, n);
+		if (i >= n) return P_MORE;
+		if (s[i] != '"') return P_NOTCALL;
+		size_t ke;
+		int k = scan_value(s, i, n, &ke);
+		if (k < 0) return P_NOTCALL;
+		if (k == 0) {
+			/* a key still being written: it must be able to become one of the three */
+			static const char *const keys[] = {"name", "arguments", "parameters"};
+			size_t l = n - i - 1;
+			for (size_t j = 0; j < 3; j++)
+				if (l <= strlen(keys[j]) && memcmp(s + i + 1, keys[j], l) == 0) return P_MORE;
+			return P_NOTCALL;
+		}
+		int is_name = key_is(s, i, ke, "name");
+		int is_args = key_is(s, i, ke, "arguments") || key_is(s, i, ke, "parameters");
+		if ((!is_name && !is_args) || (is_name && named) || (is_args && has_args)) return P_NOTCALL;
+		i = skip_ws(s, ke, n);
+		if (i >= n) return P_MORE;
+		if (s[i] != ':') return P_NOTCALL;
+		i = skip_ws(s, i + 1, n);
+		if (i >= n) return P_MORE;
+		size_t ve;
+		int v = scan_value(s, i, n, &ve);
+		if (v < 0) return P_NOTCALL;
+		if (is_name) {
+			if (s[i] != '"') return P_NOTCALL;
+			if (!v) {
+				/* a name still being written must be the start of an offered one (an
+				 * escape is judged once the string is whole) */
+				if (memchr(s + i + 1, '\\', n - i - 1)) return P_MORE;
+				return tool_named(p->tools, s + i + 1, n - i - 1, 1) ? P_MORE : P_NOTCALL;
+			}
+			json_t *nm = json_loadb(s + i, ve - i, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+			int ok = json_is_string(nm) && tool_named(p->tools, json_string_value(nm), json_string_length(nm), 0);
+			json_decref(nm);
+			if (!ok) return P_NOTCALL;
+			named = 1;
+			if (has_args) return P_DONE;
+		} else {
+			if (s[i] != '{') return P_NOTCALL;
+			has_args = 1;
+			if (named) return P_DONE;
+		}
+		if (!v) return P_MORE;
+		i = skip_ws(s, ve, n);
+		if (i >= n) return P_MORE;
+		if (s[i] != ',') return P_NOTCALL; /* '}' before both keys: not a call */
+		i++;
+	}
+}
+
 /* One step of call mode on the body; *used: body bytes consumed when P_DONE. */
 static int progress(sg_toolcall_parser *p, int final, size_t *used)
 {
@@ -397,6 +481,22 @@ static int progress(sg_toolcall_parser *p, int final, size_t *used)
 	switch (p->syn) {
 	case SG_TC_HERMES: {
 		size_t e;
+		if (p->bare) {
+			if (!p->started) {
+				int d = bare_decide(p, s, n);
+				/* Undecided at the end: cut short, it may have been a call on its way
+				 * (as a cut start marker is); the model's own end makes it text. */
+				if (d == P_MORE && final) return p->cut ? P_BAD : P_NOTCALL;
+				if (d != P_DONE) return d;
+			}
+			int r = stream_call(p, s, n, final, &e);
+			if (r != P_DONE) return r == P_NOTCALL ? P_BAD : r;
+			/* the call is whole; more bare calls may follow, after blanks only */
+			finish_call(p);
+			p->at_start = 1;
+			*used = e;
+			return P_DONE;
+		}
 		int r = stream_call(p, s, n, final, &e);
 		if (r != P_DONE) return r == P_NOTCALL ? P_BAD : r;
 		size_t j = skip_ws(s, e, n);
@@ -534,6 +634,20 @@ static int text_step(sg_toolcall_parser *p, int final)
 		if (i == n && !final) return 0; /* only whitespace: hold it */
 		if (i < n) p->at_start = 0;
 	}
+	if (p->bare_ok && p->at_start) {
+		size_t i = skip_ws(s, 0, n);
+		if (i < n && s[i] == '{') {
+			/* the blanks before it are text (the agent drops them if a call follows) */
+			ev(p, SG_TCE_TEXT, NULL, s, i);
+			tb_drop(&p->pend, i);
+			p->bare = 1;
+			p->mode = M_CALL;
+			p->raw.n = 0;
+			return 1;
+		}
+		if (i == n && !final) return 0; /* only whitespace: hold it */
+		if (i < n) p->at_start = 0;
+	}
 	int partial;
 	size_t k = find_lit(s, n, p->start, &partial);
 	if (k < n) {
@@ -579,9 +693,11 @@ static sg_status run(sg_toolcall_parser *p, int final)
 		}
 		if (p->mode == M_BAD) {
 			int partial;
-			size_t e = p->end ? find_lit(p->pend.p, p->pend.n, p->end, &partial) : p->pend.n;
+			/* a bare call has no end marker: the rest of the output is its text */
+			const char *endm = p->bare ? NULL : p->end;
+			size_t e = endm ? find_lit(p->pend.p, p->pend.n, endm, &partial) : p->pend.n;
 			if (e == p->pend.n && !final) return SG_OK;
-			size_t take = e == p->pend.n ? e : e + strlen(p->end);
+			size_t take = e == p->pend.n ? e : e + strlen(endm);
 			if (tb_put(&p->raw, p->pend.p, take)) return fail_oom();
 			ev(p, SG_TCE_MALFORMED, NULL, p->raw.p, p->raw.n);
 			p->malformed++;
@@ -596,6 +712,14 @@ static sg_status run(sg_toolcall_parser *p, int final)
 		size_t used = 0;
 		int r = progress(p, final, &used);
 		if (r == P_MORE) return SG_OK;
+		if (r == P_NOTCALL && p->syn == SG_TC_HERMES) {
+			/* not a call: text mode reads it (it may hold a tagged call further on) */
+			p->at_start = 0;
+			p->bare = 0;
+			p->mode = M_TEXT;
+			reset_call(p);
+			continue;
+		}
 		if (r == P_NOTCALL) {
 			/* a bare JSON answer that is not a call: it is text */
 			p->at_start = 0;
@@ -641,6 +765,11 @@ sg_status sg_toolcall_parser_new(sg_toolcall_syntax syntax, const json_t *tools,
 	p->tools = tools;
 	switch (syntax) {
 	case SG_TC_HERMES:
+		p->start = "<tool_call>";
+		p->end = "</tool_call>";
+		/* Small Qwen models often write the call without its tags when the choice is theirs */
+		p->bare_ok = p->at_start = tools && json_array_size(tools) > 0;
+		break;
 	case SG_TC_QWEN_XML: p->start = "<tool_call>"; p->end = "</tool_call>"; break;
 	case SG_TC_GEMMA4: p->start = "<|tool_call>"; p->end = "<tool_call|>"; break;
 	case SG_TC_GEMMA3: p->start = "```tool_code"; p->end = "```"; break;
