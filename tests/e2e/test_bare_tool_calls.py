@@ -136,3 +136,66 @@ def test_ollama_reports_a_bare_call_as_tool_calls(srv):
         assert [c.function.name for c in calls] == ["get_weather"], (stream, content)
         jsonschema.validate(calls[0].function.arguments, WEATHER)
         assert not content
+
+
+# ---- the real default model, which writes such calls when the choice is its own ----
+
+QWEN_CODER = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+TOKYO = [{"role": "user", "content": "What's the weather like in Tokyo right now?"}]
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+@pytest.fixture(scope="module")
+def coder(tmp_path_factory):
+    """serve on Qwen2.5-Coder-0.5B-Instruct when tools/fetch_models.py has fetched it (never fetched here)."""
+    import os
+    from pathlib import Path
+
+    from server_util import Server, free_port
+
+    cache = Path(os.environ.get("SARAGOSSA_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+                 / "saragossa")
+    model = cache / "models" / QWEN_CODER
+    if not model.is_file():
+        pytest.skip(f"{model} not fetched (tools/fetch_models.py qwen2.5-coder-0.5b)")
+    d = tmp_path_factory.mktemp("coder")
+    s = Server("--model", f"qc={model}", "--ctx", "4096", socket_path=str(d / "s.sock"), port=free_port(), key=KEY)
+    yield s
+    s.stop()
+
+
+def test_default_model_bare_call_on_every_route(coder):
+    import anthropic
+
+    tool = {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a city",
+                                             "parameters": CITY}}
+    o = openai.OpenAI(base_url=f"http://127.0.0.1:{coder.port}/v1", api_key=KEY, max_retries=0)
+    kw = dict(model="qc", messages=TOKYO, tools=[tool], temperature=0, max_tokens=100)
+    ch = o.chat.completions.create(**kw).choices[0]
+    assert ch.finish_reason == "tool_calls" and not ch.message.content, ch
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in ch.message.tool_calls] == \
+        [("get_weather", {"city": "Tokyo"})]
+    args, content, finish = "", "", None
+    for chunk in o.chat.completions.create(stream=True, **kw):
+        if chunk.choices:
+            d = chunk.choices[0].delta
+            content += d.content or ""
+            args += "".join(tc.function.arguments or "" for tc in d.tool_calls or [] if tc.function)
+            finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls" and content == "" and json.loads(args) == {"city": "Tokyo"}
+
+    a = anthropic.Anthropic(base_url=f"http://127.0.0.1:{coder.port}", api_key=KEY, max_retries=0)
+    akw = dict(model="qc", max_tokens=100, messages=TOKYO, extra_body={"temperature": 0},
+               tools=[{"name": "get_weather", "description": "Get the current weather in a city", "input_schema": CITY}])
+    r = a.messages.create(**akw)
+    assert r.stop_reason == "tool_use", r
+    assert [(b.type, b.name, b.input) for b in r.content] == [("tool_use", "get_weather", {"city": "Tokyo"})]
+    with a.messages.stream(**akw) as st:
+        final = st.get_final_message()
+    assert final.stop_reason == "tool_use"
+    assert [(b.type, b.name, b.input) for b in final.content] == [("tool_use", "get_weather", {"city": "Tokyo"})]
+
+    cl = ollama.Client(host=f"http://127.0.0.1:{coder.port}", headers={"Authorization": f"Bearer {KEY}"})
+    r = cl.chat(model="qc", messages=TOKYO, tools=[tool], options={"temperature": 0, "num_predict": 100})
+    assert [(c.function.name, c.function.arguments) for c in r.message.tool_calls or []] == [("get_weather", {"city": "Tokyo"})]
+    assert not r.message.content
