@@ -195,6 +195,12 @@ def test_default_model_bare_call_on_every_route(coder):
     assert final.stop_reason == "tool_use"
     assert [(b.type, b.name, b.input) for b in final.content] == [("tool_use", "get_weather", {"city": "Tokyo"})]
 
+    # asked so, the same model writes its call in a ```json fence: a call too
+    ch = o.chat.completions.create(**{**kw, "messages": MSG}).choices[0]
+    assert ch.finish_reason == "tool_calls" and not ch.message.content, ch
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in ch.message.tool_calls] == \
+        [("get_weather", {"city": "Paris"})]
+
     cl = ollama.Client(host=f"http://127.0.0.1:{coder.port}", headers={"Authorization": f"Bearer {KEY}"})
     r = cl.chat(model="qc", messages=TOKYO, tools=[tool], options={"temperature": 0, "num_predict": 100})
     assert [(c.function.name, c.function.arguments) for c in r.message.tool_calls or []] == [("get_weather", {"city": "Tokyo"})]

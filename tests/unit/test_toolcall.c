@@ -119,6 +119,14 @@ static const tc_case cases[] = {
 	 "Call it: {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}", 0, NULL, NULL, NULL, NULL},
 	{SG_TC_HERMES, "{\"x\": 1}<tool_call>\n{\"name\": \"note\", \"arguments\": {}}\n</tool_call>", "{\"x\": 1}", 1, "note", "{}", NULL, NULL},
 	{SG_TC_HERMES, "{\"name\": \"get_weather\", \"arguments\": {}}\nIt is sunny.", "\nIt is sunny.", 1, "get_weather", "{}", NULL, NULL},
+	/* ... also in a Markdown fence */
+	{SG_TC_HERMES, "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```", "", 1, "get_weather", "{\"city\":\"Paris\"}", NULL, NULL},
+	{SG_TC_HERMES, "```\n{\"name\": \"get_weather\", \"arguments\": {}}\n```\n```json\n{\"name\": \"note\", \"arguments\": {\"text\": \"```\"}}\n```\nDone.",
+	 "\n\nDone.", 2, "get_weather", "{}", "note", "{\"text\":\"```\"}"},
+	{SG_TC_HERMES, "```json\n{\"name\": \"note\", \"arguments\": {}}", "", 1, "note", "{}", NULL, NULL},
+	{SG_TC_HERMES, "```json\n{\"answer\": 1}\n```", "```json\n{\"answer\": 1}\n```", 0, NULL, NULL, NULL, NULL},
+	{SG_TC_HERMES, "```python\nget_weather(city=\"Paris\")\n```", "```python\nget_weather(city=\"Paris\")\n```", 0, NULL, NULL, NULL, NULL},
+	{SG_TC_HERMES, "``` not a fence {\"name\": \"note\", \"arguments\": {}}", "``` not a fence {\"name\": \"note\", \"arguments\": {}}", 0, NULL, NULL, NULL, NULL},
 	{SG_TC_QWEN_XML, "Sure.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{\"metric\": true}\n</parameter>\n</function>\n</tool_call>",
 	 "Sure.\n", 1, "get_weather", "{\"city\":\"New York\",\"days\":3,\"opts\":{\"metric\":true}}", NULL, NULL},
 	{SG_TC_QWEN_XML, "<tool_call>\n<function=note>\n<parameter=text>\nline 1\nline 2\n</parameter>\n</function>\n</tool_call><tool_call>\n<function=ping>\n</function>\n</tool_call>",
@@ -349,6 +357,27 @@ Test(toolcall, hermes_bare_calls_cut_anywhere_report_only_complete_calls)
 		int in_call = (len > 0 && len < call1_end) || (len > call1_end + 1 && len < n);
 		cr_expect_eq(k.n_cut, in_call, "cut at %zu: %d cut", len, k.n_cut);
 		sg_toolcall_parser_free(p);
+	}
+
+	/* in a fence: its opening alone is not yet a call (text); inside the object it is cut; in
+	 * or after its close the call is complete and nothing else is reported */
+	const char *fenced = "```json\n{\"name\": \"note\", \"arguments\": {\"text\": \"a\"}}\n```";
+	size_t fn = strlen(fenced), obj_end = 52;
+	cr_assert_eq(fenced[obj_end - 1], '}');
+	for (size_t len = 0; len <= fn; len++) {
+		coll f;
+		memset(&f, 0, sizeof(f));
+		sg_toolcall_parser *q;
+		cr_assert_eq(sg_toolcall_parser_new(SG_TC_HERMES, xml_tools(), &q), SG_OK);
+		cr_assert_eq(sg_toolcall_feed(q, fenced, len, on_event, &f), SG_OK);
+		cr_assert_eq(sg_toolcall_cut(q, on_event, &f), SG_OK);
+		cr_expect_eq(sg_toolcall_count(q), len >= obj_end, "fenced cut at %zu", len);
+		cr_expect_eq(f.n_cut, len > 8 && len < obj_end, "fenced cut at %zu", len);
+		cr_expect_str_eq(f.malformed, "", "fenced cut at %zu", len);
+		char want[16] = "";
+		if (len <= 8) memcpy(want, fenced, len), want[len] = 0;
+		cr_expect_str_eq(f.text, want, "fenced cut at %zu: text '%s'", len, f.text);
+		sg_toolcall_parser_free(q);
 	}
 
 	coll k;

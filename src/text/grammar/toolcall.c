@@ -54,6 +54,8 @@ struct sg_toolcall_parser {
 	int at_start;   /* Llama 3: only whitespace so far (or right after a ';'); Hermes with tools:
 			 * only whitespace and bare calls so far */
 	int bare_ok;    /* Hermes: tools were offered, so a bare JSON call object is accepted */
+	int fence;      /* Hermes bare calls in a ``` fence: 1 inside it, 2 a call in it ended and
+			 * the fence's close (or another call) is due */
 	int index, count, malformed;
 	int cut;        /* the end of output is a cut (sg_toolcall_cut), not the model's own end */
 	int n_cut;
@@ -494,6 +496,7 @@ static int progress(sg_toolcall_parser *p, int final, size_t *used)
 			/* the call is whole; more bare calls may follow, after blanks only */
 			finish_call(p);
 			p->at_start = 1;
+			if (p->fence) p->fence = 2;
 			*used = e;
 			return P_DONE;
 		}
@@ -616,6 +619,20 @@ static int progress(sg_toolcall_parser *p, int final, size_t *used)
 
 static sg_status fail_oom(void) { return SG_FAIL(SG_ERR_NOMEM, "tool-call buffer"); }
 
+/* A Markdown fence that opens a bare call: "```" or "```json", blanks, then '{'. Returns the
+ * offset of the '{' (> 0); 0 while s[0..n) may still become one; -1 when it cannot. */
+static long fence_open(const char *s, size_t n)
+{
+	static const char f[] = "```json";
+	size_t k = 0;
+	while (k < n && k < 7 && s[k] == f[k]) k++;
+	if (k == n) return 0;
+	if (k != 3 && k != 7) return -1;
+	size_t j = skip_ws(s, k, n);
+	if (j == n) return 0;
+	return s[j] == '{' ? (long)j : -1;
+}
+
 /* Text mode over pend: emits safe text, enters call mode at a marker. Returns 1 when it entered
  * call mode, 0 when everything left is held or emitted. */
 static int text_step(sg_toolcall_parser *p, int final)
@@ -634,8 +651,37 @@ static int text_step(sg_toolcall_parser *p, int final)
 		if (i == n && !final) return 0; /* only whitespace: hold it */
 		if (i < n) p->at_start = 0;
 	}
+	while (p->bare_ok && p->at_start && p->fence == 2) {
+		/* after a call in a fence: blanks and the fence's close belong to the call syntax */
+		size_t i = skip_ws(s, 0, n), k = 0;
+		while (k < 3 && i + k < n && s[i + k] == '`') k++;
+		if (i + k == n && k < 3 && !final) return 0;
+		if (k == 3 || i + k == n) { /* closed, or ended inside its close */
+			tb_drop(&p->pend, i + k);
+			p->fence = 0;
+			s = p->pend.p;
+			n = p->pend.n;
+			break;
+		}
+		if (k == 0 && i < n && s[i] == '{') break; /* another call in the same fence */
+		p->fence = 0;                             /* never closed: what follows is text */
+		if (i < n) p->at_start = 0;
+	}
 	if (p->bare_ok && p->at_start) {
 		size_t i = skip_ws(s, 0, n);
+		long f = i < n && s[i] == '`' && !p->fence ? fence_open(s + i, n - i) : -1;
+		if (f == 0 && !final) return 0; /* may be a fence opening a call: hold it */
+		if (f > 0) {
+			/* the fence's opening is held as the call's raw text (text again if it is none) */
+			ev(p, SG_TCE_TEXT, NULL, s, i);
+			p->raw.n = 0;
+			if (tb_put(&p->raw, s + i, (size_t)f)) return 0;
+			tb_drop(&p->pend, i + (size_t)f);
+			p->fence = 1;
+			p->bare = 1;
+			p->mode = M_CALL;
+			return 1;
+		}
 		if (i < n && s[i] == '{') {
 			/* the blanks before it are text (the agent drops them if a call follows) */
 			ev(p, SG_TCE_TEXT, NULL, s, i);
@@ -706,6 +752,7 @@ static sg_status run(sg_toolcall_parser *p, int final)
 			p->raw.n = 0;
 			p->mode = M_TEXT;
 			p->array_open = 0;
+			p->fence = 0;
 			reset_call(p);
 			continue;
 		}
@@ -714,6 +761,9 @@ static sg_status run(sg_toolcall_parser *p, int final)
 		if (r == P_MORE) return SG_OK;
 		if (r == P_NOTCALL && p->syn == SG_TC_HERMES) {
 			/* not a call: text mode reads it (it may hold a tagged call further on) */
+			ev(p, SG_TCE_TEXT, NULL, p->raw.p, p->raw.n); /* a fence's opening */
+			p->raw.n = 0;
+			p->fence = 0;
 			p->at_start = 0;
 			p->bare = 0;
 			p->mode = M_TEXT;

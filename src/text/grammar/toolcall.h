@@ -10,6 +10,8 @@
  *                   are "name" (an offered tool's) and "arguments" or "parameters" (an object).
  *                   Such an object is held back until that is decided; an object the output cut
  *                   while it could still be a call is CALL_CUT, one the model ended undecided is text
+ *                   The objects may stand in a Markdown fence (```json or ```), which is then part
+ *                   of the call syntax (a fence whose content is no call is text)
  *   SG_TC_QWEN_XML  Qwen3.5/3.6: <tool_call>\n<function=f>\n<parameter=k>\nvalue\n</parameter>\n
  *                   </function>\n</tool_call>; a value is JSON when the parameter's schema says it
  *                   is not a string (or, without tools, when it parses as JSON), else text
