@@ -397,6 +397,9 @@ int sg_agent_run_tool_finish(const sg_agent_run *r)
 int sg_agent_run_complete(const sg_agent_run *r)
 {
 	if (!r || !r->gate) return 1;
+	/* A JSON answer that was a tool call (written bare) cut short is that call's truncation,
+	 * reported as such (finish "length"), not an unfinished JSON answer. */
+	if (r->cut) return 1;
 	return r->phase != PH_UNDECIDED && sg_grammar_gate_accepts_eos(r->gate);
 }
 

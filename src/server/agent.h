@@ -78,7 +78,8 @@ int sg_agent_run_cut(const sg_agent_run *r);       /* calls cut short (0 or 1) *
  * otherwise it is how the generation ended ("length" / "max_tokens" for a cut call), so every
  * API agrees on which calls completed and on why the answer ended. */
 int sg_agent_run_tool_finish(const sg_agent_run *r);
-/* 1 when the answer is complete for the constraint (always, without one). */
+/* 1 when the answer is complete for the constraint (always, without one), or is a tool call
+ * that the end of the generation cut (reported as that truncation). */
 int sg_agent_run_complete(const sg_agent_run *r);
 
 #endif

@@ -1,8 +1,11 @@
 /* Fuzz target: the streaming tool-call parsers and the reasoning split on arbitrary output text,
- * fed in chunks whose sizes come from the input. First byte: syntax and chunking. */
+ * fed in chunks whose sizes come from the input. First byte: syntax and chunking; bit 2 offers
+ * tools (the Hermes parser then also reads calls written without their tags). */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "text/grammar/toolcall.h"
 
@@ -28,7 +31,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const char *text = (const char *)data + 1;
 	size_t n = size - 1, seen = 0;
 	sg_toolcall_parser *p = NULL;
-	if (sg_toolcall_parser_new(syn, NULL, &p) == SG_OK) {
+	static json_t *tools;
+	if (!tools)
+		tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},"
+				   "{\"type\":\"function\",\"function\":{\"name\":\"get\"}}]",
+				   0, NULL);
+	if (sg_toolcall_parser_new(syn, (data[0] & 4) ? tools : NULL, &p) == SG_OK) {
 		for (size_t i = 0; i < n; i += chunk)
 			sg_toolcall_feed(p, text + i, i + chunk > n ? n - i : chunk, on_event, &seen);
 		/* bit 1 of the first byte: the output was cut (max_tokens) rather than ended */

@@ -105,6 +105,28 @@ static const tc_case cases[] = {
 	 "\n", 2, "a", "{}", "b", "{\"x\":\"}</tool_call>\"}"},
 	{SG_TC_HERMES, "<tool_call>{\"name\":\"s\",\"arguments\":\"{\\\"q\\\": 1}\"}</tool_call>", "", 1, "s", "{\"q\":1}", NULL, NULL},
 	{SG_TC_HERMES, "a < b and <tool_c is not a call", "a < b and <tool_c is not a call", 0, NULL, NULL, NULL, NULL},
+	/* Hermes with tools offered: a call written without its tags (the whole answer is call objects) */
+	{SG_TC_HERMES, "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}", "\n", 1, "get_weather", "{\"city\":\"Paris\"}", NULL, NULL},
+	{SG_TC_HERMES, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n{\"name\": \"note\", \"parameters\": {\"text\": \"}{\"}}",
+	 "\n", 2, "get_weather", "{\"city\":\"Paris\"}", "note", "{\"text\":\"}{\"}"},
+	{SG_TC_HERMES, "{\"arguments\": {\"days\": 2}, \"name\": \"get_weather\"}", "", 1, "get_weather", "{\"days\":2}", NULL, NULL},
+	{SG_TC_HERMES, "{\"name\": \"get_time\", \"arguments\": {}}", "{\"name\": \"get_time\", \"arguments\": {}}", 0, NULL, NULL, NULL, NULL},
+	{SG_TC_HERMES, "{\"name\": \"get_weather_now\", \"arguments\": {}}", "{\"name\": \"get_weather_now\", \"arguments\": {}}", 0, NULL, NULL, NULL, NULL},
+	{SG_TC_HERMES, "{\"name\": \"get_weather\"}", "{\"name\": \"get_weather\"}", 0, NULL, NULL, NULL, NULL},
+	{SG_TC_HERMES, "{\"name\": \"get_weather\", \"arguments\": \"{}\"}", "{\"name\": \"get_weather\", \"arguments\": \"{}\"}", 0, NULL, NULL, NULL, NULL},
+	{SG_TC_HERMES, "{\"answer\": 42, \"name\": \"get_weather\", \"arguments\": {}}", "{\"answer\": 42, \"name\": \"get_weather\", \"arguments\": {}}", 0, NULL, NULL, NULL, NULL},
+	{SG_TC_HERMES, "Call it: {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+	 "Call it: {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}", 0, NULL, NULL, NULL, NULL},
+	{SG_TC_HERMES, "{\"x\": 1}<tool_call>\n{\"name\": \"note\", \"arguments\": {}}\n</tool_call>", "{\"x\": 1}", 1, "note", "{}", NULL, NULL},
+	{SG_TC_HERMES, "{\"name\": \"get_weather\", \"arguments\": {}}\nIt is sunny.", "\nIt is sunny.", 1, "get_weather", "{}", NULL, NULL},
+	/* ... also in a Markdown fence */
+	{SG_TC_HERMES, "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```", "", 1, "get_weather", "{\"city\":\"Paris\"}", NULL, NULL},
+	{SG_TC_HERMES, "```\n{\"name\": \"get_weather\", \"arguments\": {}}\n```\n```json\n{\"name\": \"note\", \"arguments\": {\"text\": \"```\"}}\n```\nDone.",
+	 "\n\nDone.", 2, "get_weather", "{}", "note", "{\"text\":\"```\"}"},
+	{SG_TC_HERMES, "```json\n{\"name\": \"note\", \"arguments\": {}}", "", 1, "note", "{}", NULL, NULL},
+	{SG_TC_HERMES, "```json\n{\"answer\": 1}\n```", "```json\n{\"answer\": 1}\n```", 0, NULL, NULL, NULL, NULL},
+	{SG_TC_HERMES, "```python\nget_weather(city=\"Paris\")\n```", "```python\nget_weather(city=\"Paris\")\n```", 0, NULL, NULL, NULL, NULL},
+	{SG_TC_HERMES, "``` not a fence {\"name\": \"note\", \"arguments\": {}}", "``` not a fence {\"name\": \"note\", \"arguments\": {}}", 0, NULL, NULL, NULL, NULL},
 	{SG_TC_QWEN_XML, "Sure.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{\"metric\": true}\n</parameter>\n</function>\n</tool_call>",
 	 "Sure.\n", 1, "get_weather", "{\"city\":\"New York\",\"days\":3,\"opts\":{\"metric\":true}}", NULL, NULL},
 	{SG_TC_QWEN_XML, "<tool_call>\n<function=note>\n<parameter=text>\nline 1\nline 2\n</parameter>\n</function>\n</tool_call><tool_call>\n<function=ping>\n</function>\n</tool_call>",
@@ -267,6 +289,114 @@ Test(toolcall, an_output_cut_anywhere_reports_only_complete_calls)
 			sg_toolcall_parser_free(p);
 		}
 	}
+}
+
+/* A bare call is held back while it may still be one, and released as text the moment it cannot be;
+ * without tools it is text at once. */
+Test(toolcall, hermes_bare_call_is_held_until_decided_and_streams_its_arguments)
+{
+	coll c;
+	memset(&c, 0, sizeof(c));
+	sg_toolcall_parser *p;
+	cr_assert_eq(sg_toolcall_parser_new(SG_TC_HERMES, xml_tools(), &p), SG_OK);
+	const char *a = " {\"name\": \"get_wea";
+	sg_toolcall_feed(p, a, strlen(a), on_event, &c);
+	cr_expect_str_eq(c.text, " ", "only the blank before the object goes out");
+	cr_expect_eq(c.n_calls, 0);
+	const char *b = "ther\", \"arguments\": {\"city\": \"Par";
+	sg_toolcall_feed(p, b, strlen(b), on_event, &c);
+	cr_expect_eq(c.n_calls, 1, "the call starts once its arguments open");
+	cr_expect_str_eq(c.args[0], "{\"city\": \"Par", "the arguments stream before the call closes");
+	sg_toolcall_feed(p, "is\"}}", 5, on_event, &c);
+	cr_expect(c.ended[0]);
+	sg_toolcall_finish(p, on_event, &c);
+	cr_expect_eq(sg_toolcall_count(p), 1);
+	sg_toolcall_parser_free(p);
+
+	memset(&c, 0, sizeof(c));
+	cr_assert_eq(sg_toolcall_parser_new(SG_TC_HERMES, xml_tools(), &p), SG_OK);
+	sg_toolcall_feed(p, "{\"answ", 6, on_event, &c);
+	cr_expect_str_eq(c.text, "{\"answ", "a key no call has is text at once");
+	sg_toolcall_parser_free(p);
+
+	memset(&c, 0, sizeof(c));
+	cr_assert_eq(sg_toolcall_parser_new(SG_TC_HERMES, xml_tools(), &p), SG_OK);
+	sg_toolcall_feed(p, "{\"name\": \"get_x", 15, on_event, &c);
+	cr_expect_str_eq(c.text, "{\"name\": \"get_x", "a name no offered tool starts with is text at once");
+	sg_toolcall_parser_free(p);
+
+	p = parse(SG_TC_HERMES, NULL, "{\"name\": \"get_weather\", \"arguments\": {}}", 4, &c);
+	cr_expect_eq(c.n_calls, 0, "without tools a bare object is text");
+	cr_expect_str_eq(c.text, "{\"name\": \"get_weather\", \"arguments\": {}}");
+	sg_toolcall_parser_free(p);
+}
+
+/* Every prefix of two bare calls, ended as a cut (max_tokens): only complete calls are reported; an
+ * object that may still have been a call is cut (neither call nor text); text is blanks only. The
+ * model's own end inside an undecided object makes it text, inside a started call malformed. */
+Test(toolcall, hermes_bare_calls_cut_anywhere_report_only_complete_calls)
+{
+	const char *out = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n{\"name\": \"note\", \"arguments\": {}}";
+	size_t n = strlen(out), call1_end = 55;
+	cr_assert_eq(out[call1_end - 1], '}');
+	cr_assert_eq(out[call1_end], '\n');
+	for (size_t len = 0; len <= n; len++) {
+		coll k;
+		memset(&k, 0, sizeof(k));
+		sg_toolcall_parser *p;
+		cr_assert_eq(sg_toolcall_parser_new(SG_TC_HERMES, xml_tools(), &p), SG_OK);
+		cr_assert_eq(sg_toolcall_feed(p, out, len, on_event, &k), SG_OK);
+		cr_assert_eq(sg_toolcall_cut(p, on_event, &k), SG_OK);
+		int complete = 0;
+		for (int j = 0; j < k.n_calls; j++) complete += k.ended[j];
+		int want = len == n ? 2 : len >= call1_end ? 1 : 0;
+		cr_expect_eq(complete, want, "cut at %zu: %d complete calls, want %d", len, complete, want);
+		cr_expect_eq(sg_toolcall_count(p), want);
+		cr_expect_str_eq(k.malformed, "", "cut at %zu", len);
+		cr_expect_str_eq(k.text, len > call1_end ? "\n" : "", "cut at %zu: text '%s'", len, k.text);
+		int in_call = (len > 0 && len < call1_end) || (len > call1_end + 1 && len < n);
+		cr_expect_eq(k.n_cut, in_call, "cut at %zu: %d cut", len, k.n_cut);
+		sg_toolcall_parser_free(p);
+	}
+
+	/* in a fence: its opening alone is not yet a call (text); inside the object it is cut; in
+	 * or after its close the call is complete and nothing else is reported */
+	const char *fenced = "```json\n{\"name\": \"note\", \"arguments\": {\"text\": \"a\"}}\n```";
+	size_t fn = strlen(fenced), obj_end = 52;
+	cr_assert_eq(fenced[obj_end - 1], '}');
+	for (size_t len = 0; len <= fn; len++) {
+		coll f;
+		memset(&f, 0, sizeof(f));
+		sg_toolcall_parser *q;
+		cr_assert_eq(sg_toolcall_parser_new(SG_TC_HERMES, xml_tools(), &q), SG_OK);
+		cr_assert_eq(sg_toolcall_feed(q, fenced, len, on_event, &f), SG_OK);
+		cr_assert_eq(sg_toolcall_cut(q, on_event, &f), SG_OK);
+		cr_expect_eq(sg_toolcall_count(q), len >= obj_end, "fenced cut at %zu", len);
+		cr_expect_eq(f.n_cut, len > 8 && len < obj_end, "fenced cut at %zu", len);
+		cr_expect_str_eq(f.malformed, "", "fenced cut at %zu", len);
+		char want[16] = "";
+		if (len <= 8) memcpy(want, fenced, len), want[len] = 0;
+		cr_expect_str_eq(f.text, want, "fenced cut at %zu: text '%s'", len, f.text);
+		sg_toolcall_parser_free(q);
+	}
+
+	coll k;
+	sg_toolcall_parser *p = parse(SG_TC_HERMES, xml_tools(), "{\"name\": \"get_weather\", \"argu", 0, &k);
+	cr_expect_str_eq(k.text, "{\"name\": \"get_weather\", \"argu", "never a call: the model's end makes it text");
+	cr_expect_eq(k.n_cut + sg_toolcall_malformed(p) + k.n_calls, 0);
+	sg_toolcall_parser_free(p);
+	p = parse(SG_TC_HERMES, xml_tools(), "{\"name\": \"get_weather\", \"arguments\": {\"ci", 0, &k);
+	cr_expect_str_eq(k.malformed, "{\"name\": \"get_weather\", \"arguments\": {\"ci");
+	cr_expect_eq(k.n_cut, 0);
+	sg_toolcall_parser_free(p);
+	/* cut where the object can no longer be a call: its text is text */
+	memset(&k, 0, sizeof(k));
+	cr_assert_eq(sg_toolcall_parser_new(SG_TC_HERMES, xml_tools(), &p), SG_OK);
+	sg_toolcall_feed(p, "{\"name\": \"get_time\", \"argu", 26, on_event, &k);
+	sg_toolcall_cut(p, on_event, &k);
+	cr_expect_str_eq(k.text, "{\"name\": \"get_time\", \"argu");
+	cr_expect_eq(k.n_cut, 0);
+	sg_toolcall_parser_free(p);
 }
 
 Test(toolcall, an_unfinished_call_the_model_ended_is_still_malformed)

@@ -50,8 +50,12 @@ struct sg_toolcall_parser {
 	tbuf pend;               /* text mode: held text; call mode: the call body */
 	tbuf raw;                /* the current call's raw text, for MALFORMED */
 	int mode;
-	int bare;       /* Llama 3: this call began with a bare '{' rather than a marker */
-	int at_start;   /* Llama 3: only whitespace so far (or right after a ';') */
+	int bare;       /* this call began with a bare '{' rather than a marker (Llama 3, Hermes) */
+	int at_start;   /* Llama 3: only whitespace so far (or right after a ';'); Hermes with tools:
+			 * only whitespace and bare calls so far */
+	int bare_ok;    /* Hermes: tools were offered, so a bare JSON call object is accepted */
+	int fence;      /* Hermes bare calls in a ``` fence: 1 inside it, 2 a call in it ended and
+			 * the fence's close (or another call) is due */
 	int index, count, malformed;
 	int cut;        /* the end of output is a cut (sg_toolcall_cut), not the model's own end */
 	int n_cut;
@@ -295,7 +299,7 @@ static int start_call(sg_toolcall_parser *p, const char *s, long ns, long ne)
  * complete, call ended; *end set) or P_BAD. */
 static int stream_call(sg_toolcall_parser *p, const char *s, size_t n, int final, size_t *end)
 {
-	const char *k2 = p->syn == SG_TC_LLAMA3 ? "parameters" : NULL;
+	const char *k2 = p->syn == SG_TC_LLAMA3 || p->bare ? "parameters" : NULL;
 	if (p->live) {
 		size_t ve = n;
 		int v = live_scan(p, s, n, &ve);
@@ -388,6 +392,88 @@ static size_t find_lit(const char *s, size_t n, const char *lit, int *partial)
 	return n;
 }
 
+/* Is `name` (n bytes) the name of an offered tool (prefix: a proper or whole prefix of one)? */
+static int tool_named(const json_t *tools, const char *name, size_t n, int prefix)
+{
+	size_t i;
+	json_t *t;
+	json_array_foreach(tools, i, t)
+	{
+		const json_t *f = json_object_get(t, "function");
+		if (!f) f = t;
+		const json_t *nm = json_object_get(f, "name");
+		if (!json_is_string(nm)) continue;
+		size_t l = json_string_length(nm);
+		if ((prefix ? n <= l : n == l) && memcmp(json_string_value(nm), name, n) == 0) return 1;
+	}
+	return 0;
+}
+
+/* Hermes without its tags: is the bare object at body[0..n) a call? A call object has only the
+ * keys "name" (a string naming an offered tool) and "arguments" or "parameters" (an object); it is
+ * decided (P_DONE) once both are known and the arguments have opened. P_MORE: it could still be
+ * one; P_NOTCALL: it cannot (its text is answer text). A model that writes its call bare writes
+ * these two keys only, so anything else is refuted at once and a JSON answer streams as text. */
+static int bare_decide(const sg_toolcall_parser *p, const char *s, size_t n)
+{
+	size_t i = skip_ws(s, 0, n);
+	if (i >= n) return P_MORE;
+	if (s[i] != '{') return P_NOTCALL;
+	i++;
+	int named = 0, has_args = 0;
+	for (;;) {
+		i = skip_ws(s, i, n);
+		if (i >= n) return P_MORE;
+		if (s[i] != '"') return P_NOTCALL;
+		size_t ke;
+		int k = scan_value(s, i, n, &ke);
+		if (k < 0) return P_NOTCALL;
+		if (k == 0) {
+			/* a key still being written: it must be able to become one of the three */
+			static const char *const keys[] = {"name", "arguments", "parameters"};
+			size_t l = n - i - 1;
+			for (size_t j = 0; j < 3; j++)
+				if (l <= strlen(keys[j]) && memcmp(s + i + 1, keys[j], l) == 0) return P_MORE;
+			return P_NOTCALL;
+		}
+		int is_name = key_is(s, i, ke, "name");
+		int is_args = key_is(s, i, ke, "arguments") || key_is(s, i, ke, "parameters");
+		if ((!is_name && !is_args) || (is_name && named) || (is_args && has_args)) return P_NOTCALL;
+		i = skip_ws(s, ke, n);
+		if (i >= n) return P_MORE;
+		if (s[i] != ':') return P_NOTCALL;
+		i = skip_ws(s, i + 1, n);
+		if (i >= n) return P_MORE;
+		size_t ve;
+		int v = scan_value(s, i, n, &ve);
+		if (v < 0) return P_NOTCALL;
+		if (is_name) {
+			if (s[i] != '"') return P_NOTCALL;
+			if (!v) {
+				/* a name still being written must be the start of an offered one (an
+				 * escape is judged once the string is whole) */
+				if (memchr(s + i + 1, '\\', n - i - 1)) return P_MORE;
+				return tool_named(p->tools, s + i + 1, n - i - 1, 1) ? P_MORE : P_NOTCALL;
+			}
+			json_t *nm = json_loadb(s + i, ve - i, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+			int ok = json_is_string(nm) && tool_named(p->tools, json_string_value(nm), json_string_length(nm), 0);
+			json_decref(nm);
+			if (!ok) return P_NOTCALL;
+			named = 1;
+			if (has_args) return P_DONE;
+		} else {
+			if (s[i] != '{') return P_NOTCALL;
+			has_args = 1;
+			if (named) return P_DONE;
+		}
+		if (!v) return P_MORE;
+		i = skip_ws(s, ve, n);
+		if (i >= n) return P_MORE;
+		if (s[i] != ',') return P_NOTCALL; /* '}' before both keys: not a call */
+		i++;
+	}
+}
+
 /* One step of call mode on the body; *used: body bytes consumed when P_DONE. */
 static int progress(sg_toolcall_parser *p, int final, size_t *used)
 {
@@ -397,6 +483,23 @@ static int progress(sg_toolcall_parser *p, int final, size_t *used)
 	switch (p->syn) {
 	case SG_TC_HERMES: {
 		size_t e;
+		if (p->bare) {
+			if (!p->started) {
+				int d = bare_decide(p, s, n);
+				/* Undecided at the end: cut short, it may have been a call on its way
+				 * (as a cut start marker is); the model's own end makes it text. */
+				if (d == P_MORE && final) return p->cut ? P_BAD : P_NOTCALL;
+				if (d != P_DONE) return d;
+			}
+			int r = stream_call(p, s, n, final, &e);
+			if (r != P_DONE) return r == P_NOTCALL ? P_BAD : r;
+			/* the call is whole; more bare calls may follow, after blanks only */
+			finish_call(p);
+			p->at_start = 1;
+			if (p->fence) p->fence = 2;
+			*used = e;
+			return P_DONE;
+		}
 		int r = stream_call(p, s, n, final, &e);
 		if (r != P_DONE) return r == P_NOTCALL ? P_BAD : r;
 		size_t j = skip_ws(s, e, n);
@@ -516,6 +619,20 @@ static int progress(sg_toolcall_parser *p, int final, size_t *used)
 
 static sg_status fail_oom(void) { return SG_FAIL(SG_ERR_NOMEM, "tool-call buffer"); }
 
+/* A Markdown fence that opens a bare call: "```" or "```json", blanks, then '{'. Returns the
+ * offset of the '{' (> 0); 0 while s[0..n) may still become one; -1 when it cannot. */
+static long fence_open(const char *s, size_t n)
+{
+	static const char f[] = "```json";
+	size_t k = 0;
+	while (k < n && k < 7 && s[k] == f[k]) k++;
+	if (k == n) return 0;
+	if (k != 3 && k != 7) return -1;
+	size_t j = skip_ws(s, k, n);
+	if (j == n) return 0;
+	return s[j] == '{' ? (long)j : -1;
+}
+
 /* Text mode over pend: emits safe text, enters call mode at a marker. Returns 1 when it entered
  * call mode, 0 when everything left is held or emitted. */
 static int text_step(sg_toolcall_parser *p, int final)
@@ -525,6 +642,49 @@ static int text_step(sg_toolcall_parser *p, int final)
 	if (p->syn == SG_TC_LLAMA3 && p->at_start) {
 		size_t i = skip_ws(s, 0, n);
 		if (i < n && s[i] == '{') {
+			tb_drop(&p->pend, i);
+			p->bare = 1;
+			p->mode = M_CALL;
+			p->raw.n = 0;
+			return 1;
+		}
+		if (i == n && !final) return 0; /* only whitespace: hold it */
+		if (i < n) p->at_start = 0;
+	}
+	while (p->bare_ok && p->at_start && p->fence == 2) {
+		/* after a call in a fence: blanks and the fence's close belong to the call syntax */
+		size_t i = skip_ws(s, 0, n), k = 0;
+		while (k < 3 && i + k < n && s[i + k] == '`') k++;
+		if (i + k == n && k < 3 && !final) return 0;
+		if (k == 3 || i + k == n) { /* closed, or ended inside its close */
+			tb_drop(&p->pend, i + k);
+			p->fence = 0;
+			s = p->pend.p;
+			n = p->pend.n;
+			break;
+		}
+		if (k == 0 && i < n && s[i] == '{') break; /* another call in the same fence */
+		p->fence = 0;                             /* never closed: what follows is text */
+		if (i < n) p->at_start = 0;
+	}
+	if (p->bare_ok && p->at_start) {
+		size_t i = skip_ws(s, 0, n);
+		long f = i < n && s[i] == '`' && !p->fence ? fence_open(s + i, n - i) : -1;
+		if (f == 0 && !final) return 0; /* may be a fence opening a call: hold it */
+		if (f > 0) {
+			/* the fence's opening is held as the call's raw text (text again if it is none) */
+			ev(p, SG_TCE_TEXT, NULL, s, i);
+			p->raw.n = 0;
+			if (tb_put(&p->raw, s + i, (size_t)f)) return 0;
+			tb_drop(&p->pend, i + (size_t)f);
+			p->fence = 1;
+			p->bare = 1;
+			p->mode = M_CALL;
+			return 1;
+		}
+		if (i < n && s[i] == '{') {
+			/* the blanks before it are text (the agent drops them if a call follows) */
+			ev(p, SG_TCE_TEXT, NULL, s, i);
 			tb_drop(&p->pend, i);
 			p->bare = 1;
 			p->mode = M_CALL;
@@ -579,9 +739,11 @@ static sg_status run(sg_toolcall_parser *p, int final)
 		}
 		if (p->mode == M_BAD) {
 			int partial;
-			size_t e = p->end ? find_lit(p->pend.p, p->pend.n, p->end, &partial) : p->pend.n;
+			/* a bare call has no end marker: the rest of the output is its text */
+			const char *endm = p->bare ? NULL : p->end;
+			size_t e = endm ? find_lit(p->pend.p, p->pend.n, endm, &partial) : p->pend.n;
 			if (e == p->pend.n && !final) return SG_OK;
-			size_t take = e == p->pend.n ? e : e + strlen(p->end);
+			size_t take = e == p->pend.n ? e : e + strlen(endm);
 			if (tb_put(&p->raw, p->pend.p, take)) return fail_oom();
 			ev(p, SG_TCE_MALFORMED, NULL, p->raw.p, p->raw.n);
 			p->malformed++;
@@ -590,12 +752,24 @@ static sg_status run(sg_toolcall_parser *p, int final)
 			p->raw.n = 0;
 			p->mode = M_TEXT;
 			p->array_open = 0;
+			p->fence = 0;
 			reset_call(p);
 			continue;
 		}
 		size_t used = 0;
 		int r = progress(p, final, &used);
 		if (r == P_MORE) return SG_OK;
+		if (r == P_NOTCALL && p->syn == SG_TC_HERMES) {
+			/* not a call: text mode reads it (it may hold a tagged call further on) */
+			ev(p, SG_TCE_TEXT, NULL, p->raw.p, p->raw.n); /* a fence's opening */
+			p->raw.n = 0;
+			p->fence = 0;
+			p->at_start = 0;
+			p->bare = 0;
+			p->mode = M_TEXT;
+			reset_call(p);
+			continue;
+		}
 		if (r == P_NOTCALL) {
 			/* a bare JSON answer that is not a call: it is text */
 			p->at_start = 0;
@@ -641,6 +815,11 @@ sg_status sg_toolcall_parser_new(sg_toolcall_syntax syntax, const json_t *tools,
 	p->tools = tools;
 	switch (syntax) {
 	case SG_TC_HERMES:
+		p->start = "<tool_call>";
+		p->end = "</tool_call>";
+		/* Small Qwen models often write the call without its tags when the choice is theirs */
+		p->bare_ok = p->at_start = tools && json_array_size(tools) > 0;
+		break;
 	case SG_TC_QWEN_XML: p->start = "<tool_call>"; p->end = "</tool_call>"; break;
 	case SG_TC_GEMMA4: p->start = "<|tool_call>"; p->end = "<tool_call|>"; break;
 	case SG_TC_GEMMA3: p->start = "```tool_code"; p->end = "```"; break;

@@ -5,6 +5,13 @@
  * Syntaxes (taken from the models' own chat templates):
  *   SG_TC_HERMES    Qwen2.5/Qwen3: <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>,
  *                   several in a row for parallel calls
+ *                   With tools given, also the call object without its tags, as small Qwen models
+ *                   write it: an answer that (after blanks) is one or more objects whose only keys
+ *                   are "name" (an offered tool's) and "arguments" or "parameters" (an object).
+ *                   Such an object is held back until that is decided; an object the output cut
+ *                   while it could still be a call is CALL_CUT, one the model ended undecided is text
+ *                   The objects may stand in a Markdown fence (```json or ```), which is then part
+ *                   of the call syntax (a fence whose content is no call is text)
  *   SG_TC_QWEN_XML  Qwen3.5/3.6: <tool_call>\n<function=f>\n<parameter=k>\nvalue\n</parameter>\n
  *                   </function>\n</tool_call>; a value is JSON when the parameter's schema says it
  *                   is not a string (or, without tools, when it parses as JSON), else text
@@ -67,7 +74,7 @@ typedef void (*sg_toolcall_cb)(void *ud, const sg_toolcall_event *ev);
 typedef struct sg_toolcall_parser sg_toolcall_parser;
 
 /* tools: the request's OpenAI-style tools array (may be NULL), used for parameter types of the
- * XML syntax. The parser keeps a reference to it. */
+ * XML syntax and the tool names of bare Hermes calls. The parser keeps a reference to it. */
 sg_status sg_toolcall_parser_new(sg_toolcall_syntax syntax, const json_t *tools,
 				 sg_toolcall_parser **out);
 void sg_toolcall_parser_free(sg_toolcall_parser *p);
