@@ -5,7 +5,11 @@ import json
 import shutil
 from pathlib import Path
 
-from server_util import CORPUS, ROOT
+import anthropic
+import openai
+import pytest
+
+from server_util import CORPUS, KEY, ROOT
 
 MARKERS = ["<think>", "</think>", "<tool_call>", "</tool_call>"]
 
@@ -56,3 +60,22 @@ def think_token_id(srv):
         ids = c.post("/tokenize", json={"model": "q3", "prompt": "<think>", "add_special": False}).json()["tokens"]
     assert len(ids) == 1
     return ids[0]
+
+
+# The fixtures of the agent tests (a module imports those it uses): one server a test module, and the
+# official clients pointed at it.
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    s = start_agent_server(tmp_path_factory)
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def oai(srv):
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key=KEY, max_retries=0)
+
+
+@pytest.fixture
+def ac(srv):
+    return anthropic.Anthropic(base_url=f"http://127.0.0.1:{srv.port}", api_key=KEY, max_retries=0)

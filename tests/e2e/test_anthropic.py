@@ -9,20 +9,8 @@ import httpx
 import jsonschema
 import pytest
 
-from agent_util import start_agent_server
+from agent_util import srv, ac  # noqa: F401 (fixtures)
 from server_util import KEY
-
-
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory):
-    s = start_agent_server(tmp_path_factory)
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def ac(srv):
-    return anthropic.Anthropic(base_url=f"http://127.0.0.1:{srv.port}", api_key=KEY, max_retries=0)
 
 
 MSG = [{"role": "user", "content": "What is the weather in Paris?"}]

@@ -10,7 +10,7 @@ import ollama
 import openai
 import pytest
 
-from agent_util import start_agent_server
+from agent_util import srv, oai  # noqa: F401 (fixtures)
 from server_util import KEY
 
 MSG = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -27,18 +27,6 @@ BARE_CALL = {"type": "object", "properties": {"name": {"enum": ["get_weather"]},
              "required": ["name", "arguments"], "additionalProperties": False}
 FMT = {"type": "json_schema", "json_schema": {"name": "call", "schema": BARE_CALL, "strict": True}}
 NO_THINK = {"enable_thinking": False}
-
-
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory):
-    s = start_agent_server(tmp_path_factory)
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def oai(srv):
-    return openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key=KEY, max_retries=0)
 
 
 def create(oai, **kw):

@@ -12,20 +12,8 @@ import ollama
 import openai
 import pytest
 
-from agent_util import start_agent_server, think_token_id
+from agent_util import think_token_id, srv, oai  # noqa: F401 (fixtures)
 from server_util import KEY
-
-
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory):
-    s = start_agent_server(tmp_path_factory)
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def oai(srv):
-    return openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key=KEY, max_retries=0)
 
 
 MSG = [{"role": "user", "content": "What is the weather in Paris?"}]

@@ -12,7 +12,7 @@ import jsonschema
 import openai
 import pytest
 
-from agent_util import start_agent_server
+from agent_util import srv, oai, ac  # noqa: F401 (fixtures)
 from server_util import KEY
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
@@ -28,23 +28,6 @@ ANT_TOOLS = [{"name": "get_weather", "description": "Weather in a city", "input_
 # From a cut inside the first start marker, through one inside the arguments, to one complete
 # call followed by a second, cut, and both complete.
 CUTS = [2, 9, 14, 28, 45, 80, 125, 160, 240]
-
-
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory):
-    s = start_agent_server(tmp_path_factory)
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def oai(srv):
-    return openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key=KEY, max_retries=0)
-
-
-@pytest.fixture
-def ac(srv):
-    return anthropic.Anthropic(base_url=f"http://127.0.0.1:{srv.port}", api_key=KEY, max_retries=0)
 
 
 def oai_kw(max_tokens, **kw):
