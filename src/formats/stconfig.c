@@ -16,7 +16,7 @@
 
 sg_st_config sg_st_config_default(void)
 {
-	sg_st_config c = {.mode = SG_POOL_MEAN, .normalize = 0, .from_folder = 0, .dim = 0};
+	sg_st_config c = {.mode = SG_POOL_MEAN, .normalize = 0, .from_folder = 0, .dim = 0, .max_seq_length = 0};
 	return c;
 }
 
@@ -126,6 +126,20 @@ sg_status sg_st_config_pooling(const json_t *pooling, sg_st_config *out)
 	return SG_OK;
 }
 
+sg_status sg_st_config_sbert(const json_t *sbert, sg_st_config *out)
+{
+	if (!json_is_object(sbert))
+		return sg_error(SG_ERR_FORMAT, "sentence_bert_config.json: expected an object, found %s", sg_json_type_name(sbert));
+	int64_t v = 0;
+	sg_status st = sg_json_get_int(sbert, "max_seq_length", &v);
+	if (st == SG_ERR_NOT_FOUND || json_is_null(json_object_get(sbert, "max_seq_length"))) return SG_OK;
+	if (st) return sg_error_wrap(st, "sentence_bert_config.json");
+	if (v < 1 || v > (1 << 24))
+		return sg_error(SG_ERR_FORMAT, "sentence_bert_config.json: max_seq_length %lld", (long long)v);
+	out->max_seq_length = (int)v;
+	return SG_OK;
+}
+
 static int exists(const char *path)
 {
 	struct stat s;
@@ -138,10 +152,22 @@ sg_status sg_st_config_load(const char *dir, sg_st_config *out)
 	char path[4096], pool[1024];
 	if (snprintf(path, sizeof(path), "%s/modules.json", dir) >= (int)sizeof(path))
 		return sg_error(SG_ERR_INVALID_ARG, "model path of %zu bytes is too long", strlen(dir));
-	if (!exists(path)) return SG_OK;
 	json_t *j = NULL;
-	sg_status st = sg_json_load_file(path, ST_MAX_BYTES, &j);
+	sg_status st = SG_OK;
+	char sb[4096];
+	if (snprintf(sb, sizeof(sb), "%s/sentence_bert_config.json", dir) >= (int)sizeof(sb))
+		return sg_error(SG_ERR_INVALID_ARG, "model path of %zu bytes is too long", strlen(dir));
+	if (exists(sb)) {
+		if (!(st = sg_json_load_file(sb, ST_MAX_BYTES, &j))) st = sg_st_config_sbert(j, out);
+		json_decref(j);
+		j = NULL;
+		if (st) return sg_error_wrap(st, "%s", sb);
+	}
+	if (!exists(path)) return SG_OK;
+	int max_len = out->max_seq_length;
+	st = sg_json_load_file(path, ST_MAX_BYTES, &j);
 	if (!st) st = sg_st_config_modules(j, out, pool, sizeof(pool));
+	out->max_seq_length = max_len;
 	json_decref(j);
 	j = NULL;
 	if (!st && pool[0]) {

@@ -1,7 +1,7 @@
 /*
  * sentence-transformers' description of a model folder: which modules run after the encoder
  * (modules.json), how token states become one vector (1_Pooling/config.json) and whether it is
- * L2-normalised (a Normalize module). A folder without modules.json pools by the mean over the
+ * L2-normalised (a Normalize module), and how many tokens an input may have (sentence_bert_config.json). A folder without modules.json pools by the mean over the
  * mask, unnormalised (what most embedding model cards do by hand).
  */
 #ifndef SG_FORMATS_STCONFIG_H
@@ -24,6 +24,7 @@ typedef struct sg_st_config {
 	int normalize;   /* 1: L2-normalise the pooled vector */
 	int from_folder; /* 1: read from modules.json, 0: the default */
 	int dim;         /* the Pooling module's word_embedding_dimension, 0 when not said */
+	int max_seq_length; /* sentence_bert_config.json's limit on tokens per input, 0 when not said */
 } sg_st_config;
 
 /* The default: mean pooling, no normalisation, not from a folder. */
@@ -41,8 +42,11 @@ sg_status sg_st_config_modules(const json_t *modules, sg_st_config *out, char *p
  * (weighted mean, mean over sqrt(length), several at once) are SG_ERR_UNSUPPORTED naming them. */
 sg_status sg_st_config_pooling(const json_t *pooling, sg_st_config *out);
 
+/* Reads sentence_bert_config.json's max_seq_length (a positive integer when present) into out. */
+sg_status sg_st_config_sbert(const json_t *sbert, sg_st_config *out);
+
 /* The configuration of model folder dir: modules.json and its Pooling config when present, else
- * the default. A file that exists but cannot be read or parsed is an error naming it. */
+ * the default; sentence_bert_config.json's max_seq_length when present. A file that exists but cannot be read or parsed is an error naming it. */
 sg_status sg_st_config_load(const char *dir, sg_st_config *out);
 
 #endif

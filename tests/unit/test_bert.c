@@ -247,3 +247,23 @@ Test(stconfig, pooling_modes_over_the_mask)
 	const int32_t none[] = {0, 0, 0, 0};
 	cr_expect_eq(sg_pool(&c, h, none, 4, 2, out), SG_ERR_INVALID_ARG);
 }
+
+Test(stconfig, sentence_bert_config_gives_the_token_limit)
+{
+	sg_st_config c = sg_st_config_default();
+	json_t *j = json_loads("{\"max_seq_length\":256,\"do_lower_case\":false}", 0, NULL);
+	cr_assert_eq(sg_st_config_sbert(j, &c), SG_OK, "%s", sg_last_error());
+	cr_expect(c.max_seq_length == 256);
+	json_decref(j);
+	j = json_loads("{\"max_seq_length\":-3}", 0, NULL);
+	cr_expect_eq(sg_st_config_sbert(j, &c), SG_ERR_FORMAT);
+	json_decref(j);
+	j = json_loads("{\"max_seq_length\":\"long\"}", 0, NULL);
+	cr_expect_eq(sg_st_config_sbert(j, &c), SG_ERR_FORMAT);
+	json_decref(j);
+	j = json_loads("{}", 0, NULL);
+	c.max_seq_length = 0;
+	cr_expect_eq(sg_st_config_sbert(j, &c), SG_OK);
+	cr_expect(c.max_seq_length == 0);
+	json_decref(j);
+}
