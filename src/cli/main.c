@@ -29,6 +29,7 @@ static const verb verbs[] = {
 	{"list", sg_cli_list, "[--json]", "list the models on this machine (Hugging Face cache, saragossa's folder)"},
 	{"serve", sg_cli_serve, "[--socket PATH] [--port N --api-key KEY] --model NAME=MODEL ...", "serve the OpenAI and Ollama APIs over a Unix socket or loopback TCP"},
 	{"rm", sg_cli_rm, "MODEL...", "remove models from the Hugging Face cache or saragossa's folder"},
+	{"embed", sg_cli_embed, "-m MODEL [--format json|jsonl] [--truncate] [--tokens I,J,K]... [TEXT...]", "embed texts (or stdin lines) with an encoder model: one vector per input"},
 	{"tokenize", sg_cli_tokenize, "--model M [--no-special] [--batch [--threads N]] [--time]", "text on stdin -> token ids"},
 	{"detokenize", sg_cli_detokenize, "--model M [--skip-special] [--stream] [--batch] [--time]", "token ids on stdin -> text"},
 	{"template", sg_cli_template, "--model M --messages FILE.json [--tools FILE] [--add-generation-prompt] [--var NAME=JSON]...", "render a chat template (prints the prompt)"},

@@ -591,7 +591,16 @@ static sg_status bert(reader *r, sg_model_desc *d)
 	d->norm = SG_NORM_LAYER;
 	d->norm_eps = (float)getf(r, "layer_norm_eps", 1e-12);
 	d->mlp = SG_MLP_PLAIN;
-	d->act = parse_act(gets(r, "hidden_act", NULL), SG_ACT_GELU);
+	const char *act = gets(r, "hidden_act", NULL), *pe = gets(r, "position_embedding_type", NULL);
+	if (r->st) return r->st;
+	/* parse_act falls back to its default on a name it does not know: here that would run
+	 * GELU for a ReLU model */
+	if (act && strcmp(act, "gelu") && parse_act(act, SG_ACT_SILU) != SG_ACT_GELU_TANH)
+		return sg_error(SG_ERR_UNSUPPORTED, "config.json: hidden_act '%s' (bert runs gelu, gelu_new, gelu_pytorch_tanh)", act);
+	/* relative_key(_query) adds learned distance embeddings inside attention */
+	if (pe && strcmp(pe, "absolute"))
+		return sg_error(SG_ERR_UNSUPPORTED, "config.json: position_embedding_type '%s' (bert runs absolute)", pe);
+	d->act = parse_act(act, SG_ACT_GELU);
 	d->attn_bias = 1;
 	d->embed_scale = 1.0f;
 	d->bos_token = d->eos_token = -1;

@@ -166,6 +166,25 @@ Test(hfconfig, whisper_and_bert_key_sizes)
 	sg_model_desc_free(&d);
 }
 
+Test(hfconfig, bert_refuses_activations_and_positions_it_cannot_run)
+{
+	sg_model_desc d;
+#define BERT "{\"model_type\":\"bert\",\"vocab_size\":64,\"hidden_size\":16,\"num_hidden_layers\":1," \
+	     "\"num_attention_heads\":2,\"intermediate_size\":32,"
+	cr_expect_eq(desc(BERT "\"hidden_act\":\"relu\"}", &d), SG_ERR_UNSUPPORTED);
+	cr_expect(strstr(sg_last_error(), "hidden_act 'relu'") != NULL, "%s", sg_last_error());
+	cr_expect_eq(desc(BERT "\"position_embedding_type\":\"relative_key\"}", &d), SG_ERR_UNSUPPORTED);
+	cr_expect(strstr(sg_last_error(), "'relative_key'") != NULL, "%s", sg_last_error());
+	cr_assert_eq(desc(BERT "\"hidden_act\":\"gelu_new\",\"position_embedding_type\":\"absolute\"}", &d), SG_OK, "%s",
+		     sg_last_error());
+	cr_expect(d.act == SG_ACT_GELU_TANH);
+	sg_model_desc_free(&d);
+	cr_assert_eq(desc(BERT "\"hidden_act\":\"gelu\",\"layer_norm_eps\":1e-5}", &d), SG_OK, "%s", sg_last_error());
+	cr_expect(d.act == SG_ACT_GELU && d.norm_eps == 1e-5f && d.norm == SG_NORM_LAYER);
+	sg_model_desc_free(&d);
+#undef BERT
+}
+
 Test(hfconfig, refuses_unknown_vision_only_and_malformed)
 {
 	sg_model_desc d;

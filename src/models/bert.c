@@ -1,0 +1,366 @@
+/*
+ * BERT-family encoder: loading and the forward (see bert.h). Per layer, with x [n][D]:
+ *
+ *   q, k, v = x Wq^T + bq, x Wk^T + bk, x Wv^T + bv
+ *   a = attention(q, k, v) over the sequence's real tokens, no causal mask
+ *   x = LayerNorm(x + a Wo^T + bo)                  (post-norm)
+ *   x = LayerNorm(x + gelu(x Wup^T + bup) Wdown^T + bdown)
+ *
+ * after x = LayerNorm(word[id] + position[t] + token_type[type]). Everything runs as backend
+ * ops; the only host transfers are the inputs and the last hidden state.
+ *
+ * Padding. The attention op reads K/V rows from a cache at the rows kv_store wrote, and with
+ * causal = 0 a query sees every row up to the largest query position of the call. So the real
+ * tokens' K/V go to rows 0..m-1 (in order), the padding's to rows m..n-1, and every query is
+ * given position m-1: each one attends to the m real tokens and never to padding, which is
+ * transformers' additive mask, with the padded rows computed as it computes them.
+ */
+#include "models/bert.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/flags.h"
+#include "base/log.h"
+#include "models/model.h"
+
+/* One encoder layer's weights as backend tensors. D = dim, F = ffn width. */
+typedef struct bert_layer {
+	sg_btensor wq, wk, wv, wo;     /* [D][D] each */
+	sg_btensor bq, bk, bv, bo;     /* [D] F32 */
+	sg_btensor ln1_w, ln1_b;       /* [D] F32: the norm after the attention's residual add */
+	sg_btensor up, bup;            /* [F][D], [F] F32 */
+	sg_btensor down, bdown;        /* [D][F], [D] F32 */
+	sg_btensor ln2_w, ln2_b;       /* [D] F32: the norm after the MLP's residual add */
+} bert_layer;
+
+struct sg_bert {
+	sg_model m;                /* the binding context: desc, weights, backend, family (names) */
+	sg_btensor word;           /* [V][D] any type */
+	sg_btensor pos;            /* [P][D] P = max_position_embeddings */
+	sg_btensor type;           /* [T][D] T = type_vocab_size */
+	sg_btensor emb_ln_w, emb_ln_b; /* [D] F32 */
+	sg_btensor pool_w, pool_b; /* [D][D], [D] F32; data NULL when the checkpoint has no pooler */
+	bert_layer *layers;        /* [n_layer] */
+};
+
+/* llama.cpp's GGUF names for BERT (the binder's own spelling) and transformers' BertModel names. */
+static const sg_name_pair bert_names[] = {
+	{"token_embd", "embeddings.word_embeddings"},
+	{"position_embd", "embeddings.position_embeddings"},
+	{"token_types", "embeddings.token_type_embeddings"},
+	{"token_embd_norm", "embeddings.LayerNorm"},
+	{"blk.{L}.attn_q", "encoder.layer.{L}.attention.self.query"},
+	{"blk.{L}.attn_k", "encoder.layer.{L}.attention.self.key"},
+	{"blk.{L}.attn_v", "encoder.layer.{L}.attention.self.value"},
+	{"blk.{L}.attn_output", "encoder.layer.{L}.attention.output.dense"},
+	{"blk.{L}.attn_output_norm", "encoder.layer.{L}.attention.output.LayerNorm"},
+	{"blk.{L}.ffn_up", "encoder.layer.{L}.intermediate.dense"},
+	{"blk.{L}.ffn_down", "encoder.layer.{L}.output.dense"},
+	{"blk.{L}.layer_output_norm", "encoder.layer.{L}.output.LayerNorm"},
+	{"pooler", "pooler.dense"},
+	{0, 0},
+};
+
+static const sg_arch bert_archs[] = {SG_ARCH_BERT, 0};
+static const sg_family bert_family = {"bert", bert_archs, bert_names, NULL, NULL, NULL};
+
+sg_bert_params sg_bert_default_params(void)
+{
+	sg_bert_params p = {.backend = NULL, .n_threads = 0};
+	return p;
+}
+
+const sg_model_desc *sg_bert_desc(const sg_bert *b) { return &b->m.desc; }
+int sg_bert_has_pooler(const sg_bert *b) { return b->pool_w.data != NULL; }
+
+static void free_tensors(sg_backend *be, sg_btensor *t, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (t[i].data) be->ops->tensor_free(be, &t[i]);
+}
+
+void sg_bert_free(sg_bert *b)
+{
+	if (!b) return;
+	sg_backend *be = b->m.be;
+	if (be) {
+		if (b->layers)
+			for (int i = 0; i < b->m.desc.n_layer; i++)
+				free_tensors(be, (sg_btensor *)&b->layers[i], sizeof(bert_layer) / sizeof(sg_btensor));
+		sg_btensor *g[] = {&b->word, &b->pos, &b->type, &b->emb_ln_w, &b->emb_ln_b, &b->pool_w, &b->pool_b};
+		for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++) free_tensors(be, g[i], 1);
+		sg_backend_free(be);
+	}
+	sg_free(b->layers);
+	sg_model_desc_free(&b->m.desc);
+	sg_weights_close(b->m.w);
+	sg_free(b);
+}
+
+static sg_status bind_all(sg_bert *b)
+{
+	sg_model *m = &b->m;
+	const sg_model_desc *d = &m->desc;
+	int64_t D = d->dim, F = d->ffn_dim;
+	sg_want g[] = {
+		{"token_embd.weight", SG_WANT_MATMUL, 2, {D, d->n_vocab}, 0, 0, &b->word},
+		{"position_embd.weight", SG_WANT_MATMUL, 2, {D, d->max_ctx}, 0, 0, &b->pos},
+		{"token_types.weight", SG_WANT_MATMUL, 2, {D, d->type_vocab_size}, 0, 0, &b->type},
+		{"token_embd_norm.weight", SG_WANT_FLOAT, 1, {D}, 0, 1, &b->emb_ln_w},
+		{"token_embd_norm.bias", SG_WANT_FLOAT, 1, {D}, 0, 1, &b->emb_ln_b},
+		{"pooler.weight", SG_WANT_MATMUL, 2, {D, D}, 1, 0, &b->pool_w},
+		{"pooler.bias", SG_WANT_FLOAT, 1, {D}, 1, 1, &b->pool_b},
+	};
+	sg_status st = sg_model_bind_wants(m, g, (int)(sizeof(g) / sizeof(g[0])), -1);
+	if (!st && (b->pool_w.data != NULL) != (b->pool_b.data != NULL))
+		st = sg_error(SG_ERR_FORMAT, "pooler.dense: the weight and the bias must both be present or both absent");
+	for (int i = 0; i < d->n_layer && !st; i++) {
+		bert_layer *l = &b->layers[i];
+		sg_want w[] = {
+			{"blk.{L}.attn_q.weight", SG_WANT_MATMUL, 2, {D, D}, 0, 0, &l->wq},
+			{"blk.{L}.attn_k.weight", SG_WANT_MATMUL, 2, {D, D}, 0, 0, &l->wk},
+			{"blk.{L}.attn_v.weight", SG_WANT_MATMUL, 2, {D, D}, 0, 0, &l->wv},
+			{"blk.{L}.attn_output.weight", SG_WANT_MATMUL, 2, {D, D}, 0, 0, &l->wo},
+			{"blk.{L}.attn_q.bias", SG_WANT_FLOAT, 1, {D}, 0, 1, &l->bq},
+			{"blk.{L}.attn_k.bias", SG_WANT_FLOAT, 1, {D}, 0, 1, &l->bk},
+			{"blk.{L}.attn_v.bias", SG_WANT_FLOAT, 1, {D}, 0, 1, &l->bv},
+			{"blk.{L}.attn_output.bias", SG_WANT_FLOAT, 1, {D}, 0, 1, &l->bo},
+			{"blk.{L}.attn_output_norm.weight", SG_WANT_FLOAT, 1, {D}, 0, 1, &l->ln1_w},
+			{"blk.{L}.attn_output_norm.bias", SG_WANT_FLOAT, 1, {D}, 0, 1, &l->ln1_b},
+			{"blk.{L}.ffn_up.weight", SG_WANT_MATMUL, 2, {D, F}, 0, 0, &l->up},
+			{"blk.{L}.ffn_up.bias", SG_WANT_FLOAT, 1, {F}, 0, 1, &l->bup},
+			{"blk.{L}.ffn_down.weight", SG_WANT_MATMUL, 2, {F, D}, 0, 0, &l->down},
+			{"blk.{L}.ffn_down.bias", SG_WANT_FLOAT, 1, {D}, 0, 1, &l->bdown},
+			{"blk.{L}.layer_output_norm.weight", SG_WANT_FLOAT, 1, {D}, 0, 1, &l->ln2_w},
+			{"blk.{L}.layer_output_norm.bias", SG_WANT_FLOAT, 1, {D}, 0, 1, &l->ln2_b},
+		};
+		st = sg_model_bind_wants(m, w, (int)(sizeof(w) / sizeof(w[0])), i);
+	}
+	return st;
+}
+
+static sg_status open_backend(const char *name, int n_threads, sg_backend **out)
+{
+	sg_backend_params bp = sg_backend_default_params();
+	bp.n_threads = n_threads;
+	if (strcmp(name, "auto")) return sg_backend_open(name, &bp, out);
+	const char *accel = sg_backend_auto_accel(); /* NULL: no usable device, the CPU */
+	if (accel && sg_backend_open(accel, &bp, out) == SG_OK) return SG_OK;
+	if (accel) sg_log(SG_LOG_INFO, "bert: not on the %s backend (%s): running on the CPU", accel, sg_last_error());
+	return sg_backend_open("cpu", &bp, out);
+}
+
+sg_status sg_bert_load(const char *path, const sg_bert_params *p, sg_bert **out)
+{
+	*out = NULL;
+	sg_bert_params dp = sg_bert_default_params();
+	if (!p) p = &dp;
+	const char *be_name = p->backend ? p->backend : sg_flag_str("SARAGOSSA_BACKEND");
+	if (!be_name || !*be_name) be_name = "auto";
+	sg_bert *b = sg_calloc(1, sizeof(*b));
+	if (!b) return sg_error(SG_ERR_NOMEM, "bert: loading '%s'", path ? path : "");
+	sg_model *m = &b->m;
+	m->fam = &bert_family;
+	sg_status st = sg_weights_open(path, &m->w);
+	if (!st && m->w->format == SG_WEIGHTS_GGUF)
+		st = sg_error(SG_ERR_UNSUPPORTED, "bert: GGUF encoders are not supported (use the Hugging Face folder)");
+	if (!st && !m->w->config) st = sg_error(SG_ERR_FORMAT, "bert: safetensors but no config.json beside them");
+	if (!st) st = sg_model_desc_from_config(m->w->config, &m->desc);
+	if (!st && m->desc.arch != SG_ARCH_BERT)
+		st = sg_error(SG_ERR_UNSUPPORTED, "'%s' is not an encoder this build runs (bert)", m->desc.model_type);
+	if (!st && (m->desc.type_vocab_size < 1 || m->desc.max_ctx < 1 || m->desc.n_head < 1 || m->desc.dim % m->desc.n_head))
+		st = sg_error(SG_ERR_FORMAT, "config.json: type_vocab_size %d, max_position_embeddings %d, %d heads of hidden size %d",
+			      m->desc.type_vocab_size, m->desc.max_ctx, m->desc.n_head, m->desc.dim);
+	if (!st && !(b->layers = sg_calloc((size_t)m->desc.n_layer, sizeof(bert_layer))))
+		st = sg_error(SG_ERR_NOMEM, "bert: %d layers", m->desc.n_layer);
+	if (!st) st = open_backend(be_name, p->n_threads, &m->be);
+	if (!st) st = bind_all(b);
+	if (st) {
+		sg_error_wrap(st, "model '%s'", path);
+		sg_bert_free(b);
+		return st;
+	}
+	*out = b;
+	return SG_OK;
+}
+
+/* The activations of one call, freed together. */
+typedef struct bert_acts {
+	sg_btensor x, t;          /* [n][D]: the stream, a branch's output */
+	sg_btensor q, k, v, a;    /* [n][D]; a: attention output */
+	sg_btensor kc, vc;        /* [n][H][hd]: this sequence's K/V, real tokens first */
+	sg_btensor h, ones;       /* [n][F]: the MLP's hidden, ones (glu's up operand: plain gelu) */
+	sg_btensor ids, pos, types, slots, qpos; /* I32 [n] */
+} bert_acts;
+
+static sg_status acts_alloc(sg_backend *be, int64_t n, int64_t D, int64_t F, int64_t H, bert_acts *a)
+{
+	int64_t nd[4] = {D, n, 1, 1}, nf[4] = {F, n, 1, 1}, kv[4] = {D / H, H, n, 1}, ni[4] = {n, 1, 1, 1};
+	sg_status st = SG_OK;
+	sg_btensor *f[] = {&a->x, &a->t, &a->q, &a->k, &a->v, &a->a};
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]) && !st; i++) st = be->ops->tensor_alloc(be, SG_TYPE_F32, nd, f[i]);
+	if (!st) st = be->ops->tensor_alloc(be, SG_TYPE_F32, kv, &a->kc);
+	if (!st) st = be->ops->tensor_alloc(be, SG_TYPE_F32, kv, &a->vc);
+	if (!st) st = be->ops->tensor_alloc(be, SG_TYPE_F32, nf, &a->h);
+	if (!st) st = be->ops->tensor_alloc(be, SG_TYPE_F32, nf, &a->ones);
+	sg_btensor *ix[] = {&a->ids, &a->pos, &a->types, &a->slots, &a->qpos};
+	for (size_t i = 0; i < sizeof(ix) / sizeof(ix[0]) && !st; i++) st = be->ops->tensor_alloc(be, SG_TYPE_I32, ni, ix[i]);
+	return st;
+}
+
+static sg_status check_inputs(const sg_model_desc *d, const int32_t *ids, const int32_t *types, const int32_t *mask, int n,
+			      int *n_real)
+{
+	if (n < 1 || n > d->max_ctx)
+		return sg_error(SG_ERR_RANGE, "bert: %d tokens (the model takes 1 to %d)", n, d->max_ctx);
+	int m = 0;
+	for (int i = 0; i < n; i++) {
+		if (ids[i] < 0 || ids[i] >= d->n_vocab)
+			return sg_error(SG_ERR_RANGE, "bert: token %d = %d is outside the vocabulary [0, %d)", i, ids[i], d->n_vocab);
+		if (types && (types[i] < 0 || types[i] >= d->type_vocab_size))
+			return sg_error(SG_ERR_RANGE, "bert: token type %d = %d is outside [0, %d)", i, types[i], d->type_vocab_size);
+		m += !mask || mask[i] != 0;
+	}
+	if (!m) return sg_error(SG_ERR_INVALID_ARG, "bert: the attention mask has no real token");
+	*n_real = m;
+	return SG_OK;
+}
+
+static sg_status run_layers(sg_bert *b, bert_acts *a)
+{
+	sg_backend *be = b->m.be;
+	const sg_model_desc *d = &b->m.desc;
+	const sg_backend_ops *o = be->ops;
+	float eps = d->norm_eps;
+	sg_attn_params ap = {.scale = 0.0f, .causal = 0};
+	sg_status st = o->embed(be, &b->word, &a->ids, &a->x);
+	if (!st) st = o->embed(be, &b->pos, &a->pos, &a->t);
+	if (!st) st = o->add(be, &a->x, &a->t, &a->x);
+	if (!st) st = o->embed(be, &b->type, &a->types, &a->t);
+	if (!st) st = o->add(be, &a->x, &a->t, &a->x);
+	if (!st) st = o->layernorm(be, &a->x, &b->emb_ln_w, &b->emb_ln_b, eps, &a->x);
+	for (int i = 0; i < d->n_layer && !st; i++) {
+		const bert_layer *l = &b->layers[i];
+		st = o->matmul(be, &l->wq, &a->x, &l->bq, &a->q);
+		if (!st) st = o->matmul(be, &l->wk, &a->x, &l->bk, &a->k);
+		if (!st) st = o->matmul(be, &l->wv, &a->x, &l->bv, &a->v);
+		if (!st) st = o->kv_store(be, &a->k, &a->v, &a->slots, &a->kc, &a->vc);
+		if (!st) st = o->attention(be, &a->q, &a->kc, &a->vc, &a->qpos, &ap, &a->a);
+		if (!st) st = o->matmul(be, &l->wo, &a->a, &l->bo, &a->t);
+		if (!st) st = o->add(be, &a->x, &a->t, &a->x);
+		if (!st) st = o->layernorm(be, &a->x, &l->ln1_w, &l->ln1_b, eps, &a->x);
+		if (!st) st = o->matmul(be, &l->up, &a->x, &l->bup, &a->h);
+		if (!st) st = o->glu(be, &a->h, &a->ones, d->act, &a->h);
+		if (!st) st = o->matmul(be, &l->down, &a->h, &l->bdown, &a->t);
+		if (!st) st = o->add(be, &a->x, &a->t, &a->x);
+		if (!st) st = o->layernorm(be, &a->x, &l->ln2_w, &l->ln2_b, eps, &a->x);
+		if (st) sg_error_wrap(st, "bert: layer %d", i);
+	}
+	return st;
+}
+
+sg_status sg_bert_forward(sg_bert *b, const int32_t *ids, const int32_t *type_ids, const int32_t *mask, int n,
+			  float *hidden)
+{
+	const sg_model_desc *d = &b->m.desc;
+	sg_backend *be = b->m.be;
+	int m = 0;
+	sg_status st = check_inputs(d, ids, type_ids, mask, n, &m);
+	if (st) return st;
+	int64_t D = d->dim, F = d->ffn_dim;
+	int32_t *host = sg_malloc(sizeof(int32_t) * (size_t)n * 4);
+	float *ones = sg_malloc(sizeof(float) * (size_t)n * (size_t)F);
+	bert_acts a;
+	memset(&a, 0, sizeof(a));
+	if (!host || !ones) {
+		st = sg_error(SG_ERR_NOMEM, "bert: inputs of %d tokens", n);
+		goto done;
+	}
+	int32_t *pos = host, *types = host + n, *slots = host + 2 * n, *qpos = host + 3 * n;
+	for (int i = 0, r = 0, p = m; i < n; i++) {
+		pos[i] = i;
+		types[i] = type_ids ? type_ids[i] : 0;
+		slots[i] = !mask || mask[i] ? r++ : p++; /* real tokens' K/V in rows 0..m-1 */
+		qpos[i] = m - 1;                        /* every query sees exactly rows 0..m-1 */
+	}
+	for (int64_t i = 0; i < (int64_t)n * F; i++) ones[i] = 1.0f;
+	size_t ni = sizeof(int32_t) * (size_t)n;
+	st = acts_alloc(be, n, D, F, d->n_head, &a);
+	if (!st) st = be->ops->write(be, &a.ids, 0, ids, ni);
+	if (!st) st = be->ops->write(be, &a.pos, 0, pos, ni);
+	if (!st) st = be->ops->write(be, &a.types, 0, types, ni);
+	if (!st) st = be->ops->write(be, &a.slots, 0, slots, ni);
+	if (!st) st = be->ops->write(be, &a.qpos, 0, qpos, ni);
+	if (!st) st = be->ops->write(be, &a.ones, 0, ones, sizeof(float) * (size_t)n * (size_t)F);
+	if (!st) st = run_layers(b, &a);
+	if (!st) st = be->ops->read(be, &a.x, 0, hidden, sizeof(float) * (size_t)n * (size_t)D);
+done:
+	free_tensors(be, (sg_btensor *)&a, sizeof(a) / sizeof(sg_btensor));
+	sg_free(host);
+	sg_free(ones);
+	return st;
+}
+
+sg_status sg_bert_pooler(sg_bert *b, const float *hidden, float *out)
+{
+	if (!b->pool_w.data) return sg_error(SG_ERR_UNSUPPORTED, "bert: this checkpoint has no pooler");
+	sg_backend *be = b->m.be;
+	int64_t D = b->m.desc.dim, ne[4] = {D, 1, 1, 1};
+	sg_btensor x = {0}, y = {0};
+	sg_status st = be->ops->tensor_alloc(be, SG_TYPE_F32, ne, &x);
+	if (!st) st = be->ops->tensor_alloc(be, SG_TYPE_F32, ne, &y);
+	if (!st) st = be->ops->write(be, &x, 0, hidden, sizeof(float) * (size_t)D);
+	if (!st) st = be->ops->matmul(be, &b->pool_w, &x, &b->pool_b, &y);
+	if (!st) st = be->ops->read(be, &y, 0, out, sizeof(float) * (size_t)D);
+	for (int64_t i = 0; i < D && !st; i++) out[i] = tanhf(out[i]);
+	free_tensors(be, &x, 1);
+	free_tensors(be, &y, 1);
+	return st;
+}
+
+sg_status sg_pool(const sg_st_config *p, const float *hidden, const int32_t *mask, int n, int dim, float *out)
+{
+	int first = -1, last = -1, m = 0;
+	for (int i = 0; i < n; i++)
+		if (!mask || mask[i]) {
+			if (first < 0) first = i;
+			last = i;
+			m++;
+		}
+	if (!m || dim < 1) return sg_error(SG_ERR_INVALID_ARG, "pool: %d real tokens of %d, dim %d", m, n, dim);
+	/* sums in double: the order-free reference the parity tests hold f32 sums to */
+	for (int j = 0; j < dim; j++) {
+		double acc = 0.0;
+		switch (p->mode) {
+		case SG_POOL_CLS: acc = hidden[(size_t)first * (size_t)dim + (size_t)j]; break;
+		case SG_POOL_LAST: acc = hidden[(size_t)last * (size_t)dim + (size_t)j]; break;
+		case SG_POOL_MAX:
+			acc = -INFINITY;
+			for (int i = 0; i < n; i++)
+				if ((!mask || mask[i]) && hidden[(size_t)i * (size_t)dim + (size_t)j] > acc)
+					acc = hidden[(size_t)i * (size_t)dim + (size_t)j];
+			break;
+		case SG_POOL_MEAN:
+		default:
+			for (int i = 0; i < n; i++)
+				if (!mask || mask[i]) acc += hidden[(size_t)i * (size_t)dim + (size_t)j];
+			acc /= m;
+			break;
+		}
+		out[j] = (float)acc;
+	}
+	if (p->normalize) {
+		/* sentence-transformers' Normalize: x / max(|x|, 1e-12) */
+		double ss = 0.0;
+		for (int j = 0; j < dim; j++) ss += (double)out[j] * out[j];
+		double norm = sqrt(ss);
+		if (norm < 1e-12) norm = 1e-12;
+		for (int j = 0; j < dim; j++) out[j] = (float)(out[j] / norm);
+	}
+	return SG_OK;
+}
