@@ -13,6 +13,7 @@ import ollama
 import openai
 import pytest
 
+from agent_util import oai  # noqa: F401 (fixture: the openai client on this module's srv)
 from server_util import KEY, ROOT, Server, free_port, make_test_model
 from test_server import BAD, check_bad
 
@@ -30,11 +31,6 @@ def srv(models_dir, tmp_path_factory):
                "--ollama-port", str(free_port()), socket_path=sock, port=free_port(), key=KEY)
     yield s
     s.stop()
-
-
-@pytest.fixture
-def oai(srv):
-    return openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key=KEY, max_retries=0)
 
 
 @pytest.fixture
