@@ -8,8 +8,10 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "base/utf8.h"
 #include "server/model.h"
+#include "server/pool.h"
 
 /* Anthropic's error types for the statuses this server answers with. */
 static json_t *anthropic_error(const sg_srv_err *e)
@@ -210,9 +212,28 @@ void sg_resp_err_incomplete(sg_srv_err *e, const sg_gen_result *r)
 	snprintf(e->code, sizeof e->code, "incomplete_json");
 }
 
-void sg_resp_note_reuse(void *user, size_t reused, long diverged)
+/* What the prefix cache reused, for the response headers (set before the status is). */
+static void note_reuse(void *user, size_t reused, long diverged)
 {
 	sg_job *job = user;
 	job->reused_prefix = (long)reused;
 	job->prefix_miss = diverged;
+}
+
+sg_status sg_resp_generate(sg_job *job, const sg_gen_params *p, sg_gen_result *r)
+{
+	memset(r, 0, sizeof *r);
+	sg_lm_turn turn = {.session_key = job->session, .session_key_len = job->session_len, .on_reuse = note_reuse,
+			   .user = job};
+	sg_status st = sg_lm_generate(sg_srv_model_lm(job->model), &turn, p, r);
+	if (job->user) sg_pool_publish(job->user);
+	return st;
+}
+
+void sg_resp_log_done(const sg_job *job, const char *model, const sg_gen_result *r, const char *finish)
+{
+	double pre = r->n_prompt - r->n_cached;
+	SG_INFO("serve: %s %s: prompt %zu tokens (%zu cached), prefill %.1f tok/s, ttft %.1f ms, %zu tokens at %.1f tok/s, %s",
+		job->id, model, r->n_prompt, r->n_cached, r->prefill_s > 0 ? pre / r->prefill_s : 0, r->ttft_s * 1e3,
+		r->n_generated, r->decode_s > 0 && r->n_generated > 1 ? (double)(r->n_generated - 1) / r->decode_s : 0, finish);
 }

@@ -33,9 +33,13 @@ void sg_resp_err_engine(sg_srv_err *e, sg_status st);
 /* *e for a JSON answer (response_format) unfinished when the generation r ended: 400
  * incomplete_json naming max_tokens. */
 void sg_resp_err_incomplete(sg_srv_err *e, const sg_gen_result *r);
-/* An sg_lm_turn on_reuse callback (user: the sg_job): records what the prefix cache reused for
- * the response headers, set before the status is. */
-void sg_resp_note_reuse(void *user, size_t reused, long diverged);
+/* Runs the job's generation with p on its model (*r zeroed first): the session key partitions the
+ * prefix cache, what it reused is noted for the response headers, and the cache blocks of the
+ * session's pool are published when it is done. The engine's status. */
+sg_status sg_resp_generate(sg_job *job, const sg_gen_params *p, sg_gen_result *r);
+/* The log line of a generation that finished well: prompt, cache, prefill and decode speeds, and
+ * how it ended (finish). */
+void sg_resp_log_done(const sg_job *job, const char *model, const sg_gen_result *r, const char *finish);
 
 /* Bytes as a JSON string, invalid UTF-8 replaced by U+FFFD (a token may be half a character). */
 json_t *sg_resp_string(const char *s, size_t n);

@@ -405,13 +405,8 @@ void sg_ollama_run(sg_job *job)
 	p.user = &g;
 	p.constraint = sg_agent_run_constraint(g.ar);
 	sg_gen_result r;
-	memset(&r, 0, sizeof r);
-	/* the session key partitions the prefix cache */
-	sg_lm_turn turn = {.session_key = job->session, .session_key_len = job->session_len, .on_reuse = sg_resp_note_reuse,
-			   .user = job};
-	st = sg_lm_generate(sg_srv_model_lm(job->model), &turn, &p, &r);
+	st = sg_resp_generate(job, &p, &r);
 	if (g.ar && !st) sg_agent_run_finish(g.ar, &r);
-	if (job->user) sg_pool_publish(job->user);
 	if (atomic_load(&job->cancel)) {
 		SG_INFO("serve: %s cancelled after %zu tokens (client gone)", job->id, r.n_generated);
 	} else if (st) {
@@ -422,11 +417,7 @@ void sg_ollama_run(sg_job *job)
 		finish_incomplete(&g, &r);
 	} else {
 		finish_ok(&g, &r);
-		double pre = r.n_prompt - r.n_cached;
-		SG_INFO("serve: %s %s: prompt %zu tokens (%zu cached), prefill %.1f tok/s, ttft %.1f ms, %zu tokens at %.1f tok/s, %s",
-			job->id, g.model_name, r.n_prompt, r.n_cached, r.prefill_s > 0 ? pre / r.prefill_s : 0, r.ttft_s * 1e3,
-			r.n_generated, r.decode_s > 0 && r.n_generated > 1 ? (double)(r.n_generated - 1) / r.decode_s : 0,
-			sg_agent_run_tool_finish(g.ar) ? "tool_calls" : sg_resp_finish_reason(&r));
+		sg_resp_log_done(job, g.model_name, &r, sg_agent_run_tool_finish(g.ar) ? "tool_calls" : sg_resp_finish_reason(&r));
 	}
 done:
 	sg_job_finish(job);
