@@ -41,6 +41,10 @@ sg_status sg_fwd_state_init(const sg_model *m, int n_ctx, int chunk, sg_type kv_
 	s->n_ctx = n_ctx;
 	s->chunk = chunk;
 	s->kv_type = kv_type;
+	sg_backend_caps caps;
+	sg_backend_caps_get(be, &caps);
+	s->capture = caps.capture;
+	s->capture_hybrid = caps.capture_hybrid;
 	if (n_ctx < 1 || chunk < 1) return SG_FAIL(SG_ERR_INVALID_ARG, "n_ctx %d, chunk %d (want >= 1)", n_ctx, chunk);
 	if (kv_type != SG_TYPE_F32 && kv_type != SG_TYPE_F16)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "KV cache type %s (F32 or F16)", sg_type_name(kv_type));
@@ -319,14 +323,11 @@ sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, 
 
 int sg_fwd_decode_graphs(const sg_model *m, const sg_fwd_state *s)
 {
-	sg_backend_caps caps;
-	if (s->graph_off) return 0;
-	sg_backend_caps_get(m->be, &caps);
-	if (!caps.capture) return 0;
+	if (s->graph_off || !s->capture) return 0;
 	/* hybrid stacks: their recurrent state lives in device tensors each step updates in place, so
 	 * a replay continues it (caps.capture_hybrid); Gemma 4's per-layer inputs are rows the host
 	 * computes from the token and copies mid-step, so those stacks stay per-op */
-	if (s->hybrid && (!caps.capture_hybrid || m->desc.per_layer_input_dim > 0)) return 0;
+	if (s->hybrid && (!s->capture_hybrid || m->desc.per_layer_input_dim > 0)) return 0;
 	/* ring caches of several sizes: a layer's rows are written from the host mid-step */
 	return ring_size(m, s) >= 0;
 }

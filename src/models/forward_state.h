@@ -39,6 +39,8 @@ typedef struct sg_fwd_state {
 	int tc_k, tc_m;         /* the candidate step's shape (0 = none allocated) */
 	sg_backend_graph *graph_tc; /* the recorded step ending in those candidates, or NULL */
 	int graph_off;          /* 1: recording failed once; this state stays on the per-op path */
+	int capture, capture_hybrid; /* the backend's caps when the state was made: decode steps (of
+	                             * hybrid stacks) may be recorded (read once, not every step) */
 	/* hybrid and Gemma 4 (forward_hybrid.c); empty for other families */
 	int hybrid;             /* 1: layers run through sg_fwd_hybrid_layers */
 	sg_btensor *conv, *ssm; /* [n_layer] linear layers: conv state [K-1][C], delta state [Hv][dk][dv] */
