@@ -1200,3 +1200,122 @@ Test(backend_ops, rejects_bad_shapes_and_unknown_simd)
 	be->ops->tensor_free(be, &y);
 	sg_backend_free(be);
 }
+
+/* --- the fused decode stage --- */
+
+/* One stage through the fused path and through the composition on the same backend: the same
+ * bits (every row whole by one kernel call, the same norm and epilogue code), whatever the chunk
+ * size and the thread count. */
+static void check_fused_stage(sg_backend *be, const sg_matmul_multi *m, sg_btensor *const outs[], int nout, const char *what)
+{
+	size_t bytes[8];
+	void *fused[8];
+	/* the residual may be the out: keep its input to run the composition on the same values */
+	float *res0 = NULL;
+	size_t rn = m->residual ? sizeof(float) * (size_t)m->residual->ne[0] : 0;
+	if (rn) {
+		res0 = malloc(rn);
+		memcpy(res0, m->residual->data, rn);
+	}
+	cr_assert_eq(sg_backend_matmul_multi(be, m), SG_OK, "%s: %s", what, sg_last_error());
+	for (int i = 0; i < nout; i++) {
+		bytes[i] = sizeof(float) * (size_t)(outs[i]->ne[0] * sg_btensor_rows(outs[i]));
+		fused[i] = malloc(bytes[i]);
+		memcpy(fused[i], outs[i]->data, bytes[i]);
+		memset(outs[i]->data, 0, bytes[i]);
+	}
+	if (rn) memcpy((void *)m->residual->data, res0, rn);
+	cr_assert_eq(sg_backend_matmul_multi_compose(be, m), SG_OK, "%s: %s", what, sg_last_error());
+	for (int i = 0; i < nout; i++) {
+		cr_expect(memcmp(fused[i], outs[i]->data, bytes[i]) == 0, "%s: output %d differs from the composition", what, i);
+		free(fused[i]);
+	}
+	free(res0);
+}
+
+Test(backend_ops, fused_decode_stage_equals_composition_bit_for_bit)
+{
+	static const int nths[3] = {1, 2, 3};
+	static const size_t chunks[3] = {1, 3000, 65536}; /* 16-row chunks, a few rows, whole matrices */
+	for (int s = -1; s < N_SETS; s++) {
+		for (int ti = 0; ti < 3; ti++) {
+			sg_backend *be = make_be(s < 0 ? "scalar" : simd_sets[s], nths[ti]);
+			if (!be) continue;
+			sg_cpu_backend *cb = (sg_cpu_backend *)be;
+			cr_assert(cb->fused, "the fused path is on by default");
+			for (int ci = 0; ci < 3; ci++) {
+				cb->decode_chunk = chunks[ci];
+				char what[96];
+				/* norm + q, k, v of mixed types (a Q6_K v as Q4_K_M files have), with biases */
+				int64_t K = 512, Nq = 272, Nk = 48;
+				wmat wq = make_w(be, SG_KT_Q4_K, Nq, K, 0, 0), wk = make_w(be, SG_KT_Q4_K, Nk, K, 0, 0);
+				wmat wv = make_w(be, SG_KT_Q6_K, Nk, K, 0, 0);
+				sg_btensor x = f32_tensor(be, K, 1, 1), xn = f32_tensor(be, K, 1, 1), nw = f32_tensor(be, K, 1, 1);
+				sg_btensor q = f32_tensor(be, Nq, 1, 1), k = f32_tensor(be, Nk, 1, 1), v = f32_tensor(be, Nk, 1, 1);
+				sg_btensor bq = f32_tensor(be, Nq, 1, 1), bv = f32_tensor(be, Nk, 1, 1);
+				fill(&x, 3.0f);
+				fill(&nw, 0.5f);
+				fill(&bq, 0.1f);
+				fill(&bv, 0.1f);
+				sg_matmul_multi qkv = {.x = &x, .norm = &nw, .eps = 1e-6f, .norm_offset = 1.0f, .xn = &xn, .nw = 3,
+						       .w = {&wq.t, &wk.t, &wv.t}, .bias = {&bq, NULL, &bv}, .y = {&q, &k, &v}};
+				sg_btensor *o3[] = {&xn, &q, &k, &v};
+				snprintf(what, sizeof what, "%s, %d threads, chunk %zu: qkv", cb->k->name, nths[ti], chunks[ci]);
+				check_fused_stage(be, &qkv, o3, 4, what);
+				/* norm + gate, up + each gated activation, rows not a multiple of 16 */
+				static const sg_act acts[3] = {SG_ACT_SILU, SG_ACT_GELU_TANH, SG_ACT_GELU};
+				static const sg_kt gkt[3] = {SG_KT_Q4_K, SG_KT_Q8_0, SG_KT_F16};
+				int64_t F = 300;
+				for (int a = 0; a < 3; a++) {
+					wmat wg = make_w(be, gkt[a], F, K, 0, 0), wu = make_w(be, gkt[a], F, K, 0, 0);
+					sg_btensor g = f32_tensor(be, F, 1, 1), u = f32_tensor(be, F, 1, 1);
+					sg_matmul_multi gu = {.x = &x, .norm = &nw, .eps = 1e-6f, .xn = &xn, .nw = 2, .w = {&wg.t, &wu.t},
+							      .y = {&g, &u}, .glu = 1, .act = acts[a]};
+					sg_btensor *o2[] = {&xn, &g};
+					snprintf(what, sizeof what, "%s, %d threads, chunk %zu: glu %d %s", cb->k->name, nths[ti], chunks[ci], a,
+						 sg_cpu_kt_info(gkt[a])->name);
+					check_fused_stage(be, &gu, o2, 2, what);
+					free_w(&wg);
+					free_w(&wu);
+					be->ops->tensor_free(be, &g);
+					be->ops->tensor_free(be, &u);
+				}
+				/* matmul + residual into the residual itself (down, o) */
+				wmat wd = make_w(be, SG_KT_Q6_K, K, 768, 0, 0);
+				sg_btensor gx = f32_tensor(be, 768, 1, 1), h = f32_tensor(be, K, 1, 1);
+				fill(&gx, 1.0f);
+				sg_matmul_multi down = {.x = &gx, .nw = 1, .w = {&wd.t}, .y = {&h}, .residual = &x, .out = &x};
+				sg_btensor *o1[] = {&x};
+				snprintf(what, sizeof what, "%s, %d threads, chunk %zu: residual", cb->k->name, nths[ti], chunks[ci]);
+				check_fused_stage(be, &down, o1, 1, what);
+				free_w(&wq);
+				free_w(&wk);
+				free_w(&wv);
+				free_w(&wd);
+				sg_btensor *all[] = {&x, &xn, &nw, &q, &k, &v, &bq, &bv, &gx, &h};
+				for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->ops->tensor_free(be, all[i]);
+			}
+			sg_backend_free(be);
+		}
+	}
+}
+
+Test(backend_ops, fused_decode_stage_reports_bad_shapes_like_the_composition)
+{
+	sg_backend *be = make_be(NULL, 2);
+	cr_assert(be);
+	wmat w = make_w(be, SG_KT_Q4_K, 32, 256, 0, 0);
+	sg_btensor x = f32_tensor(be, 256, 1, 1), y = f32_tensor(be, 31, 1, 1), xn = f32_tensor(be, 256, 1, 1);
+	sg_btensor nw = f32_tensor(be, 128, 1, 1);
+	sg_matmul_multi m = {.x = &x, .nw = 1, .w = {&w.t}, .y = {&y}};
+	cr_expect_eq(sg_backend_matmul_multi(be, &m), SG_ERR_INVALID_ARG, "y of 31 rows for 32");
+	sg_btensor y2 = f32_tensor(be, 32, 1, 1);
+	sg_matmul_multi m2 = {.x = &x, .norm = &nw, .xn = &xn, .nw = 1, .w = {&w.t}, .y = {&y2}};
+	cr_expect_neq(sg_backend_matmul_multi(be, &m2), SG_OK, "norm weight of 128 for rows of 256");
+	sg_matmul_multi m3 = {.x = &x, .nw = 2, .w = {&w.t, &w.t}, .y = {&y2, &y2}, .residual = &x, .out = &x};
+	cr_expect_eq(sg_backend_matmul_multi(be, &m3), SG_ERR_INVALID_ARG, "residual with two weights");
+	free_w(&w);
+	sg_btensor *all[] = {&x, &y, &xn, &nw, &y2};
+	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->ops->tensor_free(be, all[i]);
+	sg_backend_free(be);
+}

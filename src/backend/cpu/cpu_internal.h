@@ -180,6 +180,8 @@ typedef struct sg_cpu_backend {
 	int int8_dot;      /* SARAGOSSA_CPU_INT8_DOT */
 	int attn_split_kv; /* SARAGOSSA_CPU_ATTN_SPLIT_KV */
 	int gemm;          /* SARAGOSSA_CPU_GEMM: many tokens take the kernel set's mm[] */
+	int fused;         /* SARAGOSSA_CPU_FUSED: one token's matmul_multi in one run (cpu_fused.c) */
+	size_t decode_chunk; /* SARAGOSSA_CPU_DECODE_CHUNK: bytes of weights per chunk a thread takes there */
 	int mlx_repack;    /* SARAGOSSA_CPU_MLX_REPACK: bind repacks MLX 4-bit weights of groups >= 64 to
 			    * SG_KT_MLX4G (1); 0 never; 2 every group size */
 	void *scratch_raw; /* allocation */
@@ -194,6 +196,14 @@ void *sg_cpu_scratch(sg_cpu_backend *cb, size_t n);
 /* Shape checks shared by the ops: SG_OK or SG_ERR_INVALID_ARG with the offending values. */
 sg_status sg_cpu_check_f32(const char *op, const char *what, const sg_btensor *t);
 sg_status sg_cpu_check_same(const char *op, const sg_btensor *a, const sg_btensor *b);
+
+/* One row of rmsnorm: y = x / rms(x) * (w + off) (w may be NULL: no weight); the op's own code. */
+void sg_cpu_rmsnorm_row(const sg_cpu_kernels *k, const float *x, const float *w, int64_t D, float eps, float off, float *y);
+/* out = act(g) * u over n elements, the glu op's code for SILU, GELU_TANH and GELU (erf); out may
+ * alias g or u. */
+void sg_cpu_glu_rows(const sg_cpu_kernels *k, sg_act act, const float *g, const float *u, float *out, int64_t n);
+/* The fused matmul_multi (cpu_fused.c): one token in one run; other stages go to the composition. */
+sg_status sg_cpu_matmul_multi(sg_backend *be, const sg_matmul_multi *p);
 
 /* Ops implemented in cpu_ops.c (table entries of the CPU backend). */
 sg_status sg_cpu_rmsnorm(sg_backend *be, const sg_btensor *x, const sg_btensor *w, float eps, float w_offset, sg_btensor *y);

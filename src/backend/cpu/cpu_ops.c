@@ -34,19 +34,20 @@ typedef struct {
 	float eps, off;
 } norm_job;
 
+void sg_cpu_rmsnorm_row(const sg_cpu_kernels *k, const float *x, const float *w, int64_t D, float eps, float off, float *y)
+{
+	float ss = k->dot_f32(x, x, D);
+	float sc = 1.0f / sqrtf(ss / (float)D + eps);
+	if (w)
+		for (int64_t i = 0; i < D; i++) y[i] = x[i] * sc * (w[i] + off);
+	else
+		for (int64_t i = 0; i < D; i++) y[i] = x[i] * sc;
+}
+
 static void rmsnorm_range(void *ctx, int64_t r0, int64_t r1, int ith)
 {
 	norm_job *j = ctx;
-	for (int64_t r = r0; r < r1; r++) {
-		const float *x = j->x + r * j->D;
-		float *y = j->y + r * j->D;
-		float ss = j->k->dot_f32(x, x, j->D);
-		float sc = 1.0f / sqrtf(ss / (float)j->D + j->eps);
-		if (j->w)
-			for (int64_t i = 0; i < j->D; i++) y[i] = x[i] * sc * (j->w[i] + j->off);
-		else
-			for (int64_t i = 0; i < j->D; i++) y[i] = x[i] * sc;
-	}
+	for (int64_t r = r0; r < r1; r++) sg_cpu_rmsnorm_row(j->k, j->x + r * j->D, j->w, j->D, j->eps, j->off, j->y + r * j->D);
 }
 
 sg_status sg_cpu_rmsnorm(sg_backend *be, const sg_btensor *x, const sg_btensor *w, float eps, float w_offset, sg_btensor *y)
@@ -168,7 +169,9 @@ sg_status sg_cpu_rope(sg_backend *be, sg_btensor *x, const sg_btensor *pos, cons
 	int32_t pmax = 0;
 	for (int64_t t = 0; t < n; t++) pmax = j.pos[t] > pmax ? j.pos[t] : pmax;
 	rope_freqs(p, pmax, &j);
-	sg_parallel_for(cb->pool, total, 1, rope_range, &j);
+	/* grain of 16 heads: one token's few heads are rotated by the caller alone (less than a
+	 * microsecond of work; handing half to another thread costs a run of the pool) */
+	sg_parallel_for(cb->pool, total, 16, rope_range, &j);
 	return SG_OK;
 }
 
@@ -526,21 +529,27 @@ typedef struct {
 
 enum { EW_SILU, EW_GELU, EW_GELU_ERF, EW_ADD, EW_SCALE, EW_SOFTCAP };
 
+void sg_cpu_glu_rows(const sg_cpu_kernels *k, sg_act act, const float *g, const float *u, float *out, int64_t n)
+{
+	if (act != SG_ACT_GELU) {
+		k->glu(act, g, u, out, n);
+		return;
+	}
+	for (int64_t i = 0; i < n; i++) out[i] = 0.5f * g[i] * (1.0f + erff(g[i] * 0.70710678f)) * u[i];
+}
+
 static void ew_range(void *ctx, int64_t i0, int64_t i1, int ith)
 {
 	ew_job *j = ctx;
 	switch (j->kind) {
 	case EW_SILU:
-		j->k->glu(SG_ACT_SILU, j->a + i0, j->b + i0, j->out + i0, i1 - i0);
+		sg_cpu_glu_rows(j->k, SG_ACT_SILU, j->a + i0, j->b + i0, j->out + i0, i1 - i0);
 		break;
 	case EW_GELU:
-		j->k->glu(SG_ACT_GELU_TANH, j->a + i0, j->b + i0, j->out + i0, i1 - i0);
+		sg_cpu_glu_rows(j->k, SG_ACT_GELU_TANH, j->a + i0, j->b + i0, j->out + i0, i1 - i0);
 		break;
 	case EW_GELU_ERF:
-		for (int64_t i = i0; i < i1; i++) {
-			float g = j->a[i];
-			j->out[i] = 0.5f * g * (1.0f + erff(g * 0.70710678f)) * j->b[i];
-		}
+		sg_cpu_glu_rows(j->k, SG_ACT_GELU, j->a + i0, j->b + i0, j->out + i0, i1 - i0);
 		break;
 	case EW_ADD:
 		for (int64_t i = i0; i < i1; i++) j->out[i] = j->a[i] + j->b[i];
