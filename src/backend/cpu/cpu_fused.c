@@ -187,6 +187,7 @@ sg_status sg_cpu_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 	j.scratch = sg_cpu_scratch(cb, j.per_thread * (size_t)cb->nth);
 	if (!j.scratch) return sg_error(SG_ERR_NOMEM, "cpu matmul_multi: %zu bytes of scratch", j.per_thread * (size_t)cb->nth);
 	atomic_init(&j.next, 0);
-	sg_threadpool_run(cb->pool, fm_task, &j);
+	/* dynamic: a worker the scheduler holds back is not waited for (see the threadpool) */
+	sg_threadpool_run_dynamic(cb->pool, fm_task, &j);
 	return SG_OK;
 }
