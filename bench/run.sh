@@ -2,6 +2,8 @@
 # Kernel benches: builds bench/kernels/*.c against the library and runs them.
 # The CPU kernel table goes to stdout and into the "CPU kernels" section of bench/RESULTS.md.
 # Environment: BENCH_THREADS (default 2), BENCH_QUICK=1 for a shorter run.
+#   bench/run.sh --build-only   only builds $BUILD/bench/bench_matvec (bench/forward_vs_llamacpp.sh
+#                               takes its streaming-read bandwidth from it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -12,6 +14,7 @@ if nm "$BUILD/libsaragossa.a" 2>/dev/null | grep -q ' U cuda'; then
   LIBS="$LIBS -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcudart -lcublas -lstdc++"
 fi
 cc $CFLAGS bench/kernels/bench_matvec.c -o "$BUILD/bench/bench_matvec" "$BUILD/libsaragossa.a" $LIBS
+[ "${1:-}" = --build-only ] && exit 0
 
 args=(--threads "${BENCH_THREADS:-2}" --markdown "$BUILD/bench/cpu_kernels.md")
 [ "${BENCH_QUICK:-0}" = 1 ] && args+=(--quick)

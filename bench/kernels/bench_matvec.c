@@ -14,6 +14,7 @@
  * several rounds, and a run should be repeated before a number is trusted.
  *
  * usage: bench_matvec [--threads N] [--quick] [--only TYPE-SUBSTRING] [--markdown FILE]
+ *        bench_matvec --read-bw [--threads N]   only the streaming read: one line, "read_bw WALL CPU" (GB/s)
  */
 #include <math.h>
 #include <sys/resource.h>
@@ -266,13 +267,14 @@ static rate time_matvec(sg_backend *be, const wset *ws, sg_btensor *x, sg_btenso
 
 int main(int argc, char **argv)
 {
-	int nth = 2, quick = 0;
+	int nth = 2, quick = 0, bw_only = 0;
 	const char *md = NULL, *only = NULL;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--threads") && i + 1 < argc) nth = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--quick")) quick = 1;
 		else if (!strcmp(argv[i], "--markdown") && i + 1 < argc) md = argv[++i];
 		else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+		else if (!strcmp(argv[i], "--read-bw")) bw_only = 1;
 	}
 	sg_backend *be;
 	sg_cpu_params p = {nth, NULL};
@@ -289,6 +291,12 @@ int main(int argc, char **argv)
 	size_t big = (size_t)(quick ? 512 : 1024) << 20;
 	rate bwr = measure_bw(pool, big);
 	double bw = bwr.wall;
+	if (bw_only) {
+		printf("read_bw %.2f %.2f\n", bwr.wall, bwr.cpu);
+		sg_threadpool_free(pool);
+		sg_backend_free(be);
+		return 0;
+	}
 	size_t wpool = (size_t)(quick ? 384 : 768) << 20;
 
 	/* per-call cost of a tiny matvec (64 x 4096 Q4_0, cache-resident): the threadpool hand-off,
