@@ -72,21 +72,21 @@ for r in range(1, rounds + 1):
         t = "pp%s" % row["n_prompt"] if int(row["n_prompt"]) else "tg%s" % row["n_gen"]
         lc.setdefault(t, []).append(float(row["avg_ts"]))
 if has_bl:
-    print("\n| test | saragossa tok/s (median) | baseline tok/s (median) | llama.cpp tok/s (median) | ratio vs llama.cpp | ratio vs baseline |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("\n| test | saragossa tok/s (median) | baseline tok/s (median) | llama.cpp tok/s (median) | ratio vs llama.cpp | ratio vs baseline | weights GB/s (saragossa) | % of read bw |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
 else:
     print("\n| test | saragossa tok/s (median) | llama.cpp tok/s (median) | ratio | weights GB/s (saragossa) | % of read bw |")
     print("|---|---:|---:|---:|---:|---:|")
 for t in (f"pp{p}", f"tg{n}"):
     if t in sg and t in lc:
         a, b = statistics.median(sg[t]), statistics.median(lc[t])
+        tg = t.startswith("tg") and wbytes
+        gbs = f"{a * wbytes / 1e9:.2f}" if tg else "-"
+        pct = f"{100 * a * wbytes / 1e9 / bw:.0f}%" if tg and bw > 0 else "-"
         if has_bl and t in bl:
             c = statistics.median(bl[t])
-            print(f"| {t} | {a:.2f} | {c:.2f} | {b:.2f} | {a / b:.2f}x | {a / c:.2f}x |")
+            print(f"| {t} | {a:.2f} | {c:.2f} | {b:.2f} | {a / b:.2f}x | {a / c:.2f}x | {gbs} | {pct} |")
         else:
-            tg = t.startswith("tg") and wbytes
-            gbs = f"{a * wbytes / 1e9:.2f}" if tg else "-"
-            pct = f"{100 * a * wbytes / 1e9 / bw:.0f}%" if tg and bw > 0 else "-"
             print(f"| {t} | {a:.2f} | {b:.2f} | {a / b:.2f}x | {gbs} | {pct} |")
 PY
 done
