@@ -10,6 +10,12 @@ For each model (fetched into saragossa's cache by tools/fetch_models.py) it enco
     <out>/<model>.safetensors   "embeddings" float32 [len(texts), dim] (normalised as the model's modules say)
 
 The tests read these files and need neither torch nor sentence-transformers.
+
+It also writes the decoder-embedder reference of the tiny random Qwen3 fixture (tests/fixtures/qwen3), as
+Qwen3-Embedding's modules compute it (last-token pooling of the model's final-normed hidden state, then
+L2 normalisation), with transformers in float32 on seeded random ids of several lengths:
+
+    <out>/qwen3-last-token.safetensors   "ids_<k>" int32 [n_k]; "embedding_<k>" float32 [hidden]
 """
 import argparse
 import json
@@ -97,10 +103,34 @@ def fetch(name):
 MODELS = {"all-mpnet-base-v2": "mpnet"}
 
 
+def qwen3_last_token(out):
+    import numpy as np
+    import torch
+    import transformers
+    from safetensors.numpy import save_file
+
+    folder = ROOT / "tests" / "fixtures" / "qwen3"
+    model = transformers.AutoModel.from_pretrained(str(folder), dtype=torch.float32, attn_implementation="eager").eval()
+    vocab = model.config.vocab_size
+    rng = np.random.default_rng(40)
+    ref = {}
+    for k, n in enumerate((1, 7, 33, 200)):
+        ids = rng.integers(3, vocab, n).astype(np.int32)
+        with torch.no_grad():
+            h = model(input_ids=torch.from_numpy(ids.astype(np.int64))[None]).last_hidden_state[0, -1].float()
+        e = torch.nn.functional.normalize(h, dim=0).numpy()
+        ref[f"ids_{k}"] = ids
+        ref[f"embedding_{k}"] = np.ascontiguousarray(e, dtype=np.float32)
+    save_file(ref, str(out / "qwen3-last-token.safetensors"),
+              metadata={"transformers": transformers.__version__, "torch": torch.__version__.split("+")[0],
+                        "generator": "tools/make_st_refs.py", "model": "tests/fixtures/qwen3"})
+    print("qwen3-last-token: 4 inputs")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(ROOT / "tests" / "fixtures" / "st_refs"))
-    ap.add_argument("names", nargs="*", default=list(MODELS))
+    ap.add_argument("names", nargs="*", default=list(MODELS), help="real models (none: only the tiny Qwen3 reference)")
     args = ap.parse_args()
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     import numpy as np
@@ -112,6 +142,7 @@ def main():
     torch.set_num_threads(2)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    qwen3_last_token(out)
     for name in args.names:
         folder = fetch(MODELS[name])
         model = sentence_transformers.SentenceTransformer(str(folder), device="cpu")

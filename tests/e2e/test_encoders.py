@@ -1,5 +1,5 @@
 """Encoder families beyond BERT: XLM-RoBERTa / RoBERTa (positions from pad_token_id + 1) and MPNet
-(relative position bias buckets shared by the layers).
+(relative position bias buckets shared by the layers); decoders as embedders (last-token pooling).
 
 Tiny random fixtures (tests/fixtures/xlm_roberta, tests/fixtures/mpnet; tools/make_fixtures.py): the
 mean-pooled vector of the real tokens must be transformers' (ref.safetensors "pooled") to
@@ -94,3 +94,44 @@ def test_all_mpnet_base_v2_matches_sentence_transformers(sg):
         ids = tok.encode(t).ids
         by_ids = embed(sg, "-m", str(MPNET), "--tokens", ",".join(map(str, ids)))
         assert np.array_equal(by_ids[0], got[texts.index(t)]), f"{t!r}: our tokenizer's ids differ from tokenizers'"
+
+
+def embedding_folder(tmp_path, src, pooling="lasttoken", normalize=True):
+    """A sentence-transformers layout around a decoder fixture's config and weights."""
+    d = tmp_path / "emb"
+    d.mkdir()
+    for f in ("config.json", "model.safetensors"):
+        (d / f).symlink_to(src / f)
+    mods = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if normalize:
+        mods.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+    (d / "modules.json").write_text(json.dumps(mods))
+    (d / "1_Pooling").mkdir()
+    (d / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": pooling}))
+    return d
+
+
+def test_decoder_embedder_matches_transformers_last_token(sg, tmp_path):
+    """Qwen3-Embedding's recipe on the tiny Qwen3 fixture: the final-normed hidden state of the last
+    token, L2-normalised, against transformers (tests/fixtures/st_refs/qwen3-last-token.safetensors,
+    tools/make_st_refs.py) for inputs of 1, 7, 33 and 200 tokens."""
+    ref, _ = read_safetensors(FIXTURES / "st_refs" / "qwen3-last-token.safetensors")
+    folder = embedding_folder(tmp_path, FIXTURES / "qwen3")
+    for k in range(4):
+        ids, want = ref[f"ids_{k}"][1], ref[f"embedding_{k}"][1].astype(np.float64)
+        got = embed(sg, "-m", str(folder), "--tokens", ",".join(map(str, ids.tolist())))[0]
+        cos = float(got @ want / np.linalg.norm(got))
+        assert cos >= 0.99999 and float(np.abs(got - want).max()) < 1e-4, f"{len(ids)} tokens: cosine {cos:.7f}"
+        assert abs(float(np.linalg.norm(got)) - 1.0) < 1e-5
+
+
+def test_decoder_without_an_embedding_head_is_refused(sg, tmp_path):
+    r = sg("embed", "-m", str(FIXTURES / "qwen3"), "--tokens", "5,6")
+    assert r.returncode == 1 and "without an embedding head" in r.stderr and r.stdout == ""
+    folder = embedding_folder(tmp_path, FIXTURES / "qwen3", pooling="mean")
+    r = sg("embed", "-m", str(folder), "--tokens", "5,6")
+    assert r.returncode == 1 and "without an embedding head" in r.stderr
+    (tmp_path / "ok").mkdir()
+    r = sg("embed", "-m", str(embedding_folder(tmp_path / "ok", FIXTURES / "qwen3")), "--tokens", "5,384")
+    assert r.returncode == 1 and "token 1 = 384 is outside the vocabulary [0, 384)" in r.stderr and r.stdout == ""
