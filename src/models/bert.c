@@ -245,6 +245,10 @@ sg_status sg_bert_load(const char *path, const sg_bert_params *p, sg_bert **out)
 	if (!st && !strcmp(m->desc.model_type, "mpnet")) m->fam = &mpnet_family; /* its names */
 	if (!st && !(b->layers = sg_calloc((size_t)m->desc.n_layer, sizeof(bert_layer))))
 		st = sg_error(SG_ERR_NOMEM, "bert: %d layers", m->desc.n_layer);
+	/* MPNet's attention bias is a CPU-backend op parameter for now: auto picks the CPU for it */
+	if (!st && m->desc.rel_buckets && !strcmp(be_name, "auto")) be_name = "cpu";
+	else if (!st && m->desc.rel_buckets && strcmp(be_name, "cpu"))
+		st = sg_error(SG_ERR_UNSUPPORTED, "mpnet: its relative position bias runs on the cpu backend only (asked: %s)", be_name);
 	if (!st) st = open_backend(be_name, p->n_threads, &m->be);
 	if (!st) st = bind_all(b);
 	if (st) {

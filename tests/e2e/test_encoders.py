@@ -135,3 +135,13 @@ def test_decoder_without_an_embedding_head_is_refused(sg, tmp_path):
     (tmp_path / "ok").mkdir()
     r = sg("embed", "-m", str(embedding_folder(tmp_path / "ok", FIXTURES / "qwen3")), "--tokens", "5,384")
     assert r.returncode == 1 and "token 1 = 384 is outside the vocabulary [0, 384)" in r.stderr and r.stdout == ""
+
+
+def test_mpnet_runs_on_the_cpu_and_refuses_cuda_by_name(sg):
+    """The relative position bias is a CPU-backend attention parameter: auto runs MPNet on the CPU,
+    an explicit cuda is refused with the reason (before any GPU is looked for)."""
+    r = sg("embed", "-m", str(FIXTURES / "mpnet"), "--backend", "cuda", "--tokens", "0,5,6")
+    assert r.returncode == 1 and "runs on the cpu backend only" in r.stderr and r.stdout == ""
+    a = embed(sg, "-m", str(FIXTURES / "mpnet"), "--backend", "auto", "--tokens", "0,5,6")
+    b = embed(sg, "-m", str(FIXTURES / "mpnet"), "--backend", "cpu", "--tokens", "0,5,6")
+    assert np.array_equal(a, b)
