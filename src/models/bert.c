@@ -130,6 +130,7 @@ int sg_bert_max_tokens(const sg_bert *b)
 	const sg_model_desc *d = &b->m.desc;
 	return d->pos_pad_id >= 0 ? d->max_ctx - d->pos_pad_id - 1 : d->max_ctx;
 }
+
 int sg_bert_has_pooler(const sg_bert *b) { return b->pool_w.data != NULL; }
 
 static void free_tensors(sg_backend *be, sg_btensor *t, size_t n)
@@ -239,10 +240,12 @@ sg_status sg_bert_load(const char *path, const sg_bert_params *p, sg_bert **out)
 	if (!st && m->desc.arch != SG_ARCH_BERT)
 		st = sg_error(SG_ERR_UNSUPPORTED, "'%s' is not an encoder this build runs (bert, roberta, xlm-roberta, mpnet)",
 			      m->desc.model_type);
-	if (!st && ((m->desc.type_vocab_size < 1 && !m->desc.rel_buckets) || m->desc.max_ctx < 1 || m->desc.n_head < 1 || m->desc.dim % m->desc.n_head))
+	/* MPNet has no token types */
+	int types_ok = m->desc.type_vocab_size >= 1 || m->desc.rel_buckets;
+	if (!st && (!types_ok || m->desc.max_ctx < 1 || m->desc.n_head < 1 || m->desc.dim % m->desc.n_head))
 		st = sg_error(SG_ERR_FORMAT, "config.json: type_vocab_size %d, max_position_embeddings %d, %d heads of hidden size %d",
 			      m->desc.type_vocab_size, m->desc.max_ctx, m->desc.n_head, m->desc.dim);
-	if (!st && !strcmp(m->desc.model_type, "mpnet")) m->fam = &mpnet_family; /* its names */
+	if (!st && m->desc.rel_buckets) m->fam = &mpnet_family; /* MPNet: its names */
 	if (!st && !(b->layers = sg_calloc((size_t)m->desc.n_layer, sizeof(bert_layer))))
 		st = sg_error(SG_ERR_NOMEM, "bert: %d layers", m->desc.n_layer);
 	/* MPNet's attention bias is a CPU-backend op parameter for now: auto picks the CPU for it */

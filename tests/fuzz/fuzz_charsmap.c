@@ -22,7 +22,8 @@ static size_t b64(const uint8_t *s, size_t n, char *o)
 	static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 	size_t k = 0;
 	for (size_t i = 0; i < n; i += 3) {
-		uint32_t w = (uint32_t)s[i] << 16 | (i + 1 < n ? (uint32_t)s[i + 1] << 8 : 0) | (i + 2 < n ? s[i + 2] : 0);
+		uint32_t w = (uint32_t)s[i] << 16 | (i + 1 < n ? (uint32_t)s[i + 1] << 8 : 0) |
+		             (i + 2 < n ? s[i + 2] : 0);
 		o[k++] = A[w >> 18 & 63];
 		o[k++] = A[w >> 12 & 63];
 		o[k++] = i + 1 < n ? A[w >> 6 & 63] : '=';
@@ -51,13 +52,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	char *json = malloc(bn * 2 + 1024);
 	if (!json) return 0;
-	int k = sprintf(json, "{\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Precompiled\",\"precompiled_charsmap\":\"");
+	int k = sprintf(json, "{\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":"
+	                      "\"Precompiled\",\"precompiled_charsmap\":\"");
 	k += (int)b64(blob, bn, json + k);
-	k += sprintf(json + k, "\"}]},\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"\xE2\x96\x81\",\"prepend_scheme\":\"always\"},"
-			       "\"decoder\":{\"type\":\"Metaspace\",\"replacement\":\"\xE2\x96\x81\",\"prepend_scheme\":\"always\"},"
-			       "\"model\":{\"type\":\"Unigram\",\"unk_id\":0,\"byte_fallback\":true,\"vocab\":[[\"<unk>\",0],"
-			       "[\"\xE2\x96\x81\",-2],[\"a\",-1.5],[\"ab\",-2.5],[\"\xE2\x96\x81" "ab\",-3],[\"<0x41>\",-9],[\"<0xC3>\",-9],"
-			       "[\"\xC3\xA9\",-4],[\"b\",-1.5],[\"\xE2\x96\x81" "a\",-2.2]]}}");
+	k += sprintf(
+	    json + k,
+	    "\"}]},\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"\xE2\x96\x81\",\"prepend_"
+	    "scheme\":\"always\"},"
+	    "\"decoder\":{\"type\":\"Metaspace\",\"replacement\":\"\xE2\x96\x81\",\"prepend_scheme\":"
+	    "\"always\"},"
+	    "\"model\":{\"type\":\"Unigram\",\"unk_id\":0,\"byte_fallback\":true,\"vocab\":[[\"<unk>\",0],"
+	    "[\"\xE2\x96\x81\",-2],[\"a\",-1.5],[\"ab\",-2.5],[\"\xE2\x96\x81"
+	    "ab\",-3],[\"<0x41>\",-9],[\"<0xC3>\",-9],"
+	    "[\"\xC3\xA9\",-4],[\"b\",-1.5],[\"\xE2\x96\x81"
+	    "a\",-2.2]]}}");
 	sg_tokenizer *t = NULL;
 	if (sg_tokenizer_from_json(json, (size_t)k, NULL, 0, &t) == SG_OK) {
 		sg_tokens ids = {0};

@@ -39,7 +39,9 @@ static int b64_val(unsigned char c)
 /* Standard base64 with padding (what the reference writes and accepts). */
 static sg_status b64_decode(const char *s, size_t n, uint8_t **out, size_t *out_n)
 {
-	if (n % 4) return SG_FAIL(SG_ERR_FORMAT, "tokenizer: precompiled_charsmap is not base64 (%zu characters)", n);
+	if (n % 4)
+		return SG_FAIL(SG_ERR_FORMAT,
+		               "tokenizer: precompiled_charsmap is not base64 (%zu characters)", n);
 	uint8_t *o = sg_malloc(n / 4 * 3 + 1);
 	if (!o) return SG_FAIL(SG_ERR_NOMEM, "precompiled_charsmap");
 	size_t k = 0;
@@ -54,10 +56,13 @@ static sg_status b64_decode(const char *s, size_t n, uint8_t **out, size_t *out_
 			}
 			if ((v[j] = b64_val(c)) < 0 || pad) {
 				sg_free(o);
-				return SG_FAIL(SG_ERR_FORMAT, "tokenizer: precompiled_charsmap is not base64 (byte %zu)", i + (size_t)j);
+				return SG_FAIL(SG_ERR_FORMAT,
+				               "tokenizer: precompiled_charsmap is not base64 (byte %zu)",
+				               i + (size_t)j);
 			}
 		}
-		uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
+		uint32_t w =
+		    (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
 		o[k++] = (uint8_t)(w >> 16);
 		if (pad < 2) o[k++] = (uint8_t)(w >> 8);
 		if (pad < 1) o[k++] = (uint8_t)w;
@@ -70,13 +75,18 @@ static sg_status b64_decode(const char *s, size_t n, uint8_t **out, size_t *out_
 sg_status sg_charsmap_parse_blob(const uint8_t *b, size_t n, sg_charsmap *out)
 {
 	memset(out, 0, sizeof(*out));
-	if (n < 4) return SG_FAIL(SG_ERR_FORMAT, "tokenizer: precompiled_charsmap of %zu bytes has no trie size", n);
+	if (n < 4)
+		return SG_FAIL(SG_ERR_FORMAT, "tokenizer: precompiled_charsmap of %zu bytes has no trie size",
+		               n);
 	uint32_t tsize = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
 	size_t nu = tsize / 4;
-	if (nu > (n - 4) / 4) return SG_FAIL(SG_ERR_FORMAT, "tokenizer: precompiled_charsmap trie of %u bytes in a blob of %zu", tsize, n);
+	if (nu > (n - 4) / 4)
+		return SG_FAIL(SG_ERR_FORMAT,
+		               "tokenizer: precompiled_charsmap trie of %u bytes in a blob of %zu", tsize, n);
 	const uint8_t *strs = b + 4 + nu * 4;
 	size_t ns = n - 4 - nu * 4;
-	if (!sg_utf8_valid(strs, ns)) return SG_FAIL(SG_ERR_FORMAT, "tokenizer: precompiled_charsmap strings are not UTF-8");
+	if (!sg_utf8_valid(strs, ns))
+		return SG_FAIL(SG_ERR_FORMAT, "tokenizer: precompiled_charsmap strings are not UTF-8");
 	out->unit = sg_malloc((nu ? nu : 1) * sizeof(uint32_t));
 	out->norm = sg_malloc(ns ? ns : 1);
 	if (!out->unit || !out->norm) {
@@ -85,7 +95,8 @@ sg_status sg_charsmap_parse_blob(const uint8_t *b, size_t n, sg_charsmap *out)
 	}
 	for (size_t i = 0; i < nu; i++) {
 		const uint8_t *p = b + 4 + i * 4;
-		out->unit[i] = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+		out->unit[i] =
+		    (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 	}
 	if (ns) memcpy(out->norm, strs, ns);
 	out->n_unit = nu;
@@ -111,7 +122,10 @@ void sg_charsmap_free(sg_charsmap *m)
 	memset(m, 0, sizeof(*m));
 }
 
-static size_t u_offset(uint32_t u) { return (size_t)(u >> 10) << ((u & (1u << 9)) >> 6); }
+static size_t u_offset(uint32_t u)
+{
+	return (size_t)(u >> 10) << ((u & (1u << 9)) >> 6);
+}
 
 /* The replacement of the shortest key that prefixes k[0..n), or NULL. */
 static const char *lookup(const sg_charsmap *m, const uint8_t *k, size_t n, size_t *rn)
@@ -128,7 +142,8 @@ static const char *lookup(const sg_charsmap *m, const uint8_t *k, size_t n, size
 		if (!((u >> 8) & 1)) continue;
 		size_t v = m->unit[node] & 0x7FFFFFFFu;
 		/* past the strings, or inside a character: the reference would panic; no match */
-		if (v > m->n_norm || (v < m->n_norm && ((unsigned char)m->norm[v] & 0xC0) == 0x80)) return NULL;
+		if (v > m->n_norm || (v < m->n_norm && ((unsigned char)m->norm[v] & 0xC0) == 0x80))
+			return NULL;
 		const char *e = v < m->n_norm ? memchr(m->norm + v, 0, m->n_norm - v) : NULL;
 		*rn = e ? (size_t)(e - (m->norm + v)) : m->n_norm - v;
 		return m->norm + v;
@@ -145,7 +160,8 @@ sg_status sg_charsmap_apply(const sg_charsmap *m, const char *s, size_t n, sg_bu
 		uint32_t cp = 0;
 		int k = i < n ? sg_uc_next(s + i, n - i, &cp) : 0;
 		/* a cluster ends at the end of the text or before a break */
-		int brk = i == n || (i > g && utf8proc_grapheme_break_stateful((utf8proc_int32_t)prev, (utf8proc_int32_t)cp, &state));
+		int brk = i == n || (i > g && utf8proc_grapheme_break_stateful((utf8proc_int32_t)prev,
+		                                                               (utf8proc_int32_t)cp, &state));
 		if (brk && i > g) {
 			size_t rn = 0;
 			const char *r = i - g < 6 ? lookup(m, (const uint8_t *)s + g, i - g, &rn) : NULL;
@@ -156,7 +172,8 @@ sg_status sg_charsmap_apply(const sg_charsmap *m, const char *s, size_t n, sg_bu
 					uint32_t x;
 					int ck = sg_uc_next(s + c, i - c, &x);
 					r = lookup(m, (const uint8_t *)s + c, (size_t)ck, &rn);
-					if (r ? sg_buf_put(out, r, rn) : sg_buf_put(out, s + c, (size_t)ck)) goto oom;
+					if (r ? sg_buf_put(out, r, rn) : sg_buf_put(out, s + c, (size_t)ck))
+						goto oom;
 					c += (size_t)ck;
 				}
 			}

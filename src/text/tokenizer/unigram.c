@@ -25,13 +25,16 @@ sg_status sg_unigram_init(sg_tokenizer *t, const tok_spec *s)
 	if (!m->score) return SG_FAIL(SG_ERR_NOMEM, "unigram scores");
 	double lo = INFINITY;
 	for (int32_t i = 0; i < nv; i++) {
-		if (!s->vocab[i].s) return SG_FAIL(SG_ERR_FORMAT, "tokenizer: Unigram vocab entry %d is missing", i);
+		if (!s->vocab[i].s)
+			return SG_FAIL(SG_ERR_FORMAT, "tokenizer: Unigram vocab entry %d is missing", i);
 		m->score[i] = s->scores[i];
 		if (s->scores[i] < lo) lo = s->scores[i];
 		if (s->vocab[i].n > m->max_len) m->max_len = s->vocab[i].n;
 	}
 	m->unk_score = lo - UNK_PENALTY;
-	if (s->unk_id >= nv) return SG_FAIL(SG_ERR_FORMAT, "tokenizer: Unigram unk_id %d is outside the %d pieces", s->unk_id, nv);
+	if (s->unk_id >= nv)
+		return SG_FAIL(SG_ERR_FORMAT, "tokenizer: Unigram unk_id %d is outside the %d pieces",
+		               s->unk_id, nv);
 	m->unk_id = s->unk_id;
 	m->byte_fallback = s->byte_fallback;
 	for (int b = 0; b < 256; b++) {
@@ -48,7 +51,10 @@ void sg_unigram_free(sg_model_uni *m)
 	m->score = NULL;
 }
 
-static int char_len(unsigned char c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
+static int char_len(unsigned char c)
+{
+	return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+}
 
 /* The id(s) of one piece string of the best path, appended. */
 static sg_status emit(const sg_tokenizer *t, const char *p, size_t n, sg_tokens *out)
@@ -61,11 +67,15 @@ static sg_status emit(const sg_tokenizer *t, const char *p, size_t n, sg_tokens 
 		while (k < n && m->byte_id[(unsigned char)p[k]] >= 0) k++;
 		if (k == n) {
 			for (k = 0; k < n; k++)
-				if (sg_tokens_push(out, m->byte_id[(unsigned char)p[k]])) return SG_FAIL(SG_ERR_NOMEM, "tokens");
+				if (sg_tokens_push(out, m->byte_id[(unsigned char)p[k]]))
+					return SG_FAIL(SG_ERR_NOMEM, "tokens");
 			return SG_OK;
 		}
 	}
-	if (m->unk_id < 0) return SG_FAIL(SG_ERR_INVALID_ARG, "tokenizer: '%.*s' has no piece and the Unigram model has no unk_id", (int)(n > 40 ? 40 : n), p);
+	if (m->unk_id < 0)
+		return SG_FAIL(SG_ERR_INVALID_ARG,
+		               "tokenizer: '%.*s' has no piece and the Unigram model has no unk_id",
+		               (int)(n > 40 ? 40 : n), p);
 	return sg_tokens_push(out, m->unk_id) ? SG_FAIL(SG_ERR_NOMEM, "tokens") : SG_OK;
 }
 
@@ -74,7 +84,8 @@ sg_status sg_unigram_word(const sg_tokenizer *t, const char *w, size_t n, sg_tok
 	const sg_model_uni *m = &t->uni;
 	if (!n) return SG_OK;
 	double *best = sg_malloc((n + 1) * sizeof(double));
-	int64_t *from = sg_malloc((n + 1) * sizeof(int64_t)); /* start of the best piece ending here, -1 none */
+	int64_t *from =
+	    sg_malloc((n + 1) * sizeof(int64_t)); /* start of the best piece ending here, -1 none */
 	int32_t *id = sg_malloc((n + 1) * sizeof(int32_t));
 	sg_status st = SG_OK;
 	if (!best || !from || !id) {
@@ -91,7 +102,9 @@ sg_status sg_unigram_word(const sg_tokenizer *t, const char *w, size_t n, sg_tok
 			int32_t k = sg_strmap_get(&t->mmap, w + pos, len);
 			if (k >= 0) {
 				double c = here + m->score[k];
-				if (from[pos + len] < 0 || c > best[pos + len]) best[pos + len] = c, from[pos + len] = (int64_t)pos, id[pos + len] = k;
+				if (from[pos + len] < 0 || c > best[pos + len])
+					best[pos + len] = c, from[pos + len] = (int64_t)pos,
+					           id[pos + len] = k;
 				if (len == mb) single = 1;
 			}
 			if (pos + len == n) break;
@@ -99,7 +112,8 @@ sg_status sg_unigram_word(const sg_tokenizer *t, const char *w, size_t n, sg_tok
 		}
 		if (!single) {
 			double c = here + m->unk_score;
-			if (from[pos + mb] < 0 || c > best[pos + mb]) best[pos + mb] = c, from[pos + mb] = (int64_t)pos, id[pos + mb] = m->unk_id;
+			if (from[pos + mb] < 0 || c > best[pos + mb])
+				best[pos + mb] = c, from[pos + mb] = (int64_t)pos, id[pos + mb] = m->unk_id;
 		}
 		pos += mb;
 	}
