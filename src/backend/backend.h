@@ -154,6 +154,10 @@ typedef struct sg_attn_params {
 	int causal;    /* 1: token at p sees kv positions <= p; 0: every position <= max(pos) */
 	int feeds_matmul; /* hint: the next op is a matmul_multi with x = out and x_fed set, so a
 			   * backend may hand out over in the form its matmul takes (8-bit blocks) */
+	const sg_btensor *bias; /* NULL, or F32 [n][H][ctx]: added to the scaled logit of query
+					* token t, head h and kv row r (before the softcap); not with a
+					* ring (causal sliding window). MPNet's relative position bias.
+					* The CPU backend takes it; CUDA refuses it (SG_ERR_UNSUPPORTED) */
 } sg_attn_params;
 
 typedef enum { SG_ROUTER_SOFTMAX, SG_ROUTER_SIGMOID } sg_router;

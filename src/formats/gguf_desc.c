@@ -213,6 +213,7 @@ sg_status sg_model_desc_from_gguf(const sg_gguf *g, sg_model_desc *d)
 		d->mlp = SG_MLP_PLAIN;
 		d->act = SG_ACT_GELU;
 		d->attn_bias = 1;
+		d->pos_pad_id = -1;
 		break;
 	default: break;
 	}

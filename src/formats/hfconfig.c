@@ -32,12 +32,15 @@ static const struct {
 	{"gemma4_unified", SG_ARCH_GEMMA4},
 	{"whisper", SG_ARCH_WHISPER},
 	{"bert", SG_ARCH_BERT},
+	{"roberta", SG_ARCH_BERT},
+	{"xlm-roberta", SG_ARCH_BERT},
+	{"mpnet", SG_ARCH_BERT},
 };
 
 const char *sg_model_desc_supported(void)
 {
 	return "llama, mistral, qwen2, qwen3, qwen3_moe, qwen3_next, qwen3_5_moe, qwen3_5_moe_text, qwen3_5, "
-	       "qwen3_5_text, gemma3, gemma3_text, gemma4, gemma4_text, gemma4_unified, whisper, bert";
+	       "qwen3_5_text, gemma3, gemma3_text, gemma4, gemma4_text, gemma4_unified, whisper, bert, roberta, xlm-roberta, mpnet";
 }
 
 const char *sg_arch_name(sg_arch a)
@@ -587,7 +590,17 @@ static sg_status bert(reader *r, sg_model_desc *d)
 	d->head_dim = d->n_head ? d->dim / d->n_head : 0;
 	d->ffn_dim = geti(r, "intermediate_size", 0);
 	d->max_ctx = geti(r, "max_position_embeddings", 512);
-	d->type_vocab_size = geti(r, "type_vocab_size", 2);
+	int mpnet = !strcmp(d->model_type, "mpnet");
+	int roberta = mpnet || !strcmp(d->model_type, "roberta") || !strcmp(d->model_type, "xlm-roberta");
+	d->type_vocab_size = mpnet ? 0 : geti(r, "type_vocab_size", 2);
+	d->pos_pad_id = roberta ? geti(r, "pad_token_id", 1) : -1;
+	d->rel_buckets = mpnet ? geti(r, "relative_attention_num_buckets", 32) : 0;
+	if (!r->st && roberta && (d->pos_pad_id < 0 || d->pos_pad_id >= d->max_ctx - 1))
+		return sg_error(SG_ERR_FORMAT, "config.json: pad_token_id %d leaves no position of %d for a token", d->pos_pad_id,
+				d->max_ctx);
+	/* transformers computes 32 buckets whatever the table holds */
+	if (!r->st && mpnet && d->rel_buckets != 32)
+		return sg_error(SG_ERR_UNSUPPORTED, "config.json: relative_attention_num_buckets %d (mpnet runs 32)", d->rel_buckets);
 	d->norm = SG_NORM_LAYER;
 	d->norm_eps = (float)getf(r, "layer_norm_eps", 1e-12);
 	d->mlp = SG_MLP_PLAIN;

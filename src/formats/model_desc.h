@@ -122,7 +122,10 @@ typedef struct sg_model_desc {
 
 	/* encoders and speech */
 	int n_enc_layer, n_mels, n_audio_ctx; /* Whisper encoder */
-	int type_vocab_size;                  /* BERT token types */
+	int type_vocab_size;                  /* BERT token types (0: none, MPNet) */
+	int pos_pad_id;   /* RoBERTa/XLM-R/MPNet: positions count real tokens from pad_token_id + 1 (a
+			   * pad token sits at pad_token_id); -1: positions 0..n-1 (BERT) */
+	int rel_buckets;  /* MPNet: relative attention bias buckets (32); 0: none */
 
 	int bos_token, eos_token; /* -1 when unknown */
 	sg_quant_info quant;

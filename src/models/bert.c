@@ -9,6 +9,17 @@
  * after x = LayerNorm(word[id] + position[t] + token_type[type]). Everything runs as backend
  * ops; the only host transfers are the inputs and the last hidden state.
  *
+ * Families (one forward, tables and the embedding stage differ):
+ *   bert                  positions 0..n-1, token types.
+ *   roberta, xlm-roberta  BERT's names and blocks; positions count the non-pad tokens from
+ *                         pad_token_id + 1, a pad token sits at pad_token_id (transformers'
+ *                         create_position_ids_from_input_ids); token type vocabulary of 1.
+ *   mpnet                 RoBERTa's positions, no token types, its own names, and a relative
+ *                         position bias added to every layer's attention logits: one table
+ *                         [32 buckets][H] shared by the layers, bucketed as MPNetEncoder's
+ *                         relative_position_bucket (16 per direction, exact below 8, log-spaced
+ *                         to 128), computed once per call as an [n][H][n] attention bias.
+ *
  * Padding. The attention op reads K/V rows from a cache at the rows kv_store wrote, and with
  * causal = 0 a query sees every row up to the largest query position of the call. So the real
  * tokens' K/V go to rows 0..m-1 (in order), the padding's to rows m..n-1, and every query is
@@ -45,6 +56,8 @@ struct sg_bert {
 	sg_btensor type;           /* [T][D] T = type_vocab_size */
 	sg_btensor emb_ln_w, emb_ln_b; /* [D] F32 */
 	sg_btensor pool_w, pool_b; /* [D][D], [D] F32; data NULL when the checkpoint has no pooler */
+	sg_btensor rel;            /* MPNet: [32][H] F32 relative attention bias; else data NULL */
+	float *rel_host;           /* the same table on the host (the bias is built there) */
 	bert_layer *layers;        /* [n_layer] */
 };
 
@@ -66,8 +79,43 @@ static const sg_name_pair bert_names[] = {
 	{0, 0},
 };
 
+/* transformers' MPNetModel names (relative_attention_bias has no GGUF spelling: ours). */
+static const sg_name_pair mpnet_names[] = {
+	{"token_embd", "embeddings.word_embeddings"},
+	{"position_embd", "embeddings.position_embeddings"},
+	{"token_embd_norm", "embeddings.LayerNorm"},
+	{"rel_attn_bias", "encoder.relative_attention_bias"},
+	{"blk.{L}.attn_q", "encoder.layer.{L}.attention.attn.q"},
+	{"blk.{L}.attn_k", "encoder.layer.{L}.attention.attn.k"},
+	{"blk.{L}.attn_v", "encoder.layer.{L}.attention.attn.v"},
+	{"blk.{L}.attn_output", "encoder.layer.{L}.attention.attn.o"},
+	{"blk.{L}.attn_output_norm", "encoder.layer.{L}.attention.LayerNorm"},
+	{"blk.{L}.ffn_up", "encoder.layer.{L}.intermediate.dense"},
+	{"blk.{L}.ffn_down", "encoder.layer.{L}.output.dense"},
+	{"blk.{L}.layer_output_norm", "encoder.layer.{L}.output.LayerNorm"},
+	{"pooler", "pooler.dense"},
+	{0, 0},
+};
+
 static const sg_arch bert_archs[] = {SG_ARCH_BERT, 0};
 static const sg_family bert_family = {"bert", bert_archs, bert_names, NULL, NULL, NULL};
+static const sg_family mpnet_family = {"mpnet", bert_archs, mpnet_names, NULL, NULL, NULL};
+
+#define REL_BUCKETS 32 /* transformers' MPNetEncoder.compute_position_bias default */
+
+/* MPNet's bucket of relative position rel = key position - query position: 16 buckets per
+ * direction (n = -rel > 0 first), exact below 8, then log-spaced up to 128, computed in float32
+ * as torch does (the truncation of the log term at its boundaries follows from that). */
+static int rel_bucket(int rel)
+{
+	int n = -rel, ret = 0, half = REL_BUCKETS / 2, exact = half / 2;
+	if (n < 0) ret += half;
+	n = n < 0 ? -n : n;
+	if (n < exact) return ret + n;
+	float l = logf((float)n / (float)exact) / (float)log(128.0 / exact) * (float)(half - exact);
+	int v = exact + (int)l;
+	return ret + (v < half - 1 ? v : half - 1);
+}
 
 sg_bert_params sg_bert_default_params(void)
 {
@@ -76,6 +124,13 @@ sg_bert_params sg_bert_default_params(void)
 }
 
 const sg_model_desc *sg_bert_desc(const sg_bert *b) { return &b->m.desc; }
+
+int sg_bert_max_tokens(const sg_bert *b)
+{
+	const sg_model_desc *d = &b->m.desc;
+	return d->pos_pad_id >= 0 ? d->max_ctx - d->pos_pad_id - 1 : d->max_ctx;
+}
+
 int sg_bert_has_pooler(const sg_bert *b) { return b->pool_w.data != NULL; }
 
 static void free_tensors(sg_backend *be, sg_btensor *t, size_t n)
@@ -92,11 +147,12 @@ void sg_bert_free(sg_bert *b)
 		if (b->layers)
 			for (int i = 0; i < b->m.desc.n_layer; i++)
 				free_tensors(be, (sg_btensor *)&b->layers[i], sizeof(bert_layer) / sizeof(sg_btensor));
-		sg_btensor *g[] = {&b->word, &b->pos, &b->type, &b->emb_ln_w, &b->emb_ln_b, &b->pool_w, &b->pool_b};
+		sg_btensor *g[] = {&b->word, &b->pos, &b->type, &b->emb_ln_w, &b->emb_ln_b, &b->pool_w, &b->pool_b, &b->rel};
 		for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++) free_tensors(be, g[i], 1);
 		sg_backend_free(be);
 	}
 	sg_free(b->layers);
+	sg_free(b->rel_host);
 	sg_model_desc_free(&b->m.desc);
 	sg_weights_close(b->m.w);
 	sg_free(b);
@@ -110,13 +166,23 @@ static sg_status bind_all(sg_bert *b)
 	sg_want g[] = {
 		{"token_embd.weight", SG_WANT_MATMUL, 2, {D, d->n_vocab}, 0, 0, &b->word},
 		{"position_embd.weight", SG_WANT_MATMUL, 2, {D, d->max_ctx}, 0, 0, &b->pos},
-		{"token_types.weight", SG_WANT_MATMUL, 2, {D, d->type_vocab_size}, 0, 0, &b->type},
 		{"token_embd_norm.weight", SG_WANT_FLOAT, 1, {D}, 0, 1, &b->emb_ln_w},
 		{"token_embd_norm.bias", SG_WANT_FLOAT, 1, {D}, 0, 1, &b->emb_ln_b},
 		{"pooler.weight", SG_WANT_MATMUL, 2, {D, D}, 1, 0, &b->pool_w},
 		{"pooler.bias", SG_WANT_FLOAT, 1, {D}, 1, 1, &b->pool_b},
+		{"token_types.weight", SG_WANT_MATMUL, 2, {D, d->type_vocab_size}, 0, 0, &b->type},
+		{"rel_attn_bias.weight", SG_WANT_FLOAT, 2, {d->n_head, REL_BUCKETS}, 0, 1, &b->rel},
 	};
-	sg_status st = sg_model_bind_wants(m, g, (int)(sizeof(g) / sizeof(g[0])), -1);
+	/* the last two: token types unless the family has none, the bias table for MPNet */
+	int ng = (int)(sizeof(g) / sizeof(g[0])) - 2;
+	if (d->type_vocab_size > 0) ng++;
+	if (d->rel_buckets) g[ng++] = g[sizeof(g) / sizeof(g[0]) - 1];
+	sg_status st = sg_model_bind_wants(m, g, ng, -1);
+	if (!st && d->rel_buckets) {
+		size_t nb = sizeof(float) * REL_BUCKETS * (size_t)d->n_head;
+		if (!(b->rel_host = sg_malloc(nb))) st = sg_error(SG_ERR_NOMEM, "mpnet: relative attention bias");
+		else st = m->be->ops->read(m->be, &b->rel, 0, b->rel_host, nb);
+	}
 	if (!st && (b->pool_w.data != NULL) != (b->pool_b.data != NULL))
 		st = sg_error(SG_ERR_FORMAT, "pooler.dense: the weight and the bias must both be present or both absent");
 	for (int i = 0; i < d->n_layer && !st; i++) {
@@ -172,12 +238,20 @@ sg_status sg_bert_load(const char *path, const sg_bert_params *p, sg_bert **out)
 	if (!st && !m->w->config) st = sg_error(SG_ERR_FORMAT, "bert: safetensors but no config.json beside them");
 	if (!st) st = sg_model_desc_from_config(m->w->config, &m->desc);
 	if (!st && m->desc.arch != SG_ARCH_BERT)
-		st = sg_error(SG_ERR_UNSUPPORTED, "'%s' is not an encoder this build runs (bert)", m->desc.model_type);
-	if (!st && (m->desc.type_vocab_size < 1 || m->desc.max_ctx < 1 || m->desc.n_head < 1 || m->desc.dim % m->desc.n_head))
+		st = sg_error(SG_ERR_UNSUPPORTED, "'%s' is not an encoder this build runs (bert, roberta, xlm-roberta, mpnet)",
+			      m->desc.model_type);
+	/* MPNet has no token types */
+	int types_ok = m->desc.type_vocab_size >= 1 || m->desc.rel_buckets;
+	if (!st && (!types_ok || m->desc.max_ctx < 1 || m->desc.n_head < 1 || m->desc.dim % m->desc.n_head))
 		st = sg_error(SG_ERR_FORMAT, "config.json: type_vocab_size %d, max_position_embeddings %d, %d heads of hidden size %d",
 			      m->desc.type_vocab_size, m->desc.max_ctx, m->desc.n_head, m->desc.dim);
+	if (!st && m->desc.rel_buckets) m->fam = &mpnet_family; /* MPNet: its names */
 	if (!st && !(b->layers = sg_calloc((size_t)m->desc.n_layer, sizeof(bert_layer))))
 		st = sg_error(SG_ERR_NOMEM, "bert: %d layers", m->desc.n_layer);
+	/* MPNet's attention bias is a CPU-backend op parameter for now: auto picks the CPU for it */
+	if (!st && m->desc.rel_buckets && !strcmp(be_name, "auto")) be_name = "cpu";
+	else if (!st && m->desc.rel_buckets && strcmp(be_name, "cpu"))
+		st = sg_error(SG_ERR_UNSUPPORTED, "mpnet: its relative position bias runs on the cpu backend only (asked: %s)", be_name);
 	if (!st) st = open_backend(be_name, p->n_threads, &m->be);
 	if (!st) st = bind_all(b);
 	if (st) {
@@ -196,6 +270,7 @@ typedef struct bert_acts {
 	sg_btensor kc, vc;        /* [n][H][hd]: this sequence's K/V, real tokens first */
 	sg_btensor h, ones;       /* [n][F]: the MLP's hidden, ones (glu's up operand: plain gelu) */
 	sg_btensor ids, pos, types, slots, qpos; /* I32 [n] */
+	sg_btensor bias;          /* MPNet: F32 [n][H][n] relative position bias by kv row */
 } bert_acts;
 
 static sg_status acts_alloc(sg_backend *be, int64_t n, int64_t D, int64_t F, int64_t H, bert_acts *a)
@@ -213,17 +288,19 @@ static sg_status acts_alloc(sg_backend *be, int64_t n, int64_t D, int64_t F, int
 	return st;
 }
 
-static sg_status check_inputs(const sg_model_desc *d, const int32_t *ids, const int32_t *types, const int32_t *mask, int n,
+static sg_status check_inputs(const sg_bert *b, const int32_t *ids, const int32_t *types, const int32_t *mask, int n,
 			      int *n_real)
 {
-	if (n < 1 || n > d->max_ctx)
-		return sg_error(SG_ERR_RANGE, "bert: %d tokens (the model takes 1 to %d)", n, d->max_ctx);
+	const sg_model_desc *d = &b->m.desc;
+	int max = sg_bert_max_tokens(b);
+	if (n < 1 || n > max) return sg_error(SG_ERR_RANGE, "bert: %d tokens (the model takes 1 to %d)", n, max);
 	int m = 0;
 	for (int i = 0; i < n; i++) {
 		if (ids[i] < 0 || ids[i] >= d->n_vocab)
 			return sg_error(SG_ERR_RANGE, "bert: token %d = %d is outside the vocabulary [0, %d)", i, ids[i], d->n_vocab);
-		if (types && (types[i] < 0 || types[i] >= d->type_vocab_size))
-			return sg_error(SG_ERR_RANGE, "bert: token type %d = %d is outside [0, %d)", i, types[i], d->type_vocab_size);
+		if (types && types[i] && (types[i] < 0 || types[i] >= d->type_vocab_size))
+			return sg_error(SG_ERR_RANGE, "bert: token type %d = %d is outside [0, %d)", i, types[i],
+					d->type_vocab_size > 0 ? d->type_vocab_size : 1);
 		m += !mask || mask[i] != 0;
 	}
 	if (!m) return sg_error(SG_ERR_INVALID_ARG, "bert: the attention mask has no real token");
@@ -237,12 +314,12 @@ static sg_status run_layers(sg_bert *b, bert_acts *a)
 	const sg_model_desc *d = &b->m.desc;
 	const sg_backend_ops *o = be->ops;
 	float eps = d->norm_eps;
-	sg_attn_params ap = {.scale = 0.0f, .causal = 0};
+	sg_attn_params ap = {.scale = 0.0f, .causal = 0, .bias = a->bias.data ? &a->bias : NULL};
 	sg_status st = o->embed(be, &b->word, &a->ids, &a->x);
 	if (!st) st = o->embed(be, &b->pos, &a->pos, &a->t);
 	if (!st) st = o->add(be, &a->x, &a->t, &a->x);
-	if (!st) st = o->embed(be, &b->type, &a->types, &a->t);
-	if (!st) st = o->add(be, &a->x, &a->t, &a->x);
+	if (!st && b->type.data) st = o->embed(be, &b->type, &a->types, &a->t);
+	if (!st && b->type.data) st = o->add(be, &a->x, &a->t, &a->x);
 	if (!st) st = o->layernorm(be, &a->x, &b->emb_ln_w, &b->emb_ln_b, eps, &a->x);
 	for (int i = 0; i < d->n_layer && !st; i++) {
 		const bert_layer *l = &b->layers[i];
@@ -270,27 +347,42 @@ sg_status sg_bert_forward(sg_bert *b, const int32_t *ids, const int32_t *type_id
 	const sg_model_desc *d = &b->m.desc;
 	sg_backend *be = b->m.be;
 	int m = 0;
-	sg_status st = check_inputs(d, ids, type_ids, mask, n, &m);
+	sg_status st = check_inputs(b, ids, type_ids, mask, n, &m);
 	if (st) return st;
-	int64_t D = d->dim, F = d->ffn_dim;
-	int32_t *host = sg_malloc(sizeof(int32_t) * (size_t)n * 4);
+	int64_t D = d->dim, F = d->ffn_dim, H = d->n_head;
+	int32_t *host = sg_malloc(sizeof(int32_t) * (size_t)n * 5);
 	float *ones = sg_malloc(sizeof(float) * (size_t)n * (size_t)F);
+	float *bias = b->rel_host ? sg_malloc(sizeof(float) * (size_t)n * (size_t)H * (size_t)n) : NULL;
 	bert_acts a;
 	memset(&a, 0, sizeof(a));
-	if (!host || !ones) {
+	if (!host || !ones || (b->rel_host && !bias)) {
 		st = sg_error(SG_ERR_NOMEM, "bert: inputs of %d tokens", n);
 		goto done;
 	}
-	int32_t *pos = host, *types = host + n, *slots = host + 2 * n, *qpos = host + 3 * n;
-	for (int i = 0, r = 0, p = m; i < n; i++) {
-		pos[i] = i;
+	int32_t *pos = host, *types = host + n, *slots = host + 2 * n, *qpos = host + 3 * n, *row_tok = host + 4 * n;
+	for (int i = 0, r = 0, p = m, c = 0; i < n; i++) {
+		if (d->pos_pad_id < 0) pos[i] = i;
+		else pos[i] = ids[i] == d->pos_pad_id ? d->pos_pad_id : d->pos_pad_id + ++c; /* from the ids, as transformers */
 		types[i] = type_ids ? type_ids[i] : 0;
 		slots[i] = !mask || mask[i] ? r++ : p++; /* real tokens' K/V in rows 0..m-1 */
 		qpos[i] = m - 1;                        /* every query sees exactly rows 0..m-1 */
+		row_tok[slots[i]] = i;
 	}
+	/* MPNet: bias[t][h][row] = table[bucket(j - t)][h], j the token whose K/V sit in row; the
+	 * relative positions are the tokens' indices (compute_position_bias without position ids) */
+	for (int t = 0; bias && t < n; t++)
+		for (int r = 0; r < n; r++) {
+			const float *e = b->rel_host + (size_t)rel_bucket(row_tok[r] - t) * (size_t)H;
+			for (int64_t h = 0; h < H; h++) bias[((size_t)t * (size_t)H + (size_t)h) * (size_t)n + (size_t)r] = e[h];
+		}
 	for (int64_t i = 0; i < (int64_t)n * F; i++) ones[i] = 1.0f;
 	size_t ni = sizeof(int32_t) * (size_t)n;
 	st = acts_alloc(be, n, D, F, d->n_head, &a);
+	if (!st && bias) {
+		int64_t nb[4] = {n, H, n, 1};
+		st = be->ops->tensor_alloc(be, SG_TYPE_F32, nb, &a.bias);
+		if (!st) st = be->ops->write(be, &a.bias, 0, bias, sizeof(float) * (size_t)n * (size_t)H * (size_t)n);
+	}
 	if (!st) st = be->ops->write(be, &a.ids, 0, ids, ni);
 	if (!st) st = be->ops->write(be, &a.pos, 0, pos, ni);
 	if (!st) st = be->ops->write(be, &a.types, 0, types, ni);
@@ -303,6 +395,7 @@ done:
 	free_tensors(be, (sg_btensor *)&a, sizeof(a) / sizeof(sg_btensor));
 	sg_free(host);
 	sg_free(ones);
+	sg_free(bias);
 	return st;
 }
 

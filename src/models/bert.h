@@ -27,6 +27,7 @@ typedef struct sg_bert_params {
 sg_bert_params sg_bert_default_params(void);
 
 /* Loads the encoder of the Hugging Face folder `path` (config.json with model_type "bert",
+ * "roberta", "xlm-roberta" or "mpnet",
  * safetensors): every weight bound with its expected type and shape, the pooler's dense layer
  * when present. GGUF files and other model types are SG_ERR_UNSUPPORTED naming what runs.
  * The caller owns *out (sg_bert_free). */
@@ -34,6 +35,9 @@ sg_status sg_bert_load(const char *path, const sg_bert_params *p, sg_bert **out)
 void sg_bert_free(sg_bert *b);
 
 const sg_model_desc *sg_bert_desc(const sg_bert *b);
+/* The most tokens one sequence may have: max_position_embeddings, less pad_token_id + 1 for the
+ * families whose positions start after the pad id (RoBERTa, XLM-R, MPNet: 514 -> 512). */
+int sg_bert_max_tokens(const sg_bert *b);
 /* 1 if the checkpoint has BERT's pooler (dense + tanh on the first token). */
 int sg_bert_has_pooler(const sg_bert *b);
 
@@ -45,6 +49,8 @@ int sg_bert_has_pooler(const sg_bert *b);
  * to the real tokens), so the whole [n][dim] block matches the reference. Positions are 0..n-1
  * whatever the mask. An id outside the vocabulary, a type outside [0, type_vocab_size), n out
  * of range or a mask with no real token is an error naming the value; nothing is computed.
+ * (RoBERTa-style families: positions from the ids, see bert.c; a family without token types
+ * takes type_ids of 0 only.)
  */
 sg_status sg_bert_forward(sg_bert *b, const int32_t *ids, const int32_t *type_ids, const int32_t *mask, int n,
 			  float *hidden);

@@ -321,6 +321,23 @@ sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, 
 	return forward_body(m, s, tokens, n, pos0, mode);
 }
 
+sg_status sg_forward_hidden_last(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, float *out)
+{
+	const sg_model_desc *d = &m->desc;
+	sg_backend *be = m->be;
+	if (s->hybrid) return SG_FAIL(SG_ERR_UNSUPPORTED, "hidden states of a hybrid (recurrent) stack");
+	if (n < 1 || n > s->n_ctx) return SG_FAIL(SG_ERR_INVALID_ARG, "%d tokens (context %d)", n, s->n_ctx);
+	int k = 0;
+	for (int p = 0; p < n; p += k) {
+		k = n - p < s->chunk ? n - p : s->chunk;
+		SG_FWD_OK(sg_forward(m, s, tokens + p, k, p, SG_LOGITS_NONE));
+	}
+	/* the last chunk's last row through the final norm, as the head would see it */
+	sg_btensor xl = sg_btensor_rows_view(&s->x, k - 1, 1), h = sg_fwd_view2(&s->xb, d->dim, 1);
+	SG_FWD_OK(be->ops->rmsnorm(be, &xl, &m->out_norm, d->norm_eps, d->norm_offset, &h));
+	return be->ops->read(be, &h, 0, out, sizeof(float) * (size_t)d->dim);
+}
+
 int sg_fwd_decode_graphs(const sg_model *m, const sg_fwd_state *s)
 {
 	if (s->graph_off || !s->capture) return 0;

@@ -24,6 +24,12 @@ typedef enum { SG_LOGITS_NONE = 0, SG_LOGITS_LAST, SG_LOGITS_ALL } sg_logits_mod
  * for into s->logits. */
 sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0, sg_logits_mode mode);
 
+/* The final-normed hidden state of the last of n tokens (positions 0..n-1, n <= s->n_ctx, run in
+ * chunks of s->chunk, no logits) into out [dim] (host memory): a decoder used as an embedder
+ * (last-token pooling). The state's caches are overwritten from position 0; hybrid stacks (whose
+ * recurrent state carries over) are SG_ERR_UNSUPPORTED. */
+sg_status sg_forward_hidden_last(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, float *out);
+
 /* One decode step: token at position pos (pos < n_ctx, the id checked by the caller), its K/V
  * into the caches, its logits in row 0 of s->logits and their argmax (lowest id on ties) in
  * s->amax; nothing is read back. On the CUDA backend with SARAGOSSA_CUDA_GRAPHS on and a layer

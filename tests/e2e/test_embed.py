@@ -72,7 +72,7 @@ def test_model_is_required_and_decoders_are_refused(sg):
     r = sg("embed", "--tokens", "1,2")
     assert r.returncode == 2 and "-m MODEL is required" in r.stderr
     r = sg("embed", "-m", str(ROOT / "tests" / "fixtures" / "llama"), "--tokens", "1,2")
-    assert r.returncode == 1 and "'llama' is not an encoder" in r.stderr and r.stdout == ""
+    assert r.returncode == 1 and "is a language model without an embedding head" in r.stderr and r.stdout == ""
 
 
 needs_minilm = pytest.mark.skipif(not (MINILM / "model.safetensors").exists(),

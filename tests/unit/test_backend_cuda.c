@@ -1007,14 +1007,14 @@ static void attn_case(int n, int H, int Hkv, int hd, int ctx, int p0, sg_attn_pa
 
 Test(cuda, attention_decode_split_prefill_window_softcap_gqa_match_cpu)
 {
-	sg_attn_params causal = {0, 0, 0, 1, 0}, win = {0, 0, 100, 1, 0}, cap = {0.1f, 30.0f, 0, 1, 0}, full = {0, 0, 0, 0, 0};
+	sg_attn_params causal = {0, 0, 0, 1, 0, NULL}, win = {0, 0, 100, 1, 0, NULL}, cap = {0.1f, 30.0f, 0, 1, 0, NULL}, full = {0, 0, 0, 0, 0, NULL};
 	attn_case(1, 8, 2, 128, 4096, 3000, causal, SG_TYPE_F32, 0);   /* decode, split over the length */
 	attn_case(1, 4, 1, 256, 2048, 2047, causal, SG_TYPE_F16, 1);   /* Gemma-like heads, f16 cache */
 	attn_case(7, 8, 8, 64, 512, 300, win, SG_TYPE_F32, 1);         /* prefill chunk, sliding window */
 	attn_case(5, 6, 3, 32, 64, 10, cap, SG_TYPE_F16, 0);           /* softcap, explicit scale */
 	attn_case(9, 4, 2, 64, 32, 0, full, SG_TYPE_F32, 0);           /* bidirectional (encoder) */
 	attn_case(600, 1, 1, 64, 1024, 0, causal, SG_TYPE_F32, 1);     /* many tokens: one block each */
-	sg_attn_params ring = {0, 0, 8, 1, 0};
+	sg_attn_params ring = {0, 0, 8, 1, 0, NULL};
 	attn_case(4, 4, 2, 32, 12, 17, ring, SG_TYPE_F32, 0);          /* ring cache: window 8 in 12 rows */
 	attn_case(4, 4, 2, 32, 12, 30, ring, SG_TYPE_F16, 1);
 	/* the one-token kernel: groups of 8, 3 (taken one head a block), 1; head dims 32 to 256;
@@ -1034,12 +1034,12 @@ Test(cuda, attention_decode_split_prefill_window_softcap_gqa_match_cpu)
  * one, a first chunk from position 0, a later chunk, GQA, a window wider than the cache. */
 Test(cuda, attention_flash_prefill_matches_cpu)
 {
-	sg_attn_params causal = {0, 0, 0, 1, 0}, cap = {0.1f, 30.0f, 0, 1, 0};
+	sg_attn_params causal = {0, 0, 0, 1, 0, NULL}, cap = {0.1f, 30.0f, 0, 1, 0, NULL};
 	attn_case(300, 8, 2, 128, 1000, 500, causal, SG_TYPE_F16, 1);
 	attn_case(40, 8, 2, 64, 300, 100, cap, SG_TYPE_F16, 1); /* soft-cap, explicit scale */
 	attn_case(130, 4, 4, 64, 256, 0, causal, SG_TYPE_F16, 0);
 	attn_case(65, 16, 2, 128, 4096, 3000, causal, SG_TYPE_F16, 1);
-	sg_attn_params wide = {0, 0, 2000, 1, 0};
+	sg_attn_params wide = {0, 0, 2000, 1, 0, NULL};
 	attn_case(100, 4, 1, 128, 1024, 900, wide, SG_TYPE_F16, 0);
 }
 
@@ -1070,7 +1070,7 @@ static void feeding_case(int64_t ctx, int32_t p)
 	f16_caches(hd, Hkv, ctx, &kh, &vh);
 	float *got[2];
 	for (int fed = 0; fed < 2; fed++) {
-		sg_attn_params ap = {0, 0, 0, 1, fed};
+		sg_attn_params ap = {0, 0, 0, 1, fed, NULL};
 		cr_assert_eq(gpu->ops->write(gpu, &pos.g, 0, &p, 4), SG_OK);
 		cr_assert_eq(gpu->ops->attention(gpu, &q.g, &kh.g, &vh.g, &pos.g, &ap, &att.g), SG_OK, "%s", sg_last_error());
 		sg_matmul_multi m = {.x = &att.g, .nw = 1, .w = {&wg}, .y = {&y.g}, .residual = &res.g, .out = &out.g, .x_fed = fed};
@@ -1100,7 +1100,7 @@ static void decode_settings_agree(void (*set)(int), const char *flag, int s0, in
 }
 static void decode_settings_close(void (*set)(int), const char *flag, int s0, int s1, int restore, double tol)
 {
-	sg_attn_params causal = {0, 0, 0, 1, 0}, ring = {0, 0, 8, 1, 0}, cap = {0.1f, 30.0f, 0, 1, 0};
+	sg_attn_params causal = {0, 0, 0, 1, 0, NULL}, ring = {0, 0, 8, 1, 0, NULL}, cap = {0.1f, 30.0f, 0, 1, 0, NULL};
 	struct {
 		int64_t H, Hkv, hd, ctx;
 		int32_t p;
@@ -1191,7 +1191,7 @@ Test(cuda, attention_with_the_prep_fused_equals_prep_then_attention)
 	} cs[] = {{32, 8, 128, 4096, 1088, 0, 1, 0}, {32, 4, 128, 4096, 31, 0, 1, 0},  {16, 2, 64, 3000, 2999, 1, 0, 0},
 	          {8, 1, 256, 40000, 33000, 2, 1, 0}, {64, 8, 128, 2000, 500, 7, 1, 0}, {8, 8, 128, 600, 0, 4, 1, 1.0f},
 	          {4, 2, 128, 100, 64, 3, 1, 0},      {16, 2, 256, 700, 333, 5, 1, 0},  {8, 2, 128, 300, 257, 6, 1, 0}};
-	sg_attn_params ap = {0, 0, 0, 1, 1};
+	sg_attn_params ap = {0, 0, 0, 1, 1, NULL};
 	for (size_t c = 0; c < sizeof(cs) / sizeof(cs[0]); c++) {
 		int64_t H = cs[c].H, Hkv = cs[c].Hkv, hd = cs[c].hd, ctx = cs[c].ctx, D = H * hd;
 		int32_t p = cs[c].p;
@@ -1257,7 +1257,7 @@ Test(cuda, attention_decode_on_tensor_cores_matches_f32_kernel)
 /* With each attention kill-switch or tunable set, the path it leaves still matches the CPU. */
 Test(cuda, attention_kill_switches_keep_working_paths)
 {
-	sg_attn_params causal = {0, 0, 0, 1, 0};
+	sg_attn_params causal = {0, 0, 0, 1, 0, NULL};
 	const char *sw[] = {"SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_DECODE",
 	                    "SARAGOSSA_CUDA_ATTN_GEMM",   "SARAGOSSA_CUDA_ATTN_F16",
 	                    "SARAGOSSA_CUDA_ATTN_FLASH",  "SARAGOSSA_CUDA_ATTN_MERGE",
@@ -1446,7 +1446,7 @@ Test(cuda, graph_replay_equals_per_op_with_device_positions)
 	int32_t p = 0;
 	pair pos = pair_i32(1, 1, &p);
 	sg_rope_params rp = rope_case(0, (int)hd);
-	sg_attn_params ap = {0, 0, 0, 1, 0};
+	sg_attn_params ap = {0, 0, 0, 1, 0, NULL};
 	float *ref[3];
 	int32_t refid[3];
 	/* per-op path */

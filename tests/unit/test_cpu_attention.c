@@ -100,7 +100,7 @@ Test(cpu_attention, tiled_prefill_equals_per_item_bit_for_bit)
 						for (int si = 0; si < 2; si++) {
 							if ((ni + si + di + gi) % 2 != nth - 1) continue;
 							int64_t n = N[ni];
-							sg_attn_params ap = {0, (ni + si + ty) % 2 ? 20.0f : 0.0f, 0, 1, 0};
+							sg_attn_params ap = {0, (ni + si + ty) % 2 ? 20.0f : 0.0f, 0, 1, 0, NULL};
 							sg_btensor q = tensor(be, SG_TYPE_F32, hd, H, n);
 							fill(&q, 2);
 							int32_t *pv = malloc(sizeof(int32_t) * (size_t)n);
@@ -140,7 +140,7 @@ Test(cpu_attention, tiled_with_scattered_positions_equals_per_item_and_the_formu
 	for (int64_t t = 0; t < n; t++) pv[t] = (int32_t)((t * 389) % ctx);
 	pv[5] = pv[6] = 31; /* a repeat, ending exactly at a block edge */
 	pv[9] = 0;
-	sg_attn_params ap = {0, 0, 0, 1, 0};
+	sg_attn_params ap = {0, 0, 0, 1, 0, NULL};
 	float *got = malloc(sizeof(float) * (size_t)(n * H * hd));
 	cr_expect_eq(run_both(be, &q, &kc, &vc, &pos, &ap, n, H, hd, got), 0);
 	const float *qd = q.data, *kd = kc.data, *vd = vc.data;
@@ -185,11 +185,11 @@ Test(cpu_attention, layers_outside_the_tiled_path_are_unchanged_by_the_flag)
 		sg_attn_params ap;
 		int64_t n, start;
 	} cs[] = {
-		{{0, 0, 128, 1, 0}, 64, 500},  /* window < ctx: a ring */
-		{{0, 0, 600, 1, 0}, 40, 560},  /* window = ctx: no ring, ranges from 0 (the tiled path) */
-		{{0, 0, 0, 0, 0}, 33, 100},    /* not causal */
-		{{0, 30, 0, 1, 0}, 1, 599},    /* one token */
-		{{0, 0, 0, 1, 0}, 3, 590},     /* 12 (token, head) pairs: the kv length is split */
+		{{0, 0, 128, 1, 0, NULL}, 64, 500},  /* window < ctx: a ring */
+		{{0, 0, 600, 1, 0, NULL}, 40, 560},  /* window = ctx: no ring, ranges from 0 (the tiled path) */
+		{{0, 0, 0, 0, 0, NULL}, 33, 100},    /* not causal */
+		{{0, 30, 0, 1, 0, NULL}, 1, 599},    /* one token */
+		{{0, 0, 0, 1, 0, NULL}, 3, 590},     /* 12 (token, head) pairs: the kv length is split */
 	};
 	for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
 		int64_t n = cs[c].n;
@@ -202,5 +202,64 @@ Test(cpu_attention, layers_outside_the_tiled_path_are_unchanged_by_the_flag)
 	}
 	be->ops->tensor_free(be, &kc);
 	be->ops->tensor_free(be, &vc);
+	sg_backend_free(be);
+}
+
+/* An additive logit bias (MPNet's relative positions): non-causal attention over every row up to
+ * max(pos), with bias[t][h][row] added to the scaled logit, against a double-precision formula;
+ * few (token, head) pairs with a long kv range take the split path, many take the plain one. A
+ * bias of the wrong shape, or with a ring, is refused. */
+Test(cpu_attention, additive_bias_matches_the_formula_on_both_paths)
+{
+	sg_backend *be = make_be(2);
+	int64_t Hkv = 2, H = 4, hd = 40;
+	int64_t shapes[2][2] = {{3, 600}, {20, 60}}; /* {n, ctx}: 12 pairs x 600 rows split; 80 pairs */
+	for (int c = 0; c < 2; c++) {
+		int64_t n = shapes[c][0], ctx = shapes[c][1];
+		sg_btensor kc = tensor(be, SG_TYPE_F32, hd, Hkv, ctx), vc = tensor(be, SG_TYPE_F32, hd, Hkv, ctx);
+		sg_btensor q = tensor(be, SG_TYPE_F32, hd, H, n), pos = tensor(be, SG_TYPE_I32, n, 1, 1);
+		sg_btensor bias = tensor(be, SG_TYPE_F32, ctx, H, n), out = tensor(be, SG_TYPE_F32, hd, H, n);
+		fill(&kc, 1);
+		fill(&vc, 1);
+		fill(&q, 2);
+		fill(&bias, 3);
+		int32_t *pv = pos.data;
+		for (int64_t t = 0; t < n; t++) pv[t] = (int32_t)(ctx - 1 - t % 2); /* the last row is seen: max(pos) */
+		sg_attn_params ap = {0, 0, 0, 0, 0, &bias};
+		cr_assert_eq(be->ops->attention(be, &q, &kc, &vc, &pos, &ap, &out), SG_OK);
+		const float *qd = q.data, *kd = kc.data, *vd = vc.data, *bd = bias.data, *got = out.data;
+		double worst = 0;
+		for (int64_t t = 0; t < n; t++)
+			for (int64_t h = 0; h < H; h++) {
+				int64_t kh = h / (H / Hkv);
+				double m = -1e300, l = 0, acc[40] = {0}, s[600];
+				for (int64_t p = 0; p < ctx; p++) {
+					double d = 0;
+					for (int64_t i = 0; i < hd; i++) d += (double)qd[(t * H + h) * hd + i] * kd[(p * Hkv + kh) * hd + i];
+					s[p] = d / sqrt((double)hd) + bd[(t * H + h) * ctx + p];
+					m = s[p] > m ? s[p] : m;
+				}
+				for (int64_t p = 0; p < ctx; p++) {
+					double e = exp(s[p] - m);
+					l += e;
+					for (int64_t i = 0; i < hd; i++) acc[i] += e * vd[(p * Hkv + kh) * hd + i];
+				}
+				for (int64_t i = 0; i < hd; i++) {
+					double e = fabs(acc[i] / l - got[(t * H + h) * hd + i]);
+					worst = e > worst ? e : worst;
+				}
+			}
+		cr_expect(worst < 1e-5, "case %d: biased attention off the formula by %g", c, worst);
+		if (c == 0) {
+			sg_btensor small = tensor(be, SG_TYPE_F32, ctx - 1, H, n);
+			sg_attn_params bad = {0, 0, 0, 0, 0, &small};
+			cr_expect_eq(be->ops->attention(be, &q, &kc, &vc, &pos, &bad, &out), SG_ERR_INVALID_ARG);
+			sg_attn_params ring = {0, 0, 8, 1, 0, &bias};
+			cr_expect_eq(be->ops->attention(be, &q, &kc, &vc, &pos, &ring, &out), SG_ERR_INVALID_ARG);
+			be->ops->tensor_free(be, &small);
+		}
+		sg_btensor *all[] = {&kc, &vc, &q, &pos, &bias, &out};
+		for (int i = 0; i < 6; i++) be->ops->tensor_free(be, all[i]);
+	}
 	sg_backend_free(be);
 }

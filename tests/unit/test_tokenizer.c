@@ -274,8 +274,11 @@ Test(tokenizer, malformed_files_get_errors_that_name_the_problem)
 	cr_assert_eq(sg_tokenizer_from_json(bad_merge, strlen(bad_merge), NULL, 0, &t), SG_ERR_FORMAT);
 	cr_assert(strstr(sg_last_error(), "'a' 'q'"), "%s", sg_last_error());
 	const char *unigram = "{\"model\":{\"type\":\"Unigram\",\"vocab\":[]}}";
-	cr_assert_eq(sg_tokenizer_from_json(unigram, strlen(unigram), NULL, 0, &t), SG_ERR_UNSUPPORTED);
+	cr_assert_eq(sg_tokenizer_from_json(unigram, strlen(unigram), NULL, 0, &t), SG_ERR_FORMAT);
 	cr_assert(strstr(sg_last_error(), "Unigram"), "%s", sg_last_error());
+	const char *wordlevel = "{\"model\":{\"type\":\"WordLevel\",\"vocab\":{}}}";
+	cr_assert_eq(sg_tokenizer_from_json(wordlevel, strlen(wordlevel), NULL, 0, &t), SG_ERR_UNSUPPORTED);
+	cr_assert(strstr(sg_last_error(), "WordLevel"), "%s", sg_last_error());
 	const char *no_model = "{\"normalizer\":null}";
 	cr_assert_eq(sg_tokenizer_from_json(no_model, strlen(no_model), NULL, 0, &t), SG_ERR_FORMAT);
 	const char *bad_re = "{\"model\":{\"type\":\"BPE\",\"vocab\":{},\"merges\":[]},\"pre_tokenizer\":{\"type\":\"Split\","

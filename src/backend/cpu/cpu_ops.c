@@ -230,6 +230,7 @@ typedef struct {
 	int32_t pmax;
 	float scale, cap;
 	int window, causal, ring;
+	const float *bias; /* [n][H][ctx] or NULL (sg_attn_params.bias) */
 	float *out, *part; /* part [n*H][nchunk][hdv + 2] */
 	/* the tiled path: tiles of tq tokens x the G grouped heads of one kv head; each thread's
 	 * buffer (tbuf + ith * tfloats) holds m [tq*G], l [tq*G] and, for f16 caches, the block's
@@ -269,7 +270,7 @@ static const float *kv_row(const uint8_t *base, int f16, int64_t j, int64_t Hkv,
  * result is the same bit for bit. Every path of the attention runs a query's blocks through this
  * function, which is what makes the tiled path equal the per-item one. */
 static void attn_block(const attn_job *j, const float *q, int64_t kh, int64_t p0, int64_t nk, const float *krows,
-		       const float *vrows, float *m_io, float *l_io, float *acc)
+		       const float *vrows, const float *brow, float *m_io, float *l_io, float *acc)
 {
 	const sg_cpu_kernels *k = j->cb->k;
 	float kbuf[MAX_HEAD_DIM], vbuf[MAX_HEAD_DIM], sc[ATT_KB];
@@ -289,6 +290,8 @@ static void attn_block(const attn_job *j, const float *q, int64_t kh, int64_t p0
 		}
 	}
 	for (int64_t i = 0; i < nk; i++) sc[i] *= j->scale;
+	if (brow) /* the query's bias row, by kv row (never a ring: rows are positions) */
+		for (int64_t i = 0; i < nk; i++) sc[i] += brow[p0 + i];
 	if (j->cap > 0) k->softcap(sc, j->cap, sc, nk);
 	for (int64_t i = 0; i < nk; i++) cm = sc[i] > cm ? sc[i] : cm;
 	if (cm > m) { /* new maximum: rescale what was accumulated */
@@ -321,11 +324,12 @@ static void attn_item(const attn_job *j, int64_t t, int64_t h, int64_t a, int64_
 {
 	const float *q = j->q + (t * j->H + h) * j->hd;
 	int64_t kh = h / (j->H / j->Hkv);
+	const float *brow = j->bias ? j->bias + (t * j->H + h) * j->ctx : NULL;
 	float m = -INFINITY, l = 0;
 	memset(acc, 0, sizeof(float) * (size_t)j->hdv);
 	for (int64_t p0 = a; p0 <= b; p0 += ATT_KB) {
 		int64_t nk = b - p0 + 1 < ATT_KB ? b - p0 + 1 : ATT_KB;
-		attn_block(j, q, kh, p0, nk, NULL, NULL, &m, &l, acc);
+		attn_block(j, q, kh, p0, nk, NULL, NULL, brow, &m, &l, acc);
 	}
 	*m_out = m;
 	*l_out = l;
@@ -418,7 +422,7 @@ static void attn_tile_task(void *ctx, int ith, int nth)
 				int64_t nk = hi - p0 + 1 < ATT_KB ? hi - p0 + 1 : ATT_KB;
 				for (int64_t g = 0; g < G; g++) {
 					int64_t qi = t * j->H + kh * G + g;
-					attn_block(j, j->q + qi * j->hd, kh, p0, nk, j->kf16 ? krows : NULL, j->vf16 ? vrows : NULL,
+					attn_block(j, j->q + qi * j->hd, kh, p0, nk, j->kf16 ? krows : NULL, j->vf16 ? vrows : NULL, NULL,
 						   &ms[(t - t0) * G + g], &ls[(t - t0) * G + g], j->out + qi * j->hdv);
 				}
 			}
@@ -468,6 +472,13 @@ sg_status sg_cpu_attention(sg_backend *be, const sg_btensor *q, const sg_btensor
 	j.window = p->window;
 	j.causal = p->causal;
 	j.ring = p->causal && p->window > 0 && p->window < j.ctx;
+	if (p->bias) {
+		const sg_btensor *bt = p->bias;
+		if (bt->type != SG_TYPE_F32 || bt->ne[0] * sg_btensor_rows(bt) != j.n * j.H * j.ctx || j.ring)
+			return SG_FAIL(SG_ERR_INVALID_ARG, "attention bias must be F32 [%lld][%lld][%lld] (and no ring)", (long long)j.n,
+				       (long long)j.H, (long long)j.ctx);
+		j.bias = bt->data;
+	}
 	j.out = out->data;
 	j.pmax = 0;
 	for (int64_t t = 0; t < j.n; t++) j.pmax = j.pos[t] > j.pmax ? j.pos[t] : j.pmax;
@@ -492,7 +503,7 @@ sg_status sg_cpu_attention(sg_backend *be, const sg_btensor *q, const sg_btensor
 	 * window that cuts a range short) and the kv length is not split: there the tiles share
 	 * their blocks exactly. Which path runs never changes a bit of the result (see
 	 * attn_tile_task), so the choice may look at the thread count. */
-	int tile = j.causal && !j.ring && j.nchunk == 1 && j.n >= 2 && sg_flag_bool("SARAGOSSA_CPU_ATTN_TILE");
+	int tile = j.causal && !j.ring && !j.bias && j.nchunk == 1 && j.n >= 2 && sg_flag_bool("SARAGOSSA_CPU_ATTN_TILE");
 	for (int64_t t = 0; tile && t < j.n; t++) {
 		int64_t lo, hi;
 		kv_range(&j, t, &lo, &hi);

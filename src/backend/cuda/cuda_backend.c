@@ -757,6 +757,7 @@ static sg_status attention_run(sg_backend *be, const sg_btensor *q, const sg_bte
 	if ((st = check_f32("attention", "q", q)) || (st = check_f32("attention", "out", out)) || (st = check_i32("attention", "pos", pos))) return st;
 	if (!kc || !vc || (kc->type != SG_TYPE_F32 && kc->type != SG_TYPE_F16) || (vc->type != SG_TYPE_F32 && vc->type != SG_TYPE_F16))
 		return sg_error(SG_ERR_INVALID_ARG, "cuda attention: caches must be F32 or F16");
+	if (p->bias) return sg_error(SG_ERR_UNSUPPORTED, "cuda attention: an additive logit bias (MPNet) is not implemented on CUDA");
 	sg_cu_attn a;
 	memset(&a, 0, sizeof(a));
 	a.n = nvals(pos);

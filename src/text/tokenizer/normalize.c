@@ -1,5 +1,5 @@
 /* Normalizers of tokenizer.json: Unicode forms (utf8proc), Lowercase, Replace, Prepend, Strip,
- * StripAccents, BertNormalizer, Sequence. Each step rewrites the whole string; the reference
+ * StripAccents, BertNormalizer, Precompiled (SentencePiece's charsmap, charsmap.c), Sequence. Each step rewrites the whole string; the reference
  * also tracks offsets, which ids do not need. */
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +9,7 @@
 #include "base/error.h"
 #include "text/tokenizer/tokenizer_int.h"
 
-enum { N_NFC = 1, N_NFD, N_NFKC, N_NFKD, N_LOWER, N_REPLACE, N_PREPEND, N_STRIP, N_STRIP_ACCENTS, N_BERT };
+enum { N_NFC = 1, N_NFD, N_NFKC, N_NFKD, N_LOWER, N_REPLACE, N_PREPEND, N_STRIP, N_STRIP_ACCENTS, N_BERT, N_PRECOMPILED };
 
 struct norm_step {
 	int kind;
@@ -18,6 +18,7 @@ struct norm_step {
 	sg_regex re; /* Replace with a Regex pattern */
 	int left, right;                               /* Strip */
 	int clean, chinese, strip_accents, lowercase; /* BertNormalizer */
+	sg_charsmap *map;                             /* Precompiled */
 };
 
 static sg_status parse_one(const json_t *j, sg_normalizer *nz);
@@ -106,9 +107,17 @@ static sg_status parse_one(const json_t *j, sg_normalizer *nz)
 		s.strip_accents = jbool(j, "strip_accents", s.lowercase);
 	} else if (!strcmp(type, "Precompiled")) {
 		/* SentencePiece's compiled normalisation map: an empty one is the identity. */
-		const char *m = json_string_value(json_object_get(j, "precompiled_charsmap"));
-		if (m && *m) return SG_FAIL(SG_ERR_UNSUPPORTED, "tokenizer: normalizer 'Precompiled' with a non-empty charsmap is not supported");
-		return SG_OK;
+		const json_t *mv = json_object_get(j, "precompiled_charsmap");
+		if (mv && !json_is_string(mv) && !json_is_null(mv))
+			return SG_FAIL(SG_ERR_FORMAT, "tokenizer: Precompiled's precompiled_charsmap must be a base64 string");
+		if (!json_is_string(mv) || !json_string_length(mv)) return SG_OK;
+		s.kind = N_PRECOMPILED;
+		if (!(s.map = sg_calloc(1, sizeof(*s.map)))) return SG_FAIL(SG_ERR_NOMEM, "Precompiled");
+		sg_status st = sg_charsmap_parse(json_string_value(mv), json_string_length(mv), s.map);
+		if (st) {
+			sg_free(s.map);
+			return st;
+		}
 	} else {
 		return SG_FAIL(SG_ERR_UNSUPPORTED, "tokenizer: normalizer '%s' is not supported", type);
 	}
@@ -116,6 +125,8 @@ static sg_status parse_one(const json_t *j, sg_normalizer *nz)
 	if (st) {
 		sg_free(s.a);
 		sg_free(s.b);
+		if (s.map) sg_charsmap_free(s.map);
+		sg_free(s.map);
 	}
 	return st;
 }
@@ -134,6 +145,8 @@ void sg_norm_free(sg_normalizer *nz)
 		sg_free(nz->steps[i].a);
 		sg_free(nz->steps[i].b);
 		sg_regex_free(&nz->steps[i].re);
+		if (nz->steps[i].map) sg_charsmap_free(nz->steps[i].map);
+		sg_free(nz->steps[i].map);
 	}
 	sg_free(nz->steps);
 	nz->steps = NULL;
@@ -304,6 +317,7 @@ static sg_status step(const norm_step *ns, const char *s, size_t n, sg_buf *out)
 	case N_BERT: return bert(ns, s, n, out);
 	case N_REPLACE: return replace(ns, s, n, out);
 	case N_STRIP: return strip(ns, s, n, out);
+	case N_PRECOMPILED: return sg_charsmap_apply(ns->map, s, n, out);
 	case N_PREPEND:
 		if (n && sg_buf_put(out, ns->a, ns->an)) return SG_FAIL(SG_ERR_NOMEM, "Prepend");
 		return sg_buf_put(out, s, n) ? SG_FAIL(SG_ERR_NOMEM, "Prepend") : SG_OK;

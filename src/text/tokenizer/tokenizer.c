@@ -142,6 +142,7 @@ void sg_tokenizer_free(sg_tokenizer *t)
 	sg_free(t->special);
 	sg_free(t->mtok);
 	sg_free(t->bpe.merges);
+	sg_unigram_free(&t->uni);
 	sg_norm_free(&t->norm);
 	sg_pretok_free(&t->pre);
 	sg_dec_free(&t->dec);
@@ -273,6 +274,7 @@ static sg_status build_model(sg_tokenizer *t, const tok_spec *s)
 		t->wp.max_chars = s->wp_max_chars > 0 ? s->wp_max_chars : 100;
 		return SG_OK;
 	}
+	if (s->model == MODEL_UNIGRAM) return sg_unigram_init(t, s);
 	sg_model_bpe *m = &t->bpe;
 	m->byte_fallback = s->byte_fallback;
 	m->fuse_unk = s->fuse_unk;
@@ -496,8 +498,11 @@ static int split_added(const sg_tokenizer *t, const struct sg_trie *tr, const ch
 static sg_status model_words(const sg_tokenizer *t, const sg_buf *buf, const sg_pieces *w, sg_tokens *out)
 {
 	for (size_t i = 0; i < w->n; i++) {
-		sg_status st = t->model == MODEL_BPE ? sg_bpe_word(t, buf->p + w->v[i].off, w->v[i].len, out)
-						     : sg_wp_word(t, buf->p + w->v[i].off, w->v[i].len, out);
+		const char *s = buf->p + w->v[i].off;
+		size_t n = w->v[i].len;
+		sg_status st = t->model == MODEL_BPE	   ? sg_bpe_word(t, s, n, out)
+			       : t->model == MODEL_UNIGRAM ? sg_unigram_word(t, s, n, out)
+							   : sg_wp_word(t, s, n, out);
 		if (st) return st;
 	}
 	return SG_OK;

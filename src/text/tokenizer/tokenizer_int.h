@@ -60,6 +60,20 @@ int sg_uc_next(const char *s, size_t n, uint32_t *cp);
  * whether it is a regex. */
 sg_status sg_tok_pattern(const json_t *p, const char **s, size_t *n, int *is_regex);
 
+/* ---- SentencePiece's precompiled normalisation map (charsmap.c) ---- */
+typedef struct sg_charsmap {
+	uint32_t *unit; /* the double-array trie */
+	size_t n_unit;
+	char *norm;     /* replacement strings, each ended by a NUL (valid UTF-8) */
+	size_t n_norm;
+} sg_charsmap;
+/* From the base64 text of tokenizer.json's precompiled_charsmap / from the decoded blob. */
+sg_status sg_charsmap_parse(const char *b64, size_t n, sg_charsmap *out);
+sg_status sg_charsmap_parse_blob(const uint8_t *blob, size_t n, sg_charsmap *out);
+void sg_charsmap_free(sg_charsmap *m);
+/* Appends the normalisation of valid UTF-8 s[0..n) to out. */
+sg_status sg_charsmap_apply(const sg_charsmap *m, const char *s, size_t n, sg_buf *out);
+
 /* ---- normalizers ---- */
 typedef struct norm_step norm_step;
 typedef struct sg_normalizer {
@@ -105,7 +119,7 @@ sg_status sg_pretok_apply(const sg_pretok *p, const char *s, size_t n, int at_st
 int sg_pieces_push(sg_pieces *p, size_t off, size_t len, int start);
 
 /* ---- models ---- */
-enum { MODEL_BPE = 1, MODEL_WORDPIECE = 2 };
+enum { MODEL_BPE = 1, MODEL_WORDPIECE = 2, MODEL_UNIGRAM = 3 };
 
 typedef struct merge_ent {
 	uint64_t key; /* left << 32 | right, UINT64_MAX empty */
@@ -127,6 +141,15 @@ typedef struct sg_model_wp {
 	size_t prefix_len;
 	int max_chars;
 } sg_model_wp;
+
+typedef struct sg_model_uni {
+	double *score;      /* [model pieces] */
+	double unk_score;   /* min(score) - 10 */
+	int32_t unk_id;     /* -1: none */
+	int byte_fallback;
+	int32_t byte_id[256]; /* id of <0xXX>, -1 if absent */
+	uint32_t max_len;   /* longest piece in bytes */
+} sg_model_uni;
 
 /* ---- added tokens ---- */
 typedef struct added_tok {
@@ -166,6 +189,7 @@ struct sg_tokenizer {
 	sg_str *akeys;
 	sg_model_bpe bpe;
 	sg_model_wp wp;
+	sg_model_uni uni;
 	sg_normalizer norm;
 	sg_pretok pre;
 	sg_post post;
@@ -184,6 +208,7 @@ char *sg_tok_blob(sg_tokenizer *t, size_t n);
 /* Model encode of one word (a pre-token), appending ids. */
 sg_status sg_bpe_word(const sg_tokenizer *t, const char *w, size_t n, sg_tokens *out);
 sg_status sg_wp_word(const sg_tokenizer *t, const char *w, size_t n, sg_tokens *out);
+sg_status sg_unigram_word(const sg_tokenizer *t, const char *w, size_t n, sg_tokens *out);
 sg_status sg_bpe_add_merge(sg_tokenizer *t, int32_t a, int32_t b, int32_t id, int32_t rank);
 sg_status sg_bpe_alloc_merges(sg_tokenizer *t, size_t n);
 
@@ -204,6 +229,8 @@ typedef struct tok_spec {
 	const sg_str *merges; /* [2*n_merges] left, right */
 	int32_t n_merges;
 	const char *unk; /* model unk token, or NULL */
+	const double *scores; /* Unigram: [n_vocab] piece scores */
+	int32_t unk_id;       /* Unigram: unk piece id, -1 none */
 	int byte_fallback, fuse_unk, ignore_merges;
 	const char *wp_prefix;
 	int wp_max_chars;
@@ -214,6 +241,9 @@ typedef struct tok_spec {
 	const char *bos, *eos;
 } tok_spec;
 sg_status sg_tok_build(const tok_spec *s, sg_tokenizer **out);
+/* The Unigram model of t from s (unigram.c), after the vocabulary; freed with the tokenizer. */
+sg_status sg_unigram_init(sg_tokenizer *t, const tok_spec *s);
+void sg_unigram_free(sg_model_uni *m);
 sg_status sg_tok_json_spec(const json_t *root, const json_t *config, sg_tokenizer **out);
 
 /* The vocabulary of the GGUF file at `path` (vocab_gguf.c): read from `parsed` when that is this

@@ -1,5 +1,6 @@
 /* tokenizer.json (+ tokenizer_config.json) into a tok_spec, and loading by path: a folder, a
  * tokenizer.json file, or a .gguf file. */
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -53,6 +54,41 @@ static sg_status parse_added(const json_t *arr, added_tok **out, int *n)
 	return SG_OK;
 }
 
+/* Unigram's vocab: [[piece, score], ...] (ids are the positions). */
+static sg_status unigram_vocab(const json_t *model, sg_str **vout, double **sout, int32_t *n, int32_t *unk_id)
+{
+	const json_t *vocab = json_object_get(model, "vocab"), *unk = json_object_get(model, "unk_id");
+	if (!json_is_array(vocab) || !json_array_size(vocab) || json_array_size(vocab) >= SG_TOK_MAX_ID)
+		return SG_FAIL(SG_ERR_FORMAT, "tokenizer.json: a Unigram model.vocab must be a non-empty array of [piece, score]");
+	if (unk && !json_is_null(unk) && (!json_is_integer(unk) || json_integer_value(unk) < 0 ||
+					  json_integer_value(unk) >= (json_int_t)json_array_size(vocab)))
+		return SG_FAIL(SG_ERR_FORMAT, "tokenizer.json: Unigram unk_id must be null or an index into the %zu pieces",
+			       json_array_size(vocab));
+	size_t k = json_array_size(vocab);
+	sg_str *v = sg_calloc(k + 1, sizeof(sg_str));
+	double *sc = sg_calloc(k + 1, sizeof(double));
+	if (!v || !sc) {
+		sg_free(v);
+		sg_free(sc);
+		return SG_FAIL(SG_ERR_NOMEM, "vocab");
+	}
+	for (size_t i = 0; i < k; i++) {
+		const json_t *e = json_array_get(vocab, i), *p = json_array_get(e, 0), *x = json_array_get(e, 1);
+		if (json_array_size(e) != 2 || !json_is_string(p) || !json_is_number(x) || !isfinite(json_number_value(x))) {
+			sg_free(v);
+			sg_free(sc);
+			return SG_FAIL(SG_ERR_FORMAT, "tokenizer.json: Unigram vocab entry %zu is not [piece, finite score]", i);
+		}
+		v[i] = (sg_str){json_string_value(p), (uint32_t)json_string_length(p)};
+		sc[i] = json_number_value(x);
+	}
+	*vout = v;
+	*sout = sc;
+	*n = (int32_t)k;
+	*unk_id = json_is_integer(unk) ? (int32_t)json_integer_value(unk) : -1;
+	return SG_OK;
+}
+
 static int empty_or_null(const json_t *v) { return !v || json_is_null(v) || (json_is_string(v) && !json_string_length(v)); }
 
 sg_status sg_tok_json_spec(const json_t *root, const json_t *cfg, sg_tokenizer **out)
@@ -65,11 +101,23 @@ sg_status sg_tok_json_spec(const json_t *root, const json_t *cfg, sg_tokenizer *
 	if (!type) type = json_object_get(model, "merges") ? "BPE" : "?";
 	if (!strcmp(type, "BPE")) s.model = MODEL_BPE;
 	else if (!strcmp(type, "WordPiece")) s.model = MODEL_WORDPIECE;
-	else return SG_FAIL(SG_ERR_UNSUPPORTED, "tokenizer.json: model type '%s' is not supported (BPE and WordPiece are)", type);
+	else if (!strcmp(type, "Unigram")) s.model = MODEL_UNIGRAM;
+	else return SG_FAIL(SG_ERR_UNSUPPORTED, "tokenizer.json: model type '%s' is not supported (BPE, WordPiece and Unigram are)", type);
 	if (s.model == MODEL_BPE && (!empty_or_null(json_object_get(model, "continuing_subword_prefix")) ||
 				     !empty_or_null(json_object_get(model, "end_of_word_suffix"))))
 		return SG_FAIL(SG_ERR_UNSUPPORTED, "tokenizer.json: BPE with continuing_subword_prefix/end_of_word_suffix is not supported");
 	const json_t *vocab = json_object_get(model, "vocab");
+	sg_str *v = NULL;
+	double *scores = NULL;
+	sg_str *m = NULL;
+	added_tok *added = NULL;
+	sg_status st = SG_OK;
+	if (s.model == MODEL_UNIGRAM) {
+		if ((st = unigram_vocab(model, &v, &scores, &s.n_vocab, &s.unk_id))) return st;
+		s.vocab = v;
+		s.scores = scores;
+		goto common;
+	}
 	if (!json_is_object(vocab)) return SG_FAIL(SG_ERR_FORMAT, "tokenizer.json: model.vocab must be an object");
 	int64_t max_id = -1;
 	const char *key;
@@ -80,10 +128,7 @@ sg_status sg_tok_json_spec(const json_t *root, const json_t *cfg, sg_tokenizer *
 			return SG_FAIL(SG_ERR_FORMAT, "tokenizer.json: vocab entry '%s' has no valid id (0..%d)", key, SG_TOK_MAX_ID - 1);
 		if (json_integer_value(val) > max_id) max_id = json_integer_value(val);
 	}
-	sg_str *v = sg_calloc((size_t)(max_id + 2), sizeof(sg_str));
-	sg_str *m = NULL;
-	added_tok *added = NULL;
-	sg_status st = SG_OK;
+	v = sg_calloc((size_t)(max_id + 2), sizeof(sg_str));
 	if (!v) return SG_FAIL(SG_ERR_NOMEM, "vocab");
 	size_t key_len;
 	json_object_keylen_foreach((json_t *)vocab, key, key_len, val)
@@ -121,6 +166,7 @@ sg_status sg_tok_json_spec(const json_t *root, const json_t *cfg, sg_tokenizer *
 		s.merges = m;
 		s.n_merges = (int32_t)k;
 	}
+common:
 	s.unk = json_string_value(json_object_get(model, "unk_token"));
 	s.byte_fallback = json_is_true(json_object_get(model, "byte_fallback"));
 	s.fuse_unk = json_is_true(json_object_get(model, "fuse_unk"));
@@ -140,6 +186,7 @@ sg_status sg_tok_json_spec(const json_t *root, const json_t *cfg, sg_tokenizer *
 	st = sg_tok_build(&s, out);
 done:
 	sg_free(v);
+	sg_free(scores);
 	sg_free(m);
 	sg_free(added);
 	return st;
