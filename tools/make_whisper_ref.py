@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes tests/fixtures/whisper_tiny_en/ref.safetensors: reference numbers of the real Whisper
+"""Writes tests/fixtures/whisper_tiny_en/ct2_ref.safetensors: reference numbers of the real Whisper
 tiny.en (faster-whisper's CTranslate2 folder, fetched by `tools/fetch_models.py whisper-tiny.en`)
 on a few speech clips, computed by CTranslate2 itself.
 
@@ -78,7 +78,7 @@ def main(argv):
     meta["rows"] = json.dumps(ROWS)
     meta["prompt"] = json.dumps(PROMPT)
     meta["reference"] = f"ctranslate2 {ctranslate2.__version__} Whisper.encode/generate, compute_type float32"
-    safetensors.numpy.save_file(tensors, str(out / "ref.safetensors"), metadata=meta)
+    safetensors.numpy.save_file(tensors, str(out / "ct2_ref.safetensors"), metadata=meta)
     return 0
 
 

@@ -1,6 +1,6 @@
 /*
  * The real Whisper tiny.en (faster-whisper's CTranslate2 folder, F16) against CTranslate2's own
- * numbers (tests/fixtures/whisper_tiny_en/ref.safetensors, made by tools/make_whisper_ref.py):
+ * numbers (tests/fixtures/whisper_tiny_en/ct2_ref.safetensors, made by tools/make_whisper_ref.py):
  * encoder output rows and statistics, and the greedy tokens of three speech clips. Runs when
  * tests/e2e/test_whisper_real.py sets SG_WHISPER_REAL_MODEL (the folder) and
  * SG_WHISPER_REAL_CLIPS (a folder holding <clip>.wav); skipped otherwise. The mel is ours
@@ -17,7 +17,7 @@
 #include "formats/weights.h"
 #include "models/whisper.h"
 
-#define REF "tests/fixtures/whisper_tiny_en/ref.safetensors"
+#define REF "tests/fixtures/whisper_tiny_en/ct2_ref.safetensors"
 
 static const int rows[] = {0, 1, 100, 375, 750, 1100, 1498, 1499}; /* as tools/make_whisper_ref.py */
 
