@@ -9,6 +9,7 @@
 #include "formats/ct2.h"
 #include "formats/model_desc.h"
 #include "formats/weights.h"
+#include "models/whisper.h"
 
 static int fail(void)
 {
@@ -75,6 +76,26 @@ static void human(uint64_t b, char *buf, size_t cap)
 	else snprintf(buf, cap, "%.1f KiB", (double)b / 1024.0);
 }
 
+/* The Whisper model path holds, as the model loader reads it (sizes, layers, dtype, source);
+ * 1 when printed, 0 with the loader's reason on stdout when it would not load. */
+static int print_whisper(const char *path)
+{
+	sg_whisper_info i;
+	char dtype[32];
+	if (sg_whisper_describe(path, &i, dtype, sizeof(dtype))) {
+		printf("model: whisper, does not load: %s\n", sg_last_error());
+		return 0;
+	}
+	printf("model: whisper (%s, %s)\n", i.multilingual ? "multilingual" : "English-only", i.source);
+	printf("whisper_source: %s\nwhisper_dtype: %s\n", i.source, i.dtype);
+	printf("whisper_encoder: %d layers, %d heads, d_model %d, ffn %d, %d mels, %d positions\n", i.n_audio_layer,
+	       i.n_audio_head, i.d_model, i.n_ffn, i.n_mels, i.n_audio_ctx);
+	printf("whisper_decoder: %d layers, %d heads, vocab %d, %d positions\n", i.n_text_layer, i.n_text_head, i.n_vocab,
+	       i.n_text_ctx);
+	printf("whisper_alignment_heads: %d\n", i.n_align_heads);
+	return 1;
+}
+
 /* Dequantizes one tensor to little-endian f32 values in `out`. */
 static int dump_tensor(const sg_weights *w, const char *name, const char *out)
 {
@@ -128,8 +149,8 @@ static void add_total(type_total *totals, int *n, int cap, const char *type, uin
 	if (k < *n) totals[k].bytes += bytes, totals[k].count++;
 }
 
-/* A CTranslate2 folder or model.bin: the spec, the variables and their bytes. The model itself
- * (for Whisper: the encoder-decoder) is not read from this format yet. */
+/* A CTranslate2 folder or model.bin: the spec, the variables and their bytes, and for a
+ * WhisperSpec the model as the Whisper loader reads it. */
 static int inspect_ct2(const char *path, int list, const char *dump)
 {
 	if (dump) {
@@ -162,7 +183,8 @@ static int inspect_ct2(const char *path, int list, const char *dump)
 	char h[32];
 	human(c.data_bytes, h, sizeof(h));
 	printf("total_bytes: %" PRIu64 " (%s)\n", c.data_bytes, h);
-	printf("model: not supported yet (the format is read; no model runs from it)\n");
+	if (!strcmp(c.spec, "WhisperSpec")) print_whisper(path);
+	else printf("model: none runs from a CTranslate2 %s\n", c.spec);
 	if (list) {
 		printf("\n%-56s %-8s %-28s %s\n", "name", "type", "shape (innermost first)", "offset");
 		for (int i = 0; i < c.n_vars; i++) {
@@ -215,6 +237,7 @@ int sg_cli_inspect(int argc, char **argv)
 	else printf("format: safetensors (%d file%s)\n", w->n_files, w->n_files == 1 ? "" : "s");
 	if (have_desc) print_desc(&d);
 	else printf("arch: unknown (no config.json)\n");
+	if (have_desc && d.arch == SG_ARCH_WHISPER && w->format == SG_WEIGHTS_SAFETENSORS) print_whisper(path);
 
 	type_total totals[64] = {0};
 	int n_totals = 0;

@@ -590,3 +590,35 @@ void sg_whisper_close_weights(sg_whisper *w)
 	sg_free(s);
 	w->src = NULL;
 }
+
+sg_status sg_whisper_describe(const char *path, sg_whisper_info *out, char *dtype, size_t cap)
+{
+	memset(out, 0, sizeof(*out));
+	sg_whisper *w = sg_calloc(1, sizeof(*w));
+	wh_src *s = sg_calloc(1, sizeof(*s));
+	if (!w || !s) {
+		sg_free(w);
+		sg_free(s);
+		return sg_error(SG_ERR_NOMEM, "whisper: describing '%s'", path);
+	}
+	w->src = s;
+	sg_status st = sg_ct2_detect(path) ? open_ct2(w, s, path) : open_hf(w, s, path);
+	if (!st) {
+		const sg_tensor *t = src_find(s, s->kind == SRC_HF ? "model.decoder.embed_tokens.weight" : "decoder/embeddings/weight");
+		snprintf(dtype, cap, "%s", t ? sg_type_name(t->type) : "unknown");
+		count_params(w);
+		int64_t bytes = 0;
+		if (s->kind == SRC_HF)
+			for (int i = 0; i < s->st->n_tensors; i++) bytes += (int64_t)s->st->tensors[i]->nbytes;
+		else bytes = (int64_t)s->ct2.data_bytes;
+		*out = w->info;
+		out->multilingual = out->n_vocab >= 51865;
+		out->weight_bytes = bytes;
+		out->align_heads = NULL;
+		out->dtype = dtype;
+	}
+	sg_whisper_close_weights(w);
+	sg_free(w->align);
+	sg_free(w);
+	return st;
+}

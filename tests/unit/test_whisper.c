@@ -205,3 +205,64 @@ Test(whisper, refuses_missing_and_foreign_models)
 	p.n_seq = -1;
 	cr_expect_eq(sg_whisper_load(FIX, &p, &w), SG_ERR_INVALID_ARG);
 }
+
+/* A temporary copy of the fixture whose config.json has one value replaced. */
+static void copy_with_config(const char *dir, const char *from, const char *to)
+{
+	char path[512], cmd[1024];
+	snprintf(cmd, sizeof(cmd), "mkdir -p %s && cp " FIX "/model.safetensors %s/", dir, dir);
+	cr_assert_eq(system(cmd), 0);
+	FILE *f = fopen(FIX "/config.json", "rb");
+	cr_assert_not_null(f);
+	char buf[8192];
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	char *at = strstr(buf, from);
+	cr_assert_not_null(at, "config.json has no %s", from);
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	f = fopen(path, "wb");
+	fwrite(buf, 1, (size_t)(at - buf), f);
+	fputs(to, f);
+	fputs(at + strlen(from), f);
+	fclose(f);
+}
+
+Test(whisper, a_config_that_disagrees_with_the_weights_names_the_tensor)
+{
+	char dir[] = "/tmp/sg_whisper_cfg_XXXXXX";
+	cr_assert_not_null(mkdtemp(dir));
+	copy_with_config(dir, "\"d_model\": 64", "\"d_model\": 32");
+	sg_whisper_params p = sg_whisper_default_params();
+	p.backend = "cpu";
+	sg_whisper *w = NULL;
+	cr_expect_eq(sg_whisper_load(dir, &p, &w), SG_ERR_FORMAT);
+	cr_expect(strstr(sg_last_error(), "model.encoder.conv1.weight: expected [3, 80, 32], found BF16 [3, 80, 64]") != NULL,
+		  "%s", sg_last_error());
+	cr_expect_null(w);
+	copy_with_config(dir, "\"max_source_positions\": 16", "\"max_source_positions\": 1500");
+	cr_expect_eq(sg_whisper_load(dir, &p, &w), SG_ERR_FORMAT);
+	cr_expect(strstr(sg_last_error(), "embed_positions") != NULL, "%s", sg_last_error());
+	copy_with_config(dir, "\"activation_function\": \"gelu\"", "\"activation_function\": \"relu\"");
+	cr_expect_eq(sg_whisper_load(dir, &p, &w), SG_ERR_UNSUPPORTED);
+	cr_expect(strstr(sg_last_error(), "relu") != NULL, "%s", sg_last_error());
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_expect_eq(system(cmd), 0);
+}
+
+Test(whisper, describe_reads_the_sizes_without_loading)
+{
+	sg_whisper_info i;
+	char dt[32];
+	cr_assert_eq(sg_whisper_describe(FIX, &i, dt, sizeof(dt)), SG_OK, "%s", sg_last_error());
+	cr_expect_eq(i.n_audio_ctx, 16);
+	cr_expect_eq(i.d_model, 64);
+	cr_expect_eq(i.n_text_layer, 2);
+	cr_expect_str_eq(i.dtype, "BF16");
+	cr_expect_str_eq(i.source, "hf");
+	cr_expect_eq(i.n_params, 220672);
+	cr_expect_eq(sg_whisper_describe("tests/fixtures/bert", &i, dt, sizeof(dt)), SG_ERR_UNSUPPORTED);
+	cr_expect_eq(sg_whisper_describe("tests/fixtures/ct2", &i, dt, sizeof(dt)), SG_ERR_UNSUPPORTED, "a CTranslate2 TinySpec");
+	cr_expect(strstr(sg_last_error(), "TinySpec") != NULL, "%s", sg_last_error());
+}
