@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "cli/cli.h"
 #include "formats/ct2.h"
+#include "formats/ggml_whisper.h"
 #include "formats/model_desc.h"
 #include "formats/weights.h"
 #include "models/whisper.h"
@@ -201,6 +202,46 @@ static int inspect_ct2(const char *path, int list, const char *dump)
 	return 0;
 }
 
+/* whisper.cpp's ggml .bin: hparams, vocabulary, tensors, and the model as the loader reads it. */
+static int inspect_ggml(const char *path, int list, const char *dump)
+{
+	if (dump) {
+		sg_error(SG_ERR_UNSUPPORTED, "inspect: --dump does not read ggml files (%s)", path);
+		return fail();
+	}
+	sg_ggml_whisper g;
+	if (sg_ggml_whisper_open(path, &g)) return fail();
+	type_total totals[8] = {0};
+	int n_totals = 0;
+	uint64_t params = 0, bytes = 0;
+	for (int i = 0; i < g.n_tensors; i++) {
+		params += (uint64_t)sg_tensor_nelem(&g.tensors[i]);
+		bytes += g.tensors[i].nbytes;
+		add_total(totals, &n_totals, 8, sg_type_name(g.tensors[i].type), g.tensors[i].nbytes);
+	}
+	printf("path: %s\nformat: ggml (whisper.cpp)\n", path);
+	printf("ftype: %d\nmel_filters: %d x %d\nvocabulary: %d tokens\ntensors: %d\n", g.hp[10], g.n_mel, g.n_fft, g.n_vocab_words,
+	       g.n_tensors);
+	printf("parameters: %" PRIu64 " (%.1fM)\n", params, (double)params / 1e6);
+	for (int k = 0; k < n_totals; k++) {
+		char h[32];
+		human(totals[k].bytes, h, sizeof(h));
+		printf("bytes %s: %" PRIu64 " (%s, %d tensors)\n", totals[k].name, totals[k].bytes, h, totals[k].count);
+	}
+	print_whisper(path);
+	if (list) {
+		printf("\n%-56s %-8s %-28s %s\n", "name", "type", "shape (innermost first)", "offset");
+		for (int i = 0; i < g.n_tensors; i++) {
+			const sg_tensor *t = &g.tensors[i];
+			char sh[160];
+			printf("%-56s %-8s %-28s %" PRIu64 "\n", t->name, sg_type_name(t->type), sg_tensor_shape_str(t, sh, sizeof(sh)),
+			       t->offset);
+		}
+	}
+	sg_ggml_whisper_close(&g);
+	return 0;
+}
+
 int sg_cli_inspect(int argc, char **argv)
 {
 	const char *path = NULL, *dump = NULL, *out = NULL;
@@ -216,6 +257,7 @@ int sg_cli_inspect(int argc, char **argv)
 	if (!path) return sg_cli_usage_error("inspect", "missing PATH");
 	if (dump && !out) return sg_cli_usage_error("inspect", "--dump needs --out FILE");
 	if (sg_ct2_detect(path)) return inspect_ct2(path, list, dump);
+	if (sg_ggml_whisper_detect(path)) return inspect_ggml(path, list, dump);
 	sg_weights *w;
 	if (sg_weights_open(path, &w)) return fail();
 	if (dump) {

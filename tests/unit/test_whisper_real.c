@@ -124,3 +124,25 @@ Test(whisper_real, tiny_en_ct2_matches_ctranslate2_on_speech, .timeout = 600)
 	sg_weights_close(ref);
 	sg_whisper_free(w);
 }
+
+/* The same weights rewritten as whisper.cpp's ggml file (tools/whisper_convert.py ggml, set by
+ * the e2e test as SG_WHISPER_REAL_GGML): the same numbers, and its vocabulary spells the tokens. */
+Test(whisper_real, tiny_en_ggml_matches_ctranslate2, .timeout = 600)
+{
+	const char *model = getenv("SG_WHISPER_REAL_GGML"), *clips = getenv("SG_WHISPER_REAL_CLIPS");
+	if (!model || !clips) cr_skip_test("SG_WHISPER_REAL_GGML / SG_WHISPER_REAL_CLIPS not set (tests/e2e/test_whisper_real.py sets them)");
+	sg_whisper_params p = sg_whisper_default_params();
+	p.backend = "cpu";
+	sg_whisper *w = NULL;
+	cr_assert_eq(sg_whisper_load(model, &p, &w), SG_OK, "%s", sg_last_error());
+	cr_expect_str_eq(sg_whisper_get_info(w)->source, "ggml");
+	cr_expect_null(sg_whisper_tokenizer_path(w));
+	cr_expect_str_eq(sg_whisper_vocab(w, 843), " And");
+	cr_expect_str_eq(sg_whisper_vocab(w, 5891), " fellow");
+	cr_expect_null(sg_whisper_vocab(w, 50257), "special tokens are not in the file's list");
+	sg_weights *ref = NULL;
+	cr_assert_eq(sg_weights_open(REF, &ref), SG_OK, "%s", sg_last_error());
+	check_clip(w, ref, clips, "jfk");
+	sg_weights_close(ref);
+	sg_whisper_free(w);
+}
