@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/flags.h"
 #include "formats/ggml_whisper.h"
 #include "formats/weights.h"
 #include "models/whisper.h"
@@ -357,4 +358,34 @@ Test(whisper, ggml_parser_refuses_every_truncation_and_bad_fields)
 	cr_expect(strstr(sg_last_error(), "magic") != NULL, "%s", sg_last_error());
 	free(c);
 	free(b);
+}
+
+/* The encoder's two attention paths (SARAGOSSA_WHISPER_GEMM_ATTN) agree, and each matches the
+ * reference (the GEMM one is the default the other tests run). */
+Test(whisper, encoder_attention_op_path_matches_the_gemm_path)
+{
+	float *out[2];
+	sg_weights *ref = NULL;
+	int64_t n = 0;
+	for (int k = 0; k < 2; k++) {
+		setenv("SARAGOSSA_WHISPER_GEMM_ATTN", k ? "0" : "1", 1);
+		sg_flags_reload();
+		sg_whisper *w = load_n(1);
+		unsetenv("SARAGOSSA_WHISPER_GEMM_ATTN");
+		sg_flags_reload();
+		const sg_whisper_info *i = sg_whisper_get_info(w);
+		n = (int64_t)i->n_audio_ctx * i->d_model;
+		if (ref) sg_weights_close(ref);
+		ref = encode_ref(w);
+		out[k] = calloc((size_t)n, sizeof(float));
+		cr_assert_eq(sg_whisper_encoder_output(w, out[k]), SG_OK, "%s", sg_last_error());
+		double e = rel_err(out[k], ref_tensor(ref, "encoder_output", n), n);
+		cr_expect(e <= TOL, "path %d: %.3g", k, e);
+		sg_whisper_free(w);
+	}
+	double e = rel_err(out[1], out[0], n);
+	cr_expect(e <= 1e-5 && e > 0.0, "the attention op and the GEMM path differ by %.3g (0: the flag did nothing)", e);
+	free(out[0]);
+	free(out[1]);
+	sg_weights_close(ref);
 }
