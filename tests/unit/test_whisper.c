@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "base/flags.h"
 #include "formats/ggml_whisper.h"
 #include "formats/weights.h"
@@ -388,4 +389,43 @@ Test(whisper, encoder_attention_op_path_matches_the_gemm_path)
 	free(out[0]);
 	free(out[1]);
 	sg_weights_close(ref);
+}
+
+/* The same forward on the CUDA backend (the GPU test group: skipped without a usable GPU or a
+ * CUDA build): encoder output, logits and the greedy tokens against transformers. */
+Test(whisper, cuda_backend_matches_transformers, .timeout = 120)
+{
+	char devs[512];
+	if (sg_backend_devices("cuda", devs, sizeof(devs)) < 1) cr_skip_test("no usable GPU (%s)", devs);
+	sg_whisper_params p = sg_whisper_default_params();
+	p.backend = "cuda";
+	sg_whisper *w = NULL;
+	cr_assert_eq(sg_whisper_load(FIX, &p, &w), SG_OK, "%s", sg_last_error());
+	const sg_whisper_info *i = sg_whisper_get_info(w);
+	sg_weights *ref = encode_ref(w);
+	int64_t n = (int64_t)i->n_audio_ctx * i->d_model;
+	float *got = calloc((size_t)n, sizeof(float));
+	cr_assert_eq(sg_whisper_encoder_output(w, got), SG_OK, "%s", sg_last_error());
+	double e = rel_err(got, ref_tensor(ref, "encoder_output", n), n);
+	cr_log_info("whisper cuda: encoder max |d| / max |ref| = %.3g", e);
+	cr_expect(e <= TOL, "encoder output: %.3g", e);
+	const sg_tensor *it = sg_weights_find(ref, "decoder_input_ids");
+	int nt = (int)sg_tensor_nelem(it), V = i->n_vocab;
+	float *lg = calloc((size_t)nt * (size_t)V, sizeof(float));
+	cr_assert_eq(sg_whisper_decode(w, 0, (const int32_t *)it->data, nt, 0, 1, lg), SG_OK, "%s", sg_last_error());
+	e = rel_err(lg, ref_tensor(ref, "logits", (int64_t)nt * V), (int64_t)nt * V);
+	cr_log_info("whisper cuda: logits max |d| / max |ref| = %.3g", e);
+	cr_expect(e <= TOL, "logits: %.3g", e);
+	const sg_tensor *gt = sg_weights_find(ref, "greedy");
+	const int32_t *want = (const int32_t *)gt->data;
+	cr_assert_eq(sg_whisper_decode(w, 0, (const int32_t *)it->data, nt, 0, 0, lg), SG_OK, "%s", sg_last_error());
+	for (int k = 0; k < (int)sg_tensor_nelem(gt); k++) {
+		int32_t tok = argmax(lg, V);
+		cr_expect_eq(tok, want[k], "greedy token %d", k);
+		cr_assert_eq(sg_whisper_decode(w, 0, &tok, 1, nt + k, 0, lg), SG_OK, "%s", sg_last_error());
+	}
+	free(lg);
+	free(got);
+	sg_weights_close(ref);
+	sg_whisper_free(w);
 }
