@@ -429,3 +429,54 @@ Test(whisper, cuda_backend_matches_transformers, .timeout = 120)
 	sg_weights_close(ref);
 	sg_whisper_free(w);
 }
+
+/* Loads dir and checks the encoder output and the logits of the reference prompt against
+ * transformers within tol; returns the logits' error. */
+static double parity_of(const char *dir, double tol, const char *source)
+{
+	sg_whisper_params p = sg_whisper_default_params();
+	p.backend = "cpu";
+	p.n_threads = 2;
+	sg_whisper *w = NULL;
+	cr_assert_eq(sg_whisper_load(dir, &p, &w), SG_OK, "%s", sg_last_error());
+	const sg_whisper_info *i = sg_whisper_get_info(w);
+	cr_expect_str_eq(i->source, source);
+	sg_weights *ref = encode_ref(w);
+	int64_t n = (int64_t)i->n_audio_ctx * i->d_model;
+	float *got = calloc((size_t)n, sizeof(float));
+	cr_assert_eq(sg_whisper_encoder_output(w, got), SG_OK, "%s", sg_last_error());
+	double e = rel_err(got, ref_tensor(ref, "encoder_output", n), n);
+	cr_log_info("whisper %s: encoder max |d| / max |ref| = %.3g", dir, e);
+	cr_expect(e <= tol, "%s: encoder output %.3g > %g", dir, e, tol);
+	const sg_tensor *it = sg_weights_find(ref, "decoder_input_ids");
+	int nt = (int)sg_tensor_nelem(it), V = i->n_vocab;
+	float *lg = calloc((size_t)nt * (size_t)V, sizeof(float));
+	cr_assert_eq(sg_whisper_decode(w, 0, (const int32_t *)it->data, nt, 0, 1, lg), SG_OK, "%s", sg_last_error());
+	e = rel_err(lg, ref_tensor(ref, "logits", (int64_t)nt * V), (int64_t)nt * V);
+	cr_log_info("whisper %s: logits max |d| / max |ref| = %.3g", dir, e);
+	cr_expect(e <= tol, "%s: logits %.3g > %g", dir, e, tol);
+	free(lg);
+	free(got);
+	sg_weights_close(ref);
+	sg_whisper_free(w);
+	return e;
+}
+
+/* The fixture as a CTranslate2 int8 folder (tools/whisper_convert.py ct2 ... int8: one float32
+ * scale per row): the codes run as Q8_0; the error is the int8 rounding of the weights. */
+Test(whisper, ct2_int8_fixture_stays_near_transformers)
+{
+	double e = parity_of(FIX "_ct2_int8", 3e-2, "ct2");
+	cr_expect_gt(e, 1e-5, "int8 weights that change nothing: the codes were not used");
+}
+
+/* The fixture rewritten by tools/whisper_convert.py as a CTranslate2 float32 folder (fused qkv
+ * and kv) and as a Hugging Face folder again: the same numbers. tests/e2e/test_whisper_formats.py
+ * writes them and sets SG_WHISPER_FIXTURE_CT2 / SG_WHISPER_FIXTURE_HF; skipped otherwise. */
+Test(whisper, converted_fixture_folders_match_transformers)
+{
+	const char *ct2 = getenv("SG_WHISPER_FIXTURE_CT2"), *hf = getenv("SG_WHISPER_FIXTURE_HF");
+	if (!ct2 || !hf) cr_skip_test("SG_WHISPER_FIXTURE_CT2 / _HF not set (tests/e2e/test_whisper_formats.py sets them)");
+	parity_of(ct2, TOL, "ct2");
+	parity_of(hf, TOL, "hf");
+}
