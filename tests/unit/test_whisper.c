@@ -480,3 +480,50 @@ Test(whisper, converted_fixture_folders_match_transformers)
 	parity_of(ct2, TOL, "ct2");
 	parity_of(hf, TOL, "hf");
 }
+
+/* sg_whisper_cross_attn against transformers' cross_attentions (eager attention, float32) of
+ * three (layer, head) pairs named by a generation_config.json beside a copy of the fixture
+ * (tests/fixtures/whisper_xattn, tools/make_whisper_xattn.py). */
+Test(whisper, cross_attention_weights_match_transformers)
+{
+	char dir[] = "/tmp/sg_whisper_xattn_XXXXXX", cmd[600];
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(cmd, sizeof(cmd), "cp " FIX "/config.json " FIX "/model.safetensors %s/", dir);
+	cr_assert_eq(system(cmd), 0);
+	sg_weights *x = NULL;
+	cr_assert_eq(sg_weights_open(FIX "_xattn/cross_attn.safetensors", &x), SG_OK, "%s", sg_last_error());
+	const sg_tensor *ht = sg_weights_find(x, "heads"), *it = sg_weights_find(x, "ids"), *wt = sg_weights_find(x, "weights");
+	cr_assert(ht && it && wt);
+	int nh = (int)ht->ne[1], n = (int)sg_tensor_nelem(it);
+	const int32_t *heads = (const int32_t *)ht->data;
+	char path[600];
+	snprintf(path, sizeof(path), "%s/generation_config.json", dir);
+	FILE *f = fopen(path, "wb");
+	cr_assert_not_null(f);
+	fputs("{\"alignment_heads\": [", f);
+	for (int k = 0; k < nh; k++) fprintf(f, "%s[%d, %d]", k ? ", " : "", heads[2 * k], heads[2 * k + 1]);
+	fputs("]}\n", f);
+	fclose(f);
+	sg_whisper_params p = sg_whisper_default_params();
+	p.backend = "cpu";
+	sg_whisper *w = NULL;
+	cr_assert_eq(sg_whisper_load(dir, &p, &w), SG_OK, "%s", sg_last_error());
+	const sg_whisper_info *i = sg_whisper_get_info(w);
+	cr_assert_eq(i->n_align_heads, nh);
+	cr_expect_eq(i->align_heads[nh - 1][0], heads[2 * nh - 2]);
+	cr_expect_eq(i->align_heads[nh - 1][1], heads[2 * nh - 1]);
+	sg_weights *ref = encode_ref(w);
+	int64_t total = (int64_t)nh * n * i->n_audio_ctx;
+	cr_assert_eq(sg_tensor_nelem(wt), total);
+	float *got = calloc((size_t)total, sizeof(float));
+	cr_assert_eq(sg_whisper_cross_attn(w, (const int32_t *)it->data, n, got), SG_OK, "%s", sg_last_error());
+	double e = rel_err(got, (const float *)wt->data, total);
+	cr_log_info("whisper: cross-attention weights max |d| / max |ref| = %.3g", e);
+	cr_expect(e <= TOL, "cross-attention weights: %.3g > %g", e, TOL);
+	free(got);
+	sg_weights_close(ref);
+	sg_weights_close(x);
+	sg_whisper_free(w);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_expect_eq(system(cmd), 0);
+}
