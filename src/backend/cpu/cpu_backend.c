@@ -443,7 +443,7 @@ static sg_status cpu_matmul(sg_backend *be, const sg_btensor *w, const sg_btenso
 	j.y = y->data;
 	/* many tokens: the GEMM kernel when the set has one (8-bit types only with 8-bit activations) */
 	sg_kt kt = j.w.kt;
-	if (j.nx > 1 && cb->gemm && cb->k->mm[kt] && (j.q8 || kt == SG_KT_F32 || kt == SG_KT_F16 || kt == SG_KT_BF16)) {
+	if (j.nx > 1 && cb->gemm && !cb->exact && cb->k->mm[kt] && (j.q8 || kt == SG_KT_F32 || kt == SG_KT_F16 || kt == SG_KT_BF16)) {
 		j.mm = cb->k->mm[kt];
 		j.xoff = cb->k->mm_xoff[kt];
 		atomic_init(&j.next, 0);
@@ -613,6 +613,10 @@ static void cpu_caps(sg_backend *be, sg_backend_caps *out)
 		 cb->k->name);
 }
 
+/* match_decode: many tokens take the one-token kernels (see cpu_matmul, sg_cpu_attention and
+ * sg_cpu_gated_delta), the weights still read once per tile of tokens. */
+static void cpu_match_decode(sg_backend *be, int on) { ((sg_cpu_backend *)be)->exact = on != 0; }
+
 static const sg_backend_ops cpu_ops = {
 	.name = "cpu",
 	.destroy = cpu_destroy,
@@ -648,6 +652,7 @@ static const sg_backend_ops cpu_ops = {
 	.gather_cols = sg_cpu_gather_cols,
 	.glu_split = sg_cpu_glu_split,
 	.moe_weight_scale = sg_cpu_moe_weight_scale,
+	.match_decode = cpu_match_decode,
 	.caps = cpu_caps,
 };
 

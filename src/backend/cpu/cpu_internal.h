@@ -180,6 +180,7 @@ typedef struct sg_cpu_backend {
 	int int8_dot;      /* SARAGOSSA_CPU_INT8_DOT */
 	int attn_split_kv; /* SARAGOSSA_CPU_ATTN_SPLIT_KV */
 	int gemm;          /* SARAGOSSA_CPU_GEMM: many tokens take the kernel set's mm[] */
+	int exact;         /* match_decode on: many-token ops give each token the one-token bits */
 	int mlx_repack;    /* SARAGOSSA_CPU_MLX_REPACK: bind repacks MLX 4-bit weights of groups >= 64 to
 			    * SG_KT_MLX4G (1); 0 never; 2 every group size */
 	void *scratch_raw; /* allocation */
