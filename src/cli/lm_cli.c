@@ -286,11 +286,12 @@ int sg_cli_spec_opt(const char *name, const char *value, sg_cli_spec *sp, char *
 	}
 	if (!strcmp(name, "--draft-max") || !strcmp(name, "--draft-min")) {
 		long v;
-		if (sg_cli_parse_int(value, name[8] == 'a' ? 1 : 0, 256, &v)) {
-			snprintf(err, errn, "%s wants an integer in [%d, 256], got '%s'", name, name[8] == 'a' ? 1 : 0, value);
+		int is_max = !strcmp(name, "--draft-max");
+		if (sg_cli_parse_int(value, is_max, 256, &v)) {
+			snprintf(err, errn, "%s wants an integer in [%d, 256], got '%s'", name, is_max, value);
 			return 2;
 		}
-		if (name[8] == 'a') sp->draft_max = v;
+		if (is_max) sp->draft_max = v;
 		else sp->draft_min = v;
 		return 0;
 	}

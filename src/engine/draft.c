@@ -15,6 +15,8 @@ struct sg_drafter {
 	sg_gen_drafter ops;
 	/* n-gram */
 	int nmin, nmax;
+	int32_t *ref; /* [n_ref] a reference searched after the history */
+	size_t n_ref;
 	/* draft model */
 	sg_session *ds;
 	int32_t target_vocab;
@@ -31,19 +33,48 @@ int sg_drafter_enabled(const char *kind)
 
 const sg_gen_drafter *sg_drafter_ops(const sg_drafter *d) { return d ? &d->ops : NULL; }
 
-void sg_drafter_free(sg_drafter *d) { sg_free(d); }
+void sg_drafter_free(sg_drafter *d)
+{
+	if (!d) return;
+	sg_free(d->ref);
+	sg_free(d);
+}
+
+sg_status sg_drafter_ngram_reference(sg_drafter *d, const int32_t *ids, size_t n)
+{
+	sg_free(d->ref);
+	d->ref = NULL;
+	d->n_ref = 0;
+	if (!n) return SG_OK;
+	d->ref = sg_malloc(n * sizeof(int32_t));
+	if (!d->ref) return SG_FAIL(SG_ERR_NOMEM, "a reference of %zu tokens", n);
+	memcpy(d->ref, ids, n * sizeof(int32_t));
+	d->n_ref = n;
+	return SG_OK;
+}
 
 /* ---- n-gram / prompt lookup ---- */
 
-/* The latest start i < n - len of hist's last len tokens elsewhere in hist, or -1. */
-static long find_suffix(const int32_t *hist, size_t n, size_t len)
+/* The latest start i <= end - len in a[0..end) of the len tokens at suf, or -1. */
+static long find_in(const int32_t *a, size_t end, const int32_t *suf, size_t len)
 {
-	const int32_t *suf = hist + n - len;
-	for (long i = (long)(n - len) - 1; i >= 0; i--) {
-		if (hist[i] != suf[0]) continue;
-		if (!memcmp(hist + i, suf, len * sizeof(int32_t))) return i;
+	if (end < len) return -1;
+	for (long i = (long)(end - len); i >= 0; i--) {
+		if (a[i] != suf[0]) continue;
+		if (!memcmp(a + i, suf, len * sizeof(int32_t))) return i;
 	}
 	return -1;
+}
+
+/* Up to max tokens of a[from..n) into out; how many. */
+static int32_t copy_from(const int32_t *a, size_t n, size_t from, int32_t max, int32_t *out)
+{
+	int32_t k = 0;
+	while (k < max && from + (size_t)k < n) {
+		out[k] = a[from + (size_t)k];
+		k++;
+	}
+	return k;
 }
 
 static sg_status ngram_draft(void *self, const int32_t *hist, size_t n, int32_t max, int32_t *out, int32_t *n_out)
@@ -53,17 +84,19 @@ static sg_status ngram_draft(void *self, const int32_t *hist, size_t n, int32_t 
 	/* the longest suffix that occurred before wins; among equals the latest occurrence (the
 	 * most recent version of a line being edited) */
 	for (int len = d->nmax; len >= d->nmin; len--) {
-		if ((size_t)len >= n) continue;
-		long i = find_suffix(hist, n, (size_t)len);
-		if (i < 0) continue;
-		size_t from = (size_t)i + (size_t)len;
-		int32_t k = 0;
-		while (k < max && from + (size_t)k < n) {
-			out[k] = hist[from + (size_t)k];
-			k++;
+		if ((size_t)len > n) continue;
+		const int32_t *suf = hist + n - (size_t)len;
+		/* in the history before the suffix itself (a match ending at n - 1 at the latest) */
+		long i = (size_t)len < n ? find_in(hist, n - 1, suf, (size_t)len) : -1;
+		if (i >= 0) {
+			*n_out = copy_from(hist, n, (size_t)i + (size_t)len, max, out);
+			return SG_OK;
 		}
-		*n_out = k;
-		return SG_OK;
+		i = find_in(d->ref, d->n_ref, suf, (size_t)len);
+		if (i >= 0 && (size_t)i + (size_t)len < d->n_ref) {
+			*n_out = copy_from(d->ref, d->n_ref, (size_t)i + (size_t)len, max, out);
+			return SG_OK;
+		}
 	}
 	return SG_OK;
 }

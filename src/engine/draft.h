@@ -33,6 +33,9 @@ sg_status sg_drafter_ngram(int ngram_min, int ngram_max, sg_drafter **out);
  * and belongs to it: nothing else may evaluate in it). target_vocab: the target's vocabulary
  * size; a draft id at or past it ends a draft. */
 sg_status sg_drafter_model(sg_session *draft, int32_t target_vocab, sg_drafter **out);
+/* Gives an n-gram drafter a reference text (ids copied; n 0 clears it) to search where the
+ * history has no match: a predicted answer (OpenAI's `prediction`), a file about to be edited. */
+sg_status sg_drafter_ngram_reference(sg_drafter *d, const int32_t *ids, size_t n);
 const sg_gen_drafter *sg_drafter_ops(const sg_drafter *d);
 void sg_drafter_free(sg_drafter *d);
 
