@@ -155,6 +155,8 @@ typedef struct spec_run {
 	int32_t nd, at; /* guesses verified; rows used (rows[at] gave the last logits) */
 	int32_t cur;    /* the draft length asked for now (SARAGOSSA_SPEC_ADAPTIVE), else max */
 	int adaptive;
+	int32_t skip;   /* tokens still to decode without guesses (after steps that kept none) */
+	int32_t fails;  /* verify steps in a row that kept no guess */
 } spec_run;
 
 static sg_status spec_init(spec_run *sp, const sg_gen_model *m, const sg_gen_params *p)
@@ -228,10 +230,22 @@ static sg_status spec_step(sg_gen_state *st, spec_run *sp, int32_t tok, int32_t 
 		 * about a token's compute per guess on a CPU, so wasted guesses are not free) */
 		int32_t c = sp->at == sp->nd ? 2 * sp->cur : sp->at + 1;
 		sp->cur = c > sp->max ? sp->max : c < sp->min ? sp->min : c;
+		/* none kept: decode the next 2, 4, .. 32 tokens without guesses (free prose gives
+		 * an n-gram drafter little to copy); one kept guess ends the back-off */
+		if (sp->at == 0) {
+			sp->fails = sp->fails < 5 ? sp->fails + 1 : 5;
+			sp->skip = 1 << sp->fails;
+		} else {
+			sp->fails = 0;
+		}
 	}
 	sg_status s = spec_drop(st, sp);
 	if (s) return s;
 	int32_t k = room < sp->cur ? room : sp->cur, nd = 0;
+	if (sp->skip > 0) {
+		sp->skip--;
+		k = 0;
+	}
 	if ((s = history_reserve(st, st->n + 1 + (size_t)(k > 0 ? k : 0)))) return s;
 	st->tokens[st->n] = tok;
 	if (k > 0) {
