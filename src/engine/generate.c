@@ -230,10 +230,11 @@ static sg_status spec_step(sg_gen_state *st, spec_run *sp, int32_t tok, int32_t 
 		 * about a token's compute per guess on a CPU, so wasted guesses are not free) */
 		int32_t c = sp->at == sp->nd ? 2 * sp->cur : sp->at + 1;
 		sp->cur = c > sp->max ? sp->max : c < sp->min ? sp->min : c;
-		/* none kept: decode the next 2, 4, .. 32 tokens without guesses (free prose gives
-		 * an n-gram drafter little to copy); one kept guess ends the back-off */
+		/* none kept: decode the next 2, 4 or 8 tokens without guesses (free prose gives an
+		 * n-gram drafter little to copy; short, so that a repeated span is still caught
+		 * early); one kept guess ends the back-off */
 		if (sp->at == 0) {
-			sp->fails = sp->fails < 5 ? sp->fails + 1 : 5;
+			sp->fails = sp->fails < 3 ? sp->fails + 1 : 3;
 			sp->skip = 1 << sp->fails;
 		} else {
 			sp->fails = 0;
