@@ -53,8 +53,8 @@ def run_sg(bin_, args, prompt, extra, env):
 def run_llama(dir_, args, prompt):
     exe = pathlib.Path(dir_) / "llama-speculative-simple"
     cmd = [str(exe), "-m", args.target, "-md", args.draft, "-p", prompt, "-n", str(args.max_tokens), "-t",
-           str(args.threads), "-td", str(args.threads), "--temp", "0", "-c", "2048", "--draft-max", "16",
-           "--draft-min", "1", "-no-cnv"]
+           str(args.threads), "-td", str(args.threads), "--temp", "0", "-c", "2048", "--spec-draft-n-max", "16",
+           "--spec-draft-n-min", "1", "--spec-draft-p-min", "0.5"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if p.returncode:
         sys.exit(f"llama-speculative-simple failed: {p.stderr[-800:]}")
@@ -73,10 +73,12 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--llama-bin")
     ap.add_argument("--workloads", default="edit,prose")
+    ap.add_argument("--configs", default="plain,ngram,draft")
     args = ap.parse_args()
     bin_ = os.environ.get("SARAGOSSA_BIN", str(ROOT / "build" / "saragossa"))
     env = dict(os.environ)
     configs = {"plain": [], "ngram": ["--spec", "ngram"], "draft": ["--draft-model", args.draft]}
+    configs = {c: configs[c] for c in args.configs.split(",") if c}
     for wl in args.workloads.split(","):
         prompt = WORKLOADS[wl]
         res = {c: [] for c in configs}

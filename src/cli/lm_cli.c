@@ -320,7 +320,7 @@ int sg_cli_spec_start(const char *verb, sg_cli_spec *sp, sg_lm *target, int n_th
 	}
 	sg_status st;
 	if (sp->ngram) {
-		if ((st = sg_drafter_ngram(1, 3, &sp->drafter))) goto fail;
+		if ((st = sg_drafter_ngram(SG_DRAFT_NGRAM_MIN, SG_DRAFT_NGRAM_MAX, &sp->drafter))) goto fail;
 		return 0;
 	}
 	char path[SG_HUB_PATH_MAX];

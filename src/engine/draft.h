@@ -10,7 +10,7 @@
  * Usage:
  *
  *     sg_drafter *d;
- *     if (sg_drafter_ngram(3, 1, &d)) ... sg_last_error() ...
+ *     if (sg_drafter_ngram(SG_DRAFT_NGRAM_MIN, SG_DRAFT_NGRAM_MAX, &d)) ... sg_last_error() ...
  *     p.drafter = sg_drafter_ops(d); p.draft_max = 8;
  *     sg_generate(...);
  *     sg_drafter_free(d);
@@ -26,6 +26,11 @@
 typedef struct sg_drafter sg_drafter;
 typedef struct sg_lm sg_lm;
 typedef struct sg_session sg_session;
+
+/* The n-gram sizes the CLI and the server use: a single repeated token (a common word) guesses
+ * wrong too often to pay for its verify step. */
+#define SG_DRAFT_NGRAM_MIN 2
+#define SG_DRAFT_NGRAM_MAX 4
 
 /* An n-gram drafter matching suffixes of ngram_min..ngram_max tokens (1 <= min <= max <= 64). */
 sg_status sg_drafter_ngram(int ngram_min, int ngram_max, sg_drafter **out);

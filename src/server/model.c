@@ -263,7 +263,7 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, c
 	find_agent(m);
 	if (spec) m->spec = *spec;
 	m->spec.draft_path = NULL;
-	if ((s = sg_drafter_ngram(1, 3, &m->ngram))) goto fail;
+	if ((s = sg_drafter_ngram(SG_DRAFT_NGRAM_MIN, SG_DRAFT_NGRAM_MAX, &m->ngram))) goto fail;
 	if (spec && spec->draft_path && sg_drafter_enabled("model")) {
 		sg_lm_params dp = lp;
 		dp.n_ctx = m->info.n_ctx;

@@ -213,7 +213,7 @@ sg_gen_params sg_resp_gen_params(sg_job *job)
 		int32_t *ids = NULL;
 		size_t n = 0;
 		if (sg_srv_model_tokenize(job->model, q->prediction, q->prediction_len, 0, &ids, &n) == SG_OK &&
-		    sg_drafter_ngram(1, 3, &job->drafter) == SG_OK && sg_drafter_ngram_reference(job->drafter, ids, n) == SG_OK)
+		    sg_drafter_ngram(SG_DRAFT_NGRAM_MIN, SG_DRAFT_NGRAM_MAX, &job->drafter) == SG_OK && sg_drafter_ngram_reference(job->drafter, ids, n) == SG_OK)
 			p.drafter = sg_drafter_ops(job->drafter);
 		else SG_WARN("serve: %s: the prediction is not used: %s", job->id, sg_last_error());
 		sg_free(ids);
