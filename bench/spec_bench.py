@@ -54,7 +54,7 @@ def run_llama(dir_, args, prompt):
     exe = pathlib.Path(dir_) / "llama-speculative-simple"
     cmd = [str(exe), "-m", args.target, "-md", args.draft, "-p", prompt, "-n", str(args.max_tokens), "-t",
            str(args.threads), "-td", str(args.threads), "--temp", "0", "-c", "2048", "--spec-draft-n-max", "16",
-           "--spec-draft-n-min", "1", "--spec-draft-p-min", "0.5"]
+           "--spec-draft-n-min", "1", "--spec-draft-p-min", "0.5", "--spec-type", "draft-simple"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if p.returncode:
         sys.exit(f"llama-speculative-simple failed: {p.stderr[-800:]}")
