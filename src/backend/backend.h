@@ -389,6 +389,14 @@ typedef struct sg_backend_ops {
 	sg_status (*copy)(sg_backend *be, const sg_btensor *src, size_t src_off, sg_btensor *dst,
 			  size_t dst_off, size_t n);
 
+	/* --- exact verification (may be NULL) --- */
+	/* on = 1: until called with 0, every many-token op gives each token the bits a one-token
+	 * step gives it (a speculative verify step then scores its k + 1 tokens exactly as k + 1
+	 * decode steps would). The CPU runs the one-token matmul kernel per token (weights still read
+	 * once per tile of tokens), one-token attention per token and the token-by-token delta rule.
+	 * NULL: the backend cannot promise it, and speculative decoding stays off there. */
+	void (*match_decode)(sg_backend *be, int on);
+
 	/* --- what it is (required) --- */
 	void (*caps)(sg_backend *be, sg_backend_caps *out);
 

@@ -22,6 +22,9 @@ static const sg_flag table[] = {
 	 "CPU: quantized weights take 8-bit activations and integer dot products (0: f32 reference kernels)"},
 	{"SARAGOSSA_CPU_GEMM", SG_FLAG_BOOL, "1",
 	 "CPU: many-token matmuls (prefill) run the blocked GEMM kernels (0: the one-token kernel per token)"},
+	{"SARAGOSSA_CPU_MV4", SG_FLAG_BOOL, "1",
+	 "CPU: many-token matmuls that take the one-token kernel (SARAGOSSA_CPU_GEMM=0, speculative verify steps) run 4 tokens a "
+	 "call on Q4_K and Q6_K weights, each block unpacked once (the same bits; 0: one token a call)"},
 	{"SARAGOSSA_CPU_MLX_REPACK", SG_FLAG_INT, "1",
 	 "CPU: MLX 4-bit weights of groups >= 64 are repacked at load into one stream of [scale, bias, codes] groups (0: read the three tensors in place; 2: groups of 32 too)"},
 	{"SARAGOSSA_CPU_PREFETCH", SG_FLAG_INT, "4096",
@@ -103,6 +106,16 @@ static const sg_flag table[] = {
 	 "generate/serve with plain greedy sampling (temperature 0, no bias, penalty, log-probabilities or constraint): each "
 	 "decode step's argmax is found by the backend and only the id comes back (on a GPU: one graph replay and a 4-byte "
 	 "read, the logits stay on the device); 0 = the logits come back and the sampler picks"},
+	{"SARAGOSSA_SPEC", SG_FLAG_BOOL, "1",
+	 "speculative decoding as asked (--spec, --draft-model, the server's per-model and per-request settings); 0 = every "
+	 "token decoded on its own (the output is the same either way)"},
+	{"SARAGOSSA_SPEC_NGRAM", SG_FLAG_BOOL, "1", "speculative decoding's n-gram (prompt lookup) drafter; 0 = off"},
+	{"SARAGOSSA_SPEC_DRAFT_MODEL", SG_FLAG_BOOL, "1", "speculative decoding's draft-model drafter; 0 = off (the draft model is not loaded)"},
+	{"SARAGOSSA_SPEC_ADAPTIVE", SG_FLAG_BOOL, "1",
+	 "speculative decoding: the draft length follows the measured acceptance (longer while guesses are kept, shorter "
+	 "when they are not); 0 = always --draft-max"},
+	{"SARAGOSSA_SPEC_P_MIN", SG_FLAG_INT, "50",
+	 "draft-model drafter: stop a draft at a token the draft model gives less than this probability, in percent (0 = never)"},
 	{"SARAGOSSA_SAMPLE_IN_BACKEND", SG_FLAG_BOOL, "1",
 	 "generate/serve with top-k sampling (and greedy with a bias or penalty) and no log-probabilities or constraint, on a "
 	 "backend that keeps the logits (CUDA): each decode step ranks the logits where they are and only the top-k plus the "

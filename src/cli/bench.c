@@ -6,6 +6,10 @@
  *   tg<N>  N single-token greedy decode steps (the argmax id is the only read back; on CUDA one
  *          graph replay per token unless SARAGOSSA_CUDA_GRAPHS=0), from an empty context or,
  *          with -d D, after an untimed prefill of D tokens (tok/s)
+ *   v<K>   with --verify K: speculative verify steps of K tokens (a sampled token and K-1 guesses)
+ *          scored with a decode step's bits (sg_session_eval_exact), after the same depth as tg
+ *          (tokens scored per second, and the step's cost in decode steps: below K, a verify step
+ *          is cheaper than decoding its tokens one by one)
  * --backend cuda runs on the GPU and adds the device-to-device copy bandwidth measured in the same
  * process and each decode line's share of it (bytes read per token: weights + the KV cache rows
  * attended, at the mean depth of the run).
@@ -64,7 +68,7 @@ int sg_cli_bench(int argc, char **argv)
 {
 	const char *model_path = NULL;
 	const char *backend = NULL;
-	int p = 512, n = 128, reps = 5, threads = 0, chunk = 0, depth = 0;
+	int p = 512, n = 128, reps = 5, threads = 0, chunk = 0, depth = 0, verify = 0;
 	for (int i = 0; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int rc = 0;
@@ -75,6 +79,7 @@ int sg_cli_bench(int argc, char **argv)
 		else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) rc = int_arg(a, v, 0, &threads);
 		else if (!strcmp(a, "--chunk")) rc = int_arg(a, v, 1, &chunk);
 		else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) rc = int_arg(a, v, 0, &depth);
+		else if (!strcmp(a, "--verify")) rc = int_arg(a, v, 2, &verify);
 		else if (!strcmp(a, "--backend")) backend = v;
 		else return sg_cli_usage_error("bench", "unknown argument '%s'", a);
 		if (rc) return 2;
@@ -97,9 +102,12 @@ int sg_cli_bench(int argc, char **argv)
 	int rc = 1;
 	if (sg_model_load(model_path, &mp, &m)) return fail();
 	sg_session_params sp = sg_session_default_params();
-	sp.n_ctx = (p > depth + n ? p : depth + n) + 1;
+	int len = p > depth + n ? p : depth + n;
+	if (depth + verify > len) len = depth + verify;
+	sp.n_ctx = len + 1;
 	sp.n_batch = chunk;
-	int V = sg_model_n_vocab(m), len = p > depth + n ? p : depth + n;
+	int V = sg_model_n_vocab(m);
+	double tg_mean = 0;
 	toks = sg_malloc(sizeof(int32_t) * (size_t)len);
 	t = sg_malloc(sizeof(double) * (size_t)(2 * (reps + 1)));
 	if (!toks || !t) {
@@ -177,6 +185,7 @@ int sg_cli_bench(int argc, char **argv)
 		}
 		double mean, sd;
 		stats(t + 1, reps, &mean, &sd);
+		tg_mean = mean;
 		/* KV rows a step reads: every cached position of every layer, K and V */
 		double kv = 0, at = depth + (n - 1) / 2.0;
 		for (int li = 0; li < m->desc.n_layer; li++) {
@@ -191,6 +200,51 @@ int sg_cli_bench(int argc, char **argv)
 		printf("   %.1f MiB/token (KV %.1f MiB)", bytes / 1048576.0, kv / 1048576.0);
 		if (copy_gbps > 0) printf(", %.0f GB/s = %.1f%% of copy", mean * bytes / 1e9, 100.0 * mean * bytes / 1e9 / copy_gbps);
 		printf("\n");
+	}
+	if (verify) {
+		if (!sg_session_can_verify(s)) {
+			printf("v%-7d the %s backend cannot verify with a decode step's bits\n", verify, m->be->ops->name);
+		} else {
+			float *rows = sg_malloc(sizeof(float) * (size_t)V * (size_t)verify);
+			if (!rows) {
+				fprintf(stderr, "saragossa bench: out of memory\n");
+				goto done;
+			}
+			int steps = n > 0 ? (n + verify - 1) / verify : 8;
+			/* pass 0: the verify step; pass 1: the same tokens through the prefill path (the
+			 * blocked GEMM on the CPU: not a decode step's bits for quantized weights, shown for
+			 * what a GEMM that matched the GEMV would buy) */
+			for (int pass = 0; pass < 2; pass++) {
+			for (int r = 0; r <= reps; r++) {
+				sg_session_reset(s);
+				if (depth && sg_session_eval(s, toks, depth, NULL)) {
+					sg_free(rows);
+					rc = fail();
+					goto done;
+				}
+				double t0 = sg_time_s();
+				for (int i = 0; i < steps; i++) {
+					/* each step scores the same positions again, as a rejected draft would */
+					sg_status es = pass ? sg_session_eval(s, toks + depth, verify, rows)
+							    : sg_session_eval_exact(s, toks + depth, verify, rows);
+					if (es || sg_session_truncate(s, depth)) {
+						sg_free(rows);
+						rc = fail();
+						goto done;
+					}
+				}
+				t[r] = (double)steps * verify / (sg_time_s() - t0);
+			}
+			double mean, sd;
+			stats(t + 1, reps, &mean, &sd);
+			char name[32];
+			snprintf(name, sizeof name, depth ? "v%d@d%d" : "v%d", verify, depth);
+			printf("%-8s %14.2f +- %7.2f %12s", name, mean, sd, "-");
+			if (tg_mean > 0) printf("   a step costs %.2f decode steps", (double)verify * tg_mean / mean);
+			printf(pass ? " (prefill path, not exact)\n" : "\n");
+			}
+			sg_free(rows);
+		}
 	}
 	rc = 0;
 done:

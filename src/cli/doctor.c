@@ -8,6 +8,7 @@
 #include "base/threadpool.h"
 #include "cli/cli.h"
 #include "cli/lm_cli.h"
+#include "engine/draft.h"
 #include "hub/download.h"
 #include "hub/repo.h"
 #include "saragossa.h"
@@ -99,6 +100,10 @@ int sg_cli_doctor(int argc, char **argv)
 		printf("built in; %d device%s\n", n, n == 1 ? "" : "s");
 		if (devs[0]) printf("           %s\n", devs);
 	}
+	/* which drafters the flags leave on; verify steps need a backend's match_decode op, which
+	 * the CPU backend has (the CUDA backend does not yet: there answers decode without guesses) */
+	printf("speculative: n-gram drafter %s, draft-model drafter %s; exact verify steps on the cpu backend only\n",
+	       sg_drafter_enabled("ngram") ? "on" : "off", sg_drafter_enabled("model") ? "on" : "off");
 	print_models();
 	printf("flags:\n");
 	for (int i = 0; i < sg_flags_count(); i++) {

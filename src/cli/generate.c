@@ -40,7 +40,8 @@
 	"                     takes the model, else the CPU)\n"                          \
 	"  --metrics          print prompt tokens, prefill tok/s, time to first token, decode tok/s,\n"               \
 	"                     total time and peak memory on stderr\n"                                                 \
-	"  --json             print one JSON object: text, finish_reason, seed, metrics\n"
+	"  --json             print one JSON object: text, finish_reason, seed, metrics\n"                       \
+	SG_CLI_SPEC_USAGE
 
 typedef struct out_ctx {
 	int json;
@@ -108,6 +109,8 @@ int sg_cli_generate(int argc, char **argv)
 	long max_tokens = 256, n_ctx = 0, threads = 0;
 	const char *backend = NULL;
 	sg_sampler_params sp = sg_sampler_default_params();
+	sg_cli_spec spec;
+	sg_cli_spec_init(&spec);
 	for (int i = 0; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -133,6 +136,8 @@ int sg_cli_generate(int argc, char **argv)
 		char err[160];
 		int rc = sg_cli_sampler_opt(a, v, &sp, err, sizeof err);
 		if (rc == 2) return sg_cli_usage_error("generate", "%s", err);
+		if (rc == 0) continue;
+		if ((rc = sg_cli_spec_opt(a, v, &spec, err, sizeof err)) == 2) return sg_cli_usage_error("generate", "%s", err);
 		if (rc == 0) continue;
 		if (!strcmp(a, "--model") || !strcmp(a, "-m")) model = v;
 		else if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) prompt = v;
@@ -180,6 +185,7 @@ int sg_cli_generate(int argc, char **argv)
 	char path[SG_HUB_PATH_MAX];
 	/* one answer per process: no later turn could read a prefix-cache block */
 	if (sg_cli_load_lm("generate", model, (int32_t)n_ctx, (int)threads, backend, 0, &lm, path, sizeof path)) goto done;
+	if (sg_cli_spec_start("generate", &spec, lm, (int)threads, backend)) goto done;
 	double t_loaded = sg_time_s();
 	sg_status st;
 	if (chat) {
@@ -219,6 +225,7 @@ int sg_cli_generate(int argc, char **argv)
 	gp.cancel = &cancel;
 	gp.on_event = on_event;
 	gp.user = &o;
+	sg_cli_spec_apply(&spec, &gp);
 	sg_gen_result res;
 	if ((st = sg_lm_generate(lm, NULL, &gp, &res))) goto fail;
 	if (o.failed) {
@@ -256,6 +263,7 @@ done:
 	sg_free(ids);
 	sg_free(templated);
 	sg_free(stdin_text);
+	sg_cli_spec_free(&spec);
 	sg_lm_free(lm);
 	return rc;
 }

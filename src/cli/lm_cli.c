@@ -14,6 +14,7 @@
 #include "base/flags.h"
 #include "base/sysinfo.h"
 #include "base/timer.h"
+#include "engine/draft.h"
 #include "hub/repo.h"
 #include "hub/resolve.h"
 #include "saragossa.h"
@@ -252,6 +253,101 @@ void sg_cli_metrics_from(const sg_gen_result *r, double load_s, double total_s, 
 	/* The first token comes out of the prefill; the decode steps are the ones after it. */
 	m->decode_tps = r->decode_s > 0 && r->n_generated > 1 ? (double)(r->n_generated - 1) / r->decode_s : 0;
 	m->peak_rss = sg_mem_peak_rss();
+	m->spec_verify = r->n_verify;
+	m->spec_drafted = r->n_drafted;
+	m->spec_accepted = r->n_accepted;
+}
+
+void sg_cli_spec_init(sg_cli_spec *sp)
+{
+	memset(sp, 0, sizeof(*sp));
+	sp->draft_max = 16;
+	sp->draft_min = 1;
+}
+
+int sg_cli_spec_opt(const char *name, const char *value, sg_cli_spec *sp, char *err, size_t errn)
+{
+	if (!strcmp(name, "--spec")) {
+		if (!strcmp(value, "ngram")) sp->ngram = 1;
+		else if (!strcmp(value, "none")) sp->ngram = 0;
+		else {
+			snprintf(err, errn, "--spec wants ngram or none, got '%s'", value);
+			return 2;
+		}
+		return 0;
+	}
+	if (!strcmp(name, "--draft-model")) {
+		if (!value[0]) {
+			snprintf(err, errn, "--draft-model wants a model");
+			return 2;
+		}
+		sp->draft_model = value;
+		return 0;
+	}
+	if (!strcmp(name, "--draft-max") || !strcmp(name, "--draft-min")) {
+		long v;
+		int is_max = !strcmp(name, "--draft-max");
+		if (sg_cli_parse_int(value, is_max, 256, &v)) {
+			snprintf(err, errn, "%s wants an integer in [%d, 256], got '%s'", name, is_max, value);
+			return 2;
+		}
+		if (is_max) sp->draft_max = v;
+		else sp->draft_min = v;
+		return 0;
+	}
+	return 1;
+}
+
+int sg_cli_spec_start(const char *verb, sg_cli_spec *sp, sg_lm *target, int n_threads, const char *backend)
+{
+	if (sp->draft_min > sp->draft_max) {
+		fprintf(stderr, "saragossa %s: --draft-min %ld is above --draft-max %ld\n", verb, sp->draft_min, sp->draft_max);
+		return 1;
+	}
+	if (sp->draft_model && sp->ngram) {
+		fprintf(stderr, "saragossa %s: --spec ngram and --draft-model are two drafters; pick one\n", verb);
+		return 1;
+	}
+	if (!sp->draft_model && !sp->ngram) return 0;
+	const char *kind = sp->draft_model ? "model" : "ngram";
+	if (!sg_drafter_enabled(kind)) {
+		fprintf(stderr, "saragossa %s: speculative decoding (%s) is switched off by its flag; decoding without it\n", verb, kind);
+		return 0;
+	}
+	if (!sg_lm_state(target)->model->eval_rows) {
+		fprintf(stderr, "saragossa %s: this backend cannot verify guesses exactly yet; decoding without speculation\n", verb);
+		return 0;
+	}
+	sg_status st;
+	if (sp->ngram) {
+		if ((st = sg_drafter_ngram(SG_DRAFT_NGRAM_MIN, SG_DRAFT_NGRAM_MAX, &sp->drafter))) goto fail;
+		return 0;
+	}
+	char path[SG_HUB_PATH_MAX];
+	if (sg_cli_load_lm(verb, sp->draft_model, sg_lm_n_ctx(target), n_threads, backend, 0, &sp->draft_lm, path, sizeof path))
+		return 1;
+	if ((st = sg_drafter_check_vocab(target, sp->draft_lm))) goto fail;
+	if ((st = sg_drafter_model(sg_lm_session(sp->draft_lm), sg_lm_n_vocab(target), &sp->drafter))) goto fail;
+	return 0;
+fail:
+	fprintf(stderr, "saragossa %s: %s\n", verb, sg_last_error());
+	return 1;
+}
+
+void sg_cli_spec_apply(const sg_cli_spec *sp, sg_gen_params *gp)
+{
+	if (!sp->drafter) return;
+	gp->drafter = sg_drafter_ops(sp->drafter);
+	gp->draft_max = (int32_t)sp->draft_max;
+	gp->draft_min = (int32_t)sp->draft_min;
+}
+
+void sg_cli_spec_free(sg_cli_spec *sp)
+{
+	sg_drafter_free(sp->drafter);
+	sg_lm_free(sp->draft_lm);
+	sp->drafter = NULL;
+	sp->draft_lm = NULL;
 }
 
 void sg_cli_metrics_print(FILE *f, const sg_cli_metrics *m)
@@ -264,13 +360,26 @@ void sg_cli_metrics_print(FILE *f, const sg_cli_metrics *m)
 	fprintf(f, "load time:           %.3f s\n", m->load_s);
 	fprintf(f, "total time:          %.3f s\n", m->total_s);
 	fprintf(f, "peak memory:         %.1f MiB\n", (double)m->peak_rss / 1048576.0);
+	if (m->spec_verify)
+		fprintf(f, "speculative:         %zu of %zu guesses kept (%.1f%%), %.2f tokens per verify step\n", m->spec_accepted,
+			m->spec_drafted, m->spec_drafted ? 100.0 * (double)m->spec_accepted / (double)m->spec_drafted : 0.0,
+			(double)(m->spec_accepted + m->spec_verify) / (double)m->spec_verify);
 }
 
 json_t *sg_cli_metrics_json(const sg_cli_metrics *m)
 {
-	return json_pack("{s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I}", "prompt_tokens",
+	json_t *o = json_pack("{s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I}", "prompt_tokens",
 			 (json_int_t)m->prompt_tokens, "cached_tokens", (json_int_t)m->cached_tokens, "generated_tokens",
 			 (json_int_t)m->generated_tokens, "prefill_tokens_per_s", m->prefill_tps, "prefill_s", m->prefill_s,
 			 "time_to_first_token_s", m->ttft_s, "decode_tokens_per_s", m->decode_tps, "decode_s", m->decode_s,
 			 "load_s", m->load_s, "total_s", m->total_s, "peak_memory_bytes", (json_int_t)m->peak_rss);
+	if (o && m->spec_verify) {
+		json_object_set_new(o, "spec_verify_steps", json_integer((json_int_t)m->spec_verify));
+		json_object_set_new(o, "spec_drafted_tokens", json_integer((json_int_t)m->spec_drafted));
+		json_object_set_new(o, "spec_accepted_tokens", json_integer((json_int_t)m->spec_accepted));
+		json_object_set_new(o, "spec_acceptance", json_real(m->spec_drafted ? (double)m->spec_accepted / (double)m->spec_drafted : 0.0));
+		json_object_set_new(o, "spec_tokens_per_verify",
+				    json_real((double)(m->spec_accepted + m->spec_verify) / (double)m->spec_verify));
+	}
+	return o;
 }

@@ -56,9 +56,39 @@ int sg_cli_sigint_take(void);
  * and the wait cannot be lost. */
 int sg_cli_read_byte(int fd, unsigned char *ch);
 
+/* Speculative decoding options of the generating verbs: --spec ngram, --draft-model M,
+ * --draft-max N, --draft-min N. */
+typedef struct sg_cli_spec {
+	int ngram;               /* --spec ngram */
+	const char *draft_model; /* --draft-model */
+	long draft_max, draft_min;
+	/* set up by sg_cli_spec_start */
+	struct sg_lm *draft_lm;
+	struct sg_drafter *drafter;
+} sg_cli_spec;
+
+#define SG_CLI_SPEC_USAGE                                                                                            \
+	"  --spec KIND        speculative decoding: ngram (guesses copied from the context), none\n"                \
+	"  --draft-model M    speculative decoding with a smaller model of the same vocabulary as drafter\n"       \
+	"  --draft-max N      tokens guessed per verify step at most (default 16; the length adapts)\n"          \
+	"  --draft-min N      guesses shorter than N are not verified (default 1)\n"
+
+void sg_cli_spec_init(sg_cli_spec *sp);
+/* One speculative option with its value: 0 applied, 1 not one of them, 2 bad value (err). */
+int sg_cli_spec_opt(const char *name, const char *value, sg_cli_spec *sp, char *err, size_t errn);
+/* After the target is loaded: loads the draft model (same backend and threads, the target's
+ * context) and checks that it shares the target's vocabulary, makes the drafter. A drafter
+ * switched off by its flag (SARAGOSSA_SPEC, _NGRAM, _DRAFT_MODEL) is left out with a note.
+ * Returns 0, or 1 with the error printed. */
+int sg_cli_spec_start(const char *verb, sg_cli_spec *sp, sg_lm *target, int n_threads, const char *backend);
+/* Puts the drafter (if any) into gp. */
+void sg_cli_spec_apply(const sg_cli_spec *sp, sg_gen_params *gp);
+void sg_cli_spec_free(sg_cli_spec *sp);
+
 /* Metrics of one generation. */
 typedef struct sg_cli_metrics {
 	size_t prompt_tokens, cached_tokens, generated_tokens;
+	size_t spec_verify, spec_drafted, spec_accepted; /* speculative decoding (0 without) */
 	double load_s, prefill_s, ttft_s, decode_s, total_s;
 	double prefill_tps, decode_tps;
 	uint64_t peak_rss;

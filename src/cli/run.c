@@ -46,6 +46,7 @@
 	"  --backend B        cpu, cuda or auto (default: SARAGOSSA_BACKEND, auto: the GPU when one\n"                                                                          \
 	"                     takes the model, else the CPU)\n"                                                                          \
 	"  --verbose          print the metrics of every answer on stderr\n"                                          \
+	SG_CLI_SPEC_USAGE                                                                                             \
 	"  stdin not a terminal: all of it is one prompt, answered once\n"
 
 static const char HELP[] = "commands:\n"
@@ -69,6 +70,7 @@ typedef struct chat {
 	char *answer; /* [len] the answer being generated */
 	size_t len, cap;
 	int at_line_start;
+	sg_cli_spec spec; /* speculative decoding */
 } chat;
 
 static int on_event(const sg_gen_event *ev, void *user)
@@ -143,6 +145,7 @@ static int turn(chat *c, const char *text)
 	gp.cancel = &c->cancel;
 	gp.on_event = on_event;
 	gp.user = c;
+	sg_cli_spec_apply(&c->spec, &gp);
 	c->len = 0;
 	c->at_line_start = 1;
 	/* no reset of c->cancel here: the prompt loop clears it before reading the line, and a
@@ -338,6 +341,8 @@ int sg_cli_run(int argc, char **argv)
 	const char *backend = NULL;
 	int verbose = 0;
 	sg_sampler_params sp = sg_sampler_default_params();
+	sg_cli_spec spec;
+	sg_cli_spec_init(&spec);
 	for (int i = 0; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -359,6 +364,8 @@ int sg_cli_run(int argc, char **argv)
 		int rc = sg_cli_sampler_opt(a, v, &sp, err, sizeof err);
 		if (rc == 2) return sg_cli_usage_error("run", "%s", err);
 		if (rc == 0) continue;
+		if ((rc = sg_cli_spec_opt(a, v, &spec, err, sizeof err)) == 2) return sg_cli_usage_error("run", "%s", err);
+		if (rc == 0) continue;
 		if (!strcmp(a, "--system")) system = v;
 		else if (!strcmp(a, "--max-tokens") || !strcmp(a, "-n")) {
 			if (sg_cli_parse_int(v, 0, 1 << 24, &max_tokens))
@@ -378,7 +385,7 @@ int sg_cli_run(int argc, char **argv)
 		}
 	}
 
-	chat c = {.sp = sp, .max_tokens = max_tokens, .verbose = verbose, .interactive = isatty(STDIN_FILENO)};
+	chat c = {.sp = sp, .max_tokens = max_tokens, .verbose = verbose, .interactive = isatty(STDIN_FILENO), .spec = spec};
 	char path[SG_HUB_PATH_MAX];
 	char *input = NULL;
 	int rc = 1;
@@ -392,6 +399,7 @@ int sg_cli_run(int argc, char **argv)
 	/* the prefix cache serves a chat's later conversations; a piped prompt is answered once */
 	if (sg_cli_load_lm("run", model, (int32_t)n_ctx, (int)threads, backend, c.interactive, &c.lm, path, sizeof path))
 		goto done;
+	if (sg_cli_spec_start("run", &c.spec, c.lm, (int)threads, backend)) goto done;
 	if (!sg_lm_has_template(c.lm)) {
 		fprintf(stderr, "saragossa run: %s has no chat template; `saragossa generate --prompt TEXT` continues raw text\n",
 			path);
@@ -420,6 +428,7 @@ done:
 	sg_free(c.answer);
 	sg_free(c.system);
 	json_decref(c.messages);
+	sg_cli_spec_free(&c.spec);
 	sg_lm_free(c.lm);
 	return rc;
 }

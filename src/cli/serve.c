@@ -46,6 +46,12 @@ static void usage(void)
 	       "                        the connection is closed)\n"
 	       "  --max-connections N   open connections per listener (default 64)\n"
 	       "  --no-prefix-cache     prefill every prompt whole (as RETI_SERVE_PREFIX_CACHE=0)\n"
+	       "  --spec ngram          speculative decoding with n-gram guesses for every request that does\n"
+	       "                        not say otherwise (request field \"speculative\")\n"
+	       "  --draft-model M       speculative decoding with draft model M (same vocabulary) beside every\n"
+	       "                        served model\n"
+	       "  --draft-max N         guesses per verify step at most (default 16)\n"
+	       "  --draft-min N         shorter guesses are not verified (default 1)\n"
 	       "  -q, --quiet           log warnings and errors only\n");
 }
 
@@ -66,6 +72,8 @@ int sg_cli_serve(int argc, char **argv)
 	static sg_hub_model resolved[SG_SERVER_MAX_MODELS];
 	const char *specs[SG_SERVER_MAX_MODELS];
 	int n_specs = 0;
+	static sg_hub_model draft;
+	const char *draft_model = NULL;
 	for (int i = 0; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int64_t x;
@@ -118,6 +126,19 @@ int sg_cli_serve(int argc, char **argv)
 		} else if (!strcmp(a, "--read-timeout")) {
 			if (parse_num(a, v, 1, 3600, &x)) return 2;
 			o.read_timeout_s = (int)x;
+		} else if (!strcmp(a, "--spec")) {
+			if (!v || (strcmp(v, "ngram") && strcmp(v, "none")))
+				return sg_cli_usage_error("serve", "--spec wants ngram or none, got '%s'", v ? v : "");
+			o.spec_mode = !strcmp(v, "ngram") ? 1 : 0;
+		} else if (!strcmp(a, "--draft-model")) {
+			if (!v || !*v) return sg_cli_usage_error("serve", "--draft-model needs a MODEL");
+			draft_model = v;
+		} else if (!strcmp(a, "--draft-max")) {
+			if (parse_num(a, v, 1, 256, &x)) return 2;
+			o.draft_max = (int32_t)x;
+		} else if (!strcmp(a, "--draft-min")) {
+			if (parse_num(a, v, 0, 256, &x)) return 2;
+			o.draft_min = (int32_t)x;
 		} else if (!strcmp(a, "--max-connections")) {
 			if (parse_num(a, v, 1, 4096, &x)) return 2;
 			o.max_connections = (int)x;
@@ -153,6 +174,18 @@ int sg_cli_serve(int argc, char **argv)
 		o.models[i].path = resolved[i].path;
 	}
 	o.n_models = n_specs;
+	if (o.draft_max && o.draft_min > o.draft_max)
+		return sg_cli_usage_error("serve", "--draft-min %d is above --draft-max %d", o.draft_min, o.draft_max);
+	if (draft_model) {
+		if (o.spec_mode == 1) return sg_cli_usage_error("serve", "--spec ngram and --draft-model are two drafters; pick one");
+		sg_hub_opts ho = {.quiet = 0};
+		if (sg_hub_resolve(draft_model, &ho, &draft)) {
+			fprintf(stderr, "saragossa: --draft-model %s: %s\n", draft_model, sg_last_error());
+			return 1;
+		}
+		o.draft_model = draft.path;
+		o.spec_mode = 2;
+	}
 	if (!n_specs) SG_WARN("serve: no --model given: generation routes answer 404 until a model is served");
 	if (sg_server_run(&o)) {
 		fprintf(stderr, "saragossa: %s\n", sg_last_error());

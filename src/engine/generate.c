@@ -15,6 +15,8 @@ sg_gen_params sg_gen_default_params(void)
 	p.sampler = sg_sampler_default_params();
 	p.max_tokens = 256;
 	p.prefill_chunk = 512;
+	p.draft_max = 16;
+	p.draft_min = 1;
 	return p;
 }
 
@@ -133,6 +135,144 @@ static sg_status eval_top(sg_gen_state *st, top_step *t, const sg_sampler *smp, 
 	return evaluated(st, s, &tok, 1);
 }
 
+/* ---- speculative decoding ----
+ *
+ * After a token t is sampled, the drafter guesses d[0..k) to follow it and one eval_rows step
+ * scores [t, d0 .. dk-1]: row i holds the logits after d[i-1] (row 0 after t). The loop then
+ * samples from row 0 as it would from a plain step's logits; when the sampled token is d0, row 1
+ * already holds the logits that follow it, and so on. The first sampled token that differs from
+ * its guess drops the rows after it (the state is truncated back) and starts the next verify
+ * step. Every token still goes through the same sampler, constraint and stop checks, in the same
+ * order, from logits with the bits of a one-token step: the output is the output without
+ * speculation, greedy or sampled with the same seed; the guesses only decide how many tokens
+ * one forward pass scores. */
+typedef struct spec_run {
+	int on;
+	const sg_gen_drafter *dr;
+	int32_t max, min;
+	int32_t *draft; /* [max] the current step's guesses */
+	float *rows;    /* [max + 1][n_vocab] its logits */
+	int32_t nd, at; /* guesses verified; rows used (rows[at] gave the last logits) */
+	int32_t cur;    /* the draft length asked for now (SARAGOSSA_SPEC_ADAPTIVE), else max */
+	int adaptive;
+	int32_t skip;   /* tokens still to decode without guesses (after steps that kept none) */
+	int32_t fails;  /* verify steps in a row that kept no guess */
+} spec_run;
+
+static sg_status spec_init(spec_run *sp, const sg_gen_model *m, const sg_gen_params *p)
+{
+	memset(sp, 0, sizeof(*sp));
+	if (!p->drafter || !m->eval_rows || !m->truncate) return SG_OK;
+	if (p->draft_max < 1 || p->draft_min < 0 || p->draft_min > p->draft_max)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "draft_max %d, draft_min %d (want 1 <= draft_max, 0 <= draft_min <= draft_max)",
+			       p->draft_max, p->draft_min);
+	if (p->draft_max > 256) return SG_FAIL(SG_ERR_INVALID_ARG, "draft_max %d (at most 256)", p->draft_max);
+	sp->dr = p->drafter;
+	sp->max = p->draft_max;
+	sp->min = p->draft_min > 0 ? p->draft_min : 1;
+	sp->adaptive = sg_flag_bool("SARAGOSSA_SPEC_ADAPTIVE");
+	sp->cur = sp->adaptive ? (sp->min > 4 ? sp->min : 4 < sp->max ? 4 : sp->max) : sp->max;
+	sp->draft = sg_malloc((size_t)sp->max * sizeof(*sp->draft));
+	sp->rows = sg_malloc((size_t)(sp->max + 1) * (size_t)m->n_vocab * sizeof(*sp->rows));
+	if (!sp->draft || !sp->rows) return SG_FAIL(SG_ERR_NOMEM, "speculative buffers for %d draft tokens", sp->max);
+	sp->on = 1;
+	return SG_OK;
+}
+
+static void spec_free(spec_run *sp)
+{
+	sg_free(sp->draft);
+	sg_free(sp->rows);
+}
+
+/* Positions evaluated past the last confirmed token (guesses not sampled yet). */
+static size_t spec_pending(const spec_run *sp) { return sp->on ? (size_t)(sp->nd - sp->at) : 0; }
+
+/* Drops the pending guesses from the state. */
+static sg_status spec_drop(sg_gen_state *st, spec_run *sp)
+{
+	size_t pend = spec_pending(sp);
+	if (!pend) return SG_OK;
+	const sg_gen_model *m = st->model;
+	sg_status s = m->truncate(m->self, st->n - pend);
+	if (s) return s;
+	st->n -= pend;
+	sp->nd = sp->at = 0;
+	return SG_OK;
+}
+
+static sg_status history_reserve(sg_gen_state *st, size_t n)
+{
+	if (n <= st->cap) return SG_OK;
+	size_t cap = st->cap ? st->cap : 256;
+	while (cap < n) cap *= 2;
+	int32_t *nt = sg_realloc(st->tokens, cap * sizeof *nt);
+	if (!nt) return SG_FAIL(SG_ERR_NOMEM, "token history of %zu entries", cap);
+	st->tokens = nt;
+	st->cap = cap;
+	return SG_OK;
+}
+
+/* The step after sampling tok: the logits that follow it into logits[], from a verified row when
+ * tok was the guess there, else from a new verify step of tok and up to `room` guesses. */
+static sg_status spec_step(sg_gen_state *st, spec_run *sp, int32_t tok, int32_t room, float *logits, sg_gen_result *res)
+{
+	const sg_gen_model *m = st->model;
+	size_t V = (size_t)m->n_vocab;
+	if (sp->at < sp->nd && sp->draft[sp->at] == tok) {
+		sp->at++;
+		res->n_accepted++;
+		memcpy(logits, sp->rows + (size_t)sp->at * V, V * sizeof(*logits));
+		return SG_OK;
+	}
+	if (sp->adaptive && sp->nd > 0) {
+		/* all kept: ask for twice as many; else one more than were kept (a verify step costs
+		 * about a token's compute per guess on a CPU, so wasted guesses are not free) */
+		int32_t c = sp->at == sp->nd ? 2 * sp->cur : sp->at + 1;
+		sp->cur = c > sp->max ? sp->max : c < sp->min ? sp->min : c;
+		/* none kept: decode the next 2, 4 or 8 tokens without guesses (free prose gives an
+		 * n-gram drafter little to copy; short, so that a repeated span is still caught
+		 * early); one kept guess ends the back-off */
+		if (sp->at == 0) {
+			sp->fails = sp->fails < 3 ? sp->fails + 1 : 3;
+			sp->skip = 1 << sp->fails;
+		} else {
+			sp->fails = 0;
+		}
+	}
+	sg_status s = spec_drop(st, sp);
+	if (s) return s;
+	int32_t k = room < sp->cur ? room : sp->cur, nd = 0;
+	if (sp->skip > 0) {
+		sp->skip--;
+		k = 0;
+	}
+	if ((s = history_reserve(st, st->n + 1 + (size_t)(k > 0 ? k : 0)))) return s;
+	st->tokens[st->n] = tok;
+	if (k > 0) {
+		if ((s = sp->dr->draft(sp->dr->self, st->tokens, st->n + 1, k, sp->draft, &nd))) return s;
+		if (nd < 0 || nd > k) return sg_error(SG_ERR_INTERNAL, "the %s drafter gave %d tokens of %d", sp->dr->name, nd, k);
+		for (int32_t i = 0; i < nd; i++)
+			if (sp->draft[i] < 0 || sp->draft[i] >= m->n_vocab)
+				return sg_error(SG_ERR_INTERNAL, "the %s drafter gave id %d of %d", sp->dr->name, sp->draft[i], m->n_vocab);
+		if (nd < sp->min) nd = 0;
+	}
+	sp->nd = sp->at = 0;
+	if (nd == 0) return eval_tokens(st, &tok, 1, logits);
+	memcpy(st->tokens + st->n + 1, sp->draft, (size_t)nd * sizeof(int32_t));
+	if (m->mark && (s = m->mark(m->self, st->n))) return s;
+	/* the history buffer is where they are appended: evaluate from a copy of them */
+	int32_t batch[nd + 1];
+	memcpy(batch, st->tokens + st->n, (size_t)(nd + 1) * sizeof(int32_t));
+	s = m->eval_rows(m->self, batch, (size_t)nd + 1, st->n, sp->rows);
+	if ((s = evaluated(st, s, batch, (size_t)nd + 1))) return s;
+	sp->nd = nd;
+	res->n_verify++;
+	res->n_drafted += (size_t)nd;
+	memcpy(logits, sp->rows, V * sizeof(*logits));
+	return SG_OK;
+}
+
 /* Keeps the first `keep` tokens of the state: truncates when the model can, else restarts. */
 static sg_status roll_back(sg_gen_state *st, size_t keep)
 {
@@ -211,9 +351,11 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 	sg_stop *stop = NULL;
 	float *logits = NULL;
 	top_step top = {0};
+	spec_run spec = {0};
 	sg_status s = sg_sampler_create(&p->sampler, m->n_vocab, &smp);
 	if (s) goto out;
-	if ((s = top_step_init(&top, m, p, smp))) goto out;
+	if ((s = spec_init(&spec, m, p))) goto out;
+	if (!spec.on && (s = top_step_init(&top, m, p, smp))) goto out;
 	res->seed = sg_sampler_seed(smp);
 	sg_stop_params sp = {.eos_ids = p->eos_ids,
 			     .n_eos = p->n_eos,
@@ -252,7 +394,7 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 	uint64_t t_first = 0;
 	/* plain greedy without a constraint: each step's argmax found where the logits are (on a
 	 * GPU only the id comes back); the first token still comes from the prompt's logits */
-	int fast = m->eval_greedy && !p->constraint && sg_sampler_plain_greedy(smp) && sg_flag_bool("SARAGOSSA_GREEDY_IN_BACKEND");
+	int fast = !spec.on && m->eval_greedy && !p->constraint && sg_sampler_plain_greedy(smp) && sg_flag_bool("SARAGOSSA_GREEDY_IN_BACKEND");
 	int32_t next = -1;
 	for (;;) {
 		if (cancelled(p)) {
@@ -294,7 +436,7 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 			emit_tail(p, detok, stop, 1);
 			break;
 		}
-		if (st->n + 1 >= (size_t)m->n_ctx) {
+		if (st->n - spec_pending(&spec) + 1 >= (size_t)m->n_ctx) {
 			/* The sampled token has no room to be evaluated: the context is full. */
 			res->finish = SG_GEN_LENGTH;
 			emit_tail(p, detok, stop, 1);
@@ -305,17 +447,27 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 			emit_tail(p, detok, stop, 1);
 			break;
 		}
-		if (fast) s = eval_greedy(st, sr.token, &next);
+		if (spec.on) {
+			/* guesses become answer tokens only up to max_tokens, and all of them and the
+			 * token after them must fit the context (see the check above) */
+			int64_t room = (int64_t)p->max_tokens - (int64_t)res->n_generated - 1;
+			int64_t ctx_room = (int64_t)m->n_ctx - 2 - (int64_t)(st->n - spec_pending(&spec));
+			if (ctx_room < room) room = ctx_room;
+			s = spec_step(st, &spec, sr.token, room > 0 ? (int32_t)room : 0, logits, res);
+		} else if (fast) s = eval_greedy(st, sr.token, &next);
 		else if (top.on) s = eval_top(st, &top, smp, sr.token);
 		else s = eval_tokens(st, &sr.token, 1, logits);
 		if (s) goto out;
 	}
+	/* the guesses past the last sampled token are not part of the answer */
+	if ((s = spec_drop(st, &spec))) goto out;
 	uint64_t t2 = sg_time_ns();
 	res->ttft_s = t_first ? (double)(t_first - t0) * 1e-9 : 0;
 	res->decode_s = t_first ? (double)(t2 - t_first) * 1e-9 : 0;
 out:
 	sg_free(logits);
 	top_step_free(&top);
+	spec_free(&spec);
 	sg_stop_free(stop);
 	sg_sampler_free(smp);
 	return s;

@@ -57,7 +57,26 @@ typedef struct sg_gen_model {
 	sg_status (*eval_top)(void *self, int32_t token, size_t n_past, int32_t k, const int32_t *ids, int32_t m,
 			      int32_t *top_ids, float *top_v, float *v);
 	int32_t top_max;
+	/* Speculative verification: appends tokens[0..n) at n_past and writes the logits of every
+	 * one of them into logits[n][n_vocab], each row bit for bit what n one-token steps would
+	 * give. NULL (or SG_ERR_UNSUPPORTED) where the model cannot: no speculation then. */
+	sg_status (*eval_rows)(void *self, const int32_t *tokens, size_t n, size_t n_past, float *logits);
+	/* Before a verify step: remembers the state at n_past so that truncate may later drop any of
+	 * the positions evaluated after it (a recurrent state cannot be cut back otherwise). May be
+	 * NULL when truncate always works. */
+	sg_status (*mark)(void *self, size_t n_past);
 } sg_gen_model;
+
+/* A drafter for speculative decoding: guesses the tokens that follow a history. The loop
+ * verifies the guesses in one eval_rows step and keeps those the sampler would have picked
+ * anyway, so a guess changes the speed, never the output. */
+typedef struct sg_gen_drafter {
+	void *self;
+	const char *name; /* "ngram", "model" */
+	/* Up to max (>= 1) tokens that may follow hist[0..n) into out[]; *n_out of them (0: no
+	 * guess). */
+	sg_status (*draft)(void *self, const int32_t *hist, size_t n, int32_t max, int32_t *out, int32_t *n_out);
+} sg_gen_drafter;
 
 /* A streaming detokenizer: ids in, complete UTF-8 pieces out. */
 typedef struct sg_gen_detok {
@@ -122,6 +141,10 @@ typedef struct sg_gen_params {
 	size_t prefill_chunk;      /* tokens per prefill eval (cancellation is checked between) */
 	const atomic_int *cancel;  /* non-zero: stop before the next token; may be NULL */
 	const sg_gen_constraint *constraint; /* may be NULL */
+	/* speculative decoding: drafts of draft_min..draft_max tokens (fewer guesses are not
+	 * verified) checked in one step each; NULL, or a model without eval_rows: off */
+	const sg_gen_drafter *drafter;
+	int32_t draft_max, draft_min;
 	sg_gen_event_fn on_event;  /* may be NULL */
 	void *user;
 } sg_gen_params;
@@ -136,9 +159,14 @@ typedef struct sg_gen_result {
 	double ttft_s;       /* start to first sampled token */
 	double decode_s;     /* first sampled token to the end */
 	uint64_t seed;       /* the sampler's seed */
+	/* speculative decoding (all 0 without it) */
+	size_t n_verify;     /* verify steps (an eval of a sampled token and its draft) */
+	size_t n_drafted;    /* draft tokens verified */
+	size_t n_accepted;   /* of them, kept (the sampler picked them) */
 } sg_gen_result;
 
-/* Sampler defaults, prefill_chunk 512, max_tokens 256, everything else empty. */
+/* Sampler defaults, prefill_chunk 512, max_tokens 256, draft_max 16, draft_min 1, everything
+ * else empty. */
 sg_gen_params sg_gen_default_params(void);
 
 void sg_gen_state_init(sg_gen_state *st, const sg_gen_model *model);

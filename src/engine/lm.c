@@ -229,6 +229,25 @@ static sg_status op_eval(void *self, const int32_t *t, size_t n, size_t n_past, 
 	return SG_OK;
 }
 
+/* A speculative verify step: every position's logits, with a decode step's bits. */
+static sg_status op_eval_rows(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
+{
+	sg_lm *lm = self;
+	sg_status s = at(lm, n_past);
+	if (s) return s;
+	if (n > (size_t)INT32_MAX) return sg_error(SG_ERR_INVALID_ARG, "%zu tokens", n);
+	s = sg_session_eval_exact(lm->session, t, (int)n, logits);
+	note_high(lm);
+	return s;
+}
+
+static sg_status op_mark(void *self, size_t n_past)
+{
+	sg_lm *lm = self;
+	sg_status s = at(lm, n_past);
+	return s ? s : sg_session_mark(lm->session);
+}
+
 /* Rolls the session back to its first keep tokens (sg_session_truncate says when it cannot). */
 static sg_status op_truncate(void *self, size_t keep)
 {
@@ -360,7 +379,8 @@ sg_status sg_lm_load(const char *path, const sg_lm_params *p, sg_lm **out)
 	lm->n_eos = sg_lm_find_eos(lm->tok, lm->n_vocab, path, lm->eos, MAX_EOS);
 	lm->ops = (sg_gen_model){.self = lm, .n_vocab = lm->n_vocab, .n_ctx = lm->n_ctx, .eval = op_eval,
 				 .truncate = op_truncate, .reset = op_reset, .eval_greedy = op_eval_greedy,
-				 .eval_top = op_eval_top, .top_max = sg_session_top_max(lm->session)};
+				 .eval_top = op_eval_top, .top_max = sg_session_top_max(lm->session),
+				 .eval_rows = sg_session_can_verify(lm->session) ? op_eval_rows : NULL, .mark = op_mark};
 	lm->dt_ops = (sg_gen_detok){.self = lm, .push = dt_push, .flush = dt_flush, .reset = dt_reset};
 	sg_gen_state_init(&lm->state, &lm->ops);
 	sg_pc_params pp = sg_pc_default_params();

@@ -32,6 +32,7 @@ void sg_session_free(sg_session *s)
 	sg_free(s->tokens);
 	sg_free(s->last);
 	sg_free(s->tc_host);
+	sg_free(s->mark);
 	sg_free(s);
 }
 
@@ -60,6 +61,7 @@ sg_status sg_session_new(sg_model *m, const sg_session_params *params, sg_sessio
 	sg_session *s = sg_calloc(1, sizeof(*s));
 	if (!s) return SG_FAIL(SG_ERR_NOMEM, "session");
 	s->m = m;
+	s->mark_pos = -1;
 	s->n_ctx = n_ctx;
 	s->n_batch = (int)chunk;
 	s->tokens = sg_calloc((size_t)n_ctx, sizeof(int32_t));
@@ -198,6 +200,7 @@ void sg_session_reset(sg_session *s)
 {
 	/* stale cache rows are never read: attention stops at the current position */
 	s->n_past = 0;
+	s->mark_pos = -1;
 	s->has_last = 0;
 	s->dev_last = 0;
 }
@@ -409,9 +412,96 @@ sg_status sg_session_restore(sg_session *s, const sg_snapshot *p)
 	if (st) return st;
 	memcpy(s->tokens, p->tokens, sizeof(int32_t) * (size_t)p->n_past);
 	memcpy(s->last, p->last, sizeof(float) * (size_t)sg_model_n_vocab(s->m));
+	s->mark_pos = -1;
 	s->n_past = p->n_past;
 	s->has_last = p->has_last;
 	return SG_OK;
+}
+
+/* ---- exact verification and marks ---- */
+
+int sg_session_can_verify(const sg_session *s) { return s->m->be->ops->match_decode != NULL; }
+
+sg_status sg_session_eval_exact(sg_session *s, const int32_t *tokens, int n, float *logits_out)
+{
+	sg_backend *be = s->m->be;
+	if (!be->ops->match_decode)
+		return sg_error(SG_ERR_UNSUPPORTED, "the %s backend cannot score several tokens with a decode step's bits", be->ops->name);
+	be->ops->match_decode(be, 1);
+	sg_status st = sg_session_eval(s, tokens, n, logits_out);
+	be->ops->match_decode(be, 0);
+	return st;
+}
+
+/* Bytes of every recurrent state tensor of the session. */
+static size_t rec_total(const sg_session *s)
+{
+	size_t b = 0;
+	for (int i = 0; i < 2 * s->m->desc.n_layer; i++) {
+		const sg_btensor *t = rec_tensor(s, i);
+		if (t) b += (size_t)sg_btensor_rows(t) * t->row_bytes;
+	}
+	return b;
+}
+
+/* The recurrent states to (dir 0) or from (dir 1) the mark buffer. */
+static sg_status mark_io(sg_session *s, int dir)
+{
+	sg_backend *be = s->m->be;
+	size_t off = 0;
+	for (int i = 0; i < 2 * s->m->desc.n_layer; i++) {
+		sg_btensor *t = rec_tensor(s, i);
+		if (!t) continue;
+		size_t n = (size_t)sg_btensor_rows(t) * t->row_bytes;
+		char *b = (char *)s->mark + off;
+		sg_status st = dir ? be->ops->write(be, t, 0, b, n) : be->ops->read(be, t, 0, b, n);
+		if (st) return st;
+		off += n;
+	}
+	return SG_OK;
+}
+
+sg_status sg_session_mark(sg_session *s)
+{
+	s->mark_pos = -1;
+	if (!sg_session_has_recurrent_state(s)) return SG_OK;
+	size_t need = rec_total(s);
+	if (need > s->mark_cap) {
+		void *b = sg_realloc(s->mark, need);
+		if (!b) return SG_FAIL(SG_ERR_NOMEM, "a mark of %zu bytes of recurrent state", need);
+		s->mark = b;
+		s->mark_cap = need;
+	}
+	sg_status st = mark_io(s, 0);
+	if (!st) s->mark_pos = s->n_past;
+	return st;
+}
+
+/* A truncate of a session with recurrent state: back to the mark, then the tokens between the
+ * mark and keep evaluated again with a decode step's bits (what the state held there). */
+static sg_status rec_truncate(sg_session *s, int keep)
+{
+	if (s->mark_pos < 0 || keep < s->mark_pos)
+		return SG_FAIL(SG_ERR_UNSUPPORTED, "a recurrent (linear-attention) state cannot be rolled back to %d (%s)", keep,
+			       s->mark_pos < 0 ? "no mark" : "before its mark");
+	sg_status st = mark_io(s, 1);
+	int from = s->mark_pos, n = keep - from;
+	s->has_last = 0;
+	s->dev_last = 0;
+	if (st) {
+		s->mark_pos = -1;
+		return st;
+	}
+	s->n_past = from;
+	if (n == 0) return SG_OK;
+	int32_t *t = sg_malloc(sizeof(int32_t) * (size_t)n);
+	if (!t) return SG_FAIL(SG_ERR_NOMEM, "%d tokens", n);
+	memcpy(t, s->tokens + from, sizeof(int32_t) * (size_t)n);
+	if (s->m->be->ops->match_decode) s->m->be->ops->match_decode(s->m->be, 1);
+	st = sg_session_eval(s, t, n, NULL);
+	if (s->m->be->ops->match_decode) s->m->be->ops->match_decode(s->m->be, 0);
+	sg_free(t);
+	return st;
 }
 
 sg_status sg_session_truncate(sg_session *s, int keep)
@@ -419,8 +509,7 @@ sg_status sg_session_truncate(sg_session *s, int keep)
 	if (keep < 0 || keep > s->n_past)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "truncate to %d outside [0, %d]", keep, s->n_past);
 	if (keep == s->n_past) return SG_OK;
-	if (sg_session_has_recurrent_state(s))
-		return SG_FAIL(SG_ERR_UNSUPPORTED, "a recurrent (linear-attention) state cannot be rolled back");
+	if (sg_session_has_recurrent_state(s)) return rec_truncate(s, keep);
 	/* attention caches only need the position moved back (rows past it are never read and are
 	 * overwritten by the next eval); a wrapped ring still holds [n_past - rows, n_past), enough
 	 * while the window before keep is among those rows */
@@ -602,6 +691,7 @@ sg_status sg_session_restore_range(sg_session *s, const sg_snapshot *p)
 		return st;
 	}
 	memcpy(s->tokens + p->from, p->tokens, sizeof(int32_t) * (size_t)(p->n_past - p->from));
+	s->mark_pos = -1;
 	s->n_past = p->n_past;
 	s->has_last = 0;
 	return SG_OK;

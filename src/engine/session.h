@@ -20,7 +20,25 @@ struct sg_session {
 	int dev_last;       /* n_past at which s->fs.logits row 0 holds the unread logits of a greedy step (0 = none) */
 	int32_t *tc_host;   /* [tc_cap] a candidate step's read-back words */
 	size_t tc_cap;
+	/* the recurrent state at position mark_pos (sg_session_mark), for a truncate back to it or
+	 * past it; mark_pos -1: none */
+	void *mark;         /* [mark_cap] bytes: conv then delta-rule state of every linear layer */
+	size_t mark_cap;
+	int mark_pos;
 };
+
+/* 1 when sg_session_eval_exact can run on this session's backend (its match_decode op). */
+int sg_session_can_verify(const sg_session *s);
+/* Evaluates tokens[0..n) and writes the logits of every position into logits_out[n][n_vocab],
+ * each row bit for bit what n one-token decode steps would give (the speculative verify step:
+ * the weights are still read once for the whole chunk). SG_ERR_UNSUPPORTED where the backend
+ * cannot promise those bits (sg_session_can_verify 0); other errors as sg_session_eval's. */
+sg_status sg_session_eval_exact(sg_session *s, const int32_t *tokens, int n, float *logits_out);
+/* Remembers the recurrent state at the current position (no-op without recurrent state), so
+ * that a later sg_session_truncate to any position at or after it succeeds: the state is
+ * restored there and the tokens up to the kept position are evaluated again, exactly. The mark
+ * is forgotten by a reset, a restore or a truncate before it. */
+sg_status sg_session_mark(sg_session *s);
 
 /* Greedy decode of one token: evaluates `token` at the session's position and stores the argmax
  * of its logits (lowest id on ties) in *next, reading back only that id (on CUDA with graphs on,

@@ -1173,7 +1173,9 @@ sg_status sg_server_run(const sg_server_opts *opts)
 		st = sg_error(SG_ERR_INVALID_ARG, "serve: no listener (give --socket PATH and/or --port N)");
 		goto out;
 	}
-	if ((st = sg_pool_new(s->o.models, s->o.n_models, s->o.n_ctx, !s->o.no_prefix_cache, &s->pool))) goto out;
+	sg_srv_spec spec = {.mode = s->o.spec_mode, .draft_path = s->o.draft_model, .draft_max = s->o.draft_max,
+			    .draft_min = s->o.draft_min};
+	if ((st = sg_pool_new(s->o.models, s->o.n_models, s->o.n_ctx, !s->o.no_prefix_cache, &spec, &s->pool))) goto out;
 	if ((st = sg_pool_load_initial(s->pool))) goto out;
 	if (pipe2(stop_pipe, O_CLOEXEC)) {
 		st = sg_error(SG_ERR_IO, "serve: pipe: %s", strerror(errno));

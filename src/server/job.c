@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "engine/draft.h"
 #include "server/agent.h"
 
 sg_job *sg_job_new(void)
@@ -47,6 +48,7 @@ void sg_job_unref(sg_job *j)
 	sg_free(j->out);
 	sg_free(j->prompt);
 	sg_agent_plan_free(j->agent);
+	sg_drafter_free(j->drafter);
 	sg_srv_req_free(&j->req);
 	sg_free(j);
 }

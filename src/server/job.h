@@ -39,6 +39,7 @@ struct sg_job {
 	char id[40];              /* "chatcmpl-..." */
 	int64_t created;
 	struct sg_agent_plan *agent; /* constraint, reasoning and tool-call plan, or NULL */
+	struct sg_drafter *drafter;  /* this request's own drafter (a prediction to look up), or NULL */
 	sg_job_fn run;
 	sg_job *next;
 	/* prefix cache: the session key (header or request field, may be NULL), and what the

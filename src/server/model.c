@@ -13,6 +13,7 @@
 #include "base/flags.h"
 #include "base/json.h"
 #include "base/log.h"
+#include "engine/draft.h"
 #include "engine/lm.h"
 #include "formats/model_desc.h"
 #include "formats/qtypes.h"
@@ -32,7 +33,24 @@ struct sg_srv_model {
 	uint32_t *tok_len;   /* [n_vocab] */
 	sg_lm *lm;               /* the engine: model, session, tokenizer, template, prefix cache, EOS ids */
 	const sg_tokenizer *tok; /* borrowed from lm */
+	/* speculative decoding */
+	sg_srv_spec spec;        /* draft_path not kept */
+	sg_drafter *ngram;       /* the n-gram drafter (stateless: shared by every request) */
+	sg_lm *draft_lm;         /* the draft model, or NULL */
+	sg_drafter *dmodel;      /* its drafter */
 };
+
+const sg_gen_drafter *sg_srv_model_drafter(const sg_srv_model *m, int mode, int32_t *draft_max, int32_t *draft_min)
+{
+	if (mode < 0) mode = m->spec.mode;
+	if (*draft_max <= 0) *draft_max = m->spec.draft_max > 0 ? m->spec.draft_max : 16;
+	if (*draft_min <= 0) *draft_min = m->spec.draft_min > 0 ? m->spec.draft_min : 1;
+	if (*draft_min > *draft_max) *draft_min = *draft_max;
+	if (!sg_lm_state(m->lm)->model->eval_rows) return NULL;
+	if (mode == SG_SRV_SPEC_NGRAM && sg_drafter_enabled("ngram")) return sg_drafter_ops(m->ngram);
+	if (mode == SG_SRV_SPEC_DRAFT && m->dmodel && sg_drafter_enabled("model")) return sg_drafter_ops(m->dmodel);
+	return NULL;
+}
 
 const sg_srv_model_info *sg_srv_model_info_get(const sg_srv_model *m)
 {
@@ -220,7 +238,7 @@ sg_status sg_srv_model_trie(sg_srv_model *m, const sg_token_trie **trie, const u
 	return SG_OK;
 }
 
-sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, sg_srv_model **out)
+sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, const sg_srv_spec *spec, sg_srv_model **out)
 {
 	sg_srv_model *m = sg_calloc(1, sizeof *m);
 	if (!m) return SG_FAIL(SG_ERR_NOMEM, "model state");
@@ -243,6 +261,19 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, s
 	m->info.n_ctx = sg_lm_n_ctx(m->lm);
 	m->info.n_vocab = sg_lm_n_vocab(m->lm);
 	find_agent(m);
+	if (spec) m->spec = *spec;
+	m->spec.draft_path = NULL;
+	if ((s = sg_drafter_ngram(SG_DRAFT_NGRAM_MIN, SG_DRAFT_NGRAM_MAX, &m->ngram))) goto fail;
+	if (spec && spec->draft_path && sg_drafter_enabled("model")) {
+		sg_lm_params dp = lp;
+		dp.n_ctx = m->info.n_ctx;
+		if ((s = sg_lm_load(spec->draft_path, &dp, &m->draft_lm)) ||
+		    (s = sg_drafter_check_vocab(m->lm, m->draft_lm)) ||
+		    (s = sg_drafter_model(sg_lm_session(m->draft_lm), m->info.n_vocab, &m->dmodel))) {
+			sg_error(s, "draft model %s for '%s': %s", spec->draft_path, name, sg_last_error());
+			goto fail;
+		}
+	}
 	*out = m;
 	return SG_OK;
 fail:
@@ -258,6 +289,9 @@ void sg_srv_model_free(sg_srv_model *m)
 		for (int32_t i = 0; i < m->info.n_vocab; i++) sg_free(m->tok_bytes[i]);
 	sg_free(m->tok_bytes);
 	sg_free(m->tok_len);
+	sg_drafter_free(m->dmodel);
+	sg_drafter_free(m->ngram);
+	sg_lm_free(m->draft_lm);
 	sg_lm_free(m->lm);
 	sg_free(m);
 }

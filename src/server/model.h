@@ -29,9 +29,24 @@ typedef struct sg_srv_model_info {
 	int64_t created;     /* load time (seconds since the epoch) */
 } sg_srv_model_info;
 
+/* Speculative decoding of a served model (serve --spec, --draft-model, --draft-max, --draft-min). */
+typedef struct sg_srv_spec {
+	int mode;               /* SG_SRV_SPEC_*: what requests get unless they say otherwise */
+	const char *draft_path; /* a draft model (resolved), or NULL */
+	int32_t draft_max, draft_min;
+} sg_srv_spec;
+enum { SG_SRV_SPEC_NONE = 0, SG_SRV_SPEC_NGRAM = 1, SG_SRV_SPEC_DRAFT = 2 };
+
 /* Loads the model at path (already resolved) under name; n_ctx 0 = the model's own maximum,
- * bounded by what memory allows. */
-sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, sg_srv_model **out);
+ * bounded by what memory allows. spec (may be NULL: none): its draft model is loaded beside it
+ * (same context and backend) and must share its vocabulary. */
+sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, const sg_srv_spec *spec, sg_srv_model **out);
+
+/* The drafter for a request: `mode` (SG_SRV_SPEC_*, -1: the model's default), NULL for none (or
+ * when its flag is off, or the backend cannot verify exactly). *draft_max and *draft_min (0: the
+ * model's) are filled in. */
+struct sg_gen_drafter;
+const struct sg_gen_drafter *sg_srv_model_drafter(const sg_srv_model *m, int mode, int32_t *draft_max, int32_t *draft_min);
 void sg_srv_model_free(sg_srv_model *m);
 
 const sg_srv_model_info *sg_srv_model_info_get(const sg_srv_model *m);

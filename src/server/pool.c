@@ -26,6 +26,8 @@ struct sg_pool {
 	entry e[SG_SERVER_MAX_MODELS];
 	int n, cap, lru;
 	int32_t n_ctx;
+	sg_srv_spec spec;     /* every model's speculative decoding */
+	char draft_path[4096];
 	uint64_t tick;
 	sg_prefix_cache *pc;
 	sg_memguard guard;
@@ -62,7 +64,8 @@ static void accel_probe(void *user, sg_mem_probe *out)
 	out->accel_total = t;
 }
 
-sg_status sg_pool_new(const sg_server_model_spec *specs, int n, int32_t n_ctx, int prefix_cache, sg_pool **out)
+sg_status sg_pool_new(const sg_server_model_spec *specs, int n, int32_t n_ctx, int prefix_cache, const sg_srv_spec *spec,
+		      sg_pool **out)
 {
 	*out = NULL;
 	if (n < 0 || n > SG_SERVER_MAX_MODELS)
@@ -97,6 +100,11 @@ sg_status sg_pool_new(const sg_server_model_spec *specs, int n, int32_t n_ctx, i
 	p->block_tokens = (int)sg_flag_int("RETI_SERVE_PREFIX_BLOCK_TOKENS");
 	if (p->block_tokens < 1) p->block_tokens = 256;
 	p->n_ctx = n_ctx;
+	if (spec) {
+		p->spec = *spec;
+		if (spec->draft_path) snprintf(p->draft_path, sizeof p->draft_path, "%s", spec->draft_path);
+		p->spec.draft_path = p->draft_path[0] ? p->draft_path : NULL;
+	}
 	for (int i = 0; i < n; i++) {
 		snprintf(p->e[i].name, sizeof p->e[i].name, "%s", specs[i].name);
 		snprintf(p->e[i].path, sizeof p->e[i].path, "%s", specs[i].path);
@@ -300,7 +308,7 @@ static int load(sg_pool *p, int i, sg_srv_err *e)
 		return sg_srv_err_set(e, 503, "server_error", "model", "%s", sg_last_error());
 	sg_srv_model *m = NULL;
 	SG_INFO("serve: loading %s from %s", en->name, en->path);
-	sg_status st = sg_srv_model_load(en->name, en->path, p->n_ctx, &m);
+	sg_status st = sg_srv_model_load(en->name, en->path, p->n_ctx, &p->spec, &m);
 	p->load_st = st;
 	if (st)
 		return sg_srv_err_set(e, st == SG_ERR_NOMEM ? 503 : 500, "server_error", "model", "model '%s': %s", en->name,

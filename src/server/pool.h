@@ -24,8 +24,10 @@ typedef struct sg_pool sg_pool;
 
 /* A pool over the configured models (names must be unique: else SG_ERR_INVALID_ARG). Reads the
  * pool, LRU, prefix-cache and guard flags; prefix_cache 0 turns the cache off whatever the
- * flag says (--no-prefix-cache). Loads nothing yet. */
-sg_status sg_pool_new(const sg_server_model_spec *specs, int n, int32_t n_ctx, int prefix_cache, sg_pool **out);
+ * flag says (--no-prefix-cache). spec (copied; may be NULL) is every model's speculative
+ * decoding. Loads nothing yet. */
+sg_status sg_pool_new(const sg_server_model_spec *specs, int n, int32_t n_ctx, int prefix_cache, const sg_srv_spec *spec,
+		      sg_pool **out);
 /* Loads the first min(n, pool size) models (at start-up, before serving). */
 sg_status sg_pool_load_initial(sg_pool *p);
 /* Unloads everything. */

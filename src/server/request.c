@@ -49,6 +49,7 @@ void sg_srv_req_free(sg_srv_req *r)
 	json_decref(r->schema);
 	sg_free(r->tool_name);
 	json_decref(r->kwargs);
+	sg_free(r->prediction);
 	memset(r, 0, sizeof *r);
 }
 
@@ -69,6 +70,7 @@ int sg_srv_req_begin(sg_srv_route route, const char *body, size_t len, const sg_
 	req->max_tokens = lim->max_tokens_cap;
 	req->think = -1;
 	req->parallel_tools = 1;
+	req->spec = -1;
 	return sg_srv_body_object(body, len, json, err);
 }
 
@@ -164,6 +166,73 @@ int sg_srv_get_text(const json_t *o, const char *key, const char *name, const ch
 	do {                                                                                       \
 		if ((x) < 0) return err->status;                                                   \
 	} while (0)
+
+static int spec_type(const char *t, const char *name, int *out, sg_srv_err *err)
+{
+	if (!strcmp(t, "ngram")) *out = 1;
+	else if (!strcmp(t, "draft")) *out = 2;
+	else if (!strcmp(t, "none")) *out = 0;
+	else return sg_srv_err_set(err, 400, BAD, name, "'%s' = '%.40s' is not one of ngram, draft, none", name, t);
+	return 0;
+}
+
+int sg_srv_parse_spec(const json_t *v, const char *name, sg_srv_req *r, sg_srv_err *err)
+{
+	if (!v || json_is_null(v)) return 0;
+	char nm[96];
+	if (json_is_string(v)) {
+		if (sg_srv_has_nul(v)) return -sg_srv_nul(err, name);
+		return spec_type(json_string_value(v), name, &r->spec, err);
+	}
+	if (!json_is_object(v)) return -sg_srv_wrong_type(err, name, "a string or an object", v);
+	const char *t = NULL;
+	snprintf(nm, sizeof nm, "%s.type", name);
+	TRY(sg_srv_get_str(v, "type", nm, &t, err));
+	int st;
+	if (t && (st = spec_type(t, nm, &r->spec, err))) return st;
+	if (!t) r->spec = 1;
+	int64_t x = 0;
+	int given;
+	snprintf(nm, sizeof nm, "%s.draft_max", name);
+	TRY(given = sg_srv_get_int(v, "draft_max", nm, 1, 256, &x, err));
+	if (given) r->draft_max = (int32_t)x;
+	snprintf(nm, sizeof nm, "%s.draft_min", name);
+	TRY(given = sg_srv_get_int(v, "draft_min", nm, 1, 256, &x, err));
+	if (given) r->draft_min = (int32_t)x;
+	if (r->draft_max && r->draft_min > r->draft_max)
+		return sg_srv_err_set(err, 400, BAD, name, "'%s': draft_min %d is above draft_max %d", name, r->draft_min, r->draft_max);
+	return 0;
+}
+
+int sg_srv_parse_prediction(const json_t *v, sg_srv_req *r, sg_srv_err *err)
+{
+	if (!v || json_is_null(v)) return 0;
+	if (!json_is_object(v)) return -sg_srv_wrong_type(err, "prediction", "an object", v);
+	const char *t = NULL;
+	TRY(sg_srv_get_str(v, "type", "prediction.type", &t, err));
+	if (!t || strcmp(t, "content"))
+		return sg_srv_err_set(err, 400, BAD, "prediction.type", "'prediction.type' must be 'content'");
+	json_t *c = json_object_get(v, "content");
+	if (json_is_string(c)) return sg_srv_dupn(&r->prediction, json_string_value(c), json_string_length(c), err) < 0 ? err->status : (r->prediction_len = json_string_length(c), 0);
+	if (!json_is_array(c)) return -sg_srv_wrong_type(err, "prediction.content", "a string or an array of text parts", c);
+	size_t total = 0, i;
+	json_t *part;
+	json_array_foreach(c, i, part) {
+		json_t *tx = json_object_get(part, "text");
+		if (!json_is_object(part) || !json_is_string(tx))
+			return -sg_srv_wrong_type(err, "prediction.content[]", "an object with 'text'", part);
+		total += json_string_length(tx);
+	}
+	r->prediction = sg_malloc(total + 1);
+	if (!r->prediction) return sg_srv_oom(err);
+	json_array_foreach(c, i, part) {
+		json_t *tx = json_object_get(part, "text");
+		memcpy(r->prediction + r->prediction_len, json_string_value(tx), json_string_length(tx));
+		r->prediction_len += json_string_length(tx);
+	}
+	r->prediction[total] = 0;
+	return 0;
+}
 
 int sg_srv_oom(sg_srv_err *err)
 {

@@ -104,6 +104,10 @@ typedef struct sg_srv_req {
 	char *user;           /* OpenAI user / Anthropic metadata.user_id: the session key [user_len] */
 	size_t user_len;
 	int echo;             /* completions: echo the prompt (refused: unsupported) */
+	int spec;             /* speculative decoding: -1 the model's default, else SG_SRV_SPEC_* */
+	int32_t draft_max, draft_min; /* 0: the model's */
+	char *prediction;     /* OpenAI prediction.content: guesses for the answer [prediction_len], or NULL */
+	size_t prediction_len;
 	char note[160];       /* something ignored that the client should know ("template ignored") */
 } sg_srv_req;
 
@@ -113,6 +117,12 @@ typedef struct sg_srv_req {
 int sg_srv_req_begin(sg_srv_route route, const char *body, size_t len, const sg_srv_limits *lim, sg_srv_req *req,
 		     json_t **json, sg_srv_err *err);
 void sg_srv_req_free(sg_srv_req *req);
+/* The speculative decoding field `name` (v may be NULL or null: not given): "ngram", "draft",
+ * "none", or {"type": one of them, "draft_max": N, "draft_min": N}. 0 or the status set in err. */
+int sg_srv_parse_spec(const json_t *v, const char *name, sg_srv_req *r, sg_srv_err *err);
+/* OpenAI's prediction field ({"type": "content", "content": text or [{"type": "text", "text"}]})
+ * into r->prediction. 0 or the status set in err. */
+int sg_srv_parse_prediction(const json_t *v, sg_srv_req *r, sg_srv_err *err);
 /* body[0..len) (body may be NULL when no body came) as a JSON object in *json (a new reference):
  * 0, or 400 set in *err for an empty body, invalid JSON or another JSON type. Every route that
  * reads a body starts here, so they answer these the same way. */

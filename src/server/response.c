@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/utf8.h"
+#include "engine/draft.h"
 #include "server/model.h"
 #include "server/pool.h"
 
@@ -137,9 +138,16 @@ void sg_resp_send(sg_job *job, int status, json_t *o)
 
 json_t *sg_resp_oai_usage(const sg_gen_result *r)
 {
-	return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)r->n_prompt, "completion_tokens",
-			 (json_int_t)r->n_generated, "total_tokens", (json_int_t)(r->n_prompt + r->n_generated),
-			 "prompt_tokens_details", "cached_tokens", (json_int_t)r->n_cached);
+	json_t *u = json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)r->n_prompt, "completion_tokens",
+			      (json_int_t)r->n_generated, "total_tokens", (json_int_t)(r->n_prompt + r->n_generated),
+			      "prompt_tokens_details", "cached_tokens", (json_int_t)r->n_cached);
+	/* speculative decoding, in OpenAI's predicted-output fields: guesses kept and dropped */
+	if (u && r->n_verify)
+		json_object_set_new(u, "completion_tokens_details",
+				    json_pack("{s:I,s:I,s:I}", "accepted_prediction_tokens", (json_int_t)r->n_accepted,
+					      "rejected_prediction_tokens", (json_int_t)(r->n_drafted - r->n_accepted),
+					      "verify_steps", (json_int_t)r->n_verify));
+	return u;
 }
 
 void sg_resp_call_start(json_t *calls, int index, const char *id, const char *name)
@@ -193,6 +201,23 @@ sg_gen_params sg_resp_gen_params(sg_job *job)
 	p.n_stop = q->n_stop;
 	p.max_tokens = q->max_tokens;
 	p.cancel = &job->cancel;
+	/* speculative decoding: the request's choice, else the model's; a prediction is an n-gram
+	 * drafter's reference (its guesses are checked like any other, so a wrong one costs time
+	 * only) */
+	int mode = q->spec;
+	if (q->prediction && mode < 0) mode = SG_SRV_SPEC_NGRAM;
+	p.draft_max = q->draft_max;
+	p.draft_min = q->draft_min;
+	p.drafter = sg_srv_model_drafter(job->model, mode, &p.draft_max, &p.draft_min);
+	if (p.drafter && q->prediction && mode == SG_SRV_SPEC_NGRAM && !job->drafter) {
+		int32_t *ids = NULL;
+		size_t n = 0;
+		if (sg_srv_model_tokenize(job->model, q->prediction, q->prediction_len, 0, &ids, &n) == SG_OK &&
+		    sg_drafter_ngram(SG_DRAFT_NGRAM_MIN, SG_DRAFT_NGRAM_MAX, &job->drafter) == SG_OK && sg_drafter_ngram_reference(job->drafter, ids, n) == SG_OK)
+			p.drafter = sg_drafter_ops(job->drafter);
+		else SG_WARN("serve: %s: the prediction is not used: %s", job->id, sg_last_error());
+		sg_free(ids);
+	}
 	return p;
 }
 
@@ -236,4 +261,8 @@ void sg_resp_log_done(const sg_job *job, const char *model, const sg_gen_result 
 	SG_INFO("serve: %s %s: prompt %zu tokens (%zu cached), prefill %.1f tok/s, ttft %.1f ms, %zu tokens at %.1f tok/s, %s",
 		job->id, model, r->n_prompt, r->n_cached, r->prefill_s > 0 ? pre / r->prefill_s : 0, r->ttft_s * 1e3,
 		r->n_generated, r->decode_s > 0 && r->n_generated > 1 ? (double)(r->n_generated - 1) / r->decode_s : 0, finish);
+	if (r->n_verify)
+		SG_INFO("serve: %s speculative: %zu of %zu guesses kept (%.1f%%), %.2f tokens per verify step", job->id, r->n_accepted,
+			r->n_drafted, r->n_drafted ? 100.0 * (double)r->n_accepted / (double)r->n_drafted : 0.0,
+			(double)(r->n_accepted + r->n_verify) / (double)r->n_verify);
 }

@@ -50,6 +50,8 @@ static int parse_ollama_options(const json_t *b, sg_srv_req *r, const sg_srv_lim
 	TRY(given = sg_srv_get_num(o, "frequency_penalty", "options.frequency_penalty", -100, 100, &d, err));
 	if (given) r->sp.frequency_penalty = (float)d;
 	TRY(sg_srv_parse_stop(json_object_get(o, "stop"), "options.stop", r, err));
+	int st;
+	if ((st = sg_srv_parse_spec(json_object_get(o, "speculative"), "options.speculative", r, err))) return st;
 	return 0;
 }
 
@@ -333,6 +335,11 @@ static void final_fields(json_t *o, const sg_gen_result *r)
 	json_object_set_new(o, "prompt_eval_count", json_integer((json_int_t)r->n_prompt));
 	json_object_set_new(o, "prompt_eval_duration", json_integer(prefill_ns));
 	json_object_set_new(o, "eval_count", json_integer((json_int_t)r->n_generated));
+	if (r->n_verify) { /* speculative decoding (this server's fields) */
+		json_object_set_new(o, "draft_count", json_integer((json_int_t)r->n_drafted));
+		json_object_set_new(o, "draft_accepted_count", json_integer((json_int_t)r->n_accepted));
+		json_object_set_new(o, "verify_count", json_integer((json_int_t)r->n_verify));
+	}
 	json_object_set_new(o, "eval_duration", json_integer(decode_ns));
 }
 

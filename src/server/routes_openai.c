@@ -198,6 +198,10 @@ static int parse_openai_sampling(const json_t *b, sg_srv_req *r, const sg_srv_li
 			return sg_srv_err_set(err, 400, BAD, "response_format.type",
 					      "'response_format.type' = '%.40s' is not one of text, json_object, json_schema", t);
 	}
+	/* speculative decoding: this server's extension field, and OpenAI's predicted output */
+	int sst;
+	if ((sst = sg_srv_parse_spec(json_object_get(b, "speculative"), "speculative", r, err))) return sst;
+	if ((sst = sg_srv_parse_prediction(json_object_get(b, "prediction"), r, err))) return sst;
 	return 0;
 }
 

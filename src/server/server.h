@@ -35,6 +35,11 @@ typedef struct sg_server_opts {
 	int read_timeout_s;      /* per-connection read deadline; default 30 */
 	int max_connections;     /* per listener; default 64 */
 	int no_prefix_cache;     /* 1: no block prefix cache (--no-prefix-cache) */
+	/* speculative decoding of every served model unless a request says otherwise: 0 none,
+	 * 1 n-gram (--spec ngram), 2 the draft model (--draft-model, resolved path) */
+	int spec_mode;
+	const char *draft_model;
+	int32_t draft_max, draft_min; /* 0: 16 and 1 */
 } sg_server_opts;
 
 sg_server_opts sg_server_default_opts(void);

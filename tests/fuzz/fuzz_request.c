@@ -34,6 +34,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (req.n_stop > SG_SRV_MAX_STOP) __builtin_trap();
 		if (req.chat && !json_is_array(req.messages)) __builtin_trap();
 		if (req.tool_choice == SG_TOOLS_NAMED && !req.tool_name) __builtin_trap();
+		/* speculative decoding: a known mode, lengths in range, a prediction with its length */
+		if (req.spec < -1 || req.spec > 2) __builtin_trap();
+		if (req.draft_max < 0 || req.draft_max > 256 || req.draft_min < 0 || req.draft_min > 256) __builtin_trap();
+		if (req.draft_max && req.draft_min > req.draft_max) __builtin_trap();
+		if (!req.prediction && req.prediction_len) __builtin_trap();
 		if (req.tool_choice >= SG_TOOLS_REQUIRED && req.tools) {
 			sg_grammar *g = NULL;
 			if (sg_toolcall_grammar(SG_TC_HERMES, req.tools, req.tool_choice == SG_TOOLS_NAMED ? req.tool_name : NULL,

@@ -23,6 +23,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
+#include "base/flags.h"
 
 #define NMSE_F32 1e-10
 #define NMSE_Q8X 1e-4
@@ -391,6 +392,52 @@ Test(backend_ops, prefill_equals_decode_bit_for_bit_for_float_and_non_gemm_types
 		sg_backend_free(be);
 	}
 	cr_expect(exact > 20);
+}
+
+/* A speculative verify step (match_decode on): every type, GEMM kernels or not, gives each of
+ * many tokens the bits of a one-token call, with the 4-token kernels (9 tokens: 4 + 4 + 1) and
+ * without them (SARAGOSSA_CPU_MV4=0). */
+Test(backend_ops, match_decode_gives_every_token_the_bits_of_decode)
+{
+	wcase cases[64];
+	int nc = n_wcases(cases), checked = 0;
+	static const char *sets[] = {"scalar", "avx512", "avx2", "neon"};
+	for (int mv4 = 0; mv4 < 2; mv4++) {
+		setenv("SARAGOSSA_CPU_MV4", mv4 ? "1" : "0", 1);
+		sg_flags_reload();
+		for (int s = 0; s < 4; s++) {
+			sg_backend *be = make_be(sets[s], 2);
+			if (!be) continue;
+			cr_assert(be->ops->match_decode);
+			for (int c = 0; c < nc; c++) {
+				int64_t N = 37, K = k_for(&cases[c], 1), ntok = 9;
+				wmat w = make_w(be, cases[c].kt, N, K, cases[c].group, cases[c].sb_bf16);
+				sg_wview v;
+				sg_kt bound = sg_cpu_wview(&w.t, &v);
+				sg_btensor x = f32_tensor(be, K, ntok, 1), y = f32_tensor(be, N, ntok, 1);
+				sg_btensor x1 = f32_tensor(be, K, 1, 1), y1 = f32_tensor(be, N, 1, 1);
+				fill(&x, 1.0f);
+				be->ops->match_decode(be, 1);
+				cr_assert_eq(be->ops->matmul(be, &w.t, &x, NULL, &y), SG_OK);
+				be->ops->match_decode(be, 0);
+				for (int64_t t = 0; t < ntok; t++) {
+					memcpy(x1.data, (float *)x.data + t * K, sizeof(float) * (size_t)K);
+					cr_assert_eq(be->ops->matmul(be, &w.t, &x1, NULL, &y1), SG_OK);
+					cr_expect(!memcmp(y1.data, (float *)y.data + t * N, sizeof(float) * (size_t)N),
+						  "%s %s g%d mv4 %d token %lld: a verify step differs from decode in bits", sets[s],
+						  sg_cpu_kt_info(bound)->name, cases[c].group, mv4, (long long)t);
+				}
+				checked++;
+				sg_btensor *all[] = {&x, &y, &x1, &y1};
+				for (int i = 0; i < 4; i++) be->ops->tensor_free(be, all[i]);
+				free_w(&w);
+			}
+			sg_backend_free(be);
+		}
+	}
+	unsetenv("SARAGOSSA_CPU_MV4");
+	sg_flags_reload();
+	cr_expect(checked > 40);
 }
 
 Test(backend_ops, scalar_matmul_equals_dequantized_dot_in_double)

@@ -257,6 +257,8 @@ typedef struct mm_job {
 	sg_cpu_backend *cb;
 	sg_wview w;
 	sg_mv_fn mv;
+	/* many tokens without the GEMM: 4 tokens a call with mv's bits (NULL: mv per token) */
+	void (*mv4)(const sg_wview *w, int64_t r0, int64_t r1, const void *const *x, float *const *y);
 	sg_mm_fn mm; /* many tokens: the GEMM kernel, or NULL to loop mv over tokens */
 	_Atomic int64_t next; /* GEMM: the next chunk of rows to hand out */
 	int q8, xoff;
@@ -370,11 +372,23 @@ static void mm_task(void *ctx, int ith, int nth)
 		}
 		return;
 	} else {
+		sg_xq t4[4];
 		for (int64_t t0 = 0; t0 < j->nx; t0 += TOK_TILE) {
 			int64_t t1 = t0 + TOK_TILE < j->nx ? t0 + TOK_TILE : j->nx;
 			for (int64_t rb = r0; rb < r1; rb += ROW_TILE) {
 				int64_t re = rb + ROW_TILE < r1 ? rb + ROW_TILE : r1;
-				for (int64_t t = t0; t < t1; t++) j->mv(&j->w, rb, re, x_arg(j, t, &tmp), j->y + t * j->N + rb);
+				int64_t t = t0;
+				/* 4 tokens a call where the set has it: each weight block unpacked once for them */
+				for (; j->mv4 && t + 4 <= t1; t += 4) {
+					const void *xs[4];
+					float *ys[4];
+					for (int u = 0; u < 4; u++) {
+						xs[u] = x_arg(j, t + u, &t4[u]);
+						ys[u] = j->y + (t + u) * j->N + rb;
+					}
+					j->mv4(&j->w, rb, re, xs, ys);
+				}
+				for (; t < t1; t++) j->mv(&j->w, rb, re, x_arg(j, t, &tmp), j->y + t * j->N + rb);
 			}
 		}
 	}
@@ -399,8 +413,10 @@ static sg_status mm_setup(sg_cpu_backend *cb, const char *op, const sg_btensor *
 				(long long)x->ne[0], (long long)w->ne[0]);
 	j->mv = cb->k->mv[kt];
 	j->q8 = (cb->k->q8_mask >> kt) & 1;
+	j->mv4 = cb->mv4 ? cb->k->mv4[kt] : NULL;
 	if (j->q8 && !cb->int8_dot) { /* kill-switch: the f32 reference path */
 		j->mv = sg_cpu_mv_ref;
+		j->mv4 = NULL;
 		j->q8 = 0;
 	}
 	j->xl = sg_cpu_kt_info(kt)->xl;
@@ -443,7 +459,7 @@ static sg_status cpu_matmul(sg_backend *be, const sg_btensor *w, const sg_btenso
 	j.y = y->data;
 	/* many tokens: the GEMM kernel when the set has one (8-bit types only with 8-bit activations) */
 	sg_kt kt = j.w.kt;
-	if (j.nx > 1 && cb->gemm && cb->k->mm[kt] && (j.q8 || kt == SG_KT_F32 || kt == SG_KT_F16 || kt == SG_KT_BF16)) {
+	if (j.nx > 1 && cb->gemm && !cb->exact && cb->k->mm[kt] && (j.q8 || kt == SG_KT_F32 || kt == SG_KT_F16 || kt == SG_KT_BF16)) {
 		j.mm = cb->k->mm[kt];
 		j.xoff = cb->k->mm_xoff[kt];
 		atomic_init(&j.next, 0);
@@ -613,6 +629,10 @@ static void cpu_caps(sg_backend *be, sg_backend_caps *out)
 		 cb->k->name);
 }
 
+/* match_decode: many tokens take the one-token kernels (see cpu_matmul, sg_cpu_attention and
+ * sg_cpu_gated_delta), the weights still read once per tile of tokens. */
+static void cpu_match_decode(sg_backend *be, int on) { ((sg_cpu_backend *)be)->exact = on != 0; }
+
 static const sg_backend_ops cpu_ops = {
 	.name = "cpu",
 	.destroy = cpu_destroy,
@@ -649,6 +669,7 @@ static const sg_backend_ops cpu_ops = {
 	.gather_cols = sg_cpu_gather_cols,
 	.glu_split = sg_cpu_glu_split,
 	.moe_weight_scale = sg_cpu_moe_weight_scale,
+	.match_decode = cpu_match_decode,
 	.caps = cpu_caps,
 };
 
@@ -677,6 +698,7 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
 	cb->fused = sg_flag_bool("SARAGOSSA_CPU_FUSED");
 	int64_t chunk = sg_flag_int("SARAGOSSA_CPU_DECODE_CHUNK");
 	cb->decode_chunk = chunk > 0 && chunk <= (1 << 30) ? (size_t)chunk : 65536;
+	cb->mv4 = sg_flag_bool("SARAGOSSA_CPU_MV4");
 	cb->mlx_repack = (int)sg_flag_int("SARAGOSSA_CPU_MLX_REPACK");
 	pthread_once(&pf_once, pf_init);
 	sg_status st = sg_threadpool_create(p->n_threads, &cb->pool);

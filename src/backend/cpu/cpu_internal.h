@@ -107,6 +107,9 @@ typedef void (*sg_quant_x_fn)(const float *x, int64_t K, sg_xlayout xl, int xoff
 typedef struct sg_cpu_kernels {
 	const char *name;
 	sg_mv_fn mv[SG_KT_COUNT];
+	/* mv of 4 tokens at once with mv's bits for each (x[4] activations, y[4] outputs at row r0);
+	 * NULL: mv per token */
+	void (*mv4[SG_KT_COUNT])(const sg_wview *w, int64_t r0, int64_t r1, const void *const *x, float *const *y);
 	unsigned q8_mask; /* bit kt set: mv[kt] takes 8-bit activations (sg_xq), else f32 */
 	sg_mm_fn mm[SG_KT_COUNT];        /* NULL: the many-token matmul loops mv over tokens */
 	short mm_xoff[SG_KT_COUNT];      /* the code offset mm[kt] wants in its activations */
@@ -182,6 +185,8 @@ typedef struct sg_cpu_backend {
 	int gemm;          /* SARAGOSSA_CPU_GEMM: many tokens take the kernel set's mm[] */
 	int fused;         /* SARAGOSSA_CPU_FUSED: one token's matmul_multi in one run (cpu_fused.c) */
 	size_t decode_chunk; /* SARAGOSSA_CPU_DECODE_CHUNK: bytes of weights per chunk a thread takes there */
+	int exact;         /* match_decode on: many-token ops give each token the one-token bits */
+	int mv4;           /* SARAGOSSA_CPU_MV4: many tokens without the GEMM take mv4[] 4 at a time */
 	int mlx_repack;    /* SARAGOSSA_CPU_MLX_REPACK: bind repacks MLX 4-bit weights of groups >= 64 to
 			    * SG_KT_MLX4G (1); 0 never; 2 every group size */
 	void *scratch_raw; /* allocation */

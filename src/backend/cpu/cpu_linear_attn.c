@@ -242,7 +242,7 @@ sg_status sg_cpu_gated_delta(sg_backend *be, const sg_btensor *qkv, const sg_bte
 			       (long long)nelem(state), (long long)nelem(out), Hv, dk, dv);
 	gdn_job j = {cb->k, qkv->data, a->data, b->data, a_log->data, dt_bias->data, state->data, out->data, n, C,
 		     Hk, Hv, dk, dv, p->l2_eps, 0, NULL, 0};
-	j.chunked = n > 1 && sg_flag_bool("SARAGOSSA_CPU_GDN_CHUNK");
+	j.chunked = n > 1 && !cb->exact && sg_flag_bool("SARAGOSSA_CPU_GDN_CHUNK");
 	size_t per = j.chunked ? sizeof(double) * GDN_CHUNK + sizeof(float) * ((size_t)GDN_CHUNK * (2 * dk + dv + 2)) : sizeof(float) * (size_t)(2 * dk);
 	j.chunk_bytes = (per + 63) & ~(size_t)63;
 	j.scratch = sg_cpu_scratch(cb, j.chunk_bytes * (size_t)cb->nth);

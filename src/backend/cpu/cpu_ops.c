@@ -436,6 +436,19 @@ static void attn_tile_task(void *ctx, int ith, int nth)
 	}
 }
 
+/* Token t's slice of an F32 (or I32) tensor holding n tokens' values back to back, as one row. */
+static sg_btensor token_slice(const sg_btensor *x, int64_t n, int64_t t)
+{
+	sg_btensor v = *x;
+	int64_t per = x->ne[0] * sg_btensor_rows(x) / n;
+	v.ne[0] = per;
+	v.ne[1] = v.ne[2] = v.ne[3] = 1;
+	v.row_bytes = (size_t)per * 4;
+	v.data = (char *)x->data + (size_t)(t * per) * 4;
+	v.owned = 0;
+	return v;
+}
+
 sg_status sg_cpu_attention(sg_backend *be, const sg_btensor *q, const sg_btensor *kc, const sg_btensor *vc, const sg_btensor *pos, const sg_attn_params *p, sg_btensor *out)
 {
 	sg_cpu_backend *cb = (sg_cpu_backend *)be;
@@ -443,6 +456,20 @@ sg_status sg_cpu_attention(sg_backend *be, const sg_btensor *q, const sg_btensor
 	if ((st = sg_cpu_check_f32("attention", "q", q)) || (st = sg_cpu_check_f32("attention", "out", out)) ||
 	    (st = need_i32("attention", "pos", pos)))
 		return st;
+	int64_t ntok = pos->ne[0] * sg_btensor_rows(pos);
+	if (cb->exact && ntok > 1) {
+		/* match_decode: each token as a one-token step (whether the kv length is split across
+		 * threads depends on the number of tokens, and a split sums in another order) */
+		int64_t qv = q->ne[0] * sg_btensor_rows(q), ov = out->ne[0] * sg_btensor_rows(out);
+		if (qv % ntok || ov % ntok)
+			return SG_FAIL(SG_ERR_INVALID_ARG, "q (%lld values) or out (%lld) is not %lld tokens", (long long)qv, (long long)ov,
+				       (long long)ntok);
+		for (int64_t t = 0; t < ntok; t++) {
+			sg_btensor qt = token_slice(q, ntok, t), pt = token_slice(pos, ntok, t), ot = token_slice(out, ntok, t);
+			if ((st = sg_cpu_attention(be, &qt, kc, vc, &pt, p, &ot))) return st;
+		}
+		return SG_OK;
+	}
 	if ((kc->type != SG_TYPE_F32 && kc->type != SG_TYPE_F16) || (vc->type != SG_TYPE_F32 && vc->type != SG_TYPE_F16))
 		return SG_FAIL(SG_ERR_INVALID_ARG, "caches must be F32 or F16");
 	attn_job j = {0};

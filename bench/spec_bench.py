@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Speculative decoding on a real draft/target pair: decode tok/s without speculation, with the
+n-gram drafter and with the draft model, for an edit workload (a file in the context that the
+answer repeats with a change) and for free prose, greedy. Runs are interleaved (plain, ngram,
+draft, plain, ...) so that a machine shared with other work slows every configuration alike, and
+the report gives each configuration's median and its ratio to plain. With --llama-bin DIR it also
+runs llama.cpp's llama-speculative-simple on the same pair and the same prompt text.
+
+Both engines get the same raw text (the Qwen2.5 ChatML turn written out), so no chat template
+differs between them. The answers with and without speculation are checked to be identical.
+
+usage: bench/spec_bench.py --target T.gguf --draft D.gguf [--reps 3] [--max-tokens 128]
+                           [--threads 2] [--llama-bin DIR]
+"""
+import argparse
+import json
+import os
+import pathlib
+import re
+import statistics
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+
+def chatml(user):
+    return (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
+            "<|im_start|>assistant\n")
+
+
+EDIT_FILE = (ROOT / "bench" / "data" / "spec_edit.py").read_text()
+WORKLOADS = {
+    "edit": chatml("Here is a Python file:\n\n```python\n" + EDIT_FILE + "```\n\nRename the function "
+                   "parse_config to load_config everywhere. Reply with the full updated file only."),
+    "prose": chatml("Write a short story about a lighthouse keeper who finds a message in a bottle."),
+}
+
+
+def run_sg(bin_, args, prompt, extra, env):
+    cmd = [bin_, "generate", "--model", args.target, "--prompt", "-", "--temperature", "0", "--max-tokens",
+           str(args.max_tokens), "--threads", str(args.threads), "--ctx", "2048", "--json", *extra]
+    p = subprocess.run(cmd, input=prompt, capture_output=True, text=True, env=env, timeout=3600)
+    if p.returncode:
+        sys.exit(f"saragossa failed: {p.stderr[-500:]}")
+    o = json.loads(p.stdout)
+    m = o["metrics"]
+    return {"tps": m["decode_tokens_per_s"], "text": o["text"], "n": m["generated_tokens"],
+            "acc": m.get("spec_acceptance"), "tpv": m.get("spec_tokens_per_verify")}
+
+
+def run_llama(dir_, args, prompt):
+    exe = pathlib.Path(dir_) / "llama-speculative-simple"
+    cmd = [str(exe), "-m", args.target, "-md", args.draft, "-p", prompt, "-n", str(args.max_tokens), "-t",
+           str(args.threads), "-td", str(args.threads), "--temp", "0", "-c", "2048", "--spec-draft-n-max", "16",
+           "--spec-draft-n-min", "1", "--spec-draft-p-min", "0.5", "--spec-type", "draft-simple"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    if p.returncode:
+        sys.exit(f"llama-speculative-simple failed: {p.stderr[-800:]}")
+    err = p.stderr
+    m = re.search(r"decoded\s+(\d+)\s+tokens in\s+([\d.]+)\s+seconds, speed:\s+([\d.]+)\s+t/s", err)
+    acc = re.search(r"accept\s*=\s*([\d.]+)%", err)
+    return {"tps": float(m.group(3)) if m else 0.0, "acc": float(acc.group(1)) / 100 if acc else None, "text": p.stdout}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--draft", required=True)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--llama-bin")
+    ap.add_argument("--workloads", default="edit,prose")
+    ap.add_argument("--configs", default="plain,ngram,draft")
+    args = ap.parse_args()
+    bin_ = os.environ.get("SARAGOSSA_BIN", str(ROOT / "build" / "saragossa"))
+    env = dict(os.environ)
+    configs = {"plain": [], "ngram": ["--spec", "ngram"], "draft": ["--draft-model", args.draft]}
+    configs = {c: configs[c] for c in args.configs.split(",") if c}
+    for wl in args.workloads.split(","):
+        prompt = WORKLOADS[wl]
+        res = {c: [] for c in configs}
+        if args.llama_bin:
+            res["llama.cpp draft"] = []
+        for r in range(args.reps):
+            for c, extra in configs.items():
+                res[c].append(run_sg(bin_, args, prompt, extra, env))
+                print(f"{wl} rep {r} {c}: {res[c][-1]['tps']:.2f} tok/s", file=sys.stderr, flush=True)
+            if args.llama_bin:
+                res["llama.cpp draft"].append(run_llama(args.llama_bin, args, prompt))
+                print(f"{wl} rep {r} llama.cpp: {res['llama.cpp draft'][-1]['tps']:.2f} tok/s", file=sys.stderr, flush=True)
+        ref = res["plain"][0]["text"]
+        for c in configs:
+            for x in res[c]:
+                assert x["text"] == ref, f"{wl}/{c}: the answer differs from plain decoding"
+        base = statistics.median(x["tps"] for x in res["plain"])
+        print(f"\n{wl} ({res['plain'][0]['n']} tokens, {args.reps} interleaved runs, answers identical to plain: yes)")
+        print("| configuration | decode tok/s (median) | runs | vs plain | acceptance | tokens / verify |")
+        print("|---|---:|---|---:|---:|---:|")
+        for c, xs in res.items():
+            med = statistics.median(x["tps"] for x in xs)
+            acc = xs[0].get("acc")
+            tpv = xs[0].get("tpv")
+            runs = ", ".join(f"{x['tps']:.2f}" for x in xs)
+            print(f"| {c} | {med:.2f} | {runs} | {med / base:.2f}x | {'' if acc is None else f'{100 * acc:.0f}%'} | "
+                  f"{'' if tpv is None else f'{tpv:.2f}'} |")
+
+
+if __name__ == "__main__":
+    main()

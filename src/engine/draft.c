@@ -1,0 +1,201 @@
+/* Drafters for speculative decoding (see draft.h). */
+#include "engine/draft.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/flags.h"
+#include "engine/lm.h"
+#include "engine/session.h"
+#include "text/tokenizer/tokenizer.h"
+
+struct sg_drafter {
+	sg_gen_drafter ops;
+	/* n-gram */
+	int nmin, nmax;
+	int32_t *ref; /* [n_ref] a reference searched after the history */
+	size_t n_ref;
+	/* draft model */
+	sg_session *ds;
+	int32_t target_vocab;
+	float p_min; /* a draft ends at a token of lower probability */
+};
+
+int sg_drafter_enabled(const char *kind)
+{
+	if (!sg_flag_bool("SARAGOSSA_SPEC")) return 0;
+	if (!strcmp(kind, "ngram")) return sg_flag_bool("SARAGOSSA_SPEC_NGRAM");
+	if (!strcmp(kind, "model")) return sg_flag_bool("SARAGOSSA_SPEC_DRAFT_MODEL");
+	return 0;
+}
+
+const sg_gen_drafter *sg_drafter_ops(const sg_drafter *d) { return d ? &d->ops : NULL; }
+
+void sg_drafter_free(sg_drafter *d)
+{
+	if (!d) return;
+	sg_free(d->ref);
+	sg_free(d);
+}
+
+sg_status sg_drafter_ngram_reference(sg_drafter *d, const int32_t *ids, size_t n)
+{
+	sg_free(d->ref);
+	d->ref = NULL;
+	d->n_ref = 0;
+	if (!n) return SG_OK;
+	d->ref = sg_malloc(n * sizeof(int32_t));
+	if (!d->ref) return SG_FAIL(SG_ERR_NOMEM, "a reference of %zu tokens", n);
+	memcpy(d->ref, ids, n * sizeof(int32_t));
+	d->n_ref = n;
+	return SG_OK;
+}
+
+/* ---- n-gram / prompt lookup ---- */
+
+/* The latest start i <= end - len in a[0..end) of the len tokens at suf, or -1. */
+static long find_in(const int32_t *a, size_t end, const int32_t *suf, size_t len)
+{
+	if (end < len) return -1;
+	for (long i = (long)(end - len); i >= 0; i--) {
+		if (a[i] != suf[0]) continue;
+		if (!memcmp(a + i, suf, len * sizeof(int32_t))) return i;
+	}
+	return -1;
+}
+
+/* Up to max tokens of a[from..n) into out; how many. */
+static int32_t copy_from(const int32_t *a, size_t n, size_t from, int32_t max, int32_t *out)
+{
+	int32_t k = 0;
+	while (k < max && from + (size_t)k < n) {
+		out[k] = a[from + (size_t)k];
+		k++;
+	}
+	return k;
+}
+
+static sg_status ngram_draft(void *self, const int32_t *hist, size_t n, int32_t max, int32_t *out, int32_t *n_out)
+{
+	sg_drafter *d = self;
+	*n_out = 0;
+	/* the longest suffix that occurred before wins; among equals the latest occurrence (the
+	 * most recent version of a line being edited) */
+	for (int len = d->nmax; len >= d->nmin; len--) {
+		if ((size_t)len > n) continue;
+		const int32_t *suf = hist + n - (size_t)len;
+		/* in the history before the suffix itself (a match ending at n - 1 at the latest) */
+		long i = (size_t)len < n ? find_in(hist, n - 1, suf, (size_t)len) : -1;
+		if (i >= 0) {
+			*n_out = copy_from(hist, n, (size_t)i + (size_t)len, max, out);
+			return SG_OK;
+		}
+		i = find_in(d->ref, d->n_ref, suf, (size_t)len);
+		if (i >= 0 && (size_t)i + (size_t)len < d->n_ref) {
+			*n_out = copy_from(d->ref, d->n_ref, (size_t)i + (size_t)len, max, out);
+			return SG_OK;
+		}
+	}
+	return SG_OK;
+}
+
+sg_status sg_drafter_ngram(int ngram_min, int ngram_max, sg_drafter **out)
+{
+	*out = NULL;
+	if (ngram_min < 1 || ngram_max < ngram_min || ngram_max > 64)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "n-gram sizes %d..%d (want 1 <= min <= max <= 64)", ngram_min, ngram_max);
+	sg_drafter *d = sg_calloc(1, sizeof(*d));
+	if (!d) return SG_FAIL(SG_ERR_NOMEM, "drafter");
+	d->nmin = ngram_min;
+	d->nmax = ngram_max;
+	d->ops = (sg_gen_drafter){.self = d, .name = "ngram", .draft = ngram_draft};
+	*out = d;
+	return SG_OK;
+}
+
+/* ---- draft model ---- */
+
+/* The argmax of logits[V] (lowest id on ties) and its softmax probability. */
+static int32_t argmax_p(const float *l, int32_t V, float *p)
+{
+	int32_t best = 0;
+	for (int32_t i = 1; i < V; i++)
+		if (l[i] > l[best]) best = i;
+	double z = 0;
+	for (int32_t i = 0; i < V; i++) z += exp((double)(l[i] - l[best]));
+	*p = (float)(1.0 / z);
+	return best;
+}
+
+static sg_status model_draft(void *self, const int32_t *hist, size_t n, int32_t max, int32_t *out, int32_t *n_out)
+{
+	sg_drafter *d = self;
+	*n_out = 0;
+	sg_session *s = d->ds;
+	int32_t V = sg_session_n_vocab(s);
+	int ctx = sg_session_n_ctx(s);
+	for (size_t i = 0; i < n; i++)
+		if (hist[i] < 0 || hist[i] >= V) return SG_OK; /* a token it cannot read: no guess */
+	if (n + (size_t)max > (size_t)ctx) {
+		if (n >= (size_t)ctx) return SG_OK; /* the history outgrew the draft's context */
+		max = (int32_t)((size_t)ctx - n);
+	}
+	/* keep the common prefix of its state (at least the last token is evaluated again, for its
+	 * logits); a state that cannot be cut back starts over */
+	size_t pos = (size_t)sg_session_position(s), keep = 0;
+	const int32_t *have = sg_session_tokens(s);
+	while (keep < n && keep < pos && have[keep] == hist[keep]) keep++;
+	if (keep == n) keep--;
+	if (keep < pos && sg_session_truncate(s, (int)keep) != SG_OK) {
+		sg_session_reset(s);
+		keep = 0;
+	}
+	sg_status st = sg_session_eval(s, hist + keep, (int)(n - keep), NULL);
+	for (int32_t k = 0; !st && k < max; k++) {
+		const float *l = sg_session_logits(s);
+		if (!l) return sg_error(SG_ERR_INTERNAL, "draft model: no logits");
+		float p;
+		int32_t t = argmax_p(l, V, &p);
+		if (t >= d->target_vocab || (k > 0 && p < d->p_min)) break;
+		out[(*n_out)++] = t;
+		if (k + 1 < max) st = sg_session_eval(s, &t, 1, NULL);
+	}
+	if (st) {
+		sg_session_reset(s);
+		*n_out = 0;
+	}
+	return st;
+}
+
+sg_status sg_drafter_model(sg_session *draft, int32_t target_vocab, sg_drafter **out)
+{
+	*out = NULL;
+	if (!draft || target_vocab < 1) return SG_FAIL(SG_ERR_INVALID_ARG, "no draft model or vocabulary");
+	sg_drafter *d = sg_calloc(1, sizeof(*d));
+	if (!d) return SG_FAIL(SG_ERR_NOMEM, "drafter");
+	d->ds = draft;
+	d->target_vocab = target_vocab;
+	d->p_min = (float)sg_flag_int("SARAGOSSA_SPEC_P_MIN") / 100.0f;
+	d->ops = (sg_gen_drafter){.self = d, .name = "model", .draft = model_draft};
+	*out = d;
+	return SG_OK;
+}
+
+sg_status sg_drafter_check_vocab(const sg_lm *target, const sg_lm *draft)
+{
+	const sg_tokenizer *a = sg_lm_tokenizer(target), *b = sg_lm_tokenizer(draft);
+	int32_t na = sg_tokenizer_n_vocab(a), nb = sg_tokenizer_n_vocab(b);
+	if (na != nb)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "the draft model's tokenizer has %d tokens, the target's %d: they must share one vocabulary",
+			       nb, na);
+	for (int32_t id = 0; id < na; id++) {
+		size_t la = 0, lb = 0;
+		const char *ta = sg_tokenizer_token(a, id, &la), *tb = sg_tokenizer_token(b, id, &lb);
+		if (!ta != !tb || la != lb || (ta && memcmp(ta, tb, la)))
+			return SG_FAIL(SG_ERR_INVALID_ARG, "token %d is '%.*s' in the target's vocabulary and '%.*s' in the draft model's", id,
+				       ta ? (int)la : 0, ta ? ta : "", tb ? (int)lb : 0, tb ? tb : "");
+	}
+	return SG_OK;
+}

@@ -1,0 +1,162 @@
+"""Speculative decoding through the CLI and the server on a tiny fixture model with a trained
+tokenizer: the text with a drafter is the text without one (greedy, and sampled with one seed), the
+metrics report the guesses, the server takes the drafter per model and per request (OpenAI's
+`speculative` extension and `prediction`, Ollama's options.speculative), and bad values are 400s
+or usage errors."""
+import json
+
+import httpx
+import ollama
+import openai
+import pytest
+
+from server_util import KEY, Server, free_port, make_test_model
+
+EDIT = ("Hello, world! The quick brown fox jumps over the lazy dog. What is the capital of France? "
+        "Paris is the capital of France. Hello, world! The quick brown fox")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return str(make_test_model("qwen3", tmp_path_factory.mktemp("spec") / "q3", 384))
+
+
+def gen(sg, model, *extra, temp="0", seed="7"):
+    r = sg("generate", "--model", model, "--prompt", EDIT, "--temperature", temp, "--seed", seed, "--max-tokens", "48",
+           "--json", "--ctx", "256", *extra, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("temp", ["0", "0.9"])
+def test_generate_with_each_drafter_gives_the_plain_text(sg, model, temp):
+    plain = gen(sg, model, temp=temp)
+    assert "spec_verify_steps" not in plain["metrics"]
+    ngram = gen(sg, model, "--spec", "ngram", "--draft-max", "6", temp=temp)
+    draft = gen(sg, model, "--draft-model", model, "--draft-max", "4", temp=temp)
+    assert ngram["text"] == plain["text"] and ngram["finish_reason"] == plain["finish_reason"]
+    assert draft["text"] == plain["text"]
+    for out in (ngram, draft):
+        m = out["metrics"]
+        assert m["generated_tokens"] == plain["metrics"]["generated_tokens"]
+        assert m["spec_verify_steps"] > 0 and 0 <= m["spec_accepted_tokens"] <= m["spec_drafted_tokens"]
+        assert m["spec_tokens_per_verify"] >= 1
+    if temp == "0":
+        # the target as its own draft model guesses right every time
+        assert draft["metrics"]["spec_accepted_tokens"] == draft["metrics"]["spec_drafted_tokens"] > 0
+
+
+def test_generate_metrics_line_and_kill_switch(sg, model):
+    r = sg("generate", "--model", model, "--prompt", EDIT, "--temperature", "0", "--max-tokens", "24", "--ctx", "256",
+           "--spec", "ngram", "--metrics", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "speculative:" in r.stderr and "tokens per verify step" in r.stderr
+    off = sg("generate", "--model", model, "--prompt", EDIT, "--temperature", "0", "--max-tokens", "24", "--ctx", "256",
+             "--spec", "ngram", "--metrics", env={"SARAGOSSA_SPEC_NGRAM": "0"}, timeout=300)
+    assert off.returncode == 0, off.stderr
+    assert "switched off" in off.stderr and "speculative:" not in off.stderr
+    assert off.stdout == r.stdout
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--spec", "medusa"], "--spec wants ngram or none"),
+    (["--draft-max", "0"], "--draft-max wants an integer"),
+    (["--draft-max", "4", "--draft-min", "5"], "--draft-min 5 is above --draft-max 4"),
+    (["--spec", "ngram", "--draft-model", "x"], "pick one"),
+])
+def test_generate_bad_spec_options_are_usage_errors(sg, model, args, msg):
+    r = sg("generate", "--model", model, "--prompt", "hi", *args, timeout=120)
+    assert r.returncode != 0
+    assert msg in r.stderr
+
+
+def test_draft_model_with_another_vocabulary_is_refused(sg, model, tmp_path):
+    other = make_test_model("qwen3", tmp_path / "other", 300)
+    r = sg("generate", "--model", model, "--prompt", "hi", "--draft-model", str(other), timeout=120)
+    assert r.returncode != 0
+    assert "vocabulary" in r.stderr
+
+
+@pytest.fixture(scope="module")
+def srv(model, tmp_path_factory):
+    d = tmp_path_factory.mktemp("specsrv")
+    s = Server("--model", f"q3={model}", "--ctx", "256", "--spec", "ngram", "--draft-max", "6",
+               socket_path=str(d / "s.sock"), port=free_port(), key=KEY)
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def oai(srv):
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key=KEY, max_retries=0)
+
+
+def chat(oai, **kw):
+    return oai.chat.completions.create(model="q3", messages=[{"role": "user", "content": EDIT}], max_tokens=40,
+                                       temperature=0, **kw)
+
+
+def test_server_speculates_per_model_and_per_request_with_the_same_text(oai):
+    on = chat(oai)
+    off = chat(oai, extra_body={"speculative": "none"})
+    obj = chat(oai, extra_body={"speculative": {"type": "ngram", "draft_max": 3}})
+    pred = chat(oai, extra_body={"speculative": "none"}, prediction={"type": "content", "content": EDIT})
+    assert on.choices[0].message.content == off.choices[0].message.content == obj.choices[0].message.content
+    assert pred.choices[0].message.content == off.choices[0].message.content
+    d = on.usage.completion_tokens_details
+    assert d is not None and d.accepted_prediction_tokens + d.rejected_prediction_tokens > 0
+    assert off.usage.completion_tokens_details is None
+    # speculative "none" wins over a prediction
+    assert pred.usage.completion_tokens_details is None
+    pred2 = chat(oai, prediction={"type": "content", "content": EDIT})
+    assert pred2.choices[0].message.content == off.choices[0].message.content
+    assert pred2.usage.completion_tokens_details.accepted_prediction_tokens >= 0
+
+
+def test_server_streams_the_same_text_with_speculation(oai):
+    plain = chat(oai, extra_body={"speculative": "none"}).choices[0].message.content
+    parts = []
+    for ch in chat(oai, stream=True):
+        if ch.choices and ch.choices[0].delta.content:
+            parts.append(ch.choices[0].delta.content)
+    assert "".join(parts) == plain
+
+
+def test_server_json_mode_holds_with_speculation(srv):
+    # the constraint masks every step's logits, verified rows included: the same answer (or the
+    # same incomplete-JSON error) with guesses that the grammar forbids
+    outs = []
+    for extra in ({"speculative": "none"}, {"prediction": {"type": "content", "content": '{"a": 1} ' + EDIT}},
+                  {"speculative": "ngram"}):
+        b = {"model": "q3", "messages": [{"role": "user", "content": EDIT}], "max_tokens": 60, "temperature": 0,
+             "response_format": {"type": "json_object"}, **extra}
+        with srv.client() as c:
+            r = c.post("/v1/chat/completions", json=b)
+        body = r.json()
+        outs.append((r.status_code, body["choices"][0]["message"]["content"] if r.status_code == 200 else body["error"]["message"]))
+    assert outs[0] == outs[1] == outs[2]
+
+
+def test_ollama_options_speculative(srv):
+    c = ollama.Client(host=f"http://127.0.0.1:{srv.port}", headers={"Authorization": f"Bearer {KEY}"})
+    msgs = [{"role": "user", "content": EDIT}]
+    a = c.chat(model="q3", messages=msgs, options={"temperature": 0, "num_predict": 30, "speculative": "none"})
+    b = c.chat(model="q3", messages=msgs, options={"temperature": 0, "num_predict": 30, "speculative": "ngram"})
+    assert a.message.content == b.message.content
+    assert "draft_count" not in a.model_dump() or a.model_dump().get("draft_count") is None
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"speculative": "medusa"}, "speculative"),
+    ({"speculative": 3}, "speculative"),
+    ({"speculative": {"type": "ngram", "draft_max": 0}}, "speculative.draft_max"),
+    ({"speculative": {"draft_max": 2, "draft_min": 3}}, "speculative"),
+    ({"prediction": {"type": "text", "content": "x"}}, "prediction.type"),
+    ({"prediction": {"type": "content", "content": 5}}, "prediction.content"),
+])
+def test_server_bad_spec_fields_are_400s(srv, body, param):
+    b = {"model": "q3", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **body}
+    with srv.client() as c:
+        r = c.post("/v1/chat/completions", json=b)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
