@@ -1,0 +1,592 @@
+/*
+ * Whisper's loader: reads the hyper-parameters and binds every weight from one of three sources.
+ *
+ *   Hugging Face   config.json (model_type whisper) + safetensors, transformers' names
+ *                  (model.encoder.layers.L.self_attn.q_proj, ...); k_proj has no bias; the
+ *                  output matrix is the token embedding unless proj_out.weight is stored.
+ *   CTranslate2    model.bin (formats/ct2.c) + config.json (alignment heads only): sizes come from
+ *                  the variables' shapes. Self-attention has one fused [3D][D] qkv matrix
+ *                  (linear_0) and the out projection (linear_1); cross-attention has q (linear_0),
+ *                  a fused [2D][D] kv (linear_1) and out (linear_2). The fused matrices are bound
+ *                  once and viewed as their row blocks, so nothing is split at run time.
+ *
+ * Matrices are bound in place where the backend takes their type and the bytes are aligned
+ * (CTranslate2 stores variables at any byte: those are copied once into aligned host memory).
+ * Norm weights and biases are widened to F32. conv2's weight is re-ordered once into the two
+ * matrices the forward multiplies (see whisper.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/json.h"
+#include "formats/ct2.h"
+#include "formats/weights.h"
+#include "models/whisper_internal.h"
+
+enum { SRC_HF, SRC_CT2 };
+
+typedef struct wh_src {
+	int kind;
+	sg_weights *st; /* SRC_HF */
+	sg_ct2 ct2;     /* SRC_CT2 */
+	int ct2_open;
+	json_t *config; /* CTranslate2's config.json (HF: st->config); owned for CT2 */
+} wh_src;
+
+static const sg_tensor *src_find(const wh_src *s, const char *name)
+{
+	if (s->kind == SRC_HF) return sg_weights_find(s->st, name);
+	const sg_ct2_var *v = sg_ct2_find(&s->ct2, name);
+	return v ? &v->t : NULL;
+}
+
+sg_status sg_whisper_own(sg_whisper *w, const sg_btensor *t)
+{
+	if (w->n_owned == w->cap_owned) {
+		int cap = w->cap_owned ? 2 * w->cap_owned : 64;
+		sg_btensor *p = sg_realloc(w->owned, sizeof(*p) * (size_t)cap);
+		if (!p) {
+			sg_btensor c = *t;
+			w->be->ops->tensor_free(w->be, &c);
+			return sg_error(SG_ERR_NOMEM, "whisper: %d tensors", cap);
+		}
+		w->owned = p;
+		w->cap_owned = cap;
+	}
+	w->owned[w->n_owned++] = *t;
+	return SG_OK;
+}
+
+sg_status sg_whisper_alloc(sg_whisper *w, sg_type type, int64_t ne0, int64_t ne1, int64_t ne2, sg_btensor *out)
+{
+	int64_t ne[4] = {ne0, ne1, ne2, 1};
+	sg_status st = w->be->ops->tensor_alloc(w->be, type, ne, out);
+	if (st) return sg_error_wrap(st, "whisper: a [%lld][%lld][%lld] tensor", (long long)ne2, (long long)ne1, (long long)ne0);
+	return sg_whisper_own(w, out);
+}
+
+static sg_status keep_host(sg_whisper *w, void *p)
+{
+	if (w->n_host == w->cap_host) {
+		int cap = w->cap_host ? 2 * w->cap_host : 64;
+		void **q = sg_realloc(w->host, sizeof(*q) * (size_t)cap);
+		if (!q) {
+			sg_free(p);
+			return sg_error(SG_ERR_NOMEM, "whisper: %d host buffers", cap);
+		}
+		w->host = q;
+		w->cap_host = cap;
+	}
+	w->host[w->n_host++] = p;
+	return SG_OK;
+}
+
+static char *shape_str(const int64_t *ne, int n, char *buf, size_t cap)
+{
+	size_t o = (size_t)snprintf(buf, cap, "[");
+	for (int i = 0; i < n && o < cap; i++) o += (size_t)snprintf(buf + o, cap - o, "%s%lld", i ? ", " : "", (long long)ne[i]);
+	if (o < cap) snprintf(buf + o, cap - o, "]");
+	return buf;
+}
+
+/* The tensor called name with n dims of exactly ne (innermost first); NULL (an error naming both
+ * shapes, or "missing") otherwise. optional: absent gives NULL with no error. */
+static const sg_tensor *need(const wh_src *s, const char *name, int n, const int64_t *ne, int optional, sg_status *st)
+{
+	const sg_tensor *t = src_find(s, name);
+	if (!t) {
+		if (!optional) *st = sg_error(SG_ERR_FORMAT, "%s: missing", name);
+		return NULL;
+	}
+	int ok = t->n_dims == n;
+	for (int i = 0; i < n && ok; i++) ok = t->ne[i] == ne[i];
+	if (!ok) {
+		char a[96], b[96];
+		*st = sg_error(SG_ERR_FORMAT, "%s: expected %s, found %s %s", name, shape_str(ne, n, a, sizeof(a)),
+			       sg_type_name(t->type), shape_str(t->ne, t->n_dims, b, sizeof(b)));
+		return NULL;
+	}
+	return t;
+}
+
+/* Binds the bytes of t (type/shape as stored, viewed as rows of ne0) as a matrix [rows][ne0]. */
+static sg_status bind_matrix(sg_whisper *w, const sg_tensor *t, int64_t ne0, int64_t rows, sg_btensor *out)
+{
+	sg_backend *be = w->be;
+	if (!sg_backend_supports(be, SG_STAGE_MATMUL, t->type) || !sg_type_row_bytes(t->type, ne0))
+		return sg_error(SG_ERR_UNSUPPORTED, "%s: weights of type %s do not run on the %s backend", t->name,
+				sg_type_name(t->type), be->ops->name);
+	const void *data = t->data;
+	/* CTranslate2 variables start at any byte; the kernels read whole elements */
+	if ((uintptr_t)data % 64) {
+		void *copy = NULL;
+		if (posix_memalign(&copy, 64, t->nbytes ? t->nbytes : 1)) return sg_error(SG_ERR_NOMEM, "%s: %llu bytes", t->name, (unsigned long long)t->nbytes);
+		memcpy(copy, data, t->nbytes);
+		sg_status st = keep_host(w, copy);
+		if (st) return st;
+		data = copy;
+	}
+	sg_btensor b = {.type = t->type, .ne = {ne0, rows, 1, 1}, .data = (void *)data, .layout = -1};
+	sg_status st = be->ops->tensor_bind(be, &b);
+	if (st) return sg_error_wrap(st, "%s", t->name);
+	*out = b;
+	w->info.weight_bytes += (int64_t)t->nbytes;
+	return sg_whisper_own(w, out);
+}
+
+/* Values [off, off + n) of the float tensor t as an F32 tensor [rows][n / rows]. */
+static sg_status bind_floats(sg_whisper *w, const sg_tensor *t, int64_t off, int64_t n, int64_t rows, sg_btensor *out)
+{
+	if (t->type != SG_TYPE_F32 && t->type != SG_TYPE_F16 && t->type != SG_TYPE_BF16)
+		return sg_error(SG_ERR_UNSUPPORTED, "%s: expected F32, F16 or BF16, found %s", t->name, sg_type_name(t->type));
+	float *tmp = sg_malloc(sizeof(float) * (size_t)n);
+	if (!tmp) return sg_error(SG_ERR_NOMEM, "%s: %lld values", t->name, (long long)n);
+	size_t es = t->type == SG_TYPE_F32 ? 4 : 2;
+	sg_dequantize_ref(t->type, t->data + (size_t)off * es, tmp, n);
+	sg_status st = sg_whisper_alloc(w, SG_TYPE_F32, n / rows, rows, 1, out);
+	if (!st) st = w->be->ops->write(w->be, out, 0, tmp, sizeof(float) * (size_t)n);
+	sg_free(tmp);
+	if (!st) w->info.weight_bytes += (int64_t)((size_t)n * es);
+	return st;
+}
+
+static sg_status vec(sg_whisper *w, const char *name, int64_t n, int optional, sg_btensor *out)
+{
+	sg_status st = SG_OK;
+	const sg_tensor *t = need(w->src, name, 1, &n, optional, &st);
+	if (!t) return st;
+	return bind_floats(w, t, 0, n, 1, out);
+}
+
+static sg_status mat(sg_whisper *w, const char *name, int64_t cols, int64_t rows, sg_btensor *out)
+{
+	sg_status st = SG_OK;
+	int64_t ne[2] = {cols, rows};
+	const sg_tensor *t = need(w->src, name, 2, ne, 0, &st);
+	return t ? bind_matrix(w, t, cols, rows, out) : st;
+}
+
+/* A fused [parts*D][D] matrix and its [parts*D] bias, viewed as parts blocks of D rows. */
+static sg_status fused(sg_whisper *w, const char *wname, const char *bname, int parts, sg_btensor **ws, sg_btensor **bs)
+{
+	int64_t D = w->info.d_model;
+	sg_btensor all;
+	sg_status st = mat(w, wname, D, parts * D, &all);
+	int64_t nb = parts * D;
+	const sg_tensor *b = st ? NULL : need(w->src, bname, 1, &nb, 0, &st);
+	for (int i = 0; i < parts && !st; i++) {
+		*ws[i] = sg_btensor_rows_view(&all, i * D, D);
+		st = bind_floats(w, b, i * D, D, 1, bs[i]);
+	}
+	return st;
+}
+
+/* --- Hugging Face --- */
+
+static sg_status hf_attn(sg_whisper *w, const char *pre, wh_attn *a)
+{
+	int64_t D = w->info.d_model;
+	char n[160];
+	static const char *p[] = {"q_proj", "k_proj", "v_proj", "out_proj"};
+	sg_btensor *ws[] = {&a->wq, &a->wk, &a->wv, &a->wo}, *bs[] = {&a->bq, &a->bk, &a->bv, &a->bo};
+	sg_status st = SG_OK;
+	for (int i = 0; i < 4 && !st; i++) {
+		snprintf(n, sizeof(n), "%s.%s.weight", pre, p[i]);
+		st = mat(w, n, D, D, ws[i]);
+		snprintf(n, sizeof(n), "%s.%s.bias", pre, p[i]);
+		if (!st) st = vec(w, n, D, i == 1, bs[i]); /* k_proj has no bias in Whisper */
+	}
+	return st;
+}
+
+static sg_status hf_layer(sg_whisper *w, const char *side, int L, int dec, wh_layer *l)
+{
+	int64_t D = w->info.d_model, F = w->info.n_ffn;
+	char pre[96], n[160];
+	snprintf(pre, sizeof(pre), "model.%s.layers.%d", side, L);
+#define HF(suffix) (snprintf(n, sizeof(n), "%s.%s", pre, suffix), n)
+	sg_status st = vec(w, HF("self_attn_layer_norm.weight"), D, 0, &l->ln1_w);
+	if (!st) st = vec(w, HF("self_attn_layer_norm.bias"), D, 0, &l->ln1_b);
+	if (!st) st = hf_attn(w, HF("self_attn"), &l->self);
+	if (!st && dec) st = vec(w, HF("encoder_attn_layer_norm.weight"), D, 0, &l->lnx_w);
+	if (!st && dec) st = vec(w, HF("encoder_attn_layer_norm.bias"), D, 0, &l->lnx_b);
+	if (!st && dec) st = hf_attn(w, HF("encoder_attn"), &l->cross);
+	if (!st) st = vec(w, HF("final_layer_norm.weight"), D, 0, &l->ln2_w);
+	if (!st) st = vec(w, HF("final_layer_norm.bias"), D, 0, &l->ln2_b);
+	if (!st) st = mat(w, HF("fc1.weight"), D, F, &l->fc1);
+	if (!st) st = vec(w, HF("fc1.bias"), F, 0, &l->fc1_b);
+	if (!st) st = mat(w, HF("fc2.weight"), F, D, &l->fc2);
+	if (!st) st = vec(w, HF("fc2.bias"), D, 0, &l->fc2_b);
+#undef HF
+	return st;
+}
+
+static int cfg_int(const json_t *c, const char *key, int def, sg_status *st)
+{
+	int64_t v = def;
+	sg_status s = sg_json_get_int(c, key, &v);
+	if (s == SG_ERR_NOT_FOUND || json_is_null(json_object_get(c, key))) return def;
+	if (s && !*st) *st = sg_error(SG_ERR_FORMAT, "config.json: %s is not an integer", key);
+	if (!s && (v < 0 || v > (1 << 24)) && !*st) *st = sg_error(SG_ERR_FORMAT, "config.json: %s = %lld is out of range", key, (long long)v);
+	return (int)v;
+}
+
+/* alignment_heads [[layer, head], ...] of a config object (absent: none). */
+static sg_status read_align(sg_whisper *w, const json_t *c)
+{
+	const json_t *a = c ? json_object_get(c, "alignment_heads") : NULL;
+	if (!a || !json_is_array(a) || !json_array_size(a)) return SG_OK;
+	size_t n = json_array_size(a);
+	w->align = sg_calloc(n, sizeof(*w->align));
+	if (!w->align) return sg_error(SG_ERR_NOMEM, "whisper: %zu alignment heads", n);
+	for (size_t i = 0; i < n; i++) {
+		const json_t *p = json_array_get(a, i);
+		if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_integer(json_array_get(p, 0)) ||
+		    !json_is_integer(json_array_get(p, 1)))
+			return sg_error(SG_ERR_FORMAT, "alignment_heads[%zu] is not a [layer, head] pair", i);
+		json_int_t L = json_integer_value(json_array_get(p, 0)), h = json_integer_value(json_array_get(p, 1));
+		if (L < 0 || L >= w->info.n_text_layer || h < 0 || h >= w->info.n_text_head)
+			return sg_error(SG_ERR_FORMAT, "alignment_heads[%zu] = [%lld, %lld] is outside %d layers x %d heads", i,
+					(long long)L, (long long)h, w->info.n_text_layer, w->info.n_text_head);
+		w->align[i][0] = (int)L;
+		w->align[i][1] = (int)h;
+	}
+	w->info.n_align_heads = (int)n;
+	w->info.align_heads = (const int(*)[2])w->align;
+	return SG_OK;
+}
+
+static int file_exists(const char *path)
+{
+	struct stat sb;
+	return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* dir of path: path itself when it is a folder, else its parent. */
+static void dir_of(const char *path, char *buf, size_t cap)
+{
+	struct stat sb;
+	snprintf(buf, cap, "%s", path);
+	if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return;
+	char *slash = strrchr(buf, '/');
+	if (slash) *slash = 0;
+	else snprintf(buf, cap, ".");
+}
+
+static sg_status find_tokenizer(sg_whisper *w, const char *path)
+{
+	char dir[4096], tok[4200];
+	dir_of(path, dir, sizeof(dir));
+	snprintf(tok, sizeof(tok), "%s/tokenizer.json", dir);
+	if (!file_exists(tok)) return SG_OK;
+	w->tokenizer = sg_strdup(tok);
+	return w->tokenizer ? SG_OK : sg_error(SG_ERR_NOMEM, "whisper: a path");
+}
+
+static sg_status check_sizes(const sg_whisper_info *i)
+{
+	if (i->n_mels < 1 || i->n_audio_ctx < 1 || i->n_text_ctx < 1 || i->n_vocab < 1 || i->d_model < 1 || i->n_audio_layer < 1 ||
+	    i->n_text_layer < 1 || i->n_audio_head < 1 || i->n_text_head < 1 || i->n_ffn < 1 || i->d_model % i->n_audio_head ||
+	    i->d_model % i->n_text_head || i->d_model / i->n_audio_head > 256 || i->d_model / i->n_text_head > 256 ||
+	    i->n_audio_ctx > 1 << 16 || i->n_text_ctx > 1 << 16 || i->n_mels > 1024)
+		return sg_error(SG_ERR_FORMAT,
+				"whisper: sizes out of range: %d mels, audio ctx %d, text ctx %d, vocab %d, d_model %d, "
+				"%d+%d layers, %d/%d heads, ffn %d",
+				i->n_mels, i->n_audio_ctx, i->n_text_ctx, i->n_vocab, i->d_model, i->n_audio_layer, i->n_text_layer,
+				i->n_audio_head, i->n_text_head, i->n_ffn);
+	return SG_OK;
+}
+
+static sg_status open_hf(sg_whisper *w, wh_src *s, const char *path)
+{
+	sg_status st = sg_weights_open(path, &s->st);
+	if (st) return st;
+	s->kind = SRC_HF;
+	const json_t *c = s->st->config;
+	if (s->st->format != SG_WEIGHTS_SAFETENSORS || !c)
+		return sg_error(SG_ERR_UNSUPPORTED, "whisper: '%s' is neither a Hugging Face folder (config.json + safetensors) nor a CTranslate2 folder", path);
+	const char *mt = NULL;
+	if (sg_json_get_str(c, "model_type", &mt) || strcmp(mt, "whisper"))
+		return sg_error(SG_ERR_UNSUPPORTED, "whisper: config.json model_type is '%s', not 'whisper'", mt ? mt : "(none)");
+	sg_whisper_info *i = &w->info;
+	i->n_mels = cfg_int(c, "num_mel_bins", 80, &st);
+	i->n_audio_ctx = cfg_int(c, "max_source_positions", 1500, &st);
+	i->n_text_ctx = cfg_int(c, "max_target_positions", 448, &st);
+	i->n_vocab = cfg_int(c, "vocab_size", 0, &st);
+	i->d_model = cfg_int(c, "d_model", 0, &st);
+	i->n_audio_layer = cfg_int(c, "encoder_layers", 0, &st);
+	i->n_text_layer = cfg_int(c, "decoder_layers", 0, &st);
+	i->n_audio_head = cfg_int(c, "encoder_attention_heads", 0, &st);
+	i->n_text_head = cfg_int(c, "decoder_attention_heads", 0, &st);
+	i->n_ffn = cfg_int(c, "encoder_ffn_dim", 0, &st);
+	int dffn = cfg_int(c, "decoder_ffn_dim", i->n_ffn, &st);
+	const char *act = NULL;
+	if (!sg_json_get_str(c, "activation_function", &act) && strcmp(act, "gelu"))
+		return sg_error(SG_ERR_UNSUPPORTED, "whisper: activation_function '%s' (Whisper runs gelu)", act);
+	if (!st && dffn != i->n_ffn)
+		return sg_error(SG_ERR_UNSUPPORTED, "whisper: encoder ffn %d and decoder ffn %d differ", i->n_ffn, dffn);
+	if (!st) st = check_sizes(i);
+	i->source = "hf";
+	/* alignment heads: generation_config.json beside config.json */
+	char dir[4096], gp[4200];
+	dir_of(path, dir, sizeof(dir));
+	snprintf(gp, sizeof(gp), "%s/generation_config.json", dir);
+	if (!st && file_exists(gp)) {
+		json_t *g = NULL;
+		st = sg_json_load_file(gp, 16u << 20, &g);
+		if (!st) st = read_align(w, g);
+		json_decref(g);
+	}
+	return st;
+}
+
+/* --- CTranslate2 --- */
+
+static int ct2_scalar(const wh_src *s, const char *name, int def)
+{
+	const sg_tensor *t = src_find(s, name);
+	if (!t || t->n_dims != 0) return def;
+	switch (t->type) {
+	case SG_TYPE_I8: return (int8_t)t->data[0];
+	case SG_TYPE_I16: return (int16_t)(t->data[0] | t->data[1] << 8);
+	case SG_TYPE_I32: return (int32_t)((uint32_t)t->data[0] | (uint32_t)t->data[1] << 8 | (uint32_t)t->data[2] << 16 | (uint32_t)t->data[3] << 24);
+	default: return def;
+	}
+}
+
+static int64_t ct2_dim(const wh_src *s, const char *name, int d)
+{
+	const sg_tensor *t = src_find(s, name);
+	return t && d < t->n_dims ? t->ne[d] : 0;
+}
+
+static int ct2_count_layers(const wh_src *s, const char *side)
+{
+	int n = 0;
+	char name[128];
+	for (;; n++) {
+		snprintf(name, sizeof(name), "%s/layer_%d/ffn/linear_0/weight", side, n);
+		if (!src_find(s, name) || n > 4096) return n;
+	}
+}
+
+static sg_status open_ct2(sg_whisper *w, wh_src *s, const char *path)
+{
+	sg_status st = sg_ct2_open(path, &s->ct2);
+	if (st) return st;
+	s->ct2_open = 1;
+	s->kind = SRC_CT2;
+	if (strcmp(s->ct2.spec, "WhisperSpec"))
+		return sg_error(SG_ERR_UNSUPPORTED, "whisper: '%s' holds a CTranslate2 %s, not a WhisperSpec", path, s->ct2.spec);
+	sg_whisper_info *i = &w->info;
+	i->n_mels = (int)ct2_dim(s, "encoder/conv1/weight", 1);
+	i->d_model = (int)ct2_dim(s, "decoder/embeddings/weight", 0);
+	i->n_vocab = (int)ct2_dim(s, "decoder/embeddings/weight", 1);
+	i->n_audio_ctx = (int)ct2_dim(s, "encoder/position_encodings/encodings", 1);
+	i->n_text_ctx = (int)ct2_dim(s, "decoder/position_encodings/encodings", 1);
+	i->n_audio_layer = ct2_count_layers(s, "encoder");
+	i->n_text_layer = ct2_count_layers(s, "decoder");
+	i->n_audio_head = ct2_scalar(s, "encoder/num_heads", 0);
+	i->n_text_head = ct2_scalar(s, "decoder/num_heads", 0);
+	i->n_ffn = (int)ct2_dim(s, "encoder/layer_0/ffn/linear_0/weight", 1);
+	i->source = "ct2";
+	if (!ct2_scalar(s, "decoder/pre_norm", 1) || ct2_scalar(s, "decoder/scale_embeddings", 0))
+		return sg_error(SG_ERR_UNSUPPORTED, "whisper: CTranslate2 decoder with post-norm or scaled embeddings");
+	st = check_sizes(i);
+	char dir[4096], cp[4200];
+	dir_of(path, dir, sizeof(dir));
+	snprintf(cp, sizeof(cp), "%s/config.json", dir);
+	if (!st && file_exists(cp)) {
+		st = sg_json_load_file(cp, 16u << 20, &s->config);
+		if (!st) st = read_align(w, s->config);
+	}
+	return st;
+}
+
+static sg_status ct2_attn_out(sg_whisper *w, const char *pre, const char *lin, wh_attn *a)
+{
+	int64_t D = w->info.d_model;
+	char n[160];
+	snprintf(n, sizeof(n), "%s/%s/weight", pre, lin);
+	sg_status st = mat(w, n, D, D, &a->wo);
+	snprintf(n, sizeof(n), "%s/%s/bias", pre, lin);
+	if (!st) st = vec(w, n, D, 0, &a->bo);
+	return st;
+}
+
+static sg_status ct2_norm(sg_whisper *w, const char *pre, sg_btensor *g, sg_btensor *b)
+{
+	int64_t D = w->info.d_model;
+	char n[160];
+	snprintf(n, sizeof(n), "%s/gamma", pre);
+	sg_status st = vec(w, n, D, 0, g);
+	snprintf(n, sizeof(n), "%s/beta", pre);
+	if (!st) st = vec(w, n, D, 0, b);
+	return st;
+}
+
+static sg_status ct2_layer(sg_whisper *w, const char *side, int L, int dec, wh_layer *l)
+{
+	int64_t D = w->info.d_model, F = w->info.n_ffn;
+	char pre[96], n[160], n2[160];
+	snprintf(pre, sizeof(pre), "%s/layer_%d", side, L);
+	snprintf(n, sizeof(n), "%s/self_attention/layer_norm", pre);
+	sg_status st = ct2_norm(w, n, &l->ln1_w, &l->ln1_b);
+	snprintf(n, sizeof(n), "%s/self_attention/linear_0/weight", pre);
+	snprintf(n2, sizeof(n2), "%s/self_attention/linear_0/bias", pre);
+	sg_btensor *qkv[] = {&l->self.wq, &l->self.wk, &l->self.wv}, *qkvb[] = {&l->self.bq, &l->self.bk, &l->self.bv};
+	if (!st) st = fused(w, n, n2, 3, qkv, qkvb);
+	snprintf(n, sizeof(n), "%s/self_attention", pre);
+	if (!st) st = ct2_attn_out(w, n, "linear_1", &l->self);
+	if (dec) {
+		snprintf(n, sizeof(n), "%s/attention/layer_norm", pre);
+		if (!st) st = ct2_norm(w, n, &l->lnx_w, &l->lnx_b);
+		snprintf(n, sizeof(n), "%s/attention/linear_0/weight", pre);
+		if (!st) st = mat(w, n, D, D, &l->cross.wq);
+		snprintf(n, sizeof(n), "%s/attention/linear_0/bias", pre);
+		if (!st) st = vec(w, n, D, 0, &l->cross.bq);
+		snprintf(n, sizeof(n), "%s/attention/linear_1/weight", pre);
+		snprintf(n2, sizeof(n2), "%s/attention/linear_1/bias", pre);
+		sg_btensor *kv[] = {&l->cross.wk, &l->cross.wv}, *kvb[] = {&l->cross.bk, &l->cross.bv};
+		if (!st) st = fused(w, n, n2, 2, kv, kvb);
+		snprintf(n, sizeof(n), "%s/attention", pre);
+		if (!st) st = ct2_attn_out(w, n, "linear_2", &l->cross);
+	}
+	snprintf(n, sizeof(n), "%s/ffn/layer_norm", pre);
+	if (!st) st = ct2_norm(w, n, &l->ln2_w, &l->ln2_b);
+	snprintf(n, sizeof(n), "%s/ffn/linear_0/weight", pre);
+	if (!st) st = mat(w, n, D, F, &l->fc1);
+	snprintf(n, sizeof(n), "%s/ffn/linear_0/bias", pre);
+	if (!st) st = vec(w, n, F, 0, &l->fc1_b);
+	snprintf(n, sizeof(n), "%s/ffn/linear_1/weight", pre);
+	if (!st) st = mat(w, n, F, D, &l->fc2);
+	snprintf(n, sizeof(n), "%s/ffn/linear_1/bias", pre);
+	if (!st) st = vec(w, n, D, 0, &l->fc2_b);
+	return st;
+}
+
+/* --- common --- */
+
+/* conv2's [D][D][3] weight as the two matrices the forward multiplies: taps 0 and 1 side by
+ * side ([o][tap * D + i], against a pair of input rows) and tap 2 alone. */
+static sg_status bind_conv2(sg_whisper *w, const sg_tensor *t)
+{
+	int64_t D = w->info.d_model, n = 3 * D * D;
+	float *all = sg_malloc(sizeof(float) * (size_t)n), *a = sg_malloc(sizeof(float) * (size_t)(2 * D * D)),
+	      *b = sg_malloc(sizeof(float) * (size_t)(D * D));
+	sg_status st = SG_OK;
+	if (!all || !a || !b) st = sg_error(SG_ERR_NOMEM, "%s: %lld values", t->name, (long long)n);
+	if (!st && t->type != SG_TYPE_F32 && t->type != SG_TYPE_F16 && t->type != SG_TYPE_BF16)
+		st = sg_error(SG_ERR_UNSUPPORTED, "%s: expected F32, F16 or BF16, found %s", t->name, sg_type_name(t->type));
+	if (!st) {
+		sg_dequantize_ref(t->type, t->data, all, n);
+		for (int64_t o = 0; o < D; o++)
+			for (int64_t i = 0; i < D; i++) {
+				const float *k = all + (o * D + i) * 3;
+				a[o * 2 * D + i] = k[0];
+				a[o * 2 * D + D + i] = k[1];
+				b[o * D + i] = k[2];
+			}
+		st = sg_whisper_alloc(w, SG_TYPE_F32, 2 * D, D, 1, &w->conv2a);
+	}
+	if (!st) st = sg_whisper_alloc(w, SG_TYPE_F32, D, D, 1, &w->conv2b);
+	if (!st) st = w->be->ops->write(w->be, &w->conv2a, 0, a, sizeof(float) * (size_t)(2 * D * D));
+	if (!st) st = w->be->ops->write(w->be, &w->conv2b, 0, b, sizeof(float) * (size_t)(D * D));
+	if (!st) w->info.weight_bytes += (int64_t)t->nbytes;
+	sg_free(all);
+	sg_free(a);
+	sg_free(b);
+	return st;
+}
+
+static sg_status bind_all(sg_whisper *w)
+{
+	wh_src *s = w->src;
+	sg_whisper_info *i = &w->info;
+	int64_t D = i->d_model, M = i->n_mels, V = i->n_vocab;
+	int hf = s->kind == SRC_HF;
+	sg_status st = SG_OK;
+	int64_t c1[3] = {3, M, D}, c2[3] = {3, D, D}, ep[2] = {D, i->n_audio_ctx}, dp[2] = {D, i->n_text_ctx};
+	const sg_tensor *t = need(s, hf ? "model.encoder.conv1.weight" : "encoder/conv1/weight", 3, c1, 0, &st);
+	if (t) st = bind_matrix(w, t, 3 * M, D, &w->conv1);
+	if (!st) st = vec(w, hf ? "model.encoder.conv1.bias" : "encoder/conv1/bias", D, 0, &w->conv1_b);
+	if (!st) t = need(s, hf ? "model.encoder.conv2.weight" : "encoder/conv2/weight", 3, c2, 0, &st);
+	if (!st) st = bind_conv2(w, t);
+	if (!st) st = vec(w, hf ? "model.encoder.conv2.bias" : "encoder/conv2/bias", D, 0, &w->conv2_b);
+	if (!st) t = need(s, hf ? "model.encoder.embed_positions.weight" : "encoder/position_encodings/encodings", 2, ep, 0, &st);
+	if (!st) st = bind_floats(w, t, 0, D * i->n_audio_ctx, i->n_audio_ctx, &w->enc_pos);
+	for (int L = 0; L < i->n_audio_layer && !st; L++) {
+		st = hf ? hf_layer(w, "encoder", L, 0, &w->enc[L]) : ct2_layer(w, "encoder", L, 0, &w->enc[L]);
+		if (st) sg_error_wrap(st, "encoder layer %d", L);
+	}
+	if (!st && hf) st = vec(w, "model.encoder.layer_norm.weight", D, 0, &w->enc_ln_w);
+	if (!st && hf) st = vec(w, "model.encoder.layer_norm.bias", D, 0, &w->enc_ln_b);
+	if (!st && !hf) st = ct2_norm(w, "encoder/layer_norm", &w->enc_ln_w, &w->enc_ln_b);
+	/* decoder */
+	if (!st) st = mat(w, hf ? "model.decoder.embed_tokens.weight" : "decoder/embeddings/weight", D, V, &w->tok);
+	w->proj = w->tok;
+	int64_t pe[2] = {D, V};
+	if (!st && hf && src_find(s, "proj_out.weight")) {
+		t = need(s, "proj_out.weight", 2, pe, 0, &st);
+		/* a separate output matrix only when its bytes differ (transformers saves tied ones once) */
+		if (t) st = mat(w, "proj_out.weight", D, V, &w->proj);
+	}
+	if (!st) t = need(s, hf ? "model.decoder.embed_positions.weight" : "decoder/position_encodings/encodings", 2, dp, 0, &st);
+	if (!st) st = bind_matrix(w, t, D, i->n_text_ctx, &w->dec_pos);
+	for (int L = 0; L < i->n_text_layer && !st; L++) {
+		st = hf ? hf_layer(w, "decoder", L, 1, &w->dec[L]) : ct2_layer(w, "decoder", L, 1, &w->dec[L]);
+		if (st) sg_error_wrap(st, "decoder layer %d", L);
+	}
+	if (!st && hf) st = vec(w, "model.decoder.layer_norm.weight", D, 0, &w->dec_ln_w);
+	if (!st && hf) st = vec(w, "model.decoder.layer_norm.bias", D, 0, &w->dec_ln_b);
+	if (!st && !hf) st = ct2_norm(w, "decoder/layer_norm", &w->dec_ln_w, &w->dec_ln_b);
+	if (!st) snprintf(w->dtype, sizeof(w->dtype), "%s", sg_type_name(w->tok.type));
+	i->dtype = w->dtype;
+	return st;
+}
+
+static void count_params(sg_whisper *w)
+{
+	wh_src *s = w->src;
+	int64_t n = 0;
+	if (s->kind == SRC_HF)
+		for (int i = 0; i < s->st->n_tensors; i++) n += s->st->tensors[i]->companion ? 0 : sg_tensor_nelem(s->st->tensors[i]);
+	else
+		for (int i = 0; i < s->ct2.n_vars; i++)
+			if (!s->ct2.vars[i].is_scale && s->ct2.vars[i].t.n_dims) n += sg_tensor_nelem(&s->ct2.vars[i].t);
+	w->info.n_params = n;
+}
+
+sg_status sg_whisper_load_weights(sg_whisper *w, const char *path)
+{
+	wh_src *s = sg_calloc(1, sizeof(*s));
+	if (!s) return sg_error(SG_ERR_NOMEM, "whisper: loading '%s'", path);
+	w->src = s;
+	sg_status st = sg_ct2_detect(path) ? open_ct2(w, s, path) : open_hf(w, s, path);
+	sg_whisper_info *i = &w->info;
+	i->multilingual = i->n_vocab >= 51865;
+	if (!st) st = find_tokenizer(w, path);
+	if (!st) {
+		w->enc = sg_calloc((size_t)i->n_audio_layer, sizeof(wh_layer));
+		w->dec = sg_calloc((size_t)i->n_text_layer, sizeof(wh_layer));
+		if (!w->enc || !w->dec) st = sg_error(SG_ERR_NOMEM, "whisper: %d + %d layers", i->n_audio_layer, i->n_text_layer);
+	}
+	if (!st) st = bind_all(w);
+	if (!st) count_params(w);
+	return st;
+}
+
+void sg_whisper_close_weights(sg_whisper *w)
+{
+	wh_src *s = w->src;
+	if (!s) return;
+	if (s->st) sg_weights_close(s->st);
+	if (s->ct2_open) sg_ct2_close(&s->ct2);
+	if (s->config) json_decref(s->config);
+	sg_free(s);
+	w->src = NULL;
+}
