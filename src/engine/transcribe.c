@@ -198,8 +198,9 @@ static sg_status decode_sample(run *r, const int32_t *prompt, int n_prompt, int 
 				}
 			}
 		}
-		if (tok == s->v.eot) break;
+		/* the end token's log-probability counts too, as CTranslate2 scores it */
 		out->logprob += r->lp[tok];
+		if (tok == s->v.eot) break;
 		out->ids[out->n++] = tok;
 		if (out->n >= r->max_new) break;
 		int32_t id = tok;
