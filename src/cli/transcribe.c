@@ -91,14 +91,21 @@ static unsigned char *read_stdin(size_t *n)
 	return buf;
 }
 
+/* The bar starts with the first report, once the duration is known: only past a minute of
+ * audio, on a terminal. */
 typedef struct prog_state {
 	sg_progress bar;
-	int on;
+	int quiet, on;
 } prog_state;
 
 static void on_progress(double done_s, double total_s, void *user)
 {
 	prog_state *ps = user;
+	if (!ps->on && !ps->quiet && total_s > 60 && isatty(STDERR_FILENO)) {
+		sg_progress_begin(&ps->bar, "transcribing", (uint64_t)(total_s * 1000), 0);
+		ps->bar.audio = 1;
+		ps->on = 1;
+	}
 	if (ps->on) sg_progress_update(&ps->bar, (uint64_t)(done_s * 1000));
 }
 
@@ -222,27 +229,6 @@ int sg_cli_transcribe(int argc, char **argv)
 	rc = 0;
 	for (int i = 0; i < n_files && !rc; i++) {
 		const char *f = files[i];
-		sg_audio a = {0};
-		sg_status st;
-		if (!strcmp(f, "-")) {
-			size_t n = 0;
-			unsigned char *buf = read_stdin(&n);
-			if (!buf) {
-				fprintf(stderr, "saragossa transcribe: cannot read stdin: %s\n", strerror(errno ? errno : ENOMEM));
-				rc = 1;
-				break;
-			}
-			st = pcm_rate ? sg_audio_from_pcm16(buf, n, (int)pcm_rate, (int)pcm_channels, &a)
-				      : sg_audio_decode_memory(buf, n, &a);
-			sg_free(buf);
-		} else {
-			st = sg_audio_decode_file(f, &a);
-		}
-		if (st) {
-			fprintf(stderr, "saragossa transcribe: %s: %s\n", f, sg_last_error());
-			rc = 1;
-			break;
-		}
 		sg_transcribe_params tp = sg_transcribe_default_params();
 		tp.language = language;
 		tp.translate = !strcmp(task, "translate");
@@ -252,18 +238,29 @@ int sg_cli_transcribe(int argc, char **argv)
 		tp.temperatures = temps;
 		tp.n_temperatures = n_temps;
 		tp.initial_prompt = prompt;
-		prog_state ps = {0};
-		double dur = (double)a.n / SG_AUDIO_RATE;
-		ps.on = !quiet && dur > 60 && isatty(STDERR_FILENO);
-		if (ps.on) {
-			sg_progress_begin(&ps.bar, "transcribing", (uint64_t)(dur * 1000), 0);
-			ps.bar.audio = 1;
-		}
+		prog_state ps = {.quiet = quiet};
 		tp.on_progress = on_progress;
 		tp.user = &ps;
 		sg_transcript *tr = NULL;
-		st = sg_transcribe_pcm(stt, a.samples, a.n, &tp, &tr);
-		sg_audio_free(&a);
+		sg_status st;
+		if (!strcmp(f, "-")) {
+			size_t n = 0;
+			unsigned char *buf = read_stdin(&n);
+			if (!buf) {
+				fprintf(stderr, "saragossa transcribe: cannot read stdin: %s\n", strerror(errno ? errno : ENOMEM));
+				rc = 1;
+				break;
+			}
+			sg_audio a = {0};
+			st = pcm_rate ? sg_audio_from_pcm16(buf, n, (int)pcm_rate, (int)pcm_channels, &a)
+				      : sg_audio_decode_memory(buf, n, &a);
+			sg_free(buf);
+			if (!st) st = sg_transcribe_pcm(stt, a.samples, a.n, &tp, &tr);
+			sg_audio_free(&a);
+		} else {
+			/* a file is streamed: one 30 s window of samples in memory at a time */
+			st = sg_transcribe_file(stt, f, &tp, &tr);
+		}
 		if (ps.on) sg_progress_end(&ps.bar);
 		char *text = NULL;
 		size_t len = 0;

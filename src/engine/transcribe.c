@@ -8,6 +8,7 @@
 
 #include "audio/decode.h"
 #include "audio/mel.h"
+#include "audio/stream.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "models/whisper.h"
@@ -524,12 +525,10 @@ static sg_status check_params(const sg_stt *s, const sg_transcribe_params *p)
 		if (p->suppress_tokens[i] < -1 || p->suppress_tokens[i] >= s->v.n_vocab)
 			return sg_error(SG_ERR_INVALID_ARG, "transcribe: suppressed token %d is outside the vocabulary (%d)",
 					p->suppress_tokens[i], s->v.n_vocab);
-	if (p->language && *p->language && sg_stt_vocab_lang(&s->v, p->language) < 0) {
-		if (!s->v.multilingual && strcasecmp(p->language, "en"))
-			return sg_error(SG_ERR_INVALID_ARG, "transcribe: language '%.32s': this model is English-only", p->language);
-		if (s->v.multilingual)
-			return sg_error(SG_ERR_INVALID_ARG, "transcribe: unknown language '%.32s' (a code such as en, de, fr)", p->language);
-	}
+	if (p->language && *p->language && !s->v.multilingual && strcasecmp(p->language, "en"))
+		return sg_error(SG_ERR_INVALID_ARG, "transcribe: language '%.32s': this model is English-only", p->language);
+	if (p->language && *p->language && s->v.multilingual && sg_stt_vocab_lang(&s->v, p->language) < 0)
+		return sg_error(SG_ERR_INVALID_ARG, "transcribe: unknown language '%.32s' (a code such as en, de, fr)", p->language);
 	if (p->translate && !s->v.multilingual)
 		return sg_error(SG_ERR_INVALID_ARG, "transcribe: this model is English-only and cannot translate");
 	return SG_OK;
@@ -647,43 +646,117 @@ static sg_status join_text(sg_transcript *tr)
 	return SG_OK;
 }
 
+/* Where the samples come from: a buffer in memory, or a file streamed through a window of
+ * samples [base, base + len) that only moves forward (seek never goes back before the window
+ * being decoded), so a long recording is never held whole. */
+typedef struct source {
+	const float *pcm; /* memory: [n] */
+	size_t n;         /* memory: the count; stream: known after the first pass */
+	sg_audio_stream *st;
+	float *buf;       /* stream: [cap] samples from base */
+	size_t base, len, cap;
+	int eof;
+} source;
+
+/* Makes samples [off, off + want) readable at *p: *avail of them (fewer only at the end). */
+static sg_status source_get(source *s, size_t off, size_t want, const float **p, size_t *avail)
+{
+	if (!s->st) {
+		*p = off < s->n ? s->pcm + off : NULL;
+		*avail = off < s->n ? s->n - off : 0;
+		return SG_OK;
+	}
+	if (off < s->base) return sg_error(SG_ERR_INTERNAL, "transcribe: sample %zu is before the stream's window (%zu)", off, s->base);
+	/* drop what is before off */
+	size_t drop = off - s->base < s->len ? off - s->base : s->len;
+	memmove(s->buf, s->buf + drop, sizeof(float) * (s->len - drop));
+	s->len -= drop;
+	s->base += drop;
+	if (s->base < off) { /* off is past what was read: skip samples */
+		float tmp[4096];
+		while (s->base < off && !s->eof) {
+			size_t k = off - s->base < 4096 ? off - s->base : 4096, got;
+			sg_status st = sg_audio_stream_read(s->st, tmp, k, &got);
+			if (st) return st;
+			if (!got) s->eof = 1;
+			s->base += got;
+		}
+	}
+	if (want > s->cap) {
+		float *nb = sg_realloc(s->buf, sizeof(float) * want);
+		if (!nb) return SG_FAIL(SG_ERR_NOMEM, "out of memory for %zu samples", want);
+		s->buf = nb;
+		s->cap = want;
+	}
+	while (s->len < want && !s->eof) {
+		size_t got;
+		sg_status st = sg_audio_stream_read(s->st, s->buf + s->len, want - s->len, &got);
+		if (st) return st;
+		if (!got) s->eof = 1;
+		s->len += got;
+	}
+	*p = s->len ? s->buf : NULL;
+	*avail = s->base == off ? s->len : 0;
+	return SG_OK;
+}
+
 /* The window's log-mel: [n_mels][win] from the audio at frame seek, the floor raised to the
  * whole file's (the reference clamps at the maximum of the whole spectrogram minus 8), frames
  * past the audio set to 0 as the reference pads a short window. */
-static sg_status window_mel(const float *pcm, size_t n, int seek, int segment_size, int n_mels, int win, float floor_v,
-			    float *full, float *mel)
+static sg_status window_mel(source *src, int seek, int segment_size, int n_mels, int win, float floor_v, float *full,
+			    float *mel)
 {
-	size_t off = (size_t)seek * SG_MEL_HOP;
-	sg_status st = sg_audio_log_mel(off < n ? pcm + off : NULL, off < n ? n - off : 0, n_mels, full);
+	const float *p;
+	size_t avail;
+	sg_status st = source_get(src, (size_t)seek * SG_MEL_HOP, SG_MEL_N_SAMPLES, &p, &avail);
+	if (!st) st = sg_audio_log_mel(avail ? p : NULL, avail, n_mels, full);
 	if (st) return st;
 	for (int m = 0; m < n_mels; m++) {
-		const float *src = full + (size_t)m * SG_MEL_N_FRAMES;
+		const float *s = full + (size_t)m * SG_MEL_N_FRAMES;
 		float *dst = mel + (size_t)m * win;
-		for (int j = 0; j < win; j++) dst[j] = j < segment_size ? (src[j] > floor_v ? src[j] : floor_v) : 0.0f;
+		for (int j = 0; j < win; j++) dst[j] = j < segment_size ? (s[j] > floor_v ? s[j] : floor_v) : 0.0f;
 	}
 	return SG_OK;
 }
 
-/* The maximum log10 mel energy over the whole audio, 30 s at a time. */
-static sg_status global_max(const float *pcm, size_t n, int n_mels, float *full, float *out)
+/* The maximum log10 mel energy over the whole audio, 30 s at a time (in the normalised scale
+ * (log10 + 4) / 4), and for a stream the count of its samples (it is read once, then rewound). */
+static sg_status global_max(source *src, int n_mels, float *full, float *out)
 {
 	float mx = -INFINITY;
-	for (size_t off = 0; off < n; off += SG_MEL_N_SAMPLES) {
-		sg_status st = sg_audio_log_mel(pcm + off, n - off, n_mels, full);
+	for (size_t off = 0;; off += SG_MEL_N_SAMPLES) {
+		const float *p;
+		size_t avail;
+		sg_status st = source_get(src, off, SG_MEL_N_SAMPLES, &p, &avail);
 		if (st) return st;
-		size_t frames = (n - off) / SG_MEL_HOP + 1;
+		if (!avail) {
+			if (src->st) src->n = off;
+			break;
+		}
+		if ((st = sg_audio_log_mel(p, avail, n_mels, full))) return st;
+		size_t frames = avail / SG_MEL_HOP + 1;
 		if (frames > SG_MEL_N_FRAMES) frames = SG_MEL_N_FRAMES;
 		for (int m = 0; m < n_mels; m++)
 			for (size_t j = 0; j < frames; j++) {
 				float x = full[(size_t)m * SG_MEL_N_FRAMES + j];
 				if (x > mx) mx = x;
 			}
+		if (avail < SG_MEL_N_SAMPLES) {
+			if (src->st) src->n = off + avail;
+			break;
+		}
 	}
-	*out = mx; /* in the normalised scale (log10 + 4) / 4 */
+	if (src->st) {
+		sg_status st = sg_audio_stream_rewind(src->st);
+		if (st) return st;
+		src->base = src->len = 0;
+		src->eof = 0;
+	}
+	*out = mx;
 	return SG_OK;
 }
 
-static sg_status transcribe(sg_stt *s, const float *pcm, size_t n, const sg_transcribe_params *params, sg_transcript **out)
+static sg_status transcribe(sg_stt *s, source *src, const sg_transcribe_params *params, sg_transcript **out)
 {
 	sg_transcribe_params p = params ? *params : sg_transcribe_default_params();
 	sg_status st = check_params(s, &p);
@@ -709,7 +782,6 @@ static sg_status transcribe(sg_stt *s, const float *pcm, size_t n, const sg_tran
 		st = SG_FAIL(SG_ERR_NOMEM, "out of memory");
 		goto done;
 	}
-	tr->duration = (double)n / SG_AUDIO_RATE;
 	tr->language_prob = 1;
 	snprintf(tr->language, sizeof(tr->language), "%s", "en");
 	if ((st = make_suppress(&r))) goto done;
@@ -739,14 +811,16 @@ static sg_status transcribe(sg_stt *s, const float *pcm, size_t n, const sg_tran
 		if (st) goto done;
 	}
 	float gmax;
-	if ((st = global_max(pcm, n, n_mels, full, &gmax))) goto done;
+	if ((st = global_max(src, n_mels, full, &gmax))) goto done;
+	size_t n = src->n;
+	tr->duration = (double)n / SG_AUDIO_RATE;
 	float floor_v = gmax - 2.0f; /* (max - 8 + 4) / 4 in the normalised scale */
 	int content_frames = (int)(n / SG_MEL_HOP), seek = 0, prompt_reset_since = 0;
 	sg_stt_slice *slices = NULL;
 	while (seek < content_frames) {
 		double time_offset = seek * 0.01;
 		int segment_size = content_frames - seek < win ? content_frames - seek : win;
-		if ((st = window_mel(pcm, n, seek, segment_size, n_mels, win, floor_v, full, mel))) break;
+		if ((st = window_mel(src, seek, segment_size, n_mels, win, floor_v, full, mel))) break;
 		if ((st = sg_whisper_encode(s->w, mel, win))) break;
 		if (s->v.multilingual && lang < 0) {
 			float prob;
@@ -862,7 +936,8 @@ sg_status sg_transcribe_pcm(sg_stt *stt, const float *pcm, size_t n, const sg_tr
 	*out = NULL;
 	if (!stt || (!pcm && n)) return SG_FAIL(SG_ERR_INVALID_ARG, "stt or pcm is NULL");
 	if (!n) return sg_error(SG_ERR_FORMAT, "transcribe: the audio is empty (no samples)");
-	return transcribe(stt, pcm, n, params, out);
+	source src = {.pcm = pcm, .n = n};
+	return transcribe(stt, &src, params, out);
 }
 
 sg_status sg_transcribe_file(sg_stt *stt, const char *path, const sg_transcribe_params *params, sg_transcript **out)
@@ -870,10 +945,12 @@ sg_status sg_transcribe_file(sg_stt *stt, const char *path, const sg_transcribe_
 	if (!out) return SG_FAIL(SG_ERR_INVALID_ARG, "out is NULL");
 	*out = NULL;
 	if (!stt || !path) return SG_FAIL(SG_ERR_INVALID_ARG, "stt or path is NULL");
-	sg_audio a;
-	sg_status st = sg_audio_decode_file(path, &a);
+	/* streamed: one window of samples is held at a time, whatever the file's length */
+	source src = {0};
+	sg_status st = sg_audio_stream_open(path, &src.st);
 	if (st) return st;
-	st = sg_transcribe_pcm(stt, a.samples, a.n, params, out);
-	sg_audio_free(&a);
+	st = transcribe(stt, &src, params, out);
+	sg_audio_stream_close(src.st);
+	sg_free(src.buf);
 	return st;
 }
