@@ -32,6 +32,8 @@ static const sg_flag table[] = {
 	 "CPU: prefill attention runs tiles of tokens x grouped heads that share each K/V block (same bits; 0: one (token, head) at a time)"},
 	{"SARAGOSSA_CPU_GDN_CHUNK", SG_FLAG_BOOL, "1",
 	 "CPU: prefill runs the gated delta rule in chunks of 64 tokens (0: the token-by-token recurrence)"},
+	{"SARAGOSSA_WHISPER_GEMM_ATTN", SG_FLAG_BOOL, "1",
+	 "Whisper encoder: self-attention as per-head matmuls and a row softmax (the GEMM path; 0: the attention op)"},
 	{"SARAGOSSA_CACHE_DIR", SG_FLAG_STR, "",
 	 "saragossa's own cache (models, tools); empty = $XDG_CACHE_HOME/saragossa or ~/.cache/saragossa"},
 	{"SARAGOSSA_CHUNK", SG_FLAG_INT, "0",

@@ -7,8 +7,10 @@
 #include "base/error.h"
 #include "cli/cli.h"
 #include "formats/ct2.h"
+#include "formats/ggml_whisper.h"
 #include "formats/model_desc.h"
 #include "formats/weights.h"
+#include "models/whisper.h"
 
 static int fail(void)
 {
@@ -75,6 +77,26 @@ static void human(uint64_t b, char *buf, size_t cap)
 	else snprintf(buf, cap, "%.1f KiB", (double)b / 1024.0);
 }
 
+/* The Whisper model path holds, as the model loader reads it (sizes, layers, dtype, source);
+ * 1 when printed, 0 with the loader's reason on stdout when it would not load. */
+static int print_whisper(const char *path)
+{
+	sg_whisper_info i;
+	char dtype[32];
+	if (sg_whisper_describe(path, &i, dtype, sizeof(dtype))) {
+		printf("model: whisper, does not load: %s\n", sg_last_error());
+		return 0;
+	}
+	printf("model: whisper (%s, %s)\n", i.multilingual ? "multilingual" : "English-only", i.source);
+	printf("whisper_source: %s\nwhisper_dtype: %s\n", i.source, i.dtype);
+	printf("whisper_encoder: %d layers, %d heads, d_model %d, ffn %d, %d mels, %d positions\n", i.n_audio_layer,
+	       i.n_audio_head, i.d_model, i.n_ffn, i.n_mels, i.n_audio_ctx);
+	printf("whisper_decoder: %d layers, %d heads, vocab %d, %d positions\n", i.n_text_layer, i.n_text_head, i.n_vocab,
+	       i.n_text_ctx);
+	printf("whisper_alignment_heads: %d\n", i.n_align_heads);
+	return 1;
+}
+
 /* Dequantizes one tensor to little-endian f32 values in `out`. */
 static int dump_tensor(const sg_weights *w, const char *name, const char *out)
 {
@@ -128,8 +150,8 @@ static void add_total(type_total *totals, int *n, int cap, const char *type, uin
 	if (k < *n) totals[k].bytes += bytes, totals[k].count++;
 }
 
-/* A CTranslate2 folder or model.bin: the spec, the variables and their bytes. The model itself
- * (for Whisper: the encoder-decoder) is not read from this format yet. */
+/* A CTranslate2 folder or model.bin: the spec, the variables and their bytes, and for a
+ * WhisperSpec the model as the Whisper loader reads it. */
 static int inspect_ct2(const char *path, int list, const char *dump)
 {
 	if (dump) {
@@ -162,7 +184,8 @@ static int inspect_ct2(const char *path, int list, const char *dump)
 	char h[32];
 	human(c.data_bytes, h, sizeof(h));
 	printf("total_bytes: %" PRIu64 " (%s)\n", c.data_bytes, h);
-	printf("model: not supported yet (the format is read; no model runs from it)\n");
+	if (!strcmp(c.spec, "WhisperSpec")) print_whisper(path);
+	else printf("model: none runs from a CTranslate2 %s\n", c.spec);
 	if (list) {
 		printf("\n%-56s %-8s %-28s %s\n", "name", "type", "shape (innermost first)", "offset");
 		for (int i = 0; i < c.n_vars; i++) {
@@ -176,6 +199,46 @@ static int inspect_ct2(const char *path, int list, const char *dump)
 			printf("%-56s alias of %s\n", c.aliases[i].name, c.vars[c.aliases[i].target].t.name);
 	}
 	sg_ct2_close(&c);
+	return 0;
+}
+
+/* whisper.cpp's ggml .bin: hparams, vocabulary, tensors, and the model as the loader reads it. */
+static int inspect_ggml(const char *path, int list, const char *dump)
+{
+	if (dump) {
+		sg_error(SG_ERR_UNSUPPORTED, "inspect: --dump does not read ggml files (%s)", path);
+		return fail();
+	}
+	sg_ggml_whisper g;
+	if (sg_ggml_whisper_open(path, &g)) return fail();
+	type_total totals[8] = {0};
+	int n_totals = 0;
+	uint64_t params = 0, bytes = 0;
+	for (int i = 0; i < g.n_tensors; i++) {
+		params += (uint64_t)sg_tensor_nelem(&g.tensors[i]);
+		bytes += g.tensors[i].nbytes;
+		add_total(totals, &n_totals, 8, sg_type_name(g.tensors[i].type), g.tensors[i].nbytes);
+	}
+	printf("path: %s\nformat: ggml (whisper.cpp)\n", path);
+	printf("ftype: %d\nmel_filters: %d x %d\nvocabulary: %d tokens\ntensors: %d\n", g.hp[10], g.n_mel, g.n_fft, g.n_vocab_words,
+	       g.n_tensors);
+	printf("parameters: %" PRIu64 " (%.1fM)\n", params, (double)params / 1e6);
+	for (int k = 0; k < n_totals; k++) {
+		char h[32];
+		human(totals[k].bytes, h, sizeof(h));
+		printf("bytes %s: %" PRIu64 " (%s, %d tensors)\n", totals[k].name, totals[k].bytes, h, totals[k].count);
+	}
+	print_whisper(path);
+	if (list) {
+		printf("\n%-56s %-8s %-28s %s\n", "name", "type", "shape (innermost first)", "offset");
+		for (int i = 0; i < g.n_tensors; i++) {
+			const sg_tensor *t = &g.tensors[i];
+			char sh[160];
+			printf("%-56s %-8s %-28s %" PRIu64 "\n", t->name, sg_type_name(t->type), sg_tensor_shape_str(t, sh, sizeof(sh)),
+			       t->offset);
+		}
+	}
+	sg_ggml_whisper_close(&g);
 	return 0;
 }
 
@@ -194,6 +257,7 @@ int sg_cli_inspect(int argc, char **argv)
 	if (!path) return sg_cli_usage_error("inspect", "missing PATH");
 	if (dump && !out) return sg_cli_usage_error("inspect", "--dump needs --out FILE");
 	if (sg_ct2_detect(path)) return inspect_ct2(path, list, dump);
+	if (sg_ggml_whisper_detect(path)) return inspect_ggml(path, list, dump);
 	sg_weights *w;
 	if (sg_weights_open(path, &w)) return fail();
 	if (dump) {
@@ -215,6 +279,7 @@ int sg_cli_inspect(int argc, char **argv)
 	else printf("format: safetensors (%d file%s)\n", w->n_files, w->n_files == 1 ? "" : "s");
 	if (have_desc) print_desc(&d);
 	else printf("arch: unknown (no config.json)\n");
+	if (have_desc && d.arch == SG_ARCH_WHISPER && w->format == SG_WEIGHTS_SAFETENSORS) print_whisper(path);
 
 	type_total totals[64] = {0};
 	int n_totals = 0;

@@ -17,6 +17,7 @@
 #ifndef SG_MODELS_WHISPER_H
 #define SG_MODELS_WHISPER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "saragossa.h"
@@ -53,6 +54,10 @@ sg_whisper_params sg_whisper_default_params(void);
  * it. The caller owns *out (sg_whisper_free). */
 sg_status sg_whisper_load(const char *path, const sg_whisper_params *p, sg_whisper **out);
 void sg_whisper_free(sg_whisper *w);
+/* What path holds, as sg_whisper_load would report it, without a backend or binding a weight
+ * (inspect): every field of *out but align_heads (NULL; n_align_heads is set); out->dtype
+ * points into dtype[cap]. SG_ERR_UNSUPPORTED when path is not a Whisper model. */
+sg_status sg_whisper_describe(const char *path, sg_whisper_info *out, char *dtype, size_t cap);
 const sg_whisper_info *sg_whisper_get_info(const sg_whisper *w);
 
 /* The folder/file a tokenizer can be read from (tokenizer.json path, or NULL when the file

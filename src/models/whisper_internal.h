@@ -24,6 +24,10 @@ typedef struct wh_layer {
 	sg_btensor ln2_w, ln2_b;   /* [D] F32: before the MLP */
 	sg_btensor fc1, fc1_b;     /* [F][D], [F] F32 */
 	sg_btensor fc2, fc2_b;     /* [D][F], [D] F32 */
+	/* encoder, the GEMM attention path (see whisper.c); data NULL when it is off */
+	sg_btensor wv32;           /* [D][D] F32: Wv, the x operand of V^T = Wv h^T */
+	sg_btensor wo_h;           /* [H][D][hd] F32: Wo's columns of each head */
+	sg_btensor bo2;            /* [D] F32: bo + Wo bv (v's bias moved past the softmax) */
 	/* decoder state */
 	sg_btensor ck, cv;         /* [n_audio_ctx][H][hd] F32: cross K/V of the current window */
 	sg_btensor *kc, *vc;       /* [n_seq] of [n_text_ctx][H][hd] F32: self-attention KV caches */
@@ -45,6 +49,9 @@ typedef struct wh_enc_acts {
 	sg_btensor x, h, q, k, v, a; /* [N][D] */
 	sg_btensor f;                /* [N][F] */
 	sg_btensor qpos;             /* I32 [N]: every entry N - 1 (no mask) */
+	sg_btensor qh, kh, oh;       /* [N][hd]: one head's q, k and output (GEMM attention) */
+	sg_btensor vt;               /* [hd][N]: one head's V transposed */
+	sg_btensor s;                /* [N][N]: one head's scores, then probabilities */
 } wh_enc_acts;
 
 struct sg_whisper {
@@ -73,6 +80,7 @@ struct sg_whisper {
 	/* state */
 	sg_btensor enc_out;        /* [n_audio_ctx][D] F32 */
 	int encoded;               /* 1 once an encode has run */
+	int gemm_attn;             /* 1: the encoder's attention runs as matmuls (SARAGOSSA_WHISPER_GEMM_ATTN) */
 	sg_btensor ones;           /* F32 ones, glu's up operand (plain GELU), max(2 n_ctx D, n_ctx F) */
 	sg_btensor gidx;           /* I32 [D]: 0..D-1, conv2's third tap (first half of a row pair) */
 	wh_dec_acts da;

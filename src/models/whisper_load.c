@@ -24,22 +24,26 @@
 #include "base/error.h"
 #include "base/json.h"
 #include "formats/ct2.h"
+#include "formats/ggml_whisper.h"
 #include "formats/weights.h"
 #include "models/whisper_internal.h"
 
-enum { SRC_HF, SRC_CT2 };
+enum { SRC_HF, SRC_CT2, SRC_GGML };
 
 typedef struct wh_src {
 	int kind;
 	sg_weights *st; /* SRC_HF */
 	sg_ct2 ct2;     /* SRC_CT2 */
 	int ct2_open;
+	sg_ggml_whisper gg; /* SRC_GGML */
+	int gg_open;
 	json_t *config; /* CTranslate2's config.json (HF: st->config); owned for CT2 */
 } wh_src;
 
 static const sg_tensor *src_find(const wh_src *s, const char *name)
 {
 	if (s->kind == SRC_HF) return sg_weights_find(s->st, name);
+	if (s->kind == SRC_GGML) return sg_ggml_whisper_find(&s->gg, name);
 	const sg_ct2_var *v = sg_ct2_find(&s->ct2, name);
 	return v ? &v->t : NULL;
 }
@@ -185,43 +189,54 @@ static sg_status fused(sg_whisper *w, const char *wname, const char *bname, int 
 	return st;
 }
 
-/* --- Hugging Face --- */
+/* --- Hugging Face and whisper.cpp: separate q, k, v; the same layout under other names --- */
 
-static sg_status hf_attn(sg_whisper *w, const char *pre, wh_attn *a)
+typedef struct wh_names {
+	const char *layer;                    /* "model.%s.layers.%d" or "%s.blocks.%d" */
+	const char *ln1, *self, *lnx, *cross; /* block stems */
+	const char *qkvo[4];                  /* projections inside an attention stem */
+	const char *ln2, *fc1, *fc2;
+} wh_names;
+
+static const wh_names hf_names = {"model.%s.layers.%d", "self_attn_layer_norm", "self_attn", "encoder_attn_layer_norm",
+				  "encoder_attn", {"q_proj", "k_proj", "v_proj", "out_proj"}, "final_layer_norm", "fc1", "fc2"};
+static const wh_names ggml_names = {"%s.blocks.%d", "attn_ln", "attn", "cross_attn_ln", "cross_attn",
+				    {"query", "key", "value", "out"}, "mlp_ln", "mlp.0", "mlp.2"};
+
+static sg_status sep_attn(sg_whisper *w, const wh_names *nm, const char *pre, wh_attn *a)
 {
 	int64_t D = w->info.d_model;
-	char n[160];
-	static const char *p[] = {"q_proj", "k_proj", "v_proj", "out_proj"};
+	char n[200];
 	sg_btensor *ws[] = {&a->wq, &a->wk, &a->wv, &a->wo}, *bs[] = {&a->bq, &a->bk, &a->bv, &a->bo};
 	sg_status st = SG_OK;
 	for (int i = 0; i < 4 && !st; i++) {
-		snprintf(n, sizeof(n), "%s.%s.weight", pre, p[i]);
+		snprintf(n, sizeof(n), "%s.%s.weight", pre, nm->qkvo[i]);
 		st = mat(w, n, D, D, ws[i]);
-		snprintf(n, sizeof(n), "%s.%s.bias", pre, p[i]);
-		if (!st) st = vec(w, n, D, i == 1, bs[i]); /* k_proj has no bias in Whisper */
+		snprintf(n, sizeof(n), "%s.%s.bias", pre, nm->qkvo[i]);
+		if (!st) st = vec(w, n, D, i == 1, bs[i]); /* k has no bias in Whisper */
 	}
 	return st;
 }
 
-static sg_status hf_layer(sg_whisper *w, const char *side, int L, int dec, wh_layer *l)
+static sg_status sep_layer(sg_whisper *w, const wh_names *nm, const char *side, int L, int dec, wh_layer *l)
 {
 	int64_t D = w->info.d_model, F = w->info.n_ffn;
-	char pre[96], n[160];
-	snprintf(pre, sizeof(pre), "model.%s.layers.%d", side, L);
-#define HF(suffix) (snprintf(n, sizeof(n), "%s.%s", pre, suffix), n)
-	sg_status st = vec(w, HF("self_attn_layer_norm.weight"), D, 0, &l->ln1_w);
-	if (!st) st = vec(w, HF("self_attn_layer_norm.bias"), D, 0, &l->ln1_b);
-	if (!st) st = hf_attn(w, HF("self_attn"), &l->self);
-	if (!st && dec) st = vec(w, HF("encoder_attn_layer_norm.weight"), D, 0, &l->lnx_w);
-	if (!st && dec) st = vec(w, HF("encoder_attn_layer_norm.bias"), D, 0, &l->lnx_b);
-	if (!st && dec) st = hf_attn(w, HF("encoder_attn"), &l->cross);
-	if (!st) st = vec(w, HF("final_layer_norm.weight"), D, 0, &l->ln2_w);
-	if (!st) st = vec(w, HF("final_layer_norm.bias"), D, 0, &l->ln2_b);
-	if (!st) st = mat(w, HF("fc1.weight"), D, F, &l->fc1);
-	if (!st) st = vec(w, HF("fc1.bias"), F, 0, &l->fc1_b);
-	if (!st) st = mat(w, HF("fc2.weight"), F, D, &l->fc2);
-	if (!st) st = vec(w, HF("fc2.bias"), D, 0, &l->fc2_b);
-#undef HF
+	char pre[96], n[200];
+	snprintf(pre, sizeof(pre), nm->layer, side, L);
+#define NM(stem, suffix) (snprintf(n, sizeof(n), "%s.%s%s", pre, stem, suffix), n)
+	sg_status st = vec(w, NM(nm->ln1, ".weight"), D, 0, &l->ln1_w);
+	if (!st) st = vec(w, NM(nm->ln1, ".bias"), D, 0, &l->ln1_b);
+	if (!st) st = sep_attn(w, nm, NM(nm->self, ""), &l->self);
+	if (!st && dec) st = vec(w, NM(nm->lnx, ".weight"), D, 0, &l->lnx_w);
+	if (!st && dec) st = vec(w, NM(nm->lnx, ".bias"), D, 0, &l->lnx_b);
+	if (!st && dec) st = sep_attn(w, nm, NM(nm->cross, ""), &l->cross);
+	if (!st) st = vec(w, NM(nm->ln2, ".weight"), D, 0, &l->ln2_w);
+	if (!st) st = vec(w, NM(nm->ln2, ".bias"), D, 0, &l->ln2_b);
+	if (!st) st = mat(w, NM(nm->fc1, ".weight"), D, F, &l->fc1);
+	if (!st) st = vec(w, NM(nm->fc1, ".bias"), F, 0, &l->fc1_b);
+	if (!st) st = mat(w, NM(nm->fc2, ".weight"), F, D, &l->fc2);
+	if (!st) st = vec(w, NM(nm->fc2, ".bias"), D, 0, &l->fc2_b);
+#undef NM
 	return st;
 }
 
@@ -469,6 +484,43 @@ static sg_status ct2_layer(sg_whisper *w, const char *side, int L, int dec, wh_l
 	return st;
 }
 
+/* --- whisper.cpp ggml --- */
+
+static sg_status open_ggml(sg_whisper *w, wh_src *s, const char *path)
+{
+	sg_status st = sg_ggml_whisper_open(path, &s->gg);
+	if (st) return st;
+	s->gg_open = 1;
+	s->kind = SRC_GGML;
+	const int32_t *h = s->gg.hp;
+	sg_whisper_info *i = &w->info;
+	i->n_vocab = h[0];
+	i->n_audio_ctx = h[1];
+	i->d_model = h[2];
+	i->n_audio_head = h[3];
+	i->n_audio_layer = h[4];
+	i->n_text_ctx = h[5];
+	i->n_text_head = h[7];
+	i->n_text_layer = h[8];
+	i->n_mels = h[9];
+	i->n_ffn = (int)ct2_dim(s, "encoder.blocks.0.mlp.0.weight", 1);
+	i->source = "ggml";
+	if (h[6] != h[2])
+		return sg_error(SG_ERR_FORMAT, "whisper: '%s': audio state %d and text state %d differ", path, h[2], h[6]);
+	return check_sizes(i);
+}
+
+/* The embedded vocabulary: token strings by id (special tokens past the file's list are NULL). */
+static sg_status take_vocab(sg_whisper *w)
+{
+	sg_ggml_whisper *g = &w->src->gg;
+	w->vocab = g->vocab;
+	w->n_vocab_str = g->n_vocab_words;
+	g->vocab = NULL;
+	g->n_vocab_words = 0;
+	return SG_OK;
+}
+
 /* --- common --- */
 
 /* conv2's [D][D][3] weight as the two matrices the forward multiplies: taps 0 and 1 side by
@@ -503,47 +555,86 @@ static sg_status bind_conv2(sg_whisper *w, const sg_tensor *t)
 	return st;
 }
 
+/* The top-level tensors' names per source. */
+typedef struct wh_top {
+	const char *conv1, *conv1_b, *conv2, *conv2_b, *enc_pos, *enc_ln, *tok, *dec_pos, *dec_ln;
+	const char *norm_w, *norm_b; /* suffixes of a LayerNorm's weight and bias */
+} wh_top;
+
+static const wh_top tops[] = {
+	[SRC_HF] = {"model.encoder.conv1.weight", "model.encoder.conv1.bias", "model.encoder.conv2.weight", "model.encoder.conv2.bias",
+		    "model.encoder.embed_positions.weight", "model.encoder.layer_norm", "model.decoder.embed_tokens.weight",
+		    "model.decoder.embed_positions.weight", "model.decoder.layer_norm", ".weight", ".bias"},
+	[SRC_CT2] = {"encoder/conv1/weight", "encoder/conv1/bias", "encoder/conv2/weight", "encoder/conv2/bias",
+		     "encoder/position_encodings/encodings", "encoder/layer_norm", "decoder/embeddings/weight",
+		     "decoder/position_encodings/encodings", "decoder/layer_norm", "/gamma", "/beta"},
+	[SRC_GGML] = {"encoder.conv1.weight", "encoder.conv1.bias", "encoder.conv2.weight", "encoder.conv2.bias",
+		      "encoder.positional_embedding", "encoder.ln_post", "decoder.token_embedding.weight",
+		      "decoder.positional_embedding", "decoder.ln", ".weight", ".bias"},
+};
+
+/* A conv bias: [D], or [D][1] as whisper.cpp stores it. */
+static sg_status conv_bias(sg_whisper *w, const char *name, sg_btensor *out)
+{
+	int64_t D = w->info.d_model, ne2[2] = {1, D};
+	sg_status st = SG_OK;
+	const sg_tensor *t = src_find(w->src, name);
+	if (t && t->n_dims == 2) t = need(w->src, name, 2, ne2, 0, &st);
+	else return vec(w, name, D, 0, out);
+	return t ? bind_floats(w, t, 0, D, 1, out) : st;
+}
+
+static sg_status norm_pair(sg_whisper *w, const wh_top *n, const char *stem, sg_btensor *g, sg_btensor *b)
+{
+	char a[160];
+	snprintf(a, sizeof(a), "%s%s", stem, n->norm_w);
+	sg_status st = vec(w, a, w->info.d_model, 0, g);
+	snprintf(a, sizeof(a), "%s%s", stem, n->norm_b);
+	return st ? st : vec(w, a, w->info.d_model, 0, b);
+}
+
+static sg_status bind_layer(sg_whisper *w, const char *side, int L, int dec, wh_layer *l)
+{
+	switch (w->src->kind) {
+	case SRC_HF: return sep_layer(w, &hf_names, side, L, dec, l);
+	case SRC_GGML: return sep_layer(w, &ggml_names, side, L, dec, l);
+	default: return ct2_layer(w, side, L, dec, l);
+	}
+}
+
 static sg_status bind_all(sg_whisper *w)
 {
 	wh_src *s = w->src;
+	const wh_top *n = &tops[s->kind];
 	sg_whisper_info *i = &w->info;
 	int64_t D = i->d_model, M = i->n_mels, V = i->n_vocab;
-	int hf = s->kind == SRC_HF;
 	sg_status st = SG_OK;
 	int64_t c1[3] = {3, M, D}, c2[3] = {3, D, D}, ep[2] = {D, i->n_audio_ctx}, dp[2] = {D, i->n_text_ctx};
-	const sg_tensor *t = need(s, hf ? "model.encoder.conv1.weight" : "encoder/conv1/weight", 3, c1, 0, &st);
+	const sg_tensor *t = need(s, n->conv1, 3, c1, 0, &st);
 	if (t) st = bind_matrix(w, t, 3 * M, D, &w->conv1);
-	if (!st) st = vec(w, hf ? "model.encoder.conv1.bias" : "encoder/conv1/bias", D, 0, &w->conv1_b);
-	if (!st) t = need(s, hf ? "model.encoder.conv2.weight" : "encoder/conv2/weight", 3, c2, 0, &st);
+	if (!st) st = conv_bias(w, n->conv1_b, &w->conv1_b);
+	if (!st) t = need(s, n->conv2, 3, c2, 0, &st);
 	if (!st) st = bind_conv2(w, t);
-	if (!st) st = vec(w, hf ? "model.encoder.conv2.bias" : "encoder/conv2/bias", D, 0, &w->conv2_b);
-	if (!st) t = need(s, hf ? "model.encoder.embed_positions.weight" : "encoder/position_encodings/encodings", 2, ep, 0, &st);
+	if (!st) st = conv_bias(w, n->conv2_b, &w->conv2_b);
+	if (!st) t = need(s, n->enc_pos, 2, ep, 0, &st);
 	if (!st) st = bind_floats(w, t, 0, D * i->n_audio_ctx, i->n_audio_ctx, &w->enc_pos);
 	for (int L = 0; L < i->n_audio_layer && !st; L++) {
-		st = hf ? hf_layer(w, "encoder", L, 0, &w->enc[L]) : ct2_layer(w, "encoder", L, 0, &w->enc[L]);
+		st = bind_layer(w, "encoder", L, 0, &w->enc[L]);
 		if (st) sg_error_wrap(st, "encoder layer %d", L);
 	}
-	if (!st && hf) st = vec(w, "model.encoder.layer_norm.weight", D, 0, &w->enc_ln_w);
-	if (!st && hf) st = vec(w, "model.encoder.layer_norm.bias", D, 0, &w->enc_ln_b);
-	if (!st && !hf) st = ct2_norm(w, "encoder/layer_norm", &w->enc_ln_w, &w->enc_ln_b);
+	if (!st) st = norm_pair(w, n, n->enc_ln, &w->enc_ln_w, &w->enc_ln_b);
 	/* decoder */
-	if (!st) st = mat(w, hf ? "model.decoder.embed_tokens.weight" : "decoder/embeddings/weight", D, V, &w->tok);
+	if (!st) st = mat(w, n->tok, D, V, &w->tok);
 	w->proj = w->tok;
-	int64_t pe[2] = {D, V};
-	if (!st && hf && src_find(s, "proj_out.weight")) {
-		t = need(s, "proj_out.weight", 2, pe, 0, &st);
-		/* a separate output matrix only when its bytes differ (transformers saves tied ones once) */
-		if (t) st = mat(w, "proj_out.weight", D, V, &w->proj);
-	}
-	if (!st) t = need(s, hf ? "model.decoder.embed_positions.weight" : "decoder/position_encodings/encodings", 2, dp, 0, &st);
+	/* transformers saves a tied proj_out once; a checkpoint that stores its own is used */
+	if (!st && s->kind == SRC_HF && src_find(s, "proj_out.weight")) st = mat(w, "proj_out.weight", D, V, &w->proj);
+	if (!st) t = need(s, n->dec_pos, 2, dp, 0, &st);
 	if (!st) st = bind_matrix(w, t, D, i->n_text_ctx, &w->dec_pos);
 	for (int L = 0; L < i->n_text_layer && !st; L++) {
-		st = hf ? hf_layer(w, "decoder", L, 1, &w->dec[L]) : ct2_layer(w, "decoder", L, 1, &w->dec[L]);
+		st = bind_layer(w, "decoder", L, 1, &w->dec[L]);
 		if (st) sg_error_wrap(st, "decoder layer %d", L);
 	}
-	if (!st && hf) st = vec(w, "model.decoder.layer_norm.weight", D, 0, &w->dec_ln_w);
-	if (!st && hf) st = vec(w, "model.decoder.layer_norm.bias", D, 0, &w->dec_ln_b);
-	if (!st && !hf) st = ct2_norm(w, "decoder/layer_norm", &w->dec_ln_w, &w->dec_ln_b);
+	if (!st) st = norm_pair(w, n, n->dec_ln, &w->dec_ln_w, &w->dec_ln_b);
 	if (!st) snprintf(w->dtype, sizeof(w->dtype), "%s", sg_type_name(w->tok.type));
 	i->dtype = w->dtype;
 	return st;
@@ -555,10 +646,19 @@ static void count_params(sg_whisper *w)
 	int64_t n = 0;
 	if (s->kind == SRC_HF)
 		for (int i = 0; i < s->st->n_tensors; i++) n += s->st->tensors[i]->companion ? 0 : sg_tensor_nelem(s->st->tensors[i]);
+	else if (s->kind == SRC_GGML)
+		for (int i = 0; i < s->gg.n_tensors; i++) n += sg_tensor_nelem(&s->gg.tensors[i]);
 	else
 		for (int i = 0; i < s->ct2.n_vars; i++)
 			if (!s->ct2.vars[i].is_scale && s->ct2.vars[i].t.n_dims) n += sg_tensor_nelem(&s->ct2.vars[i].t);
 	w->info.n_params = n;
+}
+
+static sg_status open_source(sg_whisper *w, wh_src *s, const char *path)
+{
+	if (sg_ct2_detect(path)) return open_ct2(w, s, path);
+	if (sg_ggml_whisper_detect(path)) return open_ggml(w, s, path);
+	return open_hf(w, s, path);
 }
 
 sg_status sg_whisper_load_weights(sg_whisper *w, const char *path)
@@ -566,10 +666,10 @@ sg_status sg_whisper_load_weights(sg_whisper *w, const char *path)
 	wh_src *s = sg_calloc(1, sizeof(*s));
 	if (!s) return sg_error(SG_ERR_NOMEM, "whisper: loading '%s'", path);
 	w->src = s;
-	sg_status st = sg_ct2_detect(path) ? open_ct2(w, s, path) : open_hf(w, s, path);
+	sg_status st = open_source(w, s, path);
 	sg_whisper_info *i = &w->info;
 	i->multilingual = i->n_vocab >= 51865;
-	if (!st) st = find_tokenizer(w, path);
+	if (!st) st = s->kind == SRC_GGML ? take_vocab(w) : find_tokenizer(w, path);
 	if (!st) {
 		w->enc = sg_calloc((size_t)i->n_audio_layer, sizeof(wh_layer));
 		w->dec = sg_calloc((size_t)i->n_text_layer, sizeof(wh_layer));
@@ -586,7 +686,42 @@ void sg_whisper_close_weights(sg_whisper *w)
 	if (!s) return;
 	if (s->st) sg_weights_close(s->st);
 	if (s->ct2_open) sg_ct2_close(&s->ct2);
+	if (s->gg_open) sg_ggml_whisper_close(&s->gg);
 	if (s->config) json_decref(s->config);
 	sg_free(s);
 	w->src = NULL;
+}
+
+sg_status sg_whisper_describe(const char *path, sg_whisper_info *out, char *dtype, size_t cap)
+{
+	memset(out, 0, sizeof(*out));
+	sg_whisper *w = sg_calloc(1, sizeof(*w));
+	wh_src *s = sg_calloc(1, sizeof(*s));
+	if (!w || !s) {
+		sg_free(w);
+		sg_free(s);
+		return sg_error(SG_ERR_NOMEM, "whisper: describing '%s'", path);
+	}
+	w->src = s;
+	sg_status st = open_source(w, s, path);
+	if (!st) {
+		const sg_tensor *t = src_find(s, tops[s->kind].tok);
+		snprintf(dtype, cap, "%s", t ? sg_type_name(t->type) : "unknown");
+		count_params(w);
+		int64_t bytes = 0;
+		if (s->kind == SRC_HF)
+			for (int i = 0; i < s->st->n_tensors; i++) bytes += (int64_t)s->st->tensors[i]->nbytes;
+		else if (s->kind == SRC_GGML)
+			for (int i = 0; i < s->gg.n_tensors; i++) bytes += (int64_t)s->gg.tensors[i].nbytes;
+		else bytes = (int64_t)s->ct2.data_bytes;
+		*out = w->info;
+		out->multilingual = out->n_vocab >= 51865;
+		out->weight_bytes = bytes;
+		out->align_heads = NULL;
+		out->dtype = dtype;
+	}
+	sg_whisper_close_weights(w);
+	sg_free(w->align);
+	sg_free(w);
+	return st;
 }

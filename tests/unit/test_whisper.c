@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/flags.h"
+#include "formats/ggml_whisper.h"
 #include "formats/weights.h"
 #include "models/whisper.h"
 
@@ -204,4 +206,186 @@ Test(whisper, refuses_missing_and_foreign_models)
 	cr_expect_null(w);
 	p.n_seq = -1;
 	cr_expect_eq(sg_whisper_load(FIX, &p, &w), SG_ERR_INVALID_ARG);
+}
+
+/* A temporary copy of the fixture whose config.json has one value replaced. */
+static void copy_with_config(const char *dir, const char *from, const char *to)
+{
+	char path[512], cmd[1024];
+	snprintf(cmd, sizeof(cmd), "mkdir -p %s && cp " FIX "/model.safetensors %s/", dir, dir);
+	cr_assert_eq(system(cmd), 0);
+	FILE *f = fopen(FIX "/config.json", "rb");
+	cr_assert_not_null(f);
+	char buf[8192];
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	char *at = strstr(buf, from);
+	cr_assert_not_null(at, "config.json has no %s", from);
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	f = fopen(path, "wb");
+	fwrite(buf, 1, (size_t)(at - buf), f);
+	fputs(to, f);
+	fputs(at + strlen(from), f);
+	fclose(f);
+}
+
+Test(whisper, a_config_that_disagrees_with_the_weights_names_the_tensor)
+{
+	char dir[] = "/tmp/sg_whisper_cfg_XXXXXX";
+	cr_assert_not_null(mkdtemp(dir));
+	copy_with_config(dir, "\"d_model\": 64", "\"d_model\": 32");
+	sg_whisper_params p = sg_whisper_default_params();
+	p.backend = "cpu";
+	sg_whisper *w = NULL;
+	cr_expect_eq(sg_whisper_load(dir, &p, &w), SG_ERR_FORMAT);
+	cr_expect(strstr(sg_last_error(), "model.encoder.conv1.weight: expected [3, 80, 32], found BF16 [3, 80, 64]") != NULL,
+		  "%s", sg_last_error());
+	cr_expect_null(w);
+	copy_with_config(dir, "\"max_source_positions\": 16", "\"max_source_positions\": 1500");
+	cr_expect_eq(sg_whisper_load(dir, &p, &w), SG_ERR_FORMAT);
+	cr_expect(strstr(sg_last_error(), "embed_positions") != NULL, "%s", sg_last_error());
+	copy_with_config(dir, "\"activation_function\": \"gelu\"", "\"activation_function\": \"relu\"");
+	cr_expect_eq(sg_whisper_load(dir, &p, &w), SG_ERR_UNSUPPORTED);
+	cr_expect(strstr(sg_last_error(), "relu") != NULL, "%s", sg_last_error());
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_expect_eq(system(cmd), 0);
+}
+
+Test(whisper, describe_reads_the_sizes_without_loading)
+{
+	sg_whisper_info i;
+	char dt[32];
+	cr_assert_eq(sg_whisper_describe(FIX, &i, dt, sizeof(dt)), SG_OK, "%s", sg_last_error());
+	cr_expect_eq(i.n_audio_ctx, 16);
+	cr_expect_eq(i.d_model, 64);
+	cr_expect_eq(i.n_text_layer, 2);
+	cr_expect_str_eq(i.dtype, "BF16");
+	cr_expect_str_eq(i.source, "hf");
+	cr_expect_eq(i.n_params, 220672);
+	cr_expect_eq(sg_whisper_describe("tests/fixtures/bert", &i, dt, sizeof(dt)), SG_ERR_UNSUPPORTED);
+	cr_expect_eq(sg_whisper_describe("tests/fixtures/ct2", &i, dt, sizeof(dt)), SG_ERR_UNSUPPORTED, "a CTranslate2 TinySpec");
+	cr_expect(strstr(sg_last_error(), "TinySpec") != NULL, "%s", sg_last_error());
+}
+
+#define GGML FIX "_ggml/ggml-model.bin"
+
+/* The fixture rewritten as whisper.cpp's ggml file (tools/whisper_convert.py ggml: matrices F16,
+ * vectors F32) gives transformers' numbers within the F16 rounding of the BF16 weights. */
+Test(whisper, ggml_file_matches_transformers)
+{
+	sg_whisper_params p = sg_whisper_default_params();
+	p.backend = "cpu";
+	p.n_threads = 2;
+	sg_whisper *w = NULL;
+	cr_assert_eq(sg_whisper_load(GGML, &p, &w), SG_OK, "%s", sg_last_error());
+	const sg_whisper_info *i = sg_whisper_get_info(w);
+	cr_expect_str_eq(i->source, "ggml");
+	cr_expect_str_eq(i->dtype, "F16");
+	cr_expect_eq(i->n_ffn, 128);
+	cr_expect_null(sg_whisper_tokenizer_path(w), "a ggml file carries its vocabulary");
+	sg_weights *ref = encode_ref(w);
+	int64_t n = (int64_t)i->n_audio_ctx * i->d_model;
+	float *got = calloc((size_t)n, sizeof(float));
+	cr_assert_eq(sg_whisper_encoder_output(w, got), SG_OK, "%s", sg_last_error());
+	double e = rel_err(got, ref_tensor(ref, "encoder_output", n), n);
+	cr_log_info("whisper ggml: encoder max |d| / max |ref| = %.3g", e);
+	cr_expect(e <= TOL, "encoder output: %.3g > %g", e, TOL);
+	const sg_tensor *it = sg_weights_find(ref, "decoder_input_ids");
+	int nt = (int)sg_tensor_nelem(it), V = i->n_vocab;
+	float *lg = calloc((size_t)nt * (size_t)V, sizeof(float));
+	cr_assert_eq(sg_whisper_decode(w, 0, (const int32_t *)it->data, nt, 0, 1, lg), SG_OK, "%s", sg_last_error());
+	e = rel_err(lg, ref_tensor(ref, "logits", (int64_t)nt * V), (int64_t)nt * V);
+	cr_log_info("whisper ggml: logits max |d| / max |ref| = %.3g", e);
+	cr_expect(e <= TOL, "logits: %.3g > %g", e, TOL);
+	free(lg);
+	free(got);
+	sg_weights_close(ref);
+	sg_whisper_free(w);
+}
+
+static uint8_t *slurp(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	cr_assert_not_null(f);
+	fseek(f, 0, SEEK_END);
+	*n = (size_t)ftell(f);
+	fseek(f, 0, SEEK_SET);
+	uint8_t *b = malloc(*n);
+	cr_assert_eq(fread(b, 1, *n, f), *n);
+	fclose(f);
+	return b;
+}
+
+Test(whisper, ggml_parser_refuses_every_truncation_and_bad_fields)
+{
+	size_t n;
+	uint8_t *b = slurp(GGML, &n);
+	sg_ggml_whisper g;
+	cr_assert_eq(sg_ggml_whisper_parse(b, n, "fixture", &g), SG_OK, "%s", sg_last_error());
+	int nt = g.n_tensors;
+	cr_expect_eq(nt, 89);
+	const sg_tensor *c1 = sg_ggml_whisper_find(&g, "encoder.conv1.bias");
+	cr_assert_not_null(c1);
+	cr_expect(c1->n_dims == 2 && c1->ne[0] == 1 && c1->ne[1] == 64 && c1->type == SG_TYPE_F32);
+	uint64_t last_end = g.tensors[nt - 1].offset + g.tensors[nt - 1].nbytes;
+	cr_expect_eq(last_end, n, "the tensors run to the end of the file");
+	sg_ggml_whisper_close(&g);
+	/* every cut inside a tensor (or a header) is refused, cuts between tensors are whole files */
+	size_t step = n / 97 + 1;
+	for (size_t cut = 0; cut < n; cut += step) {
+		sg_status st = sg_ggml_whisper_parse(b, cut, "cut", &g);
+		if (st == SG_OK) {
+			cr_expect_lt(g.n_tensors, nt);
+			sg_ggml_whisper_close(&g);
+		} else {
+			cr_expect_eq(st, SG_ERR_FORMAT, "cut at %zu: %s", cut, sg_last_error());
+		}
+	}
+	/* a tensor type that is not F32/F16/Q4_0..Q8_0 */
+	uint8_t *c = malloc(n);
+	memcpy(c, b, n);
+	size_t first = (size_t)(sg_ggml_whisper_parse(b, n, "x", &g), g.tensors[0].offset);
+	size_t hdr = first - strlen(g.tensors[0].name) - 4 * (size_t)g.tensors[0].n_dims - 12;
+	sg_ggml_whisper_close(&g);
+	c[hdr + 8] = 99;
+	cr_expect_eq(sg_ggml_whisper_parse(c, n, "bad type", &g), SG_ERR_FORMAT);
+	cr_expect(strstr(sg_last_error(), "type 99") != NULL, "%s", sg_last_error());
+	memcpy(c, b, n);
+	c[0] ^= 1;
+	cr_expect_eq(sg_ggml_whisper_parse(c, n, "bad magic", &g), SG_ERR_FORMAT);
+	cr_expect(strstr(sg_last_error(), "magic") != NULL, "%s", sg_last_error());
+	free(c);
+	free(b);
+}
+
+/* The encoder's two attention paths (SARAGOSSA_WHISPER_GEMM_ATTN) agree, and each matches the
+ * reference (the GEMM one is the default the other tests run). */
+Test(whisper, encoder_attention_op_path_matches_the_gemm_path)
+{
+	float *out[2];
+	sg_weights *ref = NULL;
+	int64_t n = 0;
+	for (int k = 0; k < 2; k++) {
+		setenv("SARAGOSSA_WHISPER_GEMM_ATTN", k ? "0" : "1", 1);
+		sg_flags_reload();
+		sg_whisper *w = load_n(1);
+		unsetenv("SARAGOSSA_WHISPER_GEMM_ATTN");
+		sg_flags_reload();
+		const sg_whisper_info *i = sg_whisper_get_info(w);
+		n = (int64_t)i->n_audio_ctx * i->d_model;
+		if (ref) sg_weights_close(ref);
+		ref = encode_ref(w);
+		out[k] = calloc((size_t)n, sizeof(float));
+		cr_assert_eq(sg_whisper_encoder_output(w, out[k]), SG_OK, "%s", sg_last_error());
+		double e = rel_err(out[k], ref_tensor(ref, "encoder_output", n), n);
+		cr_expect(e <= TOL, "path %d: %.3g", k, e);
+		sg_whisper_free(w);
+	}
+	double e = rel_err(out[1], out[0], n);
+	cr_expect(e <= 1e-5 && e > 0.0, "the attention op and the GEMM path differ by %.3g (0: the flag did nothing)", e);
+	free(out[0]);
+	free(out[1]);
+	sg_weights_close(ref);
 }

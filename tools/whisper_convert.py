@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""Rewrites a Whisper model from one layout into another (numpy only, no torch):
+
+  whisper_convert.py hf   SRC OUT_DIR   a Hugging Face folder transformers' WhisperForConditionalGeneration
+                                        loads: config.json, generation_config.json (alignment heads),
+                                        model.safetensors (the weights' own float type), tokenizer.json
+  whisper_convert.py ggml SRC OUT.bin   whisper.cpp's ggml .bin: hparams, the Slaney mel filterbank,
+                                        the byte-level vocabulary, then the tensors under whisper.cpp's
+                                        names (matrices F16, vectors, conv biases and positions F32)
+
+SRC is a CTranslate2 Whisper folder (model.bin + config.json + tokenizer.json, as faster-whisper
+ships it) or a Hugging Face Whisper folder (config.json + model.safetensors).
+
+CTranslate2 fuses self-attention's q, k, v into one matrix and cross-attention's k, v into another;
+they are split back. CTranslate2 also stores a bias for k (zeros from the converters); Hugging Face
+Whisper has none. A bias on k adds one constant to every logit of a query, which the softmax
+cancels, so leaving it out changes nothing.
+"""
+import json
+import pathlib
+import shutil
+import struct
+import sys
+
+import numpy as np
+
+CT2_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16, 5: "bf16"}
+
+
+def read_ct2(path):
+    b = pathlib.Path(path).read_bytes()
+    o = 0
+
+    def u(fmt):
+        nonlocal o
+        v = struct.unpack_from("<" + fmt, b, o)
+        o += struct.calcsize("<" + fmt)
+        return v[0]
+
+    def s():
+        nonlocal o
+        n = u("H")
+        v = b[o:o + n - 1].decode()
+        o += n
+        return v
+
+    version = u("I")
+    assert version == 6, f"model.bin binary version {version}"
+    spec, _rev = s(), u("I")
+    assert spec == "WhisperSpec", spec
+    out = {}
+    for _ in range(u("I")):
+        name = s()
+        rank = u("B")
+        shape = [u("I") for _ in range(rank)]
+        dt, nbytes = u("B"), u("I")
+        raw = b[o:o + nbytes]
+        o += nbytes
+        if CT2_DTYPES[dt] == "bf16":
+            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            a = np.frombuffer(raw, dtype=CT2_DTYPES[dt])
+        out[name] = a.reshape(shape)
+    for _ in range(u("I")):
+        alias, target = s(), s()
+        out[alias] = out[target]
+    for name in [n for n in out if n.endswith("_scale")]:
+        base = name[:-len("_scale")]
+        if base in out and out[base].dtype in (np.int8, np.int16):
+            sc = out[name].astype(np.float32)
+            out[base] = (out[base].astype(np.float32) / (sc[:, None] if sc.ndim == 1 else sc)).astype(np.float32)
+    return out
+
+
+def read_safetensors(path):
+    b = pathlib.Path(path).read_bytes()
+    n = struct.unpack_from("<Q", b)[0]
+    h = json.loads(b[8:8 + n])
+    out = {}
+    for k, v in h.items():
+        if k == "__metadata__":
+            continue
+        s, e = v["data_offsets"]
+        raw = b[8 + n + s:8 + n + e]
+        if v["dtype"] == "BF16":
+            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            a = np.frombuffer(raw, dtype={"F32": np.float32, "F16": np.float16}[v["dtype"]])
+        out[k] = a.reshape(v["shape"])
+    return out
+
+
+def write_safetensors(path, tensors, metadata=None):
+    h, off, blobs = {}, 0, []
+    for k, a in tensors.items():
+        a = np.ascontiguousarray(a)
+        dt = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16"}[a.dtype]
+        h[k] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        off += a.nbytes
+        blobs.append(a.tobytes())
+    if metadata:
+        h["__metadata__"] = metadata
+    hb = json.dumps(h, separators=(",", ":")).encode()
+    hb += b" " * (-len(hb) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hb)))
+        f.write(hb)
+        for x in blobs:
+            f.write(x)
+
+
+def ct2_to_hf_state(v):
+    """transformers' state dict (numpy) and its config from CTranslate2 variables."""
+    d = v["decoder/embeddings/weight"].shape[1]
+    st = {}
+
+    def attn(dst, src, fused, cross):
+        if cross:
+            st[f"{dst}.q_proj.weight"] = v[f"{src}/linear_0/weight"]
+            st[f"{dst}.q_proj.bias"] = v[f"{src}/linear_0/bias"]
+            kv, kvb = v[f"{src}/linear_1/weight"], v[f"{src}/linear_1/bias"]
+            st[f"{dst}.k_proj.weight"], st[f"{dst}.v_proj.weight"] = kv[:d], kv[d:]
+            st[f"{dst}.v_proj.bias"] = kvb[d:]
+            out = "linear_2"
+        else:
+            w, b = v[f"{src}/linear_0/weight"], v[f"{src}/linear_0/bias"]
+            st[f"{dst}.q_proj.weight"], st[f"{dst}.k_proj.weight"], st[f"{dst}.v_proj.weight"] = w[:d], w[d:2 * d], w[2 * d:]
+            st[f"{dst}.q_proj.bias"], st[f"{dst}.v_proj.bias"] = b[:d], b[2 * d:]
+            out = "linear_1"
+        st[f"{dst}.out_proj.weight"] = v[f"{src}/{out}/weight"]
+        st[f"{dst}.out_proj.bias"] = v[f"{src}/{out}/bias"]
+
+    def norm(dst, src):
+        st[f"{dst}.weight"], st[f"{dst}.bias"] = v[f"{src}/gamma"], v[f"{src}/beta"]
+
+    def ffn(dst, src):
+        st[f"{dst}.fc1.weight"], st[f"{dst}.fc1.bias"] = v[f"{src}/ffn/linear_0/weight"], v[f"{src}/ffn/linear_0/bias"]
+        st[f"{dst}.fc2.weight"], st[f"{dst}.fc2.bias"] = v[f"{src}/ffn/linear_1/weight"], v[f"{src}/ffn/linear_1/bias"]
+        norm(f"{dst}.final_layer_norm", f"{src}/ffn/layer_norm")
+
+    n_enc = sum(1 for k in v if k.startswith("encoder/layer_") and k.endswith("/ffn/linear_0/weight"))
+    n_dec = sum(1 for k in v if k.startswith("decoder/layer_") and k.endswith("/ffn/linear_0/weight"))
+    for c in ("conv1", "conv2"):
+        st[f"model.encoder.{c}.weight"], st[f"model.encoder.{c}.bias"] = v[f"encoder/{c}/weight"], v[f"encoder/{c}/bias"]
+    st["model.encoder.embed_positions.weight"] = v["encoder/position_encodings/encodings"]
+    for i in range(n_enc):
+        p, s = f"model.encoder.layers.{i}", f"encoder/layer_{i}"
+        norm(f"{p}.self_attn_layer_norm", f"{s}/self_attention/layer_norm")
+        attn(f"{p}.self_attn", f"{s}/self_attention", True, False)
+        ffn(p, s)
+    norm("model.encoder.layer_norm", "encoder/layer_norm")
+    st["model.decoder.embed_tokens.weight"] = v["decoder/embeddings/weight"]
+    st["model.decoder.embed_positions.weight"] = v["decoder/position_encodings/encodings"]
+    for i in range(n_dec):
+        p, s = f"model.decoder.layers.{i}", f"decoder/layer_{i}"
+        norm(f"{p}.self_attn_layer_norm", f"{s}/self_attention/layer_norm")
+        attn(f"{p}.self_attn", f"{s}/self_attention", True, False)
+        norm(f"{p}.encoder_attn_layer_norm", f"{s}/attention/layer_norm")
+        attn(f"{p}.encoder_attn", f"{s}/attention", False, True)
+        ffn(p, s)
+    norm("model.decoder.layer_norm", "decoder/layer_norm")
+    vocab = v["decoder/embeddings/weight"].shape[0]
+    cfg = {
+        "model_type": "whisper", "architectures": ["WhisperForConditionalGeneration"],
+        "vocab_size": int(vocab), "num_mel_bins": int(v["encoder/conv1/weight"].shape[1]), "d_model": int(d),
+        "encoder_layers": n_enc, "decoder_layers": n_dec,
+        "encoder_attention_heads": int(v["encoder/num_heads"]), "decoder_attention_heads": int(v["decoder/num_heads"]),
+        "encoder_ffn_dim": int(v["encoder/layer_0/ffn/linear_0/weight"].shape[0]),
+        "decoder_ffn_dim": int(v["decoder/layer_0/ffn/linear_0/weight"].shape[0]),
+        "max_source_positions": int(v["encoder/position_encodings/encodings"].shape[0]),
+        "max_target_positions": int(v["decoder/position_encodings/encodings"].shape[0]),
+        "activation_function": "gelu", "scale_embedding": False, "tie_word_embeddings": True,
+        # tiny.en's ids (multilingual models shift them by one)
+        "bos_token_id": 50257, "eos_token_id": 50256, "pad_token_id": 50256, "decoder_start_token_id": 50257,
+    }
+    if vocab >= 51865:
+        cfg.update(bos_token_id=50257, eos_token_id=50257, pad_token_id=50257, decoder_start_token_id=50258)
+    return st, cfg
+
+
+def load_any(src):
+    src = pathlib.Path(src)
+    if (src / "model.bin").exists():
+        st, cfg = ct2_to_hf_state(read_ct2(src / "model.bin"))
+        ct2cfg = json.loads((src / "config.json").read_text()) if (src / "config.json").exists() else {}
+        return st, cfg, ct2cfg.get("alignment_heads")
+    cfg = json.loads((src / "config.json").read_text())
+    gp = src / "generation_config.json"
+    heads = json.loads(gp.read_text()).get("alignment_heads") if gp.exists() else None
+    return read_safetensors(src / "model.safetensors"), cfg, heads
+
+
+def to_hf(src, out):
+    st, cfg, heads = load_any(src)
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    gen = {"decoder_start_token_id": cfg["decoder_start_token_id"], "eos_token_id": cfg["eos_token_id"],
+           "bos_token_id": cfg["bos_token_id"], "pad_token_id": cfg["pad_token_id"], "max_length": cfg["max_target_positions"]}
+    if heads:
+        gen["alignment_heads"] = heads
+    (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+    write_safetensors(out / "model.safetensors", {k: a for k, a in st.items()}, {"format": "pt"})
+    tok = pathlib.Path(src) / "tokenizer.json"
+    if tok.exists():
+        shutil.copy(tok, out / "tokenizer.json")
+
+
+def hz_to_mel(f):
+    """Slaney's mel scale (linear below 1 kHz, logarithmic above), as librosa's htk=False."""
+    f = np.asarray(f, dtype=np.float64)
+    mels = f / (200.0 / 3)
+    log_t = f >= 1000.0
+    return np.where(log_t, 15.0 + np.log(np.maximum(f, 1e-10) / 1000.0) / (np.log(6.4) / 27.0), mels)
+
+
+def mel_to_hz(m):
+    m = np.asarray(m, dtype=np.float64)
+    return np.where(m >= 15.0, 1000.0 * np.exp((np.log(6.4) / 27.0) * (m - 15.0)), (200.0 / 3) * m)
+
+
+def mel_filters(n_mels, n_fft=400, rate=16000):
+    """[n_mels][n_fft/2 + 1] triangular filters, Slaney area normalisation (Whisper's)."""
+    fft_f = np.linspace(0, rate / 2, n_fft // 2 + 1)
+    pts = mel_to_hz(np.linspace(hz_to_mel(0.0), hz_to_mel(rate / 2), n_mels + 2))
+    fd = np.diff(pts)
+    ramps = pts[:, None] - fft_f[None, :]
+    lower, upper = -ramps[:-2] / fd[:-1, None], ramps[2:] / fd[1:, None]
+    w = np.maximum(0.0, np.minimum(lower, upper))
+    w *= (2.0 / (pts[2:n_mels + 2] - pts[:n_mels]))[:, None]
+    return w.astype(np.float32)
+
+
+def byte_decoder():
+    """GPT-2's byte-level alphabet: printable bytes stand for themselves, the rest map to 256+."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+GGML_NAMES = [  # Hugging Face layer stem -> whisper.cpp's
+    ("self_attn.q_proj", "attn.query"), ("self_attn.k_proj", "attn.key"), ("self_attn.v_proj", "attn.value"),
+    ("self_attn.out_proj", "attn.out"), ("self_attn_layer_norm", "attn_ln"),
+    ("encoder_attn.q_proj", "cross_attn.query"), ("encoder_attn.k_proj", "cross_attn.key"),
+    ("encoder_attn.v_proj", "cross_attn.value"), ("encoder_attn.out_proj", "cross_attn.out"),
+    ("encoder_attn_layer_norm", "cross_attn_ln"), ("fc1", "mlp.0"), ("fc2", "mlp.2"), ("final_layer_norm", "mlp_ln"),
+]
+GGML_TOP = {
+    "encoder.layer_norm.weight": "encoder.ln_post.weight", "encoder.layer_norm.bias": "encoder.ln_post.bias",
+    "encoder.embed_positions.weight": "encoder.positional_embedding",
+    "decoder.embed_positions.weight": "decoder.positional_embedding",
+    "decoder.layer_norm.weight": "decoder.ln.weight", "decoder.layer_norm.bias": "decoder.ln.bias",
+    "decoder.embed_tokens.weight": "decoder.token_embedding.weight",
+}
+F32_NAMES = {"encoder.conv1.bias", "encoder.conv2.bias", "encoder.positional_embedding", "decoder.positional_embedding"}
+
+
+def ggml_name(hf):
+    n = hf[len("model."):]
+    if n in GGML_TOP:
+        return GGML_TOP[n]
+    parts = n.split(".")
+    if parts[1] == "layers":
+        stem, last = ".".join(parts[3:-1]), parts[-1]
+        return ".".join([parts[0], "blocks", parts[2], dict(GGML_NAMES)[stem], last])
+    return n
+
+
+def to_ggml(src, out, f16=True):
+    st, cfg, _ = load_any(src)
+    tok_path = pathlib.Path(src) / "tokenizer.json"
+    vocab = json.loads(tok_path.read_text())["model"]["vocab"] if tok_path.exists() else {}
+    dec = byte_decoder()
+    with open(out, "wb") as f:
+        f.write(struct.pack("<i", 0x67676D6C))
+        for key in ("vocab_size", "max_source_positions", "d_model", "encoder_attention_heads", "encoder_layers",
+                    "max_target_positions", "d_model", "decoder_attention_heads", "decoder_layers", "num_mel_bins"):
+            f.write(struct.pack("<i", int(cfg[key])))
+        f.write(struct.pack("<i", 1 if f16 else 0))
+        filt = mel_filters(int(cfg["num_mel_bins"]))
+        f.write(struct.pack("<ii", *filt.shape))
+        f.write(filt.astype("<f4").tobytes())
+        toks = sorted(vocab.items(), key=lambda kv: kv[1])
+        f.write(struct.pack("<i", len(toks)))
+        for text, _ in toks:
+            raw = bytes(dec[c] for c in text)
+            f.write(struct.pack("<i", len(raw)))
+            f.write(raw)
+        for hf, a in st.items():
+            name = ggml_name(hf)
+            a = np.asarray(a, dtype=np.float32)
+            if name in ("encoder.conv1.bias", "encoder.conv2.bias"):
+                a = a.reshape(a.shape[0], 1)
+            use16 = f16 and a.ndim >= 2 and name not in F32_NAMES
+            a = a.astype("<f2" if use16 else "<f4")
+            nb = name.encode()
+            f.write(struct.pack("<iii", a.ndim, len(nb), 1 if use16 else 0))
+            for dim in reversed(a.shape):
+                f.write(struct.pack("<i", dim))
+            f.write(nb)
+            f.write(a.tobytes())
+
+
+def main(argv):
+    if len(argv) != 3 or argv[0] not in ("hf", "ggml"):
+        print(__doc__.strip())
+        return 2
+    (to_hf if argv[0] == "hf" else to_ggml)(argv[1], argv[2])
+    print(argv[2])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
