@@ -426,6 +426,8 @@ typedef struct sg_stt sg_stt;
 typedef struct sg_stt_params {
 	const char *backend; /* "cpu", "cuda", "auto"; NULL = the SARAGOSSA_BACKEND flag */
 	int n_threads;       /* CPU threads; 0 = the default */
+	int max_beam;        /* the widest beam search to be asked for (1..16; 0 = 5): the model keeps
+	                      * 2 * max_beam decoder caches */
 } sg_stt_params;
 
 sg_stt_params sg_stt_default_params(void);

@@ -218,6 +218,7 @@ int sg_cli_transcribe(int argc, char **argv)
 	sg_stt_params sp = sg_stt_default_params();
 	sp.backend = backend;
 	sp.n_threads = (int)threads;
+	sp.max_beam = (int)beam;
 	sg_stt *stt = NULL;
 	if (sg_stt_load(path, &sp, &stt)) {
 		fprintf(stderr, "saragossa transcribe: %s\n", sg_last_error());

@@ -20,7 +20,8 @@ struct sg_stt {
 	sg_stt_vocab v;
 	int32_t *nonspeech; /* [n_nonspeech] the default suppressed set */
 	int n_nonspeech;
-	int n_seq;          /* KV sequences the model holds: two banks of beams */
+	int n_seq;          /* KV sequences the model holds: two banks of max_beam beams */
+	int max_beam;
 };
 
 sg_stt_params sg_stt_default_params(void)
@@ -78,7 +79,12 @@ sg_status sg_stt_load(const char *path, const sg_stt_params *params, sg_stt **ou
 	sg_stt *s = sg_calloc(1, sizeof(*s));
 	if (!s) return SG_FAIL(SG_ERR_NOMEM, "out of memory");
 	/* two banks of beams: a step's new beams are copied from one bank into the other */
-	s->n_seq = 2 * SG_STT_MAX_BEAM;
+	if (p.max_beam < 0 || p.max_beam > SG_STT_MAX_BEAM) {
+		sg_free(s);
+		return sg_error(SG_ERR_INVALID_ARG, "sg_stt_load: max_beam %d is out of 1..%d", p.max_beam, SG_STT_MAX_BEAM);
+	}
+	s->max_beam = p.max_beam ? p.max_beam : 5;
+	s->n_seq = 2 * s->max_beam;
 	sg_whisper_params wp = sg_whisper_default_params();
 	wp.backend = p.backend;
 	wp.n_threads = p.n_threads;
@@ -295,7 +301,7 @@ static sg_status decode_beam(run *r, const int32_t *prompt, int n_prompt, int so
 		}
 		if (n_fin >= max_fin || !n_next || step + 1 >= r->max_new) break;
 		/* the new beams' caches: copied from their sources into the other bank */
-		int nxt_base = cur_base ? 0 : SG_STT_MAX_BEAM;
+		int nxt_base = cur_base ? 0 : s->max_beam;
 		for (int i = 0; i < n_next; i++)
 			if ((st = sg_whisper_seq_copy(s->w, cur_base + nxt[i].done, nxt_base + i, pos))) goto done;
 		for (int i = 0; i < n_next; i++) {
@@ -506,8 +512,9 @@ void sg_stt_split_segments(const sg_stt_vocab *v, const int32_t *tokens, int n, 
 
 static sg_status check_params(const sg_stt *s, const sg_transcribe_params *p)
 {
-	if (p->beam_size < 1 || p->beam_size > SG_STT_MAX_BEAM)
-		return sg_error(SG_ERR_INVALID_ARG, "transcribe: beam size %d is out of 1..%d", p->beam_size, SG_STT_MAX_BEAM);
+	if (p->beam_size < 1 || p->beam_size > s->max_beam)
+		return sg_error(SG_ERR_INVALID_ARG, "transcribe: beam size %d is out of 1..%d (the model was loaded for beams of at most %d: sg_stt_params.max_beam)",
+				p->beam_size, s->max_beam, s->max_beam);
 	if (p->best_of < 0 || p->best_of > 32)
 		return sg_error(SG_ERR_INVALID_ARG, "transcribe: best_of %d is out of 0..32", p->best_of);
 	if (!(p->patience > 0 && p->patience <= 8))
