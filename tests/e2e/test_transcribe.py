@@ -262,3 +262,37 @@ def test_bad_uploads_get_openai_errors_and_the_server_stays_up(srv):
         r = c.post("/v1/chat/completions", json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}]})
         assert error_of(r, 400)["code"] == "model_not_supported"
     assert srv.proc.poll() is None
+
+
+def silent_wav(path, seconds):
+    import wave
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(b"\0\0" * (16000 * seconds))
+
+
+def peak_rss_kb(args):
+    import os
+    p = subprocess.Popen([saragossa_bin(), "transcribe", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)
+    p.stdout.close()
+    p.stderr.close()
+    assert os.waitstatus_to_exitcode(status) == 0
+    return usage.ru_maxrss
+
+
+def test_a_long_file_is_streamed_in_bounded_memory(tmp_path):
+    """Five minutes take no more memory than thirty seconds: the file is read a window at a time (held
+    whole, its 16 kHz samples alone would add 19 MB)."""
+    silent_wav(tmp_path / "short.wav", 30)
+    silent_wav(tmp_path / "long.wav", 300)
+    short = peak_rss_kb(["-m", MODEL, "--beam", "1", str(tmp_path / "short.wav")])
+    long = peak_rss_kb(["-m", MODEL, "--beam", "1", str(tmp_path / "long.wav")])
+    assert long - short < 12 * 1024, (short, long)
+
+
+def test_a_model_folder_without_a_tokenizer_is_a_clear_error(wavs):
+    r = transcribe("-m", str(ROOT / "tests" / "fixtures" / "whisper"), str(wavs["jfk"]), check=False)
+    assert r.returncode == 1 and b"no tokenizer.json" in r.stderr and r.stdout == b""
