@@ -4,6 +4,10 @@
   whisper_convert.py hf   SRC OUT_DIR   a Hugging Face folder transformers' WhisperForConditionalGeneration
                                         loads: config.json, generation_config.json (alignment heads),
                                         model.safetensors (the weights' own float type), tokenizer.json
+  whisper_convert.py ct2  SRC OUT_DIR [int8]
+                                        a CTranslate2 folder (model.bin, WhisperSpec revision 3, as
+                                        CTranslate2's converter names and fuses the variables; float32,
+                                        or int8 matrices with one float32 scale per row: W ~ q / scale)
   whisper_convert.py ggml SRC OUT.bin   whisper.cpp's ggml .bin: hparams, the Slaney mel filterbank,
                                         the byte-level vocabulary, then the tensors under whisper.cpp's
                                         names (matrices F16, vectors, conv biases and positions F32)
@@ -306,11 +310,92 @@ def to_ggml(src, out, f16=True):
             f.write(a.tobytes())
 
 
+def ct2_string(x):
+    b = x.encode()
+    return struct.pack("<H", len(b) + 1) + b + b"\0"
+
+
+def to_ct2(src, out, int8=False):
+    st, cfg, heads = load_any(src)
+    f = {k: np.asarray(a, dtype=np.float32) for k, a in st.items()}
+    d = int(cfg["d_model"])
+    v = {}
+
+    def norm(dst, hf):
+        v[f"{dst}/gamma"], v[f"{dst}/beta"] = f[f"{hf}.weight"], f[f"{hf}.bias"]
+
+    def lin(dst, w, b):
+        v[f"{dst}/weight"], v[f"{dst}/bias"] = w, b
+
+    def kbias(hf):
+        return f.get(f"{hf}.k_proj.bias", np.zeros(d, np.float32))
+
+    def layer(side, i, dec):
+        p, s_ = f"model.{side}.layers.{i}", f"{side}/layer_{i}"
+        a = f"{p}.self_attn"
+        norm(f"{s_}/self_attention/layer_norm", f"{p}.self_attn_layer_norm")
+        lin(f"{s_}/self_attention/linear_0",
+            np.concatenate([f[f"{a}.q_proj.weight"], f[f"{a}.k_proj.weight"], f[f"{a}.v_proj.weight"]]),
+            np.concatenate([f[f"{a}.q_proj.bias"], kbias(a), f[f"{a}.v_proj.bias"]]))
+        lin(f"{s_}/self_attention/linear_1", f[f"{a}.out_proj.weight"], f[f"{a}.out_proj.bias"])
+        if dec:
+            c = f"{p}.encoder_attn"
+            norm(f"{s_}/attention/layer_norm", f"{p}.encoder_attn_layer_norm")
+            lin(f"{s_}/attention/linear_0", f[f"{c}.q_proj.weight"], f[f"{c}.q_proj.bias"])
+            lin(f"{s_}/attention/linear_1", np.concatenate([f[f"{c}.k_proj.weight"], f[f"{c}.v_proj.weight"]]),
+                np.concatenate([kbias(c), f[f"{c}.v_proj.bias"]]))
+            lin(f"{s_}/attention/linear_2", f[f"{c}.out_proj.weight"], f[f"{c}.out_proj.bias"])
+        norm(f"{s_}/ffn/layer_norm", f"{p}.final_layer_norm")
+        lin(f"{s_}/ffn/linear_0", f[f"{p}.fc1.weight"], f[f"{p}.fc1.bias"])
+        lin(f"{s_}/ffn/linear_1", f[f"{p}.fc2.weight"], f[f"{p}.fc2.bias"])
+
+    for c in ("conv1", "conv2"):
+        lin(f"encoder/{c}", f[f"model.encoder.{c}.weight"], f[f"model.encoder.{c}.bias"])
+    v["encoder/position_encodings/encodings"] = f["model.encoder.embed_positions.weight"]
+    for i in range(int(cfg["encoder_layers"])):
+        layer("encoder", i, False)
+    norm("encoder/layer_norm", "model.encoder.layer_norm")
+    v["decoder/embeddings/weight"] = f["model.decoder.embed_tokens.weight"]
+    v["decoder/position_encodings/encodings"] = f["model.decoder.embed_positions.weight"]
+    for i in range(int(cfg["decoder_layers"])):
+        layer("decoder", i, True)
+    norm("decoder/layer_norm", "model.decoder.layer_norm")
+    scalars = {"encoder/num_heads": np.int16(cfg["encoder_attention_heads"]),
+               "decoder/num_heads": np.int16(cfg["decoder_attention_heads"]),
+               "decoder/pre_norm": np.int8(1), "decoder/scale_embeddings": np.int8(0), "decoder/activation": np.int8(1)}
+    quant = {}
+    if int8:  # the linear layers' and the embedding's matrices, as CTranslate2's int8 mode
+        for k in list(v):
+            if k.endswith("/weight") and v[k].ndim == 2:
+                w = v[k]
+                scale = (127.0 / np.maximum(np.abs(w).max(axis=1), 1e-12)).astype(np.float32)
+                v[k] = np.clip(np.round(w * scale[:, None]), -127, 127).astype(np.int8)
+                quant[k + "_scale"] = scale
+    allv = {**{k: a for k, a in v.items()}, **quant, **{k: np.array(x) for k, x in scalars.items()}}
+    codes = {np.dtype(np.float32): 0, np.dtype(np.int8): 1, np.dtype(np.int16): 2, np.dtype(np.int32): 3,
+             np.dtype(np.float16): 4}
+    blob = bytearray(struct.pack("<I", 6) + ct2_string("WhisperSpec") + struct.pack("<I", 3))
+    blob += struct.pack("<I", len(allv))
+    for k in sorted(allv):
+        a = np.asarray(allv[k]).copy(order="C")  # ascontiguousarray would make scalars 1-d
+        blob += ct2_string(k) + struct.pack("<B", a.ndim) + b"".join(struct.pack("<I", x) for x in a.shape)
+        data = a.astype(a.dtype.newbyteorder("<")).tobytes()
+        blob += struct.pack("<BI", codes[a.dtype], len(data)) + data
+    blob += struct.pack("<I", 1) + ct2_string("decoder/projection/weight") + ct2_string("decoder/embeddings/weight")
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "model.bin").write_bytes(bytes(blob))
+    (out / "config.json").write_text(json.dumps({"alignment_heads": heads or []}) + "\n")
+
+
 def main(argv):
-    if len(argv) != 3 or argv[0] not in ("hf", "ggml"):
+    if len(argv) not in (3, 4) or argv[0] not in ("hf", "ggml", "ct2") or (len(argv) == 4 and argv[3] != "int8"):
         print(__doc__.strip())
         return 2
-    (to_hf if argv[0] == "hf" else to_ggml)(argv[1], argv[2])
+    if argv[0] == "ct2":
+        to_ct2(argv[1], argv[2], len(argv) == 4)
+    else:
+        (to_hf if argv[0] == "hf" else to_ggml)(argv[1], argv[2])
     print(argv[2])
     return 0
 

@@ -83,7 +83,9 @@ sg_status sg_whisper_decode(sg_whisper *w, int seq, const int32_t *ids, int n, i
 sg_status sg_whisper_seq_copy(sg_whisper *w, int src, int dst, int n_pos);
 /* Word timestamps: cross-attention weights of the alignment heads for a decoded token sequence:
  * run ids (the full sequence from position 0) through the decoder and return
- * [n_align_heads][n][n_audio_ctx] attention probabilities (after softmax). */
+ * [n_align_heads][n][n_audio_ctx] attention probabilities (after softmax). It runs on (and
+ * overwrites) sequence 0's KV cache. SG_ERR_UNSUPPORTED when the model names no alignment heads
+ * (a ggml file, or a Hugging Face folder without generation_config.json). */
 sg_status sg_whisper_cross_attn(sg_whisper *w, const int32_t *ids, int n, float *out);
 
 #endif

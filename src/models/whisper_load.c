@@ -117,10 +117,85 @@ static const sg_tensor *need(const wh_src *s, const char *name, int n, const int
 	return t;
 }
 
+/* The per-row float32 scale of a CTranslate2 int8 weight (W = q / scale); NULL otherwise. */
+static const float *i8_scales(const sg_whisper *w, const sg_tensor *t, int64_t rows, sg_status *st)
+{
+	if (w->src->kind != SRC_CT2 || t->type != SG_TYPE_I8) return NULL;
+	const sg_ct2_var *v = sg_ct2_find(&w->src->ct2, t->name);
+	if (!v || !v->scale || v->scale->type != SG_TYPE_F32 || sg_tensor_nelem(v->scale) != rows) {
+		*st = sg_error(SG_ERR_UNSUPPORTED, "%s: int8 without one float32 scale per row", t->name);
+		return NULL;
+	}
+	return (const float *)v->scale->data; /* may be unaligned: read with memcpy */
+}
+
+/*
+ * A CTranslate2 int8 matrix [rows][cols] as ggml's Q8_0 (blocks of 32: an f16 scale d and 32
+ * int8 codes, x = d q): the codes are CTranslate2's, d = 1 / its row scale, so the matmul runs
+ * the Q8_0 kernels on the same codes (the only rounding is d's to f16). cols % 32 == 0.
+ */
+static sg_status i8_to_q8_0(sg_whisper *w, const sg_tensor *t, const float *scales, int64_t cols, int64_t rows, void **out)
+{
+	size_t rb = sg_type_row_bytes(SG_TYPE_Q8_0, cols), total = rb * (size_t)rows;
+	uint8_t *q = NULL;
+	if (posix_memalign((void **)&q, 64, total > 0 ? total : 1))
+		return sg_error(SG_ERR_NOMEM, "%s: %lld rows", t->name, (long long)rows);
+	for (int64_t r = 0; r < rows; r++) {
+		float sc;
+		memcpy(&sc, (const uint8_t *)scales + 4 * r, 4);
+		uint16_t d = sg_f32_to_f16(sc != 0.0f ? 1.0f / sc : 0.0f);
+		for (int64_t b = 0; b < cols / 32; b++) {
+			uint8_t *blk = q + (size_t)r * rb + (size_t)b * 34;
+			memcpy(blk, &d, 2);
+			memcpy(blk + 2, t->data + r * cols + b * 32, 32);
+		}
+	}
+	sg_status st = keep_host(w, q);
+	if (!st) *out = q;
+	return st;
+}
+
+/* n float values of t from element off into out: F32/F16/BF16, or CTranslate2 int8 with scales. */
+static sg_status float_values(const sg_whisper *w, const sg_tensor *t, int64_t off, int64_t n, float *out)
+{
+	if (t->type == SG_TYPE_I8) {
+		sg_status st = SG_OK;
+		int64_t rows = t->n_dims ? t->ne[t->n_dims - 1] : 1, per = rows ? sg_tensor_nelem(t) / rows : 0;
+		const float *sc = i8_scales(w, t, rows, &st);
+		if (!sc) return st ? st : sg_error(SG_ERR_UNSUPPORTED, "%s: int8 outside a CTranslate2 file", t->name);
+		for (int64_t k = 0; k < n; k++) {
+			float s;
+			memcpy(&s, (const uint8_t *)sc + 4 * ((off + k) / per), 4);
+			out[k] = (float)(int8_t)t->data[off + k] / s;
+		}
+		return SG_OK;
+	}
+	if (t->type != SG_TYPE_F32 && t->type != SG_TYPE_F16 && t->type != SG_TYPE_BF16)
+		return sg_error(SG_ERR_UNSUPPORTED, "%s: expected F32, F16 or BF16, found %s", t->name, sg_type_name(t->type));
+	sg_dequantize_ref(t->type, t->data + (size_t)off * (t->type == SG_TYPE_F32 ? 4 : 2), out, n);
+	return SG_OK;
+}
+
 /* Binds the bytes of t (type/shape as stored, viewed as rows of ne0) as a matrix [rows][ne0]. */
 static sg_status bind_matrix(sg_whisper *w, const sg_tensor *t, int64_t ne0, int64_t rows, sg_btensor *out)
 {
 	sg_backend *be = w->be;
+	if (t->type == SG_TYPE_I8) {
+		sg_status st = SG_OK;
+		const float *sc = i8_scales(w, t, rows, &st);
+		void *q = NULL;
+		if (!sc) return st ? st : sg_error(SG_ERR_UNSUPPORTED, "%s: int8 outside a CTranslate2 file", t->name);
+		if (ne0 % 32) return sg_error(SG_ERR_UNSUPPORTED, "%s: int8 rows of %lld (a multiple of 32 runs)", t->name, (long long)ne0);
+		if (!sg_backend_supports(be, SG_STAGE_MATMUL, SG_TYPE_Q8_0))
+			return sg_error(SG_ERR_UNSUPPORTED, "%s: int8 weights need Q8_0 matmuls, which the %s backend lacks", t->name, be->ops->name);
+		st = i8_to_q8_0(w, t, sc, ne0, rows, &q);
+		sg_btensor b = {.type = SG_TYPE_Q8_0, .ne = {ne0, rows, 1, 1}, .data = q, .layout = -1};
+		if (!st) st = be->ops->tensor_bind(be, &b);
+		if (st) return sg_error_wrap(st, "%s", t->name);
+		*out = b;
+		w->info.weight_bytes += (int64_t)t->nbytes;
+		return sg_whisper_own(w, out);
+	}
 	if (!sg_backend_supports(be, SG_STAGE_MATMUL, t->type) || !sg_type_row_bytes(t->type, ne0))
 		return sg_error(SG_ERR_UNSUPPORTED, "%s: weights of type %s do not run on the %s backend", t->name,
 				sg_type_name(t->type), be->ops->name);
@@ -145,13 +220,11 @@ static sg_status bind_matrix(sg_whisper *w, const sg_tensor *t, int64_t ne0, int
 /* Values [off, off + n) of the float tensor t as an F32 tensor [rows][n / rows]. */
 static sg_status bind_floats(sg_whisper *w, const sg_tensor *t, int64_t off, int64_t n, int64_t rows, sg_btensor *out)
 {
-	if (t->type != SG_TYPE_F32 && t->type != SG_TYPE_F16 && t->type != SG_TYPE_BF16)
-		return sg_error(SG_ERR_UNSUPPORTED, "%s: expected F32, F16 or BF16, found %s", t->name, sg_type_name(t->type));
 	float *tmp = sg_malloc(sizeof(float) * (size_t)n);
 	if (!tmp) return sg_error(SG_ERR_NOMEM, "%s: %lld values", t->name, (long long)n);
-	size_t es = t->type == SG_TYPE_F32 ? 4 : 2;
-	sg_dequantize_ref(t->type, t->data + (size_t)off * es, tmp, n);
-	sg_status st = sg_whisper_alloc(w, SG_TYPE_F32, n / rows, rows, 1, out);
+	size_t es = t->type == SG_TYPE_F32 ? 4 : t->type == SG_TYPE_I8 ? 1 : 2;
+	sg_status st = float_values(w, t, off, n, tmp);
+	if (!st) st = sg_whisper_alloc(w, SG_TYPE_F32, n / rows, rows, 1, out);
 	if (!st) st = w->be->ops->write(w->be, out, 0, tmp, sizeof(float) * (size_t)n);
 	sg_free(tmp);
 	if (!st) w->info.weight_bytes += (int64_t)((size_t)n * es);
@@ -532,10 +605,8 @@ static sg_status bind_conv2(sg_whisper *w, const sg_tensor *t)
 	      *b = sg_malloc(sizeof(float) * (size_t)(D * D));
 	sg_status st = SG_OK;
 	if (!all || !a || !b) st = sg_error(SG_ERR_NOMEM, "%s: %lld values", t->name, (long long)n);
-	if (!st && t->type != SG_TYPE_F32 && t->type != SG_TYPE_F16 && t->type != SG_TYPE_BF16)
-		st = sg_error(SG_ERR_UNSUPPORTED, "%s: expected F32, F16 or BF16, found %s", t->name, sg_type_name(t->type));
+	if (!st) st = float_values(w, t, 0, n, all);
 	if (!st) {
-		sg_dequantize_ref(t->type, t->data, all, n);
 		for (int64_t o = 0; o < D; o++)
 			for (int64_t i = 0; i < D; i++) {
 				const float *k = all + (o * D + i) * 3;

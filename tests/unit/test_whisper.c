@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "base/flags.h"
 #include "formats/ggml_whisper.h"
 #include "formats/weights.h"
@@ -388,4 +389,141 @@ Test(whisper, encoder_attention_op_path_matches_the_gemm_path)
 	free(out[0]);
 	free(out[1]);
 	sg_weights_close(ref);
+}
+
+/* The same forward on the CUDA backend (the GPU test group: skipped without a usable GPU or a
+ * CUDA build): encoder output, logits and the greedy tokens against transformers. */
+Test(whisper, cuda_backend_matches_transformers, .timeout = 120)
+{
+	char devs[512];
+	if (sg_backend_devices("cuda", devs, sizeof(devs)) < 1) cr_skip_test("no usable GPU (%s)", devs);
+	sg_whisper_params p = sg_whisper_default_params();
+	p.backend = "cuda";
+	sg_whisper *w = NULL;
+	cr_assert_eq(sg_whisper_load(FIX, &p, &w), SG_OK, "%s", sg_last_error());
+	const sg_whisper_info *i = sg_whisper_get_info(w);
+	sg_weights *ref = encode_ref(w);
+	int64_t n = (int64_t)i->n_audio_ctx * i->d_model;
+	float *got = calloc((size_t)n, sizeof(float));
+	cr_assert_eq(sg_whisper_encoder_output(w, got), SG_OK, "%s", sg_last_error());
+	double e = rel_err(got, ref_tensor(ref, "encoder_output", n), n);
+	cr_log_info("whisper cuda: encoder max |d| / max |ref| = %.3g", e);
+	cr_expect(e <= TOL, "encoder output: %.3g", e);
+	const sg_tensor *it = sg_weights_find(ref, "decoder_input_ids");
+	int nt = (int)sg_tensor_nelem(it), V = i->n_vocab;
+	float *lg = calloc((size_t)nt * (size_t)V, sizeof(float));
+	cr_assert_eq(sg_whisper_decode(w, 0, (const int32_t *)it->data, nt, 0, 1, lg), SG_OK, "%s", sg_last_error());
+	e = rel_err(lg, ref_tensor(ref, "logits", (int64_t)nt * V), (int64_t)nt * V);
+	cr_log_info("whisper cuda: logits max |d| / max |ref| = %.3g", e);
+	cr_expect(e <= TOL, "logits: %.3g", e);
+	const sg_tensor *gt = sg_weights_find(ref, "greedy");
+	const int32_t *want = (const int32_t *)gt->data;
+	cr_assert_eq(sg_whisper_decode(w, 0, (const int32_t *)it->data, nt, 0, 0, lg), SG_OK, "%s", sg_last_error());
+	for (int k = 0; k < (int)sg_tensor_nelem(gt); k++) {
+		int32_t tok = argmax(lg, V);
+		cr_expect_eq(tok, want[k], "greedy token %d", k);
+		cr_assert_eq(sg_whisper_decode(w, 0, &tok, 1, nt + k, 0, lg), SG_OK, "%s", sg_last_error());
+	}
+	free(lg);
+	free(got);
+	sg_weights_close(ref);
+	sg_whisper_free(w);
+}
+
+/* Loads dir and checks the encoder output and the logits of the reference prompt against
+ * transformers within tol; returns the logits' error. */
+static double parity_of(const char *dir, double tol, const char *source)
+{
+	sg_whisper_params p = sg_whisper_default_params();
+	p.backend = "cpu";
+	p.n_threads = 2;
+	sg_whisper *w = NULL;
+	cr_assert_eq(sg_whisper_load(dir, &p, &w), SG_OK, "%s", sg_last_error());
+	const sg_whisper_info *i = sg_whisper_get_info(w);
+	cr_expect_str_eq(i->source, source);
+	sg_weights *ref = encode_ref(w);
+	int64_t n = (int64_t)i->n_audio_ctx * i->d_model;
+	float *got = calloc((size_t)n, sizeof(float));
+	cr_assert_eq(sg_whisper_encoder_output(w, got), SG_OK, "%s", sg_last_error());
+	double e = rel_err(got, ref_tensor(ref, "encoder_output", n), n);
+	cr_log_info("whisper %s: encoder max |d| / max |ref| = %.3g", dir, e);
+	cr_expect(e <= tol, "%s: encoder output %.3g > %g", dir, e, tol);
+	const sg_tensor *it = sg_weights_find(ref, "decoder_input_ids");
+	int nt = (int)sg_tensor_nelem(it), V = i->n_vocab;
+	float *lg = calloc((size_t)nt * (size_t)V, sizeof(float));
+	cr_assert_eq(sg_whisper_decode(w, 0, (const int32_t *)it->data, nt, 0, 1, lg), SG_OK, "%s", sg_last_error());
+	e = rel_err(lg, ref_tensor(ref, "logits", (int64_t)nt * V), (int64_t)nt * V);
+	cr_log_info("whisper %s: logits max |d| / max |ref| = %.3g", dir, e);
+	cr_expect(e <= tol, "%s: logits %.3g > %g", dir, e, tol);
+	free(lg);
+	free(got);
+	sg_weights_close(ref);
+	sg_whisper_free(w);
+	return e;
+}
+
+/* The fixture as a CTranslate2 int8 folder (tools/whisper_convert.py ct2 ... int8: one float32
+ * scale per row): the codes run as Q8_0; the error is the int8 rounding of the weights. */
+Test(whisper, ct2_int8_fixture_stays_near_transformers)
+{
+	double e = parity_of(FIX "_ct2_int8", 3e-2, "ct2");
+	cr_expect_gt(e, 1e-5, "int8 weights that change nothing: the codes were not used");
+}
+
+/* The fixture rewritten by tools/whisper_convert.py as a CTranslate2 float32 folder (fused qkv
+ * and kv) and as a Hugging Face folder again: the same numbers. tests/e2e/test_whisper_formats.py
+ * writes them and sets SG_WHISPER_FIXTURE_CT2 / SG_WHISPER_FIXTURE_HF; skipped otherwise. */
+Test(whisper, converted_fixture_folders_match_transformers)
+{
+	const char *ct2 = getenv("SG_WHISPER_FIXTURE_CT2"), *hf = getenv("SG_WHISPER_FIXTURE_HF");
+	if (!ct2 || !hf) cr_skip_test("SG_WHISPER_FIXTURE_CT2 / _HF not set (tests/e2e/test_whisper_formats.py sets them)");
+	parity_of(ct2, TOL, "ct2");
+	parity_of(hf, TOL, "hf");
+}
+
+/* sg_whisper_cross_attn against transformers' cross_attentions (eager attention, float32) of
+ * three (layer, head) pairs named by a generation_config.json beside a copy of the fixture
+ * (tests/fixtures/whisper_xattn, tools/make_whisper_xattn.py). */
+Test(whisper, cross_attention_weights_match_transformers)
+{
+	char dir[] = "/tmp/sg_whisper_xattn_XXXXXX", cmd[600];
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(cmd, sizeof(cmd), "cp " FIX "/config.json " FIX "/model.safetensors %s/", dir);
+	cr_assert_eq(system(cmd), 0);
+	sg_weights *x = NULL;
+	cr_assert_eq(sg_weights_open(FIX "_xattn/cross_attn.safetensors", &x), SG_OK, "%s", sg_last_error());
+	const sg_tensor *ht = sg_weights_find(x, "heads"), *it = sg_weights_find(x, "ids"), *wt = sg_weights_find(x, "weights");
+	cr_assert(ht && it && wt);
+	int nh = (int)ht->ne[1], n = (int)sg_tensor_nelem(it);
+	const int32_t *heads = (const int32_t *)ht->data;
+	char path[600];
+	snprintf(path, sizeof(path), "%s/generation_config.json", dir);
+	FILE *f = fopen(path, "wb");
+	cr_assert_not_null(f);
+	fputs("{\"alignment_heads\": [", f);
+	for (int k = 0; k < nh; k++) fprintf(f, "%s[%d, %d]", k ? ", " : "", heads[2 * k], heads[2 * k + 1]);
+	fputs("]}\n", f);
+	fclose(f);
+	sg_whisper_params p = sg_whisper_default_params();
+	p.backend = "cpu";
+	sg_whisper *w = NULL;
+	cr_assert_eq(sg_whisper_load(dir, &p, &w), SG_OK, "%s", sg_last_error());
+	const sg_whisper_info *i = sg_whisper_get_info(w);
+	cr_assert_eq(i->n_align_heads, nh);
+	cr_expect_eq(i->align_heads[nh - 1][0], heads[2 * nh - 2]);
+	cr_expect_eq(i->align_heads[nh - 1][1], heads[2 * nh - 1]);
+	sg_weights *ref = encode_ref(w);
+	int64_t total = (int64_t)nh * n * i->n_audio_ctx;
+	cr_assert_eq(sg_tensor_nelem(wt), total);
+	float *got = calloc((size_t)total, sizeof(float));
+	cr_assert_eq(sg_whisper_cross_attn(w, (const int32_t *)it->data, n, got), SG_OK, "%s", sg_last_error());
+	double e = rel_err(got, (const float *)wt->data, total);
+	cr_log_info("whisper: cross-attention weights max |d| / max |ref| = %.3g", e);
+	cr_expect(e <= TOL, "cross-attention weights: %.3g > %g", e, TOL);
+	free(got);
+	sg_weights_close(ref);
+	sg_weights_close(x);
+	sg_whisper_free(w);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_expect_eq(system(cmd), 0);
 }
