@@ -40,7 +40,7 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CPU_GDN_CHUNK", SG_FLAG_BOOL, "1",
 	 "CPU: prefill runs the gated delta rule in chunks of 64 tokens (0: the token-by-token recurrence)"},
 	{"SARAGOSSA_WHISPER_GEMM_ATTN", SG_FLAG_BOOL, "1",
-	 "Whisper encoder: self-attention as per-head matmuls and a row softmax (the GEMM path; 0: the attention op)"},
+	 "Whisper encoder on host-memory backends: self-attention as per-head matmuls and a row softmax (the GEMM path; 0: the attention op, which device-memory backends always take)"},
 	{"SARAGOSSA_CACHE_DIR", SG_FLAG_STR, "",
 	 "saragossa's own cache (models, tools); empty = $XDG_CACHE_HOME/saragossa or ~/.cache/saragossa"},
 	{"SARAGOSSA_CHUNK", SG_FLAG_INT, "0",

@@ -209,8 +209,13 @@ static sg_status prepare_gemm_attn(sg_whisper *w)
 	sg_backend *be = w->be;
 	int64_t D = i->d_model, H = i->n_audio_head, hd = D / H, N = i->n_audio_ctx;
 	wh_enc_acts *e = &w->ea;
-	w->gemm_attn = sg_flag_bool("SARAGOSSA_WHISPER_GEMM_ATTN") && sg_backend_supports(be, SG_STAGE_MATMUL, SG_TYPE_F32) &&
-		       sg_backend_supports(be, SG_STAGE_SOFTMAX, SG_TYPE_F32);
+	/* A backend whose tensors live in device memory runs the attention op as one fused kernel, and
+	 * its matmuls take weight-shaped operands only (K a multiple of 8, where N = 1500 is not):
+	 * there the op path stays (measured on an H100: large-v3-turbo's encoder 68 ms a window). */
+	sg_backend_caps caps = {0};
+	if (be->ops->caps) be->ops->caps(be, &caps);
+	w->gemm_attn = sg_flag_bool("SARAGOSSA_WHISPER_GEMM_ATTN") && !caps.device_memory &&
+		       sg_backend_supports(be, SG_STAGE_MATMUL, SG_TYPE_F32) && sg_backend_supports(be, SG_STAGE_SOFTMAX, SG_TYPE_F32);
 	if (!w->gemm_attn) return SG_OK;
 	sg_status st = sg_whisper_alloc(w, SG_TYPE_F32, hd, N, 1, &e->qh);
 	if (!st) st = sg_whisper_alloc(w, SG_TYPE_F32, hd, N, 1, &e->kh);
