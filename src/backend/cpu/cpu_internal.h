@@ -119,6 +119,8 @@ typedef struct sg_cpu_kernels {
 	/* out = act(g) * u over n elements, act SG_ACT_SILU or SG_ACT_GELU_TANH; out may alias g or u */
 	void (*glu)(sg_act act, const float *g, const float *u, float *out, int64_t n);
 	/* out = cap * tanh(x / cap); out may alias x */
+	/* out = gelu_erf(g) * u (GELU with the exact erf) over n elements; NULL: the scalar erff loop */
+	void (*gelu_erf)(const float *g, const float *u, float *out, int64_t n);
 	void (*softcap)(const float *x, float cap, float *out, int64_t n);
 	/* out[i] = e^(x[i] - m) for i < n (out may alias x); returns the sum of the out[i] */
 	float (*expsum)(const float *x, float m, float *out, int64_t n);
