@@ -394,6 +394,42 @@ Test(backend_ops, prefill_equals_decode_bit_for_bit_for_float_and_non_gemm_types
 	cr_expect(exact > 20);
 }
 
+/* The packed float GEMM (AVX-512, SARAGOSSA_CPU_GEMM_PACKED) against the unpacked tile it
+ * replaces, bit for bit: rows past a block of 8, K with a tail past a multiple of 8, tokens over
+ * two chunks of the driver and a partial 6-token tile, and rows longer than its stack buffer
+ * (which fall back to the unpacked tile). */
+Test(backend_ops, packed_float_gemm_has_the_unpacked_gemms_bits)
+{
+	static const sg_kt kts[3] = {SG_KT_F32, SG_KT_F16, SG_KT_BF16};
+	static const int64_t Ks[2] = {100, 4104};
+	sg_backend *be[2];
+	for (int packed = 0; packed < 2; packed++) {
+		setenv("SARAGOSSA_CPU_GEMM_PACKED", packed ? "1" : "0", 1);
+		sg_flags_reload();
+		be[packed] = make_be("avx512", 2);
+	}
+	unsetenv("SARAGOSSA_CPU_GEMM_PACKED");
+	sg_flags_reload();
+	if (!be[0]) return;
+	cr_assert(!((sg_cpu_backend *)be[0])->gemm_packed && ((sg_cpu_backend *)be[1])->gemm_packed);
+	for (int i = 0; i < 3; i++)
+		for (int ki = 0; ki < 2; ki++) {
+			int64_t N = 77, K = Ks[ki], ntok = 101;
+			wmat w = make_w(be[0], kts[i], N, K, 0, 0);
+			sg_btensor x = f32_tensor(be[0], K, ntok, 1), y0 = f32_tensor(be[0], N, ntok, 1), y1 = f32_tensor(be[0], N, ntok, 1);
+			fill(&x, 1.0f);
+			cr_assert_eq(be[0]->ops->matmul(be[0], &w.t, &x, NULL, &y0), SG_OK);
+			cr_assert_eq(be[1]->ops->matmul(be[1], &w.t, &x, NULL, &y1), SG_OK);
+			cr_expect(!memcmp(y0.data, y1.data, sizeof(float) * (size_t)(N * ntok)), "%s K %lld: packed GEMM differs in bits",
+				  sg_cpu_kt_info(kts[i])->name, (long long)K);
+			sg_btensor *all[] = {&x, &y0, &y1};
+			for (int j = 0; j < 3; j++) be[0]->ops->tensor_free(be[0], all[j]);
+			free_w(&w);
+		}
+	sg_backend_free(be[0]);
+	sg_backend_free(be[1]);
+}
+
 /* A speculative verify step (match_decode on): every type, GEMM kernels or not, gives each of
  * many tokens the bits of a one-token call, with the 4-token kernels (9 tokens: 4 + 4 + 1) and
  * without them (SARAGOSSA_CPU_MV4=0). */
