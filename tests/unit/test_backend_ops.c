@@ -395,13 +395,14 @@ Test(backend_ops, prefill_equals_decode_bit_for_bit_for_float_and_non_gemm_types
 }
 
 /* The packed float GEMM (AVX-512, SARAGOSSA_CPU_GEMM_PACKED) against the unpacked tile it
- * replaces, bit for bit: rows past a block of 8, K with a tail past a multiple of 8, tokens over
+ * replaces, bit for bit: rows past a block of 8, K a multiple of 8 (the sums finished across
+ * registers) and with a tail past one (finished one by one), tokens over
  * two chunks of the driver and a partial 6-token tile, and rows longer than its stack buffer
  * (which fall back to the unpacked tile). */
 Test(backend_ops, packed_float_gemm_has_the_unpacked_gemms_bits)
 {
 	static const sg_kt kts[3] = {SG_KT_F32, SG_KT_F16, SG_KT_BF16};
-	static const int64_t Ks[2] = {100, 4104};
+	static const int64_t Ks[3] = {96, 100, 4104};
 	sg_backend *be[2];
 	for (int packed = 0; packed < 2; packed++) {
 		setenv("SARAGOSSA_CPU_GEMM_PACKED", packed ? "1" : "0", 1);
@@ -413,7 +414,7 @@ Test(backend_ops, packed_float_gemm_has_the_unpacked_gemms_bits)
 	if (!be[0]) return;
 	cr_assert(!((sg_cpu_backend *)be[0])->gemm_packed && ((sg_cpu_backend *)be[1])->gemm_packed);
 	for (int i = 0; i < 3; i++)
-		for (int ki = 0; ki < 2; ki++) {
+		for (int ki = 0; ki < 3; ki++) {
 			int64_t N = 77, K = Ks[ki], ntok = 101;
 			wmat w = make_w(be[0], kts[i], N, K, 0, 0);
 			sg_btensor x = f32_tensor(be[0], K, ntok, 1), y0 = f32_tensor(be[0], N, ntok, 1), y1 = f32_tensor(be[0], N, ntok, 1);
