@@ -401,6 +401,129 @@ sg_status sg_llm_reset(sg_llm *llm);
 /* "stop", "length", "cancelled" or "none". */
 const char *sg_llm_finish_str(sg_llm_finish f);
 
+/* ---- speech-to-text ----
+ *
+ * sg_stt is a loaded Whisper model with its tokenizer, ready to transcribe: a Hugging Face
+ * folder (model_type whisper), a CTranslate2 folder as faster-whisper ships it (model.bin,
+ * config.json, tokenizer.json) or a whisper.cpp ggml .bin. Decoding follows the reference
+ * (openai-whisper, faster-whisper): 30 s windows with seek from the last timestamp, timestamp
+ * rules, temperature fallback on compression ratio and average log-probability, no-speech
+ * detection, previous-text conditioning, greedy or beam search.
+ *
+ *     sg_stt *stt;
+ *     sg_transcript *tr;
+ *     sg_stt_params sp = sg_stt_default_params();
+ *     sg_transcribe_params tp = sg_transcribe_default_params();
+ *     if (!sg_stt_load("tiny.en", &sp, &stt) && !sg_transcribe_file(stt, "talk.wav", &tp, &tr)) {
+ *             for (int i = 0; i < tr->n_segments; i++)
+ *                     printf("[%.2f -> %.2f]%s\n", tr->segments[i].start, tr->segments[i].end, tr->segments[i].text);
+ *             sg_transcript_free(tr);
+ *     }
+ *
+ * One sg_stt transcribes one stream at a time (it holds the window being decoded). */
+typedef struct sg_stt sg_stt;
+
+typedef struct sg_stt_params {
+	const char *backend; /* "cpu", "cuda", "auto"; NULL = the SARAGOSSA_BACKEND flag */
+	int n_threads;       /* CPU threads; 0 = the default */
+	int max_beam;        /* the widest beam search to be asked for (1..16; 0 = 5): the model keeps
+	                      * 2 * max_beam decoder caches */
+} sg_stt_params;
+
+sg_stt_params sg_stt_default_params(void);
+
+/* Loads the model at path and its tokenizer (tokenizer.json beside it). Caller owns *out
+ * (sg_stt_free). A file that is not a Whisper model, or a tokenizer that is not Whisper's, is
+ * an error naming what is missing. */
+sg_status sg_stt_load(const char *path, const sg_stt_params *params, sg_stt **out);
+void sg_stt_free(sg_stt *stt);
+/* 1 when the model knows several languages (then language detection and translation work). */
+int sg_stt_multilingual(const sg_stt *stt);
+
+/* One word of a segment (word_timestamps): its text with the leading space, its time span in
+ * seconds and the probability of its tokens. */
+typedef struct sg_stt_word {
+	char *word;
+	double start, end;
+	float probability;
+} sg_stt_word;
+
+/* One segment of a transcript, as the reference reports it. */
+typedef struct sg_stt_segment {
+	int id;                  /* 0, 1, ... in the transcript */
+	int seek;                /* the window's start, in 10 ms mel frames */
+	double start, end;       /* seconds from the start of the audio */
+	char *text;              /* UTF-8, with the leading space the model wrote */
+	int32_t *tokens;         /* [n_tokens]: text and timestamp ids */
+	int n_tokens;
+	float temperature;       /* of the decode that was kept */
+	float avg_logprob;       /* sum of the sampled tokens' log-probabilities / (tokens + 1) */
+	float compression_ratio; /* of the window's text (zlib) */
+	float no_speech_prob;    /* probability of <|nospeech|> after <|startoftranscript|> */
+	sg_stt_word *words;      /* [n_words] with word_timestamps, else NULL */
+	int n_words;
+} sg_stt_segment;
+
+/* Called with each segment as soon as its window is decoded; non-zero stops the transcription
+ * (it then ends SG_ERR_CANCELLED, with the segments so far in the transcript). */
+typedef int (*sg_segment_fn)(const sg_stt_segment *seg, void *user);
+/* Called after each window with the seconds decoded so far and the audio's duration. */
+typedef void (*sg_stt_progress_fn)(double done_s, double total_s, void *user);
+
+typedef struct sg_transcribe_params {
+	const char *language;       /* "en", "de", ...; NULL: detected (multilingual models), else "en" */
+	int translate;              /* 1: translate to English (multilingual models) */
+	int timestamps;             /* 1 (default): segment timestamps; 0: <|notimestamps|> */
+	int word_timestamps;        /* 1: words with times (cross-attention alignment) */
+	int beam_size;              /* 1: greedy; default 5 (the reference's); at most 16 */
+	float patience;             /* beam search: finished candidates = beam_size * patience; default 1 */
+	const float *temperatures;  /* [n_temperatures] tried in order; NULL: 0, 0.2, ... 1.0 */
+	int n_temperatures;
+	int best_of;                /* samples per temperature > 0; default 5 */
+	float compression_ratio_threshold; /* above: retry hotter; default 2.4; <= 0 none */
+	float logprob_threshold;    /* avg_logprob below: retry hotter; default -1; >= 0 none */
+	float no_speech_threshold;  /* no_speech_prob above (and avg_logprob below the threshold):
+	                             * the window is silence; default 0.6; <= 0 none */
+	int condition_on_previous_text; /* default 1: earlier text prompts the next window */
+	float prompt_reset_on_temperature; /* default 0.5: a hotter decode drops that prompt */
+	const char *initial_prompt; /* text before the first window (NULL: none) */
+	int suppress_blank;         /* default 1 */
+	const int32_t *suppress_tokens; /* [n_suppress_tokens]; NULL: the model's non-speech set (-1) */
+	int n_suppress_tokens;
+	float max_initial_timestamp; /* seconds; default 1 */
+	uint64_t seed;              /* sampling at temperature > 0 */
+	sg_segment_fn on_segment;   /* may be NULL */
+	sg_stt_progress_fn on_progress; /* may be NULL */
+	void *user;
+} sg_transcribe_params;
+
+sg_transcribe_params sg_transcribe_default_params(void);
+
+typedef struct sg_transcript {
+	sg_stt_segment *segments; /* [n_segments] */
+	int n_segments;
+	char *text;               /* the segments' text joined */
+	char language[8];         /* the language used ("en", or the detected one) */
+	float language_prob;      /* its probability when detected, else 1 */
+	double duration;          /* seconds of audio */
+} sg_transcript;
+
+/* Transcribes the audio file at path (any format libsndfile reads; resampled to 16 kHz mono).
+ * *out is owned by the caller (sg_transcript_free). Errors: SG_ERR_IO / SG_ERR_FORMAT for a
+ * file that is not audio, empty or truncated; SG_ERR_INVALID_ARG for parameters out of their
+ * domain (an unknown language, translation on an English-only model); SG_ERR_CANCELLED when a
+ * callback stopped it (*out then holds the segments so far). */
+sg_status sg_transcribe_file(sg_stt *stt, const char *path, const sg_transcribe_params *params, sg_transcript **out);
+/* The same from n samples of 16 kHz mono audio in [-1, 1]. */
+sg_status sg_transcribe_pcm(sg_stt *stt, const float *pcm, size_t n, const sg_transcribe_params *params,
+			    sg_transcript **out);
+void sg_transcript_free(sg_transcript *tr);
+
+/* Writes tr as "text", "json" ({"text"}), "verbose_json" (OpenAI's shape: task, language,
+ * duration, text, segments, words), "srt" or "vtt" into *out (NUL-terminated, *len bytes;
+ * caller frees with sg_free). task is "transcribe" or "translate". */
+sg_status sg_transcript_format(const sg_transcript *tr, const char *format, const char *task, char **out, size_t *len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 DEB_PKGS="build-essential pkg-config python3-venv
 libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libpcre2-dev
 libutf8proc-dev libfftw3-dev libsndfile1-dev libsoxr-dev libedit-dev liburing-dev
-libcriterion-dev clang"
+libcriterion-dev zlib1g-dev clang"
 
 # Python packages for tests and tools. The venv is refreshed whenever this script changes
 # (the stamp is this script's SHA-256; the Makefile checks the same).

@@ -21,10 +21,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 LAYERS = {
     "src/server": [
         ["server", "memguard", "request", "model"],  # options, the guard, parsed requests, served models
-        ["agent", "pool"],                           # constraints/reasoning/tool calls; the model pool
+        ["agent", "pool", "multipart"],              # constraints/reasoning/tool calls; the model pool; form bodies
         ["job"],                                     # a job and the worker's queue
         ["response"],                                # shared response builders
-        ["routes_openai", "routes_ollama", "routes_anthropic"],  # one file per API
+        ["routes_openai", "routes_ollama", "routes_anthropic", "routes_audio"],  # one file per API
         ["routes"],                                  # which API parses and answers a route
         ["http", "auth"],                            # HTTP, listeners, dispatch
     ],

@@ -28,13 +28,22 @@ void sg_progress_begin(sg_progress *p, const char *label, uint64_t total, uint64
 void sg_progress_format(const sg_progress *p, double now, int width, char *buf, size_t n)
 {
 	char done[32], total[32], rate[32] = "", eta[32] = "";
-	sg_format_bytes(p->done, done, sizeof(done));
-	sg_format_bytes(p->total, total, sizeof(total));
+	if (p->audio) {
+		snprintf(done, sizeof(done), "%.1f s", (double)p->done / 1000);
+		snprintf(total, sizeof(total), "%.1f s", (double)p->total / 1000);
+	} else {
+		sg_format_bytes(p->done, done, sizeof(done));
+		sg_format_bytes(p->total, total, sizeof(total));
+	}
 	double dt = now - p->t0;
 	double r = dt > 0 ? (double)(p->done - p->start) / dt : 0;
 	if (r > 0) {
-		sg_format_bytes((uint64_t)r, rate, sizeof(rate));
-		strcat(rate, "/s");
+		if (p->audio) {
+			snprintf(rate, sizeof(rate), "%.1fx real time", r / 1000);
+		} else {
+			sg_format_bytes((uint64_t)r, rate, sizeof(rate));
+			strcat(rate, "/s");
+		}
 		if (p->total > p->done) {
 			double s = (double)(p->total - p->done) / r;
 			if (s < 3600) snprintf(eta, sizeof(eta), "ETA %.0fs", s);

@@ -14,6 +14,8 @@ typedef struct sg_progress {
 	double t0, t_last;
 	int tty;
 	int drawn;
+	int audio;        /* done/total are milliseconds of audio: shown as seconds, the rate as a
+	                   * multiple of real time (transcribe) */
 } sg_progress;
 
 void sg_progress_begin(sg_progress *p, const char *label, uint64_t total, uint64_t already);

@@ -30,6 +30,7 @@ static const verb verbs[] = {
 	{"serve", sg_cli_serve, "[--socket PATH] [--port N --api-key KEY] --model NAME=MODEL ...", "serve the OpenAI and Ollama APIs over a Unix socket or loopback TCP"},
 	{"rm", sg_cli_rm, "MODEL...", "remove models from the Hugging Face cache or saragossa's folder"},
 	{"embed", sg_cli_embed, "-m MODEL [--format json|jsonl] [--truncate] [--tokens I,J,K]... [TEXT...]", "embed texts (or stdin lines) with an encoder model: one vector per input"},
+	{"transcribe", sg_cli_transcribe, "FILE... [-m MODEL] [--language xx] [--task transcribe|translate] [--format text|json|verbose_json|srt|vtt] [--word-timestamps] [--beam N] [--temperature T] [--prompt P] [--pcm-rate R]", "speech to text with a Whisper model (FILE '-' reads stdin)"},
 	{"tokenize", sg_cli_tokenize, "--model M [--no-special] [--batch [--threads N]] [--time]", "text on stdin -> token ids"},
 	{"detokenize", sg_cli_detokenize, "--model M [--skip-special] [--stream] [--batch] [--time]", "token ids on stdin -> text"},
 	{"template", sg_cli_template, "--model M --messages FILE.json [--tools FILE] [--add-generation-prompt] [--var NAME=JSON]...", "render a chat template (prints the prompt)"},

@@ -23,6 +23,10 @@ static void usage(void)
 	       "  --model NAME=MODEL    serve MODEL (a folder, a .gguf file, a name in the models folder or a\n"
 	       "                        Hugging Face repo id) under NAME, the request's \"model\" field;\n"
 	       "                        repeatable; the first is the default. --model MODEL names it MODEL\n"
+	       "  --stt-model NAME=MODEL  serve a Whisper model (Hugging Face or CTranslate2 folder) on\n"
+	       "                        /v1/audio/transcriptions and /v1/audio/translations under NAME;\n"
+	       "                        repeatable, in the same pool and memory guard as --model; the first\n"
+	       "                        also answers requests for \"whisper-1\"\n"
 	       "  --ctx N               context tokens per model (default: the model's, capped at 4096)\n"
 	       "  --backend B           cpu, cuda or auto: where models run (default $RETI_SERVE_BACKEND,\n"
 	       "                        auto: the GPU when this build has CUDA and one is usable)\n"
@@ -40,6 +44,7 @@ static void usage(void)
 	       "limits:\n"
 	       "  --max-tokens-cap N    hard cap on tokens generated per request (default 4096)\n"
 	       "  --max-body BYTES      largest request body (default 4m; larger: 413)\n"
+	       "  --max-upload BYTES    largest audio upload, the whole multipart body (default 25m; larger: 413)\n"
 	       "  --queue N             requests that may wait behind the running one (default 16; more: 503\n"
 	       "                        with Retry-After)\n"
 	       "  --read-timeout S      seconds a client has to send its request (default 30; then 408 or\n"
@@ -71,6 +76,7 @@ int sg_cli_serve(int argc, char **argv)
 	static char names[SG_SERVER_MAX_MODELS][128];
 	static sg_hub_model resolved[SG_SERVER_MAX_MODELS];
 	const char *specs[SG_SERVER_MAX_MODELS];
+	int spec_stt[SG_SERVER_MAX_MODELS];
 	int n_specs = 0;
 	static sg_hub_model draft;
 	const char *draft_model = NULL;
@@ -85,10 +91,11 @@ int sg_cli_serve(int argc, char **argv)
 			continue;
 		} else if (!strcmp(a, "--no-prefix-cache")) {
 			o.no_prefix_cache = 1;
-		} else if (!strcmp(a, "--model")) {
-			if (!v) return sg_cli_usage_error("serve", "--model needs NAME=MODEL");
+		} else if (!strcmp(a, "--model") || !strcmp(a, "--stt-model")) {
+			if (!v) return sg_cli_usage_error("serve", "%s needs NAME=MODEL", a);
 			if (n_specs == SG_SERVER_MAX_MODELS)
-				return sg_cli_usage_error("serve", "at most %d --model flags", SG_SERVER_MAX_MODELS);
+				return sg_cli_usage_error("serve", "at most %d --model and --stt-model flags", SG_SERVER_MAX_MODELS);
+			spec_stt[n_specs] = !strcmp(a, "--stt-model");
 			specs[n_specs++] = v;
 		} else if (!strcmp(a, "--socket")) {
 			if (!v) return sg_cli_usage_error("serve", "--socket needs a PATH");
@@ -120,6 +127,9 @@ int sg_cli_serve(int argc, char **argv)
 		} else if (!strcmp(a, "--max-body")) {
 			if (parse_num(a, v, 1024, 1LL << 30, &x)) return 2;
 			o.max_body = (size_t)x;
+		} else if (!strcmp(a, "--max-upload")) {
+			if (parse_num(a, v, 1024, 1LL << 32, &x)) return 2;
+			o.max_upload = (size_t)x;
 		} else if (!strcmp(a, "--queue")) {
 			if (parse_num(a, v, 0, 4096, &x)) return 2;
 			o.queue = (int)x;
@@ -172,6 +182,7 @@ int sg_cli_serve(int argc, char **argv)
 		}
 		o.models[i].name = names[i];
 		o.models[i].path = resolved[i].path;
+		o.models[i].stt = spec_stt[i];
 	}
 	o.n_models = n_specs;
 	if (o.draft_max && o.draft_min > o.draft_max)

@@ -30,7 +30,9 @@
 #include "server/pool.h"
 #include "server/request.h"
 #include "server/response.h"
+#include "server/multipart.h"
 #include "server/routes.h"
+#include "server/routes_audio.h"
 #include "server/routes_ollama.h"
 #include "server/routes_openai.h"
 #include "server/server.h"
@@ -91,6 +93,7 @@ sg_server_opts sg_server_default_opts(void)
 	o.host = "127.0.0.1";
 	o.max_tokens_cap = 4096;
 	o.max_body = 4u << 20;
+	o.max_upload = 25u << 20;
 	o.queue = 16;
 	o.read_timeout_s = 30;
 	o.max_connections = 64;
@@ -111,6 +114,8 @@ static const route_def routes[] = {
 	{"/v1/chat/completions", SG_ROUTE_OAI_CHAT, "POST"},
 	{"/v1/completions", SG_ROUTE_OAI_COMPLETIONS, "POST"},
 	{"/v1/embeddings", SG_ROUTE_OAI_EMBEDDINGS, "POST"},
+	{"/v1/audio/transcriptions", SG_ROUTE_OAI_TRANSCRIPTIONS, "POST"},
+	{"/v1/audio/translations", SG_ROUTE_OAI_TRANSLATIONS, "POST"},
 	{"/tokenize", SG_ROUTE_TOKENIZE, "POST"},
 	{"/detokenize", SG_ROUTE_DETOKENIZE, "POST"},
 	{"/api/chat", SG_ROUTE_OLLAMA_CHAT, "POST"},
@@ -223,6 +228,17 @@ static enum MHD_Result unknown_model(struct MHD_Connection *c, server *s, sg_srv
 
 static int run_job_wait(struct MHD_Connection *c, server *s, sg_job *j);
 
+static int is_audio(sg_srv_route r)
+{
+	return r == SG_ROUTE_OAI_TRANSCRIPTIONS || r == SG_ROUTE_OAI_TRANSLATIONS;
+}
+
+/* The largest body a route takes: an audio upload has its own limit (--max-upload). */
+static size_t body_limit(const server *s, sg_srv_route r)
+{
+	return is_audio(r) ? s->o.max_upload : s->o.max_body;
+}
+
 static void load_run(sg_job *j)
 {
 	sg_srv_err e;
@@ -243,7 +259,15 @@ static void load_run(sg_job *j)
 static sg_srv_model *acquire_model(struct MHD_Connection *c, server *s, sg_srv_route route, const char *name,
 				   enum MHD_Result *ret)
 {
-	int i = sg_pool_find(s->pool, name);
+	int audio = is_audio(route);
+	int i = audio ? sg_pool_find_stt(s->pool, name) : sg_pool_find(s->pool, name);
+	if (i >= 0 && sg_pool_is_stt(s->pool, i) != audio) {
+		*ret = fail(c, route, 400, NULL, "model", "model_not_supported",
+			    audio ? "model '%.200s' is a text model: the audio routes need a speech-to-text model (--stt-model)"
+				  : "model '%.200s' is a speech-to-text model: use /v1/audio/transcriptions",
+			    name);
+		return NULL;
+	}
 	/* on the Anthropic routes a Claude model name the server does not serve ("claude-sonnet-4-5",
 	 * what Claude Code asks for) means the default model */
 	if (i < 0 && sg_srv_route_is_anthropic(route) && name && !strncmp(name, "claude", 6)) i = sg_pool_find(s->pool, NULL);
@@ -651,6 +675,50 @@ static enum MHD_Result handle_embed(struct MHD_Connection *c, conn_req *cr)
 	return r;
 }
 
+/* /v1/audio/transcriptions and /v1/audio/translations: the form is read here, the transcription
+ * runs on the worker (routes_audio.c). */
+static enum MHD_Result handle_audio(struct MHD_Connection *c, server *s, conn_req *cr)
+{
+	sg_srv_route route = cr->rt->route;
+	sg_srv_err e;
+	sg_multipart *mp = sg_malloc(sizeof *mp);
+	sg_audio_req *q = sg_calloc(1, sizeof *q);
+	sg_job *j = mp && q ? sg_job_new() : NULL;
+	if (!j) {
+		sg_free(mp);
+		sg_free(q);
+		return fail(c, route, 500, "server_error", NULL, NULL, "out of memory");
+	}
+	j->extra = q;
+	j->extra_free = sg_audio_req_destroy;
+	j->req.route = route;
+	const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+	int bad = sg_multipart_parse(ct, cr->body, cr->len, mp, &e);
+	if (!bad) bad = sg_audio_parse(route, mp, q, &e);
+	sg_free(mp);
+	if (bad) {
+		sg_job_unref(j);
+		return send_err(c, route, &e);
+	}
+	/* the upload is copied into the request: the connection's buffer can go */
+	sg_free(cr->body);
+	cr->body = NULL;
+	cr->len = cr->cap = 0;
+	j->req.stream = q->stream;
+	enum MHD_Result mr;
+	sg_srv_model *m = acquire_model(c, s, route, q->model, &mr);
+	if (!m) {
+		sg_job_unref(j);
+		return mr;
+	}
+	j->model = m;
+	j->user = s->pool;
+	j->on_free = release_job_model;
+	j->created = (int64_t)time(NULL);
+	j->run = sg_audio_run;
+	return run_job(c, s, j);
+}
+
 static enum MHD_Result dispatch(struct MHD_Connection *c, server *s, conn_req *cr)
 {
 	switch (cr->rt->route) {
@@ -685,6 +753,8 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, server *s, conn_req *c
 	case SG_ROUTE_OLLAMA_SHOW: return handle_show(c, s, cr);
 	case SG_ROUTE_OLLAMA_EMBED:
 	case SG_ROUTE_OAI_EMBEDDINGS: return handle_embed(c, cr);
+	case SG_ROUTE_OAI_TRANSCRIPTIONS:
+	case SG_ROUTE_OAI_TRANSLATIONS: return handle_audio(c, s, cr);
 	case SG_ROUTE_TOKENIZE:
 	case SG_ROUTE_DETOKENIZE: return handle_tokenize(c, s, cr);
 	case SG_ROUTE_OAI_CHAT:
@@ -956,11 +1026,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 		}
 		cr->rt = path_match;
 		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-		if (cl && strtoull(cl, NULL, 10) > s->o.max_body) {
+		if (cl && strtoull(cl, NULL, 10) > body_limit(s, fr)) {
 			cr->answered = 1;
 			if (!watch_read_done(s, c)) return MHD_NO;
 			return fail(c, fr, 413, "invalid_request_error", NULL, "request_too_large",
-				    "the request body has %.20s bytes; the limit is %zu (--max-body)", cl, s->o.max_body);
+				    "the request body has %.20s bytes; the limit is %zu (%s)", cl, body_limit(s, fr),
+				    is_audio(fr) ? "--max-upload" : "--max-body");
 		}
 		return MHD_YES;
 	}
@@ -969,11 +1040,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 		*upload_size = 0;
 		if (cr->answered) return MHD_YES;
 		/* (a body arriving too slowly is the watchdog's: the deadline covers the whole request) */
-		if (cr->len + n > s->o.max_body) {
+		if (cr->len + n > body_limit(s, cr->rt->route)) {
 			cr->answered = 1;
 			if (!watch_read_done(s, c)) return MHD_NO;
 			char msg[128];
-			snprintf(msg, sizeof msg, "the request body is over the limit of %zu bytes (--max-body)", s->o.max_body);
+			snprintf(msg, sizeof msg, "the request body is over the limit of %zu bytes (%s)", body_limit(s, cr->rt->route),
+				 is_audio(cr->rt->route) ? "--max-upload" : "--max-body");
 			send_raw_error(c, cr, 413, "Content Too Large", "request_too_large", msg);
 			return MHD_NO;
 		}

@@ -42,6 +42,7 @@ void sg_job_unref(sg_job *j)
 	pthread_mutex_unlock(&j->mu);
 	if (left) return;
 	if (j->on_free) j->on_free(j);
+	if (j->extra_free) j->extra_free(j->extra);
 	sg_free(j->session);
 	close(j->evfd);
 	pthread_mutex_destroy(&j->mu);

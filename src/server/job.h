@@ -52,6 +52,9 @@ struct sg_job {
 	void (*on_free)(sg_job *j);
 	void *user;
 	int user_i;
+	/* a route's own request (the audio routes: the upload and its options), freed with the job */
+	void *extra;
+	void (*extra_free)(void *extra);
 };
 
 /* A new job with one reference (the caller's). NULL when out of memory. */

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "engine/draft.h"
 #include "engine/lm.h"
+#include "engine/transcribe.h"
 #include "formats/model_desc.h"
 #include "formats/qtypes.h"
 #include "models/model.h"
@@ -32,6 +33,7 @@ struct sg_srv_model {
 	uint8_t **tok_bytes; /* [n_vocab] each token's output bytes */
 	uint32_t *tok_len;   /* [n_vocab] */
 	sg_lm *lm;               /* the engine: model, session, tokenizer, template, prefix cache, EOS ids */
+	sg_stt *stt;             /* a speech-to-text model instead (then lm is NULL) */
 	const sg_tokenizer *tok; /* borrowed from lm */
 	/* speculative decoding */
 	sg_srv_spec spec;        /* draft_path not kept */
@@ -82,6 +84,8 @@ static uint64_t path_bytes(const char *path)
 	char p[4200];
 	uint64_t total = 0;
 	snprintf(p, sizeof p, "%s/model.safetensors", path);
+	if (!stat(p, &st)) total += (uint64_t)st.st_size;
+	snprintf(p, sizeof p, "%s/model.bin", path); /* a CTranslate2 folder */
 	if (!stat(p, &st)) total += (uint64_t)st.st_size;
 	return total;
 }
@@ -281,9 +285,46 @@ fail:
 	return s;
 }
 
+sg_status sg_srv_model_load_stt(const char *name, const char *path, sg_srv_model **out)
+{
+	sg_srv_model *m = sg_calloc(1, sizeof *m);
+	if (!m) return SG_FAIL(SG_ERR_NOMEM, "model state");
+	snprintf(m->info.name, sizeof m->info.name, "%s", name);
+	snprintf(m->info.path, sizeof m->info.path, "%s", path);
+	m->info.created = (int64_t)time(NULL);
+	m->info.size_bytes = path_bytes(path);
+	struct stat st;
+	char p[4200];
+	snprintf(p, sizeof p, "%s/model.bin", path);
+	int ct2 = !stat(path, &st) && S_ISDIR(st.st_mode) && !stat(p, &st);
+	size_t pl = strlen(path);
+	snprintf(m->info.format, sizeof m->info.format, "%s",
+		 ct2 ? "ct2" : pl > 4 && !strcmp(path + pl - 4, ".bin") ? "ggml" : "safetensors");
+	sg_stt_params sp = sg_stt_default_params();
+	const char *be = sg_flag_str("RETI_SERVE_BACKEND");
+	sp.backend = be && *be ? be : NULL;
+	sg_status s = sg_stt_load(path, &sp, &m->stt);
+	if (s) {
+		sg_free(m);
+		return s;
+	}
+	snprintf(m->info.arch, sizeof m->info.arch, "whisper");
+	snprintf(m->info.quant, sizeof m->info.quant, "%s", "F32");
+	m->info.n_ctx = 448;
+	m->info.n_vocab = sg_stt_vocab_of(m->stt)->n_vocab;
+	*out = m;
+	return SG_OK;
+}
+
+sg_stt *sg_srv_model_stt(const sg_srv_model *m)
+{
+	return m ? m->stt : NULL;
+}
+
 void sg_srv_model_free(sg_srv_model *m)
 {
 	if (!m) return;
+	sg_stt_free(m->stt);
 	sg_token_trie_free(m->trie);
 	if (m->tok_bytes)
 		for (int32_t i = 0; i < m->info.n_vocab; i++) sg_free(m->tok_bytes[i]);

@@ -21,7 +21,7 @@ typedef struct sg_srv_model_info {
 	char name[128];   /* the name requests use */
 	char path[4096];  /* the resolved file or folder */
 	char arch[64];    /* architecture ("gemma3", "qwen3", ...) */
-	char format[16];  /* "gguf" or "safetensors" */
+	char format[16];  /* "gguf", "safetensors" or "ct2" */
 	char quant[32];   /* weight type ("Q4_K_M", "bf16", ...) */
 	int32_t n_ctx;    /* context the state holds */
 	int32_t n_vocab;
@@ -47,6 +47,12 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, c
  * model's) are filled in. */
 struct sg_gen_drafter;
 const struct sg_gen_drafter *sg_srv_model_drafter(const sg_srv_model *m, int mode, int32_t *draft_max, int32_t *draft_min);
+/* Loads the Whisper model at path under name (the audio routes'). Such a model has no engine
+ * (sg_srv_model_lm is NULL) and no tokenizer or template for the text routes: a text route that
+ * names it is refused before any of those is asked. */
+sg_status sg_srv_model_load_stt(const char *name, const char *path, sg_srv_model **out);
+/* The speech-to-text model, NULL for an LLM (worker only: sg_transcribe_*). */
+struct sg_stt *sg_srv_model_stt(const sg_srv_model *m);
 void sg_srv_model_free(sg_srv_model *m);
 
 const sg_srv_model_info *sg_srv_model_info_get(const sg_srv_model *m);

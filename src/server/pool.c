@@ -16,6 +16,7 @@
 typedef struct entry {
 	char name[128];
 	char path[4096];
+	int stt;         /* a Whisper model (the audio routes) */
 	sg_srv_model *m; /* NULL when not resident */
 	int refs;        /* requests using m */
 	uint64_t used;   /* tick of the last acquire: the LRU order */
@@ -52,7 +53,7 @@ static void accel_probe(void *user, sg_mem_probe *out)
 	int have = 0;
 	pthread_mutex_lock(&p->mu);
 	for (int i = 0; i < p->n && !have; i++)
-		if (p->e[i].m) have = sg_lm_device_memory(sg_srv_model_lm(p->e[i].m), &f, &t);
+		if (p->e[i].m && sg_srv_model_lm(p->e[i].m)) have = sg_lm_device_memory(sg_srv_model_lm(p->e[i].m), &f, &t);
 	pthread_mutex_unlock(&p->mu);
 	if (!have && p->accel_be) {
 		have = sg_backend_device_memory(p->accel_be, 0, &f, &t) == SG_OK;
@@ -108,6 +109,7 @@ sg_status sg_pool_new(const sg_server_model_spec *specs, int n, int32_t n_ctx, i
 	for (int i = 0; i < n; i++) {
 		snprintf(p->e[i].name, sizeof p->e[i].name, "%s", specs[i].name);
 		snprintf(p->e[i].path, sizeof p->e[i].path, "%s", specs[i].path);
+		p->e[i].stt = specs[i].stt;
 	}
 	*out = p;
 	return SG_OK;
@@ -144,10 +146,32 @@ sg_memguard *sg_pool_guard(sg_pool *p) { return &p->guard; }
 
 int sg_pool_find(sg_pool *p, const char *name)
 {
-	if (!name || !*name) return p->n ? 0 : -1;
+	if (!name || !*name) {
+		/* the default: the first text model */
+		for (int i = 0; i < p->n; i++)
+			if (!p->e[i].stt) return i;
+		return -1;
+	}
 	for (int i = 0; i < p->n; i++)
 		if (!strcmp(p->e[i].name, name)) return i;
 	return -1;
+}
+
+int sg_pool_find_stt(sg_pool *p, const char *name)
+{
+	int i = name && *name ? sg_pool_find(p, name) : -1;
+	if (i >= 0) return i;
+	/* no model of that name: "" and OpenAI's "whisper-1" (what its clients send) mean the first
+	 * speech-to-text model */
+	if (name && *name && strcmp(name, "whisper-1")) return -1;
+	for (int k = 0; k < p->n; k++)
+		if (p->e[k].stt) return k;
+	return -1;
+}
+
+int sg_pool_is_stt(const sg_pool *p, int i)
+{
+	return i >= 0 && i < p->n && p->e[i].stt;
 }
 
 void sg_pool_names(sg_pool *p, char *buf, size_t cap)
@@ -187,7 +211,7 @@ static int idle_lru(sg_pool *p, const sg_lm *keep)
 	pthread_mutex_lock(&p->mu);
 	for (int i = 0; i < p->n; i++) {
 		entry *e = &p->e[i];
-		if (!e->m || e->refs || sg_srv_model_lm(e->m) == keep) continue;
+		if (!e->m || e->refs || (keep && sg_srv_model_lm(e->m) == keep)) continue;
 		if (best < 0 || e->used < p->e[best].used) best = i;
 	}
 	pthread_mutex_unlock(&p->mu);
@@ -264,6 +288,8 @@ static uint64_t weight_bytes(const char *path)
 	if (!S_ISDIR(st.st_mode)) return (uint64_t)st.st_size;
 	char f[4200];
 	snprintf(f, sizeof f, "%s/model.safetensors", path);
+	if (!stat(f, &st)) return (uint64_t)st.st_size;
+	snprintf(f, sizeof f, "%s/model.bin", path); /* a CTranslate2 folder (Whisper) */
 	return stat(f, &st) ? 0 : (uint64_t)st.st_size;
 }
 
@@ -308,14 +334,16 @@ static int load(sg_pool *p, int i, sg_srv_err *e)
 		return sg_srv_err_set(e, 503, "server_error", "model", "%s", sg_last_error());
 	sg_srv_model *m = NULL;
 	SG_INFO("serve: loading %s from %s", en->name, en->path);
-	sg_status st = sg_srv_model_load(en->name, en->path, p->n_ctx, &p->spec, &m);
+	sg_status st = en->stt ? sg_srv_model_load_stt(en->name, en->path, &m) : sg_srv_model_load(en->name, en->path, p->n_ctx, &p->spec, &m);
 	p->load_st = st;
 	if (st)
 		return sg_srv_err_set(e, st == SG_ERR_NOMEM ? 503 : 500, "server_error", "model", "model '%s': %s", en->name,
 				      sg_last_error());
 	sg_lm *lm = sg_srv_model_lm(m);
-	sg_lm_set_prefix_cache(lm, p->pc, p->block_tokens);
-	sg_lm_set_hooks(lm, &(sg_lm_hooks){.user = p, .reserve = reserve});
+	if (lm) {
+		sg_lm_set_prefix_cache(lm, p->pc, p->block_tokens);
+		sg_lm_set_hooks(lm, &(sg_lm_hooks){.user = p, .reserve = reserve});
+	}
 	pthread_mutex_lock(&p->mu);
 	en->m = m;
 	en->refs = 0;

@@ -34,8 +34,13 @@ sg_status sg_pool_load_initial(sg_pool *p);
 void sg_pool_free(sg_pool *p);
 
 int sg_pool_count(const sg_pool *p);
-/* Index of a configured model ("" or NULL: the first), -1 when unknown. */
+/* Index of a configured model ("" or NULL: the first text model), -1 when unknown. */
 int sg_pool_find(sg_pool *p, const char *name);
+/* Index of a configured speech-to-text model: the one named, else ("" or OpenAI's "whisper-1"
+ * when no model has that name) the first --stt-model; -1 when none. */
+int sg_pool_find_stt(sg_pool *p, const char *name);
+/* 1 when configured model i is a speech-to-text model. */
+int sg_pool_is_stt(const sg_pool *p, int i);
 /* "a, b, c" of the configured names into buf. */
 void sg_pool_names(sg_pool *p, char *buf, size_t cap);
 

@@ -33,6 +33,8 @@ typedef enum sg_srv_route {
 	SG_ROUTE_ANTHROPIC_MESSAGES,
 	SG_ROUTE_ANTHROPIC_COUNT,
 	SG_ROUTE_OAI_EMBEDDINGS,
+	SG_ROUTE_OAI_TRANSCRIPTIONS, /* multipart bodies: server/routes_audio.c */
+	SG_ROUTE_OAI_TRANSLATIONS,
 } sg_srv_route;
 
 /* 1 when the route answers in Anthropic's error format. */

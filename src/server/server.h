@@ -18,6 +18,7 @@
 typedef struct sg_server_model_spec {
 	const char *name; /* what requests put in "model" */
 	const char *path; /* resolved path (file or folder) */
+	int stt;          /* 1: a Whisper model for the audio routes (--stt-model), 0: an LLM */
 } sg_server_model_spec;
 
 typedef struct sg_server_opts {
@@ -31,6 +32,7 @@ typedef struct sg_server_opts {
 	int32_t n_ctx;           /* per model; 0 = the model's default */
 	int32_t max_tokens_cap;  /* default 4096 */
 	size_t max_body;         /* bytes; default 4 MiB */
+	size_t max_upload;       /* bytes of an audio upload (multipart body); default 25 MiB, OpenAI's */
 	int queue;               /* requests waiting behind the running one; default 16 */
 	int read_timeout_s;      /* per-connection read deadline; default 30 */
 	int max_connections;     /* per listener; default 64 */

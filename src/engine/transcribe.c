@@ -1,0 +1,963 @@
+/* Long-form transcription with a Whisper model (see transcribe.h and saragossa.h). */
+#include "engine/transcribe.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "audio/decode.h"
+#include "audio/mel.h"
+#include "audio/stream.h"
+#include "base/alloc.h"
+#include "base/error.h"
+#include "models/whisper.h"
+
+struct sg_stt {
+	sg_whisper *w;
+	const sg_whisper_info *info;
+	sg_tokenizer *tok;
+	sg_stt_vocab v;
+	int32_t *nonspeech; /* [n_nonspeech] the default suppressed set */
+	int n_nonspeech;
+	int n_seq;          /* KV sequences the model holds: two banks of max_beam beams */
+	int max_beam;
+};
+
+sg_stt_params sg_stt_default_params(void)
+{
+	return (sg_stt_params){0};
+}
+
+sg_transcribe_params sg_transcribe_default_params(void)
+{
+	return (sg_transcribe_params){
+		.timestamps = 1,
+		.beam_size = 5,
+		.patience = 1,
+		.best_of = 5,
+		.compression_ratio_threshold = 2.4f,
+		.logprob_threshold = -1.0f,
+		.no_speech_threshold = 0.6f,
+		.condition_on_previous_text = 1,
+		.prompt_reset_on_temperature = 0.5f,
+		.suppress_blank = 1,
+		.max_initial_timestamp = 1.0f,
+	};
+}
+
+const sg_stt_vocab *sg_stt_vocab_of(const sg_stt *stt)
+{
+	return &stt->v;
+}
+
+const sg_tokenizer *sg_stt_tokenizer(const sg_stt *stt)
+{
+	return stt->tok;
+}
+
+int sg_stt_multilingual(const sg_stt *stt)
+{
+	return stt && stt->v.multilingual;
+}
+
+void sg_stt_free(sg_stt *stt)
+{
+	if (!stt) return;
+	sg_whisper_free(stt->w);
+	sg_tokenizer_free(stt->tok);
+	sg_free(stt->nonspeech);
+	sg_free(stt);
+}
+
+sg_status sg_stt_load(const char *path, const sg_stt_params *params, sg_stt **out)
+{
+	if (!out) return SG_FAIL(SG_ERR_INVALID_ARG, "out is NULL");
+	*out = NULL;
+	if (!path) return SG_FAIL(SG_ERR_INVALID_ARG, "path is NULL");
+	sg_stt_params p = params ? *params : sg_stt_default_params();
+	sg_stt *s = sg_calloc(1, sizeof(*s));
+	if (!s) return SG_FAIL(SG_ERR_NOMEM, "out of memory");
+	/* two banks of beams: a step's new beams are copied from one bank into the other */
+	if (p.max_beam < 0 || p.max_beam > SG_STT_MAX_BEAM) {
+		sg_free(s);
+		return sg_error(SG_ERR_INVALID_ARG, "sg_stt_load: max_beam %d is out of 1..%d", p.max_beam, SG_STT_MAX_BEAM);
+	}
+	s->max_beam = p.max_beam ? p.max_beam : 5;
+	s->n_seq = 2 * s->max_beam;
+	sg_whisper_params wp = sg_whisper_default_params();
+	wp.backend = p.backend;
+	wp.n_threads = p.n_threads;
+	wp.n_seq = s->n_seq;
+	sg_status st = sg_whisper_load(path, &wp, &s->w);
+	if (st) goto fail;
+	s->info = sg_whisper_get_info(s->w);
+	const char *tp = sg_whisper_tokenizer_path(s->w);
+	if (!tp) {
+		st = sg_error(SG_ERR_UNSUPPORTED, "whisper: %s has no tokenizer.json beside it (an embedded vocabulary is not read yet)", path);
+		goto fail;
+	}
+	if ((st = sg_tokenizer_load(tp, &s->tok))) {
+		sg_error_wrap(st, "whisper tokenizer %s", tp);
+		goto fail;
+	}
+	if ((st = sg_stt_vocab_init(s->tok, s->info->n_vocab, &s->v))) goto fail;
+	if ((st = sg_stt_suppress_default(s->tok, &s->v, &s->nonspeech, &s->n_nonspeech))) goto fail;
+	*out = s;
+	return SG_OK;
+fail:
+	sg_stt_free(s);
+	return st;
+}
+
+/* ---- one window ---- */
+
+/* splitmix64: the sampler's generator at temperature > 0 */
+static uint64_t rng_next(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+typedef struct seqbuf {
+	int32_t *ids; /* [cap] sampled ids */
+	int n;
+	double logprob; /* sum of the sampled tokens' log-probabilities */
+	int done;
+} seqbuf;
+
+/* What a window's decode gives back. */
+typedef struct win_result {
+	int32_t *tokens; /* [n] sampled ids, end token excluded */
+	int n;
+	double sum_logprob;
+	float avg_logprob, compression_ratio, no_speech_prob, temperature;
+} win_result;
+
+typedef struct run {
+	sg_stt *s;
+	const sg_transcribe_params *p;
+	sg_stt_rules rules;
+	int32_t *suppress; /* owned when the caller gave a list with -1 in it */
+	float *logits;     /* [SG_STT_MAX_BEAM][n_vocab] */
+	float *lp;         /* [n_vocab] log-probabilities */
+	int max_new;       /* tokens one window may sample */
+	uint64_t rng;
+} run;
+
+static sg_status run_prompt(run *r, int seq, const int32_t *prompt, int n_prompt, int sot_index, float *no_speech)
+{
+	sg_stt *s = r->s;
+	int nv = s->v.n_vocab;
+	/* the logits after <|startoftranscript|> give the no-speech probability; the prompt's
+	 * last ones the first sampled token */
+	sg_status st = sg_whisper_decode(s->w, seq, prompt, sot_index + 1, 0, 0, r->logits);
+	if (st) return st;
+	if (no_speech) {
+		sg_stt_log_softmax(r->logits, nv, r->lp);
+		*no_speech = expf(r->lp[s->v.no_speech]);
+	}
+	if (n_prompt > sot_index + 1)
+		st = sg_whisper_decode(s->w, seq, prompt + sot_index + 1, n_prompt - sot_index - 1, sot_index + 1, 0,
+				       r->logits);
+	return st;
+}
+
+static int argmax(const float *x, int n)
+{
+	int b = 0;
+	for (int i = 1; i < n; i++)
+		if (x[i] > x[b]) b = i;
+	return b;
+}
+
+/* One sequence sampled from the prompt: greedy at temperature 0, else sampled from
+ * softmax(logits / t). */
+static sg_status decode_sample(run *r, const int32_t *prompt, int n_prompt, int sot_index, float t, seqbuf *out,
+			       float *no_speech)
+{
+	sg_stt *s = r->s;
+	int nv = s->v.n_vocab;
+	sg_status st = run_prompt(r, 0, prompt, n_prompt, sot_index, no_speech);
+	if (st) return st;
+	out->n = 0;
+	out->logprob = 0;
+	int pos = n_prompt;
+	for (;;) {
+		sg_stt_rules_apply(&r->rules, out->ids, out->n, r->logits);
+		sg_stt_log_softmax(r->logits, nv, r->lp);
+		int tok;
+		if (t <= 0) tok = argmax(r->logits, nv);
+		else {
+			/* inverse CDF over exp(lp / t) */
+			double sum = 0;
+			for (int i = 0; i < nv; i++) sum += r->lp[i] == -INFINITY ? 0 : exp((double)r->lp[i] / t);
+			double u = (double)(rng_next(&r->rng) >> 11) * 0x1.0p-53 * sum, acc = 0;
+			tok = argmax(r->logits, nv);
+			for (int i = 0; i < nv; i++) {
+				if (r->lp[i] == -INFINITY) continue;
+				acc += exp((double)r->lp[i] / t);
+				if (acc > u) {
+					tok = i;
+					break;
+				}
+			}
+		}
+		/* the end token's log-probability counts too, as CTranslate2 scores it */
+		out->logprob += r->lp[tok];
+		if (tok == s->v.eot) break;
+		out->ids[out->n++] = tok;
+		if (out->n >= r->max_new) break;
+		int32_t id = tok;
+		if ((st = sg_whisper_decode(s->w, 0, &id, 1, pos++, 0, r->logits))) return st;
+	}
+	return SG_OK;
+}
+
+/* A candidate continuation during beam search. */
+typedef struct cand {
+	double score;
+	int src;  /* the beam it extends */
+	int32_t tok;
+} cand;
+
+static int cand_cmp(const void *a, const void *b)
+{
+	double x = ((const cand *)a)->score, y = ((const cand *)b)->score;
+	if (x != y) return x < y ? 1 : -1;
+	/* equal scores keep the order they were made in (a stable sort, as the reference's) */
+	int sa = ((const cand *)a)->src, sb = ((const cand *)b)->src;
+	if (sa != sb) return sa - sb;
+	return ((const cand *)a)->tok - ((const cand *)b)->tok;
+}
+
+/* openai-whisper's beam search: each live beam proposes its beam_size + 1 best tokens; the best
+ * beam_size continuations that do not end go on, the ones that end are kept as finished until
+ * beam_size * patience are; the winner is the best sum of log-probabilities over its length. */
+static sg_status decode_beam(run *r, const int32_t *prompt, int n_prompt, int sot_index, seqbuf *best,
+			     float *no_speech)
+{
+	sg_stt *s = r->s;
+	int nv = s->v.n_vocab, B = r->p->beam_size;
+	int max_fin = (int)lround(B * (double)r->p->patience);
+	if (max_fin < 1) max_fin = 1;
+	sg_status st = run_prompt(r, 0, prompt, n_prompt, sot_index, no_speech);
+	if (st) return st;
+	size_t cap = (size_t)r->max_new + 1;
+	int n_bufs = 2 * B + (max_fin + B) + B; /* two banks, the finished (with room for live ones), new ones */
+	int32_t *mem = sg_malloc(sizeof(int32_t) * cap * (size_t)n_bufs);
+	cand *cands = sg_malloc(sizeof(cand) * (size_t)B * (size_t)(B + 1));
+	seqbuf *bank = sg_calloc((size_t)n_bufs, sizeof(seqbuf));
+	if (!mem || !cands || !bank) {
+		st = SG_FAIL(SG_ERR_NOMEM, "out of memory for %d beams", B);
+		goto done;
+	}
+	for (int i = 0; i < n_bufs; i++) bank[i].ids = mem + cap * (size_t)i;
+	seqbuf *cur = bank, *nxt = bank + B, *fin = bank + 2 * B, *fin_new = bank + 2 * B + max_fin + B;
+	int n_cur = 1, n_fin = 0, cur_base = 0; /* live beams use KV seqs cur_base .. cur_base + n_cur */
+	cur[0].n = 0;
+	cur[0].logprob = 0;
+	int pos = n_prompt, step = 0, n_next = 0;
+	/* the prompt's logits are in r->logits[0]; later steps fill one row per live beam */
+	for (;; step++) {
+		int nc = 0;
+		for (int b = 0; b < n_cur; b++) {
+			float *lg = r->logits + (size_t)b * nv;
+			sg_stt_rules_apply(&r->rules, cur[b].ids, cur[b].n, lg);
+			sg_stt_log_softmax(lg, nv, r->lp);
+			/* the beam_size + 1 best tokens */
+			for (int k = 0; k < B + 1; k++) {
+				int bi = -1;
+				for (int i = 0; i < nv; i++) {
+					if (r->lp[i] == -INFINITY) continue;
+					if (bi < 0 || r->lp[i] > r->lp[bi]) bi = i;
+				}
+				if (bi < 0) break;
+				cands[nc++] = (cand){cur[b].logprob + r->lp[bi], b, bi};
+				r->lp[bi] = -INFINITY;
+			}
+		}
+		qsort(cands, (size_t)nc, sizeof(cand), cand_cmp);
+		int n_fin_new = 0;
+		n_next = 0;
+		for (int c = 0; c < nc && n_next < B; c++) {
+			const cand *x = &cands[c];
+			const seqbuf *from = &cur[x->src];
+			seqbuf *to = x->tok == s->v.eot ? &fin_new[n_fin_new++] : &nxt[n_next++];
+			memcpy(to->ids, from->ids, sizeof(int32_t) * (size_t)from->n);
+			to->n = from->n;
+			if (x->tok != s->v.eot) to->ids[to->n++] = x->tok;
+			to->logprob = x->score;
+			to->done = x->src; /* the source beam, for the KV copy */
+		}
+		/* the newly finished, best first, while there is room */
+		for (int i = 0; i < n_fin_new && n_fin < max_fin; i++) {
+			seqbuf *f = &fin[n_fin++];
+			memcpy(f->ids, fin_new[i].ids, sizeof(int32_t) * (size_t)fin_new[i].n);
+			f->n = fin_new[i].n;
+			f->logprob = fin_new[i].logprob;
+		}
+		if (n_fin >= max_fin || !n_next || step + 1 >= r->max_new) break;
+		/* the new beams' caches: copied from their sources into the other bank */
+		int nxt_base = cur_base ? 0 : s->max_beam;
+		for (int i = 0; i < n_next; i++)
+			if ((st = sg_whisper_seq_copy(s->w, cur_base + nxt[i].done, nxt_base + i, pos))) goto done;
+		for (int i = 0; i < n_next; i++) {
+			int32_t id = nxt[i].ids[nxt[i].n - 1];
+			if ((st = sg_whisper_decode(s->w, nxt_base + i, &id, 1, pos, 0, r->logits + (size_t)i * nv)))
+				goto done;
+		}
+		pos++;
+		seqbuf *t = cur;
+		cur = nxt;
+		nxt = t;
+		n_cur = n_next;
+		cur_base = nxt_base;
+	}
+	/* too few finished: the live beams count too, best first (they are in score order) */
+	for (int i = 0; i < n_next && n_fin < B && n_fin < max_fin + B; i++) {
+		seqbuf *f = &fin[n_fin++];
+		memcpy(f->ids, nxt[i].ids, sizeof(int32_t) * (size_t)nxt[i].n);
+		f->n = nxt[i].n;
+		f->logprob = nxt[i].logprob;
+	}
+	/* the best by sum of log-probabilities over length (length_penalty 1, as faster-whisper) */
+	int bi = -1;
+	double bs = 0;
+	for (int i = 0; i < n_fin; i++) {
+		double sc = fin[i].logprob / (fin[i].n ? fin[i].n : 1);
+		if (bi < 0 || sc > bs) {
+			bi = i;
+			bs = sc;
+		}
+	}
+	best->n = 0;
+	best->logprob = 0;
+	if (bi >= 0) {
+		memcpy(best->ids, fin[bi].ids, sizeof(int32_t) * (size_t)fin[bi].n);
+		best->n = fin[bi].n;
+		best->logprob = fin[bi].logprob;
+	}
+done:
+	sg_free(mem);
+	sg_free(cands);
+	sg_free(bank);
+	return st;
+}
+
+static sg_status text_of(const sg_stt *s, const int32_t *ids, int n, char **out, size_t *len)
+{
+	/* the text tokens only (timestamps and specials sit at or above <|endoftext|>) */
+	int32_t *t = sg_malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+	if (!t) return SG_FAIL(SG_ERR_NOMEM, "out of memory");
+	int k = 0;
+	for (int i = 0; i < n; i++)
+		if (ids[i] < s->v.eot) t[k++] = ids[i];
+	sg_status st = sg_tokenizer_decode(s->tok, t, (size_t)k, 1, out, len);
+	sg_free(t);
+	return st;
+}
+
+static void strip_span(const char *s, size_t n, size_t *b, size_t *e)
+{
+	*b = 0;
+	*e = n;
+	while (*b < *e && (s[*b] == ' ' || s[*b] == '\t' || s[*b] == '\n' || s[*b] == '\r')) (*b)++;
+	while (*e > *b && (s[*e - 1] == ' ' || s[*e - 1] == '\t' || s[*e - 1] == '\n' || s[*e - 1] == '\r')) (*e)--;
+}
+
+/* faster-whisper's generate_with_fallback: temperatures in order until the result is neither
+ * too repetitive nor too improbable (or it looks like silence). */
+static sg_status decode_window(run *r, const int32_t *prompt, int n_prompt, int sot_index, win_result *res)
+{
+	const sg_transcribe_params *p = r->p;
+	static const float def_t[] = {0.0f, 0.2f, 0.4f, 0.6f, 0.8f, 1.0f};
+	const float *temps = p->temperatures ? p->temperatures : def_t;
+	int n_t = p->temperatures ? p->n_temperatures : 6;
+	size_t cap = (size_t)r->max_new + 1;
+	int32_t *buf = sg_malloc(sizeof(int32_t) * cap * 3);
+	if (!buf) return SG_FAIL(SG_ERR_NOMEM, "out of memory");
+	seqbuf best = {.ids = buf + cap}, sample = {.ids = buf + 2 * cap};
+	/* the kept result and the best below the compression threshold, if any */
+	win_result keep = {0}, keep_cr = {0};
+	int have_keep = 0, have_cr = 0;
+	int32_t *keep_ids = sg_malloc(sizeof(int32_t) * cap * 2);
+	if (!keep_ids) {
+		sg_free(buf);
+		return SG_FAIL(SG_ERR_NOMEM, "out of memory");
+	}
+	sg_status st = SG_OK;
+	float t = 0;
+	int accepted = 0;
+	for (int ti = 0; ti < n_t && !accepted; ti++) {
+		t = temps[ti];
+		float nsp = 0;
+		if (t <= 0 && p->beam_size > 1) st = decode_beam(r, prompt, n_prompt, sot_index, &best, &nsp);
+		else if (t <= 0) st = decode_sample(r, prompt, n_prompt, sot_index, 0, &best, &nsp);
+		else {
+			/* best_of samples, the best by log-probability over length */
+			double bs = 0;
+			int have = 0;
+			for (int k = 0; k < (p->best_of > 0 ? p->best_of : 1) && !st; k++) {
+				st = decode_sample(r, prompt, n_prompt, sot_index, t, &sample, &nsp);
+				double sc = sample.logprob / (sample.n ? sample.n : 1);
+				if (!st && (!have || sc > bs)) {
+					have = 1;
+					bs = sc;
+					memcpy(best.ids, sample.ids, sizeof(int32_t) * (size_t)sample.n);
+					best.n = sample.n;
+					best.logprob = sample.logprob;
+				}
+			}
+		}
+		if (st) break;
+		char *text = NULL;
+		size_t len = 0;
+		if ((st = text_of(r->s, best.ids, best.n, &text, &len))) break;
+		size_t b, e;
+		strip_span(text, len, &b, &e);
+		win_result wr = {
+			.n = best.n,
+			.sum_logprob = best.logprob,
+			.avg_logprob = (float)(best.logprob / (best.n + 1)),
+			.compression_ratio = (float)sg_stt_compression_ratio(text + b, e - b),
+			.no_speech_prob = nsp,
+			.temperature = t,
+		};
+		sg_free(text);
+		int fallback = 0, below_cr = 1;
+		if (p->compression_ratio_threshold > 0 && wr.compression_ratio > p->compression_ratio_threshold) {
+			fallback = 1;
+			below_cr = 0;
+		}
+		if (p->logprob_threshold < 0 && wr.avg_logprob < p->logprob_threshold) fallback = 1;
+		if (p->no_speech_threshold > 0 && wr.no_speech_prob > p->no_speech_threshold && p->logprob_threshold < 0 &&
+		    wr.avg_logprob < p->logprob_threshold)
+			fallback = 0; /* silence: no hotter decode will help */
+		/* remember the best of all and the best below the compression threshold */
+		if (!have_keep || wr.avg_logprob > keep.avg_logprob) {
+			keep = wr;
+			keep.tokens = keep_ids;
+			memcpy(keep_ids, best.ids, sizeof(int32_t) * (size_t)best.n);
+			have_keep = 1;
+		}
+		if (below_cr && (!have_cr || wr.avg_logprob > keep_cr.avg_logprob)) {
+			keep_cr = wr;
+			keep_cr.tokens = keep_ids + cap;
+			memcpy(keep_ids + cap, best.ids, sizeof(int32_t) * (size_t)best.n);
+			have_cr = 1;
+		}
+		if (!fallback) {
+			accepted = 1;
+			*res = wr;
+			res->tokens = keep_ids;
+			memcpy(keep_ids, best.ids, sizeof(int32_t) * (size_t)best.n);
+		}
+	}
+	if (!st && !accepted) {
+		/* every temperature failed: the best below the compression threshold, else the best;
+		 * it reports the last temperature tried (the prompt reset reads it) */
+		*res = have_cr ? keep_cr : keep;
+		res->temperature = t;
+	}
+	sg_free(buf);
+	if (st) {
+		sg_free(keep_ids);
+		res->tokens = NULL;
+		return st;
+	}
+	/* res->tokens points into keep_ids: hand the buffer over */
+	if (res->tokens != keep_ids) memmove(keep_ids, res->tokens, sizeof(int32_t) * (size_t)res->n);
+	res->tokens = keep_ids;
+	return SG_OK;
+}
+
+void sg_stt_split_segments(const sg_stt_vocab *v, const int32_t *tokens, int n, double time_offset, int segment_size,
+			   int *seek, sg_stt_slice *seg, int *n_seg)
+{
+	int32_t tb = v->timestamp_begin;
+	int single_end = n >= 2 && tokens[n - 2] < tb && tokens[n - 1] >= tb;
+	int k = 0, last = 0, any_pair = 0;
+	for (int i = 1; i <= n; i++) {
+		int cut = i < n ? tokens[i] >= tb && tokens[i - 1] >= tb : 0;
+		if (i < n && cut) any_pair = 1;
+		if (!cut && !(i == n && single_end && any_pair)) continue;
+		seg[k++] = (sg_stt_slice){
+			.begin = last,
+			.end = i,
+			.start = time_offset + (tokens[last] - tb) * SG_STT_TIME_PRECISION,
+			.end_s = time_offset + (tokens[i - 1] - tb) * SG_STT_TIME_PRECISION,
+		};
+		last = i;
+	}
+	if (any_pair) {
+		if (single_end) *seek += segment_size;
+		else *seek += (tokens[last - 1] - tb) * SG_STT_INPUT_STRIDE;
+		*n_seg = k;
+		return;
+	}
+	double duration = segment_size * 0.01;
+	int32_t last_ts = -1;
+	for (int i = 0; i < n; i++)
+		if (tokens[i] >= tb) last_ts = tokens[i];
+	if (last_ts >= 0 && last_ts != tb) duration = (last_ts - tb) * SG_STT_TIME_PRECISION;
+	seg[0] = (sg_stt_slice){.begin = 0, .end = n, .start = time_offset, .end_s = time_offset + duration};
+	*n_seg = 1;
+	*seek += segment_size;
+}
+
+/* ---- the long-form loop ---- */
+
+static sg_status check_params(const sg_stt *s, const sg_transcribe_params *p)
+{
+	if (p->beam_size < 1 || p->beam_size > s->max_beam)
+		return sg_error(SG_ERR_INVALID_ARG, "transcribe: beam size %d is out of 1..%d (the model was loaded for beams of at most %d: sg_stt_params.max_beam)",
+				p->beam_size, s->max_beam, s->max_beam);
+	if (p->best_of < 0 || p->best_of > 32)
+		return sg_error(SG_ERR_INVALID_ARG, "transcribe: best_of %d is out of 0..32", p->best_of);
+	if (!(p->patience > 0 && p->patience <= 8))
+		return sg_error(SG_ERR_INVALID_ARG, "transcribe: patience %g is out of (0, 8]", (double)p->patience);
+	if (p->temperatures && (p->n_temperatures < 1 || p->n_temperatures > 32))
+		return sg_error(SG_ERR_INVALID_ARG, "transcribe: %d temperatures (1..32 are allowed)", p->n_temperatures);
+	for (int i = 0; p->temperatures && i < p->n_temperatures; i++)
+		if (!(p->temperatures[i] >= 0 && p->temperatures[i] <= 2))
+			return sg_error(SG_ERR_INVALID_ARG, "transcribe: temperature %g is out of [0, 2]", (double)p->temperatures[i]);
+	if (!(p->max_initial_timestamp >= 0 && p->max_initial_timestamp <= 30))
+		return sg_error(SG_ERR_INVALID_ARG, "transcribe: max_initial_timestamp %g is out of [0, 30]", (double)p->max_initial_timestamp);
+	if (p->n_suppress_tokens < 0 || (p->n_suppress_tokens && !p->suppress_tokens))
+		return sg_error(SG_ERR_INVALID_ARG, "transcribe: suppress_tokens is NULL with %d tokens", p->n_suppress_tokens);
+	for (int i = 0; p->suppress_tokens && i < p->n_suppress_tokens; i++)
+		if (p->suppress_tokens[i] < -1 || p->suppress_tokens[i] >= s->v.n_vocab)
+			return sg_error(SG_ERR_INVALID_ARG, "transcribe: suppressed token %d is outside the vocabulary (%d)",
+					p->suppress_tokens[i], s->v.n_vocab);
+	if (p->language && *p->language && !s->v.multilingual && strcasecmp(p->language, "en"))
+		return sg_error(SG_ERR_INVALID_ARG, "transcribe: language '%.32s': this model is English-only", p->language);
+	if (p->language && *p->language && s->v.multilingual && sg_stt_vocab_lang(&s->v, p->language) < 0)
+		return sg_error(SG_ERR_INVALID_ARG, "transcribe: unknown language '%.32s' (a code such as en, de, fr)", p->language);
+	if (p->translate && !s->v.multilingual)
+		return sg_error(SG_ERR_INVALID_ARG, "transcribe: this model is English-only and cannot translate");
+	return SG_OK;
+}
+
+/* The suppressed set: the caller's list, where -1 stands for the model's non-speech set. */
+static sg_status make_suppress(run *r)
+{
+	const sg_transcribe_params *p = r->p;
+	if (!p->suppress_tokens) {
+		r->rules.suppress = r->s->nonspeech;
+		r->rules.n_suppress = r->s->n_nonspeech;
+		return SG_OK;
+	}
+	int has_default = 0;
+	for (int i = 0; i < p->n_suppress_tokens; i++) has_default |= p->suppress_tokens[i] == -1;
+	size_t n = (size_t)p->n_suppress_tokens + (has_default ? (size_t)r->s->n_nonspeech : 0);
+	r->suppress = sg_malloc(sizeof(int32_t) * (n ? n : 1));
+	if (!r->suppress) return SG_FAIL(SG_ERR_NOMEM, "out of memory");
+	int k = 0;
+	for (int i = 0; i < p->n_suppress_tokens; i++)
+		if (p->suppress_tokens[i] >= 0) r->suppress[k++] = p->suppress_tokens[i];
+	for (int i = 0; has_default && i < r->s->n_nonspeech; i++) r->suppress[k++] = r->s->nonspeech[i];
+	r->rules.suppress = r->suppress;
+	r->rules.n_suppress = k;
+	return SG_OK;
+}
+
+/* The language of the window just encoded: the most probable language token after
+ * <|startoftranscript|>. */
+static sg_status detect_language(run *r, int32_t *lang, float *prob)
+{
+	sg_stt *s = r->s;
+	int nv = s->v.n_vocab;
+	int32_t sot = s->v.sot;
+	sg_status st = sg_whisper_decode(s->w, 0, &sot, 1, 0, 0, r->logits);
+	if (st) return st;
+	float *lg = r->logits;
+	for (int i = 0; i < nv; i++) r->lp[i] = -INFINITY;
+	for (int i = 0; i < s->v.n_lang; i++) r->lp[s->v.lang_id[i]] = lg[s->v.lang_id[i]];
+	sg_stt_log_softmax(r->lp, nv, r->lp);
+	int b = argmax(r->lp, nv);
+	*lang = b;
+	*prob = expf(r->lp[b]);
+	return SG_OK;
+}
+
+typedef struct idvec {
+	int32_t *v;
+	int n, cap;
+} idvec;
+
+static int idvec_push(idvec *x, const int32_t *ids, int n)
+{
+	if (x->n + n > x->cap) {
+		int cap = x->cap ? x->cap : 256;
+		while (cap < x->n + n) cap *= 2;
+		int32_t *v = sg_realloc(x->v, sizeof(int32_t) * (size_t)cap);
+		if (!v) return -1;
+		x->v = v;
+		x->cap = cap;
+	}
+	memcpy(x->v + x->n, ids, sizeof(int32_t) * (size_t)n);
+	x->n += n;
+	return 0;
+}
+
+static sg_status push_segment(sg_transcript *tr, int *cap, const sg_stt_segment *seg)
+{
+	if (tr->n_segments == *cap) {
+		int c = *cap ? *cap * 2 : 32;
+		sg_stt_segment *v = sg_realloc(tr->segments, sizeof(sg_stt_segment) * (size_t)c);
+		if (!v) return SG_FAIL(SG_ERR_NOMEM, "out of memory for %d segments", c);
+		tr->segments = v;
+		*cap = c;
+	}
+	tr->segments[tr->n_segments++] = *seg;
+	return SG_OK;
+}
+
+static void segment_free(sg_stt_segment *g)
+{
+	sg_free(g->text);
+	sg_free(g->tokens);
+	for (int i = 0; i < g->n_words; i++) sg_free(g->words[i].word);
+	sg_free(g->words);
+}
+
+void sg_transcript_free(sg_transcript *tr)
+{
+	if (!tr) return;
+	for (int i = 0; i < tr->n_segments; i++) segment_free(&tr->segments[i]);
+	sg_free(tr->segments);
+	sg_free(tr->text);
+	sg_free(tr);
+}
+
+static sg_status join_text(sg_transcript *tr)
+{
+	size_t len = 0;
+	for (int i = 0; i < tr->n_segments; i++) len += strlen(tr->segments[i].text);
+	char *t = sg_malloc(len + 1), *q = t;
+	if (!t) return SG_FAIL(SG_ERR_NOMEM, "out of memory");
+	for (int i = 0; i < tr->n_segments; i++) {
+		size_t k = strlen(tr->segments[i].text);
+		memcpy(q, tr->segments[i].text, k);
+		q += k;
+	}
+	*q = 0;
+	size_t b, e;
+	strip_span(t, len, &b, &e);
+	memmove(t, t + b, e - b);
+	t[e - b] = 0;
+	tr->text = t;
+	return SG_OK;
+}
+
+/* Where the samples come from: a buffer in memory, or a file streamed through a window of
+ * samples [base, base + len) that only moves forward (seek never goes back before the window
+ * being decoded), so a long recording is never held whole. */
+typedef struct source {
+	const float *pcm; /* memory: [n] */
+	size_t n;         /* memory: the count; stream: known after the first pass */
+	sg_audio_stream *st;
+	float *buf;       /* stream: [cap] samples from base */
+	size_t base, len, cap;
+	int eof;
+} source;
+
+/* Makes samples [off, off + want) readable at *p: *avail of them (fewer only at the end). */
+static sg_status source_get(source *s, size_t off, size_t want, const float **p, size_t *avail)
+{
+	if (!s->st) {
+		*p = off < s->n ? s->pcm + off : NULL;
+		*avail = off < s->n ? s->n - off : 0;
+		return SG_OK;
+	}
+	if (off < s->base) return sg_error(SG_ERR_INTERNAL, "transcribe: sample %zu is before the stream's window (%zu)", off, s->base);
+	/* drop what is before off */
+	size_t drop = off - s->base < s->len ? off - s->base : s->len;
+	memmove(s->buf, s->buf + drop, sizeof(float) * (s->len - drop));
+	s->len -= drop;
+	s->base += drop;
+	if (s->base < off) { /* off is past what was read: skip samples */
+		float tmp[4096];
+		while (s->base < off && !s->eof) {
+			size_t k = off - s->base < 4096 ? off - s->base : 4096, got;
+			sg_status st = sg_audio_stream_read(s->st, tmp, k, &got);
+			if (st) return st;
+			if (!got) s->eof = 1;
+			s->base += got;
+		}
+	}
+	if (want > s->cap) {
+		float *nb = sg_realloc(s->buf, sizeof(float) * want);
+		if (!nb) return SG_FAIL(SG_ERR_NOMEM, "out of memory for %zu samples", want);
+		s->buf = nb;
+		s->cap = want;
+	}
+	while (s->len < want && !s->eof) {
+		size_t got;
+		sg_status st = sg_audio_stream_read(s->st, s->buf + s->len, want - s->len, &got);
+		if (st) return st;
+		if (!got) s->eof = 1;
+		s->len += got;
+	}
+	*p = s->len ? s->buf : NULL;
+	*avail = s->base == off ? s->len : 0;
+	return SG_OK;
+}
+
+/* The window's log-mel: [n_mels][win] from the audio at frame seek, the floor raised to the
+ * whole file's (the reference clamps at the maximum of the whole spectrogram minus 8), frames
+ * past the audio set to 0 as the reference pads a short window. */
+static sg_status window_mel(source *src, int seek, int segment_size, int n_mels, int win, float floor_v, float *full,
+			    float *mel)
+{
+	const float *p;
+	size_t avail;
+	sg_status st = source_get(src, (size_t)seek * SG_MEL_HOP, SG_MEL_N_SAMPLES, &p, &avail);
+	if (!st) st = sg_audio_log_mel(avail ? p : NULL, avail, n_mels, full);
+	if (st) return st;
+	for (int m = 0; m < n_mels; m++) {
+		const float *s = full + (size_t)m * SG_MEL_N_FRAMES;
+		float *dst = mel + (size_t)m * win;
+		for (int j = 0; j < win; j++) dst[j] = j < segment_size ? (s[j] > floor_v ? s[j] : floor_v) : 0.0f;
+	}
+	return SG_OK;
+}
+
+/* The maximum log10 mel energy over the whole audio, 30 s at a time (in the normalised scale
+ * (log10 + 4) / 4), and for a stream the count of its samples (it is read once, then rewound). */
+static sg_status global_max(source *src, int n_mels, float *full, float *out)
+{
+	float mx = -INFINITY;
+	for (size_t off = 0;; off += SG_MEL_N_SAMPLES) {
+		const float *p;
+		size_t avail;
+		sg_status st = source_get(src, off, SG_MEL_N_SAMPLES, &p, &avail);
+		if (st) return st;
+		if (!avail) {
+			if (src->st) src->n = off;
+			break;
+		}
+		if ((st = sg_audio_log_mel(p, avail, n_mels, full))) return st;
+		size_t frames = avail / SG_MEL_HOP + 1;
+		if (frames > SG_MEL_N_FRAMES) frames = SG_MEL_N_FRAMES;
+		for (int m = 0; m < n_mels; m++)
+			for (size_t j = 0; j < frames; j++) {
+				float x = full[(size_t)m * SG_MEL_N_FRAMES + j];
+				if (x > mx) mx = x;
+			}
+		if (avail < SG_MEL_N_SAMPLES) {
+			if (src->st) src->n = off + avail;
+			break;
+		}
+	}
+	if (src->st) {
+		sg_status st = sg_audio_stream_rewind(src->st);
+		if (st) return st;
+		src->base = src->len = 0;
+		src->eof = 0;
+	}
+	*out = mx;
+	return SG_OK;
+}
+
+static sg_status transcribe(sg_stt *s, source *src, const sg_transcribe_params *params, sg_transcript **out)
+{
+	sg_transcribe_params p = params ? *params : sg_transcribe_default_params();
+	sg_status st = check_params(s, &p);
+	if (st) return st;
+	if (p.word_timestamps && (!s->info->n_align_heads))
+		return sg_error(SG_ERR_UNSUPPORTED, "transcribe: word timestamps need the model's alignment heads, which it does not name");
+	if (p.word_timestamps) return sg_error(SG_ERR_UNSUPPORTED, "transcribe: word timestamps are not implemented yet");
+	int nv = s->v.n_vocab, n_mels = s->info->n_mels, win = 2 * s->info->n_audio_ctx;
+	if (win > SG_MEL_N_FRAMES || win < 2)
+		return sg_error(SG_ERR_UNSUPPORTED, "transcribe: the model's window of %d mel frames is not Whisper's (at most %d)", win,
+				SG_MEL_N_FRAMES);
+	sg_transcript *tr = sg_calloc(1, sizeof(*tr));
+	run r = {.s = s, .p = &p, .rng = p.seed ^ 0x5851f42d4c957f2dull};
+	float *full = sg_malloc(sizeof(float) * (size_t)n_mels * SG_MEL_N_FRAMES);
+	float *mel = sg_malloc(sizeof(float) * (size_t)n_mels * (size_t)win);
+	r.logits = sg_malloc(sizeof(float) * (size_t)nv * SG_STT_MAX_BEAM);
+	r.lp = sg_malloc(sizeof(float) * (size_t)nv);
+	int n_ctx = s->info->n_text_ctx;
+	int32_t *prompt = sg_malloc(sizeof(int32_t) * (size_t)n_ctx);
+	idvec all = {0};
+	int seg_cap = 0;
+	if (!tr || !full || !mel || !r.logits || !r.lp || !prompt) {
+		st = SG_FAIL(SG_ERR_NOMEM, "out of memory");
+		goto done;
+	}
+	tr->language_prob = 1;
+	snprintf(tr->language, sizeof(tr->language), "%s", "en");
+	if ((st = make_suppress(&r))) goto done;
+	r.rules.v = &s->v;
+	r.rules.suppress_blank = p.suppress_blank;
+	r.rules.timestamps = p.timestamps;
+	r.rules.max_initial_timestamp_index = (int)lround(p.max_initial_timestamp / SG_STT_TIME_PRECISION);
+	int32_t lang = -1;
+	if (s->v.multilingual && p.language && *p.language) lang = sg_stt_vocab_lang(&s->v, p.language);
+	if (p.initial_prompt && *p.initial_prompt) {
+		/* " " + the prompt stripped, as the reference encodes it */
+		size_t b, e, L = strlen(p.initial_prompt);
+		strip_span(p.initial_prompt, L, &b, &e);
+		char *t = sg_malloc(e - b + 2);
+		if (!t) {
+			st = SG_FAIL(SG_ERR_NOMEM, "out of memory");
+			goto done;
+		}
+		t[0] = ' ';
+		memcpy(t + 1, p.initial_prompt + b, e - b);
+		t[e - b + 1] = 0;
+		struct sg_tokens pt = {0};
+		st = sg_tokenizer_encode(s->tok, t, e - b + 1, 0, &pt);
+		sg_free(t);
+		if (!st && idvec_push(&all, pt.ids, (int)pt.n)) st = SG_FAIL(SG_ERR_NOMEM, "out of memory");
+		sg_tokens_free(&pt);
+		if (st) goto done;
+	}
+	float gmax;
+	if ((st = global_max(src, n_mels, full, &gmax))) goto done;
+	size_t n = src->n;
+	tr->duration = (double)n / SG_AUDIO_RATE;
+	float floor_v = gmax - 2.0f; /* (max - 8 + 4) / 4 in the normalised scale */
+	int content_frames = (int)(n / SG_MEL_HOP), seek = 0, prompt_reset_since = 0;
+	sg_stt_slice *slices = NULL;
+	while (seek < content_frames) {
+		double time_offset = seek * 0.01;
+		int segment_size = content_frames - seek < win ? content_frames - seek : win;
+		if ((st = window_mel(src, seek, segment_size, n_mels, win, floor_v, full, mel))) break;
+		if ((st = sg_whisper_encode(s->w, mel, win))) break;
+		if (s->v.multilingual && lang < 0) {
+			float prob;
+			if ((st = detect_language(&r, &lang, &prob))) break;
+			tr->language_prob = prob;
+		}
+		if (s->v.multilingual) snprintf(tr->language, sizeof(tr->language), "%s", sg_stt_vocab_lang_code(&s->v, lang));
+		/* [<|startofprev|> previous text] <|startoftranscript|> [language task] [<|notimestamps|>] */
+		int np = 0, max_prev = n_ctx / 2 - 1;
+		int prev = all.n - prompt_reset_since;
+		if (prev > 0) {
+			if (prev > max_prev) prev = max_prev;
+			prompt[np++] = s->v.sot_prev;
+			memcpy(prompt + np, all.v + all.n - prev, sizeof(int32_t) * (size_t)prev);
+			np += prev;
+		}
+		int sot_index = np;
+		prompt[np++] = s->v.sot;
+		if (s->v.multilingual) {
+			prompt[np++] = lang;
+			prompt[np++] = p.translate ? s->v.translate : s->v.transcribe;
+		}
+		if (!p.timestamps) prompt[np++] = s->v.no_timestamps;
+		r.max_new = n_ctx / 2 < n_ctx - np ? n_ctx / 2 : n_ctx - np;
+		win_result res = {0};
+		if ((st = decode_window(&r, prompt, np, sot_index, &res))) break;
+		if (p.no_speech_threshold > 0 && res.no_speech_prob > p.no_speech_threshold &&
+		    !(p.logprob_threshold < 0 && res.avg_logprob > p.logprob_threshold)) {
+			/* silence: on to the next window */
+			sg_free(res.tokens);
+			seek += segment_size;
+			if (p.on_progress) p.on_progress(seek * 0.01, tr->duration, p.user);
+			continue;
+		}
+		int previous_seek = seek, n_sl = 0;
+		sg_stt_slice *sl = sg_realloc(slices, sizeof(sg_stt_slice) * (size_t)(res.n + 1));
+		if (!sl) {
+			sg_free(res.tokens);
+			st = SG_FAIL(SG_ERR_NOMEM, "out of memory");
+			break;
+		}
+		slices = sl;
+		sg_stt_split_segments(&s->v, res.tokens, res.n, time_offset, segment_size, &seek, slices, &n_sl);
+		int stop = 0;
+		for (int i = 0; i < n_sl && !st; i++) {
+			sg_stt_segment g = {
+				.seek = previous_seek,
+				.start = slices[i].start,
+				.end = slices[i].end_s,
+				.temperature = res.temperature,
+				.avg_logprob = res.avg_logprob,
+				.compression_ratio = res.compression_ratio,
+				.no_speech_prob = res.no_speech_prob,
+			};
+			int nt = slices[i].end - slices[i].begin;
+			size_t len;
+			if ((st = text_of(s, res.tokens + slices[i].begin, nt, &g.text, &len))) break;
+			size_t b, e;
+			strip_span(g.text, len, &b, &e);
+			if (g.start == g.end || b == e) {
+				sg_free(g.text);
+				continue;
+			}
+			g.tokens = sg_malloc(sizeof(int32_t) * (size_t)(nt ? nt : 1));
+			if (!g.tokens || idvec_push(&all, res.tokens + slices[i].begin, nt)) {
+				segment_free(&g);
+				st = SG_FAIL(SG_ERR_NOMEM, "out of memory");
+				break;
+			}
+			memcpy(g.tokens, res.tokens + slices[i].begin, sizeof(int32_t) * (size_t)nt);
+			g.n_tokens = nt;
+			g.id = tr->n_segments;
+			if ((st = push_segment(tr, &seg_cap, &g))) {
+				segment_free(&g);
+				break;
+			}
+			if (p.on_segment && p.on_segment(&tr->segments[tr->n_segments - 1], p.user)) stop = 1;
+		}
+		sg_free(res.tokens);
+		if (st) break;
+		if (!p.condition_on_previous_text || res.temperature > p.prompt_reset_on_temperature) prompt_reset_since = all.n;
+		if (p.on_progress) p.on_progress((seek < content_frames ? seek : content_frames) * 0.01, tr->duration, p.user);
+		if (stop) {
+			st = sg_error(SG_ERR_CANCELLED, "transcribe: stopped by the segment callback");
+			break;
+		}
+	}
+	sg_free(slices);
+	if (!st || st == SG_ERR_CANCELLED) {
+		sg_status j = join_text(tr);
+		if (j) st = j;
+	}
+done:
+	sg_free(full);
+	sg_free(mel);
+	sg_free(r.logits);
+	sg_free(r.lp);
+	sg_free(r.suppress);
+	sg_free(prompt);
+	sg_free(all.v);
+	if (st && st != SG_ERR_CANCELLED) {
+		sg_transcript_free(tr);
+		tr = NULL;
+	}
+	*out = tr;
+	return st;
+}
+
+sg_status sg_transcribe_pcm(sg_stt *stt, const float *pcm, size_t n, const sg_transcribe_params *params,
+			    sg_transcript **out)
+{
+	if (!out) return SG_FAIL(SG_ERR_INVALID_ARG, "out is NULL");
+	*out = NULL;
+	if (!stt || (!pcm && n)) return SG_FAIL(SG_ERR_INVALID_ARG, "stt or pcm is NULL");
+	if (!n) return sg_error(SG_ERR_FORMAT, "transcribe: the audio is empty (no samples)");
+	source src = {.pcm = pcm, .n = n};
+	return transcribe(stt, &src, params, out);
+}
+
+sg_status sg_transcribe_file(sg_stt *stt, const char *path, const sg_transcribe_params *params, sg_transcript **out)
+{
+	if (!out) return SG_FAIL(SG_ERR_INVALID_ARG, "out is NULL");
+	*out = NULL;
+	if (!stt || !path) return SG_FAIL(SG_ERR_INVALID_ARG, "stt or path is NULL");
+	/* streamed: one window of samples is held at a time, whatever the file's length */
+	source src = {0};
+	sg_status st = sg_audio_stream_open(path, &src.st);
+	if (st) return st;
+	st = transcribe(stt, &src, params, out);
+	sg_audio_stream_close(src.st);
+	sg_free(src.buf);
+	return st;
+}
