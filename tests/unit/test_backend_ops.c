@@ -398,8 +398,7 @@ Test(backend_ops, prefill_equals_decode_bit_for_bit_for_float_and_non_gemm_types
 /* The packed float GEMM (AVX-512, SARAGOSSA_CPU_GEMM_PACKED) against the unpacked tile it
  * replaces, bit for bit: rows past a block of 8, K a multiple of 8 (the sums finished across
  * registers) and with a tail past one (finished one by one), tokens over
- * two chunks of the driver and a partial 6-token tile, and rows longer than its stack buffer
- * (which fall back to the unpacked tile). */
+ * two chunks of the driver and a partial 6-token tile, and long rows (4104). */
 Test(backend_ops, packed_float_gemm_has_the_unpacked_gemms_bits)
 {
 	static const sg_kt kts[3] = {SG_KT_F32, SG_KT_F16, SG_KT_BF16};
