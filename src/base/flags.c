@@ -22,6 +22,12 @@ static const sg_flag table[] = {
 	 "CPU: quantized weights take 8-bit activations and integer dot products (0: f32 reference kernels)"},
 	{"SARAGOSSA_CPU_GEMM", SG_FLAG_BOOL, "1",
 	 "CPU: many-token matmuls (prefill) run the blocked GEMM kernels (0: the one-token kernel per token)"},
+	{"SARAGOSSA_CPU_GELU_SIMD", SG_FLAG_BOOL, "1",
+	 "CPU: GELU with the exact erf (BERT, Whisper) runs the vectorised erf of the x86 kernel sets, within 1e-6 of libm's erff "
+	 "(0: the scalar erff loop)"},
+	{"SARAGOSSA_CPU_GEMM_PACKED", SG_FLAG_BOOL, "1",
+	 "CPU, AVX-512: many-token matmuls of F32/F16/BF16 weights pack 8 weight rows at a time (row pairs interleaved) and run a "
+	 "4 pair x 6 token tile of 512-bit FMAs, the same sums bit for bit (0: the 256-bit 4 x 4 tile on unpacked rows)"},
 	{"SARAGOSSA_CPU_MV4", SG_FLAG_BOOL, "1",
 	 "CPU: many-token matmuls that take the one-token kernel (SARAGOSSA_CPU_GEMM=0, speculative verify steps) run 4 tokens a "
 	 "call on Q4_K and Q6_K weights, each block unpacked once (the same bits; 0: one token a call)"},

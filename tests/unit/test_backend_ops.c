@@ -16,6 +16,7 @@
  *    NMSE ~2e-5. Threshold 1e-4 (4x margin); the measured values are printed with --verbose.
  */
 #include <criterion/criterion.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -392,6 +393,42 @@ Test(backend_ops, prefill_equals_decode_bit_for_bit_for_float_and_non_gemm_types
 		sg_backend_free(be);
 	}
 	cr_expect(exact > 20);
+}
+
+/* The packed float GEMM (AVX-512, SARAGOSSA_CPU_GEMM_PACKED) against the unpacked tile it
+ * replaces, bit for bit: rows past a block of 8, K a multiple of 8 (the sums finished across
+ * registers) and with a tail past one (finished one by one), tokens over
+ * two chunks of the driver and a partial 6-token tile, and long rows (4104). */
+Test(backend_ops, packed_float_gemm_has_the_unpacked_gemms_bits)
+{
+	static const sg_kt kts[3] = {SG_KT_F32, SG_KT_F16, SG_KT_BF16};
+	static const int64_t Ks[3] = {96, 100, 4104};
+	sg_backend *be[2];
+	for (int packed = 0; packed < 2; packed++) {
+		setenv("SARAGOSSA_CPU_GEMM_PACKED", packed ? "1" : "0", 1);
+		sg_flags_reload();
+		be[packed] = make_be("avx512", 2);
+	}
+	unsetenv("SARAGOSSA_CPU_GEMM_PACKED");
+	sg_flags_reload();
+	if (!be[0]) return;
+	cr_assert(!((sg_cpu_backend *)be[0])->gemm_packed && ((sg_cpu_backend *)be[1])->gemm_packed);
+	for (int i = 0; i < 3; i++)
+		for (int ki = 0; ki < 3; ki++) {
+			int64_t N = 77, K = Ks[ki], ntok = 101;
+			wmat w = make_w(be[0], kts[i], N, K, 0, 0);
+			sg_btensor x = f32_tensor(be[0], K, ntok, 1), y0 = f32_tensor(be[0], N, ntok, 1), y1 = f32_tensor(be[0], N, ntok, 1);
+			fill(&x, 1.0f);
+			cr_assert_eq(be[0]->ops->matmul(be[0], &w.t, &x, NULL, &y0), SG_OK);
+			cr_assert_eq(be[1]->ops->matmul(be[1], &w.t, &x, NULL, &y1), SG_OK);
+			cr_expect(!memcmp(y0.data, y1.data, sizeof(float) * (size_t)(N * ntok)), "%s K %lld: packed GEMM differs in bits",
+				  sg_cpu_kt_info(kts[i])->name, (long long)K);
+			sg_btensor *all[] = {&x, &y0, &y1};
+			for (int j = 0; j < 3; j++) be[0]->ops->tensor_free(be[0], all[j]);
+			free_w(&w);
+		}
+	sg_backend_free(be[0]);
+	sg_backend_free(be[1]);
 }
 
 /* A speculative verify step (match_decode on): every type, GEMM kernels or not, gives each of
@@ -1122,6 +1159,59 @@ Test(backend_ops, vector_tanh_gelu_silu_are_accurate_to_2e6_relative)
 	b0->ops->tensor_free(b0, &a);
 	b0->ops->tensor_free(b0, &one);
 	b0->ops->tensor_free(b0, &y);
+	free_sets(&s);
+}
+
+/*
+ * GELU with the exact erf: every set (the x86 sets' vectorised erf, the scalar set's libm erff)
+ * element by element against 0.5 g (1 + erf(g / sqrt 2)) in double, and each SIMD set against the
+ * scalar set: absolute error <= 1e-6 over [-9, 9] (the erfc approximation is within 1.5e-7 of
+ * erf, times |g| / 2, plus float rounding), at a length with a scalar tail. At the tails the
+ * result is the erff form's: exactly g for g >= 6 and 0 for g <= -6, never a subnormal (the
+ * next matmul would pay for every one).
+ */
+Test(backend_ops, vector_gelu_erf_within_1e6_of_erff)
+{
+	beset s = all_sets();
+	sg_backend *b0 = s.be[0];
+	int64_t n = 20005;
+	sg_btensor a = f32_tensor(b0, n, 1, 1), one = f32_tensor(b0, n, 1, 1), y = f32_tensor(b0, n, 1, 1),
+		   y0 = f32_tensor(b0, n, 1, 1);
+	float *ap = a.data;
+	for (int64_t i = 0; i < n; i++) {
+		ap[i] = -9.0f + 18.0f * (float)i / (float)(n - 1);
+		((float *)one.data)[i] = 1.0f;
+	}
+	const float extra[] = {0, -0.0f, 1e-7f, -3e-5f, 6.0f, 7.5f, -7.0f, 30.0f, -60.0f, 1e4f, -1e4f, -5.5f, -13.4f};
+	for (int i = 0; i < 13; i++) ap[i * 7 + 3] = extra[i];
+	cr_assert_eq(b0->ops->glu(b0, &a, &one, SG_ACT_GELU, &y0), SG_OK);
+	const float *r0 = y0.data;
+	for (int i = 0; i < s.n; i++) {
+		sg_backend *be = s.be[i];
+		cr_assert_eq(be->ops->glu(be, &a, &one, SG_ACT_GELU, &y), SG_OK);
+		const float *yp = y.data;
+		double worst = 0, worst0 = 0;
+		int64_t at = 0;
+		for (int64_t k = 0; k < n; k++) {
+			double g = ap[k], want = 0.5 * g * (1 + erf(g / sqrt(2.0)));
+			if (fabs(g) <= 9) {
+				double err = fabs(yp[k] - want), e0 = fabs(yp[k] - r0[k]);
+				if (err > worst) worst = err, at = k;
+				if (e0 > worst0) worst0 = e0;
+			}
+			if (g >= 6) cr_expect_eq(yp[k], ap[k], "set %d: gelu(%g) = %.9g, not the input", i, g, (double)yp[k]);
+			if (g <= -6) cr_expect(yp[k] == 0, "set %d: gelu(%g) = %g, not 0", i, g, (double)yp[k]);
+			cr_expect(yp[k] == 0 || fabsf(yp[k]) >= FLT_MIN, "set %d: gelu(%g) = %g is subnormal", i, g, (double)yp[k]);
+			cr_expect(isfinite(yp[k]), "set %d: gelu(%g) is not finite", i, g);
+		}
+		cr_expect(worst <= 1e-6, "set %d: absolute error %.3g at x = %g", i, worst, (double)ap[at]);
+		cr_expect(worst0 <= 1e-6, "set %d: %.3g from the scalar set's erff", i, worst0);
+		cr_log_info("set %d: gelu-erf worst absolute error %.3g at x = %g, %.3g from erff", i, worst, (double)ap[at], worst0);
+	}
+	b0->ops->tensor_free(b0, &a);
+	b0->ops->tensor_free(b0, &one);
+	b0->ops->tensor_free(b0, &y);
+	b0->ops->tensor_free(b0, &y0);
 	free_sets(&s);
 }
 

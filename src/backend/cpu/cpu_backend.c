@@ -317,6 +317,7 @@ static void row_range(int64_t N, int ith, int nth, int64_t *r0, int64_t *r1)
  * blocks = 128 KiB), while a row tile's weights of that chunk stay in L1 across the tokens. */
 #define GEMM_KC 1024
 #define GEMM_TC 64
+#define GEMM_TCF 96 /* float weights on mm_packed[]: a multiple of its 6-token tile */
 /* GEMM rows are handed out in chunks from a shared counter instead of fixed halves: on cores
  * shared with other work a thread the scheduler holds back takes fewer chunks, instead of the
  * other waiting for it. Each row is still computed whole by one thread, in one order, so the
@@ -332,8 +333,9 @@ static void mm_gemm(mm_job *j, int64_t r0, int64_t r1)
 	int64_t kc = j->q8 ? GEMM_KC : j->K;
 	for (int64_t k0 = 0; k0 < j->K; k0 += kc) {
 		int64_t k1 = k0 + kc < j->K ? k0 + kc : j->K;
-		for (int64_t t0 = 0; t0 < j->nx; t0 += GEMM_TC) {
-			int64_t t1 = t0 + GEMM_TC < j->nx ? t0 + GEMM_TC : j->nx;
+		int64_t tc = j->q8 || j->mm == j->cb->k->mm[j->w.kt] ? GEMM_TC : GEMM_TCF;
+		for (int64_t t0 = 0; t0 < j->nx; t0 += tc) {
+			int64_t t1 = t0 + tc < j->nx ? t0 + tc : j->nx;
 			j->mm(&j->w, r0, r1, xb, xs, t0, t1, j->y, j->N, k0, k1);
 		}
 	}
@@ -460,7 +462,7 @@ static sg_status cpu_matmul(sg_backend *be, const sg_btensor *w, const sg_btenso
 	/* many tokens: the GEMM kernel when the set has one (8-bit types only with 8-bit activations) */
 	sg_kt kt = j.w.kt;
 	if (j.nx > 1 && cb->gemm && !cb->exact && cb->k->mm[kt] && (j.q8 || kt == SG_KT_F32 || kt == SG_KT_F16 || kt == SG_KT_BF16)) {
-		j.mm = cb->k->mm[kt];
+		j.mm = cb->gemm_packed && cb->k->mm_packed[kt] ? cb->k->mm_packed[kt] : cb->k->mm[kt];
 		j.xoff = cb->k->mm_xoff[kt];
 		atomic_init(&j.next, 0);
 	}
@@ -695,6 +697,7 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
 	cb->int8_dot = sg_flag_bool("SARAGOSSA_CPU_INT8_DOT");
 	cb->attn_split_kv = sg_flag_bool("SARAGOSSA_CPU_ATTN_SPLIT_KV");
 	cb->gemm = sg_flag_bool("SARAGOSSA_CPU_GEMM");
+	cb->gemm_packed = sg_flag_bool("SARAGOSSA_CPU_GEMM_PACKED");
 	cb->fused = sg_flag_bool("SARAGOSSA_CPU_FUSED");
 	int64_t chunk = sg_flag_int("SARAGOSSA_CPU_DECODE_CHUNK");
 	cb->decode_chunk = chunk > 0 && chunk <= (1 << 30) ? (size_t)chunk : 65536;

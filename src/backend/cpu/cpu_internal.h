@@ -112,6 +112,7 @@ typedef struct sg_cpu_kernels {
 	void (*mv4[SG_KT_COUNT])(const sg_wview *w, int64_t r0, int64_t r1, const void *const *x, float *const *y);
 	unsigned q8_mask; /* bit kt set: mv[kt] takes 8-bit activations (sg_xq), else f32 */
 	sg_mm_fn mm[SG_KT_COUNT];        /* NULL: the many-token matmul loops mv over tokens */
+	sg_mm_fn mm_packed[SG_KT_COUNT]; /* float weights: a packed-panel mm[] with mm[]'s bits (NULL: none) */
 	short mm_xoff[SG_KT_COUNT];      /* the code offset mm[kt] wants in its activations */
 	sg_quant_x_fn quantize_x;
 	float (*dot_f32)(const float *a, const float *b, int64_t n);
@@ -119,6 +120,8 @@ typedef struct sg_cpu_kernels {
 	/* out = act(g) * u over n elements, act SG_ACT_SILU or SG_ACT_GELU_TANH; out may alias g or u */
 	void (*glu)(sg_act act, const float *g, const float *u, float *out, int64_t n);
 	/* out = cap * tanh(x / cap); out may alias x */
+	/* out = gelu_erf(g) * u (GELU with the exact erf) over n elements; NULL: the scalar erff loop */
+	void (*gelu_erf)(const float *g, const float *u, float *out, int64_t n);
 	void (*softcap)(const float *x, float cap, float *out, int64_t n);
 	/* out[i] = e^(x[i] - m) for i < n (out may alias x); returns the sum of the out[i] */
 	float (*expsum)(const float *x, float m, float *out, int64_t n);
@@ -183,6 +186,7 @@ typedef struct sg_cpu_backend {
 	int int8_dot;      /* SARAGOSSA_CPU_INT8_DOT */
 	int attn_split_kv; /* SARAGOSSA_CPU_ATTN_SPLIT_KV */
 	int gemm;          /* SARAGOSSA_CPU_GEMM: many tokens take the kernel set's mm[] */
+	int gemm_packed;   /* SARAGOSSA_CPU_GEMM_PACKED: float weights take mm_packed[] where the set has it */
 	int fused;         /* SARAGOSSA_CPU_FUSED: one token's matmul_multi in one run (cpu_fused.c) */
 	size_t decode_chunk; /* SARAGOSSA_CPU_DECODE_CHUNK: bytes of weights per chunk a thread takes there */
 	int exact;         /* match_decode on: many-token ops give each token the one-token bits */

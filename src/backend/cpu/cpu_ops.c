@@ -573,6 +573,10 @@ void sg_cpu_glu_rows(const sg_cpu_kernels *k, sg_act act, const float *g, const 
 		k->glu(act, g, u, out, n);
 		return;
 	}
+	if (k->gelu_erf && sg_flag_bool("SARAGOSSA_CPU_GELU_SIMD")) {
+		k->gelu_erf(g, u, out, n);
+		return;
+	}
 	for (int64_t i = 0; i < n; i++) out[i] = 0.5f * g[i] * (1.0f + erff(g[i] * 0.70710678f)) * u[i];
 }
 
