@@ -28,6 +28,24 @@ int sg_embedder_dim(const sg_embedder *e) { return e->dim; }
 int sg_embedder_max_tokens(const sg_embedder *e) { return e->max_tokens; }
 int sg_embedder_has_tokenizer(const sg_embedder *e) { return e->tok != NULL; }
 int sg_embedder_is_reranker(const sg_embedder *e) { return e->n_labels > 0; }
+int sg_embedder_normalizes(const sg_embedder *e) { return e->pool.normalize; }
+
+sg_status sg_embedder_truncate(const sg_embedder *e, float *vecs, int n, int keep)
+{
+	if (keep < 1 || keep > e->dim)
+		return sg_error(SG_ERR_RANGE, "embed: dimensions %d is outside [1, %d], the model's embedding size", keep, e->dim);
+	for (int i = 0; i < n; i++) {
+		float *dst = vecs + (size_t)i * (size_t)keep;
+		memmove(dst, vecs + (size_t)i * (size_t)e->dim, sizeof(float) * (size_t)keep);
+		if (!e->pool.normalize) continue;
+		double ss = 0.0;
+		for (int j = 0; j < keep; j++) ss += (double)dst[j] * dst[j];
+		double norm = sqrt(ss);
+		if (norm < 1e-12) norm = 1e-12;
+		for (int j = 0; j < keep; j++) dst[j] = (float)(dst[j] / norm);
+	}
+	return SG_OK;
+}
 
 /* sentence-transformers' CrossEncoder activation: config.json's sentence_transformers.activation_fn
  * (or the older sbert_ce_default_activation_function), else sigmoid for one label, else identity. */

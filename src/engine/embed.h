@@ -39,6 +39,15 @@ sg_status sg_embedder_embed_ids(sg_embedder *e, const int32_t *ids, int n, float
  * truncation). *n_tokens (may be NULL) gets the tokens embedded. */
 sg_status sg_embedder_embed_text(sg_embedder *e, const char *text, size_t len, int truncate, float *out, int *n_tokens);
 
+/* 1 if the model L2-normalises its embeddings (a Normalize module). */
+int sg_embedder_normalizes(const sg_embedder *e);
+
+/* Matryoshka truncation of n embeddings in place: rows [n][dim] become rows [n][keep] (packed at
+ * the start of vecs), each re-normalised to unit length when the model normalises (a truncated
+ * unit vector is no longer one; Ollama and the OpenAI API return unit vectors at any dimensions).
+ * keep outside [1, dim] is SG_ERR_RANGE naming both. */
+sg_status sg_embedder_truncate(const sg_embedder *e, float *vecs, int n, int keep);
+
 /* One input of a batch: text[0..len) when text is set, else n_ids token ids (special tokens
  * included). Borrowed for the call. */
 typedef struct sg_embed_input {
