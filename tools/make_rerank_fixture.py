@@ -3,13 +3,16 @@
 
 Runs where torch, transformers, tokenizers and sentence-transformers are installed (a CPU install is
 enough). The model is BertForSequenceClassification with one label (ms-marco-MiniLM's head: pooler,
-dropout, one linear), seeded random weights rounded to bf16 and stored as float32 (exact), and a small
+dropout, one linear), seeded random weights rounded to bf16 and stored as bf16 (exact), and a small
 WordPiece tokenizer (BERT normaliser and pre-tokeniser, the pair template [CLS] $A [SEP] $B:1 [SEP]:1).
 The reference is sentence-transformers' CrossEncoder.predict on the stored files, in float32:
 
+    ref.safetensors  scores float32 [n], logits float32 [n] (as in ref.json, for the fixture checks)
     ref.json  {"query", "documents", "scores" (CrossEncoder.predict: sigmoid of the logit, its default
                for one label), "logits" (the raw logits), "input_ids" and "token_type_ids" of each pair
                as the tokenizer encodes it, versions}
+
+and its entry in tests/fixtures/MANIFEST.json (sha256 of every file) when that file exists.
 
 Usage: python tools/make_rerank_fixture.py [OUT_DIR]
 """
@@ -73,9 +76,15 @@ def main():
         # a wider head: scores spread over (0, 1) rather than all near one value
         model.classifier.weight.copy_((torch.randn_like(model.classifier.weight) * 0.35).to(torch.bfloat16).float())
         model.classifier.bias.fill_(0.125)
-    model.save_pretrained(OUT, safe_serialization=True)
+    # the reference runs in float32 on a float32 copy (same values); the fixture stores bf16
+    import tempfile
+    tmp = Path(tempfile.mkdtemp(prefix="ce-f32-"))
+    model.save_pretrained(tmp, safe_serialization=True)
+    fast.save_pretrained(tmp)
+    model.to(torch.bfloat16).save_pretrained(OUT, safe_serialization=True)
+    model.to(torch.float32)
 
-    ce = sentence_transformers.CrossEncoder(str(OUT), device="cpu")
+    ce = sentence_transformers.CrossEncoder(str(tmp), device="cpu")
     pairs = [(QUERY, d) for d in DOCS]
     scores = ce.predict(pairs, convert_to_numpy=True)
     enc = fast([QUERY] * len(DOCS), DOCS, padding=True, return_tensors="pt")
@@ -93,6 +102,15 @@ def main():
                      "sentence_transformers": sentence_transformers.__version__},
     }
     (OUT / "ref.json").write_text(json.dumps(ref, indent=1) + "\n")
+    from safetensors.torch import save_file
+    save_file({"scores": torch.tensor(ref["scores"], dtype=torch.float32), "logits": logits.to(torch.float32).contiguous()},
+              str(OUT / "ref.safetensors"), metadata={"seed": "40", "query": QUERY})
+    manifest = OUT.parent / "MANIFEST.json"
+    if manifest.exists():
+        import hashlib
+        m = json.loads(manifest.read_text())
+        m[OUT.name] = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(OUT.iterdir()) if f.is_file()}
+        manifest.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
     print("wrote", OUT, "scores", ref["scores"])
 
 

@@ -159,6 +159,8 @@ static const sg_flag table[] = {
 	 "memory a model's weights may take at load (bytes, k/m/g suffix); 0 = what is available now, -1 = no check"},
 	{"SARAGOSSA_DEFAULT_MODEL", SG_FLAG_STR, "",
 	 "model `run` and `generate` use when none is given; empty = Gemma 3 270M in saragossa's models folder"},
+	{"SARAGOSSA_SERVE_EMBED_MAX_INPUTS", SG_FLAG_INT, "8192",
+	 "serve: the most inputs one embedding request (or documents one rerank request) may hold; more is a 400"},
 	{"SARAGOSSA_DEFAULT_EMBED_MODEL", SG_FLAG_STR, "",
 	 "model `embed` uses when none is given; empty = all-MiniLM-L6-v2 in saragossa's models folder"},
 	{"SARAGOSSA_GRAMMAR_FAST_MASK", SG_FLAG_BOOL, "1",
