@@ -190,7 +190,7 @@ def test_weight_shapes_agree_with_config(fx):
             stacks.setdefault(m.group(1) or "", set()).add(int(m.group(2)))
     if fx.kind == "whisper":
         want = {"encoder": cfg["encoder_layers"], "decoder": cfg["decoder_layers"]}
-    elif fx.kind == "bert":
+    elif fx.kind in ("bert", "cross_encoder"):
         want = {"encoder": cfg["num_hidden_layers"]}
     else:
         want = {"": cfg["num_hidden_layers"]}
