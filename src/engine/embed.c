@@ -261,6 +261,11 @@ sg_status sg_embedder_embed_batch(sg_embedder *e, const sg_embed_input *in, int 
 		else if (in[i].n_ids > e->max_tokens)
 			st = sg_error(SG_ERR_RANGE, "embed: an input of %d tokens exceeds the model's limit of %d", in[i].n_ids, e->max_tokens);
 		else {
+			/* checked here, where the input's index is known, rather than in the batch */
+			int nv = sg_bert_desc(e->enc)->n_vocab;
+			for (int k = 0; k < in[i].n_ids && !st; k++)
+				if (in[i].ids[k] < 0 || in[i].ids[k] >= nv)
+					st = sg_error(SG_ERR_RANGE, "embed: token %d = %d is outside the vocabulary [0, %d)", k, in[i].ids[k], nv);
 			t[i].ids = (int32_t *)in[i].ids;
 			t[i].n = in[i].n_ids;
 		}

@@ -493,9 +493,10 @@ static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, co
 		return mr;
 	}
 	if (sg_srv_model_embedder(m)) {
+		enum MHD_Result r = not_text_model(c, route, sg_srv_model_info_get(m)->name);
 		sg_pool_release(s->pool, m);
 		sg_job_unref(j);
-		return not_text_model(c, route, q->model);
+		return r;
 	}
 	j->model = m;
 	j->user = s->pool;
@@ -586,7 +587,7 @@ static enum MHD_Result handle_tokenize(struct MHD_Connection *c, server *s, conn
 	m = acquire_model(c, s, route, q.model, &r);
 	if (!m) goto out;
 	if (sg_srv_model_embedder(m)) {
-		r = not_text_model(c, route, q.model);
+		r = not_text_model(c, route, sg_srv_model_info_get(m)->name);
 		goto out;
 	}
 	if (route == SG_ROUTE_TOKENIZE) {
@@ -670,6 +671,7 @@ static void embed_job_run(sg_job *j)
 		     : sg_srv_err_set(&e, 400, NULL, "model", "model '%.200s' generates text and has no embedding head: serve an embedding "
 							      "model with --embed-model NAME=PATH",
 				      name);
+	if (!emb) snprintf(e.code, sizeof e.code, "model_not_supported");
 	json_t *b = st ? sg_resp_error_body(r->route, &e) : out;
 	/* 9 significant digits: enough to read back the same f32 */
 	char *t = b ? json_dumps(b, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;

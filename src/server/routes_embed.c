@@ -1,6 +1,7 @@
 /* Embedding and rerank routes (see routes_embed.h). */
 #include "server/routes_embed.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -256,12 +257,16 @@ int sg_embed_run(sg_embedder *e, const char *name, const sg_embed_req *r, uint64
 {
 	*out = NULL;
 	int rerank = r->route == SG_ROUTE_RERANK;
-	if (rerank != sg_embedder_is_reranker(e))
-		return sg_srv_err_set(err, 400, NULL, "model", rerank ? "model '%s' is an embedding model, not a reranker (a cross-encoder): "
-								       "it cannot score documents; use /v1/embeddings"
-								     : "model '%s' is a reranker (a cross-encoder): it scores (query, "
-								       "document) pairs on /v1/rerank and makes no embeddings",
-				      name);
+	if (rerank != sg_embedder_is_reranker(e)) {
+		int st = sg_srv_err_set(err, 400, NULL, "model",
+					rerank ? "model '%s' is an embedding model, not a reranker (a cross-encoder): it cannot score "
+						 "documents; use /v1/embeddings"
+					       : "model '%s' is a reranker (a cross-encoder): it scores (query, document) pairs on /v1/rerank "
+						 "and makes no embeddings",
+					name);
+		snprintf(err->code, sizeof err->code, "model_not_supported");
+		return st;
+	}
 	if (rerank) return run_rerank(e, name, r, out, err);
 	int dim = sg_embedder_dim(e);
 	if (r->dimensions > dim)
