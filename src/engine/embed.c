@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/flags.h"
 #include "base/json.h"
+#include "formats/qtypes.h"
 #include "formats/stconfig.h"
 #include "models/bert.h"
 #include "text/tokenizer/tokenizer.h"
@@ -29,6 +30,8 @@ int sg_embedder_max_tokens(const sg_embedder *e) { return e->max_tokens; }
 int sg_embedder_has_tokenizer(const sg_embedder *e) { return e->tok != NULL; }
 int sg_embedder_is_reranker(const sg_embedder *e) { return e->n_labels > 0; }
 int sg_embedder_normalizes(const sg_embedder *e) { return e->pool.normalize; }
+int sg_embedder_n_vocab(const sg_embedder *e) { return sg_bert_desc(e->enc)->n_vocab; }
+const char *sg_embedder_weight_type(const sg_embedder *e) { return sg_type_name(sg_bert_weight_type(e->enc)); }
 
 sg_status sg_embedder_truncate(const sg_embedder *e, float *vecs, int n, int keep)
 {

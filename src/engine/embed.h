@@ -39,6 +39,11 @@ sg_status sg_embedder_embed_ids(sg_embedder *e, const int32_t *ids, int n, float
  * truncation). *n_tokens (may be NULL) gets the tokens embedded. */
 sg_status sg_embedder_embed_text(sg_embedder *e, const char *text, size_t len, int truncate, float *out, int *n_tokens);
 
+/* The vocabulary size, and the type of the encoder's weights ("F32", "BF16"...: its first
+ * query projection's). */
+int sg_embedder_n_vocab(const sg_embedder *e);
+const char *sg_embedder_weight_type(const sg_embedder *e);
+
 /* 1 if the model L2-normalises its embeddings (a Normalize module). */
 int sg_embedder_normalizes(const sg_embedder *e);
 

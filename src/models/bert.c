@@ -84,6 +84,7 @@ sg_bert_params sg_bert_default_params(void)
 
 const sg_model_desc *sg_bert_desc(const sg_bert *b) { return &b->m.desc; }
 int sg_bert_has_pooler(const sg_bert *b) { return b->pool_w.data != NULL; }
+int sg_bert_weight_type(const sg_bert *b) { return b->m.desc.n_layer > 0 ? (int)b->layers[0].wq.type : (int)b->word.type; }
 
 static void free_tensors(sg_backend *be, sg_btensor *t, size_t n)
 {

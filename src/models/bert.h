@@ -34,6 +34,8 @@ sg_status sg_bert_load(const char *path, const sg_bert_params *p, sg_bert **out)
 void sg_bert_free(sg_bert *b);
 
 const sg_model_desc *sg_bert_desc(const sg_bert *b);
+/* The type of the encoder's projection weights (the first layer's query), an sg_type. */
+int sg_bert_weight_type(const sg_bert *b);
 /* 1 if the checkpoint has BERT's pooler (dense + tanh on the first token). */
 int sg_bert_has_pooler(const sg_bert *b);
 

@@ -287,8 +287,9 @@ sg_status sg_srv_model_load_embed(const char *name, const char *path, sg_srv_mod
 		return s;
 	}
 	snprintf(m->info.arch, sizeof m->info.arch, "%s", sg_embedder_is_reranker(m->emb) ? "bert-reranker" : "bert");
-	snprintf(m->info.quant, sizeof m->info.quant, "F32");
+	snprintf(m->info.quant, sizeof m->info.quant, "%s", sg_embedder_weight_type(m->emb));
 	m->info.n_ctx = sg_embedder_max_tokens(m->emb);
+	m->info.n_vocab = sg_embedder_n_vocab(m->emb);
 	m->agent.think_start_id = m->agent.think_end_id = -1;
 	*out = m;
 	return SG_OK;

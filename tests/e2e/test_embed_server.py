@@ -162,6 +162,18 @@ def test_text_routes_refuse_the_embedding_model_and_the_server_stays_up(oai):
     assert "has no embedding head" in str(e.value)
     with pytest.raises(openai.NotFoundError):
         oai.embeddings.create(model="nope", input="hi")
+    models = {m.id for m in oai.models.list().data}
+    assert {"q3", "emb", "rr"} <= models
+
+
+def test_ollama_show_says_embedding_and_the_weight_type(oll):
+    s = oll.show("emb")
+    assert "embedding" in s.capabilities and s.details.quantization_level == "BF16"
+    assert s.modelinfo["context_length"] == 64 and s.modelinfo["vocab_size"] == 320
+    assert "completion" in oll.show("q3").capabilities
+
+
+def test_text_model_still_answers(oai):
     r = oai.chat.completions.create(model="q3", messages=[{"role": "user", "content": "hi"}], max_tokens=1)
     assert r.choices[0].finish_reason in ("length", "stop")
     assert oai.embeddings.create(model="emb", input="hi").data
