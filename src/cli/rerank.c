@@ -20,12 +20,12 @@
 
 #define MAX_DOCS 100000
 
-static const float *g_scores;
-
-static int by_score(const void *a, const void *b)
+/* Best score first, ties in input order (qsort_r's context: the scores). */
+static int by_score(const void *a, const void *b, void *scores)
 {
+	const float *s = scores;
 	int x = *(const int *)a, y = *(const int *)b;
-	if (g_scores[x] != g_scores[y]) return g_scores[x] > g_scores[y] ? -1 : 1;
+	if (s[x] != s[y]) return s[x] > s[y] ? -1 : 1;
 	return x - y;
 }
 
@@ -128,8 +128,7 @@ int sg_cli_rerank(int argc, char **argv)
 		fprintf(stderr, "saragossa rerank: %s\n", sg_last_error());
 	else {
 		for (int i = 0; i < n; i++) order[i] = i;
-		g_scores = scores;
-		qsort(order, (size_t)n, sizeof(int), by_score);
+		qsort_r(order, (size_t)n, sizeof(int), by_score, scores);
 		int k = top_n > 0 && top_n < n ? (int)top_n : n;
 		if (!strcmp(format, "json")) {
 			json_t *res = json_array();

@@ -205,12 +205,12 @@ static json_t *float_array(const float *v, int n)
 	return a;
 }
 
-static const float *g_scores;
-
-static int by_score(const void *a, const void *b)
+/* Best score first, ties in input order (qsort_r's context: the scores). */
+static int by_score(const void *a, const void *b, void *scores)
 {
+	const float *s = scores;
 	int x = *(const int *)a, y = *(const int *)b;
-	if (g_scores[x] != g_scores[y]) return g_scores[x] > g_scores[y] ? -1 : 1;
+	if (s[x] != s[y]) return s[x] > s[y] ? -1 : 1;
 	return x - y;
 }
 
@@ -233,8 +233,7 @@ static int run_rerank(sg_embedder *e, const char *name, const sg_embed_req *r, j
 	if (!status) {
 		json_int_t tokens = 0;
 		for (int i = 0; i < r->n; i++) tokens += ntok[i], order[i] = i;
-		g_scores = scores; /* the worker is one thread */
-		qsort(order, (size_t)r->n, sizeof(int), by_score);
+		qsort_r(order, (size_t)r->n, sizeof(int), by_score, scores);
 		int k = r->top_n > 0 && r->top_n < r->n ? r->top_n : r->n;
 		json_t *res = json_array();
 		for (int i = 0; res && i < k; i++) {
