@@ -106,8 +106,12 @@ def llama_eval_ms(binary, gguf, threads, texts):
         f.write("\n".join(texts))
         path = f.name
     try:
+        # a context (and batch) that holds every text at once: one decode; -lv 4 prints llama_perf, which
+        # counts the decodes after the start-up warm-up
+        ctx = "512" if len(texts) == 1 else "4096"
         r = subprocess.run([binary, "-m", gguf, "-f", path, "-t", str(threads), "-tb", str(threads), "--pooling", "mean",
-                            "--embd-normalize", "2", "-c", "4096", "-b", "4096", "-ub", "4096", "--embd-output-format", "array"],
+                            "--embd-normalize", "2", "-c", ctx, "-b", ctx, "-ub", ctx, "--embd-output-format", "array",
+                            "--perf", "-lv", "4"],
                            capture_output=True, text=True, timeout=600)
     finally:
         os.unlink(path)
