@@ -3,9 +3,10 @@
 
   saragossa          libsaragossa's sg_embed_texts (through ctypes, in this process), CPU backend
   sentence-transformers  SentenceTransformer.encode on PyTorch CPU (batch_size 1 / 64)
-  llama.cpp          llama-embedding on a GGUF of the same model (F32, mean pooling, normalised); its own
-                     "prompt eval time" (llama_perf), one process per sentence for batch 1 and one process
-                     of 64 sentences for batch 64, so its model load is not counted
+  llama.cpp          llama-embedding on a GGUF of the same model (F32, mean pooling, normalised), one process
+                     per sentence for batch 1 and one process of 64 sentences (one decode) for batch 64;
+                     the time of its decode from its own log timestamps, so start-up, model load and
+                     warm-up are not counted
 
 Same model (all-MiniLM-L6-v2, F32 weights in all three), same sentences (SENTENCES below: 64 of 6 to 60
 tokens), same thread count. The engines run in interleaved rounds (saragossa, torch, llama.cpp, then
@@ -98,7 +99,14 @@ def run_torch(model, threads, batch):
     return len(SENTENCES) / (time.perf_counter() - t0), len(SENTENCES) / (time.process_time() - c0)
 
 
-EVAL = re.compile(r"prompt eval time =\s*([0-9.]+) ms")
+# llama's log lines start with the time since start, "M.SS.mmm.uuu"; the decode of a batch runs between
+# its "batch_decode: n_tokens" line and the next timestamped line (the perf summary, printed after the
+# embeddings). Its llama_perf "prompt eval" figure counts only decoder runs, not an encoder's.
+STAMP = re.compile(r"^(\d+)\.(\d+)\.(\d+)\.(\d+) ", re.M)
+
+
+def stamp_s(m):
+    return int(m.group(1)) * 60 + int(m.group(2)) + int(m.group(3)) / 1e3 + int(m.group(4)) / 1e6
 
 
 def llama_eval_ms(binary, gguf, threads, texts):
@@ -106,8 +114,7 @@ def llama_eval_ms(binary, gguf, threads, texts):
         f.write("\n".join(texts))
         path = f.name
     try:
-        # a context (and batch) that holds every text at once: one decode; -lv 4 prints llama_perf, which
-        # counts the decodes after the start-up warm-up
+        # a context (and batch) that holds every text at once: one decode
         ctx = "512" if len(texts) == 1 else "4096"
         r = subprocess.run([binary, "-m", gguf, "-f", path, "-t", str(threads), "-tb", str(threads), "--pooling", "mean",
                             "--embd-normalize", "2", "-c", ctx, "-b", ctx, "-ub", ctx, "--embd-output-format", "array",
@@ -115,10 +122,12 @@ def llama_eval_ms(binary, gguf, threads, texts):
                            capture_output=True, text=True, timeout=600)
     finally:
         os.unlink(path)
-    m = EVAL.findall(r.stderr)
-    if r.returncode or not m:
-        sys.exit(f"llama-embedding failed ({r.returncode}): {r.stderr[-2000:]}")
-    return float(m[-1])
+    log = r.stderr + r.stdout
+    stamps = list(STAMP.finditer(log))
+    starts = [i for i, m in enumerate(stamps) if "batch_decode: n_tokens" in log[m.end():m.end() + 40]]
+    if r.returncode or len(starts) != 1 or starts[0] + 1 >= len(stamps):
+        sys.exit(f"llama-embedding failed ({r.returncode}) or decoded in {len(starts)} batches: {log[-2000:]}")
+    return 1000 * (stamp_s(stamps[starts[0] + 1]) - stamp_s(stamps[starts[0]]))
 
 
 def run_llama(binary, gguf, threads, batch):
