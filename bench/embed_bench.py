@@ -122,12 +122,12 @@ def llama_eval_ms(binary, gguf, threads, texts):
                            capture_output=True, text=True, timeout=600)
     finally:
         os.unlink(path)
-    log = r.stderr + r.stdout
-    stamps = list(STAMP.finditer(log))
-    starts = [i for i, m in enumerate(stamps) if "batch_decode: n_tokens" in log[m.end():m.end() + 40]]
-    if r.returncode or len(starts) != 1 or starts[0] + 1 >= len(stamps):
-        sys.exit(f"llama-embedding failed ({r.returncode}) or decoded in {len(starts)} batches: {log[-2000:]}")
-    return 1000 * (stamp_s(stamps[starts[0] + 1]) - stamp_s(stamps[starts[0]]))
+    log = r.stderr + "\n" + r.stdout
+    t0 = [stamp_s(m) for m in STAMP.finditer(log) if "batch_decode: n_tokens" in log[m.end():m.end() + 40]]
+    t1 = [stamp_s(m) for m in STAMP.finditer(log) if "llama_perf_context_print" in log[m.end():m.end() + 40]]
+    if r.returncode or len(t0) != 1 or not t1:
+        sys.exit(f"llama-embedding failed ({r.returncode}) or decoded in {len(t0)} batches: {log[:3000]}")
+    return 1000 * (min(t1) - t0[0])
 
 
 def run_llama(binary, gguf, threads, batch):
