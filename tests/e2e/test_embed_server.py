@@ -37,7 +37,7 @@ HAVE_MINILM = (MINILM / "model.safetensors").exists()
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
-    d = tmp_path_factory.mktemp("embserve")
+    d = tmp_path_factory.mktemp("embed-server")
     args = ["--model", f"q3={make_qwen3_agent_model(d / 'q3')}", "--embed-model", f"emb={make_embed_model(d / 'emb')}",
             "--embed-model", f"rr={CE}"]
     if HAVE_MINILM:
