@@ -23,6 +23,10 @@ static void usage(void)
 	       "  --model NAME=MODEL    serve MODEL (a folder, a .gguf file, a name in the models folder or a\n"
 	       "                        Hugging Face repo id) under NAME, the request's \"model\" field;\n"
 	       "                        repeatable; the first is the default. --model MODEL names it MODEL\n"
+	       "  --embed-model NAME=MODEL  serve an embedding model (a sentence-transformers folder: BERT,\n"
+	       "                        MiniLM, BGE, XLM-R, MPNet, a last-token decoder...) or a cross-encoder reranker under NAME on /v1/embeddings,\n"
+	       "                        /api/embed, /api/embeddings and /v1/rerank; repeatable; same pool and\n"
+	       "                        memory guard as --model; the first is the default of those routes\n"
 	       "  --ctx N               context tokens per model (default: the model's, capped at 4096)\n"
 	       "  --backend B           cpu, cuda or auto: where models run (default $RETI_SERVE_BACKEND,\n"
 	       "                        auto: the GPU when this build has CUDA and one is usable)\n"
@@ -65,6 +69,7 @@ int sg_cli_serve(int argc, char **argv)
 	static char names[SG_SERVER_MAX_MODELS][128];
 	static sg_hub_model resolved[SG_SERVER_MAX_MODELS];
 	const char *specs[SG_SERVER_MAX_MODELS];
+	int is_embed[SG_SERVER_MAX_MODELS];
 	int n_specs = 0;
 	for (int i = 0; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -77,10 +82,11 @@ int sg_cli_serve(int argc, char **argv)
 			continue;
 		} else if (!strcmp(a, "--no-prefix-cache")) {
 			o.no_prefix_cache = 1;
-		} else if (!strcmp(a, "--model")) {
-			if (!v) return sg_cli_usage_error("serve", "--model needs NAME=MODEL");
+		} else if (!strcmp(a, "--model") || !strcmp(a, "--embed-model")) {
+			if (!v) return sg_cli_usage_error("serve", "%s needs NAME=MODEL", a);
 			if (n_specs == SG_SERVER_MAX_MODELS)
-				return sg_cli_usage_error("serve", "at most %d --model flags", SG_SERVER_MAX_MODELS);
+				return sg_cli_usage_error("serve", "at most %d --model and --embed-model flags", SG_SERVER_MAX_MODELS);
+			is_embed[n_specs] = a[2] == 'e';
 			specs[n_specs++] = v;
 		} else if (!strcmp(a, "--socket")) {
 			if (!v) return sg_cli_usage_error("serve", "--socket needs a PATH");
@@ -151,8 +157,12 @@ int sg_cli_serve(int argc, char **argv)
 		}
 		o.models[i].name = names[i];
 		o.models[i].path = resolved[i].path;
+		o.models[i].embed = is_embed[i];
 	}
 	o.n_models = n_specs;
+	int n_text = 0;
+	for (int i = 0; i < n_specs; i++) n_text += !is_embed[i];
+	if (n_specs && !n_text) SG_INFO("serve: embedding models only: the text routes answer 404");
 	if (!n_specs) SG_WARN("serve: no --model given: generation routes answer 404 until a model is served");
 	if (sg_server_run(&o)) {
 		fprintf(stderr, "saragossa: %s\n", sg_last_error());

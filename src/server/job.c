@@ -41,6 +41,7 @@ void sg_job_unref(sg_job *j)
 	pthread_mutex_unlock(&j->mu);
 	if (left) return;
 	if (j->on_free) j->on_free(j);
+	if (j->work_free) j->work_free(j->work);
 	sg_free(j->session);
 	close(j->evfd);
 	pthread_mutex_destroy(&j->mu);

@@ -32,7 +32,12 @@ typedef struct sg_srv_model_info {
 /* Loads the model at path (already resolved) under name; n_ctx 0 = the model's own maximum,
  * bounded by what memory allows. */
 sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, sg_srv_model **out);
+/* Loads the embedding model or cross-encoder at path (engine/embed.h) under name: it serves the
+ * embedding and rerank routes only; the text routes refuse it (sg_srv_model_lm is NULL). */
+sg_status sg_srv_model_load_embed(const char *name, const char *path, sg_srv_model **out);
 void sg_srv_model_free(sg_srv_model *m);
+/* The embedder of a model loaded by sg_srv_model_load_embed, else NULL (a text model). */
+struct sg_embedder *sg_srv_model_embedder(const sg_srv_model *m);
 
 const sg_srv_model_info *sg_srv_model_info_get(const sg_srv_model *m);
 
@@ -71,7 +76,8 @@ sg_status sg_srv_model_token_bytes(const sg_srv_model *m, int32_t id, char **out
 /* End-of-sequence / end-of-turn ids. */
 const int32_t *sg_srv_model_eos(const sg_srv_model *m, size_t *n);
 
-/* The engine the model generates through (worker only: sg_lm_generate). */
+/* The engine the model generates through (worker only: sg_lm_generate); NULL for an embedding
+ * model. */
 sg_lm *sg_srv_model_lm(const sg_srv_model *m);
 
 /* The accelerator backend RETI_SERVE_BACKEND sends served models to ("cuda": they live in device

@@ -16,6 +16,7 @@
 typedef struct entry {
 	char name[128];
 	char path[4096];
+	int embed;       /* an embedding model or cross-encoder (--embed-model) */
 	sg_srv_model *m; /* NULL when not resident */
 	int refs;        /* requests using m */
 	uint64_t used;   /* tick of the last acquire: the LRU order */
@@ -50,7 +51,7 @@ static void accel_probe(void *user, sg_mem_probe *out)
 	int have = 0;
 	pthread_mutex_lock(&p->mu);
 	for (int i = 0; i < p->n && !have; i++)
-		if (p->e[i].m) have = sg_lm_device_memory(sg_srv_model_lm(p->e[i].m), &f, &t);
+		if (p->e[i].m && sg_srv_model_lm(p->e[i].m)) have = sg_lm_device_memory(sg_srv_model_lm(p->e[i].m), &f, &t);
 	pthread_mutex_unlock(&p->mu);
 	if (!have && p->accel_be) {
 		have = sg_backend_device_memory(p->accel_be, 0, &f, &t) == SG_OK;
@@ -100,6 +101,7 @@ sg_status sg_pool_new(const sg_server_model_spec *specs, int n, int32_t n_ctx, i
 	for (int i = 0; i < n; i++) {
 		snprintf(p->e[i].name, sizeof p->e[i].name, "%s", specs[i].name);
 		snprintf(p->e[i].path, sizeof p->e[i].path, "%s", specs[i].path);
+		p->e[i].embed = specs[i].embed;
 	}
 	*out = p;
 	return SG_OK;
@@ -134,12 +136,16 @@ int sg_pool_block_tokens(const sg_pool *p) { return p->block_tokens; }
 sg_prefix_cache *sg_pool_prefix_cache(sg_pool *p) { return p->pc; }
 sg_memguard *sg_pool_guard(sg_pool *p) { return &p->guard; }
 
+int sg_pool_find_kind(sg_pool *p, const char *name, int embed)
+{
+	for (int i = 0; i < p->n; i++)
+		if (name && *name ? !strcmp(p->e[i].name, name) : p->e[i].embed == embed) return i;
+	return -1;
+}
+
 int sg_pool_find(sg_pool *p, const char *name)
 {
-	if (!name || !*name) return p->n ? 0 : -1;
-	for (int i = 0; i < p->n; i++)
-		if (!strcmp(p->e[i].name, name)) return i;
-	return -1;
+	return sg_pool_find_kind(p, name, 0);
 }
 
 void sg_pool_names(sg_pool *p, char *buf, size_t cap)
@@ -179,7 +185,7 @@ static int idle_lru(sg_pool *p, const sg_lm *keep)
 	pthread_mutex_lock(&p->mu);
 	for (int i = 0; i < p->n; i++) {
 		entry *e = &p->e[i];
-		if (!e->m || e->refs || sg_srv_model_lm(e->m) == keep) continue;
+		if (!e->m || e->refs || (keep && sg_srv_model_lm(e->m) == keep)) continue;
 		if (best < 0 || e->used < p->e[best].used) best = i;
 	}
 	pthread_mutex_unlock(&p->mu);
@@ -300,14 +306,16 @@ static int load(sg_pool *p, int i, sg_srv_err *e)
 		return sg_srv_err_set(e, 503, "server_error", "model", "%s", sg_last_error());
 	sg_srv_model *m = NULL;
 	SG_INFO("serve: loading %s from %s", en->name, en->path);
-	sg_status st = sg_srv_model_load(en->name, en->path, p->n_ctx, &m);
+	sg_status st = en->embed ? sg_srv_model_load_embed(en->name, en->path, &m) : sg_srv_model_load(en->name, en->path, p->n_ctx, &m);
 	p->load_st = st;
 	if (st)
 		return sg_srv_err_set(e, st == SG_ERR_NOMEM ? 503 : 500, "server_error", "model", "model '%s': %s", en->name,
 				      sg_last_error());
 	sg_lm *lm = sg_srv_model_lm(m);
-	sg_lm_set_prefix_cache(lm, p->pc, p->block_tokens);
-	sg_lm_set_hooks(lm, &(sg_lm_hooks){.user = p, .reserve = reserve});
+	if (lm) {
+		sg_lm_set_prefix_cache(lm, p->pc, p->block_tokens);
+		sg_lm_set_hooks(lm, &(sg_lm_hooks){.user = p, .reserve = reserve});
+	}
 	pthread_mutex_lock(&p->mu);
 	en->m = m;
 	en->refs = 0;

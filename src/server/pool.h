@@ -32,8 +32,11 @@ sg_status sg_pool_load_initial(sg_pool *p);
 void sg_pool_free(sg_pool *p);
 
 int sg_pool_count(const sg_pool *p);
-/* Index of a configured model ("" or NULL: the first), -1 when unknown. */
+/* Index of a configured model ("" or NULL: the first text model), -1 when unknown. */
 int sg_pool_find(sg_pool *p, const char *name);
+/* As sg_pool_find, but "" or NULL names the first model of the kind (embed 1: the first
+ * --embed-model, 0: the first text model); a name finds a model of either kind. */
+int sg_pool_find_kind(sg_pool *p, const char *name, int embed);
 /* "a, b, c" of the configured names into buf. */
 void sg_pool_names(sg_pool *p, char *buf, size_t cap);
 
