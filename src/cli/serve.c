@@ -27,6 +27,10 @@ static void usage(void)
 	       "                        /v1/audio/transcriptions and /v1/audio/translations under NAME;\n"
 	       "                        repeatable, in the same pool and memory guard as --model; the first\n"
 	       "                        also answers requests for \"whisper-1\"\n"
+	       "  --embed-model NAME=MODEL  serve an embedding model (a sentence-transformers folder: BERT,\n"
+	       "                        MiniLM, BGE, XLM-R, MPNet, a last-token decoder...) or a cross-encoder reranker under NAME on /v1/embeddings,\n"
+	       "                        /api/embed, /api/embeddings and /v1/rerank; repeatable; same pool and\n"
+	       "                        memory guard as --model; the first is the default of those routes\n"
 	       "  --ctx N               context tokens per model (default: the model's, capped at 4096)\n"
 	       "  --backend B           cpu, cuda or auto: where models run (default $RETI_SERVE_BACKEND,\n"
 	       "                        auto: the GPU when this build has CUDA and one is usable)\n"
@@ -77,6 +81,7 @@ int sg_cli_serve(int argc, char **argv)
 	static sg_hub_model resolved[SG_SERVER_MAX_MODELS];
 	const char *specs[SG_SERVER_MAX_MODELS];
 	int spec_stt[SG_SERVER_MAX_MODELS];
+	int is_embed[SG_SERVER_MAX_MODELS];
 	int n_specs = 0;
 	static sg_hub_model draft;
 	const char *draft_model = NULL;
@@ -91,11 +96,13 @@ int sg_cli_serve(int argc, char **argv)
 			continue;
 		} else if (!strcmp(a, "--no-prefix-cache")) {
 			o.no_prefix_cache = 1;
-		} else if (!strcmp(a, "--model") || !strcmp(a, "--stt-model")) {
+		} else if (!strcmp(a, "--model") || !strcmp(a, "--stt-model") || !strcmp(a, "--embed-model")) {
 			if (!v) return sg_cli_usage_error("serve", "%s needs NAME=MODEL", a);
 			if (n_specs == SG_SERVER_MAX_MODELS)
-				return sg_cli_usage_error("serve", "at most %d --model and --stt-model flags", SG_SERVER_MAX_MODELS);
+				return sg_cli_usage_error("serve", "at most %d --model, --stt-model and --embed-model flags",
+							  SG_SERVER_MAX_MODELS);
 			spec_stt[n_specs] = !strcmp(a, "--stt-model");
+			is_embed[n_specs] = !strcmp(a, "--embed-model");
 			specs[n_specs++] = v;
 		} else if (!strcmp(a, "--socket")) {
 			if (!v) return sg_cli_usage_error("serve", "--socket needs a PATH");
@@ -183,6 +190,7 @@ int sg_cli_serve(int argc, char **argv)
 		o.models[i].name = names[i];
 		o.models[i].path = resolved[i].path;
 		o.models[i].stt = spec_stt[i];
+		o.models[i].embed = is_embed[i];
 	}
 	o.n_models = n_specs;
 	if (o.draft_max && o.draft_min > o.draft_max)
@@ -197,6 +205,9 @@ int sg_cli_serve(int argc, char **argv)
 		o.draft_model = draft.path;
 		o.spec_mode = 2;
 	}
+	int n_text = 0;
+	for (int i = 0; i < n_specs; i++) n_text += !is_embed[i] && !spec_stt[i];
+	if (n_specs && !n_text) SG_INFO("serve: no text model: the text routes answer 404");
 	if (!n_specs) SG_WARN("serve: no --model given: generation routes answer 404 until a model is served");
 	if (sg_server_run(&o)) {
 		fprintf(stderr, "saragossa: %s\n", sg_last_error());

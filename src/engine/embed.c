@@ -1,15 +1,19 @@
 /* Text embeddings: tokenizer -> encoder (or a decoder's last hidden state) -> pooling (see embed.h). */
 #include "engine/embed.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/flags.h"
 #include "base/json.h"
 #include "base/mmap.h"
 #include "formats/model_desc.h"
+#include "formats/qtypes.h"
 #include "formats/stconfig.h"
 #include "models/bert.h"
 #include "models/forward.h"
@@ -26,11 +30,69 @@ struct sg_embedder {
 	sg_tokenizer *tok; /* NULL: ids only */
 	sg_st_config pool;
 	int dim, max_tokens;
+	int n_labels; /* > 0: a cross-encoder with this many labels */
+	int sigmoid;  /* cross-encoder: 1 = sigmoid of the logit, 0 = the logit itself */
 };
 
 int sg_embedder_dim(const sg_embedder *e) { return e->dim; }
 int sg_embedder_max_tokens(const sg_embedder *e) { return e->max_tokens; }
 int sg_embedder_has_tokenizer(const sg_embedder *e) { return e->tok != NULL; }
+int sg_embedder_is_reranker(const sg_embedder *e) { return e->n_labels > 0; }
+int sg_embedder_normalizes(const sg_embedder *e) { return e->pool.normalize; }
+int sg_embedder_n_vocab(const sg_embedder *e) { return e->lm ? e->lm->desc.n_vocab : sg_bert_desc(e->enc)->n_vocab; }
+
+const char *sg_embedder_model_type(const sg_embedder *e)
+{
+	const char *t = e->lm ? e->lm->desc.model_type : sg_bert_desc(e->enc)->model_type;
+	return *t ? t : "bert";
+}
+
+const char *sg_embedder_weight_type(const sg_embedder *e)
+{
+	if (!e->lm) return sg_type_name(sg_bert_weight_type(e->enc));
+	/* a decoder: its first query projection's, as an encoder's */
+	return sg_type_name(e->lm->desc.n_layer > 0 && e->lm->layers[0].wq.data ? e->lm->layers[0].wq.type : e->lm->tok_embd.type);
+}
+
+sg_status sg_embedder_truncate(const sg_embedder *e, float *vecs, int n, int keep)
+{
+	if (keep < 1 || keep > e->dim)
+		return sg_error(SG_ERR_RANGE, "embed: dimensions %d is outside [1, %d], the model's embedding size", keep, e->dim);
+	for (int i = 0; i < n; i++) {
+		float *dst = vecs + (size_t)i * (size_t)keep;
+		memmove(dst, vecs + (size_t)i * (size_t)e->dim, sizeof(float) * (size_t)keep);
+		if (!e->pool.normalize) continue;
+		double ss = 0.0;
+		for (int j = 0; j < keep; j++) ss += (double)dst[j] * dst[j];
+		double norm = sqrt(ss);
+		if (norm < 1e-12) norm = 1e-12;
+		for (int j = 0; j < keep; j++) dst[j] = (float)(dst[j] / norm);
+	}
+	return SG_OK;
+}
+
+/* sentence-transformers' CrossEncoder activation: config.json's sentence_transformers.activation_fn
+ * (or the older sbert_ce_default_activation_function), else sigmoid for one label, else identity. */
+static sg_status read_activation(const char *path, sg_embedder *e)
+{
+	char cf[4096];
+	json_t *j = NULL;
+	e->sigmoid = e->n_labels == 1;
+	if (snprintf(cf, sizeof(cf), "%s/config.json", path) >= (int)sizeof(cf) || sg_json_load_file(cf, 1 << 20, &j)) {
+		sg_error_clear();
+		return SG_OK;
+	}
+	const char *fn = NULL;
+	json_t *stj = json_object_get(j, "sentence_transformers");
+	if (json_is_object(stj)) fn = json_string_value(json_object_get(stj, "activation_fn"));
+	if (!fn) fn = json_string_value(json_object_get(j, "sbert_ce_default_activation_function"));
+	sg_status st = SG_OK;
+	if (fn && strstr(fn, "Sigmoid")) e->sigmoid = 1;
+	else if (fn && strstr(fn, "Identity")) e->sigmoid = 0;
+	else if (fn) st = sg_error(SG_ERR_UNSUPPORTED, "%s: activation_fn '%.200s' (Sigmoid and Identity run)", cf, fn);
+	json_decref(j);
+	return st;
+}
 
 void sg_embedder_free(sg_embedder *e)
 {
@@ -116,6 +178,7 @@ sg_status sg_embedder_load(const char *path, const char *backend, int n_threads,
 			st = sg_error(SG_ERR_FORMAT, "embed: '%s': the Pooling module expects %d dims, the encoder has %d", path,
 				      e->pool.dim, e->dim);
 	}
+	if (!st && e->enc && (e->n_labels = sg_bert_n_labels(e->enc)) > 0) st = read_activation(path, e);
 	char tj[4096];
 	if (!st && snprintf(tj, sizeof(tj), "%s/tokenizer.json", path) < (int)sizeof(tj) && stat(tj, &s) == 0)
 		st = sg_tokenizer_load(path, &e->tok);
@@ -178,5 +241,220 @@ sg_status sg_embedder_embed_text(sg_embedder *e, const char *text, size_t len, i
 	if (!st) st = sg_embedder_embed_ids(e, t.ids, (int)t.n, out);
 	if (!st && n_tokens) *n_tokens = (int)t.n;
 	sg_tokens_free(&t);
+	return st;
+}
+
+/* One tokenized input of a batch. */
+typedef struct tok_input {
+	int32_t *ids;   /* [n]: owned when own */
+	int32_t *types; /* [n] or NULL (all 0); owned */
+	int n, own, index;
+} tok_input;
+
+static sg_status tokenize_text(sg_embedder *e, const char *text, size_t len, int truncate, tok_input *t)
+{
+	if (!e->tok) return sg_error(SG_ERR_UNSUPPORTED, "embed: the model folder has no tokenizer.json (give token ids)");
+	sg_tokens k = {0};
+	sg_status st = sg_tokenizer_encode(e->tok, text, len, 1, &k);
+	if (!st && k.n == 0) st = sg_error(SG_ERR_INVALID_ARG, "embed: the text has no tokens");
+	if (!st && k.n > (size_t)e->max_tokens) {
+		if (!truncate)
+			st = sg_error(SG_ERR_RANGE, "embed: an input of %zu tokens exceeds the model's limit of %d (truncate to embed its start)",
+				      k.n, e->max_tokens);
+		else {
+			int32_t last = k.ids[k.n - 1];
+			k.n = (size_t)e->max_tokens;
+			if (sg_tokenizer_is_special(e->tok, last)) k.ids[k.n - 1] = last;
+		}
+	}
+	if (st) {
+		sg_tokens_free(&k);
+		return st;
+	}
+	t->ids = k.ids;
+	t->n = (int)k.n;
+	t->own = 1;
+	return SG_OK;
+}
+
+static void free_toks(tok_input *t, int n)
+{
+	for (int i = 0; t && i < n; i++) {
+		if (t[i].own) sg_free(t[i].ids);
+		sg_free(t[i].types);
+	}
+	sg_free(t);
+}
+
+static int by_len_desc(const void *a, const void *b)
+{
+	const tok_input *x = a, *y = b;
+	if (x->n != y->n) return x->n > y->n ? -1 : 1;
+	return x->index - y->index;
+}
+
+/* Runs the tokenized inputs t[0..n) (sorted here, longest first) in packed chunks; for each
+ * input calls done(user, index, hidden [len][dim]) with its last hidden state. */
+typedef sg_status (*hidden_fn)(void *user, sg_embedder *e, const tok_input *t, const float *hidden);
+
+static sg_status run_chunks(sg_embedder *e, tok_input *t, int n, hidden_fn done, void *user)
+{
+	qsort(t, (size_t)n, sizeof(*t), by_len_desc);
+	int batched = sg_flag_bool("SARAGOSSA_EMBED_BATCH");
+	int64_t budget = sg_flag_int("SARAGOSSA_EMBED_BATCH_TOKENS");
+	if (budget < e->max_tokens) budget = e->max_tokens; /* the longest input always fits */
+	if (!batched) budget = 0;
+	int64_t cap = budget > 0 ? budget : e->max_tokens;
+	int32_t *ids = sg_malloc(sizeof(int32_t) * (size_t)cap * 2);
+	int *lens = sg_malloc(sizeof(int) * (size_t)(cap < n ? cap : n));
+	float *h = sg_malloc(sizeof(float) * (size_t)cap * (size_t)e->dim);
+	sg_status st = ids && lens && h ? SG_OK : sg_error(SG_ERR_NOMEM, "embed: a batch of %lld tokens", (long long)cap);
+	for (int i = 0; i < n && !st;) {
+		/* the next chunk: inputs i..j-1, N tokens */
+		int j = i, any_types = 0;
+		int64_t N = 0;
+		while (j < n && (j == i || (budget > 0 && N + t[j].n <= budget))) {
+			memcpy(ids + N, t[j].ids, sizeof(int32_t) * (size_t)t[j].n);
+			if (t[j].types) any_types = 1;
+			lens[j - i] = t[j].n;
+			N += t[j++].n;
+		}
+		int32_t *types = any_types ? ids + cap : NULL;
+		for (int k = i, r = 0; types && k < j; r += t[k++].n)
+			for (int q = 0; q < t[k].n; q++) types[r + q] = t[k].types ? t[k].types[q] : 0;
+		st = j - i == 1 ? sg_bert_forward(e->enc, ids, types, NULL, t[i].n, h)
+				: sg_bert_forward_batch(e->enc, ids, types, lens, j - i, h);
+		for (int64_t off = 0; !st && i < j; off += t[i++].n) st = done(user, e, &t[i], h + off * e->dim);
+	}
+	sg_free(ids);
+	sg_free(lens);
+	sg_free(h);
+	return st;
+}
+
+typedef struct embed_out {
+	float *out;
+	int *n_tokens;
+} embed_out;
+
+static sg_status pool_one(void *user, sg_embedder *e, const tok_input *t, const float *hidden)
+{
+	embed_out *o = user;
+	if (o->n_tokens) o->n_tokens[t->index] = t->n;
+	return sg_pool(&e->pool, hidden, NULL, t->n, e->dim, o->out + (size_t)t->index * (size_t)e->dim);
+}
+
+sg_status sg_embedder_embed_batch(sg_embedder *e, const sg_embed_input *in, int n, int truncate, float *out, int *n_tokens)
+{
+	if (n < 1) return sg_error(SG_ERR_INVALID_ARG, "embed: no inputs");
+	if (e->n_labels) return sg_error(SG_ERR_UNSUPPORTED, "embed: the model is a reranker (a cross-encoder): it scores pairs and makes no embeddings");
+	tok_input *t = sg_calloc((size_t)n, sizeof(*t));
+	if (!t) return sg_error(SG_ERR_NOMEM, "embed: %d inputs", n);
+	sg_status st = SG_OK;
+	for (int i = 0; i < n && !st; i++) {
+		t[i].index = i;
+		if (in[i].text) st = tokenize_text(e, in[i].text, in[i].len, truncate, &t[i]);
+		else if (in[i].n_ids < 1) st = sg_error(SG_ERR_INVALID_ARG, "embed: an input of no tokens");
+		else if (in[i].n_ids > e->max_tokens)
+			st = sg_error(SG_ERR_RANGE, "embed: an input of %d tokens exceeds the model's limit of %d", in[i].n_ids, e->max_tokens);
+		else {
+			/* checked here, where the input's index is known, rather than in the batch */
+			int nv = sg_embedder_n_vocab(e);
+			for (int k = 0; k < in[i].n_ids && !st; k++)
+				if (in[i].ids[k] < 0 || in[i].ids[k] >= nv)
+					st = sg_error(SG_ERR_RANGE, "embed: token %d = %d is outside the vocabulary [0, %d)", k, in[i].ids[k], nv);
+			t[i].ids = (int32_t *)in[i].ids;
+			t[i].n = in[i].n_ids;
+		}
+		if (st) sg_error_wrap(st, "input %d", i);
+	}
+	embed_out o = {out, n_tokens};
+	/* a decoder embedder: one input per forward (its own KV state each), in the inputs' order */
+	for (int i = 0; e->lm && i < n && !st; i++) {
+		st = embed_lm(e, t[i].ids, t[i].n, out + (size_t)i * (size_t)e->dim);
+		if (st) sg_error_wrap(st, "input %d", i);
+		else if (n_tokens) n_tokens[i] = t[i].n;
+	}
+	if (!st && !e->lm) st = run_chunks(e, t, n, pool_one, &o);
+	free_toks(t, n);
+	return st;
+}
+
+typedef struct rerank_out {
+	float *scores;
+	int *n_tokens;
+} rerank_out;
+
+static sg_status score_one(void *user, sg_embedder *e, const tok_input *t, const float *hidden)
+{
+	rerank_out *o = user;
+	float logits[64];
+	if (e->n_labels > 64) return sg_error(SG_ERR_UNSUPPORTED, "rerank: %d labels (at most 64)", e->n_labels);
+	sg_status st = sg_bert_classify(e->enc, hidden, logits);
+	if (st) return st;
+	float z = logits[0];
+	o->scores[t->index] = e->sigmoid ? (float)(1.0 / (1.0 + exp(-(double)z))) : z;
+	if (o->n_tokens) o->n_tokens[t->index] = t->n;
+	return SG_OK;
+}
+
+/* [CLS] q [SEP] d [SEP] with types 0.. then 1..; q holds the query with its special tokens
+ * ([CLS] q [SEP]), d the document without any. */
+static sg_status make_pair(sg_embedder *e, const sg_tokens *q, const int32_t *d, int nd, int truncate, tok_input *t)
+{
+	int nq = (int)q->n - 2, max = e->max_tokens;
+	if (nq < 0) return sg_error(SG_ERR_UNSUPPORTED, "rerank: the tokenizer adds no [CLS]/[SEP] to pair inputs with");
+	if (nq + nd + 3 > max) {
+		if (!truncate)
+			return sg_error(SG_ERR_RANGE, "rerank: the query and document make %d tokens, over the model's limit of %d (truncate to score their start)",
+					nq + nd + 3, max);
+		/* longest_first: one token at a time from the longer side (the document on a tie) */
+		while (nq + nd + 3 > max && (nq > 0 || nd > 0)) {
+			if (nd >= nq) nd--;
+			else nq--;
+		}
+	}
+	int n = nq + nd + 3;
+	t->ids = sg_malloc(sizeof(int32_t) * (size_t)n);
+	t->types = sg_malloc(sizeof(int32_t) * (size_t)n);
+	if (!t->ids || !t->types) return sg_error(SG_ERR_NOMEM, "rerank: a pair of %d tokens", n);
+	t->own = 1;
+	t->n = n;
+	int32_t sep = q->ids[q->n - 1];
+	t->ids[0] = q->ids[0];
+	memcpy(t->ids + 1, q->ids + 1, sizeof(int32_t) * (size_t)nq);
+	t->ids[nq + 1] = sep;
+	memcpy(t->ids + nq + 2, d, sizeof(int32_t) * (size_t)nd);
+	t->ids[n - 1] = sep;
+	for (int i = 0; i < n; i++) t->types[i] = i >= nq + 2;
+	return SG_OK;
+}
+
+sg_status sg_embedder_rerank(sg_embedder *e, const char *query, size_t qlen, const sg_embed_input *docs, int n, int truncate,
+			     float *scores, int *n_tokens)
+{
+	if (!e->n_labels)
+		return sg_error(SG_ERR_UNSUPPORTED, "rerank: the model has no classification head (it is an embedding model, not a cross-encoder)");
+	if (!e->tok) return sg_error(SG_ERR_UNSUPPORTED, "rerank: the model folder has no tokenizer.json");
+	if (n < 1) return sg_error(SG_ERR_INVALID_ARG, "rerank: no documents");
+	sg_tokens q = {0};
+	sg_status st = sg_tokenizer_encode(e->tok, query, qlen, 1, &q);
+	if (!st && (q.n < 2 || !sg_tokenizer_is_special(e->tok, q.ids[0]) || !sg_tokenizer_is_special(e->tok, q.ids[q.n - 1])))
+		st = sg_error(SG_ERR_UNSUPPORTED, "rerank: the tokenizer does not wrap an input in special tokens ([CLS] ... [SEP])");
+	tok_input *t = st ? NULL : sg_calloc((size_t)n, sizeof(*t));
+	if (!st && !t) st = sg_error(SG_ERR_NOMEM, "rerank: %d documents", n);
+	for (int i = 0; i < n && !st; i++) {
+		sg_tokens d = {0};
+		t[i].index = i;
+		if (!docs[i].text) st = sg_error(SG_ERR_INVALID_ARG, "rerank: documents are text");
+		if (!st) st = sg_tokenizer_encode(e->tok, docs[i].text, docs[i].len, 0, &d);
+		if (!st) st = make_pair(e, &q, d.ids, (int)d.n, truncate, &t[i]);
+		sg_tokens_free(&d);
+		if (st) sg_error_wrap(st, "document %d", i);
+	}
+	rerank_out o = {scores, n_tokens};
+	if (!st) st = run_chunks(e, t, n, score_one, &o);
+	free_toks(t, n);
+	sg_tokens_free(&q);
 	return st;
 }

@@ -1,6 +1,7 @@
 /*
  * Text embeddings: an encoder with its tokenizer and sentence-transformers' pooling, as one
- * loaded object every caller (CLI, later the server and the library) embeds through. Immutable
+ * loaded object every caller (CLI, server and library) embeds through; cross-encoders (an
+ * encoder with a classification head) load the same way and score (query, document) pairs. Immutable
  * once loaded; each call allocates what it needs.
  */
 #ifndef SG_ENGINE_EMBED_H
@@ -37,5 +38,59 @@ sg_status sg_embedder_embed_ids(sg_embedder *e, const int32_t *ids, int n, float
  * keeps the first max_tokens - 1 tokens and the closing special token (sentence-transformers'
  * truncation). *n_tokens (may be NULL) gets the tokens embedded. */
 sg_status sg_embedder_embed_text(sg_embedder *e, const char *text, size_t len, int truncate, float *out, int *n_tokens);
+
+/* The vocabulary size, and the type of the encoder's weights ("F32", "BF16"...: its first
+ * query projection's). */
+int sg_embedder_n_vocab(const sg_embedder *e);
+const char *sg_embedder_weight_type(const sg_embedder *e);
+
+/* config.json's model_type ("bert", "xlm-roberta", "mpnet", or a decoder embedder's "qwen3"...). */
+const char *sg_embedder_model_type(const sg_embedder *e);
+
+/* 1 if the model L2-normalises its embeddings (a Normalize module). */
+int sg_embedder_normalizes(const sg_embedder *e);
+
+/* Matryoshka truncation of n embeddings in place: rows [n][dim] become rows [n][keep] (packed at
+ * the start of vecs), each re-normalised to unit length when the model normalises (a truncated
+ * unit vector is no longer one; Ollama and the OpenAI API return unit vectors at any dimensions).
+ * keep outside [1, dim] is SG_ERR_RANGE naming both. */
+sg_status sg_embedder_truncate(const sg_embedder *e, float *vecs, int n, int keep);
+
+/* One input of a batch: text[0..len) when text is set, else n_ids token ids (special tokens
+ * included). Borrowed for the call. */
+typedef struct sg_embed_input {
+	const char *text;
+	size_t len;
+	const int32_t *ids;
+	int n_ids;
+} sg_embed_input;
+
+/*
+ * The embeddings of n inputs into out [n][dim] (row i for input i), run as packed batches: the
+ * inputs are tokenized and checked first (an error names the input, "input 3: ...", and nothing
+ * is embedded), then taken longest first in chunks of at most SARAGOSSA_EMBED_BATCH_TOKENS
+ * tokens, each chunk one sg_bert_forward_batch; so the working memory is bounded by the chunk
+ * whatever n is. SARAGOSSA_EMBED_BATCH=0 runs one input per forward instead, as a decoder
+ * embedder (a language model with an embedding head) always does. truncate as in
+ * sg_embedder_embed_text; n_tokens (may be NULL) gets each input's token count.
+ */
+sg_status sg_embedder_embed_batch(sg_embedder *e, const sg_embed_input *in, int n, int truncate, float *out, int *n_tokens);
+
+/* 1 if the model is a cross-encoder (a sequence classifier with one label, or more): it scores
+ * (query, document) pairs with sg_embedder_rerank and makes no embeddings. */
+int sg_embedder_is_reranker(const sg_embedder *e);
+
+/*
+ * Relevance scores of n documents for one query into scores[n]: each pair is encoded as the
+ * tokenizer's pair template does ([CLS] query [SEP] document [SEP], token types 0 then 1), run in
+ * packed batches as sg_embedder_embed_batch, and scored as sentence-transformers' CrossEncoder
+ * does: the first label's logit through the activation config.json names
+ * (sentence_transformers.activation_fn), else sigmoid for a one-label head. A pair longer than
+ * max_tokens is SG_ERR_RANGE naming the document unless `truncate`, which cuts tokens from the
+ * longer of query and document one at a time (the tokenizer's longest_first). n_tokens (may be
+ * NULL) gets each pair's token count. SG_ERR_UNSUPPORTED when the model is not a reranker.
+ */
+sg_status sg_embedder_rerank(sg_embedder *e, const char *query, size_t qlen, const sg_embed_input *docs, int n, int truncate,
+			     float *scores, int *n_tokens);
 
 #endif

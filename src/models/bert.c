@@ -58,7 +58,13 @@ struct sg_bert {
 	sg_btensor pool_w, pool_b; /* [D][D], [D] F32; data NULL when the checkpoint has no pooler */
 	sg_btensor rel;            /* MPNet: [32][H] F32 relative attention bias; else data NULL */
 	float *rel_host;           /* the same table on the host (the bias is built there) */
+	sg_btensor cls_w, cls_b;   /* [C][D], [C] F32: a sequence classifier's head (C labels); data NULL
+				    * when the checkpoint has none */
 	bert_layer *layers;        /* [n_layer] */
+	/* BertForSequenceClassification nests the encoder under "bert.": the name map with that
+	 * prefix (strings owned), and the family that uses it; NULL/unused for a plain BertModel */
+	sg_name_pair *nested;
+	sg_family nested_fam;
 };
 
 /* llama.cpp's GGUF names for BERT (the binder's own spelling) and transformers' BertModel names. */
@@ -76,6 +82,7 @@ static const sg_name_pair bert_names[] = {
 	{"blk.{L}.ffn_down", "encoder.layer.{L}.output.dense"},
 	{"blk.{L}.layer_output_norm", "encoder.layer.{L}.output.LayerNorm"},
 	{"pooler", "pooler.dense"},
+	{"cls", "classifier"},
 	{0, 0},
 };
 
@@ -132,6 +139,7 @@ int sg_bert_max_tokens(const sg_bert *b)
 }
 
 int sg_bert_has_pooler(const sg_bert *b) { return b->pool_w.data != NULL; }
+int sg_bert_weight_type(const sg_bert *b) { return b->m.desc.n_layer > 0 ? (int)b->layers[0].wq.type : (int)b->word.type; }
 
 static void free_tensors(sg_backend *be, sg_btensor *t, size_t n)
 {
@@ -147,12 +155,15 @@ void sg_bert_free(sg_bert *b)
 		if (b->layers)
 			for (int i = 0; i < b->m.desc.n_layer; i++)
 				free_tensors(be, (sg_btensor *)&b->layers[i], sizeof(bert_layer) / sizeof(sg_btensor));
-		sg_btensor *g[] = {&b->word, &b->pos, &b->type, &b->emb_ln_w, &b->emb_ln_b, &b->pool_w, &b->pool_b, &b->rel};
+		sg_btensor *g[] = {&b->word, &b->pos,    &b->type,  &b->emb_ln_w, &b->emb_ln_b,
+				   &b->pool_w, &b->pool_b, &b->rel, &b->cls_w, &b->cls_b};
 		for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++) free_tensors(be, g[i], 1);
 		sg_backend_free(be);
 	}
 	sg_free(b->layers);
 	sg_free(b->rel_host);
+	for (sg_name_pair *np = b->nested; np && np->gguf; np++) sg_free((char *)np->hf);
+	sg_free(b->nested);
 	sg_model_desc_free(&b->m.desc);
 	sg_weights_close(b->m.w);
 	sg_free(b);
@@ -170,10 +181,14 @@ static sg_status bind_all(sg_bert *b)
 		{"token_embd_norm.bias", SG_WANT_FLOAT, 1, {D}, 0, 1, &b->emb_ln_b},
 		{"pooler.weight", SG_WANT_MATMUL, 2, {D, D}, 1, 0, &b->pool_w},
 		{"pooler.bias", SG_WANT_FLOAT, 1, {D}, 1, 1, &b->pool_b},
+		{"cls.weight", SG_WANT_MATMUL, 2, {D, -1}, 1, 0, &b->cls_w}, /* optional: MPNet's family has no name for it */
+		{"cls.bias", SG_WANT_FLOAT, 1, {-1}, 1, 1, &b->cls_b},
+		/* keep these two last: */
 		{"token_types.weight", SG_WANT_MATMUL, 2, {D, d->type_vocab_size}, 0, 0, &b->type},
 		{"rel_attn_bias.weight", SG_WANT_FLOAT, 2, {d->n_head, REL_BUCKETS}, 0, 1, &b->rel},
 	};
-	/* the last two: token types unless the family has none, the bias table for MPNet */
+	/* the last two are conditional: token types unless the family has none, the bias table for
+	 * MPNet (moved into the slot after the kept entries when token types are skipped) */
 	int ng = (int)(sizeof(g) / sizeof(g[0])) - 2;
 	if (d->type_vocab_size > 0) ng++;
 	if (d->rel_buckets) g[ng++] = g[sizeof(g) / sizeof(g[0]) - 1];
@@ -185,6 +200,11 @@ static sg_status bind_all(sg_bert *b)
 	}
 	if (!st && (b->pool_w.data != NULL) != (b->pool_b.data != NULL))
 		st = sg_error(SG_ERR_FORMAT, "pooler.dense: the weight and the bias must both be present or both absent");
+	if (!st && (b->cls_w.data != NULL) != (b->cls_b.data != NULL))
+		st = sg_error(SG_ERR_FORMAT, "classifier: the weight and the bias must both be present or both absent");
+	if (!st && b->cls_w.data && (b->cls_b.ne[0] != b->cls_w.ne[1] || !b->pool_w.data))
+		st = sg_error(SG_ERR_FORMAT, "classifier: %lld labels but a bias of %lld%s", (long long)b->cls_w.ne[1],
+			      (long long)b->cls_b.ne[0], b->pool_w.data ? "" : ", and no pooler to feed it");
 	for (int i = 0; i < d->n_layer && !st; i++) {
 		bert_layer *l = &b->layers[i];
 		sg_want w[] = {
@@ -208,6 +228,28 @@ static sg_status bind_all(sg_bert *b)
 		st = sg_model_bind_wants(m, w, (int)(sizeof(w) / sizeof(w[0])), i);
 	}
 	return st;
+}
+
+/* The name map of a checkpoint that nests the encoder under "bert." (a sequence classifier):
+ * every encoder name prefixed, the classifier's own name kept. */
+static sg_status nest_names(sg_bert *b)
+{
+	size_t n = 0;
+	while (bert_names[n].gguf) n++;
+	b->nested = sg_calloc(n + 1, sizeof(sg_name_pair));
+	if (!b->nested) return sg_error(SG_ERR_NOMEM, "bert: names");
+	for (size_t i = 0; i < n; i++) {
+		int keep = !strcmp(bert_names[i].gguf, "cls");
+		size_t len = strlen(bert_names[i].hf) + 6;
+		char *hf = sg_malloc(len);
+		if (!hf) return sg_error(SG_ERR_NOMEM, "bert: names");
+		snprintf(hf, len, "%s%s", keep ? "" : "bert.", bert_names[i].hf);
+		b->nested[i] = (sg_name_pair){bert_names[i].gguf, hf};
+	}
+	b->nested_fam = bert_family;
+	b->nested_fam.names = b->nested;
+	b->m.fam = &b->nested_fam;
+	return SG_OK;
 }
 
 static sg_status open_backend(const char *name, int n_threads, sg_backend **out)
@@ -236,6 +278,7 @@ sg_status sg_bert_load(const char *path, const sg_bert_params *p, sg_bert **out)
 	if (!st && m->w->format == SG_WEIGHTS_GGUF)
 		st = sg_error(SG_ERR_UNSUPPORTED, "bert: GGUF encoders are not supported (use the Hugging Face folder)");
 	if (!st && !m->w->config) st = sg_error(SG_ERR_FORMAT, "bert: safetensors but no config.json beside them");
+	if (!st && sg_weights_find(m->w, "bert.embeddings.word_embeddings.weight")) st = nest_names(b);
 	if (!st) st = sg_model_desc_from_config(m->w->config, &m->desc);
 	if (!st && m->desc.arch != SG_ARCH_BERT)
 		st = sg_error(SG_ERR_UNSUPPORTED, "'%s' is not an encoder this build runs (bert, roberta, xlm-roberta, mpnet)",
@@ -273,9 +316,10 @@ typedef struct bert_acts {
 	sg_btensor bias;          /* MPNet: F32 [n][H][n] relative position bias by kv row */
 } bert_acts;
 
-static sg_status acts_alloc(sg_backend *be, int64_t n, int64_t D, int64_t F, int64_t H, bert_acts *a)
+/* kv_rows: rows of the K/V caches (n for one sequence; a packed batch needs none and passes 1) */
+static sg_status acts_alloc(sg_backend *be, int64_t n, int64_t D, int64_t F, int64_t H, int64_t kv_rows, bert_acts *a)
 {
-	int64_t nd[4] = {D, n, 1, 1}, nf[4] = {F, n, 1, 1}, kv[4] = {D / H, H, n, 1}, ni[4] = {n, 1, 1, 1};
+	int64_t nd[4] = {D, n, 1, 1}, nf[4] = {F, n, 1, 1}, kv[4] = {D / H, H, kv_rows, 1}, ni[4] = {n, 1, 1, 1};
 	sg_status st = SG_OK;
 	sg_btensor *f[] = {&a->x, &a->t, &a->q, &a->k, &a->v, &a->a};
 	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]) && !st; i++) st = be->ops->tensor_alloc(be, SG_TYPE_F32, nd, f[i]);
@@ -308,7 +352,77 @@ static sg_status check_inputs(const sg_bert *b, const int32_t *ids, const int32_
 	return SG_OK;
 }
 
-static sg_status run_layers(sg_bert *b, bert_acts *a)
+/* Positions of one sequence's n tokens: 0..n-1, or for the families whose positions start after
+ * the pad id (pos_pad_id >= 0), counted over the non-pad tokens from pad_token_id + 1 with a pad
+ * token at pad_token_id (from the ids, as transformers' create_position_ids_from_input_ids). */
+static void positions(const sg_model_desc *d, const int32_t *ids, int n, int32_t *pos)
+{
+	for (int i = 0, c = 0; i < n; i++) {
+		if (d->pos_pad_id < 0) pos[i] = i;
+		else pos[i] = ids[i] == d->pos_pad_id ? d->pos_pad_id : d->pos_pad_id + ++c;
+	}
+}
+
+/* MPNet's bias of one sequence of n tokens: bias[t][h][row] = table[bucket(j - t)][h], j the
+ * token whose K/V sit in row (row_tok[row]; NULL: row j holds token j). The relative positions
+ * are the tokens' indices (compute_position_bias without position ids). */
+static void rel_bias(const sg_bert *b, const int32_t *row_tok, int n, float *bias)
+{
+	size_t H = (size_t)b->m.desc.n_head;
+	for (int t = 0; t < n; t++)
+		for (int r = 0; r < n; r++) {
+			const float *e = b->rel_host + (size_t)rel_bucket((row_tok ? row_tok[r] : r) - t) * H;
+			for (size_t h = 0; h < H; h++) bias[((size_t)t * H + h) * (size_t)n + (size_t)r] = e[h];
+		}
+}
+
+/* Attention of a packed batch: sequence s holds rows off..off+len-1 of q, k, v, a. Its own k and
+ * v rows, viewed as [len][H][hd], are its cache (no copy); every query is given position len-1,
+ * so each attends to exactly its own sequence's tokens. One op call per sequence keeps each
+ * sequence's arithmetic that of a call on it alone (the op's split choices look at its shapes).
+ * MPNet: a->bias holds each sequence's [len][H][len] bias one after another; each call gets a
+ * view of its own. */
+static sg_status packed_attention(sg_backend *be, const sg_model_desc *d, bert_acts *a, const int *lens, int n_seq)
+{
+	sg_attn_params ap = {.scale = 0.0f, .causal = 0};
+	int64_t D = d->dim, H = d->n_head, hd = D / H, off = 0, boff = 0;
+	sg_status st = SG_OK;
+	for (int s = 0; s < n_seq && !st; s++) {
+		int64_t L = lens[s];
+		sg_btensor bv = a->bias;
+		if (a->bias.data) {
+			bv.ne[0] = L;
+			bv.ne[1] = H;
+			bv.ne[2] = L;
+			bv.ne[3] = 1;
+			bv.row_bytes = sizeof(float) * (size_t)L;
+			bv.data = (char *)a->bias.data + sizeof(float) * (size_t)boff;
+			bv.owned = 0;
+			boff += L * H * L;
+		}
+		ap.bias = a->bias.data ? &bv : NULL;
+		sg_btensor q = sg_btensor_rows_view(&a->q, off, L), o = sg_btensor_rows_view(&a->a, off, L);
+		sg_btensor kc = a->k, vc = a->v, p = a->qpos;
+		kc.ne[0] = vc.ne[0] = hd;
+		kc.ne[1] = vc.ne[1] = H;
+		kc.ne[2] = vc.ne[2] = L;
+		kc.ne[3] = vc.ne[3] = 1;
+		kc.row_bytes = vc.row_bytes = sizeof(float) * (size_t)hd;
+		kc.data = (char *)a->k.data + sizeof(float) * (size_t)(off * D);
+		vc.data = (char *)a->v.data + sizeof(float) * (size_t)(off * D);
+		p.ne[0] = L;
+		p.row_bytes = sizeof(int32_t) * (size_t)L;
+		p.data = (char *)a->qpos.data + sizeof(int32_t) * (size_t)off;
+		kc.owned = vc.owned = p.owned = 0;
+		st = be->ops->attention(be, &q, &kc, &vc, &p, &ap, &o);
+		off += L;
+	}
+	return st;
+}
+
+/* The layers over the activations a: one sequence with the K/V rows kv_store places (lens NULL),
+ * or n_seq packed sequences of lens[s] tokens each (packed_attention). */
+static sg_status run_layers(sg_bert *b, bert_acts *a, const int *lens, int n_seq)
 {
 	sg_backend *be = b->m.be;
 	const sg_model_desc *d = &b->m.desc;
@@ -326,8 +440,9 @@ static sg_status run_layers(sg_bert *b, bert_acts *a)
 		st = o->matmul(be, &l->wq, &a->x, &l->bq, &a->q);
 		if (!st) st = o->matmul(be, &l->wk, &a->x, &l->bk, &a->k);
 		if (!st) st = o->matmul(be, &l->wv, &a->x, &l->bv, &a->v);
-		if (!st) st = o->kv_store(be, &a->k, &a->v, &a->slots, &a->kc, &a->vc);
-		if (!st) st = o->attention(be, &a->q, &a->kc, &a->vc, &a->qpos, &ap, &a->a);
+		if (!st && lens) st = packed_attention(be, d, a, lens, n_seq);
+		if (!st && !lens) st = o->kv_store(be, &a->k, &a->v, &a->slots, &a->kc, &a->vc);
+		if (!st && !lens) st = o->attention(be, &a->q, &a->kc, &a->vc, &a->qpos, &ap, &a->a);
 		if (!st) st = o->matmul(be, &l->wo, &a->a, &l->bo, &a->t);
 		if (!st) st = o->add(be, &a->x, &a->t, &a->x);
 		if (!st) st = o->layernorm(be, &a->x, &l->ln1_w, &l->ln1_b, eps, &a->x);
@@ -360,24 +475,17 @@ sg_status sg_bert_forward(sg_bert *b, const int32_t *ids, const int32_t *type_id
 		goto done;
 	}
 	int32_t *pos = host, *types = host + n, *slots = host + 2 * n, *qpos = host + 3 * n, *row_tok = host + 4 * n;
-	for (int i = 0, r = 0, p = m, c = 0; i < n; i++) {
-		if (d->pos_pad_id < 0) pos[i] = i;
-		else pos[i] = ids[i] == d->pos_pad_id ? d->pos_pad_id : d->pos_pad_id + ++c; /* from the ids, as transformers */
+	positions(d, ids, n, pos);
+	for (int i = 0, r = 0, p = m; i < n; i++) {
 		types[i] = type_ids ? type_ids[i] : 0;
 		slots[i] = !mask || mask[i] ? r++ : p++; /* real tokens' K/V in rows 0..m-1 */
 		qpos[i] = m - 1;                        /* every query sees exactly rows 0..m-1 */
 		row_tok[slots[i]] = i;
 	}
-	/* MPNet: bias[t][h][row] = table[bucket(j - t)][h], j the token whose K/V sit in row; the
-	 * relative positions are the tokens' indices (compute_position_bias without position ids) */
-	for (int t = 0; bias && t < n; t++)
-		for (int r = 0; r < n; r++) {
-			const float *e = b->rel_host + (size_t)rel_bucket(row_tok[r] - t) * (size_t)H;
-			for (int64_t h = 0; h < H; h++) bias[((size_t)t * (size_t)H + (size_t)h) * (size_t)n + (size_t)r] = e[h];
-		}
+	if (bias) rel_bias(b, row_tok, n, bias);
 	for (int64_t i = 0; i < (int64_t)n * F; i++) ones[i] = 1.0f;
 	size_t ni = sizeof(int32_t) * (size_t)n;
-	st = acts_alloc(be, n, D, F, d->n_head, &a);
+	st = acts_alloc(be, n, D, F, d->n_head, n, &a);
 	if (!st && bias) {
 		int64_t nb[4] = {n, H, n, 1};
 		st = be->ops->tensor_alloc(be, SG_TYPE_F32, nb, &a.bias);
@@ -389,7 +497,7 @@ sg_status sg_bert_forward(sg_bert *b, const int32_t *ids, const int32_t *type_id
 	if (!st) st = be->ops->write(be, &a.slots, 0, slots, ni);
 	if (!st) st = be->ops->write(be, &a.qpos, 0, qpos, ni);
 	if (!st) st = be->ops->write(be, &a.ones, 0, ones, sizeof(float) * (size_t)n * (size_t)F);
-	if (!st) st = run_layers(b, &a);
+	if (!st) st = run_layers(b, &a, NULL, 1);
 	if (!st) st = be->ops->read(be, &a.x, 0, hidden, sizeof(float) * (size_t)n * (size_t)D);
 done:
 	free_tensors(be, (sg_btensor *)&a, sizeof(a) / sizeof(sg_btensor));
@@ -456,4 +564,87 @@ sg_status sg_pool(const sg_st_config *p, const float *hidden, const int32_t *mas
 		for (int j = 0; j < dim; j++) out[j] = (float)(out[j] / norm);
 	}
 	return SG_OK;
+}
+
+sg_status sg_bert_forward_batch(sg_bert *b, const int32_t *ids, const int32_t *type_ids, const int *lens, int n_seq,
+				float *hidden)
+{
+	const sg_model_desc *d = &b->m.desc;
+	sg_backend *be = b->m.be;
+	if (n_seq < 1) return sg_error(SG_ERR_INVALID_ARG, "bert: a batch of %d sequences", n_seq);
+	int64_t N = 0;
+	for (int s = 0; s < n_seq; s++) {
+		int m = 0;
+		sg_status st = check_inputs(b, ids + N, type_ids ? type_ids + N : NULL, NULL, lens[s], &m);
+		if (st) return sg_error_wrap(st, "sequence %d of the batch", s);
+		N += lens[s];
+	}
+	if (N > INT32_MAX / 4) return sg_error(SG_ERR_RANGE, "bert: a batch of %lld tokens", (long long)N);
+	int64_t D = d->dim, F = d->ffn_dim, H = d->n_head, NB = 0; /* NB: MPNet's bias floats, every sequence's */
+	for (int s = 0; b->rel_host && s < n_seq; s++) NB += (int64_t)lens[s] * H * lens[s];
+	int32_t *host = sg_malloc(sizeof(int32_t) * (size_t)N * 3);
+	float *ones = sg_malloc(sizeof(float) * (size_t)N * (size_t)F);
+	float *bias = NB ? sg_malloc(sizeof(float) * (size_t)NB) : NULL;
+	bert_acts a;
+	memset(&a, 0, sizeof(a));
+	sg_status st = SG_OK;
+	if (!host || !ones || (NB && !bias)) {
+		st = sg_error(SG_ERR_NOMEM, "bert: a batch of %lld tokens", (long long)N);
+		goto done;
+	}
+	int32_t *pos = host, *types = host + N, *qpos = host + 2 * N;
+	/* each sequence's positions and MPNet bias as sg_bert_forward gives it alone */
+	for (int s = 0, r = 0; s < n_seq; r += lens[s], s++) {
+		positions(d, ids + r, lens[s], pos + r);
+		for (int i = 0; i < lens[s]; i++) {
+			types[r + i] = type_ids ? type_ids[r + i] : 0;
+			qpos[r + i] = lens[s] - 1;
+		}
+	}
+	for (int64_t s = 0, boff = 0; bias && s < n_seq; boff += (int64_t)lens[s] * H * lens[s], s++)
+		rel_bias(b, NULL, lens[s], bias + boff);
+	for (int64_t i = 0; i < N * F; i++) ones[i] = 1.0f;
+	size_t ni = sizeof(int32_t) * (size_t)N;
+	st = acts_alloc(be, N, D, F, d->n_head, 1, &a);
+	if (!st && bias) {
+		int64_t nb[4] = {NB, 1, 1, 1};
+		st = be->ops->tensor_alloc(be, SG_TYPE_F32, nb, &a.bias);
+		if (!st) st = be->ops->write(be, &a.bias, 0, bias, sizeof(float) * (size_t)NB);
+	}
+	if (!st) st = be->ops->write(be, &a.ids, 0, ids, ni);
+	if (!st) st = be->ops->write(be, &a.pos, 0, pos, ni);
+	if (!st) st = be->ops->write(be, &a.types, 0, types, ni);
+	if (!st) st = be->ops->write(be, &a.qpos, 0, qpos, ni);
+	if (!st) st = be->ops->write(be, &a.ones, 0, ones, sizeof(float) * (size_t)N * (size_t)F);
+	if (!st) st = run_layers(b, &a, lens, n_seq);
+	if (!st) st = be->ops->read(be, &a.x, 0, hidden, sizeof(float) * (size_t)N * (size_t)D);
+done:
+	free_tensors(be, (sg_btensor *)&a, sizeof(a) / sizeof(sg_btensor));
+	sg_free(host);
+	sg_free(ones);
+	sg_free(bias);
+	return st;
+}
+
+int sg_bert_n_labels(const sg_bert *b) { return b->cls_w.data ? (int)b->cls_w.ne[1] : 0; }
+
+sg_status sg_bert_classify(sg_bert *b, const float *hidden, float *logits)
+{
+	int C = sg_bert_n_labels(b);
+	if (!C) return sg_error(SG_ERR_UNSUPPORTED, "bert: this checkpoint has no classifier head");
+	float *pooled = sg_malloc(sizeof(float) * (size_t)b->m.desc.dim);
+	if (!pooled) return sg_error(SG_ERR_NOMEM, "bert: classifier");
+	sg_status st = sg_bert_pooler(b, hidden, pooled);
+	sg_backend *be = b->m.be;
+	int64_t nx[4] = {b->m.desc.dim, 1, 1, 1}, ny[4] = {C, 1, 1, 1};
+	sg_btensor x = {0}, y = {0};
+	if (!st) st = be->ops->tensor_alloc(be, SG_TYPE_F32, nx, &x);
+	if (!st) st = be->ops->tensor_alloc(be, SG_TYPE_F32, ny, &y);
+	if (!st) st = be->ops->write(be, &x, 0, pooled, sizeof(float) * (size_t)b->m.desc.dim);
+	if (!st) st = be->ops->matmul(be, &b->cls_w, &x, &b->cls_b, &y);
+	if (!st) st = be->ops->read(be, &y, 0, logits, sizeof(float) * (size_t)C);
+	free_tensors(be, &x, 1);
+	free_tensors(be, &y, 1);
+	sg_free(pooled);
+	return st;
 }

@@ -38,6 +38,8 @@ const sg_model_desc *sg_bert_desc(const sg_bert *b);
 /* The most tokens one sequence may have: max_position_embeddings, less pad_token_id + 1 for the
  * families whose positions start after the pad id (RoBERTa, XLM-R, MPNet: 514 -> 512). */
 int sg_bert_max_tokens(const sg_bert *b);
+/* The type of the encoder's projection weights (the first layer's query), an sg_type. */
+int sg_bert_weight_type(const sg_bert *b);
 /* 1 if the checkpoint has BERT's pooler (dense + tanh on the first token). */
 int sg_bert_has_pooler(const sg_bert *b);
 
@@ -54,6 +56,25 @@ int sg_bert_has_pooler(const sg_bert *b);
  */
 sg_status sg_bert_forward(sg_bert *b, const int32_t *ids, const int32_t *type_ids, const int32_t *mask, int n,
 			  float *hidden);
+
+/*
+ * Runs n_seq sequences at once, packed: ids (and type_ids, NULL = all type 0) hold the sequences
+ * one after another, sequence s being lens[s] tokens (1 <= lens[s] <= max_position_embeddings),
+ * N = sum(lens) in all; hidden (caller's, N * dim floats) gets each sequence's last hidden state
+ * in the same packed order. No padding: every projection runs once over the N rows as one GEMM,
+ * attention runs per sequence over its own rows. A sequence's rows equal sg_bert_forward's on it
+ * alone up to the GEMM's summation order (the batching invariance test states the tolerance).
+ * Bad ids or types are refused by value, naming the sequence, before anything is computed.
+ */
+sg_status sg_bert_forward_batch(sg_bert *b, const int32_t *ids, const int32_t *type_ids, const int *lens, int n_seq,
+				float *hidden);
+
+/* Labels of the checkpoint's sequence classifier head (BertForSequenceClassification's
+ * "classifier"), 0 when it has none. */
+int sg_bert_n_labels(const sg_bert *b);
+/* The classifier's logits [n_labels] of a last hidden state [n][dim]: classifier(pooler(h)).
+ * SG_ERR_UNSUPPORTED when the checkpoint has no head. */
+sg_status sg_bert_classify(sg_bert *b, const float *hidden, float *logits);
 
 /* BERT's pooler output of a last hidden state [n][dim]: tanh(W h[0] + b) into out [dim].
  * SG_ERR_UNSUPPORTED when the checkpoint has no pooler. */

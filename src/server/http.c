@@ -21,6 +21,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/flags.h"
 #include "base/json.h"
 #include "base/log.h"
 #include "base/timer.h"
@@ -33,6 +34,7 @@
 #include "server/multipart.h"
 #include "server/routes.h"
 #include "server/routes_audio.h"
+#include "server/routes_embed.h"
 #include "server/routes_ollama.h"
 #include "server/routes_openai.h"
 #include "server/server.h"
@@ -125,7 +127,10 @@ static const route_def routes[] = {
 	{"/api/ps", SG_ROUTE_OLLAMA_PS, "GET"},
 	{"/api/version", SG_ROUTE_OLLAMA_VERSION, "GET"},
 	{"/api/embed", SG_ROUTE_OLLAMA_EMBED, "POST"},
-	{"/api/embeddings", SG_ROUTE_OLLAMA_EMBED, "POST"},
+	{"/api/embeddings", SG_ROUTE_OLLAMA_EMBEDDINGS, "POST"},
+	{"/v1/rerank", SG_ROUTE_RERANK, "POST"},
+	{"/rerank", SG_ROUTE_RERANK, "POST"},
+	{"/reranking", SG_ROUTE_RERANK, "POST"},
 	{"/v1/messages", SG_ROUTE_ANTHROPIC_MESSAGES, "POST"},
 	{"/v1/messages/count_tokens", SG_ROUTE_ANTHROPIC_COUNT, "POST"},
 	{"/", SG_ROUTE_OLLAMA_VERSION, "GET"}, /* Ollama clients probe "/" */
@@ -221,7 +226,8 @@ static enum MHD_Result unknown_model(struct MHD_Connection *c, server *s, sg_srv
 {
 	char list[1024];
 	sg_pool_names(s->pool, list, sizeof list);
-	if (!sg_pool_count(s->pool)) snprintf(list, sizeof list, "(none: start the server with --model NAME=PATH)");
+	if (!sg_pool_count(s->pool))
+		snprintf(list, sizeof list, "(none: start the server with --model, --stt-model or --embed-model NAME=PATH)");
 	return fail(c, route, 404, "not_found_error", "model", "model_not_found", "model '%.200s' not found; available: %s",
 		    name && *name ? name : "(default)", list);
 }
@@ -237,6 +243,24 @@ static int is_audio(sg_srv_route r)
 static size_t body_limit(const server *s, sg_srv_route r)
 {
 	return is_audio(r) ? s->o.max_upload : s->o.max_body;
+}
+
+/* The kind of model a route serves, as the pool knows them. */
+static sg_pool_kind route_kind(sg_srv_route r)
+{
+	if (is_audio(r)) return SG_POOL_STT;
+	if (r == SG_ROUTE_OAI_EMBEDDINGS || r == SG_ROUTE_OLLAMA_EMBED || r == SG_ROUTE_OLLAMA_EMBEDDINGS || r == SG_ROUTE_RERANK)
+		return SG_POOL_EMBED;
+	return SG_POOL_TEXT;
+}
+
+/* A text route (chat, completion, tokenize) that names an embedding model. */
+static enum MHD_Result not_text_model(struct MHD_Connection *c, sg_srv_route route, const char *name)
+{
+	return fail(c, route, 400, NULL, "model", "model_not_supported",
+		    "model '%.200s' is an embedding model (served with --embed-model): it makes embeddings (/v1/embeddings, "
+		    "/api/embed) or rerank scores (/v1/rerank) and cannot generate text",
+		    name);
 }
 
 static void load_run(sg_job *j)
@@ -259,13 +283,32 @@ static void load_run(sg_job *j)
 static sg_srv_model *acquire_model(struct MHD_Connection *c, server *s, sg_srv_route route, const char *name,
 				   enum MHD_Result *ret)
 {
-	int audio = is_audio(route);
-	int i = audio ? sg_pool_find_stt(s->pool, name) : sg_pool_find(s->pool, name);
-	if (i >= 0 && sg_pool_is_stt(s->pool, i) != audio) {
-		*ret = fail(c, route, 400, NULL, "model", "model_not_supported",
-			    audio ? "model '%.200s' is a text model: the audio routes need a speech-to-text model (--stt-model)"
-				  : "model '%.200s' is a speech-to-text model: use /v1/audio/transcriptions",
-			    name);
+	sg_pool_kind want = route_kind(route);
+	int i = want == SG_POOL_STT ? sg_pool_find_stt(s->pool, name) : sg_pool_find_kind(s->pool, name, want == SG_POOL_EMBED);
+	sg_pool_kind have = i >= 0 ? sg_pool_kind_of(s->pool, i) : want;
+	/* a model of another kind is refused before it is loaded, with what it is and what the route
+	 * needs (/api/show describes a model of any kind) */
+	if (have != want && route != SG_ROUTE_OLLAMA_SHOW) {
+		if (want == SG_POOL_TEXT && have == SG_POOL_EMBED) {
+			*ret = not_text_model(c, route, name);
+		} else if (want == SG_POOL_EMBED && have == SG_POOL_TEXT) {
+			*ret = fail(c, route, 400, NULL, "model", "model_not_supported",
+				    "model '%.200s' generates text and has no embedding head: serve an embedding model with "
+				    "--embed-model NAME=PATH",
+				    name);
+		} else if (want == SG_POOL_TEXT) { /* a speech-to-text model */
+			*ret = fail(c, route, 400, NULL, "model", "model_not_supported",
+				    "model '%.200s' is a speech-to-text model: use /v1/audio/transcriptions", name);
+		} else if (want == SG_POOL_STT) {
+			*ret = fail(c, route, 400, NULL, "model", "model_not_supported",
+				    "model '%.200s' is %s model: the audio routes need a speech-to-text model (--stt-model)", name,
+				    have == SG_POOL_EMBED ? "an embedding" : "a text");
+		} else { /* the embedding routes, a speech-to-text model */
+			*ret = fail(c, route, 400, NULL, "model", "model_not_supported",
+				    "model '%.200s' is a speech-to-text model: the embedding and rerank routes need an embedding "
+				    "model (--embed-model)",
+				    name);
+		}
 		return NULL;
 	}
 	/* on the Anthropic routes a Claude model name the server does not serve ("claude-sonnet-4-5",
@@ -499,6 +542,12 @@ static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, co
 		sg_job_unref(j);
 		return mr;
 	}
+	if (sg_srv_model_embedder(m)) {
+		enum MHD_Result r = not_text_model(c, route, sg_srv_model_info_get(m)->name);
+		sg_pool_release(s->pool, m);
+		sg_job_unref(j);
+		return r;
+	}
 	j->model = m;
 	j->user = s->pool;
 	j->on_free = release_job_model;
@@ -587,6 +636,10 @@ static enum MHD_Result handle_tokenize(struct MHD_Connection *c, server *s, conn
 	}
 	m = acquire_model(c, s, route, q.model, &r);
 	if (!m) goto out;
+	if (sg_srv_model_embedder(m)) {
+		r = not_text_model(c, route, sg_srv_model_info_get(m)->name);
+		goto out;
+	}
 	if (route == SG_ROUTE_TOKENIZE) {
 		int32_t *ids = NULL;
 		size_t n = 0;
@@ -656,23 +709,67 @@ static json_t *oai_models(server *s)
 	return sg_openai_models(items, n);
 }
 
-/* /v1/embeddings, /api/embed, /api/embeddings: the server serves text-generation models only, none
- * of which makes embeddings; a well-formed request is told so in its API's error format (a 400
- * naming the model, as for a model that cannot embed). */
-static enum MHD_Result handle_embed(struct MHD_Connection *c, conn_req *cr)
+/* The worker's half of an embedding or rerank request: the model is resident and held. */
+static void embed_job_run(sg_job *j)
+{
+	sg_srv_err e;
+	json_t *out = NULL;
+	const sg_embed_req *r = j->work;
+	sg_embedder *emb = sg_srv_model_embedder(j->model);
+	const char *name = sg_srv_model_info_get(j->model)->name;
+	int st = emb ? sg_embed_run(emb, name, r, 0, &out, &e)
+		     : sg_srv_err_set(&e, 400, NULL, "model", "model '%.200s' generates text and has no embedding head: serve an embedding "
+							      "model with --embed-model NAME=PATH",
+				      name);
+	if (!emb) snprintf(e.code, sizeof e.code, "model_not_supported");
+	json_t *b = st ? sg_resp_error_body(r->route, &e) : out;
+	/* 9 significant digits: enough to read back the same f32 */
+	char *t = b ? json_dumps(b, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+	json_decref(b);
+	if (!t) st = 500;
+	sg_job_respond(j, st ? (t ? e.status : 500) : 200, "application/json", t ? t : "{\"error\":\"out of memory\"}",
+		       t ? strlen(t) : 25);
+	free(t);
+}
+
+static void free_embed_req(void *w)
+{
+	sg_embed_req_free(w);
+	sg_free(w);
+}
+
+/* /v1/embeddings, /api/embed, /api/embeddings, /v1/rerank: parsed here, run by the worker on an
+ * --embed-model (a text model named here is refused there, with the reason). */
+static enum MHD_Result handle_embed(struct MHD_Connection *c, server *s, conn_req *cr)
 {
 	sg_srv_route route = cr->rt->route;
-	json_t *b = NULL;
-	const char *name;
 	sg_srv_err e;
-	enum MHD_Result r;
-	if (body_model(cr, NULL, &b, &name, &e)) r = send_err(c, route, &e);
-	else
-		r = fail(c, route, 400, NULL, "model", "model_not_supported",
-			 "model '%.200s' cannot make embeddings: this server serves no embedding model (its models generate text)",
-			 name);
-	json_decref(b);
-	return r;
+	sg_job *j = sg_job_new();
+	sg_embed_req *r = sg_calloc(1, sizeof *r);
+	if (!j || !r) {
+		sg_job_unref(j);
+		sg_free(r);
+		return fail(c, route, 500, "server_error", NULL, NULL, "out of memory");
+	}
+	j->work = r;
+	j->work_free = free_embed_req;
+	j->req.route = route;
+	int max_inputs = (int)sg_flag_int("SARAGOSSA_SERVE_EMBED_MAX_INPUTS");
+	if (sg_embed_req_parse(route, cr->body, cr->len, max_inputs > 0 ? max_inputs : 1, r, &e)) {
+		sg_job_unref(j);
+		return send_err(c, route, &e);
+	}
+	enum MHD_Result mr;
+	sg_srv_model *m = acquire_model(c, s, route, r->model, &mr);
+	if (!m) {
+		sg_job_unref(j);
+		return mr;
+	}
+	j->model = m;
+	j->user = s->pool;
+	j->on_free = release_job_model;
+	j->run = embed_job_run;
+	return run_job(c, s, j);
 }
 
 /* /v1/audio/transcriptions and /v1/audio/translations: the form is read here, the transcription
@@ -752,7 +849,9 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, server *s, conn_req *c
 	case SG_ROUTE_OLLAMA_VERSION: return send_json(c, 200, json_pack("{s:s}", "version", sg_version()));
 	case SG_ROUTE_OLLAMA_SHOW: return handle_show(c, s, cr);
 	case SG_ROUTE_OLLAMA_EMBED:
-	case SG_ROUTE_OAI_EMBEDDINGS: return handle_embed(c, cr);
+	case SG_ROUTE_OLLAMA_EMBEDDINGS:
+	case SG_ROUTE_RERANK:
+	case SG_ROUTE_OAI_EMBEDDINGS: return handle_embed(c, s, cr);
 	case SG_ROUTE_OAI_TRANSCRIPTIONS:
 	case SG_ROUTE_OAI_TRANSLATIONS: return handle_audio(c, s, cr);
 	case SG_ROUTE_TOKENIZE:

@@ -43,6 +43,7 @@ void sg_job_unref(sg_job *j)
 	if (left) return;
 	if (j->on_free) j->on_free(j);
 	if (j->extra_free) j->extra_free(j->extra);
+	if (j->work_free) j->work_free(j->work);
 	sg_free(j->session);
 	close(j->evfd);
 	pthread_mutex_destroy(&j->mu);

@@ -48,6 +48,9 @@ struct sg_job {
 	size_t session_len;
 	long reused_prefix;       /* tokens restored from the cache; -1 = no header */
 	long prefix_miss;         /* token where the prompt left the best cached chain; -1 = none */
+	/* a route's own parsed request (the embedding routes'), freed with work_free when the job goes */
+	void *work;
+	void (*work_free)(void *work);
 	/* owner hooks: on_free runs when the last reference goes (releases the model) */
 	void (*on_free)(sg_job *j);
 	void *user;

@@ -14,6 +14,7 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "engine/draft.h"
+#include "engine/embed.h"
 #include "engine/lm.h"
 #include "engine/transcribe.h"
 #include "formats/model_desc.h"
@@ -32,8 +33,10 @@ struct sg_srv_model {
 	sg_token_trie *trie; /* lazily built by the worker */
 	uint8_t **tok_bytes; /* [n_vocab] each token's output bytes */
 	uint32_t *tok_len;   /* [n_vocab] */
-	sg_lm *lm;               /* the engine: model, session, tokenizer, template, prefix cache, EOS ids */
-	sg_stt *stt;             /* a speech-to-text model instead (then lm is NULL) */
+	sg_lm *lm;               /* the engine: model, session, tokenizer, template, prefix cache, EOS ids;
+				  * NULL for a speech-to-text or an embedding model */
+	sg_stt *stt;             /* a speech-to-text model (--stt-model), else NULL */
+	sg_embedder *emb;        /* an embedding model or cross-encoder (--embed-model), else NULL */
 	const sg_tokenizer *tok; /* borrowed from lm */
 	/* speculative decoding */
 	sg_srv_spec spec;        /* draft_path not kept */
@@ -61,7 +64,24 @@ const sg_srv_model_info *sg_srv_model_info_get(const sg_srv_model *m)
 
 const int32_t *sg_srv_model_eos(const sg_srv_model *m, size_t *n)
 {
+	if (!m->lm) {
+		*n = 0;
+		return NULL;
+	}
 	return sg_lm_eos(m->lm, n);
+}
+
+sg_embedder *sg_srv_model_embedder(const sg_srv_model *m)
+{
+	return m->emb;
+}
+
+/* The text routes' refusal of a speech-to-text or embedding model (they check sg_srv_model_embedder first; this
+ * keeps every entry point safe on its own). */
+static sg_status not_text(const sg_srv_model *m)
+{
+	return sg_error(SG_ERR_UNSUPPORTED, "model '%s' is %s: it has no text generation", m->info.name,
+			m->stt ? "a speech-to-text model" : "an embedding model");
 }
 
 sg_lm *sg_srv_model_lm(const sg_srv_model *m)
@@ -198,6 +218,7 @@ static sg_status token_output_bytes(const sg_tokenizer *t, int32_t ref, const ch
 
 sg_status sg_srv_model_trie(sg_srv_model *m, const sg_token_trie **trie, const uint8_t *const **tok, const uint32_t **len)
 {
+	if (!m->lm) return not_text(m);
 	if (!m->trie) {
 		int32_t nv = m->info.n_vocab;
 		m->tok_bytes = sg_calloc((size_t)nv, sizeof *m->tok_bytes);
@@ -287,6 +308,7 @@ fail:
 
 sg_status sg_srv_model_load_stt(const char *name, const char *path, sg_srv_model **out)
 {
+	*out = NULL;
 	sg_srv_model *m = sg_calloc(1, sizeof *m);
 	if (!m) return SG_FAIL(SG_ERR_NOMEM, "model state");
 	snprintf(m->info.name, sizeof m->info.name, "%s", name);
@@ -312,6 +334,33 @@ sg_status sg_srv_model_load_stt(const char *name, const char *path, sg_srv_model
 	snprintf(m->info.quant, sizeof m->info.quant, "%s", "F32");
 	m->info.n_ctx = 448;
 	m->info.n_vocab = sg_stt_vocab_of(m->stt)->n_vocab;
+	m->agent.think_start_id = m->agent.think_end_id = -1;
+	*out = m;
+	return SG_OK;
+}
+
+sg_status sg_srv_model_load_embed(const char *name, const char *path, sg_srv_model **out)
+{
+	*out = NULL;
+	sg_srv_model *m = sg_calloc(1, sizeof *m);
+	if (!m) return SG_FAIL(SG_ERR_NOMEM, "model state");
+	snprintf(m->info.name, sizeof m->info.name, "%s", name);
+	snprintf(m->info.path, sizeof m->info.path, "%s", path);
+	m->info.created = (int64_t)time(NULL);
+	m->info.size_bytes = path_bytes(path);
+	snprintf(m->info.format, sizeof m->info.format, "safetensors");
+	const char *be = sg_flag_str("RETI_SERVE_BACKEND");
+	sg_status s = sg_embedder_load(path, be && *be ? be : NULL, 0, &m->emb);
+	if (s) {
+		sg_srv_model_free(m);
+		return s;
+	}
+	snprintf(m->info.arch, sizeof m->info.arch, "%s%s", sg_embedder_model_type(m->emb),
+		 sg_embedder_is_reranker(m->emb) ? "-reranker" : "");
+	snprintf(m->info.quant, sizeof m->info.quant, "%s", sg_embedder_weight_type(m->emb));
+	m->info.n_ctx = sg_embedder_max_tokens(m->emb);
+	m->info.n_vocab = sg_embedder_n_vocab(m->emb);
+	m->agent.think_start_id = m->agent.think_end_id = -1;
 	*out = m;
 	return SG_OK;
 }
@@ -325,6 +374,7 @@ void sg_srv_model_free(sg_srv_model *m)
 {
 	if (!m) return;
 	sg_stt_free(m->stt);
+	sg_embedder_free(m->emb);
 	sg_token_trie_free(m->trie);
 	if (m->tok_bytes)
 		for (int32_t i = 0; i < m->info.n_vocab; i++) sg_free(m->tok_bytes[i]);
@@ -340,6 +390,7 @@ void sg_srv_model_free(sg_srv_model *m)
 sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages, const json_t *tools, const json_t *kwargs,
 				   char **out, size_t *len)
 {
+	if (!m->lm) return not_text(m);
 	if (!sg_lm_has_template(m->lm))
 		return sg_error(SG_ERR_NOT_FOUND, "model '%s' has no chat template: use /v1/completions (or raw: true)", m->info.name);
 	sg_chat_params p = {.messages = messages, .tools = tools, .kwargs = kwargs, .add_generation_prompt = 1};
@@ -348,15 +399,18 @@ sg_status sg_srv_model_chat_prompt(const sg_srv_model *m, const json_t *messages
 
 sg_status sg_srv_model_tokenize(const sg_srv_model *m, const char *text, size_t len, int add_special, int32_t **ids, size_t *n)
 {
+	if (!m->lm) return not_text(m);
 	return sg_lm_tokenize(m->lm, text, len, add_special, ids, n);
 }
 
 sg_status sg_srv_model_detokenize(const sg_srv_model *m, const int32_t *ids, size_t n, char **out, size_t *len)
 {
+	if (!m->lm) return not_text(m);
 	return sg_lm_detokenize(m->lm, ids, n, out, len);
 }
 
 sg_status sg_srv_model_token_bytes(const sg_srv_model *m, int32_t id, char **out, size_t *len)
 {
+	if (!m->lm) return not_text(m);
 	return sg_lm_token_bytes(m->lm, id, out, len);
 }

@@ -51,9 +51,14 @@ const struct sg_gen_drafter *sg_srv_model_drafter(const sg_srv_model *m, int mod
  * (sg_srv_model_lm is NULL) and no tokenizer or template for the text routes: a text route that
  * names it is refused before any of those is asked. */
 sg_status sg_srv_model_load_stt(const char *name, const char *path, sg_srv_model **out);
-/* The speech-to-text model, NULL for an LLM (worker only: sg_transcribe_*). */
+/* The speech-to-text model, NULL for an LLM or an embedder (worker only: sg_transcribe_*). */
 struct sg_stt *sg_srv_model_stt(const sg_srv_model *m);
+/* Loads the embedding model or cross-encoder at path (engine/embed.h) under name: it serves the
+ * embedding and rerank routes only; the text and audio routes refuse it (sg_srv_model_lm is NULL). */
+sg_status sg_srv_model_load_embed(const char *name, const char *path, sg_srv_model **out);
 void sg_srv_model_free(sg_srv_model *m);
+/* The embedder of a model loaded by sg_srv_model_load_embed, else NULL (a text model). */
+struct sg_embedder *sg_srv_model_embedder(const sg_srv_model *m);
 
 const sg_srv_model_info *sg_srv_model_info_get(const sg_srv_model *m);
 
@@ -92,7 +97,8 @@ sg_status sg_srv_model_token_bytes(const sg_srv_model *m, int32_t id, char **out
 /* End-of-sequence / end-of-turn ids. */
 const int32_t *sg_srv_model_eos(const sg_srv_model *m, size_t *n);
 
-/* The engine the model generates through (worker only: sg_lm_generate). */
+/* The engine the model generates through (worker only: sg_lm_generate); NULL for an embedding
+ * model. */
 sg_lm *sg_srv_model_lm(const sg_srv_model *m);
 
 /* The accelerator backend RETI_SERVE_BACKEND sends served models to ("cuda": they live in device

@@ -17,6 +17,7 @@ typedef struct entry {
 	char name[128];
 	char path[4096];
 	int stt;         /* a Whisper model (the audio routes) */
+	int embed;       /* an embedding model or cross-encoder (--embed-model) */
 	sg_srv_model *m; /* NULL when not resident */
 	int refs;        /* requests using m */
 	uint64_t used;   /* tick of the last acquire: the LRU order */
@@ -110,6 +111,7 @@ sg_status sg_pool_new(const sg_server_model_spec *specs, int n, int32_t n_ctx, i
 		snprintf(p->e[i].name, sizeof p->e[i].name, "%s", specs[i].name);
 		snprintf(p->e[i].path, sizeof p->e[i].path, "%s", specs[i].path);
 		p->e[i].stt = specs[i].stt;
+		p->e[i].embed = specs[i].embed;
 	}
 	*out = p;
 	return SG_OK;
@@ -144,17 +146,17 @@ int sg_pool_block_tokens(const sg_pool *p) { return p->block_tokens; }
 sg_prefix_cache *sg_pool_prefix_cache(sg_pool *p) { return p->pc; }
 sg_memguard *sg_pool_guard(sg_pool *p) { return &p->guard; }
 
+int sg_pool_find_kind(sg_pool *p, const char *name, int embed)
+{
+	for (int i = 0; i < p->n; i++)
+		if (name && *name ? !strcmp(p->e[i].name, name) : p->e[i].embed == embed && (embed || !p->e[i].stt))
+			return i;
+	return -1;
+}
+
 int sg_pool_find(sg_pool *p, const char *name)
 {
-	if (!name || !*name) {
-		/* the default: the first text model */
-		for (int i = 0; i < p->n; i++)
-			if (!p->e[i].stt) return i;
-		return -1;
-	}
-	for (int i = 0; i < p->n; i++)
-		if (!strcmp(p->e[i].name, name)) return i;
-	return -1;
+	return sg_pool_find_kind(p, name, 0);
 }
 
 int sg_pool_find_stt(sg_pool *p, const char *name)
@@ -172,6 +174,12 @@ int sg_pool_find_stt(sg_pool *p, const char *name)
 int sg_pool_is_stt(const sg_pool *p, int i)
 {
 	return i >= 0 && i < p->n && p->e[i].stt;
+}
+
+sg_pool_kind sg_pool_kind_of(const sg_pool *p, int i)
+{
+	if (i < 0 || i >= p->n) return SG_POOL_TEXT;
+	return p->e[i].stt ? SG_POOL_STT : p->e[i].embed ? SG_POOL_EMBED : SG_POOL_TEXT;
 }
 
 void sg_pool_names(sg_pool *p, char *buf, size_t cap)
@@ -334,7 +342,9 @@ static int load(sg_pool *p, int i, sg_srv_err *e)
 		return sg_srv_err_set(e, 503, "server_error", "model", "%s", sg_last_error());
 	sg_srv_model *m = NULL;
 	SG_INFO("serve: loading %s from %s", en->name, en->path);
-	sg_status st = en->stt ? sg_srv_model_load_stt(en->name, en->path, &m) : sg_srv_model_load(en->name, en->path, p->n_ctx, &p->spec, &m);
+	sg_status st = en->stt     ? sg_srv_model_load_stt(en->name, en->path, &m)
+		       : en->embed ? sg_srv_model_load_embed(en->name, en->path, &m)
+				   : sg_srv_model_load(en->name, en->path, p->n_ctx, &p->spec, &m);
 	p->load_st = st;
 	if (st)
 		return sg_srv_err_set(e, st == SG_ERR_NOMEM ? 503 : 500, "server_error", "model", "model '%s': %s", en->name,

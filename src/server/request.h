@@ -35,6 +35,8 @@ typedef enum sg_srv_route {
 	SG_ROUTE_OAI_EMBEDDINGS,
 	SG_ROUTE_OAI_TRANSCRIPTIONS, /* multipart bodies: server/routes_audio.c */
 	SG_ROUTE_OAI_TRANSLATIONS,
+	SG_ROUTE_OLLAMA_EMBEDDINGS, /* the older /api/embeddings (prompt -> embedding) */
+	SG_ROUTE_RERANK,            /* /v1/rerank, /rerank: Jina/Cohere's shape, OpenAI's errors */
 } sg_srv_route;
 
 /* 1 when the route answers in Anthropic's error format. */

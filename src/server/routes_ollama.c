@@ -199,8 +199,11 @@ json_t *sg_ollama_show(const sg_srv_model *m)
 	sg_resp_rfc3339_of(in->created, when, sizeof when);
 	json_t *info = json_pack("{s:s,s:i,s:i}", "general.architecture", in->arch, "context_length", in->n_ctx, "vocab_size",
 				 in->n_vocab);
+	/* Ollama's capability names: an embedding model (or a reranker) "embedding", else "completion";
+	 * a Whisper model, which Ollama does not serve, "transcription" */
+	const char *cap = sg_srv_model_embedder(m) ? "embedding" : sg_srv_model_stt(m) ? "transcription" : "completion";
 	return json_pack("{s:s,s:s,s:s,s:o,s:o,s:[s],s:s}", "modelfile", "", "parameters", "", "template", "", "details",
-			 details(in), "model_info", info, "capabilities", "completion", "modified_at", when);
+			 details(in), "model_info", info, "capabilities", cap, "modified_at", when);
 }
 
 json_t *sg_ollama_loaded(const sg_srv_model *m, int chat)

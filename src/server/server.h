@@ -19,6 +19,7 @@ typedef struct sg_server_model_spec {
 	const char *name; /* what requests put in "model" */
 	const char *path; /* resolved path (file or folder) */
 	int stt;          /* 1: a Whisper model for the audio routes (--stt-model), 0: an LLM */
+	int embed;        /* 1: an embedding model or cross-encoder (--embed-model): embeds, never generates */
 } sg_server_model_spec;
 
 typedef struct sg_server_opts {

@@ -144,3 +144,16 @@ def make_test_model(fixture, dest, vocab_size):
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "<|im_end|>",
         "chat_template": CHATML, "add_bos_token": False}))
     return dest
+
+
+def make_embed_model(dest):
+    """An embedding model for the server tests: the tiny random BERT fixture (vocabulary 320, at
+    most 64 tokens, mean pooling) with the cross-encoder fixture's WordPiece tokenizer (162 ids,
+    all inside the BERT's vocabulary), so it embeds text."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in ("config.json", "model.safetensors"):
+        shutil.copy(ROOT / "tests" / "fixtures" / "bert" / f, dest / f)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(ROOT / "tests" / "fixtures" / "cross_encoder" / f, dest / f)
+    return dest

@@ -59,7 +59,11 @@ def test_json_and_jsonl_hold_the_same_vectors_in_input_order(sg):
     (["--tokens", ",".join(["5"] * 65)], 1, "65 tokens exceeds the model's limit of 64"),
     (["--tokens", "1,x"], 1, "not a list of token ids"),
     (["hello"], 1, "no tokenizer.json"),
-    (["--format", "xml", "--tokens", "1"], 2, "--format must be json or jsonl"),
+    (["--format", "xml", "--tokens", "1"], 2, "--format must be json, jsonl or npy"),
+    (["--dimensions", "0", "--tokens", "1"], 2, "--dimensions must be a positive integer"),
+    (["--dimensions", "65", "--tokens", "1,2"], 1, "dimensions 65 is outside [1, 64]"),
+    (["-f", "/nonexistent/inputs.txt"], 1, "-f '/nonexistent/inputs.txt': No such file or directory"),
+    (["-f", "x.txt", "text"], 2, "-f FILE and TEXT/--tokens arguments are exclusive"),
 ])
 def test_bad_input_is_refused_by_value(sg, args, rc, why):
     r = sg("embed", "-m", str(FIX), *args)
@@ -68,9 +72,12 @@ def test_bad_input_is_refused_by_value(sg, args, rc, why):
     assert r.stdout == ""
 
 
-def test_model_is_required_and_decoders_are_refused(sg):
-    r = sg("embed", "--tokens", "1,2")
-    assert r.returncode == 2 and "-m MODEL is required" in r.stderr
+def test_default_model_is_named_when_missing_and_decoders_are_refused(sg, tmp_path):
+    r = sg("embed", "--tokens", "1,2", env={"SARAGOSSA_CACHE_DIR": str(tmp_path), "SARAGOSSA_DEFAULT_EMBED_MODEL": ""})
+    assert r.returncode == 1 and "the default embedding model (all-MiniLM-L6-v2) is not at" in r.stderr
+    assert "tools/fetch_models.py minilm" in r.stderr and r.stdout == ""
+    r = sg("embed", "--tokens", "1,2", env={"SARAGOSSA_DEFAULT_EMBED_MODEL": str(FIX)})
+    assert r.returncode == 0 and len(json.loads(r.stdout)[0]) == 64
     r = sg("embed", "-m", str(ROOT / "tests" / "fixtures" / "llama"), "--tokens", "1,2")
     assert r.returncode == 1 and "is a language model without an embedding head" in r.stderr and r.stdout == ""
 
@@ -170,3 +177,77 @@ def test_minilm_matches_an_independent_float64_forward(sg):
         cos = float(by_ids @ want / np.linalg.norm(by_ids))
         assert cos >= 0.99999, f"{t!r}: cosine {cos:.7f} to the float64 reference"
         assert float(np.abs(by_ids - want).max()) < 1e-4
+
+
+def test_npy_output_is_a_real_float32_array(sg, tmp_path):
+    ids, want = fixture_ref()
+    a, b = ",".join(map(str, ids)), ",".join(map(str, ids[:4]))
+    js = np.array(json.loads(embed(sg, "-m", str(FIX), "--tokens", a, "--tokens", b).stdout), dtype=np.float32)
+    out = tmp_path / "v.npy"
+    embed(sg, "-m", str(FIX), "--format", "npy", "-o", str(out), "--tokens", a, "--tokens", b)
+    v = np.load(out)
+    assert v.dtype == np.float32 and v.shape == (2, 64)
+    np.testing.assert_array_equal(v, js)
+    # on stdout too (bytes: the CLI fixture reads text, so run it here)
+    import subprocess
+    from conftest import saragossa_bin
+    r = subprocess.run([saragossa_bin(), "embed", "-m", str(FIX), "--format", "npy", "--tokens", a], capture_output=True)
+    assert r.returncode == 0 and r.stdout[:6] == b"\x93NUMPY"
+    (tmp_path / "s.npy").write_bytes(r.stdout)
+    np.testing.assert_array_equal(np.load(tmp_path / "s.npy"), js[:1])
+
+
+def test_dimensions_keeps_the_first_values(sg):
+    ids, _ = fixture_ref()
+    a = ",".join(map(str, ids))
+    full = json.loads(embed(sg, "-m", str(FIX), "--tokens", a).stdout)[0]
+    cut = json.loads(embed(sg, "-m", str(FIX), "--dimensions", "8", "--tokens", a).stdout)[0]
+    assert cut == full[:8]  # the fixture does not normalise: no rescaling
+
+
+@needs_minilm
+def test_minilm_file_inputs_and_renormalised_dimensions(sg, tmp_path):
+    f = tmp_path / "in.txt"
+    f.write_text("first line\nsecond line\n")
+    assert json.loads(embed(sg, "-m", str(MINILM), "-f", str(f)).stdout) == \
+        json.loads(embed(sg, "-m", str(MINILM), "first line", "second line").stdout)
+    v = np.array(json.loads(embed(sg, "-m", str(MINILM), "--dimensions", "128", "first line").stdout)[0])
+    full = np.array(json.loads(embed(sg, "-m", str(MINILM), "first line").stdout)[0])
+    assert v.shape == (128,) and abs(np.linalg.norm(v) - 1) < 1e-5
+    np.testing.assert_allclose(v, full[:128] / np.linalg.norm(full[:128]), atol=1e-6)
+
+
+CE = ROOT / "tests" / "fixtures" / "cross_encoder"
+
+
+def test_rerank_gives_sentence_transformers_scores_best_first(sg):
+    """The random cross-encoder fixture (tools/make_rerank_fixture.py): CrossEncoder.predict's scores
+    (sigmoid of the logit) within 1e-4, sorted best first; --top-n; text output."""
+    ref = json.loads((CE / "ref.json").read_text())
+    r = sg("rerank", "-m", str(CE), "--format", "json", "--query", ref["query"], *ref["documents"])
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)["results"]
+    assert sorted(x["index"] for x in res) == list(range(len(ref["documents"])))
+    assert [x["relevance_score"] for x in res] == sorted((x["relevance_score"] for x in res), reverse=True)
+    for x in res:
+        assert abs(x["relevance_score"] - ref["scores"][x["index"]]) <= 1e-4, x
+        assert x["document"]["text"] == ref["documents"][x["index"]]
+    r = sg("rerank", "-m", str(CE), "--query", ref["query"], "--top-n", "2", *ref["documents"])
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and len(lines) == 2
+    best = max(range(len(ref["scores"])), key=lambda i: ref["scores"][i])
+    score, index, text = lines[0].split("\t")
+    assert int(index) == best and text == ref["documents"][best] and abs(float(score) - ref["scores"][best]) <= 1e-4
+
+
+@pytest.mark.parametrize("args,rc,why", [
+    (["--query", "q", "doc"], 2, "-m MODEL is required"),
+    (["-m", str(CE), "doc"], 2, "--query Q is required"),
+    (["-m", str(CE), "--query", "q", "--top-n", "0", "doc"], 2, "--top-n must be a positive integer"),
+    (["-m", str(FIX), "--query", "q", "doc"], 1, "no classification head"),
+    (["-m", str(CE), "--query", "q", " ".join(["word"] * 40)], 1, "over the model's limit of 64"),
+])
+def test_rerank_refuses_bad_input(sg, args, rc, why):
+    r = sg("rerank", *args)
+    assert r.returncode == rc and why in r.stderr, r.stderr
+    assert r.stdout == ""

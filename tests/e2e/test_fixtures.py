@@ -87,6 +87,8 @@ class Fixture:
         mt = self.config.get("model_type", "")
         self.kind = ("whisper" if mt == "whisper" else "bert" if mt in ("bert", "xlm-roberta", "roberta", "mpnet")
                      else "causal")
+        if "BertForSequenceClassification" in self.config.get("architectures", []):
+            self.kind = "cross_encoder"
 
     def r(self, name):
         assert name in self.ref, f"{self.name}: ref.safetensors lacks '{name}'"
@@ -190,7 +192,7 @@ def test_weight_shapes_agree_with_config(fx):
             stacks.setdefault(m.group(1) or "", set()).add(int(m.group(2)))
     if fx.kind == "whisper":
         want = {"encoder": cfg["encoder_layers"], "decoder": cfg["decoder_layers"]}
-    elif fx.kind == "bert":
+    elif fx.kind in ("bert", "cross_encoder"):
         want = {"encoder": cfg["num_hidden_layers"]}
     else:
         want = {"": cfg["num_hidden_layers"]}
@@ -265,6 +267,13 @@ def test_reference_shapes_agree_with_config(fx):
         want = (hidden.astype(np.float64) * m).sum(0) / m.sum()
         np.testing.assert_allclose(fx.r("pooled"), want, rtol=1e-5, atol=1e-6)
         assert hidden.std(axis=-1).min() > 0.1
+        return
+    if fx.kind == "cross_encoder":
+        # sentence-transformers' CrossEncoder scores: sigmoid of the one-label head's logit
+        scores, logits = fx.r("scores").astype(np.float64), fx.r("logits").astype(np.float64)
+        assert scores.shape == logits.shape and scores.ndim == 1 and len(scores) >= 4
+        np.testing.assert_allclose(scores, 1 / (1 + np.exp(-logits)), rtol=1e-6)
+        assert scores.max() - scores.min() > 0.05, "scores should spread"
         return
     if fx.kind == "whisper":
         feats, enc = fx.r("input_features"), fx.r("encoder_output")

@@ -1,5 +1,5 @@
 """The malformed-request table: every route that reads a body, against a real `saragossa serve` with a
-model (the agent test model "q3"), sent invalid JSON, other JSON types, fields of the wrong type, huge
+text model (the agent test model "q3"), an embedding model ("emb") and a reranker ("rr"), sent invalid JSON, other JSON types, fields of the wrong type, huge
 numbers, deep nesting, unknown fields and bodies over --max-body, each answered with its exact status
 and error body in its API's format (OpenAI {"error": {message, type, param, code}}, Anthropic
 {"type": "error", "error": {type, message}}, Ollama {"error": message}); then clients that go away
@@ -14,7 +14,7 @@ import time
 import pytest
 
 from agent_util import make_qwen3_agent_model
-from server_util import Server
+from server_util import ROOT, Server, make_embed_model
 
 MAX_BODY = 64 * 1024
 M = [{"role": "user", "content": "hi"}]
@@ -29,13 +29,14 @@ ROUTES = {
     "/v1/completions": (OPENAI, {"model": "q3", "prompt": "hi", "max_tokens": 1}),
     "/tokenize": (OPENAI, {"model": "q3", "prompt": "hi"}),
     "/detokenize": (OPENAI, {"model": "q3", "tokens": [1, 2]}),
-    "/v1/embeddings": (OPENAI, {"model": "q3", "input": "hi"}),
+    "/v1/embeddings": (OPENAI, {"model": "emb", "input": "hi"}),
+    "/v1/rerank": (OPENAI, {"model": "rr", "query": "hi", "documents": ["a", "b"]}),
     "/v1/messages": (ANTHROPIC, {"model": "q3", "messages": M, "max_tokens": 1}),
     "/v1/messages/count_tokens": (ANTHROPIC, {"model": "q3", "messages": M}),
     "/api/chat": (OLLAMA, {"model": "q3", "messages": M, "stream": False, "options": {"num_predict": 1}}),
     "/api/generate": (OLLAMA, {"model": "q3", "prompt": "hi", "stream": False, "options": {"num_predict": 1}}),
-    "/api/embed": (OLLAMA, {"model": "q3", "input": "hi"}),
-    "/api/embeddings": (OLLAMA, {"model": "q3", "prompt": "hi"}),
+    "/api/embed": (OLLAMA, {"model": "emb", "input": "hi"}),
+    "/api/embeddings": (OLLAMA, {"model": "emb", "prompt": "hi"}),
     "/api/show": (OLLAMA, {"model": "q3"}),
 }
 
@@ -68,7 +69,13 @@ def invalid_json(col, reason):
     return f"request body: invalid JSON at line 1, column {col} (byte {col}): {reason}"
 
 
-NO_EMBED = "model 'q3' cannot make embeddings: this server serves no embedding model (its models generate text)"
+NO_EMBED = "model 'q3' generates text and has no embedding head: serve an embedding model with --embed-model NAME=PATH"
+NOT_TEXT = ("model 'emb' is an embedding model (served with --embed-model): it makes embeddings (/v1/embeddings, "
+            "/api/embed) or rerank scores (/v1/rerank) and cannot generate text")
+MAX_INPUTS = 8
+LONG = " ".join(["a"] * 70)  # 72 tokens with [CLS] and [SEP]; the embedding model takes 64
+TOO_LONG = "input 0: embed: an input of 72 tokens exceeds the model's limit of 64 (truncate to embed its start)"
+AVAILABLE = "q3, emb, rr"
 
 # What every route answers alike: bodies that are not a JSON object, or are one that the JSON
 # parser refuses (numbers past int64 / double, nesting past its depth, a duplicate key).
@@ -102,17 +109,12 @@ def wrong_type(api, name, want, got):
 def rows_for(path):
     """(label, body bytes, status, expected body or None for a 200) for one route."""
     api, good = ROUTES[path]
-    embed = path in ("/v1/embeddings", "/api/embed", "/api/embeddings")
-    ok = (400, error_body(api, 400, NO_EMBED, "model", "model_not_supported")) if embed else (200, None)
+    ok = (200, None)
     rows = [(label, body, 400, error_body(api, 400, msg)) for label, body, msg in SHARED]
     rows.append(("model of the wrong type", j({**good, "model": 7}), 400,
                  error_body(api, 400, wrong_type(api, "model", "a string", "integer"), "model")))
-    if embed:  # no model embeds: a model that is not served either is told so
-        rows.append(("model unknown", j({**good, "model": "nope"}), 400,
-                     error_body(api, 400, NO_EMBED.replace("'q3'", "'nope'"), "model", "model_not_supported")))
-    else:
-        rows.append(("model unknown", j({**good, "model": "nope"}), 404,
-                     error_body(api, 404, "model 'nope' not found; available: q3", "model", "model_not_found")))
+    rows.append(("model unknown", j({**good, "model": "nope"}), 404,
+                 error_body(api, 404, f"model 'nope' not found; available: {AVAILABLE}", "model", "model_not_found")))
     big = j({**good, "pad": "a" * MAX_BODY})
     rows.append(("over --max-body", big, 413,
                  error_body(api, 413, f"the request body has {len(big)} bytes; the limit is {MAX_BODY} (--max-body)",
@@ -122,9 +124,9 @@ def rows_for(path):
     rows.append(("unknown fields", j({**good, "frobnicate": {"a": [1, None, "x"]}, "zz": -1e300, "": True}), *ok))
     rows.append(("deep nesting in an unknown field",
                  j(good)[:-1] + b', "x": ' + b"[" * 1000 + b"1" + b"]" * 1000 + b"}", *ok))
-    for label, extra, status, message, param in OWN.get(path, []):
+    for label, extra, status, message, param, *code in OWN.get(path, []):
         rows.append((label, j({**good, **extra}) if isinstance(extra, dict) else extra, status,
-                     None if status == 200 else error_body(api, status, message, param)))
+                     None if status == 200 else error_body(api, status, message, param, *code)))
     return rows
 
 
@@ -144,6 +146,7 @@ OWN = {
         ("stream a string", {"stream": "yes"}, 400, "'stream' must be a boolean, got string", "stream"),
         ("tools an object", {"tools": {}}, 400, "'tools' must be an array, got object", "tools"),
         ("stop a number", {"stop": 1e300}, 400, "'stop' must be a string or an array of strings, got real", "stop"),
+        ("an embedding model asked to chat", {"model": "emb"}, 400, NOT_TEXT, "model", "model_not_supported"),
     ],
     "/v1/completions": [
         ("prompt a number", {"prompt": 7}, 400, "'prompt' must be a string or an array of token ids, got integer", "prompt"),
@@ -197,8 +200,72 @@ OWN = {
         ("keep_alive an array", {"keep_alive": [1]}, 400,
          "'keep_alive' must be a duration string or a number of seconds, got array", "keep_alive"),
     ],
+    "/v1/embeddings": [
+        ("a text model asked for embeddings", {"model": "q3"}, 400, NO_EMBED, "model", "model_not_supported"),
+        ("a reranker asked for embeddings", {"model": "rr"}, 400,
+         "model 'rr' is a reranker (a cross-encoder): it scores (query, document) pairs on /v1/rerank and makes no embeddings",
+         "model", "model_not_supported"),
+        ("input missing", b'{"model": "emb"}', 400, "'input' is required", "input"),
+        ("input a number", {"input": 7}, 400,
+         "'input' must be a string, an array of strings or of token ids, got integer", "input"),
+        ("input an empty string", {"input": ""}, 400, "'input' is an empty string: there is nothing to embed", "input"),
+        ("input an empty array", {"input": []}, 400, "'input' is an empty array: give at least one input", "input"),
+        ("an empty string among inputs", {"input": ["a", ""]}, 400,
+         "'input[1]' is an empty string: there is nothing to embed", "input[1]"),
+        ("an object among inputs", {"input": ["a", {}]}, 400,
+         "'input[1]' must be a string or an array of token ids, got object", "input[1]"),
+        ("a negative token id", {"input": [1, -2]}, 400, "'input[1]' must be a token id (an integer >= 0)", "input"),
+        ("a token id past int32", {"input": [[1, 2**40]]}, 400, "'input[0][1]' must be a token id (an integer >= 0)",
+         "input[0]"),
+        ("an empty list of token ids", {"input": [[1], []]}, 400, "'input[1]' is an empty list of token ids", "input[1]"),
+        ("a token id past the vocabulary", {"input": [[1, 999]]}, 400,
+         "input 0: embed: token 1 = 999 is outside the vocabulary [0, 320)", "input"),
+        ("too many inputs", {"input": ["a"] * (MAX_INPUTS + 1)}, 400,
+         f"'input' holds {MAX_INPUTS + 1} inputs, over this server's limit of {MAX_INPUTS} per request", "input"),
+        ("an input over the model's limit", {"input": LONG}, 400, TOO_LONG, "input"),
+        ("an input over the limit, truncated", {"input": LONG, "truncate": True}, 200, None, None),
+        ("encoding_format unknown", {"encoding_format": "hex"}, 400,
+         "'encoding_format' must be \"float\" or \"base64\", not \"hex\"", "encoding_format"),
+        ("dimensions zero", {"dimensions": 0}, 400, "'dimensions' = 0 is outside [1, 1048576]", "dimensions"),
+        ("dimensions over the model's", {"dimensions": 65}, 400, "'dimensions' is 65, over the 64 dimensions of model 'emb'",
+         "dimensions"),
+        ("dimensions a string", {"dimensions": "8"}, 400, "'dimensions' must be an integer, got string", "dimensions"),
+    ],
     "/api/embed": [
-        ("input a number (no model embeds anyway)", {"input": 7}, 400, NO_EMBED, "model"),
+        ("a text model asked for embeddings", {"model": "q3"}, 400, NO_EMBED, "model"),
+        ("input a number", {"input": 7}, 400, "'input' must be a string or an array of strings, got integer", "input"),
+        ("input token ids", {"input": [1, 2]}, 400, "'input' must be a string or an array of strings, got array", "input"),
+        ("input an empty string", {"input": ""}, 400, "'input' is an empty string: there is nothing to embed", "input"),
+        ("input an empty array", {"input": []}, 400, "'input' is an empty array: give at least one input", "input"),
+        ("too many inputs", {"input": ["a"] * (MAX_INPUTS + 1)}, 400,
+         f"'input' holds {MAX_INPUTS + 1} inputs, over this server's limit of {MAX_INPUTS} per request", "input"),
+        ("an input over the limit (truncated by default)", {"input": LONG}, 200, None, None),
+        ("an input over the limit with truncate false", {"input": LONG, "truncate": False}, 400, TOO_LONG, "input"),
+        ("truncate a string", {"truncate": "no"}, 400, "'truncate' must be a boolean, got string", "truncate"),
+    ],
+    "/api/embeddings": [
+        ("prompt missing", b'{"model": "emb"}', 400, "'prompt' (a string) is required", "prompt"),
+        ("prompt a list", {"prompt": ["a"]}, 400, "'prompt' must be a string, got array", "prompt"),
+        ("prompt an empty string", {"prompt": ""}, 400, "'prompt' is an empty string: there is nothing to embed", "prompt"),
+    ],
+    "/v1/rerank": [
+        ("an embedding model asked to rerank", {"model": "emb"}, 400,
+         "model 'emb' is an embedding model, not a reranker (a cross-encoder): it cannot score documents; use /v1/embeddings",
+         "model", "model_not_supported"),
+        ("query missing", b'{"model": "rr", "documents": ["a"]}', 400, "'query' (a string) is required", "query"),
+        ("query a number", {"query": 7}, 400, "'query' must be a string, got integer", "query"),
+        ("documents missing", b'{"model": "rr", "query": "q"}', 400, "'documents' (an array of strings) is required",
+         "documents"),
+        ("documents empty", {"documents": []}, 400, "'documents' is an empty array: give at least one document", "documents"),
+        ("a document a number", {"documents": ["a", 7]}, 400,
+         "'documents[1]' must be a string (or an object with a string 'text'), got integer", "documents[1]"),
+        ("too many documents", {"documents": ["a"] * (MAX_INPUTS + 1)}, 400,
+         f"'documents' holds {MAX_INPUTS + 1} documents, over this server's limit of {MAX_INPUTS} per request", "documents"),
+        ("top_n zero", {"top_n": 0}, 400, f"'top_n' = 0 is outside [1, {I32}]", "top_n"),
+        ("a pair over the model's limit", {"documents": [LONG]}, 400,
+         "document 0: rerank: the query and document make 75 tokens, over the model's limit of 64 (truncate to score their start)",
+         "documents"),
+        ("documents as objects, top_n past the count", {"documents": [{"text": "a"}, {"text": "b"}], "top_n": 9}, 200, None, None),
     ],
     "/api/show": [
         ("name instead of model", b'{"name": "q3"}', 200, None, None),
@@ -214,8 +281,11 @@ TABLE = [(path, *row) for path in ROUTES for row in rows_for(path)]
 def srv(tmp_path_factory):
     d = tmp_path_factory.mktemp("malformed")
     model = make_qwen3_agent_model(d / "q3")
-    s = Server("--model", f"q3={model}", "--ctx", "2048", "--max-body", str(MAX_BODY), socket_path=str(d / "s.sock"),
-               env={"SARAGOSSA_LOG": "error"})
+    emb = make_embed_model(d / "emb")
+    s = Server("--model", f"q3={model}", "--embed-model", f"emb={emb}", "--embed-model",
+               f"rr={ROOT / 'tests' / 'fixtures' / 'cross_encoder'}", "--ctx", "2048", "--max-body", str(MAX_BODY),
+               socket_path=str(d / "s.sock"), env={"SARAGOSSA_LOG": "error", "SARAGOSSA_SERVE_EMBED_MAX_INPUTS": str(MAX_INPUTS),
+                    "RETI_SERVE_MODEL_POOL": "3"})  # all three resident: no reload between rows
     yield s
     s.stop()
 
@@ -304,7 +374,7 @@ def test_clients_that_go_away_early_leave_the_server_serving(srv):
     idle(srv)
     with srv.client() as c:
         for path, (_, good) in ROUTES.items():
-            if path != "/api/show" and not path.endswith("embeddings") and path != "/api/embed":
+            if path != "/api/show" and not path.endswith("embeddings") and path not in ("/api/embed", "/v1/rerank"):
                 r = ask(c, path, j(good))
                 assert r.status_code == 200, (path, r.text)
 

@@ -117,6 +117,46 @@ Test(bert, token_types_change_the_output)
 	sg_bert_free(b);
 }
 
+/* Batching invariance: 64 sequences of mixed lengths (2..64 tokens, pseudo-random ids and token
+ * types) packed into one sg_bert_forward_batch give each sequence the hidden state it has alone.
+ * Tolerance: max |d| / max |alone| <= 1e-5 per sequence. Attention runs per sequence in both, so
+ * what may differ is the GEMM's f32 summation order between a call of N rows and one of L rows
+ * (blocking over rows), a few ulps of the largest value. */
+Test(bert, a_sequence_in_a_packed_batch_of_64_equals_it_alone)
+{
+	sg_bert *b = load();
+	const sg_model_desc *d = sg_bert_desc(b);
+	int D = d->dim, lens[64], N = 0;
+	uint32_t r = 12345;
+	for (int s = 0; s < 64; s++) {
+		r = r * 1103515245u + 12345u;
+		lens[s] = 2 + (int)((r >> 16) % 63); /* 2..64 */
+		N += lens[s];
+	}
+	int32_t *ids = malloc(sizeof(int32_t) * (size_t)N), *types = malloc(sizeof(int32_t) * (size_t)N);
+	for (int i = 0; i < N; i++) {
+		r = r * 1103515245u + 12345u;
+		ids[i] = (int32_t)((r >> 8) % (uint32_t)d->n_vocab);
+		types[i] = (int32_t)((r >> 20) % (uint32_t)d->type_vocab_size);
+	}
+	float *batch = calloc((size_t)N * (size_t)D, sizeof(float)), *alone = calloc(64 * (size_t)D, sizeof(float));
+	cr_assert_eq(sg_bert_forward_batch(b, ids, types, lens, 64, batch), SG_OK, "%s", sg_last_error());
+	double worst = 0;
+	for (int s = 0, off = 0; s < 64; off += lens[s++]) {
+		cr_assert_eq(sg_bert_forward(b, ids + off, types + off, NULL, lens[s], alone), SG_OK, "%s", sg_last_error());
+		double e = rel_err(batch + (size_t)off * D, alone, (int64_t)lens[s] * D);
+		worst = fmax(worst, e);
+		cr_expect(e <= 1e-5, "sequence %d (%d tokens): max |d| / max |alone| = %.3g", s, lens[s], e);
+	}
+	cr_log_info("bert: packed batch of 64 vs alone, worst max |d| / max |ref| = %.3g", worst);
+	/* bad input in one sequence names it and computes nothing */
+	ids[lens[0] + 1] = d->n_vocab;
+	cr_expect_eq(sg_bert_forward_batch(b, ids, types, lens, 64, batch), SG_ERR_RANGE);
+	cr_expect(strstr(sg_last_error(), "sequence 1 of the batch") != NULL, "%s", sg_last_error());
+	free(ids), free(types), free(batch), free(alone);
+	sg_bert_free(b);
+}
+
 Test(bert, refuses_bad_inputs_by_value)
 {
 	sg_bert *b = load();
