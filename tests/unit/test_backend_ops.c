@@ -1379,7 +1379,7 @@ Test(backend_ops, fused_decode_stage_equals_composition_bit_for_bit)
 			sg_backend *be = make_be(s < 0 ? "scalar" : simd_sets[s], nths[ti]);
 			if (!be) continue;
 			sg_cpu_backend *cb = (sg_cpu_backend *)be;
-			cr_assert(cb->fused, "the fused path is on by default");
+			cb->fused = 1; /* the fused path, whatever SARAGOSSA_CPU_FUSED's default */
 			for (int ci = 0; ci < 3; ci++) {
 				cb->decode_chunk = chunks[ci];
 				char what[96];
