@@ -35,10 +35,6 @@ struct sg_threadpool {
 	pthread_cond_t cv;
 	_Alignas(64) atomic_uint gen; /* bumped once per run */
 	_Alignas(64) atomic_int n_done;
-	/* the run's joining state: (run number << 32) | CLOSED | workers joined. A run started by
-	 * sg_threadpool_run_dynamic closes when the caller has finished: a worker that arrives later
-	 * does not join, and the caller waits only for those that did. */
-	_Alignas(64) atomic_uint_fast64_t join;
 	_Alignas(64) atomic_int bar_count;
 	atomic_uint bar_phase;
 	sg_task_fn fn;
@@ -50,18 +46,6 @@ int sg_cpu_count(void)
 {
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 	return n > 0 ? (int)n : 1;
-}
-
-#define JOIN_CLOSED ((uint_fast64_t)1 << 31)
-
-/* A worker joins run g unless the caller has closed it (or moved on to a later run). */
-static int join_run(sg_threadpool *p, unsigned g)
-{
-	uint_fast64_t s = atomic_load_explicit(&p->join, memory_order_acquire);
-	for (;;) {
-		if ((unsigned)(s >> 32) != g || (s & JOIN_CLOSED)) return 0;
-		if (atomic_compare_exchange_weak_explicit(&p->join, &s, s + 1, memory_order_acq_rel, memory_order_acquire)) return 1;
-	}
 }
 
 static void *worker_main(void *arg)
@@ -88,9 +72,6 @@ static void *worker_main(void *arg)
 		}
 		seen = g;
 		if (p->stop) break;
-		/* every run is joined: a worker that wakes up late for a closed run (or one the caller
-		 * has already replaced) skips it and never reads that run's fn and ctx */
-		if (!join_run(p, g)) continue;
 		p->fn(p->ctx, w->ith, p->n);
 		atomic_fetch_add_explicit(&p->n_done, 1, memory_order_acq_rel);
 	}
@@ -146,7 +127,7 @@ void sg_threadpool_free(sg_threadpool *p)
 
 int sg_threadpool_size(const sg_threadpool *p) { return p ? p->n : 1; }
 
-static void run(sg_threadpool *p, sg_task_fn fn, void *ctx, int dynamic)
+void sg_threadpool_run(sg_threadpool *p, sg_task_fn fn, void *ctx)
 {
 	if (!p || p->n == 1) {
 		fn(ctx, 0, 1);
@@ -155,27 +136,18 @@ static void run(sg_threadpool *p, sg_task_fn fn, void *ctx, int dynamic)
 	p->fn = fn;
 	p->ctx = ctx;
 	atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
-	unsigned g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
-	atomic_store_explicit(&p->join, (uint_fast64_t)g << 32, memory_order_relaxed);
 	/* the mutex orders the bump against a worker that is about to sleep */
 	pthread_mutex_lock(&p->mu);
 	atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	fn(ctx, 0, p->n);
-	int want = p->n - 1;
-	if (dynamic) /* close the run: the workers that have not joined yet never will */
-		want = (int)(atomic_fetch_or_explicit(&p->join, JOIN_CLOSED, memory_order_acq_rel) & (JOIN_CLOSED - 1));
 	int it = 0;
-	while (atomic_load_explicit(&p->n_done, memory_order_acquire) != want) {
+	while (atomic_load_explicit(&p->n_done, memory_order_acquire) != p->n - 1) {
 		cpu_relax();
 		if (++it > 4096) sched_yield(); /* oversubscribed machine: let the workers run */
 	}
 }
-
-void sg_threadpool_run(sg_threadpool *p, sg_task_fn fn, void *ctx) { run(p, fn, ctx, 0); }
-
-void sg_threadpool_run_dynamic(sg_threadpool *p, sg_task_fn fn, void *ctx) { run(p, fn, ctx, 1); }
 
 void sg_threadpool_barrier(sg_threadpool *p)
 {

@@ -24,13 +24,6 @@ int sg_threadpool_size(const sg_threadpool *pool);
  * Not reentrant: one run at a time per pool. No allocation. */
 void sg_threadpool_run(sg_threadpool *pool, sg_task_fn fn, void *ctx);
 
-/* As sg_threadpool_run, for a fn whose threads take their work from a shared counter, so that
- * any subset of them, the caller alone included, does all of it (fn must not use barriers, and
- * may use ith only to pick per-thread scratch). Once the caller's fn returns, the run is closed:
- * a worker that has not started it yet (descheduled on a machine whose cores are shared) skips
- * it, and the caller waits only for the workers that did start. */
-void sg_threadpool_run_dynamic(sg_threadpool *pool, sg_task_fn fn, void *ctx);
-
 /* Inside a run: every thread must call it; none returns until all have arrived. */
 void sg_threadpool_barrier(sg_threadpool *pool);
 

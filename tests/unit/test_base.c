@@ -6,7 +6,6 @@
 
 #include <fcntl.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,51 +279,6 @@ Test(threadpool, parallel_for_covers_each_index_once)
 		free(v);
 	}
 	sg_parallel_for(p, 0, 1, fill_range, NULL); /* empty range: no call */
-	sg_threadpool_free(p);
-}
-
-/* A dynamic run's work: items from a shared counter, each marked once; the run's own number is
- * stamped so a worker running a stale run would be seen. */
-typedef struct {
-	atomic_int next, run_no, bad, ran_static[8];
-	atomic_int done[256];
-	int nitems;
-} dyn_ctx;
-
-static void dyn_task(void *arg, int ith, int nth)
-{
-	dyn_ctx *c = arg;
-	(void)nth;
-	int rn = atomic_load(&c->run_no);
-	for (int i; (i = atomic_fetch_add(&c->next, 1)) < c->nitems;) {
-		if (ith > 0 && (i & 7) == 0) sched_yield(); /* let the caller take most of the work */
-		if (atomic_fetch_add(&c->done[i], 1) != rn) atomic_fetch_add(&c->bad, 1);
-	}
-}
-
-static void static_task(void *arg, int ith, int nth)
-{
-	dyn_ctx *c = arg;
-	(void)nth;
-	atomic_fetch_add(&c->ran_static[ith], 1);
-}
-
-Test(threadpool, dynamic_runs_do_all_work_once_and_late_workers_never_run_a_stale_task)
-{
-	sg_threadpool *p;
-	cr_assert_eq(sg_threadpool_create(4, &p), SG_OK);
-	dyn_ctx c = {0};
-	c.nitems = 256;
-	for (int r = 0; r < 500; r++) {
-		atomic_store(&c.next, 0);
-		atomic_store(&c.run_no, r);
-		sg_threadpool_run_dynamic(p, dyn_task, &c);
-		for (int i = 0; i < c.nitems; i++) cr_assert_eq(atomic_load(&c.done[i]), r + 1, "run %d item %d", r, i);
-		/* a plain run between: every thread exactly once, whoever skipped the dynamic one */
-		sg_threadpool_run(p, static_task, &c);
-		for (int t = 0; t < 4; t++) cr_assert_eq(atomic_load(&c.ran_static[t]), r + 1, "run %d thread %d", r, t);
-	}
-	cr_assert_eq(atomic_load(&c.bad), 0);
 	sg_threadpool_free(p);
 }
 

@@ -652,7 +652,6 @@ static const sg_backend_ops cpu_ops = {
 	.layernorm = sg_cpu_layernorm,
 	.rope = sg_cpu_rope,
 	.kv_store = sg_cpu_kv_store,
-	.matmul_multi = sg_cpu_matmul_multi,
 	.attn_prep = NULL, /* the composition is as fast on the CPU */
 	.attention = sg_cpu_attention,
 	.glu = sg_cpu_glu,
@@ -698,9 +697,6 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
 	cb->attn_split_kv = sg_flag_bool("SARAGOSSA_CPU_ATTN_SPLIT_KV");
 	cb->gemm = sg_flag_bool("SARAGOSSA_CPU_GEMM");
 	cb->gemm_packed = sg_flag_bool("SARAGOSSA_CPU_GEMM_PACKED");
-	cb->fused = sg_flag_bool("SARAGOSSA_CPU_FUSED");
-	int64_t chunk = sg_flag_int("SARAGOSSA_CPU_DECODE_CHUNK");
-	cb->decode_chunk = chunk > 0 && chunk <= (1 << 30) ? (size_t)chunk : 65536;
 	cb->mv4 = sg_flag_bool("SARAGOSSA_CPU_MV4");
 	cb->mlx_repack = (int)sg_flag_int("SARAGOSSA_CPU_MLX_REPACK");
 	pthread_once(&pf_once, pf_init);

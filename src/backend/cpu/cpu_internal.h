@@ -187,8 +187,6 @@ typedef struct sg_cpu_backend {
 	int attn_split_kv; /* SARAGOSSA_CPU_ATTN_SPLIT_KV */
 	int gemm;          /* SARAGOSSA_CPU_GEMM: many tokens take the kernel set's mm[] */
 	int gemm_packed;   /* SARAGOSSA_CPU_GEMM_PACKED: float weights take mm_packed[] where the set has it */
-	int fused;         /* SARAGOSSA_CPU_FUSED: one token's matmul_multi in one run (cpu_fused.c) */
-	size_t decode_chunk; /* SARAGOSSA_CPU_DECODE_CHUNK: bytes of weights per chunk a thread takes there */
 	int exact;         /* match_decode on: many-token ops give each token the one-token bits */
 	int mv4;           /* SARAGOSSA_CPU_MV4: many tokens without the GEMM take mv4[] 4 at a time */
 	int mlx_repack;    /* SARAGOSSA_CPU_MLX_REPACK: bind repacks MLX 4-bit weights of groups >= 64 to
@@ -211,8 +209,6 @@ void sg_cpu_rmsnorm_row(const sg_cpu_kernels *k, const float *x, const float *w,
 /* out = act(g) * u over n elements, the glu op's code for SILU, GELU_TANH and GELU (erf); out may
  * alias g or u. */
 void sg_cpu_glu_rows(const sg_cpu_kernels *k, sg_act act, const float *g, const float *u, float *out, int64_t n);
-/* The fused matmul_multi (cpu_fused.c): one token in one run; other stages go to the composition. */
-sg_status sg_cpu_matmul_multi(sg_backend *be, const sg_matmul_multi *p);
 
 /* Ops implemented in cpu_ops.c (table entries of the CPU backend). */
 sg_status sg_cpu_rmsnorm(sg_backend *be, const sg_btensor *x, const sg_btensor *w, float eps, float w_offset, sg_btensor *y);
