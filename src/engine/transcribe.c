@@ -51,6 +51,8 @@ const sg_stt_vocab *sg_stt_vocab_of(const sg_stt *stt)
 	return &stt->v;
 }
 
+const sg_whisper_info *sg_stt_info(const sg_stt *stt) { return stt ? stt->info : NULL; }
+
 const sg_tokenizer *sg_stt_tokenizer(const sg_stt *stt)
 {
 	return stt->tok;

@@ -26,6 +26,8 @@
 
 /* The vocabulary's special ids of a loaded model (owned by stt). */
 const sg_stt_vocab *sg_stt_vocab_of(const sg_stt *stt);
+/* The Whisper model's description (sizes, weight type, source format; owned by stt). */
+const struct sg_whisper_info *sg_stt_info(const sg_stt *stt);
 /* The model's tokenizer (owned by stt). */
 const sg_tokenizer *sg_stt_tokenizer(const sg_stt *stt);
 

@@ -20,6 +20,7 @@
 #include "formats/model_desc.h"
 #include "formats/qtypes.h"
 #include "models/model.h"
+#include "models/whisper.h"
 #include "text/grammar/token_trie.h"
 #include "text/grammar/toolcall.h"
 #include "text/template/chat_template.h"
@@ -263,14 +264,22 @@ sg_status sg_srv_model_trie(sg_srv_model *m, const sg_token_trie **trie, const u
 	return SG_OK;
 }
 
-sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, const sg_srv_spec *spec, sg_srv_model **out)
+/* A served model's record with what every kind fills the same way: names, load time, size. */
+static sg_srv_model *model_new(const char *name, const char *path)
 {
 	sg_srv_model *m = sg_calloc(1, sizeof *m);
-	if (!m) return SG_FAIL(SG_ERR_NOMEM, "model state");
+	if (!m) return NULL;
 	snprintf(m->info.name, sizeof m->info.name, "%s", name);
 	snprintf(m->info.path, sizeof m->info.path, "%s", path);
 	m->info.created = (int64_t)time(NULL);
 	m->info.size_bytes = path_bytes(path);
+	return m;
+}
+
+sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, const sg_srv_spec *spec, sg_srv_model **out)
+{
+	sg_srv_model *m = model_new(name, path);
+	if (!m) return SG_FAIL(SG_ERR_NOMEM, "model state");
 	size_t pl = strlen(path);
 	int gguf = pl > 5 && !strcmp(path + pl - 5, ".gguf");
 	snprintf(m->info.format, sizeof m->info.format, "%s", gguf ? "gguf" : "safetensors");
@@ -309,19 +318,8 @@ fail:
 sg_status sg_srv_model_load_stt(const char *name, const char *path, sg_srv_model **out)
 {
 	*out = NULL;
-	sg_srv_model *m = sg_calloc(1, sizeof *m);
+	sg_srv_model *m = model_new(name, path);
 	if (!m) return SG_FAIL(SG_ERR_NOMEM, "model state");
-	snprintf(m->info.name, sizeof m->info.name, "%s", name);
-	snprintf(m->info.path, sizeof m->info.path, "%s", path);
-	m->info.created = (int64_t)time(NULL);
-	m->info.size_bytes = path_bytes(path);
-	struct stat st;
-	char p[4200];
-	snprintf(p, sizeof p, "%s/model.bin", path);
-	int ct2 = !stat(path, &st) && S_ISDIR(st.st_mode) && !stat(p, &st);
-	size_t pl = strlen(path);
-	snprintf(m->info.format, sizeof m->info.format, "%s",
-		 ct2 ? "ct2" : pl > 4 && !strcmp(path + pl - 4, ".bin") ? "ggml" : "safetensors");
 	sg_stt_params sp = sg_stt_default_params();
 	const char *be = sg_flag_str("RETI_SERVE_BACKEND");
 	sp.backend = be && *be ? be : NULL;
@@ -330,9 +328,13 @@ sg_status sg_srv_model_load_stt(const char *name, const char *path, sg_srv_model
 		sg_free(m);
 		return s;
 	}
+	/* the model's own description: its source format ("hf" is a safetensors folder), weight
+	 * type as stored and decoder context */
+	const sg_whisper_info *wi = sg_stt_info(m->stt);
+	snprintf(m->info.format, sizeof m->info.format, "%s", strcmp(wi->source, "hf") ? wi->source : "safetensors");
 	snprintf(m->info.arch, sizeof m->info.arch, "whisper");
-	snprintf(m->info.quant, sizeof m->info.quant, "%s", "F32");
-	m->info.n_ctx = 448;
+	snprintf(m->info.quant, sizeof m->info.quant, "%s", wi->dtype);
+	m->info.n_ctx = wi->n_text_ctx;
 	m->info.n_vocab = sg_stt_vocab_of(m->stt)->n_vocab;
 	m->agent.think_start_id = m->agent.think_end_id = -1;
 	*out = m;
@@ -342,12 +344,8 @@ sg_status sg_srv_model_load_stt(const char *name, const char *path, sg_srv_model
 sg_status sg_srv_model_load_embed(const char *name, const char *path, sg_srv_model **out)
 {
 	*out = NULL;
-	sg_srv_model *m = sg_calloc(1, sizeof *m);
+	sg_srv_model *m = model_new(name, path);
 	if (!m) return SG_FAIL(SG_ERR_NOMEM, "model state");
-	snprintf(m->info.name, sizeof m->info.name, "%s", name);
-	snprintf(m->info.path, sizeof m->info.path, "%s", path);
-	m->info.created = (int64_t)time(NULL);
-	m->info.size_bytes = path_bytes(path);
 	snprintf(m->info.format, sizeof m->info.format, "safetensors");
 	const char *be = sg_flag_str("RETI_SERVE_BACKEND");
 	sg_status s = sg_embedder_load(path, be && *be ? be : NULL, 0, &m->emb);
