@@ -252,17 +252,6 @@ static sg_status nest_names(sg_bert *b)
 	return SG_OK;
 }
 
-static sg_status open_backend(const char *name, int n_threads, sg_backend **out)
-{
-	sg_backend_params bp = sg_backend_default_params();
-	bp.n_threads = n_threads;
-	if (strcmp(name, "auto")) return sg_backend_open(name, &bp, out);
-	const char *accel = sg_backend_auto_accel(); /* NULL: no usable device, the CPU */
-	if (accel && sg_backend_open(accel, &bp, out) == SG_OK) return SG_OK;
-	if (accel) sg_log(SG_LOG_INFO, "bert: not on the %s backend (%s): running on the CPU", accel, sg_last_error());
-	return sg_backend_open("cpu", &bp, out);
-}
-
 sg_status sg_bert_load(const char *path, const sg_bert_params *p, sg_bert **out)
 {
 	*out = NULL;
@@ -295,7 +284,7 @@ sg_status sg_bert_load(const char *path, const sg_bert_params *p, sg_bert **out)
 	if (!st && m->desc.rel_buckets && !strcmp(be_name, "auto")) be_name = "cpu";
 	else if (!st && m->desc.rel_buckets && strcmp(be_name, "cpu"))
 		st = sg_error(SG_ERR_UNSUPPORTED, "mpnet: its relative position bias runs on the cpu backend only (asked: %s)", be_name);
-	if (!st) st = open_backend(be_name, p->n_threads, &m->be);
+	if (!st) st = sg_model_open_backend("bert", be_name, p->n_threads, &m->be);
 	if (!st) st = bind_all(b);
 	if (st) {
 		sg_error_wrap(st, "model '%s'", path);

@@ -254,6 +254,17 @@ void sg_model_free(sg_model *m)
 	sg_free(m);
 }
 
+sg_status sg_model_open_backend(const char *who, const char *name, int n_threads, sg_backend **out)
+{
+	sg_backend_params bp = sg_backend_default_params();
+	bp.n_threads = n_threads;
+	if (strcmp(name, "auto")) return sg_backend_open(name, &bp, out);
+	const char *accel = sg_backend_auto_accel(); /* NULL: no usable device, the CPU */
+	if (accel && sg_backend_open(accel, &bp, out) == SG_OK) return SG_OK;
+	if (accel) sg_log(SG_LOG_INFO, "%s: not on the %s backend (%s): running on the CPU", who, accel, sg_last_error());
+	return sg_backend_open("cpu", &bp, out);
+}
+
 sg_status sg_model_load(const char *path, const sg_model_params *params, sg_model **out)
 {
 	*out = NULL;

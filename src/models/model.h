@@ -121,6 +121,9 @@ const sg_gguf *sg_model_gguf(const sg_model *m);
 /* Binds n wants of `layer` (-1: none) through the family's name map; counts matmul weights in
  * m->weight_bytes. Error: "<name>: expected <type> <shape>, found ..." or "<name>: missing". */
 sg_status sg_model_bind_wants(sg_model *m, const sg_want *ws, int n, int layer);
+/* Opens backend `name` for a model of its own kind (encoders, Whisper); "auto" takes the
+ * accelerator when one is usable, else the CPU (logged under `who` when the accelerator refused). */
+sg_status sg_model_open_backend(const char *who, const char *name, int n_threads, sg_backend **out);
 
 /* An I32 backend tensor of n values (gather indices). */
 sg_status sg_model_index_tensor(sg_model *m, const int32_t *v, int64_t n, sg_btensor *out);

@@ -33,6 +33,7 @@
 #include "base/error.h"
 #include "base/flags.h"
 #include "base/log.h"
+#include "models/model.h"
 #include "models/whisper_internal.h"
 
 sg_whisper_params sg_whisper_default_params(void)
@@ -110,17 +111,6 @@ void sg_whisper_free(sg_whisper *w)
 	sg_free(w->tokenizer);
 	sg_free(w->path);
 	sg_free(w);
-}
-
-static sg_status open_backend(const char *name, int n_threads, sg_backend **out)
-{
-	sg_backend_params bp = sg_backend_default_params();
-	bp.n_threads = n_threads;
-	if (strcmp(name, "auto")) return sg_backend_open(name, &bp, out);
-	const char *accel = sg_backend_auto_accel(); /* NULL: no usable device, the CPU */
-	if (accel && sg_backend_open(accel, &bp, out) == SG_OK) return SG_OK;
-	if (accel) sg_log(SG_LOG_INFO, "whisper: not on the %s backend (%s): running on the CPU", accel, sg_last_error());
-	return sg_backend_open("cpu", &bp, out);
 }
 
 /* The encoder's activations and the decoder's state, allocated once per model. */
@@ -309,7 +299,7 @@ sg_status sg_whisper_load(const char *path, const sg_whisper_params *p, sg_whisp
 	w->n_seq = p->n_seq ? p->n_seq : 1;
 	w->path = sg_strdup(path);
 	sg_status st = w->path ? SG_OK : sg_error(SG_ERR_NOMEM, "whisper: a path");
-	if (!st) st = open_backend(be_name, p->n_threads, &w->be);
+	if (!st) st = sg_model_open_backend("whisper", be_name, p->n_threads, &w->be);
 	if (!st) st = sg_whisper_load_weights(w, path);
 	if (!st) st = alloc_state(w, &w->ea);
 	if (!st) st = prepare_gemm_attn(w);
