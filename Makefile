@@ -59,7 +59,7 @@ ifeq ($(CUDA_ON),1)
 endif
 
 # Dependencies: installed by scripts/deps.sh when missing (a fresh machine needs nothing else).
-PKGS := jansson libmicrohttpd libcurl libcrypto libpcre2-8 libutf8proc fftw3f sndfile soxr libedit liburing zlib
+PKGS := jansson libmicrohttpd libcurl libcrypto libpcre2-8 libutf8proc fftw3f sndfile soxr libedit liburing zlib espeak-ng libprotobuf-c opus libopusenc
 NO_DEPS_GOALS := clean format help
 ifeq ($(filter $(NO_DEPS_GOALS),$(MAKECMDGOALS)),)
   ifeq ($(SARAGOSSA_SKIP_DEPS),)

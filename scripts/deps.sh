@@ -9,11 +9,12 @@ cd "$(dirname "$0")/.."
 DEB_PKGS="build-essential pkg-config python3-venv
 libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libpcre2-dev
 libutf8proc-dev libfftw3-dev libsndfile1-dev libsoxr-dev libedit-dev liburing-dev
-libcriterion-dev zlib1g-dev clang"
+libcriterion-dev zlib1g-dev clang
+libespeak-ng-dev libprotobuf-c-dev protobuf-c-compiler libopus-dev libopusenc-dev chromium"
 
 # Python packages for tests and tools. The venv is refreshed whenever this script changes
 # (the stamp is this script's SHA-256; the Makefile checks the same).
-PY_PKGS="pytest numpy safetensors gguf tokenizers jinja2 httpx openai anthropic ollama jsonschema huggingface_hub transformers tiktoken"
+PY_PKGS="pytest numpy safetensors gguf tokenizers jinja2 httpx openai anthropic ollama jsonschema huggingface_hub transformers tiktoken prometheus_client playwright"
 VENV_STAMP="$(sha256sum scripts/deps.sh | cut -c1-64)"
 
 # Each step says what it does before it starts and how long it took. The long ones (apt-get,
