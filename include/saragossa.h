@@ -570,6 +570,20 @@ int sg_embed_is_reranker(const sg_embed_model *m);
  * each input's token count. Nothing is written to out on error. */
 sg_status sg_embed_texts(sg_embed_model *m, const char *const *texts, const size_t *lens, size_t n, int truncate,
 			 int dimensions, float *out, int *n_tokens);
+/* sentence-transformers' prompts (config_sentence_transformers.json "prompts"): text put before
+ * each input, such as "query: " for a search query. sg_embed_texts uses the model's
+ * default_prompt_name prompt when it has one (as SentenceTransformer.encode does), else none. */
+int sg_embed_n_prompts(const sg_embed_model *m);
+const char *sg_embed_prompt_name(const sg_embed_model *m, int i); /* i in [0, sg_embed_n_prompts) */
+/* The text of the prompt called name (NULL: the default prompt's); NULL when there is none. */
+const char *sg_embed_prompt(const sg_embed_model *m, const char *name);
+/* As sg_embed_texts with prompt (its text, e.g. sg_embed_prompt(m, "query")) before each input:
+ * prompt and text are tokenized as one string, as sentence-transformers does, and a Pooling module
+ * with include_prompt false leaves the prompt's tokens out of the mean. prompt NULL: the default
+ * prompt; "": none. */
+sg_status sg_embed_texts_prompt(sg_embed_model *m, const char *prompt, const char *const *texts, const size_t *lens, size_t n,
+				int truncate, int dimensions, float *out, int *n_tokens);
+
 /* As sg_embed_texts for inputs given as token ids (special tokens included): ids[i] holds
  * n_ids[i] ids. */
 sg_status sg_embed_tokens(sg_embed_model *m, const int32_t *const *ids, const int *n_ids, size_t n, int dimensions,

@@ -16,6 +16,11 @@ Qwen3-Embedding's modules compute it (last-token pooling of the model's final-no
 L2 normalisation), with transformers in float32 on seeded random ids of several lengths:
 
     <out>/qwen3-last-token.safetensors   "ids_<k>" int32 [n_k]; "embedding_<k>" float32 [hidden]
+
+and all-MiniLM-L6-v2 given named prompts (config_sentence_transformers.json, default "query") and
+include_prompt true or false in its Pooling config, encoded with the default prompt, a named one and none:
+
+    <out>/minilm-prompts.safetensors     "<inc|exc>_<default|passage|long|none>" float32 [3, 384]
 """
 import argparse
 import json
@@ -127,6 +132,54 @@ def qwen3_last_token(out):
     print("qwen3-last-token: 4 inputs")
 
 
+PROMPT_TEXTS = ["A man is eating food.", "How do I reset my password?", "Der schnelle braune Fuchs springt über den faulen Hund."]
+PROMPTS = {"query": "query: ", "passage": "passage: ",
+           "long": "Represent this sentence for searching relevant passages: "}
+
+
+def prompt_folder(src, dst, include_prompt):
+    """all-MiniLM-L6-v2 with named prompts (default "query"), and include_prompt as given: the folder the
+    prompt test builds the same way from the cached model."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.name not in ("1_Pooling", "config_sentence_transformers.json"):
+            (dst / f.name).symlink_to(f)
+    (dst / "1_Pooling").mkdir(exist_ok=True)
+    pool = json.loads((src / "1_Pooling" / "config.json").read_text())
+    pool["include_prompt"] = include_prompt
+    (dst / "1_Pooling" / "config.json").write_text(json.dumps(pool))
+    (dst / "config_sentence_transformers.json").write_text(
+        json.dumps({"prompts": PROMPTS, "default_prompt_name": "query"}))
+
+
+def minilm_prompts(out):
+    """sentence-transformers' prompts on all-MiniLM-L6-v2: the default prompt, a named one, none, and a
+    prompt left out of the mean (include_prompt false)."""
+    import tempfile
+    import numpy as np
+    import sentence_transformers
+    from safetensors.numpy import save_file
+
+    src = fetch("minilm")
+    with tempfile.TemporaryDirectory() as tmp:
+        ref = {}
+        for inc in (True, False):
+            folder = Path(tmp) / f"inc{int(inc)}"
+            prompt_folder(src, folder, inc)
+            m = sentence_transformers.SentenceTransformer(str(folder), device="cpu")
+            k = "inc" if inc else "exc"
+            ref[f"{k}_default"] = m.encode(PROMPT_TEXTS, convert_to_numpy=True)
+            ref[f"{k}_passage"] = m.encode(PROMPT_TEXTS, prompt_name="passage", convert_to_numpy=True)
+            ref[f"{k}_long"] = m.encode(PROMPT_TEXTS, prompt_name="long", convert_to_numpy=True)
+            ref[f"{k}_none"] = m.encode(PROMPT_TEXTS, prompt="", convert_to_numpy=True)
+        ref = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in ref.items()}
+        save_file(ref, str(out / "minilm-prompts.safetensors"),
+                  metadata={"sentence-transformers": sentence_transformers.__version__,
+                            "generator": "tools/make_st_refs.py", "texts": json.dumps(PROMPT_TEXTS),
+                            "prompts": json.dumps(PROMPTS)})
+    print("minilm-prompts:", ", ".join(sorted(ref)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(ROOT / "tests" / "fixtures" / "st_refs"))
@@ -143,6 +196,7 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     qwen3_last_token(out)
+    minilm_prompts(out)
     for name in args.names:
         folder = fetch(MODELS[name])
         model = sentence_transformers.SentenceTransformer(str(folder), device="cpu")

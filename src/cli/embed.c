@@ -1,7 +1,7 @@
 /* saragossa embed: text (or token ids) -> embedding vectors with an encoder model.
  *
  *   embed [-m MODEL] [--format json|jsonl|npy] [-o FILE] [--dimensions N] [--truncate]
- *         [--backend B] [--threads N] [TEXT... | -f FILE]
+ *         [--prompt-name NAME | --prompt TEXT] [--backend B] [--threads N] [TEXT... | -f FILE]
  *   embed -m MODEL --tokens I,J,K [--tokens ...]     token ids in (special tokens included)
  *
  * With neither TEXT, -f nor --tokens, every line of stdin is one input (-f FILE: every line of
@@ -9,7 +9,9 @@
  * line; npy writes a NumPy .npy file, float32 [n][dim] little-endian, to -o FILE or stdout.
  * Floats in text formats are printed with 9 significant digits, enough to read back the same
  * f32. --dimensions keeps the first N dimensions (Matryoshka), re-normalised when the model
- * normalises. Without -m, the default embedding model (all-MiniLM-L6-v2) in saragossa's models
+ * normalises. --prompt-name puts one of the model's prompts (config_sentence_transformers.json,
+ * e.g. "query") before each text, --prompt any text; neither: the model's default prompt, if it
+ * names one (sentence-transformers' encode). Without -m, the default embedding model (all-MiniLM-L6-v2) in saragossa's models
  * folder. All inputs run as packed batches (engine/embed.h). */
 #include <errno.h>
 #include <stdio.h>
@@ -131,6 +133,7 @@ static int write_npy(FILE *f, const float *v, int n, int dim)
 int sg_cli_embed(int argc, char **argv)
 {
 	const char *model = NULL, *backend = NULL, *format = "json", *file = NULL, *outp = NULL;
+	const char *prompt_name = NULL, *prompt = NULL;
 	int threads = 0, truncate = 0, rc = 1;
 	long dims = 0;
 	inputs in = {0};
@@ -143,6 +146,8 @@ int sg_cli_embed(int argc, char **argv)
 		else if (!strcmp(a, "--threads") && v) threads = atoi(argv[++i]);
 		else if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && v) file = argv[++i];
 		else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && v) outp = argv[++i];
+		else if (!strcmp(a, "--prompt-name") && v) prompt_name = argv[++i];
+		else if (!strcmp(a, "--prompt") && v) prompt = argv[++i];
 		else if (!strcmp(a, "--dimensions") && v) {
 			if (sg_cli_parse_int(argv[++i], 1, 1 << 20, &dims)) {
 				rc = sg_cli_usage_error("embed", "--dimensions must be a positive integer, not '%s'", argv[i]);
@@ -157,8 +162,9 @@ int sg_cli_embed(int argc, char **argv)
 			}
 		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			printf("usage: saragossa embed [-m MODEL] [--format json|jsonl|npy] [-o FILE] [--dimensions N] [--truncate]\n"
-			       "                       [--tokens I,J,K]... [TEXT... | -f FILE]\n"
+			       "                       [--prompt-name NAME | --prompt TEXT] [--tokens I,J,K]... [TEXT... | -f FILE]\n"
 			       "  no TEXT, -f or --tokens: one input per line of stdin\n"
+			       "  --prompt-name: one of the model's prompts (e.g. query) before each text; --prompt: any text\n"
 			       "  -m: default " SG_CLI_DEFAULT_EMBED_MODEL_NAME " (SARAGOSSA_DEFAULT_EMBED_MODEL overrides)\n");
 			rc = 0;
 			goto done;
@@ -176,6 +182,10 @@ int sg_cli_embed(int argc, char **argv)
 	}
 	if (threads < 0 || threads > 256) {
 		rc = sg_cli_usage_error("embed", "--threads must be 0..256");
+		goto done;
+	}
+	if (prompt_name && prompt) {
+		rc = sg_cli_usage_error("embed", "--prompt-name and --prompt are exclusive");
 		goto done;
 	}
 	if (file && in.n) {
@@ -208,6 +218,11 @@ int sg_cli_embed(int argc, char **argv)
 		fprintf(stderr, "saragossa embed: %s\n", sg_last_error());
 		goto done;
 	}
+	if (prompt_name && sg_embedder_prompt(e, prompt_name, &prompt)) {
+		fprintf(stderr, "saragossa embed: --prompt-name: %s\n", sg_last_error());
+		sg_embedder_free(e);
+		goto done;
+	}
 	int dim = sg_embedder_dim(e), jsonl = !strcmp(format, "jsonl"), npy = !strcmp(format, "npy");
 	float *vec = sg_malloc(sizeof(float) * (size_t)dim * (size_t)in.n);
 	sg_embed_input *ei = sg_calloc((size_t)in.n, sizeof(*ei));
@@ -216,7 +231,7 @@ int sg_cli_embed(int argc, char **argv)
 	for (int i = 0; i < in.n && ok; i++)
 		ei[i] = (sg_embed_input){.text = in.v[i].text, .len = in.v[i].len, .ids = in.v[i].ids, .n_ids = in.v[i].n_ids};
 	/* every input is embedded before anything is printed: an error prints no partial output */
-	if (ok && sg_embedder_embed_batch(e, ei, in.n, truncate, vec, NULL)) {
+	if (ok && sg_embedder_embed_batch_prompt(e, prompt, ei, in.n, truncate, vec, NULL)) {
 		fprintf(stderr, "saragossa embed: %s\n", sg_last_error());
 		ok = 0;
 	}

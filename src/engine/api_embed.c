@@ -47,8 +47,8 @@ int sg_embed_is_reranker(const sg_embed_model *m) { return m ? sg_embedder_is_re
 
 /* Embeds in[0..n) into out with the requested dimensions. The full vectors need dim floats each
  * and out may hold fewer (dimensions < dim): they go through a buffer of their own then. */
-static sg_status embed(sg_embed_model *m, const sg_embed_input *in, size_t n, int truncate, int dimensions, float *out,
-		       int *n_tokens)
+static sg_status embed(sg_embed_model *m, const char *prompt, const sg_embed_input *in, size_t n, int truncate, int dimensions,
+		       float *out, int *n_tokens)
 {
 	int dim = sg_embedder_dim(m->e);
 	if (n > (size_t)1 << 24) return SG_FAIL(SG_ERR_RANGE, "%zu inputs in one call", n);
@@ -56,7 +56,7 @@ static sg_status embed(sg_embed_model *m, const sg_embed_input *in, size_t n, in
 		return SG_FAIL(SG_ERR_RANGE, "dimensions = %d is outside [0, %d] (0: the model's %d)", dimensions, dim, dim);
 	float *v = dimensions && dimensions < dim ? sg_malloc(sizeof(float) * n * (size_t)dim) : out;
 	if (!v) return SG_FAIL(SG_ERR_NOMEM, "%zu vectors", n);
-	sg_status st = sg_embedder_embed_batch(m->e, in, (int)n, truncate, v, n_tokens);
+	sg_status st = sg_embedder_embed_batch_prompt(m->e, prompt, in, (int)n, truncate, v, n_tokens);
 	if (!st && dimensions && dimensions < dim) st = sg_embedder_truncate(m->e, v, (int)n, dimensions);
 	if (!st && dimensions && dimensions < dim) memcpy(out, v, sizeof(float) * n * (size_t)dimensions);
 	if (v != out) sg_free(v);
@@ -66,6 +66,25 @@ static sg_status embed(sg_embed_model *m, const sg_embed_input *in, size_t n, in
 sg_status sg_embed_texts(sg_embed_model *m, const char *const *texts, const size_t *lens, size_t n, int truncate,
 			 int dimensions, float *out, int *n_tokens)
 {
+	return sg_embed_texts_prompt(m, NULL, texts, lens, n, truncate, dimensions, out, n_tokens);
+}
+
+int sg_embed_n_prompts(const sg_embed_model *m) { return m ? sg_embedder_n_prompts(m->e) : 0; }
+const char *sg_embed_prompt_name(const sg_embed_model *m, int i) { return m ? sg_embedder_prompt_name(m->e, i) : NULL; }
+
+const char *sg_embed_prompt(const sg_embed_model *m, const char *name)
+{
+	const char *text = NULL;
+	if (!m || sg_embedder_prompt(m->e, name, &text)) {
+		sg_error_clear();
+		return NULL;
+	}
+	return text;
+}
+
+sg_status sg_embed_texts_prompt(sg_embed_model *m, const char *prompt, const char *const *texts, const size_t *lens, size_t n,
+				int truncate, int dimensions, float *out, int *n_tokens)
+{
 	if (!m || !texts || !out || !n) return SG_FAIL(SG_ERR_INVALID_ARG, "%s", !n ? "no texts" : "a NULL argument");
 	sg_embed_input *in = sg_calloc(n, sizeof *in);
 	if (!in) return SG_FAIL(SG_ERR_NOMEM, "%zu inputs", n);
@@ -74,7 +93,7 @@ sg_status sg_embed_texts(sg_embed_model *m, const char *const *texts, const size
 		if (!texts[i]) st = SG_FAIL(SG_ERR_INVALID_ARG, "texts[%zu] is NULL", i);
 		else in[i] = (sg_embed_input){.text = texts[i], .len = lens ? lens[i] : strlen(texts[i])};
 	}
-	if (!st) st = embed(m, in, n, truncate, dimensions, out, n_tokens);
+	if (!st) st = embed(m, prompt, in, n, truncate, dimensions, out, n_tokens);
 	sg_free(in);
 	return st;
 }
@@ -89,7 +108,7 @@ sg_status sg_embed_tokens(sg_embed_model *m, const int32_t *const *ids, const in
 		if (!ids[i] && n_ids[i]) st = SG_FAIL(SG_ERR_INVALID_ARG, "ids[%zu] is NULL", i);
 		else in[i] = (sg_embed_input){.ids = ids[i], .n_ids = n_ids[i]};
 	}
-	if (!st) st = embed(m, in, n, 0, dimensions, out, NULL);
+	if (!st) st = embed(m, "", in, n, 0, dimensions, out, NULL);
 	sg_free(in);
 	return st;
 }

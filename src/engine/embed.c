@@ -29,6 +29,7 @@ struct sg_embedder {
 	sg_model *lm;     /* a decoder with an embedding head (last-token pooling) */
 	sg_tokenizer *tok; /* NULL: ids only */
 	sg_st_config pool;
+	sg_st_prompts prompts; /* config_sentence_transformers.json's */
 	int dim, max_tokens;
 	int n_labels; /* > 0: a cross-encoder with this many labels */
 	int sigmoid;  /* cross-encoder: 1 = sigmoid of the logit, 0 = the logit itself */
@@ -100,7 +101,31 @@ void sg_embedder_free(sg_embedder *e)
 	sg_bert_free(e->enc);
 	if (e->lm) sg_model_free(e->lm);
 	sg_tokenizer_free(e->tok);
+	sg_st_prompts_free(&e->prompts);
 	sg_free(e);
+}
+
+int sg_embedder_n_prompts(const sg_embedder *e) { return e->prompts.n; }
+const char *sg_embedder_prompt_name(const sg_embedder *e, int i) { return i >= 0 && i < e->prompts.n ? e->prompts.names[i] : NULL; }
+
+sg_status sg_embedder_prompt(const sg_embedder *e, const char *name, const char **text)
+{
+	*text = NULL;
+	if (!name) {
+		if (e->prompts.dflt >= 0) *text = e->prompts.texts[e->prompts.dflt];
+		return SG_OK;
+	}
+	for (int i = 0; i < e->prompts.n; i++)
+		if (!strcmp(e->prompts.names[i], name)) {
+			*text = e->prompts.texts[i];
+			return SG_OK;
+		}
+	char names[512] = "";
+	size_t off = 0;
+	for (int i = 0; i < e->prompts.n && off < sizeof(names); i++)
+		off += (size_t)snprintf(names + off, sizeof(names) - off, "%s'%s'", i ? ", " : "", e->prompts.names[i]);
+	return sg_error(SG_ERR_INVALID_ARG, "embed: prompt name '%.100s' is not one of the model's prompts (%s)", name,
+			e->prompts.n ? names : "it has none");
 }
 
 /* 1 when the folder's config.json describes a decoder (an LLM) rather than an encoder; 0 when it
@@ -179,6 +204,8 @@ sg_status sg_embedder_load(const char *path, const char *backend, int n_threads,
 				      e->pool.dim, e->dim);
 	}
 	if (!st && e->enc && (e->n_labels = sg_bert_n_labels(e->enc)) > 0) st = read_activation(path, e);
+	e->prompts.dflt = -1;
+	if (!st && stat(path, &s) == 0 && S_ISDIR(s.st_mode)) st = sg_st_prompts_load(path, &e->prompts);
 	char tj[4096];
 	if (!st && snprintf(tj, sizeof(tj), "%s/tokenizer.json", path) < (int)sizeof(tj) && stat(tj, &s) == 0)
 		st = sg_tokenizer_load(path, &e->tok);
@@ -249,10 +276,22 @@ typedef struct tok_input {
 	int32_t *ids;   /* [n]: owned when own */
 	int32_t *types; /* [n] or NULL (all 0); owned */
 	int n, own, index;
+	int skip; /* leading tokens left out of mean / max pooling (a prompt with include_prompt false) */
 } tok_input;
 
-static sg_status tokenize_text(sg_embedder *e, const char *text, size_t len, int truncate, tok_input *t)
+static sg_status tokenize_text(sg_embedder *e, const char *prompt, const char *text, size_t len, int truncate, tok_input *t)
 {
+	/* sentence-transformers prepends the prompt to the text, then tokenizes the whole */
+	char *joined = NULL;
+	if (prompt && *prompt) {
+		size_t pl = strlen(prompt);
+		if (!(joined = sg_malloc(pl + len + 1))) return sg_error(SG_ERR_NOMEM, "embed: an input of %zu bytes", pl + len);
+		memcpy(joined, prompt, pl);
+		memcpy(joined + pl, text, len);
+		joined[pl + len] = 0;
+		text = joined;
+		len += pl;
+	}
 	if (!e->tok) return sg_error(SG_ERR_UNSUPPORTED, "embed: the model folder has no tokenizer.json (give token ids)");
 	sg_tokens k = {0};
 	sg_status st = sg_tokenizer_encode(e->tok, text, len, 1, &k);
@@ -267,6 +306,7 @@ static sg_status tokenize_text(sg_embedder *e, const char *text, size_t len, int
 			if (sg_tokenizer_is_special(e->tok, last)) k.ids[k.n - 1] = last;
 		}
 	}
+	sg_free(joined);
 	if (st) {
 		sg_tokens_free(&k);
 		return st;
@@ -341,19 +381,52 @@ static sg_status pool_one(void *user, sg_embedder *e, const tok_input *t, const 
 {
 	embed_out *o = user;
 	if (o->n_tokens) o->n_tokens[t->index] = t->n;
-	return sg_pool(&e->pool, hidden, NULL, t->n, e->dim, o->out + (size_t)t->index * (size_t)e->dim);
+	float *dst = o->out + (size_t)t->index * (size_t)e->dim;
+	if (t->skip <= 0 || t->skip >= t->n || (e->pool.mode != SG_POOL_MEAN && e->pool.mode != SG_POOL_MAX))
+		return sg_pool(&e->pool, hidden, NULL, t->n, e->dim, dst);
+	/* include_prompt false: the prompt's tokens ([CLS] and the prompt's own) are masked out */
+	int32_t *mask = sg_malloc(sizeof(int32_t) * (size_t)t->n);
+	if (!mask) return sg_error(SG_ERR_NOMEM, "embed: a mask of %d tokens", t->n);
+	for (int i = 0; i < t->n; i++) mask[i] = i >= t->skip;
+	sg_status st = sg_pool(&e->pool, hidden, mask, t->n, e->dim, dst);
+	sg_free(mask);
+	return st;
+}
+
+/* The tokens of the prompt alone, less a closing special token: what include_prompt false leaves
+ * out of the pooling (sentence-transformers' prompt length). */
+static sg_status prompt_tokens(sg_embedder *e, const char *prompt, int *n)
+{
+	*n = 0;
+	if (!prompt || !*prompt || e->pool.include_prompt || !e->tok) return SG_OK;
+	sg_tokens k = {0};
+	sg_status st = sg_tokenizer_encode(e->tok, prompt, strlen(prompt), 1, &k);
+	if (!st) *n = (int)k.n - (k.n > 0 && sg_tokenizer_is_special(e->tok, k.ids[k.n - 1]));
+	sg_tokens_free(&k);
+	return st;
 }
 
 sg_status sg_embedder_embed_batch(sg_embedder *e, const sg_embed_input *in, int n, int truncate, float *out, int *n_tokens)
 {
+	return sg_embedder_embed_batch_prompt(e, NULL, in, n, truncate, out, n_tokens);
+}
+
+sg_status sg_embedder_embed_batch_prompt(sg_embedder *e, const char *prompt, const sg_embed_input *in, int n, int truncate,
+					 float *out, int *n_tokens)
+{
 	if (n < 1) return sg_error(SG_ERR_INVALID_ARG, "embed: no inputs");
+	if (!prompt && e->prompts.dflt >= 0) prompt = e->prompts.texts[e->prompts.dflt];
 	if (e->n_labels) return sg_error(SG_ERR_UNSUPPORTED, "embed: the model is a reranker (a cross-encoder): it scores pairs and makes no embeddings");
 	tok_input *t = sg_calloc((size_t)n, sizeof(*t));
 	if (!t) return sg_error(SG_ERR_NOMEM, "embed: %d inputs", n);
-	sg_status st = SG_OK;
+	int skip = 0;
+	sg_status st = prompt_tokens(e, prompt, &skip);
 	for (int i = 0; i < n && !st; i++) {
 		t[i].index = i;
-		if (in[i].text) st = tokenize_text(e, in[i].text, in[i].len, truncate, &t[i]);
+		if (in[i].text) {
+			st = tokenize_text(e, prompt, in[i].text, in[i].len, truncate, &t[i]);
+			t[i].skip = skip;
+		}
 		else if (in[i].n_ids < 1) st = sg_error(SG_ERR_INVALID_ARG, "embed: an input of no tokens");
 		else if (in[i].n_ids > e->max_tokens)
 			st = sg_error(SG_ERR_RANGE, "embed: an input of %d tokens exceeds the model's limit of %d", in[i].n_ids, e->max_tokens);

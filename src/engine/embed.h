@@ -76,6 +76,22 @@ typedef struct sg_embed_input {
  */
 sg_status sg_embedder_embed_batch(sg_embedder *e, const sg_embed_input *in, int n, int truncate, float *out, int *n_tokens);
 
+/* As sg_embedder_embed_batch, with `prompt` put before each text input (sentence-transformers'
+ * prompts: the prompt and the text are tokenized as one string; token-id inputs are taken as they
+ * are). prompt NULL: the model's default prompt (config_sentence_transformers.json's
+ * default_prompt_name), if it has one; "": none. sg_embedder_embed_batch is this with NULL. When
+ * the Pooling module says include_prompt false, the prompt's tokens are left out of mean and max
+ * pooling. */
+sg_status sg_embedder_embed_batch_prompt(sg_embedder *e, const char *prompt, const sg_embed_input *in, int n, int truncate,
+					 float *out, int *n_tokens);
+
+/* The model's named prompts (config_sentence_transformers.json): how many, and the i-th name. */
+int sg_embedder_n_prompts(const sg_embedder *e);
+const char *sg_embedder_prompt_name(const sg_embedder *e, int i);
+/* The text of prompt `name` into *text (borrowed from e); name NULL: the default prompt's, or
+ * NULL when there is none. An unknown name is SG_ERR_INVALID_ARG listing the model's prompts. */
+sg_status sg_embedder_prompt(const sg_embedder *e, const char *name, const char **text);
+
 /* 1 if the model is a cross-encoder (a sequence classifier with one label, or more): it scores
  * (query, document) pairs with sg_embedder_rerank and makes no embeddings. */
 int sg_embedder_is_reranker(const sg_embedder *e);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/alloc.h"
 #include "base/error.h"
 #include "base/json.h"
 
@@ -16,7 +17,8 @@
 
 sg_st_config sg_st_config_default(void)
 {
-	sg_st_config c = {.mode = SG_POOL_MEAN, .normalize = 0, .from_folder = 0, .dim = 0, .max_seq_length = 0};
+	sg_st_config c = {.mode = SG_POOL_MEAN, .normalize = 0, .from_folder = 0, .dim = 0, .max_seq_length = 0,
+			 .include_prompt = 1};
 	return c;
 }
 
@@ -123,6 +125,78 @@ sg_status sg_st_config_pooling(const json_t *pooling, sg_st_config *out)
 	if (count == 0) return sg_error(SG_ERR_FORMAT, "pooling config: no pooling mode is set");
 	if (count > 1) return sg_error(SG_ERR_UNSUPPORTED, "pooling config: %d pooling modes at once (concatenated) are not supported", count);
 	out->mode = (sg_pool_mode)found;
+	int inc = 1;
+	st = sg_json_get_bool(pooling, "include_prompt", &inc);
+	if (st && st != SG_ERR_NOT_FOUND) return sg_error_wrap(st, "pooling config");
+	out->include_prompt = st == SG_ERR_NOT_FOUND ? 1 : inc;
+	return SG_OK;
+}
+
+void sg_st_prompts_free(sg_st_prompts *p)
+{
+	for (int i = 0; p && i < p->n; i++) {
+		sg_free(p->names[i]);
+		sg_free(p->texts[i]);
+	}
+	if (p) {
+		sg_free(p->names);
+		sg_free(p->texts);
+		memset(p, 0, sizeof(*p));
+		p->dflt = -1;
+	}
+}
+
+sg_status sg_st_prompts_parse(const json_t *cfg, sg_st_prompts *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->dflt = -1;
+	if (!json_is_object(cfg))
+		return sg_error(SG_ERR_FORMAT, "config_sentence_transformers.json: expected an object, found %s", sg_json_type_name(cfg));
+	json_t *pr = json_object_get(cfg, "prompts");
+	if (pr && !json_is_null(pr) && !json_is_object(pr))
+		return sg_error(SG_ERR_FORMAT, "config_sentence_transformers.json: prompts is %s, not an object", sg_json_type_name(pr));
+	size_t n = json_is_object(pr) ? json_object_size(pr) : 0;
+	if (n > 4096) return sg_error(SG_ERR_FORMAT, "config_sentence_transformers.json: %zu prompts", n);
+	if (n) {
+		out->names = sg_calloc(n, sizeof(char *));
+		out->texts = sg_calloc(n, sizeof(char *));
+		if (!out->names || !out->texts) {
+			sg_st_prompts_free(out);
+			return sg_error(SG_ERR_NOMEM, "config_sentence_transformers.json: %zu prompts", n);
+		}
+	}
+	const char *key;
+	json_t *v;
+	json_object_foreach(pr, key, v)
+	{
+		if (!json_is_string(v)) {
+			sg_status st = sg_error(SG_ERR_FORMAT, "config_sentence_transformers.json: prompt '%.100s' is %s, not a string", key,
+						sg_json_type_name(v));
+			sg_st_prompts_free(out);
+			return st;
+		}
+		out->names[out->n] = sg_strdup(key);
+		out->texts[out->n] = sg_strdup(json_string_value(v));
+		if (!out->names[out->n] || !out->texts[out->n]) {
+			out->n++;
+			sg_st_prompts_free(out);
+			return sg_error(SG_ERR_NOMEM, "config_sentence_transformers.json: prompt '%.100s'", key);
+		}
+		out->n++;
+	}
+	json_t *d = json_object_get(cfg, "default_prompt_name");
+	if (d && !json_is_null(d)) {
+		const char *name = json_string_value(d);
+		for (int i = 0; name && i < out->n; i++)
+			if (!strcmp(out->names[i], name)) out->dflt = i;
+		if (out->dflt < 0) {
+			sg_status st = name ? sg_error(SG_ERR_FORMAT, "config_sentence_transformers.json: default_prompt_name '%.100s' names no prompt", name)
+					    : sg_error(SG_ERR_FORMAT, "config_sentence_transformers.json: default_prompt_name is %s, not a string",
+						       sg_json_type_name(d));
+			sg_st_prompts_free(out);
+			return st;
+		}
+	}
 	return SG_OK;
 }
 
@@ -144,6 +218,21 @@ static int exists(const char *path)
 {
 	struct stat s;
 	return stat(path, &s) == 0;
+}
+
+sg_status sg_st_prompts_load(const char *dir, sg_st_prompts *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->dflt = -1;
+	char path[4096];
+	if (snprintf(path, sizeof(path), "%s/config_sentence_transformers.json", dir) >= (int)sizeof(path))
+		return sg_error(SG_ERR_INVALID_ARG, "model path of %zu bytes is too long", strlen(dir));
+	if (!exists(path)) return SG_OK;
+	json_t *j = NULL;
+	sg_status st = sg_json_load_file(path, ST_MAX_BYTES, &j);
+	if (!st) st = sg_st_prompts_parse(j, out);
+	json_decref(j);
+	return st ? sg_error_wrap(st, "%s", path) : SG_OK;
 }
 
 sg_status sg_st_config_load(const char *dir, sg_st_config *out)

@@ -25,7 +25,17 @@ typedef struct sg_st_config {
 	int from_folder; /* 1: read from modules.json, 0: the default */
 	int dim;         /* the Pooling module's word_embedding_dimension, 0 when not said */
 	int max_seq_length; /* sentence_bert_config.json's limit on tokens per input, 0 when not said */
+	int include_prompt; /* the Pooling module's include_prompt (default 1): 0 leaves a prompt's
+	                     * tokens out of mean and max pooling */
 } sg_st_config;
+
+/* config_sentence_transformers.json's named prompts ("prompts": {"query": "query: ", ...}) and
+ * default_prompt_name: the text sentence-transformers puts before an input it encodes. */
+typedef struct sg_st_prompts {
+	int n;
+	char **names, **texts; /* [n] each, owned */
+	int dflt;              /* the default prompt's index, -1 for none */
+} sg_st_prompts;
 
 /* The default: mean pooling, no normalisation, not from a folder. */
 sg_st_config sg_st_config_default(void);
@@ -41,6 +51,14 @@ sg_status sg_st_config_modules(const json_t *modules, sg_st_config *out, char *p
  * (or a "pooling_mode" string) must select exactly one of cls, mean, max, lasttoken; other modes
  * (weighted mean, mean over sqrt(length), several at once) are SG_ERR_UNSUPPORTED naming them. */
 sg_status sg_st_config_pooling(const json_t *pooling, sg_st_config *out);
+
+/* Reads the prompts and default_prompt_name of a parsed config_sentence_transformers.json into
+ * out (empty when it has none). A prompt that is not a string, or a default_prompt_name that names
+ * no prompt, is SG_ERR_FORMAT naming it. Free with sg_st_prompts_free. */
+sg_status sg_st_prompts_parse(const json_t *cfg, sg_st_prompts *out);
+/* The same from folder dir; no file: no prompts. */
+sg_status sg_st_prompts_load(const char *dir, sg_st_prompts *out);
+void sg_st_prompts_free(sg_st_prompts *p);
 
 /* Reads sentence_bert_config.json's max_seq_length (a positive integer when present) into out. */
 sg_status sg_st_config_sbert(const json_t *sbert, sg_st_config *out);

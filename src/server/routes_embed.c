@@ -170,6 +170,8 @@ int sg_embed_req_parse(sg_srv_route route, const char *body, size_t len, int max
 	}
 	if ((st = sg_srv_get_int(b, "dimensions", "dimensions", 1, 1 << 20, &v, e)) < 0) return -st;
 	r->dimensions = st ? (int)v : 0;
+	if (route != SG_ROUTE_OLLAMA_EMBEDDINGS && (st = sg_srv_get_str(b, "prompt_name", "prompt_name", &r->prompt_name, e)) < 0)
+		return -st;
 	if ((st = sg_srv_get_bool(b, "truncate", "truncate", &r->truncate, e)) < 0) return -st;
 	return 0;
 }
@@ -278,7 +280,12 @@ int sg_embed_run(sg_embedder *e, const char *name, const sg_embed_req *r, uint64
 	if (!v || !ntok) status = sg_srv_oom(err);
 	int ollama = r->route != SG_ROUTE_OAI_EMBEDDINGS;
 	const char *field = r->route == SG_ROUTE_OLLAMA_EMBEDDINGS ? "prompt" : "input";
-	sg_status st = status ? SG_OK : sg_embedder_embed_batch(e, r->in, r->n, r->truncate, v, ntok);
+	const char *prompt = NULL;
+	if (!status && r->prompt_name && sg_embedder_prompt(e, r->prompt_name, &prompt)) {
+		status = sg_srv_err_set(err, 400, NULL, "prompt_name", "%s", sg_last_error());
+		sg_error_clear();
+	}
+	sg_status st = status ? SG_OK : sg_embedder_embed_batch_prompt(e, prompt, r->in, r->n, r->truncate, v, ntok);
 	if (!status && st) status = engine_err(st, field, err);
 	if (!status && r->dimensions) {
 		sg_embedder_truncate(e, v, r->n, r->dimensions);

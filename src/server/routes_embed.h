@@ -23,6 +23,8 @@ typedef struct sg_embed_req {
 	int base64;             /* OpenAI encoding_format "base64" */
 	int dimensions;         /* 0: the model's own */
 	int truncate;           /* Ollama: default 1; elsewhere 0 unless asked */
+	const char *prompt_name; /* one of the model's prompts (sentence-transformers'), in body; NULL:
+	                          * the model's default prompt */
 	const char *query;      /* rerank: [query_len] bytes in body */
 	size_t query_len;
 	int top_n;              /* rerank: 0 = all */

@@ -160,6 +160,63 @@ def numpy_bert_embedding(folder, ids):
     return e / np.linalg.norm(e)
 
 
+PROMPT_REFS = ROOT / "tests" / "fixtures" / "st_refs" / "minilm-prompts.safetensors"
+
+
+def prompt_refs():
+    """(texts, {name: [3, 384]}) from tools/make_st_refs.py's sentence-transformers run."""
+    ref, meta = read_safetensors(PROMPT_REFS)
+    return json.loads(meta["texts"]), {k: v[1] for k, v in ref.items()}
+
+
+def prompt_folder(src, dst, include_prompt):
+    """all-MiniLM-L6-v2 with the named prompts of the reference run (default "query"), built as
+    tools/make_st_refs.py builds it."""
+    _, meta = read_safetensors(PROMPT_REFS)
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in Path(src).iterdir():
+        if f.name not in ("1_Pooling", "config_sentence_transformers.json"):
+            (dst / f.name).symlink_to(f)
+    (dst / "1_Pooling").mkdir(exist_ok=True)
+    pool = json.loads((Path(src) / "1_Pooling" / "config.json").read_text())
+    pool["include_prompt"] = include_prompt
+    (dst / "1_Pooling" / "config.json").write_text(json.dumps(pool))
+    (dst / "config_sentence_transformers.json").write_text(
+        json.dumps({"prompts": json.loads(meta["prompts"]), "default_prompt_name": "query"}))
+    return dst
+
+
+@needs_minilm
+@pytest.mark.parametrize("include", [True, False])
+def test_prompts_match_sentence_transformers(sg, tmp_path, include):
+    texts, ref = prompt_refs()
+    folder = prompt_folder(MINILM, tmp_path / "m", include)
+    k = "inc" if include else "exc"
+    for flags, name in (((), "default"), (("--prompt-name", "passage"), "passage"), (("--prompt-name", "long"), "long"),
+                        (("--prompt", ""), "none"), (("--prompt", "passage: "), "passage")):
+        got = np.array(json.loads(embed(sg, "-m", str(folder), *flags, *texts).stdout))
+        d = float(np.abs(got - ref[f"{k}_{name}"]).max())
+        assert d < 1e-4, f"{flags}: max |d| {d:.2e} to sentence-transformers' {k}_{name}"
+    # the prompts change the vectors (the test could fail), and include_prompt false changes them again
+    assert np.abs(ref[f"{k}_default"] - ref[f"{k}_none"]).max() > 1e-2
+    assert np.abs(ref["inc_long"] - ref["exc_long"]).max() > 1e-2
+
+
+@needs_minilm
+def test_unknown_prompt_names_the_prompts(sg, tmp_path):
+    folder = prompt_folder(MINILM, tmp_path / "m", True)
+    r = sg("embed", "-m", str(folder), "--prompt-name", "nope", "x")
+    assert r.returncode != 0 and "'nope'" in r.stderr and "'query'" in r.stderr and "'long'" in r.stderr and not r.stdout
+    r = sg("embed", "-m", str(MINILM), "--prompt-name", "query", "x")
+    assert r.returncode != 0 and "has none" in r.stderr
+    r = sg("embed", "-m", str(folder), "--prompt-name", "query", "--prompt", "q", "x")
+    assert r.returncode != 0 and "exclusive" in r.stderr
+    (folder / "config_sentence_transformers.json").unlink()
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({"prompts": {"q": 3}}))
+    r = sg("embed", "-m", str(folder), "x")
+    assert r.returncode != 0 and "'q'" in r.stderr and "not a string" in r.stderr
+
+
 @needs_minilm
 def test_minilm_matches_an_independent_float64_forward(sg):
     from tokenizers import Tokenizer

@@ -60,7 +60,9 @@ def srv(tmp_path_factory):
             "--embed-model", f"rr={CE}", "--embed-model", f"mp={FIXTURES / 'mpnet'}",
             "--embed-model", f"qemb={decoder_embedder(d / 'qemb')}"]
     if HAVE_MINILM:
-        args += ["--embed-model", f"minilm={MINILM}"]
+        from test_embed import prompt_folder
+        args += ["--embed-model", f"minilm={MINILM}",
+                 "--embed-model", f"mlp={prompt_folder(MINILM, d / 'mlp', False)}"]
     s = Server(*args, "--ctx", "2048", socket_path=str(d / "s.sock"), port=free_port(), key=KEY,
                env={"RETI_SERVE_MODEL_POOL": "6"})
     s.dir = d
@@ -224,6 +226,30 @@ def test_minilm_a_sentence_in_a_batch_of_64_is_the_same_as_alone(oai):
     for i in (0, 1, 7, 13, 33, 63):
         alone = np.array(oai.embeddings.create(model="minilm", input=texts[i]).data[0].embedding)
         assert np.abs(batch[i] - alone).max() <= 1e-6, i
+
+
+@needs_minilm
+def test_prompt_name_gives_sentence_transformers_prompted_vectors(oai, oll):
+    """prompt_name (the field text-embeddings-inference takes) picks one of the model's prompts; without
+    it the default prompt applies, as SentenceTransformer.encode does; unknown names are a 400 listing them."""
+    from test_embed import prompt_refs
+    texts, ref = prompt_refs()
+    got = np.array([d.embedding for d in oai.embeddings.create(model="mlp", input=texts).data])
+    assert np.abs(got - ref["exc_default"]).max() < 1e-4
+    got = np.array([d.embedding for d in oai.embeddings.create(model="mlp", input=texts,
+                                                                extra_body={"prompt_name": "long"}).data])
+    assert np.abs(got - ref["exc_long"]).max() < 1e-4
+    r = httpx.post(f"http://127.0.0.1:{oai._client.base_url.port}/api/embed", headers={"Authorization": f"Bearer {KEY}"},
+                   json={"model": "mlp", "input": texts, "prompt_name": "passage"}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert np.abs(np.array(r.json()["embeddings"]) - ref["exc_passage"]).max() < 1e-4
+    with pytest.raises(openai.BadRequestError) as ei:
+        oai.embeddings.create(model="mlp", input="x", extra_body={"prompt_name": "nope"})
+    msg = str(ei.value)
+    assert "'nope'" in msg and "'query'" in msg and "'passage'" in msg
+    with pytest.raises(openai.BadRequestError) as ei:
+        oai.embeddings.create(model="minilm", input="x", extra_body={"prompt_name": "query"})
+    assert "has none" in str(ei.value)
 
 
 @needs_minilm

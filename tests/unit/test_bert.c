@@ -256,6 +256,44 @@ Test(stconfig, refuses_what_it_cannot_run_by_name)
 	cr_expect_eq(pooling("{\"pooling_mode\":\"median\"}", &c), SG_ERR_UNSUPPORTED);
 }
 
+static sg_status prompts(const char *js, sg_st_prompts *p)
+{
+	json_t *j = NULL;
+	sg_status st = sg_json_parse(js, strlen(js), "test", &j);
+	cr_assert_eq(st, SG_OK, "%s", sg_last_error());
+	st = sg_st_prompts_parse(j, p);
+	json_decref(j);
+	return st;
+}
+
+Test(stconfig, reads_prompts_and_include_prompt)
+{
+	sg_st_prompts p;
+	cr_assert_eq(prompts("{\"prompts\":{\"query\":\"query: \",\"passage\":\"passage: \"},\"default_prompt_name\":\"passage\"}", &p),
+		     SG_OK, "%s", sg_last_error());
+	cr_assert_eq(p.n, 2);
+	cr_expect(!strcmp(p.names[p.dflt], "passage") && !strcmp(p.texts[p.dflt], "passage: "));
+	sg_st_prompts_free(&p);
+	cr_assert_eq(prompts("{\"__version__\":{},\"prompts\":{},\"default_prompt_name\":null}", &p), SG_OK);
+	cr_expect(p.n == 0 && p.dflt == -1);
+	sg_st_prompts_free(&p);
+	cr_assert_eq(prompts("{}", &p), SG_OK);
+	cr_expect(p.n == 0 && p.dflt == -1);
+	cr_expect_eq(prompts("{\"prompts\":{\"q\":1}}", &p), SG_ERR_FORMAT);
+	cr_expect(strstr(sg_last_error(), "'q'") != NULL, "%s", sg_last_error());
+	cr_expect_eq(prompts("{\"prompts\":[\"q\"]}", &p), SG_ERR_FORMAT);
+	cr_expect_eq(prompts("{\"prompts\":{\"q\":\"x\"},\"default_prompt_name\":\"r\"}", &p), SG_ERR_FORMAT);
+	cr_expect(strstr(sg_last_error(), "'r'") != NULL, "%s", sg_last_error());
+	cr_expect_eq(prompts("{\"prompts\":{\"q\":\"x\"},\"default_prompt_name\":3}", &p), SG_ERR_FORMAT);
+	cr_expect_eq(prompts("[]", &p), SG_ERR_FORMAT);
+	sg_st_config c;
+	cr_assert_eq(pooling("{\"pooling_mode_mean_tokens\":true}", &c), SG_OK);
+	cr_expect(c.include_prompt == 1);
+	cr_assert_eq(pooling("{\"pooling_mode_mean_tokens\":true,\"include_prompt\":false}", &c), SG_OK);
+	cr_expect(c.include_prompt == 0);
+	cr_expect_eq(pooling("{\"pooling_mode_mean_tokens\":true,\"include_prompt\":\"no\"}", &c), SG_ERR_FORMAT);
+}
+
 Test(stconfig, folder_without_modules_is_mean_unnormalised)
 {
 	sg_st_config c;
