@@ -21,6 +21,11 @@ and all-MiniLM-L6-v2 given named prompts (config_sentence_transformers.json, def
 include_prompt true or false in its Pooling config, encoded with the default prompt, a named one and none:
 
     <out>/minilm-prompts.safetensors     "<inc|exc>_<default|passage|long|none>" float32 [3, 384]
+
+and the same model with two random Dense modules after its pooling (their folders and modules.json in
+tests/fixtures/st_dense):
+
+    <out>/minilm-dense.safetensors       "embeddings" float32 [3, 32]
 """
 import argparse
 import json
@@ -180,6 +185,41 @@ def minilm_prompts(out):
     print("minilm-prompts:", ", ".join(sorted(ref)))
 
 
+def minilm_dense(out):
+    """all-MiniLM-L6-v2 with two random Dense modules after its pooling (384 -> 64 tanh, 64 -> 32 identity
+    without bias) and its Normalize: the modules' folders go to tests/fixtures/st_dense, the embeddings of
+    PROMPT_TEXTS to <out>/minilm-dense.safetensors."""
+    import shutil
+    import tempfile
+    import numpy as np
+    import sentence_transformers
+    import torch
+    from safetensors.numpy import save_file
+    from sentence_transformers import models
+
+    src = fetch("minilm")
+    torch.manual_seed(41)
+    base = sentence_transformers.SentenceTransformer(str(src), device="cpu")
+    d1 = models.Dense(384, 64, activation_function=torch.nn.Tanh())
+    d2 = models.Dense(64, 32, bias=False, activation_function=torch.nn.Identity())
+    m = sentence_transformers.SentenceTransformer(modules=[base[0], base[1], d1, d2, base[2]], device="cpu")
+    emb = m.encode(PROMPT_TEXTS, convert_to_numpy=True).astype(np.float32)
+    fix = ROOT / "tests" / "fixtures" / "st_dense"
+    with tempfile.TemporaryDirectory() as tmp:
+        m.save(tmp)
+        shutil.rmtree(fix, ignore_errors=True)
+        fix.mkdir(parents=True)
+        for sub in ("2_Dense", "3_Dense"):
+            (fix / sub).mkdir()
+            for f in ("config.json", "model.safetensors"):
+                shutil.copy(Path(tmp) / sub / f, fix / sub / f)
+        shutil.copy(Path(tmp) / "modules.json", fix / "modules.json")
+    save_file({"embeddings": np.ascontiguousarray(emb)}, str(out / "minilm-dense.safetensors"),
+              metadata={"sentence-transformers": sentence_transformers.__version__,
+                        "generator": "tools/make_st_refs.py", "texts": json.dumps(PROMPT_TEXTS)})
+    print("minilm-dense:", emb.shape)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(ROOT / "tests" / "fixtures" / "st_refs"))
@@ -197,6 +237,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     qwen3_last_token(out)
     minilm_prompts(out)
+    minilm_dense(out)
     for name in args.names:
         folder = fetch(MODELS[name])
         model = sentence_transformers.SentenceTransformer(str(folder), device="cpu")

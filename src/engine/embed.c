@@ -14,6 +14,7 @@
 #include "base/mmap.h"
 #include "formats/model_desc.h"
 #include "formats/qtypes.h"
+#include "formats/safetensors.h"
 #include "formats/stconfig.h"
 #include "models/bert.h"
 #include "models/forward.h"
@@ -24,13 +25,25 @@
  * is sized to the input; this bounds it). */
 #define LM_MAX_TOKENS 8192
 
+/* A sentence-transformers Dense module on the pooled vector: y = act(W x + b). */
+typedef enum { ACT_IDENTITY, ACT_TANH, ACT_RELU, ACT_SIGMOID, ACT_GELU } dense_act;
+
+typedef struct dense_layer {
+	int in, out;
+	dense_act act;
+	float *w; /* [out][in] */
+	float *b; /* [out], or NULL */
+} dense_layer;
+
 struct sg_embedder {
 	sg_bert *enc;     /* an encoder, or NULL when lm is set */
 	sg_model *lm;     /* a decoder with an embedding head (last-token pooling) */
 	sg_tokenizer *tok; /* NULL: ids only */
 	sg_st_config pool;
 	sg_st_prompts prompts; /* config_sentence_transformers.json's */
-	int dim, max_tokens;
+	dense_layer dense[SG_ST_MAX_DENSE]; /* [pool.n_dense] */
+	int hid;               /* the encoder's (decoder's) hidden size: what the pooling sees */
+	int dim, max_tokens;   /* dim: the embedding's size, after the Dense modules */
 	int n_labels; /* > 0: a cross-encoder with this many labels */
 	int sigmoid;  /* cross-encoder: 1 = sigmoid of the logit, 0 = the logit itself */
 };
@@ -102,6 +115,10 @@ void sg_embedder_free(sg_embedder *e)
 	if (e->lm) sg_model_free(e->lm);
 	sg_tokenizer_free(e->tok);
 	sg_st_prompts_free(&e->prompts);
+	for (int i = 0; i < SG_ST_MAX_DENSE; i++) {
+		sg_free(e->dense[i].w);
+		sg_free(e->dense[i].b);
+	}
 	sg_free(e);
 }
 
@@ -126,6 +143,152 @@ sg_status sg_embedder_prompt(const sg_embedder *e, const char *name, const char 
 		off += (size_t)snprintf(names + off, sizeof(names) - off, "%s'%s'", i ? ", " : "", e->prompts.names[i]);
 	return sg_error(SG_ERR_INVALID_ARG, "embed: prompt name '%.100s' is not one of the model's prompts (%s)", name,
 			e->prompts.n ? names : "it has none");
+}
+
+/* One tensor of a Dense module's model.safetensors as float32 (n values), or an error naming it. */
+static sg_status dense_tensor(const sg_safetensors *sf, const char *file, const char *name, int64_t n, float **out)
+{
+	for (int i = 0; i < sf->n_tensors; i++) {
+		const sg_tensor *t = &sf->tensors[i];
+		if (strcmp(t->name, name)) continue;
+		if (t->type != SG_TYPE_F32 && t->type != SG_TYPE_F16 && t->type != SG_TYPE_BF16)
+			return sg_error(SG_ERR_UNSUPPORTED, "%s: %s is %s (F32, F16 and BF16 load)", file, name, sg_type_name(t->type));
+		if (sg_tensor_nelem(t) != n)
+			return sg_error(SG_ERR_FORMAT, "%s: %s has %lld values, the config says %lld", file, name,
+					(long long)sg_tensor_nelem(t), (long long)n);
+		if (!(*out = sg_malloc(sizeof(float) * (size_t)n))) return sg_error(SG_ERR_NOMEM, "%s: %s", file, name);
+		sg_dequantize_ref(t->type, t->data, *out, n);
+		return SG_OK;
+	}
+	return sg_error(SG_ERR_FORMAT, "%s: no tensor %s", file, name);
+}
+
+/* The Dense module in folder dir/sub: its config.json (in_features, out_features, bias,
+ * activation_function) and model.safetensors (linear.weight [out][in], linear.bias). */
+static sg_status load_dense(const char *dir, const char *sub, int in_expected, dense_layer *d)
+{
+	char cf[4096], wf[4096];
+	if (snprintf(cf, sizeof(cf), "%s/%s/config.json", dir, sub) >= (int)sizeof(cf) ||
+	    snprintf(wf, sizeof(wf), "%s/%s/model.safetensors", dir, sub) >= (int)sizeof(wf))
+		return sg_error(SG_ERR_INVALID_ARG, "model path of %zu bytes is too long", strlen(dir));
+	json_t *j = NULL;
+	sg_status st = sg_json_load_file(cf, 1 << 20, &j);
+	if (st) return st;
+	int64_t in = 0, out = 0;
+	int bias = 1;
+	const char *act = "torch.nn.modules.activation.Tanh";
+	if ((st = sg_json_get_int(j, "in_features", &in)) || (st = sg_json_get_int(j, "out_features", &out)))
+		st = sg_error_wrap(st, "%s", cf);
+	if (!st && (st = sg_json_get_bool(j, "bias", &bias)) == SG_ERR_NOT_FOUND) st = SG_OK;
+	if (!st && (st = sg_json_get_str(j, "activation_function", &act)) == SG_ERR_NOT_FOUND) st = SG_OK;
+	else if (st == SG_ERR_FORMAT) sg_error_wrap(st, "%s", cf);
+	for (int k = 0; !st && k < 2; k++) {
+		const char *key = k ? "module_output_name" : "module_input_name", *v = NULL;
+		if (!sg_json_get_str(j, key, &v) && strcmp(v, "sentence_embedding"))
+			st = sg_error(SG_ERR_UNSUPPORTED, "%s: %s '%.100s' (Dense modules on the sentence embedding run)", cf, key, v);
+	}
+	sg_error_clear();
+	if (!st && (in < 1 || out < 1 || in > (1 << 16) || out > (1 << 16)))
+		st = sg_error(SG_ERR_FORMAT, "%s: in_features %lld, out_features %lld", cf, (long long)in, (long long)out);
+	if (!st && in != in_expected)
+		st = sg_error(SG_ERR_FORMAT, "%s: in_features %lld, but the vector before it has %d values", cf, (long long)in, in_expected);
+	static const struct {
+		const char *name;
+		dense_act act;
+	} acts[] = {{"Identity", ACT_IDENTITY}, {"Tanh", ACT_TANH}, {"ReLU", ACT_RELU}, {"Sigmoid", ACT_SIGMOID}, {"GELU", ACT_GELU}};
+	int found = -1;
+	for (size_t k = 0; !st && k < sizeof(acts) / sizeof(acts[0]); k++) {
+		size_t la = strlen(act), ln = strlen(acts[k].name);
+		if (la >= ln && !strcmp(act + la - ln, acts[k].name) && (la == ln || act[la - ln - 1] == '.')) found = (int)k;
+	}
+	if (!st && found < 0)
+		st = sg_error(SG_ERR_UNSUPPORTED, "%s: activation_function '%.200s' (Identity, Tanh, ReLU, Sigmoid, GELU run)", cf, act);
+	if (!st) {
+		d->in = (int)in;
+		d->out = (int)out;
+		d->act = acts[found].act;
+	}
+	json_decref(j);
+	if (st) return st;
+	struct stat sb;
+	char bin[4096];
+	if (stat(wf, &sb) != 0) {
+		if (snprintf(bin, sizeof(bin), "%s/%s/pytorch_model.bin", dir, sub) < (int)sizeof(bin) && stat(bin, &sb) == 0)
+			return sg_error(SG_ERR_UNSUPPORTED, "%s holds pytorch_model.bin (a pickle, not read): save the module as model.safetensors",
+					sub);
+		return sg_error(SG_ERR_IO, "%s: not found", wf);
+	}
+	char *data = NULL;
+	size_t len = 0;
+	if ((st = sg_read_file(wf, (size_t)1 << 30, &data, &len))) return st;
+	sg_safetensors sf;
+	memset(&sf, 0, sizeof(sf));
+	st = sg_safetensors_parse((const uint8_t *)data, len, wf, 0, &sf);
+	if (!st) st = dense_tensor(&sf, wf, "linear.weight", (int64_t)d->in * d->out, &d->w);
+	if (!st && bias) st = dense_tensor(&sf, wf, "linear.bias", d->out, &d->b);
+	sg_safetensors_free(&sf);
+	sg_free(data);
+	return st;
+}
+
+static float activate(dense_act a, double x)
+{
+	switch (a) {
+	case ACT_TANH: return (float)tanh(x);
+	case ACT_RELU: return (float)(x > 0 ? x : 0);
+	case ACT_SIGMOID: return (float)(1.0 / (1.0 + exp(-x)));
+	case ACT_GELU: return (float)(0.5 * x * (1.0 + erf(x / sqrt(2.0))));
+	case ACT_IDENTITY:
+	default: return (float)x;
+	}
+}
+
+/* hidden [n][hid] -> out [dim]: the pooling, the Dense modules, the Normalize. */
+static sg_status pool_head(const sg_embedder *e, const float *hidden, const int32_t *mask, int n, float *out)
+{
+	if (!e->pool.n_dense) return sg_pool(&e->pool, hidden, mask, n, e->hid, out);
+	int wmax = e->hid;
+	for (int i = 0; i < e->pool.n_dense; i++) wmax = e->dense[i].out > wmax ? e->dense[i].out : wmax;
+	float *a = sg_malloc(sizeof(float) * 2 * (size_t)wmax);
+	if (!a) return sg_error(SG_ERR_NOMEM, "embed: a head of %d values", wmax);
+	float *b = a + wmax;
+	sg_st_config raw = e->pool;
+	raw.normalize = 0;
+	sg_status st = sg_pool(&raw, hidden, mask, n, e->hid, a);
+	for (int l = 0; !st && l < e->pool.n_dense; l++) {
+		const dense_layer *d = &e->dense[l];
+		for (int j = 0; j < d->out; j++) {
+			const float *w = d->w + (size_t)j * (size_t)d->in;
+			double acc = d->b ? d->b[j] : 0.0;
+			for (int i = 0; i < d->in; i++) acc += (double)w[i] * a[i];
+			b[j] = activate(d->act, acc);
+		}
+		float *t = a;
+		a = b;
+		b = t;
+	}
+	if (!st && e->pool.normalize) {
+		double ss = 0.0;
+		for (int j = 0; j < e->dim; j++) ss += (double)a[j] * a[j];
+		double norm = sqrt(ss);
+		if (norm < 1e-12) norm = 1e-12;
+		for (int j = 0; j < e->dim; j++) a[j] = (float)(a[j] / norm);
+	}
+	if (!st) memcpy(out, a, sizeof(float) * (size_t)e->dim);
+	sg_free(a < b ? a : b);
+	return st;
+}
+
+/* Sizes the embedder from the hidden width: the Dense modules' widths and the pooled size. */
+static sg_status load_head(sg_embedder *e, const char *path)
+{
+	e->dim = e->hid;
+	for (int i = 0; i < e->pool.n_dense; i++) {
+		sg_status st = load_dense(path, e->pool.dense[i], e->dim, &e->dense[i]);
+		if (st) return st;
+		e->dim = e->dense[i].out;
+	}
+	return SG_OK;
 }
 
 /* 1 when the folder's config.json describes a decoder (an LLM) rather than an encoder; 0 when it
@@ -170,13 +333,13 @@ static sg_status load_lm(sg_embedder *e, const char *path, const char *backend, 
 	if (d->arch == SG_ARCH_QWEN3_NEXT || d->arch == SG_ARCH_GEMMA3 || d->arch == SG_ARCH_GEMMA4)
 		return sg_error(SG_ERR_UNSUPPORTED, "embed: '%s' (%s): decoder embedders run the llama, mistral and qwen families",
 				path, d->model_type);
-	e->dim = d->dim;
+	e->hid = e->dim = d->dim;
 	e->max_tokens = d->max_ctx > 0 && d->max_ctx < LM_MAX_TOKENS ? d->max_ctx : LM_MAX_TOKENS;
 	if (e->pool.max_seq_length > 0 && e->pool.max_seq_length < e->max_tokens) e->max_tokens = e->pool.max_seq_length;
-	if (e->pool.dim > 0 && e->pool.dim != e->dim)
+	if (e->pool.dim > 0 && e->pool.dim != e->hid)
 		return sg_error(SG_ERR_FORMAT, "embed: '%s': the Pooling module expects %d dims, the model has %d", path, e->pool.dim,
-				e->dim);
-	return SG_OK;
+				e->hid);
+	return load_head(e, path);
 }
 
 sg_status sg_embedder_load(const char *path, const char *backend, int n_threads, sg_embedder **out)
@@ -196,12 +359,13 @@ sg_status sg_embedder_load(const char *path, const char *backend, int n_threads,
 	else if (!st) e->pool = sg_st_config_default();
 	if (!st && !lm) {
 		const sg_model_desc *d = sg_bert_desc(e->enc);
-		e->dim = d->dim;
+		e->hid = e->dim = d->dim;
 		e->max_tokens = sg_bert_max_tokens(e->enc);
 		if (e->pool.max_seq_length > 0 && e->pool.max_seq_length < e->max_tokens) e->max_tokens = e->pool.max_seq_length;
-		if (e->pool.dim > 0 && e->pool.dim != e->dim)
+		if (e->pool.dim > 0 && e->pool.dim != e->hid)
 			st = sg_error(SG_ERR_FORMAT, "embed: '%s': the Pooling module expects %d dims, the encoder has %d", path,
-				      e->pool.dim, e->dim);
+				      e->pool.dim, e->hid);
+		if (!st) st = load_head(e, path);
 	}
 	if (!st && e->enc && (e->n_labels = sg_bert_n_labels(e->enc)) > 0) st = read_activation(path, e);
 	e->prompts.dflt = -1;
@@ -227,10 +391,13 @@ static sg_status embed_lm(sg_embedder *e, const int32_t *ids, int n, float *out)
 			return sg_error(SG_ERR_RANGE, "embed: token %d = %d is outside the vocabulary [0, %d)", i, ids[i], d->n_vocab);
 	sg_fwd_state fs;
 	memset(&fs, 0, sizeof(fs));
+	float *h = sg_malloc(sizeof(float) * (size_t)e->hid);
+	if (!h) return sg_error(SG_ERR_NOMEM, "embed: a state of %d values", e->hid);
 	sg_status st = sg_fwd_state_init(e->lm, n, n < 256 ? n : 256, SG_TYPE_F32, &fs);
-	if (!st) st = sg_forward_hidden_last(e->lm, &fs, ids, n, out);
+	if (!st) st = sg_forward_hidden_last(e->lm, &fs, ids, n, h);
 	sg_fwd_state_free(e->lm, &fs);
-	if (!st) st = sg_pool(&e->pool, out, NULL, 1, e->dim, out);
+	if (!st) st = pool_head(e, h, NULL, 1, out);
+	sg_free(h);
 	return st;
 }
 
@@ -240,10 +407,10 @@ sg_status sg_embedder_embed_ids(sg_embedder *e, const int32_t *ids, int n, float
 	if (n > e->max_tokens)
 		return sg_error(SG_ERR_RANGE, "embed: an input of %d tokens exceeds the model's limit of %d", n, e->max_tokens);
 	if (e->lm) return embed_lm(e, ids, n, out);
-	float *h = sg_malloc(sizeof(float) * (size_t)n * (size_t)e->dim);
+	float *h = sg_malloc(sizeof(float) * (size_t)n * (size_t)e->hid);
 	if (!h) return sg_error(SG_ERR_NOMEM, "embed: %d tokens", n);
 	sg_status st = sg_bert_forward(e->enc, ids, NULL, NULL, n, h);
-	if (!st) st = sg_pool(&e->pool, h, NULL, n, e->dim, out);
+	if (!st) st = pool_head(e, h, NULL, n, out);
 	sg_free(h);
 	return st;
 }
@@ -347,7 +514,7 @@ static sg_status run_chunks(sg_embedder *e, tok_input *t, int n, hidden_fn done,
 	int64_t cap = budget > 0 ? budget : e->max_tokens;
 	int32_t *ids = sg_malloc(sizeof(int32_t) * (size_t)cap * 2);
 	int *lens = sg_malloc(sizeof(int) * (size_t)(cap < n ? cap : n));
-	float *h = sg_malloc(sizeof(float) * (size_t)cap * (size_t)e->dim);
+	float *h = sg_malloc(sizeof(float) * (size_t)cap * (size_t)e->hid);
 	sg_status st = ids && lens && h ? SG_OK : sg_error(SG_ERR_NOMEM, "embed: a batch of %lld tokens", (long long)cap);
 	for (int i = 0; i < n && !st;) {
 		/* the next chunk: inputs i..j-1, N tokens */
@@ -364,7 +531,7 @@ static sg_status run_chunks(sg_embedder *e, tok_input *t, int n, hidden_fn done,
 			for (int q = 0; q < t[k].n; q++) types[r + q] = t[k].types ? t[k].types[q] : 0;
 		st = j - i == 1 ? sg_bert_forward(e->enc, ids, types, NULL, t[i].n, h)
 				: sg_bert_forward_batch(e->enc, ids, types, lens, j - i, h);
-		for (int64_t off = 0; !st && i < j; off += t[i++].n) st = done(user, e, &t[i], h + off * e->dim);
+		for (int64_t off = 0; !st && i < j; off += t[i++].n) st = done(user, e, &t[i], h + off * e->hid);
 	}
 	sg_free(ids);
 	sg_free(lens);
@@ -383,12 +550,12 @@ static sg_status pool_one(void *user, sg_embedder *e, const tok_input *t, const 
 	if (o->n_tokens) o->n_tokens[t->index] = t->n;
 	float *dst = o->out + (size_t)t->index * (size_t)e->dim;
 	if (t->skip <= 0 || t->skip >= t->n || (e->pool.mode != SG_POOL_MEAN && e->pool.mode != SG_POOL_MAX))
-		return sg_pool(&e->pool, hidden, NULL, t->n, e->dim, dst);
+		return pool_head(e, hidden, NULL, t->n, dst);
 	/* include_prompt false: the prompt's tokens ([CLS] and the prompt's own) are masked out */
 	int32_t *mask = sg_malloc(sizeof(int32_t) * (size_t)t->n);
 	if (!mask) return sg_error(SG_ERR_NOMEM, "embed: a mask of %d tokens", t->n);
 	for (int i = 0; i < t->n; i++) mask[i] = i >= t->skip;
-	sg_status st = sg_pool(&e->pool, hidden, mask, t->n, e->dim, dst);
+	sg_status st = pool_head(e, hidden, mask, t->n, dst);
 	sg_free(mask);
 	return st;
 }

@@ -67,6 +67,18 @@ sg_status sg_st_config_modules(const json_t *modules, sg_st_config *out, char *p
 			out->normalize = 1;
 			continue;
 		}
+		if (is_module(type, "Dense")) {
+			if (!pooling || out->normalize)
+				return sg_error(SG_ERR_UNSUPPORTED, "modules.json: entry %zu: a Dense module %s is not supported (only between the "
+								    "Pooling and the Normalize)",
+						i, pooling ? "after the Normalize" : "on token states (before the Pooling)");
+			if (out->n_dense == SG_ST_MAX_DENSE)
+				return sg_error(SG_ERR_UNSUPPORTED, "modules.json: entry %zu: more than %d Dense modules", i, SG_ST_MAX_DENSE);
+			if (!path[0] || !safe_path(path) || strlen(path) >= SG_ST_PATH_BYTES)
+				return sg_error(SG_ERR_FORMAT, "modules.json: entry %zu: Dense path '%.200s' is not a folder inside the model", i, path);
+			memcpy(out->dense[out->n_dense++], path, strlen(path) + 1);
+			continue;
+		}
 		if (is_module(type, "Pooling")) {
 			if (pooling++)
 				return sg_error(SG_ERR_UNSUPPORTED, "modules.json: entry %zu: a second Pooling module", i);
@@ -78,7 +90,7 @@ sg_status sg_st_config_modules(const json_t *modules, sg_st_config *out, char *p
 			memcpy(pool_path, path, strlen(path) + 1);
 			continue;
 		}
-		return sg_error(SG_ERR_UNSUPPORTED, "modules.json: entry %zu: module '%s' is not supported (Transformer, Pooling, Normalize are)",
+		return sg_error(SG_ERR_UNSUPPORTED, "modules.json: entry %zu: module '%s' is not supported (Transformer, Pooling, Dense, Normalize are)",
 				i, type);
 	}
 	return SG_OK;

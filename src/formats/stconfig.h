@@ -19,6 +19,9 @@ typedef enum sg_pool_mode {
 	SG_POOL_LAST,     /* the last real token's state */
 } sg_pool_mode;
 
+#define SG_ST_MAX_DENSE 4   /* Dense modules after the pooling */
+#define SG_ST_PATH_BYTES 128 /* a module's folder name inside the model folder */
+
 typedef struct sg_st_config {
 	sg_pool_mode mode;
 	int normalize;   /* 1: L2-normalise the pooled vector */
@@ -27,6 +30,8 @@ typedef struct sg_st_config {
 	int max_seq_length; /* sentence_bert_config.json's limit on tokens per input, 0 when not said */
 	int include_prompt; /* the Pooling module's include_prompt (default 1): 0 leaves a prompt's
 	                     * tokens out of mean and max pooling */
+	int n_dense;        /* Dense modules between the Pooling and the Normalize, in order */
+	char dense[SG_ST_MAX_DENSE][SG_ST_PATH_BYTES]; /* their folders */
 } sg_st_config;
 
 /* config_sentence_transformers.json's named prompts ("prompts": {"query": "query: ", ...}) and
@@ -43,8 +48,9 @@ sg_st_config sg_st_config_default(void);
 /* Reads modules.json (a JSON array of {"type", "path", ...}) into out, starting from the default:
  * a Transformer module is the encoder itself, Normalize sets out->normalize, and the Pooling
  * module's folder (relative to the model folder, no ".." and not absolute) goes to pool_path
- * (cap bytes; "" when there is none). Any other module (Dense, LayerNorm...) is
- * SG_ERR_UNSUPPORTED naming it; a malformed file is SG_ERR_FORMAT naming the entry. */
+ * (cap bytes; "" when there is none); Dense modules after the Pooling (and before a Normalize) go
+ * to out->dense, at most SG_ST_MAX_DENSE. Any other module (LayerNorm, a Dense on token states...)
+ * is SG_ERR_UNSUPPORTED naming it; a malformed file is SG_ERR_FORMAT naming the entry. */
 sg_status sg_st_config_modules(const json_t *modules, sg_st_config *out, char *pool_path, size_t cap);
 
 /* Reads a Pooling module's config.json into out->mode and out->dim: the pooling_mode_* booleans

@@ -202,6 +202,46 @@ def test_prompts_match_sentence_transformers(sg, tmp_path, include):
     assert np.abs(ref["inc_long"] - ref["exc_long"]).max() > 1e-2
 
 
+DENSE = ROOT / "tests" / "fixtures" / "st_dense"
+
+
+@needs_minilm
+def test_dense_modules_match_sentence_transformers(sg, tmp_path):
+    """all-MiniLM-L6-v2 with two random Dense modules (384 -> 64 tanh, 64 -> 32 identity, no bias) between
+    its pooling and its Normalize, as sentence-transformers saved them (tools/make_st_refs.py)."""
+    ref, meta = read_safetensors(ROOT / "tests" / "fixtures" / "st_refs" / "minilm-dense.safetensors")
+    texts, want = json.loads(meta["texts"]), ref["embeddings"][1]
+    d = tmp_path / "m"
+    d.mkdir()
+    for f in MINILM.iterdir():
+        if f.name not in ("modules.json", "2_Normalize"):
+            (d / f.name).symlink_to(f)
+    for f in DENSE.iterdir():
+        (d / f.name).symlink_to(f)
+    (d / "4_Normalize").mkdir()
+    got = np.array(json.loads(embed(sg, "-m", str(d), *texts).stdout))
+    assert got.shape == (3, 32)
+    assert float(np.abs(got - want).max()) < 1e-5
+    assert np.allclose(np.linalg.norm(got, axis=1), 1, atol=1e-6)
+    # --dimensions cuts the Dense output; a Dense whose in_features disagree is named
+    assert np.array(json.loads(embed(sg, "-m", str(d), "--dimensions", "8", texts[0]).stdout)).shape == (1, 8)
+    (d / "3_Dense").unlink()
+    (d / "3_Dense").mkdir()
+    cfg = json.loads((DENSE / "3_Dense" / "config.json").read_text())
+    (d / "3_Dense" / "model.safetensors").symlink_to(DENSE / "3_Dense" / "model.safetensors")
+    (d / "3_Dense" / "config.json").write_text(json.dumps({**cfg, "in_features": 63}))
+    r = sg("embed", "-m", str(d), "x")
+    assert r.returncode != 0 and "in_features 63" in r.stderr and "64" in r.stderr
+    (d / "3_Dense" / "config.json").write_text(json.dumps({**cfg, "activation_function": "torch.nn.Softsign"}))
+    r = sg("embed", "-m", str(d), "x")
+    assert r.returncode != 0 and "Softsign" in r.stderr
+    (d / "3_Dense" / "model.safetensors").unlink()
+    (d / "3_Dense" / "config.json").write_text(json.dumps(cfg))
+    (d / "3_Dense" / "pytorch_model.bin").write_bytes(b"x")
+    r = sg("embed", "-m", str(d), "x")
+    assert r.returncode != 0 and "pytorch_model.bin" in r.stderr
+
+
 @needs_minilm
 def test_unknown_prompt_names_the_prompts(sg, tmp_path):
     folder = prompt_folder(MINILM, tmp_path / "m", True)

@@ -238,9 +238,23 @@ Test(stconfig, refuses_what_it_cannot_run_by_name)
 {
 	sg_st_config c;
 	char path[64];
+	cr_expect_eq(modules("[{\"path\":\"2_LayerNorm\",\"type\":\"sentence_transformers.models.LayerNorm\"}]", &c, path, sizeof(path)),
+		     SG_ERR_UNSUPPORTED);
+	cr_expect(strstr(sg_last_error(), "sentence_transformers.models.LayerNorm") != NULL, "%s", sg_last_error());
+	/* Dense: on the pooled vector only, before the Normalize */
 	cr_expect_eq(modules("[{\"path\":\"2_Dense\",\"type\":\"sentence_transformers.models.Dense\"}]", &c, path, sizeof(path)),
 		     SG_ERR_UNSUPPORTED);
-	cr_expect(strstr(sg_last_error(), "sentence_transformers.models.Dense") != NULL, "%s", sg_last_error());
+	cr_expect(strstr(sg_last_error(), "token states") != NULL, "%s", sg_last_error());
+	cr_expect_eq(modules("[{\"path\":\"1\",\"type\":\"Pooling\"},{\"path\":\"2\",\"type\":\"Normalize\"},{\"path\":\"3\",\"type\":\"Dense\"}]",
+			     &c, path, sizeof(path)),
+		     SG_ERR_UNSUPPORTED);
+	cr_expect_eq(modules("[{\"path\":\"1\",\"type\":\"Pooling\"},{\"path\":\"../d\",\"type\":\"Dense\"}]", &c, path, sizeof(path)),
+		     SG_ERR_FORMAT);
+	cr_assert_eq(modules("[{\"path\":\"1\",\"type\":\"Pooling\"},{\"path\":\"2_Dense\",\"type\":\"sentence_transformers.models.Dense\"},"
+			     "{\"path\":\"3_Dense\",\"type\":\"Dense\"},{\"path\":\"4\",\"type\":\"Normalize\"}]",
+			     &c, path, sizeof(path)),
+		     SG_OK, "%s", sg_last_error());
+	cr_expect(c.n_dense == 2 && !strcmp(c.dense[0], "2_Dense") && !strcmp(c.dense[1], "3_Dense") && c.normalize);
 	cr_expect_eq(modules("[{\"path\":\"../x\",\"type\":\"Pooling\"}]", &c, path, sizeof(path)), SG_ERR_FORMAT);
 	cr_expect_eq(modules("[{\"path\":\"/etc\",\"type\":\"Pooling\"}]", &c, path, sizeof(path)), SG_ERR_FORMAT);
 	cr_expect_eq(modules("[{\"path\":\"a/../../b\",\"type\":\"Pooling\"}]", &c, path, sizeof(path)), SG_ERR_FORMAT);
