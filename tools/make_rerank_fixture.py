@@ -14,7 +14,13 @@ The reference is sentence-transformers' CrossEncoder.predict on the stored files
 
 and its entry in tests/fixtures/MANIFEST.json (sha256 of every file) when that file exists.
 
-Usage: python tools/make_rerank_fixture.py [OUT_DIR]
+With --xlmr it builds tests/fixtures/cross_encoder_xlmr instead: XLMRobertaForSequenceClassification
+(bge-reranker's architecture: RoBERTa positions from pad_token_id + 1, one token type, the two-layer
+classification head classifier.dense + tanh + classifier.out_proj on <s>) with the same words in a
+WordPiece vocabulary under XLM-R's special tokens and its pair template <s> $A </s> </s> $B </s>
+(every token type 0).
+
+Usage: python tools/make_rerank_fixture.py [--xlmr] [OUT_DIR]
 """
 import json
 import sys
@@ -26,7 +32,10 @@ import sentence_transformers
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
-OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "cross_encoder"
+XLMR = "--xlmr" in sys.argv
+ARGS = [a for a in sys.argv[1:] if a != "--xlmr"]
+OUT = Path(ARGS[0]) if ARGS else (Path(__file__).resolve().parent.parent / "tests" / "fixtures" /
+                                  ("cross_encoder_xlmr" if XLMR else "cross_encoder"))
 WORDS = """the a of to and in is it for on with as was at by an be this that from or are
 what how why when where who which paris france capital city river london england germany berlin
 cat cats dog dogs animal animals pet pets sleep sleeps food eat eats water drink weather rain
@@ -46,8 +55,31 @@ DOCS = [
 ]
 
 
+def xlmr_tokenizer():
+    """The fixture's words as a WordPiece vocabulary under XLM-R's special tokens and pair template."""
+    from tokenizers import decoders
+    from transformers import PreTrainedTokenizerFast
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    chars = list("abcdefghijklmnopqrstuvwxyz0123456789.,!?'-")
+    vocab = list(dict.fromkeys(specials + chars + ["##" + c for c in "abcdefghijklmnopqrstuvwxyz"] + WORDS))
+    ids = {t: i for i, t in enumerate(vocab)}
+    tok = Tokenizer(models.WordPiece(ids, unk_token="<unk>", max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
+        special_tokens=[("<s>", ids["<s>"]), ("</s>", ids["</s>"])])
+    tok.decoder = decoders.WordPiece(prefix="##")
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                   sep_token="</s>", pad_token="<pad>", cls_token="<s>", mask_token="<mask>",
+                                   model_max_length=64)
+    return fast, vocab
+
+
 def main():
     torch.manual_seed(40)
+    if XLMR:
+        return main_xlmr()
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     chars = list("abcdefghijklmnopqrstuvwxyz0123456789.,!?'-")
     vocab = specials + chars + ["##" + c for c in "abcdefghijklmnopqrstuvwxyz"] + WORDS
@@ -100,6 +132,58 @@ def main():
         "logits": [float(x) for x in logits],
         "input_ids": [p["input_ids"] for p in per],
         "token_type_ids": [p["token_type_ids"] for p in per],
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "sentence_transformers": sentence_transformers.__version__},
+    }
+    (OUT / "ref.json").write_text(json.dumps(ref, indent=1) + "\n")
+    from safetensors.torch import save_file
+    save_file({"scores": torch.tensor(ref["scores"], dtype=torch.float32), "logits": logits.to(torch.float32).contiguous()},
+              str(OUT / "ref.safetensors"), metadata={"seed": "40", "query": QUERY})
+    manifest = OUT.parent / "MANIFEST.json"
+    if manifest.exists():
+        import hashlib
+        m = json.loads(manifest.read_text())
+        m[OUT.name] = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(OUT.iterdir()) if f.is_file()}
+        manifest.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+    print("wrote", OUT, "scores", ref["scores"])
+
+
+def main_xlmr():
+    from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification
+    fast, vocab = xlmr_tokenizer()
+    OUT.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(OUT)
+    cfg = XLMRobertaConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=64, max_position_embeddings=66, type_vocab_size=1, num_labels=1,
+                           pad_token_id=1, bos_token_id=0, eos_token_id=2, hidden_act="gelu", layer_norm_eps=1e-5)
+    model = XLMRobertaForSequenceClassification(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_((torch.randn_like(p) * 0.5).to(torch.bfloat16).to(torch.float32))
+        # the head scaled and centred on these pairs, so the scores spread over (0, 1)
+        model.classifier.out_proj.bias.zero_()
+        enc = fast([QUERY] * len(DOCS), DOCS, padding=True, return_tensors="pt")
+        raw = model(**enc).logits[:, 0]
+        scale = 1.5 / float(raw.std())
+        model.classifier.out_proj.weight.mul_(scale)
+        model.classifier.out_proj.weight.copy_(model.classifier.out_proj.weight.to(torch.bfloat16).float())
+        model.classifier.out_proj.bias.fill_(round(-float(raw.mean()) * scale, 2))
+        model.classifier.out_proj.bias.copy_(model.classifier.out_proj.bias.to(torch.bfloat16).float())
+    import tempfile
+    tmp = Path(tempfile.mkdtemp(prefix="ce-xlmr-f32-"))
+    model.save_pretrained(tmp, safe_serialization=True)
+    fast.save_pretrained(tmp)
+    model.to(torch.bfloat16).save_pretrained(OUT, safe_serialization=True)
+    model.to(torch.float32)
+    ce = sentence_transformers.CrossEncoder(str(tmp), device="cpu")
+    scores = ce.predict([(QUERY, d) for d in DOCS], convert_to_numpy=True)
+    per = [{k: v[0] for k, v in fast([QUERY], [d]).items()} for d in DOCS]
+    enc = fast([QUERY] * len(DOCS), DOCS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**enc).logits[:, 0]
+    ref = {
+        "query": QUERY, "documents": DOCS, "scores": [float(x) for x in scores], "logits": [float(x) for x in logits],
+        "input_ids": [p["input_ids"] for p in per],
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "sentence_transformers": sentence_transformers.__version__},
     }

@@ -638,23 +638,25 @@ static sg_status score_one(void *user, sg_embedder *e, const tok_input *t, const
 	return SG_OK;
 }
 
-/* [CLS] q [SEP] d [SEP] with types 0.. then 1..; q holds the query with its special tokens
- * ([CLS] q [SEP]), d the document without any. */
+/* [CLS] q [SEP] d [SEP] with types 0.. then 1.. (BERT), or <s> q </s></s> d </s> with types 0
+ * (the RoBERTa family); q holds the query with its special tokens ([CLS] q [SEP]), d the document
+ * without any. */
 static sg_status make_pair(sg_embedder *e, const sg_tokens *q, const int32_t *d, int nd, int truncate, tok_input *t)
 {
+	int dbl = sg_bert_pair_double_sep(e->enc), extra = 3 + dbl;
 	int nq = (int)q->n - 2, max = e->max_tokens;
 	if (nq < 0) return sg_error(SG_ERR_UNSUPPORTED, "rerank: the tokenizer adds no [CLS]/[SEP] to pair inputs with");
-	if (nq + nd + 3 > max) {
+	if (nq + nd + extra > max) {
 		if (!truncate)
 			return sg_error(SG_ERR_RANGE, "rerank: the query and document make %d tokens, over the model's limit of %d (truncate to score their start)",
-					nq + nd + 3, max);
+					nq + nd + extra, max);
 		/* longest_first: one token at a time from the longer side (the document on a tie) */
-		while (nq + nd + 3 > max && (nq > 0 || nd > 0)) {
+		while (nq + nd + extra > max && (nq > 0 || nd > 0)) {
 			if (nd >= nq) nd--;
 			else nq--;
 		}
 	}
-	int n = nq + nd + 3;
+	int n = nq + nd + extra;
 	t->ids = sg_malloc(sizeof(int32_t) * (size_t)n);
 	t->types = sg_malloc(sizeof(int32_t) * (size_t)n);
 	if (!t->ids || !t->types) return sg_error(SG_ERR_NOMEM, "rerank: a pair of %d tokens", n);
@@ -664,9 +666,10 @@ static sg_status make_pair(sg_embedder *e, const sg_tokens *q, const int32_t *d,
 	t->ids[0] = q->ids[0];
 	memcpy(t->ids + 1, q->ids + 1, sizeof(int32_t) * (size_t)nq);
 	t->ids[nq + 1] = sep;
-	memcpy(t->ids + nq + 2, d, sizeof(int32_t) * (size_t)nd);
+	if (dbl) t->ids[nq + 2] = sep;
+	memcpy(t->ids + nq + 2 + dbl, d, sizeof(int32_t) * (size_t)nd);
 	t->ids[n - 1] = sep;
-	for (int i = 0; i < n; i++) t->types[i] = i >= nq + 2;
+	for (int i = 0; i < n; i++) t->types[i] = dbl ? 0 : i >= nq + 2;
 	return SG_OK;
 }
 

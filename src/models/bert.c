@@ -230,21 +230,31 @@ static sg_status bind_all(sg_bert *b)
 	return st;
 }
 
-/* The name map of a checkpoint that nests the encoder under "bert." (a sequence classifier):
- * every encoder name prefixed, the classifier's own name kept. */
-static sg_status nest_names(sg_bert *b)
+/* The name map of a checkpoint that nests the encoder under a prefix (a sequence classifier):
+ * "bert." keeps BERT's pooler and classifier names; "roberta." (RoBERTa and XLM-RoBERTa) has a
+ * classification head of two layers on the first token, classifier.dense (tanh) and
+ * classifier.out_proj, which is BERT's pooler and classifier in all but name, so they bind there. */
+static sg_status nest_names(sg_bert *b, const char *prefix)
 {
+	int roberta = !strcmp(prefix, "roberta.");
 	size_t n = 0;
 	while (bert_names[n].gguf) n++;
 	b->nested = sg_calloc(n + 1, sizeof(sg_name_pair));
 	if (!b->nested) return sg_error(SG_ERR_NOMEM, "bert: names");
 	for (size_t i = 0; i < n; i++) {
-		int keep = !strcmp(bert_names[i].gguf, "cls");
-		size_t len = strlen(bert_names[i].hf) + 6;
-		char *hf = sg_malloc(len);
-		if (!hf) return sg_error(SG_ERR_NOMEM, "bert: names");
-		snprintf(hf, len, "%s%s", keep ? "" : "bert.", bert_names[i].hf);
-		b->nested[i] = (sg_name_pair){bert_names[i].gguf, hf};
+		const char *g = bert_names[i].gguf, *hf = bert_names[i].hf, *pre = prefix;
+		if (!strcmp(g, "cls")) {
+			pre = "";
+			if (roberta) hf = "classifier.out_proj";
+		} else if (!strcmp(g, "pooler") && roberta) {
+			pre = "";
+			hf = "classifier.dense";
+		}
+		size_t len = strlen(hf) + strlen(pre) + 1;
+		char *name = sg_malloc(len);
+		if (!name) return sg_error(SG_ERR_NOMEM, "bert: names");
+		snprintf(name, len, "%s%s", pre, hf);
+		b->nested[i] = (sg_name_pair){g, name};
 	}
 	b->nested_fam = bert_family;
 	b->nested_fam.names = b->nested;
@@ -267,7 +277,8 @@ sg_status sg_bert_load(const char *path, const sg_bert_params *p, sg_bert **out)
 	if (!st && m->w->format == SG_WEIGHTS_GGUF)
 		st = sg_error(SG_ERR_UNSUPPORTED, "bert: GGUF encoders are not supported (use the Hugging Face folder)");
 	if (!st && !m->w->config) st = sg_error(SG_ERR_FORMAT, "bert: safetensors but no config.json beside them");
-	if (!st && sg_weights_find(m->w, "bert.embeddings.word_embeddings.weight")) st = nest_names(b);
+	if (!st && sg_weights_find(m->w, "bert.embeddings.word_embeddings.weight")) st = nest_names(b, "bert.");
+	else if (!st && sg_weights_find(m->w, "roberta.embeddings.word_embeddings.weight")) st = nest_names(b, "roberta.");
 	if (!st) st = sg_model_desc_from_config(m->w->config, &m->desc);
 	if (!st && m->desc.arch != SG_ARCH_BERT)
 		st = sg_error(SG_ERR_UNSUPPORTED, "'%s' is not an encoder this build runs (bert, roberta, xlm-roberta, mpnet)",
@@ -616,6 +627,8 @@ done:
 }
 
 int sg_bert_n_labels(const sg_bert *b) { return b->cls_w.data ? (int)b->cls_w.ne[1] : 0; }
+
+int sg_bert_pair_double_sep(const sg_bert *b) { return b->m.desc.pos_pad_id >= 0; }
 
 sg_status sg_bert_classify(sg_bert *b, const float *hidden, float *logits)
 {

@@ -72,6 +72,9 @@ sg_status sg_bert_forward_batch(sg_bert *b, const int32_t *ids, const int32_t *t
 /* Labels of the checkpoint's sequence classifier head (BertForSequenceClassification's
  * "classifier"), 0 when it has none. */
 int sg_bert_n_labels(const sg_bert *b);
+/* 1 for the RoBERTa family (RoBERTa, XLM-RoBERTa): a pair is <s> A </s></s> B </s> with every token
+ * type 0; 0 for BERT's [CLS] A [SEP] B [SEP] with types 0 then 1. */
+int sg_bert_pair_double_sep(const sg_bert *b);
 /* The classifier's logits [n_labels] of a last hidden state [n][dim]: classifier(pooler(h)).
  * SG_ERR_UNSUPPORTED when the checkpoint has no head. */
 sg_status sg_bert_classify(sg_bert *b, const float *hidden, float *logits);

@@ -337,6 +337,25 @@ def test_rerank_gives_sentence_transformers_scores_best_first(sg):
     assert int(index) == best and text == ref["documents"][best] and abs(float(score) - ref["scores"][best]) <= 1e-4
 
 
+def test_xlmr_cross_encoder_gives_sentence_transformers_scores(sg):
+    """bge-reranker's architecture (XLMRobertaForSequenceClassification: the encoder under "roberta.", the
+    two-layer classification head, pairs as <s> q </s></s> d </s>), random tiny weights
+    (tools/make_rerank_fixture.py --xlmr): CrossEncoder.predict's scores within 1e-4, and with
+    --truncate a pair over the limit is cut to it as the tokenizer's longest_first does."""
+    ce = ROOT / "tests" / "fixtures" / "cross_encoder_xlmr"
+    ref = json.loads((ce / "ref.json").read_text())
+    r = sg("rerank", "-m", str(ce), "--format", "json", "--query", ref["query"], *ref["documents"])
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)["results"]
+    assert sorted(x["index"] for x in res) == list(range(len(ref["documents"])))
+    for x in res:
+        assert abs(x["relevance_score"] - ref["scores"][x["index"]]) <= 1e-4, x
+    r = sg("rerank", "-m", str(ce), "--query", "q", " ".join(["word"] * 70))
+    assert r.returncode == 1 and "over the model's limit of 64" in r.stderr
+    r = sg("rerank", "-m", str(ce), "--truncate", "--query", "q", " ".join(["word"] * 70))
+    assert r.returncode == 0, r.stderr
+
+
 @pytest.mark.parametrize("args,rc,why", [
     (["--query", "q", "doc"], 2, "-m MODEL is required"),
     (["-m", str(CE), "doc"], 2, "--query Q is required"),

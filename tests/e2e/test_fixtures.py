@@ -87,7 +87,7 @@ class Fixture:
         mt = self.config.get("model_type", "")
         self.kind = ("whisper" if mt == "whisper" else "bert" if mt in ("bert", "xlm-roberta", "roberta", "mpnet")
                      else "causal")
-        if "BertForSequenceClassification" in self.config.get("architectures", []):
+        if any(a.endswith("ForSequenceClassification") for a in self.config.get("architectures", [])):
             self.kind = "cross_encoder"
 
     def r(self, name):
