@@ -4,6 +4,7 @@
 #include "base/mmap.h"
 
 #include <math.h>
+#include <string.h>
 
 const char *sg_json_type_name(const json_t *v)
 {
@@ -21,6 +22,31 @@ const char *sg_json_type_name(const json_t *v)
 	return "unknown";
 }
 
+/* After a parse with every number read as a real: the integral ones that a double holds exactly
+ * (|x| <= 2^53) become integers again, so only the integers too big for int64 stay reals. Depth
+ * is bounded by jansson's own nesting limit. */
+static void reals_to_ints(json_t *v)
+{
+	size_t i;
+	const char *k;
+	json_t *x;
+	if (json_is_object(v)) {
+		json_object_foreach(v, k, x)
+		{
+			if (json_is_real(x) && fabs(json_real_value(x)) <= 9007199254740992.0 && json_real_value(x) == floor(json_real_value(x)))
+				json_object_set_new(v, k, json_integer((json_int_t)json_real_value(x)));
+			else reals_to_ints(x);
+		}
+	} else if (json_is_array(v)) {
+		json_array_foreach(v, i, x)
+		{
+			if (json_is_real(x) && fabs(json_real_value(x)) <= 9007199254740992.0 && json_real_value(x) == floor(json_real_value(x)))
+				json_array_set_new(v, i, json_integer((json_int_t)json_real_value(x)));
+			else reals_to_ints(x);
+		}
+	}
+}
+
 sg_status sg_json_parse(const char *buf, size_t len, const char *what, json_t **out)
 {
 	json_error_t err;
@@ -28,6 +54,13 @@ sg_status sg_json_parse(const char *buf, size_t len, const char *what, json_t **
 	if (!buf || !len) return sg_error(SG_ERR_FORMAT, "%s: empty (a JSON value is expected)", what ? what : "json");
 	/* JSON_ALLOW_NUL keeps embedded \u0000 legal as JSON allows; strings stay length-tracked. */
 	*out = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
+	/* An integer beyond int64 (transformers writes model_max_length as 1000000000000000019884624838656
+	 * when a tokenizer has no limit) is read as a real, as Python's json reads it into a number. */
+	if (!*out && strstr(err.text, "too big integer")) {
+		json_error_t err2;
+		*out = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &err2);
+		if (*out) reals_to_ints(*out);
+	}
 	if (!*out)
 		return sg_error(SG_ERR_FORMAT, "%s: invalid JSON at line %d, column %d (byte %d): %s",
 				what ? what : "json", err.line, err.column, err.position, err.text);

@@ -19,6 +19,7 @@
 #include "models/bert.h"
 #include "models/forward.h"
 #include "models/model.h"
+#include "text/template/chat_template.h"
 #include "text/tokenizer/tokenizer.h"
 
 /* Decoders used as embedders: the context one input may have at most (the KV cache of one call
@@ -45,6 +46,10 @@ struct sg_embedder {
 	int hid;               /* the encoder's (decoder's) hidden size: what the pooling sees */
 	int dim, max_tokens;   /* dim: the embedding's size, after the Dense modules */
 	int n_labels; /* > 0: a cross-encoder with this many labels */
+	/* an LLM reranker (a decoder scoring a pair by its yes/no logits at the last position): the
+	 * chat template that renders a pair as messages of the roles "query" and "document" */
+	sg_chat_template *rr_tmpl;
+	int32_t rr_true, rr_false; /* LogitScore's token ids; rr_false -1: the true logit alone */
 	int sigmoid;  /* cross-encoder: 1 = sigmoid of the logit, 0 = the logit itself */
 };
 
@@ -114,6 +119,7 @@ void sg_embedder_free(sg_embedder *e)
 	sg_bert_free(e->enc);
 	if (e->lm) sg_model_free(e->lm);
 	sg_tokenizer_free(e->tok);
+	sg_chat_template_free(e->rr_tmpl);
 	sg_st_prompts_free(&e->prompts);
 	for (int i = 0; i < SG_ST_MAX_DENSE; i++) {
 		sg_free(e->dense[i].w);
@@ -318,24 +324,100 @@ static int is_decoder(const char *path)
 
 /* A decoder as an embedder: only with an embedding head (sentence-transformers' modules.json
  * pooling the last token; Qwen3-Embedding's layout), never a plain chat model. */
+/* Renders the pair (query, document) with an LLM reranker's chat template (roles "query" and
+ * "document", as sentence-transformers' CrossEncoder gives a pair to a causal LM). */
+static sg_status render_pair(const sg_chat_template *ct, const char *q, size_t ql, const char *d, size_t dl, char **out, size_t *len)
+{
+	json_t *msgs = json_pack("[{s:s,s:s%},{s:s,s:s%}]", "role", "query", "content", q, ql, "role", "document", "content", d, dl);
+	if (!msgs) return sg_error(SG_ERR_NOMEM, "rerank: a pair of %zu and %zu bytes", ql, dl);
+	sg_chat_params cp = {.messages = msgs};
+	sg_status st = sg_chat_template_render(ct, &cp, out, len);
+	json_decref(msgs);
+	return st;
+}
+
+/* 1 when the folder's chat template renders both a "query" and a "document" message (a reranker's
+ * template), keeping it in e; 0 when it has none or it ignores or refuses those roles. */
+static int pair_template(sg_embedder *e, const char *path)
+{
+	sg_chat_template *ct = NULL;
+	if (sg_chat_template_load(path, &ct)) {
+		sg_error_clear();
+		return 0;
+	}
+	static const char q[] = "\x01sg-query\x01", d[] = "\x01sg-document\x01";
+	char *txt = NULL;
+	size_t len = 0;
+	int ok = !render_pair(ct, q, sizeof(q) - 1, d, sizeof(d) - 1, &txt, &len) && strstr(txt, q) && strstr(txt, d);
+	sg_error_clear();
+	sg_free(txt);
+	if (ok) e->rr_tmpl = ct;
+	else sg_chat_template_free(ct);
+	return ok;
+}
+
+/* The LogitScore module's token ids (its config.json: true_token_id, false_token_id or null). */
+static sg_status read_logit_score(sg_embedder *e, const char *path)
+{
+	char cf[4096];
+	if (snprintf(cf, sizeof(cf), "%s/%s/config.json", path, e->pool.logit_score) >= (int)sizeof(cf))
+		return sg_error(SG_ERR_INVALID_ARG, "model path of %zu bytes is too long", strlen(path));
+	json_t *j = NULL;
+	sg_status st = sg_json_load_file(cf, 1 << 20, &j);
+	if (st) return st;
+	int64_t t = -1, f = -1;
+	if ((st = sg_json_get_int(j, "true_token_id", &t))) st = sg_error_wrap(st, "%s", cf);
+	json_t *fv = json_object_get(j, "false_token_id");
+	if (!st && fv && !json_is_null(fv) && (st = sg_json_get_int(j, "false_token_id", &f))) st = sg_error_wrap(st, "%s", cf);
+	const char *in = NULL;
+	if (!st && !sg_json_get_str(j, "module_input_name", &in) && strcmp(in, "causal_logits"))
+		st = sg_error(SG_ERR_UNSUPPORTED, "%s: module_input_name '%.100s' (causal_logits runs)", cf, in);
+	sg_error_clear();
+	json_decref(j);
+	if (st) return st;
+	e->rr_true = (int32_t)t;
+	e->rr_false = (int32_t)f;
+	return SG_OK;
+}
+
+/* A decoder as an embedder: only with an embedding head (sentence-transformers' modules.json
+ * pooling the last token; Qwen3-Embedding's layout), never a plain chat model; or as an LLM
+ * reranker: a LogitScore module in modules.json, or no modules.json and a chat template that
+ * renders a pair as "query" and "document" messages (Qwen3-Reranker's layout, scored by the
+ * logits of "yes" and "no" as sentence-transformers' CrossEncoder does). */
 static sg_status load_lm(sg_embedder *e, const char *path, const char *backend, int n_threads)
 {
 	sg_status st = sg_st_config_load(path, &e->pool);
 	if (st) return st;
-	if (!e->pool.from_folder || e->pool.mode != SG_POOL_LAST)
+	int rr = e->pool.logit_score[0] != 0;
+	if (rr && (st = read_logit_score(e, path))) return st;
+	if (rr && !pair_template(e, path))
+		return sg_error(SG_ERR_UNSUPPORTED, "rerank: '%s' has a LogitScore module but no chat template that renders a (query, document) "
+						    "pair as messages of those roles",
+				path);
+	if (!rr && !e->pool.from_folder && pair_template(e, path)) {
+		rr = 1;
+		e->rr_true = e->rr_false = -2; /* "yes" and "no", looked up once the tokenizer is loaded */
+	}
+	if (!rr && (!e->pool.from_folder || e->pool.mode != SG_POOL_LAST))
 		return sg_error(SG_ERR_UNSUPPORTED, "embed: '%s' is a language model without an embedding head (a sentence-transformers "
-						    "modules.json pooling the last token, as Qwen3-Embedding has)", path);
+						    "modules.json pooling the last token, as Qwen3-Embedding has) or a reranker's chat "
+						    "template (one that renders \"query\" and \"document\" messages)", path);
 	sg_model_params mp = sg_model_default_params();
 	mp.n_threads = n_threads;
 	if (backend) mp.backend = backend;
 	if ((st = sg_model_load(path, &mp, &e->lm))) return st;
 	const sg_model_desc *d = &e->lm->desc;
 	if (d->arch == SG_ARCH_QWEN3_NEXT || d->arch == SG_ARCH_GEMMA3 || d->arch == SG_ARCH_GEMMA4)
-		return sg_error(SG_ERR_UNSUPPORTED, "embed: '%s' (%s): decoder embedders run the llama, mistral and qwen families",
+		return sg_error(SG_ERR_UNSUPPORTED, "embed: '%s' (%s): decoder embedders and rerankers run the llama, mistral and qwen families",
 				path, d->model_type);
 	e->hid = e->dim = d->dim;
 	e->max_tokens = d->max_ctx > 0 && d->max_ctx < LM_MAX_TOKENS ? d->max_ctx : LM_MAX_TOKENS;
 	if (e->pool.max_seq_length > 0 && e->pool.max_seq_length < e->max_tokens) e->max_tokens = e->pool.max_seq_length;
+	if (rr) {
+		e->n_labels = 1;
+		return SG_OK;
+	}
 	if (e->pool.dim > 0 && e->pool.dim != e->hid)
 		return sg_error(SG_ERR_FORMAT, "embed: '%s': the Pooling module expects %d dims, the model has %d", path, e->pool.dim,
 				e->hid);
@@ -367,12 +449,26 @@ sg_status sg_embedder_load(const char *path, const char *backend, int n_threads,
 				      e->pool.dim, e->hid);
 		if (!st) st = load_head(e, path);
 	}
-	if (!st && e->enc && (e->n_labels = sg_bert_n_labels(e->enc)) > 0) st = read_activation(path, e);
+	if (!st && e->enc) e->n_labels = sg_bert_n_labels(e->enc);
+	if (!st && e->n_labels > 0) st = read_activation(path, e);
 	e->prompts.dflt = -1;
 	if (!st && stat(path, &s) == 0 && S_ISDIR(s.st_mode)) st = sg_st_prompts_load(path, &e->prompts);
 	char tj[4096];
 	if (!st && snprintf(tj, sizeof(tj), "%s/tokenizer.json", path) < (int)sizeof(tj) && stat(tj, &s) == 0)
 		st = sg_tokenizer_load(path, &e->tok);
+	if (!st && e->rr_tmpl && !e->tok) st = sg_error(SG_ERR_FORMAT, "rerank: '%s' has no tokenizer.json", path);
+	if (!st && e->rr_tmpl && e->rr_true == -2) {
+		e->rr_true = sg_tokenizer_token_id(e->tok, "yes", 3);
+		e->rr_false = sg_tokenizer_token_id(e->tok, "no", 2);
+		if (e->rr_true < 0 || e->rr_false < 0)
+			st = sg_error(SG_ERR_UNSUPPORTED, "rerank: '%s': the vocabulary has no 'yes' and 'no' tokens for a reranker's LogitScore", path);
+	}
+	if (!st && e->rr_tmpl) {
+		int32_t nv = e->lm->desc.n_vocab;
+		if (e->rr_true < 0 || e->rr_true >= nv || e->rr_false >= nv)
+			st = sg_error(SG_ERR_FORMAT, "rerank: '%s': LogitScore token ids %d and %d outside the vocabulary of %d", path, e->rr_true,
+				      e->rr_false, nv);
+	}
 	if (st) {
 		sg_embedder_free(e);
 		return st;
@@ -673,9 +769,61 @@ static sg_status make_pair(sg_embedder *e, const sg_tokens *q, const int32_t *d,
 	return SG_OK;
 }
 
+/* The logits of the last of n tokens (the decoder run from position 0) into logits [n_vocab]. */
+static sg_status lm_last_logits(sg_embedder *e, const int32_t *ids, int n, float *logits)
+{
+	const sg_model *m = e->lm;
+	sg_fwd_state fs;
+	memset(&fs, 0, sizeof(fs));
+	int chunk = n < 256 ? n : 256;
+	sg_status st = sg_fwd_state_init(m, n, chunk, SG_TYPE_F32, &fs);
+	for (int pos = 0; !st && pos < n; pos += chunk) {
+		int k = n - pos < chunk ? n - pos : chunk;
+		st = sg_forward(m, &fs, ids + pos, k, pos, pos + k == n ? SG_LOGITS_LAST : SG_LOGITS_NONE);
+	}
+	if (!st) st = m->be->ops->read(m->be, &fs.logits, 0, logits, sizeof(float) * (size_t)m->desc.n_vocab);
+	sg_fwd_state_free(m, &fs);
+	return st;
+}
+
+/* An LLM reranker: each pair rendered by the chat template, tokenized as apply_chat_template does
+ * (no special tokens added), scored logit(true) - logit(false) at the last position. */
+static sg_status rerank_llm(sg_embedder *e, const char *query, size_t qlen, const sg_embed_input *docs, int n, float *scores,
+			    int *n_tokens)
+{
+	int32_t nv = e->lm->desc.n_vocab;
+	float *logits = sg_malloc(sizeof(float) * (size_t)nv);
+	if (!logits) return sg_error(SG_ERR_NOMEM, "rerank: logits of %d", nv);
+	sg_status st = SG_OK;
+	for (int i = 0; i < n && !st; i++) {
+		char *txt = NULL;
+		size_t len = 0;
+		sg_tokens t = {0};
+		if (!docs[i].text) st = sg_error(SG_ERR_INVALID_ARG, "rerank: documents are text");
+		if (!st) st = render_pair(e->rr_tmpl, query, qlen, docs[i].text, docs[i].len, &txt, &len);
+		if (!st) st = sg_tokenizer_encode(e->tok, txt, len, 0, &t);
+		if (!st && (t.n < 1 || t.n > (size_t)e->max_tokens))
+			st = sg_error(SG_ERR_RANGE, "rerank: the query and document make a prompt of %zu tokens, over the model's limit of %d "
+						    "(an LLM reranker's prompts are not truncated)",
+				      t.n, e->max_tokens);
+		if (!st) st = lm_last_logits(e, t.ids, (int)t.n, logits);
+		if (!st) {
+			double z = (double)logits[e->rr_true] - (e->rr_false >= 0 ? (double)logits[e->rr_false] : 0.0);
+			scores[i] = e->sigmoid ? (float)(1.0 / (1.0 + exp(-z))) : (float)z;
+			if (n_tokens) n_tokens[i] = (int)t.n;
+		}
+		sg_tokens_free(&t);
+		sg_free(txt);
+		if (st) sg_error_wrap(st, "document %d", i);
+	}
+	sg_free(logits);
+	return st;
+}
+
 sg_status sg_embedder_rerank(sg_embedder *e, const char *query, size_t qlen, const sg_embed_input *docs, int n, int truncate,
 			     float *scores, int *n_tokens)
 {
+	if (e->rr_tmpl && n >= 1) return rerank_llm(e, query, qlen, docs, n, scores, n_tokens);
 	if (!e->n_labels)
 		return sg_error(SG_ERR_UNSUPPORTED, "rerank: the model has no classification head (it is an embedding model, not a cross-encoder)");
 	if (!e->tok) return sg_error(SG_ERR_UNSUPPORTED, "rerank: the model folder has no tokenizer.json");

@@ -67,6 +67,13 @@ sg_status sg_st_config_modules(const json_t *modules, sg_st_config *out, char *p
 			out->normalize = 1;
 			continue;
 		}
+		if (is_module(type, "LogitScore")) {
+			if (pooling || !path[0] || !safe_path(path) || strlen(path) >= SG_ST_PATH_BYTES)
+				return sg_error(SG_ERR_FORMAT, "modules.json: entry %zu: LogitScore path '%.200s' is not a folder inside the model%s", i,
+						path, pooling ? " (or it follows a Pooling)" : "");
+			memcpy(out->logit_score, path, strlen(path) + 1);
+			continue;
+		}
 		if (is_module(type, "Dense")) {
 			if (!pooling || out->normalize)
 				return sg_error(SG_ERR_UNSUPPORTED, "modules.json: entry %zu: a Dense module %s is not supported (only between the "
@@ -90,7 +97,7 @@ sg_status sg_st_config_modules(const json_t *modules, sg_st_config *out, char *p
 			memcpy(pool_path, path, strlen(path) + 1);
 			continue;
 		}
-		return sg_error(SG_ERR_UNSUPPORTED, "modules.json: entry %zu: module '%s' is not supported (Transformer, Pooling, Dense, Normalize are)",
+		return sg_error(SG_ERR_UNSUPPORTED, "modules.json: entry %zu: module '%s' is not supported (Transformer, Pooling, Dense, Normalize, LogitScore are)",
 				i, type);
 	}
 	return SG_OK;

@@ -30,6 +30,8 @@ typedef struct sg_st_config {
 	int max_seq_length; /* sentence_bert_config.json's limit on tokens per input, 0 when not said */
 	int include_prompt; /* the Pooling module's include_prompt (default 1): 0 leaves a prompt's
 	                     * tokens out of mean and max pooling */
+	char logit_score[SG_ST_PATH_BYTES]; /* a CrossEncoder's LogitScore module's folder (an LLM
+	                                     * reranker's yes/no logits), "" when there is none */
 	int n_dense;        /* Dense modules between the Pooling and the Normalize, in order */
 	char dense[SG_ST_MAX_DENSE][SG_ST_PATH_BYTES]; /* their folders */
 } sg_st_config;
@@ -49,7 +51,8 @@ sg_st_config sg_st_config_default(void);
  * a Transformer module is the encoder itself, Normalize sets out->normalize, and the Pooling
  * module's folder (relative to the model folder, no ".." and not absolute) goes to pool_path
  * (cap bytes; "" when there is none); Dense modules after the Pooling (and before a Normalize) go
- * to out->dense, at most SG_ST_MAX_DENSE. Any other module (LayerNorm, a Dense on token states...)
+ * to out->dense, at most SG_ST_MAX_DENSE; a LogitScore module (an LLM reranker's head) to
+ * out->logit_score. Any other module (LayerNorm, a Dense on token states...)
  * is SG_ERR_UNSUPPORTED naming it; a malformed file is SG_ERR_FORMAT naming the entry. */
 sg_status sg_st_config_modules(const json_t *modules, sg_st_config *out, char *pool_path, size_t cap);
 

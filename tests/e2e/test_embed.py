@@ -356,6 +356,45 @@ def test_xlmr_cross_encoder_gives_sentence_transformers_scores(sg):
     assert r.returncode == 0, r.stderr
 
 
+def llm_reranker(d):
+    """tests/fixtures/llm_reranker (tokenizer, chat template) on the tiny Qwen3 fixture's weights."""
+    d.mkdir()
+    for f in (ROOT / "tests" / "fixtures" / "llm_reranker").iterdir():
+        if f.name != "ref.json":
+            (d / f.name).symlink_to(f)
+    (d / "model.safetensors").symlink_to(ROOT / "tests" / "fixtures" / "qwen3" / "model.safetensors")
+    return d
+
+
+def test_llm_reranker_gives_sentence_transformers_scores(sg, tmp_path):
+    """A Qwen3-Reranker-style LLM reranker (tools/make_llm_rerank_fixture.py): the pair rendered by its chat
+    template as "query" and "document" messages, scored by logit("yes") - logit("no") at the last position
+    and the sigmoid, as CrossEncoder.predict scores it: logits within 2e-3 (they span 5.3 to 8.9), scores
+    within 1e-4."""
+    ref = json.loads((ROOT / "tests" / "fixtures" / "llm_reranker" / "ref.json").read_text())
+    d = llm_reranker(tmp_path / "rr")
+    r = sg("rerank", "-m", str(d), "--format", "json", "--query", ref["query"], *ref["documents"])
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)["results"]
+    assert sorted(x["index"] for x in res) == list(range(len(ref["documents"])))
+    for x in res:
+        s, i = x["relevance_score"], x["index"]
+        assert abs(s - ref["scores"][i]) <= 1e-4, x
+        logit = np.log(s / (1 - s))
+        assert abs(logit - ref["logits"][i]) <= 2e-3, (i, logit, ref["logits"][i])
+    # an embedding request on a reranker, and a chat model's template without the pair roles
+    r = sg("embed", "-m", str(d), "x")
+    assert r.returncode == 1 and "reranker" in r.stderr
+    (d / "chat_template.jinja").unlink()
+    (d / "chat_template.jinja").write_text("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}")
+    r = sg("rerank", "-m", str(d), "--query", "q", "doc")
+    assert r.returncode == 0, r.stderr  # a template that renders the roles is a reranker's
+    (d / "chat_template.jinja").unlink()
+    (d / "chat_template.jinja").write_text("{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}{% endif %}{% endfor %}")
+    r = sg("rerank", "-m", str(d), "--query", "q", "doc")
+    assert r.returncode == 1 and "reranker's chat template" in r.stderr
+
+
 @pytest.mark.parametrize("args,rc,why", [
     (["--query", "q", "doc"], 2, "-m MODEL is required"),
     (["-m", str(CE), "doc"], 2, "--query Q is required"),

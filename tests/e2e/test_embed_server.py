@@ -29,6 +29,7 @@ import pytest
 
 from agent_util import make_qwen3_agent_model
 from server_util import KEY, ROOT, Server, free_port, make_embed_model
+from test_embed import llm_reranker
 from test_fixtures import read_safetensors
 
 CE = ROOT / "tests" / "fixtures" / "cross_encoder"
@@ -58,7 +59,8 @@ def srv(tmp_path_factory):
     d = tmp_path_factory.mktemp("embed-server")
     args = ["--model", f"q3={make_qwen3_agent_model(d / 'q3')}", "--embed-model", f"emb={make_embed_model(d / 'emb')}",
             "--embed-model", f"rr={CE}", "--embed-model", f"mp={FIXTURES / 'mpnet'}",
-            "--embed-model", f"qemb={decoder_embedder(d / 'qemb')}"]
+            "--embed-model", f"qemb={decoder_embedder(d / 'qemb')}",
+            "--embed-model", f"llmrr={llm_reranker(d / 'llmrr')}"]
     if HAVE_MINILM:
         from test_embed import prompt_folder
         args += ["--embed-model", f"minilm={MINILM}",
@@ -172,6 +174,19 @@ def test_rerank_gives_the_cross_encoder_scores_best_first(srv):
                                        "return_documents": False}).json()["results"]
         best = sorted(range(len(ref["scores"])), key=lambda i: -ref["scores"][i])[:2]
         assert [x["index"] for x in r] == best and all("document" not in x for x in r)
+
+
+def test_rerank_with_an_llm_reranker(srv):
+    """The Qwen3-Reranker-style fixture served: CrossEncoder.predict's scores, prompt tokens counted."""
+    ref = json.loads((ROOT / "tests" / "fixtures" / "llm_reranker" / "ref.json").read_text())
+    with srv.client() as c:
+        r = c.post("/v1/rerank", json={"model": "llmrr", "query": ref["query"], "documents": ref["documents"]})
+        assert r.status_code == 200, r.text
+        for x in r.json()["results"]:
+            assert abs(x["relevance_score"] - ref["scores"][x["index"]]) <= 1e-4, x
+        assert r.json()["usage"]["prompt_tokens"] == sum(len(i) for i in ref["prompt_ids"])
+        r = c.post("/v1/embeddings", json={"model": "llmrr", "input": "x"})
+        assert r.status_code == 400 and "reranker" in r.text
 
 
 def test_text_routes_refuse_the_embedding_model_and_the_server_stays_up(oai):

@@ -366,6 +366,27 @@ Test(json, parse_error_names_position)
 	cr_assert(strstr(sg_last_error(), "request: invalid JSON at line 2") != NULL, "%s", sg_last_error());
 }
 
+Test(json, integers_beyond_int64_read_as_reals)
+{
+	/* transformers writes model_max_length 1000000000000000019884624838656 for a tokenizer without a limit */
+	const char *src = "{\"model_max_length\": 1000000000000000019884624838656, \"n\": 7, \"x\": 1.5, \"a\": [3, -4]}";
+	json_t *j = NULL;
+	cr_assert_eq(sg_json_parse(src, strlen(src), "t", &j), SG_OK, "%s", sg_last_error());
+	int big_real = json_is_real(json_object_get(j, "model_max_length"));
+	double big = json_real_value(json_object_get(j, "model_max_length"));
+	int n_int = json_is_integer(json_object_get(j, "n"));
+	json_int_t n = json_integer_value(json_object_get(j, "n"));
+	int x_real = json_is_real(json_object_get(j, "x"));
+	json_int_t a1 = json_integer_value(json_array_get(json_object_get(j, "a"), 1));
+	cr_expect(big_real && big > 9.9e29);
+	cr_expect(n_int && n == 7);
+	cr_expect(x_real);
+	cr_expect(a1 == -4);
+	json_decref(j);
+	/* other errors stay errors */
+	cr_expect_eq(sg_json_parse("{\"a\": 1000000000000000019884624838656,}", 38, "t", &j), SG_ERR_FORMAT);
+}
+
 Test(json, duplicate_keys_rejected)
 {
 	json_t *j;
