@@ -61,10 +61,38 @@ def make_folder(dest, shape, tok_dir):
     (Path(dest) / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256, "do_lower_case": False}))
 
 
+class PlainST:
+    """sentence-transformers' encode (tokenize with padding and truncation to max_seq_length, BertModel,
+    mean over the mask, L2 normalisation) in plain transformers, where the package is not installed."""
+
+    def __init__(self, folder):
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+        self.tok = AutoTokenizer.from_pretrained(str(folder))
+        self.model = AutoModel.from_pretrained(str(folder), dtype=torch.float32).cuda().eval()
+
+    def encode(self, texts, batch_size=32, convert_to_numpy=True):
+        import torch
+        out = []
+        with torch.inference_mode():
+            for i in range(0, len(texts), batch_size):
+                enc = self.tok(texts[i:i + batch_size], padding=True, truncation=True, max_length=256, return_tensors="pt")
+                enc = {k: v.cuda() for k, v in enc.items()}
+                h = self.model(**enc).last_hidden_state
+                m = enc["attention_mask"].unsqueeze(-1).float()
+                e = torch.nn.functional.normalize((h * m).sum(1) / m.sum(1).clamp(min=1e-9), dim=1)
+                out.append(e.cpu().numpy())
+        return np.concatenate(out)
+
+
 def torch_side(folder, texts, rounds):
     import torch
-    from sentence_transformers import SentenceTransformer
-    m = SentenceTransformer(str(folder), device="cuda")
+    try:
+        from sentence_transformers import SentenceTransformer
+        m = SentenceTransformer(str(folder), device="cuda")
+    except ImportError:
+        print("  (sentence-transformers is not installed here: its encode is done in plain transformers)")
+        m = PlainST(folder)
     m.encode(texts[:64], batch_size=64)
     best1 = best64 = 1e30
     for _ in range(rounds):
