@@ -389,6 +389,15 @@ typedef struct sg_backend_ops {
 	sg_status (*copy)(sg_backend *be, const sg_btensor *src, size_t src_off, sg_btensor *dst,
 			  size_t dst_off, size_t n);
 
+	/* Attention of n_seq independent sequences packed one after another (an encoder's batch):
+	 * token t of sequence s, offs[s] <= t < offs[s + 1], attends without a causal mask to the k
+	 * and v rows of its own sequence only. q [n][H][hd], k [n][Hkv][hd], v [n][Hkv][hdv], out
+	 * [n][H][hdv], F32; offs I32 [n_seq + 1] on the backend (offs[0] = 0, offs[n_seq] = n);
+	 * p->scale as attention's (no softcap, window, causal or bias). May be NULL: the caller then
+	 * runs attention once per sequence. */
+	sg_status (*attention_packed)(sg_backend *be, const sg_btensor *q, const sg_btensor *k, const sg_btensor *v,
+				      const sg_btensor *offs, int n_seq, const sg_attn_params *p, sg_btensor *out);
+
 	/* --- exact verification (may be NULL) --- */
 	/* on = 1: until called with 0, every many-token op gives each token the bits a one-token
 	 * step gives it (a speculative verify step then scores its k + 1 tokens exactly as k + 1

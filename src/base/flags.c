@@ -41,6 +41,9 @@ static const sg_flag table[] = {
 	 "CPU: prefill attention runs tiles of tokens x grouped heads that share each K/V block (same bits; 0: one (token, head) at a time)"},
 	{"SARAGOSSA_EMBED_BATCH", SG_FLAG_BOOL, "1",
 	 "embeddings and reranking: a request's inputs run as packed batches, one GEMM per projection (0: one input per forward)"},
+	{"SARAGOSSA_EMBED_PACKED_ATTN", SG_FLAG_BOOL, "1",
+	 "embeddings and reranking: a packed batch's attention is one call over every sequence where the backend has it "
+	 "(CUDA; 0: one attention call per sequence, as the CPU always does)"},
 	{"SARAGOSSA_EMBED_BATCH_TOKENS", SG_FLAG_INT, "2048",
 	 "embeddings and reranking: tokens per packed batch, the bound on their working memory (at least the model's max tokens)"},
 	{"SARAGOSSA_CPU_GDN_CHUNK", SG_FLAG_BOOL, "1",

@@ -314,6 +314,7 @@ typedef struct bert_acts {
 	sg_btensor h, ones;       /* [n][F]: the MLP's hidden, ones (glu's up operand: plain gelu) */
 	sg_btensor ids, pos, types, slots, qpos; /* I32 [n] */
 	sg_btensor bias;          /* MPNet: F32 [n][H][n] relative position bias by kv row */
+	sg_btensor offs;          /* a packed batch: I32 [n_seq + 1], each sequence's first row */
 } bert_acts;
 
 /* kv_rows: rows of the K/V caches (n for one sequence; a packed batch needs none and passes 1) */
@@ -386,6 +387,18 @@ static sg_status packed_attention(sg_backend *be, const sg_model_desc *d, bert_a
 {
 	sg_attn_params ap = {.scale = 0.0f, .causal = 0};
 	int64_t D = d->dim, H = d->n_head, hd = D / H, off = 0, boff = 0;
+	/* one call for the whole batch where the backend has it (no MPNet bias) */
+	if (a->offs.data && !a->bias.data) {
+		sg_btensor k = a->k, v = a->v;
+		int64_t N = a->q.ne[1] * a->q.ne[2] * a->q.ne[3];
+		k.ne[0] = v.ne[0] = hd;
+		k.ne[1] = v.ne[1] = H;
+		k.ne[2] = v.ne[2] = N;
+		k.ne[3] = v.ne[3] = 1;
+		k.row_bytes = v.row_bytes = sizeof(float) * (size_t)hd;
+		k.owned = v.owned = 0;
+		return be->ops->attention_packed(be, &a->q, &k, &v, &a->offs, n_seq, &ap, &a->a);
+	}
 	sg_status st = SG_OK;
 	for (int s = 0; s < n_seq && !st; s++) {
 		int64_t L = lens[s];
@@ -616,6 +629,15 @@ sg_status sg_bert_forward_batch(sg_bert *b, const int32_t *ids, const int32_t *t
 	if (!st) st = be->ops->write(be, &a.types, 0, types, ni);
 	if (!st) st = be->ops->write(be, &a.qpos, 0, qpos, ni);
 	if (!st) st = be->ops->write(be, &a.ones, 0, ones, sizeof(float) * (size_t)N * (size_t)F);
+	if (!st && !bias && be->ops->attention_packed && sg_flag_bool("SARAGOSSA_EMBED_PACKED_ATTN")) {
+		int64_t no[4] = {n_seq + 1, 1, 1, 1};
+		int32_t *offs = sg_malloc(sizeof(int32_t) * (size_t)(n_seq + 1));
+		if (!offs) st = sg_error(SG_ERR_NOMEM, "bert: a batch of %d sequences", n_seq);
+		for (int s = 0; offs && s <= n_seq; s++) offs[s] = s ? offs[s - 1] + lens[s - 1] : 0;
+		if (!st) st = be->ops->tensor_alloc(be, SG_TYPE_I32, no, &a.offs);
+		if (!st) st = be->ops->write(be, &a.offs, 0, offs, sizeof(int32_t) * (size_t)(n_seq + 1));
+		sg_free(offs);
+	}
 	if (!st) st = run_layers(b, &a, lens, n_seq);
 	if (!st) st = be->ops->read(be, &a.x, 0, hidden, sizeof(float) * (size_t)N * (size_t)D);
 done:

@@ -841,6 +841,42 @@ static sg_status cuda_attention(sg_backend *be, const sg_btensor *q, const sg_bt
 	return attention_run(be, q, kc, vc, pos, p, out, NULL);
 }
 
+static sg_status cuda_attention_packed(sg_backend *be, const sg_btensor *q, const sg_btensor *k, const sg_btensor *v,
+				       const sg_btensor *offs, int n_seq, const sg_attn_params *p, sg_btensor *out)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	if (p->bias || p->softcap > 0 || p->window > 0 || p->causal)
+		return sg_error(SG_ERR_UNSUPPORTED, "cuda attention_packed: a bias, softcap, window or causal mask");
+	if (q->type != SG_TYPE_F32 || k->type != SG_TYPE_F32 || v->type != SG_TYPE_F32 || out->type != SG_TYPE_F32 ||
+	    offs->type != SG_TYPE_I32)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda attention_packed: q, k, v and out are F32, offs I32");
+	sg_cu_attn_packed a;
+	memset(&a, 0, sizeof(a));
+	a.hd = k->ne[0];
+	a.Hkv = k->ne[1];
+	a.n = k->ne[2] * k->ne[3];
+	a.hdv = v->ne[0];
+	a.n_seq = n_seq;
+	if (n_seq < 1 || nvals(offs) < n_seq + 1 || v->ne[1] != a.Hkv || v->ne[2] * v->ne[3] != a.n || a.hd > SG_CU_MAX_HD ||
+	    a.hdv > SG_CU_MAX_HD)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda attention_packed: k [%lld][%lld][%lld], v [%lld][%lld][%lld], %d sequences",
+				(long long)a.n, (long long)a.Hkv, (long long)a.hd, (long long)(v->ne[2] * v->ne[3]), (long long)v->ne[1],
+				(long long)a.hdv, n_seq);
+	sg_status st = heads_of("attention_packed", q, a.n, a.hd, &a.H);
+	if (st) return st;
+	if (a.H % a.Hkv || nvals(out) != a.n * a.H * a.hdv)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda attention_packed: %lld query heads over %lld kv heads, out of %lld values",
+				(long long)a.H, (long long)a.Hkv, (long long)nvals(out));
+	a.q = q->data;
+	a.k = k->data;
+	a.v = v->data;
+	a.offs = offs->data;
+	a.out = out->data;
+	a.scale = p->scale > 0 ? p->scale : 1.0f / sqrtf((float)a.hd);
+	CU_RET("attention_packed", sg_cu_attention_packed(&a, S(cb)));
+	return SG_OK;
+}
+
 static sg_status cuda_attention_prep(sg_backend *be, sg_btensor *q, sg_btensor *k, const sg_btensor *v, const sg_btensor *pos,
 				     const sg_rope_params *rope, const sg_btensor *qn, const sg_btensor *kn, float eps, float off,
 				     sg_btensor *kc, sg_btensor *vc, const sg_attn_params *p, sg_btensor *out)
@@ -1152,6 +1188,7 @@ static const sg_backend_ops cuda_ops = {
 	.kv_store = cuda_kv_store,
 	.attn_prep = cuda_attn_prep,
 	.attention = cuda_attention,
+	.attention_packed = cuda_attention_packed,
 	.glu = cuda_glu,
 	.add = cuda_add,
 	.scale = cuda_scale,

@@ -250,6 +250,19 @@ typedef struct sg_cu_attn {
 } sg_cu_attn;
 #define SG_CU_MAX_HD 512
 int sg_cu_attention(const sg_cu_attn *a, sg_custream s);
+
+/* Attention of packed independent sequences (cuda_packed.cu): token t of sequence s (offs[s] <=
+ * t < offs[s + 1]) attends, without a causal mask, to the k/v rows offs[s] .. offs[s + 1] - 1.
+ * q [n][H][hd], k [n][Hkv][hd], v [n][Hkv][hdv], out [n][H][hdv], all F32; offs I32 [n_seq + 1]. */
+typedef struct sg_cu_attn_packed {
+	int64_t n, H, Hkv, hd, hdv;
+	int n_seq;
+	const float *q, *k, *v;
+	const int32_t *offs;
+	float scale;
+	float *out;
+} sg_cu_attn_packed;
+int sg_cu_attention_packed(const sg_cu_attn_packed *a, sg_custream s);
 /* Decode (n = 1): the query heads of a KV head share its reads; nchunk slices of the live KV
  * range (part holds them when nchunk > 1). _ok says whether the shapes fit (f16 or f32 caches of
  * one type, hd a multiple of 8 up to 256, hdv 32/64/128/256); _units is the blocks per slice. */
