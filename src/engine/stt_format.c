@@ -141,6 +141,7 @@ static json_t *verbose_json(const sg_transcript *tr, const char *task)
 			json_object_set_new(wo, "word", json_string(t));
 			json_object_set_new(wo, "start", json_real(r3(w->start)));
 			json_object_set_new(wo, "end", json_real(r3(w->end)));
+			json_object_set_new(wo, "probability", json_real(round(w->probability * 1e6) / 1e6));
 			json_array_append_new(words, wo);
 			has_words = 1;
 		}

@@ -11,6 +11,7 @@
 #include "audio/stream.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "engine/stt_words.h"
 #include "models/whisper.h"
 
 struct sg_stt {
@@ -765,14 +766,57 @@ static sg_status global_max(source *src, int n_mels, float *full, float *out)
 	return SG_OK;
 }
 
+/* The words of a window's segments (word_timestamps): its text tokens aligned to its audio
+ * (segment_size mel frames) through the alignment heads, as the reference's add_word_timestamps
+ * does, with the window's start sequence (<|startoftranscript|> [language task]). */
+static sg_status window_words(run *r, int32_t lang, const char *lang_code, const int32_t *toks, int n, int segment_size,
+			      double time_offset, double last_speech, sg_stt_wseg *ws, int n_ws)
+{
+	sg_stt *s = r->s;
+	const sg_stt_vocab *v = &s->v;
+	int n_text = 0, K = segment_size / SG_STT_INPUT_STRIDE;
+	for (int i = 0; i < n; i++) n_text += toks[i] < v->eot;
+	if (!n_text || K < 1)
+		return sg_stt_window_words(s->tok, v, 0, NULL, 0, NULL, NULL, time_offset, last_speech, ws, n_ws);
+	int nh = s->info->n_align_heads, n_ids = 0;
+	int32_t *ids = sg_malloc(sizeof(int32_t) * (size_t)(n_text + 5));
+	float *attn = ids ? sg_malloc(sizeof(float) * (size_t)nh * (size_t)(n_text + 5) * (size_t)K) : NULL;
+	float *prob = attn ? sg_malloc(sizeof(float) * (size_t)(n_text + 5)) : NULL;
+	int32_t *jump = prob ? sg_malloc(sizeof(int32_t) * (size_t)(n_text + 1)) : NULL;
+	sg_status st = SG_OK;
+	if (!jump) {
+		st = SG_FAIL(SG_ERR_NOMEM, "out of memory aligning %d tokens", n_text);
+		goto done;
+	}
+	ids[n_ids++] = v->sot;
+	if (v->multilingual) {
+		ids[n_ids++] = lang;
+		ids[n_ids++] = r->p->translate ? v->translate : v->transcribe;
+	}
+	int sot_len = n_ids;
+	ids[n_ids++] = v->no_timestamps;
+	for (int i = 0; i < n; i++)
+		if (toks[i] < v->eot) ids[n_ids++] = toks[i];
+	ids[n_ids++] = v->eot;
+	if ((st = sg_whisper_align(s->w, ids, n_ids, K, v->eot, attn, prob))) goto done;
+	if ((st = sg_stt_align_jumps(attn, nh, n_ids, K, sot_len, n_text, jump))) goto done;
+	st = sg_stt_window_words(s->tok, v, v->multilingual && sg_stt_lang_by_char(lang_code), ids + sot_len + 1, n_text, jump,
+				 prob + sot_len, time_offset, last_speech, ws, n_ws);
+done:
+	sg_free(ids);
+	sg_free(attn);
+	sg_free(prob);
+	sg_free(jump);
+	return st;
+}
+
 static sg_status transcribe(sg_stt *s, source *src, const sg_transcribe_params *params, sg_transcript **out)
 {
 	sg_transcribe_params p = params ? *params : sg_transcribe_default_params();
 	sg_status st = check_params(s, &p);
 	if (st) return st;
-	if (p.word_timestamps && (!s->info->n_align_heads))
+	if (p.word_timestamps && !s->info->n_align_heads)
 		return sg_error(SG_ERR_UNSUPPORTED, "transcribe: word timestamps need the model's alignment heads, which it does not name");
-	if (p.word_timestamps) return sg_error(SG_ERR_UNSUPPORTED, "transcribe: word timestamps are not implemented yet");
 	int nv = s->v.n_vocab, n_mels = s->info->n_mels, win = 2 * s->info->n_audio_ctx;
 	if (win > SG_MEL_N_FRAMES || win < 2)
 		return sg_error(SG_ERR_UNSUPPORTED, "transcribe: the model's window of %d mel frames is not Whisper's (at most %d)", win,
@@ -825,6 +869,7 @@ static sg_status transcribe(sg_stt *s, source *src, const sg_transcribe_params *
 	tr->duration = (double)n / SG_AUDIO_RATE;
 	float floor_v = gmax - 2.0f; /* (max - 8 + 4) / 4 in the normalised scale */
 	int content_frames = (int)(n / SG_MEL_HOP), seek = 0, prompt_reset_since = 0;
+	double last_speech = 0.0; /* word timestamps: the end of the last word so far */
 	sg_stt_slice *slices = NULL;
 	while (seek < content_frames) {
 		double time_offset = seek * 0.01;
@@ -873,6 +918,36 @@ static sg_status transcribe(sg_stt *s, source *src, const sg_transcribe_params *
 		}
 		slices = sl;
 		sg_stt_split_segments(&s->v, res.tokens, res.n, time_offset, segment_size, &seek, slices, &n_sl);
+		sg_stt_wseg *ws = NULL;
+		if (p.word_timestamps) {
+			ws = sg_calloc((size_t)(n_sl ? n_sl : 1), sizeof(*ws));
+			if (!ws) {
+				sg_free(res.tokens);
+				st = SG_FAIL(SG_ERR_NOMEM, "out of memory");
+				break;
+			}
+			for (int i = 0; i < n_sl; i++)
+				ws[i] = (sg_stt_wseg){res.tokens + slices[i].begin, slices[i].end - slices[i].begin, slices[i].start,
+						      slices[i].end_s, NULL, 0};
+			st = window_words(&r, lang, tr->language, res.tokens, res.n, segment_size, previous_seek / 100.0, last_speech, ws,
+					  n_sl);
+			if (st) {
+				sg_free(ws);
+				sg_free(res.tokens);
+				break;
+			}
+			/* the next window starts at the last word's end unless this one ended on a
+			 * single timestamp; the words set the segments' times */
+			int ts = s->v.timestamp_begin;
+			int single_end = res.n >= 2 && res.tokens[res.n - 2] < ts && res.tokens[res.n - 1] >= ts;
+			double le = sg_stt_words_end(ws, n_sl);
+			if (!single_end && n_sl && le > time_offset) seek = (int)rint(le * 100.0);
+			if (n_sl) last_speech = le;
+			for (int i = 0; i < n_sl; i++) {
+				slices[i].start = ws[i].start;
+				slices[i].end_s = ws[i].end;
+			}
+		}
 		int stop = 0;
 		for (int i = 0; i < n_sl && !st; i++) {
 			sg_stt_segment g = {
@@ -891,7 +966,14 @@ static sg_status transcribe(sg_stt *s, source *src, const sg_transcribe_params *
 			strip_span(g.text, len, &b, &e);
 			if (g.start == g.end || b == e) {
 				sg_free(g.text);
+				if (ws) sg_stt_wseg_clear(&ws[i], 1);
 				continue;
+			}
+			if (ws) {
+				g.words = ws[i].words;
+				g.n_words = ws[i].n_words;
+				ws[i].words = NULL;
+				ws[i].n_words = 0;
 			}
 			g.tokens = sg_malloc(sizeof(int32_t) * (size_t)(nt ? nt : 1));
 			if (!g.tokens || idvec_push(&all, res.tokens + slices[i].begin, nt)) {
@@ -908,6 +990,8 @@ static sg_status transcribe(sg_stt *s, source *src, const sg_transcribe_params *
 			}
 			if (p.on_segment && p.on_segment(&tr->segments[tr->n_segments - 1], p.user)) stop = 1;
 		}
+		if (ws) sg_stt_wseg_clear(ws, n_sl);
+		sg_free(ws);
 		sg_free(res.tokens);
 		if (st) break;
 		if (!p.condition_on_previous_text || res.temperature > p.prompt_reset_on_temperature) prompt_reset_since = all.n;
