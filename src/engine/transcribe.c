@@ -874,9 +874,21 @@ static sg_status transcribe(sg_stt *s, source *src, const sg_transcribe_params *
 	while (seek < content_frames) {
 		double time_offset = seek * 0.01;
 		int segment_size = content_frames - seek < win ? content_frames - seek : win;
+		/* the language is detected once, on the first 30 s of the features: when the audio is
+		 * shorter, that is one frame more than the window's content (the reference's
+		 * spectrogram has a frame past the last full hop), so that window is encoded apart */
+		int detect = s->v.multilingual && lang < 0;
+		if (detect && segment_size < win) {
+			float prob;
+			if ((st = window_mel(src, seek, segment_size + 1, n_mels, win, floor_v, full, mel))) break;
+			if ((st = sg_whisper_encode(s->w, mel, win))) break;
+			if ((st = detect_language(&r, &lang, &prob))) break;
+			tr->language_prob = prob;
+			detect = 0;
+		}
 		if ((st = window_mel(src, seek, segment_size, n_mels, win, floor_v, full, mel))) break;
 		if ((st = sg_whisper_encode(s->w, mel, win))) break;
-		if (s->v.multilingual && lang < 0) {
+		if (detect) {
 			float prob;
 			if ((st = detect_language(&r, &lang, &prob))) break;
 			tr->language_prob = prob;
