@@ -236,33 +236,37 @@ static int cand_cmp(const void *a, const void *b)
 	return ((const cand *)a)->tok - ((const cand *)b)->tok;
 }
 
-/* openai-whisper's beam search: each live beam proposes its beam_size + 1 best tokens; the best
- * beam_size continuations that do not end go on, the ones that end are kept as finished until
- * beam_size * patience are; the winner is the best sum of log-probabilities over its length. */
+/* CTranslate2's beam search (which faster-whisper runs): the 2 * beam_size best continuations
+ * over all live beams; each of the first beam_size that ends is registered as finished (its
+ * place taken by the next of the others that does not end), the rest go on; the search stops
+ * once beam_size * patience are finished (all those of the step that reached it count), or at
+ * the last step, where the first beam_size all count as finished; the winner is the best sum of
+ * log-probabilities over its length. */
 static sg_status decode_beam(run *r, const int32_t *prompt, int n_prompt, int sot_index, seqbuf *best,
 			     float *no_speech)
 {
 	sg_stt *s = r->s;
-	int nv = s->v.n_vocab, B = r->p->beam_size;
+	int nv = s->v.n_vocab, B = r->p->beam_size, C = 2 * B;
 	int max_fin = (int)lround(B * (double)r->p->patience);
 	if (max_fin < 1) max_fin = 1;
 	sg_status st = run_prompt(r, 0, prompt, n_prompt, sot_index, no_speech);
 	if (st) return st;
 	size_t cap = (size_t)r->max_new + 1;
-	int n_bufs = 2 * B + (max_fin + B) + B; /* two banks, the finished (with room for live ones), new ones */
+	int fin_cap = max_fin + B; /* a step adds at most B to fewer than max_fin */
+	int n_bufs = 2 * B + fin_cap;
 	int32_t *mem = sg_malloc(sizeof(int32_t) * cap * (size_t)n_bufs);
-	cand *cands = sg_malloc(sizeof(cand) * (size_t)B * (size_t)(B + 1));
+	cand *cands = sg_malloc(sizeof(cand) * (size_t)B * (size_t)C);
 	seqbuf *bank = sg_calloc((size_t)n_bufs, sizeof(seqbuf));
 	if (!mem || !cands || !bank) {
 		st = SG_FAIL(SG_ERR_NOMEM, "out of memory for %d beams", B);
 		goto done;
 	}
 	for (int i = 0; i < n_bufs; i++) bank[i].ids = mem + cap * (size_t)i;
-	seqbuf *cur = bank, *nxt = bank + B, *fin = bank + 2 * B, *fin_new = bank + 2 * B + max_fin + B;
+	seqbuf *cur = bank, *nxt = bank + B, *fin = bank + 2 * B;
 	int n_cur = 1, n_fin = 0, cur_base = 0; /* live beams use KV seqs cur_base .. cur_base + n_cur */
 	cur[0].n = 0;
 	cur[0].logprob = 0;
-	int pos = n_prompt, step = 0, n_next = 0;
+	int pos = n_prompt, step = 0;
 	/* the prompt's logits are in r->logits[0]; later steps fill one row per live beam */
 	for (;; step++) {
 		int nc = 0;
@@ -270,8 +274,8 @@ static sg_status decode_beam(run *r, const int32_t *prompt, int n_prompt, int so
 			float *lg = r->logits + (size_t)b * nv;
 			sg_stt_rules_apply(&r->rules, cur[b].ids, cur[b].n, lg);
 			sg_stt_log_softmax(lg, nv, r->lp);
-			/* the beam_size + 1 best tokens */
-			for (int k = 0; k < B + 1; k++) {
+			/* this beam's C best tokens: enough for the C best over all beams */
+			for (int k = 0; k < C; k++) {
 				int bi = -1;
 				for (int i = 0; i < nv; i++) {
 					if (r->lp[i] == -INFINITY) continue;
@@ -283,26 +287,35 @@ static sg_status decode_beam(run *r, const int32_t *prompt, int n_prompt, int so
 			}
 		}
 		qsort(cands, (size_t)nc, sizeof(cand), cand_cmp);
-		int n_fin_new = 0;
-		n_next = 0;
-		for (int c = 0; c < nc && n_next < B; c++) {
-			const cand *x = &cands[c];
+		if (nc > C) nc = C;
+		int last = step + 1 >= r->max_new, n_next = 0, sec = B;
+		for (int k = 0; k < B && k < nc; k++) {
+			const cand *x = &cands[k];
 			const seqbuf *from = &cur[x->src];
-			seqbuf *to = x->tok == s->v.eot ? &fin_new[n_fin_new++] : &nxt[n_next++];
+			int ends = x->tok == s->v.eot;
+			if ((ends || last) && n_fin < fin_cap) {
+				seqbuf *f = &fin[n_fin++];
+				memcpy(f->ids, from->ids, sizeof(int32_t) * (size_t)from->n);
+				f->n = from->n;
+				if (!ends) f->ids[f->n++] = x->tok;
+				f->logprob = x->score;
+			}
+			if (last) continue;
+			if (ends) {
+				/* the next candidate past the first B that does not end takes its place */
+				while (sec < nc && cands[sec].tok == s->v.eot) sec++;
+				if (sec >= nc) continue;
+				x = &cands[sec++];
+				from = &cur[x->src];
+			}
+			seqbuf *to = &nxt[n_next++];
 			memcpy(to->ids, from->ids, sizeof(int32_t) * (size_t)from->n);
 			to->n = from->n;
-			if (x->tok != s->v.eot) to->ids[to->n++] = x->tok;
+			to->ids[to->n++] = x->tok;
 			to->logprob = x->score;
 			to->done = x->src; /* the source beam, for the KV copy */
 		}
-		/* the newly finished, best first, while there is room */
-		for (int i = 0; i < n_fin_new && n_fin < max_fin; i++) {
-			seqbuf *f = &fin[n_fin++];
-			memcpy(f->ids, fin_new[i].ids, sizeof(int32_t) * (size_t)fin_new[i].n);
-			f->n = fin_new[i].n;
-			f->logprob = fin_new[i].logprob;
-		}
-		if (n_fin >= max_fin || !n_next || step + 1 >= r->max_new) break;
+		if (last || n_fin >= max_fin || !n_next) break;
 		/* the new beams' caches: copied from their sources into the other bank */
 		int nxt_base = cur_base ? 0 : s->max_beam;
 		for (int i = 0; i < n_next; i++)
@@ -319,14 +332,8 @@ static sg_status decode_beam(run *r, const int32_t *prompt, int n_prompt, int so
 		n_cur = n_next;
 		cur_base = nxt_base;
 	}
-	/* too few finished: the live beams count too, best first (they are in score order) */
-	for (int i = 0; i < n_next && n_fin < B && n_fin < max_fin + B; i++) {
-		seqbuf *f = &fin[n_fin++];
-		memcpy(f->ids, nxt[i].ids, sizeof(int32_t) * (size_t)nxt[i].n);
-		f->n = nxt[i].n;
-		f->logprob = nxt[i].logprob;
-	}
-	/* the best by sum of log-probabilities over length (length_penalty 1, as faster-whisper) */
+	/* the best by sum of log-probabilities over length (length_penalty 1, as faster-whisper);
+	 * the first registered wins a tie */
 	int bi = -1;
 	double bs = 0;
 	for (int i = 0; i < n_fin; i++) {
