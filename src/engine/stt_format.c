@@ -141,12 +141,14 @@ static json_t *verbose_json(const sg_transcript *tr, const char *task)
 			json_object_set_new(wo, "word", json_string(t));
 			json_object_set_new(wo, "start", json_real(r3(w->start)));
 			json_object_set_new(wo, "end", json_real(r3(w->end)));
+			json_object_set_new(wo, "probability", json_real(round(w->probability * 1e6) / 1e6));
 			json_array_append_new(words, wo);
 			has_words = 1;
 		}
 	}
 	json_object_set_new(o, "task", json_string(task ? task : "transcribe"));
 	json_object_set_new(o, "language", json_string(lang_name(tr->language)));
+	json_object_set_new(o, "language_probability", json_real(round(tr->language_prob * 1e5) / 1e5));
 	json_object_set_new(o, "duration", json_real(r3(tr->duration)));
 	json_object_set_new(o, "text", json_string(tr->text ? tr->text : ""));
 	json_object_set_new(o, "segments", segs);

@@ -11,6 +11,7 @@
 #include "audio/stream.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "engine/stt_words.h"
 #include "models/whisper.h"
 
 struct sg_stt {
@@ -235,33 +236,37 @@ static int cand_cmp(const void *a, const void *b)
 	return ((const cand *)a)->tok - ((const cand *)b)->tok;
 }
 
-/* openai-whisper's beam search: each live beam proposes its beam_size + 1 best tokens; the best
- * beam_size continuations that do not end go on, the ones that end are kept as finished until
- * beam_size * patience are; the winner is the best sum of log-probabilities over its length. */
+/* CTranslate2's beam search (which faster-whisper runs): the 2 * beam_size best continuations
+ * over all live beams; each of the first beam_size that ends is registered as finished (its
+ * place taken by the next of the others that does not end), the rest go on; the search stops
+ * once beam_size * patience are finished (all those of the step that reached it count), or at
+ * the last step, where the first beam_size all count as finished; the winner is the best sum of
+ * log-probabilities over its length. */
 static sg_status decode_beam(run *r, const int32_t *prompt, int n_prompt, int sot_index, seqbuf *best,
 			     float *no_speech)
 {
 	sg_stt *s = r->s;
-	int nv = s->v.n_vocab, B = r->p->beam_size;
+	int nv = s->v.n_vocab, B = r->p->beam_size, C = 2 * B;
 	int max_fin = (int)lround(B * (double)r->p->patience);
 	if (max_fin < 1) max_fin = 1;
 	sg_status st = run_prompt(r, 0, prompt, n_prompt, sot_index, no_speech);
 	if (st) return st;
 	size_t cap = (size_t)r->max_new + 1;
-	int n_bufs = 2 * B + (max_fin + B) + B; /* two banks, the finished (with room for live ones), new ones */
+	int fin_cap = max_fin + B; /* a step adds at most B to fewer than max_fin */
+	int n_bufs = 2 * B + fin_cap;
 	int32_t *mem = sg_malloc(sizeof(int32_t) * cap * (size_t)n_bufs);
-	cand *cands = sg_malloc(sizeof(cand) * (size_t)B * (size_t)(B + 1));
+	cand *cands = sg_malloc(sizeof(cand) * (size_t)B * (size_t)C);
 	seqbuf *bank = sg_calloc((size_t)n_bufs, sizeof(seqbuf));
 	if (!mem || !cands || !bank) {
 		st = SG_FAIL(SG_ERR_NOMEM, "out of memory for %d beams", B);
 		goto done;
 	}
 	for (int i = 0; i < n_bufs; i++) bank[i].ids = mem + cap * (size_t)i;
-	seqbuf *cur = bank, *nxt = bank + B, *fin = bank + 2 * B, *fin_new = bank + 2 * B + max_fin + B;
+	seqbuf *cur = bank, *nxt = bank + B, *fin = bank + 2 * B;
 	int n_cur = 1, n_fin = 0, cur_base = 0; /* live beams use KV seqs cur_base .. cur_base + n_cur */
 	cur[0].n = 0;
 	cur[0].logprob = 0;
-	int pos = n_prompt, step = 0, n_next = 0;
+	int pos = n_prompt, step = 0;
 	/* the prompt's logits are in r->logits[0]; later steps fill one row per live beam */
 	for (;; step++) {
 		int nc = 0;
@@ -269,8 +274,8 @@ static sg_status decode_beam(run *r, const int32_t *prompt, int n_prompt, int so
 			float *lg = r->logits + (size_t)b * nv;
 			sg_stt_rules_apply(&r->rules, cur[b].ids, cur[b].n, lg);
 			sg_stt_log_softmax(lg, nv, r->lp);
-			/* the beam_size + 1 best tokens */
-			for (int k = 0; k < B + 1; k++) {
+			/* this beam's C best tokens: enough for the C best over all beams */
+			for (int k = 0; k < C; k++) {
 				int bi = -1;
 				for (int i = 0; i < nv; i++) {
 					if (r->lp[i] == -INFINITY) continue;
@@ -282,26 +287,35 @@ static sg_status decode_beam(run *r, const int32_t *prompt, int n_prompt, int so
 			}
 		}
 		qsort(cands, (size_t)nc, sizeof(cand), cand_cmp);
-		int n_fin_new = 0;
-		n_next = 0;
-		for (int c = 0; c < nc && n_next < B; c++) {
-			const cand *x = &cands[c];
+		if (nc > C) nc = C;
+		int last = step + 1 >= r->max_new, n_next = 0, sec = B;
+		for (int k = 0; k < B && k < nc; k++) {
+			const cand *x = &cands[k];
 			const seqbuf *from = &cur[x->src];
-			seqbuf *to = x->tok == s->v.eot ? &fin_new[n_fin_new++] : &nxt[n_next++];
+			int ends = x->tok == s->v.eot;
+			if ((ends || last) && n_fin < fin_cap) {
+				seqbuf *f = &fin[n_fin++];
+				memcpy(f->ids, from->ids, sizeof(int32_t) * (size_t)from->n);
+				f->n = from->n;
+				if (!ends) f->ids[f->n++] = x->tok;
+				f->logprob = x->score;
+			}
+			if (last) continue;
+			if (ends) {
+				/* the next candidate past the first B that does not end takes its place */
+				while (sec < nc && cands[sec].tok == s->v.eot) sec++;
+				if (sec >= nc) continue;
+				x = &cands[sec++];
+				from = &cur[x->src];
+			}
+			seqbuf *to = &nxt[n_next++];
 			memcpy(to->ids, from->ids, sizeof(int32_t) * (size_t)from->n);
 			to->n = from->n;
-			if (x->tok != s->v.eot) to->ids[to->n++] = x->tok;
+			to->ids[to->n++] = x->tok;
 			to->logprob = x->score;
 			to->done = x->src; /* the source beam, for the KV copy */
 		}
-		/* the newly finished, best first, while there is room */
-		for (int i = 0; i < n_fin_new && n_fin < max_fin; i++) {
-			seqbuf *f = &fin[n_fin++];
-			memcpy(f->ids, fin_new[i].ids, sizeof(int32_t) * (size_t)fin_new[i].n);
-			f->n = fin_new[i].n;
-			f->logprob = fin_new[i].logprob;
-		}
-		if (n_fin >= max_fin || !n_next || step + 1 >= r->max_new) break;
+		if (last || n_fin >= max_fin || !n_next) break;
 		/* the new beams' caches: copied from their sources into the other bank */
 		int nxt_base = cur_base ? 0 : s->max_beam;
 		for (int i = 0; i < n_next; i++)
@@ -318,14 +332,8 @@ static sg_status decode_beam(run *r, const int32_t *prompt, int n_prompt, int so
 		n_cur = n_next;
 		cur_base = nxt_base;
 	}
-	/* too few finished: the live beams count too, best first (they are in score order) */
-	for (int i = 0; i < n_next && n_fin < B && n_fin < max_fin + B; i++) {
-		seqbuf *f = &fin[n_fin++];
-		memcpy(f->ids, nxt[i].ids, sizeof(int32_t) * (size_t)nxt[i].n);
-		f->n = nxt[i].n;
-		f->logprob = nxt[i].logprob;
-	}
-	/* the best by sum of log-probabilities over length (length_penalty 1, as faster-whisper) */
+	/* the best by sum of log-probabilities over length (length_penalty 1, as faster-whisper);
+	 * the first registered wins a tie */
 	int bi = -1;
 	double bs = 0;
 	for (int i = 0; i < n_fin; i++) {
@@ -765,14 +773,57 @@ static sg_status global_max(source *src, int n_mels, float *full, float *out)
 	return SG_OK;
 }
 
+/* The words of a window's segments (word_timestamps): its text tokens aligned to its audio
+ * (segment_size mel frames) through the alignment heads, as the reference's add_word_timestamps
+ * does, with the window's start sequence (<|startoftranscript|> [language task]). */
+static sg_status window_words(run *r, int32_t lang, const char *lang_code, const int32_t *toks, int n, int segment_size,
+			      double time_offset, double last_speech, sg_stt_wseg *ws, int n_ws)
+{
+	sg_stt *s = r->s;
+	const sg_stt_vocab *v = &s->v;
+	int n_text = 0, K = segment_size / SG_STT_INPUT_STRIDE;
+	for (int i = 0; i < n; i++) n_text += toks[i] < v->eot;
+	if (!n_text || K < 1)
+		return sg_stt_window_words(s->tok, v, 0, NULL, 0, NULL, NULL, time_offset, last_speech, ws, n_ws);
+	int nh = s->info->n_align_heads, n_ids = 0;
+	int32_t *ids = sg_malloc(sizeof(int32_t) * (size_t)(n_text + 5));
+	float *attn = ids ? sg_malloc(sizeof(float) * (size_t)nh * (size_t)(n_text + 5) * (size_t)K) : NULL;
+	float *prob = attn ? sg_malloc(sizeof(float) * (size_t)(n_text + 5)) : NULL;
+	int32_t *jump = prob ? sg_malloc(sizeof(int32_t) * (size_t)(n_text + 1)) : NULL;
+	sg_status st = SG_OK;
+	if (!jump) {
+		st = SG_FAIL(SG_ERR_NOMEM, "out of memory aligning %d tokens", n_text);
+		goto done;
+	}
+	ids[n_ids++] = v->sot;
+	if (v->multilingual) {
+		ids[n_ids++] = lang;
+		ids[n_ids++] = r->p->translate ? v->translate : v->transcribe;
+	}
+	int sot_len = n_ids;
+	ids[n_ids++] = v->no_timestamps;
+	for (int i = 0; i < n; i++)
+		if (toks[i] < v->eot) ids[n_ids++] = toks[i];
+	ids[n_ids++] = v->eot;
+	if ((st = sg_whisper_align(s->w, ids, n_ids, K, v->eot, attn, prob))) goto done;
+	if ((st = sg_stt_align_jumps(attn, nh, n_ids, K, sot_len, n_text, jump))) goto done;
+	st = sg_stt_window_words(s->tok, v, v->multilingual && sg_stt_lang_by_char(lang_code), ids + sot_len + 1, n_text, jump,
+				 prob + sot_len, time_offset, last_speech, ws, n_ws);
+done:
+	sg_free(ids);
+	sg_free(attn);
+	sg_free(prob);
+	sg_free(jump);
+	return st;
+}
+
 static sg_status transcribe(sg_stt *s, source *src, const sg_transcribe_params *params, sg_transcript **out)
 {
 	sg_transcribe_params p = params ? *params : sg_transcribe_default_params();
 	sg_status st = check_params(s, &p);
 	if (st) return st;
-	if (p.word_timestamps && (!s->info->n_align_heads))
+	if (p.word_timestamps && !s->info->n_align_heads)
 		return sg_error(SG_ERR_UNSUPPORTED, "transcribe: word timestamps need the model's alignment heads, which it does not name");
-	if (p.word_timestamps) return sg_error(SG_ERR_UNSUPPORTED, "transcribe: word timestamps are not implemented yet");
 	int nv = s->v.n_vocab, n_mels = s->info->n_mels, win = 2 * s->info->n_audio_ctx;
 	if (win > SG_MEL_N_FRAMES || win < 2)
 		return sg_error(SG_ERR_UNSUPPORTED, "transcribe: the model's window of %d mel frames is not Whisper's (at most %d)", win,
@@ -825,13 +876,26 @@ static sg_status transcribe(sg_stt *s, source *src, const sg_transcribe_params *
 	tr->duration = (double)n / SG_AUDIO_RATE;
 	float floor_v = gmax - 2.0f; /* (max - 8 + 4) / 4 in the normalised scale */
 	int content_frames = (int)(n / SG_MEL_HOP), seek = 0, prompt_reset_since = 0;
+	double last_speech = 0.0; /* word timestamps: the end of the last word so far */
 	sg_stt_slice *slices = NULL;
 	while (seek < content_frames) {
 		double time_offset = seek * 0.01;
 		int segment_size = content_frames - seek < win ? content_frames - seek : win;
+		/* the language is detected once, on the first 30 s of the features: when the audio is
+		 * shorter, that is one frame more than the window's content (the reference's
+		 * spectrogram has a frame past the last full hop), so that window is encoded apart */
+		int detect = s->v.multilingual && lang < 0;
+		if (detect && segment_size < win) {
+			float prob;
+			if ((st = window_mel(src, seek, segment_size + 1, n_mels, win, floor_v, full, mel))) break;
+			if ((st = sg_whisper_encode(s->w, mel, win))) break;
+			if ((st = detect_language(&r, &lang, &prob))) break;
+			tr->language_prob = prob;
+			detect = 0;
+		}
 		if ((st = window_mel(src, seek, segment_size, n_mels, win, floor_v, full, mel))) break;
 		if ((st = sg_whisper_encode(s->w, mel, win))) break;
-		if (s->v.multilingual && lang < 0) {
+		if (detect) {
 			float prob;
 			if ((st = detect_language(&r, &lang, &prob))) break;
 			tr->language_prob = prob;
@@ -873,6 +937,36 @@ static sg_status transcribe(sg_stt *s, source *src, const sg_transcribe_params *
 		}
 		slices = sl;
 		sg_stt_split_segments(&s->v, res.tokens, res.n, time_offset, segment_size, &seek, slices, &n_sl);
+		sg_stt_wseg *ws = NULL;
+		if (p.word_timestamps) {
+			ws = sg_calloc((size_t)(n_sl ? n_sl : 1), sizeof(*ws));
+			if (!ws) {
+				sg_free(res.tokens);
+				st = SG_FAIL(SG_ERR_NOMEM, "out of memory");
+				break;
+			}
+			for (int i = 0; i < n_sl; i++)
+				ws[i] = (sg_stt_wseg){res.tokens + slices[i].begin, slices[i].end - slices[i].begin, slices[i].start,
+						      slices[i].end_s, NULL, 0};
+			st = window_words(&r, lang, tr->language, res.tokens, res.n, segment_size, previous_seek / 100.0, last_speech, ws,
+					  n_sl);
+			if (st) {
+				sg_free(ws);
+				sg_free(res.tokens);
+				break;
+			}
+			/* the next window starts at the last word's end unless this one ended on a
+			 * single timestamp; the words set the segments' times */
+			int ts = s->v.timestamp_begin;
+			int single_end = res.n >= 2 && res.tokens[res.n - 2] < ts && res.tokens[res.n - 1] >= ts;
+			double le = sg_stt_words_end(ws, n_sl);
+			if (!single_end && n_sl && le > time_offset) seek = (int)rint(le * 100.0);
+			if (n_sl) last_speech = le;
+			for (int i = 0; i < n_sl; i++) {
+				slices[i].start = ws[i].start;
+				slices[i].end_s = ws[i].end;
+			}
+		}
 		int stop = 0;
 		for (int i = 0; i < n_sl && !st; i++) {
 			sg_stt_segment g = {
@@ -891,7 +985,14 @@ static sg_status transcribe(sg_stt *s, source *src, const sg_transcribe_params *
 			strip_span(g.text, len, &b, &e);
 			if (g.start == g.end || b == e) {
 				sg_free(g.text);
+				if (ws) sg_stt_wseg_clear(&ws[i], 1);
 				continue;
+			}
+			if (ws) {
+				g.words = ws[i].words;
+				g.n_words = ws[i].n_words;
+				ws[i].words = NULL;
+				ws[i].n_words = 0;
 			}
 			g.tokens = sg_malloc(sizeof(int32_t) * (size_t)(nt ? nt : 1));
 			if (!g.tokens || idvec_push(&all, res.tokens + slices[i].begin, nt)) {
@@ -908,6 +1009,8 @@ static sg_status transcribe(sg_stt *s, source *src, const sg_transcribe_params *
 			}
 			if (p.on_segment && p.on_segment(&tr->segments[tr->n_segments - 1], p.user)) stop = 1;
 		}
+		if (ws) sg_stt_wseg_clear(ws, n_sl);
+		sg_free(ws);
 		sg_free(res.tokens);
 		if (st) break;
 		if (!p.condition_on_previous_text || res.temperature > p.prompt_reset_on_temperature) prompt_reset_since = all.n;

@@ -561,36 +561,40 @@ sg_status sg_whisper_seq_copy(sg_whisper *w, int src, int dst, int n_pos)
 	return st;
 }
 
-sg_status sg_whisper_cross_attn(sg_whisper *w, const int32_t *ids, int n, float *out)
+sg_status sg_whisper_align(sg_whisper *w, const int32_t *ids, int n, int n_keys, int n_text, float *attn, float *next_prob)
 {
 	const sg_whisper_info *i = &w->info;
 	int nh = i->n_align_heads;
-	if (!nh) return sg_error(SG_ERR_UNSUPPORTED, "whisper_cross_attn: the model names no alignment heads");
-	sg_status st = dec_begin(w, 0, ids, n, 0, "whisper_cross_attn");
+	if (!nh) return sg_error(SG_ERR_UNSUPPORTED, "whisper_align: the model names no alignment heads");
+	int64_t D = i->d_model, N = i->n_audio_ctx, H = i->n_text_head, hd = D / H, V = i->n_vocab;
+	if (n_keys < 1 || n_keys > N)
+		return sg_error(SG_ERR_RANGE, "whisper_align: %d keys asked, the window has %lld", n_keys, (long long)N);
+	if (next_prob && (n_text < 1 || n_text > V))
+		return sg_error(SG_ERR_RANGE, "whisper_align: %d text tokens in a vocabulary of %lld", n_text, (long long)V);
+	sg_status st = dec_begin(w, 0, ids, n, 0, "whisper_align");
 	if (st) return st;
 	int nL = i->n_text_layer;
-	int64_t D = i->d_model, N = i->n_audio_ctx, H = i->n_text_head, hd = D / H;
 	float **qcap = sg_calloc((size_t)nL, sizeof(float *));
 	float **kcap = sg_calloc((size_t)nL, sizeof(float *));
-	if (!qcap || !kcap) st = sg_error(SG_ERR_NOMEM, "whisper_cross_attn: %d layers", nL);
+	if (!qcap || !kcap) st = sg_error(SG_ERR_NOMEM, "whisper_align: %d layers", nL);
 	for (int a = 0; a < nh && !st; a++) {
 		int L = i->align_heads[a][0];
 		if (qcap[L]) continue;
 		qcap[L] = sg_malloc(sizeof(float) * (size_t)(n * D));
 		kcap[L] = sg_malloc(sizeof(float) * (size_t)(N * D));
-		if (!qcap[L] || !kcap[L]) st = sg_error(SG_ERR_NOMEM, "whisper_cross_attn: %lld values", (long long)(N * D));
+		if (!qcap[L] || !kcap[L]) st = sg_error(SG_ERR_NOMEM, "whisper_align: %lld values", (long long)(N * D));
 		if (!st) st = w->be->ops->read(w->be, &w->dec[L].ck, 0, kcap[L], sizeof(float) * (size_t)(N * D));
 	}
 	if (!st) st = dec_run(w, 0, n, qcap);
-	/* softmax(q . k / sqrt(hd)) over the window, per alignment head and token: the weights the
-	 * attention op applies but does not hand out */
+	/* softmax(q . k / sqrt(hd)) over the first n_keys positions, per alignment head and token:
+	 * the weights the attention op applies but does not hand out */
 	float scale = 1.0f / sqrtf((float)hd);
 	for (int a = 0; a < nh && !st; a++) {
 		int L = i->align_heads[a][0], hh = i->align_heads[a][1];
 		for (int t = 0; t < n; t++) {
 			const float *qv = qcap[L] + (int64_t)t * D + hh * hd;
-			float *o = out + ((int64_t)a * n + t) * N, mx = -INFINITY;
-			for (int64_t j = 0; j < N; j++) {
+			float *o = attn + ((int64_t)a * n + t) * n_keys, mx = -INFINITY;
+			for (int64_t j = 0; j < n_keys; j++) {
 				const float *kv = kcap[L] + j * D + hh * hd;
 				float s = 0.0f;
 				for (int64_t d = 0; d < hd; d++) s += qv[d] * kv[d];
@@ -598,10 +602,29 @@ sg_status sg_whisper_cross_attn(sg_whisper *w, const int32_t *ids, int n, float 
 				mx = o[j] > mx ? o[j] : mx;
 			}
 			double sum = 0.0;
-			for (int64_t j = 0; j < N; j++) sum += (o[j] = expf(o[j] - mx));
-			for (int64_t j = 0; j < N; j++) o[j] = (float)(o[j] / sum);
+			for (int64_t j = 0; j < n_keys; j++) sum += (o[j] = expf(o[j] - mx));
+			for (int64_t j = 0; j < n_keys; j++) o[j] = (float)(o[j] / sum);
 		}
 	}
+	/* each position's probability of the next id, over the first n_text ids */
+	float *row = !st && next_prob ? sg_malloc(sizeof(float) * (size_t)V) : NULL;
+	if (!st && next_prob && !row) st = sg_error(SG_ERR_NOMEM, "whisper_align: %lld logits", (long long)V);
+	if (row) {
+		sg_backend *be = w->be;
+		sg_btensor x = sg_btensor_rows_view(&w->da.x, 0, n), lg = sg_btensor_rows_view(&w->da.logits, 0, n);
+		st = be->ops->matmul(be, &w->proj, &x, NULL, &lg);
+		for (int t = 0; t < n && !st; t++) {
+			next_prob[t] = 0.0f;
+			if (t + 1 >= n || ids[t + 1] >= n_text) continue;
+			st = be->ops->read(be, &lg, sizeof(float) * (size_t)(t * V), row, sizeof(float) * (size_t)V);
+			float mx = -INFINITY;
+			for (int j = 0; j < n_text; j++) mx = row[j] > mx ? row[j] : mx;
+			double sum = 0.0;
+			for (int j = 0; j < n_text; j++) sum += expf(row[j] - mx);
+			next_prob[t] = (float)(expf(row[ids[t + 1]] - mx) / sum);
+		}
+	}
+	sg_free(row);
 	for (int L = 0; L < nL && qcap && kcap; L++) {
 		sg_free(qcap[L]);
 		sg_free(kcap[L]);
@@ -609,4 +632,9 @@ sg_status sg_whisper_cross_attn(sg_whisper *w, const int32_t *ids, int n, float 
 	sg_free(qcap);
 	sg_free(kcap);
 	return st;
+}
+
+sg_status sg_whisper_cross_attn(sg_whisper *w, const int32_t *ids, int n, float *out)
+{
+	return sg_whisper_align(w, ids, n, w->info.n_audio_ctx, 0, out, NULL);
 }

@@ -31,7 +31,8 @@ typedef struct sg_whisper_info {
 	int n_vocab;
 	int d_model, n_audio_layer, n_text_layer, n_audio_head, n_text_head;
 	int multilingual;    /* vocab >= 51865 */
-	int n_align_heads;   /* alignment heads (layer, head) pairs for word timestamps, 0 if unknown */
+	int n_align_heads;   /* alignment heads (layer, head) pairs for word timestamps: the model's list,
+	                      * else every head of the last half of the decoder layers */
 	const int (*align_heads)[2];
 	const char *source;  /* "hf", "ct2", "ggml" */
 	const char *dtype;   /* weight type as stored, for inspect */
@@ -84,8 +85,13 @@ sg_status sg_whisper_seq_copy(sg_whisper *w, int src, int dst, int n_pos);
 /* Word timestamps: cross-attention weights of the alignment heads for a decoded token sequence:
  * run ids (the full sequence from position 0) through the decoder and return
  * [n_align_heads][n][n_audio_ctx] attention probabilities (after softmax). It runs on (and
- * overwrites) sequence 0's KV cache. SG_ERR_UNSUPPORTED when the model names no alignment heads
- * (a ggml file, or a Hugging Face folder without generation_config.json). */
+ * overwrites) sequence 0's KV cache. SG_ERR_UNSUPPORTED when the model has no alignment heads. */
 sg_status sg_whisper_cross_attn(sg_whisper *w, const int32_t *ids, int n, float *out);
+/* The same with the softmax over the first n_keys encoder positions only (the window's audio,
+ * as CTranslate2's align does it): attn is [n_align_heads][n][n_keys]. When next_prob is not
+ * NULL it gets [n]: each position's probability of the next id ids[t + 1] under the softmax of
+ * its logits over the first n_text ids (the text tokens; 0 where ids[t + 1] >= n_text and at
+ * the last position). */
+sg_status sg_whisper_align(sg_whisper *w, const int32_t *ids, int n, int n_keys, int n_text, float *attn, float *next_prob);
 
 #endif

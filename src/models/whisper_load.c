@@ -725,11 +725,32 @@ static void count_params(sg_whisper *w)
 	w->info.n_params = n;
 }
 
+/* No list in the model's files: every head of the last half of the decoder layers, the rule
+ * openai-whisper and CTranslate2's converter fall back on. */
+static sg_status default_align(sg_whisper *w)
+{
+	sg_whisper_info *i = &w->info;
+	if (i->n_align_heads || i->n_text_layer < 1 || i->n_text_head < 1) return SG_OK;
+	int first = i->n_text_layer / 2, n = (i->n_text_layer - first) * i->n_text_head;
+	w->align = sg_calloc((size_t)n, sizeof(*w->align));
+	if (!w->align) return sg_error(SG_ERR_NOMEM, "whisper: %d alignment heads", n);
+	for (int L = first, k = 0; L < i->n_text_layer; L++)
+		for (int h = 0; h < i->n_text_head; h++, k++) {
+			w->align[k][0] = L;
+			w->align[k][1] = h;
+		}
+	i->n_align_heads = n;
+	i->align_heads = (const int(*)[2])w->align;
+	return SG_OK;
+}
+
 static sg_status open_source(sg_whisper *w, wh_src *s, const char *path)
 {
-	if (sg_ct2_detect(path)) return open_ct2(w, s, path);
-	if (sg_ggml_whisper_detect(path)) return open_ggml(w, s, path);
-	return open_hf(w, s, path);
+	sg_status st;
+	if (sg_ct2_detect(path)) st = open_ct2(w, s, path);
+	else if (sg_ggml_whisper_detect(path)) st = open_ggml(w, s, path);
+	else st = open_hf(w, s, path);
+	return st ? st : default_align(w);
 }
 
 sg_status sg_whisper_load_weights(sg_whisper *w, const char *path)

@@ -190,7 +190,23 @@ Test(whisper, refuses_bad_inputs_by_value)
 	cr_expect_eq(sg_whisper_decode(w, 0, ids, 2, 63, 0, lg), SG_ERR_RANGE, "past the 64 positions");
 	cr_expect_eq(sg_whisper_decode(w, 0, ids, 2, 62, 0, lg), SG_OK, "%s", sg_last_error());
 	cr_expect_eq(sg_whisper_seq_copy(w, 0, 5, 1), SG_ERR_RANGE);
-	cr_expect_eq(sg_whisper_cross_attn(w, ids, 2, lg), SG_ERR_UNSUPPORTED, "the fixture names no alignment heads");
+	/* the fixture names no alignment heads: every head of the last half of the layers */
+	const sg_whisper_info *wi = sg_whisper_get_info(w);
+	cr_assert_eq(wi->n_align_heads, 4, "2 layers x 4 heads: layer 1's four");
+	for (int a = 0; a < 4; a++) cr_expect(wi->align_heads[a][0] == 1 && wi->align_heads[a][1] == a);
+	float *att = calloc((size_t)4 * 2 * (size_t)wi->n_audio_ctx, sizeof(float)), *np = calloc(2, sizeof(float));
+	cr_expect_eq(sg_whisper_align(w, ids, 2, 0, 4, att, np), SG_ERR_RANGE, "no keys");
+	cr_expect_eq(sg_whisper_align(w, ids, 2, wi->n_audio_ctx + 1, 4, att, np), SG_ERR_RANGE, "more keys than the window");
+	cr_expect_eq(sg_whisper_align(w, ids, 2, 5, 0, att, np), SG_ERR_RANGE, "no text ids");
+	cr_assert_eq(sg_whisper_align(w, ids, 2, 5, wi->n_vocab, att, np), SG_OK, "%s", sg_last_error());
+	for (int r = 0; r < 8; r++) {
+		double sum = 0;
+		for (int j = 0; j < 5; j++) sum += att[r * 5 + j];
+		cr_expect(fabs(sum - 1) < 1e-5, "row %d sums to %g over the 5 keys", r, sum);
+	}
+	cr_expect(np[0] > 0 && np[0] < 1 && np[1] == 0, "%g %g", np[0], np[1]);
+	free(att);
+	free(np);
 	free(mel);
 	sg_whisper_free(w);
 }
