@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/error.h"
 #include "models/model.h"
 
@@ -170,5 +171,19 @@ sg_status sg_model_bind_experts(sg_model *m, int layer, sg_layer_weights *lw, sg
 	sg_status st = stack(m, layer, "gate_proj", D, F, &lw->gate_exps);
 	if (!st) st = stack(m, layer, "up_proj", D, F, &lw->up_exps);
 	if (!st) st = stack(m, layer, "down_proj", F, D, &lw->down_exps);
+	return st;
+}
+
+sg_status sg_model_fetch_experts(const sg_model *m, int layer, const sg_btensor *ids, const sg_btensor *h)
+{
+	if (!m->xsrc.fetch) return SG_OK;
+	int64_t n = sg_btensor_rows(ids) * ids->ne[0];
+	int32_t stackbuf[512], *v = n <= 512 ? stackbuf : sg_malloc(sizeof(int32_t) * (size_t)n);
+	if (!v) return sg_error(SG_ERR_NOMEM, "expert ids of layer %d (%lld)", layer, (long long)n);
+	/* the ids are on the host for a backend of host memory (the only kind with expert tables):
+	 * the read is a copy, not a round trip */
+	sg_status st = m->be->ops->read(m->be, ids, 0, v, sizeof(int32_t) * (size_t)n);
+	if (!st) st = m->xsrc.fetch(m->xsrc.ctx, layer, v, n, h);
+	if (v != stackbuf) sg_free(v);
 	return st;
 }

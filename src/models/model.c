@@ -223,6 +223,8 @@ static sg_status check_runnable(const sg_model_desc *d)
 void sg_model_free(sg_model *m)
 {
 	if (!m) return;
+	if (m->xsrc.free) m->xsrc.free(m->xsrc.ctx);
+	memset(&m->xsrc, 0, sizeof m->xsrc);
 	if (m->be) {
 		sg_backend *be = m->be;
 		if (m->layers)
