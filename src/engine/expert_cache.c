@@ -760,6 +760,16 @@ int sg_xc_stats_get(const sg_model *m, sg_xc_stats *out)
 	return 1;
 }
 
+void sg_xc_stats_reset(sg_model *m)
+{
+	sg_xcache *c = cache_of(m);
+	if (!c) return;
+	pthread_mutex_lock(&c->mu);
+	c->st.lookups = c->st.hits = c->st.prefetched = c->st.prefetch_used = 0;
+	c->st.reads = c->st.bytes_read = c->st.tokens = 0;
+	pthread_mutex_unlock(&c->mu);
+}
+
 int64_t sg_xc_resize(sg_model *m, int64_t slots)
 {
 	sg_xcache *c = cache_of(m);

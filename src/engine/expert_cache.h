@@ -81,6 +81,9 @@ sg_status sg_xc_apply(sg_model *m, const sg_xc_spec *spec, int n_ctx, int64_t *s
 /* 1 and *out filled when m has a slot cache, else 0. */
 int sg_xc_stats_get(const sg_model *m, sg_xc_stats *out);
 
+/* Zeroes the counters (lookups, hits, reads...) of m's cache: a bench measures one phase. */
+void sg_xc_stats_reset(sg_model *m);
+
 /* Resizes the cache of m to `slots` (between one layer's experts and the allocated count): the
  * slots past the count are emptied and their memory handed back to the system. Output is
  * unchanged (evicted experts are read again when asked for). Returns the slots in use after. */
