@@ -15,23 +15,38 @@
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define DEFAULT_CTX 4096 /* the session's default context (session.c) */
 
-/* memory.max of this process's cgroup (v2), 0 when none or unlimited. */
+/* A limit read from a cgroup file: a byte count, or 0 for "max" / none / past 2^60 (v1's
+ * unlimited is a huge page-rounded number). */
+static uint64_t read_limit(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) return 0;
+	char v[64] = "";
+	uint64_t lim = 0;
+	if (fgets(v, sizeof v, f) && v[0] >= '0' && v[0] <= '9') lim = strtoull(v, NULL, 10);
+	fclose(f);
+	return lim >= (1ull << 60) ? 0 : lim;
+}
+
+/* The memory limit of this process's cgroup: v2 memory.max, else v1 memory.limit_in_bytes (at
+ * the process's path, else at the mount's root, which a container sees as its own); 0 = none. */
 static uint64_t cgroup_limit(void)
 {
 	FILE *f = fopen("/proc/self/cgroup", "r");
 	if (!f) return 0;
-	char line[512], path[600] = "";
-	while (fgets(line, sizeof line, f))
-		if (!strncmp(line, "0::", 3)) {
-			line[strcspn(line, "\n")] = 0;
-			snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", line + 3);
-		}
+	char line[512], v2[600] = "", v1[600] = "";
+	while (fgets(line, sizeof line, f)) {
+		line[strcspn(line, "\n")] = 0;
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (!c2) continue;
+		*c2 = 0;
+		if (!strcmp(c1 + 1, "")) snprintf(v2, sizeof v2, "/sys/fs/cgroup%s/memory.max", c2 + 1);
+		else if (strstr(c1 + 1, "memory")) snprintf(v1, sizeof v1, "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", c2 + 1);
+	}
 	fclose(f);
-	if (!path[0] || !(f = fopen(path, "r"))) return 0;
-	char v[64] = "";
-	uint64_t lim = 0;
-	if (fgets(v, sizeof v, f) && strncmp(v, "max", 3)) lim = strtoull(v, NULL, 10);
-	fclose(f);
+	uint64_t lim = v2[0] ? read_limit(v2) : 0;
+	if (!lim && v1[0]) lim = read_limit(v1);
+	if (!lim && v1[0]) lim = read_limit("/sys/fs/cgroup/memory/memory.limit_in_bytes");
 	return lim;
 }
 
@@ -105,11 +120,10 @@ sg_status sg_plan_make(const sg_plan_input *in, const sg_plan_machine *mc, sg_pl
 	if (p->limit_target) lim = p->limit_target;
 	if (mc->ram_available && !mc->vram && p->limit_available < lim) lim = p->limit_available;
 	if (dev && p->limit_device < lim) lim = p->limit_device;
-	if (lim == UINT64_MAX) lim = 0;
-	p->limit_bytes = lim;
 	p->resident_bytes = in->trunk_bytes + in->kv_bytes + SG_PLAN_OVERHEAD;
 	p->model_bytes = p->resident_bytes + in->expert_bytes;
-	if (!lim) return sg_error(SG_ERR_UNSUPPORTED, "planner: the machine's memory is unknown");
+	if (lim == UINT64_MAX) return sg_error(SG_ERR_UNSUPPORTED, "planner: the machine's memory is unknown");
+	p->limit_bytes = lim;
 	if (p->resident_bytes > lim)
 		return sg_error(SG_ERR_NOMEM,
 				"planner: the model's trunk (%.2f GiB) + KV at %d tokens (%.2f GiB) + %.2f GiB of working memory = %.2f GiB "
@@ -119,6 +133,7 @@ sg_status sg_plan_make(const sg_plan_input *in, const sg_plan_machine *mc, sg_pl
 		p->slots = in->experts;
 		p->headroom = (int64_t)lim - (int64_t)p->model_bytes;
 		p->hit_rate = 1;
+		p->ok = 1;
 		return SG_OK;
 	}
 	if (!in->slot_bytes)
@@ -140,6 +155,7 @@ sg_status sg_plan_make(const sg_plan_input *in, const sg_plan_machine *mc, sg_pl
 	p->hit_rate = p->hit_assumed ? (double)p->slots / (double)in->experts : in->hit_rate;
 	double expert_file_bytes = in->experts ? (double)in->expert_bytes / (double)in->experts : 0;
 	p->read_bytes_per_token = (1.0 - p->hit_rate) * in->n_used * in->n_moe_layers * expert_file_bytes;
+	p->ok = 1;
 	return SG_OK;
 }
 
@@ -154,10 +170,15 @@ void sg_plan_print(const sg_plan_input *in, const sg_plan_machine *mc, const sg_
 	if (p->limit_target) fprintf(f, "%.2f GiB", p->limit_target / GIB);
 	fprintf(f, ", 70%% of available %.2f GiB%s, device working set - 2 GiB %.2f GiB -> %.2f GiB\n", p->limit_available / GIB,
 		mc->vram ? " (host; the plan is for the GPU)" : "", p->limit_device / GIB, p->limit_bytes / GIB);
+	if (!in->trunk_bytes && !in->expert_bytes) return; /* no model */
 	fprintf(f, "  trunk: %.2f GiB; routed experts: %.2f GiB (%lld experts, %d of %d per layer per token, %d MoE layers)\n",
 		in->trunk_bytes / GIB, in->expert_bytes / GIB, (long long)in->experts, in->n_used, in->n_expert, in->n_moe_layers);
 	fprintf(f, "  KV at %d tokens: %.2f GiB; working memory (assumed): %.2f GiB\n", in->n_ctx, in->kv_bytes / GIB,
 		SG_PLAN_OVERHEAD / GIB);
+	if (!p->ok) {
+		fprintf(f, "  plan: none (the model does not fit: see the error)\n");
+		return;
+	}
 	if (!p->use_cache) {
 		fprintf(f, "  plan: everything resident (%.2f GiB), headroom %.2f GiB; --expert-cache auto stays off\n", p->model_bytes / GIB,
 			(double)p->headroom / GIB);

@@ -57,6 +57,7 @@ typedef struct sg_plan {
 	double hit_rate;                /* the rate the read figure assumes */
 	int hit_assumed;                /* 1: slots / experts (uniform routing), not measured */
 	double read_bytes_per_token;    /* expected disk reads per token */
+	int ok;                         /* 1 when sg_plan_make succeeded */
 } sg_plan;
 
 /* Reads this machine (memory, cgroup limit, SARAGOSSA_PLAN_TARGET). */
