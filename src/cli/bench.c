@@ -95,7 +95,7 @@ int sg_cli_bench(int argc, char **argv)
 	model_path = path;
 	const char *xbackend = sg_cli_expert_backend(backend);
 	/* with an expert cache the planner checks what is loaded (the trunk and the pool) */
-	if (xbackend == backend && sg_lm_check_memory(model_path)) return fail();
+	if (!sg_cli_expert_on() && sg_lm_check_memory(model_path)) return fail();
 	sg_model_params mp = sg_model_default_params();
 	mp.n_threads = threads;
 	mp.backend = xbackend;
@@ -104,7 +104,7 @@ int sg_cli_bench(int argc, char **argv)
 	int32_t *toks = NULL;
 	double *t = NULL;
 	int rc = 1;
-	if (sg_model_load(model_path, &mp, &m)) return fail();
+	if (sg_model_load_ex(model_path, &mp, sg_cli_expert_on(), &m)) return fail();
 	sg_session_params sp = sg_session_default_params();
 	int len = p > depth + n ? p : depth + n;
 	if (depth + verify > len) len = depth + verify;

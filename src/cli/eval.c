@@ -13,6 +13,7 @@
 #include "base/alloc.h"
 #include "cli/cli.h"
 #include "cli/lm_cli.h"
+#include "models/model.h"
 #include "saragossa.h"
 
 static int fail(void)
@@ -122,7 +123,7 @@ int sg_cli_eval(int argc, char **argv)
 	sg_session *s = NULL;
 	float *logits = NULL;
 	int rc = 1;
-	if (sg_model_load(model_path, &mp, &m)) {
+	if (sg_model_load_ex(model_path, &mp, sg_cli_expert_on(), &m)) {
 		rc = fail();
 		goto done;
 	}

@@ -418,6 +418,13 @@ int sg_cli_expert_cache_opt(const char *verb, const char *value)
 	return 0;
 }
 
+int sg_cli_expert_on(void)
+{
+	sg_xc_spec xs;
+	char err[200];
+	return !sg_xc_parse(sg_flag_str("SARAGOSSA_EXPERT_CACHE"), &xs, err, sizeof err) && xs.mode != SG_XC_OFF;
+}
+
 const char *sg_cli_expert_backend(const char *backend)
 {
 	sg_xc_spec xs;

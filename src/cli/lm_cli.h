@@ -49,6 +49,8 @@ int sg_cli_load_lm(const char *verb, const char *model, int32_t n_ctx, int n_thr
  * when it is not off, auto, a size or a percentage), then set as SARAGOSSA_EXPERT_CACHE for the
  * loaders of this process. Returns 0 when applied. */
 int sg_cli_expert_cache_opt(const char *verb, const char *value);
+/* 1 when SARAGOSSA_EXPERT_CACHE (--expert-cache) asks for a slot cache. */
+int sg_cli_expert_on(void);
 /* The backend a verb that loads a bare model (eval, bench) asks for: "cpu" in place of auto when
  * SARAGOSSA_EXPERT_CACHE is on (the slot cache runs on the CPU), else `backend` as given. */
 const char *sg_cli_expert_backend(const char *backend);

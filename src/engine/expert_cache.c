@@ -62,9 +62,7 @@ typedef struct {
 
 typedef struct {
 	int moe;
-	int file;
-	uint64_t off[3]; /* file offset of expert 0's rows of gate, up, down */
-	size_t len[3];   /* bytes of one expert's rows */
+	size_t len[3];   /* bytes of one expert's rows of gate, up, down */
 } xlayer;
 
 typedef struct {
@@ -77,6 +75,7 @@ typedef struct sg_xcache {
 	sg_model *m;
 	int L, E, k;
 	xlayer *ly;              /* [L] */
+	sg_expert_loc *loc;      /* [L][3][E] where each expert's rows are */
 	xfile *files;            /* [n_files] */
 	int n_files;
 	const void **tab;        /* [L][3][E] pointers the tables hold */
@@ -153,10 +152,12 @@ static int locate(const sg_model *m, const sg_btensor *t, uint64_t *off)
 	return -1;
 }
 
-/* Fills ly[L] from m's bound stacks; 0, or -1 with *why. */
-static int layout(const sg_model *m, xlayer *ly, const char **why)
+/* Fills ly[L] (and loc [L][3][E] when not NULL) from m's experts: the locations a deferred load
+ * recorded, else the stacks bound in place; 0, or -1 with *why. */
+static int layout(const sg_model *m, xlayer *ly, sg_expert_loc *loc, const char **why)
 {
 	const sg_model_desc *d = &m->desc;
+	size_t E = (size_t)d->n_expert;
 	int any = 0;
 	for (int li = 0; li < d->n_layer; li++) {
 		memset(&ly[li], 0, sizeof ly[li]);
@@ -167,26 +168,26 @@ static int layout(const sg_model *m, xlayer *ly, const char **why)
 			return -1;
 		}
 		const sg_btensor *t[3] = {&lw->gate_exps, &lw->up_exps, &lw->down_exps};
+		int located = m->xloc_set && m->xloc_set[li];
 		ly[li].moe = 1;
 		for (int p = 0; p < 3; p++) {
 			if (t[p]->type == SG_TYPE_MLX_AFFINE) {
 				*why = "the experts are MLX-quantized, which the slot cache does not read yet";
 				return -1;
 			}
+			ly[li].len[p] = (size_t)t[p]->ne[1] * t[p]->row_bytes;
+			sg_expert_loc *lp = loc ? loc + ((size_t)li * 3 + (size_t)p) * E : NULL;
+			if (located) {
+				if (lp) memcpy(lp, m->xloc + ((size_t)li * 3 + (size_t)p) * E, E * sizeof *lp);
+				continue;
+			}
 			uint64_t off;
 			int f = locate(m, t[p], &off);
 			if (f < 0) {
-				*why = "the experts are not stacks in the file (one tensor per expert, or a fused gate_up split at load), "
-				       "which the slot cache does not read yet";
+				*why = "the experts were copied at load (load the model with its experts deferred: sg_model_load_ex)";
 				return -1;
 			}
-			if (p == 0) ly[li].file = f;
-			else if (f != ly[li].file) {
-				*why = "a layer's expert stacks are spread over several files";
-				return -1;
-			}
-			ly[li].off[p] = off;
-			ly[li].len[p] = (size_t)t[p]->ne[1] * t[p]->row_bytes;
+			for (size_t e = 0; lp && e < E; e++) lp[e] = (sg_expert_loc){f, off + e * ly[li].len[p]};
 		}
 		any = 1;
 	}
@@ -204,7 +205,7 @@ uint64_t sg_xc_slot_bytes(const sg_model *m, int64_t *experts, const char **why)
 	xlayer *ly = sg_calloc((size_t)m->desc.n_layer, sizeof *ly);
 	if (!ly) return 0;
 	uint64_t total = 0;
-	if (!layout(m, ly, &w)) {
+	if (!layout(m, ly, NULL, &w)) {
 		size_t cap[3] = {0, 0, 0};
 		int64_t ne = 0;
 		for (int li = 0; li < m->desc.n_layer; li++) {
@@ -235,7 +236,7 @@ static void table_set(sg_xcache *c, int layer, int e, int s)
 			*slot = NULL;
 			continue;
 		}
-		uint64_t off = c->ly[layer].off[p] + (uint64_t)e * c->ly[layer].len[p];
+		uint64_t off = c->loc[((size_t)layer * 3 + (size_t)p) * (size_t)c->E + (size_t)e].offset;
 		*slot = c->pool + (size_t)s * c->slot_bytes + c->part_off[p] + (size_t)(off % ALIGN);
 	}
 }
@@ -311,13 +312,14 @@ static int queue_load(sg_xcache *c, int s, int layer, int e, xreq **out)
 	x->pending = 3;
 	c->where[(size_t)layer * (size_t)c->E + (size_t)e] = s;
 	const xlayer *l = &c->ly[layer];
-	const xfile *f = &c->files[l->file];
 	for (int p = 0; p < 3; p++) {
 		xreq *r = req_new(c);
-		uint64_t off = l->off[p] + (uint64_t)e * l->len[p];
+		const sg_expert_loc *lc = &c->loc[((size_t)layer * 3 + (size_t)p) * (size_t)c->E + (size_t)e];
+		const xfile *f = &c->files[lc->file];
+		uint64_t off = lc->offset;
 		r->slot = s;
 		r->part = p;
-		r->file = l->file;
+		r->file = lc->file;
 		r->direct = f->dfd >= 0;
 		r->off = off / ALIGN * ALIGN;
 		r->need = (size_t)(off - r->off) + l->len[p];
@@ -536,8 +538,10 @@ static sg_status fetch(void *ctx, int layer, const int32_t *ids, int64_t n, cons
 	for (int j = 0; j < nn; j++) {
 		int32_t e = c->need[j];
 		if (c->where[(size_t)layer * (size_t)c->E + (size_t)e] >= 0) continue;
-		if (!checked) {
-			if ((st = check_file(c, c->ly[layer].file))) break;
+		if (!checked) { /* before the first read: the files are still the ones loaded */
+			for (int i = 0; i < c->n_files && !st; i++)
+				if (c->files[i].fd >= 0) st = check_file(c, i);
+			if (st) break;
 			checked = 1;
 		}
 		int s = victim(c);
@@ -558,9 +562,10 @@ static sg_status fetch(void *ctx, int layer, const int32_t *ids, int64_t n, cons
 		for (int j = 0; j < nn; j++) {
 			int32_t s = c->where[(size_t)layer * (size_t)c->E + (size_t)c->need[j]];
 			if (s < 0 || c->slots[s].state != READY) {
-				const xfile *f = &c->files[c->ly[layer].file];
-				uint64_t off = c->ly[layer].off[0] + (uint64_t)c->need[j] * c->ly[layer].len[0];
-				st = check_file(c, c->ly[layer].file);
+				const sg_expert_loc *lc = &c->loc[(size_t)layer * 3 * (size_t)c->E + (size_t)c->need[j]];
+				const xfile *f = &c->files[lc->file];
+				uint64_t off = lc->offset;
+				st = check_file(c, lc->file);
 				if (!st)
 					st = sg_error(SG_ERR_IO, "expert cache: reading expert %d of layer %d from '%s' (offset %llu) failed: the file is shorter or unreadable",
 						      c->need[j], layer, f->path, (unsigned long long)off);
@@ -596,6 +601,7 @@ static void cache_free(void *ctx)
 	pthread_mutex_destroy(&c->mu);
 	sg_free(c->files);
 	sg_free(c->ly);
+	sg_free(c->loc);
 	sg_free(c->tab);
 	sg_free(c->tables);
 	sg_free(c->where);
@@ -652,6 +658,7 @@ sg_status sg_xc_attach(sg_model *m, int64_t slots)
 	sg_status st = SG_OK;
 	size_t LE = (size_t)c->L * (size_t)c->E;
 	c->ly = sg_calloc((size_t)c->L, sizeof *c->ly);
+	c->loc = sg_calloc(LE * 3, sizeof *c->loc);
 	c->tab = sg_calloc(LE * 3, sizeof *c->tab);
 	c->tables = sg_calloc((size_t)c->L * 3, sizeof *c->tables);
 	c->where = sg_malloc(LE * sizeof *c->where);
@@ -662,13 +669,13 @@ sg_status sg_xc_attach(sg_model *m, int64_t slots)
 	c->lbuf = sg_calloc((size_t)c->E, sizeof *c->lbuf);
 	c->need = sg_calloc((size_t)c->E + 64, sizeof *c->need);
 	c->files = sg_calloc((size_t)m->w->n_files, sizeof *c->files);
-	if (!c->ly || !c->tab || !c->tables || !c->where || !c->last_ids || !c->slots || !c->reqs || !c->lbuf || !c->need || !c->files) {
+	if (!c->ly || !c->loc || !c->tab || !c->tables || !c->where || !c->last_ids || !c->slots || !c->reqs || !c->lbuf || !c->need || !c->files) {
 		cache_free(c);
 		return sg_error(SG_ERR_NOMEM, "expert cache: tables for %d layers x %d experts", d->n_layer, d->n_expert);
 	}
 	for (size_t i = 0; i < LE; i++) c->where[i] = -1;
 	for (size_t i = 0; i < (size_t)c->L * (size_t)(c->k > 0 ? c->k : 1); i++) c->last_ids[i] = -1;
-	(void)layout(m, c->ly, &why);
+	(void)layout(m, c->ly, c->loc, &why);
 	for (int p = 0; p < 3; p++) {
 		for (int li = 0; li < c->L; li++)
 			if (c->ly[li].moe) {
@@ -699,7 +706,7 @@ sg_status sg_xc_attach(sg_model *m, int64_t slots)
 	for (int i = 0; i < c->n_files && !st; i++) {
 		xfile *f = &c->files[i];
 		int used = 0;
-		for (int li = 0; li < c->L; li++) used |= c->ly[li].moe && c->ly[li].file == i;
+		for (size_t k = 0; k < LE * 3 && !used; k++) used = c->loc[k].file == i && c->ly[k / (3 * (size_t)c->E)].moe;
 		if (!used) continue;
 		f->path = sg_strdup(m->w->files[i].path);
 		f->fd = open(m->w->files[i].path, O_RDONLY | O_CLOEXEC);
@@ -731,7 +738,10 @@ sg_status sg_xc_attach(sg_model *m, int64_t slots)
 			tb->n_expert = c->E;
 			tb->data = &c->tab[((size_t)li * 3 + (size_t)p) * (size_t)c->E];
 			t[p]->experts = tb;
-			advise_away(m->w->files[c->ly[li].file].data + c->ly[li].off[p], c->ly[li].len[p] * (size_t)c->E);
+			for (int e = 0; e < c->E; e++) {
+				const sg_expert_loc *lc = &c->loc[((size_t)li * 3 + (size_t)p) * (size_t)c->E + (size_t)e];
+				advise_away(m->w->files[lc->file].data + lc->offset, c->ly[li].len[p]);
+			}
 		}
 	}
 	c->st.slots = c->st.slots_max = slots;
@@ -823,12 +833,13 @@ sg_status sg_xc_apply(sg_model *m, const sg_xc_spec *spec, int n_ctx, int64_t *s
 		sg_plan_machine_detect(&mc);
 		sg_status st = sg_plan_make(&in, &mc, &plan);
 		if (st) return st;
-		if (!plan.use_cache) {
+		if (!plan.use_cache && !m->xloc) {
 			sg_log(SG_LOG_INFO, "expert cache: auto: the whole model fits (%.2f GiB of %.2f GiB): experts stay in place",
 			       plan.model_bytes / 1073741824.0, plan.limit_bytes / 1073741824.0);
 			return SG_OK;
 		}
-		slots = plan.slots;
+		/* experts left on disk at load (m->xloc) need a cache even when all of them fit */
+		slots = plan.use_cache ? plan.slots : total;
 	}
 	sg_status st = sg_xc_attach(m, slots);
 	if (!st && slots_out) *slots_out = cache_of(m)->n;

@@ -95,7 +95,7 @@ void sg_plan_input_from_model(const sg_model *m, int n_ctx, sg_plan_input *out)
 		const sg_layer_weights *lw = &m->layers[li];
 		const sg_btensor *t[3] = {&lw->gate_exps, &lw->up_exps, &lw->down_exps};
 		for (int p = 0; p < 3; p++)
-			if (t[p]->data) out->expert_bytes += (uint64_t)sg_btensor_rows(t[p]) * t[p]->row_bytes;
+			if (t[p]->row_bytes) out->expert_bytes += (uint64_t)sg_btensor_rows(t[p]) * t[p]->row_bytes;
 		if (m->hy.layers && m->hy.layers[li].gate_up_exps.data)
 			out->expert_bytes += (uint64_t)sg_btensor_rows(&m->hy.layers[li].gate_up_exps) * m->hy.layers[li].gate_up_exps.row_bytes;
 	}

@@ -142,3 +142,24 @@ def test_a_file_changed_after_load_fails_the_request_and_the_server_lives(models
             assert s.proc.poll() is None
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+# The reference fixtures (made by transformers, tools/make_fixtures.py) in every layout the cache
+# reads: one tensor per expert (transformers 4), transformers 5's fused gate_up stack, and the
+# hybrid families' MoE layers. Their experts are located at load and never copied.
+PARITY = ["qwen3_moe", "qwen3_moe_stacked", "qwen3_5_moe_text", "qwen3_5_moe_text_stacked", "qwen3_next",
+          "qwen3_next_stacked"]
+
+
+@pytest.mark.parametrize("name", PARITY)
+def test_reference_fixtures_match_the_reference_through_the_cache(sg, tmp_path, name):
+    from test_parity import FIX, TOL, reference, rel_err, run_eval as parity_eval
+    ids, want, greedy = reference(name)
+    off, off_toks, _ = parity_eval(sg, tmp_path, name, ids, "--expert-cache", "off", tag="-off")
+    # half the experts: one layer's (2 layers), so every step evicts
+    got, toks, r = parity_eval(sg, tmp_path, name, ids, "--expert-cache", "50%", tag="-xc")
+    assert got.tobytes() == off.tobytes() and toks == off_toks, f"{name}: the cache changed the output"
+    err = rel_err(got.reshape(want.shape), want)
+    assert err <= TOL, f"{name}: max |dlogit| / max |logit| = {err:.3g} > {TOL}"
+    assert toks == greedy, f"{name}: greedy {toks} != reference {greedy}"
+    assert "experts:" in r.stderr
