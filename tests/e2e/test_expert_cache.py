@@ -163,3 +163,17 @@ def test_reference_fixtures_match_the_reference_through_the_cache(sg, tmp_path, 
     assert err <= TOL, f"{name}: max |dlogit| / max |logit| = {err:.3g} > {TOL}"
     assert toks == greedy, f"{name}: greedy {toks} != reference {greedy}"
     assert "experts:" in r.stderr
+
+
+def test_on_a_gpu_auto_keeps_a_cached_model_on_the_cpu_and_cuda_refuses_it_clearly(sg, tmp_path, models):
+    """GPU group (skips without a GPU): the slot cache's slots are host memory, which the CUDA
+    kernels do not read; --backend auto runs a cached model on the CPU (bit-identical to the
+    CPU's resident run) and --backend cuda says why it cannot."""
+    r = sg("doctor")
+    if "GPU 0:" not in r.stdout:
+        pytest.skip("no GPU")
+    ref, ref_toks, _ = run_eval(sg, tmp_path, models["gguf"], "off", "--backend", "cpu", tag="cpu")
+    got, toks, _ = run_eval(sg, tmp_path, models["gguf"], "50%", "--backend", "auto", tag="auto")
+    assert got == ref and toks == ref_toks
+    r = sg("eval", "--model", str(models["gguf"]), "--tokens", "1,2", "--backend", "cuda", "--expert-cache", "50%")
+    assert r.returncode != 0 and "expert cache: the cuda backend" in r.stderr, r.stderr
