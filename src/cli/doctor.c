@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "cli/lm_cli.h"
 #include "engine/draft.h"
+#include "engine/expert_cache.h"
 #include "engine/planner.h"
 #include "hub/download.h"
 #include "hub/repo.h"
@@ -96,6 +97,7 @@ static int print_plan(const char *model, uint64_t ram, uint64_t vram, int n_ctx,
 	}
 	sg_plan_input in;
 	sg_plan_input_from_model(m, n_ctx, &in);
+	in.slot_bytes = sg_xc_slot_bytes(m, NULL, NULL);
 	if (hit >= 0) in.hit_rate = hit;
 	sg_plan p;
 	sg_status st = sg_plan_make(&in, &mc, &p);

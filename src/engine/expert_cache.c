@@ -829,6 +829,7 @@ sg_status sg_xc_apply(sg_model *m, const sg_xc_spec *spec, int n_ctx, int64_t *s
 		sg_plan plan;
 		sg_plan_input in;
 		sg_plan_input_from_model(m, n_ctx, &in);
+		in.slot_bytes = sb;
 		sg_plan_machine mc;
 		sg_plan_machine_detect(&mc);
 		sg_status st = sg_plan_make(&in, &mc, &plan);

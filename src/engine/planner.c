@@ -10,7 +10,6 @@
 #include "base/error.h"
 #include "base/flags.h"
 #include "base/sysinfo.h"
-#include "engine/expert_cache.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define DEFAULT_CTX 4096 /* the session's default context (session.c) */
@@ -102,8 +101,7 @@ void sg_plan_input_from_model(const sg_model *m, int n_ctx, sg_plan_input *out)
 	out->trunk_bytes = files > out->expert_bytes ? files - out->expert_bytes : 0;
 	out->n_expert = d->n_expert;
 	out->n_used = d->n_expert_used;
-	out->slot_bytes = sg_xc_slot_bytes(m, &out->experts, NULL);
-	if (!out->experts) out->experts = (int64_t)d->n_expert * out->n_moe_layers;
+	out->experts = (int64_t)d->n_expert * out->n_moe_layers;
 }
 
 sg_status sg_plan_make(const sg_plan_input *in, const sg_plan_machine *mc, sg_plan *p)

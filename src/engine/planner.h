@@ -66,7 +66,8 @@ void sg_plan_machine_detect(sg_plan_machine *out);
 void sg_plan_machine_sim(uint64_t ram, uint64_t vram, sg_plan_machine *out);
 
 /* Fills in from a loaded model at n_ctx tokens (0: the session default) with f32 KV (f16 when
- * the model runs on a device with its own memory). */
+ * the model runs on a device with its own memory). slot_bytes stays 0: the caller sets it from
+ * the expert cache (sg_xc_slot_bytes), which sits above the planner. */
 void sg_plan_input_from_model(const sg_model *m, int n_ctx, sg_plan_input *out);
 
 /* The plan; SG_ERR_NOMEM when even the trunk, KV and overhead exceed the limit, or the pool
