@@ -210,9 +210,9 @@ static const sg_flag table[] = {
 	 "model does not fit, a size like 6g, or a share of the experts like 25%); --expert-cache sets it"},
 	{"SARAGOSSA_EXPERT_POLICY", SG_FLAG_STR, "freq",
 	 "expert cache eviction: freq (a use count that halves every pool-size lookups) or lru (least recently used)"},
-	{"SARAGOSSA_EXPERT_PREFETCH", SG_FLAG_STR, "router",
-	 "expert cache: read the next layer's likely experts ahead (router = its router applied to this layer's input, last = "
-	 "the experts it took last token, off)"},
+	{"SARAGOSSA_EXPERT_PREFETCH", SG_FLAG_STR, "off",
+	 "expert cache: read the next layer's likely experts ahead: router (its router applied to this layer's input), last "
+	 "(the experts it took last token) or off (measured faster on a loaded 2-core machine: bench/RESULTS.md)"},
 	{"SARAGOSSA_EXPERT_DIRECT", SG_FLAG_BOOL, "1",
 	 "expert cache: read experts with O_DIRECT where the file system takes it, bypassing the page cache (0: buffered reads)"},
 	{"SARAGOSSA_EXPERT_URING", SG_FLAG_BOOL, "1",

@@ -654,7 +654,7 @@ sg_status sg_xc_attach(sg_model *m, int64_t slots)
 	const char *pol = sg_flag_str("SARAGOSSA_EXPERT_POLICY");
 	c->policy = pol && !strcasecmp(pol, "lru") ? POLICY_LRU : POLICY_FREQ;
 	const char *pf = sg_flag_str("SARAGOSSA_EXPERT_PREFETCH");
-	c->prefetch = pf && !strcasecmp(pf, "off") ? PF_OFF : pf && !strcasecmp(pf, "last") ? PF_LAST : PF_ROUTER;
+	c->prefetch = pf && !strcasecmp(pf, "router") ? PF_ROUTER : pf && !strcasecmp(pf, "last") ? PF_LAST : PF_OFF;
 	sg_status st = SG_OK;
 	size_t LE = (size_t)c->L * (size_t)c->E;
 	c->ly = sg_calloc((size_t)c->L, sizeof *c->ly);

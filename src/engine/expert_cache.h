@@ -14,9 +14,10 @@
  * The pages of the expert tensors in the mapping are never touched (the ranges are advised
  * MADV_DONTNEED + MADV_RANDOM), so a process under a memory cap does not page-thrash.
  *
- * Prefetch: after a one-token layer's experts are resident, the next MoE layer's router is applied
- * to this layer's expert input and its top-k experts are read in the background (or the experts
- * the next layer took last time, SARAGOSSA_EXPERT_PREFETCH=last).
+ * Prefetch (SARAGOSSA_EXPERT_PREFETCH, off by default: measured slower on a loaded 2-core machine):
+ * after a one-token layer's experts are resident, the next MoE layer's router is applied to this
+ * layer's expert input and its top-k experts are read in the background (router), or the experts
+ * the next layer took last time (last).
  *
  * Layouts: the separate stacks bound in place (GGUF, and safetensors stacks of F32/F16/BF16).
  * Experts stored one tensor per expert, fused gate_up stacks and MLX-quantized experts are

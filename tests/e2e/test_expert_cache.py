@@ -64,9 +64,10 @@ def test_cache_at_10_50_100_percent_is_bit_identical_to_resident(sg, tmp_path, m
 
 @pytest.mark.parametrize("env", [
     {"SARAGOSSA_EXPERT_POLICY": "lru", "SARAGOSSA_EXPERT_PREFETCH": "last"},
+    {"SARAGOSSA_EXPERT_PREFETCH": "router"},
     {"SARAGOSSA_EXPERT_PREFETCH": "off", "SARAGOSSA_EXPERT_DIRECT": "0"},
-    {"SARAGOSSA_EXPERT_URING": "0"},
-], ids=["lru-last", "no-prefetch-buffered", "pread"])
+    {"SARAGOSSA_EXPERT_URING": "0", "SARAGOSSA_EXPERT_PREFETCH": "router"},
+], ids=["lru-last", "router", "no-prefetch-buffered", "pread"])
 def test_every_policy_and_io_path_is_bit_identical_token_by_token(sg, tmp_path, models, env):
     """--chunk 1: every prompt token is a decode step, so prefetch runs at every layer."""
     ref, ref_toks, _ = run_eval(sg, tmp_path, models["gguf"], "off", "--chunk", "1")
@@ -75,12 +76,15 @@ def test_every_policy_and_io_path_is_bit_identical_token_by_token(sg, tmp_path, 
     line = next(ln for ln in err.splitlines() if "experts:" in ln)
     if env.get("SARAGOSSA_EXPERT_PREFETCH") == "last":
         assert "prefetch last" in line and ", lru," in line
+    if env.get("SARAGOSSA_EXPERT_PREFETCH") == "router" and "SARAGOSSA_EXPERT_URING" not in env:
+        assert "prefetch router" in line
     if "SARAGOSSA_EXPERT_URING" in env or env.get("SARAGOSSA_EXPERT_PREFETCH") == "off":
         assert "prefetch off" in line
 
 
 def test_router_prefetch_reads_ahead_and_is_used(sg, tmp_path, models):
-    _, _, err = run_eval(sg, tmp_path, models["gguf"], "50%", "--chunk", "1", tag="pf")
+    _, _, err = run_eval(sg, tmp_path, models["gguf"], "50%", "--chunk", "1", tag="pf",
+                         env={"SARAGOSSA_EXPERT_PREFETCH": "router"})
     line = next(ln for ln in err.splitlines() if "experts:" in ln)
     read, used = (int(x) for x in line.split("prefetch router ")[1].split(" used")[0].split(" read "))
     assert read > 0 and 0 < used <= read
