@@ -294,6 +294,11 @@ typedef struct sg_llm_params {
 	const char *backend; /* as sg_model_params.backend: "cpu", "cuda", "auto"; NULL = SARAGOSSA_BACKEND */
 	int n_threads;       /* CPU threads, caller included; 0 = SARAGOSSA_THREADS, else one per core */
 	int n_ctx;           /* tokens of context; 0 = the model's, capped at 4096 */
+	/* MoE models: the routed experts read from disk through a slot cache: "off" (all resident),
+	 * "auto" (the memory planner's choice when the model does not fit), a size ("6g") or a share
+	 * of the experts ("25%"); NULL = SARAGOSSA_EXPERT_CACHE (default off). Output is the same
+	 * bit for bit; a cached model runs on the CPU. */
+	const char *expert_cache;
 } sg_llm_params;
 
 sg_llm_params sg_llm_default_params(void);

@@ -56,6 +56,17 @@
 
 typedef struct sg_backend sg_backend; /* a compute device: cpu, cuda (defined below) */
 
+/* Where the experts of a stacked expert weight w [E][N][K] live when they are not the rows of
+ * w->data (the engine's expert slot cache, src/engine/expert_cache.h): expert e's N rows are at
+ * data[e], laid out exactly as in the stack (same row bytes), or data[e] is NULL when expert e is
+ * not resident (a moe_matmul slot routed to it is then an error of the caller: the op gives zeros).
+ * Owned by whoever set it; it changes between ops, never during one. Float and GGUF-quantized
+ * types only (MLX affine weights carry companions the table does not name). */
+typedef struct sg_expert_table {
+	int64_t n_expert;       /* E */
+	const void *const *data; /* [E] */
+} sg_expert_table;
+
 /* A tensor in a backend's memory. Plain value type: views are made by copying and adjusting. */
 typedef struct sg_btensor {
 	sg_type type;       /* element type: activations are F32 (or F16 for a KV cache), scalars I32 */
@@ -71,6 +82,10 @@ typedef struct sg_btensor {
 	 * (> 0, backend-specific: the CUDA backend's planar K-quant rows). -1 before tensor_bind asks
 	 * it to keep the file's order, for a tensor whose rows will be viewed as shorter rows. */
 	int layout;
+	/* A stacked expert weight read through an indirection (NULL: the experts are the rows of
+	 * data). moe_matmul / moe_glu read expert e from experts->data[e]; a backend that cannot
+	 * (sg_backend_caps.expert_table 0) refuses the tensor with SG_ERR_UNSUPPORTED. */
+	const sg_expert_table *experts;
 } sg_btensor;
 
 /* Rows of a tensor: the product of its outer dimensions. */
@@ -204,6 +219,8 @@ typedef struct sg_backend_caps {
 	int device_memory;   /* 1: tensors live in the device's own memory (mem_info reports it) */
 	int capture;         /* 1: a decode step can be recorded once and replayed (capture ops, on) */
 	int capture_hybrid;  /* 1: also steps of hybrid layer stacks (recurrent state in place) */
+	int expert_table;    /* 1: moe_matmul reads experts through sg_btensor.experts (host memory
+	                      * slots: the expert slot cache runs on this backend) */
 	char device[160];    /* the device: "NVIDIA H200, 139.8 GiB, sm_90"; the CPU: its kernel set */
 	char graphs_flag[48]; /* the flag that switches capture off ("" when none) */
 } sg_backend_caps;
@@ -295,7 +312,9 @@ typedef struct sg_backend_ops {
 	/* Grouped expert matmul: y[t][j] = w[ids[t][j]] x_t(j) for every token t and slot j.
 	 * w [E][N][K] (ne[2] = E) any supported type; ids I32 [n][k]; x [n][K] (one input shared by
 	 * a token's slots) or [n][k][K] (one per slot); y [n][k][N]. Each expert's weights are read
-	 * once per call however many tokens chose it. An id outside [0, E) gives zeros. */
+	 * once per call however many tokens chose it. An id outside [0, E) gives zeros. With
+	 * w->experts set, expert e is read from w->experts->data[e] (the same bytes, the same kernel:
+	 * the results equal the stacked tensor's bit for bit). */
 	sg_status (*moe_matmul)(sg_backend *be, const sg_btensor *w, const sg_btensor *x,
 				const sg_btensor *ids, sg_btensor *y);
 	/* out[t] = sum_j weights[t][j] * y[t][j]; y [n][k][D]; weights [n][k]; out [n][D]. */

@@ -208,6 +208,20 @@ static const sg_flag table[] = {
 	{"RETI_SERVE_BACKEND", SG_FLAG_STR, "auto",
 	 "serve: backend the models run on: auto (the GPU when this build has CUDA and one is usable, else the CPU), cpu or "
 	 "cuda (on a GPU, device memory is projected against its free bytes); --backend sets it"},
+	{"SARAGOSSA_EXPERT_CACHE", SG_FLAG_STR, "off",
+	 "MoE models: routed experts read from disk into a slot cache of this size (off, auto = the planner's choice when the "
+	 "model does not fit, a size like 6g, or a share of the experts like 25%); --expert-cache sets it"},
+	{"SARAGOSSA_EXPERT_POLICY", SG_FLAG_STR, "freq",
+	 "expert cache eviction: freq (a use count that halves every pool-size lookups) or lru (least recently used)"},
+	{"SARAGOSSA_EXPERT_PREFETCH", SG_FLAG_STR, "off",
+	 "expert cache: read the next layer's likely experts ahead: router (its router applied to this layer's input), last "
+	 "(the experts it took last token) or off (measured faster on a loaded 2-core machine: bench/RESULTS.md)"},
+	{"SARAGOSSA_EXPERT_DIRECT", SG_FLAG_BOOL, "1",
+	 "expert cache: read experts with O_DIRECT where the file system takes it, bypassing the page cache (0: buffered reads)"},
+	{"SARAGOSSA_EXPERT_URING", SG_FLAG_BOOL, "1",
+	 "expert cache: reads go through io_uring, many in flight (0: one synchronous pread at a time, no prefetch)"},
+	{"SARAGOSSA_PLAN_TARGET", SG_FLAG_STR, "auto",
+	 "memory planner (doctor --sim-ram, --expert-cache auto): a target cap on the model's memory in bytes (k/m/g); auto = none"},
 };
 
 /* Credentials among the flags: never printed. */

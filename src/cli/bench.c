@@ -30,6 +30,7 @@
 #include "base/timer.h"
 #include "cli/cli.h"
 #include "cli/lm_cli.h"
+#include "engine/expert_cache.h"
 #include "engine/session.h"
 #include "hub/repo.h"
 #include "saragossa.h"
@@ -81,6 +82,7 @@ int sg_cli_bench(int argc, char **argv)
 		else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) rc = int_arg(a, v, 0, &depth);
 		else if (!strcmp(a, "--verify")) rc = int_arg(a, v, 2, &verify);
 		else if (!strcmp(a, "--backend")) backend = v;
+		else if (!strcmp(a, "--expert-cache")) rc = v ? sg_cli_expert_cache_opt("bench", v) : 0;
 		else return sg_cli_usage_error("bench", "unknown argument '%s'", a);
 		if (rc) return 2;
 		if (!v) return sg_cli_usage_error("bench", "%s needs a value", a);
@@ -91,21 +93,24 @@ int sg_cli_bench(int argc, char **argv)
 	char path[SG_HUB_PATH_MAX];
 	if (sg_cli_model_path("bench", model_path, path, sizeof path)) return 1;
 	model_path = path;
-	if (sg_lm_check_memory(model_path)) return fail();
+	const char *xbackend = sg_cli_expert_backend(backend);
+	/* with an expert cache the planner checks what is loaded (the trunk and the pool) */
+	if (!sg_cli_expert_on() && sg_lm_check_memory(model_path)) return fail();
 	sg_model_params mp = sg_model_default_params();
 	mp.n_threads = threads;
-	mp.backend = backend;
+	mp.backend = xbackend;
 	sg_model *m = NULL;
 	sg_session *s = NULL;
 	int32_t *toks = NULL;
 	double *t = NULL;
 	int rc = 1;
-	if (sg_model_load(model_path, &mp, &m)) return fail();
+	if (sg_model_load_ex(model_path, &mp, sg_cli_expert_on(), &m)) return fail();
 	sg_session_params sp = sg_session_default_params();
 	int len = p > depth + n ? p : depth + n;
 	if (depth + verify > len) len = depth + verify;
 	sp.n_ctx = len + 1;
 	sp.n_batch = chunk;
+	if (sg_cli_expert_apply("bench", m, sp.n_ctx)) goto done;
 	int V = sg_model_n_vocab(m);
 	double tg_mean = 0;
 	toks = sg_malloc(sizeof(int32_t) * (size_t)len);
@@ -166,9 +171,19 @@ int sg_cli_bench(int argc, char **argv)
 		char name[32];
 		snprintf(name, sizeof name, "ttft@p%d", p);
 		printf("%-8s %11.2f ms +- %7.2f\n", name, mean, sd);
+		sg_cli_expert_metrics(m, stdout);
+		sg_xc_stats_reset(m);
 	}
 	if (n) {
+		/* an expert cache would serve a repeated sequence from the slots its warm-up filled:
+		 * each repetition then decodes other tokens, and the figures are the last one's */
+		sg_xc_stats xst;
+		int vary = sg_xc_stats_get(m, &xst);
 		for (int r = 0; r <= reps; r++) {
+			if (vary) {
+				for (int i = depth; i < depth + n; i++) toks[i] = (int32_t)(((int64_t)toks[i] + 7919) % V);
+				sg_xc_stats_reset(m);
+			}
 			sg_session_reset(s);
 			if (depth && sg_session_eval(s, toks, depth, NULL)) {
 				rc = fail();
@@ -200,6 +215,7 @@ int sg_cli_bench(int argc, char **argv)
 		printf("   %.1f MiB/token (KV %.1f MiB)", bytes / 1048576.0, kv / 1048576.0);
 		if (copy_gbps > 0) printf(", %.0f GB/s = %.1f%% of copy", mean * bytes / 1e9, 100.0 * mean * bytes / 1e9 / copy_gbps);
 		printf("\n");
+		sg_cli_expert_metrics(m, stdout);
 	}
 	if (verify) {
 		if (!sg_session_can_verify(s)) {

@@ -9,6 +9,8 @@
 #include "cli/cli.h"
 #include "cli/lm_cli.h"
 #include "engine/draft.h"
+#include "engine/expert_cache.h"
+#include "engine/planner.h"
 #include "hub/download.h"
 #include "hub/repo.h"
 #include "saragossa.h"
@@ -68,16 +70,85 @@ static void print_models(void)
 	print_hub();
 }
 
+/* doctor --sim-ram / --sim-vram / -m: the memory planner's layout of MODEL on a machine of that
+ * size (this one when no size is given). Returns the exit status. */
+static int print_plan(const char *model, uint64_t ram, uint64_t vram, int n_ctx, double hit)
+{
+	sg_plan_machine mc;
+	if (ram || vram) sg_plan_machine_sim(ram ? ram : sg_mem_total(), vram, &mc);
+	else sg_plan_machine_detect(&mc);
+	printf("memory plan%s:\n", model ? "" : " (no model: -m MODEL gives its layout)");
+	if (!model) {
+		sg_plan_input in = {.n_ctx = n_ctx, .hit_rate = -1};
+		sg_plan p;
+		(void)sg_plan_make(&in, &mc, &p);
+		sg_plan_print(&in, &mc, &p, stdout);
+		return 0;
+	}
+	char path[SG_HUB_PATH_MAX];
+	if (sg_cli_model_path("doctor", model, path, sizeof path)) return 1;
+	/* the CPU maps the weights and reads none of the experts: cheap for any model size */
+	sg_model_params mp = sg_model_default_params();
+	mp.backend = "cpu";
+	sg_model *m = NULL;
+	if (sg_model_load(path, &mp, &m)) {
+		fprintf(stderr, "saragossa doctor: %s\n", sg_last_error());
+		return 1;
+	}
+	sg_plan_input in;
+	sg_plan_input_from_model(m, n_ctx, &in);
+	in.slot_bytes = sg_xc_slot_bytes(m, NULL, NULL);
+	if (hit >= 0) in.hit_rate = hit;
+	sg_plan p;
+	sg_status st = sg_plan_make(&in, &mc, &p);
+	printf("  model: %s\n", path);
+	sg_plan_print(&in, &mc, &p, stdout);
+	sg_model_free(m);
+	if (st) {
+		fprintf(stderr, "saragossa doctor: %s\n", sg_last_error());
+		return 1;
+	}
+	return 0;
+}
+
 int sg_cli_doctor(int argc, char **argv)
 {
+	const char *model = NULL;
+	int64_t ram = 0, vram = 0;
+	long n_ctx = 0;
+	double hit = -1;
+	int plan = 0;
 	for (int i = 0; i < argc; i++) {
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			printf("usage: saragossa doctor\n  report the machine, the build, where models come from (default model, models\n"
-			       "  folder, Hugging Face cache, whether the hub answers) and every runtime flag\n");
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			printf("usage: saragossa doctor [--sim-ram N] [--sim-vram N] [-m MODEL] [--ctx N] [--hit-rate P]\n"
+			       "  report the machine, the build, where models come from (default model, models\n"
+			       "  folder, Hugging Face cache, whether the hub answers) and every runtime flag;\n"
+			       "  with --sim-ram / --sim-vram / -m, the memory plan instead: trunk, KV at the context,\n"
+			       "  expert slot cache (slots, bytes), headroom and disk reads per token, under the lowest\n"
+			       "  of a target cap (SARAGOSSA_PLAN_TARGET), 70%% of available memory and the device's\n"
+			       "  working set minus 2 GiB, for a machine of N bytes of RAM (and a GPU of N bytes)\n"
+			       "  --hit-rate P      a measured expert hit rate in [0, 1] (default: assume the cached share)\n");
 			return 0;
 		}
-		return sg_cli_usage_error("doctor", "unknown option '%s'", argv[i]);
+		if (!v) return sg_cli_usage_error("doctor", "unknown option '%s'", a);
+		if (!strcmp(a, "--sim-ram") || !strcmp(a, "--sim-vram")) {
+			int64_t x;
+			if (sg_parse_int(v, &x) || x <= 0) return sg_cli_usage_error("doctor", "%s wants a size (48g, 16384m), got '%s'", a, v);
+			*(a[6] == 'r' ? &ram : &vram) = x;
+		} else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+			model = v;
+		} else if (!strcmp(a, "--ctx")) {
+			if (sg_cli_parse_int(v, 1, 1 << 24, &n_ctx)) return sg_cli_usage_error("doctor", "--ctx wants an integer >= 1, got '%s'", v);
+		} else if (!strcmp(a, "--hit-rate")) {
+			if (sg_cli_parse_float(v, 0, 1, &hit)) return sg_cli_usage_error("doctor", "--hit-rate wants a number in [0, 1], got '%s'", v);
+		} else {
+			return sg_cli_usage_error("doctor", "unknown option '%s'", a);
+		}
+		plan = 1;
+		i++;
 	}
+	if (plan) return print_plan(model, (uint64_t)ram, (uint64_t)vram, (int)n_ctx, hit);
 	char feat[256], total[32], avail[32];
 	sg_cpu_features_str(feat, sizeof(feat));
 	sg_format_bytes(sg_mem_total(), total, sizeof(total));

@@ -12,6 +12,8 @@
 
 #include "base/alloc.h"
 #include "cli/cli.h"
+#include "cli/lm_cli.h"
+#include "models/model.h"
 #include "saragossa.h"
 
 static int fail(void)
@@ -98,6 +100,7 @@ int sg_cli_eval(int argc, char **argv)
 		else if (!strcmp(a, "--threads")) rc = int_arg("eval", a, v, 0, &threads);
 		else if (!strcmp(a, "--chunk")) rc = int_arg("eval", a, v, 1, &chunk);
 		else if (!strcmp(a, "--ctx")) rc = int_arg("eval", a, v, 1, &ctx);
+		else if (!strcmp(a, "--expert-cache")) rc = v ? sg_cli_expert_cache_opt("eval", v) : 0;
 		else return sg_cli_usage_error("eval", "unknown argument '%s'", a);
 		if (rc) return 2;
 		if (!v) return sg_cli_usage_error("eval", "%s needs a value", a);
@@ -114,18 +117,19 @@ int sg_cli_eval(int argc, char **argv)
 		return 1;
 	}
 	sg_model_params mp = sg_model_default_params();
-	mp.backend = backend;
+	mp.backend = sg_cli_expert_backend(backend);
 	mp.n_threads = threads;
 	sg_model *m = NULL;
 	sg_session *s = NULL;
 	float *logits = NULL;
 	int rc = 1;
-	if (sg_model_load(model_path, &mp, &m)) {
+	if (sg_model_load_ex(model_path, &mp, sg_cli_expert_on(), &m)) {
 		rc = fail();
 		goto done;
 	}
 	int max = sg_model_n_ctx_train(m), need = T + greedy;
 	if (!ctx) ctx = max > 0 && need > max ? max : need;
+	if (sg_cli_expert_apply("eval", m, ctx)) goto done;
 	if (need > ctx) {
 		if (greedy)
 			fprintf(stderr, "saragossa eval: prompt of %d tokens plus %d greedy tokens exceeds the context of %d tokens\n",
@@ -169,6 +173,7 @@ int sg_cli_eval(int argc, char **argv)
 		}
 	}
 	if (greedy) printf("\n");
+	sg_cli_expert_metrics(m, stderr); /* stdout stays the parity interface */
 	rc = 0;
 done:
 	sg_free(logits);

@@ -41,6 +41,8 @@
 	"  --metrics          print prompt tokens, prefill tok/s, time to first token, decode tok/s,\n"               \
 	"                     total time and peak memory on stderr\n"                                                 \
 	"  --json             print one JSON object: text, finish_reason, seed, metrics\n"                       \
+	"  --expert-cache C   MoE: routed experts read from disk into a slot cache: off (default), auto\n"         \
+	"                     (the planner's size when the model does not fit), a size (6g) or a share (25%%)\n"   \
 	SG_CLI_SPEC_USAGE
 
 typedef struct out_ctx {
@@ -152,6 +154,8 @@ int sg_cli_generate(int argc, char **argv)
 			if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
 				return sg_cli_usage_error("generate", "--backend wants cpu, cuda or auto, got '%s'", v);
 			backend = v;
+		} else if (!strcmp(a, "--expert-cache")) {
+			if (sg_cli_expert_cache_opt("generate", v)) return 2;
 		} else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
 			if (sg_cli_parse_int(v, 0, 4096, &threads))
 				return sg_cli_usage_error("generate", "--threads wants an integer >= 0, got '%s'", v);
@@ -252,7 +256,10 @@ int sg_cli_generate(int argc, char **argv)
 	}
 	fflush(stdout);
 	if (res.finish == SG_GEN_CANCELLED) fprintf(stderr, "saragossa generate: stopped (Ctrl-C)\n");
-	if (metrics) sg_cli_metrics_print(stderr, &m);
+	if (metrics) {
+		sg_cli_metrics_print(stderr, &m);
+		sg_cli_expert_metrics(sg_lm_model(lm), stderr);
+	}
 	rc = 0;
 	goto done;
 fail:

@@ -12,9 +12,11 @@
 #include <unistd.h>
 
 #include "base/flags.h"
+#include "cli/cli.h"
 #include "base/sysinfo.h"
 #include "base/timer.h"
 #include "engine/draft.h"
+#include "engine/expert_cache.h"
 #include "hub/repo.h"
 #include "hub/resolve.h"
 #include "saragossa.h"
@@ -404,4 +406,54 @@ json_t *sg_cli_metrics_json(const sg_cli_metrics *m)
 				    json_real((double)(m->spec_accepted + m->spec_verify) / (double)m->spec_verify));
 	}
 	return o;
+}
+
+int sg_cli_expert_cache_opt(const char *verb, const char *value)
+{
+	sg_xc_spec xs;
+	char err[200];
+	if (sg_xc_parse(value, &xs, err, sizeof err)) return sg_cli_usage_error(verb, "%s", err);
+	setenv("SARAGOSSA_EXPERT_CACHE", value, 1);
+	sg_flags_reload(); /* single-threaded still: the options are parsed before any work */
+	return 0;
+}
+
+int sg_cli_expert_on(void)
+{
+	sg_xc_spec xs;
+	char err[200];
+	return !sg_xc_parse(sg_flag_str("SARAGOSSA_EXPERT_CACHE"), &xs, err, sizeof err) && xs.mode != SG_XC_OFF;
+}
+
+const char *sg_cli_expert_backend(const char *backend)
+{
+	sg_xc_spec xs;
+	char err[200];
+	if (sg_xc_parse(sg_flag_str("SARAGOSSA_EXPERT_CACHE"), &xs, err, sizeof err) || xs.mode == SG_XC_OFF) return backend;
+	const char *b = backend ? backend : sg_flag_str("SARAGOSSA_BACKEND");
+	return !b || !*b || !strcmp(b, "auto") ? "cpu" : backend;
+}
+
+int sg_cli_expert_apply(const char *verb, sg_model *m, int n_ctx)
+{
+	sg_xc_spec xs;
+	char err[200];
+	if (sg_xc_parse(sg_flag_str("SARAGOSSA_EXPERT_CACHE"), &xs, err, sizeof err)) {
+		fprintf(stderr, "saragossa %s: SARAGOSSA_EXPERT_CACHE: %s\n", verb, err);
+		return 1;
+	}
+	if (sg_xc_apply(m, &xs, n_ctx, NULL)) {
+		fprintf(stderr, "saragossa %s: %s\n", verb, sg_last_error());
+		return 1;
+	}
+	return 0;
+}
+
+void sg_cli_expert_metrics(const sg_model *m, FILE *f)
+{
+	sg_xc_stats st;
+	if (!m || !sg_xc_stats_get(m, &st)) return;
+	char line[512];
+	sg_xc_stats_line(&st, line, sizeof line);
+	fprintf(f, "  %s\n", line);
 }

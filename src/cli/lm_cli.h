@@ -45,6 +45,21 @@ int sg_cli_model_path(const char *verb, const char *model, char *path, size_t n)
 int sg_cli_load_lm(const char *verb, const char *model, int32_t n_ctx, int n_threads, const char *backend, int prefix_cache,
 		   sg_lm **out, char *path, size_t path_n);
 
+/* --expert-cache VALUE of the model-loading verbs: validated (a usage error printed, 2 returned,
+ * when it is not off, auto, a size or a percentage), then set as SARAGOSSA_EXPERT_CACHE for the
+ * loaders of this process. Returns 0 when applied. */
+int sg_cli_expert_cache_opt(const char *verb, const char *value);
+/* 1 when SARAGOSSA_EXPERT_CACHE (--expert-cache) asks for a slot cache. */
+int sg_cli_expert_on(void);
+/* The backend a verb that loads a bare model (eval, bench) asks for: "cpu" in place of auto when
+ * SARAGOSSA_EXPERT_CACHE is on (the slot cache runs on the CPU), else `backend` as given. */
+const char *sg_cli_expert_backend(const char *backend);
+/* Installs SARAGOSSA_EXPERT_CACHE's slot cache on a bare model (eval, bench) at n_ctx tokens of
+ * context. Returns 0, or 1 with the error printed. */
+int sg_cli_expert_apply(const char *verb, sg_model *m, int n_ctx);
+/* Prints the slot cache's figures (one "  experts: ..." line to f) when m has a cache. */
+void sg_cli_expert_metrics(const sg_model *m, FILE *f);
+
 /* One sampler option: `name` (--temperature, --top-p, --top-k, --min-p, --seed,
  * --repeat-penalty, or the same without dashes and with '_' for the /set command) with its
  * value. Returns 0 when applied, 1 when name is not a sampler option, 2 on a bad value (message

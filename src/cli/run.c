@@ -46,6 +46,7 @@
 	"  --backend B        cpu, cuda or auto (default: SARAGOSSA_BACKEND, auto: the GPU when one\n"                                                                          \
 	"                     takes the model, else the CPU)\n"                                                                          \
 	"  --verbose          print the metrics of every answer on stderr\n"                                          \
+	"  --expert-cache C   MoE: routed experts read from disk into a slot cache: off (default), auto, 6g, 25%\n"   \
 	SG_CLI_SPEC_USAGE                                                                                             \
 	"  stdin not a terminal: all of it is one prompt, answered once\n"
 
@@ -377,6 +378,8 @@ int sg_cli_run(int argc, char **argv)
 			if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
 				return sg_cli_usage_error("run", "--backend wants cpu, cuda or auto, got '%s'", v);
 			backend = v;
+		} else if (!strcmp(a, "--expert-cache")) {
+			if (sg_cli_expert_cache_opt("run", v)) return 2;
 		} else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
 			if (sg_cli_parse_int(v, 0, 4096, &threads))
 				return sg_cli_usage_error("run", "--threads wants an integer >= 0, got '%s'", v);

@@ -6,6 +6,7 @@
 #include "base/flags.h"
 #include "base/log.h"
 #include "cli/cli.h"
+#include "cli/lm_cli.h"
 #include "hub/resolve.h"
 #include "saragossa.h"
 #include "server/server.h"
@@ -34,6 +35,9 @@ static void usage(void)
 	       "  --ctx N               context tokens per model (default: the model's, capped at 4096)\n"
 	       "  --backend B           cpu, cuda or auto: where models run (default $RETI_SERVE_BACKEND,\n"
 	       "                        auto: the GPU when this build has CUDA and one is usable)\n"
+	       "  --expert-cache C      MoE models: routed experts read from disk into a slot cache: off\n"
+	       "                        (default), auto (the planner's size when a model does not fit), a size\n"
+	       "                        (6g) or a share of the experts (25%%); the memory guard shrinks it\n"
 	       "\n"
 	       "transport (a Unix socket unless --port is given; both when --socket is given too):\n"
 	       "  --socket PATH         Unix socket, created mode 0600 (default " DEFAULT_SOCKET "); a stale\n"
@@ -128,6 +132,9 @@ int sg_cli_serve(int argc, char **argv)
 			/* the server reads the flag where it loads models and sizes the memory guard */
 			setenv("RETI_SERVE_BACKEND", v, 1);
 			sg_flags_reload();
+		} else if (!strcmp(a, "--expert-cache")) {
+			if (!v) return sg_cli_usage_error("serve", "--expert-cache needs a value");
+			if (sg_cli_expert_cache_opt("serve", v)) return 2;
 		} else if (!strcmp(a, "--max-tokens-cap")) {
 			if (parse_num(a, v, 1, 1 << 24, &x)) return 2;
 			o.max_tokens_cap = (int32_t)x;

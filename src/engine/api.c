@@ -38,6 +38,7 @@ sg_status sg_llm_load(const char *path, const sg_llm_params *params, sg_llm **ou
 	lp.n_ctx = p.n_ctx;
 	lp.n_threads = p.n_threads;
 	lp.backend = p.backend;
+	lp.expert_cache = p.expert_cache;
 	sg_status s = sg_lm_load(path, &lp, &llm->lm);
 	if (s) {
 		sg_free(llm);

@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/progress.h"
 #include "base/sysinfo.h"
+#include "engine/expert_cache.h"
 #include "engine/session.h"
 #include "models/model.h"
 #include "text/template/chat_template.h"
@@ -353,14 +354,23 @@ sg_status sg_lm_load(const char *path, const sg_lm_params *p, sg_lm **out)
 	static const sg_lm_params defaults = {0};
 	if (!p) p = &defaults;
 	*out = NULL;
-	sg_status s = p->no_memory_check ? SG_OK : sg_lm_check_memory(path);
+	sg_xc_spec xs;
+	char xerr[200];
+	const char *xspec = p->expert_cache ? p->expert_cache : sg_flag_str("SARAGOSSA_EXPERT_CACHE");
+	if (sg_xc_parse(xspec, &xs, xerr, sizeof xerr)) return sg_error(SG_ERR_INVALID_ARG, "%s", xerr);
+	/* with an expert cache the experts are not loaded: the planner checks what is */
+	sg_status s = p->no_memory_check || xs.mode != SG_XC_OFF ? SG_OK : sg_lm_check_memory(path);
 	if (s) return s;
 	sg_lm *lm = sg_calloc(1, sizeof *lm);
 	if (!lm) return SG_FAIL(SG_ERR_NOMEM, "model state");
 	sg_model_params mp = sg_model_default_params();
 	mp.n_threads = p->n_threads;
 	if (p->backend) mp.backend = p->backend;
-	if ((s = sg_model_load(path, &mp, &lm->model))) goto fail;
+	/* the slot cache reads experts into host memory: the CPU runs such a model */
+	const char *bn = mp.backend ? mp.backend : sg_flag_str("SARAGOSSA_BACKEND");
+	if (xs.mode != SG_XC_OFF && (!bn || !*bn || !strcmp(bn, "auto"))) mp.backend = "cpu";
+	if ((s = sg_model_load_ex(path, &mp, xs.mode != SG_XC_OFF, &lm->model))) goto fail;
+	if ((s = sg_xc_apply(lm->model, &xs, p->n_ctx, NULL))) goto fail;
 	sg_session_params sp = sg_session_default_params();
 	sp.n_ctx = p->n_ctx;
 	if ((s = sg_session_new(lm->model, &sp, &lm->session))) goto fail;

@@ -45,6 +45,7 @@ typedef struct sg_lm_params {
 	int no_memory_check; /* 1: skip sg_lm_check_memory (the caller guards memory itself) */
 	int no_prefix_cache; /* 1: no prefix cache of its own (the caller shares one through
 			      * sg_lm_set_prefix_cache, or wants none); RETI_SERVE_PREFIX_CACHE=0 also says no */
+	const char *expert_cache; /* MoE: "off", "auto", a size or "P%" (expert_cache.h); NULL = SARAGOSSA_EXPERT_CACHE */
 } sg_lm_params;
 
 /* Pieces of the binding, for a caller that assembles a model of its own. */

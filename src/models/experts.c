@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/error.h"
 #include "models/model.h"
 
@@ -69,11 +70,49 @@ static sg_status check3(const sg_tensor *t, const int64_t ne[3], const char *dim
 			sg_tensor_shape_str(t, ss, sizeof(ss)));
 }
 
-/* gate_up [E][2F][D] -> gate [E][F][D] and up [E][F][D], copied once into backend tensors. */
-static sg_status split_gate_up(sg_model *m, const sg_tensor *t, sg_layer_weights *lw)
+/* Deferred experts (m->defer_experts): layer's [3][E] entries of the location table. */
+static sg_status xloc_of(sg_model *m, int layer, sg_expert_loc **out)
+{
+	const sg_model_desc *d = &m->desc;
+	if (!m->xloc) {
+		m->xloc = sg_calloc((size_t)d->n_layer * 3 * (size_t)d->n_expert, sizeof *m->xloc);
+		m->xloc_set = sg_calloc((size_t)d->n_layer, 1);
+		if (!m->xloc || !m->xloc_set) return sg_error(SG_ERR_NOMEM, "model: expert locations of %d layers", d->n_layer);
+	}
+	*out = m->xloc + (size_t)layer * 3 * (size_t)d->n_expert;
+	return SG_OK;
+}
+
+/* A deferred stack [E][rows][cols]: type, shape and row bytes, no data (see sg_model). */
+static void deferred_stack(sg_type type, int64_t cols, int64_t rows, int64_t E, sg_btensor *out)
+{
+	memset(out, 0, sizeof *out);
+	out->type = type;
+	out->ne[0] = cols;
+	out->ne[1] = rows;
+	out->ne[2] = E;
+	out->ne[3] = 1;
+	out->row_bytes = sg_type_row_bytes(type, cols);
+}
+
+/* gate_up [E][2F][D] -> gate [E][F][D] and up [E][F][D], copied once into backend tensors
+ * (deferred: located, expert e's gate rows at e * 2F rows, its up rows F rows further). */
+static sg_status split_gate_up(sg_model *m, const sg_tensor *t, sg_layer_weights *lw, int layer)
 {
 	int64_t E = t->ne[2], F = t->ne[1] / 2;
 	size_t half = (size_t)F * sg_type_row_bytes(t->type, t->ne[0]);
+	if (m->defer_experts) {
+		sg_expert_loc *loc;
+		sg_status st = xloc_of(m, layer, &loc);
+		if (st) return st;
+		deferred_stack(t->type, t->ne[0], F, E, &lw->gate_exps);
+		deferred_stack(t->type, t->ne[0], F, E, &lw->up_exps);
+		for (int64_t e = 0; e < E; e++) {
+			loc[e] = (sg_expert_loc){t->file, t->offset + (uint64_t)e * 2 * half};
+			loc[E + e] = (sg_expert_loc){t->file, t->offset + (uint64_t)e * 2 * half + half};
+		}
+		return SG_OK;
+	}
 	int64_t ne[4] = {t->ne[0], F, E, 1};
 	sg_status st = m->be->ops->tensor_alloc(m->be, t->type, ne, &lw->gate_exps);
 	if (!st) st = m->be->ops->tensor_alloc(m->be, t->type, ne, &lw->up_exps);
@@ -105,19 +144,31 @@ static sg_status bind_fused(sg_model *m, int layer, const sg_tensor *gu, int suf
 	if (!gate_up && !is_float(gu->type)) /* the split copies plain rows */
 		return sg_error(SG_ERR_UNSUPPORTED, "%s: %s: this family splits a fused gate_up at load, which takes F32/F16/BF16",
 				gu->name, sg_tensor_type_str(gu, ts, sizeof(ts)));
-	st = gate_up ? sg_model_bind_tensor(m, gu, gate_up) : split_gate_up(m, gu, lw);
+	st = gate_up ? sg_model_bind_tensor(m, gu, gate_up) : split_gate_up(m, gu, lw, layer);
 	if (!st) st = sg_model_bind_tensor(m, down, &lw->down_exps);
 	if (st) return st;
+	if (m->defer_experts && !gate_up) { /* down in place, located too: the cache reads all three alike */
+		sg_expert_loc *loc = m->xloc + (size_t)layer * 3 * (size_t)E;
+		size_t per = down->nbytes / (size_t)E;
+		for (int64_t e = 0; e < E; e++) loc[2 * E + e] = (sg_expert_loc){down->file, down->offset + (uint64_t)e * per};
+		m->xloc_set[layer] = 1;
+	}
 	/* a decode step reads k of the E experts: the bench's byte count says so */
 	m->weight_bytes += (gu->nbytes + down->nbytes) / (size_t)E * (size_t)d->n_expert_used;
 	return SG_OK;
 }
 
-/* One tensor per expert: blk.L.ffn_experts.{0..E-1}.<proj>.weight into out [E][rows][cols]. */
-static sg_status stack(sg_model *m, int layer, const char *proj, int64_t cols, int64_t rows, sg_btensor *out)
+/* One tensor per expert: blk.L.ffn_experts.{0..E-1}.<proj>.weight into out [E][rows][cols]
+ * (deferred: located as projection p of the layer). */
+static sg_status stack(sg_model *m, int layer, int p, const char *proj, int64_t cols, int64_t rows, sg_btensor *out)
 {
 	int E = m->desc.n_expert;
 	const sg_tensor *first = NULL;
+	sg_expert_loc *loc = NULL;
+	if (m->defer_experts) {
+		sg_status st = xloc_of(m, layer, &loc);
+		if (st) return st;
+	}
 	char name[96], shown[512];
 	for (int e = 0; e < E; e++) {
 		snprintf(name, sizeof(name), "blk.%d.ffn_experts.%d.%s.weight", layer, e, proj);
@@ -132,9 +183,14 @@ static sg_status stack(sg_model *m, int layer, const char *proj, int64_t cols, i
 					sg_tensor_type_str(t, ts, sizeof(ts)), sg_tensor_shape_str(t, ss, sizeof(ss)));
 		if (!first) {
 			int64_t ne[4] = {cols, rows, E, 1};
-			sg_status st = m->be->ops->tensor_alloc(m->be, t->type, ne, out);
+			sg_status st = loc ? SG_OK : m->be->ops->tensor_alloc(m->be, t->type, ne, out);
+			if (loc) deferred_stack(t->type, cols, rows, E, out);
 			if (st) return st;
 			first = t;
+		}
+		if (loc) {
+			loc[(size_t)p * (size_t)E + (size_t)e] = (sg_expert_loc){t->file, t->offset};
+			continue;
 		}
 		sg_status st = m->be->ops->write(m->be, out, (size_t)e * t->nbytes, t->data, t->nbytes);
 		if (st) return st;
@@ -167,8 +223,25 @@ sg_status sg_model_bind_experts(sg_model *m, int layer, sg_layer_weights *lw, sg
 				layer, a, b, c);
 	}
 	int64_t D = d->dim, F = d->moe_ffn_dim;
-	sg_status st = stack(m, layer, "gate_proj", D, F, &lw->gate_exps);
-	if (!st) st = stack(m, layer, "up_proj", D, F, &lw->up_exps);
-	if (!st) st = stack(m, layer, "down_proj", F, D, &lw->down_exps);
+	sg_status st = stack(m, layer, 0, "gate_proj", D, F, &lw->gate_exps);
+	if (!st) st = stack(m, layer, 1, "up_proj", D, F, &lw->up_exps);
+	if (!st) st = stack(m, layer, 2, "down_proj", F, D, &lw->down_exps);
+	if (!st && m->defer_experts) m->xloc_set[layer] = 1;
+	return st;
+}
+
+sg_status sg_model_fetch_experts(const sg_model *m, int layer, const sg_btensor *ids, const sg_btensor *h)
+{
+	if (!m->xsrc.fetch)
+		return m->xloc ? sg_error(SG_ERR_INVALID_ARG, "model: layer %d's experts were left on disk for an expert cache, and none is installed", layer)
+			       : SG_OK;
+	int64_t n = sg_btensor_rows(ids) * ids->ne[0];
+	int32_t stackbuf[512], *v = n <= 512 ? stackbuf : sg_malloc(sizeof(int32_t) * (size_t)n);
+	if (!v) return sg_error(SG_ERR_NOMEM, "expert ids of layer %d (%lld)", layer, (long long)n);
+	/* the ids are on the host for a backend of host memory (the only kind with expert tables):
+	 * the read is a copy, not a round trip */
+	sg_status st = m->be->ops->read(m->be, ids, 0, v, sizeof(int32_t) * (size_t)n);
+	if (!st) st = m->xsrc.fetch(m->xsrc.ctx, layer, v, n, h);
+	if (v != stackbuf) sg_free(v);
 	return st;
 }

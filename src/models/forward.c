@@ -232,6 +232,7 @@ static sg_status mlp_block(const sg_model *m, sg_fwd_state *s, int li, int n)
 		                          .feeds_moe = 1};
 		SG_FWD_OK(sg_backend_matmul_multi(be, &router));
 		SG_FWD_OK(o->moe_route(be, &rl, SG_ROUTER_SOFTMAX, k, d->norm_topk_prob, &ids, &w));
+		SG_FWD_OK(sg_model_fetch_experts(m, li, &ids, &h));
 		SG_FWD_OK(sg_backend_moe_glu(be, &lw->gate_exps, &lw->up_exps, &h, &ids, d->act, &g, &u));
 		SG_FWD_OK(o->moe_matmul(be, &lw->down_exps, &g, &ids, &ey));
 		if (!d->sandwich_norm) return sg_backend_moe_combine_add(be, &ey, &w, &x, &x, &h);

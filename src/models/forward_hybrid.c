@@ -260,6 +260,7 @@ static sg_status experts(const sg_model *m, sg_fwd_state *s, int li, int n, cons
 	SG_FWD_OK(o->matmul(be, &lw->router, rin, NULL, &rl));
 	SG_FWD_OK(o->moe_route(be, &rl, SG_ROUTER_SOFTMAX, k, d->norm_topk_prob, &ids, &w));
 	if (hl->expert_scale.data) SG_FWD_OK(o->moe_weight_scale(be, &w, &ids, &hl->expert_scale));
+	SG_FWD_OK(sg_model_fetch_experts(m, li, &ids, h));
 	if (hl->gate_up_exps.data) {
 		sg_btensor gu = sg_fwd_view2(&s->gu, 2 * F, (int64_t)n * k);
 		SG_FWD_OK(o->moe_matmul(be, &hl->gate_up_exps, h, &ids, &gu));

@@ -223,6 +223,10 @@ static sg_status check_runnable(const sg_model_desc *d)
 void sg_model_free(sg_model *m)
 {
 	if (!m) return;
+	if (m->xsrc.free) m->xsrc.free(m->xsrc.ctx);
+	memset(&m->xsrc, 0, sizeof m->xsrc);
+	sg_free(m->xloc);
+	sg_free(m->xloc_set);
 	if (m->be) {
 		sg_backend *be = m->be;
 		if (m->layers)
@@ -267,6 +271,11 @@ sg_status sg_model_open_backend(const char *who, const char *name, int n_threads
 
 sg_status sg_model_load(const char *path, const sg_model_params *params, sg_model **out)
 {
+	return sg_model_load_ex(path, params, 0, out);
+}
+
+sg_status sg_model_load_ex(const char *path, const sg_model_params *params, int defer_experts, sg_model **out)
+{
 	*out = NULL;
 	sg_model_params dp = sg_model_default_params();
 	if (!params) params = &dp;
@@ -279,16 +288,17 @@ sg_status sg_model_load(const char *path, const sg_model_params *params, sg_mode
 		const char *accel = sg_backend_auto_accel(); /* NULL: no device (or driver): the CPU, quietly */
 		if (accel) {
 			p.backend = accel;
-			if (sg_model_load(path, &p, out) == SG_OK) return SG_OK;
+			if (sg_model_load_ex(path, &p, defer_experts, out) == SG_OK) return SG_OK;
 			sg_log(SG_LOG_INFO, "model: not on the %s backend (%s): loading on the CPU", accel, sg_last_error());
 		}
 		p.backend = "cpu";
-		return sg_model_load(path, &p, out);
+		return sg_model_load_ex(path, &p, defer_experts, out);
 	}
 	if (!sg_backend_known(be_name))
 		return sg_error(SG_ERR_UNSUPPORTED, "model: backend '%s' (this build runs: auto, %s)", be_name, sg_backend_names());
 	sg_model *m = sg_calloc(1, sizeof(*m));
 	if (!m) return sg_error(SG_ERR_NOMEM, "model: loading '%s'", path ? path : "");
+	m->defer_experts = defer_experts;
 	sg_status st = sg_weights_open(path, &m->w);
 	if (!st) {
 		if (m->w->format == SG_WEIGHTS_GGUF) st = sg_model_desc_from_gguf(&m->w->gguf, &m->desc);

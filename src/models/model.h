@@ -63,6 +63,31 @@ typedef struct sg_hybrid_model {
 
 typedef struct sg_family sg_family;
 
+/* Where one expert's rows of one projection are: a file of the weights and a byte offset. */
+typedef struct sg_expert_loc {
+	int32_t file;
+	uint64_t offset;
+} sg_expert_loc;
+
+/*
+ * Routed experts kept outside the file's mapping: the engine's expert slot cache
+ * (src/engine/expert_cache.h) installs itself here, and the layers' gate/up/down_exps then carry
+ * its sg_expert_table. The forward calls fetch after each MoE layer's routing, before the expert
+ * matmuls:
+ *   fetch   makes the experts named in ids (host memory, n values, ids outside [0, E) ignored)
+ *           of `layer` resident and points the layer's tables at them. h [rows][D] is the
+ *           layer's expert input (the cache may use its last row to guess the next layer's
+ *           experts). An error (a file cut short or changed since the load) names the file; the
+ *           step then fails, the model stays usable.
+ *   free    releases ctx (sg_model_free calls it before anything else).
+ * All NULL: the experts are the stacks bound in place.
+ */
+typedef struct sg_expert_source {
+	sg_status (*fetch)(void *ctx, int layer, const int32_t *ids, int64_t n, const sg_btensor *h);
+	void (*free)(void *ctx);
+	void *ctx;
+} sg_expert_source;
+
 struct sg_model {
 	sg_model_desc desc;
 	sg_weights *w;
@@ -75,6 +100,14 @@ struct sg_model {
 	sg_layer_weights *layers; /* [n_layer] */
 	size_t weight_bytes;      /* bytes of weights one decode step reads (bench) */
 	sg_hybrid_model hy;       /* hybrid and Gemma 4 extras (hy.layers NULL for other families) */
+	sg_expert_source xsrc;    /* routed experts from a slot cache (fetch NULL: bound in place) */
+	/* Loaded with defer_experts (sg_model_load_ex): the experts stored one tensor per expert or
+	 * as a fused gate_up stack are not copied into stacks; their layers' {gate,up,down}_exps
+	 * carry type, shape and row bytes with no data, and xloc says where each expert's rows are
+	 * in the files, for the slot cache to read (the forward refuses to run them without one). */
+	int defer_experts;
+	sg_expert_loc *xloc;      /* [n_layer][3][n_expert] (gate, up, down) */
+	uint8_t *xloc_set;        /* [n_layer]: 1 where the layer's xloc entries are filled */
 };
 
 /*
@@ -138,6 +171,14 @@ sg_status sg_model_bind_tensor(sg_model *m, const sg_tensor *t, sg_btensor *out)
  * into gate_exps and up_exps once. Errors name the file's tensor, the expected and the found
  * type and shape. */
 sg_status sg_model_bind_experts(sg_model *m, int layer, sg_layer_weights *lw, sg_btensor *gate_up);
+/* sg_model_load, with defer_experts = 1 for a model whose routed experts will be read by a slot
+ * cache (engine/expert_cache.h): layouts that a load would copy into stacks are located instead
+ * (see sg_model.defer_experts). */
+sg_status sg_model_load_ex(const char *path, const sg_model_params *params, int defer_experts, sg_model **out);
+
+/* With a slot cache installed (m->xsrc.fetch): reads the layer's routed ids back from the
+ * backend and fetches those experts (see sg_expert_source). SG_OK at once without one. */
+sg_status sg_model_fetch_experts(const sg_model *m, int layer, const sg_btensor *ids, const sg_btensor *h);
 /* Binds the separate stacks blk.L.ffn_{gate,up,down}_exps.weight (GGUF, MLX) in place. */
 sg_status sg_model_bind_stacked_experts(sg_model *m, int layer, sg_layer_weights *lw);
 /* The hybrid / Gemma 4 families' common start (their adjust step): refuses GGUF files (their

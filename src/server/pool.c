@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/flags.h"
 #include "base/log.h"
+#include "engine/expert_cache.h"
 #include "engine/session.h"
 
 typedef struct entry {
@@ -259,8 +260,33 @@ static int evict_model(void *user)
 	return unload(me->p, &me->p->e[i], 0);
 }
 
-/* The guard's evictors in its order: cache blocks, then idle models other than keep's. */
-static int evictors(sg_pool *p, const sg_lm *keep, sg_mem_evictor ev[2])
+/* Shrinks the expert slot cache of one resident model by an eighth (at least one layer's
+ * experts, never below one layer's): the emptied slots' memory goes back to the system and the
+ * output stays the same (evicted experts are read again when asked for). 1 when a cache shrank. */
+static int shrink_experts(void *user)
+{
+	sg_pool *p = user;
+	int done = 0;
+	pthread_mutex_lock(&p->mu);
+	for (int i = 0; i < p->n && !done; i++) {
+		sg_lm *lm = p->e[i].m ? sg_srv_model_lm(p->e[i].m) : NULL;
+		sg_xc_stats st;
+		if (!lm || !sg_xc_stats_get(sg_lm_model(lm), &st)) continue;
+		int64_t step = st.slots / 8;
+		int64_t before = st.slots, after = sg_xc_resize(sg_lm_model(lm), before - (step > 1 ? step : 1));
+		if (after < before) {
+			SG_INFO("serve: memory guard shrinks the expert cache of '%s' from %lld to %lld slots", p->e[i].name,
+				(long long)before, (long long)after);
+			done = 1;
+		}
+	}
+	pthread_mutex_unlock(&p->mu);
+	return done;
+}
+
+/* The guard's evictors in its order: cache blocks, expert cache slots, then idle models other
+ * than keep's. */
+static int evictors(sg_pool *p, const sg_lm *keep, sg_mem_evictor ev[3])
 {
 	/* one worker thread: its evictor context lives in thread-local storage */
 	cur_evictor.p = p;
@@ -271,11 +297,12 @@ static int evictors(sg_pool *p, const sg_lm *keep, sg_mem_evictor ev[2])
 				 .user = p,
 				 .counter = &p->guard.evicted_blocks,
 				 .frees = p->accel && sg_flag_bool("SARAGOSSA_SNAPSHOT_RESIDENT") ? SG_MEM_FREES_HOST | SG_MEM_FREES_ACCEL : SG_MEM_FREES_HOST};
-	ev[1] = (sg_mem_evictor){.evict = evict_model,
+	ev[1] = (sg_mem_evictor){.evict = shrink_experts, .user = p, .counter = NULL, .frees = SG_MEM_FREES_HOST};
+	ev[2] = (sg_mem_evictor){.evict = evict_model,
 				 .user = &cur_evictor,
 				 .counter = &p->guard.evicted_models,
 				 .frees = SG_MEM_FREES_HOST | SG_MEM_FREES_ACCEL};
-	return 2;
+	return 3;
 }
 
 /* The engine's memory hook: the guard, with cache blocks and the idle models other than the
@@ -283,7 +310,7 @@ static int evictors(sg_pool *p, const sg_lm *keep, sg_mem_evictor ev[2])
 static sg_status reserve(void *user, const sg_lm *lm, const char *what, uint64_t bytes, int on_device)
 {
 	sg_pool *p = user;
-	sg_mem_evictor ev[2];
+	sg_mem_evictor ev[3];
 	int n_ev = evictors(p, lm, ev);
 	return sg_memguard_reserve(&p->guard, what, bytes, on_device ? SG_MEM_ACCEL : SG_MEM_HOST, ev, n_ev);
 }
@@ -305,6 +332,12 @@ static int load(sg_pool *p, int i, sg_srv_err *e)
 {
 	entry *en = &p->e[i];
 	uint64_t need = weight_bytes(en->path);
+	/* an expert cache reads the experts into a pool the planner (auto) or its size bounds, not
+	 * the whole file: the trunk is what the load maps and touches */
+	sg_xc_spec xs;
+	char xerr[200];
+	if (!en->stt && !en->embed && !sg_xc_parse(sg_flag_str("SARAGOSSA_EXPERT_CACHE"), &xs, xerr, sizeof xerr) && xs.mode != SG_XC_OFF)
+		need = 0;
 	/* on a GPU the weights are uploaded to device memory (the KV cache too, allocated whole at
 	 * load); on the CPU they are mapped and touched in host memory */
 	sg_mem_where where = p->accel ? SG_MEM_ACCEL : SG_MEM_HOST;
@@ -336,7 +369,7 @@ static int load(sg_pool *p, int i, sg_srv_err *e)
 			return sg_srv_err_set(e, 503, "server_busy", "model", "model '%s' is not loaded and the pool is busy; retry shortly",
 					      en->name);
 	}
-	sg_mem_evictor ev[2];
+	sg_mem_evictor ev[3];
 	int n_ev = evictors(p, NULL, ev);
 	if (sg_memguard_reserve(&p->guard, what, need, where, ev, n_ev))
 		return sg_srv_err_set(e, 503, "server_error", "model", "%s", sg_last_error());

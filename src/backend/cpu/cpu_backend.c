@@ -276,6 +276,7 @@ typedef struct mm_job {
 	int shared_x;
 	int32_t *order, *start; /* slots sorted by expert: start[E+1] offsets into order[n*k] */
 	size_t w_expert_bytes, sb_expert_bytes;
+	const uint8_t *const *table; /* [E] the experts' rows when the weight has an expert table */
 } mm_job;
 
 static void xq_at(const mm_job *j, int64_t t, sg_xq *xq) { sg_xq_init(xq, j->K, j->xq_mem + (size_t)t * j->xq_stride); }
@@ -503,7 +504,17 @@ static void moe_task(void *ctx, int ith, int nth)
 		int32_t b = j->start[e], en = j->start[e + 1];
 		if (b == en) continue;
 		sg_wview w = j->w;
-		w.data += (size_t)e * j->w_expert_bytes;
+		if (j->table) {
+			/* the slot cache's copy of the expert: the same bytes as the stack's rows */
+			w.data = j->table[e];
+			if (!w.data) {
+				for (int32_t i = b; i < en; i++)
+					if (r1 > r0) memset(j->y + (int64_t)j->order[i] * j->N + r0, 0, sizeof(float) * (size_t)(r1 - r0));
+				continue;
+			}
+		} else {
+			w.data += (size_t)e * j->w_expert_bytes;
+		}
 		if (w.scales) {
 			w.scales += (size_t)e * j->sb_expert_bytes;
 			w.biases += (size_t)e * j->sb_expert_bytes;
@@ -535,6 +546,12 @@ static sg_status cpu_moe_matmul(sg_backend *be, const sg_btensor *w, const sg_bt
 		return SG_FAIL(SG_ERR_INVALID_ARG, "x has %lld rows; expected n = %lld or n*k = %lld", (long long)j.nx, (long long)j.n, (long long)(j.n * j.k));
 	if (y->ne[0] != j.N || sg_btensor_rows(y) != j.n * j.k)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "y is [%lld][%lld], expected [%lld][%lld]", (long long)sg_btensor_rows(y), (long long)y->ne[0], (long long)(j.n * j.k), (long long)j.N);
+	if (w->experts) {
+		if (w->experts->n_expert != j.E || w->type == SG_TYPE_MLX_AFFINE)
+			return SG_FAIL(SG_ERR_INVALID_ARG, "expert table of %lld experts for a %s stack of %lld",
+				       (long long)w->experts->n_expert, sg_type_name_cpu(w->type), (long long)j.E);
+		j.table = (const uint8_t *const *)w->experts->data;
+	}
 	j.ids = ids->data;
 	j.y = y->data;
 	j.w_expert_bytes = (size_t)j.N * w->row_bytes;
@@ -627,6 +644,7 @@ static void cpu_caps(sg_backend *be, sg_backend_caps *out)
 	const sg_cpu_backend *cb = (const sg_cpu_backend *)be;
 	memset(out, 0, sizeof *out);
 	out->prefill_chunk = 256;
+	out->expert_table = 1;
 	snprintf(out->device, sizeof out->device, "CPU, %d thread%s, %s kernels", cb->nth, cb->nth == 1 ? "" : "s",
 		 cb->k->name);
 }

@@ -492,6 +492,9 @@ static sg_status cuda_moe_matmul(sg_backend *be, const sg_btensor *w, const sg_b
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
 	sg_cuw v;
+	/* the expert slot cache keeps its slots in host memory, which this backend's kernels do not
+	 * read: a GPU slot cache is not built yet, so the engine keeps such models on the CPU */
+	if (w->experts) return sg_error(SG_ERR_UNSUPPORTED, "cuda moe_matmul: experts behind a slot table (run the expert cache on the CPU)");
 	sg_status st = sg_cuda_wview("moe_matmul", w, &v);
 	if (st || (st = check_x("moe_matmul", x, w, &v)) || (st = check_i32("moe_matmul", "ids", ids)) ||
 	    (st = check_f32("moe_matmul", "y", y)))
@@ -533,6 +536,7 @@ static sg_status cuda_moe_glu(sg_backend *be, const sg_btensor *wg, const sg_bte
 	cb->moe_ids_done = NULL; /* set again below only by the planar kernel's launch */
 	sg_cuw a, b;
 	int ca = act == SG_ACT_SILU ? SG_CU_EW_SILU : act == SG_ACT_GELU_TANH ? SG_CU_EW_GELU : act == SG_ACT_GELU ? SG_CU_EW_GELU_ERF : -1;
+	if (wg->experts || wu->experts) return sg_error(SG_ERR_UNSUPPORTED, "cuda moe_glu: experts behind a slot table (run the expert cache on the CPU)");
 	if (!cb->fused || !cb->q8x || ca < 0 || !ids || ids->type != SG_TYPE_I32 || sg_btensor_rows(ids) != 1 || sg_cuda_wview("moe_matmul", wg, &a) ||
 	    sg_cuda_wview("moe_matmul", wu, &b) || !sg_cu_moe_glu_ok(&a, &b) || wg->ne[2] != wu->ne[2] || wg->ne[1] != wu->ne[1] || wg->ne[2] > 4096)
 		return sg_backend_moe_glu_compose(be, wg, wu, x, ids, act, g, u);
