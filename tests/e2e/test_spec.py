@@ -21,9 +21,9 @@ def model(tmp_path_factory):
     return str(make_test_model("qwen3", tmp_path_factory.mktemp("spec") / "q3", 384))
 
 
-def gen(sg, model, *extra, temp="0", seed="7"):
+def gen(sg, model, *extra, temp="0", seed="7", env=None):
     r = sg("generate", "--model", model, "--prompt", EDIT, "--temperature", temp, "--seed", seed, "--max-tokens", "48",
-           "--json", "--ctx", "256", *extra, timeout=300)
+           "--json", "--ctx", "256", *extra, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -33,7 +33,10 @@ def test_generate_with_each_drafter_gives_the_plain_text(sg, model, temp):
     plain = gen(sg, model, temp=temp)
     assert "spec_verify_steps" not in plain["metrics"]
     ngram = gen(sg, model, "--spec", "ngram", "--draft-max", "6", temp=temp)
-    draft = gen(sg, model, "--draft-model", model, "--draft-max", "4", temp=temp)
+    # sampled: the draft model's greedy guesses checked against the target's own draw give the plain
+    # text; its sampled guesses (rejection sampling, the default) the plain distribution, not the text
+    draft = gen(sg, model, "--draft-model", model, "--draft-max", "4", temp=temp,
+                env={"SARAGOSSA_SPEC_REJECTION": "0"} if temp != "0" else None)
     assert ngram["text"] == plain["text"] and ngram["finish_reason"] == plain["finish_reason"]
     assert draft["text"] == plain["text"]
     for out in (ngram, draft):
@@ -44,6 +47,14 @@ def test_generate_with_each_drafter_gives_the_plain_text(sg, model, temp):
     if temp == "0":
         # the target as its own draft model guesses right every time
         assert draft["metrics"]["spec_accepted_tokens"] == draft["metrics"]["spec_drafted_tokens"] > 0
+    else:
+        rs = gen(sg, model, "--draft-model", model, "--draft-max", "4", temp=temp)
+        m = rs["metrics"]
+        assert m["generated_tokens"] > 0
+        # q = p (the target drafts for itself): min(1, p/q) keeps (nearly) every guess
+        assert m["spec_drafted_tokens"] > 0 and m["spec_accepted_tokens"] >= 0.9 * m["spec_drafted_tokens"]
+        again = gen(sg, model, "--draft-model", model, "--draft-max", "4", temp=temp)
+        assert again["text"] == rs["text"], "one seed, one answer"
 
 
 def test_generate_metrics_line_and_kill_switch(sg, model):

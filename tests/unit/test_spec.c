@@ -207,7 +207,7 @@ static void spec_matches_plain(const char *name)
 		memcpy(truth + n_prompt, plain.tok, (size_t)N * sizeof(int32_t));
 		int rights[] = {-1, 0, 1, 2, 3};
 		for (size_t i = 0; i < sizeof rights / sizeof *rights; i++) {
-			oracle o = {{NULL, "oracle", oracle_draft}, truth, n_prompt + (size_t)N, rights[i], f.V, 0};
+			oracle o = {{NULL, "oracle", oracle_draft, NULL, NULL}, truth, n_prompt + (size_t)N, rights[i], f.V, 0};
 			o.ops.self = &o;
 			for (int dm = 1; dm <= 4; dm += 3) {
 				char what[128];
@@ -245,6 +245,9 @@ static void spec_matches_plain(const char *name)
 		sg_drafter *dm = NULL;
 		cr_assert_eq(sg_drafter_model(ds, f.V, &dm), SG_OK);
 		setenv("SARAGOSSA_SPEC_P_MIN", "0", 1);
+		/* sampled: greedy guesses checked against the target's own draw (the rejection-sampling
+		 * path, whose answer is the same in distribution only, is test_spec_sampled.c's) */
+		setenv("SARAGOSSA_SPEC_REJECTION", "0", 1);
 		sg_flags_reload();
 		p = params(&r, N, temp, 1234);
 		p.drafter = sg_drafter_ops(dm);
@@ -253,6 +256,19 @@ static void spec_matches_plain(const char *name)
 		same_answer(&plain, &r, mode ? "draft model sampled" : "draft model greedy");
 		/* (where prefill chunks give decode's bits, the draft's guesses are the target's) */
 		if (!mode && !strcmp(name, "qwen3")) cr_assert_eq(res.n_accepted, res.n_drafted, "%s: the target as its own draft", name);
+		unsetenv("SARAGOSSA_SPEC_REJECTION");
+		sg_flags_reload();
+		if (mode) {
+			/* rejection sampling: a whole answer; the target as its own draft (q = p where the
+			 * bits agree) keeps every guess */
+			p = params(&r, N, temp, 1234);
+			p.drafter = sg_drafter_ops(dm);
+			p.draft_max = 5;
+			res = gen(&f, &p, &r);
+			cr_assert_eq(r.n, N, "%s: rejection sampling gave %d tokens", name, r.n);
+			cr_assert_gt(res.n_drafted, 0);
+			if (!strcmp(name, "qwen3")) cr_assert_eq(res.n_accepted, res.n_drafted, "%s: q = p keeps every guess", name);
+		}
 		sg_drafter_free(dm);
 		sg_session_free(ds);
 		unsetenv("SARAGOSSA_SPEC_P_MIN");
@@ -355,7 +371,7 @@ Test(spec, stop_strings_and_constraints_hold_with_speculation)
 	memcpy(truth, prompt, n_prompt * sizeof(int32_t));
 	memcpy(truth + n_prompt, plain.tok, (size_t)plain.n * sizeof(int32_t));
 	/* guesses that the constraint forbids (even ids) are rejected */
-	oracle o = {{NULL, "oracle", oracle_draft}, truth, n_prompt + (size_t)plain.n, 1, f.V, 0};
+	oracle o = {{NULL, "oracle", oracle_draft, NULL, NULL}, truth, n_prompt + (size_t)plain.n, 1, f.V, 0};
 	o.ops.self = &o;
 	p = params(&r, 30, 0, 1);
 	p.constraint = &odd;
