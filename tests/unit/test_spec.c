@@ -379,6 +379,26 @@ Test(spec, stop_strings_and_constraints_hold_with_speculation)
 	p.draft_max = 4;
 	gen(&f, &p, &r);
 	same_answer(&plain, &r, "constrained");
+	/* sampled with a draft model's sampled guesses (rejection sampling), which know nothing of
+	 * the constraint: a forbidden guess has p = 0 and is never kept (no_accept checks) */
+	{
+		sg_session *dss = NULL;
+		sg_session_params dsp = sg_session_default_params();
+		dsp.n_ctx = 128;
+		cr_assert_eq(sg_session_new(f.m, &dsp, &dss), SG_OK);
+		sg_drafter *dmo = NULL;
+		cr_assert_eq(sg_drafter_model(dss, f.V, &dmo), SG_OK);
+		p = params(&r, 30, 0.9f, 5);
+		p.constraint = &odd;
+		p.drafter = sg_drafter_ops(dmo);
+		p.draft_max = 4;
+		sg_gen_result rr = gen(&f, &p, &r);
+		cr_assert_eq(r.n, 30);
+		cr_assert_gt(rr.n_drafted, 0);
+		cr_assert_lt(rr.n_accepted, rr.n_drafted, "even guesses were kept");
+		sg_drafter_free(dmo);
+		sg_session_free(dss);
+	}
 	/* a stop string: the text of the 5th answer token */
 	p = params(&plain, 30, 0, 1);
 	gen(&f, &p, &plain);
