@@ -90,6 +90,10 @@ sg_lm *sg_srv_model_lm(const sg_srv_model *m)
 	return m->lm;
 }
 
+sg_lm *sg_srv_model_draft_lm(const sg_srv_model *m) { return m->draft_lm; }
+
+int sg_srv_model_is_draft(const sg_srv_model *m, const sg_gen_drafter *d) { return d && m->dmodel && d == sg_drafter_ops(m->dmodel); }
+
 const sg_srv_model_agent *sg_srv_model_agent_get(const sg_srv_model *m)
 {
 	return &m->agent;
@@ -307,6 +311,7 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, c
 			sg_error(s, "draft model %s for '%s': %s", spec->draft_path, name, sg_last_error());
 			goto fail;
 		}
+		m->info.size_bytes += path_bytes(spec->draft_path);
 	}
 	*out = m;
 	return SG_OK;

@@ -100,6 +100,9 @@ const int32_t *sg_srv_model_eos(const sg_srv_model *m, size_t *n);
 /* The engine the model generates through (worker only: sg_lm_generate); NULL for an embedding
  * model. */
 sg_lm *sg_srv_model_lm(const sg_srv_model *m);
+/* The draft model loaded beside it (sg_srv_spec.draft_path), or NULL; whether d is its drafter. */
+sg_lm *sg_srv_model_draft_lm(const sg_srv_model *m);
+int sg_srv_model_is_draft(const sg_srv_model *m, const struct sg_gen_drafter *d);
 
 /* The accelerator backend RETI_SERVE_BACKEND sends served models to ("cuda": they live in device
  * memory), or NULL for the CPU. */

@@ -171,3 +171,26 @@ def test_server_bad_spec_fields_are_400s(srv, body, param):
         r = c.post("/v1/chat/completions", json=b)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
+
+
+def test_memory_guard_counts_the_draft_models_weights(model, tmp_path):
+    # a draft model of 2 GiB (a sparse weight file: the guard projects its size before loading it)
+    import shutil
+    big = tmp_path / "big"
+    shutil.copytree(model, big)
+    with open(big / "model.safetensors", "r+b") as f:
+        f.truncate(2 << 30)
+    with Server("--model", f"q3={model}", port=free_port(), key=KEY) as probe:
+        cap = probe.rss_kb() * 1024 + (64 << 20)
+    env = {"RETI_SERVE_MEMORY_CAP_BYTES": str(cap)}
+    # the target alone fits under the cap
+    with Server("--model", f"q3={model}", "--draft-model", model, port=free_port(), key=KEY, env=env) as s:
+        with s.client() as c:
+            assert c.get("/health").status_code == 200
+    s = Server("--model", f"q3={model}", "--draft-model", str(big), port=free_port(), key=KEY, env=env, wait=False)
+    try:
+        assert s.proc.wait(timeout=60) != 0
+        err = s.stderr()
+        assert "with its draft model" in err and "RETI_SERVE_MEMORY_CAP_BYTES" in err, err
+    finally:
+        s.stop()
