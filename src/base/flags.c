@@ -120,6 +120,9 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_SPEC_ADAPTIVE", SG_FLAG_BOOL, "1",
 	 "speculative decoding: the draft length follows the measured acceptance (longer while guesses are kept, shorter "
 	 "when they are not); 0 = always --draft-max"},
+	{"SARAGOSSA_SPEC_MTP", SG_FLAG_BOOL, "1",
+	 "speculative decoding's MTP drafter (Qwen3-Next / Qwen3.5 checkpoints' mtp.* module); 0 = the module is not loaded and "
+	 "--spec mtp decodes without guesses"},
 	{"SARAGOSSA_SPEC_REJECTION", SG_FLAG_BOOL, "1",
 	 "sampled speculative decoding with a draft model: guesses drawn from the draft's distribution and kept by rejection "
 	 "sampling (min(1, p/q)); 0 = greedy guesses checked against the target's own draw (same tokens as plain sampling "

@@ -34,6 +34,7 @@ int sg_drafter_enabled(const char *kind)
 	if (!sg_flag_bool("SARAGOSSA_SPEC")) return 0;
 	if (!strcmp(kind, "ngram")) return sg_flag_bool("SARAGOSSA_SPEC_NGRAM");
 	if (!strcmp(kind, "model")) return sg_flag_bool("SARAGOSSA_SPEC_DRAFT_MODEL");
+	if (!strcmp(kind, "mtp")) return sg_flag_bool("SARAGOSSA_SPEC_MTP");
 	return 0;
 }
 
@@ -296,5 +297,35 @@ sg_status sg_drafter_check_vocab(const sg_lm *target, const sg_lm *draft)
 			return SG_FAIL(SG_ERR_INVALID_ARG, "token %d is '%.*s' in the target's vocabulary and '%.*s' in the draft model's", id,
 				       ta ? (int)la : 0, ta ? ta : "", tb ? (int)lb : 0, tb ? tb : "");
 	}
+	return SG_OK;
+}
+
+/* ---- MTP ---- */
+
+static sg_status mtp_draft(void *self, const int32_t *hist, size_t n, int32_t max, int32_t *out, int32_t *n_out)
+{
+	sg_drafter *d = self;
+	sg_session *s = d->ds;
+	*n_out = 0;
+	/* the session holds hist[0..n - 1); hist[n - 1] is the token to be evaluated next */
+	size_t pos = (size_t)sg_session_position(s);
+	if (n < 2 || pos != n - 1 || sg_session_tokens(s)[pos - 1] != hist[n - 2]) return SG_OK;
+	int got = 0;
+	sg_status st = sg_session_mtp_draft(s, hist[n - 1], max, out, &got, NULL);
+	*n_out = st ? 0 : got;
+	return st;
+}
+
+sg_status sg_drafter_mtp(sg_session *target, sg_drafter **out)
+{
+	*out = NULL;
+	if (!target) return SG_FAIL(SG_ERR_INVALID_ARG, "no session");
+	sg_status st = sg_session_mtp_enable(target, 1);
+	if (st) return st;
+	sg_drafter *d = sg_calloc(1, sizeof(*d));
+	if (!d) return SG_FAIL(SG_ERR_NOMEM, "drafter");
+	d->ds = target;
+	d->ops = (sg_gen_drafter){.self = d, .name = "mtp", .draft = mtp_draft};
+	*out = d;
 	return SG_OK;
 }
