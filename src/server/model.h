@@ -35,7 +35,7 @@ typedef struct sg_srv_spec {
 	const char *draft_path; /* a draft model (resolved), or NULL */
 	int32_t draft_max, draft_min;
 } sg_srv_spec;
-enum { SG_SRV_SPEC_NONE = 0, SG_SRV_SPEC_NGRAM = 1, SG_SRV_SPEC_DRAFT = 2 };
+enum { SG_SRV_SPEC_NONE = 0, SG_SRV_SPEC_NGRAM = 1, SG_SRV_SPEC_DRAFT = 2, SG_SRV_SPEC_MTP = 3 };
 
 /* Loads the model at path (already resolved) under name; n_ctx 0 = the model's own maximum,
  * bounded by what memory allows. spec (may be NULL: none): its draft model is loaded beside it

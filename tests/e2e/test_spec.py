@@ -70,7 +70,7 @@ def test_generate_metrics_line_and_kill_switch(sg, model):
 
 
 @pytest.mark.parametrize("args, msg", [
-    (["--spec", "medusa"], "--spec wants ngram or none"),
+    (["--spec", "medusa"], "--spec wants ngram, mtp or none"),
     (["--draft-max", "0"], "--draft-max wants an integer"),
     (["--draft-max", "4", "--draft-min", "5"], "--draft-min 5 is above --draft-max 4"),
     (["--spec", "ngram", "--draft-model", "x"], "pick one"),
@@ -194,3 +194,46 @@ def test_memory_guard_counts_the_draft_models_weights(model, tmp_path):
         assert "with its draft model" in err and "RETI_SERVE_MEMORY_CAP_BYTES" in err, err
     finally:
         s.stop()
+
+
+@pytest.fixture(scope="module")
+def mtp_model(tmp_path_factory):
+    return str(make_test_model("qwen3_next_mtp", tmp_path_factory.mktemp("mtp") / "q3n", 320))
+
+
+@pytest.mark.parametrize("temp", ["0", "0.9"])
+def test_generate_with_mtp_gives_the_plain_text(sg, mtp_model, temp):
+    plain = gen(sg, mtp_model, temp=temp)
+    mtp = gen(sg, mtp_model, "--spec", "mtp", "--draft-max", "3", temp=temp)
+    assert mtp["text"] == plain["text"] and mtp["finish_reason"] == plain["finish_reason"]
+    m = mtp["metrics"]
+    assert m["generated_tokens"] == plain["metrics"]["generated_tokens"]
+    assert m["spec_verify_steps"] > 0 and m["spec_drafted_tokens"] > 0
+
+
+def test_spec_mtp_without_a_module_or_switched_off_decodes_plainly(sg, model, mtp_model):
+    # a model without mtp.* tensors: a note, the plain answer
+    r = sg("generate", "--model", model, "--prompt", EDIT, "--temperature", "0", "--max-tokens", "12", "--ctx", "256",
+           "--spec", "mtp", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "no MTP module" in r.stderr
+    off = sg("generate", "--model", mtp_model, "--prompt", EDIT, "--temperature", "0", "--max-tokens", "12", "--ctx", "256",
+             "--spec", "mtp", "--metrics", env={"SARAGOSSA_SPEC_MTP": "0"}, timeout=300)
+    assert off.returncode == 0, off.stderr
+    assert "switched off" in off.stderr and "speculative:" not in off.stderr
+    r = sg("generate", "--model", mtp_model, "--prompt", "hi", "--spec", "mtp", "--draft-model", mtp_model, timeout=120)
+    assert r.returncode != 0 and "pick one" in r.stderr
+
+
+def test_server_speculates_with_mtp(mtp_model, tmp_path):
+    with Server("--model", f"m={mtp_model}", "--ctx", "256", "--spec", "mtp", port=free_port(), key=KEY) as s:
+        c = openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key=KEY, max_retries=0)
+        kw = dict(model="m", messages=[{"role": "user", "content": EDIT}], max_tokens=30, temperature=0)
+        on = c.chat.completions.create(**kw)
+        off = c.chat.completions.create(**kw, extra_body={"speculative": "none"})
+        assert on.choices[0].message.content == off.choices[0].message.content
+        d = on.usage.completion_tokens_details
+        assert d is not None and d.accepted_prediction_tokens + d.rejected_prediction_tokens > 0
+        # a second turn: the module's state follows the conversation (prefix reuse included)
+        again = c.chat.completions.create(**kw, extra_body={"speculative": "mtp"})
+        assert again.choices[0].message.content == off.choices[0].message.content
