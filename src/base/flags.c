@@ -123,6 +123,9 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_SPEC_MTP", SG_FLAG_BOOL, "1",
 	 "speculative decoding's MTP drafter (Qwen3-Next / Qwen3.5 checkpoints' mtp.* module); 0 = the module is not loaded and "
 	 "--spec mtp decodes without guesses"},
+	{"SARAGOSSA_SPEC_STEPWISE", SG_FLAG_BOOL, "1",
+	 "speculative decoding on a backend without batched exact verify steps (CUDA): guesses verified one decode step per "
+	 "token (the answer is exact, the step is not faster than decoding); 0 = such backends decode without speculation"},
 	{"SARAGOSSA_SPEC_REJECTION", SG_FLAG_BOOL, "1",
 	 "sampled speculative decoding with a draft model: guesses drawn from the draft's distribution and kept by rejection "
 	 "sampling (min(1, p/q)); 0 = greedy guesses checked against the target's own draw (same tokens as plain sampling "

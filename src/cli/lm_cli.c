@@ -15,6 +15,7 @@
 #include "base/sysinfo.h"
 #include "base/timer.h"
 #include "engine/draft.h"
+#include "engine/session.h"
 #include "hub/repo.h"
 #include "hub/resolve.h"
 #include "saragossa.h"
@@ -338,9 +339,13 @@ int sg_cli_spec_start(const char *verb, sg_cli_spec *sp, sg_lm *target, int n_th
 		return 0;
 	}
 	if (!sg_lm_state(target)->model->eval_rows) {
-		fprintf(stderr, "saragossa %s: this backend cannot verify guesses exactly yet; decoding without speculation\n", verb);
+		fprintf(stderr, "saragossa %s: this backend cannot verify guesses exactly yet (SARAGOSSA_SPEC_STEPWISE=0); decoding without "
+			"speculation\n", verb);
 		return 0;
 	}
+	if (sg_session_verify_stepwise(sg_lm_session(target)))
+		fprintf(stderr, "saragossa %s: this backend verifies guesses one decode step per token: the answer is exact, not faster "
+			"yet\n", verb);
 	sg_status st;
 	if (sp->ngram) {
 		if ((st = sg_drafter_ngram(SG_DRAFT_NGRAM_MIN, SG_DRAFT_NGRAM_MAX, &sp->drafter))) goto fail;

@@ -424,13 +424,31 @@ sg_status sg_session_restore(sg_session *s, const sg_snapshot *p)
 
 /* ---- exact verification and marks ---- */
 
-int sg_session_can_verify(const sg_session *s) { return s->m->be->ops->match_decode != NULL; }
+int sg_session_can_verify(const sg_session *s)
+{
+	return s->m->be->ops->match_decode != NULL || sg_flag_bool("SARAGOSSA_SPEC_STEPWISE");
+}
+
+int sg_session_verify_stepwise(const sg_session *s) { return !s->m->be->ops->match_decode && sg_flag_bool("SARAGOSSA_SPEC_STEPWISE"); }
+
+sg_status sg_session_eval_stepwise(sg_session *s, const int32_t *tokens, int n, float *logits_out)
+{
+	size_t V = (size_t)sg_model_n_vocab(s->m);
+	for (int i = 0; i < n; i++) {
+		sg_status st = sg_session_eval(s, tokens + i, 1, NULL);
+		if (st) return st;
+		if (logits_out) memcpy(logits_out + (size_t)i * V, s->last, sizeof(float) * V);
+	}
+	return SG_OK;
+}
 
 sg_status sg_session_eval_exact(sg_session *s, const int32_t *tokens, int n, float *logits_out)
 {
 	sg_backend *be = s->m->be;
-	if (!be->ops->match_decode)
+	if (!be->ops->match_decode) {
+		if (sg_flag_bool("SARAGOSSA_SPEC_STEPWISE")) return sg_session_eval_stepwise(s, tokens, n, logits_out);
 		return sg_error(SG_ERR_UNSUPPORTED, "the %s backend cannot score several tokens with a decode step's bits", be->ops->name);
+	}
 	be->ops->match_decode(be, 1);
 	sg_status st = sg_session_eval(s, tokens, n, logits_out);
 	be->ops->match_decode(be, 0);
@@ -501,9 +519,13 @@ static sg_status rec_truncate(sg_session *s, int keep)
 	int32_t *t = sg_malloc(sizeof(int32_t) * (size_t)n);
 	if (!t) return SG_FAIL(SG_ERR_NOMEM, "%d tokens", n);
 	memcpy(t, s->tokens + from, sizeof(int32_t) * (size_t)n);
-	if (s->m->be->ops->match_decode) s->m->be->ops->match_decode(s->m->be, 1);
-	st = sg_session_eval(s, t, n, NULL);
-	if (s->m->be->ops->match_decode) s->m->be->ops->match_decode(s->m->be, 0);
+	if (s->m->be->ops->match_decode) {
+		s->m->be->ops->match_decode(s->m->be, 1);
+		st = sg_session_eval(s, t, n, NULL);
+		s->m->be->ops->match_decode(s->m->be, 0);
+	} else {
+		st = sg_session_eval_stepwise(s, t, n, NULL);
+	}
 	sg_free(t);
 	return st;
 }

@@ -60,8 +60,17 @@ void sg_session_mtp_moved(sg_session *s);
 void sg_session_mtp_forget(sg_session *s);
 void sg_session_mtp_free(sg_session *s);
 
-/* 1 when sg_session_eval_exact can run on this session's backend (its match_decode op). */
+/* 1 when sg_session_eval_exact can run on this session's backend: its match_decode op (the CPU),
+ * or, on a backend without one (CUDA), SARAGOSSA_SPEC_STEPWISE: the tokens then run one decode
+ * step each (exact, but the weights are read once per token: not faster than decoding them). */
 int sg_session_can_verify(const sg_session *s);
+/* 1 when verify steps run token by token (SARAGOSSA_SPEC_STEPWISE on a backend without
+ * match_decode). */
+int sg_session_verify_stepwise(const sg_session *s);
+/* sg_session_eval_exact token by token: one decode step each (the backend's one-token path, a
+ * replayed graph where it records one), each row of logits_out (may be NULL) the bits of a decode
+ * step by construction. */
+sg_status sg_session_eval_stepwise(sg_session *s, const int32_t *tokens, int n, float *logits_out);
 /* Evaluates tokens[0..n) and writes the logits of every position into logits_out[n][n_vocab],
  * each row bit for bit what n one-token decode steps would give (the speculative verify step:
  * the weights are still read once for the whole chunk). SG_ERR_UNSUPPORTED where the backend

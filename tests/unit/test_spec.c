@@ -318,6 +318,34 @@ Test(spec, verify_rows_are_the_bits_of_decode_steps)
 	verify_rows_bits("gemma4_text");
 }
 
+/* Verify steps one decode step per token (SARAGOSSA_SPEC_STEPWISE, the path of a backend without
+ * match_decode: CUDA) give the rows of the batched verify step, bit for bit, and roll back alike. */
+static void stepwise_rows_bits(const char *name)
+{
+	fx f;
+	fx_open(&f, name, 64);
+	make_prompt(f.V);
+	int V = f.V, n = 6;
+	float *a = malloc(sizeof(float) * (size_t)V * (size_t)n), *b = malloc(sizeof(float) * (size_t)V * (size_t)n);
+	cr_assert_eq(sg_session_eval(f.s, prompt, 12, NULL), SG_OK);
+	cr_assert_eq(sg_session_mark(f.s), SG_OK);
+	cr_assert_eq(sg_session_eval_exact(f.s, prompt + 12, n, a), SG_OK);
+	cr_assert_eq(sg_session_truncate(f.s, 12), SG_OK);
+	cr_assert_eq(sg_session_eval_stepwise(f.s, prompt + 12, n, b), SG_OK);
+	cr_assert_eq(sg_session_position(f.s), 12 + n);
+	cr_assert(!memcmp(a, b, sizeof(float) * (size_t)V * (size_t)n), "%s: stepwise rows differ", name);
+	free(a);
+	free(b);
+	fx_close(&f);
+}
+
+Test(spec, stepwise_verify_rows_are_the_batched_rows)
+{
+	stepwise_rows_bits("qwen3");
+	stepwise_rows_bits("qwen3_next");
+	stepwise_rows_bits("qwen3_moe");
+}
+
 /* A hybrid session rolls back to any position after its mark, and not before it. */
 Test(spec, hybrid_truncate_needs_a_mark_and_restores_the_state_exactly)
 {
