@@ -260,7 +260,6 @@ static sg_status model_draft_q(void *self, const int32_t *hist, size_t n, int32_
 		out[(*n_out)++] = r.token;
 		if (k + 1 < max) st = sg_session_eval(s, &r.token, 1, NULL);
 	}
-	if (st == SG_ERR_INVALID_ARG && !*n_out) return SG_OK; /* every id banned: no guess */
 	if (st) {
 		sg_session_reset(s);
 		*n_out = 0;
