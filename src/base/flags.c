@@ -123,6 +123,16 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_SPEC_ADAPTIVE", SG_FLAG_BOOL, "1",
 	 "speculative decoding: the draft length follows the measured acceptance (longer while guesses are kept, shorter "
 	 "when they are not); 0 = always --draft-max"},
+	{"SARAGOSSA_SPEC_MTP", SG_FLAG_BOOL, "1",
+	 "speculative decoding's MTP drafter (Qwen3-Next / Qwen3.5 checkpoints' mtp.* module); 0 = the module is not loaded and "
+	 "--spec mtp decodes without guesses"},
+	{"SARAGOSSA_SPEC_STEPWISE", SG_FLAG_BOOL, "1",
+	 "speculative decoding on a backend without batched exact verify steps (CUDA): guesses verified one decode step per "
+	 "token (the answer is exact, the step is not faster than decoding); 0 = such backends decode without speculation"},
+	{"SARAGOSSA_SPEC_REJECTION", SG_FLAG_BOOL, "1",
+	 "sampled speculative decoding with a draft model: guesses drawn from the draft's distribution and kept by rejection "
+	 "sampling (min(1, p/q)); 0 = greedy guesses checked against the target's own draw (same tokens as plain sampling "
+	 "for a seed, fewer kept)"},
 	{"SARAGOSSA_SPEC_P_MIN", SG_FLAG_INT, "50",
 	 "draft-model drafter: stop a draft at a token the draft model gives less than this probability, in percent (0 = never)"},
 	{"SARAGOSSA_SAMPLE_IN_BACKEND", SG_FLAG_BOOL, "1",

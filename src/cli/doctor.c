@@ -173,8 +173,11 @@ int sg_cli_doctor(int argc, char **argv)
 	}
 	/* which drafters the flags leave on; verify steps need a backend's match_decode op, which
 	 * the CPU backend has (the CUDA backend does not yet: there answers decode without guesses) */
-	printf("speculative: n-gram drafter %s, draft-model drafter %s; exact verify steps on the cpu backend only\n",
-	       sg_drafter_enabled("ngram") ? "on" : "off", sg_drafter_enabled("model") ? "on" : "off");
+	printf("speculative: n-gram drafter %s, draft-model drafter %s, MTP drafter %s; sampled draft-model guesses %s; batched "
+	       "exact verify steps on the cpu backend, %s elsewhere\n",
+	       sg_drafter_enabled("ngram") ? "on" : "off", sg_drafter_enabled("model") ? "on" : "off", sg_drafter_enabled("mtp") ? "on" : "off",
+	       sg_flag_bool("SARAGOSSA_SPEC_REJECTION") ? "kept by rejection sampling" : "checked against the target's draw",
+	       sg_flag_bool("SARAGOSSA_SPEC_STEPWISE") ? "one decode step per guess" : "none");
 	print_models();
 	printf("flags:\n");
 	for (int i = 0; i < sg_flags_count(); i++) {

@@ -17,6 +17,7 @@
 #include "base/timer.h"
 #include "engine/draft.h"
 #include "engine/expert_cache.h"
+#include "engine/session.h"
 #include "hub/repo.h"
 #include "hub/resolve.h"
 #include "saragossa.h"
@@ -292,10 +293,11 @@ void sg_cli_spec_init(sg_cli_spec *sp)
 int sg_cli_spec_opt(const char *name, const char *value, sg_cli_spec *sp, char *err, size_t errn)
 {
 	if (!strcmp(name, "--spec")) {
+		sp->ngram = sp->mtp = 0;
 		if (!strcmp(value, "ngram")) sp->ngram = 1;
-		else if (!strcmp(value, "none")) sp->ngram = 0;
-		else {
-			snprintf(err, errn, "--spec wants ngram or none, got '%s'", value);
+		else if (!strcmp(value, "mtp")) sp->mtp = 1;
+		else if (strcmp(value, "none")) {
+			snprintf(err, errn, "--spec wants ngram, mtp or none, got '%s'", value);
 			return 2;
 		}
 		return 0;
@@ -328,23 +330,36 @@ int sg_cli_spec_start(const char *verb, sg_cli_spec *sp, sg_lm *target, int n_th
 		fprintf(stderr, "saragossa %s: --draft-min %ld is above --draft-max %ld\n", verb, sp->draft_min, sp->draft_max);
 		return 1;
 	}
-	if (sp->draft_model && sp->ngram) {
-		fprintf(stderr, "saragossa %s: --spec ngram and --draft-model are two drafters; pick one\n", verb);
+	if (sp->draft_model && (sp->ngram || sp->mtp)) {
+		fprintf(stderr, "saragossa %s: --spec %s and --draft-model are two drafters; pick one\n", verb, sp->mtp ? "mtp" : "ngram");
 		return 1;
 	}
-	if (!sp->draft_model && !sp->ngram) return 0;
-	const char *kind = sp->draft_model ? "model" : "ngram";
+	if (!sp->draft_model && !sp->ngram && !sp->mtp) return 0;
+	const char *kind = sp->draft_model ? "model" : sp->mtp ? "mtp" : "ngram";
 	if (!sg_drafter_enabled(kind)) {
 		fprintf(stderr, "saragossa %s: speculative decoding (%s) is switched off by its flag; decoding without it\n", verb, kind);
 		return 0;
 	}
 	if (!sg_lm_state(target)->model->eval_rows) {
-		fprintf(stderr, "saragossa %s: this backend cannot verify guesses exactly yet; decoding without speculation\n", verb);
+		fprintf(stderr, "saragossa %s: this backend cannot verify guesses exactly yet (SARAGOSSA_SPEC_STEPWISE=0); decoding without "
+			"speculation\n", verb);
 		return 0;
 	}
+	if (sg_session_verify_stepwise(sg_lm_session(target)))
+		fprintf(stderr, "saragossa %s: this backend verifies guesses one decode step per token: the answer is exact, not faster "
+			"yet\n", verb);
 	sg_status st;
 	if (sp->ngram) {
 		if ((st = sg_drafter_ngram(SG_DRAFT_NGRAM_MIN, SG_DRAFT_NGRAM_MAX, &sp->drafter))) goto fail;
+		return 0;
+	}
+	if (sp->mtp) {
+		st = sg_drafter_mtp(sg_lm_session(target), &sp->drafter);
+		if (st == SG_ERR_UNSUPPORTED) {
+			fprintf(stderr, "saragossa %s: --spec mtp: %s; decoding without speculation\n", verb, sg_last_error());
+			return 0;
+		}
+		if (st) goto fail;
 		return 0;
 	}
 	char path[SG_HUB_PATH_MAX];

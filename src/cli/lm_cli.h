@@ -82,10 +82,11 @@ int sg_cli_sigint_take(void);
  * and the wait cannot be lost. */
 int sg_cli_read_byte(int fd, unsigned char *ch);
 
-/* Speculative decoding options of the generating verbs: --spec ngram, --draft-model M,
+/* Speculative decoding options of the generating verbs: --spec ngram|mtp, --draft-model M,
  * --draft-max N, --draft-min N. */
 typedef struct sg_cli_spec {
 	int ngram;               /* --spec ngram */
+	int mtp;                 /* --spec mtp */
 	const char *draft_model; /* --draft-model */
 	long draft_max, draft_min;
 	/* set up by sg_cli_spec_start */
@@ -94,7 +95,8 @@ typedef struct sg_cli_spec {
 } sg_cli_spec;
 
 #define SG_CLI_SPEC_USAGE                                                                                            \
-	"  --spec KIND        speculative decoding: ngram (guesses copied from the context), none\n"                \
+	"  --spec KIND        speculative decoding: ngram (guesses copied from the context), mtp (the model's\n"   \
+	"                     own multi-token-prediction module, Qwen3-Next / Qwen3.5), none\n"                    \
 	"  --draft-model M    speculative decoding with a smaller model of the same vocabulary as drafter\n"       \
 	"  --draft-max N      tokens guessed per verify step at most (default 16; the length adapts)\n"          \
 	"  --draft-min N      guesses shorter than N are not verified (default 1)\n"

@@ -151,9 +151,9 @@ int sg_cli_serve(int argc, char **argv)
 			if (parse_num(a, v, 1, 3600, &x)) return 2;
 			o.read_timeout_s = (int)x;
 		} else if (!strcmp(a, "--spec")) {
-			if (!v || (strcmp(v, "ngram") && strcmp(v, "none")))
-				return sg_cli_usage_error("serve", "--spec wants ngram or none, got '%s'", v ? v : "");
-			o.spec_mode = !strcmp(v, "ngram") ? 1 : 0;
+			if (!v || (strcmp(v, "ngram") && strcmp(v, "mtp") && strcmp(v, "none")))
+				return sg_cli_usage_error("serve", "--spec wants ngram, mtp or none, got '%s'", v ? v : "");
+			o.spec_mode = !strcmp(v, "ngram") ? 1 : !strcmp(v, "mtp") ? 3 : 0;
 		} else if (!strcmp(a, "--draft-model")) {
 			if (!v || !*v) return sg_cli_usage_error("serve", "--draft-model needs a MODEL");
 			draft_model = v;
@@ -203,7 +203,8 @@ int sg_cli_serve(int argc, char **argv)
 	if (o.draft_max && o.draft_min > o.draft_max)
 		return sg_cli_usage_error("serve", "--draft-min %d is above --draft-max %d", o.draft_min, o.draft_max);
 	if (draft_model) {
-		if (o.spec_mode == 1) return sg_cli_usage_error("serve", "--spec ngram and --draft-model are two drafters; pick one");
+		if (o.spec_mode == 1 || o.spec_mode == 3)
+			return sg_cli_usage_error("serve", "--spec %s and --draft-model are two drafters; pick one", o.spec_mode == 1 ? "ngram" : "mtp");
 		sg_hub_opts ho = {.quiet = 0};
 		if (sg_hub_resolve(draft_model, &ho, &draft)) {
 			fprintf(stderr, "saragossa: --draft-model %s: %s\n", draft_model, sg_last_error());

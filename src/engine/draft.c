@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/flags.h"
 #include "engine/lm.h"
+#include "engine/sampler.h"
 #include "engine/session.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -21,6 +22,11 @@ struct sg_drafter {
 	sg_session *ds;
 	int32_t target_vocab;
 	float p_min; /* a draft ends at a token of lower probability */
+	/* sampled drafting (sample_begin): the draft's own sampler and scratch */
+	sg_sampler *smp;
+	float *lbuf;   /* [draft vocab] logits, ids the target lacks banned */
+	double *qbuf;  /* [draft vocab] the distribution drawn from */
+	int32_t lvocab; /* their size */
 };
 
 int sg_drafter_enabled(const char *kind)
@@ -28,6 +34,7 @@ int sg_drafter_enabled(const char *kind)
 	if (!sg_flag_bool("SARAGOSSA_SPEC")) return 0;
 	if (!strcmp(kind, "ngram")) return sg_flag_bool("SARAGOSSA_SPEC_NGRAM");
 	if (!strcmp(kind, "model")) return sg_flag_bool("SARAGOSSA_SPEC_DRAFT_MODEL");
+	if (!strcmp(kind, "mtp")) return sg_flag_bool("SARAGOSSA_SPEC_MTP");
 	return 0;
 }
 
@@ -37,6 +44,9 @@ void sg_drafter_free(sg_drafter *d)
 {
 	if (!d) return;
 	sg_free(d->ref);
+	sg_sampler_free(d->smp);
+	sg_free(d->lbuf);
+	sg_free(d->qbuf);
 	sg_free(d);
 }
 
@@ -129,18 +139,24 @@ static int32_t argmax_p(const float *l, int32_t V, float *p)
 	return best;
 }
 
-static sg_status model_draft(void *self, const int32_t *hist, size_t n, int32_t max, int32_t *out, int32_t *n_out)
+/* Brings the draft session to hist[0..n) (its logits: those after hist[n - 1]) and bounds *max
+ * by its context; *max 0 when it cannot guess. */
+static sg_status model_sync(sg_drafter *d, const int32_t *hist, size_t n, int32_t *max)
 {
-	sg_drafter *d = self;
-	*n_out = 0;
 	sg_session *s = d->ds;
 	int32_t V = sg_session_n_vocab(s);
 	int ctx = sg_session_n_ctx(s);
 	for (size_t i = 0; i < n; i++)
-		if (hist[i] < 0 || hist[i] >= V) return SG_OK; /* a token it cannot read: no guess */
-	if (n + (size_t)max > (size_t)ctx) {
-		if (n >= (size_t)ctx) return SG_OK; /* the history outgrew the draft's context */
-		max = (int32_t)((size_t)ctx - n);
+		if (hist[i] < 0 || hist[i] >= V) {
+			*max = 0; /* a token it cannot read: no guess */
+			return SG_OK;
+		}
+	if (n + (size_t)*max > (size_t)ctx) {
+		if (n >= (size_t)ctx) {
+			*max = 0; /* the history outgrew the draft's context */
+			return SG_OK;
+		}
+		*max = (int32_t)((size_t)ctx - n);
 	}
 	/* keep the common prefix of its state (at least the last token is evaluated again, for its
 	 * logits); a state that cannot be cut back starts over */
@@ -153,6 +169,20 @@ static sg_status model_draft(void *self, const int32_t *hist, size_t n, int32_t 
 		keep = 0;
 	}
 	sg_status st = sg_session_eval(s, hist + keep, (int)(n - keep), NULL);
+	if (st) {
+		sg_session_reset(s);
+		*max = 0;
+	}
+	return st;
+}
+
+static sg_status model_draft(void *self, const int32_t *hist, size_t n, int32_t max, int32_t *out, int32_t *n_out)
+{
+	sg_drafter *d = self;
+	*n_out = 0;
+	sg_session *s = d->ds;
+	int32_t V = sg_session_n_vocab(s);
+	sg_status st = model_sync(d, hist, n, &max);
 	for (int32_t k = 0; !st && k < max; k++) {
 		const float *l = sg_session_logits(s);
 		if (!l) return sg_error(SG_ERR_INTERNAL, "draft model: no logits");
@@ -161,6 +191,74 @@ static sg_status model_draft(void *self, const int32_t *hist, size_t n, int32_t 
 		if (t >= d->target_vocab || (k > 0 && p < d->p_min)) break;
 		out[(*n_out)++] = t;
 		if (k + 1 < max) st = sg_session_eval(s, &t, 1, NULL);
+	}
+	if (st) {
+		sg_session_reset(s);
+		*n_out = 0;
+	}
+	return st;
+}
+
+/* Sampled drafting: the guesses are drawn from the draft model's distribution under the
+ * target's temperature, top-k, top-p and min-p (penalties and biases left out: any q keeps the
+ * answer's distribution, a closer one keeps more guesses), with a seed derived from the
+ * target's, so that a seed still gives one answer. */
+static sg_status model_sample_begin(void *self, const sg_sampler_params *p, uint64_t seed, int *on)
+{
+	sg_drafter *d = self;
+	*on = 0;
+	sg_sampler_free(d->smp);
+	d->smp = NULL;
+	if (p->temperature <= 0.0f) return SG_OK;
+	int32_t V = sg_session_n_vocab(d->ds);
+	sg_sampler_params q = sg_sampler_default_params();
+	q.temperature = p->temperature;
+	q.top_k = p->top_k;
+	q.top_p = p->top_p;
+	q.min_p = p->min_p;
+	q.repetition_penalty = 1.0f;
+	q.presence_penalty = q.frequency_penalty = 0.0f;
+	q.seed = seed ^ 0x5be3a1d7c0ffee11ull;
+	if (q.seed == SG_SAMPLER_SEED_RANDOM) q.seed--;
+	sg_status st = sg_sampler_create(&q, V, &d->smp);
+	if (st) return st;
+	if (d->lvocab != V) {
+		sg_free(d->lbuf);
+		sg_free(d->qbuf);
+		d->lbuf = sg_malloc((size_t)V * sizeof(*d->lbuf));
+		d->qbuf = sg_malloc((size_t)V * sizeof(*d->qbuf));
+		d->lvocab = d->lbuf && d->qbuf ? V : 0;
+		if (!d->lvocab) return SG_FAIL(SG_ERR_NOMEM, "draft sampling buffers of %d tokens", V);
+	}
+	*on = 1;
+	return SG_OK;
+}
+
+static sg_status model_draft_q(void *self, const int32_t *hist, size_t n, int32_t max, int32_t *out, float *q, int32_t n_vocab,
+			       int32_t *n_out)
+{
+	sg_drafter *d = self;
+	*n_out = 0;
+	if (!d->smp) return sg_error(SG_ERR_INTERNAL, "draft model: sampled drafting was not begun");
+	sg_session *s = d->ds;
+	int32_t V = sg_session_n_vocab(s);
+	sg_status st = model_sync(d, hist, n, &max);
+	for (int32_t k = 0; !st && k < max; k++) {
+		const float *l = sg_session_logits(s);
+		if (!l) return sg_error(SG_ERR_INTERNAL, "draft model: no logits");
+		/* an unsure draft ends before its draw (a decision that does not look at the token) */
+		float pmax;
+		(void)argmax_p(l, V, &pmax);
+		if (k > 0 && pmax < d->p_min) break;
+		memcpy(d->lbuf, l, (size_t)V * sizeof(*l));
+		for (int32_t i = d->target_vocab; i < V; i++) d->lbuf[i] = -INFINITY;
+		sg_sample_result r;
+		if ((st = sg_sampler_sample(d->smp, d->lbuf, V, &r))) break;
+		if ((st = sg_sampler_distribution(d->smp, d->lbuf, V, d->qbuf))) break;
+		float *qk = q + (size_t)k * (size_t)n_vocab;
+		for (int32_t i = 0; i < n_vocab; i++) qk[i] = i < V ? (float)d->qbuf[i] : 0.0f;
+		out[(*n_out)++] = r.token;
+		if (k + 1 < max) st = sg_session_eval(s, &r.token, 1, NULL);
 	}
 	if (st) {
 		sg_session_reset(s);
@@ -178,7 +276,8 @@ sg_status sg_drafter_model(sg_session *draft, int32_t target_vocab, sg_drafter *
 	d->ds = draft;
 	d->target_vocab = target_vocab;
 	d->p_min = (float)sg_flag_int("SARAGOSSA_SPEC_P_MIN") / 100.0f;
-	d->ops = (sg_gen_drafter){.self = d, .name = "model", .draft = model_draft};
+	d->ops = (sg_gen_drafter){
+		.self = d, .name = "model", .draft = model_draft, .sample_begin = model_sample_begin, .draft_q = model_draft_q};
 	*out = d;
 	return SG_OK;
 }
@@ -197,5 +296,35 @@ sg_status sg_drafter_check_vocab(const sg_lm *target, const sg_lm *draft)
 			return SG_FAIL(SG_ERR_INVALID_ARG, "token %d is '%.*s' in the target's vocabulary and '%.*s' in the draft model's", id,
 				       ta ? (int)la : 0, ta ? ta : "", tb ? (int)lb : 0, tb ? tb : "");
 	}
+	return SG_OK;
+}
+
+/* ---- MTP ---- */
+
+static sg_status mtp_draft(void *self, const int32_t *hist, size_t n, int32_t max, int32_t *out, int32_t *n_out)
+{
+	sg_drafter *d = self;
+	sg_session *s = d->ds;
+	*n_out = 0;
+	/* the session holds hist[0..n - 1); hist[n - 1] is the token to be evaluated next */
+	size_t pos = (size_t)sg_session_position(s);
+	if (n < 2 || pos != n - 1 || sg_session_tokens(s)[pos - 1] != hist[n - 2]) return SG_OK;
+	int got = 0;
+	sg_status st = sg_session_mtp_draft(s, hist[n - 1], max, out, &got, NULL);
+	*n_out = st ? 0 : got;
+	return st;
+}
+
+sg_status sg_drafter_mtp(sg_session *target, sg_drafter **out)
+{
+	*out = NULL;
+	if (!target) return SG_FAIL(SG_ERR_INVALID_ARG, "no session");
+	sg_status st = sg_session_mtp_enable(target, 1);
+	if (st) return st;
+	sg_drafter *d = sg_calloc(1, sizeof(*d));
+	if (!d) return SG_FAIL(SG_ERR_NOMEM, "drafter");
+	d->ds = target;
+	d->ops = (sg_gen_drafter){.self = d, .name = "mtp", .draft = mtp_draft};
+	*out = d;
 	return SG_OK;
 }

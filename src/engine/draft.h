@@ -38,6 +38,12 @@ sg_status sg_drafter_ngram(int ngram_min, int ngram_max, sg_drafter **out);
  * and belongs to it: nothing else may evaluate in it). target_vocab: the target's vocabulary
  * size; a draft id at or past it ends a draft. */
 sg_status sg_drafter_model(sg_session *draft, int32_t target_vocab, sg_drafter **out);
+/* An MTP drafter: the target's own multi-token-prediction module (Qwen3-Next / Qwen3.5 mtp.*
+ * tensors), run in the target's session `target` (borrowed; the drafter turns the module on
+ * there, sg_session_mtp_enable). It guesses greedily from the hidden state of the session's last
+ * position, so it guesses only when the history is the session's. SG_ERR_UNSUPPORTED when the
+ * model has no module (or SARAGOSSA_SPEC_MTP=0 kept it from loading). */
+sg_status sg_drafter_mtp(sg_session *target, sg_drafter **out);
 /* Gives an n-gram drafter a reference text (ids copied; n 0 clears it) to search where the
  * history has no match: a predicted answer (OpenAI's `prediction`), a file about to be edited. */
 sg_status sg_drafter_ngram_reference(sg_drafter *d, const int32_t *ids, size_t n);

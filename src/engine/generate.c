@@ -145,12 +145,22 @@ static sg_status eval_top(sg_gen_state *st, top_step *t, const sg_sampler *smp, 
  * step. Every token still goes through the same sampler, constraint and stop checks, in the same
  * order, from logits with the bits of a one-token step: the output is the output without
  * speculation, greedy or sampled with the same seed; the guesses only decide how many tokens
- * one forward pass scores. */
+ * one forward pass scores. (For a guess picked without a draw, a point mass, this is rejection
+ * sampling: the guess is kept with probability p(guess), and a rejection leaves a token drawn
+ * from p without the guess.)
+ *
+ * A drafter that samples its guesses from a distribution q of its own (a draft model at a
+ * temperature, sg_gen_drafter.sample_begin) is verified by rejection sampling instead
+ * (sg_sampler_sample_spec): the guess is kept with probability min(1, p/q), a rejection draws
+ * from norm(max(0, p - q)). The answer is distributed as plain sampling's, not token for token
+ * the same for a seed. */
 typedef struct spec_run {
 	int on;
 	const sg_gen_drafter *dr;
 	int32_t max, min;
 	int32_t *draft; /* [max] the current step's guesses */
+	int sampled;    /* the drafter samples its guesses: q holds their distributions */
+	float *q;       /* [max][n_vocab] when sampled */
 	float *rows;    /* [max + 1][n_vocab] its logits */
 	int32_t nd, at; /* guesses verified; rows used (rows[at] gave the last logits) */
 	int32_t cur;    /* the draft length asked for now (SARAGOSSA_SPEC_ADAPTIVE), else max */
@@ -159,7 +169,7 @@ typedef struct spec_run {
 	int32_t fails;  /* verify steps in a row that kept no guess */
 } spec_run;
 
-static sg_status spec_init(spec_run *sp, const sg_gen_model *m, const sg_gen_params *p)
+static sg_status spec_init(spec_run *sp, const sg_gen_model *m, const sg_gen_params *p, uint64_t seed)
 {
 	memset(sp, 0, sizeof(*sp));
 	if (!p->drafter || !m->eval_rows || !m->truncate) return SG_OK;
@@ -175,6 +185,14 @@ static sg_status spec_init(spec_run *sp, const sg_gen_model *m, const sg_gen_par
 	sp->draft = sg_malloc((size_t)sp->max * sizeof(*sp->draft));
 	sp->rows = sg_malloc((size_t)(sp->max + 1) * (size_t)m->n_vocab * sizeof(*sp->rows));
 	if (!sp->draft || !sp->rows) return SG_FAIL(SG_ERR_NOMEM, "speculative buffers for %d draft tokens", sp->max);
+	sg_status s;
+	if (p->sampler.temperature > 0.0f && sp->dr->sample_begin && sp->dr->draft_q && sg_flag_bool("SARAGOSSA_SPEC_REJECTION") &&
+	    (s = sp->dr->sample_begin(sp->dr->self, &p->sampler, seed, &sp->sampled)))
+		return s;
+	if (sp->sampled) {
+		sp->q = sg_malloc((size_t)sp->max * (size_t)m->n_vocab * sizeof(*sp->q));
+		if (!sp->q) return SG_FAIL(SG_ERR_NOMEM, "draft distributions for %d draft tokens", sp->max);
+	}
 	sp->on = 1;
 	return SG_OK;
 }
@@ -183,6 +201,7 @@ static void spec_free(spec_run *sp)
 {
 	sg_free(sp->draft);
 	sg_free(sp->rows);
+	sg_free(sp->q);
 }
 
 /* Positions evaluated past the last confirmed token (guesses not sampled yet). */
@@ -250,7 +269,9 @@ static sg_status spec_step(sg_gen_state *st, spec_run *sp, int32_t tok, int32_t 
 	if ((s = history_reserve(st, st->n + 1 + (size_t)(k > 0 ? k : 0)))) return s;
 	st->tokens[st->n] = tok;
 	if (k > 0) {
-		if ((s = sp->dr->draft(sp->dr->self, st->tokens, st->n + 1, k, sp->draft, &nd))) return s;
+		if (sp->sampled) s = sp->dr->draft_q(sp->dr->self, st->tokens, st->n + 1, k, sp->draft, sp->q, m->n_vocab, &nd);
+		else s = sp->dr->draft(sp->dr->self, st->tokens, st->n + 1, k, sp->draft, &nd);
+		if (s) return s;
 		if (nd < 0 || nd > k) return sg_error(SG_ERR_INTERNAL, "the %s drafter gave %d tokens of %d", sp->dr->name, nd, k);
 		for (int32_t i = 0; i < nd; i++)
 			if (sp->draft[i] < 0 || sp->draft[i] >= m->n_vocab)
@@ -354,7 +375,7 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 	spec_run spec = {0};
 	sg_status s = sg_sampler_create(&p->sampler, m->n_vocab, &smp);
 	if (s) goto out;
-	if ((s = spec_init(&spec, m, p))) goto out;
+	if ((s = spec_init(&spec, m, p, sg_sampler_seed(smp)))) goto out;
 	if (!spec.on && (s = top_step_init(&top, m, p, smp))) goto out;
 	res->seed = sg_sampler_seed(smp);
 	sg_stop_params sp = {.eos_ids = p->eos_ids,
@@ -411,7 +432,11 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 			if ((s = sg_sampler_sample_top(smp, top.tid, top.tv, top.k, top.ids, top.v, top.m, &sr))) goto out;
 		} else {
 			if (p->constraint && (s = p->constraint->mask(p->constraint->self, logits, m->n_vocab))) goto out;
-			if ((s = sg_sampler_sample(smp, logits, m->n_vocab, &sr))) goto out;
+			if (spec.sampled && spec.at < spec.nd)
+				s = sg_sampler_sample_spec(smp, logits, m->n_vocab, spec.draft[spec.at], spec.q + (size_t)spec.at * (size_t)m->n_vocab,
+							   &sr);
+			else s = sg_sampler_sample(smp, logits, m->n_vocab, &sr);
+			if (s) goto out;
 		}
 		if (p->constraint && (s = p->constraint->accept(p->constraint->self, sr.token))) goto out;
 		if (!t_first) t_first = sg_time_ns();

@@ -76,6 +76,16 @@ typedef struct sg_gen_drafter {
 	/* Up to max (>= 1) tokens that may follow hist[0..n) into out[]; *n_out of them (0: no
 	 * guess). */
 	sg_status (*draft)(void *self, const int32_t *hist, size_t n, int32_t max, int32_t *out, int32_t *n_out);
+	/* Sampled drafting (may be NULL): at the start of a generation that samples (temperature
+	 * > 0), the sampler's parameters and seed; *on = 1 when the drafter will draw its guesses
+	 * from a distribution of its own and hand it over through draft_q, 0 to guess with draft.
+	 * The loop then verifies each guess by rejection sampling (sg_sampler_sample_spec): the
+	 * answer has the distribution of plain sampling, though not the same tokens for a seed. */
+	sg_status (*sample_begin)(void *self, const sg_sampler_params *p, uint64_t seed, int *on);
+	/* As draft, and q[i * n_vocab ..] the distribution guess i was drawn from (n_vocab: the
+	 * target's; 0 past the drafter's vocabulary). */
+	sg_status (*draft_q)(void *self, const int32_t *hist, size_t n, int32_t max, int32_t *out, float *q, int32_t n_vocab,
+			     int32_t *n_out);
 } sg_gen_drafter;
 
 /* A streaming detokenizer: ids in, complete UTF-8 pieces out. */

@@ -510,6 +510,14 @@ static sg_status reserve_tokens(sg_lm *lm, size_t n_total)
 	return lm->hooks.reserve(lm->hooks.user, lm, what, (uint64_t)(n_total - lm->kv_high) * per, 0);
 }
 
+sg_status sg_lm_reserve_positions(sg_lm *lm, size_t n_total)
+{
+	if (n_total > (size_t)lm->n_ctx) n_total = (size_t)lm->n_ctx;
+	sg_status st = reserve_tokens(lm, n_total);
+	if (!st && n_total > lm->kv_high) lm->kv_high = n_total;
+	return st;
+}
+
 static sg_status set_history(sg_gen_state *st, const int32_t *t, size_t n)
 {
 	if (n > st->cap) {

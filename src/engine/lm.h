@@ -130,6 +130,10 @@ void sg_lm_set_prefix_cache(sg_lm *lm, sg_prefix_cache *pc, int block_tokens);
 sg_prefix_cache *sg_lm_prefix_cache(const sg_lm *lm);
 /* Copies h (NULL: no hooks). */
 void sg_lm_set_hooks(sg_lm *lm, const sg_lm_hooks *h);
+/* Asks the memory hook for the KV rows up to n_total positions (the context bounds it) that no
+ * earlier call or generation reached, and counts them as reached: for a session evaluated
+ * outside sg_lm_generate (a draft model's, driven by its drafter). */
+sg_status sg_lm_reserve_positions(sg_lm *lm, size_t n_total);
 
 /* 1 when the model runs on an accelerator whose backend reports its device memory (the
  * mem_info op): *free_bytes and *total_bytes are filled; 0 for host memory (the CPU). */

@@ -1031,6 +1031,79 @@ sg_status sg_sampler_distribution(sg_sampler *s, const float *logits, int32_t n_
 	return SG_OK;
 }
 
+/* ---- speculative verification (sampler.h) ---- */
+
+/* The probability of id under prepared weights (0 when filtered). */
+static double prepared_p(const prepared *pr, int32_t id)
+{
+	if (pr->c) {
+		for (int32_t i = 0; i < pr->n; i++)
+			if (pr->c[i].id == id) return pr->c[i].v / pr->total;
+		return 0.0;
+	}
+	return id < pr->n ? pr->w[id] / pr->total : 0.0;
+}
+
+/* The residual weight of id with probability pi: max(0, p - q), q a point mass on guess when
+ * q is NULL. */
+static inline double residual(double pi, int32_t id, int32_t guess, const float *q)
+{
+	double r = q ? pi - (double)q[id] : (id == guess ? 0.0 : pi);
+	return r > 0.0 ? r : 0.0;
+}
+
+/* A draw from norm(max(0, p - q)) in id order; -1 when it has no mass (p == q up to rounding). */
+static int32_t draw_residual(sg_sampler *s, const prepared *pr, int32_t guess, const float *q)
+{
+	double tot = 0.0;
+	int32_t n = pr->n;
+	for (int32_t i = 0; i < n; i++) {
+		int32_t id = pr->c ? pr->c[i].id : i;
+		double w = pr->c ? pr->c[i].v : (double)pr->w[i];
+		tot += residual(w / pr->total, id, guess, q);
+	}
+	if (!(tot > 0.0)) return -1;
+	double u = rng_u01(s->rng) * tot, acc = 0.0;
+	int32_t last = -1;
+	for (int32_t i = 0; i < n; i++) {
+		int32_t id = pr->c ? pr->c[i].id : i;
+		double w = pr->c ? pr->c[i].v : (double)pr->w[i];
+		double r = residual(w / pr->total, id, guess, q);
+		if (r <= 0.0) continue;
+		acc += r;
+		last = id;
+		if (u < acc) return id;
+	}
+	return last;
+}
+
+sg_status sg_sampler_sample_spec(sg_sampler *s, const float *logits, int32_t n_vocab, int32_t guess, const float *q,
+				 sg_sample_result *out)
+{
+	sg_status st = check_call(s, logits, n_vocab, out, "sg_sampler_sample_spec");
+	if (st) return st;
+	if (guess < 0 || guess >= n_vocab)
+		return sg_error(SG_ERR_INVALID_ARG, "sg_sampler_sample_spec: guess %d outside [0, %d)", guess, n_vocab);
+	out->logprob = 0.0f;
+	out->n_top = 0;
+	float mx;
+	st = run_steps_1_3(s, logits, &mx, "sg_sampler_sample_spec");
+	if (st) return st;
+	prepared pr;
+	prepare(s, s->work, n_vocab, vocab_top_k(s), mx, &pr);
+	int32_t tok = pr.greedy_tok;
+	if (tok < 0) {
+		/* keep the guess with probability min(1, p/q); else draw from what p has beyond q */
+		double px = prepared_p(&pr, guess), qx = q ? (double)q[guess] : 1.0;
+		double u = rng_u01(s->rng);
+		if (qx > 0.0 && u * qx < px) tok = guess;
+		else if ((tok = draw_residual(s, &pr, guess, q)) < 0) tok = draw(s, &pr);
+	}
+	out->token = tok;
+	if (s->p.logprobs) fill_logprobs(s, logits, mx, tok, out);
+	return SG_OK;
+}
+
 /* ---- candidate rows (sampler.h) ---- */
 
 /* The ids bias and penalties change, for sg_sampler_top_request: their number, at most cap. */

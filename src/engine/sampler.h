@@ -71,4 +71,16 @@ sg_status sg_sampler_adjusted_logits(sg_sampler *s, const float *logits, int32_t
  * to 1; greedy: 1 on the argmax). Does not touch the RNG. */
 sg_status sg_sampler_distribution(sg_sampler *s, const float *logits, int32_t n_vocab, double *probs);
 
+/* Speculative sampling (rejection sampling, Leviathan et al. / Chen et al.): guess was drawn by a
+ * drafter from q[n_vocab] (the distribution it sampled from; NULL: a point mass, the guess
+ * picked without a draw). With p the distribution sg_sampler_sample draws from (steps 1-7 on
+ * logits), the guess is kept with probability min(1, p(guess) / q(guess)); otherwise the token
+ * is drawn from norm(max(0, p - q)), which never gives a rejected guess. The result is
+ * distributed as p whatever q is. Greedy (temperature 0) gives the argmax without a draw, as
+ * sg_sampler_sample does. Uses one or two draws of the RNG; the penalty window is not touched
+ * (call sg_sampler_accept). Errors as sg_sampler_sample, and SG_ERR_INVALID_ARG for a guess
+ * outside the vocabulary. */
+sg_status sg_sampler_sample_spec(sg_sampler *s, const float *logits, int32_t n_vocab, int32_t guess, const float *q,
+				 sg_sample_result *out);
+
 #endif

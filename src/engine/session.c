@@ -33,6 +33,7 @@ void sg_session_free(sg_session *s)
 	sg_free(s->last);
 	sg_free(s->tc_host);
 	sg_free(s->mark);
+	sg_session_mtp_free(s);
 	sg_free(s);
 }
 
@@ -90,7 +91,7 @@ sg_status sg_session_eval(sg_session *s, const int32_t *tokens, int n, float *lo
 		return SG_FAIL(SG_ERR_RANGE, "%d tokens at position %d exceed the context of %d tokens", n, s->n_past,
 			       s->n_ctx);
 	const sg_backend_ops *o = s->m->be->ops;
-	if (n == 1 && !logits_out && sg_fwd_decode_graphs(s->m, &s->fs)) {
+	if (n == 1 && !logits_out && !s->mtp && sg_fwd_decode_graphs(s->m, &s->fs)) {
 		/* one decode step replayed from the CUDA graph; the same kernels as the per-op path */
 		sg_status st = sg_forward_decode(s->m, &s->fs, tokens[0], s->n_past);
 		if (!st) st = o->read(s->m->be, &s->fs.logits, 0, s->last, sizeof(float) * (size_t)V);
@@ -111,6 +112,7 @@ sg_status sg_session_eval(sg_session *s, const int32_t *tokens, int n, float *lo
 		size_t row = sizeof(float) * (size_t)V;
 		if (logits_out) st = o->read(s->m->be, &s->fs.logits, 0, logits_out + (size_t)done * V, row * (size_t)c);
 		if (!st && last) st = o->read(s->m->be, &s->fs.logits, mode == SG_LOGITS_ALL ? row * (size_t)(c - 1) : 0, s->last, row);
+		if (!st && s->mtp) st = sg_session_mtp_after_eval(s, tokens + done, c, s->n_past + done);
 		if (st) return st;
 		done += c;
 	}
@@ -203,6 +205,7 @@ void sg_session_reset(sg_session *s)
 	s->mark_pos = -1;
 	s->has_last = 0;
 	s->dev_last = 0;
+	sg_session_mtp_forget(s);
 }
 
 /* ---- snapshots ---- */
@@ -415,18 +418,37 @@ sg_status sg_session_restore(sg_session *s, const sg_snapshot *p)
 	s->mark_pos = -1;
 	s->n_past = p->n_past;
 	s->has_last = p->has_last;
+	sg_session_mtp_forget(s);
 	return SG_OK;
 }
 
 /* ---- exact verification and marks ---- */
 
-int sg_session_can_verify(const sg_session *s) { return s->m->be->ops->match_decode != NULL; }
+int sg_session_can_verify(const sg_session *s)
+{
+	return s->m->be->ops->match_decode != NULL || sg_flag_bool("SARAGOSSA_SPEC_STEPWISE");
+}
+
+int sg_session_verify_stepwise(const sg_session *s) { return !s->m->be->ops->match_decode && sg_flag_bool("SARAGOSSA_SPEC_STEPWISE"); }
+
+sg_status sg_session_eval_stepwise(sg_session *s, const int32_t *tokens, int n, float *logits_out)
+{
+	size_t V = (size_t)sg_model_n_vocab(s->m);
+	for (int i = 0; i < n; i++) {
+		sg_status st = sg_session_eval(s, tokens + i, 1, NULL);
+		if (st) return st;
+		if (logits_out) memcpy(logits_out + (size_t)i * V, s->last, sizeof(float) * V);
+	}
+	return SG_OK;
+}
 
 sg_status sg_session_eval_exact(sg_session *s, const int32_t *tokens, int n, float *logits_out)
 {
 	sg_backend *be = s->m->be;
-	if (!be->ops->match_decode)
+	if (!be->ops->match_decode) {
+		if (sg_flag_bool("SARAGOSSA_SPEC_STEPWISE")) return sg_session_eval_stepwise(s, tokens, n, logits_out);
 		return sg_error(SG_ERR_UNSUPPORTED, "the %s backend cannot score several tokens with a decode step's bits", be->ops->name);
+	}
 	be->ops->match_decode(be, 1);
 	sg_status st = sg_session_eval(s, tokens, n, logits_out);
 	be->ops->match_decode(be, 0);
@@ -497,9 +519,13 @@ static sg_status rec_truncate(sg_session *s, int keep)
 	int32_t *t = sg_malloc(sizeof(int32_t) * (size_t)n);
 	if (!t) return SG_FAIL(SG_ERR_NOMEM, "%d tokens", n);
 	memcpy(t, s->tokens + from, sizeof(int32_t) * (size_t)n);
-	if (s->m->be->ops->match_decode) s->m->be->ops->match_decode(s->m->be, 1);
-	st = sg_session_eval(s, t, n, NULL);
-	if (s->m->be->ops->match_decode) s->m->be->ops->match_decode(s->m->be, 0);
+	if (s->m->be->ops->match_decode) {
+		s->m->be->ops->match_decode(s->m->be, 1);
+		st = sg_session_eval(s, t, n, NULL);
+		s->m->be->ops->match_decode(s->m->be, 0);
+	} else {
+		st = sg_session_eval_stepwise(s, t, n, NULL);
+	}
 	sg_free(t);
 	return st;
 }
@@ -509,7 +535,11 @@ sg_status sg_session_truncate(sg_session *s, int keep)
 	if (keep < 0 || keep > s->n_past)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "truncate to %d outside [0, %d]", keep, s->n_past);
 	if (keep == s->n_past) return SG_OK;
-	if (sg_session_has_recurrent_state(s)) return rec_truncate(s, keep);
+	if (sg_session_has_recurrent_state(s)) {
+		sg_status st = rec_truncate(s, keep);
+		sg_session_mtp_moved(s);
+		return st;
+	}
 	/* attention caches only need the position moved back (rows past it are never read and are
 	 * overwritten by the next eval); a wrapped ring still holds [n_past - rows, n_past), enough
 	 * while the window before keep is among those rows */
@@ -522,6 +552,7 @@ sg_status sg_session_truncate(sg_session *s, int keep)
 	}
 	s->n_past = keep;
 	s->has_last = 0;
+	sg_session_mtp_moved(s);
 	return SG_OK;
 }
 
@@ -694,5 +725,6 @@ sg_status sg_session_restore_range(sg_session *s, const sg_snapshot *p)
 	s->mark_pos = -1;
 	s->n_past = p->n_past;
 	s->has_last = 0;
+	sg_session_mtp_forget(s);
 	return SG_OK;
 }

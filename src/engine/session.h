@@ -25,10 +25,52 @@ struct sg_session {
 	void *mark;         /* [mark_cap] bytes: conv then delta-rule state of every linear layer */
 	size_t mark_cap;
 	int mark_pos;
+	/* multi-token prediction (session_mtp.c), on after sg_session_mtp_enable: every eval runs
+	 * the MTP module over its rows, so that its KV cache follows the history */
+	int mtp;
+	float *mtp_rows;    /* [n_batch][D] hidden states of the last evaluated chunk */
+	int mtp_rows_pos0, mtp_rows_n;
+	float *mtp_h;       /* [D] hidden state of position mtp_h_pos (-1: none), the next row's input */
+	int mtp_h_pos;
+	float *mtp_in, *mtp_out; /* [n_batch + 1][D] scratch */
+	int32_t *mtp_next;  /* [n_batch + 1] */
+	float *mtp_logits;  /* [n_vocab] */
 };
 
-/* 1 when sg_session_eval_exact can run on this session's backend (its match_decode op). */
+/* ---- multi-token prediction (session_mtp.c) ----
+ *
+ * A model with an MTP module (Qwen3-Next / Qwen3.5 mtp.* tensors) drafts the tokens after the
+ * history from the last hidden state. Its KV cache is kept in step by every sg_session_eval (the
+ * module runs over the chunk's rows); positions reached another way (a greedy device step, a
+ * restored snapshot) leave it behind, which makes guesses worse, never answers different. */
+
+/* Turns the module on (SG_ERR_UNSUPPORTED when the model has none) or off. */
+sg_status sg_session_mtp_enable(sg_session *s, int on);
+int sg_session_has_mtp(const sg_session *s);
+/* Up to max guesses of the tokens after `token`, which is to be evaluated at the session's
+ * position (the history's next token): greedy (the module's argmax, lowest id on ties), each fed
+ * back with the module's output. *n_out 0 when the module has no hidden state of the last
+ * position. logits (may be NULL): [max][n_vocab], each guess's logits. */
+sg_status sg_session_mtp_draft(sg_session *s, int32_t token, int max, int32_t *out, int *n_out, float *logits);
+/* The session's hooks: after a chunk of tokens at pos0 was evaluated (s->fs.x holds its rows),
+ * and after the position moved otherwise (truncate, reset, restore). */
+sg_status sg_session_mtp_after_eval(sg_session *s, const int32_t *tokens, int n, int pos0);
+void sg_session_mtp_moved(sg_session *s);
+/* After the history changed (reset, restore): no hidden state is known. */
+void sg_session_mtp_forget(sg_session *s);
+void sg_session_mtp_free(sg_session *s);
+
+/* 1 when sg_session_eval_exact can run on this session's backend: its match_decode op (the CPU),
+ * or, on a backend without one (CUDA), SARAGOSSA_SPEC_STEPWISE: the tokens then run one decode
+ * step each (exact, but the weights are read once per token: not faster than decoding them). */
 int sg_session_can_verify(const sg_session *s);
+/* 1 when verify steps run token by token (SARAGOSSA_SPEC_STEPWISE on a backend without
+ * match_decode). */
+int sg_session_verify_stepwise(const sg_session *s);
+/* sg_session_eval_exact token by token: one decode step each (the backend's one-token path, a
+ * replayed graph where it records one), each row of logits_out (may be NULL) the bits of a decode
+ * step by construction. */
+sg_status sg_session_eval_stepwise(sg_session *s, const int32_t *tokens, int n, float *logits_out);
 /* Evaluates tokens[0..n) and writes the logits of every position into logits_out[n][n_vocab],
  * each row bit for bit what n one-token decode steps would give (the speculative verify step:
  * the weights are still read once for the whole chunk). SG_ERR_UNSUPPORTED where the backend

@@ -48,11 +48,12 @@ sg_status sg_fwd_state_init(const sg_model *m, int n_ctx, int chunk, sg_type kv_
 	if (n_ctx < 1 || chunk < 1) return SG_FAIL(SG_ERR_INVALID_ARG, "n_ctx %d, chunk %d (want >= 1)", n_ctx, chunk);
 	if (kv_type != SG_TYPE_F32 && kv_type != SG_TYPE_F16)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "KV cache type %s (F32 or F16)", sg_type_name(kv_type));
-	s->kv = sg_calloc((size_t)d->n_layer, sizeof(sg_kv_layer));
+	int n_kv = d->n_layer + (m->has_mtp ? 1 : 0); /* the MTP layer's cache after the stack's */
+	s->kv = sg_calloc((size_t)n_kv, sizeof(sg_kv_layer));
 	if (!s->kv) return SG_FAIL(SG_ERR_NOMEM, "%d layers", d->n_layer);
 	int64_t qw = 0, kw = 0, fw = d->ffn_dim, kx = d->n_expert_used > 0 ? d->n_expert_used : 1;
 	sg_status st = SG_OK;
-	for (int i = 0; i < d->n_layer && !st; i++) {
+	for (int i = 0; i < n_kv && !st; i++) {
 		const sg_layer_desc *l = &d->layers[i];
 		sg_kv_layer *kv = &s->kv[i];
 		kv->rows = kv_rows_for(l, n_ctx, chunk, &kv->ring);
@@ -86,6 +87,7 @@ sg_status sg_fwd_state_init(const sg_model *m, int n_ctx, int chunk, sg_type kv_
 		if (!st) st = sg_fwd_alloc2(be, SG_TYPE_F32, d->dim, chunk * kx, &s->ey);
 	}
 	if (!st && sg_fwd_is_hybrid(m)) st = sg_fwd_hybrid_init(m, s);
+	if (!st && m->has_mtp) st = sg_fwd_alloc2(be, SG_TYPE_F32, 2 * (int64_t)d->dim, chunk, &s->mtp_in);
 	if (st) sg_fwd_state_free(m, s);
 	return st;
 }
@@ -97,13 +99,14 @@ void sg_fwd_state_free(const sg_model *m, sg_fwd_state *s)
 	sg_backend_graph_free(be, s->graph);
 	sg_backend_graph_free(be, s->graph_tc);
 	if (s->kv)
-		for (int i = 0; i < m->desc.n_layer; i++) {
+		for (int i = 0; i < m->desc.n_layer + (m->has_mtp ? 1 : 0); i++) {
 			be->ops->tensor_free(be, &s->kv[i].k);
 			be->ops->tensor_free(be, &s->kv[i].v);
 		}
 	sg_free(s->kv);
 	sg_btensor *bufs[] = {&s->ids, &s->pos, &s->ring_rows, &s->x, &s->xb, &s->q, &s->k, &s->v, &s->att,
-			      &s->g, &s->u, &s->rl, &s->eids, &s->ew, &s->ey, &s->logits, &s->amax, &s->tc_ids, &s->tc_out};
+			      &s->g, &s->u, &s->rl, &s->eids, &s->ew, &s->ey, &s->logits, &s->amax, &s->tc_ids, &s->tc_out,
+			      &s->mtp_in};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i]->data) be->ops->tensor_free(be, bufs[i]);
 	memset(s, 0, sizeof(*s));

@@ -46,6 +46,23 @@ sg_status sg_forward_decode(const sg_model *m, sg_fwd_state *s, int32_t token, i
  * top_candidates. */
 sg_status sg_forward_decode_top(const sg_model *m, sg_fwd_state *s, int32_t token, int pos, int k, const int32_t *ids,
 				int mids);
+/* ---- multi-token prediction (forward_mtp.c; models with m->has_mtp) ----
+ *
+ * The MTP module at position p reads the final-normed hidden state of the token at p and the
+ * embedding of the token at p + 1, and predicts the token at p + 2:
+ *   z = fc([norm_emb(embed(next)) | norm_hid(hidden)]); z = mtp layer(z) (its own KV cache, at p);
+ *   out = norm(z); logits = out Wout. */
+
+/* The final-normed hidden states of the last chunk's n rows (its residual stream, still in s->x
+ * after sg_forward) into out [n][D] (host). */
+sg_status sg_forward_hidden_rows(const sg_model *m, sg_fwd_state *s, int n, float *out);
+/* Runs the MTP module on n (1..chunk) rows at positions pos0.. (pos0 + n <= n_ctx): next [n] the
+ * tokens after them, hidden [n][D] their hidden states (host). Writes the normed outputs into
+ * out [n][D] and, when logits is not NULL, the last row's logits into logits [V] (host). The main
+ * stack's chunk buffers are overwritten (its KV caches are not). */
+sg_status sg_forward_mtp(const sg_model *m, sg_fwd_state *s, const int32_t *next, const float *hidden, int n, int pos0,
+			 float *out, float *logits);
+
 /* 1 if sg_forward_decode on this state replays a recorded step (a backend that captures, its
  * flag on, eligible layers): the session routes single-token steps through it. */
 int sg_fwd_decode_graphs(const sg_model *m, const sg_fwd_state *s);

@@ -368,6 +368,12 @@ static sg_status zero(sg_backend *be, sg_btensor *t)
 	return st;
 }
 
+sg_status sg_fwd_hybrid_attn_layer(const sg_model *m, sg_fwd_state *s, int li, int n)
+{
+	SG_FWD_OK(attention_block(m, s, li, n));
+	return mlp_block(m, s, li, n);
+}
+
 sg_status sg_fwd_hybrid_layers(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0)
 {
 	const sg_model_desc *d = &m->desc;

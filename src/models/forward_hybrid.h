@@ -15,5 +15,7 @@ void sg_fwd_hybrid_free(const sg_model *m, sg_fwd_state *s);
 int sg_fwd_is_hybrid(const sg_model *m);
 /* Runs every layer of a chunk whose embeddings are in s->x (tokens: the chunk's ids). */
 sg_status sg_fwd_hybrid_layers(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0);
+/* Runs one attention layer li (its attention and MLP blocks) on the chunk in s->x: the MTP layer. */
+sg_status sg_fwd_hybrid_attn_layer(const sg_model *m, sg_fwd_state *s, int li, int n);
 
 #endif

@@ -55,6 +55,7 @@ typedef struct sg_fwd_state {
 	sg_btensor pl_ids;      /* I32 [n_layer][chunk]: id * n_layer + layer rows of the per-layer table */
 	sg_btensor gu;          /* [chunk][k][2F] fused expert gate_up outputs */
 	sg_btensor h2;          /* [chunk][D] Gemma 4 experts' input */
+	sg_btensor mtp_in;      /* [chunk][2D] the MTP layer's projection input (models with one) */
 } sg_fwd_state;
 
 /* Small helpers of the forward passes (forward.c, forward_hybrid.c). */

@@ -148,6 +148,8 @@ static sg_status bind_layer(sg_model *m, int i)
 	return st;
 }
 
+sg_status sg_model_bind_layer(sg_model *m, int i) { return bind_layer(m, i); }
+
 static sg_status bind_all(sg_model *m)
 {
 	const sg_model_desc *d = &m->desc;
@@ -229,20 +231,22 @@ void sg_model_free(sg_model *m)
 	sg_free(m->xloc_set);
 	if (m->be) {
 		sg_backend *be = m->be;
+		int nl = m->desc.n_layer + (m->has_mtp ? 1 : 0);
 		if (m->layers)
-			for (int i = 0; i < m->desc.n_layer; i++) {
+			for (int i = 0; i < nl; i++) {
 				sg_btensor *t = (sg_btensor *)&m->layers[i];
 				for (size_t k = 0; k < sizeof(sg_layer_weights) / sizeof(sg_btensor); k++)
 					if (t[k].data) be->ops->tensor_free(be, &t[k]);
 			}
 		if (m->hy.layers)
-			for (int i = 0; i < m->desc.n_layer; i++) {
+			for (int i = 0; i < nl; i++) {
 				sg_btensor *t = (sg_btensor *)&m->hy.layers[i];
 				for (size_t k = 0; k < sizeof(sg_hybrid_layer) / sizeof(sg_btensor); k++)
 					if (t[k].data) be->ops->tensor_free(be, &t[k]);
 			}
 		sg_btensor *hy[] = {&m->hy.pl_embd_full, &m->hy.pl_model_proj, &m->hy.pl_proj_norm, &m->hy.idx_q,
-				    &m->hy.idx_gate, &m->hy.idx_qkv, &m->hy.idx_z, &m->hy.idx_b, &m->hy.idx_a};
+				    &m->hy.idx_gate, &m->hy.idx_qkv, &m->hy.idx_z, &m->hy.idx_b, &m->hy.idx_a,
+				    &m->mtp_fc, &m->mtp_norm_emb, &m->mtp_norm_hid, &m->mtp_norm};
 		for (size_t k = 0; k < sizeof(hy) / sizeof(hy[0]); k++)
 			if (hy[k]->data) be->ops->tensor_free(be, hy[k]);
 		if (m->output.data != m->tok_embd.data) be->ops->tensor_free(be, &m->output);

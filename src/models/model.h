@@ -108,6 +108,12 @@ struct sg_model {
 	int defer_experts;
 	sg_expert_loc *xloc;      /* [n_layer][3][n_expert] (gate, up, down) */
 	uint8_t *xloc_set;        /* [n_layer]: 1 where the layer's xloc entries are filled */
+	/* multi-token prediction (Qwen3-Next / Qwen3.5 mtp.* tensors, forward_mtp.c): one extra
+	 * full-attention layer at index desc.n_layer of desc.layers, layers and hy.layers (the main
+	 * stack never runs it), and the projection of [norm(embedding) | norm(hidden)] into it */
+	int has_mtp;
+	sg_btensor mtp_fc;                  /* [D][2D] */
+	sg_btensor mtp_norm_emb, mtp_norm_hid, mtp_norm; /* [D] F32 */
 };
 
 /*
@@ -181,6 +187,9 @@ sg_status sg_model_load_ex(const char *path, const sg_model_params *params, int 
 sg_status sg_model_fetch_experts(const sg_model *m, int layer, const sg_btensor *ids, const sg_btensor *h);
 /* Binds the separate stacks blk.L.ffn_{gate,up,down}_exps.weight (GGUF, MLX) in place. */
 sg_status sg_model_bind_stacked_experts(sg_model *m, int layer, sg_layer_weights *lw);
+/* Binds the generic weights of layer i (the attention, the norms, the MLP or the experts) through
+ * the family's names; for a layer bound after the others (an MTP layer). */
+sg_status sg_model_bind_layer(sg_model *m, int i);
 /* The hybrid / Gemma 4 families' common start (their adjust step): refuses GGUF files (their
  * converters rename and transform the tensors) and allocates m->hy.layers. */
 sg_status sg_model_hybrid_prepare(sg_model *m);

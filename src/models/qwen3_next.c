@@ -16,6 +16,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/flags.h"
 #include "models/model.h"
 
 static const sg_name_pair names[] = {
@@ -138,6 +139,91 @@ static sg_status make_indices(sg_model *m, int any_fused)
 	return st;
 }
 
+/* The MTP layer's tensors (mtp.layers.0.*) under the generic layer names (any layer number). */
+static const sg_name_pair mtp_names[] = {
+	{"blk.{L}.attn_norm", "mtp.layers.0.input_layernorm"},
+	{"blk.{L}.attn_q", "mtp.layers.0.self_attn.q_proj"},
+	{"blk.{L}.attn_k", "mtp.layers.0.self_attn.k_proj"},
+	{"blk.{L}.attn_v", "mtp.layers.0.self_attn.v_proj"},
+	{"blk.{L}.attn_output", "mtp.layers.0.self_attn.o_proj"},
+	{"blk.{L}.attn_q_norm", "mtp.layers.0.self_attn.q_norm"},
+	{"blk.{L}.attn_k_norm", "mtp.layers.0.self_attn.k_norm"},
+	{"blk.{L}.ffn_norm", "mtp.layers.0.post_attention_layernorm"},
+	{"blk.{L}.ffn_gate", "mtp.layers.0.mlp.gate_proj"},
+	{"blk.{L}.ffn_up", "mtp.layers.0.mlp.up_proj"},
+	{"blk.{L}.ffn_down", "mtp.layers.0.mlp.down_proj"},
+	{"blk.{L}.ffn_gate_inp", "mtp.layers.0.mlp.gate"},
+	{"blk.{L}.ffn_gate_exps", "mtp.layers.0.mlp.switch_mlp.gate_proj"},
+	{"blk.{L}.ffn_up_exps", "mtp.layers.0.mlp.switch_mlp.up_proj"},
+	{"blk.{L}.ffn_down_exps", "mtp.layers.0.mlp.switch_mlp.down_proj"},
+	{"blk.{L}.ffn_experts", "mtp.layers.0.mlp.experts"},
+	{"blk.{L}.ffn_gate_shexp", "mtp.layers.0.mlp.shared_expert.gate_proj"},
+	{"blk.{L}.ffn_up_shexp", "mtp.layers.0.mlp.shared_expert.up_proj"},
+	{"blk.{L}.ffn_down_shexp", "mtp.layers.0.mlp.shared_expert.down_proj"},
+	{"blk.{L}.ffn_gate_inp_shexp", "mtp.layers.0.mlp.shared_expert_gate"},
+	{"mtp_fc", "mtp.fc"},
+	{"mtp_norm_emb", "mtp.pre_fc_norm_embedding"},
+	{"mtp_norm_hid", "mtp.pre_fc_norm_hidden"},
+	{"mtp_norm", "mtp.norm"},
+	{0, 0},
+};
+
+/* The multi-token-prediction module where the checkpoint has one (mtp.fc.weight; the first of
+ * mtp_num_hidden_layers layers): one full-attention layer at index n_layer, shaped as layer 0's
+ * MLP (a mixture of experts with a shared expert, or dense), and its projection and norms. Its
+ * weights do not count in weight_bytes (a decode step does not read them). */
+static sg_status bind_mtp(sg_model *m, int64_t Fs)
+{
+	sg_model_desc *d = &m->desc;
+	if (!sg_weights_lookup(m->w, mtp_names, "mtp_fc.weight") || !sg_flag_bool("SARAGOSSA_SPEC_MTP")) return SG_OK;
+	int L = d->n_layer, full = -1;
+	for (int i = 0; i < L && full < 0; i++)
+		if (d->layers[i].kind != SG_LAYER_LINEAR_ATTN) full = i;
+	if (full < 0) return SG_OK; /* no attention layer to shape it after */
+	sg_layer_desc *dl = sg_realloc(d->layers, sizeof(*dl) * (size_t)(L + 1));
+	if (dl) d->layers = dl;
+	sg_layer_weights *lw = dl ? sg_realloc(m->layers, sizeof(*lw) * (size_t)(L + 1)) : NULL;
+	if (lw) m->layers = lw;
+	sg_hybrid_layer *hl = lw ? sg_realloc(m->hy.layers, sizeof(*hl) * (size_t)(L + 1)) : NULL;
+	if (!hl) return sg_error(SG_ERR_NOMEM, "model: the MTP layer");
+	m->hy.layers = hl;
+	d->layers[L] = d->layers[full];
+	d->layers[L].kv_source = L;
+	d->layers[L].moe = d->layers[0].moe;
+	d->layers[L].ffn_dim = d->layers[0].ffn_dim;
+	memset(&m->layers[L], 0, sizeof(m->layers[L]));
+	memset(&m->hy.layers[L], 0, sizeof(m->hy.layers[L]));
+	m->has_mtp = 1; /* from here sg_model_free frees what is bound */
+	size_t bytes = m->weight_bytes;
+	sg_family f = *m->fam;
+	const sg_family *keep = m->fam;
+	f.names = mtp_names;
+	m->fam = &f;
+	sg_status st = sg_model_bind_layer(m, L);
+	int64_t D = d->dim;
+	if (!st && d->layers[L].moe && Fs > 0) {
+		sg_want ws[] = {
+			{"blk.{L}.ffn_gate_shexp.weight", SG_WANT_MATMUL, 2, {D, Fs}, 0, 0, &hl[L].sh_gate},
+			{"blk.{L}.ffn_up_shexp.weight", SG_WANT_MATMUL, 2, {D, Fs}, 0, 0, &hl[L].sh_up},
+			{"blk.{L}.ffn_down_shexp.weight", SG_WANT_MATMUL, 2, {Fs, D}, 0, 0, &hl[L].sh_down},
+			{"blk.{L}.ffn_gate_inp_shexp.weight", SG_WANT_MATMUL, 2, {D, 1}, !d->shared_expert_gate, 0, &hl[L].sh_gate_inp},
+		};
+		st = sg_model_bind_wants(m, ws, 4, L);
+	}
+	if (!st) {
+		sg_want ws[] = {
+			{"mtp_fc.weight", SG_WANT_MATMUL, 2, {2 * D, D}, 0, 0, &m->mtp_fc},
+			{"mtp_norm_emb.weight", SG_WANT_FLOAT, 1, {D}, 0, 1, &m->mtp_norm_emb},
+			{"mtp_norm_hid.weight", SG_WANT_FLOAT, 1, {D}, 0, 1, &m->mtp_norm_hid},
+			{"mtp_norm.weight", SG_WANT_FLOAT, 1, {D}, 0, 1, &m->mtp_norm},
+		};
+		st = sg_model_bind_wants(m, ws, 4, -1);
+	}
+	m->fam = keep;
+	m->weight_bytes = bytes;
+	return st ? sg_error_wrap(st, "model: the MTP module") : SG_OK;
+}
+
 static sg_status bind_extra(sg_model *m)
 {
 	const sg_model_desc *d = &m->desc;
@@ -164,7 +250,8 @@ static sg_status bind_extra(sg_model *m)
 			st = sg_model_bind_wants(m, ws, 4, i);
 		}
 	}
-	return st ? st : make_indices(m, any_fused);
+	if (!st) st = make_indices(m, any_fused);
+	return st ? st : bind_mtp(m, Fs);
 }
 
 static const sg_arch archs[] = {SG_ARCH_QWEN3_NEXT, 0};

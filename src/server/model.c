@@ -16,6 +16,7 @@
 #include "engine/draft.h"
 #include "engine/embed.h"
 #include "engine/lm.h"
+#include "engine/session.h"
 #include "engine/transcribe.h"
 #include "formats/model_desc.h"
 #include "formats/qtypes.h"
@@ -44,6 +45,7 @@ struct sg_srv_model {
 	sg_drafter *ngram;       /* the n-gram drafter (stateless: shared by every request) */
 	sg_lm *draft_lm;         /* the draft model, or NULL */
 	sg_drafter *dmodel;      /* its drafter */
+	sg_drafter *mtp;         /* the model's own MTP module's drafter (serve --spec mtp), or NULL */
 };
 
 const sg_gen_drafter *sg_srv_model_drafter(const sg_srv_model *m, int mode, int32_t *draft_max, int32_t *draft_min)
@@ -55,6 +57,7 @@ const sg_gen_drafter *sg_srv_model_drafter(const sg_srv_model *m, int mode, int3
 	if (!sg_lm_state(m->lm)->model->eval_rows) return NULL;
 	if (mode == SG_SRV_SPEC_NGRAM && sg_drafter_enabled("ngram")) return sg_drafter_ops(m->ngram);
 	if (mode == SG_SRV_SPEC_DRAFT && m->dmodel && sg_drafter_enabled("model")) return sg_drafter_ops(m->dmodel);
+	if (mode == SG_SRV_SPEC_MTP && m->mtp && sg_drafter_enabled("mtp")) return sg_drafter_ops(m->mtp);
 	return NULL;
 }
 
@@ -89,6 +92,10 @@ sg_lm *sg_srv_model_lm(const sg_srv_model *m)
 {
 	return m->lm;
 }
+
+sg_lm *sg_srv_model_draft_lm(const sg_srv_model *m) { return m->draft_lm; }
+
+int sg_srv_model_is_draft(const sg_srv_model *m, const sg_gen_drafter *d) { return d && m->dmodel && d == sg_drafter_ops(m->dmodel); }
 
 const sg_srv_model_agent *sg_srv_model_agent_get(const sg_srv_model *m)
 {
@@ -298,6 +305,10 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, c
 	if (spec) m->spec = *spec;
 	m->spec.draft_path = NULL;
 	if ((s = sg_drafter_ngram(SG_DRAFT_NGRAM_MIN, SG_DRAFT_NGRAM_MAX, &m->ngram))) goto fail;
+	/* the MTP module runs beside every eval once on: only where serve asked for it */
+	if (spec && spec->mode == SG_SRV_SPEC_MTP && sg_session_has_mtp(sg_lm_session(m->lm)) &&
+	    (s = sg_drafter_mtp(sg_lm_session(m->lm), &m->mtp)))
+		goto fail;
 	if (spec && spec->draft_path && sg_drafter_enabled("model")) {
 		sg_lm_params dp = lp;
 		dp.n_ctx = m->info.n_ctx;
@@ -307,6 +318,7 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, c
 			sg_error(s, "draft model %s for '%s': %s", spec->draft_path, name, sg_last_error());
 			goto fail;
 		}
+		m->info.size_bytes += path_bytes(spec->draft_path);
 	}
 	*out = m;
 	return SG_OK;
@@ -379,6 +391,7 @@ void sg_srv_model_free(sg_srv_model *m)
 	sg_free(m->tok_bytes);
 	sg_free(m->tok_len);
 	sg_drafter_free(m->dmodel);
+	sg_drafter_free(m->mtp);
 	sg_drafter_free(m->ngram);
 	sg_lm_free(m->draft_lm);
 	sg_lm_free(m->lm);

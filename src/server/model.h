@@ -35,7 +35,7 @@ typedef struct sg_srv_spec {
 	const char *draft_path; /* a draft model (resolved), or NULL */
 	int32_t draft_max, draft_min;
 } sg_srv_spec;
-enum { SG_SRV_SPEC_NONE = 0, SG_SRV_SPEC_NGRAM = 1, SG_SRV_SPEC_DRAFT = 2 };
+enum { SG_SRV_SPEC_NONE = 0, SG_SRV_SPEC_NGRAM = 1, SG_SRV_SPEC_DRAFT = 2, SG_SRV_SPEC_MTP = 3 };
 
 /* Loads the model at path (already resolved) under name; n_ctx 0 = the model's own maximum,
  * bounded by what memory allows. spec (may be NULL: none): its draft model is loaded beside it
@@ -100,6 +100,9 @@ const int32_t *sg_srv_model_eos(const sg_srv_model *m, size_t *n);
 /* The engine the model generates through (worker only: sg_lm_generate); NULL for an embedding
  * model. */
 sg_lm *sg_srv_model_lm(const sg_srv_model *m);
+/* The draft model loaded beside it (sg_srv_spec.draft_path), or NULL; whether d is its drafter. */
+sg_lm *sg_srv_model_draft_lm(const sg_srv_model *m);
+int sg_srv_model_is_draft(const sg_srv_model *m, const struct sg_gen_drafter *d);
 
 /* The accelerator backend RETI_SERVE_BACKEND sends served models to ("cuda": they live in device
  * memory), or NULL for the CPU. */

@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/flags.h"
 #include "base/log.h"
+#include "engine/draft.h"
 #include "engine/expert_cache.h"
 #include "engine/session.h"
 
@@ -338,11 +339,15 @@ static int load(sg_pool *p, int i, sg_srv_err *e)
 	char xerr[200];
 	if (!en->stt && !en->embed && !sg_xc_parse(sg_flag_str("SARAGOSSA_EXPERT_CACHE"), &xs, xerr, sizeof xerr) && xs.mode != SG_XC_OFF)
 		need = 0;
+	/* a text model loads the draft model beside it: its weights count too (its KV rows are
+	 * asked for per request, as the target's) */
+	int with_draft = !en->stt && !en->embed && p->spec.draft_path && sg_drafter_enabled("model");
+	if (with_draft) need += weight_bytes(p->spec.draft_path);
 	/* on a GPU the weights are uploaded to device memory (the KV cache too, allocated whole at
 	 * load); on the CPU they are mapped and touched in host memory */
 	sg_mem_where where = p->accel ? SG_MEM_ACCEL : SG_MEM_HOST;
 	char what[200];
-	snprintf(what, sizeof what, "model '%s'", en->name);
+	snprintf(what, sizeof what, "model '%s'%s", en->name, with_draft ? " with its draft model" : "");
 	if (p->guard.on) {
 		/* Refuse before evicting anything when even an empty pool and cache could not hold it. */
 		uint64_t reclaim = where == SG_MEM_HOST && p->pc ? sg_pc_bytes(p->pc) : 0;
@@ -386,6 +391,8 @@ static int load(sg_pool *p, int i, sg_srv_err *e)
 	if (lm) {
 		sg_lm_set_prefix_cache(lm, p->pc, p->block_tokens);
 		sg_lm_set_hooks(lm, &(sg_lm_hooks){.user = p, .reserve = reserve});
+		sg_lm *dl = sg_srv_model_draft_lm(m);
+		if (dl) sg_lm_set_hooks(dl, &(sg_lm_hooks){.user = p, .reserve = reserve});
 	}
 	pthread_mutex_lock(&p->mu);
 	en->m = m;

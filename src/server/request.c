@@ -171,8 +171,9 @@ static int spec_type(const char *t, const char *name, int *out, sg_srv_err *err)
 {
 	if (!strcmp(t, "ngram")) *out = 1;
 	else if (!strcmp(t, "draft")) *out = 2;
+	else if (!strcmp(t, "mtp")) *out = 3;
 	else if (!strcmp(t, "none")) *out = 0;
-	else return sg_srv_err_set(err, 400, BAD, name, "'%s' = '%.40s' is not one of ngram, draft, none", name, t);
+	else return sg_srv_err_set(err, 400, BAD, name, "'%s' = '%.40s' is not one of ngram, draft, mtp, none", name, t);
 	return 0;
 }
 

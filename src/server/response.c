@@ -245,12 +245,20 @@ static void note_reuse(void *user, size_t reused, long diverged)
 	job->prefix_miss = diverged;
 }
 
+sg_status sg_resp_reserve_draft(sg_job *job, const sg_gen_params *p)
+{
+	sg_lm *dl = sg_srv_model_draft_lm(job->model);
+	if (!dl || !sg_srv_model_is_draft(job->model, p->drafter)) return SG_OK;
+	return sg_lm_reserve_positions(dl, p->n_prompt + (size_t)(p->max_tokens > 0 ? p->max_tokens : 0));
+}
+
 sg_status sg_resp_generate(sg_job *job, const sg_gen_params *p, sg_gen_result *r)
 {
 	memset(r, 0, sizeof *r);
 	sg_lm_turn turn = {.session_key = job->session, .session_key_len = job->session_len, .on_reuse = note_reuse,
 			   .user = job};
-	sg_status st = sg_lm_generate(sg_srv_model_lm(job->model), &turn, p, r);
+	sg_status st = sg_resp_reserve_draft(job, p);
+	if (!st) st = sg_lm_generate(sg_srv_model_lm(job->model), &turn, p, r);
 	if (job->user) sg_pool_publish(job->user);
 	return st;
 }

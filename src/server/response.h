@@ -37,6 +37,9 @@ void sg_resp_err_incomplete(sg_srv_err *e, const sg_gen_result *r);
  * prefix cache, what it reused is noted for the response headers, and the cache blocks of the
  * session's pool are published when it is done. The engine's status. */
 sg_status sg_resp_generate(sg_job *job, const sg_gen_params *p, sg_gen_result *r);
+/* The memory guard's check of the draft model's KV rows a generation with p may reach (when p
+ * drafts with the model's draft model; sg_resp_generate calls it). */
+sg_status sg_resp_reserve_draft(sg_job *job, const sg_gen_params *p);
 /* The log line of a generation that finished well: prompt, cache, prefill and decode speeds, and
  * how it ended (finish). */
 void sg_resp_log_done(const sg_job *job, const char *model, const sg_gen_result *r, const char *finish);

@@ -593,7 +593,8 @@ void sg_anthropic_run(sg_job *job)
 	 * whose usage reports it, goes out (before the prefill: the client sees the stream open) */
 	sg_lm_turn turn = {.session_key = job->session, .session_key_len = job->session_len, .on_reuse = reused, .user = &g};
 	sg_gen_result r;
-	st = sg_lm_generate(sg_srv_model_lm(job->model), &turn, &p, &r);
+	st = sg_resp_reserve_draft(job, &p);
+	if (!st) st = sg_lm_generate(sg_srv_model_lm(job->model), &turn, &p, &r);
 	if (job->user) sg_pool_publish(job->user);
 	if (st && !g.placed) {
 		/* the memory guard refused the KV rows, or the cache could not place the state */

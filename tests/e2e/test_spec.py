@@ -21,9 +21,9 @@ def model(tmp_path_factory):
     return str(make_test_model("qwen3", tmp_path_factory.mktemp("spec") / "q3", 384))
 
 
-def gen(sg, model, *extra, temp="0", seed="7"):
+def gen(sg, model, *extra, temp="0", seed="7", env=None):
     r = sg("generate", "--model", model, "--prompt", EDIT, "--temperature", temp, "--seed", seed, "--max-tokens", "48",
-           "--json", "--ctx", "256", *extra, timeout=300)
+           "--json", "--ctx", "256", *extra, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -33,7 +33,10 @@ def test_generate_with_each_drafter_gives_the_plain_text(sg, model, temp):
     plain = gen(sg, model, temp=temp)
     assert "spec_verify_steps" not in plain["metrics"]
     ngram = gen(sg, model, "--spec", "ngram", "--draft-max", "6", temp=temp)
-    draft = gen(sg, model, "--draft-model", model, "--draft-max", "4", temp=temp)
+    # sampled: the draft model's greedy guesses checked against the target's own draw give the plain
+    # text; its sampled guesses (rejection sampling, the default) the plain distribution, not the text
+    draft = gen(sg, model, "--draft-model", model, "--draft-max", "4", temp=temp,
+                env={"SARAGOSSA_SPEC_REJECTION": "0"} if temp != "0" else None)
     assert ngram["text"] == plain["text"] and ngram["finish_reason"] == plain["finish_reason"]
     assert draft["text"] == plain["text"]
     for out in (ngram, draft):
@@ -44,6 +47,14 @@ def test_generate_with_each_drafter_gives_the_plain_text(sg, model, temp):
     if temp == "0":
         # the target as its own draft model guesses right every time
         assert draft["metrics"]["spec_accepted_tokens"] == draft["metrics"]["spec_drafted_tokens"] > 0
+    else:
+        rs = gen(sg, model, "--draft-model", model, "--draft-max", "4", temp=temp)
+        m = rs["metrics"]
+        assert m["generated_tokens"] > 0
+        # q = p (the target drafts for itself): min(1, p/q) keeps (nearly) every guess
+        assert m["spec_drafted_tokens"] > 0 and m["spec_accepted_tokens"] >= 0.9 * m["spec_drafted_tokens"]
+        again = gen(sg, model, "--draft-model", model, "--draft-max", "4", temp=temp)
+        assert again["text"] == rs["text"], "one seed, one answer"
 
 
 def test_generate_metrics_line_and_kill_switch(sg, model):
@@ -59,7 +70,7 @@ def test_generate_metrics_line_and_kill_switch(sg, model):
 
 
 @pytest.mark.parametrize("args, msg", [
-    (["--spec", "medusa"], "--spec wants ngram or none"),
+    (["--spec", "medusa"], "--spec wants ngram, mtp or none"),
     (["--draft-max", "0"], "--draft-max wants an integer"),
     (["--draft-max", "4", "--draft-min", "5"], "--draft-min 5 is above --draft-max 4"),
     (["--spec", "ngram", "--draft-model", "x"], "pick one"),
@@ -160,3 +171,69 @@ def test_server_bad_spec_fields_are_400s(srv, body, param):
         r = c.post("/v1/chat/completions", json=b)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
+
+
+def test_memory_guard_counts_the_draft_models_weights(model, tmp_path):
+    # a draft model of 2 GiB (a sparse weight file: the guard projects its size before loading it)
+    import shutil
+    big = tmp_path / "big"
+    shutil.copytree(model, big)
+    with open(big / "model.safetensors", "r+b") as f:
+        f.truncate(2 << 30)
+    with Server("--model", f"q3={model}", port=free_port(), key=KEY) as probe:
+        cap = probe.rss_kb() * 1024 + (64 << 20)
+    env = {"RETI_SERVE_MEMORY_CAP_BYTES": str(cap)}
+    # the target alone fits under the cap
+    with Server("--model", f"q3={model}", "--draft-model", model, port=free_port(), key=KEY, env=env) as s:
+        with s.client() as c:
+            assert c.get("/health").status_code == 200
+    s = Server("--model", f"q3={model}", "--draft-model", str(big), port=free_port(), key=KEY, env=env, wait=False)
+    try:
+        assert s.proc.wait(timeout=60) != 0
+        err = s.stderr()
+        assert "with its draft model" in err and "RETI_SERVE_MEMORY_CAP_BYTES" in err, err
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def mtp_model(tmp_path_factory):
+    return str(make_test_model("qwen3_next_mtp", tmp_path_factory.mktemp("mtp") / "q3n", 320))
+
+
+@pytest.mark.parametrize("temp", ["0", "0.9"])
+def test_generate_with_mtp_gives_the_plain_text(sg, mtp_model, temp):
+    plain = gen(sg, mtp_model, temp=temp)
+    mtp = gen(sg, mtp_model, "--spec", "mtp", "--draft-max", "3", temp=temp)
+    assert mtp["text"] == plain["text"] and mtp["finish_reason"] == plain["finish_reason"]
+    m = mtp["metrics"]
+    assert m["generated_tokens"] == plain["metrics"]["generated_tokens"]
+    assert m["spec_verify_steps"] > 0 and m["spec_drafted_tokens"] > 0
+
+
+def test_spec_mtp_without_a_module_or_switched_off_decodes_plainly(sg, model, mtp_model):
+    # a model without mtp.* tensors: a note, the plain answer
+    r = sg("generate", "--model", model, "--prompt", EDIT, "--temperature", "0", "--max-tokens", "12", "--ctx", "256",
+           "--spec", "mtp", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "no MTP module" in r.stderr
+    off = sg("generate", "--model", mtp_model, "--prompt", EDIT, "--temperature", "0", "--max-tokens", "12", "--ctx", "256",
+             "--spec", "mtp", "--metrics", env={"SARAGOSSA_SPEC_MTP": "0"}, timeout=300)
+    assert off.returncode == 0, off.stderr
+    assert "switched off" in off.stderr and "speculative:" not in off.stderr
+    r = sg("generate", "--model", mtp_model, "--prompt", "hi", "--spec", "mtp", "--draft-model", mtp_model, timeout=120)
+    assert r.returncode != 0 and "pick one" in r.stderr
+
+
+def test_server_speculates_with_mtp(mtp_model, tmp_path):
+    with Server("--model", f"m={mtp_model}", "--ctx", "256", "--spec", "mtp", port=free_port(), key=KEY) as s:
+        c = openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key=KEY, max_retries=0)
+        kw = dict(model="m", messages=[{"role": "user", "content": EDIT}], max_tokens=30, temperature=0)
+        on = c.chat.completions.create(**kw)
+        off = c.chat.completions.create(**kw, extra_body={"speculative": "none"})
+        assert on.choices[0].message.content == off.choices[0].message.content
+        d = on.usage.completion_tokens_details
+        assert d is not None and d.accepted_prediction_tokens + d.rejected_prediction_tokens > 0
+        # a second turn: the module's state follows the conversation (prefix reuse included)
+        again = c.chat.completions.create(**kw, extra_body={"speculative": "mtp"})
+        assert again.choices[0].message.content == off.choices[0].message.content

@@ -207,7 +207,7 @@ static void spec_matches_plain(const char *name)
 		memcpy(truth + n_prompt, plain.tok, (size_t)N * sizeof(int32_t));
 		int rights[] = {-1, 0, 1, 2, 3};
 		for (size_t i = 0; i < sizeof rights / sizeof *rights; i++) {
-			oracle o = {{NULL, "oracle", oracle_draft}, truth, n_prompt + (size_t)N, rights[i], f.V, 0};
+			oracle o = {{NULL, "oracle", oracle_draft, NULL, NULL}, truth, n_prompt + (size_t)N, rights[i], f.V, 0};
 			o.ops.self = &o;
 			for (int dm = 1; dm <= 4; dm += 3) {
 				char what[128];
@@ -245,6 +245,9 @@ static void spec_matches_plain(const char *name)
 		sg_drafter *dm = NULL;
 		cr_assert_eq(sg_drafter_model(ds, f.V, &dm), SG_OK);
 		setenv("SARAGOSSA_SPEC_P_MIN", "0", 1);
+		/* sampled: greedy guesses checked against the target's own draw (the rejection-sampling
+		 * path, whose answer is the same in distribution only, is test_spec_sampled.c's) */
+		setenv("SARAGOSSA_SPEC_REJECTION", "0", 1);
 		sg_flags_reload();
 		p = params(&r, N, temp, 1234);
 		p.drafter = sg_drafter_ops(dm);
@@ -253,6 +256,19 @@ static void spec_matches_plain(const char *name)
 		same_answer(&plain, &r, mode ? "draft model sampled" : "draft model greedy");
 		/* (where prefill chunks give decode's bits, the draft's guesses are the target's) */
 		if (!mode && !strcmp(name, "qwen3")) cr_assert_eq(res.n_accepted, res.n_drafted, "%s: the target as its own draft", name);
+		unsetenv("SARAGOSSA_SPEC_REJECTION");
+		sg_flags_reload();
+		if (mode) {
+			/* rejection sampling: a whole answer; the target as its own draft (q = p where the
+			 * bits agree) keeps every guess */
+			p = params(&r, N, temp, 1234);
+			p.drafter = sg_drafter_ops(dm);
+			p.draft_max = 5;
+			res = gen(&f, &p, &r);
+			cr_assert_eq(r.n, N, "%s: rejection sampling gave %d tokens", name, r.n);
+			cr_assert_gt(res.n_drafted, 0);
+			if (!strcmp(name, "qwen3")) cr_assert_eq(res.n_accepted, res.n_drafted, "%s: q = p keeps every guess", name);
+		}
 		sg_drafter_free(dm);
 		sg_session_free(ds);
 		unsetenv("SARAGOSSA_SPEC_P_MIN");
@@ -300,6 +316,34 @@ Test(spec, verify_rows_are_the_bits_of_decode_steps)
 	verify_rows_bits("qwen3_5_moe_text");
 	verify_rows_bits("gemma3_text");
 	verify_rows_bits("gemma4_text");
+}
+
+/* Verify steps one decode step per token (SARAGOSSA_SPEC_STEPWISE, the path of a backend without
+ * match_decode: CUDA) give the rows of the batched verify step, bit for bit, and roll back alike. */
+static void stepwise_rows_bits(const char *name)
+{
+	fx f;
+	fx_open(&f, name, 64);
+	make_prompt(f.V);
+	int V = f.V, n = 6;
+	float *a = malloc(sizeof(float) * (size_t)V * (size_t)n), *b = malloc(sizeof(float) * (size_t)V * (size_t)n);
+	cr_assert_eq(sg_session_eval(f.s, prompt, 12, NULL), SG_OK);
+	cr_assert_eq(sg_session_mark(f.s), SG_OK);
+	cr_assert_eq(sg_session_eval_exact(f.s, prompt + 12, n, a), SG_OK);
+	cr_assert_eq(sg_session_truncate(f.s, 12), SG_OK);
+	cr_assert_eq(sg_session_eval_stepwise(f.s, prompt + 12, n, b), SG_OK);
+	cr_assert_eq(sg_session_position(f.s), 12 + n);
+	cr_assert(!memcmp(a, b, sizeof(float) * (size_t)V * (size_t)n), "%s: stepwise rows differ", name);
+	free(a);
+	free(b);
+	fx_close(&f);
+}
+
+Test(spec, stepwise_verify_rows_are_the_batched_rows)
+{
+	stepwise_rows_bits("qwen3");
+	stepwise_rows_bits("qwen3_next");
+	stepwise_rows_bits("qwen3_moe");
 }
 
 /* A hybrid session rolls back to any position after its mark, and not before it. */
@@ -355,7 +399,7 @@ Test(spec, stop_strings_and_constraints_hold_with_speculation)
 	memcpy(truth, prompt, n_prompt * sizeof(int32_t));
 	memcpy(truth + n_prompt, plain.tok, (size_t)plain.n * sizeof(int32_t));
 	/* guesses that the constraint forbids (even ids) are rejected */
-	oracle o = {{NULL, "oracle", oracle_draft}, truth, n_prompt + (size_t)plain.n, 1, f.V, 0};
+	oracle o = {{NULL, "oracle", oracle_draft, NULL, NULL}, truth, n_prompt + (size_t)plain.n, 1, f.V, 0};
 	o.ops.self = &o;
 	p = params(&r, 30, 0, 1);
 	p.constraint = &odd;
@@ -363,6 +407,26 @@ Test(spec, stop_strings_and_constraints_hold_with_speculation)
 	p.draft_max = 4;
 	gen(&f, &p, &r);
 	same_answer(&plain, &r, "constrained");
+	/* sampled with a draft model's sampled guesses (rejection sampling), which know nothing of
+	 * the constraint: a forbidden guess has p = 0 and is never kept (no_accept checks) */
+	{
+		sg_session *dss = NULL;
+		sg_session_params dsp = sg_session_default_params();
+		dsp.n_ctx = 128;
+		cr_assert_eq(sg_session_new(f.m, &dsp, &dss), SG_OK);
+		sg_drafter *dmo = NULL;
+		cr_assert_eq(sg_drafter_model(dss, f.V, &dmo), SG_OK);
+		p = params(&r, 30, 0.9f, 5);
+		p.constraint = &odd;
+		p.drafter = sg_drafter_ops(dmo);
+		p.draft_max = 4;
+		sg_gen_result rr = gen(&f, &p, &r);
+		cr_assert_eq(r.n, 30);
+		cr_assert_gt(rr.n_drafted, 0);
+		cr_assert_lt(rr.n_accepted, rr.n_drafted, "even guesses were kept");
+		sg_drafter_free(dmo);
+		sg_session_free(dss);
+	}
 	/* a stop string: the text of the 5th answer token */
 	p = params(&plain, 30, 0, 1);
 	gen(&f, &p, &plain);
