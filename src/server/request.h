@@ -37,6 +37,8 @@ typedef enum sg_srv_route {
 	SG_ROUTE_OAI_TRANSLATIONS,
 	SG_ROUTE_OLLAMA_EMBEDDINGS, /* the older /api/embeddings (prompt -> embedding) */
 	SG_ROUTE_RERANK,            /* /v1/rerank, /rerank: Jina/Cohere's shape, OpenAI's errors */
+	SG_ROUTE_OAI_RESPONSES,     /* POST /v1/responses: server/routes_responses.c */
+	SG_ROUTE_OAI_RESPONSE_ITEM, /* GET, DELETE /v1/responses/{id}[/input_items] */
 } sg_srv_route;
 
 /* 1 when the route answers in Anthropic's error format. */
@@ -112,6 +114,7 @@ typedef struct sg_srv_req {
 	int32_t draft_max, draft_min; /* 0: the model's */
 	char *prediction;     /* OpenAI prediction.content: guesses for the answer [prediction_len], or NULL */
 	size_t prediction_len;
+	json_t *rsp;          /* /v1/responses: its own fields (input items, store, echo), or NULL */
 	char note[160];       /* something ignored that the client should know ("template ignored") */
 } sg_srv_req;
 
