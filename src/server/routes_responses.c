@@ -191,9 +191,10 @@ static int add_item(const json_t *it, size_t idx, json_t *msgs, sg_srv_err *err)
 	if (!strcmp(type, "message")) {
 		const char *role;
 		if (item_str(it, "role", base, &role, err)) return err->status;
+		snprintf(nm, sizeof nm, "%s.role", base);
 		if (strcmp(role, "user") && strcmp(role, "system") && strcmp(role, "developer") && strcmp(role, "assistant"))
-			return sg_srv_err_set(err, 400, BAD, "role", "'%s.role' = '%.40s' is not one of user, system, developer, assistant",
-					      base, role);
+			return sg_srv_err_set(err, 400, BAD, nm, "'%s' = '%.40s' is not one of user, system, developer, assistant", nm,
+					      role);
 		json_t *text;
 		snprintf(nm, sizeof nm, "%s.content", base);
 		json_t *c = json_object_get(it, "content");
@@ -516,11 +517,6 @@ int sg_responses_parse(const json_t *b, sg_srv_req *r, const sg_srv_limits *lim,
 		st = sg_openai_parse(chat, r, lim, err);
 		r->route = SG_ROUTE_OAI_RESPONSES;
 		if (!r->note[0]) memcpy(r->note, note, sizeof note);
-		/* a field the chat parser names by its own name is the Responses one */
-		if (st && !strcmp(err->param, "max_completion_tokens")) {
-			snprintf(err->param, sizeof err->param, "max_output_tokens");
-			snprintf(err->message, sizeof err->message, "'max_output_tokens' is out of range");
-		}
 	}
 	json_decref(chat);
 	return st < 0 ? err->status : st;
