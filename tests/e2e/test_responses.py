@@ -7,6 +7,9 @@ for their JSON Schema, stored responses continued by previous_response_id (with 
 reusing the conversation), and the store's GET / DELETE / LRU bound. Codex CLI cannot be installed
 here (its npm registry is out of reach), so the request shape it sends is replayed instead."""
 import json
+import re
+import socket
+import time
 
 import httpx
 import jsonschema
@@ -35,7 +38,8 @@ def srv(tmp_path_factory):
     model = make_qwen3_agent_model(d / "q3")
     # small prefix-cache blocks so a short conversation fills some; a small store to see it evict
     s = Server("--model", f"q3={model}", "--ctx", "2048", socket_path=str(d / "s.sock"), port=free_port(), key=KEY,
-               env={"RETI_SERVE_PREFIX_BLOCK_TOKENS": str(BLOCK), "SARAGOSSA_SERVE_RESPONSES_MAX": str(STORE_MAX)})
+               env={"RETI_SERVE_PREFIX_BLOCK_TOKENS": str(BLOCK), "SARAGOSSA_SERVE_RESPONSES_MAX": str(STORE_MAX),
+                    "SARAGOSSA_LOG": "info"})
     yield s
     s.stop()
 
@@ -374,3 +378,31 @@ def test_bad_requests_name_the_field(oai, srv):
         r = c.post("/v1/responses", json={"model": "q3", "input": "hi", "previous_response_id": "resp_nope"})
         assert r.status_code == 404 and r.json()["error"]["code"] == "previous_response_not_found"
         assert c.get("/health").status_code == 200
+
+
+def test_a_client_gone_mid_stream_stops_the_generation(srv):
+    limit = 1900
+    body = json.dumps({"model": "q3", "input": "Tell me a very long story", "max_output_tokens": limit, "stream": True,
+                       "reasoning": {"effort": "none"}, "seed": 11, "temperature": 1.5}).encode()
+    c = socket.socket(socket.AF_UNIX)
+    c.connect(srv.socket)
+    c.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: sg\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    got = b""
+    while b"response.output_text.delta" not in got:
+        chunk = c.recv(4096)
+        assert chunk, got
+        got += chunk
+    rid = re.search(rb'"id":"(resp_[0-9a-f]+)"', got).group(1).decode()
+    c.close()
+    with srv.client() as h:
+        for _ in range(200):
+            if not h.get("/health").json()["busy"]:
+                break
+            time.sleep(0.05)
+        assert not h.get("/health").json()["busy"]
+        assert h.get(f"/v1/responses/{rid}").status_code == 404  # a cancelled response is not stored
+    m = re.search(rf"{rid} cancelled after (\d+) tokens", srv.stderr())
+    assert m, srv.stderr()[-2000:]
+    assert int(m.group(1)) < limit
+    print("tokens before the stop:", m.group(1))
