@@ -71,6 +71,7 @@ typedef struct sg_srv_limits {
 } sg_srv_limits;
 
 #define SG_SRV_MAX_STOP 16
+#define SG_SRV_MAX_CHOICES 16 /* OpenAI's n: choices generated one after the other */
 
 typedef struct sg_srv_req {
 	sg_srv_route route;
@@ -109,6 +110,7 @@ typedef struct sg_srv_req {
 	json_t *kwargs;       /* extra chat-template variables (enable_thinking, ...), or NULL */
 	char *user;           /* OpenAI user / Anthropic metadata.user_id: the session key [user_len] */
 	size_t user_len;
+	int n_choices;        /* OpenAI's n (1 when not given) */
 	int echo;             /* completions: echo the prompt (refused: unsupported) */
 	int spec;             /* speculative decoding: -1 the model's default, else SG_SRV_SPEC_* */
 	int32_t draft_max, draft_min; /* 0: the model's */

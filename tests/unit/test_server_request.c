@@ -77,11 +77,20 @@ Test(server_request, malformed_json_names_the_position)
 	sg_srv_req_free(&q);
 }
 
-Test(server_request, n_other_than_one_is_refused)
+Test(server_request, n_choices_between_one_and_the_cap)
 {
 	sg_srv_req q;
 	sg_srv_err e;
-	cr_assert_eq(parse(SG_ROUTE_OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":3}", &q, &e), 400);
+	cr_assert_eq(parse(SG_ROUTE_OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":3}", &q, &e), 0);
+	cr_assert_eq(q.n_choices, 3);
+	sg_srv_req_free(&q);
+	cr_assert_eq(parse(SG_ROUTE_OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &q, &e), 0);
+	cr_assert_eq(q.n_choices, 1);
+	sg_srv_req_free(&q);
+	cr_assert_eq(parse(SG_ROUTE_OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":17}", &q, &e), 400);
+	cr_assert_str_eq(e.param, "n");
+	sg_srv_req_free(&q);
+	cr_assert_eq(parse(SG_ROUTE_OAI_COMPLETIONS, "{\"prompt\":\"x\",\"n\":0}", &q, &e), 400);
 	cr_assert_str_eq(e.param, "n");
 	sg_srv_req_free(&q);
 }
