@@ -683,6 +683,7 @@ static void put_text(rgen *g, int kind, const char *s, size_t n)
 		g->failed = 1;
 		return;
 	}
+	if (!g->stream) return;
 	json_t *d = json_pack("{s:s,s:i,s:i,s:o}", "item_id", item_id(g, g->open), "output_index", g->open, "content_index", 0, "delta",
 			      sg_resp_string(s, n));
 	if (kind == 1) json_object_set_new(d, "logprobs", json_array());
@@ -725,7 +726,8 @@ static void ag_call_args(void *ud, int index, const char *s, size_t n)
 		g->failed = 1;
 		return;
 	}
-	emit(g, "response.function_call_arguments.delta",
+	if (g->stream)
+		emit(g, "response.function_call_arguments.delta",
 	     json_pack("{s:s,s:i,s:o}", "item_id", item_id(g, at), "output_index", at, "delta", sg_resp_string(s, n)));
 }
 
