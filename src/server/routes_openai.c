@@ -356,11 +356,11 @@ typedef struct gen {
 	json_t *calls;       /* [{id, name, arguments (text so far), ended}] */
 } gen;
 
-static json_t *token_json(gen *g, int32_t id, float logprob, int with_bytes)
+static json_t *token_json(const sg_srv_model *m, int32_t id, float logprob, int with_bytes)
 {
 	char *s = NULL;
 	size_t n = 0;
-	if (sg_srv_model_token_bytes(g->m, id, &s, &n)) n = 0;
+	if (sg_srv_model_token_bytes(m, id, &s, &n)) n = 0;
 	json_t *o = json_object();
 	if (n && !sg_utf8_valid((const uint8_t *)s, n)) {
 		/* part of a character: named by its bytes as OpenAI does ("bytes:\xe2\x80"), so two such
@@ -380,25 +380,30 @@ static json_t *token_json(gen *g, int32_t id, float logprob, int with_bytes)
 	return o;
 }
 
-/* The chat logprobs entry of one sampled token. */
-static json_t *chat_logprob(gen *g, const sg_sample_result *sr)
+json_t *sg_openai_logprob(const sg_srv_model *m, const sg_sample_result *sr, int top_n)
 {
-	json_t *e = token_json(g, sr->token, sr->logprob, 1);
+	json_t *e = token_json(m, sr->token, sr->logprob, 1);
 	json_t *top = json_array();
-	for (int i = 0; i < sr->n_top && i < g->req->top_logprobs; i++)
-		json_array_append_new(top, token_json(g, sr->top[i].token, sr->top[i].logprob, 1));
+	for (int i = 0; i < sr->n_top && i < top_n; i++)
+		json_array_append_new(top, token_json(m, sr->top[i].token, sr->top[i].logprob, 1));
 	json_object_set_new(e, "top_logprobs", top);
 	return e;
 }
 
+/* The chat logprobs entry of one sampled token. */
+static json_t *chat_logprob(gen *g, const sg_sample_result *sr)
+{
+	return sg_openai_logprob(g->m, sr, g->req->top_logprobs);
+}
+
 static void completion_logprob(gen *g, const sg_sample_result *sr, json_t *tokens, json_t *lps, json_t *tops, json_t *offs)
 {
-	json_t *t = token_json(g, sr->token, sr->logprob, 0);
+	json_t *t = token_json(g->m, sr->token, sr->logprob, 0);
 	json_array_append(tokens, json_object_get(t, "token"));
 	json_array_append_new(lps, json_real(sr->logprob));
 	json_t *top = json_object();
 	for (int i = 0; i < sr->n_top && i < g->req->top_logprobs; i++) {
-		json_t *a = token_json(g, sr->top[i].token, sr->top[i].logprob, 0);
+		json_t *a = token_json(g->m, sr->top[i].token, sr->top[i].logprob, 0);
 		json_object_set(top, json_string_value(json_object_get(a, "token")), json_object_get(a, "logprob"));
 		json_decref(a);
 	}

@@ -490,6 +490,18 @@ static int translate(const json_t *b, json_t *chat, json_t *rsp, sg_srv_req *r, 
 	json_object_set_new(echo, "truncation", json_string("disabled"));
 	json_t *inc = json_object_get(b, "include");
 	if (inc && !json_is_null(inc) && !json_is_array(inc)) return -sg_srv_wrong_type(err, "include", "an array of strings", inc);
+	/* logprobs of the answer's tokens: asked for by include, top_logprobs alternatives each */
+	size_t k;
+	json_t *iv;
+	int lp = 0;
+	json_array_foreach(inc, k, iv) lp |= json_is_string(iv) && !strcmp(json_string_value(iv), "message.output_text.logprobs");
+	int64_t tl = 0;
+	TRY(given = sg_srv_get_int(b, "top_logprobs", "top_logprobs", 0, SG_SAMPLER_MAX_LOGPROBS, &tl, err));
+	json_object_set_new(echo, "top_logprobs", given ? json_integer(tl) : json_null());
+	if (lp) {
+		json_object_set_new(chat, "logprobs", json_true());
+		json_object_set_new(chat, "top_logprobs", json_integer(tl));
+	}
 	/* echoed as given (numbers checked by the chat parser) */
 	json_t *v;
 	json_object_set_new(echo, "temperature", (v = json_object_get(b, "temperature")) && json_is_number(v) ? json_copy(v) : json_real(1));
@@ -591,6 +603,8 @@ typedef struct rgen {
 	json_t *calls;    /* sg_resp_call_* record */
 	json_t *call_out; /* call index -> output index */
 	int n_items;      /* ids */
+	json_t *lp_new;   /* logprobs of the tokens whose text has not come out yet */
+	json_t *lp_item;  /* logprobs of the message being written */
 	sg_agent_run *ar;
 } rgen;
 
@@ -625,10 +639,13 @@ static const char *item_id(const rgen *g, int idx)
 	return json_string_value(json_object_get(json_array_get(g->output, (size_t)idx), "id"));
 }
 
-static json_t *text_part(const rgen *g, const char *s, size_t n)
+/* The content part being written: its text, and (an output_text part) the logprobs lp (a
+ * borrowed array, copied; NULL: none yet). */
+static json_t *text_part(const rgen *g, const char *s, size_t n, json_t *lp)
 {
 	if (g->open_kind == 2) return json_pack("{s:s,s:o}", "type", "reasoning_text", "text", sg_resp_string(s, n));
-	return json_pack("{s:s,s:o,s:[],s:[]}", "type", "output_text", "text", sg_resp_string(s, n), "annotations", "logprobs");
+	return json_pack("{s:s,s:o,s:[],s:o}", "type", "output_text", "text", sg_resp_string(s, n), "annotations", "logprobs",
+			 lp ? json_copy(lp) : json_array());
 }
 
 /* Ends the message or reasoning item being written. */
@@ -639,10 +656,11 @@ static void close_open(rgen *g)
 	const char *id = item_id(g, g->open);
 	json_t *done = g->open_kind == 2 ? json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index", g->open, "content_index", 0,
 						     "text", sg_resp_string(g->buf ? g->buf : "", g->len))
-					 : json_pack("{s:s,s:i,s:i,s:o,s:[]}", "item_id", id, "output_index", g->open, "content_index", 0,
-						     "text", sg_resp_string(g->buf ? g->buf : "", g->len), "logprobs");
+					 : json_pack("{s:s,s:i,s:i,s:o,s:o}", "item_id", id, "output_index", g->open, "content_index", 0,
+						     "text", sg_resp_string(g->buf ? g->buf : "", g->len), "logprobs", json_copy(g->lp_item));
 	emit(g, g->open_kind == 2 ? "response.reasoning_text.done" : "response.output_text.done", done);
-	json_t *part = text_part(g, g->buf ? g->buf : "", g->len);
+	json_t *part = text_part(g, g->buf ? g->buf : "", g->len, g->lp_item);
+	json_array_clear(g->lp_item);
 	emit(g, "response.content_part.done",
 	     json_pack("{s:s,s:i,s:i,s:O}", "item_id", id, "output_index", g->open, "content_index", 0, "part", part));
 	json_object_set_new(item, "content", json_pack("[o]", part));
@@ -671,7 +689,7 @@ static void open_item(rgen *g, int kind)
 	json_array_append_new(g->output, item);
 	emit(g, "response.output_item.added", json_pack("{s:i,s:O}", "output_index", g->open, "item", item));
 	emit(g, "response.content_part.added", json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index", g->open, "content_index",
-							 0, "part", text_part(g, "", 0)));
+							 0, "part", text_part(g, "", 0, NULL)));
 }
 
 static void put_text(rgen *g, int kind, const char *s, size_t n)
@@ -683,10 +701,15 @@ static void put_text(rgen *g, int kind, const char *s, size_t n)
 		g->failed = 1;
 		return;
 	}
+	/* the tokens that made this text (reasoning tokens have none to give) */
+	json_t *lp = g->lp_new;
+	g->lp_new = json_array();
+	if (kind == 1) json_array_extend(g->lp_item, lp);
+	if (!g->stream || kind != 1) json_decref(lp);
 	if (!g->stream) return;
 	json_t *d = json_pack("{s:s,s:i,s:i,s:o}", "item_id", item_id(g, g->open), "output_index", g->open, "content_index", 0, "delta",
 			      sg_resp_string(s, n));
-	if (kind == 1) json_object_set_new(d, "logprobs", json_array());
+	if (kind == 1) json_object_set_new(d, "logprobs", lp);
 	emit(g, kind == 1 ? "response.output_text.delta" : "response.reasoning_text.delta", d);
 }
 
@@ -771,6 +794,8 @@ static void ag_call_void(void *ud, int index)
 static int on_event(const sg_gen_event *ev, void *user)
 {
 	rgen *g = user;
+	if (g->req->logprobs && ev->has_token && ev->sample)
+		json_array_append_new(g->lp_new, sg_openai_logprob(g->job->model, ev->sample, g->req->top_logprobs));
 	if (g->ar) sg_agent_run_feed(g->ar, ev->text, ev->len);
 	else put_text(g, 1, ev->text, ev->len);
 	return g->failed || atomic_load(&g->job->cancel);
@@ -888,6 +913,8 @@ void sg_responses_run(sg_job *job)
 	g.output = json_object_get(g.resp, "output");
 	g.calls = json_array();
 	g.call_out = json_array();
+	g.lp_new = json_array();
+	g.lp_item = json_array();
 	sg_agent_out ao = {.ud = &g, .text = ag_text, .reasoning = ag_reasoning, .call_start = ag_call_start,
 			   .call_args = ag_call_args, .call_end = ag_call_end, .call_void = ag_call_void};
 	sg_status st = SG_OK;
@@ -919,6 +946,8 @@ done:
 	json_decref(g.resp);
 	json_decref(g.calls);
 	json_decref(g.call_out);
+	json_decref(g.lp_new);
+	json_decref(g.lp_item);
 	sg_free(g.buf);
 	sg_free(g.text);
 	sg_free(g.reasoning);

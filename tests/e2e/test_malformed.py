@@ -361,7 +361,7 @@ def raw(srv, data, read=False, linger=0.0):
         time.sleep(linger)
     got = b""
     if read:
-        c.settimeout(5)
+        c.settimeout(30)  # a whole 400-token answer comes first: seconds on a loaded machine
         got = c.recv(256)
     c.close()
     return got

@@ -164,6 +164,30 @@ def test_reasoning_comes_as_a_reasoning_item(oai, srv):
     assert "".join(e.delta for e in evs if e.type == "response.reasoning_text.delta") == rs.content[0].text
 
 
+def test_logprobs_when_included_are_the_chat_ones(oai):
+    kw = dict(model="q3", input="Hello", max_output_tokens=6, reasoning=NO_THINK, top_logprobs=3,
+              include=["message.output_text.logprobs"], extra_body={"seed": 4})
+    r = oai.responses.create(**kw)
+    part = r.output[0].content[0]
+    assert len(part.logprobs) == r.usage.output_tokens == 6
+    assert all(len(e.top_logprobs) == 3 and e.logprob <= 0 for e in part.logprobs)
+    # the tokens' bytes make the text (bytes that are no character are U+FFFD there, or dropped at the end)
+    made = bytes(b for e in part.logprobs for b in e.bytes).decode("utf-8", "replace")
+    assert made.replace("\ufffd", "") == part.text.replace("\ufffd", "")
+    c = oai.chat.completions.create(model="q3", messages=[{"role": "user", "content": "Hello"}], max_completion_tokens=6,
+                                    reasoning_effort="none", seed=4, logprobs=True, top_logprobs=3)
+    def key(es):
+        return [(e.token, round(e.logprob, 4), [t.token for t in e.top_logprobs]) for e in es]
+    assert key(part.logprobs) == key(c.choices[0].logprobs.content)
+    evs = events_of(oai.responses.create(stream=True, **kw))
+    streamed = [e for ev in evs if ev.type == "response.output_text.delta" for e in ev.logprobs]
+    assert [(e.token, round(e.logprob, 4)) for e in streamed] == [(e.token, round(e.logprob, 4)) for e in part.logprobs]
+    assert key(evs[-1].response.output[0].content[0].logprobs) == key(part.logprobs)
+    # not asked for: none
+    plain = oai.responses.create(model="q3", input="Hello", max_output_tokens=3, reasoning=NO_THINK)
+    assert plain.output[0].content[0].logprobs == []
+
+
 def check_call(item):
     assert item.type == "function_call" and item.name == "get_weather" and item.status == "completed"
     assert item.id.startswith("fc_") and item.call_id.startswith("call_")
