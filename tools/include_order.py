@@ -25,6 +25,7 @@ LAYERS = {
         ["job"],                                     # a job and the worker's queue
         ["response"],                                # shared response builders
         ["routes_openai", "routes_ollama", "routes_anthropic", "routes_audio", "routes_embed"],  # one file per API (embed: its routes)
+        ["routes_responses"],                        # OpenAI's Responses API, over the chat route's parser
         ["routes"],                                  # which API parses and answers a route
         ["http", "auth"],                            # HTTP, listeners, dispatch
     ],

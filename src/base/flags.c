@@ -197,6 +197,8 @@ static const sg_flag table[] = {
 	 "Whisper model `transcribe` uses when none is given; empty = whisper-tiny.en in saragossa's models folder"},
 	{"SARAGOSSA_SERVE_EMBED_MAX_INPUTS", SG_FLAG_INT, "8192",
 	 "serve: the most inputs one embedding request (or documents one rerank request) may hold; more is a 400"},
+	{"SARAGOSSA_SERVE_RESPONSES_MAX", SG_FLAG_INT, "256",
+	 "serve: stored /v1/responses kept for previous_response_id and GET (least recently used go first)"},
 	{"SARAGOSSA_DEFAULT_EMBED_MODEL", SG_FLAG_STR, "",
 	 "model `embed` uses when none is given; empty = all-MiniLM-L6-v2 in saragossa's models folder"},
 	{"SARAGOSSA_GRAMMAR_FAST_MASK", SG_FLAG_BOOL, "1",

@@ -1,8 +1,10 @@
 /* The engine: a language model bound to the generation loop and the prefix cache (see lm.h). */
 #include "engine/lm.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -460,7 +462,28 @@ sg_status sg_lm_detokenize(const sg_lm *lm, const int32_t *ids, size_t n, char *
 
 sg_status sg_lm_token_bytes(const sg_lm *lm, int32_t id, char **out, size_t *len)
 {
-	return sg_tokenizer_decode(lm->tok, &id, 1, 0, out, len);
+	/* a token's own bytes, which may be part of a character (decode would make that U+FFFD):
+	 * a byte-level vocabulary's raw form, a byte-fallback token <0xXX>'s byte, else its text */
+	size_t n = 0;
+	char byte;
+	const char *raw = sg_tokenizer_token_bytes(lm->tok, id, &n);
+	if (!raw) {
+		const char *sp = sg_tokenizer_token(lm->tok, id, &n);
+		if (sp && n == 6 && !memcmp(sp, "<0x", 3) && sp[5] == '>' && isxdigit((unsigned char)sp[3]) &&
+		    isxdigit((unsigned char)sp[4])) {
+			char hex[3] = {sp[3], sp[4], 0};
+			byte = (char)strtol(hex, NULL, 16);
+			raw = &byte;
+			n = 1;
+		}
+	}
+	if (!raw) return sg_tokenizer_decode(lm->tok, &id, 1, 0, out, len);
+	*out = sg_malloc(n + 1);
+	if (!*out) return SG_FAIL(SG_ERR_NOMEM, "token bytes");
+	memcpy(*out, raw, n);
+	(*out)[n] = 0;
+	*len = n;
+	return SG_OK;
 }
 
 /* ---- the prefix cache and generation ---- */

@@ -37,6 +37,7 @@
 #include "server/routes_embed.h"
 #include "server/routes_ollama.h"
 #include "server/routes_openai.h"
+#include "server/routes_responses.h"
 #include "server/server.h"
 
 typedef struct listener {
@@ -65,6 +66,7 @@ typedef struct conn_watch {
 typedef struct server {
 	sg_server_opts o;
 	sg_pool *pool; /* configured models, the resident ones, prefix cache, memory guard */
+	sg_rsp_store *responses; /* stored /v1/responses (previous_response_id) */
 	sg_queue *queue;
 	listener ls[3];
 	int n_ls;
@@ -134,6 +136,8 @@ static const route_def routes[] = {
 	{"/v1/messages", SG_ROUTE_ANTHROPIC_MESSAGES, "POST"},
 	{"/v1/messages/count_tokens", SG_ROUTE_ANTHROPIC_COUNT, "POST"},
 	{"/", SG_ROUTE_OLLAMA_VERSION, "GET"}, /* Ollama clients probe "/" */
+	{"/v1/responses", SG_ROUTE_OAI_RESPONSES, "POST"},
+	{"/v1/responses/", SG_ROUTE_OAI_RESPONSE_ITEM, "GET"}, /* + {id}: GET, DELETE (by prefix) */
 };
 
 /* Per-request state kept across the handler's calls (made when the request line arrives). */
@@ -141,6 +145,8 @@ typedef struct conn_req {
 	int begun;            /* the handler's first call is done */
 	const route_def *rt;
 	const char *model_id; /* GET /v1/models/{id} */
+	const char *item;     /* /v1/responses/{id}[/input_items]: what follows the prefix */
+	int del;              /* ... asked with DELETE */
 	char *body;
 	size_t len, cap;
 	int answered; /* a response was queued before the body ended */
@@ -531,7 +537,8 @@ static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, co
 	sg_srv_err e;
 	sg_job *j = sg_job_new();
 	if (!j) return fail(c, route, 500, "server_error", NULL, NULL, "out of memory");
-	if (sg_srv_parse_request(route, cr->body, cr->len, &lim, &j->req, &e)) {
+	if (sg_srv_parse_request(route, cr->body, cr->len, &lim, &j->req, &e) ||
+	    (route == SG_ROUTE_OAI_RESPONSES && sg_responses_prepare(s->responses, j, &e))) {
 		sg_job_unref(j);
 		return send_err(c, route, &e);
 	}
@@ -613,7 +620,10 @@ static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, co
 	}
 	unsigned long id = atomic_fetch_add(&s->next_id, 1);
 	snprintf(j->id, sizeof j->id, "%s%08lx%08lx",
-		 route == SG_ROUTE_OAI_CHAT ? "chatcmpl-" : sg_srv_route_is_anthropic(route) ? "msg_" : "cmpl-",
+		 route == SG_ROUTE_OAI_CHAT	   ? "chatcmpl-"
+		 : route == SG_ROUTE_OAI_RESPONSES ? "resp_"
+		 : sg_srv_route_is_anthropic(route) ? "msg_"
+						    : "cmpl-",
 		 (unsigned long)time(NULL), id);
 	j->created = (int64_t)time(NULL);
 	j->run = sg_routes_run_generation;
@@ -861,7 +871,14 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, server *s, conn_req *c
 	case SG_ROUTE_OLLAMA_CHAT:
 	case SG_ROUTE_OLLAMA_GENERATE:
 	case SG_ROUTE_ANTHROPIC_MESSAGES:
+	case SG_ROUTE_OAI_RESPONSES:
 	case SG_ROUTE_ANTHROPIC_COUNT: return handle_generation(c, s, cr);
+	case SG_ROUTE_OAI_RESPONSE_ITEM: {
+		json_t *o;
+		sg_srv_err e;
+		int st = sg_responses_item(s->responses, cr->del ? "DELETE" : "GET", cr->item, &o, &e);
+		return st == 200 ? send_json(c, 200, o) : send_err(c, SG_ROUTE_OAI_RESPONSE_ITEM, &e);
+	}
 	case SG_ROUTE_NONE: break;
 	}
 	return fail(c, SG_ROUTE_NONE, 500, "server_error", NULL, NULL, "unrouted request");
@@ -1101,6 +1118,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 			path_match = &routes[1];
 			cr->model_id = url + 11;
 		}
+		if (!path_match && !strncmp(url, "/v1/responses/", 14) && url[14]) {
+			path_match = &routes[sizeof routes / sizeof *routes - 1];
+			cr->item = url + 14;
+		}
 		sg_srv_route fr = path_match ? path_match->route : fallback_route(url);
 		/* an answer queued now ends the read: the deadline must not write on its socket too */
 		if (l->auth && !(path_match && path_match->route == SG_ROUTE_HEALTH) &&
@@ -1116,14 +1137,16 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 			if (!watch_read_done(s, c)) return MHD_NO;
 			return fail(c, fr, 404, "not_found_error", NULL, NULL, "no route for %.200s %.200s", method, url);
 		}
-		int head_ok = !strcmp(method, "HEAD") && !strcmp(path_match->method, "GET");
+		int head_ok = (!strcmp(method, "HEAD") && !strcmp(path_match->method, "GET")) ||
+			      (cr->item && !strcmp(method, "DELETE"));
 		if (strcmp(method, path_match->method) != 0 && !head_ok) {
 			cr->answered = 1;
 			if (!watch_read_done(s, c)) return MHD_NO;
 			return fail(c, fr, 405, "invalid_request_error", NULL, "method_not_allowed",
-				    "%.200s takes %s, not %.20s", url, path_match->method, method);
+				    "%.200s takes %s, not %.20s", url, cr->item ? "GET or DELETE" : path_match->method, method);
 		}
 		cr->rt = path_match;
+		cr->del = cr->item && !strcmp(method, "DELETE");
 		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
 		if (cl && strtoull(cl, NULL, 10) > body_limit(s, fr)) {
 			cr->answered = 1;
@@ -1348,6 +1371,10 @@ sg_status sg_server_run(const sg_server_opts *opts)
 			    .draft_min = s->o.draft_min};
 	if ((st = sg_pool_new(s->o.models, s->o.n_models, s->o.n_ctx, !s->o.no_prefix_cache, &spec, &s->pool))) goto out;
 	if ((st = sg_pool_load_initial(s->pool))) goto out;
+	if (!(s->responses = sg_rsp_store_new((int)sg_flag_int("SARAGOSSA_SERVE_RESPONSES_MAX")))) {
+		st = SG_FAIL(SG_ERR_NOMEM, "response store");
+		goto out;
+	}
 	if (pipe2(stop_pipe, O_CLOEXEC)) {
 		st = sg_error(SG_ERR_IO, "serve: pipe: %s", strerror(errno));
 		goto out;
@@ -1403,6 +1430,7 @@ out:
 		unlink(s->o.socket_path);
 	}
 	sg_pool_free(s->pool);
+	sg_rsp_store_free(s->responses);
 	pthread_cond_destroy(&s->watch_cv);
 	pthread_mutex_destroy(&s->watch_mu);
 	for (int i = 0; i < 2; i++)

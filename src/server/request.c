@@ -50,6 +50,7 @@ void sg_srv_req_free(sg_srv_req *r)
 	sg_free(r->tool_name);
 	json_decref(r->kwargs);
 	sg_free(r->prediction);
+	json_decref(r->rsp);
 	memset(r, 0, sizeof *r);
 }
 

@@ -37,6 +37,8 @@ typedef enum sg_srv_route {
 	SG_ROUTE_OAI_TRANSLATIONS,
 	SG_ROUTE_OLLAMA_EMBEDDINGS, /* the older /api/embeddings (prompt -> embedding) */
 	SG_ROUTE_RERANK,            /* /v1/rerank, /rerank: Jina/Cohere's shape, OpenAI's errors */
+	SG_ROUTE_OAI_RESPONSES,     /* POST /v1/responses: server/routes_responses.c */
+	SG_ROUTE_OAI_RESPONSE_ITEM, /* GET, DELETE /v1/responses/{id}[/input_items] */
 } sg_srv_route;
 
 /* 1 when the route answers in Anthropic's error format. */
@@ -69,6 +71,7 @@ typedef struct sg_srv_limits {
 } sg_srv_limits;
 
 #define SG_SRV_MAX_STOP 16
+#define SG_SRV_MAX_CHOICES 16 /* OpenAI's n: choices generated one after the other */
 
 typedef struct sg_srv_req {
 	sg_srv_route route;
@@ -107,11 +110,13 @@ typedef struct sg_srv_req {
 	json_t *kwargs;       /* extra chat-template variables (enable_thinking, ...), or NULL */
 	char *user;           /* OpenAI user / Anthropic metadata.user_id: the session key [user_len] */
 	size_t user_len;
+	int n_choices;        /* OpenAI's n (1 when not given) */
 	int echo;             /* completions: echo the prompt (refused: unsupported) */
 	int spec;             /* speculative decoding: -1 the model's default, else SG_SRV_SPEC_* */
 	int32_t draft_max, draft_min; /* 0: the model's */
 	char *prediction;     /* OpenAI prediction.content: guesses for the answer [prediction_len], or NULL */
 	size_t prediction_len;
+	json_t *rsp;          /* /v1/responses: its own fields (input items, store, echo), or NULL */
 	char note[160];       /* something ignored that the client should know ("template ignored") */
 } sg_srv_req;
 

@@ -8,6 +8,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/utf8.h"
 #include "server/agent.h"
 #include "server/response.h"
 
@@ -153,10 +154,8 @@ static int parse_openai_sampling(const json_t *b, sg_srv_req *r, const sg_srv_li
 	if (given) r->sp.seed = (uint64_t)i == SG_SAMPLER_SEED_RANDOM ? 0 : (uint64_t)i;
 	TRY(sg_srv_parse_stop(json_object_get(b, "stop"), "stop", r, err));
 	TRY(parse_logit_bias(json_object_get(b, "logit_bias"), r, err));
-	TRY(given = sg_srv_get_int(b, "n", "n", INT64_MIN, INT64_MAX, &i, err));
-	if (given && i != 1)
-		return sg_srv_err_set(err, 400, BAD, "n", "'n' = %lld is not supported: this server returns one choice (n = 1)",
-				      (long long)i);
+	TRY(given = sg_srv_get_int(b, "n", "n", 1, SG_SRV_MAX_CHOICES, &i, err));
+	r->n_choices = given ? (int)i : 1;
 	int64_t mt = 0;
 	int g1, g2;
 	TRY(g1 = sg_srv_get_int(b, "max_tokens", "max_tokens", 1, INT32_MAX, &mt, err));
@@ -343,7 +342,9 @@ typedef struct gen {
 	sg_srv_model *m;
 	const char *model_name;
 	int chat, stream;
-	int begun, failed;
+	int index; /* the choice (n > 1: generated one after the other) */
+	int begun, failed; /* begun: the stream's status line is gone */
+	int role_sent;     /* this choice's first chunk is */
 	char *text; /* non-streamed answer */
 	size_t len, cap;
 	json_t *lp;                          /* chat: logprobs.content entries */
@@ -355,13 +356,20 @@ typedef struct gen {
 	json_t *calls;       /* [{id, name, arguments (text so far), ended}] */
 } gen;
 
-static json_t *token_json(gen *g, int32_t id, float logprob, int with_bytes)
+static json_t *token_json(const sg_srv_model *m, int32_t id, float logprob, int with_bytes)
 {
 	char *s = NULL;
 	size_t n = 0;
-	if (sg_srv_model_token_bytes(g->m, id, &s, &n)) n = 0;
+	if (sg_srv_model_token_bytes(m, id, &s, &n)) n = 0;
 	json_t *o = json_object();
-	json_object_set_new(o, "token", sg_resp_string(s ? s : "", n));
+	if (n && !sg_utf8_valid((const uint8_t *)s, n)) {
+		/* part of a character: named by its bytes as OpenAI does ("bytes:\xe2\x80"), so two such
+		 * tokens stay two keys of a completion's top_logprobs */
+		char name[6 + 4 * 64 + 1];
+		size_t k = (size_t)snprintf(name, sizeof name, "bytes:");
+		for (size_t i = 0; i < n && k + 4 < sizeof name; i++) k += (size_t)snprintf(name + k, sizeof name - k, "\\x%02x", (unsigned char)s[i]);
+		json_object_set_new(o, "token", json_string(name));
+	} else json_object_set_new(o, "token", sg_resp_string(s ? s : "", n));
 	json_object_set_new(o, "logprob", json_real(logprob));
 	if (with_bytes) {
 		json_t *b = json_array();
@@ -372,25 +380,30 @@ static json_t *token_json(gen *g, int32_t id, float logprob, int with_bytes)
 	return o;
 }
 
-/* The chat logprobs entry of one sampled token. */
-static json_t *chat_logprob(gen *g, const sg_sample_result *sr)
+json_t *sg_openai_logprob(const sg_srv_model *m, const sg_sample_result *sr, int top_n)
 {
-	json_t *e = token_json(g, sr->token, sr->logprob, 1);
+	json_t *e = token_json(m, sr->token, sr->logprob, 1);
 	json_t *top = json_array();
-	for (int i = 0; i < sr->n_top && i < g->req->top_logprobs; i++)
-		json_array_append_new(top, token_json(g, sr->top[i].token, sr->top[i].logprob, 1));
+	for (int i = 0; i < sr->n_top && i < top_n; i++)
+		json_array_append_new(top, token_json(m, sr->top[i].token, sr->top[i].logprob, 1));
 	json_object_set_new(e, "top_logprobs", top);
 	return e;
 }
 
+/* The chat logprobs entry of one sampled token. */
+static json_t *chat_logprob(gen *g, const sg_sample_result *sr)
+{
+	return sg_openai_logprob(g->m, sr, g->req->top_logprobs);
+}
+
 static void completion_logprob(gen *g, const sg_sample_result *sr, json_t *tokens, json_t *lps, json_t *tops, json_t *offs)
 {
-	json_t *t = token_json(g, sr->token, sr->logprob, 0);
+	json_t *t = token_json(g->m, sr->token, sr->logprob, 0);
 	json_array_append(tokens, json_object_get(t, "token"));
 	json_array_append_new(lps, json_real(sr->logprob));
 	json_t *top = json_object();
 	for (int i = 0; i < sr->n_top && i < g->req->top_logprobs; i++) {
-		json_t *a = token_json(g, sr->top[i].token, sr->top[i].logprob, 0);
+		json_t *a = token_json(g->m, sr->top[i].token, sr->top[i].logprob, 0);
 		json_object_set(top, json_string_value(json_object_get(a, "token")), json_object_get(a, "logprob"));
 		json_decref(a);
 	}
@@ -412,13 +425,16 @@ static json_t *oai_chunk(gen *g)
 
 static void begin_stream(gen *g)
 {
-	if (g->begun) return;
-	g->begun = 1;
-	sg_job_begin(g->job, 200, "text/event-stream");
+	if (g->role_sent) return;
+	g->role_sent = 1;
+	if (!g->begun) {
+		g->begun = 1;
+		sg_job_begin(g->job, 200, "text/event-stream");
+	}
 	if (g->chat) {
 		json_t *c = oai_chunk(g);
 		json_object_set_new(c, "choices",
-				    json_pack("[{s:i,s:{s:s,s:s},s:n,s:n}]", "index", 0, "delta", "role", "assistant", "content", "",
+				    json_pack("[{s:i,s:{s:s,s:s},s:n,s:n}]", "index", g->index, "delta", "role", "assistant", "content", "",
 					      "logprobs", "finish_reason"));
 		write_event(g, c);
 	}
@@ -439,8 +455,8 @@ static void stream_piece(gen *g, const char *text, size_t len, const sg_sample_r
 		}
 	}
 	json_t *choice;
-	if (g->chat) choice = json_pack("{s:i,s:{s:o},s:o,s:n}", "index", 0, "delta", "content", t, "logprobs", lp, "finish_reason");
-	else choice = json_pack("{s:i,s:o,s:o,s:n}", "index", 0, "text", t, "logprobs", lp, "finish_reason");
+	if (g->chat) choice = json_pack("{s:i,s:{s:o},s:o,s:n}", "index", g->index, "delta", "content", t, "logprobs", lp, "finish_reason");
+	else choice = json_pack("{s:i,s:o,s:o,s:n}", "index", g->index, "text", t, "logprobs", lp, "finish_reason");
 	json_object_set_new(c, "choices", json_pack("[o]", choice));
 	write_event(g, c);
 }
@@ -486,7 +502,7 @@ static void ag_reasoning(void *ud, const char *s, size_t n)
 	}
 	begin_stream(g);
 	json_t *c = oai_chunk(g);
-	json_object_set_new(c, "choices", json_pack("[{s:i,s:{s:o},s:n,s:n}]", "index", 0, "delta", "reasoning_content",
+	json_object_set_new(c, "choices", json_pack("[{s:i,s:{s:o},s:n,s:n}]", "index", g->index, "delta", "reasoning_content",
 						    sg_resp_string(s, n), "logprobs", "finish_reason"));
 	write_event(g, c);
 }
@@ -501,7 +517,7 @@ static void ag_call_start(void *ud, int index, const char *name)
 	begin_stream(g);
 	json_t *ch = oai_chunk(g);
 	json_object_set_new(ch, "choices",
-			    json_pack("[{s:i,s:{s:[{s:i,s:s,s:s,s:{s:s,s:s}}]},s:n,s:n}]", "index", 0, "delta", "tool_calls", "index",
+			    json_pack("[{s:i,s:{s:[{s:i,s:s,s:s,s:{s:s,s:s}}]},s:n,s:n}]", "index", g->index, "delta", "tool_calls", "index",
 				      index, "id", id, "type", "function", "function", "name", name, "arguments", "", "logprobs",
 				      "finish_reason"));
 	write_event(g, ch);
@@ -518,7 +534,7 @@ static void ag_call_args(void *ud, int index, const char *s, size_t n)
 	if (!g->stream) return;
 	json_t *ch = oai_chunk(g);
 	json_object_set_new(ch, "choices",
-			    json_pack("[{s:i,s:{s:[{s:i,s:{s:o}}]},s:n,s:n}]", "index", 0, "delta", "tool_calls", "index", index,
+			    json_pack("[{s:i,s:{s:[{s:i,s:{s:o}}]},s:n,s:n}]", "index", g->index, "delta", "tool_calls", "index", index,
 				      "function", "arguments", sg_resp_string(s, n), "logprobs", "finish_reason"));
 	write_event(g, ch);
 }
@@ -551,32 +567,23 @@ static const char *gen_finish_reason(const gen *g, const sg_gen_result *r)
 	return sg_agent_run_tool_finish(g->ar) ? "tool_calls" : sg_resp_finish_reason(r);
 }
 
-static void finish_ok(gen *g, const sg_gen_result *r)
+/* The end of one choice: its last chunk (streamed), or its choice object (whole answer). */
+static json_t *finish_choice(gen *g, const sg_gen_result *r)
 {
 	const sg_srv_req *q = g->req;
 	if (g->stream) {
 		begin_stream(g);
 		json_t *c = oai_chunk(g);
-		json_t *choice = g->chat ? json_pack("{s:i,s:{},s:n,s:s}", "index", 0, "delta", "logprobs", "finish_reason",
+		json_t *choice = g->chat ? json_pack("{s:i,s:{},s:n,s:s}", "index", g->index, "delta", "logprobs", "finish_reason",
 						     gen_finish_reason(g, r))
-					 : json_pack("{s:i,s:s,s:n,s:s}", "index", 0, "text", "", "logprobs", "finish_reason",
+					 : json_pack("{s:i,s:s,s:n,s:s}", "index", g->index, "text", "", "logprobs", "finish_reason",
 						     sg_resp_finish_reason(r));
 		json_object_set_new(c, "choices", json_pack("[o]", choice));
 		write_event(g, c);
-		if (q->include_usage) {
-			c = oai_chunk(g);
-			json_object_set_new(c, "choices", json_array());
-			json_object_set_new(c, "usage", sg_resp_oai_usage(r));
-			write_event(g, c);
-		}
-		if (sg_job_write(g->job, "data: [DONE]\n\n", 14)) g->failed = 1;
-		return;
+		return NULL;
 	}
-	json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s}", "id", g->job->id, "object", g->chat ? "chat.completion" : "text_completion",
-			      "created", (json_int_t)g->job->created, "model", g->model_name, "system_fingerprint", "saragossa");
 	json_t *text = sg_resp_string(g->text ? g->text : "", g->len);
 	json_t *lp = json_null();
-	json_t *choice;
 	if (g->chat) {
 		if (q->logprobs) lp = json_pack("{s:O}", "content", g->lp);
 		json_t *msg = json_pack("{s:s,s:o}", "role", "assistant", "content", text);
@@ -585,17 +592,36 @@ static void finish_ok(gen *g, const sg_gen_result *r)
 			json_object_set_new(msg, "tool_calls", oai_calls(g));
 			if (!g->len) json_object_set_new(msg, "content", json_null());
 		}
-		choice = json_pack("{s:i,s:o,s:o,s:s}", "index", 0, "message", msg, "logprobs", lp, "finish_reason",
-				   gen_finish_reason(g, r));
-	} else {
-		if (q->logprobs)
-			lp = json_pack("{s:O,s:O,s:O,s:O}", "tokens", g->c_tokens, "token_logprobs", g->c_lps, "top_logprobs",
-				       g->c_tops, "text_offset", g->c_offs);
-		choice = json_pack("{s:i,s:o,s:o,s:s}", "index", 0, "text", text, "logprobs", lp, "finish_reason",
-				   sg_resp_finish_reason(r));
+		return json_pack("{s:i,s:o,s:o,s:s}", "index", g->index, "message", msg, "logprobs", lp, "finish_reason",
+				 gen_finish_reason(g, r));
 	}
-	json_object_set_new(o, "choices", json_pack("[o]", choice));
-	json_object_set_new(o, "usage", sg_resp_oai_usage(r));
+	if (q->logprobs)
+		lp = json_pack("{s:O,s:O,s:O,s:O}", "tokens", g->c_tokens, "token_logprobs", g->c_lps, "top_logprobs", g->c_tops,
+			       "text_offset", g->c_offs);
+	return json_pack("{s:i,s:o,s:o,s:s}", "index", g->index, "text", text, "logprobs", lp, "finish_reason",
+			 sg_resp_finish_reason(r));
+}
+
+/* The end of the answer: the usage chunk and [DONE] (streamed), or the whole response with its
+ * choices; usage counts the prompt once and every choice's tokens. */
+static void finish_all(gen *g, json_t *choices, const sg_gen_result *usage)
+{
+	if (g->stream) {
+		begin_stream(g);
+		if (g->req->include_usage) {
+			json_t *c = oai_chunk(g);
+			json_object_set_new(c, "choices", json_array());
+			json_object_set_new(c, "usage", sg_resp_oai_usage(usage));
+			write_event(g, c);
+		}
+		if (sg_job_write(g->job, "data: [DONE]\n\n", 14)) g->failed = 1;
+		json_decref(choices);
+		return;
+	}
+	json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s}", "id", g->job->id, "object", g->chat ? "chat.completion" : "text_completion",
+			      "created", (json_int_t)g->job->created, "model", g->model_name, "system_fingerprint", "saragossa");
+	json_object_set_new(o, "choices", choices);
+	json_object_set_new(o, "usage", sg_resp_oai_usage(usage));
 	sg_resp_send(g->job, 200, o);
 }
 
@@ -624,53 +650,85 @@ static void finish_incomplete(gen *g, const sg_gen_result *r)
 	finish_with(g, &e);
 }
 
-void sg_openai_run(sg_job *job)
+static void gen_free(gen *g)
 {
-	const sg_srv_req *q = &job->req;
-	gen g = {.job = job, .req = q, .m = job->model, .stream = q->stream, .chat = q->route == SG_ROUTE_OAI_CHAT};
-	g.model_name = sg_srv_model_info_get(job->model)->name;
-	g.lp = json_array();
-	g.c_tokens = json_array();
-	g.c_lps = json_array();
-	g.c_tops = json_array();
-	g.c_offs = json_array();
-	g.calls = json_array();
-	sg_agent_out ao = {.ud = &g, .text = ag_text, .reasoning = ag_reasoning, .call_start = ag_call_start,
+	sg_agent_run_free(g->ar);
+	sg_free(g->reasoning);
+	json_decref(g->calls);
+	sg_free(g->text);
+	json_decref(g->lp);
+	json_decref(g->c_tokens);
+	json_decref(g->c_lps);
+	json_decref(g->c_tops);
+	json_decref(g->c_offs);
+}
+
+/* One choice generated into g. 1 when it ended well (its end written or kept in choices), 0
+ * when the answer is over (an error was answered, or the client is gone). */
+static int run_choice(sg_job *job, gen *g, json_t *choices, sg_gen_result *r)
+{
+	sg_agent_out ao = {.ud = g, .text = ag_text, .reasoning = ag_reasoning, .call_start = ag_call_start,
 			   .call_args = ag_call_args, .call_end = ag_call_end};
 	sg_status st = SG_OK;
-	if (job->agent && (st = sg_agent_run_new(job->agent, job->model, &ao, &g.ar))) {
+	memset(r, 0, sizeof *r);
+	if (job->agent && (st = sg_agent_run_new(job->agent, job->model, &ao, &g->ar))) {
 		SG_WARN("serve: %s failed: %s", job->id, sg_last_error());
-		finish_error(&g, st);
-		goto done;
+		finish_error(g, st);
+		return 0;
 	}
 	sg_gen_params p = sg_resp_gen_params(job);
 	p.on_event = on_event;
-	p.user = &g;
-	p.constraint = sg_agent_run_constraint(g.ar);
-	sg_gen_result r;
-	st = sg_resp_generate(job, &p, &r);
-	if (g.ar && !st) sg_agent_run_finish(g.ar, &r);
+	p.user = g;
+	p.constraint = sg_agent_run_constraint(g->ar);
+	/* n > 1 with a seed: choice i samples with seed + i (repeatable, and the choices differ) */
+	if (p.sampler.seed != SG_SAMPLER_SEED_RANDOM) p.sampler.seed += (uint64_t)g->index;
+	st = sg_resp_generate(job, &p, r);
+	if (g->ar && !st) sg_agent_run_finish(g->ar, r);
 	if (atomic_load(&job->cancel)) {
-		SG_INFO("serve: %s cancelled after %zu tokens (client gone)", job->id, r.n_generated);
-	} else if (st) {
-		SG_WARN("serve: %s failed: %s", job->id, sg_last_error());
-		finish_error(&g, st);
-	} else if (job->agent && job->agent->json && !sg_agent_run_complete(g.ar)) {
-		SG_WARN("serve: %s: the JSON answer was unfinished after %zu tokens (%s)", job->id, r.n_generated, sg_resp_finish_reason(&r));
-		finish_incomplete(&g, &r);
-	} else {
-		finish_ok(&g, &r);
-		sg_resp_log_done(job, g.model_name, &r, gen_finish_reason(&g, &r));
+		SG_INFO("serve: %s cancelled after %zu tokens (client gone)", job->id, r->n_generated);
+		return 0;
 	}
-done:
+	if (st) {
+		SG_WARN("serve: %s failed: %s", job->id, sg_last_error());
+		finish_error(g, st);
+		return 0;
+	}
+	if (job->agent && job->agent->json && !sg_agent_run_complete(g->ar)) {
+		SG_WARN("serve: %s: the JSON answer was unfinished after %zu tokens (%s)", job->id, r->n_generated, sg_resp_finish_reason(r));
+		finish_incomplete(g, r);
+		return 0;
+	}
+	json_t *c = finish_choice(g, r);
+	if (c) json_array_append_new(choices, c);
+	sg_resp_log_done(job, g->model_name, r, gen_finish_reason(g, r));
+	return !g->failed;
+}
+
+void sg_openai_run(sg_job *job)
+{
+	const sg_srv_req *q = &job->req;
+	json_t *choices = json_array();
+	sg_gen_result total = {0}, r;
+	int begun = 0, ok = 1;
+	gen g = {0};
+	for (int i = 0; ok && i < (q->n_choices > 1 ? q->n_choices : 1); i++) {
+		if (i) gen_free(&g);
+		g = (gen){.job = job, .req = q, .m = job->model, .stream = q->stream, .chat = q->route == SG_ROUTE_OAI_CHAT, .index = i,
+			  .begun = begun};
+		g.model_name = sg_srv_model_info_get(job->model)->name;
+		g.lp = json_array();
+		g.c_tokens = json_array();
+		g.c_lps = json_array();
+		g.c_tops = json_array();
+		g.c_offs = json_array();
+		g.calls = json_array();
+		ok = run_choice(job, &g, choices, &r);
+		begun = g.begun;
+		if (!i) total = r; /* the prompt (and what the cache gave it) counts once */
+		else total.n_generated += r.n_generated;
+	}
+	if (ok) finish_all(&g, choices, &total);
+	else json_decref(choices);
 	sg_job_finish(job);
-	sg_agent_run_free(g.ar);
-	sg_free(g.reasoning);
-	json_decref(g.calls);
-	sg_free(g.text);
-	json_decref(g.lp);
-	json_decref(g.c_tokens);
-	json_decref(g.c_lps);
-	json_decref(g.c_tops);
-	json_decref(g.c_offs);
+	gen_free(&g);
 }

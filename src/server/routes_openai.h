@@ -19,6 +19,12 @@ int sg_openai_parse(const json_t *body, sg_srv_req *req, const sg_srv_limits *li
 json_t *sg_openai_models(const sg_pool_item *items, int n);
 json_t *sg_openai_model(const sg_srv_model_info *in);
 
+/* OpenAI's logprobs entry of one sampled token: {token, logprob, bytes, top_logprobs: [the first
+ * top_n alternatives, each {token, logprob, bytes}]}, as chat completions and the Responses API
+ * (output_text.logprobs) give it. A token that is part of a UTF-8 character is named
+ * "bytes:\xNN...". A new reference. */
+json_t *sg_openai_logprob(const sg_srv_model *m, const sg_sample_result *sr, int top_n);
+
 /* The worker's entry for a chat or completions job. */
 void sg_openai_run(sg_job *job);
 

@@ -38,6 +38,7 @@ ROUTES = {
     "/api/embed": (OLLAMA, {"model": "emb", "input": "hi"}),
     "/api/embeddings": (OLLAMA, {"model": "emb", "prompt": "hi"}),
     "/api/show": (OLLAMA, {"model": "q3"}),
+    "/v1/responses": (OPENAI, {"model": "q3", "input": "hi", "max_output_tokens": 1}),
 }
 
 
@@ -267,6 +268,36 @@ OWN = {
          "documents"),
         ("documents as objects, top_n past the count", {"documents": [{"text": "a"}, {"text": "b"}], "top_n": 9}, 200, None, None),
     ],
+    "/v1/responses": [
+        ("input missing", b'{"model": "q3"}', 400, "'input' is required", "input"),
+        ("input a number", {"input": 7}, 400, "'input' must be a string or an array of input items, got integer", "input"),
+        ("an input item a string", {"input": ["hi"]}, 400, "'input[0]' must be an object (an input item), got string",
+         "input[0]"),
+        ("an input item of no type", {"input": [{}]}, 400,
+         "'input[0].type' is required (message, function_call, function_call_output)", "input[0].type"),
+        ("a message without content", {"input": [{"type": "message", "role": "user"}]}, 400,
+         "'input[0].content' is required", "input[0].content"),
+        ("an image part", {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, 400,
+         "'input[0].content[0].type' = 'input_image' is not supported: this server reads text parts (input_text, "
+         "output_text)", "input[0].content[0].type"),
+        ("max_output_tokens a huge real", {"max_output_tokens": 1e300}, 400,
+         "'max_output_tokens' must be an integer, got real", "max_output_tokens"),
+        ("max_output_tokens past int32", {"max_output_tokens": 2**62}, 400,
+         f"'max_output_tokens' = {2**62} is outside [1, {I32}]", "max_output_tokens"),
+        ("temperature huge", {"temperature": 1e308}, 400, "'temperature' = 1e+308 is outside [0, 2]", "temperature"),
+        ("tools an object", {"tools": {}}, 400, "'tools' must be an array, got object", "tools"),
+        ("text.format a string", {"text": {"format": "json"}}, 400, "'text.format' must be an object, got string",
+         "text.format"),
+        ("store a string", {"store": "no"}, 400, "'store' must be a boolean, got string", "store"),
+        ("previous_response_id unknown", {"previous_response_id": "resp_nope"}, 404,
+         "previous response with id 'resp_nope' not found (it was never stored, was deleted, or the store evicted it: "
+         "SARAGOSSA_SERVE_RESPONSES_MAX)", "previous_response_id", "previous_response_not_found"),
+        ("previous_response_id a number", {"previous_response_id": 1e300}, 400,
+         "'previous_response_id' must be a string, got real", "previous_response_id"),
+        ("metadata an array", {"metadata": [1]}, 400, "'metadata' must be an object of strings, got array", "metadata"),
+        ("an embedding model asked to respond", {"model": "emb"}, 400, NOT_TEXT, "model", "model_not_supported"),
+        ("stored false, seed the smallest int64", {"store": False, "seed": -2**63}, 200, None, None),
+    ],
     "/api/show": [
         ("name instead of model", b'{"name": "q3"}', 200, None, None),
         ("name of the wrong type", b'{"name": 7}', 400, "'name' must be a string, got integer", "name"),
@@ -330,7 +361,7 @@ def raw(srv, data, read=False, linger=0.0):
         time.sleep(linger)
     got = b""
     if read:
-        c.settimeout(5)
+        c.settimeout(30)  # a whole 400-token answer comes first: seconds on a loaded machine
         got = c.recv(256)
     c.close()
     return got
@@ -347,9 +378,11 @@ def early_disconnects(srv):
         raw(srv, head(path))  # mid headers
         raw(srv, head(path, b"Content-Length: %d\r\n\r\n" % len(body)) + body[:len(body) // 2])  # mid body
         raw(srv, head(path, b"Transfer-Encoding: chunked\r\n\r\n") + b"%x\r\n" % len(body) + body[:5])  # mid chunk
-    for path in ("/v1/chat/completions", "/v1/completions", "/v1/messages", "/api/chat", "/api/generate"):
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/messages", "/api/chat", "/api/generate", "/v1/responses"):
         _, good = ROUTES[path]
         long = {**good, "max_tokens": 400} if "max_tokens" in good else {**good, "options": {"num_predict": 400}}
+        if "max_output_tokens" in good:
+            long = {**good, "max_output_tokens": 400}
         for stream in (False, True):
             body = j({**long, "stream": stream})
             req = head(path, b"Content-Length: %d\r\n\r\n" % len(body)) + body

@@ -1,6 +1,6 @@
 /* Fuzz target: request bodies -> generation parameters, for every route that takes a body and
  * every API (OpenAI chat, completions, tokenize, detokenize; Ollama chat and generate; Anthropic
- * messages and count_tokens). The first byte picks the route; the rest is the body. Also checks
+ * messages and count_tokens; OpenAI responses). The first byte picks the route; the rest is the body. Also checks
  * invariants of a parsed request, and compiles the grammar a forced tool call would get from the
  * request's tools (what the connection thread does before the request is queued). */
 #include <stddef.h>
@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const sg_srv_route routes[] = {SG_ROUTE_OAI_CHAT,       SG_ROUTE_OAI_COMPLETIONS,    SG_ROUTE_OLLAMA_CHAT,
 					      SG_ROUTE_OLLAMA_GENERATE, SG_ROUTE_TOKENIZE,           SG_ROUTE_DETOKENIZE,
-					      SG_ROUTE_ANTHROPIC_MESSAGES, SG_ROUTE_ANTHROPIC_COUNT};
+					      SG_ROUTE_ANTHROPIC_MESSAGES, SG_ROUTE_ANTHROPIC_COUNT, SG_ROUTE_OAI_RESPONSES};
 	if (size < 1) return 0;
 	sg_srv_route route = routes[data[0] % (sizeof routes / sizeof *routes)];
 	sg_srv_limits lim = {.max_tokens_cap = 4096};

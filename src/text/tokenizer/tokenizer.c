@@ -603,6 +603,16 @@ const char *sg_tokenizer_token(const sg_tokenizer *t, int32_t id, size_t *len)
 	return t->tok[id].s;
 }
 
+const char *sg_tokenizer_token_bytes(const sg_tokenizer *t, int32_t id, size_t *len)
+{
+	/* tmap exists when the model's spelling differs from its working form: byte-level BPE */
+	if (id < 0 || id >= t->n_vocab || !t->tmap.slot || !t->mtok[id].s || !t->tok[id].s) return NULL;
+	int32_t a = sg_strmap_get(&t->amap, t->tok[id].s, t->tok[id].n);
+	if (a >= 0 && t->added[a].id == id) return NULL; /* an added token: its content, by decode */
+	if (len) *len = t->mtok[id].n;
+	return t->mtok[id].s;
+}
+
 int32_t sg_tokenizer_token_id(const sg_tokenizer *t, const char *s, size_t len)
 {
 	int32_t a = sg_strmap_get(&t->amap, s, len);

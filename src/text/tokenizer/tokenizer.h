@@ -72,6 +72,10 @@ sg_status sg_tokenizer_decode(const sg_tokenizer *t, const int32_t *ids, size_t 
 int32_t sg_tokenizer_n_vocab(const sg_tokenizer *t);
 /* The token's string as the vocabulary spells it (not NUL-terminated), NULL if id is unknown. */
 const char *sg_tokenizer_token(const sg_tokenizer *t, int32_t id, size_t *len);
+/* The raw bytes token id stands for in a byte-level BPE vocabulary (not NUL-terminated; part of
+ * a UTF-8 character for some tokens, which decode turns into U+FFFD), NULL for other vocabularies,
+ * added tokens and unknown ids. */
+const char *sg_tokenizer_token_bytes(const sg_tokenizer *t, int32_t id, size_t *len);
 /* Id of a token spelled exactly s, -1 if none (added tokens first, then the model's vocabulary). */
 int32_t sg_tokenizer_token_id(const sg_tokenizer *t, const char *s, size_t len);
 int sg_tokenizer_is_special(const sg_tokenizer *t, int32_t id);
