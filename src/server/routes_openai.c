@@ -562,6 +562,7 @@ static void finish_ok(gen *g, const sg_gen_result *r)
 					 : json_pack("{s:i,s:s,s:n,s:s}", "index", 0, "text", "", "logprobs", "finish_reason",
 						     sg_resp_finish_reason(r));
 		json_object_set_new(c, "choices", json_pack("[o]", choice));
+		json_object_set_new(c, "timings", sg_resp_oai_timings(r));
 		write_event(g, c);
 		if (q->include_usage) {
 			c = oai_chunk(g);
@@ -596,6 +597,7 @@ static void finish_ok(gen *g, const sg_gen_result *r)
 	}
 	json_object_set_new(o, "choices", json_pack("[o]", choice));
 	json_object_set_new(o, "usage", sg_resp_oai_usage(r));
+	json_object_set_new(o, "timings", sg_resp_oai_timings(r));
 	sg_resp_send(g->job, 200, o);
 }
 
