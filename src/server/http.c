@@ -886,8 +886,11 @@ static enum MHD_Result send_metrics(struct MHD_Connection *c, server *s)
 static enum MHD_Result dispatch(struct MHD_Connection *c, server *s, conn_req *cr)
 {
 	size_t page_len = 0;
+	const char *page;
 	switch (cr->rt->route) {
-	case SG_ROUTE_WEB: return send_bytes(c, 200, "text/html; charset=utf-8", sg_web_page(&page_len), page_len, 0);
+	case SG_ROUTE_WEB:
+		page = sg_web_page(&page_len);
+		return send_bytes(c, 200, "text/html; charset=utf-8", page, page_len, 0);
 	case SG_ROUTE_METRICS: return send_metrics(c, s);
 	case SG_ROUTE_OLLAMA_PULL:
 	case SG_ROUTE_OLLAMA_DELETE:
