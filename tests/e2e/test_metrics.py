@@ -100,3 +100,20 @@ def test_a_scrape_counts_itself_after_it_and_the_page_needs_no_key(srv):
         val(m1, "saragossa_http_requests_total", route="/metrics", status="200") + 1
     assert val(m2, "saragossa_http_requests_total", route="/", status="200") >= 1
     assert val(m2, "saragossa_http_requests_total", route="/metrics", status="401") >= 1
+
+
+def test_label_values_are_escaped_and_read_back_whole(srv):
+    weird = 'we"ird\\name\nwith a newline'
+    with srv.client() as c:
+        r = c.post("/api/copy", json={"source": "llama", "destination": weird})
+        assert r.status_code == 200, r.text
+        r = c.post("/v1/chat/completions", json={"model": weird, "messages": HELLO, "max_tokens": 3})
+        assert r.status_code == 200, r.text
+        assert c.post("/metrics").status_code == 405
+    m = scrape(srv)
+    assert val(m, "saragossa_generated_tokens_total", model=weird) == 3
+    assert val(m, "saragossa_model_resident", model=weird) == 1
+    assert val(m, "saragossa_http_requests_total", route="/metrics", status="405") == 1
+    with srv.client() as c:
+        assert c.request("DELETE", "/api/delete", json={"model": weird}).status_code == 200
+    assert val(scrape(srv), "saragossa_model_resident", model=weird) == 0
