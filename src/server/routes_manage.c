@@ -215,29 +215,35 @@ static void *pull_thread(void *arg)
 
 static void free_work(void *w) { sg_free(w); }
 
-int sg_manage_pull_start(sg_pulls *pulls, sg_pool *pool, sg_job *job, const char *body, size_t len, sg_srv_err *e)
+int sg_manage_pull_parse(const char *body, size_t len, char name[128], char ref[256], int *stream, sg_srv_err *e)
 {
 	json_t *b;
 	int st = sg_srv_body_object(body, len, &b, e);
 	if (st) return st;
-	const char *name;
-	pull_work *w = NULL;
-	int stream = 1, insecure = 0, given;
-	if ((st = name_field(b, "model", "name", &name, e))) goto out;
-	if ((given = sg_srv_get_bool(b, "stream", "stream", &stream, e)) < 0 ||
+	const char *nm;
+	int insecure = 0, given;
+	*stream = 1;
+	if ((st = name_field(b, "model", "name", &nm, e))) goto out;
+	if ((given = sg_srv_get_bool(b, "stream", "stream", stream, e)) < 0 ||
 	    (given = sg_srv_get_bool(b, "insecure", "insecure", &insecure, e)) < 0) {
 		st = -given;
 		goto out;
 	}
-	if (!(w = sg_calloc(1, sizeof *w))) {
-		st = sg_srv_oom(e);
-		goto out;
-	}
-	if ((st = hub_ref_of(name, w->ref, sizeof w->ref, e))) goto out;
-	snprintf(w->name, sizeof w->name, "%s", name);
+	if ((st = hub_ref_of(nm, ref, 256, e))) goto out;
+	snprintf(name, 128, "%s", nm);
+out:
+	json_decref(b);
+	return st;
+}
+
+int sg_manage_pull_start(sg_pulls *pulls, sg_pool *pool, sg_job *job, const char *body, size_t len, sg_srv_err *e)
+{
+	pull_work *w = sg_calloc(1, sizeof *w);
+	if (!w) return sg_srv_oom(e);
+	int st = sg_manage_pull_parse(body, len, w->name, w->ref, &w->stream, e);
+	if (st) goto out;
 	w->pool = pool;
-	w->stream = stream;
-	job->req.stream = stream;
+	job->req.stream = w->stream;
 	job->work = w;
 	job->work_free = free_work;
 	w = NULL;
@@ -273,7 +279,6 @@ int sg_manage_pull_start(sg_pulls *pulls, sg_pool *pool, sg_job *job, const char
 	pthread_mutex_unlock(&pulls->mu);
 out:
 	sg_free(w);
-	json_decref(b);
 	return st;
 }
 

@@ -25,6 +25,11 @@ sg_pulls *sg_pulls_new(void);
 void sg_pulls_stop(sg_pulls *p);
 void sg_pulls_free(sg_pulls *p);
 
+/* The body of /api/pull: {"model" (or "name"): NAME, "stream"?: bool (default true), "insecure"?:
+ * bool (ignored)} into name (as given) and ref (the hub reference it names). 0, or the status set
+ * in *e (a bad body or field, a name that is no hub reference). */
+int sg_manage_pull_parse(const char *body, size_t len, char name[128], char ref[256], int *stream, sg_srv_err *e);
+
 /* POST /api/pull: parses body[0..len) ({"model" or "name", "stream", "insecure"}) into a job
  * (job->req.route and .stream set) and starts its download thread, which writes the answer to
  * the job (NDJSON progress lines, or one object when stream is false) and adds the model to
