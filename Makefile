@@ -157,6 +157,14 @@ $(BUILD)/obj/%.o: %.c
 	@$(if $(Q),echo "  CC    $<",:)
 	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
 
+# The web chat page (src/server/web/index.html), embedded in the binary as a C array.
+WEB_INC := $(BUILD)/gen/web_index.inc
+$(WEB_INC): src/server/web/index.html scripts/embed.sh
+	@mkdir -p $(dir $@)
+	$(Q)sh scripts/embed.sh sg_web_index_html $< > $@.tmp && mv $@.tmp $@
+$(BUILD)/obj/src/server/web.o: $(WEB_INC)
+$(BUILD)/obj/src/server/web.o: CFLAGS_ALL += -I$(BUILD)/gen
+
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  NVCC  $<",:)

@@ -20,11 +20,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # layers below its own.
 LAYERS = {
     "src/server": [
-        ["server", "memguard", "request", "model"],  # options, the guard, parsed requests, served models
+        ["server", "memguard", "request", "model", "metrics", "web", "listen"],  # options, the guard, parsed requests, served models; /metrics' counters, the chat page, the Unix socket
         ["agent", "pool", "multipart"],              # constraints/reasoning/tool calls; the model pool; form bodies
         ["job"],                                     # a job and the worker's queue
         ["response"],                                # shared response builders
-        ["routes_openai", "routes_ollama", "routes_anthropic", "routes_audio", "routes_embed"],  # one file per API (embed: its routes)
+        ["routes_openai", "routes_ollama", "routes_anthropic", "routes_audio", "routes_embed", "routes_manage"],  # one file per API (embed: its routes; manage: Ollama's pull/delete/copy)
         ["routes_responses"],                        # OpenAI's Responses API, over the chat route's parser
         ["routes"],                                  # which API parses and answers a route
         ["http", "auth"],                            # HTTP, listeners, dispatch

@@ -222,7 +222,20 @@ typedef struct file_dl {
 	uint64_t received;
 	sg_progress prog;
 	int quiet;
+	const sg_hub_opts *opts; /* its on_progress hook */
+	sg_hub_progress hp;      /* what the hook is told */
+	int cancelled;           /* the hook asked to stop */
 } file_dl;
+
+/* Tells the caller's hook (when set) where f stands: 0, or 1 when it asks to stop. */
+static int report(file_dl *f, sg_hub_file_phase phase)
+{
+	if (!f->opts || !f->opts->on_progress) return 0;
+	f->hp.phase = phase;
+	f->hp.completed = f->have;
+	if (f->opts->on_progress(f->opts->progress_user, &f->hp)) f->cancelled = 1;
+	return f->cancelled;
+}
 
 static int restart_hash(file_dl *f)
 {
@@ -265,7 +278,7 @@ static int write_sink(void *ctx, const sg_http_resp *r, const void *data, size_t
 	f->have += (int64_t)n;
 	f->received += n;
 	if (!f->quiet) sg_progress_update(&f->prog, (uint64_t)f->have);
-	return 0;
+	return report(f, SG_HUB_FILE_BYTES);
 }
 
 /* Hashes the bytes already in the partial file so the digest covers the whole file. */
@@ -391,7 +404,8 @@ static sg_status fetch_file(dl_ctx *c, const char *file, file_meta *m)
 		return SG_OK;
 	}
 
-	file_dl f = {.quiet = c->opts->quiet, .expect = m->size};
+	file_dl f = {.quiet = c->opts->quiet, .expect = m->size, .opts = c->opts,
+		     .hp = {.file = file, .digest = m->etag, .total = m->size}};
 	f.fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 	if (f.fd < 0) {
 		st = sg_error(SG_ERR_IO, "cannot write %s: %s", part, strerror(errno));
@@ -417,7 +431,8 @@ static sg_status fetch_file(dl_ctx *c, const char *file, file_meta *m)
 		sg_progress_begin(&f.prog, base ? base + 1 : file, m->size > 0 ? (uint64_t)m->size : 0, (uint64_t)f.have);
 	}
 	int64_t retries = sg_flag_int("SARAGOSSA_HUB_RETRIES");
-	for (int attempt = 0;; attempt++) {
+	if (report(&f, SG_HUB_FILE_START)) st = sg_error(SG_ERR_CANCELLED, "%s: the download of %s was stopped", c->ref->repo, file);
+	for (int attempt = 0; !st; attempt++) {
 		if (m->size >= 0 && f.have == m->size) break;
 		f.started = 0;
 		f.io_errno = 0;
@@ -426,6 +441,11 @@ static sg_status fetch_file(dl_ctx *c, const char *file, file_meta *m)
 		sg_http_resp r;
 		sg_status hs = sg_http_do(&req, &r);
 		sg_http_resp_free(&r);
+		if (f.cancelled) {
+			st = sg_error(SG_ERR_CANCELLED, "%s: the download of %s was stopped at byte %lld (the partial file is kept "
+				      "to be resumed)", c->ref->repo, file, (long long)f.have);
+			break;
+		}
 		if (f.io_errno) {
 			st = f.io_errno == EFBIG
 				     ? sg_error(SG_ERR_FORMAT, "%s: %s: the hub sent more than the %lld bytes it announced",
@@ -463,9 +483,13 @@ static sg_status fetch_file(dl_ctx *c, const char *file, file_meta *m)
 		usleep((useconds_t)(250000 * (attempt + 1)));
 	}
 	if (!f.quiet) sg_progress_end(&f.prog);
-	if (!st) st = verify_and_commit(c, file, m, &f, part, blob);
+	if (!st) {
+		report(&f, SG_HUB_FILE_VERIFY);
+		st = verify_and_commit(c, file, m, &f, part, blob);
+	}
 	if (!st) {
 		c->out->files_downloaded++;
+		report(&f, SG_HUB_FILE_DONE);
 	}
 done:
 	c->out->bytes_downloaded += f.received;

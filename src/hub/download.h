@@ -14,15 +14,32 @@
 #ifndef SG_HUB_DOWNLOAD_H
 #define SG_HUB_DOWNLOAD_H
 
+#include <stdint.h>
+
 #include "hub/cache.h"
 #include "hub/repo.h"
 #include "saragossa.h"
+
+/* One file's progress, for a caller that reports it itself (the server's /api/pull). */
+typedef enum { SG_HUB_FILE_START = 1, SG_HUB_FILE_BYTES, SG_HUB_FILE_VERIFY, SG_HUB_FILE_DONE } sg_hub_file_phase;
+typedef struct sg_hub_progress {
+	sg_hub_file_phase phase;
+	const char *file;   /* its name in the repo */
+	const char *digest; /* its ETag: the SHA-256 of an LFS file, else the git blob id */
+	int64_t total;      /* bytes, -1 when the hub gave no size */
+	int64_t completed;  /* bytes on disk so far (a resumed file starts above 0) */
+} sg_hub_progress;
 
 /* How a resolution (sg_hub_resolve) and its downloads behave. */
 typedef struct sg_hub_opts {
 	int offline; /* never use the network (HF_HUB_OFFLINE=1 sets it too) */
 	int update;  /* ask the hub for the revision's current commit even when a copy is cached */
 	int quiet;   /* no progress bars */
+	/* Called (when set) for each file fetched: at its start, as bytes arrive, before its
+	 * checks and when it is in place. A non-zero return stops the download with
+	 * SG_ERR_CANCELLED (the partial file stays, to be resumed). */
+	int (*on_progress)(void *user, const sg_hub_progress *p);
+	void *progress_user;
 } sg_hub_opts;
 
 /* Fetches what `ref` needs into `cache` and fills *out (kind, path, repo, commit, counters).

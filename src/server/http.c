@@ -27,6 +27,8 @@
 #include "base/timer.h"
 #include "server/agent.h"
 #include "server/job.h"
+#include "server/listen.h"
+#include "server/metrics.h"
 #include "server/model.h"
 #include "server/pool.h"
 #include "server/request.h"
@@ -35,10 +37,12 @@
 #include "server/routes.h"
 #include "server/routes_audio.h"
 #include "server/routes_embed.h"
+#include "server/routes_manage.h"
 #include "server/routes_ollama.h"
 #include "server/routes_openai.h"
 #include "server/routes_responses.h"
 #include "server/server.h"
+#include "server/web.h"
 
 typedef struct listener {
 	struct MHD_Daemon *d;
@@ -68,6 +72,7 @@ typedef struct server {
 	sg_pool *pool; /* configured models, the resident ones, prefix cache, memory guard */
 	sg_rsp_store *responses; /* stored /v1/responses (previous_response_id) */
 	sg_queue *queue;
+	sg_pulls *pulls; /* /api/pull downloads under way */
 	listener ls[3];
 	int n_ls;
 	int unix_fd;
@@ -135,10 +140,27 @@ static const route_def routes[] = {
 	{"/reranking", SG_ROUTE_RERANK, "POST"},
 	{"/v1/messages", SG_ROUTE_ANTHROPIC_MESSAGES, "POST"},
 	{"/v1/messages/count_tokens", SG_ROUTE_ANTHROPIC_COUNT, "POST"},
-	{"/", SG_ROUTE_OLLAMA_VERSION, "GET"}, /* Ollama clients probe "/" */
+	{"/", SG_ROUTE_WEB, "GET"}, /* the chat page (Ollama clients probe "/": a 200 too) */
+	{"/metrics", SG_ROUTE_METRICS, "GET"},
+	{"/api/pull", SG_ROUTE_OLLAMA_PULL, "POST"},
+	{"/api/delete", SG_ROUTE_OLLAMA_DELETE, "DELETE"},
+	{"/api/copy", SG_ROUTE_OLLAMA_COPY, "POST"},
 	{"/v1/responses", SG_ROUTE_OAI_RESPONSES, "POST"},
 	{"/v1/responses/", SG_ROUTE_OAI_RESPONSE_ITEM, "GET"}, /* + {id}: GET, DELETE (by prefix) */
 };
+
+/* The request this connection thread answers (libmicrohttpd runs one thread per connection),
+ * for /metrics' count of answers by route and status. */
+static _Thread_local struct {
+	struct server *s;
+	const char *path; /* the route's path, NULL when no route matched */
+} cur_req;
+
+static enum MHD_Result queue_response(struct MHD_Connection *c, int status, struct MHD_Response *r)
+{
+	if (cur_req.s) sg_metrics_request(sg_pool_metrics(cur_req.s->pool), cur_req.path, status);
+	return MHD_queue_response(c, (unsigned)status, r);
+}
 
 /* Per-request state kept across the handler's calls (made when the request line arrives). */
 typedef struct conn_req {
@@ -177,7 +199,7 @@ static enum MHD_Result send_bytes_job(struct MHD_Connection *c, int status, cons
 	MHD_add_response_header(r, "Server", "saragossa");
 	if (retry_after) MHD_add_response_header(r, "Retry-After", "1");
 	if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
-	enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+	enum MHD_Result ret = queue_response(c, status, r);
 	MHD_destroy_response(r);
 	return ret;
 }
@@ -420,6 +442,8 @@ static void send_raw_error(struct MHD_Connection *c, const conn_req *cr, int sta
 static void send_raw(int fd, sg_srv_route route, int status, const char *reason, const char *code, const char *msg);
 static void send_timeout_raw(int fd, sg_srv_route route, int timeout_s);
 
+static enum MHD_Result answer_job(struct MHD_Connection *c, sg_job *j);
+
 /* Queues the job, waits for its status, and answers (whole, or as a stream). */
 static enum MHD_Result run_job(struct MHD_Connection *c, server *s, sg_job *j)
 {
@@ -429,6 +453,13 @@ static enum MHD_Result run_job(struct MHD_Connection *c, server *s, sg_job *j)
 		return fail(c, route, 503, "server_busy", NULL, "queue_full",
 			    "the server is busy: %d requests are already waiting; retry shortly", s->o.queue);
 	}
+	return answer_job(c, j);
+}
+
+/* Waits for a job already started (queued, or on its own thread) and answers with it: whole,
+ * or as a stream when it asks for one. Takes the caller's reference. */
+static enum MHD_Result answer_job(struct MHD_Connection *c, sg_job *j)
+{
 	/* No idle timer while the worker has the request: the client's liveness is watched on its
 	 * socket instead (the read deadline is restored when the request completes). */
 	MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0);
@@ -470,7 +501,7 @@ static enum MHD_Result run_job(struct MHD_Connection *c, server *s, sg_job *j)
 	MHD_add_response_header(r, "Cache-Control", "no-cache");
 	prefix_headers(r, j);
 	MHD_add_response_header(r, "Server", "saragossa");
-	enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+	enum MHD_Result ret = queue_response(c, status, r);
 	MHD_destroy_response(r);
 	return ret;
 }
@@ -826,9 +857,54 @@ static enum MHD_Result handle_audio(struct MHD_Connection *c, server *s, conn_re
 	return run_job(c, s, j);
 }
 
+/* Ollama's /api/pull (on its own thread), /api/delete (on the worker), /api/copy. */
+static enum MHD_Result handle_manage(struct MHD_Connection *c, server *s, conn_req *cr)
+{
+	sg_srv_route route = cr->rt->route;
+	sg_srv_err e;
+	if (route == SG_ROUTE_OLLAMA_COPY)
+		return sg_manage_copy(s->pool, cr->body, cr->len, &e) ? send_err(c, route, &e)
+								       : send_json(c, 200, json_pack("{s:s}", "status", "success"));
+	sg_job *j = sg_job_new();
+	if (!j) return fail(c, route, 500, "server_error", NULL, NULL, "out of memory");
+	j->req.route = route;
+	int bad = route == SG_ROUTE_OLLAMA_PULL ? sg_manage_pull_start(s->pulls, s->pool, j, cr->body, cr->len, &e)
+						: sg_manage_delete_prepare(s->pool, j, cr->body, cr->len, &e);
+	if (bad) {
+		sg_job_unref(j);
+		return send_err(c, route, &e);
+	}
+	return route == SG_ROUTE_OLLAMA_PULL ? answer_job(c, j) : run_job(c, s, j);
+}
+
+/* GET /metrics: the counters and the gauges read now. */
+static enum MHD_Result send_metrics(struct MHD_Connection *c, server *s)
+{
+	sg_metrics_gauges g;
+	sg_metrics_model res[SG_SERVER_MAX_MODELS];
+	char names[SG_SERVER_MAX_MODELS][128];
+	sg_pool_gauges(s->pool, &g, res, names, SG_SERVER_MAX_MODELS);
+	sg_queue_stats(s->queue, &g.queue_waiting, &g.queue_running);
+	size_t n = 0;
+	char *t = sg_metrics_render(sg_pool_metrics(s->pool), &g, &n);
+	if (!t) return fail(c, SG_ROUTE_METRICS, 500, "server_error", NULL, NULL, "out of memory");
+	enum MHD_Result r = send_bytes(c, 200, "text/plain; version=0.0.4; charset=utf-8", t, n, 0);
+	sg_free(t);
+	return r;
+}
+
 static enum MHD_Result dispatch(struct MHD_Connection *c, server *s, conn_req *cr)
 {
+	size_t page_len = 0;
+	const char *page;
 	switch (cr->rt->route) {
+	case SG_ROUTE_WEB:
+		page = sg_web_page(&page_len);
+		return send_bytes(c, 200, "text/html; charset=utf-8", page, page_len, 0);
+	case SG_ROUTE_METRICS: return send_metrics(c, s);
+	case SG_ROUTE_OLLAMA_PULL:
+	case SG_ROUTE_OLLAMA_DELETE:
+	case SG_ROUTE_OLLAMA_COPY: return handle_manage(c, s, cr);
 	case SG_ROUTE_HEALTH: {
 		int waiting, running;
 		sg_queue_stats(s->queue, &waiting, &running);
@@ -1123,8 +1199,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 			cr->item = url + 14;
 		}
 		sg_srv_route fr = path_match ? path_match->route : fallback_route(url);
+		cur_req.s = s;
+		cur_req.path = path_match ? path_match->path : NULL;
 		/* an answer queued now ends the read: the deadline must not write on its socket too */
-		if (l->auth && !(path_match && path_match->route == SG_ROUTE_HEALTH) &&
+		/* /health and the page itself need no key (the page asks for it, for its API calls) */
+		if (l->auth && !(path_match && (path_match->route == SG_ROUTE_HEALTH || path_match->route == SG_ROUTE_WEB)) &&
 		    !sg_server_auth_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"), s->o.api_key) &&
 		    !sg_server_api_key_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"), s->o.api_key)) {
 			cr->answered = 1;
@@ -1252,52 +1331,6 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
 
 /* ---- listeners ---- */
 
-/* A Unix socket at path, mode 0600. A stale socket file (no server answers on it) is replaced;
- * a live one, or a path that is not a socket, is refused. */
-static sg_status open_unix(const char *path, int *out)
-{
-	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	if (strlen(path) >= sizeof a.sun_path)
-		return sg_error(SG_ERR_INVALID_ARG, "serve: socket path '%s' is longer than %zu bytes", path, sizeof a.sun_path - 1);
-	memcpy(a.sun_path, path, strlen(path) + 1);
-	struct stat st;
-	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode))
-			return sg_error(SG_ERR_INVALID_ARG, "serve: %s exists and is not a socket; not replacing it", path);
-		int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (probe < 0) return sg_error(SG_ERR_IO, "serve: socket: %s", strerror(errno));
-		int live = connect(probe, (struct sockaddr *)&a, sizeof a) == 0;
-		int err = errno;
-		close(probe);
-		if (live) return sg_error(SG_ERR_INVALID_ARG, "serve: another server is listening on %s; stop it or pick --socket PATH", path);
-		if (err != ECONNREFUSED && err != ENOENT)
-			return sg_error(SG_ERR_IO, "serve: cannot probe %s: %s", path, strerror(err));
-		if (unlink(path) && errno != ENOENT)
-			return sg_error(SG_ERR_IO, "serve: cannot remove the stale socket %s: %s", path, strerror(errno));
-		SG_INFO("serve: replaced the stale socket %s", path);
-	}
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) return sg_error(SG_ERR_IO, "serve: socket: %s", strerror(errno));
-	/* The mode is set at creation (umask) so no other user can connect in the window before
-	 * chmod. */
-	mode_t old = umask(0177);
-	int b = bind(fd, (struct sockaddr *)&a, sizeof a);
-	int err = errno;
-	umask(old);
-	if (b) {
-		close(fd);
-		return sg_error(SG_ERR_IO, "serve: cannot bind %s: %s", path, strerror(err));
-	}
-	if (chmod(path, 0600) || listen(fd, 128)) {
-		err = errno;
-		close(fd);
-		unlink(path);
-		return sg_error(SG_ERR_IO, "serve: cannot listen on %s: %s", path, strerror(err));
-	}
-	*out = fd;
-	return SG_OK;
-}
-
 static int is_loopback(const char *host)
 {
 	return !strcmp(host, "127.0.0.1") || !strcmp(host, "localhost") || !strncmp(host, "127.", 4);
@@ -1380,7 +1413,8 @@ sg_status sg_server_run(const sg_server_opts *opts)
 		goto out;
 	}
 	s->queue = sg_queue_start(s->o.queue);
-	if (!s->queue) {
+	s->pulls = sg_pulls_new();
+	if (!s->queue || !s->pulls) {
 		st = SG_FAIL(SG_ERR_NOMEM, "worker thread");
 		goto out;
 	}
@@ -1391,7 +1425,7 @@ sg_status sg_server_run(const sg_server_opts *opts)
 	}
 	s->watch_running = 1;
 	if (s->o.socket_path) {
-		if ((st = open_unix(s->o.socket_path, &s->unix_fd))) goto out;
+		if ((st = sg_srv_open_unix(s->o.socket_path, &s->unix_fd))) goto out;
 		if ((st = start_listener(s, s->unix_fd, NULL, 0))) goto out;
 		fprintf(stderr, "saragossa serve: listening on unix:%s\n", s->o.socket_path);
 	}
@@ -1416,6 +1450,7 @@ sg_status sg_server_run(const sg_server_opts *opts)
 	fprintf(stderr, "saragossa serve: shutting down\n");
 out:
 	if (s->queue) sg_queue_stop(s->queue);
+	sg_pulls_stop(s->pulls);
 	if (s->watch_running) {
 		pthread_mutex_lock(&s->watch_mu);
 		s->watch_stop = 1;
@@ -1425,6 +1460,7 @@ out:
 	}
 	for (int i = 0; i < s->n_ls; i++) MHD_stop_daemon(s->ls[i].d);
 	sg_queue_free(s->queue);
+	sg_pulls_free(s->pulls);
 	if (s->unix_fd >= 0) {
 		close(s->unix_fd);
 		unlink(s->o.socket_path);

@@ -18,6 +18,7 @@
 #include "engine/lm.h"
 #include "engine/session.h"
 #include "engine/transcribe.h"
+#include "formats/gguf.h"
 #include "formats/model_desc.h"
 #include "formats/qtypes.h"
 #include "models/model.h"
@@ -46,6 +47,7 @@ struct sg_srv_model {
 	sg_lm *draft_lm;         /* the draft model, or NULL */
 	sg_drafter *dmodel;      /* its drafter */
 	sg_drafter *mtp;         /* the model's own MTP module's drafter (serve --spec mtp), or NULL */
+	char *template_src;      /* the chat template's source text (/api/show), or NULL */
 };
 
 const sg_gen_drafter *sg_srv_model_drafter(const sg_srv_model *m, int mode, int32_t *draft_max, int32_t *draft_min)
@@ -271,6 +273,56 @@ sg_status sg_srv_model_trie(sg_srv_model *m, const sg_token_trie **trie, const u
 	return SG_OK;
 }
 
+/* The chat template's source as the files give it (for /api/show): a GGUF's
+ * tokenizer.chat_template, else chat_template.jinja beside the weights, else tokenizer_config.json's
+ * chat_template (a string, or the "default" of a list of named ones). NULL when none. */
+static char *template_source(const char *path, const sg_model *model)
+{
+	const sg_gguf *g = sg_model_gguf(model);
+	const char *v = NULL;
+	if (g) return sg_gguf_get_str(g, "tokenizer.chat_template", &v) ? NULL : sg_strdup(v);
+	char f[4200];
+	snprintf(f, sizeof f, "%s/chat_template.jinja", path);
+	FILE *fp = fopen(f, "rb");
+	if (fp) {
+		char *buf = sg_malloc(1 << 20);
+		size_t n = buf ? fread(buf, 1, (1 << 20) - 1, fp) : 0;
+		fclose(fp);
+		if (buf) buf[n] = 0;
+		return buf;
+	}
+	snprintf(f, sizeof f, "%s/tokenizer_config.json", path);
+	json_t *cfg = NULL;
+	if (sg_json_load_file(f, 16u << 20, &cfg)) return NULL;
+	json_t *t = json_object_get(cfg, "chat_template");
+	if (json_is_array(t)) {
+		size_t i;
+		json_t *e, *pick = NULL;
+		json_array_foreach(t, i, e) {
+			const char *nm = json_string_value(json_object_get(e, "name"));
+			if (!pick || (nm && !strcmp(nm, "default"))) pick = e;
+		}
+		t = json_object_get(pick, "template");
+	}
+	char *out = json_is_string(t) ? sg_strdup(json_string_value(t)) : NULL;
+	json_decref(cfg);
+	return out;
+}
+
+/* Parameters in the weights (a packed weight's scales and biases are part of it). */
+static uint64_t count_params(const sg_model *model)
+{
+	uint64_t n = 0;
+	for (int i = 0; model->w && i < model->w->n_tensors; i++)
+		if (!model->w->tensors[i]->companion) n += (uint64_t)sg_tensor_nelem(model->w->tensors[i]);
+	return n;
+}
+
+const char *sg_srv_model_template(const sg_srv_model *m)
+{
+	return m->template_src;
+}
+
 /* A served model's record with what every kind fills the same way: names, load time, size. */
 static sg_srv_model *model_new(const char *name, const char *path)
 {
@@ -301,6 +353,8 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, c
 	quant_name(sg_lm_model(m->lm), m->info.quant, sizeof m->info.quant);
 	m->info.n_ctx = sg_lm_n_ctx(m->lm);
 	m->info.n_vocab = sg_lm_n_vocab(m->lm);
+	m->info.n_params = count_params(sg_lm_model(m->lm));
+	m->template_src = template_source(path, sg_lm_model(m->lm));
 	find_agent(m);
 	if (spec) m->spec = *spec;
 	m->spec.draft_path = NULL;
@@ -395,6 +449,7 @@ void sg_srv_model_free(sg_srv_model *m)
 	sg_drafter_free(m->ngram);
 	sg_lm_free(m->draft_lm);
 	sg_lm_free(m->lm);
+	sg_free(m->template_src);
 	sg_free(m);
 }
 

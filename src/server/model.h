@@ -27,6 +27,7 @@ typedef struct sg_srv_model_info {
 	int32_t n_vocab;
 	uint64_t size_bytes; /* weights on disk */
 	int64_t created;     /* load time (seconds since the epoch) */
+	uint64_t n_params;   /* parameters in the weights (a text model's; 0 when not counted) */
 } sg_srv_model_info;
 
 /* Speculative decoding of a served model (serve --spec, --draft-model, --draft-max, --draft-min). */
@@ -61,6 +62,9 @@ void sg_srv_model_free(sg_srv_model *m);
 struct sg_embedder *sg_srv_model_embedder(const sg_srv_model *m);
 
 const sg_srv_model_info *sg_srv_model_info_get(const sg_srv_model *m);
+/* The chat template's source text as the model's files give it, or NULL (no template, or not a
+ * text model). Lives as long as m. */
+const char *sg_srv_model_template(const sg_srv_model *m);
 
 /* Renders messages (and tools, may be NULL) with the model's chat template, generation prompt
  * appended; kwargs (an object, may be NULL) are extra template variables (enable_thinking...).

@@ -14,6 +14,7 @@
 #include "engine/draft.h"
 #include "engine/expert_cache.h"
 #include "engine/session.h"
+#include "server/metrics.h"
 
 typedef struct entry {
 	char name[128];
@@ -23,7 +24,13 @@ typedef struct entry {
 	sg_srv_model *m; /* NULL when not resident */
 	int refs;        /* requests using m */
 	uint64_t used;   /* tick of the last acquire: the LRU order */
+	int pulled;      /* added by /api/pull: its files are in the Hugging Face cache */
+	char ref[256];   /* what was pulled (the hub reference), for removing its files */
 } entry;
+
+/* A slot whose model was deleted (/api/delete) has an empty name: every lookup skips it, and
+ * a later add may reuse it once nothing holds it. */
+#define LIVE(en) ((en)->name[0] != 0)
 
 struct sg_pool {
 	pthread_mutex_t mu; /* guards entries' m, refs, used */
@@ -43,6 +50,7 @@ struct sg_pool {
 	/* what /health shows, copied by the worker under mu (connection threads never read the
 	 * cache or the guard themselves) */
 	uint64_t pub_blocks, pub_bytes, pub_ev_blocks, pub_ev_models, pub_refusals;
+	sg_metrics *metrics; /* what /metrics counts (NULL when out of memory: nothing is counted) */
 };
 
 static void free_snapshot(void *p) { sg_snapshot_free(p); }
@@ -98,6 +106,7 @@ sg_status sg_pool_new(const sg_server_model_spec *specs, int n, int32_t n_ctx, i
 		return st;
 	}
 	pthread_mutex_init(&p->mu, NULL);
+	p->metrics = sg_metrics_new();
 	p->n = n;
 	p->cap = cap > SG_SERVER_MAX_MODELS ? SG_SERVER_MAX_MODELS : (int)cap;
 	p->lru = sg_flag_bool("RETI_SERVE_LRU");
@@ -139,21 +148,34 @@ void sg_pool_free(sg_pool *p)
 	if (!p) return;
 	for (int i = 0; i < p->n; i++) unload(p, &p->e[i], 1);
 	sg_pc_free(p->pc);
+	sg_metrics_free(p->metrics);
 	pthread_mutex_destroy(&p->mu);
 	sg_free(p);
 }
 
-int sg_pool_count(const sg_pool *p) { return p->n; }
+int sg_pool_count(const sg_pool *p)
+{
+	int n = 0;
+	pthread_mutex_lock((pthread_mutex_t *)&p->mu);
+	for (int i = 0; i < p->n; i++) n += LIVE(&p->e[i]);
+	pthread_mutex_unlock((pthread_mutex_t *)&p->mu);
+	return n;
+}
+sg_metrics *sg_pool_metrics(sg_pool *p) { return p->metrics; }
 int sg_pool_block_tokens(const sg_pool *p) { return p->block_tokens; }
 sg_prefix_cache *sg_pool_prefix_cache(sg_pool *p) { return p->pc; }
 sg_memguard *sg_pool_guard(sg_pool *p) { return &p->guard; }
 
 int sg_pool_find_kind(sg_pool *p, const char *name, int embed)
 {
-	for (int i = 0; i < p->n; i++)
-		if (name && *name ? !strcmp(p->e[i].name, name) : p->e[i].embed == embed && (embed || !p->e[i].stt))
-			return i;
-	return -1;
+	int r = -1;
+	pthread_mutex_lock(&p->mu);
+	for (int i = 0; i < p->n && r < 0; i++)
+		if (LIVE(&p->e[i]) &&
+		    (name && *name ? !strcmp(p->e[i].name, name) : p->e[i].embed == embed && (embed || !p->e[i].stt)))
+			r = i;
+	pthread_mutex_unlock(&p->mu);
+	return r;
 }
 
 int sg_pool_find(sg_pool *p, const char *name)
@@ -168,9 +190,12 @@ int sg_pool_find_stt(sg_pool *p, const char *name)
 	/* no model of that name: "" and OpenAI's "whisper-1" (what its clients send) mean the first
 	 * speech-to-text model */
 	if (name && *name && strcmp(name, "whisper-1")) return -1;
-	for (int k = 0; k < p->n; k++)
-		if (p->e[k].stt) return k;
-	return -1;
+	int r = -1;
+	pthread_mutex_lock(&p->mu);
+	for (int k = 0; k < p->n && r < 0; k++)
+		if (LIVE(&p->e[k]) && p->e[k].stt) r = k;
+	pthread_mutex_unlock(&p->mu);
+	return r;
 }
 
 int sg_pool_is_stt(const sg_pool *p, int i)
@@ -188,14 +213,16 @@ void sg_pool_names(sg_pool *p, char *buf, size_t cap)
 {
 	size_t o = 0;
 	buf[0] = 0;
-	for (int i = 0; i < p->n && o + 2 < cap; i++) o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? ", " : "", p->e[i].name);
+	pthread_mutex_lock(&p->mu);
+	for (int i = 0; i < p->n && o + 2 < cap; i++)
+		if (LIVE(&p->e[i])) o += (size_t)snprintf(buf + o, cap - o, "%s%s", o ? ", " : "", p->e[i].name);
+	pthread_mutex_unlock(&p->mu);
 }
 
 sg_srv_model *sg_pool_acquire(sg_pool *p, int i)
 {
-	if (i < 0 || i >= p->n) return NULL;
 	pthread_mutex_lock(&p->mu);
-	sg_srv_model *m = p->e[i].m;
+	sg_srv_model *m = i >= 0 && i < p->n ? p->e[i].m : NULL;
 	if (m) {
 		p->e[i].refs++;
 		p->e[i].used = ++p->tick;
@@ -406,8 +433,9 @@ int sg_pool_ensure(sg_pool *p, int i, sg_srv_err *e)
 {
 	if (i < 0 || i >= p->n) return sg_srv_err_set(e, 404, "not_found_error", "model", "no model %d", i);
 	pthread_mutex_lock(&p->mu);
-	int have = p->e[i].m != NULL;
+	int have = p->e[i].m != NULL, live = LIVE(&p->e[i]);
 	pthread_mutex_unlock(&p->mu);
+	if (!live) return sg_srv_err_set(e, 404, "not_found_error", "model", "the model was deleted");
 	int r = have ? 0 : load(p, i, e);
 	sg_pool_publish(p);
 	return r;
@@ -430,8 +458,10 @@ int sg_pool_list(sg_pool *p, sg_pool_item *items, int cap)
 {
 	int n = 0;
 	pthread_mutex_lock(&p->mu);
-	for (int i = 0; i < p->n && n < cap; i++, n++) {
-		sg_pool_item *it = &items[n];
+	for (int i = 0; i < p->n && n < cap; i++) {
+		if (!LIVE(&p->e[i])) continue;
+		sg_pool_item *it = &items[n++];
+		it->pulled = p->e[i].pulled;
 		it->resident = p->e[i].m != NULL;
 		if (it->resident) {
 			it->info = *sg_srv_model_info_get(p->e[i].m);
@@ -471,4 +501,117 @@ json_t *sg_pool_stats(sg_pool *p)
 	pthread_mutex_unlock(&p->mu);
 	return json_pack("{s:i,s:i,s:i,s:o,s:o}", "configured", p->n, "resident", r, "pool", p->cap, "prefix_cache", pc,
 			 "memory_guard", g);
+}
+
+/* ---- models added and removed while serving (/api/pull, /api/copy, /api/delete) ---- */
+
+int sg_pool_add(sg_pool *p, const char *name, const char *path, sg_pool_kind kind, const char *pulled_ref, sg_srv_err *e)
+{
+	if (!name || !*name || strlen(name) >= sizeof p->e[0].name)
+		return sg_srv_err_set(e, 400, NULL, "model", "a model name is 1 to %zu bytes", sizeof p->e[0].name - 1);
+	if (strlen(path) >= sizeof p->e[0].path) return sg_srv_err_set(e, 400, NULL, "model", "the model's path is too long");
+	pthread_mutex_lock(&p->mu);
+	int slot = -1;
+	for (int i = 0; i < p->n; i++) {
+		entry *en = &p->e[i];
+		if (LIVE(en) && !strcmp(en->name, name)) {
+			/* the same name again: a pull that found it up to date, or a newer commit (used from
+			 * the next load; a resident copy stays until it is evicted or deleted) */
+			int same = !strcmp(en->path, path);
+			if (!same) snprintf(en->path, sizeof en->path, "%s", path);
+			pthread_mutex_unlock(&p->mu);
+			return 0;
+		}
+		if (slot < 0 && !LIVE(en) && !en->m && !en->refs) slot = i;
+	}
+	if (slot < 0 && p->n < SG_SERVER_MAX_MODELS) slot = p->n++;
+	if (slot < 0) {
+		pthread_mutex_unlock(&p->mu);
+		return sg_srv_err_set(e, 507, "server_error", "model",
+				      "the server serves at most %d models; delete one first (DELETE /api/delete)", SG_SERVER_MAX_MODELS);
+	}
+	entry *en = &p->e[slot];
+	memset(en, 0, sizeof *en);
+	snprintf(en->name, sizeof en->name, "%s", name);
+	snprintf(en->path, sizeof en->path, "%s", path);
+	en->stt = kind == SG_POOL_STT;
+	en->embed = kind == SG_POOL_EMBED;
+	if (pulled_ref) {
+		en->pulled = 1;
+		snprintf(en->ref, sizeof en->ref, "%s", pulled_ref);
+	}
+	pthread_mutex_unlock(&p->mu);
+	SG_INFO("serve: model '%s' added (%s)", name, path);
+	return 0;
+}
+
+int sg_pool_path(sg_pool *p, int i, char *path, size_t cap, char *ref, size_t ref_cap)
+{
+	int ok = 0;
+	pthread_mutex_lock(&p->mu);
+	if (i >= 0 && i < p->n && LIVE(&p->e[i])) {
+		ok = 1;
+		if (path) snprintf(path, cap, "%s", p->e[i].path);
+		if (ref) snprintf(ref, ref_cap, "%s", p->e[i].pulled ? p->e[i].ref : "");
+	}
+	pthread_mutex_unlock(&p->mu);
+	return ok;
+}
+
+int sg_pool_others_use(sg_pool *p, int i)
+{
+	int n = 0;
+	pthread_mutex_lock(&p->mu);
+	for (int k = 0; k < p->n; k++)
+		if (k != i && LIVE(&p->e[k]) && i >= 0 && i < p->n && !strcmp(p->e[k].path, p->e[i].path)) n++;
+	pthread_mutex_unlock(&p->mu);
+	return n;
+}
+
+int sg_pool_remove(sg_pool *p, int i, sg_srv_err *e)
+{
+	pthread_mutex_lock(&p->mu);
+	entry *en = i >= 0 && i < p->n ? &p->e[i] : NULL;
+	if (!en || !LIVE(en)) {
+		pthread_mutex_unlock(&p->mu);
+		return sg_srv_err_set(e, 404, "not_found_error", "model", "no such model");
+	}
+	if (en->refs) {
+		pthread_mutex_unlock(&p->mu);
+		return sg_srv_err_set(e, 409, "server_busy", "model", "model '%s' is in use by %d request%s; retry when they are done",
+				      en->name, en->refs, en->refs == 1 ? "" : "s");
+	}
+	sg_srv_model *m = en->m;
+	en->m = NULL;
+	char name[sizeof en->name];
+	snprintf(name, sizeof name, "%s", en->name);
+	en->name[0] = 0;
+	pthread_mutex_unlock(&p->mu);
+	if (m) sg_srv_model_free(m);
+	SG_INFO("serve: model '%s' deleted%s", name, m ? " (unloaded)" : "");
+	sg_pool_publish(p);
+	return 0;
+}
+
+void sg_pool_gauges(sg_pool *p, sg_metrics_gauges *g, sg_metrics_model *resident, char (*names)[128], int cap)
+{
+	memset(g, 0, sizeof *g);
+	g->resident = resident;
+	pthread_mutex_lock(&p->mu);
+	for (int i = 0; i < p->n; i++) {
+		if (!LIVE(&p->e[i])) continue;
+		g->n_configured++;
+		if (!p->e[i].m || g->n_resident >= cap) continue;
+		snprintf(names[g->n_resident], 128, "%s", p->e[i].name);
+		resident[g->n_resident].name = names[g->n_resident];
+		resident[g->n_resident].bytes = sg_srv_model_info_get(p->e[i].m)->size_bytes;
+		g->n_resident++;
+	}
+	g->prefix_cache_on = p->pc != NULL;
+	g->cache_blocks = p->pub_blocks;
+	g->cache_bytes = p->pub_bytes;
+	g->guard_refusals = p->pub_refusals;
+	g->guard_evicted_blocks = p->pub_ev_blocks;
+	g->guard_evicted_models = p->pub_ev_models;
+	pthread_mutex_unlock(&p->mu);
 }

@@ -16,6 +16,7 @@
 
 #include "engine/prefix_cache.h"
 #include "server/memguard.h"
+#include "server/metrics.h"
 #include "server/model.h"
 #include "server/request.h"
 #include "server/server.h"
@@ -61,6 +62,7 @@ int sg_pool_ensure(sg_pool *p, int i, sg_srv_err *e);
 /* What the listings (/v1/models, /api/tags, /api/ps) show of a configured model. */
 typedef struct sg_pool_item {
 	int resident;
+	int pulled;             /* added by /api/pull (its files are in the Hugging Face cache) */
 	sg_srv_model_info info; /* a resident model's; else name, path and size_bytes (on disk) only */
 } sg_pool_item;
 /* The configured models in order, at most cap of them (SG_SERVER_MAX_MODELS is enough): how many. */
@@ -70,6 +72,29 @@ void sg_pool_publish(sg_pool *p);
 /* {"resident": n, "pool": cap, "prefix_cache": {...}, "memory_guard": {...}} for /health, as
  * last published. */
 json_t *sg_pool_stats(sg_pool *p);
+
+/* What /metrics counts (owned by the pool; NULL when it could not be made). */
+sg_metrics *sg_pool_metrics(sg_pool *p);
+
+/* The pool's part of a /metrics scrape: configured and resident models (names copied into
+ * names[cap], pointed at by resident[]), prefix-cache size and guard counts as last published;
+ * queue numbers left 0. */
+void sg_pool_gauges(sg_pool *p, sg_metrics_gauges *g, sg_metrics_model *resident, char (*names)[128], int cap);
+
+/* Models added and removed while serving (Ollama's /api/pull, /api/copy, /api/delete).
+ * add: a new configured model name -> path (not loaded yet; kind says which routes serve it;
+ * pulled_ref, when not NULL, is the hub reference it was pulled from, which /api/delete
+ * removes from the cache). A name already served keeps its slot and takes the new path. 0, or
+ * the status set in *e (a bad name, 507 when SG_SERVER_MAX_MODELS are served). Any thread. */
+int sg_pool_add(sg_pool *p, const char *name, const char *path, sg_pool_kind kind, const char *pulled_ref, sg_srv_err *e);
+/* Worker only: unloads model i (when resident) and forgets it. 0, or 404 / 409 (a request
+ * holds it) set in *e. */
+int sg_pool_remove(sg_pool *p, int i, sg_srv_err *e);
+/* Model i's path (and the hub reference it was pulled from, "" when not pulled): 1, or 0
+ * when there is no such model. */
+int sg_pool_path(sg_pool *p, int i, char *path, size_t cap, char *ref, size_t ref_cap);
+/* How many other served names share model i's files (copies made by /api/copy). */
+int sg_pool_others_use(sg_pool *p, int i);
 
 /* RETI_SERVE_PREFIX_BLOCK_TOKENS, whether the cache is on or off: prefills are cut at its
  * multiples either way, so both do the same arithmetic. */

@@ -14,7 +14,8 @@
 
 int sg_srv_route_is_ollama(sg_srv_route r)
 {
-	return (r >= SG_ROUTE_OLLAMA_CHAT && r <= SG_ROUTE_OLLAMA_EMBED) || r == SG_ROUTE_OLLAMA_EMBEDDINGS;
+	return (r >= SG_ROUTE_OLLAMA_CHAT && r <= SG_ROUTE_OLLAMA_EMBED) || r == SG_ROUTE_OLLAMA_EMBEDDINGS ||
+	       (r >= SG_ROUTE_OLLAMA_PULL && r <= SG_ROUTE_OLLAMA_COPY);
 }
 
 int sg_srv_route_is_anthropic(sg_srv_route r)

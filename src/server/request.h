@@ -39,6 +39,11 @@ typedef enum sg_srv_route {
 	SG_ROUTE_RERANK,            /* /v1/rerank, /rerank: Jina/Cohere's shape, OpenAI's errors */
 	SG_ROUTE_OAI_RESPONSES,     /* POST /v1/responses: server/routes_responses.c */
 	SG_ROUTE_OAI_RESPONSE_ITEM, /* GET, DELETE /v1/responses/{id}[/input_items] */
+	SG_ROUTE_WEB,               /* GET /: the chat page (server/web.c) */
+	SG_ROUTE_METRICS,           /* GET /metrics: Prometheus text (server/metrics.c) */
+	SG_ROUTE_OLLAMA_PULL,       /* Ollama's model management (server/routes_manage.c) */
+	SG_ROUTE_OLLAMA_DELETE,
+	SG_ROUTE_OLLAMA_COPY,
 } sg_srv_route;
 
 /* 1 when the route answers in Anthropic's error format. */

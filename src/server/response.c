@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/utf8.h"
 #include "engine/draft.h"
+#include "server/metrics.h"
 #include "server/model.h"
 #include "server/pool.h"
 
@@ -150,6 +151,18 @@ json_t *sg_resp_oai_usage(const sg_gen_result *r)
 	return u;
 }
 
+json_t *sg_resp_oai_timings(const sg_gen_result *r)
+{
+	size_t prefilled = r->n_prompt > r->n_cached ? r->n_prompt - r->n_cached : 0;
+	double pre_ms = r->prefill_s * 1e3, dec_ms = r->decode_s * 1e3;
+	/* decode speed over the tokens after the first (the first comes out of the prefill) */
+	double dec_tps = r->n_generated > 1 && r->decode_s > 0 ? (double)(r->n_generated - 1) / r->decode_s : 0;
+	return json_pack("{s:I,s:I,s:f,s:f,s:I,s:f,s:f,s:f}", "cache_n", (json_int_t)r->n_cached, "prompt_n",
+			 (json_int_t)prefilled, "prompt_ms", pre_ms, "prompt_per_second",
+			 r->prefill_s > 0 ? (double)prefilled / r->prefill_s : 0.0, "predicted_n", (json_int_t)r->n_generated,
+			 "predicted_ms", dec_ms, "predicted_per_second", dec_tps, "ttft_ms", r->ttft_s * 1e3);
+}
+
 void sg_resp_call_start(json_t *calls, int index, const char *id, const char *name)
 {
 	while (json_array_size(calls) <= (size_t)index)
@@ -259,7 +272,10 @@ sg_status sg_resp_generate(sg_job *job, const sg_gen_params *p, sg_gen_result *r
 			   .user = job};
 	sg_status st = sg_resp_reserve_draft(job, p);
 	if (!st) st = sg_lm_generate(sg_srv_model_lm(job->model), &turn, p, r);
-	if (job->user) sg_pool_publish(job->user);
+	if (job->user) {
+		sg_pool_publish(job->user);
+		sg_metrics_generation(sg_pool_metrics(job->user), sg_srv_model_info_get(job->model)->name, r);
+	}
 	return st;
 }
 

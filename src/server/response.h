@@ -67,6 +67,11 @@ void sg_resp_send(sg_job *job, int status, json_t *o);
 /* OpenAI's usage object of a generation (prompt, completion, total, cached prompt tokens). */
 json_t *sg_resp_oai_usage(const sg_gen_result *r);
 
+/* llama.cpp's "timings" object of a generation: cache_n (prompt tokens reused), prompt_n and
+ * prompt_ms (the prefill), predicted_n and predicted_ms (the decode), their per-second speeds,
+ * and ttft_ms. Chat and completion answers carry it beside usage. */
+json_t *sg_resp_oai_timings(const sg_gen_result *r);
+
 /* Tool calls an answer makes, kept as [{id, name, arguments (the text so far), ended}] while the
  * agent machinery reports them. */
 void sg_resp_call_start(json_t *calls, int index, const char *id, const char *name);

@@ -2,10 +2,14 @@
 #include "server/routes_ollama.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "hub/cache.h"
+#include "hub/repo.h"
 #include "server/agent.h"
 #include "server/response.h"
 
@@ -149,10 +153,43 @@ int sg_ollama_parse(const json_t *b, sg_srv_req *req, const sg_srv_limits *lim, 
 
 /* ---- listings ---- */
 
+/* Ollama's parameter_size: "494.0M", "8.0B" ("" when not counted). */
+static void param_size(uint64_t n, char *out, size_t cap)
+{
+	if (!n) snprintf(out, cap, "%s", "");
+	else if (n >= 1000000000ull) snprintf(out, cap, "%.1fB", (double)n / 1e9);
+	else if (n >= 1000000ull) snprintf(out, cap, "%.1fM", (double)n / 1e6);
+	else if (n >= 1000ull) snprintf(out, cap, "%.1fK", (double)n / 1e3);
+	else snprintf(out, cap, "%llu", (unsigned long long)n);
+}
+
 static json_t *details(const sg_srv_model_info *in)
 {
-	return json_pack("{s:s,s:s,s:s,s:[s],s:s,s:s}", "parent_model", "", "format", in->format, "family", in->arch, "families",
-			 in->arch, "parameter_size", "", "quantization_level", in->quant);
+	char ps[32];
+	param_size(in->n_params, ps, sizeof ps);
+	json_t *fam = in->arch[0] ? json_pack("[s]", in->arch) : json_null();
+	return json_pack("{s:s,s:s,s:s,s:o,s:s,s:s}", "parent_model", "", "format", in->format, "family", in->arch, "families",
+			 fam, "parameter_size", ps, "quantization_level", in->quant);
+}
+
+/* What a listing knows of a model that is not loaded: its format and weight type as its files
+ * say, and their time. */
+static void describe_unloaded(sg_srv_model_info *in, int64_t *mtime)
+{
+	struct stat st;
+	*mtime = stat(in->path, &st) ? 0 : (int64_t)st.st_mtime;
+	size_t n = strlen(in->path);
+	if (n > 5 && !strcmp(in->path + n - 5, ".gguf")) {
+		snprintf(in->format, sizeof in->format, "gguf");
+		char q[48];
+		const char *base = strrchr(in->path, '/');
+		if (sg_hub_quant_from_name(base ? base + 1 : in->path, q, sizeof q)) snprintf(in->quant, sizeof in->quant, "%.31s", q);
+	} else {
+		char f[16], q[48];
+		sg_hub_describe_folder(in->path, f, sizeof f, q, sizeof q);
+		snprintf(in->format, sizeof in->format, "%s", f);
+		snprintf(in->quant, sizeof in->quant, "%.31s", q);
+	}
 }
 
 static void digest_of(const sg_srv_model_info *in, char out[65])
@@ -180,30 +217,81 @@ json_t *sg_ollama_tags(const sg_pool_item *items, int n, int ps)
 		json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o}", "name", in->name, "model", in->name, "size",
 				      (json_int_t)in->size_bytes, "digest", digest, "details", details(in));
 		if (ps) {
+			/* a model stays loaded until the pool or the memory guard evicts it, or it is deleted:
+			 * no keep_alive timer, so no time it expires at */
 			json_object_set_new(o, "expires_at", json_string("2999-01-01T00:00:00Z"));
-			json_object_set_new(o, "size_vram", json_integer(0));
+			json_object_set_new(o, "size_vram", json_integer(sg_srv_backend_accel() ? (json_int_t)in->size_bytes : 0));
+			json_object_set_new(o, "context_length", json_integer(in->n_ctx));
 		} else json_object_set_new(o, "modified_at", json_string(when));
 		json_array_append_new(arr, o);
 	}
-	for (int i = 0; i < n && !ps; i++)
-		if (!items[i].resident)
-			json_array_append_new(arr, json_pack("{s:s,s:s,s:I}", "name", items[i].info.name, "model", items[i].info.name,
-							     "size", (json_int_t)items[i].info.size_bytes));
+	for (int i = 0; i < n && !ps; i++) {
+		if (items[i].resident) continue;
+		sg_srv_model_info in = items[i].info;
+		int64_t mtime;
+		char when[40], digest[65];
+		describe_unloaded(&in, &mtime);
+		sg_resp_rfc3339_of(mtime, when, sizeof when);
+		digest_of(&in, digest);
+		json_array_append_new(arr, json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "name", in.name, "model", in.name, "size",
+						     (json_int_t)in.size_bytes, "digest", digest, "modified_at", when, "details",
+						     details(&in)));
+	}
 	return json_pack("{s:o}", "models", arr);
+}
+
+/* Ollama's "parameters" text: one "name value" line each; here the stop tokens (the model's
+ * end-of-turn ids) and the context size. */
+static json_t *parameters(const sg_srv_model *m)
+{
+	char buf[2048];
+	size_t o = 0, n_eos = 0;
+	const int32_t *eos = sg_srv_model_lm(m) ? sg_srv_model_eos(m, &n_eos) : NULL;
+	buf[0] = 0;
+	for (size_t i = 0; i < n_eos && o < sizeof buf - 200; i++) {
+		char *t = NULL;
+		size_t len = 0;
+		if (sg_srv_model_token_bytes(m, eos[i], &t, &len)) continue;
+		json_t *q = json_stringn(t, len);
+		char *qs = q ? json_dumps(q, JSON_ENCODE_ANY) : NULL;
+		if (qs && strlen(qs) < 150) o += (size_t)snprintf(buf + o, sizeof buf - o, "stop %s\n", qs);
+		free(qs);
+		json_decref(q);
+		sg_free(t);
+	}
+	snprintf(buf + o, sizeof buf - o, "num_ctx %d", sg_srv_model_info_get(m)->n_ctx);
+	return json_string(buf);
 }
 
 json_t *sg_ollama_show(const sg_srv_model *m)
 {
 	const sg_srv_model_info *in = sg_srv_model_info_get(m);
-	char when[40];
+	char when[40], key[96];
 	sg_resp_rfc3339_of(in->created, when, sizeof when);
-	json_t *info = json_pack("{s:s,s:i,s:i}", "general.architecture", in->arch, "context_length", in->n_ctx, "vocab_size",
-				 in->n_vocab);
-	/* Ollama's capability names: an embedding model (or a reranker) "embedding", else "completion";
-	 * a Whisper model, which Ollama does not serve, "transcription" */
-	const char *cap = sg_srv_model_embedder(m) ? "embedding" : sg_srv_model_stt(m) ? "transcription" : "completion";
-	return json_pack("{s:s,s:s,s:s,s:o,s:o,s:[s],s:s}", "modelfile", "", "parameters", "", "template", "", "details",
-			 details(in), "model_info", info, "capabilities", cap, "modified_at", when);
+	json_t *info = json_pack("{s:s,s:i,s:i,s:I}", "general.architecture", in->arch, "context_length", in->n_ctx, "vocab_size",
+				 in->n_vocab, "general.parameter_count", (json_int_t)in->n_params);
+	/* and under the architecture's own prefix, as Ollama writes GGUF keys */
+	snprintf(key, sizeof key, "%s.context_length", in->arch);
+	json_object_set_new(info, key, json_integer(in->n_ctx));
+	snprintf(key, sizeof key, "%s.vocab_size", in->arch);
+	json_object_set_new(info, key, json_integer(in->n_vocab));
+	/* Ollama's capability names: an embedding model (or a reranker) "embedding", else "completion"
+	 * (with "tools" when its template takes tools and "thinking" when it reasons); a Whisper
+	 * model, which Ollama does not serve, "transcription" */
+	const char *tpl = sg_srv_model_template(m);
+	json_t *caps = json_array();
+	if (sg_srv_model_embedder(m)) json_array_append_new(caps, json_string("embedding"));
+	else if (sg_srv_model_stt(m)) json_array_append_new(caps, json_string("transcription"));
+	else {
+		json_array_append_new(caps, json_string("completion"));
+		if (tpl && strstr(tpl, "tools")) json_array_append_new(caps, json_string("tools"));
+		if (sg_srv_model_agent_get(m)->think_start[0]) json_array_append_new(caps, json_string("thinking"));
+	}
+	char modelfile[4200];
+	snprintf(modelfile, sizeof modelfile, "FROM %s\n", in->path);
+	return json_pack("{s:s,s:o,s:s,s:o,s:o,s:o,s:s}", "modelfile", modelfile, "parameters",
+			 sg_srv_model_lm(m) ? parameters(m) : json_string(""), "template", tpl ? tpl : "", "details", details(in),
+			 "model_info", info, "capabilities", caps, "modified_at", when);
 }
 
 json_t *sg_ollama_loaded(const sg_srv_model *m, int chat)

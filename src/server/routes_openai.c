@@ -579,6 +579,7 @@ static json_t *finish_choice(gen *g, const sg_gen_result *r)
 					 : json_pack("{s:i,s:s,s:n,s:s}", "index", g->index, "text", "", "logprobs", "finish_reason",
 						     sg_resp_finish_reason(r));
 		json_object_set_new(c, "choices", json_pack("[o]", choice));
+		json_object_set_new(c, "timings", sg_resp_oai_timings(r));
 		write_event(g, c);
 		return NULL;
 	}
@@ -622,6 +623,7 @@ static void finish_all(gen *g, json_t *choices, const sg_gen_result *usage)
 			      "created", (json_int_t)g->job->created, "model", g->model_name, "system_fingerprint", "saragossa");
 	json_object_set_new(o, "choices", choices);
 	json_object_set_new(o, "usage", sg_resp_oai_usage(usage));
+	json_object_set_new(o, "timings", sg_resp_oai_timings(usage));
 	sg_resp_send(g->job, 200, o);
 }
 

@@ -429,3 +429,50 @@ def test_memory_stays_flat_over_hundreds_of_bad_requests(srv):
     assert rss1 - rss0 < 4 * 1024, (rss0, rss1)
     with srv.client() as c:
         assert c.get("/health").status_code == 200
+
+
+# ---- Ollama's model management (/api/pull, /api/delete, /api/copy) ----
+# A well-formed pull needs a hub and a delete would take q3 away, so these routes are not in ROUTES:
+# the bodies every route refuses alike, and their own bad fields, are checked here.
+MANAGE = {"/api/pull": ("POST", {"model": "org/name"}), "/api/delete": ("DELETE", {"model": "q3"}),
+          "/api/copy": ("POST", {"source": "q3", "destination": "q3-copy"})}
+
+
+def manage(c, path, body):
+    return c.request(MANAGE[path][0], path, content=body, headers={"Content-Type": "application/json"})
+
+
+@pytest.mark.parametrize("path", list(MANAGE))
+@pytest.mark.parametrize("label,body,message", SHARED, ids=[s[0] for s in SHARED])
+def test_model_management_refuses_bad_bodies_alike(srv, path, label, body, message):
+    with srv.client() as c:
+        r = manage(c, path, body)
+    assert r.status_code == 400 and r.json() == {"error": message}, (path, label, r.text)
+
+
+@pytest.mark.parametrize("path,body,status,message", [
+    ("/api/pull", {"model": 7}, 400, "'model' must be a string, got integer"),
+    ("/api/pull", {"model": "org/name", "stream": "yes"}, 400, "'stream' must be a boolean, got string"),
+    ("/api/pull", {"model": "tiny\u0000x"}, 400, None),
+    ("/api/pull", {"model": "llama3.2"}, 400, None),
+    ("/api/pull", {}, 400, "'model' (a model name) is required"),
+    ("/api/delete", {"model": "nope"}, 404, "model 'nope' not found"),
+    ("/api/delete", {"name": 7}, 400, "'name' must be a string, got integer"),
+    ("/api/copy", {"source": "nope", "destination": "x"}, 404, "model 'nope' not found"),
+    ("/api/copy", {"source": "q3"}, 400, "'destination' (a model name) is required"),
+    ("/api/copy", {"source": "q3", "destination": "emb"}, 409,
+     "a model named 'emb' is already served; delete it first"),
+    ("/api/copy", {"source": "q3", "destination": "a" * 200}, 400, "'destination' is longer than 127 bytes"),
+])
+def test_model_management_names_the_bad_field(srv, path, body, status, message):
+    with srv.client() as c:
+        r = manage(c, path, j(body))
+        assert r.status_code == status, r.text
+        assert isinstance(r.json()["error"], str)
+        if message:
+            assert r.json()["error"] == message
+        big = j({**MANAGE[path][1], "pad": "a" * MAX_BODY})
+        r = manage(c, path, big)
+        assert r.status_code == 413 and "--max-body" in r.json()["error"]
+        assert c.get("/api/tags").status_code == 200
+        assert {m["name"] for m in c.get("/api/tags").json()["models"]} == {"q3", "emb", "rr"}
