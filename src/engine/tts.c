@@ -11,6 +11,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "engine/tts_piper.h"
+#include "engine/tts_tone.h"
 #include "hub/repo.h"
 
 /* ---- sentences ---- */
@@ -167,6 +168,7 @@ sg_status tts_model_load(const char *path, const sg_tts_params *p, tts_model *ou
 			return sg_error(SG_ERR_UNSUPPORTED, "tts: %s is not a Piper voice (no .onnx with its .onnx.json), and Qwen3-TTS folders are not read by this build", where);
 		return sg_error(SG_ERR_FORMAT, "tts: folder %s holds no voice model (a Piper .onnx with its .onnx.json beside it)", where);
 	}
+	if (ends_with(where, ".tone.json")) return tts_tone_load(where, out); /* the synthetic test voice */
 	if (ends_with(where, ".onnx")) return tts_piper_load(where, p, out);
 	if (ends_with(where, ".onnx.json")) {
 		snprintf(onnx, sizeof onnx, "%.*s", (int)(strlen(where) - 5), where);

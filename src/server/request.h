@@ -37,6 +37,7 @@ typedef enum sg_srv_route {
 	SG_ROUTE_OAI_TRANSLATIONS,
 	SG_ROUTE_OLLAMA_EMBEDDINGS, /* the older /api/embeddings (prompt -> embedding) */
 	SG_ROUTE_RERANK,            /* /v1/rerank, /rerank: Jina/Cohere's shape, OpenAI's errors */
+	SG_ROUTE_OAI_SPEECH,        /* /v1/audio/speech: server/routes_speech.c */
 } sg_srv_route;
 
 /* 1 when the route answers in Anthropic's error format. */
