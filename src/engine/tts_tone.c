@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/alloc.h"
 #include "base/error.h"
@@ -17,6 +18,7 @@
 typedef struct tone {
 	int rate;
 	int chunk; /* samples per emitted chunk */
+	int delay_ms; /* time each chunk takes to make, as a real model's would (0: none) */
 	int n_voices;
 	char voices[MAX_VOICES][32];
 } tone;
@@ -50,6 +52,7 @@ static sg_status t_speak(void *mv, const char *text, const sg_speak_params *p, t
 			buf[fill++] = (float)(AMP * env * sin(phase));
 			phase += 2 * M_PI * f / m->rate;
 			if (fill == (size_t)m->chunk) {
+				if (m->delay_ms) nanosleep(&(struct timespec){m->delay_ms / 1000, m->delay_ms % 1000 * 1000000L}, NULL);
 				if (emit(buf, fill, user)) st = sg_error(SG_ERR_CANCELLED, "tone: stopped");
 				fill = 0;
 			}
@@ -75,12 +78,15 @@ sg_status tts_tone_load(const char *path, tts_model *out)
 	const char *kind = json_string_value(json_object_get(j, "kind"));
 	json_int_t rate = json_integer_value(json_object_get(j, "sample_rate"));
 	json_int_t chunk_ms = json_integer_value(json_object_get(j, "chunk_ms"));
+	json_int_t delay_ms = json_integer_value(json_object_get(j, "delay_ms"));
 	if (!st && (!kind || strcmp(kind, "tone")))
 		st = sg_error(SG_ERR_FORMAT, "tone voice %s: \"kind\" must be \"tone\"", path);
 	if (!st && (rate < 8000 || rate > 48000))
 		st = sg_error(SG_ERR_FORMAT, "tone voice %s: \"sample_rate\" must be an integer in [8000, 48000]", path);
 	if (!st && (chunk_ms < 10 || chunk_ms > 1000))
 		st = sg_error(SG_ERR_FORMAT, "tone voice %s: \"chunk_ms\" must be an integer in [10, 1000]", path);
+	if (!st && (delay_ms < 0 || delay_ms > 1000))
+		st = sg_error(SG_ERR_FORMAT, "tone voice %s: \"delay_ms\" must be an integer in [0, 1000]", path);
 	if (!st && (!json_is_array(voices) || !json_array_size(voices) || json_array_size(voices) > MAX_VOICES))
 		st = sg_error(SG_ERR_FORMAT, "tone voice %s: \"voices\" must be 1 to %d names", path, MAX_VOICES);
 	for (size_t i = 0; !st && i < json_array_size(voices); i++) {
@@ -96,6 +102,7 @@ sg_status tts_tone_load(const char *path, tts_model *out)
 	}
 	m->rate = (int)rate;
 	m->chunk = (int)(rate * chunk_ms / 1000);
+	m->delay_ms = (int)delay_ms;
 	out->vt = &tone_vt;
 	out->m = m;
 	return SG_OK;

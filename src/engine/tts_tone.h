@@ -10,7 +10,8 @@
 #include "engine/tts.h"
 
 /* Loads the tone voice file at path: {"kind": "tone", "sample_rate": 8000..48000, "voices":
- * ["name", ...] (1..16), "chunk_ms": 10..1000}. Malformed: SG_ERR_FORMAT naming the field. */
+ * ["name", ...] (1..16), "chunk_ms": 10..1000, and optionally "delay_ms": 0..1000, the time each
+ * chunk takes to make, so that tests can watch audio stream out}. Malformed: SG_ERR_FORMAT naming the field. */
 sg_status tts_tone_load(const char *path, tts_model *out);
 
 #endif
