@@ -34,6 +34,7 @@
 #include "server/multipart.h"
 #include "server/routes.h"
 #include "server/routes_audio.h"
+#include "server/routes_chat_voice.h"
 #include "server/routes_embed.h"
 #include "server/routes_ollama.h"
 #include "server/routes_openai.h"
@@ -566,6 +567,18 @@ static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, co
 	j->model = m;
 	j->user = s->pool;
 	j->on_free = release_job_model;
+	if (q->audio_out) { /* a spoken answer: the first voice model is held with the request */
+		if (sg_pool_find_tts(s->pool, "") < 0) {
+			sg_job_unref(j);
+			return fail(c, route, 400, NULL, "modalities", "model_not_supported",
+				    "the answer cannot be spoken: this server has no text-to-speech model (--tts-model NAME=MODEL)");
+		}
+		sg_srv_model *v = acquire_model(c, s, SG_ROUTE_OAI_SPEECH, "", &mr);
+		if (!v || sg_chat_audio_attach(j, v, s->pool, &e)) {
+			sg_job_unref(j);
+			return v ? send_err(c, route, &e) : mr;
+		}
+	}
 	/* the prefix-cache session: the header, else the OpenAI `user` field (Anthropic's
 	 * metadata.user_id), kept whole: keys that differ after a NUL are different sessions */
 	const char *key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-saragossa-session");

@@ -114,6 +114,9 @@ typedef struct sg_srv_req {
 	char *prediction;     /* OpenAI prediction.content: guesses for the answer [prediction_len], or NULL */
 	size_t prediction_len;
 	char note[160];       /* something ignored that the client should know ("template ignored") */
+	int audio_out;        /* chat: modalities holds "audio": the answer is spoken (routes_chat_voice.h) */
+	char audio_voice[64]; /* its audio.voice */
+	char audio_format[8]; /* its audio.format as the encoders name it: wav, mp3, flac, opus, pcm */
 } sg_srv_req;
 
 /* The start of every parse: *req zeroed with the defaults (OpenAI's sampling: temperature 1, no

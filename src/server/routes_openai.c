@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "server/agent.h"
 #include "server/response.h"
+#include "server/routes_chat_voice.h"
 
 #define BAD "invalid_request_error"
 
@@ -234,6 +235,7 @@ static int parse_oai_chat(const json_t *b, sg_srv_req *r, const sg_srv_limits *l
 	if ((st = parse_openai_sampling(b, r, lim, err))) return st;
 	if ((st = parse_tool_choice(b, r, err))) return st;
 	if ((st = parse_reasoning(b, r, err))) return st;
+	if ((st = sg_chat_audio_parse(b, r, err))) return st;
 	int given;
 	TRY(sg_srv_get_bool(b, "logprobs", "logprobs", &r->logprobs, err));
 	int64_t tl = 0;
@@ -353,6 +355,9 @@ typedef struct gen {
 	char *reasoning;     /* non-streamed reasoning */
 	size_t rlen, rcap;
 	json_t *calls;       /* [{id, name, arguments (text so far), ended}] */
+	sg_chat_voice *voice; /* the answer is spoken (modalities audio), else NULL */
+	int voice_failed;     /* the voice could not go on: voice_err says why */
+	sg_srv_err voice_err;
 } gen;
 
 static json_t *token_json(gen *g, int32_t id, float logprob, int with_bytes)
@@ -427,6 +432,10 @@ static void begin_stream(gen *g)
 static void stream_piece(gen *g, const char *text, size_t len, const sg_sample_result *sr)
 {
 	begin_stream(g);
+	if (g->voice) { /* a spoken answer: its text is the audio's transcript */
+		if (sg_chat_voice_text(g->voice, text, len, &g->voice_err)) g->failed = g->voice_failed = 1;
+		return;
+	}
 	json_t *t = sg_resp_string(text, len);
 	json_t *c = oai_chunk(g);
 	json_t *lp = json_null();
@@ -551,11 +560,18 @@ static const char *gen_finish_reason(const gen *g, const sg_gen_result *r)
 	return sg_agent_run_tool_finish(g->ar) ? "tool_calls" : sg_resp_finish_reason(r);
 }
 
+static void finish_with(gen *g, const sg_srv_err *e);
+
 static void finish_ok(gen *g, const sg_gen_result *r)
 {
 	const sg_srv_req *q = g->req;
+	sg_srv_err ve;
 	if (g->stream) {
 		begin_stream(g);
+		if (g->voice && sg_chat_voice_end(g->voice, &ve)) {
+			finish_with(g, &ve);
+			return;
+		}
 		json_t *c = oai_chunk(g);
 		json_t *choice = g->chat ? json_pack("{s:i,s:{},s:n,s:s}", "index", 0, "delta", "logprobs", "finish_reason",
 						     gen_finish_reason(g, r))
@@ -572,6 +588,11 @@ static void finish_ok(gen *g, const sg_gen_result *r)
 		if (sg_job_write(g->job, "data: [DONE]\n\n", 14)) g->failed = 1;
 		return;
 	}
+	json_t *audio = g->voice ? sg_chat_voice_message(g->voice, g->text, g->len, &ve) : NULL;
+	if (g->voice && !audio) {
+		finish_with(g, &ve);
+		return;
+	}
 	json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s}", "id", g->job->id, "object", g->chat ? "chat.completion" : "text_completion",
 			      "created", (json_int_t)g->job->created, "model", g->model_name, "system_fingerprint", "saragossa");
 	json_t *text = sg_resp_string(g->text ? g->text : "", g->len);
@@ -581,6 +602,10 @@ static void finish_ok(gen *g, const sg_gen_result *r)
 		if (q->logprobs) lp = json_pack("{s:O}", "content", g->lp);
 		json_t *msg = json_pack("{s:s,s:o}", "role", "assistant", "content", text);
 		if (g->rlen) json_object_set_new(msg, "reasoning_content", sg_resp_string(g->reasoning, g->rlen));
+		if (audio) { /* OpenAI's spoken answer: the text is the audio's transcript */
+			json_object_set_new(msg, "audio", audio);
+			json_object_set_new(msg, "content", json_null());
+		}
 		if (sg_agent_run_calls(g->ar)) {
 			json_object_set_new(msg, "tool_calls", oai_calls(g));
 			if (!g->len) json_object_set_new(msg, "content", json_null());
@@ -635,6 +660,14 @@ void sg_openai_run(sg_job *job)
 	g.c_tops = json_array();
 	g.c_offs = json_array();
 	g.calls = json_array();
+	int voice_oom = 0;
+	if (g.chat) g.voice = sg_chat_voice_new(job, g.model_name, &voice_oom);
+	if (voice_oom) {
+		sg_srv_err e;
+		sg_srv_err_set(&e, 500, "server_error", NULL, "the spoken answer cannot be set up (out of memory)");
+		finish_with(&g, &e);
+		goto done;
+	}
 	sg_agent_out ao = {.ud = &g, .text = ag_text, .reasoning = ag_reasoning, .call_start = ag_call_start,
 			   .call_args = ag_call_args, .call_end = ag_call_end};
 	sg_status st = SG_OK;
@@ -652,6 +685,9 @@ void sg_openai_run(sg_job *job)
 	if (g.ar && !st) sg_agent_run_finish(g.ar, &r);
 	if (atomic_load(&job->cancel)) {
 		SG_INFO("serve: %s cancelled after %zu tokens (client gone)", job->id, r.n_generated);
+	} else if (g.voice_failed) {
+		SG_WARN("serve: %s: %s", job->id, g.voice_err.message);
+		finish_with(&g, &g.voice_err);
 	} else if (st) {
 		SG_WARN("serve: %s failed: %s", job->id, sg_last_error());
 		finish_error(&g, st);
@@ -664,6 +700,7 @@ void sg_openai_run(sg_job *job)
 	}
 done:
 	sg_job_finish(job);
+	sg_chat_voice_free(g.voice);
 	sg_agent_run_free(g.ar);
 	sg_free(g.reasoning);
 	json_decref(g.calls);

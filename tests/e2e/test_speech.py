@@ -236,3 +236,81 @@ def test_speech_round_trips_through_transcription(voice_loop, fmt):
     want = [w.strip(".,!?").lower() for w in said.split()]
     missing = [w for w in want if w not in heard]
     assert len(missing) <= 2, (t.text, missing)
+
+
+# ---- spoken chat answers (Chat Completions audio output) ----
+
+def tone_samples(text):
+    """What the tone voice makes of text spoken as one piece: 1323 samples a character, 882 a
+    space (the sentence splitter trims the white space around sentences, so this is an upper
+    bound for several)."""
+    return sum(882 if ch in " \t\n" else 1323 for ch in text)
+
+
+def test_a_chat_answer_comes_whole_with_its_audio_and_transcript(srv):
+    r = client(srv).chat.completions.create(model="q3", messages=[{"role": "user", "content": "hi"}], max_tokens=24,
+                                            seed=3, modalities=["text", "audio"], audio={"voice": "alloy", "format": "wav"})
+    m = r.choices[0].message
+    assert m.content is None and m.audio is not None
+    assert m.audio.id.startswith("audio_") and m.audio.expires_at > r.created and m.audio.transcript
+    x, rate = decode(base64.b64decode(m.audio.data), ".wav")
+    assert rate == RATE and 0 < len(x) <= tone_samples(m.audio.transcript)
+    # a plain answer of the same request is the transcript
+    plain = client(srv).chat.completions.create(model="q3", messages=[{"role": "user", "content": "hi"}], max_tokens=24,
+                                                seed=3)
+    assert plain.choices[0].message.content == m.audio.transcript
+
+
+def test_a_streamed_chat_answer_carries_transcript_and_pcm16_deltas(srv):
+    stream = client(srv).chat.completions.create(model="q3", messages=[{"role": "user", "content": "hi"}], max_tokens=24,
+                                                 seed=3, stream=True, modalities=["text", "audio"],
+                                                 audio={"voice": "hi", "format": "pcm16"})
+    transcript, data, ids, expires = "", b"", set(), []
+    for ch in stream:
+        d = ch.choices[0].delta
+        assert not d.content, d  # the text is the audio's transcript
+        if d.audio:
+            a = d.audio.model_dump() if hasattr(d.audio, "model_dump") else d.audio
+            ids.add(a.get("id"))
+            transcript += a.get("transcript") or ""
+            data += base64.b64decode(a["data"]) if a.get("data") else b""
+            if a.get("expires_at"):
+                expires.append(a["expires_at"])
+    assert len(ids) == 1 and len(expires) == 1 and transcript
+    x = pcm16(data)
+    assert 0 < len(x) / 24000 <= tone_samples(transcript) / RATE + 0.01
+    whole = client(srv).chat.completions.create(model="q3", messages=[{"role": "user", "content": "hi"}], max_tokens=24,
+                                                seed=3, modalities=["text", "audio"], audio={"voice": "hi", "format": "pcm16"})
+    assert whole.choices[0].message.audio.transcript == transcript
+    # sentence by sentence or whole, the same samples (the stream may cut sentences apart: within 1 %)
+    y = pcm16(base64.b64decode(whole.choices[0].message.audio.data))
+    assert abs(len(y) - len(x)) <= 0.01 * len(y) + 1
+
+
+@pytest.mark.parametrize("fields,param,words", [
+    ({"modalities": ["text", "audio"]}, "audio", ["'audio'", "is required"]),
+    ({"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "aac"}}, "audio.format", ["AAC encoder"]),
+    ({"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "ogg"}}, "audio.format", ["pcm16", "'ogg'"]),
+    ({"modalities": ["text", "audio"], "audio": {"voice": "nobody", "format": "wav"}}, "audio.voice",
+     ["unknown voice 'nobody'", "lo, hi"]),
+    ({"modalities": ["video"]}, "modalities", ["\"text\" and \"audio\""]),
+    ({"audio": {"voice": "alloy", "format": "wav"}}, "audio", ["needs \"audio\" in 'modalities'"]),
+])
+def test_bad_chat_audio_requests_are_400(srv, fields, param, words):
+    with httpx.Client(transport=httpx.HTTPTransport(uds=srv.socket), base_url="http://sg") as h:
+        r = h.post("/v1/chat/completions", json={"model": "q3", "messages": [{"role": "user", "content": "hi"}],
+                                                  "max_tokens": 2, **fields})
+    assert r.status_code == 400, r.text
+    e = r.json()["error"]
+    assert e["param"] == param, e
+    for w in words:
+        assert w in e["message"], e["message"]
+
+
+def test_chat_audio_without_a_voice_model_is_400(tmp_path):
+    with Server("--model", f"q3={make_qwen3_agent_model(tmp_path / 'q3')}", "--ctx", "256",
+                socket_path=str(tmp_path / "s.sock")) as s:
+        with pytest.raises(openai.BadRequestError) as e:
+            client(s).chat.completions.create(model="q3", messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+                                              modalities=["text", "audio"], audio={"voice": "alloy", "format": "wav"})
+    assert e.value.body["code"] == "model_not_supported" and "--tts-model" in e.value.body["message"]
