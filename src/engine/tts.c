@@ -277,6 +277,7 @@ sg_status tts_speak(tts_model *t, const char *text, const sg_speak_params *param
 	}
 	sg_free(sentence);
 	sg_free(sp);
+	if (!st && !g.n) st = sg_error(SG_ERR_INVALID_ARG, "speak: nothing in the text can be spoken (no phonemes for any of it)");
 	if (st) {
 		sg_free(g.pcm);
 		return st;
