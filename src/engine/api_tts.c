@@ -4,6 +4,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "engine/tts.h"
+#include "engine/tts_load.h"
 #include "saragossa.h"
 
 struct sg_tts {

@@ -41,11 +41,6 @@ typedef struct tts_span {
  * dropped. *out (caller frees with sg_free) holds *n spans; none for a text of white space. */
 sg_status tts_split_sentences(const char *text, size_t len, size_t max_bytes, tts_span **out, int *n);
 
-/* Loads the model at path (a Piper voice .onnx, a folder holding one, or a name in saragossa's
- * models folder) into *out: the kind is told from the files. */
-sg_status tts_model_load(const char *path, const sg_tts_params *p, tts_model *out);
-void tts_model_free(tts_model *t);
-
 /* Checks p (speed range, noise values, voice known), splits text and speaks it sentence by
  * sentence through the model, calling p->on_audio with each chunk; with pcm_out the whole
  * waveform is gathered too. */
