@@ -200,8 +200,11 @@ json_t *sg_ollama_show(const sg_srv_model *m)
 	json_t *info = json_pack("{s:s,s:i,s:i}", "general.architecture", in->arch, "context_length", in->n_ctx, "vocab_size",
 				 in->n_vocab);
 	/* Ollama's capability names: an embedding model (or a reranker) "embedding", else "completion";
-	 * a Whisper model, which Ollama does not serve, "transcription" */
-	const char *cap = sg_srv_model_embedder(m) ? "embedding" : sg_srv_model_stt(m) ? "transcription" : "completion";
+	 * a Whisper model, which Ollama does not serve, "transcription"; a voice model "speech" */
+	const char *cap = sg_srv_model_embedder(m) ? "embedding"
+			  : sg_srv_model_stt(m)    ? "transcription"
+			  : sg_srv_model_tts(m)    ? "speech"
+						   : "completion";
 	return json_pack("{s:s,s:s,s:s,s:o,s:o,s:[s],s:s}", "modelfile", "", "parameters", "", "template", "", "details",
 			 details(in), "model_info", info, "capabilities", cap, "modified_at", when);
 }

@@ -314,3 +314,11 @@ def test_chat_audio_without_a_voice_model_is_400(tmp_path):
             client(s).chat.completions.create(model="q3", messages=[{"role": "user", "content": "hi"}], max_tokens=2,
                                               modalities=["text", "audio"], audio={"voice": "alloy", "format": "wav"})
     assert e.value.body["code"] == "model_not_supported" and "--tts-model" in e.value.body["message"]
+
+
+def test_voice_models_are_listed_and_shown_as_speech(srv):
+    with httpx.Client(transport=httpx.HTTPTransport(uds=srv.socket), base_url="http://sg") as h:
+        ids = [m["id"] for m in h.get("/v1/models").json()["data"]]
+        assert "tone" in ids and "slow" in ids
+        r = h.post("/api/show", json={"model": "tone"}).json()
+    assert r["capabilities"] == ["speech"] and r["model_info"]["general.architecture"] == "tone"
