@@ -27,6 +27,23 @@ static sg_btensor view(const float *p, int64_t cols, int64_t rows)
 	return (sg_btensor){.type = SG_TYPE_F32, .ne = {cols, rows, 1, 1}, .row_bytes = (size_t)cols * 4, .data = (void *)p};
 }
 
+/* max(x, a x) = leaky ReLU for 0 <= a < 1: branch-free, so the compiler vectorises it */
+static void lrelu_to(float *restrict y, const float *restrict x, size_t n, float a)
+{
+	for (size_t i = 0; i < n; i++) {
+		float s = x[i] * a;
+		y[i] = x[i] > s ? x[i] : s;
+	}
+}
+
+static void lrelu(float *x, size_t n, float a)
+{
+	for (size_t i = 0; i < n; i++) {
+		float s = x[i] * a;
+		x[i] = x[i] > s ? x[i] : s;
+	}
+}
+
 /* y [rows][N] = x [rows][K] * mat^T (+ bias). */
 static sg_status mm(sg_vits *v, const vconv *c, const float *x, int64_t rows, const float *bias, float *y)
 {
@@ -34,8 +51,9 @@ static sg_status mm(sg_vits *v, const vconv *c, const float *x, int64_t rows, co
 	return v->be->ops->matmul(v->be, &c->mat, &xt, bias ? &bt : NULL, &yt);
 }
 
-/* y [T][cout] = conv(x [T][cin]), zero padding at both ends. y must not alias x. */
-static sg_status conv(sg_vits *v, const vconv *c, const float *x, int T, float *y)
+/* y [T][cout] = conv(lrelu_a(x) [T][cin]) (act: the leaky ReLU slope applied to the input on
+ * the way into the product, < 0 for none), zero padding at both ends. y must not alias x. */
+static sg_status conv_act(sg_vits *v, const vconv *c, const float *x, int T, float act, float *y)
 {
 	if (c->depthwise) {
 		for (int t = 0; t < T; t++) {
@@ -50,7 +68,7 @@ static sg_status conv(sg_vits *v, const vconv *c, const float *x, int T, float *
 		}
 		return SG_OK;
 	}
-	if (c->k == 1) return mm(v, c, x, T, c->b, y);
+	if (c->k == 1 && act < 0) return mm(v, c, x, T, c->b, y);
 	size_t row = (size_t)c->k * c->cin;
 	float *col = scratch(v, SC_COL, (size_t)T * row);
 	if (!col) return SG_FAIL(SG_ERR_NOMEM, "im2col of %d x %zu", T, row);
@@ -60,10 +78,13 @@ static sg_status conv(sg_vits *v, const vconv *c, const float *x, int T, float *
 			int s = t + j * c->dil - c->pad;
 			float *dst = col + (size_t)t * row + (size_t)j * c->cin;
 			if (s < 0 || s >= T) memset(dst, 0, sizeof(float) * (size_t)c->cin);
+			else if (act >= 0) lrelu_to(dst, x + (size_t)s * c->cin, (size_t)c->cin, act);
 			else memcpy(dst, x + (size_t)s * c->cin, sizeof(float) * (size_t)c->cin);
 		}
 	return mm(v, c, col, T, c->b, y);
 }
+
+static sg_status conv(sg_vits *v, const vconv *c, const float *x, int T, float *y) { return conv_act(v, c, x, T, -1.0f, y); }
 
 /* y [T * stride][cout] = conv_transpose(x [T][cin]): the product gives each input frame's k
  * output rows, added at frame * stride - pad + j. */
@@ -95,11 +116,6 @@ static sg_status layernorm(sg_vits *v, const vnorm *n, float *x, int T, int C)
 static void gelu(float *x, size_t n)
 {
 	for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
-}
-
-static void lrelu(float *x, size_t n, float a)
-{
-	for (size_t i = 0; i < n; i++) x[i] = x[i] >= 0 ? x[i] : x[i] * a;
 }
 
 /* ---- text encoder ---- */
@@ -364,7 +380,7 @@ static sg_status decode(sg_vits *v, const float *z, int T, float *out)
 	sg_status st = conv(v, &v->dec_pre, z, T, x);
 	for (int u = 0; u < v->n_ups && !st; u++) {
 		const vconv *up = &v->ups[u];
-		lrelu(x, (size_t)n * C, v->lrelu);
+		lrelu(x, (size_t)n * C, v->lrelu); /* the transposed conv takes no fused activation */
 		int64_t m = n * up->stride;
 		int Co = up->cout;
 		size_t sz = (size_t)m * Co;
@@ -376,23 +392,18 @@ static sg_status decode(sg_vits *v, const float *z, int T, float *out)
 			float *cur = j ? r : acc;
 			memcpy(cur, y, sz * sizeof(float));
 			if (rb->pairs) {
+				float *t2 = scratch(v, SC_H, sz);
+				if (!t2) return SG_FAIL(SG_ERR_NOMEM, "decoder");
 				for (int i = 0; i + 1 < rb->n && !st; i += 2) {
-					memcpy(t, cur, sz * sizeof(float));
-					lrelu(t, sz, v->lrelu);
-					float *t2 = scratch(v, SC_H, sz);
-					if (!t2) return SG_FAIL(SG_ERR_NOMEM, "decoder");
-					if ((st = conv(v, &rb->c[i], t, (int)m, t2))) break;
-					lrelu(t2, sz, v->lrelu);
-					if ((st = conv(v, &rb->c[i + 1], t2, (int)m, t))) break;
+					if ((st = conv_act(v, &rb->c[i], cur, (int)m, v->lrelu, t2))) break;
+					if ((st = conv_act(v, &rb->c[i + 1], t2, (int)m, v->lrelu, t))) break;
 					for (size_t k = 0; k < sz; k++) cur[k] += t[k];
 				}
 			} else {
 				float *t2 = scratch(v, SC_H, sz);
 				if (!t2) return SG_FAIL(SG_ERR_NOMEM, "decoder");
 				for (int i = 0; i < rb->n && !st; i++) {
-					memcpy(t, cur, sz * sizeof(float));
-					lrelu(t, sz, v->lrelu);
-					if ((st = conv(v, &rb->c[i], t, (int)m, t2))) break;
+					if ((st = conv_act(v, &rb->c[i], cur, (int)m, v->lrelu, t2))) break;
 					for (size_t k = 0; k < sz; k++) cur[k] += t2[k];
 				}
 			}
@@ -407,8 +418,7 @@ static sg_status decode(sg_vits *v, const float *z, int T, float *out)
 		C = Co;
 	}
 	if (st) return st;
-	lrelu(x, (size_t)n * C, v->lrelu_final);
-	if ((st = conv(v, &v->dec_post, x, (int)n, out))) return st;
+	if ((st = conv_act(v, &v->dec_post, x, (int)n, v->lrelu_final, out))) return st;
 	for (int64_t i = 0; i < n; i++) out[i] = tanhf(out[i]);
 	return SG_OK;
 }
