@@ -36,6 +36,12 @@ static void lrelu_to(float *restrict y, const float *restrict x, size_t n, float
 	}
 }
 
+/* y += x; restrict lets the compiler vectorise without a run-time overlap check */
+static void add_to(float *restrict y, const float *restrict x, size_t n)
+{
+	for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
 static void lrelu(float *x, size_t n, float a)
 {
 	for (size_t i = 0; i < n; i++) {
@@ -100,9 +106,7 @@ static sg_status convt(sg_vits *v, const vconv *c, const float *x, int T, float 
 		for (int j = 0; j < c->k; j++) {
 			int64_t o = (int64_t)t * c->stride - c->pad + j;
 			if (o < 0 || o >= To) continue;
-			float *yr = y + (size_t)o * c->cout;
-			const float *zr = z + ((size_t)t * c->k + (size_t)j) * c->cout;
-			for (int ch = 0; ch < c->cout; ch++) yr[ch] += zr[ch];
+			add_to(y + (size_t)o * c->cout, z + ((size_t)t * c->k + (size_t)j) * c->cout, (size_t)c->cout);
 		}
 	return SG_OK;
 }
@@ -176,12 +180,12 @@ static sg_status encode(sg_vits *v, const int64_t *ids, int T, float *x, float *
 		if ((st = conv(v, &L->qkvo[0], x, T, q)) || (st = conv(v, &L->qkvo[1], x, T, k)) || (st = conv(v, &L->qkvo[2], x, T, val))) break;
 		for (int h = 0; h < v->n_heads; h++) attend(v, L, q, k, val, T, h * v->head_dim, p, att);
 		if ((st = conv(v, &L->qkvo[3], att, T, y))) break;
-		for (size_t i = 0; i < th; i++) x[i] += y[i];
+		add_to(x, y, th);
 		if ((st = layernorm(v, &L->n1, x, T, H))) break;
 		if ((st = conv(v, &L->ffn1, x, T, f))) break;
 		for (size_t i = 0; i < (size_t)T * F; i++) f[i] = f[i] > 0 ? f[i] : 0;
 		if ((st = conv(v, &L->ffn2, f, T, y))) break;
-		for (size_t i = 0; i < th; i++) x[i] += y[i];
+		add_to(x, y, th);
 		st = layernorm(v, &L->n2, x, T, H);
 	}
 	if (!st) st = conv(v, &v->proj, x, T, stats);
@@ -397,23 +401,23 @@ static sg_status decode(sg_vits *v, const float *z, int T, float *out)
 				for (int i = 0; i + 1 < rb->n && !st; i += 2) {
 					if ((st = conv_act(v, &rb->c[i], cur, (int)m, v->lrelu, t2))) break;
 					if ((st = conv_act(v, &rb->c[i + 1], t2, (int)m, v->lrelu, t))) break;
-					for (size_t k = 0; k < sz; k++) cur[k] += t[k];
+					add_to(cur, t, sz);
 				}
 			} else {
 				float *t2 = scratch(v, SC_H, sz);
 				if (!t2) return SG_FAIL(SG_ERR_NOMEM, "decoder");
 				for (int i = 0; i < rb->n && !st; i++) {
 					if ((st = conv_act(v, &rb->c[i], cur, (int)m, v->lrelu, t2))) break;
-					for (size_t k = 0; k < sz; k++) cur[k] += t2[k];
+					add_to(cur, t2, sz);
 				}
 			}
-			if (j)
-				for (size_t k = 0; k < sz; k++) acc[k] += r[k];
+			if (j) add_to(acc, r, sz);
 		}
 		if (st) break;
 		x = scratch(v, SC_X, sz);
 		if (!x) return SG_FAIL(SG_ERR_NOMEM, "decoder");
-		for (size_t k = 0; k < sz; k++) x[k] = acc[k] / (float)v->n_kernels;
+		float kn = (float)v->n_kernels;
+		for (size_t k = 0; k < sz; k++) x[k] = acc[k] / kn;
 		n = m;
 		C = Co;
 	}
