@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "audio/encode.h"
@@ -43,9 +44,17 @@ static int usage(void)
 	       "  --seed N         noise seed (default 0)\n"
 	       "  --max-chars N    input cap (default 4096)\n"
 	       "  --threads N      CPU threads (default: one per core)\n"
-	       "  --metrics        print load time, time to first audio, total time and real-time factor (JSON) on stderr\n"
+	       "  --metrics        print load time, time to first audio, total and CPU time, real-time factor (JSON) on stderr\n"
 	       "  --quiet          no progress or summary on stderr\n");
 	return 0;
+}
+
+/* CPU time of the whole process (every thread), in seconds. */
+static double cpu_s(void)
+{
+	struct rusage r;
+	getrusage(RUSAGE_SELF, &r);
+	return (double)r.ru_utime.tv_sec + r.ru_utime.tv_usec * 1e-6 + (double)r.ru_stime.tv_sec + r.ru_stime.tv_usec * 1e-6;
 }
 
 static char *read_all(FILE *f)
@@ -260,6 +269,7 @@ int sg_cli_speak(int argc, char **argv)
 	pp.on_audio = on_audio;
 	pp.user = &o;
 	o.t0 = sg_time_s();
+	double cpu0 = cpu_s();
 	if (!st && !bar_on) {
 		st = sg_speak(tts, text, &pp, NULL, NULL);
 	} else if (!st) {
@@ -276,11 +286,11 @@ int sg_cli_speak(int argc, char **argv)
 			sg_progress_update(&bar, (uint64_t)(sp[i].start + sp[i].len));
 		}
 	}
-	double t_total = sg_time_s() - o.t0;
+	double t_total = sg_time_s() - o.t0, t_cpu = cpu_s() - cpu0;
 	if (bar_on) sg_progress_end(&bar);
 	if (!st && metrics) /* one line of JSON, for scripts and benches */
-		fprintf(stderr, "{\"load_s\": %.4f, \"ttfa_s\": %.4f, \"total_s\": %.4f, \"audio_s\": %.4f, \"rtf\": %.4f}\n", t_load,
-			o.first, t_total, (double)o.samples / rate, o.samples ? t_total / ((double)o.samples / rate) : 0.0);
+		fprintf(stderr, "{\"load_s\": %.4f, \"ttfa_s\": %.4f, \"total_s\": %.4f, \"cpu_s\": %.4f, \"audio_s\": %.4f, \"rtf\": %.4f}\n",
+			t_load, o.first, t_total, t_cpu, (double)o.samples / rate, o.samples ? t_total / ((double)o.samples / rate) : 0.0);
 	if (st == SG_ERR_CANCELLED && o.enc_err) st = o.enc_err;
 	if (!st) st = audio_encoder_finish(o.enc);
 	if (st) fprintf(stderr, "saragossa speak: %s\n", sg_last_error());
