@@ -12,9 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "audio/encode.h"
+#include "base/timer.h"
 #include "base/alloc.h"
 #include "base/flags.h"
 #include "base/progress.h"
@@ -44,8 +46,17 @@ static int usage(void)
 	       "  --seed N         noise seed (default 0)\n"
 	       "  --max-chars N    input cap (default 4096)\n"
 	       "  --threads N      CPU threads (default: one per core)\n"
+	       "  --metrics        print load time, time to first audio, total and CPU time, real-time factor (JSON) on stderr\n"
 	       "  --quiet          no progress or summary on stderr\n");
 	return 0;
+}
+
+/* CPU time of the whole process (every thread), in seconds. */
+static double cpu_s(void)
+{
+	struct rusage r;
+	getrusage(RUSAGE_SELF, &r);
+	return (double)r.ru_utime.tv_sec + r.ru_utime.tv_usec * 1e-6 + (double)r.ru_stime.tv_sec + r.ru_stime.tv_usec * 1e-6;
 }
 
 static char *read_all(FILE *f)
@@ -94,6 +105,7 @@ static int player(int rate, char *cmd, size_t n)
 }
 
 typedef struct out_state {
+	double t0, first; /* when speaking began, and the first audio came (seconds; first < 0: none yet) */
 	FILE *f;
 	audio_encoder *enc;
 	uint64_t bytes;
@@ -112,6 +124,7 @@ static int write_bytes(const void *b, size_t n, void *user)
 static int on_audio(const float *pcm, size_t n, void *user)
 {
 	out_state *o = user;
+	if (o->first < 0) o->first = sg_time_s() - o->t0;
 	o->samples += n;
 	o->enc_err = audio_encoder_push(o->enc, pcm, n);
 	if (!o->enc_err) fflush(o->f); /* a player or a pipe gets each chunk as it is made */
@@ -123,7 +136,7 @@ int sg_cli_speak(int argc, char **argv)
 	const char *model = NULL, *voice = NULL, *outfile = NULL, *format = NULL;
 	double speed = 1, noise_scale = -1, noise_w = -1;
 	long seed = 0, threads = 0, max_chars = 0;
-	int play = 0, quiet = 0, rc = 2;
+	int play = 0, quiet = 0, metrics = 0, rc = 2;
 	char *text = NULL;
 	size_t tlen = 0;
 	for (int i = 0; i < argc; i++) {
@@ -134,6 +147,7 @@ int sg_cli_speak(int argc, char **argv)
 		else if (!strcmp(a, "--format") && v) format = argv[++i];
 		else if (!strcmp(a, "--play")) play = 1;
 		else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) quiet = 1;
+		else if (!strcmp(a, "--metrics")) metrics = 1;
 		else if (!strcmp(a, "--speed") && v) {
 			if (sg_cli_parse_float(argv[++i], 0.25, 4, &speed)) {
 				rc = sg_cli_usage_error("speak", "--speed must be in [0.25, 4], not '%s'", v);
@@ -207,12 +221,14 @@ int sg_cli_speak(int argc, char **argv)
 	sg_tts_params tp = sg_tts_default_params();
 	tp.n_threads = (int)threads;
 	sg_tts *tts = NULL;
+	double t_load = sg_time_s();
 	if (sg_tts_load(model, &tp, &tts)) {
 		fprintf(stderr, "saragossa speak: %s\n", sg_last_error());
 		goto done;
 	}
 	int rate = sg_tts_sample_rate(tts);
-	out_state o = {0};
+	t_load = sg_time_s() - t_load;
+	out_state o = {.first = -1};
 	char cmd[256];
 	if (play) {
 		if (!player(rate, cmd, sizeof cmd)) {
@@ -262,6 +278,8 @@ int sg_cli_speak(int argc, char **argv)
 	pp.max_chars = (size_t)max_chars;
 	pp.on_audio = on_audio;
 	pp.user = &o;
+	o.t0 = sg_time_s();
+	double cpu0 = cpu_s();
 	if (!st && !bar_on) {
 		st = sg_speak(tts, text, &pp, NULL, NULL);
 	} else if (!st) {
@@ -278,7 +296,11 @@ int sg_cli_speak(int argc, char **argv)
 			sg_progress_update(&bar, (uint64_t)(sp[i].start + sp[i].len));
 		}
 	}
+	double t_total = sg_time_s() - o.t0, t_cpu = cpu_s() - cpu0;
 	if (bar_on) sg_progress_end(&bar);
+	if (!st && metrics) /* one line of JSON, for scripts and benches */
+		fprintf(stderr, "{\"load_s\": %.4f, \"ttfa_s\": %.4f, \"total_s\": %.4f, \"cpu_s\": %.4f, \"audio_s\": %.4f, \"rtf\": %.4f}\n",
+			t_load, o.first, t_total, t_cpu, (double)o.samples / rate, o.samples ? t_total / ((double)o.samples / rate) : 0.0);
 	if (st == SG_ERR_CANCELLED && o.enc_err) st = o.enc_err;
 	if (!st) st = audio_encoder_finish(o.enc);
 	if (st) fprintf(stderr, "saragossa speak: %s\n", sg_last_error());

@@ -178,7 +178,7 @@ sg_status tts_speak(tts_model *t, const char *text, const sg_speak_params *param
 	}
 	tts_span *sp;
 	int n;
-	sg_status st = tts_split_sentences(text, len, 0, &sp, &n);
+	sg_status st = tts_split_sentences(text, len, TTS_MAX_SENTENCE_BYTES, &sp, &n);
 	if (st) return st;
 	if (!n) {
 		sg_free(sp);

@@ -28,6 +28,9 @@ typedef struct tts_model {
 
 /* The default input cap of sg_speak (max_chars 0). */
 #define TTS_DEFAULT_MAX_CHARS 4096
+/* A sentence longer than this is cut at white space: a model's work and memory grow with the
+ * square of a sentence's length (attention), and the first audio waits for the first sentence. */
+#define TTS_MAX_SENTENCE_BYTES 600
 
 /* One sentence of a text: bytes [start, start + len). */
 typedef struct tts_span {
@@ -41,7 +44,8 @@ typedef struct tts_span {
  * dropped. *out (caller frees with sg_free) holds *n spans; none for a text of white space. */
 sg_status tts_split_sentences(const char *text, size_t len, size_t max_bytes, tts_span **out, int *n);
 
-/* Checks p (speed range, noise values, voice known), splits text and speaks it sentence by
+/* Checks p (speed range, noise values, voice known), splits text (sentences of at most
+ * TTS_MAX_SENTENCE_BYTES) and speaks it sentence by
  * sentence through the model, calling p->on_audio with each chunk; with pcm_out the whole
  * waveform is gathered too. */
 sg_status tts_speak(tts_model *t, const char *text, const sg_speak_params *p, float **pcm_out, size_t *n_out);

@@ -51,7 +51,8 @@ int sg_vits_hop(const sg_vits *v);
 
 /* Synthesizes ids[0..n) (BOS/pad/EOS already in place). The waveform goes to p->on_audio in
  * chunks and, with pcm non-NULL, into *pcm (*n_pcm samples; caller frees with sg_free). An id
- * outside the vocabulary is SG_ERR_RANGE. */
+ * outside the vocabulary, or more than 4096 ids (the attention holds ids x ids scores), is
+ * SG_ERR_RANGE. */
 sg_status sg_vits_synth(sg_vits *v, const int64_t *ids, size_t n, const sg_vits_params *p, float **pcm, size_t *n_pcm);
 
 #endif

@@ -27,6 +27,29 @@ static sg_btensor view(const float *p, int64_t cols, int64_t rows)
 	return (sg_btensor){.type = SG_TYPE_F32, .ne = {cols, rows, 1, 1}, .row_bytes = (size_t)cols * 4, .data = (void *)p};
 }
 
+/* max(x, a x) = leaky ReLU for 0 <= a < 1: branch-free, so the compiler vectorises it */
+static void lrelu_to(float *restrict y, const float *restrict x, size_t n, float a)
+{
+	for (size_t i = 0; i < n; i++) {
+		float s = x[i] * a;
+		y[i] = x[i] > s ? x[i] : s;
+	}
+}
+
+/* y += x; restrict lets the compiler vectorise without a run-time overlap check */
+static void add_to(float *restrict y, const float *restrict x, size_t n)
+{
+	for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+static void lrelu(float *x, size_t n, float a)
+{
+	for (size_t i = 0; i < n; i++) {
+		float s = x[i] * a;
+		x[i] = x[i] > s ? x[i] : s;
+	}
+}
+
 /* y [rows][N] = x [rows][K] * mat^T (+ bias). */
 static sg_status mm(sg_vits *v, const vconv *c, const float *x, int64_t rows, const float *bias, float *y)
 {
@@ -34,8 +57,9 @@ static sg_status mm(sg_vits *v, const vconv *c, const float *x, int64_t rows, co
 	return v->be->ops->matmul(v->be, &c->mat, &xt, bias ? &bt : NULL, &yt);
 }
 
-/* y [T][cout] = conv(x [T][cin]), zero padding at both ends. y must not alias x. */
-static sg_status conv(sg_vits *v, const vconv *c, const float *x, int T, float *y)
+/* y [T][cout] = conv(lrelu_a(x) [T][cin]) (act: the leaky ReLU slope applied to the input on
+ * the way into the product, < 0 for none), zero padding at both ends. y must not alias x. */
+static sg_status conv_act(sg_vits *v, const vconv *c, const float *x, int T, float act, float *y)
 {
 	if (c->depthwise) {
 		for (int t = 0; t < T; t++) {
@@ -50,20 +74,30 @@ static sg_status conv(sg_vits *v, const vconv *c, const float *x, int T, float *
 		}
 		return SG_OK;
 	}
-	if (c->k == 1) return mm(v, c, x, T, c->b, y);
-	size_t row = (size_t)c->k * c->cin;
-	float *col = scratch(v, SC_COL, (size_t)T * row);
-	if (!col) return SG_FAIL(SG_ERR_NOMEM, "im2col of %d x %zu", T, row);
-	/* k-major rows: each tap is a copy of one whole input row (the weights were repacked to match) */
-	for (int t = 0; t < T; t++)
-		for (int j = 0; j < c->k; j++) {
-			int s = t + j * c->dil - c->pad;
-			float *dst = col + (size_t)t * row + (size_t)j * c->cin;
-			if (s < 0 || s >= T) memset(dst, 0, sizeof(float) * (size_t)c->cin);
-			else memcpy(dst, x + (size_t)s * c->cin, sizeof(float) * (size_t)c->cin);
+	if (c->k == 1 && act < 0) return mm(v, c, x, T, c->b, y);
+	size_t row = (size_t)c->k * c->cin, cin = (size_t)c->cin;
+	/* the input once, activated, between pad zero rows on each side; then each im2col row is
+	 * copies of its taps (one copy of k whole rows when the dilation is 1) */
+	size_t rows = (size_t)T + 2 * (size_t)c->pad;
+	float *xp = scratch(v, SC_P, rows * cin), *col = scratch(v, SC_COL, (size_t)T * row);
+	if (!xp || !col) return SG_FAIL(SG_ERR_NOMEM, "im2col of %d x %zu", T, row);
+	memset(xp, 0, sizeof(float) * (size_t)c->pad * cin);
+	memset(xp + ((size_t)c->pad + (size_t)T) * cin, 0, sizeof(float) * (size_t)c->pad * cin);
+	if (act >= 0) lrelu_to(xp + (size_t)c->pad * cin, x, (size_t)T * cin, act);
+	else memcpy(xp + (size_t)c->pad * cin, x, sizeof(float) * (size_t)T * cin);
+	if (c->k == 1) return mm(v, c, xp, T, c->b, y);
+	for (int t = 0; t < T; t++) {
+		float *dst = col + (size_t)t * row;
+		if (c->dil == 1) {
+			memcpy(dst, xp + (size_t)t * cin, sizeof(float) * row);
+		} else {
+			for (int j = 0; j < c->k; j++) memcpy(dst + (size_t)j * cin, xp + ((size_t)t + (size_t)j * c->dil) * cin, sizeof(float) * cin);
 		}
+	}
 	return mm(v, c, col, T, c->b, y);
 }
+
+static sg_status conv(sg_vits *v, const vconv *c, const float *x, int T, float *y) { return conv_act(v, c, x, T, -1.0f, y); }
 
 /* y [T * stride][cout] = conv_transpose(x [T][cin]): the product gives each input frame's k
  * output rows, added at frame * stride - pad + j. */
@@ -79,9 +113,7 @@ static sg_status convt(sg_vits *v, const vconv *c, const float *x, int T, float 
 		for (int j = 0; j < c->k; j++) {
 			int64_t o = (int64_t)t * c->stride - c->pad + j;
 			if (o < 0 || o >= To) continue;
-			float *yr = y + (size_t)o * c->cout;
-			const float *zr = z + ((size_t)t * c->k + (size_t)j) * c->cout;
-			for (int ch = 0; ch < c->cout; ch++) yr[ch] += zr[ch];
+			add_to(y + (size_t)o * c->cout, z + ((size_t)t * c->k + (size_t)j) * c->cout, (size_t)c->cout);
 		}
 	return SG_OK;
 }
@@ -97,50 +129,62 @@ static void gelu(float *x, size_t n)
 	for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
 }
 
-static void lrelu(float *x, size_t n, float a)
-{
-	for (size_t i = 0; i < n; i++) x[i] = x[i] >= 0 ? x[i] : x[i] * a;
-}
-
 /* ---- text encoder ---- */
 
-/* Relative-position attention of one head over q, k, val [T][H] at offset h0 into out. */
-static void attend(const sg_vits *v, const venc_layer *L, const float *q, const float *k, const float *val, int T, int h0,
-		   float *p, float *out)
+/* A host buffer as a weight matrix [n][k] for the backend's matmul. */
+static sg_status as_weight(sg_vits *v, const float *p, int64_t k, int64_t n, sg_btensor *out)
 {
-	int H = v->hidden, D = v->head_dim, W = v->window;
+	*out = view(p, k, n);
+	return v->be->ops->tensor_bind(v->be, out);
+}
+
+/* Relative-position attention of one head (offset h0 into the rows of q, k, val [T][H]) into
+ * out: scores and the weighted sum are matrix products through the backend; the relative terms
+ * (2 * window + 1 per query) are added on the diagonals. buf: 3 * T * D + T * T + T * (2W + 1). */
+static sg_status attend(sg_vits *v, const venc_layer *L, const float *q, const float *k, const float *val, int T, int h0,
+			float *buf, float *out)
+{
+	int H = v->hidden, D = v->head_dim, W = v->window, R = 2 * W + 1;
 	float scale = 1.0f / sqrtf((float)D);
+	float *qh = buf, *kh = qh + (size_t)T * D, *vt = kh + (size_t)T * D, *p = vt + (size_t)T * D, *rel = p + (size_t)T * T;
+	for (int t = 0; t < T; t++)
+		for (int d = 0; d < D; d++) {
+			qh[(size_t)t * D + d] = q[(size_t)t * H + h0 + d] * scale;
+			kh[(size_t)t * D + d] = k[(size_t)t * H + h0 + d];
+			vt[(size_t)d * T + t] = val[(size_t)t * H + h0 + d];
+		}
+	sg_btensor wk, wr, wv;
+	sg_status st = as_weight(v, kh, D, T, &wk);
+	if (!st) st = as_weight(v, L->rel_k, D, R, &wr);
+	if (!st) st = as_weight(v, vt, T, D, &wv);
+	sg_btensor xq = view(qh, D, T), sp = view(p, T, T), sr = view(rel, R, T);
+	if (!st) st = v->be->ops->matmul(v->be, &wk, &xq, NULL, &sp);
+	if (!st) st = v->be->ops->matmul(v->be, &wr, &xq, NULL, &sr);
+	if (st) return st;
 	for (int i = 0; i < T; i++) {
-		const float *qi = q + (size_t)i * H + h0;
-		float mx = -INFINITY;
-		for (int j = 0; j < T; j++) {
-			const float *kj = k + (size_t)j * H + h0;
-			float s = 0, r = 0;
-			for (int d = 0; d < D; d++) s += qi[d] * scale * kj[d];
-			int rel = j - i;
-			if (rel >= -W && rel <= W) {
-				const float *ek = L->rel_k + (size_t)(rel + W) * D;
-				for (int d = 0; d < D; d++) r += qi[d] * scale * ek[d];
-			}
-			p[j] = s + r;
-			mx = p[j] > mx ? p[j] : mx;
-		}
-		float sum = 0;
-		for (int j = 0; j < T; j++) sum += (p[j] = expf(p[j] - mx));
-		for (int j = 0; j < T; j++) p[j] /= sum;
-		float *oi = out + (size_t)i * H + h0;
-		for (int d = 0; d < D; d++) oi[d] = 0;
-		for (int j = 0; j < T; j++) {
-			const float *vj = val + (size_t)j * H + h0;
-			for (int d = 0; d < D; d++) oi[d] += p[j] * vj[d];
-		}
-		for (int rel = -W; rel <= W; rel++) {
-			int j = i + rel;
-			if (j < 0 || j >= T) continue;
-			const float *ev = L->rel_v + (size_t)(rel + W) * D;
-			for (int d = 0; d < D; d++) oi[d] += p[j] * ev[d];
+		float *pi = p + (size_t)i * T;
+		for (int r = 0; r < R; r++) {
+			int j = i + r - W;
+			if (j >= 0 && j < T) pi[j] += rel[(size_t)i * R + r];
 		}
 	}
+	if ((st = v->be->ops->softmax(v->be, &sp, &sp))) return st;
+	float *oh = qh; /* the scaled queries are no longer needed */
+	sg_btensor xo = view(oh, D, T);
+	if ((st = v->be->ops->matmul(v->be, &wv, &sp, NULL, &xo))) return st;
+	for (int i = 0; i < T; i++) {
+		float *oi = out + (size_t)i * H + h0;
+		const float *src = oh + (size_t)i * D;
+		for (int d = 0; d < D; d++) oi[d] = src[d];
+		for (int r = 0; r < R; r++) {
+			int j = i + r - W;
+			if (j < 0 || j >= T) continue;
+			float pij = p[(size_t)i * T + j];
+			const float *ev = L->rel_v + (size_t)r * D;
+			for (int d = 0; d < D; d++) oi[d] += pij * ev[d];
+		}
+	}
+	return SG_OK;
 }
 
 /* x [T][H] (out: the encoder's hidden states) and stats [T][2 * inter] (m, then logs). */
@@ -148,7 +192,9 @@ static sg_status encode(sg_vits *v, const int64_t *ids, int T, float *x, float *
 {
 	int H = v->hidden, F = v->enc[0].ffn1.cout;
 	size_t th = (size_t)T * H;
-	float *buf = sg_malloc(sizeof(float) * (5 * th + (size_t)T * F + (size_t)T));
+	int D = v->head_dim, R = 2 * v->window + 1;
+	size_t abuf = 3 * (size_t)T * D + (size_t)T * T + (size_t)T * R;
+	float *buf = sg_malloc(sizeof(float) * (5 * th + (size_t)T * F + abuf));
 	if (!buf) return SG_FAIL(SG_ERR_NOMEM, "encoder of %d ids", T);
 	float *q = buf, *k = q + th, *val = k + th, *att = val + th, *y = att + th, *f = y + th, *p = f + (size_t)T * F;
 	float s = sqrtf((float)H);
@@ -158,14 +204,14 @@ static sg_status encode(sg_vits *v, const int64_t *ids, int T, float *x, float *
 	for (int l = 0; l < v->n_layers && !st; l++) {
 		const venc_layer *L = &v->enc[l];
 		if ((st = conv(v, &L->qkvo[0], x, T, q)) || (st = conv(v, &L->qkvo[1], x, T, k)) || (st = conv(v, &L->qkvo[2], x, T, val))) break;
-		for (int h = 0; h < v->n_heads; h++) attend(v, L, q, k, val, T, h * v->head_dim, p, att);
-		if ((st = conv(v, &L->qkvo[3], att, T, y))) break;
-		for (size_t i = 0; i < th; i++) x[i] += y[i];
+		for (int h = 0; h < v->n_heads && !st; h++) st = attend(v, L, q, k, val, T, h * v->head_dim, p, att);
+		if (st || (st = conv(v, &L->qkvo[3], att, T, y))) break;
+		add_to(x, y, th);
 		if ((st = layernorm(v, &L->n1, x, T, H))) break;
 		if ((st = conv(v, &L->ffn1, x, T, f))) break;
 		for (size_t i = 0; i < (size_t)T * F; i++) f[i] = f[i] > 0 ? f[i] : 0;
 		if ((st = conv(v, &L->ffn2, f, T, y))) break;
-		for (size_t i = 0; i < th; i++) x[i] += y[i];
+		add_to(x, y, th);
 		st = layernorm(v, &L->n2, x, T, H);
 	}
 	if (!st) st = conv(v, &v->proj, x, T, stats);
@@ -364,7 +410,7 @@ static sg_status decode(sg_vits *v, const float *z, int T, float *out)
 	sg_status st = conv(v, &v->dec_pre, z, T, x);
 	for (int u = 0; u < v->n_ups && !st; u++) {
 		const vconv *up = &v->ups[u];
-		lrelu(x, (size_t)n * C, v->lrelu);
+		lrelu(x, (size_t)n * C, v->lrelu); /* the transposed conv takes no fused activation */
 		int64_t m = n * up->stride;
 		int Co = up->cout;
 		size_t sz = (size_t)m * Co;
@@ -376,39 +422,33 @@ static sg_status decode(sg_vits *v, const float *z, int T, float *out)
 			float *cur = j ? r : acc;
 			memcpy(cur, y, sz * sizeof(float));
 			if (rb->pairs) {
+				float *t2 = scratch(v, SC_H, sz);
+				if (!t2) return SG_FAIL(SG_ERR_NOMEM, "decoder");
 				for (int i = 0; i + 1 < rb->n && !st; i += 2) {
-					memcpy(t, cur, sz * sizeof(float));
-					lrelu(t, sz, v->lrelu);
-					float *t2 = scratch(v, SC_H, sz);
-					if (!t2) return SG_FAIL(SG_ERR_NOMEM, "decoder");
-					if ((st = conv(v, &rb->c[i], t, (int)m, t2))) break;
-					lrelu(t2, sz, v->lrelu);
-					if ((st = conv(v, &rb->c[i + 1], t2, (int)m, t))) break;
-					for (size_t k = 0; k < sz; k++) cur[k] += t[k];
+					if ((st = conv_act(v, &rb->c[i], cur, (int)m, v->lrelu, t2))) break;
+					if ((st = conv_act(v, &rb->c[i + 1], t2, (int)m, v->lrelu, t))) break;
+					add_to(cur, t, sz);
 				}
 			} else {
 				float *t2 = scratch(v, SC_H, sz);
 				if (!t2) return SG_FAIL(SG_ERR_NOMEM, "decoder");
 				for (int i = 0; i < rb->n && !st; i++) {
-					memcpy(t, cur, sz * sizeof(float));
-					lrelu(t, sz, v->lrelu);
-					if ((st = conv(v, &rb->c[i], t, (int)m, t2))) break;
-					for (size_t k = 0; k < sz; k++) cur[k] += t2[k];
+					if ((st = conv_act(v, &rb->c[i], cur, (int)m, v->lrelu, t2))) break;
+					add_to(cur, t2, sz);
 				}
 			}
-			if (j)
-				for (size_t k = 0; k < sz; k++) acc[k] += r[k];
+			if (j) add_to(acc, r, sz);
 		}
 		if (st) break;
 		x = scratch(v, SC_X, sz);
 		if (!x) return SG_FAIL(SG_ERR_NOMEM, "decoder");
-		for (size_t k = 0; k < sz; k++) x[k] = acc[k] / (float)v->n_kernels;
+		float kn = (float)v->n_kernels;
+		for (size_t k = 0; k < sz; k++) x[k] = acc[k] / kn;
 		n = m;
 		C = Co;
 	}
 	if (st) return st;
-	lrelu(x, (size_t)n * C, v->lrelu_final);
-	if ((st = conv(v, &v->dec_post, x, (int)n, out))) return st;
+	if ((st = conv_act(v, &v->dec_post, x, (int)n, v->lrelu_final, out))) return st;
 	for (int64_t i = 0; i < n; i++) out[i] = tanhf(out[i]);
 	return SG_OK;
 }
@@ -422,7 +462,7 @@ sg_status sg_vits_synth(sg_vits *v, const int64_t *ids, size_t n, const sg_vits_
 	if (pcm) *pcm = NULL;
 	if (n_pcm) *n_pcm = 0;
 	if (!v || !ids || !p) return SG_FAIL(SG_ERR_INVALID_ARG, "a NULL argument");
-	if (!n || n > 100000) return sg_error(SG_ERR_RANGE, "vits: %zu ids (1 .. 100000)", n);
+	if (!n || n > 4096) return sg_error(SG_ERR_RANGE, "vits: %zu ids in one sentence (1 .. 4096)", n);
 	for (size_t i = 0; i < n; i++)
 		if (ids[i] < 0 || ids[i] >= v->n_symbols)
 			return sg_error(SG_ERR_RANGE, "vits: id %lld at %zu is outside the %d symbols", (long long)ids[i], i, v->n_symbols);
