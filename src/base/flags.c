@@ -234,6 +234,11 @@ static const sg_flag table[] = {
 	 "expert cache: reads go through io_uring, many in flight (0: one synchronous pread at a time, no prefetch)"},
 	{"SARAGOSSA_PLAN_TARGET", SG_FLAG_STR, "auto",
 	 "memory planner (doctor --sim-ram, --expert-cache auto): a target cap on the model's memory in bytes (k/m/g); auto = none"},
+	{"SARAGOSSA_DEFAULT_TTS_MODEL", SG_FLAG_STR, "",
+	 "speak: the voice model used without -m (empty: piper-joe in saragossa's models folder)"},
+	{"SARAGOSSA_PIPER_CHUNK", SG_FLAG_INT, "32",
+	 "Piper voices: decoder frames in a sentence's first audio chunk (later chunks double up to 256), decoded with "
+	 "overlap so chunks equal the one-shot waveform; 0 = each sentence in one piece"},
 };
 
 /* Credentials among the flags: never printed. */

@@ -19,6 +19,7 @@ int sg_cli_generate(int argc, char **argv);
 int sg_cli_embed(int argc, char **argv);
 int sg_cli_transcribe(int argc, char **argv);
 int sg_cli_rerank(int argc, char **argv);
+int sg_cli_speak(int argc, char **argv);
 
 /* Prints "saragossa: <msg>" and the one-line usage of `verb` on stderr; returns 2. */
 int sg_cli_usage_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -32,6 +32,7 @@ static const verb verbs[] = {
 	{"embed", sg_cli_embed, "[-m MODEL] [--format json|jsonl|npy] [--dimensions N] [--truncate] [TEXT... | -f FILE]", "embed texts (or stdin lines) with an encoder model: one vector per input"},
 	{"rerank", sg_cli_rerank, "-m MODEL --query Q [--top-n N] [--format text|json] DOC...", "score documents against a query with a cross-encoder, best first"},
 	{"transcribe", sg_cli_transcribe, "FILE... [-m MODEL] [--language xx] [--task transcribe|translate] [--format text|json|verbose_json|srt|vtt] [--word-timestamps] [--beam N] [--temperature T] [--prompt P] [--pcm-rate R]", "speech to text with a Whisper model (FILE '-' reads stdin)"},
+	{"speak", sg_cli_speak, "[-m MODEL] [--voice NAME] [--speed X] [-o out.wav | --play] [--format wav|pcm|f32] TEXT...|-", "text to speech with a voice model (a Piper voice; TEXT '-' reads stdin)"},
 	{"tokenize", sg_cli_tokenize, "--model M [--no-special] [--batch [--threads N]] [--time]", "text on stdin -> token ids"},
 	{"detokenize", sg_cli_detokenize, "--model M [--skip-special] [--stream] [--batch] [--time]", "token ids on stdin -> text"},
 	{"template", sg_cli_template, "--model M --messages FILE.json [--tools FILE] [--add-generation-prompt] [--var NAME=JSON]...", "render a chat template (prints the prompt)"},

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/flags.h"
 #include "base/log.h"
@@ -32,6 +33,11 @@ static void usage(void)
 	       "                        MiniLM, BGE, XLM-R, MPNet, a last-token decoder...) or a cross-encoder reranker under NAME on /v1/embeddings,\n"
 	       "                        /api/embed, /api/embeddings and /v1/rerank; repeatable; same pool and\n"
 	       "                        memory guard as --model; the first is the default of those routes\n"
+	       "  --tts-model NAME=MODEL  serve a text-to-speech model (a Piper voice: .onnx with its .onnx.json,\n"
+	       "                        or a folder holding one) on /v1/audio/speech under NAME, and speak\n"
+	       "                        chat answers that ask for audio; repeatable; same pool and memory guard\n"
+	       "                        as --model; the first also answers requests for tts-1, tts-1-hd and\n"
+	       "                        gpt-4o-mini-tts\n"
 	       "  --ctx N               context tokens per model (default: the model's, capped at 4096)\n"
 	       "  --backend B           cpu, cuda or auto: where models run (default $RETI_SERVE_BACKEND,\n"
 	       "                        auto: the GPU when this build has CUDA and one is usable)\n"
@@ -86,6 +92,7 @@ int sg_cli_serve(int argc, char **argv)
 	const char *specs[SG_SERVER_MAX_MODELS];
 	int spec_stt[SG_SERVER_MAX_MODELS];
 	int is_embed[SG_SERVER_MAX_MODELS];
+	int is_tts[SG_SERVER_MAX_MODELS];
 	int n_specs = 0;
 	static sg_hub_model draft;
 	const char *draft_model = NULL;
@@ -100,13 +107,15 @@ int sg_cli_serve(int argc, char **argv)
 			continue;
 		} else if (!strcmp(a, "--no-prefix-cache")) {
 			o.no_prefix_cache = 1;
-		} else if (!strcmp(a, "--model") || !strcmp(a, "--stt-model") || !strcmp(a, "--embed-model")) {
+		} else if (!strcmp(a, "--model") || !strcmp(a, "--stt-model") || !strcmp(a, "--embed-model") ||
+			   !strcmp(a, "--tts-model")) {
 			if (!v) return sg_cli_usage_error("serve", "%s needs NAME=MODEL", a);
 			if (n_specs == SG_SERVER_MAX_MODELS)
-				return sg_cli_usage_error("serve", "at most %d --model, --stt-model and --embed-model flags",
+				return sg_cli_usage_error("serve", "at most %d --model, --stt-model, --embed-model and --tts-model flags",
 							  SG_SERVER_MAX_MODELS);
 			spec_stt[n_specs] = !strcmp(a, "--stt-model");
 			is_embed[n_specs] = !strcmp(a, "--embed-model");
+			is_tts[n_specs] = !strcmp(a, "--tts-model");
 			specs[n_specs++] = v;
 		} else if (!strcmp(a, "--socket")) {
 			if (!v) return sg_cli_usage_error("serve", "--socket needs a PATH");
@@ -190,7 +199,11 @@ int sg_cli_serve(int argc, char **argv)
 		memcpy(names[i], specs[i], nl);
 		names[i][nl] = 0;
 		sg_hub_opts ho = {.quiet = 0};
-		if (sg_hub_resolve(model, &ho, &resolved[i])) {
+		struct stat sb;
+		/* a voice is a file the hub does not know (a Piper .onnx, a .tone.json): taken as it is */
+		if (is_tts[i] && !stat(model, &sb) && S_ISREG(sb.st_mode)) {
+			if (!realpath(model, resolved[i].path)) snprintf(resolved[i].path, sizeof resolved[i].path, "%s", model);
+		} else if (sg_hub_resolve(model, &ho, &resolved[i])) {
 			fprintf(stderr, "saragossa: --model %s: %s\n", specs[i], sg_last_error());
 			return 1;
 		}
@@ -198,6 +211,7 @@ int sg_cli_serve(int argc, char **argv)
 		o.models[i].path = resolved[i].path;
 		o.models[i].stt = spec_stt[i];
 		o.models[i].embed = is_embed[i];
+		o.models[i].tts = is_tts[i];
 	}
 	o.n_models = n_specs;
 	if (o.draft_max && o.draft_min > o.draft_max)
@@ -214,7 +228,7 @@ int sg_cli_serve(int argc, char **argv)
 		o.spec_mode = 2;
 	}
 	int n_text = 0;
-	for (int i = 0; i < n_specs; i++) n_text += !is_embed[i] && !spec_stt[i];
+	for (int i = 0; i < n_specs; i++) n_text += !is_embed[i] && !spec_stt[i] && !is_tts[i];
 	if (n_specs && !n_text) SG_INFO("serve: no text model: the text routes answer 404");
 	if (!n_specs) SG_WARN("serve: no --model given: generation routes answer 404 until a model is served");
 	if (sg_server_run(&o)) {

@@ -36,11 +36,13 @@
 #include "server/multipart.h"
 #include "server/routes.h"
 #include "server/routes_audio.h"
+#include "server/routes_chat_voice.h"
 #include "server/routes_embed.h"
 #include "server/routes_manage.h"
 #include "server/routes_ollama.h"
 #include "server/routes_openai.h"
 #include "server/routes_responses.h"
+#include "server/routes_speech.h"
 #include "server/server.h"
 #include "server/web.h"
 
@@ -125,6 +127,7 @@ static const route_def routes[] = {
 	{"/v1/embeddings", SG_ROUTE_OAI_EMBEDDINGS, "POST"},
 	{"/v1/audio/transcriptions", SG_ROUTE_OAI_TRANSCRIPTIONS, "POST"},
 	{"/v1/audio/translations", SG_ROUTE_OAI_TRANSLATIONS, "POST"},
+	{"/v1/audio/speech", SG_ROUTE_OAI_SPEECH, "POST"},
 	{"/tokenize", SG_ROUTE_TOKENIZE, "POST"},
 	{"/detokenize", SG_ROUTE_DETOKENIZE, "POST"},
 	{"/api/chat", SG_ROUTE_OLLAMA_CHAT, "POST"},
@@ -255,7 +258,7 @@ static enum MHD_Result unknown_model(struct MHD_Connection *c, server *s, sg_srv
 	char list[1024];
 	sg_pool_names(s->pool, list, sizeof list);
 	if (!sg_pool_count(s->pool))
-		snprintf(list, sizeof list, "(none: start the server with --model, --stt-model or --embed-model NAME=PATH)");
+		snprintf(list, sizeof list, "(none: start the server with --model, --stt-model, --embed-model or --tts-model NAME=PATH)");
 	return fail(c, route, 404, "not_found_error", "model", "model_not_found", "model '%.200s' not found; available: %s",
 		    name && *name ? name : "(default)", list);
 }
@@ -277,6 +280,7 @@ static size_t body_limit(const server *s, sg_srv_route r)
 static sg_pool_kind route_kind(sg_srv_route r)
 {
 	if (is_audio(r)) return SG_POOL_STT;
+	if (r == SG_ROUTE_OAI_SPEECH) return SG_POOL_TTS;
 	if (r == SG_ROUTE_OAI_EMBEDDINGS || r == SG_ROUTE_OLLAMA_EMBED || r == SG_ROUTE_OLLAMA_EMBEDDINGS || r == SG_ROUTE_RERANK)
 		return SG_POOL_EMBED;
 	return SG_POOL_TEXT;
@@ -312,12 +316,24 @@ static sg_srv_model *acquire_model(struct MHD_Connection *c, server *s, sg_srv_r
 				   enum MHD_Result *ret)
 {
 	sg_pool_kind want = route_kind(route);
-	int i = want == SG_POOL_STT ? sg_pool_find_stt(s->pool, name) : sg_pool_find_kind(s->pool, name, want == SG_POOL_EMBED);
+	int i = want == SG_POOL_STT   ? sg_pool_find_stt(s->pool, name)
+		: want == SG_POOL_TTS ? sg_pool_find_tts(s->pool, name)
+				      : sg_pool_find_kind(s->pool, name, want == SG_POOL_EMBED);
 	sg_pool_kind have = i >= 0 ? sg_pool_kind_of(s->pool, i) : want;
 	/* a model of another kind is refused before it is loaded, with what it is and what the route
 	 * needs (/api/show describes a model of any kind) */
 	if (have != want && route != SG_ROUTE_OLLAMA_SHOW) {
-		if (want == SG_POOL_TEXT && have == SG_POOL_EMBED) {
+		static const char *const kinds[] = {"a text", "a speech-to-text", "an embedding", "a text-to-speech"};
+		if (want == SG_POOL_TTS) {
+			*ret = fail(c, route, 400, NULL, "model", "model_not_supported",
+				    "model '%.200s' is %s model: /v1/audio/speech needs a text-to-speech model (--tts-model)", name,
+				    kinds[have]);
+		} else if (have == SG_POOL_TTS) {
+			*ret = fail(c, route, 400, NULL, "model", "model_not_supported",
+				    "model '%.200s' is a text-to-speech model: it speaks on /v1/audio/speech (and speaks the chat "
+				    "answers that ask for audio), it cannot serve this route",
+				    name);
+		} else if (want == SG_POOL_TEXT && have == SG_POOL_EMBED) {
 			*ret = not_text_model(c, route, name);
 		} else if (want == SG_POOL_EMBED && have == SG_POOL_TEXT) {
 			*ret = fail(c, route, 400, NULL, "model", "model_not_supported",
@@ -589,6 +605,18 @@ static enum MHD_Result handle_generation(struct MHD_Connection *c, server *s, co
 	j->model = m;
 	j->user = s->pool;
 	j->on_free = release_job_model;
+	if (q->audio_out) { /* a spoken answer: the first voice model is held with the request */
+		if (sg_pool_find_tts(s->pool, "") < 0) {
+			sg_job_unref(j);
+			return fail(c, route, 400, NULL, "modalities", "model_not_supported",
+				    "the answer cannot be spoken: this server has no text-to-speech model (--tts-model NAME=MODEL)");
+		}
+		sg_srv_model *v = acquire_model(c, s, SG_ROUTE_OAI_SPEECH, "", &mr);
+		if (!v || sg_chat_audio_attach(j, v, s->pool, &e)) {
+			sg_job_unref(j);
+			return v ? send_err(c, route, &e) : mr;
+		}
+	}
 	/* the prefix-cache session: the header, else the OpenAI `user` field (Anthropic's
 	 * metadata.user_id), kept whole: keys that differ after a NUL are different sessions */
 	const char *key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-saragossa-session");
@@ -891,6 +919,42 @@ static enum MHD_Result send_metrics(struct MHD_Connection *c, server *s)
 	enum MHD_Result r = send_bytes(c, 200, "text/plain; version=0.0.4; charset=utf-8", t, n, 0);
 	sg_free(t);
 	return r;
+/* /v1/audio/speech: the body is read and the voice checked here, the speech runs on the worker
+ * (routes_speech.c). */
+static enum MHD_Result handle_speech(struct MHD_Connection *c, server *s, conn_req *cr)
+{
+	sg_srv_route route = cr->rt->route;
+	sg_srv_err e;
+	sg_speech_req *q = sg_calloc(1, sizeof *q);
+	sg_job *j = q ? sg_job_new() : NULL;
+	if (!j) {
+		sg_free(q);
+		return fail(c, route, 500, "server_error", NULL, NULL, "out of memory");
+	}
+	j->extra = q;
+	j->extra_free = sg_speech_req_destroy;
+	j->req.route = route;
+	if (sg_speech_parse(cr->body, cr->len, q, &e)) {
+		sg_job_unref(j);
+		return send_err(c, route, &e);
+	}
+	enum MHD_Result mr;
+	sg_srv_model *m = acquire_model(c, s, route, q->model, &mr);
+	if (!m) {
+		sg_job_unref(j);
+		return mr;
+	}
+	j->model = m;
+	j->user = s->pool;
+	j->on_free = release_job_model;
+	if (sg_speech_resolve_voice(q, sg_srv_model_tts(m), &e)) {
+		sg_job_unref(j);
+		return send_err(c, route, &e);
+	}
+	j->req.stream = q->stream;
+	j->created = (int64_t)time(NULL);
+	j->run = sg_speech_run;
+	return run_job(c, s, j);
 }
 
 static enum MHD_Result dispatch(struct MHD_Connection *c, server *s, conn_req *cr)
@@ -940,6 +1004,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, server *s, conn_req *c
 	case SG_ROUTE_OAI_EMBEDDINGS: return handle_embed(c, s, cr);
 	case SG_ROUTE_OAI_TRANSCRIPTIONS:
 	case SG_ROUTE_OAI_TRANSLATIONS: return handle_audio(c, s, cr);
+	case SG_ROUTE_OAI_SPEECH: return handle_speech(c, s, cr);
 	case SG_ROUTE_TOKENIZE:
 	case SG_ROUTE_DETOKENIZE: return handle_tokenize(c, s, cr);
 	case SG_ROUTE_OAI_CHAT:

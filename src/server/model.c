@@ -40,6 +40,7 @@ struct sg_srv_model {
 				  * NULL for a speech-to-text or an embedding model */
 	sg_stt *stt;             /* a speech-to-text model (--stt-model), else NULL */
 	sg_embedder *emb;        /* an embedding model or cross-encoder (--embed-model), else NULL */
+	sg_tts *tts;             /* a text-to-speech model (--tts-model), else NULL */
 	const sg_tokenizer *tok; /* borrowed from lm */
 	/* speculative decoding */
 	sg_srv_spec spec;        /* draft_path not kept */
@@ -87,7 +88,7 @@ sg_embedder *sg_srv_model_embedder(const sg_srv_model *m)
 static sg_status not_text(const sg_srv_model *m)
 {
 	return sg_error(SG_ERR_UNSUPPORTED, "model '%s' is %s: it has no text generation", m->info.name,
-			m->stt ? "a speech-to-text model" : "an embedding model");
+			m->stt ? "a speech-to-text model" : m->tts ? "a text-to-speech model" : "an embedding model");
 }
 
 sg_lm *sg_srv_model_lm(const sg_srv_model *m)
@@ -429,6 +430,33 @@ sg_status sg_srv_model_load_embed(const char *name, const char *path, sg_srv_mod
 	return SG_OK;
 }
 
+sg_status sg_srv_model_load_tts(const char *name, const char *path, sg_srv_model **out)
+{
+	*out = NULL;
+	sg_srv_model *m = model_new(name, path);
+	if (!m) return SG_FAIL(SG_ERR_NOMEM, "model state");
+	sg_tts_params tp = sg_tts_default_params();
+	const char *be = sg_flag_str("RETI_SERVE_BACKEND");
+	tp.backend = be && *be ? be : NULL;
+	sg_status s = sg_tts_load(path, &tp, &m->tts);
+	if (s) {
+		sg_free(m);
+		return s;
+	}
+	size_t pl = strlen(path);
+	snprintf(m->info.format, sizeof m->info.format, "%s", pl > 5 && !strcmp(path + pl - 5, ".onnx") ? "onnx" : "folder");
+	snprintf(m->info.arch, sizeof m->info.arch, "%s", sg_tts_kind(m->tts));
+	snprintf(m->info.quant, sizeof m->info.quant, "F32");
+	m->agent.think_start_id = m->agent.think_end_id = -1;
+	*out = m;
+	return SG_OK;
+}
+
+sg_tts *sg_srv_model_tts(const sg_srv_model *m)
+{
+	return m ? m->tts : NULL;
+}
+
 sg_stt *sg_srv_model_stt(const sg_srv_model *m)
 {
 	return m ? m->stt : NULL;
@@ -438,6 +466,7 @@ void sg_srv_model_free(sg_srv_model *m)
 {
 	if (!m) return;
 	sg_stt_free(m->stt);
+	sg_tts_free(m->tts);
 	sg_embedder_free(m->emb);
 	sg_token_trie_free(m->trie);
 	if (m->tok_bytes)

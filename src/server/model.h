@@ -57,6 +57,12 @@ struct sg_stt *sg_srv_model_stt(const sg_srv_model *m);
 /* Loads the embedding model or cross-encoder at path (engine/embed.h) under name: it serves the
  * embedding and rerank routes only; the text and audio routes refuse it (sg_srv_model_lm is NULL). */
 sg_status sg_srv_model_load_embed(const char *name, const char *path, sg_srv_model **out);
+/* Loads the text-to-speech model at path (a Piper voice, ...: sg_tts_load) under name: it serves
+ * /v1/audio/speech and speaks chat answers; the text routes refuse it (sg_srv_model_lm is NULL). */
+sg_status sg_srv_model_load_tts(const char *name, const char *path, sg_srv_model **out);
+/* The text-to-speech model, NULL for any other kind (speaking: worker only; its voices and rate
+ * are immutable and may be read anywhere). */
+struct sg_tts *sg_srv_model_tts(const sg_srv_model *m);
 void sg_srv_model_free(sg_srv_model *m);
 /* The embedder of a model loaded by sg_srv_model_load_embed, else NULL (a text model). */
 struct sg_embedder *sg_srv_model_embedder(const sg_srv_model *m);

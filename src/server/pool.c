@@ -1,6 +1,7 @@
 /* The model pool (see pool.h). */
 #include "server/pool.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,6 +22,7 @@ typedef struct entry {
 	char path[4096];
 	int stt;         /* a Whisper model (the audio routes) */
 	int embed;       /* an embedding model or cross-encoder (--embed-model) */
+	int tts;         /* a text-to-speech model (--tts-model) */
 	sg_srv_model *m; /* NULL when not resident */
 	int refs;        /* requests using m */
 	uint64_t used;   /* tick of the last acquire: the LRU order */
@@ -123,6 +125,7 @@ sg_status sg_pool_new(const sg_server_model_spec *specs, int n, int32_t n_ctx, i
 		snprintf(p->e[i].path, sizeof p->e[i].path, "%s", specs[i].path);
 		p->e[i].stt = specs[i].stt;
 		p->e[i].embed = specs[i].embed;
+		p->e[i].tts = specs[i].tts;
 	}
 	*out = p;
 	return SG_OK;
@@ -172,7 +175,7 @@ int sg_pool_find_kind(sg_pool *p, const char *name, int embed)
 	pthread_mutex_lock(&p->mu);
 	for (int i = 0; i < p->n && r < 0; i++)
 		if (LIVE(&p->e[i]) &&
-		    (name && *name ? !strcmp(p->e[i].name, name) : p->e[i].embed == embed && (embed || !p->e[i].stt)))
+		    (name && *name ? !strcmp(p->e[i].name, name) : p->e[i].embed == embed && (embed || (!p->e[i].stt && !p->e[i].tts))))
 			r = i;
 	pthread_mutex_unlock(&p->mu);
 	return r;
@@ -198,6 +201,25 @@ int sg_pool_find_stt(sg_pool *p, const char *name)
 	return r;
 }
 
+/* OpenAI's speech model names: what its clients send for text-to-speech */
+static int openai_tts_name(const char *name)
+{
+	return !strcmp(name, "tts-1") || !strcmp(name, "tts-1-hd") || !strncmp(name, "gpt-4o-mini-tts", 15);
+}
+
+int sg_pool_find_tts(sg_pool *p, const char *name)
+{
+	int i = name && *name ? sg_pool_find(p, name) : -1;
+	if (i >= 0) return i;
+	if (name && *name && !openai_tts_name(name)) return -1;
+	int r = -1;
+	pthread_mutex_lock(&p->mu);
+	for (int k = 0; k < p->n && r < 0; k++)
+		if (LIVE(&p->e[k]) && p->e[k].tts) r = k;
+	pthread_mutex_unlock(&p->mu);
+	return r;
+}
+
 int sg_pool_is_stt(const sg_pool *p, int i)
 {
 	return i >= 0 && i < p->n && p->e[i].stt;
@@ -206,7 +228,7 @@ int sg_pool_is_stt(const sg_pool *p, int i)
 sg_pool_kind sg_pool_kind_of(const sg_pool *p, int i)
 {
 	if (i < 0 || i >= p->n) return SG_POOL_TEXT;
-	return p->e[i].stt ? SG_POOL_STT : p->e[i].embed ? SG_POOL_EMBED : SG_POOL_TEXT;
+	return p->e[i].stt ? SG_POOL_STT : p->e[i].embed ? SG_POOL_EMBED : p->e[i].tts ? SG_POOL_TTS : SG_POOL_TEXT;
 }
 
 void sg_pool_names(sg_pool *p, char *buf, size_t cap)
@@ -353,7 +375,18 @@ static uint64_t weight_bytes(const char *path)
 	snprintf(f, sizeof f, "%s/model.safetensors", path);
 	if (!stat(f, &st)) return (uint64_t)st.st_size;
 	snprintf(f, sizeof f, "%s/model.bin", path); /* a CTranslate2 folder (Whisper) */
-	return stat(f, &st) ? 0 : (uint64_t)st.st_size;
+	if (!stat(f, &st)) return (uint64_t)st.st_size;
+	/* a Piper voice's folder: its .onnx files */
+	uint64_t total = 0;
+	DIR *d = opendir(path);
+	for (struct dirent *de; d && (de = readdir(d));) {
+		size_t l = strlen(de->d_name);
+		if (l > 5 && !strcmp(de->d_name + l - 5, ".onnx") &&
+		    snprintf(f, sizeof f, "%s/%s", path, de->d_name) < (int)sizeof f && !stat(f, &st))
+			total += (uint64_t)st.st_size;
+	}
+	if (d) closedir(d);
+	return total;
 }
 
 static int load(sg_pool *p, int i, sg_srv_err *e)
@@ -409,6 +442,7 @@ static int load(sg_pool *p, int i, sg_srv_err *e)
 	SG_INFO("serve: loading %s from %s", en->name, en->path);
 	sg_status st = en->stt     ? sg_srv_model_load_stt(en->name, en->path, &m)
 		       : en->embed ? sg_srv_model_load_embed(en->name, en->path, &m)
+		       : en->tts   ? sg_srv_model_load_tts(en->name, en->path, &m)
 				   : sg_srv_model_load(en->name, en->path, p->n_ctx, &p->spec, &m);
 	p->load_st = st;
 	if (st)

@@ -40,13 +40,16 @@ int sg_pool_find(sg_pool *p, const char *name);
 /* Index of a configured speech-to-text model: the one named, else ("" or OpenAI's "whisper-1"
  * when no model has that name) the first --stt-model; -1 when none. */
 int sg_pool_find_stt(sg_pool *p, const char *name);
+/* Index of a configured text-to-speech model: the one named, else ("" or OpenAI's tts-1,
+ * tts-1-hd, gpt-4o-mini-tts... when no model has that name) the first --tts-model; -1 when none. */
+int sg_pool_find_tts(sg_pool *p, const char *name);
 /* 1 when configured model i is a speech-to-text model. */
 int sg_pool_is_stt(const sg_pool *p, int i);
 /* As sg_pool_find, but "" or NULL names the first model of the kind (embed 1: the first
  * --embed-model, 0: the first text model); a name finds a model of any kind. */
 int sg_pool_find_kind(sg_pool *p, const char *name, int embed);
 /* What a configured model is: a served model is exactly one kind. */
-typedef enum { SG_POOL_TEXT, SG_POOL_STT, SG_POOL_EMBED } sg_pool_kind;
+typedef enum { SG_POOL_TEXT, SG_POOL_STT, SG_POOL_EMBED, SG_POOL_TTS } sg_pool_kind;
 sg_pool_kind sg_pool_kind_of(const sg_pool *p, int i);
 /* "a, b, c" of the configured names into buf. */
 void sg_pool_names(sg_pool *p, char *buf, size_t cap);

@@ -44,6 +44,7 @@ typedef enum sg_srv_route {
 	SG_ROUTE_OLLAMA_PULL,       /* Ollama's model management (server/routes_manage.c) */
 	SG_ROUTE_OLLAMA_DELETE,
 	SG_ROUTE_OLLAMA_COPY,
+	SG_ROUTE_OAI_SPEECH,        /* /v1/audio/speech: server/routes_speech.c */
 } sg_srv_route;
 
 /* 1 when the route answers in Anthropic's error format. */
@@ -123,6 +124,9 @@ typedef struct sg_srv_req {
 	size_t prediction_len;
 	json_t *rsp;          /* /v1/responses: its own fields (input items, store, echo), or NULL */
 	char note[160];       /* something ignored that the client should know ("template ignored") */
+	int audio_out;        /* chat: modalities holds "audio": the answer is spoken (routes_chat_voice.h) */
+	char audio_voice[64]; /* its audio.voice */
+	char audio_format[8]; /* its audio.format as the encoders name it: wav, mp3, flac, opus, pcm */
 } sg_srv_req;
 
 /* The start of every parse: *req zeroed with the defaults (OpenAI's sampling: temperature 1, no

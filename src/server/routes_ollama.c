@@ -277,11 +277,12 @@ json_t *sg_ollama_show(const sg_srv_model *m)
 	json_object_set_new(info, key, json_integer(in->n_vocab));
 	/* Ollama's capability names: an embedding model (or a reranker) "embedding", else "completion"
 	 * (with "tools" when its template takes tools and "thinking" when it reasons); a Whisper
-	 * model, which Ollama does not serve, "transcription" */
+	 * model, which Ollama does not serve, "transcription"; a voice model "speech" */
 	const char *tpl = sg_srv_model_template(m);
 	json_t *caps = json_array();
 	if (sg_srv_model_embedder(m)) json_array_append_new(caps, json_string("embedding"));
 	else if (sg_srv_model_stt(m)) json_array_append_new(caps, json_string("transcription"));
+	else if (sg_srv_model_tts(m)) json_array_append_new(caps, json_string("speech"));
 	else {
 		json_array_append_new(caps, json_string("completion"));
 		if (tpl && strstr(tpl, "tools")) json_array_append_new(caps, json_string("tools"));

@@ -11,6 +11,7 @@
 #include "base/utf8.h"
 #include "server/agent.h"
 #include "server/response.h"
+#include "server/routes_chat_voice.h"
 
 #define BAD "invalid_request_error"
 
@@ -233,6 +234,7 @@ static int parse_oai_chat(const json_t *b, sg_srv_req *r, const sg_srv_limits *l
 	if ((st = parse_openai_sampling(b, r, lim, err))) return st;
 	if ((st = parse_tool_choice(b, r, err))) return st;
 	if ((st = parse_reasoning(b, r, err))) return st;
+	if ((st = sg_chat_audio_parse(b, r, err))) return st;
 	int given;
 	TRY(sg_srv_get_bool(b, "logprobs", "logprobs", &r->logprobs, err));
 	int64_t tl = 0;
@@ -354,6 +356,9 @@ typedef struct gen {
 	char *reasoning;     /* non-streamed reasoning */
 	size_t rlen, rcap;
 	json_t *calls;       /* [{id, name, arguments (text so far), ended}] */
+	sg_chat_voice *voice; /* the answer is spoken (modalities audio), else NULL */
+	int voice_failed;     /* the voice could not go on: voice_err says why */
+	sg_srv_err voice_err;
 } gen;
 
 static json_t *token_json(const sg_srv_model *m, int32_t id, float logprob, int with_bytes)
@@ -443,6 +448,10 @@ static void begin_stream(gen *g)
 static void stream_piece(gen *g, const char *text, size_t len, const sg_sample_result *sr)
 {
 	begin_stream(g);
+	if (g->voice) { /* a spoken answer: its text is the audio's transcript */
+		if (sg_chat_voice_text(g->voice, text, len, &g->voice_err)) g->failed = g->voice_failed = 1;
+		return;
+	}
 	json_t *t = sg_resp_string(text, len);
 	json_t *c = oai_chunk(g);
 	json_t *lp = json_null();
@@ -567,12 +576,21 @@ static const char *gen_finish_reason(const gen *g, const sg_gen_result *r)
 	return sg_agent_run_tool_finish(g->ar) ? "tool_calls" : sg_resp_finish_reason(r);
 }
 
-/* The end of one choice: its last chunk (streamed), or its choice object (whole answer). */
+static void finish_with(gen *g, const sg_srv_err *e);
+
+/* The end of one choice: its last chunk (streamed), or its choice object (whole answer). NULL
+ * with g->failed set when an error was answered instead (the spoken answer could not go on). */
 static json_t *finish_choice(gen *g, const sg_gen_result *r)
 {
 	const sg_srv_req *q = g->req;
+	sg_srv_err ve;
 	if (g->stream) {
 		begin_stream(g);
+		if (g->voice && sg_chat_voice_end(g->voice, &ve)) {
+			finish_with(g, &ve);
+			g->failed = 1;
+			return NULL;
+		}
 		json_t *c = oai_chunk(g);
 		json_t *choice = g->chat ? json_pack("{s:i,s:{},s:n,s:s}", "index", g->index, "delta", "logprobs", "finish_reason",
 						     gen_finish_reason(g, r))
@@ -583,12 +601,22 @@ static json_t *finish_choice(gen *g, const sg_gen_result *r)
 		write_event(g, c);
 		return NULL;
 	}
+	json_t *audio = g->voice ? sg_chat_voice_message(g->voice, g->text, g->len, &ve) : NULL;
+	if (g->voice && !audio) {
+		finish_with(g, &ve);
+		g->failed = 1;
+		return NULL;
+	}
 	json_t *text = sg_resp_string(g->text ? g->text : "", g->len);
 	json_t *lp = json_null();
 	if (g->chat) {
 		if (q->logprobs) lp = json_pack("{s:O}", "content", g->lp);
 		json_t *msg = json_pack("{s:s,s:o}", "role", "assistant", "content", text);
 		if (g->rlen) json_object_set_new(msg, "reasoning_content", sg_resp_string(g->reasoning, g->rlen));
+		if (audio) { /* OpenAI's spoken answer: the text is the audio's transcript */
+			json_object_set_new(msg, "audio", audio);
+			json_object_set_new(msg, "content", json_null());
+		}
 		if (sg_agent_run_calls(g->ar)) {
 			json_object_set_new(msg, "tool_calls", oai_calls(g));
 			if (!g->len) json_object_set_new(msg, "content", json_null());
@@ -663,6 +691,7 @@ static void gen_free(gen *g)
 	json_decref(g->c_lps);
 	json_decref(g->c_tops);
 	json_decref(g->c_offs);
+	sg_chat_voice_free(g->voice);
 }
 
 /* One choice generated into g. 1 when it ended well (its end written or kept in choices), 0
@@ -688,6 +717,11 @@ static int run_choice(sg_job *job, gen *g, json_t *choices, sg_gen_result *r)
 	if (g->ar && !st) sg_agent_run_finish(g->ar, r);
 	if (atomic_load(&job->cancel)) {
 		SG_INFO("serve: %s cancelled after %zu tokens (client gone)", job->id, r->n_generated);
+		return 0;
+	}
+	if (g->voice_failed) {
+		SG_WARN("serve: %s: %s", job->id, g->voice_err.message);
+		finish_with(g, &g->voice_err);
 		return 0;
 	}
 	if (st) {
@@ -724,6 +758,23 @@ void sg_openai_run(sg_job *job)
 		g.c_tops = json_array();
 		g.c_offs = json_array();
 		g.calls = json_array();
+		/* a spoken answer (modalities audio) is one choice */
+		int voice_oom = 0;
+		if (g.chat && q->audio_out && q->n_choices > 1) {
+			sg_srv_err e;
+			sg_srv_err_set(&e, 400, BAD, "n", "'n' = %d: a spoken answer (modalities audio) has one choice", q->n_choices);
+			finish_with(&g, &e);
+			ok = 0;
+			break;
+		}
+		if (g.chat) g.voice = sg_chat_voice_new(job, g.model_name, &voice_oom);
+		if (voice_oom) {
+			sg_srv_err e;
+			sg_srv_err_set(&e, 500, "server_error", NULL, "the spoken answer cannot be set up (out of memory)");
+			finish_with(&g, &e);
+			ok = 0;
+			break;
+		}
 		ok = run_choice(job, &g, choices, &r);
 		begun = g.begun;
 		if (!i) total = r; /* the prompt (and what the cache gave it) counts once */

@@ -39,6 +39,7 @@ ROUTES = {
     "/api/embeddings": (OLLAMA, {"model": "emb", "prompt": "hi"}),
     "/api/show": (OLLAMA, {"model": "q3"}),
     "/v1/responses": (OPENAI, {"model": "q3", "input": "hi", "max_output_tokens": 1}),
+    "/v1/audio/speech": (OPENAI, {"model": "tts", "input": "hi", "voice": "alloy", "response_format": "pcm"}),
 }
 
 
@@ -76,7 +77,7 @@ NOT_TEXT = ("model 'emb' is an embedding model (served with --embed-model): it m
 MAX_INPUTS = 8
 LONG = " ".join(["a"] * 70)  # 72 tokens with [CLS] and [SEP]; the embedding model takes 64
 TOO_LONG = "input 0: embed: an input of 72 tokens exceeds the model's limit of 64 (truncate to embed its start)"
-AVAILABLE = "q3, emb, rr"
+AVAILABLE = "q3, emb, rr, tts"
 
 # What every route answers alike: bodies that are not a JSON object, or are one that the JSON
 # parser refuses (numbers past int64 / double, nesting past its depth, a duplicate key).
@@ -148,6 +149,9 @@ OWN = {
         ("tools an object", {"tools": {}}, 400, "'tools' must be an array, got object", "tools"),
         ("stop a number", {"stop": 1e300}, 400, "'stop' must be a string or an array of strings, got real", "stop"),
         ("an embedding model asked to chat", {"model": "emb"}, 400, NOT_TEXT, "model", "model_not_supported"),
+        ("a voice model asked to chat", {"model": "tts"}, 400,
+         "model 'tts' is a text-to-speech model: it speaks on /v1/audio/speech (and speaks the chat answers that ask for "
+         "audio), it cannot serve this route", "model", "model_not_supported"),
     ],
     "/v1/completions": [
         ("prompt a number", {"prompt": 7}, 400, "'prompt' must be a string or an array of token ids, got integer", "prompt"),
@@ -297,6 +301,43 @@ OWN = {
         ("metadata an array", {"metadata": [1]}, 400, "'metadata' must be an object of strings, got array", "metadata"),
         ("an embedding model asked to respond", {"model": "emb"}, 400, NOT_TEXT, "model", "model_not_supported"),
         ("stored false, seed the smallest int64", {"store": False, "seed": -2**63}, 200, None, None),
+    "/v1/audio/speech": [
+        ("a text model asked to speak", {"model": "q3"}, 400,
+         "model 'q3' is a text model: /v1/audio/speech needs a text-to-speech model (--tts-model)", "model",
+         "model_not_supported"),
+        ("an embedding model asked to speak", {"model": "emb"}, 400,
+         "model 'emb' is an embedding model: /v1/audio/speech needs a text-to-speech model (--tts-model)", "model",
+         "model_not_supported"),
+        ("OpenAI's model name", {"model": "tts-1"}, 200, None, None),
+        ("model missing", b'{"input": "hi", "voice": "alloy"}', 400, "'model' is required (a --tts-model name, or tts-1)",
+         "model"),
+        ("input missing", b'{"model": "tts", "voice": "alloy"}', 400, "'input' (the text to speak) is required", "input"),
+        ("input a number", {"input": 7}, 400, "'input' must be a string, got integer", "input"),
+        ("input empty", {"input": ""}, 400, "'input' is empty: there is nothing to speak", "input"),
+        ("input over the cap", {"input": "a" * 4097}, 400, "'input' has 4097 characters; the maximum is 4096", "input"),
+        ("voice missing", b'{"model": "tts", "input": "hi"}', 400,
+         "'voice' is required (a voice of the model, or an OpenAI voice name such as alloy for the model's default)", "voice"),
+        ("voice a number", {"voice": 7}, 400, "'voice' must be a string, got integer", "voice"),
+        ("voice an object without id", {"voice": {}}, 400, "'voice' as an object needs an 'id' (a voice name)", "voice"),
+        ("voice unknown", {"voice": "nobody"}, 400,
+         "unknown voice 'nobody'; this model's voices are: lo, hi (OpenAI's voice names, alloy to cedar, mean its default "
+         "voice)", "voice"),
+        ("voice the model's own", {"voice": "hi"}, 200, None, None),
+        ("response_format aac", {"response_format": "aac"}, 400,
+         "'response_format' aac is not available: this server has no AAC encoder; use mp3, opus, flac, wav or pcm",
+         "response_format"),
+        ("response_format unknown", {"response_format": "ogg"}, 400,
+         "'response_format' must be mp3, opus, aac, flac, wav or pcm, not 'ogg'", "response_format"),
+        ("response_format a number", {"response_format": 1}, 400, "'response_format' must be a string, got integer",
+         "response_format"),
+        ("speed huge", {"speed": 1e300}, 400, "'speed' = 1e+300 is outside [0.25, 4]", "speed"),
+        ("speed a string", {"speed": "1"}, 400, "'speed' must be a number, got string", "speed"),
+        ("stream_format unknown", {"stream_format": "chunks"}, 400, "'stream_format' must be audio or sse, not 'chunks'",
+         "stream_format"),
+        ("instructions a number", {"instructions": 1}, 400, "'instructions' must be a string, got integer", "instructions"),
+        ("instructions given", {"instructions": "Speak softly."}, 200, None, None),
+        ("stream false with sse", {"stream": False, "stream_format": "sse"}, 400,
+         "'stream': false asks for one whole file; stream_format sse streams events", "stream"),
     ],
     "/api/show": [
         ("name instead of model", b'{"name": "q3"}', 200, None, None),
@@ -314,9 +355,10 @@ def srv(tmp_path_factory):
     model = make_qwen3_agent_model(d / "q3")
     emb = make_embed_model(d / "emb")
     s = Server("--model", f"q3={model}", "--embed-model", f"emb={emb}", "--embed-model",
-               f"rr={ROOT / 'tests' / 'fixtures' / 'cross_encoder'}", "--ctx", "2048", "--max-body", str(MAX_BODY),
+               f"rr={ROOT / 'tests' / 'fixtures' / 'cross_encoder'}", "--tts-model",
+               f"tts={ROOT / 'tests' / 'fixtures' / 'tts' / 'test.tone.json'}", "--ctx", "2048", "--max-body", str(MAX_BODY),
                socket_path=str(d / "s.sock"), env={"SARAGOSSA_LOG": "error", "SARAGOSSA_SERVE_EMBED_MAX_INPUTS": str(MAX_INPUTS),
-                    "RETI_SERVE_MODEL_POOL": "3"})  # all three resident: no reload between rows
+                    "RETI_SERVE_MODEL_POOL": "4"})  # all four resident: no reload between rows
     yield s
     s.stop()
 
@@ -328,6 +370,9 @@ def ask(c, path, body):
 def check(c, path, label, body, status, want):
     r = ask(c, path, body)
     assert r.status_code == status, (path, label, r.status_code, r.text[:400])
+    if path == "/v1/audio/speech" and status == 200:  # the audio itself
+        assert r.headers["content-type"] == "audio/pcm" and len(r.content) > 0, (path, label)
+        return
     assert r.headers["content-type"] == "application/json", (path, label)
     if want is None:
         assert isinstance(r.json(), dict)
