@@ -131,6 +131,10 @@ FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_OBJ := $(UNIT_SRC:%.c=$(BUILD)/obj/%.o)
+# The ONNX messages' decoder (formats/onnx.c) is generated from src/formats/onnx.proto by protoc-c
+# into $(BUILD)/gen at build time.
+ONNX_PB := $(BUILD)/gen/formats/onnx.pb-c
+LIB_OBJ  += $(BUILD)/obj/gen/formats/onnx.pb-c.o
 
 BIN    := $(BUILD)/saragossa
 LIB_A  := $(BUILD)/libsaragossa.a
@@ -161,6 +165,18 @@ $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  NVCC  $<",:)
 	$(Q)$(NVCC) $(NVCCFLAGS) -Iinclude -Isrc -DSG_CUDA=1 -MMD -MP -c $< -o $@
+
+$(ONNX_PB).c: src/formats/onnx.proto
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  PROTO $<",:)
+	$(Q)protoc-c --proto_path=src/formats --c_out=$(dir $@) $<
+$(ONNX_PB).h: $(ONNX_PB).c
+$(BUILD)/obj/gen/formats/onnx.pb-c.o: $(ONNX_PB).c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC    $<",:)
+	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
+$(BUILD)/obj/src/formats/onnx.o: $(ONNX_PB).h
+$(BUILD)/obj/src/formats/onnx.o: CFLAGS_ALL += -I$(BUILD)/gen
 
 $(LIB_A): $(LIB_OBJ)
 	@mkdir -p $(dir $@)

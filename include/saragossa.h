@@ -523,6 +523,67 @@ void sg_transcript_free(sg_transcript *tr);
  * duration, text, segments, words), "srt" or "vtt" into *out (NUL-terminated, *len bytes;
  * caller frees with sg_free). task is "transcribe" or "translate". */
 sg_status sg_transcript_format(const sg_transcript *tr, const char *format, const char *task, char **out, size_t *len);
+/* ---- text-to-speech ----
+ *
+ * sg_tts is a loaded voice model: a Piper voice (VITS: espeak-ng phonemes, text encoder,
+ * stochastic duration predictor, flow and HiFi-GAN decoder, read from Piper's .onnx and its
+ * .onnx.json) or Qwen3-TTS. sg_speak splits the text into sentences, speaks them one by one and
+ * hands each chunk of audio to on_audio as soon as it exists.
+ *
+ *     sg_tts *tts;
+ *     sg_speak_params sp = sg_speak_default_params();
+ *     float *pcm;
+ *     size_t n;
+ *     if (!sg_tts_load("piper-joe", NULL, &tts) && !sg_speak(tts, "Hello there.", &sp, &pcm, &n)) {
+ *             ... n samples of mono audio at sg_tts_sample_rate(tts) ...
+ *             sg_free(pcm);
+ *     }
+ *     sg_tts_free(tts);
+ *
+ * One sg_tts speaks one text at a time. */
+typedef struct sg_tts sg_tts; /* a loaded voice model: a Piper voice or Qwen3-TTS */
+
+typedef struct sg_tts_params {
+	const char *backend; /* "cpu", "cuda", "auto"; NULL = the SARAGOSSA_BACKEND flag */
+	int n_threads;       /* CPU threads; 0 = the default */
+} sg_tts_params;
+
+sg_tts_params sg_tts_default_params(void);
+/* path: a Piper voice (.onnx with its .onnx.json beside it, or a folder holding one), a
+ * Qwen3-TTS folder, or a name in saragossa's models folder (tools/fetch_models.py fetches
+ * "piper-joe"). Caller owns *out (sg_tts_free). A file that is none of these is an error naming
+ * what is missing. */
+sg_status sg_tts_load(const char *path, const sg_tts_params *params, sg_tts **out);
+void sg_tts_free(sg_tts *tts);
+const char *sg_tts_kind(const sg_tts *tts);         /* "piper" or "qwen3-tts" */
+int sg_tts_sample_rate(const sg_tts *tts);          /* of the PCM it produces */
+int sg_tts_n_voices(const sg_tts *tts);
+const char *sg_tts_voice(const sg_tts *tts, int i); /* voice / speaker names; [0] is the default */
+
+/* Mono float PCM in [-1, 1] at sg_tts_sample_rate; non-zero stops (the call ends
+ * SG_ERR_CANCELLED). */
+typedef int (*sg_audio_fn)(const float *pcm, size_t n, void *user);
+
+typedef struct sg_speak_params {
+	const char *voice;          /* NULL: the default voice; unknown: SG_ERR_INVALID_ARG listing the voices */
+	const char *language;       /* NULL: the voice's own */
+	const char *instructions;   /* style / voice-design text where the model takes it (Qwen3-TTS), else ignored */
+	float speed;                /* 1 = the model's pace; 0.25 .. 4 */
+	float noise_scale, noise_w; /* Piper's; < 0: the voice's config values */
+	float temperature;          /* Qwen3-TTS code sampling; 0 = greedy */
+	int top_k;
+	float top_p;
+	uint64_t seed;
+	size_t max_chars;     /* input cap; 0 = 4096; over it: SG_ERR_INVALID_ARG naming the cap */
+	sg_audio_fn on_audio; /* each chunk as soon as it exists; may be NULL */
+	void *user;
+} sg_speak_params;
+
+sg_speak_params sg_speak_default_params(void);
+/* Speaks text (UTF-8) sentence by sentence. With pcm_out non-NULL the whole waveform is also
+ * returned (*n_out samples; caller frees with sg_free). Empty text: SG_ERR_INVALID_ARG. */
+sg_status sg_speak(sg_tts *tts, const char *text, const sg_speak_params *params, float **pcm_out, size_t *n_out);
+
 /* ---- embeddings and reranking ----
  *
  * sg_embed_model is a loaded text encoder: a sentence-transformers folder (BERT-family encoders
