@@ -57,7 +57,7 @@ from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import ( 
 
 CODEBOOK = 64
 GROUPS = 4
-TEXT_VOCAB = 200
+TEXT_VOCAB = 400
 SPECIAL = dict(codec_pad_id=CODEBOOK + 6, codec_bos_id=CODEBOOK + 7, codec_eos_token_id=CODEBOOK + 8,
                codec_think_id=CODEBOOK + 9, codec_nothink_id=CODEBOOK + 10, codec_think_bos_id=CODEBOOK + 11,
                codec_think_eos_id=CODEBOOK + 12)
@@ -74,8 +74,49 @@ TALKER = dict(
                                rope_theta=10000.0, num_code_groups=GROUPS, hidden_act="silu"),
     **SPECIAL,
 )
-TOP = dict(im_start_token_id=190, im_end_token_id=191, tts_pad_token_id=195, tts_bos_token_id=196,
-           tts_eos_token_id=197)
+TOP = dict(im_start_token_id=390, im_end_token_id=391, tts_pad_token_id=395, tts_bos_token_id=396,
+           tts_eos_token_id=397)
+SPECIAL_TEXT = {390: "<|im_start|>", 391: "<|im_end|>", 392: "<|endoftext|>", 393: "<|unused_0|>", 394: "<|unused_1|>",
+                395: "<tts_pad>", 396: "<tts_text_bos>", 397: "<tts_text_eod>"}
+MERGES = ["Ġ t", "h e", "Ġt he", "Ġ a", "i n", "e r", "o n", "Ġ s", "r e", "Ġ w", "a t", "e n", "l l", "H e", "He ll",
+          "Hell o", "Ġthe re", "Ġ b", "o u", "Ġb e", "in g", "Ġ i", "Ġi s", "Ġ h", "Ġh ow", "o w"]
+SPEAK_TEXT = "Hello there, how is it going?"
+
+
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + list(range(ord("\u00ae"), ord("\u00ff") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, [chr(c) for c in cs]))
+
+
+def write_tokenizer(out):
+    """A tiny byte-level BPE in the files a Qwen3-TTS folder holds (vocab.json, merges.txt,
+    tokenizer_config.json); returns transformers' Qwen2TokenizerFast built from them."""
+    from transformers import Qwen2TokenizerFast
+    vocab = {c: i for i, c in enumerate(bytes_to_unicode().values())}
+    for m in MERGES:
+        a, b = m.split(" ")
+        vocab.setdefault(a + b, len(vocab))
+    assert len(vocab) < 380
+    while len(vocab) < 390:  # unreachable fillers: the special tokens sit at 390.. as in the config
+        vocab["<|filler_%d|>" % len(vocab)] = len(vocab)
+    with open(os.path.join(out, "vocab.json"), "w") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    with open(os.path.join(out, "merges.txt"), "w") as f:
+        f.write("#version: 0.2\n" + "\n".join(MERGES) + "\n")
+    cfg = dict(tokenizer_class="Qwen2Tokenizer", model_max_length=32768, errors="replace", split_special_tokens=False,
+               bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None, clean_up_tokenization_spaces=False,
+               added_tokens_decoder={str(i): dict(content=t, lstrip=False, normalized=False, rstrip=False, single_word=False,
+                                                  special=True) for i, t in SPECIAL_TEXT.items()})
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    return Qwen2TokenizerFast.from_pretrained(out)
 
 DECODER = dict(codebook_size=CODEBOOK, codebook_dim=16, hidden_size=32, latent_dim=24, head_dim=8,
                num_attention_heads=4, num_key_value_heads=4, intermediate_size=48, num_hidden_layers=2,
@@ -175,9 +216,9 @@ def main():
         fill(model, rng, talker_special(rng))
         margins = Margins(model.talker)
 
-        text = [int(x) for x in rng.integers(0, 180, 9)]
+        text = [int(x) for x in rng.integers(0, 380, 9)]
         ids = [TOP["im_start_token_id"], 11, 12] + text + [TOP["im_end_token_id"], 13, TOP["im_start_token_id"], 11, 12]
-        instruct = [TOP["im_start_token_id"], 14, 12] + [int(x) for x in rng.integers(0, 180, 4)] + [TOP["im_end_token_id"], 12]
+        instruct = [TOP["im_start_token_id"], 14, 12] + [int(x) for x in rng.integers(0, 380, 4)] + [TOP["im_end_token_id"], 12]
         cases = [
             dict(input_ids=ids, instruct_ids=None, speaker="alice", language="english", non_streaming_mode=True,
                  max_new_tokens=16),
@@ -204,6 +245,20 @@ def main():
     else:
         sys.exit("no seed gave clear greedy margins")
 
+    os.makedirs(os.path.join(args.out, "speech_tokenizer"), exist_ok=True)
+    tok = write_tokenizer(args.out)
+    tok_cases = [SPEAK_TEXT, "<|im_start|>assistant\nÜnïcode 日本 1234 it's<|im_end|>\n", "  two  spaces\nand lines\n\n"]
+    tokenize = [dict(text=t, ids=tok(t).input_ids) for t in tok_cases]
+    chat = "<|im_start|>assistant\n%s<|im_end|>\n<|im_start|>assistant\n" % SPEAK_TEXT
+    speak_ids = tok(chat).input_ids
+    speak_frames = 40 + 4 * len(SPEAK_TEXT)  # the engine's cap for a sentence of this length
+    margins.m = []
+    codes, _ = model.generate(input_ids=[torch.tensor([speak_ids])], instruct_ids=[None], languages=["auto"],
+                              speakers=["alice"], non_streaming_mode=True, max_new_tokens=speak_frames, do_sample=False,
+                              subtalker_dosample=False)
+    speak = dict(text=SPEAK_TEXT, voice="alice", ids=speak_ids, max_new_tokens=speak_frames, codes=codes[0].tolist(),
+                 min_margin=min(margins.m))
+
     dcfg = Qwen3TTSTokenizerV2DecoderConfig(**DECODER)
     dcfg._attn_implementation = "eager"
     dec = T.Qwen3TTSTokenizerV2Decoder(dcfg).eval()
@@ -212,11 +267,21 @@ def main():
     fill(wrapper, rng, decoder_special(rng))
     dcodes = cases[0]["codes"] + cases[1]["codes"]
     with torch.no_grad():
+        sc = torch.tensor(speak["codes"]).T.unsqueeze(0)
+        speak["wav"] = [round(float(x), 7) for x in dec.chunked_decode(sc)[0, 0].clamp(-1, 1)]
+        # the engine's streaming plan: 2 frames, then 12 at a time, each chunk decoded by the
+        # package's decoder with up to 25 frames of left context (chunked_decode's rule)
+        parts, start, nT = [], 0, sc.shape[-1]
+        while start < nT:
+            end = min(start + (2 if start == 0 else 12), nT)
+            ctx = min(25, start)
+            parts.append(dec(sc[..., start - ctx:end])[0, 0, ctx * dec.total_upsample:])
+            start = end
+        speak["wav_chunks"] = [round(float(x), 7) for x in torch.cat(parts)]
         c = torch.tensor(dcodes).T.unsqueeze(0)
         wav = dec(c)[0, 0]
         wav_stream = dec.chunked_decode(c, chunk_size=STREAM_CHUNK, left_context_size=STREAM_CONTEXT)[0, 0]
 
-    os.makedirs(os.path.join(args.out, "speech_tokenizer"), exist_ok=True)
     sd = {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
     save_file(dict(sorted(sd.items())), os.path.join(args.out, "model.safetensors"))
     conf = cfg.to_dict()
@@ -238,12 +303,13 @@ def main():
     tconf["decoder_config"].pop("_attn_implementation_autoset", None)
     with open(os.path.join(args.out, "speech_tokenizer", "config.json"), "w") as f:
         json.dump(tconf, f, indent=1, sort_keys=True)
-    ref = dict(seed=seed, torch=torch.__version__, cases=cases,
+    ref = dict(seed=seed, torch=torch.__version__, cases=cases, tokenize=tokenize, speak=speak,
                decode=dict(codes=dcodes, wav=[round(float(x), 7) for x in wav],
                            stream_chunk=STREAM_CHUNK, stream_context=STREAM_CONTEXT,
                            wav_stream=[round(float(x), 7) for x in wav_stream]))
     with open(os.path.join(args.out, "ref.json"), "w") as f:
         json.dump(ref, f)
+    print("speak frames", len(speak["codes"]), "margin", speak["min_margin"])
     print("seed", seed, "frames", [len(c["codes"]) for c in cases], "margins", [round(c["min_margin"], 3) for c in cases],
           "wav", wav.shape, float(wav.abs().max()), "stream-vs-oneshot", float((wav - wav_stream).abs().max()), "clipped", int((wav.abs() >= 1).sum()), "rms", float(wav.pow(2).mean().sqrt()))
 

@@ -28,6 +28,8 @@ typedef struct sg_qwen3_tts sg_qwen3_tts;
 sg_status sg_qwen3_tts_load(const char *dir, const char *backend, int n_threads, sg_qwen3_tts **out);
 void sg_qwen3_tts_free(sg_qwen3_tts *m);
 
+/* The backend it runs on (owned by the model; the codec may share it). */
+struct sg_backend *sg_qwen3_tts_backend(const sg_qwen3_tts *m);
 int sg_qwen3_tts_groups(const sg_qwen3_tts *m);          /* codes per frame (G) */
 const char *sg_qwen3_tts_type(const sg_qwen3_tts *m);    /* "custom_voice", "voice_design", "base" */
 int sg_qwen3_tts_n_speakers(const sg_qwen3_tts *m);

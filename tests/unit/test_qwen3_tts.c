@@ -139,7 +139,7 @@ Test(qwen3_tts, sampling_is_seeded_and_stays_in_range)
 Test(qwen3_tts, bad_inputs_are_errors)
 {
 	sg_qwen3_tts *m = load();
-	int32_t ids[10] = {190, 11, 12, 5, 6, 191, 13, 190, 11, 12};
+	int32_t ids[10] = {390, 11, 12, 5, 6, 391, 13, 390, 11, 12};
 	sg_qwen3_tts_gen g = sg_qwen3_tts_gen_defaults(m);
 	g.ids = ids, g.n_ids = 10, g.max_frames = 4;
 	int32_t *c = NULL;
