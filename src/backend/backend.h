@@ -357,16 +357,19 @@ typedef struct sg_backend_ops {
 
 	/* --- audio codec decoders (Qwen3-TTS); NULL where a backend has none --- */
 	/* y[t][co] = bias[co] + sum over k < K and the input channels ci of co's group g:
-	 *   w[k][co][ci] * x[t*stride + k*dilation - pad][g*Cin/groups + ci]   (zeros outside x).
-	 * x [T][Cin]; w F32 [K][Cout][Cin/groups] (ne = {Cin/groups, Cout, K}: Conv1d's weight
-	 * [Cout][Cin/groups][K] permuted once at load, so every tap is a row-major matrix); bias
-	 * [Cout] or NULL; y [Tout][Cout] (Tout = y->ne[1]). y must not alias x. */
+	 *   w[co][k][ci] * x[t*stride + k*dilation - pad][g*Cin/groups + ci]   (zeros outside x).
+	 * x [T][Cin]; w F32 [Cout][K][Cin/groups] (ne = {Cin/groups, K, Cout}: Conv1d's weight
+	 * [Cout][Cin/groups][K] with its last two axes swapped once at load, so a row of w is one
+	 * output's taps side by side); bias [Cout] or NULL; y [Tout][Cout] (Tout = y->ne[1]). y must
+	 * not alias x. */
 	sg_status (*conv1d)(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias,
 			    const sg_conv_params *p, sg_btensor *y);
-	/* Transposed: y[t][co] = bias[co] + sum over i*stride + k = t of sum_ci w[k][co][ci] x[i][ci].
-	 * x [T][Cin]; w F32 [K][Cout][Cin] (ne = {Cin, Cout, K}: ConvTranspose1d's [Cin][Cout][K]
-	 * permuted at load); bias [Cout] or NULL; y [Tout][Cout] with Tout <= (T-1)*stride + K: rows
-	 * past Tout are trimmed (a causal decoder drops the last K - stride). y must not alias x. */
+	/* Transposed, as ConvTranspose1d with kernel K <= M*stride: output row t = j*stride + p is
+	 *   bias + sum over m < M, ci of w[p][co][m][ci] * x[j - m][ci]   (zeros outside x),
+	 * where w F32 [stride][Cout][M][Cin] (ne = {Cin, M, Cout, stride}) holds ConvTranspose1d's
+	 * tap k = p + m*stride of its [Cin][Cout][K] weight (zero for k >= K), laid out at load. x
+	 * [T][Cin]; bias [Cout] or NULL; y [Tout][Cout] with Tout <= (T - 1 + M)*stride: later rows
+	 * are trimmed (a causal decoder keeps T*stride). y must not alias x. */
 	sg_status (*conv_transpose1d)(sg_backend *be, const sg_btensor *x, const sg_btensor *w,
 				      const sg_btensor *bias, int stride, sg_btensor *y);
 	/* SnakeBeta per channel c: y = x + sin(x a[c])^2 / (b[c] + 1e-9). x, y [T][C]; a, b [C]

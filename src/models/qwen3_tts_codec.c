@@ -1,6 +1,6 @@
 /*
  * The Qwen3-TTS codec decoder (see qwen3_tts_codec.h). Weights are read once into F32 backend
- * tensors (convolutions permuted to the conv ops' [K][Cout][Cin] layout, SnakeBeta's exp taken,
+ * tensors (convolutions laid out as the conv ops take them, SnakeBeta's exp taken,
  * layer scales and ConvNeXt gammas folded into the matrices before them); activations are
  * time-major [T][C] backend tensors. The transformer is an inner stack of the generic model.
  */
@@ -23,7 +23,7 @@
 #define QC_MAX_GROUPS 64
 
 typedef struct qc_conv {
-	sg_btensor w, b; /* [K][Cout][Cin/groups], [Cout] */
+	sg_btensor w, b; /* the conv ops' layouts (backend.h), [Cout] */
 	int K, cin, cout, dil, groups, transposed, stride;
 } qc_conv;
 
@@ -104,6 +104,13 @@ static sg_status put(sg_qwen3_tts_codec *c, const float *v, int64_t n0, int64_t 
 	return st ? st : c->be->ops->write(c->be, out, 0, v, sizeof(float) * (size_t)(n0 * n1 * n2));
 }
 
+static sg_status put4(sg_qwen3_tts_codec *c, const float *v, int64_t n0, int64_t n1, int64_t n2, int64_t n3, sg_btensor *out)
+{
+	int64_t ne[4] = {n0, n1, n2, n3};
+	sg_status st = c->be->ops->tensor_alloc(c->be, SG_TYPE_F32, ne, out);
+	return st ? st : c->be->ops->write(c->be, out, 0, v, sizeof(float) * (size_t)(n0 * n1 * n2 * n3));
+}
+
 /* A plain tensor of n0 x n1 values, uploaded as is (scale: each of the n1 rows times scale[row]) */
 static sg_status load_mat(sg_qwen3_tts_codec *c, const char *name, int64_t n0, int64_t n1, const float *scale, sg_btensor *out)
 {
@@ -118,29 +125,38 @@ static sg_status load_mat(sg_qwen3_tts_codec *c, const char *name, int64_t n0, i
 	return st;
 }
 
-/* A conv: PyTorch [Cout][Cin/g][K] (transposed: [Cin][Cout][K]) permuted to [K][Cout][Cin/g]. */
+/* A conv: PyTorch's [Cout][Cin/g][K] to the conv1d op's [Cout][K][Cin/g]; a transposed one,
+ * [Cin][Cout][K], to conv_transpose1d's [stride][Cout][M][Cin] (M = ceil(K / stride)). */
 static sg_status load_conv(sg_qwen3_tts_codec *c, const char *pfx, int cin, int cout, int K, int dil, int groups, int transposed,
 			   int stride, qc_conv *cv)
 {
 	char name[256];
-	int cg = cin / groups;
+	int cg = cin / groups, M = (K + stride - 1) / stride;
 	*cv = (qc_conv){.K = K, .cin = cin, .cout = cout, .dil = dil, .groups = groups, .transposed = transposed, .stride = stride};
 	float *v, *p;
 	snprintf(name, sizeof(name), "%s.weight", pfx);
 	sg_status st = host_f32(c, name, (int64_t)cout * cg * K, K, &v);
 	if (st) return st;
-	p = sg_malloc(sizeof(float) * (size_t)cout * (size_t)cg * (size_t)K);
+	size_t np = transposed ? (size_t)stride * cout * M * cin : (size_t)cout * cg * K;
+	p = sg_calloc(np, sizeof(float));
 	if (!p) {
 		sg_free(v);
 		return sg_error(SG_ERR_NOMEM, "qwen3-tts codec: %s", name);
 	}
-	for (int o = 0; o < cout; o++)
-		for (int i = 0; i < cg; i++)
-			for (int k = 0; k < K; k++) {
-				float x = transposed ? v[((size_t)i * cout + o) * K + k] : v[((size_t)o * cg + i) * K + k];
-				p[((size_t)k * cout + o) * cg + i] = x;
-			}
-	st = put(c, p, cg, cout, K, &cv->w);
+	if (transposed) {
+		for (int i = 0; i < cin; i++)
+			for (int o = 0; o < cout; o++)
+				for (int k = 0; k < K; k++) {
+					int ph = k % stride, m = k / stride;
+					p[(((size_t)ph * cout + o) * M + m) * cin + i] = v[((size_t)i * cout + o) * K + k];
+				}
+		st = put4(c, p, cin, M, cout, stride, &cv->w);
+	} else {
+		for (int o = 0; o < cout; o++)
+			for (int i = 0; i < cg; i++)
+				for (int k = 0; k < K; k++) p[((size_t)o * K + k) * cg + i] = v[((size_t)o * cg + i) * K + k];
+		st = put4(c, p, cg, K, cout, 1, &cv->w);
+	}
 	sg_free(v);
 	sg_free(p);
 	snprintf(name, sizeof(name), "%s.bias", pfx);

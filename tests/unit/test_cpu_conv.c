@@ -54,7 +54,7 @@ static void check(sg_backend *be, const sg_btensor *y, const double *want, size_
 	free(got);
 }
 
-/* w given as [K][Cout][Cin/groups] */
+/* w given as [Cout][K][Cin/groups] */
 static void conv_case(sg_backend *be, int T, int Cin, int Cout, int K, int stride, int dil, int groups, int pad, int Tout)
 {
 	int cg = Cin / groups, og = Cout / groups;
@@ -67,11 +67,11 @@ static void conv_case(sg_backend *be, int T, int Cin, int Cout, int K, int strid
 			for (int k = 0; k < K; k++) {
 				int src = t * stride + k * dil - pad;
 				if (src < 0 || src >= T) continue;
-				for (int ci = 0; ci < cg; ci++) s += (double)w[((size_t)k * Cout + co) * cg + ci] * x[(size_t)src * Cin + g * cg + ci];
+				for (int ci = 0; ci < cg; ci++) s += (double)w[((size_t)co * K + k) * cg + ci] * x[(size_t)src * Cin + g * cg + ci];
 			}
 			want[(size_t)t * Cout + co] = s;
 		}
-	sg_btensor tx = t3(be, Cin, T, 1, x), tw = t3(be, cg, Cout, K, w), tb = t3(be, Cout, 1, 1, b), ty = t3(be, Cout, Tout, 1, NULL);
+	sg_btensor tx = t3(be, Cin, T, 1, x), tw = t3(be, cg, K, Cout, w), tb = t3(be, Cout, 1, 1, b), ty = t3(be, Cout, Tout, 1, NULL);
 	sg_conv_params p = {stride, dil, groups, pad};
 	cr_assert_eq(be->ops->conv1d(be, &tx, &tw, &tb, &p, &ty), SG_OK);
 	check(be, &ty, want, (size_t)Tout * Cout, "conv1d");
@@ -79,9 +79,15 @@ static void conv_case(sg_backend *be, int T, int Cin, int Cout, int K, int strid
 	free(x), free(w), free(b), free(want);
 }
 
+/* ConvTranspose1d of kernel K given as [Cin][Cout][K], handed to the op as [stride][Cout][M][Cin] */
 static void convt_case(sg_backend *be, int T, int Cin, int Cout, int K, int stride, int Tout)
 {
-	float *x = rnd((size_t)T * Cin), *w = rnd((size_t)K * Cout * Cin), *b = rnd((size_t)Cout);
+	int M = (K + stride - 1) / stride;
+	float *x = rnd((size_t)T * Cin), *w = rnd((size_t)Cin * Cout * K), *b = rnd((size_t)Cout);
+	float *wp = calloc((size_t)stride * Cout * M * Cin, sizeof(float));
+	for (int ci = 0; ci < Cin; ci++)
+		for (int co = 0; co < Cout; co++)
+			for (int k = 0; k < K; k++) wp[(((size_t)(k % stride) * Cout + co) * M + k / stride) * Cin + ci] = w[((size_t)ci * Cout + co) * K + k];
 	double *want = calloc((size_t)Tout * Cout, sizeof(double));
 	for (int t = 0; t < Tout; t++)
 		for (int co = 0; co < Cout; co++) want[(size_t)t * Cout + co] = b[co];
@@ -91,13 +97,16 @@ static void convt_case(sg_backend *be, int T, int Cin, int Cout, int K, int stri
 			if (t >= Tout) continue;
 			for (int co = 0; co < Cout; co++)
 				for (int ci = 0; ci < Cin; ci++)
-					want[(size_t)t * Cout + co] += (double)w[((size_t)k * Cout + co) * Cin + ci] * x[(size_t)i * Cin + ci];
+					want[(size_t)t * Cout + co] += (double)w[((size_t)ci * Cout + co) * K + k] * x[(size_t)i * Cin + ci];
 		}
-	sg_btensor tx = t3(be, Cin, T, 1, x), tw = t3(be, Cin, Cout, K, w), tb = t3(be, Cout, 1, 1, b), ty = t3(be, Cout, Tout, 1, NULL);
+	sg_btensor tx = t3(be, Cin, T, 1, x), tb = t3(be, Cout, 1, 1, b), ty = t3(be, Cout, Tout, 1, NULL), tw;
+	int64_t ne[4] = {Cin, M, Cout, stride};
+	cr_assert_eq(be->ops->tensor_alloc(be, SG_TYPE_F32, ne, &tw), SG_OK);
+	cr_assert_eq(be->ops->write(be, &tw, 0, wp, sizeof(float) * (size_t)stride * Cout * M * Cin), SG_OK);
 	cr_assert_eq(be->ops->conv_transpose1d(be, &tx, &tw, &tb, stride, &ty), SG_OK);
 	check(be, &ty, want, (size_t)Tout * Cout, "conv_transpose1d");
 	be->ops->tensor_free(be, &tx), be->ops->tensor_free(be, &tw), be->ops->tensor_free(be, &tb), be->ops->tensor_free(be, &ty);
-	free(x), free(w), free(b), free(want);
+	free(x), free(w), free(wp), free(b), free(want);
 }
 
 Test(cpu_conv, conv_and_transposed_conv_match_the_formulas)
@@ -112,9 +121,10 @@ Test(cpu_conv, conv_and_transposed_conv_match_the_formulas)
 			conv_case(be, 30, 12, 18, 3, 1, 1, 3, 2, 30);   /* grouped */
 			conv_case(be, 31, 8, 5, 4, 2, 1, 1, 1, 15);     /* strided, padded */
 			conv_case(be, 5, 8, 1, 7, 1, 1, 1, 6, 5);       /* one output channel */
+			conv_case(be, 3000, 64, 40, 7, 1, 3, 1, 18, 3000); /* several im2col tiles */
 			convt_case(be, 9, 12, 7, 16, 8, 72);            /* k 2r, stride r, tail trimmed */
 			convt_case(be, 11, 6, 6, 2, 2, 22);             /* k = stride */
-			convt_case(be, 4, 5, 3, 5, 3, 14);              /* the whole output */
+			convt_case(be, 4, 5, 3, 5, 3, 14);              /* the whole output (K < M*stride) */
 			sg_backend_free(be);
 		}
 }
@@ -149,8 +159,8 @@ Test(cpu_conv, bad_shapes_are_errors)
 {
 	sg_backend *be = make(NULL, 1);
 	cr_assert(be);
-	sg_btensor x = t3(be, 8, 10, 1, NULL), w = t3(be, 8, 4, 3, NULL), y = t3(be, 4, 10, 1, NULL), y5 = t3(be, 5, 10, 1, NULL);
-	sg_btensor wg = t3(be, 3, 4, 3, NULL), i32;
+	sg_btensor x = t3(be, 8, 10, 1, NULL), w = t3(be, 8, 3, 4, NULL), y = t3(be, 4, 10, 1, NULL), y5 = t3(be, 5, 10, 1, NULL);
+	sg_btensor wg = t3(be, 3, 3, 4, NULL), i32;
 	int64_t ne[4] = {8, 10, 1, 1};
 	cr_assert_eq(be->ops->tensor_alloc(be, SG_TYPE_I32, ne, &i32), SG_OK);
 	sg_conv_params p = {1, 1, 1, 2};
@@ -164,8 +174,14 @@ Test(cpu_conv, bad_shapes_are_errors)
 	p.stride = 1;
 	cr_expect_eq(be->ops->conv1d(be, &i32, &w, NULL, &p, &y), SG_ERR_INVALID_ARG, "I32 input");
 	cr_expect_eq(be->ops->conv1d(be, &x, &w, NULL, &p, &x), SG_ERR_INVALID_ARG, "aliased");
-	sg_btensor yt = t3(be, 4, 40, 1, NULL);
-	cr_expect_eq(be->ops->conv_transpose1d(be, &x, &w, NULL, 2, &yt), SG_ERR_INVALID_ARG, "longer than (T-1)s + K");
+	sg_btensor yt = t3(be, 4, 40, 1, NULL), wt;
+	int64_t nt[4] = {8, 2, 4, 2};
+	cr_assert_eq(be->ops->tensor_alloc(be, SG_TYPE_F32, nt, &wt), SG_OK);
+	sg_btensor yt2 = t3(be, 4, 22, 1, NULL);
+	cr_expect_eq(be->ops->conv_transpose1d(be, &x, &wt, NULL, 2, &yt2), SG_OK);
+	cr_expect_eq(be->ops->conv_transpose1d(be, &x, &wt, NULL, 2, &yt), SG_ERR_INVALID_ARG, "longer than (T-1+M)s");
+	cr_expect_eq(be->ops->conv_transpose1d(be, &x, &wt, NULL, 3, &yt2), SG_ERR_INVALID_ARG, "stride differs from w");
+	be->ops->tensor_free(be, &wt), be->ops->tensor_free(be, &yt2);
 	cr_expect_eq(be->ops->snake(be, &x, &y, &y, &x), SG_ERR_INVALID_ARG);
 	cr_expect_eq(be->ops->gelu(be, &x, &y), SG_ERR_INVALID_ARG);
 	sg_btensor *all[] = {&x, &w, &y, &y5, &wg, &i32, &yt};
