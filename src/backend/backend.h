@@ -229,6 +229,12 @@ typedef struct sg_backend_caps {
  * backend, each with its own recording. */
 typedef struct sg_backend_graph sg_backend_graph;
 
+/* A 1-D convolution's geometry (conv1d). */
+typedef struct sg_conv_params {
+	int stride, dilation, groups;
+	int pad; /* zeros before the input (a causal conv: (K-1)*dilation) */
+} sg_conv_params;
+
 /*
  * The op table. Every op takes the backend first; tensors are backend tensors of this backend.
  * In-place use is allowed where an op says so. Unless stated, F32 tensors only.
@@ -367,6 +373,30 @@ typedef struct sg_backend_ops {
 	 * [n][k]; scale [E]. An id outside [0, E) leaves the weight at 0. */
 	sg_status (*moe_weight_scale)(sg_backend *be, sg_btensor *weights, const sg_btensor *ids,
 				      const sg_btensor *scale);
+
+	/* --- audio codec decoders (Qwen3-TTS); NULL where a backend has none --- */
+	/* y[t][co] = bias[co] + sum over k < K and the input channels ci of co's group g:
+	 *   w[co][k][ci] * x[t*stride + k*dilation - pad][g*Cin/groups + ci]   (zeros outside x).
+	 * x [T][Cin]; w F32 [Cout][K][Cin/groups] (ne = {Cin/groups, K, Cout}: Conv1d's weight
+	 * [Cout][Cin/groups][K] with its last two axes swapped once at load, so a row of w is one
+	 * output's taps side by side); bias [Cout] or NULL; y [Tout][Cout] (Tout = y->ne[1]). y must
+	 * not alias x. */
+	sg_status (*conv1d)(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias,
+			    const sg_conv_params *p, sg_btensor *y);
+	/* Transposed, as ConvTranspose1d with kernel K <= M*stride: output row t = j*stride + p is
+	 *   bias + sum over m < M, ci of w[p][co][m][ci] * x[j - m][ci]   (zeros outside x),
+	 * where w F32 [stride][Cout][M][Cin] (ne = {Cin, M, Cout, stride}) holds ConvTranspose1d's
+	 * tap k = p + m*stride of its [Cin][Cout][K] weight (zero for k >= K), laid out at load. x
+	 * [T][Cin]; bias [Cout] or NULL; y [Tout][Cout] with Tout <= (T - 1 + M)*stride: later rows
+	 * are trimmed (a causal decoder keeps T*stride). y must not alias x. */
+	sg_status (*conv_transpose1d)(sg_backend *be, const sg_btensor *x, const sg_btensor *w,
+				      const sg_btensor *bias, int stride, sg_btensor *y);
+	/* SnakeBeta per channel c: y = x + sin(x a[c])^2 / (b[c] + 1e-9). x, y [T][C]; a, b [C]
+	 * (the model's exp(alpha), exp(beta)). y may alias x. */
+	sg_status (*snake)(sg_backend *be, const sg_btensor *x, const sg_btensor *a, const sg_btensor *b,
+			   sg_btensor *y);
+	/* y = x * (1 + erf(x / sqrt 2)) / 2 elementwise (exact GELU). y may alias x. */
+	sg_status (*gelu)(sg_backend *be, const sg_btensor *x, sg_btensor *y);
 
 	/* --- fused stages (may be NULL: sg_backend_matmul_multi composes them) --- */
 	/* The projections of sg_matmul_multi in as few launches as the backend can: a GPU runs one

@@ -55,6 +55,13 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CHUNK", SG_FLAG_INT, "0",
 	 "prompt tokens per forward chunk (1 = token by token, the decode path; 0 = by backend: 256 on the CPU, 1024 on CUDA)"},
 	{"SARAGOSSA_KV_TYPE", SG_FLAG_STR, "auto", "KV cache element type: auto (f16 on a GPU, f32 on the CPU), f32 or f16"},
+	{"SARAGOSSA_QWEN_TTS_FIRST_CHUNK", SG_FLAG_INT, "2",
+	 "Qwen3-TTS: frames (1/12 s each) decoded to audio before the first chunk leaves (0: a whole chunk)"},
+	{"SARAGOSSA_QWEN_TTS_CHUNK", SG_FLAG_INT, "12",
+	 "Qwen3-TTS: frames per later audio chunk"},
+	{"SARAGOSSA_QWEN_TTS_CONTEXT", SG_FLAG_INT, "25",
+	 "Qwen3-TTS: frames of left context each audio chunk is decoded with (25 as the package's chunked decode; more is closer "
+	 "to one whole decode, slower)"},
 	{"SARAGOSSA_BACKEND", SG_FLAG_STR, "auto",
 	 "where models run when no --backend is given: auto (the GPU when this build has CUDA, a GPU is usable and it "
 	 "takes the model, else the CPU), cpu or cuda"},

@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "engine/tts_piper.h"
+#include "engine/tts_qwen3.h"
 #include "engine/tts_tone.h"
 #include "hub/repo.h"
 
@@ -68,8 +69,9 @@ sg_status tts_model_load(const char *path, const sg_tts_params *p, tts_model *ou
 		char cfg[4200];
 		snprintf(cfg, sizeof cfg, "%s/config.json", where);
 		if (find_voice(where, onnx, sizeof onnx)) return tts_piper_load(onnx, p, out);
+		if (tts_qwen3_is(where)) return tts_qwen3_load(where, p, out);
 		if (is_file(cfg))
-			return sg_error(SG_ERR_UNSUPPORTED, "tts: %s is not a Piper voice (no .onnx with its .onnx.json), and Qwen3-TTS folders are not read by this build", where);
+			return sg_error(SG_ERR_UNSUPPORTED, "tts: %s is neither a Piper voice (no .onnx with its .onnx.json) nor a Qwen3-TTS folder (no talker_config in config.json)", where);
 		return sg_error(SG_ERR_FORMAT, "tts: folder %s holds no voice model (a Piper .onnx with its .onnx.json beside it)", where);
 	}
 	if (ends_with(where, ".tone.json")) return tts_tone_load(where, out); /* the synthetic test voice */

@@ -248,6 +248,9 @@ static sg_status mlp_block(const sg_model *m, sg_fwd_state *s, int li, int n)
 /* Everything of a chunk after its ids and positions are on the device: the layers and the
  * logits `mode` asks for. No host copies (outside ring caches), so a one-token step can be
  * recorded as a graph. */
+static sg_status layers_and_head(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0,
+				 sg_logits_mode mode);
+
 static sg_status forward_body(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0, sg_logits_mode mode)
 {
 	const sg_model_desc *d = &m->desc;
@@ -256,6 +259,16 @@ static sg_status forward_body(const sg_model *m, sg_fwd_state *s, const int32_t 
 	sg_btensor ids = sg_fwd_view2(&s->ids, n, 1), x = sg_fwd_view2(&s->x, d->dim, n);
 	SG_FWD_OK(o->embed(be, &m->tok_embd, &ids, &x));
 	if (d->embed_scale != 1.0f) SG_FWD_OK(o->scale(be, &x, d->embed_scale, &x));
+	return layers_and_head(m, s, tokens, n, pos0, mode);
+}
+
+/* The layers over the chunk's embeddings in s->x, then the logits `mode` asks for. */
+static sg_status layers_and_head(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0,
+				 sg_logits_mode mode)
+{
+	const sg_model_desc *d = &m->desc;
+	sg_backend *be = m->be;
+	const sg_backend_ops *o = be->ops;
 	if (s->hybrid) SG_FWD_OK(sg_fwd_hybrid_layers(m, s, tokens, n, pos0));
 	for (int li = 0; li < d->n_layer && !s->hybrid; li++) {
 		SG_FWD_OK(attention_block(m, s, li, n));
@@ -323,6 +336,25 @@ sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, 
 			       s->n_ctx);
 	SG_FWD_OK(forward_inputs(m, s, tokens, n, pos0));
 	return forward_body(m, s, tokens, n, pos0, mode);
+}
+
+sg_status sg_forward_embd(const sg_model *m, sg_fwd_state *s, const float *embd, int n, int pos0, sg_logits_mode mode)
+{
+	const sg_model_desc *d = &m->desc;
+	sg_backend *be = m->be;
+	if (s->hybrid) return SG_FAIL(SG_ERR_UNSUPPORTED, "embeddings input to a hybrid (recurrent) stack");
+	if (n < 1 || n > s->chunk || pos0 < 0 || pos0 + n > s->n_ctx)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "%d rows at position %d (chunk %d, context %d)", n, pos0, s->chunk, s->n_ctx);
+	if (mode != SG_LOGITS_NONE && !m->output.data) return SG_FAIL(SG_ERR_INVALID_ARG, "logits of a stack without a head");
+	int32_t zero[n];
+	memset(zero, 0, sizeof(zero));
+	SG_FWD_OK(forward_inputs(m, s, zero, n, pos0));
+	sg_btensor x = sg_fwd_view2(&s->x, d->dim, n);
+	SG_FWD_OK(be->ops->write(be, &x, 0, embd, sizeof(float) * (size_t)n * (size_t)d->dim));
+	SG_FWD_OK(layers_and_head(m, s, NULL, n, pos0, mode));
+	if (mode != SG_LOGITS_NONE) return SG_OK;
+	sg_btensor xl = sg_btensor_rows_view(&s->x, n - 1, 1), h = sg_fwd_view2(&s->xb, d->dim, 1);
+	return be->ops->rmsnorm(be, &xl, &m->out_norm, d->norm_eps, d->norm_offset, &h);
 }
 
 sg_status sg_forward_hidden_last(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, float *out)

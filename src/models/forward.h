@@ -24,6 +24,13 @@ typedef enum { SG_LOGITS_NONE = 0, SG_LOGITS_LAST, SG_LOGITS_ALL } sg_logits_mod
  * for into s->logits. */
 sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0, sg_logits_mode mode);
 
+/* Runs n (1..chunk) rows of input embeddings embd [n][dim] (host memory) at positions pos0..
+ * through the layers (K/V into the caches), then the logits `mode` asks for as sg_forward does
+ * (the model's head; SG_ERR_INVALID_ARG without one); with SG_LOGITS_NONE or SG_LOGITS_LAST the
+ * last row's final-normed hidden state is left in row 0 of s->xb. Speech models whose inputs are
+ * sums of several embeddings (Qwen3-TTS) run their decoders through it. Not for hybrid stacks. */
+sg_status sg_forward_embd(const sg_model *m, sg_fwd_state *s, const float *embd, int n, int pos0, sg_logits_mode mode);
+
 /* The final-normed hidden state of the last of n tokens (positions 0..n-1, n <= s->n_ctx, run in
  * chunks of s->chunk, no logits) into out [dim] (host memory): a decoder used as an embedder
  * (last-token pooling). The state's caches are overwritten from position 0; hybrid stacks (whose

@@ -249,16 +249,16 @@ void sg_model_free(sg_model *m)
 				    &m->mtp_fc, &m->mtp_norm_emb, &m->mtp_norm_hid, &m->mtp_norm};
 		for (size_t k = 0; k < sizeof(hy) / sizeof(hy[0]); k++)
 			if (hy[k]->data) be->ops->tensor_free(be, hy[k]);
-		if (m->output.data != m->tok_embd.data) be->ops->tensor_free(be, &m->output);
-		be->ops->tensor_free(be, &m->tok_embd);
-		be->ops->tensor_free(be, &m->out_norm);
-		sg_backend_free(be);
+		if (m->output.data && m->output.data != m->tok_embd.data) be->ops->tensor_free(be, &m->output);
+		if (m->tok_embd.data) be->ops->tensor_free(be, &m->tok_embd);
+		if (m->out_norm.data) be->ops->tensor_free(be, &m->out_norm);
+		if (!m->inner) sg_backend_free(be);
 	}
 	sg_free(m->layers);
 	sg_free(m->hy.layers);
 	sg_free(m->hy.layer_scalar);
 	sg_model_desc_free(&m->desc);
-	sg_weights_close(m->w);
+	if (!m->inner) sg_weights_close(m->w);
 	sg_free(m);
 }
 
@@ -324,6 +324,37 @@ sg_status sg_model_load_ex(const char *path, const sg_model_params *params, int 
 	if (!st) st = bind_all(m);
 	if (st) {
 		sg_error_wrap(st, "model '%s'", path);
+		sg_model_free(m);
+		return st;
+	}
+	*out = m;
+	return SG_OK;
+}
+
+sg_status sg_model_build_inner(sg_weights *w, sg_backend *be, const sg_family *fam, sg_model_desc *desc,
+			       sg_model **out)
+{
+	*out = NULL;
+	sg_model *m = sg_calloc(1, sizeof(*m));
+	if (!m) return sg_error(SG_ERR_NOMEM, "model: an inner stack");
+	m->desc = *desc;
+	memset(desc, 0, sizeof(*desc));
+	m->w = w;
+	m->be = be;
+	m->fam = fam;
+	m->inner = 1;
+	m->rope_neox = 1;
+	sg_status st = check_runnable(&m->desc);
+	int64_t D = m->desc.dim, V = m->desc.n_vocab;
+	want g[] = {
+		{"output_norm.weight", SG_WANT_FLOAT, 1, {D}, 0, 1, &m->out_norm},
+		{"output.weight", SG_WANT_MATMUL, 2, {D, V}, 1, 0, &m->output},
+	};
+	if (!st) st = (m->layers = sg_calloc((size_t)m->desc.n_layer, sizeof(sg_layer_weights))) ? SG_OK
+		       : sg_error(SG_ERR_NOMEM, "model: %d layers", m->desc.n_layer);
+	if (!st) st = bind_wants(m, g, 2, -1);
+	for (int i = 0; i < m->desc.n_layer && !st; i++) st = bind_layer(m, i);
+	if (st) {
 		sg_model_free(m);
 		return st;
 	}

@@ -114,6 +114,7 @@ struct sg_model {
 	int has_mtp;
 	sg_btensor mtp_fc;                  /* [D][2D] */
 	sg_btensor mtp_norm_emb, mtp_norm_hid, mtp_norm; /* [D] F32 */
+	int inner;                /* a stack inside a larger model: w and be belong to that model */
 };
 
 /*
@@ -135,6 +136,14 @@ struct sg_family {
 
 extern const sg_family sg_family_llama, sg_family_qwen3, sg_family_qwen3_moe, sg_family_gemma3;
 extern const sg_family sg_family_qwen3_next, sg_family_gemma4;
+
+/* A decoder stack inside a larger model (a speech model's talker or code predictor): takes over
+ * *desc (zeroed), binds output_norm, every layer and, where the family's names have it, "output"
+ * (optional: [D][V]) from w on be, both owned by the caller and kept alive longer than the stack;
+ * there is no token embedding (the caller feeds embeddings, sg_forward_embd). Free with
+ * sg_model_free, which leaves w and be alone. */
+sg_status sg_model_build_inner(sg_weights *w, sg_backend *be, const sg_family *fam, sg_model_desc *desc,
+			       sg_model **out);
 
 /* One weight a family binds: GGUF-style name (may hold {L}), expected type (sg_type or
  * SG_WANT_*), shape innermost first (-1 = any), optional, vector (1: a norm or bias, widened to

@@ -688,6 +688,10 @@ static const sg_backend_ops cpu_ops = {
 	.gather_cols = sg_cpu_gather_cols,
 	.glu_split = sg_cpu_glu_split,
 	.moe_weight_scale = sg_cpu_moe_weight_scale,
+	.conv1d = sg_cpu_conv1d,
+	.conv_transpose1d = sg_cpu_conv_transpose1d,
+	.snake = sg_cpu_snake,
+	.gelu = sg_cpu_gelu,
 	.match_decode = cpu_match_decode,
 	.caps = cpu_caps,
 };

@@ -226,6 +226,11 @@ sg_status sg_cpu_moe_combine(sg_backend *be, const sg_btensor *y, const sg_btens
 sg_status sg_cpu_argmax(sg_backend *be, const sg_btensor *x, sg_btensor *ids);
 
 /* Ops implemented in cpu_linear_attn.c (hybrid and Gemma 4 stages). */
+/* cpu_conv.c: the audio codec ops */
+sg_status sg_cpu_conv1d(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias, const sg_conv_params *p, sg_btensor *y);
+sg_status sg_cpu_conv_transpose1d(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias, int stride, sg_btensor *y);
+sg_status sg_cpu_snake(sg_backend *be, const sg_btensor *x, const sg_btensor *a, const sg_btensor *b, sg_btensor *y);
+sg_status sg_cpu_gelu(sg_backend *be, const sg_btensor *x, sg_btensor *y);
 sg_status sg_cpu_short_conv(sg_backend *be, const sg_btensor *x, const sg_btensor *w, sg_btensor *state, sg_btensor *out);
 sg_status sg_cpu_gated_delta(sg_backend *be, const sg_btensor *qkv, const sg_btensor *a, const sg_btensor *b, const sg_btensor *a_log, const sg_btensor *dt_bias, const sg_gdn_params *p, sg_btensor *state, sg_btensor *out);
 sg_status sg_cpu_gated_rmsnorm(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *gate, float eps, sg_btensor *y);

@@ -1,0 +1,258 @@
+/*
+ * CPU ops of the audio codec decoders (Qwen3-TTS's speech tokenizer): 1-D convolution (grouped,
+ * dilated, strided, zero-padded on the left), transposed 1-D convolution, SnakeBeta and exact
+ * GELU. Activations are time-major ([T][C]). A convolution is an im2col of the input (each row
+ * the K taps' input rows side by side) times the weight viewed as [Cout][K*Cin], through the
+ * backend's matmul (its GEMM for many rows); a transposed convolution is one such product per
+ * output phase (t mod stride). Depthwise and other grouped convolutions run direct loops.
+ */
+#include "backend/cpu/cpu_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/threadpool.h"
+
+static sg_status need_f32(const char *op, const char *what, const sg_btensor *t)
+{
+	if (!t || !t->data) return sg_error(SG_ERR_INVALID_ARG, "cpu %s: %s is missing", op, what);
+	if (t->type != SG_TYPE_F32)
+		return sg_error(SG_ERR_INVALID_ARG, "cpu %s: %s must be F32, found %s", op, what, sg_type_name_cpu(t->type));
+	return SG_OK;
+}
+
+/* im2col tiles of at most this many floats: the GEMM reads a tile while it is in cache */
+#define COL_TILE (1 << 20)
+
+typedef struct {
+	const sg_cpu_kernels *k;
+	const float *x, *w, *b;
+	float *y;
+	int64_t T, Tout, Cin, Cout, K, Cg, Og; /* Cg inputs and Og outputs per group */
+	int stride, dil, pad;
+} conv_job;
+
+/* grouped (not depthwise): y[t][co] for co in [c0, c1), a dot product per tap */
+static void conv_group_range(void *ctx, int64_t c0, int64_t c1, int ith)
+{
+	(void)ith;
+	conv_job *j = ctx;
+	for (int64_t t = 0; t < j->Tout; t++)
+		for (int64_t co = c0; co < c1; co++) {
+			float acc = j->b ? j->b[co] : 0.0f;
+			int64_t g = co / j->Og;
+			for (int64_t k = 0; k < j->K; k++) {
+				int64_t src = t * j->stride + k * j->dil - j->pad;
+				if (src < 0 || src >= j->T) continue;
+				acc += j->k->dot_f32(j->w + (co * j->K + k) * j->Cg, j->x + src * j->Cin + g * j->Cg, j->Cg);
+			}
+			j->y[t * j->Cout + co] = acc;
+		}
+}
+
+/* depthwise (groups = Cin = Cout, w [C][K][1]): vectorised over channels */
+static void conv_dw_range(void *ctx, int64_t t0, int64_t t1, int ith)
+{
+	(void)ith;
+	conv_job *j = ctx;
+	int64_t C = j->Cout, K = j->K;
+	for (int64_t t = t0; t < t1; t++) {
+		float *yr = j->y + t * C;
+		if (j->b) memcpy(yr, j->b, sizeof(float) * (size_t)C);
+		else memset(yr, 0, sizeof(float) * (size_t)C);
+		for (int64_t k = 0; k < K; k++) {
+			int64_t src = t * j->stride + k * j->dil - j->pad;
+			if (src < 0 || src >= j->T) continue;
+			const float *xr = j->x + src * C;
+			for (int64_t c = 0; c < C; c++) yr[c] += j->w[c * K + k] * xr[c];
+		}
+	}
+}
+
+/* a [rows][cols] F32 view of plain memory */
+static sg_btensor view(float *data, int64_t cols, int64_t rows)
+{
+	sg_btensor v;
+	memset(&v, 0, sizeof(v));
+	v.type = SG_TYPE_F32;
+	v.data = data;
+	v.ne[0] = cols;
+	v.ne[1] = rows;
+	v.ne[2] = v.ne[3] = 1;
+	v.row_bytes = (size_t)cols * 4;
+	return v;
+}
+
+typedef struct {
+	const float *x;
+	float *col;
+	int64_t t0, T, Cin, K, stride, dil, pad, taps_back; /* taps_back: transposed (col row j holds x[j - m]) */
+} col_job;
+
+static void col_range(void *ctx, int64_t r0, int64_t r1, int ith)
+{
+	(void)ith;
+	col_job *j = ctx;
+	for (int64_t r = r0; r < r1; r++)
+		for (int64_t k = 0; k < j->K; k++) {
+			int64_t t = j->t0 + r;
+			int64_t src = j->taps_back ? t - k : t * j->stride + k * j->dil - j->pad;
+			float *dst = j->col + (r * j->K + k) * j->Cin;
+			if (src < 0 || src >= j->T) memset(dst, 0, sizeof(float) * (size_t)j->Cin);
+			else memcpy(dst, j->x + src * j->Cin, sizeof(float) * (size_t)j->Cin);
+		}
+}
+
+static sg_status conv_check(const char *op, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias, const sg_btensor *y)
+{
+	sg_status st = need_f32(op, "x", x);
+	if (!st) st = need_f32(op, "w", w);
+	if (!st) st = need_f32(op, "y", y);
+	if (!st && bias) st = need_f32(op, "bias", bias);
+	if (st) return st;
+	if (x->data == y->data) return sg_error(SG_ERR_INVALID_ARG, "cpu %s: y aliases x", op);
+	if (bias && bias->ne[0] != y->ne[0])
+		return sg_error(SG_ERR_INVALID_ARG, "cpu %s: bias of %lld for %lld outputs", op, (long long)bias->ne[0], (long long)y->ne[0]);
+	return SG_OK;
+}
+
+sg_status sg_cpu_conv1d(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias,
+			const sg_conv_params *p, sg_btensor *y)
+{
+	sg_cpu_backend *cb = (sg_cpu_backend *)be;
+	sg_status st = conv_check("conv1d", x, w, bias, y);
+	if (st) return st;
+	int groups = p->groups > 0 ? p->groups : 1;
+	conv_job j = {.k = cb->k, .x = x->data, .w = w->data, .b = bias ? bias->data : NULL, .y = y->data, .T = sg_btensor_rows(x),
+		      .Tout = sg_btensor_rows(y), .Cin = x->ne[0], .Cout = y->ne[0], .K = w->ne[1], .Cg = w->ne[0],
+		      .stride = p->stride, .dil = p->dilation, .pad = p->pad};
+	if (w->ne[2] != j.Cout || w->ne[3] != 1 || j.K < 1 || j.T < 1 || p->stride < 1 || p->dilation < 1 || p->pad < 0 ||
+	    j.Cin % groups || j.Cout % groups || j.Cg != j.Cin / groups)
+		return sg_error(SG_ERR_INVALID_ARG,
+				"cpu conv1d: w [%lld][%lld][%lld] (stride %d, dilation %d, pad %d, %d groups) for x [%lld][%lld] -> y [%lld][%lld]",
+				(long long)w->ne[2], (long long)w->ne[1], (long long)w->ne[0], p->stride, p->dilation, p->pad, groups,
+				(long long)j.T, (long long)j.Cin, (long long)j.Tout, (long long)j.Cout);
+	j.Og = j.Cout / groups;
+	if (groups > 1 && groups == j.Cin && groups == j.Cout) {
+		sg_parallel_for(cb->pool, j.Tout, 8, conv_dw_range, &j);
+		return SG_OK;
+	}
+	if (groups > 1) {
+		sg_parallel_for(cb->pool, j.Cout, 8, conv_group_range, &j);
+		return SG_OK;
+	}
+	/* im2col tiles through the GEMM: y rows = col [rows][K*Cin] x w [Cout][K*Cin]^T + bias */
+	int64_t KC = j.K * j.Cin, R = COL_TILE / KC;
+	if (R < 16) R = 16;
+	if (R > j.Tout) R = j.Tout;
+	sg_btensor col;
+	int64_t ne[4] = {KC, R, 1, 1};
+	if ((st = be->ops->tensor_alloc(be, SG_TYPE_F32, ne, &col))) return st;
+	sg_btensor wv = view(w->data, KC, j.Cout);
+	for (int64_t t0 = 0; t0 < j.Tout && !st; t0 += R) {
+		int64_t n = j.Tout - t0 < R ? j.Tout - t0 : R;
+		col_job cj = {j.x, col.data, t0, j.T, j.Cin, j.K, j.stride, j.dil, j.pad, 0};
+		sg_parallel_for(cb->pool, n, 4, col_range, &cj);
+		sg_btensor cv = view(col.data, KC, n), yv = sg_btensor_rows_view(y, t0, n);
+		st = be->ops->matmul(be, &wv, &cv, bias, &yv);
+	}
+	be->ops->tensor_free(be, &col);
+	return st;
+}
+
+sg_status sg_cpu_conv_transpose1d(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias,
+				  int stride, sg_btensor *y)
+{
+	sg_status st = conv_check("conv_transpose1d", x, w, bias, y);
+	if (st) return st;
+	int64_t T = sg_btensor_rows(x), Cin = x->ne[0], M = w->ne[1], Cout = y->ne[0], Tout = sg_btensor_rows(y);
+	if (stride < 1 || w->ne[0] != Cin || w->ne[2] != Cout || w->ne[3] != stride || M < 1 || T < 1 || Tout > (T - 1 + M) * stride)
+		return sg_error(SG_ERR_INVALID_ARG, "cpu conv_transpose1d: w [%lld][%lld][%lld][%lld] with stride %d for x [%lld][%lld] -> y [%lld][%lld]",
+				(long long)w->ne[3], (long long)w->ne[2], (long long)w->ne[1], (long long)w->ne[0], stride, (long long)T,
+				(long long)Cin, (long long)Tout, (long long)Cout);
+	/* output row j*stride + p = sum over m of W[p][.][m] x[j - m]: one GEMM per phase p over
+	 * col rows [x[j], x[j-1], ...] */
+	int64_t J = (Tout + stride - 1) / stride;
+	sg_btensor col, tmp;
+	int64_t nc[4] = {M * Cin, J, 1, 1}, nt[4] = {Cout, J, 1, 1};
+	if ((st = be->ops->tensor_alloc(be, SG_TYPE_F32, nc, &col))) return st;
+	if ((st = be->ops->tensor_alloc(be, SG_TYPE_F32, nt, &tmp))) {
+		be->ops->tensor_free(be, &col);
+		return st;
+	}
+	col_job cj = {x->data, col.data, 0, T, Cin, M, 1, 1, 0, 1};
+	sg_parallel_for(((sg_cpu_backend *)be)->pool, J, 4, col_range, &cj);
+	float *yd = y->data, *td = tmp.data;
+	for (int p = 0; p < stride && !st; p++) {
+		sg_btensor wv = view((float *)w->data + (size_t)p * Cout * M * Cin, M * Cin, Cout);
+		st = be->ops->matmul(be, &wv, &col, bias, &tmp);
+		for (int64_t jj = 0; jj < J && !st; jj++) {
+			int64_t t = jj * stride + p;
+			if (t < Tout) memcpy(yd + t * Cout, td + jj * Cout, sizeof(float) * (size_t)Cout);
+		}
+	}
+	be->ops->tensor_free(be, &col);
+	be->ops->tensor_free(be, &tmp);
+	return st;
+}
+
+typedef struct {
+	const float *x, *a, *b;
+	float *y;
+	int64_t C;
+} snake_job;
+
+static void snake_range(void *ctx, int64_t r0, int64_t r1, int ith)
+{
+	(void)ith;
+	snake_job *j = ctx;
+	for (int64_t r = r0; r < r1; r++)
+		for (int64_t c = 0; c < j->C; c++) {
+			float v = j->x[r * j->C + c], s = sinf(v * j->a[c]);
+			j->y[r * j->C + c] = v + 1.0f / (j->b[c] + 1e-9f) * (s * s);
+		}
+}
+
+sg_status sg_cpu_snake(sg_backend *be, const sg_btensor *x, const sg_btensor *a, const sg_btensor *b, sg_btensor *y)
+{
+	sg_status st = need_f32("snake", "x", x);
+	if (!st) st = need_f32("snake", "a", a);
+	if (!st) st = need_f32("snake", "b", b);
+	if (!st) st = need_f32("snake", "y", y);
+	if (st) return st;
+	if (a->ne[0] != x->ne[0] || b->ne[0] != x->ne[0] || y->ne[0] != x->ne[0] || sg_btensor_rows(y) != sg_btensor_rows(x))
+		return sg_error(SG_ERR_INVALID_ARG, "cpu snake: x [%lld][%lld], a [%lld], b [%lld], y [%lld][%lld]",
+				(long long)sg_btensor_rows(x), (long long)x->ne[0], (long long)a->ne[0], (long long)b->ne[0],
+				(long long)sg_btensor_rows(y), (long long)y->ne[0]);
+	snake_job j = {x->data, a->data, b->data, y->data, x->ne[0]};
+	sg_parallel_for(((sg_cpu_backend *)be)->pool, sg_btensor_rows(x), 4, snake_range, &j);
+	return SG_OK;
+}
+
+typedef struct {
+	const float *x;
+	float *y;
+} gelu_job;
+
+static void gelu_range(void *ctx, int64_t i0, int64_t i1, int ith)
+{
+	(void)ith;
+	gelu_job *j = ctx;
+	for (int64_t i = i0; i < i1; i++) {
+		float v = j->x[i];
+		j->y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+	}
+}
+
+sg_status sg_cpu_gelu(sg_backend *be, const sg_btensor *x, sg_btensor *y)
+{
+	sg_status st = need_f32("gelu", "x", x);
+	if (!st) st = need_f32("gelu", "y", y);
+	if (st) return st;
+	int64_t n = x->ne[0] * sg_btensor_rows(x);
+	if (y->ne[0] * sg_btensor_rows(y) != n) return sg_error(SG_ERR_INVALID_ARG, "cpu gelu: x and y differ in size");
+	gelu_job j = {x->data, y->data};
+	sg_parallel_for(((sg_cpu_backend *)be)->pool, n, 1024, gelu_range, &j);
+	return SG_OK;
+}

@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""Build the Qwen3-TTS reference fixture: a tiny random-weight model run by the `qwen-tts` package.
+
+The package (0.1.1, reference code only, no weights) defines the talker (a Qwen3-family decoder over
+codec embeddings plus projected text embeddings), its code predictor (a small decoder that produces
+codebooks 1..G-1 of every 12 Hz frame) and the speech tokenizer's decoder ("Qwen3-TTS-Tokenizer-12Hz":
+split RVQ dequantisation, a sliding-window transformer, causal convolutions, transposed convolutions,
+ConvNeXt blocks and SnakeBeta activations down to a waveform). This script builds those classes at
+SMALL shapes, fills them with seeded random weights rounded to bf16, runs the reference in float32 on
+the CPU and writes
+
+    <out>/config.json, <out>/model.safetensors        the talker and code predictor (bf16), as
+                                                      save_pretrained names them ("talker.*")
+    <out>/speech_tokenizer/config.json, model.safetensors   the codec decoder (bf16, "decoder.*")
+    <out>/generation_config.json                     the sampling defaults the package reads
+    <out>/ref.json                                   the reference results:
+        cases[]: the talker inputs (input_ids of the chat-formatted text, instruct_ids or null,
+                 speaker, language, non_streaming_mode, max_new_tokens), the greedy codes
+                 [frames][groups] the package's generate() returns, and the smallest top-1 margin
+                 of any greedy choice (talker and code predictor)
+        decode:  codes [frames][groups] -> wav (one-shot decoder forward, clamped) and
+                 wav_stream (the package's chunked_decode with chunk / left_context below)
+
+Token ids are given as ids: the fixture's text vocabulary is random, so no tokenizer is involved.
+
+Needs the qwen-tts package and transformers 4.57 on the path (CPU torch):
+    PYTHONPATH=<qwen-tts + transformers 4.57 dir> python3 tools/make_qwen_tts_fixtures.py --out tests/fixtures/qwen3_tts/tiny
+"""
+import argparse
+import json
+import os
+import sys
+import types
+
+import numpy as np
+
+# the package's __init__ pulls in audio I/O libraries the model classes do not need
+_pkg = None
+for p in sys.path:
+    if os.path.isdir(os.path.join(p, "qwen_tts", "core")):
+        _pkg = os.path.join(p, "qwen_tts")
+        break
+if _pkg:
+    m = types.ModuleType("qwen_tts")
+    m.__path__ = [_pkg]
+    sys.modules["qwen_tts"] = m
+
+import torch  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
+
+from qwen_tts.core.models import modeling_qwen3_tts as M  # noqa: E402
+from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSConfig  # noqa: E402
+from qwen_tts.core.tokenizer_12hz import modeling_qwen3_tts_tokenizer_v2 as T  # noqa: E402
+from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (  # noqa: E402
+    Qwen3TTSTokenizerV2DecoderConfig,
+)
+
+CODEBOOK = 64
+GROUPS = 4
+TEXT_VOCAB = 400
+SPECIAL = dict(codec_pad_id=CODEBOOK + 6, codec_bos_id=CODEBOOK + 7, codec_eos_token_id=CODEBOOK + 8,
+               codec_think_id=CODEBOOK + 9, codec_nothink_id=CODEBOOK + 10, codec_think_bos_id=CODEBOOK + 11,
+               codec_think_eos_id=CODEBOOK + 12)
+
+TALKER = dict(
+    vocab_size=CODEBOOK + 1024, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, head_dim=8, rms_norm_eps=1e-6, rope_theta=10000.0,
+    rope_scaling={"mrope_section": [2, 1, 1], "interleaved": True, "rope_type": "default"},
+    num_code_groups=GROUPS, text_hidden_size=48, text_vocab_size=TEXT_VOCAB, hidden_act="silu",
+    spk_id={"alice": CODEBOOK + 20, "bob": CODEBOOK + 21}, spk_is_dialect={"alice": False, "bob": False},
+    codec_language_id={"english": CODEBOOK + 30, "chinese": CODEBOOK + 31},
+    code_predictor_config=dict(vocab_size=CODEBOOK, hidden_size=24, intermediate_size=48, num_hidden_layers=2,
+                               num_attention_heads=4, num_key_value_heads=2, head_dim=8, rms_norm_eps=1e-6,
+                               rope_theta=10000.0, num_code_groups=GROUPS, hidden_act="silu"),
+    **SPECIAL,
+)
+TOP = dict(im_start_token_id=390, im_end_token_id=391, tts_pad_token_id=395, tts_bos_token_id=396,
+           tts_eos_token_id=397)
+SPECIAL_TEXT = {390: "<|im_start|>", 391: "<|im_end|>", 392: "<|endoftext|>", 393: "<|unused_0|>", 394: "<|unused_1|>",
+                395: "<tts_pad>", 396: "<tts_text_bos>", 397: "<tts_text_eod>"}
+MERGES = ["Ġ t", "h e", "Ġt he", "Ġ a", "i n", "e r", "o n", "Ġ s", "r e", "Ġ w", "a t", "e n", "l l", "H e", "He ll",
+          "Hell o", "Ġthe re", "Ġ b", "o u", "Ġb e", "in g", "Ġ i", "Ġi s", "Ġ h", "Ġh ow", "o w"]
+SPEAK_TEXT = "Hello there, how is it going?"
+
+
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + list(range(ord("\u00ae"), ord("\u00ff") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, [chr(c) for c in cs]))
+
+
+def write_tokenizer(out):
+    """A tiny byte-level BPE in the files a Qwen3-TTS folder holds (vocab.json, merges.txt,
+    tokenizer_config.json); returns transformers' Qwen2TokenizerFast built from them."""
+    from transformers import Qwen2TokenizerFast
+    vocab = {c: i for i, c in enumerate(bytes_to_unicode().values())}
+    for m in MERGES:
+        a, b = m.split(" ")
+        vocab.setdefault(a + b, len(vocab))
+    assert len(vocab) < 380
+    while len(vocab) < 390:  # unreachable fillers: the special tokens sit at 390.. as in the config
+        vocab["<|filler_%d|>" % len(vocab)] = len(vocab)
+    with open(os.path.join(out, "vocab.json"), "w") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    with open(os.path.join(out, "merges.txt"), "w") as f:
+        f.write("#version: 0.2\n" + "\n".join(MERGES) + "\n")
+    cfg = dict(tokenizer_class="Qwen2Tokenizer", model_max_length=32768, errors="replace", split_special_tokens=False,
+               bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None, clean_up_tokenization_spaces=False,
+               added_tokens_decoder={str(i): dict(content=t, lstrip=False, normalized=False, rstrip=False, single_word=False,
+                                                  special=True) for i, t in SPECIAL_TEXT.items()})
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    return Qwen2TokenizerFast.from_pretrained(out)
+
+DECODER = dict(codebook_size=CODEBOOK, codebook_dim=16, hidden_size=32, latent_dim=24, head_dim=8,
+               num_attention_heads=4, num_key_value_heads=4, intermediate_size=48, num_hidden_layers=2,
+               sliding_window=6, rms_norm_eps=1e-5, rope_theta=10000.0, num_quantizers=GROUPS,
+               upsample_rates=[2, 3], upsampling_ratios=[2, 2], decoder_dim=32, max_position_embeddings=8000,
+               hidden_act="silu", layer_scale_initial_scale=0.01)
+
+STREAM_CHUNK, STREAM_CONTEXT = 3, 5
+
+
+def bf16(a):
+    t = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
+    return t.to(torch.bfloat16).to(torch.float32)
+
+
+def fill(model, rng, special):
+    """Seeded random values, rounded to bf16; special(name, shape) may return its own array."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            a = special(name, tuple(p.shape))
+            if a is None:
+                if p.ndim == 1:
+                    a = (1.0 + 0.2 * rng.standard_normal(p.shape)) if "norm" in name else 0.1 * rng.standard_normal(p.shape)
+                else:
+                    fan_in = int(np.prod(p.shape[1:]))
+                    a = rng.standard_normal(p.shape) / np.sqrt(fan_in)
+            p.copy_(bf16(a))
+
+
+def talker_special(rng):
+    def f(name, shape):
+        if name.endswith("codec_embedding.weight") or ".codec_embedding." in name or name.endswith("text_embedding.weight"):
+            return rng.standard_normal(shape)
+        if name.endswith("codec_head.weight") or ".lm_head." in name:
+            return 3.0 * rng.standard_normal(shape) / np.sqrt(shape[1])
+        return None
+    return f
+
+
+def decoder_special(rng):
+    def f(name, shape):
+        if name.endswith("cluster_usage"):
+            return rng.uniform(0.5, 2.0, shape)
+        if name.endswith("embedding_sum"):
+            return rng.standard_normal(shape)
+        if name.endswith(".alpha") or name.endswith(".beta"):
+            return 0.3 * rng.standard_normal(shape)
+        if name.endswith("layer_scale.scale") or name.endswith(".gamma"):
+            return rng.uniform(0.2, 1.0, shape)
+        if name.endswith("decoder.%d.conv.bias" % (2 + len(DECODER["upsample_rates"]))):
+            return 0.01 * rng.standard_normal(shape)
+        if name.endswith("decoder.%d.conv.weight" % (2 + len(DECODER["upsample_rates"]))):
+            return 0.02 * rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
+        return None
+    return f
+
+
+class Margins:
+    """Records the top-1 margin of every greedy choice (talker: over the allowed tokens)."""
+
+    def __init__(self, talker):
+        self.m = []
+        allowed = torch.zeros(TALKER["vocab_size"], dtype=torch.bool)
+        allowed[:CODEBOOK] = True
+        allowed[SPECIAL["codec_eos_token_id"]] = True
+        head = talker.codec_head
+
+        def hook_t(mod, inp, out):
+            lg = out[0, -1][allowed]
+            v = torch.topk(lg, 2).values
+            self.m.append(float(v[0] - v[1]))
+
+        def hook_c(mod, inp, out):
+            v = torch.topk(out[0, -1], 2).values
+            self.m.append(float(v[0] - v[1]))
+        head.register_forward_hook(hook_t)
+        for h in talker.code_predictor.lm_head:
+            h.register_forward_hook(hook_c)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+
+    for seed in range(args.seed, args.seed + 50):
+        rng = np.random.default_rng(seed)
+        cfg = Qwen3TTSConfig(talker_config=dict(TALKER), tokenizer_type="qwen3_tts_tokenizer_12hz",
+                             tts_model_size="tiny", tts_model_type="custom_voice", **TOP)
+        cfg._attn_implementation = "eager"
+        cfg.talker_config._attn_implementation = "eager"
+        cfg.talker_config.code_predictor_config._attn_implementation = "eager"
+        model = M.Qwen3TTSForConditionalGeneration(cfg).eval()
+        fill(model, rng, talker_special(rng))
+        margins = Margins(model.talker)
+
+        text = [int(x) for x in rng.integers(0, 380, 9)]
+        ids = [TOP["im_start_token_id"], 11, 12] + text + [TOP["im_end_token_id"], 13, TOP["im_start_token_id"], 11, 12]
+        instruct = [TOP["im_start_token_id"], 14, 12] + [int(x) for x in rng.integers(0, 380, 4)] + [TOP["im_end_token_id"], 12]
+        cases = [
+            dict(input_ids=ids, instruct_ids=None, speaker="alice", language="english", non_streaming_mode=True,
+                 max_new_tokens=16),
+            dict(input_ids=ids, instruct_ids=instruct, speaker=None, language="auto", non_streaming_mode=False,
+                 max_new_tokens=16),
+            dict(input_ids=ids[:3] + text[:2] + ids[-5:], instruct_ids=None, speaker="bob", language="chinese",
+                 non_streaming_mode=False, max_new_tokens=12),
+        ]
+        ok = True
+        for c in cases:
+            margins.m = []
+            codes, _ = model.generate(
+                input_ids=[torch.tensor([c["input_ids"]])],
+                instruct_ids=[torch.tensor([c["instruct_ids"]]) if c["instruct_ids"] else None],
+                languages=[c["language"]], speakers=[c["speaker"]], non_streaming_mode=c["non_streaming_mode"],
+                max_new_tokens=c["max_new_tokens"], do_sample=False, subtalker_dosample=False)
+            c["codes"] = codes[0].tolist()
+            c["min_margin"] = min(margins.m)
+            if c["min_margin"] < 0.02 or len(c["codes"]) < 3:
+                ok = False
+        if not ok:
+            continue
+        break
+    else:
+        sys.exit("no seed gave clear greedy margins")
+
+    os.makedirs(os.path.join(args.out, "speech_tokenizer"), exist_ok=True)
+    tok = write_tokenizer(args.out)
+    tok_cases = [SPEAK_TEXT, "<|im_start|>assistant\nÜnïcode 日本 1234 it's<|im_end|>\n", "  two  spaces\nand lines\n\n"]
+    tokenize = [dict(text=t, ids=tok(t).input_ids) for t in tok_cases]
+    chat = "<|im_start|>assistant\n%s<|im_end|>\n<|im_start|>assistant\n" % SPEAK_TEXT
+    speak_ids = tok(chat).input_ids
+    speak_frames = 40 + 4 * len(SPEAK_TEXT)  # the engine's cap for a sentence of this length
+    margins.m = []
+    codes, _ = model.generate(input_ids=[torch.tensor([speak_ids])], instruct_ids=[None], languages=["auto"],
+                              speakers=["alice"], non_streaming_mode=True, max_new_tokens=speak_frames, do_sample=False,
+                              subtalker_dosample=False)
+    speak = dict(text=SPEAK_TEXT, voice="alice", ids=speak_ids, max_new_tokens=speak_frames, codes=codes[0].tolist(),
+                 min_margin=min(margins.m))
+
+    dcfg = Qwen3TTSTokenizerV2DecoderConfig(**DECODER)
+    dcfg._attn_implementation = "eager"
+    dec = T.Qwen3TTSTokenizerV2Decoder(dcfg).eval()
+    wrapper = torch.nn.Module()
+    wrapper.decoder = dec
+    fill(wrapper, rng, decoder_special(rng))
+    dcodes = cases[0]["codes"] + cases[1]["codes"]
+    with torch.no_grad():
+        sc = torch.tensor(speak["codes"]).T.unsqueeze(0)
+        speak["wav"] = [round(float(x), 7) for x in dec.chunked_decode(sc)[0, 0].clamp(-1, 1)]
+        # the engine's streaming plan: 2 frames, then 12 at a time, each chunk decoded by the
+        # package's decoder with up to 25 frames of left context (chunked_decode's rule)
+        parts, start, nT = [], 0, sc.shape[-1]
+        while start < nT:
+            end = min(start + (2 if start == 0 else 12), nT)
+            ctx = min(25, start)
+            parts.append(dec(sc[..., start - ctx:end])[0, 0, ctx * dec.total_upsample:])
+            start = end
+        speak["wav_chunks"] = [round(float(x), 7) for x in torch.cat(parts)]
+        c = torch.tensor(dcodes).T.unsqueeze(0)
+        wav = dec(c)[0, 0]
+        wav_stream = dec.chunked_decode(c, chunk_size=STREAM_CHUNK, left_context_size=STREAM_CONTEXT)[0, 0]
+
+    sd = {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+    save_file(dict(sorted(sd.items())), os.path.join(args.out, "model.safetensors"))
+    conf = cfg.to_dict()
+    conf["dtype"] = "bfloat16"
+    for k in ("_attn_implementation_autoset",):
+        conf.pop(k, None)
+    with open(os.path.join(args.out, "config.json"), "w") as f:
+        json.dump(conf, f, indent=1, sort_keys=True)
+    with open(os.path.join(args.out, "generation_config.json"), "w") as f:
+        json.dump(dict(do_sample=True, repetition_penalty=1.05, temperature=0.9, top_p=1.0, top_k=50,
+                       subtalker_dosample=True, subtalker_temperature=0.9, subtalker_top_p=1.0, subtalker_top_k=50,
+                       max_new_tokens=8192), f, indent=1)
+    dsd = {k: v.to(torch.bfloat16).contiguous() for k, v in wrapper.state_dict().items()}
+    save_file(dict(sorted(dsd.items())), os.path.join(args.out, "speech_tokenizer", "model.safetensors"))
+    tconf = dict(model_type="qwen3_tts_tokenizer_12hz", architectures=["Qwen3TTSTokenizerV2Model"],
+                 decoder_config=dcfg.to_dict(), encoder_valid_num_quantizers=GROUPS, input_sample_rate=24000,
+                 output_sample_rate=24000, decode_upsample_rate=int(np.prod(DECODER["upsample_rates"] + DECODER["upsampling_ratios"])),
+                 encode_downsample_rate=int(np.prod(DECODER["upsample_rates"] + DECODER["upsampling_ratios"])))
+    tconf["decoder_config"].pop("_attn_implementation_autoset", None)
+    with open(os.path.join(args.out, "speech_tokenizer", "config.json"), "w") as f:
+        json.dump(tconf, f, indent=1, sort_keys=True)
+    ref = dict(seed=seed, torch=torch.__version__, cases=cases, tokenize=tokenize, speak=speak,
+               decode=dict(codes=dcodes, wav=[round(float(x), 7) for x in wav],
+                           stream_chunk=STREAM_CHUNK, stream_context=STREAM_CONTEXT,
+                           wav_stream=[round(float(x), 7) for x in wav_stream]))
+    with open(os.path.join(args.out, "ref.json"), "w") as f:
+        json.dump(ref, f)
+    print("speak frames", len(speak["codes"]), "margin", speak["min_margin"])
+    print("seed", seed, "frames", [len(c["codes"]) for c in cases], "margins", [round(c["min_margin"], 3) for c in cases],
+          "wav", wav.shape, float(wav.abs().max()), "stream-vs-oneshot", float((wav - wav_stream).abs().max()), "clipped", int((wav.abs() >= 1).sum()), "rms", float(wav.pow(2).mean().sqrt()))
+
+
+if __name__ == "__main__":
+    main()
