@@ -919,6 +919,8 @@ static enum MHD_Result send_metrics(struct MHD_Connection *c, server *s)
 	enum MHD_Result r = send_bytes(c, 200, "text/plain; version=0.0.4; charset=utf-8", t, n, 0);
 	sg_free(t);
 	return r;
+}
+
 /* /v1/audio/speech: the body is read and the voice checked here, the speech runs on the worker
  * (routes_speech.c). */
 static enum MHD_Result handle_speech(struct MHD_Connection *c, server *s, conn_req *cr)
