@@ -301,6 +301,7 @@ OWN = {
         ("metadata an array", {"metadata": [1]}, 400, "'metadata' must be an object of strings, got array", "metadata"),
         ("an embedding model asked to respond", {"model": "emb"}, 400, NOT_TEXT, "model", "model_not_supported"),
         ("stored false, seed the smallest int64", {"store": False, "seed": -2**63}, 200, None, None),
+    ],
     "/v1/audio/speech": [
         ("a text model asked to speak", {"model": "q3"}, 400,
          "model 'q3' is a text model: /v1/audio/speech needs a text-to-speech model (--tts-model)", "model",
