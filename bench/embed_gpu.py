@@ -3,7 +3,8 @@
 sentence-transformers on CUDA, same model, same sentences, same machine, one run.
 
 No real weights travel to the GPU machine: the models are random BertModel weights at real shapes
-(all-MiniLM-L6-v2: 384 wide, 6 layers; bge-base / all-MiniLM's big sibling: 768 wide, 12 layers),
+(all-MiniLM-L6-v2: 384 wide, 6 layers; bge-base / all-MiniLM's big sibling: 768 wide, 12 layers;
+MPNetModel at all-mpnet-base-v2's shape, with its relative position bias),
 saved as sentence-transformers folders (mean pooling, Normalize) with all-MiniLM-L6-v2's tokenizer
 (BERT's uncased WordPiece vocabulary). Both engines embed the same 512 sentences of 6 to 60 words:
 one sentence per call (batch 1, latency) and 64 per call (throughput), float32, best of 3 rounds
@@ -25,7 +26,9 @@ from pathlib import Path
 import numpy as np
 
 SHAPES = {"minilm": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536),
-          "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)}
+          "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+          # all-mpnet-base-v2's shape: MPNet's relative position bias in every layer's attention
+          "mpnet": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)}
 WORDS = ("the a man woman child dog cat eats food runs quickly across green field under bright sun while rain "
          "falls over quiet city streets tonight and music plays softly in an old house near river bank people "
          "talk about science history art travel weather markets software engines models data").split()
@@ -38,11 +41,16 @@ def sentences(n=512, seed=7):
 
 def make_folder(dest, shape, tok_dir):
     import torch
-    from transformers import BertConfig, BertModel
+    from transformers import BertConfig, BertModel, MPNetConfig, MPNetModel
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=30522, max_position_embeddings=512, type_vocab_size=2, hidden_act="gelu",
-                     layer_norm_eps=1e-12, **SHAPES[shape])
-    model = BertModel(cfg, add_pooling_layer=False).eval()
+    if shape == "mpnet":
+        cfg = MPNetConfig(vocab_size=30527, max_position_embeddings=514, hidden_act="gelu", layer_norm_eps=1e-5,
+                          relative_attention_num_buckets=32, pad_token_id=1, **SHAPES[shape])
+        model = MPNetModel(cfg, add_pooling_layer=False).eval()
+    else:
+        cfg = BertConfig(vocab_size=30522, max_position_embeddings=512, type_vocab_size=2, hidden_act="gelu",
+                         layer_norm_eps=1e-12, **SHAPES[shape])
+        model = BertModel(cfg, add_pooling_layer=False).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.05)
@@ -62,7 +70,7 @@ def make_folder(dest, shape, tok_dir):
 
 
 class PlainST:
-    """sentence-transformers' encode (tokenize with padding and truncation to max_seq_length, BertModel,
+    """sentence-transformers' encode (tokenize with padding and truncation to max_seq_length, the model,
     mean over the mask, L2 normalisation) in plain transformers, where the package is not installed."""
 
     def __init__(self, folder):
@@ -76,7 +84,8 @@ class PlainST:
         out = []
         with torch.inference_mode():
             for i in range(0, len(texts), batch_size):
-                enc = self.tok(texts[i:i + batch_size], padding=True, truncation=True, max_length=256, return_tensors="pt")
+                enc = self.tok(texts[i:i + batch_size], padding=True, truncation=True, max_length=256, return_tensors="pt",
+                               return_token_type_ids=self.model.config.model_type == "bert")
                 enc = {k: v.cuda() for k, v in enc.items()}
                 h = self.model(**enc).last_hidden_state
                 m = enc["attention_mask"].unsqueeze(-1).float()
@@ -113,7 +122,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--tokenizer", required=True)
-    ap.add_argument("--shapes", default="minilm,base")
+    ap.add_argument("--shapes", default="minilm,base,mpnet")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     import torch

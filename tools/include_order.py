@@ -28,7 +28,7 @@ LAYERS = {
         ["routes_chat_voice"],                       # spoken chat answers (the chat route's audio output)
         ["routes_openai", "routes_ollama", "routes_anthropic", "routes_audio", "routes_embed", "routes_manage"],  # one file per API (embed: its routes; manage: Ollama's pull/delete/copy)
         ["routes_responses"],                        # OpenAI's Responses API, over the chat route's parser
-        ["routes"],                                  # which API parses and answers a route
+        ["routes", "http_raw"],                      # which API parses and answers a route; raw answers, header checks
         ["http", "auth"],                            # HTTP, listeners, dispatch
     ],
 }

@@ -442,7 +442,8 @@ typedef struct sg_backend_ops {
 	 * token t of sequence s, offs[s] <= t < offs[s + 1], attends without a causal mask to the k
 	 * and v rows of its own sequence only. q [n][H][hd], k [n][Hkv][hd], v [n][Hkv][hdv], out
 	 * [n][H][hdv], F32; offs I32 [n_seq + 1] on the backend (offs[0] = 0, offs[n_seq] = n);
-	 * p->scale as attention's (no softcap, window, causal or bias). May be NULL: the caller then
+	 * p->scale as attention's; p->bias NULL or each sequence's [L][H][L] additive logits one
+	 * block after another (MPNet); no softcap, window or causal mask. May be NULL: the caller then
 	 * runs attention once per sequence. */
 	sg_status (*attention_packed)(sg_backend *be, const sg_btensor *q, const sg_btensor *k, const sg_btensor *v,
 				      const sg_btensor *offs, int n_seq, const sg_attn_params *p, sg_btensor *out);

@@ -47,16 +47,15 @@ static void reals_to_ints(json_t *v)
 	}
 }
 
-sg_status sg_json_parse(const char *buf, size_t len, const char *what, json_t **out)
+static sg_status parse(const char *buf, size_t len, const char *what, int big_ints_as_reals, json_t **out)
 {
 	json_error_t err;
 	*out = NULL;
 	if (!buf || !len) return sg_error(SG_ERR_FORMAT, "%s: empty (a JSON value is expected)", what ? what : "json");
 	/* JSON_ALLOW_NUL keeps embedded \u0000 legal as JSON allows; strings stay length-tracked. */
 	*out = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
-	/* An integer beyond int64 (transformers writes model_max_length as 1000000000000000019884624838656
-	 * when a tokenizer has no limit) is read as a real, as Python's json reads it into a number. */
-	if (!*out && strstr(err.text, "too big integer")) {
+	/* a config file's integer beyond int64 is read as a real, as Python's json reads it into a number */
+	if (!*out && big_ints_as_reals && strstr(err.text, "too big integer")) {
 		json_error_t err2;
 		*out = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &err2);
 		if (*out) reals_to_ints(*out);
@@ -67,6 +66,16 @@ sg_status sg_json_parse(const char *buf, size_t len, const char *what, json_t **
 	return SG_OK;
 }
 
+sg_status sg_json_parse(const char *buf, size_t len, const char *what, json_t **out)
+{
+	return parse(buf, len, what, 0, out);
+}
+
+sg_status sg_json_parse_config(const char *buf, size_t len, const char *what, json_t **out)
+{
+	return parse(buf, len, what, 1, out);
+}
+
 sg_status sg_json_load_file(const char *path, size_t max_bytes, json_t **out)
 {
 	char *buf;
@@ -74,7 +83,7 @@ sg_status sg_json_load_file(const char *path, size_t max_bytes, json_t **out)
 	*out = NULL;
 	sg_status st = sg_read_file(path, max_bytes, &buf, &len);
 	if (st) return st;
-	st = sg_json_parse(buf, len, path, out);
+	st = sg_json_parse_config(buf, len, path, out);
 	sg_free(buf);
 	return st;
 }

@@ -12,6 +12,11 @@
  * SG_ERR_FORMAT with "<what>: invalid JSON at line L, column C (byte B): <reason>", or "<what>:
  * empty (a JSON value is expected)". */
 sg_status sg_json_parse(const char *buf, size_t len, const char *what, json_t **out);
+/* As sg_json_parse, for a model's files: an integer beyond int64 is read as a real (transformers
+ * writes model_max_length 1000000000000000019884624838656 when a tokenizer has no limit, which
+ * Python reads as a number), integral reals within 2^53 stay integers. Requests stay strict. */
+sg_status sg_json_parse_config(const char *buf, size_t len, const char *what, json_t **out);
+/* Reads a file as sg_json_parse_config. */
 sg_status sg_json_load_file(const char *path, size_t max_bytes, json_t **out);
 
 /* Typed getters. A missing key returns SG_ERR_NOT_FOUND and leaves *out alone (callers with a

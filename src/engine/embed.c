@@ -312,7 +312,7 @@ static int is_decoder(const char *path)
 		sg_error_clear();
 		return 0;
 	}
-	if (!sg_json_parse(txt, n, "config.json", &cfg) && !sg_model_desc_from_config(cfg, &d)) {
+	if (!sg_json_parse_config(txt, n, "config.json", &cfg) && !sg_model_desc_from_config(cfg, &d)) {
 		dec = d.arch != SG_ARCH_BERT && d.arch != SG_ARCH_WHISPER;
 		sg_model_desc_free(&d);
 	}

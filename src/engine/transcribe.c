@@ -73,6 +73,89 @@ void sg_stt_free(sg_stt *stt)
 	sg_free(stt);
 }
 
+/* Whisper's language tokens in the order of its vocabulary (openai-whisper's LANGUAGES). */
+static const char *const vocab_langs[] = {
+	"en", "zh", "de", "es", "ru", "ko", "fr", "ja", "pt", "tr", "pl", "ca", "nl", "ar", "sv", "it", "id",
+	"hi", "fi", "vi", "he", "uk", "el", "ms", "cs", "ro", "da", "hu", "ta", "no", "th", "ur", "hr", "bg",
+	"lt", "la", "mi", "ml", "cy", "sk", "te", "fa", "lv", "bn", "sr", "az", "sl", "kn", "et", "mk", "br",
+	"eu", "is", "hy", "ne", "mn", "bs", "kk", "sq", "sw", "gl", "mr", "pa", "si", "km", "sn", "yo", "so",
+	"af", "oc", "ka", "be", "tg", "sd", "gu", "am", "yi", "lo", "uz", "fo", "ht", "ps", "tk", "nn", "mt",
+	"sa", "lb", "my", "bo", "tl", "mg", "as", "tt", "haw", "ln", "ha", "ba", "jw", "su", "yue",
+};
+
+/* The tokenizer of a file that embeds its vocabulary (whisper.cpp's ggml): the file lists the
+ * regular tokens' bytes; the special tokens after them are named by their places, as whisper.cpp
+ * and openai-whisper lay them out: <|endoftext|>, <|startoftranscript|>, n_vocab - 51765 -
+ * multilingual language tokens, the task and marker tokens, then the 1501 timestamps. Merges
+ * follow tiktoken's rule (a token's rank is its id). */
+static sg_status embedded_tokenizer(const sg_whisper *w, int32_t n_vocab, sg_tokenizer **out)
+{
+	int n_words = sg_whisper_vocab_count(w), multi = n_vocab >= 51865;
+	int n_lang = n_vocab - 51765 - multi, eot = multi ? 50257 : 50256;
+	if (n_lang < 1 || n_lang > (int)(sizeof(vocab_langs) / sizeof(vocab_langs[0])) || n_words > eot + 1 || n_words < 256)
+		return sg_error(SG_ERR_FORMAT,
+				"whisper: an embedded vocabulary of %d tokens for a model of %d is not a Whisper layout (%d languages)",
+				n_words, n_vocab, n_lang);
+	const char **tok = sg_calloc((size_t)n_vocab, sizeof(char *));
+	uint32_t *len = sg_calloc((size_t)n_vocab, sizeof(uint32_t));
+	int32_t *types = sg_calloc((size_t)n_vocab, sizeof(int32_t));
+	float *score = sg_calloc((size_t)n_vocab, sizeof(float));
+	char *names = sg_calloc((size_t)(n_vocab - eot), 24); /* the special tokens' names */
+	sg_status st = SG_OK;
+	if (!tok || !len || !types || !score || !names) {
+		st = sg_error(SG_ERR_NOMEM, "whisper: a vocabulary of %d tokens", n_vocab);
+		goto done;
+	}
+	static const char *const marks[] = {"<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>",
+					    "<|nocaptions|>", "<|notimestamps|>"};
+	for (int32_t i = 0; i < n_vocab; i++) {
+		size_t n = 0;
+		score[i] = -(float)i;
+		types[i] = 1;
+		if (i < n_words && i < eot) { /* (a file may list <|endoftext|> too: named below) */
+			tok[i] = sg_whisper_vocab_bytes(w, i, &n);
+			len[i] = (uint32_t)n;
+			continue;
+		}
+		/* ids between the file's list and <|endoftext|> (none in whisper.cpp's files) stay unused */
+		if (i < eot) {
+			tok[i] = "";
+			continue;
+		}
+		char *nm = names + (size_t)(i - eot) * 24;
+		int k = i - eot - 2; /* the language index, then the marks */
+		if (i == eot) snprintf(nm, 24, "<|endoftext|>");
+		else if (i == eot + 1) snprintf(nm, 24, "<|startoftranscript|>");
+		else if (k < n_lang) snprintf(nm, 24, "<|%s|>", vocab_langs[k]);
+		else if (k - n_lang < 6) snprintf(nm, 24, "%s", marks[k - n_lang]);
+		else snprintf(nm, 24, "<|%.2f|>", 0.02 * (k - n_lang - 6));
+		tok[i] = nm;
+		len[i] = (uint32_t)strlen(nm);
+		types[i] = 3;
+	}
+	sg_vocab_desc d;
+	memset(&d, 0, sizeof(d));
+	d.model = "gpt2";
+	d.n_tokens = n_vocab;
+	d.tokens = tok;
+	d.token_lens = len;
+	d.types = types;
+	d.scores = score;
+	d.bos_id = d.eos_id = d.unk_id = d.pad_id = -1;
+	d.add_bos = d.add_eos = 0;
+	d.derive_merges = 1;
+	d.raw_bytes = 1;
+	st = sg_tokenizer_from_vocab(&d, out);
+	if (st) sg_error_wrap(st, "whisper: the embedded vocabulary");
+done:
+	sg_free(tok);
+	sg_free(len);
+	sg_free(types);
+	sg_free(score);
+	sg_free(names);
+	return st;
+}
+
 sg_status sg_stt_load(const char *path, const sg_stt_params *params, sg_stt **out)
 {
 	if (!out) return SG_FAIL(SG_ERR_INVALID_ARG, "out is NULL");
@@ -96,11 +179,12 @@ sg_status sg_stt_load(const char *path, const sg_stt_params *params, sg_stt **ou
 	if (st) goto fail;
 	s->info = sg_whisper_get_info(s->w);
 	const char *tp = sg_whisper_tokenizer_path(s->w);
-	if (!tp) {
-		st = sg_error(SG_ERR_UNSUPPORTED, "whisper: %s has no tokenizer.json beside it (an embedded vocabulary is not read yet)", path);
+	if (!tp && !sg_whisper_vocab_count(s->w)) {
+		st = sg_error(SG_ERR_FORMAT, "whisper: %s has no tokenizer.json beside it and embeds no vocabulary", path);
 		goto fail;
 	}
-	if ((st = sg_tokenizer_load(tp, &s->tok))) {
+	if (!tp && (st = embedded_tokenizer(s->w, s->info->n_vocab, &s->tok))) goto fail;
+	if (tp && (st = sg_tokenizer_load(tp, &s->tok))) {
 		sg_error_wrap(st, "whisper tokenizer %s", tp);
 		goto fail;
 	}

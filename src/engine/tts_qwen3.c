@@ -93,7 +93,7 @@ sg_status tts_qwen3_tokenizer(const char *dir, sg_tokenizer **out)
 	snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
 	if (!st && is_file(p)) {
 		st = read_text(p, &cfg_text, &clen);
-		if (!st) st = sg_json_parse(cfg_text, clen, p, &cfg);
+		if (!st) st = sg_json_parse_config(cfg_text, clen, p, &cfg);
 	}
 	json_t *tj = NULL, *ml = json_array();
 	if (!st) {

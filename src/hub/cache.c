@@ -41,7 +41,10 @@ int sg_hub_list_gguf(const char *dir, char (*names)[SG_HUB_FILE_MAX + 1], int ca
 	return list_gguf_in(dir, "", names, 0, cap, 0);
 }
 
-const char *sg_hub_kind_name(sg_hub_kind kind) { return kind == SG_HUB_KIND_GGUF ? "gguf" : "folder"; }
+const char *sg_hub_kind_name(sg_hub_kind kind)
+{
+	return kind == SG_HUB_KIND_GGUF ? "gguf" : kind == SG_HUB_KIND_FILE ? "file" : "folder";
+}
 
 /* ---- a complete copy in the Hugging Face cache ---- */
 

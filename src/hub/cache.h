@@ -10,7 +10,8 @@
 #include "hub/repo.h"
 #include "saragossa.h"
 
-typedef enum { SG_HUB_KIND_FOLDER = 1, SG_HUB_KIND_GGUF } sg_hub_kind;
+/* FILE: one local file of another model format (a whisper.cpp ggml file) */
+typedef enum { SG_HUB_KIND_FOLDER = 1, SG_HUB_KIND_GGUF, SG_HUB_KIND_FILE } sg_hub_kind;
 typedef enum { SG_HUB_SRC_PATH = 1, SG_HUB_SRC_MODELS_DIR, SG_HUB_SRC_HF_CACHE } sg_hub_source;
 
 typedef struct sg_hub_model {

@@ -23,6 +23,17 @@ static int has_gguf_magic(const char *path)
 	return ok;
 }
 
+/* whisper.cpp's ggml files start with the uint32 0x67676d6c, little-endian */
+static int has_ggml_magic(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f) return 0;
+	unsigned char m[4];
+	int ok = fread(m, 1, 4, f) == 4 && m[0] == 0x6c && m[1] == 0x6d && m[2] == 0x67 && m[3] == 0x67;
+	fclose(f);
+	return ok;
+}
+
 static sg_status local_path(const char *path, sg_hub_source src, sg_hub_model *out)
 {
 	struct stat sb;
@@ -39,9 +50,13 @@ static sg_status local_path(const char *path, sg_hub_source src, sg_hub_model *o
 		out->kind = SG_HUB_KIND_GGUF;
 		return SG_OK;
 	}
+	if (S_ISREG(sb.st_mode) && has_ggml_magic(path)) {
+		out->kind = SG_HUB_KIND_FILE;
+		return SG_OK;
+	}
 	return sg_error(SG_ERR_UNSUPPORTED,
-			"%s is not a model: a model is a folder (config.json + safetensors), a .gguf file or a Hugging "
-			"Face repo id (org/name)", path);
+			"%s is not a model: a model is a folder (config.json + safetensors), a .gguf file, a whisper.cpp "
+			"ggml file or a Hugging Face repo id (org/name)", path);
 }
 
 static int offline_env(void)

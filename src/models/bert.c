@@ -262,6 +262,12 @@ static sg_status nest_names(sg_bert *b, const char *prefix)
 	return SG_OK;
 }
 
+/* The backend runs a packed batch's attention in one call (and the flag lets it). */
+static int packed_attn(const sg_bert *b)
+{
+	return b->m.be->ops->attention_packed && sg_flag_bool("SARAGOSSA_EMBED_PACKED_ATTN");
+}
+
 sg_status sg_bert_load(const char *path, const sg_bert_params *p, sg_bert **out)
 {
 	*out = NULL;
@@ -291,11 +297,20 @@ sg_status sg_bert_load(const char *path, const sg_bert_params *p, sg_bert **out)
 	if (!st && m->desc.rel_buckets) m->fam = &mpnet_family; /* MPNet: its names */
 	if (!st && !(b->layers = sg_calloc((size_t)m->desc.n_layer, sizeof(bert_layer))))
 		st = sg_error(SG_ERR_NOMEM, "bert: %d layers", m->desc.n_layer);
-	/* MPNet's attention bias is a CPU-backend op parameter for now: auto picks the CPU for it */
-	if (!st && m->desc.rel_buckets && !strcmp(be_name, "auto")) be_name = "cpu";
-	else if (!st && m->desc.rel_buckets && strcmp(be_name, "cpu"))
-		st = sg_error(SG_ERR_UNSUPPORTED, "mpnet: its relative position bias runs on the cpu backend only (asked: %s)", be_name);
 	if (!st) st = sg_model_open_backend("bert", be_name, p->n_threads, &m->be);
+	/* MPNet's attention bias: the CPU's attention op takes it, another backend's packed one (with
+	 * SARAGOSSA_EMBED_PACKED_ATTN); auto falls back to the CPU where neither is there */
+	if (!st && m->desc.rel_buckets && strcmp(m->be->ops->name, "cpu") && !packed_attn(b)) {
+		if (strcmp(be_name, "auto"))
+			st = sg_error(SG_ERR_UNSUPPORTED,
+				      "mpnet: its relative position bias needs the cpu backend or a packed attention op (asked: %s%s)",
+				      be_name, sg_flag_bool("SARAGOSSA_EMBED_PACKED_ATTN") ? "" : ", SARAGOSSA_EMBED_PACKED_ATTN=0");
+		else {
+			m->be->ops->destroy(m->be);
+			m->be = NULL;
+			st = sg_model_open_backend("bert", "cpu", p->n_threads, &m->be);
+		}
+	}
 	if (!st) st = bind_all(b);
 	if (st) {
 		sg_error_wrap(st, "model '%s'", path);
@@ -387,8 +402,8 @@ static sg_status packed_attention(sg_backend *be, const sg_model_desc *d, bert_a
 {
 	sg_attn_params ap = {.scale = 0.0f, .causal = 0};
 	int64_t D = d->dim, H = d->n_head, hd = D / H, off = 0, boff = 0;
-	/* one call for the whole batch where the backend has it (no MPNet bias) */
-	if (a->offs.data && !a->bias.data) {
+	/* one call for the whole batch where the backend has it (MPNet's bias blocks as they are) */
+	if (a->offs.data) {
 		sg_btensor k = a->k, v = a->v;
 		int64_t N = a->q.ne[1] * a->q.ne[2] * a->q.ne[3];
 		k.ne[0] = v.ne[0] = hd;
@@ -397,6 +412,7 @@ static sg_status packed_attention(sg_backend *be, const sg_model_desc *d, bert_a
 		k.ne[3] = v.ne[3] = 1;
 		k.row_bytes = v.row_bytes = sizeof(float) * (size_t)hd;
 		k.owned = v.owned = 0;
+		ap.bias = a->bias.data ? &a->bias : NULL;
 		return be->ops->attention_packed(be, &a->q, &k, &v, &a->offs, n_seq, &ap, &a->a);
 	}
 	sg_status st = SG_OK;
@@ -472,6 +488,9 @@ static sg_status run_layers(sg_bert *b, bert_acts *a, const int *lens, int n_seq
 sg_status sg_bert_forward(sg_bert *b, const int32_t *ids, const int32_t *type_ids, const int32_t *mask, int n,
 			  float *hidden)
 {
+	/* without a mask one sequence is a batch of one: the packed op runs its attention (on CUDA
+	 * the only attention with MPNet's bias) */
+	if (!mask && packed_attn(b)) return sg_bert_forward_batch(b, ids, type_ids, &n, 1, hidden);
 	const sg_model_desc *d = &b->m.desc;
 	sg_backend *be = b->m.be;
 	int m = 0;
@@ -629,7 +648,7 @@ sg_status sg_bert_forward_batch(sg_bert *b, const int32_t *ids, const int32_t *t
 	if (!st) st = be->ops->write(be, &a.types, 0, types, ni);
 	if (!st) st = be->ops->write(be, &a.qpos, 0, qpos, ni);
 	if (!st) st = be->ops->write(be, &a.ones, 0, ones, sizeof(float) * (size_t)N * (size_t)F);
-	if (!st && !bias && be->ops->attention_packed && sg_flag_bool("SARAGOSSA_EMBED_PACKED_ATTN")) {
+	if (!st && packed_attn(b)) {
 		int64_t no[4] = {n_seq + 1, 1, 1, 1};
 		int32_t *offs = sg_malloc(sizeof(int32_t) * (size_t)(n_seq + 1));
 		if (!offs) st = sg_error(SG_ERR_NOMEM, "bert: a batch of %d sequences", n_seq);

@@ -50,6 +50,15 @@ const char *sg_whisper_vocab(const sg_whisper *w, int id)
 	return w->vocab && id >= 0 && id < w->n_vocab_str ? w->vocab[id] : NULL;
 }
 
+int sg_whisper_vocab_count(const sg_whisper *w) { return w->vocab ? w->n_vocab_str : 0; }
+
+const char *sg_whisper_vocab_bytes(const sg_whisper *w, int id, size_t *len)
+{
+	const char *s = sg_whisper_vocab(w, id);
+	*len = s ? (w->vocab_len ? w->vocab_len[id] : strlen(s)) : 0;
+	return s;
+}
+
 /* t's first rows x cols values as a [rows][cols] tensor (t must hold that many). */
 static sg_btensor shaped(const sg_btensor *t, int64_t cols, int64_t rows)
 {
@@ -107,6 +116,7 @@ void sg_whisper_free(sg_whisper *w)
 	sg_free(w->align);
 	for (int i = 0; i < w->n_vocab_str; i++) sg_free(w->vocab[i]);
 	sg_free(w->vocab);
+	sg_free(w->vocab_len);
 	sg_whisper_close_weights(w);
 	sg_free(w->tokenizer);
 	sg_free(w->path);

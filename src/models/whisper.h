@@ -67,6 +67,10 @@ const char *sg_whisper_tokenizer_path(const sg_whisper *w);
 /* Token string of id from an embedded vocabulary (ggml); NULL when there is none or id is out
  * of range. The string belongs to w. */
 const char *sg_whisper_vocab(const sg_whisper *w, int id);
+/* The number of token strings the embedded vocabulary holds (0 without one: ids from 0). */
+int sg_whisper_vocab_count(const sg_whisper *w);
+/* As sg_whisper_vocab, with the token's byte length in *len (a token may hold a 0 byte). */
+const char *sg_whisper_vocab_bytes(const sg_whisper *w, int id, size_t *len);
 
 /* Encode one window: mel is [n_mels][n_frames] (row-major, n_frames = 2 * n_audio_ctx = 3000
  * for real models), already padded/trimmed to the window. Computes the encoder output and each

@@ -93,6 +93,7 @@ struct sg_whisper {
 	int n_host, cap_host;
 	/* ggml: embedded vocabulary */
 	char **vocab;
+	uint32_t *vocab_len; /* [n_vocab_str] byte lengths (a token may hold a 0 byte) */
 	int n_vocab_str;
 };
 

@@ -588,8 +588,10 @@ static sg_status take_vocab(sg_whisper *w)
 {
 	sg_ggml_whisper *g = &w->src->gg;
 	w->vocab = g->vocab;
+	w->vocab_len = g->vocab_len;
 	w->n_vocab_str = g->n_vocab_words;
 	g->vocab = NULL;
+	g->vocab_len = NULL;
 	g->n_vocab_words = 0;
 	return SG_OK;
 }

@@ -26,6 +26,7 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "server/agent.h"
+#include "server/http_raw.h"
 #include "server/job.h"
 #include "server/listen.h"
 #include "server/metrics.h"
@@ -455,7 +456,6 @@ static int run_job_wait(struct MHD_Connection *c, server *s, sg_job *j)
 
 static void send_raw_error(struct MHD_Connection *c, const conn_req *cr, int status, const char *reason, const char *code,
 			   const char *msg);
-static void send_raw(int fd, sg_srv_route route, int status, const char *reason, const char *code, const char *msg);
 static void send_timeout_raw(int fd, sg_srv_route route, int timeout_s);
 
 static enum MHD_Result answer_job(struct MHD_Connection *c, sg_job *j);
@@ -1169,20 +1169,6 @@ static void *watchdog_main(void *arg)
 }
 
 /* A Content-Length that is not a number, or past 2^64 - 1. */
-static int bad_content_length(const char *v, int *too_large)
-{
-	uint64_t x = 0;
-	*too_large = 0;
-	if (!*v) return 1;
-	for (const char *p = v; *p; p++) {
-		if (*p < '0' || *p > '9') return 1;
-		unsigned d = (unsigned)(*p - '0');
-		if (x > (UINT64_MAX - d) / 10) return *too_large = 1;
-		x = x * 10 + d;
-	}
-	return 0;
-}
-
 /* libmicrohttpd's error log (MHD_OPTION_EXTERNAL_LOGGER), into the debug log. It is also the one
  * hook for a request whose Content-Length is not a number: libmicrohttpd 0.9.75 answers it with a
  * 400 (413 past 2^64) whose status line and headers it writes twice (it builds the reply again
@@ -1203,38 +1189,14 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	int too_large;
 	if (!cl || MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING) ||
-	    !bad_content_length(cl, &too_large) || !watch_claim(s, w))
+	    !sg_http_bad_content_length(cl, &too_large) || !watch_claim(s, w))
 		return;
 	char m[160];
 	snprintf(m, sizeof m, too_large ? "the Content-Length header '%.40s' is past the largest body size"
 					: "the Content-Length header '%.40s' is not a number of bytes", cl);
-	send_raw(w->fd, w->route, too_large ? 413 : 400, too_large ? "Content Too Large" : "Bad Request",
+	sg_http_send_raw(w->fd, w->route, too_large ? 413 : 400, too_large ? "Content Too Large" : "Bad Request",
 		 too_large ? "request_too_large" : "invalid_content_length", m);
 	shutdown(w->fd, SHUT_RDWR);
-}
-
-/* URL escapes decoded in place (MHD_OPTION_UNESCAPE_CALLBACK), all but %00: decoded, a NUL would
- * end the path early ("/v1/models/tiny%00x" would name model "tiny"), so it stays as written and
- * matches no route or model. */
-static int hex_digit(char ch)
-{
-	return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
-}
-
-static size_t unescape_url(void *cls, struct MHD_Connection *c, char *url)
-{
-	(void)cls;
-	(void)c;
-	char *w = url;
-	for (const char *r = url; *r;) {
-		int hi, lo;
-		if (r[0] == '%' && (hi = hex_digit(r[1])) >= 0 && (lo = hex_digit(r[2])) >= 0 && (hi | lo)) {
-			*w++ = (char)(hi * 16 + lo);
-			r += 3;
-		} else *w++ = *r++;
-	}
-	*w = 0;
-	return (size_t)(w - url);
 }
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method, const char *version,
@@ -1340,39 +1302,17 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 /* An error written straight to the socket, for the moments libmicrohttpd cannot send a queued
  * response: the body is still arriving (it would wait for the rest), or the connection is being
  * closed for silence past the deadline. The caller then drops the connection. */
-static void send_raw(int fd, sg_srv_route route, int status, const char *reason, const char *code, const char *msg)
-{
-	sg_srv_err e;
-	sg_srv_err_set(&e, status, "invalid_request_error", NULL, "%s", msg);
-	snprintf(e.code, sizeof e.code, "%s", code);
-	json_t *o = sg_resp_error_body(route, &e);
-	char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
-	json_decref(o);
-	if (body && fd >= 0) {
-		char buf[1024];
-		int n = snprintf(buf, sizeof buf,
-				 "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-				 "Connection: close\r\nServer: saragossa\r\n\r\n%s",
-				 status, reason, strlen(body), body);
-		if (n > 0 && (size_t)n < sizeof buf) {
-			ssize_t w = send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
-			(void)w;
-		}
-	}
-	free(body);
-}
-
 static void send_raw_error(struct MHD_Connection *c, const conn_req *cr, int status, const char *reason, const char *code,
 			   const char *msg)
 {
-	send_raw(conn_fd(c), cr->rt ? cr->rt->route : SG_ROUTE_NONE, status, reason, code, msg);
+	sg_http_send_raw(conn_fd(c), cr->rt ? cr->rt->route : SG_ROUTE_NONE, status, reason, code, msg);
 }
 
 static void send_timeout_raw(int fd, sg_srv_route route, int timeout_s)
 {
 	char msg[96];
 	snprintf(msg, sizeof msg, "the request did not arrive within %d s", timeout_s);
-	send_raw(fd, route, 408, "Request Timeout", "request_timeout", msg);
+	sg_http_send_raw(fd, route, 408, "Request Timeout", "request_timeout", msg);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
@@ -1398,11 +1338,6 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
 
 /* ---- listeners ---- */
 
-static int is_loopback(const char *host)
-{
-	return !strcmp(host, "127.0.0.1") || !strcmp(host, "localhost") || !strncmp(host, "127.", 4);
-}
-
 static sg_status start_listener(server *s, int unix_fd, const char *host, int port)
 {
 	listener *l = &s->ls[s->n_ls];
@@ -1421,7 +1356,7 @@ static sg_status start_listener(server *s, int unix_fd, const char *host, int po
 		{MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)completed, l},
 		{MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, l},
 		{MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_request_line, l},
-		{MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)unescape_url, l},
+		{MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)sg_http_unescape_url, l},
 		{MHD_OPTION_CONNECTION_TIMEOUT, s->o.read_timeout_s, NULL},
 		{MHD_OPTION_CONNECTION_LIMIT, s->o.max_connections, NULL},
 		{MHD_OPTION_THREAD_STACK_SIZE, 512 * 1024, NULL},
@@ -1460,7 +1395,7 @@ sg_status sg_server_run(const sg_server_opts *opts)
 			      "(clients send 'Authorization: Bearer KEY'); the Unix socket needs none");
 		goto out;
 	}
-	if ((s->o.port || s->o.ollama_port) && !is_loopback(s->o.host))
+	if ((s->o.port || s->o.ollama_port) && !sg_http_is_loopback(s->o.host))
 		SG_WARN("serve: listening on %s, reachable from other machines; the API key is required on every request",
 			s->o.host);
 	if (!s->o.socket_path && !s->o.port && !s->o.ollama_port) {

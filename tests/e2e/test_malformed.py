@@ -521,4 +521,4 @@ def test_model_management_names_the_bad_field(srv, path, body, status, message):
         r = manage(c, path, big)
         assert r.status_code == 413 and "--max-body" in r.json()["error"]
         assert c.get("/api/tags").status_code == 200
-        assert {m["name"] for m in c.get("/api/tags").json()["models"]} == {"q3", "emb", "rr"}
+        assert {m["name"] for m in c.get("/api/tags").json()["models"]} == {"q3", "emb", "rr", "tts"}

@@ -308,3 +308,28 @@ def test_a_long_file_is_streamed_in_bounded_memory(tmp_path):
 def test_a_model_folder_without_a_tokenizer_is_a_clear_error(wavs):
     r = transcribe("-m", str(ROOT / "tests" / "fixtures" / "whisper"), str(wavs["jfk"]), check=False)
     assert r.returncode == 1 and b"no tokenizer.json" in r.stderr and r.stdout == b""
+
+
+@pytest.fixture(scope="module")
+def ggml_model(tmp_path_factory):
+    """The same weights as whisper.cpp's ggml file (tools/whisper_convert.py ggml): no tokenizer.json
+    beside it, the vocabulary embedded."""
+    path = tmp_path_factory.mktemp("ggml") / "ggml-tiny.en.bin"
+    subprocess.run([str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "tools" / "whisper_convert.py"), "ggml", MODEL,
+                    str(path)], check=True, capture_output=True, timeout=600)
+    return path
+
+
+def test_a_ggml_file_transcribes_with_its_embedded_vocabulary(ggml_model, wavs):
+    # the special tokens named by their places, merges by tiktoken's rule: every clip's greedy
+    # segments (the long one too) as faster-whisper's on the CTranslate2 folder
+    names = sorted(CLIPS)
+    r = transcribe("-m", str(ggml_model), "--beam", "1", "--format", "verbose_json", *[str(wavs[n]) for n in names])
+    docs = [json.loads(line) for line in r.stdout.decode().splitlines() if line.strip()]
+    for name, doc in zip(names, docs):
+        same_segments(doc["segments"], REF[name]["beam1"], name)
+    # the prompt is encoded by the derived merges: the ids faster-whisper's tokenizer gives
+    prompt = json.loads((ROOT / "tests" / "fixtures" / "stt" / "faster_whisper_tiny_en.json").read_text())["prompt"]
+    r = transcribe("-m", str(ggml_model), "--beam", "1", "--prompt", prompt, "--format", "verbose_json", str(wavs["jfk"]))
+    got = json.loads(r.stdout)["segments"]
+    assert [s["tokens"] for s in got] == [s["tokens"] for s in REF["jfk"]["beam1_prompt"]]

@@ -1044,8 +1044,9 @@ Test(cuda, attention_flash_prefill_matches_cpu)
 }
 
 /* attention_packed (an encoder's batch in one launch): every token attends to its own sequence's
- * rows only, against a direct double-precision softmax; lengths 1 to 77, GQA, head dims 32 to 128. */
-static void packed_case(const int *lens, int n_seq, int H, int Hkv, int hd)
+ * rows only, against a direct double-precision softmax; lengths 1 to 77, GQA, head dims 32 to 128,
+ * with and without an additive bias (MPNet's: each sequence's [L][H][L] block in turn). */
+static void packed_case(const int *lens, int n_seq, int H, int Hkv, int hd, int with_bias)
 {
 	int32_t *offs = malloc(sizeof(int32_t) * (size_t)(n_seq + 1));
 	offs[0] = 0;
@@ -1054,21 +1055,27 @@ static void packed_case(const int *lens, int n_seq, int H, int Hkv, int hd)
 	pair q = pair_rand(hd * H, n, 1, 1.0f), k = pair_rand(hd, Hkv, n, 1.0f), v = pair_rand(hd, Hkv, n, 1.0f);
 	pair o = pair_i32(n_seq + 1, 1, offs), out = pair_new(SG_TYPE_F32, hd, H, n, 1);
 	poison(&out);
-	sg_attn_params ap = {0, 0, 0, 0, 0, NULL};
+	int64_t nb = 0;
+	for (int s = 0; s < n_seq; s++) nb += (int64_t)lens[s] * H * lens[s];
+	pair bias = pair_rand(with_bias ? nb : 1, 1, 1, 2.0f);
+	sg_attn_params ap = {0, 0, 0, 0, 0, with_bias ? &bias.g : NULL};
 	cr_assert_eq(gpu->ops->attention_packed(gpu, &q.g, &k.g, &v.g, &o.g, n_seq, &ap, &out.g), SG_OK, "%s", sg_last_error());
 	float *g = fetch(&out), *ref = malloc(sizeof(float) * (size_t)n * (size_t)H * (size_t)hd);
 	const float *Q = q.c.data, *K = k.c.data, *V = v.c.data;
 	double *w = malloc(sizeof(double) * (size_t)n);
-	for (int s = 0; s < n_seq; s++)
+	const float *B = bias.c.data;
+	int64_t boff = 0;
+	for (int s = 0; s < n_seq; boff += (int64_t)lens[s] * H * lens[s], s++)
 		for (int t = offs[s]; t < offs[s + 1]; t++)
 			for (int h = 0; h < H; h++) {
-				int hk = h / (H / Hkv);
+				int hk = h / (H / Hkv), L = lens[s];
 				double mx = -1e300, sum = 0;
 				for (int j = offs[s]; j < offs[s + 1]; j++) {
 					double d = 0;
 					for (int e = 0; e < hd; e++)
 						d += (double)Q[((size_t)t * H + h) * hd + e] * K[((size_t)j * Hkv + hk) * hd + e];
 					w[j] = d / sqrt((double)hd);
+					if (with_bias) w[j] += B[boff + ((int64_t)(t - offs[s]) * H + h) * L + (j - offs[s])];
 					if (w[j] > mx) mx = w[j];
 				}
 				for (int j = offs[s]; j < offs[s + 1]; j++) sum += (w[j] = exp(w[j] - mx));
@@ -1080,24 +1087,27 @@ static void packed_case(const int *lens, int n_seq, int H, int Hkv, int hd)
 			}
 	double maxd = 0;
 	for (int64_t i = 0; i < out.n; i++) maxd = fmax(maxd, fabs((double)g[i] - ref[i]));
-	cr_expect(maxd < 1e-5, "attention_packed %d sequences H=%d/%d hd=%d: max difference %.3g", n_seq, H, Hkv, hd, maxd);
-	pair *all[] = {&q, &k, &v, &o, &out};
-	for (int i = 0; i < 5; i++) pair_free(all[i]);
+	cr_expect(maxd < 1e-5, "attention_packed %d sequences H=%d/%d hd=%d bias %d: max difference %.3g", n_seq, H, Hkv, hd,
+		  with_bias, maxd);
+	pair *all[] = {&q, &k, &v, &o, &out, &bias};
+	for (int i = 0; i < 6; i++) pair_free(all[i]);
 	free(g);
 	free(ref);
 	free(w);
 	free(offs);
 }
 
-Test(cuda, attention_packed_matches_per_sequence_softmax)
+Test(cuda, attention_packed_with_and_without_bias_matches_per_sequence_softmax)
 {
 	cr_assert(gpu->ops->attention_packed != NULL);
 	int a[] = {7, 1, 77, 30, 2};
-	packed_case(a, 5, 12, 12, 32); /* MiniLM's heads */
+	packed_case(a, 5, 12, 12, 32, 0); /* MiniLM's heads */
 	int b[] = {64};
-	packed_case(b, 1, 12, 12, 64); /* BERT-base's, one sequence */
+	packed_case(b, 1, 12, 12, 64, 0); /* BERT-base's, one sequence */
 	int c[] = {3, 50, 9};
-	packed_case(c, 3, 8, 2, 128); /* grouped KV heads */
+	packed_case(c, 3, 8, 2, 128, 0); /* grouped KV heads */
+	packed_case(a, 5, 12, 12, 64, 1); /* MPNet's relative position bias */
+	packed_case(b, 1, 12, 12, 64, 1);
 }
 
 /* f16 K and V caches [ctx][Hkv][hd] of random rows at every position, stored by kv_store. */

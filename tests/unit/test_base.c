@@ -366,12 +366,13 @@ Test(json, parse_error_names_position)
 	cr_assert(strstr(sg_last_error(), "request: invalid JSON at line 2") != NULL, "%s", sg_last_error());
 }
 
-Test(json, integers_beyond_int64_read_as_reals)
+Test(json, integers_beyond_int64_read_as_reals_in_config_files_only)
 {
 	/* transformers writes model_max_length 1000000000000000019884624838656 for a tokenizer without a limit */
 	const char *src = "{\"model_max_length\": 1000000000000000019884624838656, \"n\": 7, \"x\": 1.5, \"a\": [3, -4]}";
 	json_t *j = NULL;
-	cr_assert_eq(sg_json_parse(src, strlen(src), "t", &j), SG_OK, "%s", sg_last_error());
+	cr_expect_eq(sg_json_parse(src, strlen(src), "t", &j), SG_ERR_FORMAT, "a request stays strict");
+	cr_assert_eq(sg_json_parse_config(src, strlen(src), "t", &j), SG_OK, "%s", sg_last_error());
 	int big_real = json_is_real(json_object_get(j, "model_max_length"));
 	double big = json_real_value(json_object_get(j, "model_max_length"));
 	int n_int = json_is_integer(json_object_get(j, "n"));
@@ -384,7 +385,7 @@ Test(json, integers_beyond_int64_read_as_reals)
 	cr_expect(a1 == -4);
 	json_decref(j);
 	/* other errors stay errors */
-	cr_expect_eq(sg_json_parse("{\"a\": 1000000000000000019884624838656,}", 38, "t", &j), SG_ERR_FORMAT);
+	cr_expect_eq(sg_json_parse_config("{\"a\": 1000000000000000019884624838656,}", 38, "t", &j), SG_ERR_FORMAT);
 }
 
 Test(json, duplicate_keys_rejected)

@@ -849,8 +849,8 @@ static sg_status cuda_attention_packed(sg_backend *be, const sg_btensor *q, cons
 				       const sg_btensor *offs, int n_seq, const sg_attn_params *p, sg_btensor *out)
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
-	if (p->bias || p->softcap > 0 || p->window > 0 || p->causal)
-		return sg_error(SG_ERR_UNSUPPORTED, "cuda attention_packed: a bias, softcap, window or causal mask");
+	if (p->softcap > 0 || p->window > 0 || p->causal)
+		return sg_error(SG_ERR_UNSUPPORTED, "cuda attention_packed: a softcap, window or causal mask");
 	if (q->type != SG_TYPE_F32 || k->type != SG_TYPE_F32 || v->type != SG_TYPE_F32 || out->type != SG_TYPE_F32 ||
 	    offs->type != SG_TYPE_I32)
 		return sg_error(SG_ERR_INVALID_ARG, "cuda attention_packed: q, k, v and out are F32, offs I32");
@@ -876,6 +876,13 @@ static sg_status cuda_attention_packed(sg_backend *be, const sg_btensor *q, cons
 	a.v = v->data;
 	a.offs = offs->data;
 	a.out = out->data;
+	if (p->bias) {
+		/* each sequence's [L][H][L] block: at least one value per query row and head */
+		if ((st = check_f32("attention_packed", "bias", p->bias)) || nvals(p->bias) < a.n * a.H)
+			return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda attention_packed: a bias of %lld values for %lld rows of %lld heads",
+						  (long long)nvals(p->bias), (long long)a.n, (long long)a.H);
+		a.bias = p->bias->data;
+	}
 	a.scale = p->scale > 0 ? p->scale : 1.0f / sqrtf((float)a.hd);
 	CU_RET("attention_packed", sg_cu_attention_packed(&a, S(cb)));
 	return SG_OK;

@@ -253,11 +253,12 @@ int sg_cu_attention(const sg_cu_attn *a, sg_custream s);
 
 /* Attention of packed independent sequences (cuda_packed.cu): token t of sequence s (offs[s] <=
  * t < offs[s + 1]) attends, without a causal mask, to the k/v rows offs[s] .. offs[s + 1] - 1.
- * q [n][H][hd], k [n][Hkv][hd], v [n][Hkv][hdv], out [n][H][hdv], all F32; offs I32 [n_seq + 1]. */
+ * q [n][H][hd], k [n][Hkv][hd], v [n][Hkv][hdv], out [n][H][hdv], all F32; offs I32 [n_seq + 1];
+ * bias NULL or each sequence's [L][H][L] additive logits one after another. */
 typedef struct sg_cu_attn_packed {
 	int64_t n, H, Hkv, hd, hdv;
 	int n_seq;
-	const float *q, *k, *v;
+	const float *q, *k, *v, *bias;
 	const int32_t *offs;
 	float scale;
 	float *out;

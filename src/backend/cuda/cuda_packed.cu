@@ -2,7 +2,8 @@
  * Attention of a packed batch of independent sequences (an encoder's batch of inputs): one warp
  * per (token, head) walks its own sequence's K/V rows with an online softmax, so a batch of any
  * number of sequences is one launch. Same formulas as the CPU reference (f32, scaled dot, running
- * max and sum), summed in another order: the differential test holds it to 1e-5.
+ * max and sum), summed in another order: the differential test holds it to 1e-5. An additive bias
+ * (MPNet's relative positions) is each sequence's [L][H][L] block, one after another.
  */
 #include <cuda_runtime.h>
 #include <float.h>
@@ -30,6 +31,15 @@ __global__ void __launch_bounds__(32 * PK_WARPS) attn_packed_kernel(sg_cu_attn_p
 		else hi = mid - 1;
 	}
 	int64_t j0 = a.offs[lo], j1 = a.offs[lo + 1];
+	const float *bias = NULL;
+	if (a.bias) { /* this sequence's block starts after every earlier one's L * H * L values */
+		int64_t base = 0;
+		for (int s = 0; s < lo; s++) {
+			int64_t L = a.offs[s + 1] - a.offs[s];
+			base += L * a.H * L;
+		}
+		bias = a.bias + base + ((t - j0) * a.H + h) * (j1 - j0) - j0;
+	}
 	const float *q = a.q + (t * a.H + h) * a.hd;
 	float qv[PK_PER_LANE], acc[PK_PER_LANE];
 #pragma unroll
@@ -49,7 +59,7 @@ __global__ void __launch_bounds__(32 * PK_WARPS) attn_packed_kernel(sg_cu_attn_p
 		}
 #pragma unroll
 		for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-		float s = d * a.scale, mn = fmaxf(m, s), c = expf(m - mn), p = expf(s - mn);
+		float s = d * a.scale + (bias ? bias[j] : 0.0f), mn = fmaxf(m, s), c = expf(m - mn), p = expf(s - mn);
 		l = l * c + p;
 #pragma unroll
 		for (int i = 0; i < PK_PER_LANE; i++) {

@@ -39,6 +39,12 @@ typedef struct sg_vocab_desc {
 	const uint32_t *merge_lens;
 	int32_t bos_id, eos_id, unk_id, pad_id;
 	int add_bos, add_eos; /* tokenizer.ggml.add_bos_token / add_eos_token (-1: absent) */
+	/* gpt2 without merges: derive them from the scores as for llama (tiktoken's rule: a token's
+	 * score is minus its rank, every split of it into two tokens merges at that rank) */
+	int derive_merges;
+	/* gpt2: the tokens are their raw bytes (whisper.cpp's files), spelled in the byte-level
+	 * alphabet here whatever they look like; control tokens (types 3) are names, kept as given */
+	int raw_bytes;
 } sg_vocab_desc;
 
 /* Loads from a folder holding tokenizer.json (and tokenizer_config.json when present), a

@@ -196,9 +196,9 @@ sg_status sg_tokenizer_from_json(const char *json, size_t len, const char *confi
 {
 	*out = NULL;
 	json_t *root = NULL, *cfg = NULL;
-	sg_status st = sg_json_parse(json, len, "tokenizer.json", &root);
+	sg_status st = sg_json_parse_config(json, len, "tokenizer.json", &root);
 	if (st) return st;
-	if (config && (st = sg_json_parse(config, config_len, "tokenizer_config.json", &cfg))) {
+	if (config && (st = sg_json_parse_config(config, config_len, "tokenizer_config.json", &cfg))) {
 		json_decref(root);
 		return st;
 	}

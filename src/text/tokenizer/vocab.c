@@ -197,7 +197,8 @@ sg_status sg_tokenizer_from_vocab(const sg_vocab_desc *d, sg_tokenizer **out)
 		int r = 0;
 		int all_space = len > 0;
 		for (size_t k = 0; k < len && all_space; k++) all_space = s[k] == ' ';
-		if (gpt2 && !in_bytelevel_alphabet(orig)) {
+		int raw = d->raw_bytes && !(d->types && d->types[i] == 3);
+		if (gpt2 && (raw || !in_bytelevel_alphabet(orig))) {
 			for (size_t k = 0; k < len && !r; k++) r = sg_buf_put_cp(&spell, sg_bytelevel_cp((uint8_t)s[k]));
 		} else if (gemma && all_space) {
 			for (size_t k = 0; k < len && !r; k++) r = sg_buf_put(&spell, SPACE_MARK, 3);
@@ -212,7 +213,7 @@ sg_status sg_tokenizer_from_vocab(const sg_vocab_desc *d, sg_tokenizer **out)
 	sg_free(off);
 	if (st) goto done;
 
-	if (gpt2) {
+	if (gpt2 && !(d->derive_merges && !d->n_merges)) {
 		if (!d->merges && d->n_merges) {
 			st = SG_FAIL(SG_ERR_FORMAT, "gguf: merges missing");
 			goto done;
