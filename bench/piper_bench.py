@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Piper voice speed: saragossa vs onnxruntime on the same phoneme ids, side by side.
 
-    /work/refvenv/bin/python bench/piper_bench.py [--runs N] [--voice DIR]
+    python3 bench/piper_bench.py [--runs N] [--voice DIR]
 
 For each thread count (1, 2), runs alternate between saragossa's library (build/libsaragossa.so
 through ctypes: sg_tts_load once, then sg_speak on the text: phonemes by espeak-ng, streamed decoder

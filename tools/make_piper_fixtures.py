@@ -6,7 +6,7 @@
   tests/fixtures/piper/wave.json      a short sentence's ids and onnxruntime's waveform with
                                       noise_scale = noise_w = 0 (length_scale 1), for parity
 
-    PYTHONPATH=<dir with piper_phonemize> /work/refvenv/bin/python tools/make_piper_fixtures.py [VOICE.onnx]
+    PYTHONPATH=<dir with piper_phonemize> python3 tools/make_piper_fixtures.py [VOICE.onnx]
 """
 import json
 import pathlib
