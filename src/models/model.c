@@ -287,9 +287,9 @@ sg_status sg_model_load_ex(const char *path, const sg_model_params *params, int 
 	if (!be_name || !*be_name) be_name = "auto";
 	if (!strcmp(be_name, "auto")) {
 		/* the accelerator when this build has one, a device is usable and it takes the model,
-		 * else the CPU */
+		 * else the CPU; a model whose experts a slot cache reads stays on the CPU (host slots) */
 		sg_model_params p = *params;
-		const char *accel = sg_backend_auto_accel(); /* NULL: no device (or driver): the CPU, quietly */
+		const char *accel = defer_experts ? NULL : sg_backend_auto_accel(); /* NULL: the CPU, quietly */
 		if (accel) {
 			p.backend = accel;
 			if (sg_model_load_ex(path, &p, defer_experts, out) == SG_OK) return SG_OK;
@@ -300,6 +300,11 @@ sg_status sg_model_load_ex(const char *path, const sg_model_params *params, int 
 	}
 	if (!sg_backend_known(be_name))
 		return sg_error(SG_ERR_UNSUPPORTED, "model: backend '%s' (this build runs: auto, %s)", be_name, sg_backend_names());
+	if (defer_experts && strcmp(be_name, "cpu"))
+		return sg_error(SG_ERR_UNSUPPORTED,
+				"expert cache: the %s backend does not read routed experts from the slot cache (its slots are host "
+				"memory): run the model on the cpu backend (auto does) or with --expert-cache off",
+				be_name);
 	sg_model *m = sg_calloc(1, sizeof(*m));
 	if (!m) return sg_error(SG_ERR_NOMEM, "model: loading '%s'", path ? path : "");
 	m->defer_experts = defer_experts;

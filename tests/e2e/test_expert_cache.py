@@ -30,6 +30,9 @@ def models(tmp_path_factory):
 
 
 def run_eval(sg, tmp_path, model, cache, *extra, env=None, tag=""):
+    # the slot cache runs on the CPU: the resident reference too, also where auto would take a GPU
+    if "--backend" not in extra:
+        extra = ("--backend", "cpu") + extra
     out = tmp_path / f"logits-{cache.rstrip('%')}{tag}"
     r = sg("eval", "--model", str(model), "--tokens", ",".join(map(str, PROMPT)), "--logits-out", str(out),
            "--greedy", "10", "--kv", "f32", "--expert-cache", cache, *extra, env=env)

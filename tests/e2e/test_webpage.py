@@ -82,8 +82,10 @@ def test_chat_stream_stop_and_reload_in_chromium(srv, browser):
     settings(page, 12, 0)
     page.fill("#prompt", "Hello, what is the capital of France?")
     page.click("#send")
-    stats = page.wait_for_selector(".msg.assistant .stats", timeout=60000)
-    s = stats.inner_text()
+    # while it streams the line counts pieces; the answer's end gives its tokens and speed
+    page.wait_for_function("(e => e !== null && e.innerText.includes('tok/s'))(document.querySelector('.msg.assistant .stats'))",
+                           timeout=60000)
+    s = page.inner_text(".msg.assistant .stats")
     assert "12 tokens" in s and "tok/s" in s and "prompt tokens reused" in s, s
     first = page.inner_text(".msg.assistant .content")
 
