@@ -162,9 +162,9 @@ PARITY = ["qwen3_moe", "qwen3_moe_stacked", "qwen3_5_moe_text", "qwen3_5_moe_tex
 def test_reference_fixtures_match_the_reference_through_the_cache(sg, tmp_path, name):
     from test_parity import FIX, TOL, reference, rel_err, run_eval as parity_eval
     ids, want, greedy = reference(name)
-    off, off_toks, _ = parity_eval(sg, tmp_path, name, ids, "--expert-cache", "off", tag="-off")
+    off, off_toks, _ = parity_eval(sg, tmp_path, name, ids, "--expert-cache", "off", "--backend", "cpu", tag="-off")
     # half the experts: one layer's (2 layers), so every step evicts
-    got, toks, r = parity_eval(sg, tmp_path, name, ids, "--expert-cache", "50%", tag="-xc")
+    got, toks, r = parity_eval(sg, tmp_path, name, ids, "--expert-cache", "50%", "--backend", "cpu", tag="-xc")
     assert got.tobytes() == off.tobytes() and toks == off_toks, f"{name}: the cache changed the output"
     err = rel_err(got.reshape(want.shape), want)
     assert err <= TOL, f"{name}: max |dlogit| / max |logit| = {err:.3g} > {TOL}"
