@@ -1110,6 +1110,70 @@ Test(cuda, attention_packed_with_and_without_bias_matches_per_sequence_softmax)
 	packed_case(b, 1, 12, 12, 64, 1);
 }
 
+/* The audio codec's ops (Qwen3-TTS's decoder) against the CPU's: a convolution with and without
+ * bias, strided, dilated, causally padded, grouped and depthwise, long enough to take several
+ * im2col tiles on the GPU; transposed convolutions of strides 1 to 5 with rows trimmed; SnakeBeta;
+ * the exact GELU. */
+static void conv_case(int64_t T, int64_t Cin, int64_t Cout, int K, int stride, int dil, int pad, int groups, int with_bias)
+{
+	sg_conv_params p = {stride, dil, groups, pad};
+	int64_t Tout = (T + pad - (int64_t)(K - 1) * dil - 1) / stride + 1;
+	pair x = pair_rand(Cin, T, 1, 1.0f), w = pair_rand(Cin / groups, K, Cout, 0.3f), b = pair_rand(Cout, 1, 1, 1.0f);
+	pair y = pair_new(SG_TYPE_F32, Cout, Tout, 1, 1);
+	poison(&y);
+	cr_assert_eq(cpu->ops->conv1d(cpu, &x.c, &w.c, with_bias ? &b.c : NULL, &p, &y.c), SG_OK, "%s", sg_last_error());
+	cr_assert_eq(gpu->ops->conv1d(gpu, &x.g, &w.g, with_bias ? &b.g : NULL, &p, &y.g), SG_OK, "%s", sg_last_error());
+	double e = pair_nmse(&y);
+	cr_expect(e < NMSE_F32, "conv1d T=%lld %lld->%lld K=%d stride %d dil %d pad %d groups %d bias %d: nmse %.3g", (long long)T,
+		  (long long)Cin, (long long)Cout, K, stride, dil, pad, groups, with_bias, e);
+	pair *all[] = {&x, &w, &b, &y};
+	for (int i = 0; i < 4; i++) pair_free(all[i]);
+}
+
+static void convt_case(int64_t T, int64_t Cin, int64_t Cout, int M, int stride, int64_t Tout)
+{
+	pair x = pair_rand(Cin, T, 1, 1.0f), b = pair_rand(Cout, 1, 1, 1.0f), y = pair_new(SG_TYPE_F32, Cout, Tout, 1, 1);
+	pair w = pair_new(SG_TYPE_F32, Cin, M, Cout, stride);
+	for (int64_t i = 0; i < w.n; i++) ((float *)w.c.data)[i] = grand() * 0.3f;
+	pair_push(&w);
+	poison(&y);
+	cr_assert_eq(cpu->ops->conv_transpose1d(cpu, &x.c, &w.c, &b.c, stride, &y.c), SG_OK, "%s", sg_last_error());
+	cr_assert_eq(gpu->ops->conv_transpose1d(gpu, &x.g, &w.g, &b.g, stride, &y.g), SG_OK, "%s", sg_last_error());
+	double e = pair_nmse(&y);
+	cr_expect(e < NMSE_F32, "conv_transpose1d T=%lld %lld->%lld M=%d stride %d Tout %lld: nmse %.3g", (long long)T, (long long)Cin,
+		  (long long)Cout, M, stride, (long long)Tout, e);
+	pair *all[] = {&x, &w, &b, &y};
+	for (int i = 0; i < 4; i++) pair_free(all[i]);
+}
+
+Test(cuda, codec_convolutions_snake_and_gelu_match_cpu)
+{
+	cr_assert(gpu->ops->conv1d && gpu->ops->conv_transpose1d && gpu->ops->snake && gpu->ops->gelu);
+	conv_case(50, 16, 24, 7, 1, 1, 6, 1, 1);     /* causal, bias (K * Cin a multiple of 8: the GEMM) */
+	conv_case(50, 12, 24, 7, 1, 1, 6, 1, 1);     /* K * Cin = 84: directly */
+	conv_case(61, 32, 8, 3, 2, 1, 2, 1, 0);      /* strided, no bias */
+	conv_case(40, 12, 12, 7, 1, 3, 18, 1, 1);    /* dilated */
+	conv_case(33, 24, 24, 7, 1, 1, 6, 24, 1);    /* depthwise */
+	conv_case(30, 16, 8, 5, 1, 2, 8, 4, 1);      /* grouped */
+	conv_case(3000, 1200, 16, 7, 1, 1, 6, 1, 1); /* two im2col tiles (16M floats each) */
+	convt_case(9, 16, 12, 2, 2, 18);             /* M * Cin a multiple of 8: the GEMM per phase */
+	convt_case(40, 64, 32, 3, 4, 160);
+	convt_case(7, 8, 8, 3, 5, 33);               /* trimmed below (T - 1 + M) * stride */
+	convt_case(11, 6, 10, 4, 1, 14);
+	/* SnakeBeta and GELU, in place as the codec calls them */
+	pair x = pair_rand(40, 17, 1, 2.0f), a = pair_rand(40, 1, 1, 1.0f), b = pair_rand(40, 1, 1, 0.5f);
+	for (int i = 0; i < 40; i++) ((float *)b.c.data)[i] = fabsf(((float *)b.c.data)[i]) + 0.1f;
+	pair_push(&b);
+	cr_assert_eq(cpu->ops->snake(cpu, &x.c, &a.c, &b.c, &x.c), SG_OK);
+	cr_assert_eq(gpu->ops->snake(gpu, &x.g, &a.g, &b.g, &x.g), SG_OK, "%s", sg_last_error());
+	cr_expect(pair_nmse(&x) < NMSE_F32, "snake: nmse %.3g", pair_nmse(&x));
+	cr_assert_eq(cpu->ops->gelu(cpu, &x.c, &x.c), SG_OK);
+	cr_assert_eq(gpu->ops->gelu(gpu, &x.g, &x.g), SG_OK, "%s", sg_last_error());
+	cr_expect(pair_nmse(&x) < NMSE_F32, "gelu: nmse %.3g", pair_nmse(&x));
+	pair *all[] = {&x, &a, &b};
+	for (int i = 0; i < 3; i++) pair_free(all[i]);
+}
+
 /* f16 K and V caches [ctx][Hkv][hd] of random rows at every position, stored by kv_store. */
 static void f16_caches(int64_t hd, int64_t Hkv, int64_t ctx, pair *kh, pair *vh)
 {

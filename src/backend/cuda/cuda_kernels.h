@@ -264,6 +264,25 @@ typedef struct sg_cu_attn_packed {
 	float *out;
 } sg_cu_attn_packed;
 int sg_cu_attention_packed(const sg_cu_attn_packed *a, sg_custream s);
+
+/* The audio codec's ops (cuda_conv.cu): im2col rows out[t][k*C + c] = x[t*stride + k*dil - pad][c]
+ * (0 outside [0, T); dil may be negative), one transposed-conv phase's rows written back
+ * interleaved (y[j*stride + p] = src[j] below Tout), a grouped convolution directly (w [Cout][K][Cin
+ * / groups]), SnakeBeta (a, b per channel of C) and the exact GELU. */
+int sg_cu_im2col(const float *x, int64_t T, int64_t C, int64_t Tout, int K, int stride, int dil, int pad, float *out,
+		 sg_custream s);
+int sg_cu_phase_rows(const float *src, int64_t J, int64_t C, int stride, int p, int64_t Tout, float *y, sg_custream s);
+typedef struct sg_cu_conv {
+	const float *x, *w, *bias; /* bias NULL: none */
+	float *y;
+	int64_t T, Tout, Cin, Cout;
+	int K, stride, dil, pad, groups;
+} sg_cu_conv;
+int sg_cu_conv_grouped(const sg_cu_conv *a, sg_custream s);
+/* a transposed convolution directly (w [stride][Cout][K][Cin]; K the taps per phase) */
+int sg_cu_convt_direct(const sg_cu_conv *a, sg_custream s);
+int sg_cu_snake(const float *x, const float *a, const float *b, int64_t n, int64_t C, float *y, sg_custream s);
+int sg_cu_gelu_erf(const float *x, int64_t n, float *y, sg_custream s);
 /* Decode (n = 1): the query heads of a KV head share its reads; nchunk slices of the live KV
  * range (part holds them when nchunk > 1). _ok says whether the shapes fit (f16 or f32 caches of
  * one type, hd a multiple of 8 up to 256, hdv 32/64/128/256); _units is the blocks per slice. */
