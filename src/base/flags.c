@@ -57,6 +57,9 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_KV_TYPE", SG_FLAG_STR, "auto", "KV cache element type: auto (f16 on a GPU, f32 on the CPU), f32 or f16"},
 	{"SARAGOSSA_QWEN_TTS_FIRST_CHUNK", SG_FLAG_INT, "2",
 	 "Qwen3-TTS: frames (1/12 s each) decoded to audio before the first chunk leaves (0: a whole chunk)"},
+	{"SARAGOSSA_QWEN_TTS_CODEC_SAME", SG_FLAG_BOOL, "1",
+	 "Qwen3-TTS: the codec decoder runs on the talker's backend where it has the conv ops (CUDA); 0: on a CPU "
+	 "backend of its own"},
 	{"SARAGOSSA_QWEN_TTS_CHUNK", SG_FLAG_INT, "12",
 	 "Qwen3-TTS: frames per later audio chunk"},
 	{"SARAGOSSA_QWEN_TTS_CONTEXT", SG_FLAG_INT, "25",

@@ -258,7 +258,8 @@ sg_status tts_qwen3_load(const char *dir, const sg_tts_params *p, tts_model *out
 	if (!st) st = tts_qwen3_tokenizer(dir, &q->tok);
 	if (!st) {
 		sg_backend *b = sg_qwen3_tts_backend(q->m);
-		if (!b->ops->conv1d) { /* the codec runs where its ops are */
+		/* the codec runs where its ops are (SARAGOSSA_QWEN_TTS_CODEC_SAME=0: on the CPU) */
+		if (!b->ops->conv1d || (strcmp(b->ops->name, "cpu") && !sg_flag_bool("SARAGOSSA_QWEN_TTS_CODEC_SAME"))) {
 			sg_backend_params bp = sg_backend_default_params();
 			bp.n_threads = nth;
 			st = sg_backend_open("cpu", &bp, &q->codec_be);
