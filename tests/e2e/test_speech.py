@@ -295,6 +295,7 @@ def test_a_streamed_chat_answer_carries_transcript_and_pcm16_deltas(srv):
      ["unknown voice 'nobody'", "lo, hi"]),
     ({"modalities": ["video"]}, "modalities", ["\"text\" and \"audio\""]),
     ({"audio": {"voice": "alloy", "format": "wav"}}, "audio", ["needs \"audio\" in 'modalities'"]),
+    ({"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"}, "n": 2}, "n", ["one choice"]),
 ])
 def test_bad_chat_audio_requests_are_400(srv, fields, param, words):
     with httpx.Client(transport=httpx.HTTPTransport(uds=srv.socket), base_url="http://sg") as h:
