@@ -44,6 +44,9 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_EMBED_PACKED_ATTN", SG_FLAG_BOOL, "1",
 	 "embeddings and reranking: a packed batch's attention is one call over every sequence where the backend has it "
 	 "(CUDA; 0: one attention call per sequence, as the CPU always does)"},
+	{"SARAGOSSA_EMBED_GELU_OP", SG_FLAG_BOOL, "1",
+	 "embeddings and reranking: the MLP's exact GELU as the backend's gelu op off the CPU (CUDA; 0: the GLU against a "
+	 "row of ones filled and copied per call, as the CPU always does)"},
 	{"SARAGOSSA_EMBED_BATCH_TOKENS", SG_FLAG_INT, "2048",
 	 "embeddings and reranking: tokens per packed batch, the bound on their working memory (at least the model's max tokens)"},
 	{"SARAGOSSA_CPU_GDN_CHUNK", SG_FLAG_BOOL, "1",

@@ -268,6 +268,14 @@ static int packed_attn(const sg_bert *b)
 	return b->m.be->ops->attention_packed && sg_flag_bool("SARAGOSSA_EMBED_PACKED_ATTN");
 }
 
+/* The MLP's exact GELU as the backend's gelu op, where it has one and is not the CPU (whose SIMD GLU
+ * kernel runs it against a row of ones): no [n][F] ones to fill and copy to a GPU per call. */
+static int gelu_op(const sg_bert *b)
+{
+	const sg_backend_ops *o = b->m.be->ops;
+	return b->m.desc.act == SG_ACT_GELU && o->gelu && strcmp(o->name, "cpu") && sg_flag_bool("SARAGOSSA_EMBED_GELU_OP");
+}
+
 sg_status sg_bert_load(const char *path, const sg_bert_params *p, sg_bert **out)
 {
 	*out = NULL;
@@ -333,7 +341,7 @@ typedef struct bert_acts {
 } bert_acts;
 
 /* kv_rows: rows of the K/V caches (n for one sequence; a packed batch needs none and passes 1) */
-static sg_status acts_alloc(sg_backend *be, int64_t n, int64_t D, int64_t F, int64_t H, int64_t kv_rows, bert_acts *a)
+static sg_status acts_alloc(sg_backend *be, int64_t n, int64_t D, int64_t F, int64_t H, int64_t kv_rows, int ones, bert_acts *a)
 {
 	int64_t nd[4] = {D, n, 1, 1}, nf[4] = {F, n, 1, 1}, kv[4] = {D / H, H, kv_rows, 1}, ni[4] = {n, 1, 1, 1};
 	sg_status st = SG_OK;
@@ -342,7 +350,7 @@ static sg_status acts_alloc(sg_backend *be, int64_t n, int64_t D, int64_t F, int
 	if (!st) st = be->ops->tensor_alloc(be, SG_TYPE_F32, kv, &a->kc);
 	if (!st) st = be->ops->tensor_alloc(be, SG_TYPE_F32, kv, &a->vc);
 	if (!st) st = be->ops->tensor_alloc(be, SG_TYPE_F32, nf, &a->h);
-	if (!st) st = be->ops->tensor_alloc(be, SG_TYPE_F32, nf, &a->ones);
+	if (!st && ones) st = be->ops->tensor_alloc(be, SG_TYPE_F32, nf, &a->ones);
 	sg_btensor *ix[] = {&a->ids, &a->pos, &a->types, &a->slots, &a->qpos};
 	for (size_t i = 0; i < sizeof(ix) / sizeof(ix[0]) && !st; i++) st = be->ops->tensor_alloc(be, SG_TYPE_I32, ni, ix[i]);
 	return st;
@@ -476,7 +484,7 @@ static sg_status run_layers(sg_bert *b, bert_acts *a, const int *lens, int n_seq
 		if (!st) st = o->add(be, &a->x, &a->t, &a->x);
 		if (!st) st = o->layernorm(be, &a->x, &l->ln1_w, &l->ln1_b, eps, &a->x);
 		if (!st) st = o->matmul(be, &l->up, &a->x, &l->bup, &a->h);
-		if (!st) st = o->glu(be, &a->h, &a->ones, d->act, &a->h);
+		if (!st) st = a->ones.data ? o->glu(be, &a->h, &a->ones, d->act, &a->h) : o->gelu(be, &a->h, &a->h);
 		if (!st) st = o->matmul(be, &l->down, &a->h, &l->bdown, &a->t);
 		if (!st) st = o->add(be, &a->x, &a->t, &a->x);
 		if (!st) st = o->layernorm(be, &a->x, &l->ln2_w, &l->ln2_b, eps, &a->x);
@@ -498,11 +506,12 @@ sg_status sg_bert_forward(sg_bert *b, const int32_t *ids, const int32_t *type_id
 	if (st) return st;
 	int64_t D = d->dim, F = d->ffn_dim, H = d->n_head;
 	int32_t *host = sg_malloc(sizeof(int32_t) * (size_t)n * 5);
-	float *ones = sg_malloc(sizeof(float) * (size_t)n * (size_t)F);
+	int go = gelu_op(b);
+	float *ones = go ? NULL : sg_malloc(sizeof(float) * (size_t)n * (size_t)F);
 	float *bias = b->rel_host ? sg_malloc(sizeof(float) * (size_t)n * (size_t)H * (size_t)n) : NULL;
 	bert_acts a;
 	memset(&a, 0, sizeof(a));
-	if (!host || !ones || (b->rel_host && !bias)) {
+	if (!host || (!go && !ones) || (b->rel_host && !bias)) {
 		st = sg_error(SG_ERR_NOMEM, "bert: inputs of %d tokens", n);
 		goto done;
 	}
@@ -515,9 +524,9 @@ sg_status sg_bert_forward(sg_bert *b, const int32_t *ids, const int32_t *type_id
 		row_tok[slots[i]] = i;
 	}
 	if (bias) rel_bias(b, row_tok, n, bias);
-	for (int64_t i = 0; i < (int64_t)n * F; i++) ones[i] = 1.0f;
+	for (int64_t i = 0; ones && i < (int64_t)n * F; i++) ones[i] = 1.0f;
 	size_t ni = sizeof(int32_t) * (size_t)n;
-	st = acts_alloc(be, n, D, F, d->n_head, n, &a);
+	st = acts_alloc(be, n, D, F, d->n_head, n, !go, &a);
 	if (!st && bias) {
 		int64_t nb[4] = {n, H, n, 1};
 		st = be->ops->tensor_alloc(be, SG_TYPE_F32, nb, &a.bias);
@@ -528,7 +537,7 @@ sg_status sg_bert_forward(sg_bert *b, const int32_t *ids, const int32_t *type_id
 	if (!st) st = be->ops->write(be, &a.types, 0, types, ni);
 	if (!st) st = be->ops->write(be, &a.slots, 0, slots, ni);
 	if (!st) st = be->ops->write(be, &a.qpos, 0, qpos, ni);
-	if (!st) st = be->ops->write(be, &a.ones, 0, ones, sizeof(float) * (size_t)n * (size_t)F);
+	if (!st && ones) st = be->ops->write(be, &a.ones, 0, ones, sizeof(float) * (size_t)n * (size_t)F);
 	if (!st) st = run_layers(b, &a, NULL, 1);
 	if (!st) st = be->ops->read(be, &a.x, 0, hidden, sizeof(float) * (size_t)n * (size_t)D);
 done:
@@ -615,12 +624,13 @@ sg_status sg_bert_forward_batch(sg_bert *b, const int32_t *ids, const int32_t *t
 	int64_t D = d->dim, F = d->ffn_dim, H = d->n_head, NB = 0; /* NB: MPNet's bias floats, every sequence's */
 	for (int s = 0; b->rel_host && s < n_seq; s++) NB += (int64_t)lens[s] * H * lens[s];
 	int32_t *host = sg_malloc(sizeof(int32_t) * (size_t)N * 3);
-	float *ones = sg_malloc(sizeof(float) * (size_t)N * (size_t)F);
+	int go = gelu_op(b);
+	float *ones = go ? NULL : sg_malloc(sizeof(float) * (size_t)N * (size_t)F);
 	float *bias = NB ? sg_malloc(sizeof(float) * (size_t)NB) : NULL;
 	bert_acts a;
 	memset(&a, 0, sizeof(a));
 	sg_status st = SG_OK;
-	if (!host || !ones || (NB && !bias)) {
+	if (!host || (!go && !ones) || (NB && !bias)) {
 		st = sg_error(SG_ERR_NOMEM, "bert: a batch of %lld tokens", (long long)N);
 		goto done;
 	}
@@ -635,9 +645,9 @@ sg_status sg_bert_forward_batch(sg_bert *b, const int32_t *ids, const int32_t *t
 	}
 	for (int64_t s = 0, boff = 0; bias && s < n_seq; boff += (int64_t)lens[s] * H * lens[s], s++)
 		rel_bias(b, NULL, lens[s], bias + boff);
-	for (int64_t i = 0; i < N * F; i++) ones[i] = 1.0f;
+	for (int64_t i = 0; ones && i < N * F; i++) ones[i] = 1.0f;
 	size_t ni = sizeof(int32_t) * (size_t)N;
-	st = acts_alloc(be, N, D, F, d->n_head, 1, &a);
+	st = acts_alloc(be, N, D, F, d->n_head, 1, !go, &a);
 	if (!st && bias) {
 		int64_t nb[4] = {NB, 1, 1, 1};
 		st = be->ops->tensor_alloc(be, SG_TYPE_F32, nb, &a.bias);
@@ -647,7 +657,7 @@ sg_status sg_bert_forward_batch(sg_bert *b, const int32_t *ids, const int32_t *t
 	if (!st) st = be->ops->write(be, &a.pos, 0, pos, ni);
 	if (!st) st = be->ops->write(be, &a.types, 0, types, ni);
 	if (!st) st = be->ops->write(be, &a.qpos, 0, qpos, ni);
-	if (!st) st = be->ops->write(be, &a.ones, 0, ones, sizeof(float) * (size_t)N * (size_t)F);
+	if (!st && ones) st = be->ops->write(be, &a.ones, 0, ones, sizeof(float) * (size_t)N * (size_t)F);
 	if (!st && packed_attn(b)) {
 		int64_t no[4] = {n_seq + 1, 1, 1, 1};
 		int32_t *offs = sg_malloc(sizeof(int32_t) * (size_t)(n_seq + 1));
