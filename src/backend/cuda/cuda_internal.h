@@ -107,6 +107,15 @@ void sg_cuda_repack_row(sg_cukt kt, int64_t K, const uint8_t *src, uint8_t *dst,
 
 static inline size_t round256(size_t n) { return (n + 255) & ~(size_t)255; }
 
+/* The op table's matmul (cuda_backend.c), and the audio codec's ops (cuda_codec.c). */
+sg_status sg_cuda_matmul(sg_backend *be, const sg_btensor *w, const sg_btensor *x, const sg_btensor *bias, sg_btensor *y);
+sg_status sg_cuda_conv1d(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias,
+			 const sg_conv_params *p, sg_btensor *y);
+sg_status sg_cuda_conv_transpose1d(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias,
+				   int stride, sg_btensor *y);
+sg_status sg_cuda_snake(sg_backend *be, const sg_btensor *x, const sg_btensor *a, const sg_btensor *b, sg_btensor *y);
+sg_status sg_cuda_gelu(sg_backend *be, const sg_btensor *x, sg_btensor *y);
+
 /* The backend's one scratch buffer, at least n bytes (grown outside graph recordings only). */
 void *sg_cuda_scratch(sg_cuda_backend *cb, size_t n, sg_status *st);
 /* The kernel view of a bound weight tensor; op names the caller in errors. */
