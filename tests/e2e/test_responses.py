@@ -406,8 +406,13 @@ def test_bad_requests_name_the_field(oai, srv):
 
 def test_a_client_gone_mid_stream_stops_the_generation(srv):
     limit = 1900
+    # the end tokens are forbidden, so the answer would run to the limit: only the client's leaving stops it
+    with srv.client() as h:
+        ends = [h.post("/tokenize", json={"model": "q3", "prompt": t, "add_special": False}).json()["tokens"][0]
+                for t in ("<|im_end|>", "<|endoftext|>")]
     body = json.dumps({"model": "q3", "input": "Tell me a very long story", "max_output_tokens": limit, "stream": True,
-                       "reasoning": {"effort": "none"}, "seed": 11, "temperature": 1.5}).encode()
+                       "reasoning": {"effort": "none"}, "seed": 11, "temperature": 1.5,
+                       "logit_bias": {str(e): -100 for e in ends}}).encode()
     c = socket.socket(socket.AF_UNIX)
     c.connect(srv.socket)
     c.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: sg\r\nContent-Type: application/json\r\n"
