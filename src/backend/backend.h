@@ -49,6 +49,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "formats/model_desc.h" /* sg_act, sg_rope_scaling: shared with the model description */
 #include "formats/qtypes.h"
@@ -111,6 +112,20 @@ static inline sg_btensor sg_btensor_rows_view(const sg_btensor *t, int64_t r0, i
 		v.biases = (const char *)t->biases + (size_t)r0 * sb;
 	}
 	v.owned = 0;
+	return v;
+}
+
+/* A plain F32 [rows][cols] view of a backend's memory (data need not be a tensor's own). */
+static inline sg_btensor sg_btensor_f32_view(void *data, int64_t cols, int64_t rows)
+{
+	sg_btensor v;
+	memset(&v, 0, sizeof(v));
+	v.type = SG_TYPE_F32;
+	v.data = data;
+	v.ne[0] = cols;
+	v.ne[1] = rows;
+	v.ne[2] = v.ne[3] = 1;
+	v.row_bytes = (size_t)cols * sizeof(float);
 	return v;
 }
 
@@ -555,6 +570,13 @@ static inline int sg_backend_supports(sg_backend *be, sg_stage s, sg_type t)
 sg_status sg_backend_matmul_multi(sg_backend *be, const sg_matmul_multi *p);
 /* The composition, for backends whose fused op declines a case (many tokens, mixed types). */
 sg_status sg_backend_matmul_multi_compose(sg_backend *be, const sg_matmul_multi *p);
+
+/* The arguments of conv1d / conv_transpose1d as the ops' comments state them (F32, y not x, a bias
+ * per output, the geometry), for every backend that has the ops; errors name the backend (conv.c). */
+sg_status sg_conv1d_check(const sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias,
+			  const sg_conv_params *p, const sg_btensor *y);
+sg_status sg_conv_transpose1d_check(const sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias,
+				    int stride, const sg_btensor *y);
 
 /* The gate and up expert matmuls with the GLU: the backend's fused op when it has one, else
  * moe_matmul twice and glu. */

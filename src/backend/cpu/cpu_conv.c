@@ -70,20 +70,6 @@ static void conv_dw_range(void *ctx, int64_t t0, int64_t t1, int ith)
 	}
 }
 
-/* a [rows][cols] F32 view of plain memory */
-static sg_btensor view(float *data, int64_t cols, int64_t rows)
-{
-	sg_btensor v;
-	memset(&v, 0, sizeof(v));
-	v.type = SG_TYPE_F32;
-	v.data = data;
-	v.ne[0] = cols;
-	v.ne[1] = rows;
-	v.ne[2] = v.ne[3] = 1;
-	v.row_bytes = (size_t)cols * 4;
-	return v;
-}
-
 typedef struct {
 	const float *x;
 	float *col;
@@ -104,35 +90,16 @@ static void col_range(void *ctx, int64_t r0, int64_t r1, int ith)
 		}
 }
 
-static sg_status conv_check(const char *op, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias, const sg_btensor *y)
-{
-	sg_status st = need_f32(op, "x", x);
-	if (!st) st = need_f32(op, "w", w);
-	if (!st) st = need_f32(op, "y", y);
-	if (!st && bias) st = need_f32(op, "bias", bias);
-	if (st) return st;
-	if (x->data == y->data) return sg_error(SG_ERR_INVALID_ARG, "cpu %s: y aliases x", op);
-	if (bias && bias->ne[0] != y->ne[0])
-		return sg_error(SG_ERR_INVALID_ARG, "cpu %s: bias of %lld for %lld outputs", op, (long long)bias->ne[0], (long long)y->ne[0]);
-	return SG_OK;
-}
-
 sg_status sg_cpu_conv1d(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias,
 			const sg_conv_params *p, sg_btensor *y)
 {
 	sg_cpu_backend *cb = (sg_cpu_backend *)be;
-	sg_status st = conv_check("conv1d", x, w, bias, y);
+	sg_status st = sg_conv1d_check(be, x, w, bias, p, y);
 	if (st) return st;
 	int groups = p->groups > 0 ? p->groups : 1;
 	conv_job j = {.k = cb->k, .x = x->data, .w = w->data, .b = bias ? bias->data : NULL, .y = y->data, .T = sg_btensor_rows(x),
 		      .Tout = sg_btensor_rows(y), .Cin = x->ne[0], .Cout = y->ne[0], .K = w->ne[1], .Cg = w->ne[0],
 		      .stride = p->stride, .dil = p->dilation, .pad = p->pad};
-	if (w->ne[2] != j.Cout || w->ne[3] != 1 || j.K < 1 || j.T < 1 || p->stride < 1 || p->dilation < 1 || p->pad < 0 ||
-	    j.Cin % groups || j.Cout % groups || j.Cg != j.Cin / groups)
-		return sg_error(SG_ERR_INVALID_ARG,
-				"cpu conv1d: w [%lld][%lld][%lld] (stride %d, dilation %d, pad %d, %d groups) for x [%lld][%lld] -> y [%lld][%lld]",
-				(long long)w->ne[2], (long long)w->ne[1], (long long)w->ne[0], p->stride, p->dilation, p->pad, groups,
-				(long long)j.T, (long long)j.Cin, (long long)j.Tout, (long long)j.Cout);
 	j.Og = j.Cout / groups;
 	if (groups > 1 && groups == j.Cin && groups == j.Cout) {
 		sg_parallel_for(cb->pool, j.Tout, 8, conv_dw_range, &j);
@@ -149,12 +116,12 @@ sg_status sg_cpu_conv1d(sg_backend *be, const sg_btensor *x, const sg_btensor *w
 	sg_btensor col;
 	int64_t ne[4] = {KC, R, 1, 1};
 	if ((st = be->ops->tensor_alloc(be, SG_TYPE_F32, ne, &col))) return st;
-	sg_btensor wv = view(w->data, KC, j.Cout);
+	sg_btensor wv = sg_btensor_f32_view(w->data, KC, j.Cout);
 	for (int64_t t0 = 0; t0 < j.Tout && !st; t0 += R) {
 		int64_t n = j.Tout - t0 < R ? j.Tout - t0 : R;
 		col_job cj = {j.x, col.data, t0, j.T, j.Cin, j.K, j.stride, j.dil, j.pad, 0};
 		sg_parallel_for(cb->pool, n, 4, col_range, &cj);
-		sg_btensor cv = view(col.data, KC, n), yv = sg_btensor_rows_view(y, t0, n);
+		sg_btensor cv = sg_btensor_f32_view(col.data, KC, n), yv = sg_btensor_rows_view(y, t0, n);
 		st = be->ops->matmul(be, &wv, &cv, bias, &yv);
 	}
 	be->ops->tensor_free(be, &col);
@@ -164,13 +131,9 @@ sg_status sg_cpu_conv1d(sg_backend *be, const sg_btensor *x, const sg_btensor *w
 sg_status sg_cpu_conv_transpose1d(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias,
 				  int stride, sg_btensor *y)
 {
-	sg_status st = conv_check("conv_transpose1d", x, w, bias, y);
+	sg_status st = sg_conv_transpose1d_check(be, x, w, bias, stride, y);
 	if (st) return st;
 	int64_t T = sg_btensor_rows(x), Cin = x->ne[0], M = w->ne[1], Cout = y->ne[0], Tout = sg_btensor_rows(y);
-	if (stride < 1 || w->ne[0] != Cin || w->ne[2] != Cout || w->ne[3] != stride || M < 1 || T < 1 || Tout > (T - 1 + M) * stride)
-		return sg_error(SG_ERR_INVALID_ARG, "cpu conv_transpose1d: w [%lld][%lld][%lld][%lld] with stride %d for x [%lld][%lld] -> y [%lld][%lld]",
-				(long long)w->ne[3], (long long)w->ne[2], (long long)w->ne[1], (long long)w->ne[0], stride, (long long)T,
-				(long long)Cin, (long long)Tout, (long long)Cout);
 	/* output row j*stride + p = sum over m of W[p][.][m] x[j - m]: one GEMM per phase p over
 	 * col rows [x[j], x[j-1], ...] */
 	int64_t J = (Tout + stride - 1) / stride;
@@ -185,7 +148,7 @@ sg_status sg_cpu_conv_transpose1d(sg_backend *be, const sg_btensor *x, const sg_
 	sg_parallel_for(((sg_cpu_backend *)be)->pool, J, 4, col_range, &cj);
 	float *yd = y->data, *td = tmp.data;
 	for (int p = 0; p < stride && !st; p++) {
-		sg_btensor wv = view((float *)w->data + (size_t)p * Cout * M * Cin, M * Cin, Cout);
+		sg_btensor wv = sg_btensor_f32_view((float *)w->data + (size_t)p * Cout * M * Cin, M * Cin, Cout);
 		st = be->ops->matmul(be, &wv, &col, bias, &tmp);
 		for (int64_t jj = 0; jj < J && !st; jj++) {
 			int64_t t = jj * stride + p;

@@ -11,50 +11,18 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "base/error.h"
 
-/* a [rows][cols] F32 view of device memory */
-static sg_btensor dview(void *data, int64_t cols, int64_t rows)
-{
-	sg_btensor v;
-	memset(&v, 0, sizeof(v));
-	v.type = SG_TYPE_F32;
-	v.data = data;
-	v.ne[0] = cols;
-	v.ne[1] = rows;
-	v.ne[2] = v.ne[3] = 1;
-	v.row_bytes = (size_t)cols * 4;
-	return v;
-}
-
 #define CONV_COL_FLOATS (16ll << 20) /* im2col rows per GEMM: at most 64 MiB */
-
-static sg_status conv_check(const char *op, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias, const sg_btensor *y)
-{
-	sg_status st;
-	if ((st = check_f32(op, "x", x)) || (st = check_f32(op, "w", w)) || (st = check_f32(op, "y", y)) ||
-	    (bias && (st = check_f32(op, "bias", bias))))
-		return st;
-	if (x->data == y->data) return sg_error(SG_ERR_INVALID_ARG, "cuda %s: y aliases x", op);
-	if (bias && bias->ne[0] != y->ne[0])
-		return sg_error(SG_ERR_INVALID_ARG, "cuda %s: bias of %lld for %lld outputs", op, (long long)bias->ne[0], (long long)y->ne[0]);
-	return SG_OK;
-}
 
 sg_status sg_cuda_conv1d(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias,
 			     const sg_conv_params *p, sg_btensor *y)
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
-	sg_status st = conv_check("conv1d", x, w, bias, y);
+	sg_status st = sg_conv1d_check(be, x, w, bias, p, y);
 	if (st) return st;
 	int groups = p->groups > 0 ? p->groups : 1;
 	sg_cu_conv a = {.x = x->data, .w = w->data, .bias = bias ? bias->data : NULL, .y = y->data, .T = sg_btensor_rows(x),
 			.Tout = sg_btensor_rows(y), .Cin = x->ne[0], .Cout = y->ne[0], .K = (int)w->ne[1], .stride = p->stride,
 			.dil = p->dilation, .pad = p->pad, .groups = groups};
-	if (w->ne[2] != a.Cout || w->ne[3] != 1 || a.K < 1 || a.T < 1 || p->stride < 1 || p->dilation < 1 || p->pad < 0 ||
-	    a.Cin % groups || a.Cout % groups || w->ne[0] != a.Cin / groups)
-		return sg_error(SG_ERR_INVALID_ARG,
-				"cuda conv1d: w [%lld][%lld][%lld] (stride %d, dilation %d, pad %d, %d groups) for x [%lld][%lld] -> y [%lld][%lld]",
-				(long long)w->ne[2], (long long)w->ne[1], (long long)w->ne[0], p->stride, p->dilation, p->pad, groups,
-				(long long)a.T, (long long)a.Cin, (long long)a.Tout, (long long)a.Cout);
 	/* grouped, or rows the matmul kernels cannot take (K * Cin not a multiple of 8): directly */
 	if (groups > 1 || ((int64_t)a.K * a.Cin) % 8) {
 		CU_RET("conv1d", sg_cu_conv_grouped(&a, S(cb)));
@@ -67,7 +35,7 @@ sg_status sg_cuda_conv1d(sg_backend *be, const sg_btensor *x, const sg_btensor *
 	sg_btensor col;
 	int64_t ne[4] = {KC, R, 1, 1};
 	if ((st = be->ops->tensor_alloc(be, SG_TYPE_F32, ne, &col))) return st;
-	sg_btensor wv = dview(w->data, KC, a.Cout);
+	sg_btensor wv = sg_btensor_f32_view(w->data, KC, a.Cout);
 	for (int64_t t0 = 0; t0 < a.Tout && !st; t0 += R) {
 		int64_t n = a.Tout - t0 < R ? a.Tout - t0 : R;
 		/* rows t0.. of the output read x from t0 * stride on */
@@ -76,7 +44,7 @@ sg_status sg_cuda_conv1d(sg_backend *be, const sg_btensor *x, const sg_btensor *
 			st = cu_fail("conv1d", e);
 			break;
 		}
-		sg_btensor cv = dview(col.data, KC, n), yv = sg_btensor_rows_view(y, t0, n);
+		sg_btensor cv = sg_btensor_f32_view(col.data, KC, n), yv = sg_btensor_rows_view(y, t0, n);
 		st = sg_cuda_matmul(be, &wv, &cv, bias, &yv);
 	}
 	be->ops->tensor_free(be, &col);
@@ -87,13 +55,9 @@ sg_status sg_cuda_conv_transpose1d(sg_backend *be, const sg_btensor *x, const sg
 				       int stride, sg_btensor *y)
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
-	sg_status st = conv_check("conv_transpose1d", x, w, bias, y);
+	sg_status st = sg_conv_transpose1d_check(be, x, w, bias, stride, y);
 	if (st) return st;
 	int64_t T = sg_btensor_rows(x), Cin = x->ne[0], M = w->ne[1], Cout = y->ne[0], Tout = sg_btensor_rows(y);
-	if (stride < 1 || w->ne[0] != Cin || w->ne[2] != Cout || w->ne[3] != stride || M < 1 || T < 1 || Tout > (T - 1 + M) * stride)
-		return sg_error(SG_ERR_INVALID_ARG, "cuda conv_transpose1d: w [%lld][%lld][%lld][%lld] with stride %d for x [%lld][%lld] -> y [%lld][%lld]",
-				(long long)w->ne[3], (long long)w->ne[2], (long long)w->ne[1], (long long)w->ne[0], stride, (long long)T,
-				(long long)Cin, (long long)Tout, (long long)Cout);
 	if ((M * Cin) % 8) { /* rows the matmul kernels cannot take: directly */
 		sg_cu_conv a = {.x = x->data, .w = w->data, .bias = bias ? bias->data : NULL, .y = y->data, .T = T, .Tout = Tout,
 				.Cin = Cin, .Cout = Cout, .K = (int)M, .stride = stride, .dil = 1, .pad = 0, .groups = 1};
@@ -113,7 +77,7 @@ sg_status sg_cuda_conv_transpose1d(sg_backend *be, const sg_btensor *x, const sg
 	int e = sg_cu_im2col(x->data, T, Cin, J, (int)M, 1, -1, 0, col.data, S(cb));
 	if (e) st = cu_fail("conv_transpose1d", e);
 	for (int p = 0; p < stride && !st; p++) {
-		sg_btensor wv = dview((float *)w->data + (size_t)p * (size_t)(Cout * M * Cin), M * Cin, Cout);
+		sg_btensor wv = sg_btensor_f32_view((float *)w->data + (size_t)p * (size_t)(Cout * M * Cin), M * Cin, Cout);
 		st = sg_cuda_matmul(be, &wv, &col, bias, &tmp);
 		if (!st && (e = sg_cu_phase_rows(tmp.data, J, Cout, stride, p, Tout, y->data, S(cb)))) st = cu_fail("conv_transpose1d", e);
 	}
