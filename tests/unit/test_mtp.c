@@ -17,6 +17,8 @@
 #include "formats/weights.h"
 #include "saragossa.h"
 
+#include "session_model.h"
+
 #define FX "tests/fixtures/qwen3_next_mtp"
 
 static sg_model *load(const char *path)
@@ -141,41 +143,6 @@ Test(mtp, models_without_a_module_and_the_kill_switch_refuse_it)
 
 /* ---- the drafter in the generation loop ---- */
 
-static sg_status b_eval(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
-{
-	sg_session *s = self;
-	cr_assert_eq((size_t)sg_session_position(s), n_past);
-	sg_status st = sg_session_eval(s, t, (int)n, NULL);
-	if (!st) memcpy(logits, sg_session_logits(s), sizeof(float) * (size_t)sg_session_n_vocab(s));
-	return st;
-}
-static sg_status b_rows(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
-{
-	cr_assert_eq((size_t)sg_session_position(self), n_past);
-	return sg_session_eval_exact(self, t, (int)n, logits);
-}
-static sg_status b_mark(void *self, size_t n_past)
-{
-	(void)n_past;
-	return sg_session_mark(self);
-}
-static sg_status b_truncate(void *self, size_t keep) { return sg_session_truncate(self, (int)keep); }
-static sg_status b_reset(void *self)
-{
-	sg_session_reset(self);
-	return SG_OK;
-}
-static sg_status d_push(void *self, int32_t tok, const char **piece, size_t *len)
-{
-	(void)self;
-	(void)tok;
-	*piece = "";
-	*len = 0;
-	return SG_OK;
-}
-static sg_status d_flush(void *self, const char **piece, size_t *len) { return d_push(self, 0, piece, len); }
-static void d_reset(void *self) { (void)self; }
-static const sg_gen_detok detok = {NULL, d_push, d_flush, d_reset};
 
 typedef struct run {
 	int32_t t[64];
@@ -203,7 +170,7 @@ static sg_gen_result gen(sg_gen_state *st, const int32_t *prompt, size_t np, con
 	p.on_event = on_tok;
 	p.user = r;
 	sg_gen_result res;
-	cr_assert_eq(sg_generate(st, &detok, &p, &res), SG_OK, "%s", sg_last_error());
+	cr_assert_eq(sg_generate(st, silent_detok(), &p, &res), SG_OK, "%s", sg_last_error());
 	return res;
 }
 
@@ -216,8 +183,7 @@ Test(mtp, drafter_answers_equal_plain_decoding)
 	size_t T = (size_t)sg_tensor_nelem(it);
 	sg_model *m = load(FX);
 	sg_session *s = session(m, 96);
-	sg_gen_model ops = {.self = s, .n_vocab = sg_model_n_vocab(m), .n_ctx = 96, .eval = b_eval, .truncate = b_truncate,
-			    .reset = b_reset, .eval_rows = b_rows, .mark = b_mark};
+	sg_gen_model ops = session_model(s, sg_model_n_vocab(m), 96, 0);
 	sg_gen_state st;
 	sg_gen_state_init(&st, &ops);
 	sg_drafter *d = NULL;

@@ -18,39 +18,11 @@
 #include "engine/session.h"
 #include "saragossa.h"
 
+#include "session_model.h"
+
 #define MAXT 64
 
-/* ---- the fixture model bound for sg_generate (as engine/lm.c binds it, without a tokenizer) */
-
-static sg_status b_eval(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
-{
-	sg_session *s = self;
-	cr_assert_eq((size_t)sg_session_position(s), n_past);
-	sg_status st = sg_session_eval(s, t, (int)n, NULL);
-	if (!st) memcpy(logits, sg_session_logits(s), sizeof(float) * (size_t)sg_session_n_vocab(s));
-	return st;
-}
-static sg_status b_greedy(void *self, int32_t t, size_t n_past, int32_t *next)
-{
-	cr_assert_eq((size_t)sg_session_position(self), n_past);
-	return sg_session_decode_greedy(self, t, next);
-}
-static sg_status b_rows(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
-{
-	cr_assert_eq((size_t)sg_session_position(self), n_past);
-	return sg_session_eval_exact(self, t, (int)n, logits);
-}
-static sg_status b_mark(void *self, size_t n_past)
-{
-	cr_assert_eq((size_t)sg_session_position(self), n_past);
-	return sg_session_mark(self);
-}
-static sg_status b_truncate(void *self, size_t keep) { return sg_session_truncate(self, (int)keep); }
-static sg_status b_reset(void *self)
-{
-	sg_session_reset(self);
-	return SG_OK;
-}
+/* ---- the fixture model bound for sg_generate: session_model.h; its detokenizer here */
 
 /* pieces: "<id>" per token */
 static char piece_buf[32];
@@ -108,8 +80,7 @@ static void fx_open(fx *f, const char *name, int n_ctx)
 	sp.n_ctx = n_ctx;
 	cr_assert_eq(sg_session_new(f->m, &sp, &f->s), SG_OK, "%s", sg_last_error());
 	f->V = sg_model_n_vocab(f->m);
-	f->ops = (sg_gen_model){.self = f->s, .n_vocab = f->V, .n_ctx = n_ctx, .eval = b_eval, .truncate = b_truncate,
-				.reset = b_reset, .eval_greedy = b_greedy, .eval_rows = b_rows, .mark = b_mark};
+	f->ops = session_model(f->s, f->V, n_ctx, 1);
 	sg_gen_state_init(&f->st, &f->ops);
 }
 

@@ -18,46 +18,8 @@
 #include "engine/session.h"
 #include "saragossa.h"
 
-static sg_status b_eval(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
-{
-	sg_session *s = self;
-	cr_assert_eq((size_t)sg_session_position(s), n_past);
-	sg_status st = sg_session_eval(s, t, (int)n, NULL);
-	if (!st) memcpy(logits, sg_session_logits(s), sizeof(float) * (size_t)sg_session_n_vocab(s));
-	return st;
-}
-static sg_status b_greedy(void *self, int32_t t, size_t n_past, int32_t *next)
-{
-	cr_assert_eq((size_t)sg_session_position(self), n_past);
-	return sg_session_decode_greedy(self, t, next);
-}
-static sg_status b_rows(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
-{
-	cr_assert_eq((size_t)sg_session_position(self), n_past);
-	return sg_session_eval_exact(self, t, (int)n, logits);
-}
-static sg_status b_mark(void *self, size_t n_past)
-{
-	(void)n_past;
-	return sg_session_mark(self);
-}
-static sg_status b_truncate(void *self, size_t keep) { return sg_session_truncate(self, (int)keep); }
-static sg_status b_reset(void *self)
-{
-	sg_session_reset(self);
-	return SG_OK;
-}
-static sg_status d_push(void *self, int32_t tok, const char **piece, size_t *len)
-{
-	(void)self;
-	(void)tok;
-	*piece = "";
-	*len = 0;
-	return SG_OK;
-}
-static sg_status d_flush(void *self, const char **piece, size_t *len) { return d_push(self, 0, piece, len); }
-static void d_reset(void *self) { (void)self; }
-static const sg_gen_detok detok = {NULL, d_push, d_flush, d_reset};
+#include "session_model.h"
+
 
 #define N_ANS 32
 typedef struct run {
@@ -114,8 +76,7 @@ static void answers_equal_plain(const char *name)
 	sg_session *s = NULL;
 	cr_assert_eq(sg_session_new(m, &sp, &s), SG_OK, "%s", sg_last_error());
 	cr_assert(sg_session_can_verify(s));
-	sg_gen_model ops = {.self = s, .n_vocab = V, .n_ctx = 128, .eval = b_eval, .truncate = b_truncate, .reset = b_reset,
-			    .eval_greedy = b_greedy, .eval_rows = b_rows, .mark = b_mark};
+	sg_gen_model ops = session_model(s, V, 128, 1);
 	sg_gen_state st;
 	sg_gen_state_init(&st, &ops);
 	int32_t prompt[20];
@@ -131,7 +92,7 @@ static void answers_equal_plain(const char *name)
 	p.user = &plain;
 	sg_gen_result res;
 	cr_assert_eq(sg_gen_state_reset(&st), SG_OK);
-	cr_assert_eq(sg_generate(&st, &detok, &p, &res), SG_OK, "%s", sg_last_error());
+	cr_assert_eq(sg_generate(&st, silent_detok(), &p, &res), SG_OK, "%s", sg_last_error());
 	cr_assert_eq(plain.n, N_ANS);
 	int32_t truth[64];
 	memcpy(truth, prompt, sizeof prompt);
@@ -159,7 +120,7 @@ static void answers_equal_plain(const char *name)
 		p.drafter = drs[i];
 		p.draft_max = 4;
 		cr_assert_eq(sg_gen_state_reset(&st), SG_OK);
-		cr_assert_eq(sg_generate(&st, &detok, &p, &res), SG_OK, "%s: %s", name, sg_last_error());
+		cr_assert_eq(sg_generate(&st, silent_detok(), &p, &res), SG_OK, "%s: %s", name, sg_last_error());
 		cr_assert_eq(r.n, plain.n, "%s drafter %d", name, i);
 		for (int k = 0; k < r.n; k++) cr_assert_eq(r.t[k], plain.t[k], "%s drafter %d (%s): token %d", name, i, drs[i]->name, k);
 		cr_assert_gt(res.n_verify, 0, "%s drafter %d: no verify step", name, i);

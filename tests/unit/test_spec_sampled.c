@@ -18,6 +18,8 @@
 #include "engine/session.h"
 #include "saragossa.h"
 
+#include "session_model.h"
+
 /* ---- chi-square ---- */
 
 /* ln Gamma(x), x > 0 (Lanczos, g = 7). */
@@ -173,41 +175,6 @@ Test(spec_sampled, rejection_sampling_keeps_the_distribution_for_any_proposal)
 
 /* ---- whole generations on the fixtures ---- */
 
-static sg_status b_eval(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
-{
-	sg_session *s = self;
-	cr_assert_eq((size_t)sg_session_position(s), n_past);
-	sg_status st = sg_session_eval(s, t, (int)n, NULL);
-	if (!st) memcpy(logits, sg_session_logits(s), sizeof(float) * (size_t)sg_session_n_vocab(s));
-	return st;
-}
-static sg_status b_rows(void *self, const int32_t *t, size_t n, size_t n_past, float *logits)
-{
-	cr_assert_eq((size_t)sg_session_position(self), n_past);
-	return sg_session_eval_exact(self, t, (int)n, logits);
-}
-static sg_status b_mark(void *self, size_t n_past)
-{
-	(void)n_past;
-	return sg_session_mark(self);
-}
-static sg_status b_truncate(void *self, size_t keep) { return sg_session_truncate(self, (int)keep); }
-static sg_status b_reset(void *self)
-{
-	sg_session_reset(self);
-	return SG_OK;
-}
-static sg_status d_push(void *self, int32_t tok, const char **piece, size_t *len)
-{
-	(void)self;
-	(void)tok;
-	*piece = "";
-	*len = 0;
-	return SG_OK;
-}
-static sg_status d_flush(void *self, const char **piece, size_t *len) { return d_push(self, 0, piece, len); }
-static void d_reset(void *self) { (void)self; }
-static const sg_gen_detok detok = {NULL, d_push, d_flush, d_reset};
 
 enum { K = 3 };
 typedef struct toks {
@@ -322,8 +289,7 @@ static double sampled_pvalue(sg_model *target, const tree *tr, const int32_t *pr
 	sg_session_params ssp = sg_session_default_params();
 	ssp.n_ctx = 64;
 	cr_assert_eq(sg_session_new(target, &ssp, &s), SG_OK);
-	sg_gen_model ops = {.self = s, .n_vocab = V, .n_ctx = 64, .eval = b_eval, .truncate = b_truncate, .reset = b_reset,
-			    .eval_rows = b_rows, .mark = b_mark};
+	sg_gen_model ops = session_model(s, V, 64, 0);
 	sg_gen_state st;
 	sg_gen_state_init(&st, &ops);
 	long obs[NOUT] = {0};
@@ -340,7 +306,7 @@ static double sampled_pvalue(sg_model *target, const tree *tr, const int32_t *pr
 		p.on_event = on_tok;
 		p.user = &r;
 		sg_gen_result res;
-		cr_assert_eq(sg_generate(&st, &detok, &p, &res), SG_OK, "%s", sg_last_error());
+		cr_assert_eq(sg_generate(&st, silent_detok(), &p, &res), SG_OK, "%s", sg_last_error());
 		cr_assert_geq(r.n, K);
 		int o = outcome(tr, r.t);
 		cr_assert_geq(o, 0, "run %d drew %d %d %d, which plain sampling never gives", i, r.t[0], r.t[1], r.t[2]);
