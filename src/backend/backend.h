@@ -58,14 +58,23 @@
 typedef struct sg_backend sg_backend; /* a compute device: cpu, cuda (defined below) */
 
 /* Where the experts of a stacked expert weight w [E][N][K] live when they are not the rows of
- * w->data (the engine's expert slot cache, src/engine/expert_cache.h): expert e's N rows are at
- * data[e], laid out exactly as in the stack (same row bytes), or data[e] is NULL when expert e is
- * not resident (a moe_matmul slot routed to it is then an error of the caller: the op gives zeros).
- * Owned by whoever set it; it changes between ops, never during one. Float and GGUF-quantized
- * types only (MLX affine weights carry companions the table does not name). */
+ * w->data (the engine's expert slot cache, src/engine/expert_cache.h), in one of two forms:
+ *   host memory (data set; sg_backend_caps.expert_table): expert e's N rows are at data[e], laid
+ *     out exactly as in the stack (same row bytes), or data[e] is NULL when expert e is not
+ *     resident;
+ *   device memory (slot set; sg_backend_caps.expert_slots): expert e's rows, in the layout the
+ *     backend's expert_upload wrote, are at base + slot[e] * stride, where slot is a device array
+ *     of E slot numbers in [0, n_slots), -1 for an expert not resident.
+ * A moe_matmul slot routed to an expert that is not resident is an error of the caller (the op
+ * gives zeros). Owned by whoever set it; it changes between ops, never during one. Float and
+ * GGUF-quantized types only (MLX affine weights carry companions the table does not name). */
 typedef struct sg_expert_table {
-	int64_t n_expert;       /* E */
-	const void *const *data; /* [E] */
+	int64_t n_expert;        /* E */
+	const void *const *data; /* [E] host pointers, or NULL */
+	const int32_t *slot;     /* [E] device slot numbers, or NULL */
+	const uint8_t *base;     /* device: slot 0's rows of this weight */
+	size_t stride;           /* device: bytes from one slot to the next */
+	int64_t n_slots;         /* device: slots behind base */
 } sg_expert_table;
 
 /* A tensor in a backend's memory. Plain value type: views are made by copying and adjusting. */
@@ -234,8 +243,10 @@ typedef struct sg_backend_caps {
 	int device_memory;   /* 1: tensors live in the device's own memory (mem_info reports it) */
 	int capture;         /* 1: a decode step can be recorded once and replayed (capture ops, on) */
 	int capture_hybrid;  /* 1: also steps of hybrid layer stacks (recurrent state in place) */
-	int expert_table;    /* 1: moe_matmul reads experts through sg_btensor.experts (host memory
-	                      * slots: the expert slot cache runs on this backend) */
+	int expert_table;    /* 1: moe_matmul reads experts through sg_btensor.experts->data (host
+	                      * memory slots: the expert slot cache runs on this backend) */
+	int expert_slots;    /* 1: moe_matmul reads experts through experts->slot (device memory
+	                      * slots written by expert_upload) */
 	char device[160];    /* the device: "NVIDIA H200, 139.8 GiB, sm_90"; the CPU: its kernel set */
 	char graphs_flag[48]; /* the flag that switches capture off ("" when none) */
 } sg_backend_caps;
@@ -268,6 +279,14 @@ typedef struct sg_backend_ops {
 	 * biases are set by the caller in *io and are bound likewise. */
 	sg_status (*tensor_bind)(sg_backend *be, sg_btensor *io);
 	void (*tensor_free)(sg_backend *be, sg_btensor *t);
+	/* Device expert slots (caps.expert_slots; NULL elsewhere). expert_bytes: the bytes one expert
+	 * of the stacked weight w [E][N][K] (type and shape; data may be NULL) takes in this
+	 * backend's layout, 0 when its type cannot be read from slots. expert_upload: one expert's N
+	 * rows of w in the file's bytes (host memory) into dst, device memory of that many bytes
+	 * inside a tensor of tensor_alloc, in the layout tensor_bind gives w, so the expert reads
+	 * as the bound stack's would; ordered with the ops, src is free again on return. */
+	size_t (*expert_bytes)(sg_backend *be, const sg_btensor *w);
+	sg_status (*expert_upload)(sg_backend *be, const sg_btensor *w, const void *src, void *dst);
 	/* Host transfers: the only ops that move data across the host boundary. Byte offsets. */
 	sg_status (*write)(sg_backend *be, sg_btensor *t, size_t offset, const void *src, size_t n);
 	sg_status (*read)(sg_backend *be, const sg_btensor *t, size_t offset, void *dst, size_t n);
@@ -334,8 +353,8 @@ typedef struct sg_backend_ops {
 	 * w [E][N][K] (ne[2] = E) any supported type; ids I32 [n][k]; x [n][K] (one input shared by
 	 * a token's slots) or [n][k][K] (one per slot); y [n][k][N]. Each expert's weights are read
 	 * once per call however many tokens chose it. An id outside [0, E) gives zeros. With
-	 * w->experts set, expert e is read from w->experts->data[e] (the same bytes, the same kernel:
-	 * the results equal the stacked tensor's bit for bit). */
+	 * w->experts set, expert e is read through the table (host pointers or device slots: the
+	 * same bytes, the same kernel: the results equal the stacked tensor's bit for bit). */
 	sg_status (*moe_matmul)(sg_backend *be, const sg_btensor *w, const sg_btensor *x,
 				const sg_btensor *ids, sg_btensor *y);
 	/* out[t] = sum_j weights[t][j] * y[t][j]; y [n][k][D]; weights [n][k]; out [n][D]. */

@@ -7,6 +7,12 @@
  * from the block boundary below, and the table points `lead` bytes into the part, where the
  * file's first row byte landed.
  *
+ * On a backend of device memory (caps.expert_slots: a GPU) the slots are one device tensor of
+ * n_max slots of dslot_bytes (parts at dpart_off[p], each the backend's bytes of the expert:
+ * expert_bytes), the reads land in host staging slots of the layout above, and a finished read
+ * is uploaded (expert_upload: the backend's own row layout) into its device slot; the tables
+ * carry a device array of slot numbers per layer (map), written after each fetch.
+ *
  * State: where[layer][e] is the slot holding expert e of layer, or -1; a slot is EMPTY, LOADING
  * (reads in flight: a prefetch) or READY. Eviction picks, among slots that are not LOADING and
  * not pinned by the layer being fetched, an EMPTY one, else the lowest score: the last use (lru)
@@ -47,6 +53,7 @@ typedef struct {
 	uint8_t failed;     /* a read of this load failed (LOADING only) */
 	int pending;        /* reads in flight */
 	uint32_t pin;       /* == cache epoch: in use by the layer being fetched */
+	int stage;          /* device slots: the staging slot of the load in flight (LOADING) */
 	uint64_t last;      /* tick of the last lookup */
 	float freq;         /* use count at tick `last` (freq policy) */
 } xslot;
@@ -89,6 +96,14 @@ typedef struct sg_xcache {
 	int policy, prefetch, direct;
 	uint64_t tick;
 	uint32_t epoch;
+	/* device slots (dev 1) */
+	int dev;
+	sg_btensor dpool;        /* I32 [dslot_bytes / 4][n_max] on the device */
+	sg_btensor dmap;         /* I32 [E][L]: where[][], as the tables' slot arrays */
+	size_t dslot_bytes, dpart_off[3];
+	int32_t *stage_free;     /* [n_stage] stack of free staging slots */
+	int n_stage, n_stage_free;
+	uint8_t *stage;          /* host staging: n_stage slots of slot_bytes */
 	struct io_uring ring;
 	int uring;
 	xreq *reqs;              /* [n_reqs] */
@@ -97,6 +112,7 @@ typedef struct sg_xcache {
 	float *lbuf;             /* [E] */
 	int32_t *need;           /* [E] scratch */
 	sg_xc_stats st;
+	char uerr[256];          /* the last failed upload's message ("" when none) */
 	pthread_mutex_t mu;
 } sg_xcache;
 
@@ -198,6 +214,35 @@ static int layout(const sg_model *m, xlayer *ly, sg_expert_loc *loc, const char 
 	return 0;
 }
 
+/* Device slots: the bytes of part p (gate, up, down) of one slot, the largest expert of any layer
+ * in the backend's layout; 0 (*why set) when a layer's experts have none. */
+static size_t dev_part(const sg_model *m, const xlayer *ly, int p, const char **why)
+{
+	size_t cap = 0;
+	for (int li = 0; li < m->desc.n_layer; li++) {
+		if (!ly[li].moe) continue;
+		const sg_layer_weights *lw = &m->layers[li];
+		const sg_btensor *t = p == 0 ? &lw->gate_exps : p == 1 ? &lw->up_exps : &lw->down_exps;
+		size_t b = m->be->ops->expert_bytes ? m->be->ops->expert_bytes(m->be, t) : 0;
+		if (!b) {
+			*why = "the experts' type has no layout in the device's slots";
+			return 0;
+		}
+		b = round_up(b, 256);
+		if (b > cap) cap = b;
+	}
+	return cap;
+}
+
+/* 1 when m's backend keeps the slots in its own memory (a GPU), 0 for host memory slots, -1 when
+ * it reads experts through no table at all. */
+static int dev_slots(const sg_model *m)
+{
+	sg_backend_caps caps;
+	sg_backend_caps_get(m->be, &caps);
+	return caps.expert_table ? 0 : caps.expert_slots && m->be->ops->expert_upload ? 1 : -1;
+}
+
 uint64_t sg_xc_slot_bytes(const sg_model *m, int64_t *experts, const char **why)
 {
 	const char *w = NULL;
@@ -217,7 +262,14 @@ uint64_t sg_xc_slot_bytes(const sg_model *m, int64_t *experts, const char **why)
 			}
 		}
 		total = cap[0] + cap[1] + cap[2];
-		if (experts) *experts = ne;
+		if (dev_slots(m) == 1) { /* the pool is the device's: its layout's bytes */
+			total = 0;
+			for (int p = 0; p < 3; p++) {
+				size_t b = dev_part(m, ly, p, &w);
+				total = b && (total || !p) ? total + b : 0;
+			}
+		}
+		if (experts) *experts = total ? ne : 0;
 	}
 	sg_free(ly);
 	if (why) *why = w;
@@ -230,6 +282,7 @@ static sg_xcache *cache_of(const sg_model *m);
 
 static void table_set(sg_xcache *c, int layer, int e, int s)
 {
+	if (c->dev) return; /* device slots: the map (where[]) is written after each fetch */
 	for (int p = 0; p < 3; p++) {
 		const void **slot = &c->tab[((size_t)layer * 3 + (size_t)p) * (size_t)c->E + (size_t)e];
 		if (s < 0) {
@@ -303,9 +356,10 @@ static int queue_load(sg_xcache *c, int s, int layer, int e, xreq **out)
 {
 	int used = 0;
 	for (int i = 0; i < c->n_reqs; i++) used += c->reqs[i].in_use;
-	if (used + 3 > c->n_reqs) return -1;
+	if (used + 3 > c->n_reqs || (c->dev && c->n_stage_free == 0)) return -1;
 	xslot *x = &c->slots[s];
 	slot_clear(c, s);
+	if (c->dev) x->stage = c->stage_free[--c->n_stage_free];
 	x->layer = layer;
 	x->expert = e;
 	x->state = LOADING;
@@ -328,7 +382,8 @@ static int queue_load(sg_xcache *c, int s, int layer, int e, xreq **out)
 			r->off = off;
 			r->need = r->len = l->len[p];
 		}
-		r->buf = c->pool + (size_t)s * c->slot_bytes + c->part_off[p] + (r->direct ? 0 : (size_t)(off % ALIGN));
+		r->buf = (c->dev ? c->stage + (size_t)x->stage * c->slot_bytes : c->pool + (size_t)s * c->slot_bytes) + c->part_off[p] +
+			 (r->direct ? 0 : (size_t)(off % ALIGN));
 		out[p] = r;
 	}
 	return 0;
@@ -349,6 +404,26 @@ static int finish_sync(sg_xcache *c, xreq *r, size_t done)
 	return 0;
 }
 
+/* Device slots: the three parts of slot s's staged expert into its device slot (the backend's
+ * row layout). 0, or -1 with the error set. */
+static int upload(sg_xcache *c, int s)
+{
+	const xslot *x = &c->slots[s];
+	sg_backend *be = c->m->be;
+	const sg_layer_weights *lw = &c->m->layers[x->layer];
+	const sg_btensor *t[3] = {&lw->gate_exps, &lw->up_exps, &lw->down_exps};
+	for (int p = 0; p < 3; p++) {
+		uint64_t off = c->loc[((size_t)x->layer * 3 + (size_t)p) * (size_t)c->E + (size_t)x->expert].offset;
+		const uint8_t *src = c->stage + (size_t)x->stage * c->slot_bytes + c->part_off[p] + (size_t)(off % ALIGN);
+		uint8_t *dst = (uint8_t *)c->dpool.data + (size_t)s * c->dslot_bytes + c->dpart_off[p];
+		if (be->ops->expert_upload(be, t[p], src, dst)) {
+			snprintf(c->uerr, sizeof c->uerr, "%s", sg_last_error());
+			return -1;
+		}
+	}
+	return 0;
+}
+
 static void complete(sg_xcache *c, xreq *r, int res)
 {
 	xslot *x = &c->slots[r->slot];
@@ -360,6 +435,8 @@ static void complete(sg_xcache *c, xreq *r, int res)
 	c->st.bytes_read += r->need;
 	r->in_use = 0;
 	if (--x->pending == 0) {
+		if (!x->failed && c->dev && upload(c, r->slot)) x->failed = 1;
+		if (c->dev) c->stage_free[c->n_stage_free++] = x->stage;
 		if (x->failed) slot_clear(c, r->slot);
 		else {
 			x->state = READY;
@@ -545,7 +622,14 @@ static sg_status fetch(void *ctx, int layer, const int32_t *ids, int64_t n, cons
 			checked = 1;
 		}
 		int s = victim(c);
-		if (s < 0 || queue_load(c, s, layer, e, rs + nr)) {
+		int q = s >= 0 ? queue_load(c, s, layer, e, rs + nr) : -1;
+		if (q && s >= 0 && nr) { /* the request table or the staging slots are taken: send what is queued, wait, retry */
+			submit(c, rs, nr);
+			drain(c);
+			nr = 0;
+			q = queue_load(c, s, layer, e, rs + nr);
+		}
+		if (q) {
 			st = sg_error(SG_ERR_INTERNAL, "expert cache: no free slot for expert %d of layer %d (%lld slots)", e, layer, (long long)c->n);
 			break;
 		}
@@ -565,13 +649,19 @@ static sg_status fetch(void *ctx, int layer, const int32_t *ids, int64_t n, cons
 				const sg_expert_loc *lc = &c->loc[(size_t)layer * 3 * (size_t)c->E + (size_t)c->need[j]];
 				const xfile *f = &c->files[lc->file];
 				uint64_t off = lc->offset;
-				st = check_file(c, lc->file);
+				st = c->uerr[0] ? sg_error(SG_ERR_BACKEND, "expert cache: expert %d of layer %d into its device slot: %s", c->need[j], layer, c->uerr)
+						: check_file(c, lc->file);
+				c->uerr[0] = 0;
 				if (!st)
 					st = sg_error(SG_ERR_IO, "expert cache: reading expert %d of layer %d from '%s' (offset %llu) failed: the file is shorter or unreadable",
 						      c->need[j], layer, f->path, (unsigned long long)off);
 				break;
 			}
 		}
+	/* device slots: the layer's slot numbers as its tables read them */
+	if (!st && c->dev)
+		st = c->m->be->ops->write(c->m->be, &c->dmap, sizeof(int32_t) * (size_t)layer * (size_t)c->E,
+					  &c->where[(size_t)layer * (size_t)c->E], sizeof(int32_t) * (size_t)c->E);
 	if (!st && n == c->k) prefetch(c, layer, h);
 	pthread_mutex_unlock(&c->mu);
 	return st;
@@ -592,6 +682,9 @@ static void cache_free(void *ctx)
 	}
 	if (c->logits.data) c->m->be->ops->tensor_free(c->m->be, &c->logits);
 	if (c->pool) munmap(c->pool, c->pool_bytes);
+	if (c->stage) munmap(c->stage, c->slot_bytes * (size_t)c->n_stage);
+	if (c->dpool.data) c->m->be->ops->tensor_free(c->m->be, &c->dpool);
+	if (c->dmap.data) c->m->be->ops->tensor_free(c->m->be, &c->dmap);
 	/* the layers' tensors no longer point at tables of this cache */
 	for (int li = 0; li < c->L && c->m->layers; li++) {
 		c->m->layers[li].gate_exps.experts = NULL;
@@ -610,6 +703,7 @@ static void cache_free(void *ctx)
 	sg_free(c->reqs);
 	sg_free(c->lbuf);
 	sg_free(c->need);
+	sg_free(c->stage_free);
 	sg_free(c);
 }
 
@@ -629,9 +723,8 @@ static void advise_away(const uint8_t *p, size_t n)
 sg_status sg_xc_attach(sg_model *m, int64_t slots)
 {
 	if (m->xsrc.fetch) return sg_error(SG_ERR_INVALID_ARG, "expert cache: the model has one already");
-	sg_backend_caps caps;
-	m->be->ops->caps(m->be, &caps);
-	if (!caps.expert_table)
+	int dev = dev_slots(m);
+	if (dev < 0)
 		return sg_error(SG_ERR_UNSUPPORTED, "expert cache: the %s backend reads experts only from resident stacks (run on the CPU, or --expert-cache off)",
 				m->be->ops->name);
 	const sg_model_desc *d = &m->desc;
@@ -640,6 +733,10 @@ sg_status sg_xc_attach(sg_model *m, int64_t slots)
 	uint64_t sb = sg_xc_slot_bytes(m, &total, &why);
 	if (!sb) return sg_error(SG_ERR_UNSUPPORTED, "expert cache: %s", why ? why : "no expert stacks");
 	if (slots > total) slots = total;
+	if (dev && slots > 4096) { /* the device's expert kernels count at most 4096 experts */
+		sg_log(SG_LOG_INFO, "expert cache: %lld slots asked, %d on the %s backend", (long long)slots, 4096, m->be->ops->name);
+		slots = 4096;
+	}
 	if (slots < d->n_expert)
 		return sg_error(SG_ERR_INVALID_ARG, "expert cache: %lld slots is fewer than one layer's %d experts (a prompt may need them all): at least %.1f MiB",
 				(long long)slots, d->n_expert, (double)sb * d->n_expert / 1048576.0);
@@ -651,6 +748,7 @@ sg_status sg_xc_attach(sg_model *m, int64_t slots)
 	c->E = d->n_expert;
 	c->k = d->n_expert_used;
 	c->n = c->n_max = slots;
+	c->dev = dev;
 	const char *pol = sg_flag_str("SARAGOSSA_EXPERT_POLICY");
 	c->policy = pol && !strcasecmp(pol, "lru") ? POLICY_LRU : POLICY_FREQ;
 	const char *pf = sg_flag_str("SARAGOSSA_EXPERT_PREFETCH");
@@ -685,15 +783,42 @@ sg_status sg_xc_attach(sg_model *m, int64_t slots)
 		c->part_off[p] = p ? c->part_off[p - 1] + c->part_cap[p - 1] : 0;
 	}
 	c->slot_bytes = c->part_off[2] + c->part_cap[2];
-	c->pool_bytes = c->slot_bytes * (size_t)slots;
-	void *pool = mmap(NULL, c->pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (pool == MAP_FAILED) {
-		c->pool = NULL;
-		cache_free(c);
-		return sg_error(SG_ERR_NOMEM, "expert cache: %lld slots of %zu bytes (%.1f MiB)", (long long)slots, (size_t)sb,
-				(double)sb * (double)slots / 1048576.0);
+	if (dev) { /* the pool on the device; reads land in host staging slots first */
+		for (int p = 0; p < 3; p++) {
+			size_t b = dev_part(m, c->ly, p, &why);
+			c->dpart_off[p] = c->dslot_bytes;
+			c->dslot_bytes += b;
+		}
+		c->n_stage = (int)((512u << 20) / c->slot_bytes);
+		if (c->n_stage < 4) c->n_stage = 4;
+		if (c->n_stage > c->E + 64) c->n_stage = c->E + 64;
+		c->stage_free = sg_malloc(sizeof *c->stage_free * (size_t)c->n_stage);
+		void *stage = mmap(NULL, c->slot_bytes * (size_t)c->n_stage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		c->stage = stage == MAP_FAILED ? NULL : stage;
+		int64_t pne[4] = {(int64_t)(c->dslot_bytes / 4), slots, 1, 1}, mne[4] = {c->E, c->L, 1, 1};
+		if (!c->stage_free || !c->stage) st = sg_error(SG_ERR_NOMEM, "expert cache: %d staging slots of %zu bytes", c->n_stage, c->slot_bytes);
+		if (!st && (st = m->be->ops->tensor_alloc(m->be, SG_TYPE_I32, pne, &c->dpool)))
+			st = sg_error(SG_ERR_NOMEM, "expert cache: %lld device slots of %.2f MiB (%.1f MiB): %s", (long long)slots,
+				      c->dslot_bytes / 1048576.0, (double)c->dslot_bytes * (double)slots / 1048576.0, sg_last_error());
+		if (!st) st = m->be->ops->tensor_alloc(m->be, SG_TYPE_I32, mne, &c->dmap);
+		if (!st) st = m->be->ops->write(m->be, &c->dmap, 0, c->where, sizeof(int32_t) * LE);
+		if (st) {
+			cache_free(c);
+			return st;
+		}
+		for (int i = 0; i < c->n_stage; i++) c->stage_free[i] = i;
+		c->n_stage_free = c->n_stage;
+	} else {
+		c->pool_bytes = c->slot_bytes * (size_t)slots;
+		void *pool = mmap(NULL, c->pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (pool == MAP_FAILED) {
+			c->pool = NULL;
+			cache_free(c);
+			return sg_error(SG_ERR_NOMEM, "expert cache: %lld slots of %zu bytes (%.1f MiB)", (long long)slots, (size_t)sb,
+					(double)sb * (double)slots / 1048576.0);
+		}
+		c->pool = pool;
 	}
-	c->pool = pool;
 	for (int64_t s = 0; s < slots; s++) c->slots[s].layer = c->slots[s].expert = -1;
 	/* the files, opened again: the map's descriptor was closed after mapping */
 	c->n_files = m->w->n_files;
@@ -736,7 +861,14 @@ sg_status sg_xc_attach(sg_model *m, int64_t slots)
 		for (int p = 0; p < 3; p++) {
 			sg_expert_table *tb = &c->tables[(size_t)li * 3 + (size_t)p];
 			tb->n_expert = c->E;
-			tb->data = &c->tab[((size_t)li * 3 + (size_t)p) * (size_t)c->E];
+			if (dev) {
+				tb->slot = (const int32_t *)c->dmap.data + (size_t)li * (size_t)c->E;
+				tb->base = (const uint8_t *)c->dpool.data + c->dpart_off[p];
+				tb->stride = c->dslot_bytes;
+				tb->n_slots = slots;
+			} else {
+				tb->data = &c->tab[((size_t)li * 3 + (size_t)p) * (size_t)c->E];
+			}
 			t[p]->experts = tb;
 			for (int e = 0; e < c->E; e++) {
 				const sg_expert_loc *lc = &c->loc[((size_t)li * 3 + (size_t)p) * (size_t)c->E + (size_t)e];
@@ -745,16 +877,17 @@ sg_status sg_xc_attach(sg_model *m, int64_t slots)
 		}
 	}
 	c->st.slots = c->st.slots_max = slots;
-	c->st.slot_bytes = c->slot_bytes;
+	c->st.slot_bytes = dev ? c->dslot_bytes : c->slot_bytes;
+	c->st.device = dev;
 	c->st.experts = total;
 	c->st.direct = c->direct;
 	c->st.uring = c->uring;
 	c->st.policy = c->policy == POLICY_LRU ? "lru" : "freq";
 	c->st.prefetch = !c->uring || c->prefetch == PF_OFF ? "off" : c->prefetch == PF_LAST ? "last" : "router";
 	m->xsrc = (sg_expert_source){.fetch = fetch, .free = cache_free, .ctx = c};
-	sg_log(SG_LOG_INFO, "expert cache: %lld slots of %.2f MiB (%.1f%% of %lld experts, %.1f MiB), %s reads%s, %s eviction, prefetch %s",
-	       (long long)slots, c->slot_bytes / 1048576.0, 100.0 * (double)slots / (double)total, (long long)total,
-	       c->pool_bytes / 1048576.0, c->direct ? "O_DIRECT" : "buffered", c->uring ? " (io_uring)" : "", c->st.policy,
+	sg_log(SG_LOG_INFO, "expert cache: %lld %sslots of %.2f MiB (%.1f%% of %lld experts, %.1f MiB), %s reads%s, %s eviction, prefetch %s",
+	       (long long)slots, dev ? "device " : "", c->st.slot_bytes / 1048576.0, 100.0 * (double)slots / (double)total, (long long)total,
+	       (double)c->st.slot_bytes * (double)slots / 1048576.0, c->direct ? "O_DIRECT" : "buffered", c->uring ? " (io_uring)" : "", c->st.policy,
 	       c->st.prefetch);
 	return SG_OK;
 }
@@ -791,7 +924,7 @@ int64_t sg_xc_resize(sg_model *m, int64_t slots)
 	if (slots < c->n) {
 		for (int64_t s = slots; s < c->n; s++) slot_clear(c, (int)s);
 		/* the emptied slots' memory back to the system (an anonymous map: it reads as zeros) */
-		(void)madvise(c->pool + (size_t)slots * c->slot_bytes, (size_t)(c->n - slots) * c->slot_bytes, MADV_DONTNEED);
+		if (c->pool) (void)madvise(c->pool + (size_t)slots * c->slot_bytes, (size_t)(c->n - slots) * c->slot_bytes, MADV_DONTNEED);
 	}
 	c->n = slots;
 	pthread_mutex_unlock(&c->mu);
@@ -804,10 +937,10 @@ void sg_xc_stats_line(const sg_xc_stats *s, char *buf, size_t n)
 	double mbt = s->tokens ? (double)s->bytes_read / 1e6 / (double)s->tokens : 0;
 	snprintf(buf, n,
 		 "experts: %.1f%% hit (%llu of %llu), %.2f MB read/token (%.1f MB in %llu reads), prefetch %s %llu read %llu used, "
-		 "%lld of %lld slots of %.2f MiB (%.1f%% of the experts), %s, %s",
+		 "%lld of %lld %sslots of %.2f MiB (%.1f%% of the experts), %s, %s",
 		 hit, (unsigned long long)s->hits, (unsigned long long)s->lookups, mbt, (double)s->bytes_read / 1e6,
 		 (unsigned long long)s->reads, s->prefetch, (unsigned long long)s->prefetched, (unsigned long long)s->prefetch_used,
-		 (long long)s->slots, (long long)s->slots_max, (double)s->slot_bytes / 1048576.0,
+		 (long long)s->slots, (long long)s->slots_max, s->device ? "device " : "", (double)s->slot_bytes / 1048576.0,
 		 s->experts ? 100.0 * (double)s->slots / (double)s->experts : 0, s->policy, s->direct ? "O_DIRECT" : "buffered");
 }
 
@@ -832,6 +965,8 @@ sg_status sg_xc_apply(sg_model *m, const sg_xc_spec *spec, int n_ctx, int64_t *s
 		in.slot_bytes = sb;
 		sg_plan_machine mc;
 		sg_plan_machine_detect(&mc);
+		uint64_t dfree = 0, dtotal = 0; /* a device's slots: the plan is for its memory */
+		if (dev_slots(m) == 1 && m->be->ops->mem_info && !m->be->ops->mem_info(m->be, &dfree, &dtotal)) mc.vram = dtotal;
 		sg_status st = sg_plan_make(&in, &mc, &plan);
 		if (st) return st;
 		if (!plan.use_cache && !m->xloc) {

@@ -19,9 +19,16 @@
  * layer's expert input and its top-k experts are read in the background (router), or the experts
  * the next layer took last time (last).
  *
- * Layouts: the separate stacks bound in place (GGUF, and safetensors stacks of F32/F16/BF16).
- * Experts stored one tensor per expert, fused gate_up stacks and MLX-quantized experts are
- * refused with a message saying so. The backend must read expert tables (the CPU's does).
+ * Devices: on a backend of device memory (CUDA) the trunk is on the device, the experts stay in
+ * the files (the stacks deferred at load), the pool is the device's memory, and each read lands
+ * in a host staging slot and is uploaded into its device slot in the backend's row layout; the
+ * expert kernels read through a device array of slot numbers per layer. The decode step then
+ * runs op by op (each MoE layer's choices are read back), not as a recorded graph.
+ *
+ * Layouts: the separate stacks (GGUF, and safetensors stacks of F32/F16/BF16), experts stored one
+ * tensor per expert and transformers 5's fused gate_up stacks (split at load) are read; Gemma 4's
+ * kept gate_up stacks and MLX-quantized experts are refused with a message saying so. The backend
+ * must read expert tables (the CPU's host pointers, the CUDA backend's device slots).
  */
 #ifndef SG_ENGINE_EXPERT_CACHE_H
 #define SG_ENGINE_EXPERT_CACHE_H
@@ -59,6 +66,7 @@ typedef struct sg_xc_stats {
 	uint64_t tokens;            /* tokens through the first MoE layer (for per-token figures) */
 	int direct;                 /* 1: O_DIRECT reads; 0: through the page cache */
 	int uring;                  /* 1: io_uring; 0: synchronous pread */
+	int device;                 /* 1: the slots are the device's memory (a GPU), 0: host memory */
 	const char *policy;         /* "lru" or "freq" */
 	const char *prefetch;       /* "router", "last" or "off" */
 } sg_xc_stats;

@@ -368,9 +368,6 @@ sg_status sg_lm_load(const char *path, const sg_lm_params *p, sg_lm **out)
 	sg_model_params mp = sg_model_default_params();
 	mp.n_threads = p->n_threads;
 	if (p->backend) mp.backend = p->backend;
-	/* the slot cache reads experts into host memory: the CPU runs such a model */
-	const char *bn = mp.backend ? mp.backend : sg_flag_str("SARAGOSSA_BACKEND");
-	if (xs.mode != SG_XC_OFF && (!bn || !*bn || !strcmp(bn, "auto"))) mp.backend = "cpu";
 	if ((s = sg_model_load_ex(path, &mp, xs.mode != SG_XC_OFF, &lm->model))) goto fail;
 	if ((s = sg_xc_apply(lm->model, &xs, p->n_ctx, NULL))) goto fail;
 	sg_session_params sp = sg_session_default_params();

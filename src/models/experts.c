@@ -31,10 +31,47 @@
 #include "base/error.h"
 #include "models/model.h"
 
+static sg_status xloc_of(sg_model *m, int layer, sg_expert_loc **out);
+static void deferred_stack(sg_type type, int64_t cols, int64_t rows, int64_t E, sg_btensor *out);
+
+/* Deferred stacks on a backend of device memory (a GPU's slot cache): the three stacks are found
+ * and checked but not uploaded; their experts are located in the files for the cache to read.
+ * MLX stacks (their scales and biases have no place in a slot) are bound as usual. 1 when done. */
+static int defer_stacks(sg_model *m, int layer, sg_layer_weights *lw, sg_status *st)
+{
+	sg_backend_caps caps;
+	sg_backend_caps_get(m->be, &caps);
+	if (!m->defer_experts || !caps.device_memory) return 0;
+	const sg_model_desc *d = &m->desc;
+	int64_t D = d->dim, F = d->moe_ffn_dim, E = d->n_expert;
+	const sg_tensor *t[3] = {NULL, NULL, NULL};
+	sg_bind specs[3] = {
+		{"blk.{L}.ffn_gate_exps.weight", SG_WANT_MATMUL, 3, {D, F, E, 1}, 0, &t[0]},
+		{"blk.{L}.ffn_up_exps.weight", SG_WANT_MATMUL, 3, {D, F, E, 1}, 0, &t[1]},
+		{"blk.{L}.ffn_down_exps.weight", SG_WANT_MATMUL, 3, {F, D, E, 1}, 0, &t[2]},
+	};
+	if ((*st = sg_weights_bind(m->w, m->fam->names, specs, 3, layer))) return 1;
+	for (int p = 0; p < 3; p++)
+		if (t[p]->type == SG_TYPE_MLX_AFFINE) return 0;
+	sg_expert_loc *loc;
+	if ((*st = xloc_of(m, layer, &loc))) return 1;
+	sg_btensor *out[3] = {&lw->gate_exps, &lw->up_exps, &lw->down_exps};
+	for (int p = 0; p < 3; p++) {
+		deferred_stack(t[p]->type, t[p]->ne[0], t[p]->ne[1], E, out[p]);
+		size_t per = t[p]->nbytes / (size_t)E;
+		for (int64_t e = 0; e < E; e++) loc[(size_t)p * (size_t)E + (size_t)e] = (sg_expert_loc){t[p]->file, t[p]->offset + (uint64_t)e * per};
+		m->weight_bytes += per * (size_t)d->n_expert_used; /* a decode step reads k of the E experts */
+	}
+	m->xloc_set[layer] = 1;
+	return 1;
+}
+
 sg_status sg_model_bind_stacked_experts(sg_model *m, int layer, sg_layer_weights *lw)
 {
 	const sg_model_desc *d = &m->desc;
 	int64_t D = d->dim, F = d->moe_ffn_dim, E = d->n_expert;
+	sg_status dst = SG_OK;
+	if (defer_stacks(m, layer, lw, &dst)) return dst;
 	sg_want ws[] = {
 		{"blk.{L}.ffn_gate_exps.weight", SG_WANT_MATMUL, 3, {D, F, E}, 0, 0, &lw->gate_exps},
 		{"blk.{L}.ffn_up_exps.weight", SG_WANT_MATMUL, 3, {D, F, E}, 0, 0, &lw->up_exps},
@@ -145,7 +182,11 @@ static sg_status bind_fused(sg_model *m, int layer, const sg_tensor *gu, int suf
 		return sg_error(SG_ERR_UNSUPPORTED, "%s: %s: this family splits a fused gate_up at load, which takes F32/F16/BF16",
 				gu->name, sg_tensor_type_str(gu, ts, sizeof(ts)));
 	st = gate_up ? sg_model_bind_tensor(m, gu, gate_up) : split_gate_up(m, gu, lw, layer);
-	if (!st) st = sg_model_bind_tensor(m, down, &lw->down_exps);
+	sg_backend_caps caps;
+	sg_backend_caps_get(m->be, &caps);
+	/* deferred on a device: down stays in the file too (located below), not uploaded */
+	if (!st && m->defer_experts && !gate_up && caps.device_memory) deferred_stack(down->type, down->ne[0], down->ne[1], E, &lw->down_exps);
+	else if (!st) st = sg_model_bind_tensor(m, down, &lw->down_exps);
 	if (st) return st;
 	if (m->defer_experts && !gate_up) { /* down in place, located too: the cache reads all three alike */
 		sg_expert_loc *loc = m->xloc + (size_t)layer * 3 * (size_t)E;

@@ -376,7 +376,8 @@ sg_status sg_forward_hidden_last(const sg_model *m, sg_fwd_state *s, const int32
 
 int sg_fwd_decode_graphs(const sg_model *m, const sg_fwd_state *s)
 {
-	if (s->graph_off || !s->capture) return 0;
+	/* routed experts from a slot cache: each MoE layer's ids are read back mid-step */
+	if (s->graph_off || !s->capture || m->xsrc.fetch) return 0;
 	/* hybrid stacks: their recurrent state lives in device tensors each step updates in place, so
 	 * a replay continues it (caps.capture_hybrid); Gemma 4's per-layer inputs are rows the host
 	 * computes from the token and copies mid-step, so those stacks stay per-op */

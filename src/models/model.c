@@ -286,10 +286,10 @@ sg_status sg_model_load_ex(const char *path, const sg_model_params *params, int 
 	const char *be_name = params->backend ? params->backend : sg_flag_str("SARAGOSSA_BACKEND");
 	if (!be_name || !*be_name) be_name = "auto";
 	if (!strcmp(be_name, "auto")) {
-		/* the accelerator when this build has one, a device is usable and it takes the model,
-		 * else the CPU; a model whose experts a slot cache reads stays on the CPU (host slots) */
+		/* the accelerator when this build has one, a device is usable and it takes the model
+		 * (with experts deferred: its trunk, the slot cache then sized by the caller), else the CPU */
 		sg_model_params p = *params;
-		const char *accel = defer_experts ? NULL : sg_backend_auto_accel(); /* NULL: the CPU, quietly */
+		const char *accel = sg_backend_auto_accel(); /* NULL: the CPU, quietly */
 		if (accel) {
 			p.backend = accel;
 			if (sg_model_load_ex(path, &p, defer_experts, out) == SG_OK) return SG_OK;
@@ -300,11 +300,6 @@ sg_status sg_model_load_ex(const char *path, const sg_model_params *params, int 
 	}
 	if (!sg_backend_known(be_name))
 		return sg_error(SG_ERR_UNSUPPORTED, "model: backend '%s' (this build runs: auto, %s)", be_name, sg_backend_names());
-	if (defer_experts && strcmp(be_name, "cpu"))
-		return sg_error(SG_ERR_UNSUPPORTED,
-				"expert cache: the %s backend does not read routed experts from the slot cache (its slots are host "
-				"memory): run the model on the cpu backend (auto does) or with --expert-cache off",
-				be_name);
 	sg_model *m = sg_calloc(1, sizeof(*m));
 	if (!m) return sg_error(SG_ERR_NOMEM, "model: loading '%s'", path ? path : "");
 	m->defer_experts = defer_experts;
@@ -323,6 +318,13 @@ sg_status sg_model_load_ex(const char *path, const sg_model_params *params, int 
 		sg_backend_params bp = sg_backend_default_params();
 		bp.n_threads = params->n_threads;
 		st = sg_backend_open(be_name, &bp, &m->be);
+	}
+	if (!st && defer_experts) {
+		sg_backend_caps caps;
+		sg_backend_caps_get(m->be, &caps);
+		if (!caps.expert_table && !caps.expert_slots)
+			st = sg_error(SG_ERR_UNSUPPORTED, "expert cache: the %s backend does not read routed experts from a slot cache: "
+					  "run the model on the cpu backend or with --expert-cache off", be_name);
 	}
 	m->rope_neox = 1;
 	if (!st && m->fam->adjust) st = m->fam->adjust(m);

@@ -30,7 +30,7 @@ def models(tmp_path_factory):
 
 
 def run_eval(sg, tmp_path, model, cache, *extra, env=None, tag=""):
-    # the slot cache runs on the CPU: the resident reference too, also where auto would take a GPU
+    # the CPU unless a test names a backend (auto would take a GPU where there is one)
     if "--backend" not in extra:
         extra = ("--backend", "cpu") + extra
     out = tmp_path / f"logits-{cache.rstrip('%')}{tag}"
@@ -172,15 +172,34 @@ def test_reference_fixtures_match_the_reference_through_the_cache(sg, tmp_path, 
     assert "experts:" in r.stderr
 
 
-def test_on_a_gpu_auto_keeps_a_cached_model_on_the_cpu_and_cuda_refuses_it_clearly(sg, tmp_path, models):
-    """GPU group (skips without a GPU): the slot cache's slots are host memory, which the CUDA
-    kernels do not read; --backend auto runs a cached model on the CPU (bit-identical to the
-    CPU's resident run) and --backend cuda says why it cannot."""
-    r = sg("doctor")
-    if "GPU 0:" not in r.stdout:
+def gpu(sg):
+    if "GPU 0:" not in sg("doctor").stdout:
         pytest.skip("no GPU")
-    ref, ref_toks, _ = run_eval(sg, tmp_path, models["gguf"], "off", "--backend", "cpu", tag="cpu")
-    got, toks, _ = run_eval(sg, tmp_path, models["gguf"], "50%", "--backend", "auto", tag="auto")
-    assert got == ref and toks == ref_toks
-    r = sg("eval", "--model", str(models["gguf"]), "--tokens", "1,2", "--backend", "cuda", "--expert-cache", "50%")
-    assert r.returncode != 0 and "expert cache: the cuda backend" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("fmt", ["gguf", "safetensors"])
+def test_on_a_gpu_the_device_slot_cache_at_10_50_100_percent_is_bit_identical_to_resident(sg, tmp_path, models, fmt):
+    """GPU group (skips without a GPU): the slots are the GPU's memory, filled from the files
+    through host staging; logits and greedy tokens equal the CUDA backend's fully resident run,
+    bit for bit, and the 10% pool evicts."""
+    gpu(sg)
+    ref, ref_toks, ref_err = run_eval(sg, tmp_path, models[fmt], "off", "--backend", "cuda", tag="cuda")
+    assert "experts:" not in ref_err
+    for cache in ("10%", "50%", "100%"):
+        got, toks, err = run_eval(sg, tmp_path, models[fmt], cache, "--backend", "cuda", tag="cuda")
+        assert "device slots" in err, err
+        assert got == ref, f"{fmt} {cache}: logits differ from the resident CUDA model's"
+        assert toks == ref_toks, f"{fmt} {cache}: greedy {toks} != {ref_toks}"
+        hits, lookups, reads = stats(err)
+        if cache == "10%":
+            assert reads > 3 * 32 and hits < lookups
+
+
+def test_on_a_gpu_auto_runs_a_cached_model_on_the_gpu_token_by_token(sg, tmp_path, models):
+    """--backend auto takes the GPU with its slot cache; --chunk 1 makes every prompt token a
+    decode step (op by op: the choices are read back at each layer), router prefetch included."""
+    gpu(sg)
+    ref, ref_toks, _ = run_eval(sg, tmp_path, models["gguf"], "off", "--backend", "cuda", "--chunk", "1", tag="cuda1")
+    got, toks, err = run_eval(sg, tmp_path, models["gguf"], "10%", "--backend", "auto", "--chunk", "1",
+                              env={"SARAGOSSA_EXPERT_PREFETCH": "router"}, tag="auto1")
+    assert "device slots" in err and got == ref and toks == ref_toks

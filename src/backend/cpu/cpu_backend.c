@@ -547,6 +547,8 @@ static sg_status cpu_moe_matmul(sg_backend *be, const sg_btensor *w, const sg_bt
 	if (y->ne[0] != j.N || sg_btensor_rows(y) != j.n * j.k)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "y is [%lld][%lld], expected [%lld][%lld]", (long long)sg_btensor_rows(y), (long long)y->ne[0], (long long)(j.n * j.k), (long long)j.N);
 	if (w->experts) {
+		if (!w->experts->data)
+			return SG_FAIL(SG_ERR_UNSUPPORTED, "an expert table of device slots (this backend reads host memory)");
 		if (w->experts->n_expert != j.E || w->type == SG_TYPE_MLX_AFFINE)
 			return SG_FAIL(SG_ERR_INVALID_ARG, "expert table of %lld experts for a %s stack of %lld",
 				       (long long)w->experts->n_expert, sg_type_name_cpu(w->type), (long long)j.E);

@@ -272,6 +272,78 @@ static sg_status cuda_tensor_bind(sg_backend *be, sg_btensor *t)
 	return SG_OK;
 }
 
+/* --- experts in device slots (the engine's expert slot cache) --- */
+
+/* The layout an expert stack takes here, as tensor_bind would give it (MLX weights are not read
+ * from slots); SG_CUKT_NONE when the stack's type or row length has none. */
+static sg_cukt slot_kt(const sg_btensor *w)
+{
+	sg_cukt kt = cukt_of(w);
+	if (kt == SG_CUKT_NONE || kt >= SG_CUKT_MLX4 || w->layout == -1 || w->ne[0] < 1 || w->ne[0] % k_multiple(kt, w)) return SG_CUKT_NONE;
+	return kt;
+}
+
+static size_t cuda_expert_bytes(sg_backend *be, const sg_btensor *w)
+{
+	(void)be;
+	sg_cukt kt = slot_kt(w);
+	return kt == SG_CUKT_NONE ? 0 : dev_row_bytes(kt, w) * (size_t)w->ne[1];
+}
+
+static sg_status cuda_expert_upload(sg_backend *be, const sg_btensor *w, const void *src, void *dst)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_cukt kt = slot_kt(w);
+	if (kt == SG_CUKT_NONE) return sg_error(SG_ERR_UNSUPPORTED, "cuda expert_upload: %s experts cannot be read from slots", tname(w->type));
+	if (!src || !dst) return sg_error(SG_ERR_INVALID_ARG, "cuda expert_upload: no %s", src ? "destination" : "source");
+	if (cb->capturing) return sg_error(SG_ERR_INVALID_ARG, "cuda expert_upload: not allowed while recording a graph");
+	sg_btensor t = *w;
+	t.data = (void *)src;
+	t.ne[2] = t.ne[3] = 1;
+	return upload_rows(cb->stream, kt, &t, w->ne[1], file_row_bytes(kt, w), dev_row_bytes(kt, w), dst);
+}
+
+/* The kernels' view of an expert stack read through device slots: expert s of the view is slot
+ * s of the pool (*E the slot count), and ids renumbered from experts to slots in cb->slot_ids
+ * (*sids, n values). */
+static sg_status slot_view(sg_cuda_backend *cb, const char *op, const sg_btensor *w, const sg_btensor *ids, sg_cuw *v, int64_t *E,
+			   const int32_t **sids)
+{
+	const sg_expert_table *t = w->experts;
+	sg_cukt kt = slot_kt(w);
+	if (!t->slot || !t->base)
+		return sg_error(SG_ERR_UNSUPPORTED, "cuda %s: experts behind a table of host pointers (this backend reads device slots)", op);
+	if (t->n_expert != w->ne[2] || t->n_slots < 1 || kt == SG_CUKT_NONE)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda %s: a slot table of %lld experts for a %s stack of %lld", op, (long long)t->n_expert,
+				tname(w->type), (long long)w->ne[2]);
+	if (t->n_slots > 4096) return sg_error(SG_ERR_UNSUPPORTED, "cuda %s: %lld expert slots (at most 4096)", op, (long long)t->n_slots);
+	sg_btensor b = *w;
+	b.data = (void *)t->base;
+	b.row_bytes = dev_row_bytes(kt, w);
+	b.layout = kt == SG_CUKT_Q4_K || kt == SG_CUKT_Q6_K ? 1 : 0;
+	b.experts = NULL;
+	sg_status st = sg_cuda_wview(op, &b, v);
+	if (st) return st;
+	v->expert_bytes = t->stride;
+	int64_t n = nvals(ids);
+	if (n > cb->slot_ids_cap) {
+		if (cb->capturing) return sg_error(SG_ERR_INVALID_ARG, "cuda %s: expert slots while recording a graph", op);
+		cudaFree(cb->slot_ids); /* waits for the queued work that may still read it */
+		cb->slot_ids = NULL;
+		cb->slot_ids_cap = 0;
+		int64_t cap = n < 1024 ? 1024 : n;
+		if (cudaMalloc((void **)&cb->slot_ids, sizeof(int32_t) * (size_t)cap)) {
+			(void)cudaGetLastError();
+			return sg_error(SG_ERR_NOMEM, "cuda %s: %lld expert slot ids", op, (long long)cap);
+		}
+		cb->slot_ids_cap = cap;
+	}
+	CU_RET(op, sg_cu_moe_slot_ids(ids->data, n, t->slot, t->n_expert, cb->slot_ids, S(cb)));
+	*E = t->n_slots;
+	*sids = cb->slot_ids;
+	return SG_OK;
+}
+
 static void cuda_tensor_free(sg_backend *be, sg_btensor *t)
 {
 	if (t && t->owned) cudaFree(t->data);
@@ -492,14 +564,13 @@ static sg_status cuda_moe_matmul(sg_backend *be, const sg_btensor *w, const sg_b
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
 	sg_cuw v;
-	/* the expert slot cache keeps its slots in host memory, which this backend's kernels do not
-	 * read: a GPU slot cache is not built yet, so the engine keeps such models on the CPU */
-	if (w->experts) return sg_error(SG_ERR_UNSUPPORTED, "cuda moe_matmul: experts behind a slot table (run the expert cache on the CPU)");
-	sg_status st = sg_cuda_wview("moe_matmul", w, &v);
-	if (st || (st = check_x("moe_matmul", x, w, &v)) || (st = check_i32("moe_matmul", "ids", ids)) ||
-	    (st = check_f32("moe_matmul", "y", y)))
-		return st;
+	sg_status st = check_i32("moe_matmul", "ids", ids);
+	if (st) return st;
 	int64_t k = ids->ne[0], n = sg_btensor_rows(ids), E = w->ne[2], N = w->ne[1], nx = sg_btensor_rows(x);
+	/* experts in the slot cache's pool: the kernels read slot ids[] of it */
+	const int32_t *id = ids->data;
+	st = w->experts ? slot_view(cb, "moe_matmul", w, ids, &v, &E, &id) : sg_cuda_wview("moe_matmul", w, &v);
+	if (st || (st = check_x("moe_matmul", x, w, &v)) || (st = check_f32("moe_matmul", "y", y))) return st;
 	int shared_x;
 	if (nx == n) shared_x = 1;
 	else if (nx == n * k) shared_x = 0;
@@ -508,7 +579,7 @@ static sg_status cuda_moe_matmul(sg_backend *be, const sg_btensor *w, const sg_b
 		return sg_error(SG_ERR_INVALID_ARG, "cuda moe_matmul: y is [%lld][%lld], expected [%lld][%lld]", (long long)sg_btensor_rows(y),
 				(long long)y->ne[0], (long long)(n * k), (long long)N);
 	if (E > 4096) return sg_error(SG_ERR_UNSUPPORTED, "cuda moe_matmul: %lld experts (at most 4096)", (long long)E);
-	v.expert_bytes = (size_t)N * w->row_bytes;
+	if (!w->experts) v.expert_bytes = (size_t)N * w->row_bytes;
 	v.expert_sb_bytes = (size_t)N * sg_btensor_mlx_sb_row_bytes(w);
 	size_t ib = (sizeof(int32_t) * (size_t)(2 * E + n * k + 2) + 255) & ~(size_t)255;
 	int q8 = cb->q8x && sg_cu_has_q8(v.kt);
@@ -516,12 +587,12 @@ static sg_status cuda_moe_matmul(sg_backend *be, const sg_btensor *w, const sg_b
 	 * reads the expert offsets back, which a recording cannot) */
 	if (q8 && cb->gemm_f16 && cb->gemm && cb->moe_gemm > 0 && n >= cb->moe_gemm && v.K % 32 == 0 && N <= INT32_MAX / 8 && v.K <= INT32_MAX &&
 	    n * k <= INT32_MAX && !cb->capturing && (cb->blas_state > 0 || sg_cuda_blas_ready(cb)))
-		return sg_cuda_moe_gemm(cb, &v, x->data, shared_x, ids->data, n, k, E, y->data, N);
+		return sg_cuda_moe_gemm(cb, &v, x->data, shared_x, id, n, k, E, y->data, N);
 	uint8_t *sc = sg_cuda_scratch(cb, ib + (q8 ? sg_cu_q8_bytes(nx, v.K) : 0), &st);
 	if (!sc) return st;
-	int ready = cb->moe_ids_done && cb->moe_ids_done == ids->data;
+	int ready = cb->moe_ids_done && cb->moe_ids_done == ids->data && !w->experts;
 	cb->moe_ids_done = NULL;
-	CU_RET("moe_matmul", sg_cu_moe_matmul(&v, x->data, shared_x, ids->data, n, k, E, y->data, N, (int32_t *)sc, q8 ? sc + ib : NULL, ready, S(cb)));
+	CU_RET("moe_matmul", sg_cu_moe_matmul(&v, x->data, shared_x, id, n, k, E, y->data, N, (int32_t *)sc, q8 ? sc + ib : NULL, ready, S(cb)));
 	return SG_OK;
 }
 
@@ -536,7 +607,8 @@ static sg_status cuda_moe_glu(sg_backend *be, const sg_btensor *wg, const sg_bte
 	cb->moe_ids_done = NULL; /* set again below only by the planar kernel's launch */
 	sg_cuw a, b;
 	int ca = act == SG_ACT_SILU ? SG_CU_EW_SILU : act == SG_ACT_GELU_TANH ? SG_CU_EW_GELU : act == SG_ACT_GELU ? SG_CU_EW_GELU_ERF : -1;
-	if (wg->experts || wu->experts) return sg_error(SG_ERR_UNSUPPORTED, "cuda moe_glu: experts behind a slot table (run the expert cache on the CPU)");
+	/* experts in the slot cache's pool: the composition (two moe_matmul reading the slots) */
+	if (wg->experts || wu->experts) return sg_backend_moe_glu_compose(be, wg, wu, x, ids, act, g, u);
 	if (!cb->fused || !cb->q8x || ca < 0 || !ids || ids->type != SG_TYPE_I32 || sg_btensor_rows(ids) != 1 || sg_cuda_wview("moe_matmul", wg, &a) ||
 	    sg_cuda_wview("moe_matmul", wu, &b) || !sg_cu_moe_glu_ok(&a, &b) || wg->ne[2] != wu->ne[2] || wg->ne[1] != wu->ne[1] || wg->ne[2] > 4096)
 		return sg_backend_moe_glu_compose(be, wg, wu, x, ids, act, g, u);
@@ -1164,6 +1236,7 @@ static void cuda_destroy(sg_backend *be)
 	if (cb->exec) cudaGraphExecDestroy(cb->exec);
 	cudaFree(cb->scratch);
 	cudaFree(cb->q8a);
+	cudaFree(cb->slot_ids);
 	sg_cuda_blas_destroy(cb);
 	if (cb->stream) cudaStreamDestroy(cb->stream);
 	sg_free(cb);
@@ -1186,6 +1259,8 @@ static const sg_backend_ops cuda_ops = {
 	.tensor_alloc = cuda_tensor_alloc,
 	.tensor_bind = cuda_tensor_bind,
 	.tensor_free = cuda_tensor_free,
+	.expert_bytes = cuda_expert_bytes,
+	.expert_upload = cuda_expert_upload,
 	.write = cuda_write,
 	.read = cuda_read,
 	.copy = cuda_copy,
@@ -1432,6 +1507,7 @@ static void cuda_caps(sg_backend *be, sg_backend_caps *out)
 	out->kv_f16 = 1;
 	out->prefill_chunk = 1024;
 	out->device_memory = 1;
+	out->expert_slots = 1;
 	out->capture = sg_cuda_graphs_enabled();
 	out->capture_hybrid = out->capture && sg_cuda_graphs_hybrid();
 	snprintf(out->device, sizeof out->device, "%s", sg_cuda_backend_device(be));

@@ -137,7 +137,9 @@ __global__ void dequant_rows_kernel(sg_cuw w, const int32_t *ids, int64_t rper, 
 		}
 		r = g * rper + t % rper;
 	}
-	const uint8_t *row = w.data + (size_t)r * w.row_bytes;
+	/* experts (w.expert_bytes set) may lie further apart than their rows: device slots */
+	const uint8_t *row = ids && w.expert_bytes ? w.data + (size_t)ids[t / rper] * w.expert_bytes + (size_t)(t % rper) * w.row_bytes
+						   : w.data + (size_t)r * w.row_bytes;
 	const uint8_t *sc = w.scales ? w.scales + (size_t)r * w.sb_row_bytes : NULL, *bi = w.biases ? w.biases + (size_t)r * w.sb_row_bytes : NULL;
 	for (int64_t u = threadIdx.x; u < K / T::E; u += blockDim.x) {
 		float o[T::E];

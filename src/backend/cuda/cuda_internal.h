@@ -45,6 +45,8 @@ typedef struct sg_cuda_backend {
 	int64_t q8a_cap;
 	const void *q8a_of;
 	const void *moe_ids_done; /* ids whose last moe_glu let the down experts read them early */
+	int32_t *slot_ids;        /* expert ids renumbered to device slots (the expert slot cache) */
+	int64_t slot_ids_cap;
 	int capturing;
 	cudaGraphExec_t exec;
 	unsigned exec_gen;

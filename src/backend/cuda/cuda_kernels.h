@@ -104,6 +104,9 @@ int sg_cu_sb_ok(const sg_cuw *w);
 /* Top-k routing of n rows of E logits (softmax or sigmoid, the k picks normalised when norm). */
 int sg_cu_moe_route(const float *logits, int64_t n, int64_t E, int sigmoid, int k, int norm,
 		    int32_t *ids, float *w, sg_custream s);
+/* Expert ids renumbered to slots: out[i] = slot[ids[i]] for ids in [0, E), else -1 (the expert
+ * slot cache on the device: the expert kernels then read slot out[i] of the pool). */
+int sg_cu_moe_slot_ids(const int32_t *ids, int64_t n, const int32_t *slot, int64_t E, int32_t *out, sg_custream s);
 /* out[t] = res[t] + sum_j w[t][j] y[t][j] (res NULL: the sum); out may alias res. */
 int sg_cu_moe_combine(const float *y, const float *w, int64_t n, int64_t k, int64_t D, const float *res, float *out,
 		      sg_custream s);

@@ -146,6 +146,20 @@ extern "C" int sg_cu_moe_route(const float *logits, int64_t n, int64_t E, int si
 	return ok();
 }
 
+__global__ void slot_ids_kernel(const int32_t *ids, int64_t n, const int32_t *slot, int64_t E, int32_t *out)
+{
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= n) return;
+	int32_t e = ids[i];
+	out[i] = e >= 0 && e < E ? slot[e] : -1;
+}
+
+extern "C" int sg_cu_moe_slot_ids(const int32_t *ids, int64_t n, const int32_t *slot, int64_t E, int32_t *out, sg_custream s)
+{
+	if (n > 0) slot_ids_kernel<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)s>>>(ids, n, slot, E, out);
+	return (int)cudaGetLastError();
+}
+
 /* Block (b, t): dims [256 b, 256 b + 256) of token t, its k slots summed in slot order. */
 /* out = res + sum_s w_s y_s (res NULL: the sum alone); the sum first, then one add, as the
  * combine and add kernels would do it. out may alias res (each element one thread's). */
