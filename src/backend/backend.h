@@ -287,6 +287,10 @@ typedef struct sg_backend_ops {
 	 * as the bound stack's would; ordered with the ops, src is free again on return. */
 	size_t (*expert_bytes)(sg_backend *be, const sg_btensor *w);
 	sg_status (*expert_upload)(sg_backend *be, const sg_btensor *w, const void *src, void *dst);
+	/* Host memory [p, p + n) made (pin 1) or no longer (pin 0) a fast source of transfers (page-
+	 * locked, for DMA); SG_ERR_UNSUPPORTED when it cannot be (the memory then works, slower).
+	 * NULL where transfers need nothing of the kind. */
+	sg_status (*host_pin)(sg_backend *be, void *p, size_t n, int pin);
 	/* Host transfers: the only ops that move data across the host boundary. Byte offsets. */
 	sg_status (*write)(sg_backend *be, sg_btensor *t, size_t offset, const void *src, size_t n);
 	sg_status (*read)(sg_backend *be, const sg_btensor *t, size_t offset, void *dst, size_t n);

@@ -241,8 +241,15 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_EXPERT_PREFETCH", SG_FLAG_STR, "off",
 	 "expert cache: read the next layer's likely experts ahead: router (its router applied to this layer's input), last "
 	 "(the experts it took last token) or off (measured faster on a loaded 2-core machine: bench/RESULTS.md)"},
-	{"SARAGOSSA_EXPERT_DIRECT", SG_FLAG_BOOL, "1",
-	 "expert cache: read experts with O_DIRECT where the file system takes it, bypassing the page cache (0: buffered reads)"},
+	{"SARAGOSSA_EXPERT_DIRECT", SG_FLAG_STR, "auto",
+	 "expert cache: 1 reads experts with O_DIRECT where the file system takes it, bypassing the page cache; 0 buffered reads "
+	 "(the page cache then holds experts between disk and the pool); auto: O_DIRECT for a pool in host memory, buffered "
+	 "for a GPU's (the page cache is its host-memory tier)"},
+	{"SARAGOSSA_CUDA_EXPERT_REPACK", SG_FLAG_BOOL, "1",
+	 "CUDA expert slot cache: an expert's file bytes go to the GPU in one copy and are repacked into the slot's row layout "
+	 "there (0: repacked on the host, then copied)"},
+	{"SARAGOSSA_EXPERT_PIN", SG_FLAG_BOOL, "1",
+	 "expert cache on a GPU: the host staging slots are page-locked, so their uploads are DMA transfers (0: pageable memory)"},
 	{"SARAGOSSA_EXPERT_URING", SG_FLAG_BOOL, "1",
 	 "expert cache: reads go through io_uring, many in flight (0: one synchronous pread at a time, no prefetch)"},
 	{"SARAGOSSA_PLAN_TARGET", SG_FLAG_STR, "auto",

@@ -93,12 +93,11 @@ int sg_cli_bench(int argc, char **argv)
 	char path[SG_HUB_PATH_MAX];
 	if (sg_cli_model_path("bench", model_path, path, sizeof path)) return 1;
 	model_path = path;
-	const char *xbackend = sg_cli_expert_backend(backend);
 	/* with an expert cache the planner checks what is loaded (the trunk and the pool) */
 	if (!sg_cli_expert_on() && sg_lm_check_memory(model_path)) return fail();
 	sg_model_params mp = sg_model_default_params();
 	mp.n_threads = threads;
-	mp.backend = xbackend;
+	mp.backend = backend;
 	sg_model *m = NULL;
 	sg_session *s = NULL;
 	int32_t *toks = NULL;

@@ -117,7 +117,7 @@ int sg_cli_eval(int argc, char **argv)
 		return 1;
 	}
 	sg_model_params mp = sg_model_default_params();
-	mp.backend = sg_cli_expert_backend(backend);
+	mp.backend = backend;
 	mp.n_threads = threads;
 	sg_model *m = NULL;
 	sg_session *s = NULL;

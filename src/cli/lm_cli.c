@@ -440,15 +440,6 @@ int sg_cli_expert_on(void)
 	return !sg_xc_parse(sg_flag_str("SARAGOSSA_EXPERT_CACHE"), &xs, err, sizeof err) && xs.mode != SG_XC_OFF;
 }
 
-const char *sg_cli_expert_backend(const char *backend)
-{
-	sg_xc_spec xs;
-	char err[200];
-	if (sg_xc_parse(sg_flag_str("SARAGOSSA_EXPERT_CACHE"), &xs, err, sizeof err) || xs.mode == SG_XC_OFF) return backend;
-	const char *b = backend ? backend : sg_flag_str("SARAGOSSA_BACKEND");
-	return !b || !*b || !strcmp(b, "auto") ? "cpu" : backend;
-}
-
 int sg_cli_expert_apply(const char *verb, sg_model *m, int n_ctx)
 {
 	sg_xc_spec xs;

@@ -51,9 +51,6 @@ int sg_cli_load_lm(const char *verb, const char *model, int32_t n_ctx, int n_thr
 int sg_cli_expert_cache_opt(const char *verb, const char *value);
 /* 1 when SARAGOSSA_EXPERT_CACHE (--expert-cache) asks for a slot cache. */
 int sg_cli_expert_on(void);
-/* The backend a verb that loads a bare model (eval, bench) asks for: "cpu" in place of auto when
- * SARAGOSSA_EXPERT_CACHE is on (the slot cache runs on the CPU), else `backend` as given. */
-const char *sg_cli_expert_backend(const char *backend);
 /* Installs SARAGOSSA_EXPERT_CACHE's slot cache on a bare model (eval, bench) at n_ctx tokens of
  * context. Returns 0, or 1 with the error printed. */
 int sg_cli_expert_apply(const char *verb, sg_model *m, int n_ctx);

@@ -102,7 +102,9 @@ typedef struct sg_xcache {
 	sg_btensor dmap;         /* I32 [E][L]: where[][], as the tables' slot arrays */
 	size_t dslot_bytes, dpart_off[3];
 	int32_t *stage_free;     /* [n_stage] stack of free staging slots */
+	uint8_t *dirty;          /* [L] the layer's row of where[] changed since the device's map took it */
 	int n_stage, n_stage_free;
+	int pinned;              /* the staging slots are page-locked (host_pin) */
 	uint8_t *stage;          /* host staging: n_stage slots of slot_bytes */
 	struct io_uring ring;
 	int uring;
@@ -297,6 +299,7 @@ static void table_set(sg_xcache *c, int layer, int e, int s)
 static void slot_clear(sg_xcache *c, int s)
 {
 	xslot *x = &c->slots[s];
+	if (x->layer >= 0 && c->dirty) c->dirty[x->layer] = 1;
 	if (x->layer >= 0) {
 		c->where[(size_t)x->layer * (size_t)c->E + (size_t)x->expert] = -1;
 		table_set(c, x->layer, x->expert, -1);
@@ -365,6 +368,7 @@ static int queue_load(sg_xcache *c, int s, int layer, int e, xreq **out)
 	x->state = LOADING;
 	x->pending = 3;
 	c->where[(size_t)layer * (size_t)c->E + (size_t)e] = s;
+	if (c->dirty) c->dirty[layer] = 1;
 	const xlayer *l = &c->ly[layer];
 	for (int p = 0; p < 3; p++) {
 		xreq *r = req_new(c);
@@ -658,10 +662,12 @@ static sg_status fetch(void *ctx, int layer, const int32_t *ids, int64_t n, cons
 				break;
 			}
 		}
-	/* device slots: the layer's slot numbers as its tables read them */
-	if (!st && c->dev)
+	/* device slots: the layer's slot numbers as its tables read them, when they changed */
+	if (!st && c->dev && c->dirty[layer]) {
 		st = c->m->be->ops->write(c->m->be, &c->dmap, sizeof(int32_t) * (size_t)layer * (size_t)c->E,
 					  &c->where[(size_t)layer * (size_t)c->E], sizeof(int32_t) * (size_t)c->E);
+		if (!st) c->dirty[layer] = 0;
+	}
 	if (!st && n == c->k) prefetch(c, layer, h);
 	pthread_mutex_unlock(&c->mu);
 	return st;
@@ -682,6 +688,7 @@ static void cache_free(void *ctx)
 	}
 	if (c->logits.data) c->m->be->ops->tensor_free(c->m->be, &c->logits);
 	if (c->pool) munmap(c->pool, c->pool_bytes);
+	if (c->pinned) c->m->be->ops->host_pin(c->m->be, c->stage, c->slot_bytes * (size_t)c->n_stage, 0);
 	if (c->stage) munmap(c->stage, c->slot_bytes * (size_t)c->n_stage);
 	if (c->dpool.data) c->m->be->ops->tensor_free(c->m->be, &c->dpool);
 	if (c->dmap.data) c->m->be->ops->tensor_free(c->m->be, &c->dmap);
@@ -704,6 +711,7 @@ static void cache_free(void *ctx)
 	sg_free(c->lbuf);
 	sg_free(c->need);
 	sg_free(c->stage_free);
+	sg_free(c->dirty);
 	sg_free(c);
 }
 
@@ -793,10 +801,11 @@ sg_status sg_xc_attach(sg_model *m, int64_t slots)
 		if (c->n_stage < 4) c->n_stage = 4;
 		if (c->n_stage > c->E + 64) c->n_stage = c->E + 64;
 		c->stage_free = sg_malloc(sizeof *c->stage_free * (size_t)c->n_stage);
+		c->dirty = sg_calloc((size_t)c->L, 1);
 		void *stage = mmap(NULL, c->slot_bytes * (size_t)c->n_stage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		c->stage = stage == MAP_FAILED ? NULL : stage;
 		int64_t pne[4] = {(int64_t)(c->dslot_bytes / 4), slots, 1, 1}, mne[4] = {c->E, c->L, 1, 1};
-		if (!c->stage_free || !c->stage) st = sg_error(SG_ERR_NOMEM, "expert cache: %d staging slots of %zu bytes", c->n_stage, c->slot_bytes);
+		if (!c->stage_free || !c->stage || !c->dirty) st = sg_error(SG_ERR_NOMEM, "expert cache: %d staging slots of %zu bytes", c->n_stage, c->slot_bytes);
 		if (!st && (st = m->be->ops->tensor_alloc(m->be, SG_TYPE_I32, pne, &c->dpool)))
 			st = sg_error(SG_ERR_NOMEM, "expert cache: %lld device slots of %.2f MiB (%.1f MiB): %s", (long long)slots,
 				      c->dslot_bytes / 1048576.0, (double)c->dslot_bytes * (double)slots / 1048576.0, sg_last_error());
@@ -806,6 +815,10 @@ sg_status sg_xc_attach(sg_model *m, int64_t slots)
 			cache_free(c);
 			return st;
 		}
+		/* page-locked staging: its uploads are DMA transfers */
+		if (sg_flag_bool("SARAGOSSA_EXPERT_PIN") && m->be->ops->host_pin &&
+		    !m->be->ops->host_pin(m->be, c->stage, c->slot_bytes * (size_t)c->n_stage, 1))
+			c->pinned = 1;
 		for (int i = 0; i < c->n_stage; i++) c->stage_free[i] = i;
 		c->n_stage_free = c->n_stage;
 	} else {
@@ -822,7 +835,9 @@ sg_status sg_xc_attach(sg_model *m, int64_t slots)
 	for (int64_t s = 0; s < slots; s++) c->slots[s].layer = c->slots[s].expert = -1;
 	/* the files, opened again: the map's descriptor was closed after mapping */
 	c->n_files = m->w->n_files;
-	int want_direct = sg_flag_bool("SARAGOSSA_EXPERT_DIRECT");
+	/* a GPU's pool: the page cache is the host-memory tier between the disk and its slots */
+	const char *dv = sg_flag_str("SARAGOSSA_EXPERT_DIRECT");
+	int want_direct = !dv || !strcasecmp(dv, "auto") ? !dev : !(!strcmp(dv, "0") || !strcasecmp(dv, "false") || !strcasecmp(dv, "off") || !strcasecmp(dv, "no"));
 	for (int i = 0; i < c->n_files; i++) {
 		xfile *f = &c->files[i];
 		f->fd = f->dfd = -1;

@@ -297,10 +297,53 @@ static sg_status cuda_expert_upload(sg_backend *be, const sg_btensor *w, const v
 	if (kt == SG_CUKT_NONE) return sg_error(SG_ERR_UNSUPPORTED, "cuda expert_upload: %s experts cannot be read from slots", tname(w->type));
 	if (!src || !dst) return sg_error(SG_ERR_INVALID_ARG, "cuda expert_upload: no %s", src ? "destination" : "source");
 	if (cb->capturing) return sg_error(SG_ERR_INVALID_ARG, "cuda expert_upload: not allowed while recording a graph");
-	sg_btensor t = *w;
-	t.data = (void *)src;
-	t.ne[2] = t.ne[3] = 1;
-	return upload_rows(cb->stream, kt, &t, w->ne[1], file_row_bytes(kt, w), dev_row_bytes(kt, w), dst);
+	int64_t rows = w->ne[1];
+	size_t src_rb = file_row_bytes(kt, w), dst_rb = dev_row_bytes(kt, w), n = src_rb * (size_t)rows;
+	sg_cu_fields f;
+	int repack = !sg_cuda_repack_fields(kt, &f);
+	if (repack && (!cb->xrepack || rows > 65535)) { /* the host's repack, through pageable memory */
+		sg_btensor t = *w;
+		t.data = (void *)src;
+		t.ne[2] = t.ne[3] = 1;
+		return upload_rows(cb->stream, kt, &t, rows, src_rb, dst_rb, dst);
+	}
+	/* the file's bytes in one copy (a DMA when src is pinned: sg_backend_ops.host_pin), then the
+	 * repack on the device */
+	uint8_t *to = dst;
+	if (repack) {
+		if (n > cb->xstage_cap) {
+			cudaFree(cb->xstage); /* waits for the queued work that may still read it */
+			cb->xstage = NULL;
+			cb->xstage_cap = 0;
+			if (cudaMalloc((void **)&cb->xstage, n)) {
+				(void)cudaGetLastError();
+				return sg_error(SG_ERR_NOMEM, "cuda expert_upload: %zu bytes of staging", n);
+			}
+			cb->xstage_cap = n;
+		}
+		to = cb->xstage;
+	}
+	CU_RET("expert_upload", cudaMemcpyAsync(to, src, n, cudaMemcpyHostToDevice, cb->stream));
+	if (repack) CU_RET("expert_upload", sg_cu_repack_rows(to, src_rb, rows, w->ne[0] / (kt == SG_CUKT_Q4_K || kt == SG_CUKT_Q6_K ? 256 : 32), f, dst, dst_rb, S(cb)));
+	/* src is the caller's again on return (a copy from pinned memory is still in flight here) */
+	CU_RET("expert_upload", cudaStreamSynchronize(cb->stream));
+	return SG_OK;
+}
+
+static sg_status cuda_host_pin(sg_backend *be, void *p, size_t n, int pin)
+{
+	(void)be;
+	if (!pin) {
+		(void)cudaHostUnregister(p);
+		(void)cudaGetLastError();
+		return SG_OK;
+	}
+	int e = (int)cudaHostRegister(p, n, cudaHostRegisterDefault);
+	if (e) {
+		(void)cudaGetLastError();
+		return sg_error(SG_ERR_UNSUPPORTED, "cuda host_pin: %zu bytes: %s", n, cudaGetErrorString((cudaError_t)e));
+	}
+	return SG_OK;
 }
 
 /* The kernels' view of an expert stack read through device slots: expert s of the view is slot
@@ -1237,6 +1280,7 @@ static void cuda_destroy(sg_backend *be)
 	cudaFree(cb->scratch);
 	cudaFree(cb->q8a);
 	cudaFree(cb->slot_ids);
+	cudaFree(cb->xstage);
 	sg_cuda_blas_destroy(cb);
 	if (cb->stream) cudaStreamDestroy(cb->stream);
 	sg_free(cb);
@@ -1261,6 +1305,7 @@ static const sg_backend_ops cuda_ops = {
 	.tensor_free = cuda_tensor_free,
 	.expert_bytes = cuda_expert_bytes,
 	.expert_upload = cuda_expert_upload,
+	.host_pin = cuda_host_pin,
 	.write = cuda_write,
 	.read = cuda_read,
 	.copy = cuda_copy,
@@ -1345,6 +1390,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	cb->gemm_f16 = sg_flag_bool("SARAGOSSA_CUDA_GEMM_F16");
 	cb->fused = sg_flag_bool("SARAGOSSA_CUDA_FUSED");
 	cb->moe_gemm = (int)sg_flag_int("SARAGOSSA_CUDA_MOE_GEMM");
+	cb->xrepack = sg_flag_bool("SARAGOSSA_CUDA_EXPERT_REPACK");
 	sg_cu_trace_start();
 	struct cudaDeviceProp prop;
 	sg_status st = SG_OK;

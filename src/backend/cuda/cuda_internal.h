@@ -47,6 +47,9 @@ typedef struct sg_cuda_backend {
 	const void *moe_ids_done; /* ids whose last moe_glu let the down experts read them early */
 	int32_t *slot_ids;        /* expert ids renumbered to device slots (the expert slot cache) */
 	int64_t slot_ids_cap;
+	uint8_t *xstage;          /* an expert's file bytes on the device, before the repack into its slot */
+	size_t xstage_cap;
+	int xrepack;              /* SARAGOSSA_CUDA_EXPERT_REPACK: experts repacked on the device */
 	int capturing;
 	cudaGraphExec_t exec;
 	unsigned exec_gen;
@@ -106,6 +109,9 @@ static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
  * 32-blocks' codes before their scales and minima, the planar K-quants (sg_cuda_repack_kq); dst
  * (dst_bytes) is zeroed first. */
 void sg_cuda_repack_row(sg_cukt kt, int64_t K, const uint8_t *src, uint8_t *dst, size_t dst_bytes);
+/* The same layouts as fields for the device's repack (sg_cu_repack_rows): 0, or -1 for a type
+ * whose rows are copied as they are. */
+int sg_cuda_repack_fields(sg_cukt kt, sg_cu_fields *f);
 
 static inline size_t round256(size_t n) { return (n + 255) & ~(size_t)255; }
 

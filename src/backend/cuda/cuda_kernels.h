@@ -104,6 +104,15 @@ int sg_cu_sb_ok(const sg_cuw *w);
 /* Top-k routing of n rows of E logits (softmax or sigmoid, the k picks normalised when norm). */
 int sg_cu_moe_route(const float *logits, int64_t n, int64_t E, int sigmoid, int k, int norm,
 		    int32_t *ids, float *w, sg_custream s);
+/* Rows of a quantized type from the file's blocks into the device's order, on the device: each
+ * block's fields (file offset off[i], bytes[i], planes[i]: split into 16-byte pieces over planes)
+ * laid out as runs over the row's nb blocks, as the host's repack does (cuda_repack.c). */
+typedef struct sg_cu_fields {
+	int nf, block_bytes, off[4], bytes[4], planes[4];
+} sg_cu_fields;
+int sg_cu_repack_rows(const uint8_t *src, size_t src_rb, int64_t rows, int64_t nb, sg_cu_fields f, uint8_t *dst, size_t dst_rb,
+		      sg_custream s);
+
 /* Expert ids renumbered to slots: out[i] = slot[ids[i]] for ids in [0, E), else -1 (the expert
  * slot cache on the device: the expert kernels then read slot out[i] of the pool). */
 int sg_cu_moe_slot_ids(const int32_t *ids, int64_t n, const int32_t *slot, int64_t E, int32_t *out, sg_custream s);

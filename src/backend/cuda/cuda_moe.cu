@@ -146,6 +146,37 @@ extern "C" int sg_cu_moe_route(const float *logits, int64_t n, int64_t E, int si
 	return ok();
 }
 
+/* Thread b of row blockIdx.y: block b's fields to their runs (see sg_cu_fields). */
+__global__ void repack_rows_kernel(const uint8_t *src, size_t src_rb, int64_t nb, sg_cu_fields f, uint8_t *dst, size_t dst_rb)
+{
+	const uint8_t *s = src + (size_t)blockIdx.y * src_rb;
+	uint8_t *d = dst + (size_t)blockIdx.y * dst_rb;
+	for (int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; b < nb; b += (int64_t)gridDim.x * blockDim.x) {
+		size_t pos = 0;
+		for (int i = 0; i < f.nf; i++) {
+			const int pieces = f.planes[i] ? f.bytes[i] / 16 : 1, pb = f.planes[i] ? 16 : f.bytes[i];
+			for (int p = 0; p < pieces; p++) {
+				uint8_t *o = d + pos + ((size_t)p * (size_t)nb + (size_t)b) * (size_t)pb;
+				const uint8_t *in = s + (size_t)b * (size_t)f.block_bytes + (size_t)f.off[i] + (size_t)p * 16;
+				for (int j = 0; j < pb; j++) o[j] = in[j];
+			}
+			pos += (size_t)f.bytes[i] * (size_t)nb;
+		}
+	}
+}
+
+extern "C" int sg_cu_repack_rows(const uint8_t *src, size_t src_rb, int64_t rows, int64_t nb, sg_cu_fields f, uint8_t *dst, size_t dst_rb,
+				 sg_custream s)
+{
+	if (rows < 1 || nb < 1 || rows > 65535) return (int)cudaErrorInvalidValue;
+	/* the rows' padding past their fields reads as zeros, as a bound stack's does */
+	int e = (int)cudaMemsetAsync(dst, 0, dst_rb * (size_t)rows, (cudaStream_t)s);
+	if (e) return e;
+	unsigned gx = (unsigned)((nb + 127) / 128);
+	repack_rows_kernel<<<dim3(gx, (unsigned)rows), 128, 0, (cudaStream_t)s>>>(src, src_rb, nb, f, dst, dst_rb);
+	return (int)cudaGetLastError();
+}
+
 __global__ void slot_ids_kernel(const int32_t *ids, int64_t n, const int32_t *slot, int64_t E, int32_t *out)
 {
 	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;

@@ -58,6 +58,35 @@ static int kq_move(sg_cukt kt, int64_t K, const uint8_t *in, uint8_t *out, int t
 	return 0;
 }
 
+int sg_cuda_repack_fields(sg_cukt kt, sg_cu_fields *f)
+{
+	memset(f, 0, sizeof *f);
+	kq_field k[4];
+	int bb, nf = kt == SG_CUKT_MLX4 ? 0 : kq_fields(kt, k, &bb);
+	if (nf) {
+		f->nf = nf;
+		f->block_bytes = bb;
+		for (int i = 0; i < nf; i++) f->off[i] = k[i].off, f->bytes[i] = k[i].bytes, f->planes[i] = k[i].planes;
+		return 0;
+	}
+	/* the legacy 32-blocks: the codes, then the scale (and minimum / high bits) runs */
+	static const struct { sg_cukt kt; int bb, nf, off[4], bytes[4]; } legacy[] = {
+		{SG_CUKT_Q8_0, 34, 2, {2, 0}, {32, 2}},
+		{SG_CUKT_Q4_0, 18, 2, {2, 0}, {16, 2}},
+		{SG_CUKT_Q4_1, 20, 3, {4, 0, 2}, {16, 2, 2}},
+		{SG_CUKT_Q5_0, 22, 3, {6, 2, 0}, {16, 4, 2}},
+		{SG_CUKT_Q5_1, 24, 4, {8, 4, 0, 2}, {16, 4, 2, 2}},
+	};
+	for (size_t i = 0; i < sizeof legacy / sizeof legacy[0]; i++)
+		if (legacy[i].kt == kt) {
+			f->nf = legacy[i].nf;
+			f->block_bytes = legacy[i].bb;
+			for (int j = 0; j < f->nf; j++) f->off[j] = legacy[i].off[j], f->bytes[j] = legacy[i].bytes[j];
+			return 0;
+		}
+	return -1;
+}
+
 int sg_cuda_repack_kq(int kt, int64_t K, const uint8_t *file_row, uint8_t *dev_row) { return kq_move((sg_cukt)kt, K, file_row, dev_row, 0); }
 
 int sg_cuda_unpack_kq(int kt, int64_t K, const uint8_t *dev_row, uint8_t *file_row) { return kq_move((sg_cukt)kt, K, dev_row, file_row, 1); }
