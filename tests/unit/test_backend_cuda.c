@@ -546,6 +546,75 @@ Test(cuda, moe_matmul_reads_selected_experts_and_zeroes_bad_ids)
 	}
 }
 
+/* The expert slot cache's device slots: experts uploaded one by one (expert_upload: repacked on
+ * the device, or on the host with the kill-switch) into a pool, read through a slot table, give
+ * the bound stack's outputs bit for bit: one token (the fused gate/up kernel against the slot
+ * path's composition), a few tokens (the grouped GEMV) and 70 (the grouped GEMM's dequantizer
+ * reading experts a slot stride apart). */
+Test(cuda, moe_through_device_slots_equals_the_bound_stack_bit_for_bit)
+{
+	static const int tys[] = {2, 3, 4, 5, 6, 7, 8, 9, 10}; /* BF16, the legacy 32-blocks, the K-quants */
+	sg_cuda_backend *cb = (sg_cuda_backend *)gpu;
+	for (int ci = 0; ci < (int)(sizeof tys / sizeof tys[0]); ci++) {
+		const wtype *wt = &wtypes[tys[ci]];
+		int64_t E = 6, N = 40, K = k_for(wt, 1), k = 2;
+		hw w = make_w(wt, E * N, K);
+		w.t.ne[1] = N;
+		w.t.ne[2] = E;
+		sg_btensor wg = w.t;
+		cr_assert_eq(gpu->ops->tensor_bind(gpu, &wg), SG_OK, "%s", sg_last_error());
+		sg_btensor stack = w.t; /* a deferred stack: type and shape, no data */
+		stack.data = NULL;
+		size_t eb = gpu->ops->expert_bytes(gpu, &stack), stride = (eb + 255) & ~(size_t)255;
+		cr_assert(eb > 0, "%s: no slot layout", wt->name);
+		const int32_t slot_of[6] = {2, -1, 1, 3, -1, 0}; /* experts 1 and 4 not resident */
+		sg_btensor pool, map;
+		int64_t pne[4] = {(int64_t)(stride / 4), 4, 1, 1}, mne[4] = {E, 1, 1, 1};
+		cr_assert_eq(gpu->ops->tensor_alloc(gpu, SG_TYPE_I32, pne, &pool), SG_OK);
+		cr_assert_eq(gpu->ops->tensor_alloc(gpu, SG_TYPE_I32, mne, &map), SG_OK);
+		cr_assert_eq(gpu->ops->write(gpu, &map, 0, slot_of, sizeof slot_of), SG_OK);
+		size_t erb = sg_type_row_bytes(wt->type, K);
+		for (int repack = 0; repack < 2; repack++) {
+			cb->xrepack = repack;
+			for (int e = 0; e < E; e++)
+				if (slot_of[e] >= 0)
+					cr_assert_eq(gpu->ops->expert_upload(gpu, &stack, w.mem + (size_t)e * (size_t)N * erb,
+									     (uint8_t *)pool.data + (size_t)slot_of[e] * stride), SG_OK, "%s", sg_last_error());
+			sg_expert_table tb = {.n_expert = E, .slot = map.data, .base = pool.data, .stride = stride, .n_slots = 4};
+			sg_btensor ws = stack;
+			ws.experts = &tb;
+			static const int ns[] = {1, 3, 70};
+			for (int ni = 0; ni < 3; ni++) {
+				int n = ns[ni];
+				int32_t *idv = malloc(sizeof(int32_t) * (size_t)(n * k));
+				static const int32_t resident[4] = {0, 2, 3, 5};
+				for (int i = 0; i < n * k; i++) idv[i] = resident[(i * 3 + i / 5) % 4];
+				if (n == 1) idv[1] = idv[0] == 0 ? 5 : 0;
+				pair ids = pair_i32(k, n, idv), x = pair_rand(K, n, 1, 1.0f), y1 = pair_new(SG_TYPE_F32, N, n * k, 1, 1),
+				     y2 = pair_new(SG_TYPE_F32, N, n * k, 1, 1), u1 = pair_new(SG_TYPE_F32, N, n * k, 1, 1),
+				     u2 = pair_new(SG_TYPE_F32, N, n * k, 1, 1);
+				cr_assert_eq(gpu->ops->moe_matmul(gpu, &wg, &x.g, &ids.g, &y1.g), SG_OK, "%s", sg_last_error());
+				cr_assert_eq(gpu->ops->moe_matmul(gpu, &ws, &x.g, &ids.g, &y2.g), SG_OK, "%s", sg_last_error());
+				float *a = fetch(&y1), *b = fetch(&y2);
+				cr_expect(!memcmp(a, b, sizeof(float) * (size_t)(N * n * k)), "%s repack %d n=%d: moe_matmul through slots differs", wt->name, repack, n);
+				free(a), free(b);
+				if (n == 1) { /* gate and up with the GLU: the bound stack's fused kernel against the slots' composition */
+					cr_assert_eq(sg_backend_moe_glu(gpu, &wg, &wg, &x.g, &ids.g, SG_ACT_SILU, &y1.g, &u1.g), SG_OK, "%s", sg_last_error());
+					cr_assert_eq(sg_backend_moe_glu(gpu, &ws, &ws, &x.g, &ids.g, SG_ACT_SILU, &y2.g, &u2.g), SG_OK, "%s", sg_last_error());
+					a = fetch(&y1), b = fetch(&y2);
+					cr_expect(!memcmp(a, b, sizeof(float) * (size_t)(N * k)), "%s repack %d: moe_glu through slots differs", wt->name, repack);
+					free(a), free(b);
+				}
+				pair_free(&ids), pair_free(&x), pair_free(&y1), pair_free(&y2), pair_free(&u1), pair_free(&u2);
+				free(idv);
+			}
+		}
+		cb->xrepack = sg_flag_bool("SARAGOSSA_CUDA_EXPERT_REPACK");
+		gpu->ops->tensor_free(gpu, &pool), gpu->ops->tensor_free(gpu, &map), gpu->ops->tensor_free(gpu, &wg);
+		free_hw(&w);
+	}
+}
+
 /* --- the MoE GEMM path (SARAGOSSA_CUDA_MOE_GEMM) --- */
 
 /* Its outputs against the reference fed the same 8-bit rounded inputs differ by three f16
