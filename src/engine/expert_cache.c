@@ -984,12 +984,13 @@ sg_status sg_xc_apply(sg_model *m, const sg_xc_spec *spec, int n_ctx, int64_t *s
 		if (dev_slots(m) == 1 && m->be->ops->mem_info && !m->be->ops->mem_info(m->be, &dfree, &dtotal)) mc.vram = dtotal;
 		sg_status st = sg_plan_make(&in, &mc, &plan);
 		if (st) return st;
-		if (!plan.use_cache && !m->xloc) {
-			sg_log(SG_LOG_INFO, "expert cache: auto: the whole model fits (%.2f GiB of %.2f GiB): experts stay in place",
+		/* experts left in the files at load (m->xloc) are bound now, as a plain load would */
+		if (!plan.use_cache && (!m->xloc || !sg_model_bind_deferred_experts(m))) {
+			sg_log(SG_LOG_INFO, "expert cache: auto: the whole model fits (%.2f GiB of %.2f GiB): experts resident",
 			       plan.model_bytes / 1073741824.0, plan.limit_bytes / 1073741824.0);
 			return SG_OK;
 		}
-		/* experts left on disk at load (m->xloc) need a cache even when all of them fit */
+		/* experts that could not be bound after all: a cache of every one of them */
 		slots = plan.use_cache ? plan.slots : total;
 	}
 	sg_status st = sg_xc_attach(m, slots);

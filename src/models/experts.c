@@ -286,3 +286,62 @@ sg_status sg_model_fetch_experts(const sg_model *m, int layer, const sg_btensor 
 	if (v != stackbuf) sg_free(v);
 	return st;
 }
+
+sg_status sg_model_bind_deferred_experts(sg_model *m)
+{
+	if (!m->xloc || m->xsrc.fetch) return m->xsrc.fetch ? sg_error(SG_ERR_INVALID_ARG, "model: its experts are read by a cache") : SG_OK;
+	const sg_model_desc *d = &m->desc;
+	size_t E = (size_t)d->n_expert;
+	sg_btensor *bound = sg_calloc((size_t)d->n_layer * 3, sizeof *bound);
+	if (!bound) return sg_error(SG_ERR_NOMEM, "model: binding the experts of %d layers", d->n_layer);
+	sg_status st = SG_OK;
+	for (int li = 0; li < d->n_layer && !st; li++) {
+		if (!m->xloc_set[li]) continue;
+		sg_layer_weights *lw = &m->layers[li];
+		const sg_btensor *t[3] = {&lw->gate_exps, &lw->up_exps, &lw->down_exps};
+		for (int p = 0; p < 3 && !st; p++) {
+			const sg_expert_loc *lc = m->xloc + ((size_t)li * 3 + (size_t)p) * E;
+			size_t len = (size_t)t[p]->ne[1] * t[p]->row_bytes;
+			int contiguous = 1;
+			for (size_t e = 0; e < E; e++) {
+				const sg_mapped_file *f = &m->w->files[lc[e].file];
+				if (!f->data || lc[e].offset > f->size || len > f->size - lc[e].offset) {
+					st = sg_error(SG_ERR_FORMAT, "model: expert %zu of layer %d lies past the end of '%s'", e, li, f->path);
+					break;
+				}
+				contiguous &= lc[e].file == lc[0].file && lc[e].offset == lc[0].offset + e * len;
+			}
+			sg_btensor *b = &bound[(size_t)li * 3 + (size_t)p];
+			*b = *t[p];
+			if (st) break;
+			if (contiguous) { /* one stack in the file: bound as a load would bind it */
+				b->data = (void *)(m->w->files[lc[0].file].data + lc[0].offset);
+				st = m->be->ops->tensor_bind(m->be, b);
+				continue;
+			}
+			/* one tensor per expert, or a fused gate_up's halves: copied into a stack (float types) */
+			b->data = NULL;
+			st = m->be->ops->tensor_alloc(m->be, t[p]->type, t[p]->ne, b);
+			for (size_t e = 0; e < E && !st; e++) st = m->be->ops->write(m->be, b, e * len, m->w->files[lc[e].file].data + lc[e].offset, len);
+		}
+	}
+	if (st) {
+		for (size_t i = 0; i < (size_t)d->n_layer * 3; i++)
+			if (bound[i].data) m->be->ops->tensor_free(m->be, &bound[i]);
+		sg_free(bound);
+		return st;
+	}
+	for (int li = 0; li < d->n_layer; li++) {
+		if (!m->xloc_set[li]) continue;
+		m->layers[li].gate_exps = bound[(size_t)li * 3];
+		m->layers[li].up_exps = bound[(size_t)li * 3 + 1];
+		m->layers[li].down_exps = bound[(size_t)li * 3 + 2];
+	}
+	sg_free(bound);
+	sg_free(m->xloc);
+	sg_free(m->xloc_set);
+	m->xloc = NULL;
+	m->xloc_set = NULL;
+	m->defer_experts = 0;
+	return SG_OK;
+}

@@ -196,6 +196,10 @@ sg_status sg_model_load_ex(const char *path, const sg_model_params *params, int 
 sg_status sg_model_fetch_experts(const sg_model *m, int layer, const sg_btensor *ids, const sg_btensor *h);
 /* Binds the separate stacks blk.L.ffn_{gate,up,down}_exps.weight (GGUF, MLX) in place. */
 sg_status sg_model_bind_stacked_experts(sg_model *m, int layer, sg_layer_weights *lw);
+/* The experts a deferred load left in the files (m->xloc) bound as resident stacks, as a load
+ * without deferral binds them (the expert cache's auto, when the whole model fits after all);
+ * the model is then an ordinary one (xloc freed). On failure the deferred state is unchanged. */
+sg_status sg_model_bind_deferred_experts(sg_model *m);
 /* Binds the generic weights of layer i (the attention, the norms, the MLP or the experts) through
  * the family's names; for a layer bound after the others (an MTP layer). */
 sg_status sg_model_bind_layer(sg_model *m, int i);

@@ -93,6 +93,16 @@ def test_router_prefetch_reads_ahead_and_is_used(sg, tmp_path, models):
     assert read > 0 and 0 < used <= read
 
 
+@pytest.mark.parametrize("fmt", ["gguf", "safetensors"])
+def test_auto_keeps_every_expert_resident_when_the_model_fits(sg, tmp_path, models, fmt):
+    """auto loads the experts deferred, then binds them as a plain load would once the planner
+    finds that everything fits: no cache, the resident model's output."""
+    ref, ref_toks, _ = run_eval(sg, tmp_path, models[fmt], "off")
+    got, toks, err = run_eval(sg, tmp_path, models[fmt], "auto", tag="auto")
+    assert "experts resident" in err and "experts:" not in err, err
+    assert got == ref and toks == ref_toks
+
+
 def test_a_pool_smaller_than_one_layer_is_refused(sg, models):
     r = sg("eval", "--model", str(models["gguf"]), "--tokens", "1,2", "--expert-cache", "1m")
     assert r.returncode != 0
