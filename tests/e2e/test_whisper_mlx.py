@@ -147,6 +147,28 @@ def test_float32_safetensors_folder_with_a_tokenizer_json_beam_search_as_the_ctr
         same_segments(doc["segments"], CT2_REF[name]["beam5"], name)
 
 
+def test_float16_folder_encodes_a_prompt_as_the_reference_tokenizer(wavs, tiktoken_file):
+    # the prompt goes through the tiktoken vocabulary's merges (a token's rank is its id)
+    prompt = json.loads((ROOT / "tests" / "fixtures" / "stt" / "faster_whisper_tiny_en.json").read_text())["prompt"]
+    r = transcribe("-m", str(folder("fp16")), "--vocab", str(tiktoken_file), "--beam", "1", "--prompt", prompt,
+                   "--format", "verbose_json", str(wavs["jfk"]))
+    got = json.loads(r.stdout.decode())["segments"]
+    assert [s["tokens"] for s in got] == [s["tokens"] for s in CT2_REF["jfk"]["beam1_prompt"]]
+
+
+def test_word_timestamps_use_the_stored_alignment_heads(wavs, tiktoken_file):
+    # the folder's alignment_heads tensor is tiny.en's list, as the CTranslate2 folder's config
+    # gives it: the same words and times from the same weights
+    names = ["jfk", "sense_and_sensibility_01_austen_64kb-0870"]
+    args = ["--beam", "1", "--word-timestamps", "--format", "verbose_json", *[str(wavs[n]) for n in names]]
+    mlx = transcribe("-m", str(folder("fp16")), "--vocab", str(tiktoken_file), *args).stdout.decode().splitlines()
+    ct2 = transcribe("-m", str(stt_audio.TINY_EN), *args).stdout.decode().splitlines()
+    for a, b in zip(mlx, ct2):
+        wa, wb = json.loads(a)["words"], json.loads(b)["words"]
+        assert len(wa) > 10 and [(w["word"], w["start"], w["end"]) for w in wa] == [(w["word"], w["start"], w["end"]) for w in wb]
+        assert max(abs(x["probability"] - y["probability"]) for x, y in zip(wa, wb)) < 1e-3
+
+
 @pytest.fixture(scope="module")
 def quantized(wavs, tiktoken_file):
     return {v: verbose(folder(v), tiktoken_file, sorted(CLIPS), wavs, 1) for v in ("8bit", "4bit")}
