@@ -433,13 +433,19 @@ typedef struct sg_stt_params {
 	int n_threads;       /* CPU threads; 0 = the default */
 	int max_beam;        /* the widest beam search to be asked for (1..16; 0 = 5): the model keeps
 	                      * 2 * max_beam decoder caches */
+	const char *vocab;   /* the vocabulary when the model's files carry none (MLX folders): a
+	                      * .tiktoken rank file (openai-whisper's gpt2.tiktoken for English-only
+	                      * models, multilingual.tiktoken otherwise) or a tokenizer.json; NULL =
+	                      * none. The model's own tokenizer files come first. */
 } sg_stt_params;
 
 sg_stt_params sg_stt_default_params(void);
 
-/* Loads the model at path and its tokenizer (tokenizer.json beside it). Caller owns *out
- * (sg_stt_free). A file that is not a Whisper model, or a tokenizer that is not Whisper's, is
- * an error naming what is missing. */
+/* Loads the model at path and its tokenizer: tokenizer.json beside it, else gpt2.tiktoken /
+ * multilingual.tiktoken beside it, else the vocabulary the whisper.cpp file embeds, else
+ * params->vocab. Caller owns *out (sg_stt_free). A file that is not a Whisper model, a model
+ * without any vocabulary (SG_ERR_NOT_FOUND, naming what to pass), or a tokenizer that is not
+ * Whisper's, is an error naming what is missing. */
 sg_status sg_stt_load(const char *path, const sg_stt_params *params, sg_stt **out);
 void sg_stt_free(sg_stt *stt);
 /* 1 when the model knows several languages (then language detection and translation work). */

@@ -11,6 +11,15 @@
   whisper_convert.py ggml SRC OUT.bin   whisper.cpp's ggml .bin: hparams, the Slaney mel filterbank,
                                         the byte-level vocabulary, then the tensors under whisper.cpp's
                                         names (matrices F16, vectors, conv biases and positions F32)
+  whisper_convert.py mlx  SRC OUT_DIR [float16|float32] [npz|safetensors] [q4|q8]
+                                        an MLX folder as mlx-examples' whisper converter writes it:
+                                        config.json (openai-whisper's ModelDimensions, "quantization"
+                                        when quantized), weights.npz (np.savez, its default) or
+                                        weights.safetensors; openai-whisper's names with mlp1/mlp2,
+                                        conv weights [out][k][in], no encoder positions, the
+                                        alignment heads as an int64 [n][2] tensor; q4/q8: every
+                                        Linear and the token embedding MLX affine, group 64, as
+                                        mlx.nn.quantize computes it (default float16 npz)
 
 SRC is a CTranslate2 Whisper folder (model.bin + config.json + tokenizer.json, as faster-whisper
 ships it) or a Hugging Face Whisper folder (config.json + model.safetensors).
@@ -310,6 +319,106 @@ def to_ggml(src, out, f16=True):
             f.write(a.tobytes())
 
 
+MLX_DTYPES = {"float16": np.float16, "float32": np.float32}
+
+
+def mlx_name(hf):
+    """openai-whisper's parameter name (mlx_whisper's: mlp.0 / mlp.2 are mlp1 / mlp2)."""
+    return ggml_name(hf).replace(".mlp.0.", ".mlp1.").replace(".mlp.2.", ".mlp2.")
+
+
+def mlx_quantize(w, group, bits):
+    """MLX's affine quantization of a [rows][cols] float matrix, as mlx.core.quantize computes
+    it: per group of `group` columns, the edge (the minimum when it is the larger in magnitude,
+    else the maximum) is made exactly representable; q = round((w - bias) / scale) in [0, 2^bits
+    - 1], packed little-endian into uint32 words; scales and biases in w's type."""
+    rows, cols = w.shape
+    g = w.reshape(rows, cols // group, group).astype(np.float32)
+    wmax, wmin = g.max(-1, keepdims=True), g.min(-1, keepdims=True)
+    nb = np.float32((1 << bits) - 1)
+    neg = np.abs(wmin) > np.abs(wmax)
+    scales = np.maximum((wmax - wmin) / nb, np.float32(1e-7))
+    scales = np.where(neg, scales, -scales)
+    edge = np.where(neg, wmin, wmax)
+    q0 = np.round(edge / scales)
+    scales = np.where(q0 != 0, edge / np.where(q0 != 0, q0, 1), scales)
+    biases = np.where(q0 == 0, np.float32(0), edge)
+    q = np.clip(np.round((g - biases) / scales), 0, nb).astype(np.uint32).reshape(rows, cols // (32 // bits), 32 // bits)
+    packed = np.zeros(q.shape[:2], np.uint32)
+    for i in range(32 // bits):
+        packed |= q[:, :, i] << np.uint32(bits * i)
+    return packed, scales.reshape(rows, -1).astype(w.dtype), biases.reshape(rows, -1).astype(w.dtype)
+
+
+def mlx_state(src, dtype="float16", bits=None, group=64):
+    """(config, {name: array}) of the MLX folder made from src."""
+    st, cfg, heads = load_any(src)
+    dt = MLX_DTYPES[dtype]
+    out = {}
+    for hf, a in st.items():
+        name = mlx_name(hf)
+        if name == "encoder.positional_embedding":
+            continue  # mlx_whisper makes the sinusoids itself
+        a = np.asarray(a, dtype=np.float32)
+        if name in ("encoder.conv1.weight", "encoder.conv2.weight"):
+            a = a.transpose(0, 2, 1)  # [out][in][k] -> MLX's [out][k][in]
+        out[name] = np.ascontiguousarray(a.astype(dt))
+    n_layer, n_head = int(cfg["decoder_layers"]), int(cfg["decoder_attention_heads"])
+    if not heads:  # openai-whisper's default: every head of the last half of the decoder layers
+        heads = [[L, h] for L in range(n_layer // 2, n_layer) for h in range(n_head)]
+    out["alignment_heads"] = np.array(sorted(tuple(x) for x in heads), dtype=np.int64).reshape(-1, 2)
+    dims = {
+        "n_mels": int(cfg["num_mel_bins"]), "n_audio_ctx": int(cfg["max_source_positions"]),
+        "n_audio_state": int(cfg["d_model"]), "n_audio_head": int(cfg["encoder_attention_heads"]),
+        "n_audio_layer": int(cfg["encoder_layers"]), "n_vocab": int(cfg["vocab_size"]),
+        "n_text_ctx": int(cfg["max_target_positions"]), "n_text_state": int(cfg["d_model"]),
+        "n_text_head": n_head, "n_text_layer": n_layer,
+    }
+    if bits:
+        for name in [n for n in out if n.endswith(".weight")]:
+            stem = name[:-len(".weight")]
+            linear = stem.split(".")[-1] in ("query", "key", "value", "out", "mlp1", "mlp2", "token_embedding")
+            if linear:
+                out[name], out[stem + ".scales"], out[stem + ".biases"] = mlx_quantize(out[name], group, bits)
+        dims["quantization"] = {"group_size": group, "bits": bits}
+    return dims, out
+
+
+def write_safetensors_any(path, tensors, metadata):
+    """safetensors with MLX's dtypes (uint32 packed weights, int64 alignment heads too)."""
+    names = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16", np.dtype(np.uint32): "U32", np.dtype(np.int64): "I64"}
+    h, off, blobs = {}, 0, []
+    for k, a in tensors.items():
+        a = np.ascontiguousarray(a)
+        h[k] = {"dtype": names[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        off += a.nbytes
+        blobs.append(a.tobytes())
+    h["__metadata__"] = metadata
+    hb = json.dumps(h, separators=(",", ":")).encode()
+    hb += b" " * (-len(hb) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hb)))
+        f.write(hb)
+        for x in blobs:
+            f.write(x)
+
+
+def to_mlx(src, out, opts):
+    dtype = "float32" if "float32" in opts else "float16"
+    bits = 4 if "q4" in opts else 8 if "q8" in opts else None
+    cfg, tensors = mlx_state(src, dtype, bits)
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in ("weights.npz", "weights.safetensors"):
+        (out / old).unlink(missing_ok=True)
+    if "safetensors" in opts:
+        write_safetensors_any(out / "weights.safetensors", tensors, {"format": "mlx"})
+    else:
+        np.savez(str(out / "weights.npz"), **tensors)
+    cfg["model_type"] = "whisper"
+    (out / "config.json").write_text(json.dumps(cfg, indent=4))
+
+
 def ct2_string(x):
     b = x.encode()
     return struct.pack("<H", len(b) + 1) + b + b"\0"
@@ -389,6 +498,11 @@ def to_ct2(src, out, int8=False):
 
 
 def main(argv):
+    mlx_opts = {"float16", "float32", "npz", "safetensors", "q4", "q8"}
+    if len(argv) >= 3 and argv[0] == "mlx" and set(argv[3:]) <= mlx_opts:
+        to_mlx(argv[1], argv[2], argv[3:])
+        print(argv[2])
+        return 0
     if len(argv) not in (3, 4) or argv[0] not in ("hf", "ggml", "ct2") or (len(argv) == 4 and argv[3] != "int8"):
         print(__doc__.strip())
         return 2

@@ -276,10 +276,11 @@ int sg_cli_inspect(int argc, char **argv)
 	}
 	printf("path: %s\n", path);
 	if (w->format == SG_WEIGHTS_GGUF) printf("format: gguf v%u (alignment %llu)\n", w->gguf.version, (unsigned long long)w->gguf.alignment);
+	else if (w->format == SG_WEIGHTS_NPZ) printf("format: npz (%d arrays)\n", w->npz.n_tensors);
 	else printf("format: safetensors (%d file%s)\n", w->n_files, w->n_files == 1 ? "" : "s");
 	if (have_desc) print_desc(&d);
 	else printf("arch: unknown (no config.json)\n");
-	if (have_desc && d.arch == SG_ARCH_WHISPER && w->format == SG_WEIGHTS_SAFETENSORS) print_whisper(path);
+	if (have_desc && d.arch == SG_ARCH_WHISPER && w->format != SG_WEIGHTS_GGUF) print_whisper(path);
 
 	type_total totals[64] = {0};
 	int n_totals = 0;

@@ -25,10 +25,14 @@ static void usage(void)
 	       "  --model NAME=MODEL    serve MODEL (a folder, a .gguf file, a name in the models folder or a\n"
 	       "                        Hugging Face repo id) under NAME, the request's \"model\" field;\n"
 	       "                        repeatable; the first is the default. --model MODEL names it MODEL\n"
-	       "  --stt-model NAME=MODEL  serve a Whisper model (Hugging Face or CTranslate2 folder) on\n"
+	       "  --stt-model NAME=MODEL  serve a Whisper model (Hugging Face, MLX or CTranslate2 folder, or a\n"
+	       "                        whisper.cpp ggml file) on\n"
 	       "                        /v1/audio/transcriptions and /v1/audio/translations under NAME;\n"
 	       "                        repeatable, in the same pool and memory guard as --model; the first\n"
 	       "                        also answers requests for \"whisper-1\"\n"
+	       "  --stt-vocab FILE      the vocabulary of each --stt-model whose files carry none (MLX\n"
+	       "                        folders): openai-whisper's gpt2.tiktoken (English-only models) or\n"
+	       "                        multilingual.tiktoken, or a tokenizer.json\n"
 	       "  --embed-model NAME=MODEL  serve an embedding model (a sentence-transformers folder: BERT,\n"
 	       "                        MiniLM, BGE, XLM-R, MPNet, a last-token decoder...) or a cross-encoder reranker under NAME on /v1/embeddings,\n"
 	       "                        /api/embed, /api/embeddings and /v1/rerank; repeatable; same pool and\n"
@@ -95,7 +99,7 @@ int sg_cli_serve(int argc, char **argv)
 	int is_tts[SG_SERVER_MAX_MODELS];
 	int n_specs = 0;
 	static sg_hub_model draft;
-	const char *draft_model = NULL;
+	const char *draft_model = NULL, *stt_vocab = NULL;
 	for (int i = 0; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int64_t x;
@@ -141,6 +145,9 @@ int sg_cli_serve(int argc, char **argv)
 			/* the server reads the flag where it loads models and sizes the memory guard */
 			setenv("RETI_SERVE_BACKEND", v, 1);
 			sg_flags_reload();
+		} else if (!strcmp(a, "--stt-vocab")) {
+			if (!v) return sg_cli_usage_error("serve", "--stt-vocab needs a FILE");
+			stt_vocab = v;
 		} else if (!strcmp(a, "--expert-cache")) {
 			if (!v) return sg_cli_usage_error("serve", "--expert-cache needs a value");
 			if (sg_cli_expert_cache_opt("serve", v)) return 2;
@@ -210,6 +217,7 @@ int sg_cli_serve(int argc, char **argv)
 		o.models[i].name = names[i];
 		o.models[i].path = resolved[i].path;
 		o.models[i].stt = spec_stt[i];
+		o.models[i].vocab = spec_stt[i] ? stt_vocab : NULL;
 		o.models[i].embed = is_embed[i];
 		o.models[i].tts = is_tts[i];
 	}

@@ -3,7 +3,7 @@
  *   transcribe FILE... [-m MODEL] [--language xx] [--task transcribe|translate]
  *              [--format text|json|verbose_json|srt|vtt] [--word-timestamps] [--beam N]
  *              [--temperature T] [--prompt P] [--no-timestamps] [--output-dir DIR]
- *              [--pcm-rate R [--pcm-channels C]] [--backend B] [--threads N] [--quiet]
+ *              [--pcm-rate R [--pcm-channels C]] [--vocab FILE] [--backend B] [--threads N] [--quiet]
  *
  * FILE "-" reads stdin: an audio file, or with --pcm-rate raw little-endian 16-bit PCM. Each
  * file's transcript goes to stdout in order (or to DIR/NAME.FORMAT with --output-dir). Files
@@ -32,9 +32,9 @@ static int usage(void)
 	printf("usage: saragossa transcribe FILE... [-m MODEL] [--language xx] [--task transcribe|translate]\n"
 	       "         [--format text|json|verbose_json|srt|vtt] [--word-timestamps] [--beam N] [--temperature T]\n"
 	       "         [--prompt TEXT] [--no-timestamps] [--output-dir DIR] [--pcm-rate R [--pcm-channels C]]\n"
-	       "         [--backend cpu|cuda|auto] [--threads N] [--quiet]\n"
+	       "         [--vocab FILE] [--backend cpu|cuda|auto] [--threads N] [--quiet]\n"
 	       "  FILE             an audio file (WAV, FLAC, OGG, MP3, ...); '-' reads stdin\n"
-	       "  -m MODEL         a Whisper model: Hugging Face folder, CTranslate2 folder or ggml .bin\n"
+	       "  -m MODEL         a Whisper model: Hugging Face, MLX or CTranslate2 folder, or ggml .bin\n"
 	       "                   (default: SARAGOSSA_DEFAULT_STT_MODEL, else whisper-tiny.en in saragossa's models folder)\n"
 	       "  --language xx    the spoken language (default: detected by multilingual models, else en)\n"
 	       "  --task T         transcribe (default) or translate (to English; multilingual models)\n"
@@ -42,7 +42,9 @@ static int usage(void)
 	       "  --beam N         beam width; 1 = greedy (default 5)\n"
 	       "  --temperature T  first temperature; hotter retries go up by 0.2 to 1.0 (default 0)\n"
 	       "  --prompt TEXT    text that precedes the audio (names, spelling, style)\n"
-	       "  --pcm-rate R     stdin is raw 16-bit little-endian PCM at R Hz (--pcm-channels C, default 1)\n");
+	       "  --pcm-rate R     stdin is raw 16-bit little-endian PCM at R Hz (--pcm-channels C, default 1)\n"
+	       "  --vocab FILE     the vocabulary when the model's files carry none (MLX folders): openai-whisper's\n"
+	       "                   gpt2.tiktoken (English-only models) or multilingual.tiktoken, or a tokenizer.json\n");
 	return 0;
 }
 
@@ -133,7 +135,7 @@ static int write_out(const char *dir, const char *file, const char *format, cons
 int sg_cli_transcribe(int argc, char **argv)
 {
 	const char *model = NULL, *language = NULL, *task = "transcribe", *format = "text", *prompt = NULL;
-	const char *backend = NULL, *outdir = NULL;
+	const char *backend = NULL, *outdir = NULL, *vocab = NULL;
 	long beam = 5, threads = 0, pcm_rate = 0, pcm_channels = 1;
 	double temperature = 0;
 	int words = 0, timestamps = 1, quiet = 0;
@@ -149,6 +151,7 @@ int sg_cli_transcribe(int argc, char **argv)
 		else if (!strcmp(a, "--prompt") && v) prompt = argv[++i];
 		else if (!strcmp(a, "--backend") && v) backend = argv[++i];
 		else if (!strcmp(a, "--output-dir") && v) outdir = argv[++i];
+		else if (!strcmp(a, "--vocab") && v) vocab = argv[++i];
 		else if (!strcmp(a, "--word-timestamps")) words = 1;
 		else if (!strcmp(a, "--no-timestamps")) timestamps = 0;
 		else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) quiet = 1;
@@ -219,6 +222,7 @@ int sg_cli_transcribe(int argc, char **argv)
 	sp.backend = backend;
 	sp.n_threads = (int)threads;
 	sp.max_beam = (int)beam;
+	sp.vocab = vocab;
 	sg_stt *stt = NULL;
 	if (sg_stt_load(path, &sp, &stt)) {
 		fprintf(stderr, "saragossa transcribe: %s\n", sg_last_error());

@@ -1,6 +1,7 @@
 /* Long-form transcription with a Whisper model (see transcribe.h and saragossa.h). */
 #include "engine/transcribe.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,18 +84,25 @@ static const char *const vocab_langs[] = {
 	"sa", "lb", "my", "bo", "tl", "mg", "as", "tt", "haw", "ln", "ha", "ba", "jw", "su", "yue",
 };
 
-/* The tokenizer of a file that embeds its vocabulary (whisper.cpp's ggml): the file lists the
- * regular tokens' bytes; the special tokens after them are named by their places, as whisper.cpp
- * and openai-whisper lay them out: <|endoftext|>, <|startoftranscript|>, n_vocab - 51765 -
- * multilingual language tokens, the task and marker tokens, then the 1501 timestamps. Merges
- * follow tiktoken's rule (a token's rank is its id). */
-static sg_status embedded_tokenizer(const sg_whisper *w, int32_t n_vocab, sg_tokenizer **out)
+/* Regular tokens' bytes by id: a ggml file's embedded list or a tiktoken rank file's. */
+typedef struct byte_vocab {
+	const char **tok; /* [n] */
+	uint32_t *len;    /* [n] */
+	int n;
+	const char *no_speech; /* the name this source gives the no-speech token */
+} byte_vocab;
+
+/* A Whisper tokenizer from the regular tokens' bytes: the special tokens after them are named
+ * by their places, as openai-whisper (and whisper.cpp) lay them out: <|endoftext|>,
+ * <|startoftranscript|>, n_vocab - 51765 - multilingual language tokens, the task and marker
+ * tokens, then the 1501 timestamps. Merges follow tiktoken's rule (a token's rank is its id). */
+static sg_status bytes_tokenizer(const byte_vocab *bv, int32_t n_vocab, const char *what, sg_tokenizer **out)
 {
-	int n_words = sg_whisper_vocab_count(w), multi = n_vocab >= 51865;
+	int n_words = bv->n, multi = n_vocab >= 51865;
 	int n_lang = n_vocab - 51765 - multi, eot = multi ? 50257 : 50256;
 	if (n_lang < 1 || n_lang > (int)(sizeof(vocab_langs) / sizeof(vocab_langs[0])) || n_words > eot + 1 || n_words < 256)
 		return sg_error(SG_ERR_FORMAT,
-				"whisper: an embedded vocabulary of %d tokens for a model of %d is not a Whisper layout (%d languages)",
+				"whisper: %s of %d tokens for a model of %d is not a Whisper layout (%d languages)", what,
 				n_words, n_vocab, n_lang);
 	const char **tok = sg_calloc((size_t)n_vocab, sizeof(char *));
 	uint32_t *len = sg_calloc((size_t)n_vocab, sizeof(uint32_t));
@@ -106,15 +114,14 @@ static sg_status embedded_tokenizer(const sg_whisper *w, int32_t n_vocab, sg_tok
 		st = sg_error(SG_ERR_NOMEM, "whisper: a vocabulary of %d tokens", n_vocab);
 		goto done;
 	}
-	static const char *const marks[] = {"<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>",
-					    "<|nocaptions|>", "<|notimestamps|>"};
+	const char *const marks[] = {"<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>", bv->no_speech,
+				     "<|notimestamps|>"};
 	for (int32_t i = 0; i < n_vocab; i++) {
-		size_t n = 0;
 		score[i] = -(float)i;
 		types[i] = 1;
 		if (i < n_words && i < eot) { /* (a file may list <|endoftext|> too: named below) */
-			tok[i] = sg_whisper_vocab_bytes(w, i, &n);
-			len[i] = (uint32_t)n;
+			tok[i] = bv->tok[i];
+			len[i] = bv->len[i];
 			continue;
 		}
 		/* ids between the file's list and <|endoftext|> (none in whisper.cpp's files) stay unused */
@@ -146,7 +153,7 @@ static sg_status embedded_tokenizer(const sg_whisper *w, int32_t n_vocab, sg_tok
 	d.derive_merges = 1;
 	d.raw_bytes = 1;
 	st = sg_tokenizer_from_vocab(&d, out);
-	if (st) sg_error_wrap(st, "whisper: the embedded vocabulary");
+	if (st) sg_error_wrap(st, "whisper: %s", what);
 done:
 	sg_free(tok);
 	sg_free(len);
@@ -154,6 +161,115 @@ done:
 	sg_free(score);
 	sg_free(names);
 	return st;
+}
+
+/* The tokenizer of a file that embeds its vocabulary (whisper.cpp's ggml, which names the
+ * no-speech token <|nocaptions|>). */
+static sg_status embedded_tokenizer(const sg_whisper *w, int32_t n_vocab, sg_tokenizer **out)
+{
+	int n = sg_whisper_vocab_count(w);
+	byte_vocab bv = {sg_calloc((size_t)n, sizeof(char *)), sg_calloc((size_t)n, sizeof(uint32_t)), n, "<|nocaptions|>"};
+	sg_status st = bv.tok && bv.len ? SG_OK : sg_error(SG_ERR_NOMEM, "whisper: a vocabulary of %d tokens", n);
+	for (int i = 0; i < n && !st; i++) {
+		size_t l = 0;
+		bv.tok[i] = sg_whisper_vocab_bytes(w, i, &l);
+		bv.len[i] = (uint32_t)l;
+	}
+	if (!st) st = bytes_tokenizer(&bv, n_vocab, "an embedded vocabulary", out);
+	sg_free(bv.tok);
+	sg_free(bv.len);
+	return st;
+}
+
+static int b64_value(int c)
+{
+	if (c >= 'A' && c <= 'Z') return c - 'A';
+	if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+	if (c >= '0' && c <= '9') return c - '0' + 52;
+	return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+/* RFC 4648 base64 of s[0..n) into out (room for 3 n / 4 bytes); the byte count, or -1. */
+static long b64_decode(const char *s, size_t n, uint8_t *out)
+{
+	while (n && s[n - 1] == '=') n--;
+	uint32_t acc = 0;
+	long o = 0;
+	int bits = 0;
+	for (size_t i = 0; i < n; i++) {
+		int v = b64_value((unsigned char)s[i]);
+		if (v < 0) return -1;
+		acc = acc << 6 | (uint32_t)v;
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			out[o++] = (uint8_t)(acc >> bits);
+		}
+	}
+	return bits >= 6 ? -1 : o;
+}
+
+/* A tiktoken rank file (openai-whisper's gpt2.tiktoken / multilingual.tiktoken: one
+ * "<base64 bytes> <rank>" line per regular token) as a Whisper tokenizer; openai-whisper names
+ * the no-speech token <|nospeech|>. The ranks must be 0..n-1, each once. */
+static sg_status tiktoken_tokenizer(const char *path, int32_t n_vocab, sg_tokenizer **out)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f) return sg_error(SG_ERR_NOT_FOUND, "whisper vocabulary %s: %s", path, strerror(errno));
+	char *text = NULL;
+	long size = fseek(f, 0, SEEK_END) ? -1 : ftell(f);
+	sg_status st = SG_OK;
+	if (size < 0 || size > (64L << 20)) st = sg_error(SG_ERR_FORMAT, "whisper vocabulary %s: %ld bytes (at most 64 MiB)", path, size);
+	if (!st && !(text = sg_malloc((size_t)size + 1))) st = sg_error(SG_ERR_NOMEM, "whisper vocabulary %s: %ld bytes", path, size);
+	if (!st && (fseek(f, 0, SEEK_SET) || fread(text, 1, (size_t)size, f) != (size_t)size))
+		st = sg_error(SG_ERR_IO, "whisper vocabulary %s: cannot read it", path);
+	fclose(f);
+	int cap = n_vocab > 0 ? n_vocab : 1, lines = 0;
+	byte_vocab bv = {sg_calloc((size_t)cap, sizeof(char *)), sg_calloc((size_t)cap, sizeof(uint32_t)), 0, "<|nospeech|>"};
+	uint8_t *bytes = st ? NULL : sg_malloc((size_t)size + 1); /* every token's bytes, back to back */
+	if (!st && (!bv.tok || !bv.len || !bytes)) st = sg_error(SG_ERR_NOMEM, "whisper vocabulary %s", path);
+	size_t used = 0;
+	for (char *p = text, *end = text + (st ? 0 : size); !st && p < end; lines++) {
+		char *nl = memchr(p, '\n', (size_t)(end - p)), *le = nl ? nl : end;
+		if (le > p && le[-1] == '\r') le--;
+		if (le == p) { /* a blank line (the last one) */
+			p = nl ? nl + 1 : end;
+			lines--;
+			continue;
+		}
+		char *sp = memchr(p, ' ', (size_t)(le - p)), *re = NULL;
+		long rank = sp ? strtol(sp + 1, &re, 10) : -1;
+		long nb = sp ? b64_decode(p, (size_t)(sp - p), bytes + used) : -1;
+		if (!sp || re != le || nb < 1 || rank < 0) {
+			st = sg_error(SG_ERR_FORMAT, "whisper vocabulary %s: line %d is not '<base64> <rank>' (not a tiktoken file)", path,
+				      lines + 1);
+			break;
+		}
+		if (rank >= cap || bv.tok[rank]) {
+			st = sg_error(SG_ERR_FORMAT, "whisper vocabulary %s: line %d: rank %ld is %s (a model of %d tokens)", path, lines + 1,
+				      rank, rank >= cap ? "past the model's vocabulary" : "given twice", n_vocab);
+			break;
+		}
+		bv.tok[rank] = (const char *)bytes + used;
+		bv.len[rank] = (uint32_t)nb;
+		used += (size_t)nb;
+		p = nl ? nl + 1 : end;
+	}
+	bv.n = lines;
+	for (int i = 0; i < bv.n && !st; i++)
+		if (!bv.tok[i]) st = sg_error(SG_ERR_FORMAT, "whisper vocabulary %s: %d lines but no rank %d", path, bv.n, i);
+	if (!st) st = bytes_tokenizer(&bv, n_vocab, path, out);
+	sg_free(text);
+	sg_free(bytes);
+	sg_free(bv.tok);
+	sg_free(bv.len);
+	return st;
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+	size_t a = strlen(s), b = strlen(suf);
+	return a >= b && !strcmp(s + a - b, suf);
 }
 
 sg_status sg_stt_load(const char *path, const sg_stt_params *params, sg_stt **out)
@@ -178,16 +294,22 @@ sg_status sg_stt_load(const char *path, const sg_stt_params *params, sg_stt **ou
 	sg_status st = sg_whisper_load(path, &wp, &s->w);
 	if (st) goto fail;
 	s->info = sg_whisper_get_info(s->w);
+	/* the vocabulary: the model's own files, else the one the caller names */
 	const char *tp = sg_whisper_tokenizer_path(s->w);
-	if (!tp && !sg_whisper_vocab_count(s->w)) {
-		st = sg_error(SG_ERR_FORMAT, "whisper: %s has no tokenizer.json beside it and embeds no vocabulary", path);
+	int embedded = !tp && sg_whisper_vocab_count(s->w);
+	if (!tp && !embedded) tp = p.vocab;
+	if (!tp && !embedded) {
+		st = sg_error(SG_ERR_NOT_FOUND,
+			      "whisper: %s carries no vocabulary (no tokenizer.json, gpt2.tiktoken or multilingual.tiktoken beside "
+			      "it, as MLX folders do not): name one with --vocab FILE (serve: --stt-vocab), a .tiktoken file "
+			      "such as openai-whisper's %s or a tokenizer.json",
+			      path, s->info->n_vocab >= 51865 ? "multilingual.tiktoken" : "gpt2.tiktoken");
 		goto fail;
 	}
-	if (!tp && (st = embedded_tokenizer(s->w, s->info->n_vocab, &s->tok))) goto fail;
-	if (tp && (st = sg_tokenizer_load(tp, &s->tok))) {
-		sg_error_wrap(st, "whisper tokenizer %s", tp);
-		goto fail;
-	}
+	if (embedded) st = embedded_tokenizer(s->w, s->info->n_vocab, &s->tok);
+	else if (ends_with(tp, ".tiktoken")) st = tiktoken_tokenizer(tp, s->info->n_vocab, &s->tok);
+	else if ((st = sg_tokenizer_load(tp, &s->tok))) sg_error_wrap(st, "whisper tokenizer %s", tp);
+	if (st) goto fail;
 	if ((st = sg_stt_vocab_init(s->tok, s->info->n_vocab, &s->v))) goto fail;
 	if ((st = sg_stt_suppress_default(s->tok, &s->v, &s->nonspeech, &s->n_nonspeech))) goto fail;
 	*out = s;

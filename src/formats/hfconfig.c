@@ -549,28 +549,56 @@ static sg_status gemma(reader *r, sg_model_desc *d)
 	return r->st;
 }
 
-static sg_status whisper(reader *r, sg_model_desc *d)
+/* An MLX Whisper folder's config.json: openai-whisper's ModelDimensions (n_mels, n_audio_ctx,
+ * n_audio_state, n_audio_head, n_audio_layer, n_vocab, n_text_ctx, n_text_state, n_text_head,
+ * n_text_layer); the MLP is 4 x the state. */
+static void whisper_dims(reader *r, sg_model_desc *d)
+{
+	d->n_vocab = geti(r, "n_vocab", 0);
+	d->dim = geti(r, "n_text_state", 0);
+	d->n_layer = geti(r, "n_text_layer", 0);
+	d->n_enc_layer = geti(r, "n_audio_layer", 0);
+	d->n_head = geti(r, "n_text_head", 0);
+	d->ffn_dim = 4 * d->dim;
+	d->n_mels = geti(r, "n_mels", 80);
+	d->n_audio_ctx = geti(r, "n_audio_ctx", 1500);
+	d->max_ctx = geti(r, "n_text_ctx", 448);
+	/* the start and end tokens follow from the vocabulary (multilingual ones shift by one) */
+	int multi = d->n_vocab >= 51865;
+	d->bos_token = multi ? 50258 : 50257;
+	d->eos_token = multi ? 50257 : 50256;
+}
+
+/* A Hugging Face Whisper config.json (transformers' names). */
+static void whisper_hf(reader *r, sg_model_desc *d)
 {
 	d->n_vocab = geti(r, "vocab_size", 0);
 	d->dim = geti(r, "d_model", 0);
 	d->n_layer = geti(r, "decoder_layers", 0);
 	d->n_enc_layer = geti(r, "encoder_layers", 0);
 	d->n_head = geti(r, "decoder_attention_heads", 0);
-	d->n_kv_head = d->n_head;
-	d->head_dim = d->n_head ? d->dim / d->n_head : 0;
 	d->ffn_dim = geti(r, "decoder_ffn_dim", 0);
 	d->n_mels = geti(r, "num_mel_bins", 80);
 	d->n_audio_ctx = geti(r, "max_source_positions", 1500);
 	d->max_ctx = geti(r, "max_target_positions", 448);
+	d->act = parse_act(gets(r, "activation_function", NULL), SG_ACT_GELU);
+	d->bos_token = token_id(r->o, "decoder_start_token_id");
+	d->eos_token = token_id(r->o, "eos_token_id");
+}
+
+static sg_status whisper(reader *r, sg_model_desc *d)
+{
+	d->act = SG_ACT_GELU;
+	if (json_object_get(r->o, "n_audio_state")) whisper_dims(r, d);
+	else whisper_hf(r, d);
+	d->n_kv_head = d->n_head;
+	d->head_dim = d->n_head ? d->dim / d->n_head : 0;
 	d->norm = SG_NORM_LAYER;
 	d->norm_eps = 1e-5f;
 	d->mlp = SG_MLP_PLAIN;
-	d->act = parse_act(gets(r, "activation_function", NULL), SG_ACT_GELU);
 	d->attn_bias = 1;
 	d->embed_scale = 1.0f;
 	d->tied_embeddings = 1;
-	d->bos_token = token_id(r->o, "decoder_start_token_id");
-	d->eos_token = token_id(r->o, "eos_token_id");
 	if (r->st) return r->st;
 	sg_status st = check_sizes(d);
 	if (!st) st = alloc_layers(d);

@@ -99,12 +99,15 @@ static sg_status collect_tensors(sg_weights *w)
 {
 	int n = 0;
 	if (w->format == SG_WEIGHTS_GGUF) n = w->gguf.n_tensors;
+	else if (w->format == SG_WEIGHTS_NPZ) n = w->npz.n_tensors;
 	else
 		for (int f = 0; f < w->n_files; f++) n += w->st[f].n_tensors;
 	w->tensors = sg_calloc(n ? (size_t)n : 1, sizeof(sg_tensor *));
 	if (!w->tensors) return sg_error(SG_ERR_NOMEM, "weights: %d tensors", n);
 	if (w->format == SG_WEIGHTS_GGUF)
 		for (int i = 0; i < n; i++) w->tensors[w->n_tensors++] = &w->gguf.tensors[i];
+	else if (w->format == SG_WEIGHTS_NPZ)
+		for (int i = 0; i < n; i++) w->tensors[w->n_tensors++] = &w->npz.tensors[i];
 	else
 		for (int f = 0; f < w->n_files; f++)
 			for (int i = 0; i < w->st[f].n_tensors; i++) w->tensors[w->n_tensors++] = &w->st[f].tensors[i];
@@ -198,6 +201,15 @@ done:
 	return st;
 }
 
+/* One npz archive as the model's only file. */
+static sg_status open_npz(sg_weights *w, const char *path)
+{
+	w->format = SG_WEIGHTS_NPZ;
+	sg_status st = add_file(w, path);
+	if (!st) st = sg_npz_parse(w->files[0].data, w->files[0].size, w->files[0].path, 0, &w->npz);
+	return st ? st : collect_tensors(w);
+}
+
 static sg_status open_folder(sg_weights *w, const char *dir)
 {
 	sg_status st;
@@ -223,6 +235,7 @@ static sg_status open_folder(sg_weights *w, const char *dir)
 		return st;
 	}
 	sg_free(p);
+	p = NULL;
 	DIR *d = opendir(dir);
 	if (!d) return sg_error(SG_ERR_IO, "weights: cannot list '%s': %s", dir, strerror(errno));
 	char **st_names = NULL, *gguf_name = NULL;
@@ -256,6 +269,9 @@ static sg_status open_folder(sg_weights *w, const char *dir)
 		}
 		if (!st) st = parse_safetensors_files(w);
 		if (!st) st = collect_tensors(w);
+	} else if (!st && (p = join(dir, "weights.npz")) && is_file(p)) {
+		/* MLX's older converters (mlx-examples' whisper among them) save np.savez archives */
+		st = open_npz(w, p);
 	} else if (!st && n_gguf == 1) {
 		char *fp = join(dir, gguf_name);
 		w->format = SG_WEIGHTS_GGUF;
@@ -267,12 +283,13 @@ static sg_status open_folder(sg_weights *w, const char *dir)
 		st = sg_error(SG_ERR_NOT_FOUND,
 			      n_gguf > 1 ? "weights: '%s' holds several .gguf files and no safetensors: name one file"
 					 : "weights: no weights in '%s' (expected model.safetensors.index.json, "
-					   "*.safetensors or one .gguf)",
+					   "*.safetensors, weights.npz or one .gguf)",
 			      dir);
 	}
 	for (int i = 0; i < n_st; i++) sg_free(st_names[i]);
 	sg_free(st_names);
 	sg_free(gguf_name);
+	sg_free(p);
 	return st;
 }
 
@@ -349,7 +366,7 @@ static sg_status fold_one(sg_weights *w, const json_t *q, sg_tensor *t)
 
 static sg_status fold_mlx(sg_weights *w)
 {
-	if (!w->config || w->format != SG_WEIGHTS_SAFETENSORS) return SG_OK;
+	if (!w->config || w->format == SG_WEIGHTS_GGUF) return SG_OK;
 	const json_t *q = json_object_get(w->config, "quantization");
 	if (!q) q = json_object_get(w->config, "quantization_config");
 	if (!json_is_object(q) || !json_object_get(q, "bits")) return SG_OK; /* not MLX */
@@ -403,7 +420,8 @@ sg_status sg_weights_open(const char *path, sg_weights **out)
 			} else if (has_suffix(path, ".gguf")) {
 				st = sg_gguf_parse(f->data, f->size, f->path, 0, &w->gguf); /* reports the bad magic */
 			} else {
-				w->format = SG_WEIGHTS_SAFETENSORS;
+				int npz = has_suffix(path, ".npz");
+				w->format = npz ? SG_WEIGHTS_NPZ : SG_WEIGHTS_SAFETENSORS;
 				char *dir = sg_strdup(path), *slash = dir ? strrchr(dir, '/') : NULL;
 				if (!dir) st = sg_error(SG_ERR_NOMEM, "weights: path");
 				else {
@@ -411,7 +429,8 @@ sg_status sg_weights_open(const char *path, sg_weights **out)
 					st = load_config(w, slash ? dir : ".");
 					sg_free(dir);
 				}
-				if (!st) st = parse_safetensors_files(w);
+				if (!st && npz) st = sg_npz_parse(f->data, f->size, f->path, 0, &w->npz);
+				else if (!st) st = parse_safetensors_files(w);
 			}
 			if (!st) st = collect_tensors(w);
 		}
@@ -432,6 +451,7 @@ void sg_weights_close(sg_weights *w)
 		for (int f = 0; f < w->n_files; f++) sg_safetensors_free(&w->st[f]);
 	sg_free(w->st);
 	sg_gguf_free(&w->gguf);
+	sg_npz_free(&w->npz);
 	for (int f = 0; f < w->n_files; f++) sg_mmap_close(&w->files[f]);
 	sg_free(w->files);
 	sg_free(w->tensors);

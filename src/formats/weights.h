@@ -1,6 +1,7 @@
 /*
  * A loaded model's weights, whatever the format: a Hugging Face folder (config.json + one or
- * many safetensors shards, MLX affine-quantized or not) or a GGUF file. Files are memory-mapped;
+ * many safetensors shards, MLX affine-quantized or not), an MLX folder whose weights are one
+ * weights.npz (numpy's archive, as older MLX converters write it) or a GGUF file. Files are memory-mapped;
  * tensors point into the maps and nothing is copied or read until used.
  *
  * MLX quantized weights are folded: W.weight (uint32, packed) becomes one tensor of type
@@ -16,11 +17,13 @@
 
 #include "base/mmap.h"
 #include "formats/gguf.h"
+#include "formats/npz.h"
 #include "formats/safetensors.h"
 #include "formats/tensor.h"
 #include "saragossa.h"
 
-typedef enum sg_weights_format { SG_WEIGHTS_SAFETENSORS = 1, SG_WEIGHTS_GGUF = 2 } sg_weights_format;
+/* NPZ: numpy's archive (weights.npz of MLX folders), named tensors like safetensors' */
+typedef enum sg_weights_format { SG_WEIGHTS_SAFETENSORS = 1, SG_WEIGHTS_GGUF = 2, SG_WEIGHTS_NPZ = 3 } sg_weights_format;
 
 typedef struct sg_weights {
 	sg_weights_format format;
@@ -29,6 +32,7 @@ typedef struct sg_weights {
 	int n_files;
 	sg_safetensors *st;       /* [n_files] when SAFETENSORS */
 	sg_gguf gguf;             /* when GGUF (one file) */
+	sg_npz npz;               /* when NPZ (one file) */
 	sg_tensor **tensors;      /* [n_tensors]: every tensor, companions included, in file order */
 	int n_tensors;
 	json_t *config;           /* config.json beside the weights, or NULL; owned */
@@ -37,8 +41,8 @@ typedef struct sg_weights {
 } sg_weights;
 
 /* Opens `path`: a folder (model.safetensors.index.json, else model.safetensors alone, else every
- * *.safetensors, else one *.gguf), a .safetensors file (config.json read from beside it when
- * present) or a GGUF file. Validates every file's header, refuses duplicate tensor names across
+ * *.safetensors, else weights.npz, else one *.gguf), a .safetensors or .npz file (config.json
+ * read from beside it when present) or a GGUF file. Validates every file's header, refuses duplicate tensor names across
  * shards and index entries naming a tensor its shard lacks, and folds MLX quantized weights
  * using config.json's "quantization". On success the caller owns *out (sg_weights_close). */
 sg_status sg_weights_open(const char *path, sg_weights **out);

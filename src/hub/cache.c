@@ -48,7 +48,8 @@ const char *sg_hub_kind_name(sg_hub_kind kind)
 
 /* ---- a complete copy in the Hugging Face cache ---- */
 
-/* 1 if the snapshot holds the weights its index lists (or, without an index, a safetensors file). */
+/* 1 if the snapshot holds the weights its index lists (or, without an index, a safetensors file
+ * or an MLX weights.npz). */
 static int weights_complete(const char *snap)
 {
 	char path[SG_HUB_PATH_MAX];
@@ -72,6 +73,7 @@ static int weights_complete(const char *snap)
 		json_decref(idx);
 		return ok;
 	}
+	if (snprintf(path, sizeof(path), "%s/weights.npz", snap) < (int)sizeof(path) && sg_hub_is_file(path)) return 1;
 	DIR *d = opendir(snap);
 	if (!d) return 0;
 	int found = 0;
@@ -173,9 +175,10 @@ static int has_suffix_file(const char *dir, const char *suffix)
 void sg_hub_describe_folder(const char *dir, char *format, size_t fn, char *quant, size_t qn)
 {
 	quant[0] = 0;
-	int st = has_suffix_file(dir, ".safetensors");
-	snprintf(format, fn, "%s", st ? "safetensors" : has_suffix_file(dir, ".gguf") ? "gguf" : "other");
 	char path[SG_HUB_PATH_MAX];
+	int st = has_suffix_file(dir, ".safetensors");
+	int npz = !st && !sg_hub_join(path, sizeof(path), dir, "weights.npz") && sg_hub_is_file(path); /* MLX, np.savez */
+	snprintf(format, fn, "%s", st ? "safetensors" : npz ? "npz" : has_suffix_file(dir, ".gguf") ? "gguf" : "other");
 	json_t *cfg = NULL;
 	if (sg_hub_join(path, sizeof(path), dir, "config.json") || sg_json_load_file(path, 16u << 20, &cfg)) return;
 	json_t *q = json_object_get(cfg, "quantization");
@@ -184,7 +187,7 @@ void sg_hub_describe_folder(const char *dir, char *format, size_t fn, char *quan
 	const char *s = NULL;
 	if (json_is_object(q) && !sg_json_get_int(q, "bits", &bits)) {
 		/* MLX writes "quantization": {"group_size": 64, "bits": 4} beside the safetensors. */
-		if (st) snprintf(format, fn, "mlx");
+		if (st || npz) snprintf(format, fn, "mlx");
 		if (!sg_json_get_int(q, "group_size", &group)) snprintf(quant, qn, "%lld-bit g%lld", (long long)bits, (long long)group);
 		else snprintf(quant, qn, "%lld-bit", (long long)bits);
 	} else if (json_is_object(qc) && !sg_json_get_str(qc, "quant_method", &s)) {

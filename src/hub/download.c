@@ -173,7 +173,7 @@ static int select_files(const dl_ctx *c, const char **names, int n, const char *
 			if (!sg_hub_file_needed(names[i])) continue;
 			/* Mistral-style repos carry the same weights twice; take the transformers layout. */
 			if (any_model_st && !strncmp(names[i], "consolidated", 12)) continue;
-			weights += ends_with(names[i], ".safetensors");
+			weights += ends_with(names[i], ".safetensors") || !strcmp(names[i], "weights.npz");
 			sel[k++] = names[i];
 		}
 		if (!weights) {

@@ -295,6 +295,7 @@ int sg_hub_file_needed(const char *name)
 		"special_tokens_map.json", "chat_template.jinja", "chat_template.json", "tokenizer.model",
 		"vocab.json", "merges.txt", "vocab.txt", "added_tokens.json", "preprocessor_config.json",
 		"model.safetensors.index.json",
+		"weights.npz", /* MLX folders written by np.savez (mlx-community's Whisper ones) */
 	};
 	if (strchr(name, '/')) return 0; /* sub-folders hold other variants (onnx/, original/, ...) */
 	for (size_t i = 0; i < sizeof(exact) / sizeof(exact[0]); i++)

@@ -227,8 +227,8 @@ static sg_status prepare_gemm_attn(sg_whisper *w)
 	for (int L = 0; L < i->n_audio_layer && !st; L++) {
 		wh_layer *l = &w->enc[L];
 		float *wv = NULL, *wo = NULL, *bv = NULL, *bo = NULL;
-		st = host_f32(w, &l->self.wv, &wv);
-		if (!st) st = host_f32(w, &l->self.wo, &wo);
+		st = l->self.wv_mlx ? sg_whisper_stored_f32(l->self.wv_mlx, &wv) : host_f32(w, &l->self.wv, &wv);
+		if (!st) st = l->self.wo_mlx ? sg_whisper_stored_f32(l->self.wo_mlx, &wo) : host_f32(w, &l->self.wo, &wo);
 		if (!st) st = host_f32(w, &l->self.bv, &bv);
 		if (!st) st = host_f32(w, &l->self.bo, &bo);
 		if (!st) {

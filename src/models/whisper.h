@@ -1,8 +1,10 @@
 /*
  * Whisper (OpenAI's speech recognition model): an audio encoder over a log-mel window and a text
  * decoder that cross-attends to it. Loads from a Hugging Face folder (model_type "whisper",
- * safetensors), a CTranslate2 folder (model.bin, as faster-whisper ships it) or a whisper.cpp
- * ggml .bin. The forward runs on the backend op table.
+ * safetensors), an MLX folder (mlx-examples' converter: config.json with openai-whisper's
+ * dimensions, weights.safetensors or weights.npz, MLX affine when quantized), a CTranslate2
+ * folder (model.bin, as faster-whisper ships it) or a whisper.cpp ggml .bin. The forward runs
+ * on the backend op table.
  *
  * Encoder: x = gelu(conv1(mel)) (k=3, pad 1), x = gelu(conv2(x)) (k=3, stride 2, pad 1),
  * x += positions, pre-norm blocks (LayerNorm, attention with biases on q and v and out, none on
@@ -34,7 +36,7 @@ typedef struct sg_whisper_info {
 	int n_align_heads;   /* alignment heads (layer, head) pairs for word timestamps: the model's list,
 	                      * else every head of the last half of the decoder layers */
 	const int (*align_heads)[2];
-	const char *source;  /* "hf", "ct2", "ggml" */
+	const char *source;  /* "hf", "ct2", "ggml", "mlx" */
 	const char *dtype;   /* weight type as stored, for inspect */
 	int n_ffn;           /* MLP hidden size (4 * d_model for real models) */
 	int64_t n_params;    /* weight element count */
@@ -49,8 +51,9 @@ typedef struct sg_whisper_params {
 
 sg_whisper_params sg_whisper_default_params(void);
 
-/* path: a Hugging Face folder (config.json model_type whisper + safetensors), a CTranslate2
- * folder (model.bin + config.json + vocabulary.* / tokenizer.json), or a whisper.cpp ggml .bin.
+/* path: a Hugging Face folder (config.json model_type whisper + safetensors), an MLX folder
+ * (config.json with n_audio_state + weights.safetensors or weights.npz), a CTranslate2 folder
+ * (model.bin + config.json + vocabulary.* / tokenizer.json), or a whisper.cpp ggml .bin.
  * Every weight is bound with its expected shape; a missing or misshapen one is an error naming
  * it. The caller owns *out (sg_whisper_free). */
 sg_status sg_whisper_load(const char *path, const sg_whisper_params *p, sg_whisper **out);
@@ -61,8 +64,10 @@ void sg_whisper_free(sg_whisper *w);
 sg_status sg_whisper_describe(const char *path, sg_whisper_info *out, char *dtype, size_t cap);
 const sg_whisper_info *sg_whisper_get_info(const sg_whisper *w);
 
-/* The folder/file a tokenizer can be read from (tokenizer.json path, or NULL when the file
- * embeds its vocabulary, as ggml does: then sg_whisper_vocab gives the token strings). */
+/* The vocabulary file found beside the weights: tokenizer.json, else (MLX folders carry none)
+ * gpt2.tiktoken or multilingual.tiktoken as the model's vocabulary size asks; NULL when there
+ * is none or the file embeds its vocabulary, as ggml does (then sg_whisper_vocab gives the
+ * token strings). */
 const char *sg_whisper_tokenizer_path(const sg_whisper *w);
 /* Token string of id from an embedded vocabulary (ggml); NULL when there is none or id is out
  * of range. The string belongs to w. */

@@ -1,5 +1,5 @@
 /*
- * Whisper's insides, shared by the loader (whisper_load.c: the three sources, the binding) and
+ * Whisper's insides, shared by the loader (whisper_load.c: the four sources, the binding) and
  * the forward (whisper.c). Nothing outside src/models/whisper*.c includes this.
  */
 #ifndef SG_MODELS_WHISPER_INTERNAL_H
@@ -12,6 +12,9 @@
 typedef struct wh_attn {
 	sg_btensor wq, wk, wv, wo; /* [D][D] each, any matmul type */
 	sg_btensor bq, bk, bv, bo; /* [D] F32; bk.data NULL when the checkpoint has no k bias (HF) */
+	/* MLX affine only: Wv and Wo as stored, which the encoder's GEMM path copies as F32 (the
+	 * bound tensors may be repacked by the backend, so they are not read back) */
+	const struct sg_tensor *wv_mlx, *wo_mlx;
 } wh_attn;
 
 /* A pre-norm block: LayerNorm then attention (self, and cross in the decoder), LayerNorm then
@@ -101,6 +104,9 @@ struct sg_whisper {
 sg_status sg_whisper_load_weights(sg_whisper *w, const char *path);
 /* Closes what sg_whisper_load_weights opened (after the backend's tensors are freed). */
 void sg_whisper_close_weights(sg_whisper *w);
+/* The MLX affine tensor t (as its source stores it) dequantized to F32 [rows][cols] in a new
+ * buffer the caller frees (sg_free). */
+sg_status sg_whisper_stored_f32(const struct sg_tensor *t, float **out);
 /* Registers t (a copy) to be freed with the model; on failure frees it and returns NOMEM. */
 sg_status sg_whisper_own(sg_whisper *w, const sg_btensor *t);
 /* Allocates a zeroed F32/I32 tensor of shape ne owned by the model. */

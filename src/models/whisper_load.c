@@ -1,5 +1,5 @@
 /*
- * Whisper's loader: reads the hyper-parameters and binds every weight from one of three sources.
+ * Whisper's loader: reads the hyper-parameters and binds every weight from one of four sources.
  *
  *   Hugging Face   config.json (model_type whisper) + safetensors, transformers' names
  *                  (model.encoder.layers.L.self_attn.q_proj, ...); k_proj has no bias; the
@@ -9,12 +9,20 @@
  *                  (linear_0) and the out projection (linear_1); cross-attention has q (linear_0),
  *                  a fused [2D][D] kv (linear_1) and out (linear_2). The fused matrices are bound
  *                  once and viewed as their row blocks, so nothing is split at run time.
+ *   MLX            config.json with openai-whisper's ModelDimensions (n_mels, n_audio_state, ...;
+ *                  "quantization": {group_size, bits} when quantized) + weights.safetensors or
+ *                  weights.npz, openai-whisper's names (encoder.blocks.L.attn.query, mlp1, mlp2,
+ *                  ...) as mlx-examples' converter writes them: conv weights [out][k][in], no
+ *                  encoder positions (sinusoids, made here), the decoder's alignment heads as an
+ *                  int64 [n][2] tensor, Linear and Embedding weights MLX affine when quantized.
+ *   whisper.cpp    a ggml .bin: openai-whisper's names (mlp.0, mlp.2) and an embedded vocabulary.
  *
  * Matrices are bound in place where the backend takes their type and the bytes are aligned
  * (CTranslate2 stores variables at any byte: those are copied once into aligned host memory).
  * Norm weights and biases are widened to F32. conv2's weight is re-ordered once into the two
  * matrices the forward multiplies (see whisper.c).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,11 +36,11 @@
 #include "formats/weights.h"
 #include "models/whisper_internal.h"
 
-enum { SRC_HF, SRC_CT2, SRC_GGML };
+enum { SRC_HF, SRC_CT2, SRC_GGML, SRC_MLX };
 
 typedef struct wh_src {
 	int kind;
-	sg_weights *st; /* SRC_HF */
+	sg_weights *st; /* SRC_HF, SRC_MLX */
 	sg_ct2 ct2;     /* SRC_CT2 */
 	int ct2_open;
 	sg_ggml_whisper gg; /* SRC_GGML */
@@ -42,7 +50,7 @@ typedef struct wh_src {
 
 static const sg_tensor *src_find(const wh_src *s, const char *name)
 {
-	if (s->kind == SRC_HF) return sg_weights_find(s->st, name);
+	if (s->kind == SRC_HF || s->kind == SRC_MLX) return sg_weights_find(s->st, name);
 	if (s->kind == SRC_GGML) return sg_ggml_whisper_find(&s->gg, name);
 	const sg_ct2_var *v = sg_ct2_find(&s->ct2, name);
 	return v ? &v->t : NULL;
@@ -176,10 +184,72 @@ static sg_status float_values(const sg_whisper *w, const sg_tensor *t, int64_t o
 	return SG_OK;
 }
 
+/* p itself when 64-byte aligned, else a copy of its n bytes in aligned host memory the model
+ * keeps (npz payloads and CTranslate2 variables start at any byte; the kernels read whole
+ * elements). */
+static sg_status aligned(sg_whisper *w, const char *name, const void *p, size_t n, const void **out)
+{
+	if ((uintptr_t)p % 64 == 0) {
+		*out = p;
+		return SG_OK;
+	}
+	void *copy = NULL;
+	if (posix_memalign(&copy, 64, n ? n : 1)) return sg_error(SG_ERR_NOMEM, "%s: %zu bytes", name, n);
+	memcpy(copy, p, n);
+	sg_status st = keep_host(w, copy);
+	if (!st) *out = copy;
+	return st;
+}
+
+/* An MLX affine matrix [rows][ne0]: the packed words with their scales and biases. */
+static sg_status bind_mlx(sg_whisper *w, const sg_tensor *t, int64_t ne0, int64_t rows, sg_btensor *out)
+{
+	sg_backend *be = w->be;
+	if (!sg_backend_supports(be, SG_STAGE_MATMUL, SG_TYPE_MLX_AFFINE))
+		return sg_error(SG_ERR_UNSUPPORTED, "%s: MLX affine weights do not run on the %s backend", t->name, be->ops->name);
+	sg_btensor b = {.type = SG_TYPE_MLX_AFFINE, .ne = {ne0, rows, 1, 1}, .mlx = t->mlx, .layout = -1};
+	const void *d = NULL;
+	sg_status st = aligned(w, t->name, t->data, t->nbytes, &d);
+	if (!st) st = aligned(w, t->scales->name, t->scales->data, t->scales->nbytes, &b.scales);
+	if (!st) st = aligned(w, t->biases->name, t->biases->data, t->biases->nbytes, &b.biases);
+	b.data = (void *)d;
+	if (!st) st = be->ops->tensor_bind(be, &b);
+	if (st) return sg_error_wrap(st, "%s", t->name);
+	*out = b;
+	w->info.weight_bytes += (int64_t)(t->nbytes + t->scales->nbytes + t->biases->nbytes);
+	return sg_whisper_own(w, out);
+}
+
+sg_status sg_whisper_stored_f32(const sg_tensor *t, float **out)
+{
+	*out = NULL;
+	int64_t cols = t->ne[0], rows = t->n_dims > 1 ? sg_tensor_nelem(t) / cols : 1;
+	if (t->type != SG_TYPE_MLX_AFFINE) return sg_error(SG_ERR_INTERNAL, "%s: not an MLX affine tensor", t->name);
+	size_t pb = (size_t)sg_mlx_packed_words(t->mlx.bits, cols) * 4, sb = (size_t)(cols / t->mlx.group) * 2;
+	float *f = sg_malloc(sizeof(float) * (size_t)(rows * cols));
+	uint32_t *row = sg_malloc(pb ? pb : 4);
+	uint16_t *sc = sg_malloc(sb ? sb : 2), *bi = sg_malloc(sb ? sb : 2);
+	sg_status st = f && row && sc && bi ? SG_OK : sg_error(SG_ERR_NOMEM, "%s: %lld values", t->name, (long long)(rows * cols));
+	for (int64_t r = 0; r < rows && !st; r++) {
+		/* the stored bytes may be unaligned (npz): a row's words and groups are copied first */
+		memcpy(row, t->data + (size_t)r * pb, pb);
+		memcpy(sc, t->scales->data + (size_t)r * sb, sb);
+		memcpy(bi, t->biases->data + (size_t)r * sb, sb);
+		sg_mlx_dequantize_row_ref(&t->mlx, row, sc, bi, f + r * cols, cols);
+	}
+	sg_free(row);
+	sg_free(sc);
+	sg_free(bi);
+	if (st) sg_free(f);
+	else *out = f;
+	return st;
+}
+
 /* Binds the bytes of t (type/shape as stored, viewed as rows of ne0) as a matrix [rows][ne0]. */
 static sg_status bind_matrix(sg_whisper *w, const sg_tensor *t, int64_t ne0, int64_t rows, sg_btensor *out)
 {
 	sg_backend *be = w->be;
+	if (t->type == SG_TYPE_MLX_AFFINE) return bind_mlx(w, t, ne0, rows, out);
 	if (t->type == SG_TYPE_I8) {
 		sg_status st = SG_OK;
 		const float *sc = i8_scales(w, t, rows, &st);
@@ -199,18 +269,11 @@ static sg_status bind_matrix(sg_whisper *w, const sg_tensor *t, int64_t ne0, int
 	if (!sg_backend_supports(be, SG_STAGE_MATMUL, t->type) || !sg_type_row_bytes(t->type, ne0))
 		return sg_error(SG_ERR_UNSUPPORTED, "%s: weights of type %s do not run on the %s backend", t->name,
 				sg_type_name(t->type), be->ops->name);
-	const void *data = t->data;
-	/* CTranslate2 variables start at any byte; the kernels read whole elements */
-	if ((uintptr_t)data % 64) {
-		void *copy = NULL;
-		if (posix_memalign(&copy, 64, t->nbytes ? t->nbytes : 1)) return sg_error(SG_ERR_NOMEM, "%s: %llu bytes", t->name, (unsigned long long)t->nbytes);
-		memcpy(copy, data, t->nbytes);
-		sg_status st = keep_host(w, copy);
-		if (st) return st;
-		data = copy;
-	}
+	const void *data = NULL;
+	sg_status st = aligned(w, t->name, t->data, t->nbytes, &data);
+	if (st) return st;
 	sg_btensor b = {.type = t->type, .ne = {ne0, rows, 1, 1}, .data = (void *)data, .layout = -1};
-	sg_status st = be->ops->tensor_bind(be, &b);
+	st = be->ops->tensor_bind(be, &b);
 	if (st) return sg_error_wrap(st, "%s", t->name);
 	*out = b;
 	w->info.weight_bytes += (int64_t)t->nbytes;
@@ -275,6 +338,8 @@ static const wh_names hf_names = {"model.%s.layers.%d", "self_attn_layer_norm", 
 				  "encoder_attn", {"q_proj", "k_proj", "v_proj", "out_proj"}, "final_layer_norm", "fc1", "fc2"};
 static const wh_names ggml_names = {"%s.blocks.%d", "attn_ln", "attn", "cross_attn_ln", "cross_attn",
 				    {"query", "key", "value", "out"}, "mlp_ln", "mlp.0", "mlp.2"};
+static const wh_names mlx_names = {"%s.blocks.%d", "attn_ln", "attn", "cross_attn_ln", "cross_attn",
+				   {"query", "key", "value", "out"}, "mlp_ln", "mlp1", "mlp2"};
 
 static sg_status sep_attn(sg_whisper *w, const wh_names *nm, const char *pre, wh_attn *a)
 {
@@ -288,6 +353,13 @@ static sg_status sep_attn(sg_whisper *w, const wh_names *nm, const char *pre, wh
 		snprintf(n, sizeof(n), "%s.%s.bias", pre, nm->qkvo[i]);
 		if (!st) st = vec(w, n, D, i == 1, bs[i]); /* k has no bias in Whisper */
 	}
+	/* the GEMM attention path copies Wv and Wo as F32; a bound MLX tensor may be repacked */
+	snprintf(n, sizeof(n), "%s.%s.weight", pre, nm->qkvo[2]);
+	const sg_tensor *v = st ? NULL : src_find(w->src, n);
+	a->wv_mlx = v && v->type == SG_TYPE_MLX_AFFINE ? v : NULL;
+	snprintf(n, sizeof(n), "%s.%s.weight", pre, nm->qkvo[3]);
+	const sg_tensor *o = st ? NULL : src_find(w->src, n);
+	a->wo_mlx = o && o->type == SG_TYPE_MLX_AFFINE ? o : NULL;
 	return st;
 }
 
@@ -365,11 +437,14 @@ static void dir_of(const char *path, char *buf, size_t cap)
 	else snprintf(buf, cap, ".");
 }
 
+/* tokenizer.json beside the weights, else the tiktoken ranks openai-whisper names for the
+ * model's vocabulary (gpt2 for English-only models, multilingual otherwise). */
 static sg_status find_tokenizer(sg_whisper *w, const char *path)
 {
 	char dir[4096], tok[4200];
 	dir_of(path, dir, sizeof(dir));
 	snprintf(tok, sizeof(tok), "%s/tokenizer.json", dir);
+	if (!file_exists(tok)) snprintf(tok, sizeof(tok), "%s/%s.tiktoken", dir, w->info.n_vocab >= 51865 ? "multilingual" : "gpt2");
 	if (!file_exists(tok)) return SG_OK;
 	w->tokenizer = sg_strdup(tok);
 	return w->tokenizer ? SG_OK : sg_error(SG_ERR_NOMEM, "whisper: a path");
@@ -389,14 +464,80 @@ static sg_status check_sizes(const sg_whisper_info *i)
 	return SG_OK;
 }
 
+/* --- MLX --- */
+
+/* The alignment heads an MLX folder stores: an integer tensor [n][2] of (layer, head). */
+static sg_status mlx_align(sg_whisper *w, const wh_src *s)
+{
+	const sg_tensor *t = src_find(s, "alignment_heads");
+	if (!t) return SG_OK;
+	int es = t->type == SG_TYPE_I64 ? 8 : t->type == SG_TYPE_I32 ? 4 : 0;
+	if (!es || t->n_dims != 2 || t->ne[0] != 2 || t->ne[1] < 1 || t->ne[1] > 1 << 16)
+		return sg_error(SG_ERR_FORMAT, "alignment_heads: expected I64 or I32 [n, 2], found %s [%lld dims]", sg_type_name(t->type),
+				(long long)t->n_dims);
+	int n = (int)t->ne[1];
+	w->align = sg_calloc((size_t)n, sizeof(*w->align));
+	if (!w->align) return sg_error(SG_ERR_NOMEM, "whisper: %d alignment heads", n);
+	for (int i = 0; i < n; i++) {
+		int64_t v[2] = {0, 0};
+		for (int k = 0; k < 2; k++) {
+			if (es == 8) memcpy(&v[k], t->data + (size_t)(2 * i + k) * 8, 8);
+			else {
+				int32_t x;
+				memcpy(&x, t->data + (size_t)(2 * i + k) * 4, 4);
+				v[k] = x;
+			}
+		}
+		if (v[0] < 0 || v[0] >= w->info.n_text_layer || v[1] < 0 || v[1] >= w->info.n_text_head)
+			return sg_error(SG_ERR_FORMAT, "alignment_heads[%d] = [%lld, %lld] is outside %d layers x %d heads", i, (long long)v[0],
+					(long long)v[1], w->info.n_text_layer, w->info.n_text_head);
+		w->align[i][0] = (int)v[0];
+		w->align[i][1] = (int)v[1];
+	}
+	w->info.n_align_heads = n;
+	w->info.align_heads = (const int(*)[2])w->align;
+	return SG_OK;
+}
+
+/* An MLX folder: openai-whisper's ModelDimensions in config.json. */
+static sg_status open_mlx(sg_whisper *w, wh_src *s)
+{
+	const json_t *c = s->st->config;
+	sg_whisper_info *i = &w->info;
+	sg_status st = SG_OK;
+	s->kind = SRC_MLX;
+	i->source = "mlx";
+	i->n_mels = cfg_int(c, "n_mels", 80, &st);
+	i->n_audio_ctx = cfg_int(c, "n_audio_ctx", 1500, &st);
+	i->n_text_ctx = cfg_int(c, "n_text_ctx", 448, &st);
+	i->n_vocab = cfg_int(c, "n_vocab", 0, &st);
+	i->d_model = cfg_int(c, "n_audio_state", 0, &st);
+	i->n_audio_layer = cfg_int(c, "n_audio_layer", 0, &st);
+	i->n_text_layer = cfg_int(c, "n_text_layer", 0, &st);
+	i->n_audio_head = cfg_int(c, "n_audio_head", 0, &st);
+	i->n_text_head = cfg_int(c, "n_text_head", 0, &st);
+	int text_state = cfg_int(c, "n_text_state", i->d_model, &st);
+	i->n_ffn = 4 * i->d_model; /* openai-whisper's MLP width */
+	if (!st && text_state != i->d_model)
+		return sg_error(SG_ERR_UNSUPPORTED, "whisper: n_audio_state %d and n_text_state %d differ", i->d_model, text_state);
+	if (!st) st = check_sizes(i);
+	return st ? st : mlx_align(w, s);
+}
+
+/* --- Hugging Face --- */
+
 static sg_status open_hf(sg_whisper *w, wh_src *s, const char *path)
 {
 	sg_status st = sg_weights_open(path, &s->st);
 	if (st) return st;
 	s->kind = SRC_HF;
 	const json_t *c = s->st->config;
+	if (c && json_object_get(c, "n_audio_state")) return open_mlx(w, s);
 	if (s->st->format != SG_WEIGHTS_SAFETENSORS || !c)
-		return sg_error(SG_ERR_UNSUPPORTED, "whisper: '%s' is neither a Hugging Face folder (config.json + safetensors) nor a CTranslate2 folder", path);
+		return sg_error(SG_ERR_UNSUPPORTED,
+				"whisper: '%s' is none of a Hugging Face folder (config.json + safetensors), an MLX folder "
+				"(config.json with n_audio_state + weights.safetensors or weights.npz) and a CTranslate2 folder",
+				path);
 	const char *mt = NULL;
 	if (sg_json_get_str(c, "model_type", &mt) || strcmp(mt, "whisper"))
 		return sg_error(SG_ERR_UNSUPPORTED, "whisper: config.json model_type is '%s', not 'whisper'", mt ? mt : "(none)");
@@ -599,8 +740,9 @@ static sg_status take_vocab(sg_whisper *w)
 /* --- common --- */
 
 /* conv2's [D][D][3] weight as the two matrices the forward multiplies: taps 0 and 1 side by
- * side ([o][tap * D + i], against a pair of input rows) and tap 2 alone. */
-static sg_status bind_conv2(sg_whisper *w, const sg_tensor *t)
+ * side ([o][tap * D + i], against a pair of input rows) and tap 2 alone. tap_major: the weight
+ * is stored [D][3][D] (MLX's [out][k][in]). */
+static sg_status bind_conv2(sg_whisper *w, const sg_tensor *t, int tap_major)
 {
 	int64_t D = w->info.d_model, n = 3 * D * D;
 	float *all = sg_malloc(sizeof(float) * (size_t)n), *a = sg_malloc(sizeof(float) * (size_t)(2 * D * D)),
@@ -611,10 +753,11 @@ static sg_status bind_conv2(sg_whisper *w, const sg_tensor *t)
 	if (!st) {
 		for (int64_t o = 0; o < D; o++)
 			for (int64_t i = 0; i < D; i++) {
-				const float *k = all + (o * D + i) * 3;
-				a[o * 2 * D + i] = k[0];
-				a[o * 2 * D + D + i] = k[1];
-				b[o * D + i] = k[2];
+				/* element (o, i, tap) */
+				int64_t at = tap_major ? o * 3 * D + i : (o * D + i) * 3, step = tap_major ? D : 1;
+				a[o * 2 * D + i] = all[at];
+				a[o * 2 * D + D + i] = all[at + step];
+				b[o * D + i] = all[at + 2 * step];
 			}
 		st = sg_whisper_alloc(w, SG_TYPE_F32, 2 * D, D, 1, &w->conv2a);
 	}
@@ -644,7 +787,63 @@ static const wh_top tops[] = {
 	[SRC_GGML] = {"encoder.conv1.weight", "encoder.conv1.bias", "encoder.conv2.weight", "encoder.conv2.bias",
 		      "encoder.positional_embedding", "encoder.ln_post", "decoder.token_embedding.weight",
 		      "decoder.positional_embedding", "decoder.ln", ".weight", ".bias"},
+	/* no encoder positions: MLX makes them (see mlx_positions) */
+	[SRC_MLX] = {"encoder.conv1.weight", "encoder.conv1.bias", "encoder.conv2.weight", "encoder.conv2.bias", NULL,
+		     "encoder.ln_post", "decoder.token_embedding.weight", "decoder.positional_embedding", "decoder.ln", ".weight",
+		     ".bias"},
 };
+
+/* MLX's conv1 weight [D][3][M] ([out][k][in]) reordered as the [D][M][3] rows the forward
+ * multiplies, in its stored element type, then bound as a matrix [D][3M]. */
+static sg_status mlx_conv1(sg_whisper *w, const sg_tensor *t)
+{
+	int64_t D = w->info.d_model, M = w->info.n_mels;
+	size_t es = t->type == SG_TYPE_F32 ? 4 : 2;
+	if (t->type != SG_TYPE_F32 && t->type != SG_TYPE_F16 && t->type != SG_TYPE_BF16)
+		return sg_error(SG_ERR_UNSUPPORTED, "%s: expected F32, F16 or BF16, found %s", t->name, sg_type_name(t->type));
+	uint8_t *p = NULL;
+	if (posix_memalign((void **)&p, 64, t->nbytes ? t->nbytes : 1)) return sg_error(SG_ERR_NOMEM, "%s: %llu bytes", t->name, (unsigned long long)t->nbytes);
+	for (int64_t o = 0; o < D; o++)
+		for (int64_t k = 0; k < 3; k++)
+			for (int64_t m = 0; m < M; m++) memcpy(p + (size_t)((o * M + m) * 3 + k) * es, t->data + (size_t)((o * 3 + k) * M + m) * es, es);
+	sg_status st = keep_host(w, p);
+	if (st) return st;
+	sg_tensor r = *t;
+	r.data = p;
+	r.ne[0] = 3;
+	r.ne[1] = M;
+	return bind_matrix(w, &r, 3 * M, D, &w->conv1);
+}
+
+/* The encoder's sinusoidal positions, which MLX folders do not store: openai-whisper's
+ * sinusoids(n_audio_ctx, D) (sin over the first D/2 channels, cos over the rest, timescales
+ * 10000^(-c / (D/2 - 1))), worked in float32 as mlx_whisper does, then rounded to the folder's
+ * float type (the decoder positions' type), as its converter builds the model at that type. */
+static sg_status mlx_positions(sg_whisper *w)
+{
+	const sg_whisper_info *i = &w->info;
+	int64_t D = i->d_model, N = i->n_audio_ctx, half = D / 2;
+	const sg_tensor *dp = src_find(w->src, tops[SRC_MLX].dec_pos);
+	if (D % 2 || half < 2) return sg_error(SG_ERR_UNSUPPORTED, "whisper: sinusoidal positions of %lld channels", (long long)D);
+	float *x = sg_malloc(sizeof(float) * (size_t)(N * D));
+	if (!x) return sg_error(SG_ERR_NOMEM, "whisper: %lld positions", (long long)(N * D));
+	float inc = (float)(log(10000.0) / (double)(half - 1));
+	for (int64_t c = 0; c < half; c++) {
+		float inv = expf(-inc * (float)c);
+		for (int64_t t = 0; t < N; t++) {
+			float a = (float)t * inv;
+			x[t * D + c] = sinf(a);
+			x[t * D + half + c] = cosf(a);
+		}
+	}
+	if (dp && dp->type != SG_TYPE_F32)
+		for (int64_t k = 0; k < N * D; k++)
+			x[k] = dp->type == SG_TYPE_BF16 ? sg_bf16_to_f32(sg_f32_to_bf16(x[k])) : sg_f16_to_f32(sg_f32_to_f16(x[k]));
+	sg_status st = sg_whisper_alloc(w, SG_TYPE_F32, D, N, 1, &w->enc_pos);
+	if (!st) st = w->be->ops->write(w->be, &w->enc_pos, 0, x, sizeof(float) * (size_t)(N * D));
+	sg_free(x);
+	return st;
+}
 
 /* A conv bias: [D], or [D][1] as whisper.cpp stores it. */
 static sg_status conv_bias(sg_whisper *w, const char *name, sg_btensor *out)
@@ -671,6 +870,7 @@ static sg_status bind_layer(sg_whisper *w, const char *side, int L, int dec, wh_
 	switch (w->src->kind) {
 	case SRC_HF: return sep_layer(w, &hf_names, side, L, dec, l);
 	case SRC_GGML: return sep_layer(w, &ggml_names, side, L, dec, l);
+	case SRC_MLX: return sep_layer(w, &mlx_names, side, L, dec, l);
 	default: return ct2_layer(w, side, L, dec, l);
 	}
 }
@@ -682,15 +882,19 @@ static sg_status bind_all(sg_whisper *w)
 	sg_whisper_info *i = &w->info;
 	int64_t D = i->d_model, M = i->n_mels, V = i->n_vocab;
 	sg_status st = SG_OK;
+	int mlx = s->kind == SRC_MLX;
+	/* MLX stores conv weights [out][k][in] */
 	int64_t c1[3] = {3, M, D}, c2[3] = {3, D, D}, ep[2] = {D, i->n_audio_ctx}, dp[2] = {D, i->n_text_ctx};
+	if (mlx) c1[0] = M, c1[1] = 3, c2[0] = D, c2[1] = 3;
 	const sg_tensor *t = need(s, n->conv1, 3, c1, 0, &st);
-	if (t) st = bind_matrix(w, t, 3 * M, D, &w->conv1);
+	if (t) st = mlx ? mlx_conv1(w, t) : bind_matrix(w, t, 3 * M, D, &w->conv1);
 	if (!st) st = conv_bias(w, n->conv1_b, &w->conv1_b);
 	if (!st) t = need(s, n->conv2, 3, c2, 0, &st);
-	if (!st) st = bind_conv2(w, t);
+	if (!st) st = bind_conv2(w, t, mlx);
 	if (!st) st = conv_bias(w, n->conv2_b, &w->conv2_b);
-	if (!st) t = need(s, n->enc_pos, 2, ep, 0, &st);
-	if (!st) st = bind_floats(w, t, 0, D * i->n_audio_ctx, i->n_audio_ctx, &w->enc_pos);
+	if (!st && mlx) st = mlx_positions(w);
+	if (!st && !mlx) t = need(s, n->enc_pos, 2, ep, 0, &st);
+	if (!st && !mlx) st = bind_floats(w, t, 0, D * i->n_audio_ctx, i->n_audio_ctx, &w->enc_pos);
 	for (int L = 0; L < i->n_audio_layer && !st; L++) {
 		st = bind_layer(w, "encoder", L, 0, &w->enc[L]);
 		if (st) sg_error_wrap(st, "encoder layer %d", L);
@@ -708,7 +912,10 @@ static sg_status bind_all(sg_whisper *w)
 		if (st) sg_error_wrap(st, "decoder layer %d", L);
 	}
 	if (!st) st = norm_pair(w, n, n->dec_ln, &w->dec_ln_w, &w->dec_ln_b);
-	if (!st) snprintf(w->dtype, sizeof(w->dtype), "%s", sg_type_name(w->tok.type));
+	if (!st) {
+		const sg_tensor *tt = src_find(s, n->tok);
+		if (tt) sg_tensor_type_str(tt, w->dtype, sizeof(w->dtype));
+	}
 	i->dtype = w->dtype;
 	return st;
 }
@@ -717,8 +924,11 @@ static void count_params(sg_whisper *w)
 {
 	wh_src *s = w->src;
 	int64_t n = 0;
-	if (s->kind == SRC_HF)
-		for (int i = 0; i < s->st->n_tensors; i++) n += s->st->tensors[i]->companion ? 0 : sg_tensor_nelem(s->st->tensors[i]);
+	if (s->kind == SRC_HF || s->kind == SRC_MLX)
+		for (int i = 0; i < s->st->n_tensors; i++) {
+			const sg_tensor *t = s->st->tensors[i];
+			n += t->companion || !strcmp(t->name, "alignment_heads") ? 0 : sg_tensor_nelem(t);
+		}
 	else if (s->kind == SRC_GGML)
 		for (int i = 0; i < s->gg.n_tensors; i++) n += sg_tensor_nelem(&s->gg.tensors[i]);
 	else
@@ -800,10 +1010,11 @@ sg_status sg_whisper_describe(const char *path, sg_whisper_info *out, char *dtyp
 	sg_status st = open_source(w, s, path);
 	if (!st) {
 		const sg_tensor *t = src_find(s, tops[s->kind].tok);
-		snprintf(dtype, cap, "%s", t ? sg_type_name(t->type) : "unknown");
+		if (t) sg_tensor_type_str(t, dtype, cap);
+		else snprintf(dtype, cap, "unknown");
 		count_params(w);
 		int64_t bytes = 0;
-		if (s->kind == SRC_HF)
+		if (s->kind == SRC_HF || s->kind == SRC_MLX)
 			for (int i = 0; i < s->st->n_tensors; i++) bytes += (int64_t)s->st->tensors[i]->nbytes;
 		else if (s->kind == SRC_GGML)
 			for (int i = 0; i < s->gg.n_tensors; i++) bytes += (int64_t)s->gg.tensors[i].nbytes;

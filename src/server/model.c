@@ -382,7 +382,7 @@ fail:
 	return s;
 }
 
-sg_status sg_srv_model_load_stt(const char *name, const char *path, sg_srv_model **out)
+sg_status sg_srv_model_load_stt(const char *name, const char *path, const char *vocab, sg_srv_model **out)
 {
 	*out = NULL;
 	sg_srv_model *m = model_new(name, path);
@@ -390,6 +390,7 @@ sg_status sg_srv_model_load_stt(const char *name, const char *path, sg_srv_model
 	sg_stt_params sp = sg_stt_default_params();
 	const char *be = sg_flag_str("RETI_SERVE_BACKEND");
 	sp.backend = be && *be ? be : NULL;
+	sp.vocab = vocab;
 	sg_status s = sg_stt_load(path, &sp, &m->stt);
 	if (s) {
 		sg_free(m);

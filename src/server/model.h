@@ -48,10 +48,11 @@ sg_status sg_srv_model_load(const char *name, const char *path, int32_t n_ctx, c
  * model's) are filled in. */
 struct sg_gen_drafter;
 const struct sg_gen_drafter *sg_srv_model_drafter(const sg_srv_model *m, int mode, int32_t *draft_max, int32_t *draft_min);
-/* Loads the Whisper model at path under name (the audio routes'). Such a model has no engine
+/* Loads the Whisper model at path under name (the audio routes'); vocab: the vocabulary file
+ * when the model's files carry none (an MLX folder), or NULL. Such a model has no engine
  * (sg_srv_model_lm is NULL) and no tokenizer or template for the text routes: a text route that
  * names it is refused before any of those is asked. */
-sg_status sg_srv_model_load_stt(const char *name, const char *path, sg_srv_model **out);
+sg_status sg_srv_model_load_stt(const char *name, const char *path, const char *vocab, sg_srv_model **out);
 /* The speech-to-text model, NULL for an LLM or an embedder (worker only: sg_transcribe_*). */
 struct sg_stt *sg_srv_model_stt(const sg_srv_model *m);
 /* Loads the embedding model or cross-encoder at path (engine/embed.h) under name: it serves the

@@ -23,6 +23,7 @@ typedef struct entry {
 	int stt;         /* a Whisper model (the audio routes) */
 	int embed;       /* an embedding model or cross-encoder (--embed-model) */
 	int tts;         /* a text-to-speech model (--tts-model) */
+	char vocab[4096]; /* stt: the vocabulary file when the model carries none (--stt-vocab); "" none */
 	sg_srv_model *m; /* NULL when not resident */
 	int refs;        /* requests using m */
 	uint64_t used;   /* tick of the last acquire: the LRU order */
@@ -126,6 +127,7 @@ sg_status sg_pool_new(const sg_server_model_spec *specs, int n, int32_t n_ctx, i
 		p->e[i].stt = specs[i].stt;
 		p->e[i].embed = specs[i].embed;
 		p->e[i].tts = specs[i].tts;
+		snprintf(p->e[i].vocab, sizeof p->e[i].vocab, "%s", specs[i].vocab ? specs[i].vocab : "");
 	}
 	*out = p;
 	return SG_OK;
@@ -440,7 +442,7 @@ static int load(sg_pool *p, int i, sg_srv_err *e)
 		return sg_srv_err_set(e, 503, "server_error", "model", "%s", sg_last_error());
 	sg_srv_model *m = NULL;
 	SG_INFO("serve: loading %s from %s", en->name, en->path);
-	sg_status st = en->stt     ? sg_srv_model_load_stt(en->name, en->path, &m)
+	sg_status st = en->stt     ? sg_srv_model_load_stt(en->name, en->path, en->vocab[0] ? en->vocab : NULL, &m)
 		       : en->embed ? sg_srv_model_load_embed(en->name, en->path, &m)
 		       : en->tts   ? sg_srv_model_load_tts(en->name, en->path, &m)
 				   : sg_srv_model_load(en->name, en->path, p->n_ctx, &p->spec, &m);

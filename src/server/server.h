@@ -21,6 +21,7 @@ typedef struct sg_server_model_spec {
 	int stt;          /* 1: a Whisper model for the audio routes (--stt-model), 0: an LLM */
 	int embed;        /* 1: an embedding model or cross-encoder (--embed-model): embeds, never generates */
 	int tts;          /* 1: a text-to-speech model (--tts-model): /v1/audio/speech and spoken chat answers */
+	const char *vocab; /* stt: the vocabulary when the model's files carry none (--stt-vocab), or NULL */
 } sg_server_model_spec;
 
 typedef struct sg_server_opts {

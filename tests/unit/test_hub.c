@@ -212,9 +212,9 @@ Test(hub, needed_files_are_config_tokenizer_and_safetensors)
 {
 	const char *yes[] = {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
 			     "special_tokens_map.json", "chat_template.jinja", "tokenizer.model", "model.safetensors",
-			     "model-00001-of-00002.safetensors", "model.safetensors.index.json"};
+			     "model-00001-of-00002.safetensors", "model.safetensors.index.json", "weights.npz"};
 	const char *no[] = {"README.md", "pytorch_model.bin", "onnx/model.onnx", "original/params.json",
-			    "flax_model.msgpack", ".gitattributes", "model-Q4_K_M.gguf"};
+			    "flax_model.msgpack", ".gitattributes", "model-Q4_K_M.gguf", "other.npz"};
 	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) cr_assert(sg_hub_file_needed(yes[i]), "%s", yes[i]);
 	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) cr_assert(!sg_hub_file_needed(no[i]), "%s", no[i]);
 }
