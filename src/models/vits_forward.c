@@ -1,7 +1,7 @@
 /* VITS forward (vits.h): text encoder, stochastic duration predictor in reverse, prior, flow in
  * reverse and the HiFi-GAN decoder, chunked with overlap so audio leaves before the sentence's
  * whole waveform exists. Activations are time-major [T][C] host memory (the CPU backend's);
- * every matrix product goes through the backend's matmul. */
+ * the convolutions go through the backend's conv1d, attention's products through its matmul. */
 #include <math.h>
 #include <string.h>
 
@@ -9,7 +9,7 @@
 #include "base/error.h"
 #include "models/vits_internal.h"
 
-enum { SC_COL, SC_Z, SC_X, SC_Y, SC_R, SC_T, SC_ACC, SC_H, SC_H2, SC_P };
+enum { SC_Z, SC_X, SC_Y, SC_R, SC_T, SC_ACC, SC_H, SC_H2, SC_P };
 
 static float *scratch(sg_vits *v, int slot, size_t n)
 {
@@ -50,15 +50,17 @@ static void lrelu(float *x, size_t n, float a)
 	}
 }
 
-/* y [rows][N] = x [rows][K] * mat^T (+ bias). */
-static sg_status mm(sg_vits *v, const vconv *c, const float *x, int64_t rows, const float *bias, float *y)
+/* y [T][n] = the conv1d op over x [T][cin] with c's weight ({cin, k, n}): "same" padding
+ * (pad zeros before, the rest after); a transposed conv's product: no padding, no bias. */
+static sg_status conv_op(sg_vits *v, const vconv *c, const float *x, int T, float *y)
 {
-	sg_btensor xt = view(x, c->mat.ne[0], rows), yt = view(y, c->mat.ne[1], rows), bt = view(bias, c->mat.ne[1], 1);
-	return v->be->ops->matmul(v->be, &c->mat, &xt, bias ? &bt : NULL, &yt);
+	sg_btensor xt = view(x, c->cin, T), yt = view(y, c->mat.ne[2], T);
+	sg_conv_params p = {.stride = 1, .dilation = c->dil > 0 ? c->dil : 1, .groups = 1, .pad = c->stride > 0 ? 0 : c->pad};
+	return v->be->ops->conv1d(v->be, &xt, &c->mat, c->bias.data ? &c->bias : NULL, &p, &yt);
 }
 
 /* y [T][cout] = conv(lrelu_a(x) [T][cin]) (act: the leaky ReLU slope applied to the input on
- * the way into the product, < 0 for none), zero padding at both ends. y must not alias x. */
+ * the way in, < 0 for none), zero padding at both ends. y must not alias x. */
 static sg_status conv_act(sg_vits *v, const vconv *c, const float *x, int T, float act, float *y)
 {
 	if (c->depthwise) {
@@ -74,27 +76,13 @@ static sg_status conv_act(sg_vits *v, const vconv *c, const float *x, int T, flo
 		}
 		return SG_OK;
 	}
-	if (c->k == 1 && act < 0) return mm(v, c, x, T, c->b, y);
-	size_t row = (size_t)c->k * c->cin, cin = (size_t)c->cin;
-	/* the input once, activated, between pad zero rows on each side; then each im2col row is
-	 * copies of its taps (one copy of k whole rows when the dilation is 1) */
-	size_t rows = (size_t)T + 2 * (size_t)c->pad;
-	float *xp = scratch(v, SC_P, rows * cin), *col = scratch(v, SC_COL, (size_t)T * row);
-	if (!xp || !col) return SG_FAIL(SG_ERR_NOMEM, "im2col of %d x %zu", T, row);
-	memset(xp, 0, sizeof(float) * (size_t)c->pad * cin);
-	memset(xp + ((size_t)c->pad + (size_t)T) * cin, 0, sizeof(float) * (size_t)c->pad * cin);
-	if (act >= 0) lrelu_to(xp + (size_t)c->pad * cin, x, (size_t)T * cin, act);
-	else memcpy(xp + (size_t)c->pad * cin, x, sizeof(float) * (size_t)T * cin);
-	if (c->k == 1) return mm(v, c, xp, T, c->b, y);
-	for (int t = 0; t < T; t++) {
-		float *dst = col + (size_t)t * row;
-		if (c->dil == 1) {
-			memcpy(dst, xp + (size_t)t * cin, sizeof(float) * row);
-		} else {
-			for (int j = 0; j < c->k; j++) memcpy(dst + (size_t)j * cin, xp + ((size_t)t + (size_t)j * c->dil) * cin, sizeof(float) * cin);
-		}
+	if (act >= 0) {
+		float *xa = scratch(v, SC_P, (size_t)T * (size_t)c->cin);
+		if (!xa) return SG_FAIL(SG_ERR_NOMEM, "activation of %d x %d", T, c->cin);
+		lrelu_to(xa, x, (size_t)T * (size_t)c->cin, act);
+		x = xa;
 	}
-	return mm(v, c, col, T, c->b, y);
+	return conv_op(v, c, x, T, y);
 }
 
 static sg_status conv(sg_vits *v, const vconv *c, const float *x, int T, float *y) { return conv_act(v, c, x, T, -1.0f, y); }
@@ -106,7 +94,7 @@ static sg_status convt(sg_vits *v, const vconv *c, const float *x, int T, float 
 	int64_t To = (int64_t)T * c->stride;
 	float *z = scratch(v, SC_Z, (size_t)T * (size_t)c->k * (size_t)c->cout);
 	if (!z) return SG_FAIL(SG_ERR_NOMEM, "transposed conv of %d frames", T);
-	sg_status st = mm(v, c, x, T, NULL, z);
+	sg_status st = conv_op(v, c, x, T, z);
 	if (st) return st;
 	for (int64_t t = 0; t < To; t++) memcpy(y + (size_t)t * c->cout, c->b, sizeof(float) * (size_t)c->cout);
 	for (int t = 0; t < T; t++)

@@ -20,9 +20,10 @@
 typedef struct vconv {
 	const float *w;  /* [cout][cin][k] as the file has it (depthwise: [cout][1][k]) */
 	const float *b;  /* [cout] or NULL */
-	int cin, cout, k, dil, pad, stride, depthwise;
-	sg_btensor mat;  /* the product's weight: conv [cout][k * cin] (k-major rows), transposed
-	                  * conv [k * cout][cin]; none for depthwise */
+	int cin, cout, k, dil, pad, stride, depthwise; /* stride: transposed convs only (0 otherwise) */
+	sg_btensor mat;  /* the conv1d op's weight {cin, k, cout} (bound as SG_LAYOUT_CONV1D), a
+	                  * transposed conv's product {cin, 1, k * cout}; none for depthwise */
+	sg_btensor bias; /* b as the op's [cout] (none for a transposed conv: added after) */
 	float *owned;    /* the repacked weight, when mat is one */
 } vconv;
 

@@ -5,10 +5,14 @@
  * the K taps' input rows side by side) times the weight viewed as [Cout][K*Cin], through the
  * backend's matmul (its GEMM for many rows); a transposed convolution is one such product per
  * output phase (t mod stride). Depthwise and other grouped convolutions run direct loops.
+ * A weight bound with SG_LAYOUT_CONV1D is packed once (SG_CPU_LAYOUT_CONV) and its convolution
+ * runs the kernel set's tile kernel straight on the input rows: no im2col copies, and each
+ * input row is read once per panel of outputs instead of once per pair of output channels.
  */
 #include "backend/cpu/cpu_internal.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -90,6 +94,94 @@ static void col_range(void *ctx, int64_t r0, int64_t r1, int ith)
 		}
 }
 
+void sg_cpu_conv_tile_ref(const sg_conv_tile *a, int64_t t0, int64_t t1, int64_t p0, int64_t p1)
+{
+	const int64_t NR = SG_CONV_NR;
+	for (int64_t p = p0; p < p1; p++) {
+		const float *wp = a->w + p * a->K * a->Cin * NR;
+		int64_t n = a->Cout - p * NR < NR ? a->Cout - p * NR : NR;
+		for (int64_t t = t0; t < t1; t++) {
+			float acc[SG_CONV_NR];
+			for (int64_t c = 0; c < NR; c++) acc[c] = a->bias && c < n ? a->bias[p * NR + c] : 0.0f;
+			for (int64_t k = 0; k < a->K; k++) {
+				const float *xr = a->x + (t * a->stride + k * a->dil) * a->Cin, *wk = wp + k * a->Cin * NR;
+				for (int64_t ci = 0; ci < a->Cin; ci++)
+					for (int64_t c = 0; c < NR; c++) acc[c] += xr[ci] * wk[ci * NR + c];
+			}
+			memcpy(a->y + t * a->Cout + p * NR, acc, sizeof(float) * (size_t)n);
+		}
+	}
+}
+
+void sg_cpu_conv_pack(sg_btensor *t)
+{
+	int64_t Cin = t->ne[0], K = t->ne[1], Cout = t->ne[2], NR = SG_CONV_NR, np = (Cout + NR - 1) / NR;
+	size_t bytes = sizeof(float) * (size_t)(np * K * Cin * NR);
+	float *p = NULL;
+	if (t->type != SG_TYPE_F32 || t->ne[3] != 1 || posix_memalign((void **)&p, 64, bytes)) return;
+	memset(p, 0, bytes);
+	const float *w = t->data;
+	for (int64_t co = 0; co < Cout; co++)
+		for (int64_t k = 0; k < K; k++)
+			for (int64_t ci = 0; ci < Cin; ci++) p[((co / NR * K + k) * Cin + ci) * NR + co % NR] = w[(co * K + k) * Cin + ci];
+	t->data = p;
+	t->owned = 1;
+	t->layout = SG_CPU_LAYOUT_CONV;
+}
+
+/* Output rows per work item of the packed convolution: the item's input rows (times Cin floats)
+ * stay in L2 while its panels sweep them; a multiple of 6 (the AVX2 tile's rows). */
+static int64_t conv_block_rows(int64_t Cin)
+{
+	int64_t r = (96 * 1024) / (Cin * (int64_t)sizeof(float));
+	r = r < 48 ? 48 : r > 384 ? 384 : r;
+	return r / 6 * 6;
+}
+
+typedef struct {
+	const sg_cpu_kernels *k;
+	sg_conv_tile a;
+	int64_t Tout, rows, np; /* rows per block, panels */
+} packed_job;
+
+/* items: block b of rows times panel p, p fastest (a thread keeps its block's rows in cache
+ * while it walks the panels) */
+static void packed_range(void *ctx, int64_t i0, int64_t i1, int ith)
+{
+	(void)ith;
+	packed_job *j = ctx;
+	for (int64_t i = i0; i < i1; i++) {
+		int64_t b = i / j->np, p = i % j->np, t0 = b * j->rows, t1 = t0 + j->rows < j->Tout ? t0 + j->rows : j->Tout;
+		j->k->conv_tile(&j->a, t0, t1, p, p + 1);
+	}
+}
+
+static sg_status conv_packed(sg_cpu_backend *cb, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias,
+			     const sg_conv_params *p, sg_btensor *y)
+{
+	if (p->groups > 1) return sg_error(SG_ERR_INVALID_ARG, "cpu conv1d: a weight bound as SG_LAYOUT_CONV1D takes groups 1, not %d", p->groups);
+	int64_t T = sg_btensor_rows(x), Cin = x->ne[0], Cout = y->ne[0], Tout = sg_btensor_rows(y), K = w->ne[1];
+	/* input rows the outputs reach, from -pad on: zero rows around x unless x covers them */
+	int64_t span = (Tout - 1) * p->stride + (K - 1) * p->dilation + 1;
+	const float *xs = x->data;
+	if (p->pad > 0 || span > T) {
+		float *xp = sg_cpu_scratch(cb, sizeof(float) * (size_t)(span * Cin));
+		if (!xp) return SG_FAIL(SG_ERR_NOMEM, "conv1d padding of %lld x %lld", (long long)span, (long long)Cin);
+		int64_t lo = p->pad < span ? p->pad : span, n = T < span - lo ? T : span - lo;
+		memset(xp, 0, sizeof(float) * (size_t)(lo * Cin));
+		memcpy(xp + lo * Cin, xs, sizeof(float) * (size_t)(n * Cin));
+		memset(xp + (lo + n) * Cin, 0, sizeof(float) * (size_t)((span - lo - n) * Cin));
+		xs = xp;
+	}
+	packed_job j = {.k = cb->k,
+			.a = {xs, w->data, bias ? bias->data : NULL, y->data, Cin, Cout, K, p->stride, p->dilation},
+			.Tout = Tout,
+			.rows = conv_block_rows(Cin),
+			.np = (Cout + SG_CONV_NR - 1) / SG_CONV_NR};
+	sg_parallel_for(cb->pool, (Tout + j.rows - 1) / j.rows * j.np, 1, packed_range, &j);
+	return SG_OK;
+}
+
 sg_status sg_cpu_conv1d(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias,
 			const sg_conv_params *p, sg_btensor *y)
 {
@@ -101,6 +193,7 @@ sg_status sg_cpu_conv1d(sg_backend *be, const sg_btensor *x, const sg_btensor *w
 		      .Tout = sg_btensor_rows(y), .Cin = x->ne[0], .Cout = y->ne[0], .K = w->ne[1], .Cg = w->ne[0],
 		      .stride = p->stride, .dil = p->dilation, .pad = p->pad};
 	j.Og = j.Cout / groups;
+	if (w->layout == SG_CPU_LAYOUT_CONV) return conv_packed(cb, x, w, bias, p, y);
 	if (groups > 1 && groups == j.Cin && groups == j.Cout) {
 		sg_parallel_for(cb->pool, j.Tout, 8, conv_dw_range, &j);
 		return SG_OK;
@@ -108,6 +201,10 @@ sg_status sg_cpu_conv1d(sg_backend *be, const sg_btensor *x, const sg_btensor *w
 	if (groups > 1) {
 		sg_parallel_for(cb->pool, j.Cout, 8, conv_group_range, &j);
 		return SG_OK;
+	}
+	if (j.K == 1 && j.stride == 1 && j.pad == 0 && j.Tout <= j.T) { /* a 1x1 conv is the product itself */
+		sg_btensor wv = sg_btensor_f32_view(w->data, j.Cin, j.Cout), xv = sg_btensor_rows_view(x, 0, j.Tout);
+		return be->ops->matmul(be, &wv, &xv, bias, y);
 	}
 	/* im2col tiles through the GEMM: y rows = col [rows][K*Cin] x w [Cout][K*Cin]^T + bias */
 	int64_t KC = j.K * j.Cin, R = COL_TILE / KC;
