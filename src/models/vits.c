@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/flags.h"
 #include "formats/onnx.h"
 #include "models/vits_internal.h"
 
@@ -391,6 +392,7 @@ static sg_status bind_all(sg_vits *v)
 	if (sg_onnx_find(o, "emb_g.weight") || sg_onnx_find(o, "dec.cond.weight"))
 		return sg_error(SG_ERR_UNSUPPORTED, "piper: multi-speaker voices (emb_g) are not supported yet");
 	vits_receptive(v);
+	v->crop = sg_flag_bool("SARAGOSSA_PIPER_CROP");
 	return SG_OK;
 }
 

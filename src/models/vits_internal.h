@@ -94,10 +94,13 @@ struct sg_vits {
 	int n_ups, n_kernels, hop;
 	float lrelu, lrelu_final;
 	int ctx_frames; /* decoder frames either side that reach a frame's samples */
+	int crop;                 /* SARAGOSSA_PIPER_CROP: the stages run on the rows of margin only */
+	int margin[VITS_MAX_UPS]; /* rows either side of stage u's input (at its rate) that reach a
+	                           * frame's samples through that stage and the ones after it */
 	vscratch scratch[VITS_SCRATCH];
 };
 
-/* Sets v->ctx_frames from the decoder's kernels, strides and dilations. */
+/* Sets v->ctx_frames and v->margin from the decoder's kernels, strides and dilations. */
 void vits_receptive(sg_vits *v);
 
 #endif

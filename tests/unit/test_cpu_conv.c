@@ -48,13 +48,21 @@ static float *rnd(size_t n)
 	return v;
 }
 
-static void check(sg_backend *be, const sg_btensor *y, const double *want, size_t n, const char *what)
+/* mag: the sum of the |terms| of each output, or NULL: float sums of many terms (the packed
+ * convolutions' K * Cin) drift by a few ulps of their partial sums, not of the result */
+static void check_mag(sg_backend *be, const sg_btensor *y, const double *want, const double *mag, size_t n, const char *what)
 {
 	float *got = malloc(sizeof(float) * n);
 	cr_assert_eq(be->ops->read(be, y, 0, got, sizeof(float) * n), SG_OK);
 	for (size_t i = 0; i < n; i++)
-		cr_assert(fabs(got[i] - want[i]) <= 1e-5 * (1 + fabs(want[i])), "%s [%zu]: %g vs %g", what, i, got[i], want[i]);
+		cr_assert(fabs(got[i] - want[i]) <= 1e-5 * (1 + fabs(want[i])) + (mag ? 1e-6 * mag[i] : 0), "%s [%zu]: %g vs %g", what, i,
+			  got[i], want[i]);
 	free(got);
+}
+
+static void check(sg_backend *be, const sg_btensor *y, const double *want, size_t n, const char *what)
+{
+	check_mag(be, y, want, NULL, n, what);
 }
 
 /* w given as [Cout][K][Cin/groups]; packed: bound as SG_LAYOUT_CONV1D (the backend packs it) */
@@ -63,23 +71,28 @@ static void conv_case_as(sg_backend *be, int T, int Cin, int Cout, int K, int st
 {
 	int cg = Cin / groups, og = Cout / groups;
 	float *x = rnd((size_t)T * Cin), *w = rnd((size_t)K * Cout * cg), *b = rnd((size_t)Cout);
-	double *want = calloc((size_t)Tout * Cout, sizeof(double));
+	double *want = calloc((size_t)Tout * Cout, sizeof(double)), *mag = calloc((size_t)Tout * Cout, sizeof(double));
 	for (int t = 0; t < Tout; t++)
 		for (int co = 0; co < Cout; co++) {
-			double s = b[co];
+			double s = b[co], m = fabs(b[co]);
 			int g = co / og;
 			for (int k = 0; k < K; k++) {
 				int src = t * stride + k * dil - pad;
 				if (src < 0 || src >= T) continue;
-				for (int ci = 0; ci < cg; ci++) s += (double)w[((size_t)co * K + k) * cg + ci] * x[(size_t)src * Cin + g * cg + ci];
+				for (int ci = 0; ci < cg; ci++) {
+					double term = (double)w[((size_t)co * K + k) * cg + ci] * x[(size_t)src * Cin + g * cg + ci];
+					s += term;
+					m += fabs(term);
+				}
 			}
 			want[(size_t)t * Cout + co] = s;
+			mag[(size_t)t * Cout + co] = m;
 		}
 	sg_btensor tx = t3(be, Cin, T, 1, x), tb = t3(be, Cout, 1, 1, b), ty = t3(be, Cout, Tout, 1, NULL), tw;
 	if (packed) {
 		tw = (sg_btensor){.type = SG_TYPE_F32, .ne = {cg, K, Cout, 1}, .data = w, .layout = SG_LAYOUT_CONV1D};
 		cr_assert_eq(be->ops->tensor_bind(be, &tw), SG_OK);
-		cr_assert(tw.layout > 0 && tw.data != w, "the weight was packed at bind");
+		cr_assert(tw.layout > 0, "the weight was packed at bind");
 	} else {
 		tw = t3(be, cg, K, Cout, w);
 	}
@@ -88,9 +101,9 @@ static void conv_case_as(sg_backend *be, int T, int Cin, int Cout, int K, int st
 	char what[160];
 	snprintf(what, sizeof what, "conv1d%s T %d, %d -> %d, K %d, stride %d, dilation %d, pad %d", packed ? " (packed)" : "", T, Cin, Cout,
 		 K, stride, dil, pad);
-	check(be, &ty, want, (size_t)Tout * Cout, what);
+	check_mag(be, &ty, want, packed ? mag : NULL, (size_t)Tout * Cout, what);
 	be->ops->tensor_free(be, &tx), be->ops->tensor_free(be, &tw), be->ops->tensor_free(be, &tb), be->ops->tensor_free(be, &ty);
-	free(x), free(w), free(b), free(want);
+	free(x), free(w), free(b), free(want), free(mag);
 }
 
 static void conv_case(sg_backend *be, int T, int Cin, int Cout, int K, int stride, int dil, int groups, int pad, int Tout)
@@ -151,14 +164,14 @@ Test(cpu_conv, conv_and_transposed_conv_match_the_formulas)
 Test(cpu_conv, packed_conv_matches_the_formula_over_odd_shapes)
 {
 	static const int ks[] = {3, 7, 11}, dils[] = {1, 3, 5}, Ts[] = {1, 2, 7, 50};
-	static const int chans[][2] = {{1, 1}, {5, 17}, {13, 33}, {32, 32}, {40, 7}};
+	static const int chans[][2] = {{1, 1}, {9, 3}, {5, 17}, {13, 33}, {32, 32}, {40, 7}};
 	for (size_t s = 0; s < sizeof(sets) / sizeof(sets[0]); s++)
 		for (int nth = 1; nth <= 2; nth++) {
 			sg_backend *be = make(sets[s], nth);
 			if (!be) continue;
 			for (int a = 0; a < 3; a++)
 				for (int d = 0; d < 3; d++)
-					for (int c = 0; c < 5; c++)
+					for (int c = 0; c < 6; c++)
 						for (int t = 0; t < 4; t++) {
 							int K = ks[a], dil = dils[d], pad = dil * (K - 1) / 2;
 							conv_case_as(be, Ts[t], chans[c][0], chans[c][1], K, 1, dil, 1, pad, Ts[t], 1); /* same */

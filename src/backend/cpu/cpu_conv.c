@@ -118,7 +118,12 @@ void sg_cpu_conv_pack(sg_btensor *t)
 	int64_t Cin = t->ne[0], K = t->ne[1], Cout = t->ne[2], NR = SG_CONV_NR, np = (Cout + NR - 1) / NR;
 	size_t bytes = sizeof(float) * (size_t)(np * K * Cin * NR);
 	float *p = NULL;
-	if (t->type != SG_TYPE_F32 || t->ne[3] != 1 || posix_memalign((void **)&p, 64, bytes)) return;
+	if (t->type != SG_TYPE_F32 || t->ne[3] != 1) return;
+	if (Cout < SG_CONV_NARROW) {
+		t->layout = SG_CPU_LAYOUT_CONV_ROWS;
+		return;
+	}
+	if (posix_memalign((void **)&p, 64, bytes)) return;
 	memset(p, 0, bytes);
 	const float *w = t->data;
 	for (int64_t co = 0; co < Cout; co++)
@@ -156,6 +161,29 @@ static void packed_range(void *ctx, int64_t i0, int64_t i1, int ith)
 	}
 }
 
+typedef struct {
+	const sg_cpu_kernels *k;
+	sg_conv_tile a; /* w: [Cout][K][Cin] as bound */
+} rows_job;
+
+/* SG_CPU_LAYOUT_CONV_ROWS: a dot product per output and tap (one over the K taps' rows side by
+ * side when the dilation is 1: they are contiguous input rows) */
+static void rows_range(void *ctx, int64_t t0, int64_t t1, int ith)
+{
+	(void)ith;
+	rows_job *j = ctx;
+	const sg_conv_tile *a = &j->a;
+	for (int64_t t = t0; t < t1; t++)
+		for (int64_t co = 0; co < a->Cout; co++) {
+			const float *xr = a->x + t * a->stride * a->Cin, *wr = a->w + co * a->K * a->Cin;
+			float acc = a->bias ? a->bias[co] : 0.0f;
+			if (a->dil == 1) acc += j->k->dot_f32(xr, wr, a->K * a->Cin);
+			else
+				for (int64_t k = 0; k < a->K; k++) acc += j->k->dot_f32(xr + k * a->dil * a->Cin, wr + k * a->Cin, a->Cin);
+			a->y[t * a->Cout + co] = acc;
+		}
+}
+
 static sg_status conv_packed(sg_cpu_backend *cb, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias,
 			     const sg_conv_params *p, sg_btensor *y)
 {
@@ -172,6 +200,11 @@ static sg_status conv_packed(sg_cpu_backend *cb, const sg_btensor *x, const sg_b
 		memcpy(xp + lo * Cin, xs, sizeof(float) * (size_t)(n * Cin));
 		memset(xp + (lo + n) * Cin, 0, sizeof(float) * (size_t)((span - lo - n) * Cin));
 		xs = xp;
+	}
+	if (w->layout == SG_CPU_LAYOUT_CONV_ROWS) {
+		rows_job r = {cb->k, {xs, w->data, bias ? bias->data : NULL, y->data, Cin, Cout, K, p->stride, p->dilation}};
+		sg_parallel_for(cb->pool, Tout, 16, rows_range, &r);
+		return SG_OK;
 	}
 	packed_job j = {.k = cb->k,
 			.a = {xs, w->data, bias ? bias->data : NULL, y->data, Cin, Cout, K, p->stride, p->dilation},
@@ -193,7 +226,7 @@ sg_status sg_cpu_conv1d(sg_backend *be, const sg_btensor *x, const sg_btensor *w
 		      .Tout = sg_btensor_rows(y), .Cin = x->ne[0], .Cout = y->ne[0], .K = w->ne[1], .Cg = w->ne[0],
 		      .stride = p->stride, .dil = p->dilation, .pad = p->pad};
 	j.Og = j.Cout / groups;
-	if (w->layout == SG_CPU_LAYOUT_CONV) return conv_packed(cb, x, w, bias, p, y);
+	if (w->layout == SG_CPU_LAYOUT_CONV || w->layout == SG_CPU_LAYOUT_CONV_ROWS) return conv_packed(cb, x, w, bias, p, y);
 	if (groups > 1 && groups == j.Cin && groups == j.Cout) {
 		sg_parallel_for(cb->pool, j.Tout, 8, conv_dw_range, &j);
 		return SG_OK;

@@ -110,6 +110,10 @@ typedef void (*sg_quant_x_fn)(const float *x, int64_t K, sg_xlayout xl, int xoff
  * holds several output rows of one panel in registers over the K * Cin products: no im2col,
  * each tap a product over shifted (for a dilated conv: further shifted) input rows. */
 #define SG_CPU_LAYOUT_CONV 2
+/* A conv1d weight of fewer than SG_CONV_NARROW outputs, kept as bound ([Cout][K][Cin]) and run as
+ * dot products (a panel would be mostly zeros): sg_btensor.layout SG_CPU_LAYOUT_CONV_ROWS. */
+#define SG_CPU_LAYOUT_CONV_ROWS 3
+#define SG_CONV_NARROW 4
 #define SG_CONV_NR 16
 typedef struct sg_conv_tile {
 	const float *x;    /* input row t * stride + k * dil at x + that * Cin (the padding's zero
@@ -193,8 +197,9 @@ float sg_cpu_expsum_ref(const float *x, float m, float *out, int64_t n);
 void sg_cpu_dots_f32_ref(const float *q, const float *k, int64_t kstride, int64_t nk, int64_t d, float *out);
 void sg_cpu_wsum_f32_ref(float *acc, const float *v, int64_t vstride, const float *e, int64_t nk, int64_t d);
 void sg_cpu_conv_tile_ref(const sg_conv_tile *a, int64_t t0, int64_t t1, int64_t p0, int64_t p1);
-/* Packs the F32 conv1d weight t ({Cin, K, Cout}) into SG_CPU_LAYOUT_CONV, in memory t then owns;
- * on allocation failure t stays as it was (conv1d then runs its im2col path). */
+/* Packs the F32 conv1d weight t ({Cin, K, Cout}) into SG_CPU_LAYOUT_CONV, in memory t then owns
+ * (fewer than SG_CONV_NARROW outputs: marks it SG_CPU_LAYOUT_CONV_ROWS, bytes in place); on
+ * allocation failure t stays as it was (conv1d then runs its im2col path). */
 void sg_cpu_conv_pack(sg_btensor *t);
 /* MLX codes of elements [k0, k0+32) of a row into natural order (any bits). */
 void sg_cpu_mlx_codes(const uint8_t *row, int bits, int64_t k0, uint8_t out[32]);
