@@ -443,6 +443,9 @@ typedef struct sg_backend_ops {
 			   sg_btensor *y);
 	/* y = x * (1 + erf(x / sqrt 2)) / 2 elementwise (exact GELU). y may alias x. */
 	sg_status (*gelu)(sg_backend *be, const sg_btensor *x, sg_btensor *y);
+	/* WaveNet's gate (the VITS flow): y[t][j] = tanh(x[t][j]) * sigmoid(x[t][F + j]). x [T][2F];
+	 * y [T][F], not aliasing x. NULL where a backend has none. */
+	sg_status (*tanh_gate)(sg_backend *be, const sg_btensor *x, sg_btensor *y);
 
 	/* --- fused stages (may be NULL: sg_backend_matmul_multi composes them) --- */
 	/* The projections of sg_matmul_multi in as few launches as the backend can: a GPU runs one

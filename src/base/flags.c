@@ -34,6 +34,9 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CPU_CONV_PACKED", SG_FLAG_BOOL, "1",
 	 "CPU: conv1d weights bound for the op alone (Piper voices) are packed at load in panels of 16 output channels and run "
 	 "a 6-row x 16-channel tile straight over the input rows, tap by tap (0: im2col rows through the float matmul)"},
+	{"SARAGOSSA_CPU_GATE_SIMD", SG_FLAG_BOOL, "1",
+	 "CPU: WaveNet's gate tanh(a) * sigmoid(b) (Piper's flow) runs the vectorised tanh and exp of the x86 kernel sets, within "
+	 "1e-6 of libm's (0: the tanhf / expf loop)"},
 	{"SARAGOSSA_CPU_MLX_REPACK", SG_FLAG_INT, "1",
 	 "CPU: MLX 4-bit weights of groups >= 64 are repacked at load into one stream of [scale, bias, codes] groups (0: read the three tensors in place; 2: groups of 32 too)"},
 	{"SARAGOSSA_CPU_PREFETCH", SG_FLAG_INT, "4096",

@@ -410,6 +410,8 @@ sg_status sg_vits_load(const char *path, const char *backend, int n_threads, sg_
 		bp.n_threads = n_threads;
 		st = sg_backend_open("cpu", &bp, &v->be);
 	}
+	if (!st && (!v->be->ops->conv1d || !v->be->ops->tanh_gate))
+		st = sg_error(SG_ERR_UNSUPPORTED, "piper: the %s backend has no conv1d or tanh_gate op", v->be->ops->name);
 	if (!st) st = bind_all(v);
 	if (st) {
 		sg_vits_free(v);

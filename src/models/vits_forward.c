@@ -374,11 +374,8 @@ static sg_status coupling_reverse(sg_vits *v, const vcoupling *c, float *z, int 
 	memset(out, 0, sizeof(float) * tw);
 	for (int l = 0; l < c->n_layers && !st; l++) {
 		if ((st = conv(v, &c->in[l], h, T, rsb))) break;
-		for (int t = 0; t < T; t++) {
-			const float *xr = rsb + (size_t)t * 2 * W;
-			float *ar = acts + (size_t)t * W;
-			for (int j = 0; j < W; j++) ar[j] = tanhf(xr[j]) * (1.0f / (1.0f + expf(-xr[W + j])));
-		}
+		sg_btensor xt = view(rsb, 2 * W, T), at = view(acts, W, T); /* tanh(a) * sigmoid(b) */
+		if ((st = v->be->ops->tanh_gate(v->be, &xt, &at))) break;
 		if ((st = conv(v, &c->rs[l], acts, T, rsb))) break;
 		if (l + 1 < c->n_layers) {
 			for (int t = 0; t < T; t++) {

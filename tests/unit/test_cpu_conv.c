@@ -3,7 +3,7 @@
  * conv1d (groups, depthwise, dilation, stride, left padding), the transposed conv with its
  * trimmed tail, SnakeBeta and exact GELU, on the scalar reference and every SIMD set the CPU
  * has, with one and two threads; conv1d over weights packed at bind (the tile kernels) over odd
- * shapes; bad shapes are errors.
+ * shapes; WaveNet's tanh-sigmoid gate; bad shapes are errors.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -181,6 +181,31 @@ Test(cpu_conv, packed_conv_matches_the_formula_over_odd_shapes)
 			conv_case_as(be, 19, 24, 50, 1, 1, 1, 1, 0, 19, 1);     /* 1x1 */
 			conv_case_as(be, 3000, 64, 40, 7, 1, 3, 1, 9, 3000, 1); /* several row blocks */
 			conv_case_as(be, 700, 512, 20, 3, 1, 1, 1, 1, 700, 1);  /* wide input rows */
+			sg_backend_free(be);
+		}
+}
+
+Test(cpu_conv, tanh_gate_matches_the_formula)
+{
+	for (size_t s = 0; s < sizeof(sets) / sizeof(sets[0]); s++)
+		for (int nth = 1; nth <= 2; nth++) {
+			sg_backend *be = make(sets[s], nth);
+			if (!be) continue;
+			int T = 13, F = 37;
+			float *x = rnd((size_t)T * 2 * F);
+			for (int i = 0; i < T * 2 * F; i++) x[i] *= 6.0f; /* both tails of tanh and sigmoid */
+			double *want = malloc(sizeof(double) * (size_t)T * F);
+			for (int t = 0; t < T; t++)
+				for (int j = 0; j < F; j++) {
+					const float *r = x + (size_t)t * 2 * F;
+					want[(size_t)t * F + j] = tanh((double)r[j]) / (1.0 + exp(-(double)r[F + j]));
+				}
+			sg_btensor tx = t3(be, 2 * F, T, 1, x), ty = t3(be, F, T, 1, NULL);
+			cr_assert_eq(be->ops->tanh_gate(be, &tx, &ty), SG_OK);
+			check(be, &ty, want, (size_t)T * F, "tanh_gate");
+			cr_expect_eq(be->ops->tanh_gate(be, &tx, &tx), SG_ERR_INVALID_ARG, "aliased");
+			be->ops->tensor_free(be, &tx), be->ops->tensor_free(be, &ty);
+			free(x), free(want);
 			sg_backend_free(be);
 		}
 }

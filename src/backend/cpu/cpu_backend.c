@@ -698,6 +698,7 @@ static const sg_backend_ops cpu_ops = {
 	.conv_transpose1d = sg_cpu_conv_transpose1d,
 	.snake = sg_cpu_snake,
 	.gelu = sg_cpu_gelu,
+	.tanh_gate = sg_cpu_tanh_gate,
 	.match_decode = cpu_match_decode,
 	.caps = cpu_caps,
 };
@@ -728,6 +729,7 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
 	cb->mv4 = sg_flag_bool("SARAGOSSA_CPU_MV4");
 	cb->mlx_repack = (int)sg_flag_int("SARAGOSSA_CPU_MLX_REPACK");
 	cb->conv_packed = sg_flag_bool("SARAGOSSA_CPU_CONV_PACKED");
+	cb->gate_simd = sg_flag_bool("SARAGOSSA_CPU_GATE_SIMD");
 	pthread_once(&pf_once, pf_init);
 	sg_status st = sg_threadpool_create(p->n_threads, &cb->pool);
 	if (st) {

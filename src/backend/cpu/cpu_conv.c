@@ -1,7 +1,7 @@
 /*
- * CPU ops of the audio codec decoders (Qwen3-TTS's speech tokenizer): 1-D convolution (grouped,
- * dilated, strided, zero-padded on the left), transposed 1-D convolution, SnakeBeta and exact
- * GELU. Activations are time-major ([T][C]). A convolution is an im2col of the input (each row
+ * CPU ops of the audio codec decoders (Qwen3-TTS's speech tokenizer, Piper's VITS): 1-D
+ * convolution (grouped, dilated, strided, zero-padded on the left), transposed 1-D convolution,
+ * SnakeBeta, exact GELU and WaveNet's tanh-sigmoid gate. Activations are time-major ([T][C]). A convolution is an im2col of the input (each row
  * the K taps' input rows side by side) times the weight viewed as [Cout][K*Cin], through the
  * backend's matmul (its GEMM for many rows); a transposed convolution is one such product per
  * output phase (t mod stride). Depthwise and other grouped convolutions run direct loops.
@@ -288,6 +288,34 @@ sg_status sg_cpu_conv_transpose1d(sg_backend *be, const sg_btensor *x, const sg_
 	be->ops->tensor_free(be, &col);
 	be->ops->tensor_free(be, &tmp);
 	return st;
+}
+
+typedef struct {
+	void (*fn)(const float *a, const float *b, float *out, int64_t n);
+	const float *x;
+	float *y;
+	int64_t F;
+} gate_job;
+
+static void gate_range(void *ctx, int64_t r0, int64_t r1, int ith)
+{
+	(void)ith;
+	gate_job *j = ctx;
+	for (int64_t r = r0; r < r1; r++) j->fn(j->x + r * 2 * j->F, j->x + r * 2 * j->F + j->F, j->y + r * j->F, j->F);
+}
+
+sg_status sg_cpu_tanh_gate(sg_backend *be, const sg_btensor *x, sg_btensor *y)
+{
+	sg_cpu_backend *cb = (sg_cpu_backend *)be;
+	sg_status st = need_f32("tanh_gate", "x", x);
+	if (!st) st = need_f32("tanh_gate", "y", y);
+	if (st) return st;
+	if (x->ne[0] != 2 * y->ne[0] || sg_btensor_rows(x) != sg_btensor_rows(y) || x->data == y->data)
+		return sg_error(SG_ERR_INVALID_ARG, "cpu tanh_gate: x [%lld][%lld] -> y [%lld][%lld] (half the width, not aliased)",
+				(long long)sg_btensor_rows(x), (long long)x->ne[0], (long long)sg_btensor_rows(y), (long long)y->ne[0]);
+	gate_job j = {cb->gate_simd ? cb->k->tanh_gate : sg_cpu_tanh_gate_ref, x->data, y->data, y->ne[0]};
+	sg_parallel_for(cb->pool, sg_btensor_rows(x), 4, gate_range, &j);
+	return SG_OK;
 }
 
 typedef struct {

@@ -154,6 +154,8 @@ typedef struct sg_cpu_kernels {
 	/* out[k] = q . key row k (at k * kstride) of d elements, k < nk: attention scores */
 	void (*dots_f32)(const float *q, const float *k, int64_t kstride, int64_t nk, int64_t d, float *out);
 	sg_conv_tile_fn conv_tile; /* conv1d over a packed weight (SG_CPU_LAYOUT_CONV) */
+	/* out = tanh(a) * sigmoid(b) over n elements (WaveNet's gate) */
+	void (*tanh_gate)(const float *a, const float *b, float *out, int64_t n);
 } sg_cpu_kernels;
 
 /* Software prefetch distance of the SIMD weight kernels in bytes (SARAGOSSA_CPU_PREFETCH; 0 turns
@@ -193,6 +195,7 @@ void sg_cpu_quantize_x_ref(const float *x, int64_t K, sg_xlayout xl, int xoff, s
 /* The scalar references of the elementwise kernels (libm's expf / tanhf). */
 void sg_cpu_glu_ref(sg_act act, const float *g, const float *u, float *out, int64_t n);
 void sg_cpu_softcap_ref(const float *x, float cap, float *out, int64_t n);
+void sg_cpu_tanh_gate_ref(const float *a, const float *b, float *out, int64_t n);
 float sg_cpu_expsum_ref(const float *x, float m, float *out, int64_t n);
 void sg_cpu_dots_f32_ref(const float *q, const float *k, int64_t kstride, int64_t nk, int64_t d, float *out);
 void sg_cpu_wsum_f32_ref(float *acc, const float *v, int64_t vstride, const float *e, int64_t nk, int64_t d);
@@ -219,6 +222,7 @@ typedef struct sg_cpu_backend {
 	int exact;         /* match_decode on: many-token ops give each token the one-token bits */
 	int mv4;           /* SARAGOSSA_CPU_MV4: many tokens without the GEMM take mv4[] 4 at a time */
 	int conv_packed;   /* SARAGOSSA_CPU_CONV_PACKED: bind packs conv1d weights (SG_CPU_LAYOUT_CONV) */
+	int gate_simd;     /* SARAGOSSA_CPU_GATE_SIMD: tanh_gate takes the kernel set's (else the libm loop) */
 	int mlx_repack;    /* SARAGOSSA_CPU_MLX_REPACK: bind repacks MLX 4-bit weights of groups >= 64 to
 			    * SG_KT_MLX4G (1); 0 never; 2 every group size */
 	void *scratch_raw; /* allocation */
@@ -261,6 +265,7 @@ sg_status sg_cpu_conv1d(sg_backend *be, const sg_btensor *x, const sg_btensor *w
 sg_status sg_cpu_conv_transpose1d(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias, int stride, sg_btensor *y);
 sg_status sg_cpu_snake(sg_backend *be, const sg_btensor *x, const sg_btensor *a, const sg_btensor *b, sg_btensor *y);
 sg_status sg_cpu_gelu(sg_backend *be, const sg_btensor *x, sg_btensor *y);
+sg_status sg_cpu_tanh_gate(sg_backend *be, const sg_btensor *x, sg_btensor *y);
 sg_status sg_cpu_short_conv(sg_backend *be, const sg_btensor *x, const sg_btensor *w, sg_btensor *state, sg_btensor *out);
 sg_status sg_cpu_gated_delta(sg_backend *be, const sg_btensor *qkv, const sg_btensor *a, const sg_btensor *b, const sg_btensor *a_log, const sg_btensor *dt_bias, const sg_gdn_params *p, sg_btensor *state, sg_btensor *out);
 sg_status sg_cpu_gated_rmsnorm(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *gate, float eps, sg_btensor *y);
