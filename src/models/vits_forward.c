@@ -409,6 +409,7 @@ void vits_receptive(sg_vits *v)
 			most = s > most ? s : most;
 		}
 		r += most;
+		v->margin_out[u] = (int)ceil(r) + 1;
 		r = r / v->ups[u].stride + (double)v->ups[u].k / v->ups[u].stride + 1;
 		v->margin[u] = (int)ceil(r) + 1;
 	}
@@ -418,7 +419,8 @@ void vits_receptive(sg_vits *v)
 
 /* Decodes frames z[0..T) ([T][inter]) into out (room for T * hop samples); *mine: the samples of
  * frames [k0, k1) in it. Each stage runs only on the rows its input needs for those frames: the
- * rows within v->margin[u] of them (the reach of the stage and all after it), so the context a
+ * rows within v->margin[u] of them (the reach of the stage and all after it; its residual blocks:
+ * v->margin_out[u]), so the context a
  * chunk carries is decoded at the frame rate's stages and dropped before the costly late ones.
  * Rows kept by the crop are exact: what a crop cuts off is farther from them than any layer after
  * it reaches, as the chunks' own context is. */
@@ -445,6 +447,14 @@ static sg_status decode(sg_vits *v, const float *z, int T, int k0, int k1, float
 		float *y = scratch(v, SC_Y, sz), *acc = scratch(v, SC_ACC, sz), *r = scratch(v, SC_R, sz), *t = scratch(v, SC_T, sz);
 		if (!y || !acc || !r || !t) return SG_FAIL(SG_ERR_NOMEM, "decoder of %d frames", T);
 		if ((st = convt(v, up, x, (int)n, y))) break;
+		/* the residual blocks reach less far than the upsampling and what follows it */
+		lo = k0 * rate - v->margin_out[u] - org, hi = k1 * rate + v->margin_out[u] - org;
+		lo = lo > 0 && v->crop ? lo : 0;
+		hi = hi < m && v->crop ? hi : m;
+		y += lo * Co;
+		m = hi - lo;
+		sz = (size_t)m * Co;
+		org += lo;
 		for (int j = 0; j < v->n_kernels && !st; j++) {
 			const vresblock *rb = &v->rb[u * v->n_kernels + j];
 			/* the block's running sum: its first residual add reads y and writes cur (no copy of y) */

@@ -97,10 +97,12 @@ struct sg_vits {
 	int crop;                 /* SARAGOSSA_PIPER_CROP: the stages run on the rows of margin only */
 	int margin[VITS_MAX_UPS]; /* rows either side of stage u's input (at its rate) that reach a
 	                           * frame's samples through that stage and the ones after it */
+	int margin_out[VITS_MAX_UPS]; /* the same at stage u's upsampled rows, through its residual
+	                               * blocks and the stages after it */
 	vscratch scratch[VITS_SCRATCH];
 };
 
-/* Sets v->ctx_frames and v->margin from the decoder's kernels, strides and dilations. */
+/* Sets v->ctx_frames, v->margin and v->margin_out from the decoder's kernels, strides and dilations. */
 void vits_receptive(sg_vits *v);
 
 #endif
