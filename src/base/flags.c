@@ -265,6 +265,9 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_PIPER_CHUNK", SG_FLAG_INT, "32",
 	 "Piper voices: decoder frames in a sentence's first audio chunk (later chunks double up to 256), decoded with "
 	 "overlap so chunks equal the one-shot waveform; 0 = each sentence in one piece"},
+	{"SARAGOSSA_PIPER_FLOW_SPLIT", SG_FLAG_BOOL, "1",
+	 "Piper voices: the flow runs first over the frames of a sentence's first audio chunk (and its reach), the rest "
+	 "after that chunk is out, so the first audio waits for less (the same samples; 0: the whole flow first)"},
 	{"SARAGOSSA_PIPER_CROP", SG_FLAG_BOOL, "1",
 	 "Piper voices: each decoder stage runs only on the rows that reach the chunk's own samples (the chunk's context is "
 	 "dropped before the costly late stages, the same samples; 0: every stage over the whole chunk and its context)"},

@@ -65,7 +65,11 @@ static float node_attr_float(const sg_onnx *o, const char *node, const char *att
  * (the backend may pack it: the repacked copy here is then freed). */
 static sg_status bind_weight(sg_vits *v, vconv *c, const float *w, int64_t cin, int64_t k, int64_t n)
 {
-	c->mat = (sg_btensor){.type = SG_TYPE_F32, .ne = {cin, k, n, 1}, .row_bytes = (size_t)cin * 4, .data = (void *)w, .layout = SG_LAYOUT_CONV1D};
+	c->mat = (sg_btensor){.type = SG_TYPE_F32,
+			      .ne = {cin, k, n, 1},
+			      .row_bytes = (size_t)cin * 4,
+			      .data = (void *)w,
+			      .layout = SG_LAYOUT_CONV1D};
 	if (c->b) c->bias = (sg_btensor){.type = SG_TYPE_F32, .ne = {n, 1, 1, 1}, .row_bytes = (size_t)n * 4, .data = (void *)c->b};
 	sg_status st = v->be->ops->tensor_bind(v->be, &c->mat);
 	if (!st && c->owned && c->mat.data != c->owned) {
@@ -393,6 +397,7 @@ static sg_status bind_all(sg_vits *v)
 		return sg_error(SG_ERR_UNSUPPORTED, "piper: multi-speaker voices (emb_g) are not supported yet");
 	vits_receptive(v);
 	v->crop = sg_flag_bool("SARAGOSSA_PIPER_CROP");
+	v->flow_split = sg_flag_bool("SARAGOSSA_PIPER_FLOW_SPLIT");
 	return SG_OK;
 }
 

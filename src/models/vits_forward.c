@@ -395,10 +395,35 @@ static sg_status coupling_reverse(sg_vits *v, const vcoupling *c, float *z, int 
 	return st;
 }
 
+/* The flow in reverse over frames z[0..n) ([n][C]), in place. */
+static sg_status flow_reverse(sg_vits *v, float *z, int64_t n, int C)
+{
+	sg_status st = SG_OK;
+	for (int f = v->n_flows - 1; !st && f >= 0; f--) {
+		for (int64_t t = 0; t < n; t++) { /* flip the channels */
+			float *zr = z + (size_t)t * C;
+			for (int a = 0, b = C - 1; a < b; a++, b--) {
+				float s = zr[a];
+				zr[a] = zr[b];
+				zr[b] = s;
+			}
+		}
+		st = coupling_reverse(v, &v->flow[f], z, (int)n, C);
+	}
+	return st;
+}
+
 /* ---- decoder ---- */
 
 void vits_receptive(sg_vits *v)
 {
+	int reach = 0; /* the flow's: its couplings' convolutions' padding, one after the other */
+	for (int f = 0; f < v->n_flows; f++) {
+		const vcoupling *c = &v->flow[f];
+		reach += c->pre.pad + c->post.pad;
+		for (int l = 0; l < c->n_layers; l++) reach += c->in[l].pad + c->rs[l].pad;
+	}
+	v->flow_ctx = reach + 1;
 	double r = v->dec_post.pad;
 	for (int u = v->n_ups - 1; u >= 0; u--) {
 		int most = 0;
@@ -419,11 +444,10 @@ void vits_receptive(sg_vits *v)
 
 /* Decodes frames z[0..T) ([T][inter]) into out (room for T * hop samples); *mine: the samples of
  * frames [k0, k1) in it. Each stage runs only on the rows its input needs for those frames: the
- * rows within v->margin[u] of them (the reach of the stage and all after it; its residual blocks:
- * v->margin_out[u]), so the context a
- * chunk carries is decoded at the frame rate's stages and dropped before the costly late ones.
- * Rows kept by the crop are exact: what a crop cuts off is farther from them than any layer after
- * it reaches, as the chunks' own context is. */
+ * rows within v->margin[u] of them (the reach of the stage and all after it; for its residual
+ * blocks, v->margin_out[u]), so the context a chunk carries is decoded at the frame rate's stages
+ * and dropped before the costly late ones. Rows kept by the crop are exact: what a crop cuts off
+ * is farther from them than any layer after it reaches, as the chunks' own context is. */
 static sg_status decode(sg_vits *v, const float *z, int T, int k0, int k1, float *out, const float **mine)
 {
 	int64_t n = T, org = 0, rate = 1; /* x's rows: n from row org of the chunk at rate per frame */
@@ -530,24 +554,32 @@ sg_status sg_vits_synth(sg_vits *v, const int64_t *ids, size_t n, const sg_vits_
 			const float *m = stats + (size_t)t * 2 * C, *logs = m + C;
 			for (int c = 0; c < C; c++) zr[c] = m[c] + (p->noise_scale > 0 ? randn(&rng) * expf(logs[c]) * p->noise_scale : 0.0f);
 		}
-	for (int f = v->n_flows - 1; !st && f >= 0; f--) {
-		for (int64_t t = 0; t < Ty; t++) { /* flip the channels */
-			float *zr = z + (size_t)t * C;
-			for (int a = 0, b = C - 1; a < b; a++, b--) {
-				float s = zr[a];
-				zr[a] = zr[b];
-				zr[b] = s;
-			}
-		}
-		st = coupling_reverse(v, &v->flow[f], z, (int)Ty, C);
+	/* the flow: when chunked, first over the first chunk's frames and the flow's reach past them,
+	 * the rest (from that reach before them on) after the first chunk is out, so the first audio
+	 * does not wait for the whole sentence's flow; the frames kept from either side are exact */
+	int chunk = p->frames_per_chunk > 0 ? p->frames_per_chunk : (int)Ty;
+	int64_t split = (int64_t)chunk + v->ctx_frames, s2 = split > v->flow_ctx ? split - v->flow_ctx : 0;
+	float *rest = NULL;
+	if (!st && v->flow_split && p->frames_per_chunk > 0 && split + 2 * (int64_t)v->flow_ctx < Ty) {
+		if (!(rest = sg_malloc(sizeof(float) * (size_t)(Ty - s2) * C))) st = SG_FAIL(SG_ERR_NOMEM, "%lld frames", (long long)Ty);
+		else memcpy(rest, z + (size_t)s2 * C, sizeof(float) * (size_t)(Ty - s2) * C);
+		if (!st) st = flow_reverse(v, z, split + v->flow_ctx, C);
+	} else if (!st) {
+		st = flow_reverse(v, z, Ty, C);
 	}
 	size_t total = (size_t)Ty * v->hop;
 	if (!st && pcm && !(wave = sg_malloc(total * sizeof(float)))) st = SG_FAIL(SG_ERR_NOMEM, "%zu samples", total);
 	/* the decoder, chunk by chunk: each chunk decodes ctx_frames more on both sides, so its own
 	 * samples equal the one-shot decode's; chunks grow (first small for the first audio) */
-	int chunk = p->frames_per_chunk > 0 ? p->frames_per_chunk : (int)Ty;
 	float *buf = NULL;
 	for (int64_t f0 = 0; !st && f0 < Ty;) {
+		if (f0 && rest) { /* the flow's second part, once the first chunk is out */
+			if (!(st = flow_reverse(v, rest, Ty - s2, C)))
+				memcpy(z + (size_t)split * C, rest + (size_t)(split - s2) * C, sizeof(float) * (size_t)(Ty - split) * C);
+			sg_free(rest);
+			rest = NULL;
+			if (st) break;
+		}
 		int64_t f1 = f0 + chunk < Ty ? f0 + chunk : Ty;
 		int64_t a = f0 - v->ctx_frames > 0 ? f0 - v->ctx_frames : 0;
 		int64_t b = f1 + v->ctx_frames < Ty ? f1 + v->ctx_frames : Ty;
@@ -567,6 +599,7 @@ sg_status sg_vits_synth(sg_vits *v, const int64_t *ids, size_t n, const sg_vits_
 		if (chunk < 256) chunk = chunk * 2 < 256 ? chunk * 2 : 256;
 	}
 	sg_free(buf);
+	sg_free(rest);
 	sg_free(z);
 	sg_free(dur);
 	sg_free(x);

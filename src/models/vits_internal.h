@@ -95,6 +95,8 @@ struct sg_vits {
 	float lrelu, lrelu_final;
 	int ctx_frames; /* decoder frames either side that reach a frame's samples */
 	int crop;                 /* SARAGOSSA_PIPER_CROP: the stages run on the rows of margin only */
+	int flow_split;           /* SARAGOSSA_PIPER_FLOW_SPLIT: the flow in two parts around the first chunk */
+	int flow_ctx;             /* frames either side that reach a frame through the whole flow */
 	int margin[VITS_MAX_UPS]; /* rows either side of stage u's input (at its rate) that reach a
 	                           * frame's samples through that stage and the ones after it */
 	int margin_out[VITS_MAX_UPS]; /* the same at stage u's upsampled rows, through its residual
@@ -102,7 +104,8 @@ struct sg_vits {
 	vscratch scratch[VITS_SCRATCH];
 };
 
-/* Sets v->ctx_frames, v->margin and v->margin_out from the decoder's kernels, strides and dilations. */
+/* Sets v->ctx_frames, v->margin and v->margin_out from the decoder's kernels, strides and
+ * dilations, v->flow_ctx from the flow's. */
 void vits_receptive(sg_vits *v);
 
 #endif

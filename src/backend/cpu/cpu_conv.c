@@ -1,10 +1,11 @@
 /*
  * CPU ops of the audio codec decoders (Qwen3-TTS's speech tokenizer, Piper's VITS): 1-D
  * convolution (grouped, dilated, strided, zero-padded on the left), transposed 1-D convolution,
- * SnakeBeta, exact GELU and WaveNet's tanh-sigmoid gate. Activations are time-major ([T][C]). A convolution is an im2col of the input (each row
- * the K taps' input rows side by side) times the weight viewed as [Cout][K*Cin], through the
- * backend's matmul (its GEMM for many rows); a transposed convolution is one such product per
- * output phase (t mod stride). Depthwise and other grouped convolutions run direct loops.
+ * SnakeBeta, exact GELU and WaveNet's tanh-sigmoid gate. Activations are time-major ([T][C]). A
+ * convolution is an im2col of the input (each row the K taps' input rows side by side) times the
+ * weight viewed as [Cout][K*Cin], through the backend's matmul (its GEMM for many rows); a
+ * transposed convolution is one such product per output phase (t mod stride). Depthwise and other
+ * grouped convolutions run direct loops.
  * A weight bound with SG_LAYOUT_CONV1D is packed once (SG_CPU_LAYOUT_CONV) and its convolution
  * runs the kernel set's tile kernel straight on the input rows: no im2col copies, and each
  * input row is read once per panel of outputs instead of once per pair of output channels.
@@ -187,7 +188,8 @@ static void rows_range(void *ctx, int64_t t0, int64_t t1, int ith)
 static sg_status conv_packed(sg_cpu_backend *cb, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias,
 			     const sg_conv_params *p, sg_btensor *y)
 {
-	if (p->groups > 1) return sg_error(SG_ERR_INVALID_ARG, "cpu conv1d: a weight bound as SG_LAYOUT_CONV1D takes groups 1, not %d", p->groups);
+	if (p->groups > 1)
+		return sg_error(SG_ERR_INVALID_ARG, "cpu conv1d: a weight bound as SG_LAYOUT_CONV1D takes groups 1, not %d", p->groups);
 	int64_t T = sg_btensor_rows(x), Cin = x->ne[0], Cout = y->ne[0], Tout = sg_btensor_rows(y), K = w->ne[1];
 	/* input rows the outputs reach, from -pad on: zero rows around x unless x covers them */
 	int64_t span = (Tout - 1) * p->stride + (K - 1) * p->dilation + 1;
