@@ -90,7 +90,9 @@ typedef struct sg_btensor {
 	int owned;          /* 1 when the backend allocated data (sg_backend_tensor_free releases it) */
 	/* Row order in data: 0 = the file's; tensor_bind may repack rows into an order of its own
 	 * (> 0, backend-specific: the CUDA backend's planar K-quant rows). -1 before tensor_bind asks
-	 * it to keep the file's order, for a tensor whose rows will be viewed as shorter rows. */
+	 * it to keep the file's order, for a tensor whose rows will be viewed as shorter rows;
+	 * SG_LAYOUT_CONV1D before tensor_bind says the tensor is a conv1d weight read by conv1d
+	 * only, which the backend may repack into a layout of its own. */
 	int layout;
 	/* A stacked expert weight read through an indirection (NULL: the experts are the rows of
 	 * data). moe_matmul / moe_glu read expert e from experts->data[e]; a backend that cannot
@@ -255,6 +257,12 @@ typedef struct sg_backend_caps {
  * backend, each with its own recording. */
 typedef struct sg_backend_graph sg_backend_graph;
 
+/* sg_btensor.layout before tensor_bind: an F32 conv1d weight ({Cin/groups, K, Cout}) that only
+ * conv1d with groups 1 will read; a backend may repack it (the CPU backend packs panels of output
+ * channels for its tile kernel, SARAGOSSA_CPU_CONV_PACKED) and sets layout to its own value, or
+ * keeps the bytes as they are (layout 0). Its data must then not be read directly. */
+#define SG_LAYOUT_CONV1D (-2)
+
 /* A 1-D convolution's geometry (conv1d). */
 typedef struct sg_conv_params {
 	int stride, dilation, groups;
@@ -417,8 +425,8 @@ typedef struct sg_backend_ops {
 	 *   w[co][k][ci] * x[t*stride + k*dilation - pad][g*Cin/groups + ci]   (zeros outside x).
 	 * x [T][Cin]; w F32 [Cout][K][Cin/groups] (ne = {Cin/groups, K, Cout}: Conv1d's weight
 	 * [Cout][Cin/groups][K] with its last two axes swapped once at load, so a row of w is one
-	 * output's taps side by side); bias [Cout] or NULL; y [Tout][Cout] (Tout = y->ne[1]). y must
-	 * not alias x. */
+	 * output's taps side by side; bound with SG_LAYOUT_CONV1D, groups must be 1); bias [Cout] or
+	 * NULL; y [Tout][Cout] (Tout = y->ne[1]). y must not alias x. */
 	sg_status (*conv1d)(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias,
 			    const sg_conv_params *p, sg_btensor *y);
 	/* Transposed, as ConvTranspose1d with kernel K <= M*stride: output row t = j*stride + p is
@@ -435,6 +443,9 @@ typedef struct sg_backend_ops {
 			   sg_btensor *y);
 	/* y = x * (1 + erf(x / sqrt 2)) / 2 elementwise (exact GELU). y may alias x. */
 	sg_status (*gelu)(sg_backend *be, const sg_btensor *x, sg_btensor *y);
+	/* WaveNet's gate (the VITS flow): y[t][j] = tanh(x[t][j]) * sigmoid(x[t][F + j]). x [T][2F];
+	 * y [T][F], not aliasing x. NULL where a backend has none. */
+	sg_status (*tanh_gate)(sg_backend *be, const sg_btensor *x, sg_btensor *y);
 
 	/* --- fused stages (may be NULL: sg_backend_matmul_multi composes them) --- */
 	/* The projections of sg_matmul_multi in as few launches as the backend can: a GPU runs one

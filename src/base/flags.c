@@ -31,6 +31,12 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CPU_MV4", SG_FLAG_BOOL, "1",
 	 "CPU: many-token matmuls that take the one-token kernel (SARAGOSSA_CPU_GEMM=0, speculative verify steps) run 4 tokens a "
 	 "call on Q4_K and Q6_K weights, each block unpacked once (the same bits; 0: one token a call)"},
+	{"SARAGOSSA_CPU_CONV_PACKED", SG_FLAG_BOOL, "1",
+	 "CPU: conv1d weights bound for the op alone (Piper voices) are packed at load in panels of 16 output channels and run "
+	 "a 6-row x 16-channel tile straight over the input rows, tap by tap (0: im2col rows through the float matmul)"},
+	{"SARAGOSSA_CPU_GATE_SIMD", SG_FLAG_BOOL, "1",
+	 "CPU: WaveNet's gate tanh(a) * sigmoid(b) (Piper's flow) runs the vectorised tanh and exp of the x86 kernel sets, within "
+	 "1e-6 of libm's (0: the tanhf / expf loop)"},
 	{"SARAGOSSA_CPU_MLX_REPACK", SG_FLAG_INT, "1",
 	 "CPU: MLX 4-bit weights of groups >= 64 are repacked at load into one stream of [scale, bias, codes] groups (0: read the three tensors in place; 2: groups of 32 too)"},
 	{"SARAGOSSA_CPU_PREFETCH", SG_FLAG_INT, "4096",
@@ -262,6 +268,12 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_PIPER_CHUNK", SG_FLAG_INT, "32",
 	 "Piper voices: decoder frames in a sentence's first audio chunk (later chunks double up to 256), decoded with "
 	 "overlap so chunks equal the one-shot waveform; 0 = each sentence in one piece"},
+	{"SARAGOSSA_PIPER_FLOW_SPLIT", SG_FLAG_BOOL, "1",
+	 "Piper voices: the flow runs first over the frames of a sentence's first audio chunk (and its reach), the rest "
+	 "after that chunk is out, so the first audio waits for less (the same samples; 0: the whole flow first)"},
+	{"SARAGOSSA_PIPER_CROP", SG_FLAG_BOOL, "1",
+	 "Piper voices: each decoder stage runs only on the rows that reach the chunk's own samples (the chunk's context is "
+	 "dropped before the costly late stages, the same samples; 0: every stage over the whole chunk and its context)"},
 };
 
 /* Credentials among the flags: never printed. */

@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/flags.h"
 #include "formats/onnx.h"
 #include "models/vits_internal.h"
 
@@ -60,16 +61,27 @@ static float node_attr_float(const sg_onnx *o, const char *node, const char *att
 	return a && a->has_f ? a->f : dflt;
 }
 
-static sg_status bind_matrix(sg_vits *v, vconv *c, const float *w, int64_t k, int64_t n)
+/* The conv1d op's weight {cin, k, n} (w: [n][k][cin]) and the bias view, bound for conv1d alone
+ * (the backend may pack it: the repacked copy here is then freed). */
+static sg_status bind_weight(sg_vits *v, vconv *c, const float *w, int64_t cin, int64_t k, int64_t n)
 {
-	c->mat = (sg_btensor){.type = SG_TYPE_F32, .ne = {k, n, 1, 1}, .row_bytes = (size_t)k * 4, .data = (void *)w};
-	return v->be->ops->tensor_bind(v->be, &c->mat);
+	c->mat = (sg_btensor){.type = SG_TYPE_F32,
+			      .ne = {cin, k, n, 1},
+			      .row_bytes = (size_t)cin * 4,
+			      .data = (void *)w,
+			      .layout = SG_LAYOUT_CONV1D};
+	if (c->b) c->bias = (sg_btensor){.type = SG_TYPE_F32, .ne = {n, 1, 1, 1}, .row_bytes = (size_t)n * 4, .data = (void *)c->b};
+	sg_status st = v->be->ops->tensor_bind(v->be, &c->mat);
+	if (!st && c->owned && c->mat.data != c->owned) {
+		sg_free(c->owned);
+		c->owned = NULL;
+	}
+	return st;
 }
 
 /* A Conv1d: weight [cout][cin][k] under wname (bias bname or NULL), dilation and pads from node
- * (NULL: dilation 1, "same" padding). Kernels wider than 1 are repacked to [cout][k][cin] so
- * the im2col rows are copies of whole input rows. depthwise: weight [c][1][k], applied per
- * channel (no matrix). */
+ * (NULL: dilation 1, "same" padding). Kernels wider than 1 are repacked to [cout][k][cin], the
+ * conv1d op's layout. depthwise: weight [c][1][k], applied per channel (no op). */
 static sg_status bind_conv(sg_vits *v, vconv *c, const char *wname, const char *bname, int64_t cout, int64_t cin, int64_t k,
 			   const char *node, int depthwise)
 {
@@ -101,11 +113,12 @@ static sg_status bind_conv(sg_vits *v, vconv *c, const char *wname, const char *
 		c->owned = r;
 		m = r;
 	}
-	return bind_matrix(v, c, m, (int64_t)c->cin * c->k, c->cout);
+	return bind_weight(v, c, m, c->cin, c->k, c->cout);
 }
 
-/* A ConvTranspose1d: weight [cin][cout][k], repacked to [k][cout][cin] so the product gives, per
- * input frame, k output rows of cout values to overlap-add. */
+/* A ConvTranspose1d: weight [cin][cout][k], repacked to [k][cout][cin] so the product (a 1x1
+ * conv1d of k * cout outputs, no bias) gives, per input frame, k output rows of cout values to
+ * overlap-add. */
 static sg_status bind_convt(sg_vits *v, vconv *c, int i, int64_t cin)
 {
 	char wn[64], bn[64], node[64];
@@ -135,7 +148,9 @@ static sg_status bind_convt(sg_vits *v, vconv *c, int i, int64_t cin)
 		for (int co = 0; co < c->cout; co++)
 			for (int j = 0; j < c->k; j++) r[((size_t)j * c->cout + co) * c->cin + ci] = src[((size_t)ci * c->cout + co) * c->k + j];
 	c->owned = r;
-	return bind_matrix(v, c, r, c->cin, (int64_t)c->k * c->cout);
+	sg_status bst = bind_weight(v, c, r, c->cin, 1, (int64_t)c->k * c->cout);
+	c->bias = (sg_btensor){0};
+	return bst;
 }
 
 static sg_status bind_ln(sg_vits *v, vnorm *n, const char *prefix, int64_t ch)
@@ -381,6 +396,8 @@ static sg_status bind_all(sg_vits *v)
 	if (sg_onnx_find(o, "emb_g.weight") || sg_onnx_find(o, "dec.cond.weight"))
 		return sg_error(SG_ERR_UNSUPPORTED, "piper: multi-speaker voices (emb_g) are not supported yet");
 	vits_receptive(v);
+	v->crop = sg_flag_bool("SARAGOSSA_PIPER_CROP");
+	v->flow_split = sg_flag_bool("SARAGOSSA_PIPER_FLOW_SPLIT");
 	return SG_OK;
 }
 
@@ -398,6 +415,8 @@ sg_status sg_vits_load(const char *path, const char *backend, int n_threads, sg_
 		bp.n_threads = n_threads;
 		st = sg_backend_open("cpu", &bp, &v->be);
 	}
+	if (!st && (!v->be->ops->conv1d || !v->be->ops->tanh_gate))
+		st = sg_error(SG_ERR_UNSUPPORTED, "piper: the %s backend has no conv1d or tanh_gate op", v->be->ops->name);
 	if (!st) st = bind_all(v);
 	if (st) {
 		sg_vits_free(v);
@@ -407,41 +426,45 @@ sg_status sg_vits_load(const char *path, const char *backend, int n_threads, sg_
 	return SG_OK;
 }
 
-static void free_conv(vconv *c) { sg_free(c->owned); }
-
-static void free_dds(vdds *d)
+static void free_conv(sg_vits *v, vconv *c)
 {
-	for (int i = 0; i < VITS_DDS_LAYERS; i++) free_conv(&d->sep[i]), free_conv(&d->pw[i]);
+	sg_free(c->owned);
+	if (c->mat.owned) v->be->ops->tensor_free(v->be, &c->mat);
+}
+
+static void free_dds(sg_vits *v, vdds *d)
+{
+	for (int i = 0; i < VITS_DDS_LAYERS; i++) free_conv(v, &d->sep[i]), free_conv(v, &d->pw[i]);
 }
 
 void sg_vits_free(sg_vits *v)
 {
 	if (!v) return;
 	for (int l = 0; l < VITS_MAX_LAYERS; l++) {
-		for (int j = 0; j < 4; j++) free_conv(&v->enc[l].qkvo[j]);
-		free_conv(&v->enc[l].ffn1);
-		free_conv(&v->enc[l].ffn2);
+		for (int j = 0; j < 4; j++) free_conv(v, &v->enc[l].qkvo[j]);
+		free_conv(v, &v->enc[l].ffn1);
+		free_conv(v, &v->enc[l].ffn2);
 	}
-	free_conv(&v->proj);
-	free_conv(&v->dp_pre);
-	free_conv(&v->dp_proj);
-	free_dds(&v->dp_convs);
+	free_conv(v, &v->proj);
+	free_conv(v, &v->dp_pre);
+	free_conv(v, &v->dp_proj);
+	free_dds(v, &v->dp_convs);
 	for (int i = 0; i < VITS_DP_FLOWS; i++) {
-		free_conv(&v->dp_flow[i].pre);
-		free_conv(&v->dp_flow[i].proj);
-		free_dds(&v->dp_flow[i].convs);
+		free_conv(v, &v->dp_flow[i].pre);
+		free_conv(v, &v->dp_flow[i].proj);
+		free_dds(v, &v->dp_flow[i].convs);
 	}
 	for (int f = 0; f < VITS_MAX_FLOWS; f++) {
 		vcoupling *c = &v->flow[f];
-		free_conv(&c->pre);
-		free_conv(&c->post);
-		for (int l = 0; l < VITS_MAX_WN; l++) free_conv(&c->in[l]), free_conv(&c->rs[l]);
+		free_conv(v, &c->pre);
+		free_conv(v, &c->post);
+		for (int l = 0; l < VITS_MAX_WN; l++) free_conv(v, &c->in[l]), free_conv(v, &c->rs[l]);
 	}
-	free_conv(&v->dec_pre);
-	free_conv(&v->dec_post);
-	for (int u = 0; u < VITS_MAX_UPS; u++) free_conv(&v->ups[u]);
+	free_conv(v, &v->dec_pre);
+	free_conv(v, &v->dec_post);
+	for (int u = 0; u < VITS_MAX_UPS; u++) free_conv(v, &v->ups[u]);
 	for (int r = 0; r < VITS_MAX_UPS * VITS_MAX_KERNELS; r++)
-		for (int i = 0; i < VITS_MAX_RB_CONVS * 2; i++) free_conv(&v->rb[r].c[i]);
+		for (int i = 0; i < VITS_MAX_RB_CONVS * 2; i++) free_conv(v, &v->rb[r].c[i]);
 	for (int i = 0; i < VITS_SCRATCH; i++) sg_free(v->scratch[i].p);
 	sg_backend_free(v->be);
 	sg_onnx_free(v->onnx);

@@ -1,7 +1,7 @@
 /* VITS forward (vits.h): text encoder, stochastic duration predictor in reverse, prior, flow in
  * reverse and the HiFi-GAN decoder, chunked with overlap so audio leaves before the sentence's
  * whole waveform exists. Activations are time-major [T][C] host memory (the CPU backend's);
- * every matrix product goes through the backend's matmul. */
+ * the convolutions go through the backend's conv1d, attention's products through its matmul. */
 #include <math.h>
 #include <string.h>
 
@@ -9,7 +9,7 @@
 #include "base/error.h"
 #include "models/vits_internal.h"
 
-enum { SC_COL, SC_Z, SC_X, SC_Y, SC_R, SC_T, SC_ACC, SC_H, SC_H2, SC_P };
+enum { SC_Z, SC_X, SC_Y, SC_R, SC_T, SC_ACC, SC_H, SC_H2, SC_P };
 
 static float *scratch(sg_vits *v, int slot, size_t n)
 {
@@ -27,38 +27,68 @@ static sg_btensor view(const float *p, int64_t cols, int64_t rows)
 	return (sg_btensor){.type = SG_TYPE_F32, .ne = {cols, rows, 1, 1}, .row_bytes = (size_t)cols * 4, .data = (void *)p};
 }
 
-/* max(x, a x) = leaky ReLU for 0 <= a < 1: branch-free, so the compiler vectorises it */
+/* The elementwise loops run in blocks of 8 (EW_B) with a scalar tail: a block's fixed trip count
+ * lets the -O2 vectoriser (its very cheap cost model) turn it into packed instructions, where a
+ * loop of unknown length stays scalar (it would need an epilogue). restrict: no run-time overlap
+ * check either. */
+enum { EW_B = 8 };
+
+/* max(x, a x) = leaky ReLU for 0 <= a < 1: branch-free */
 static void lrelu_to(float *restrict y, const float *restrict x, size_t n, float a)
 {
-	for (size_t i = 0; i < n; i++) {
-		float s = x[i] * a;
-		y[i] = x[i] > s ? x[i] : s;
-	}
-}
-
-/* y += x; restrict lets the compiler vectorise without a run-time overlap check */
-static void add_to(float *restrict y, const float *restrict x, size_t n)
-{
-	for (size_t i = 0; i < n; i++) y[i] += x[i];
+	size_t i = 0;
+	for (; i + EW_B <= n; i += EW_B)
+		for (size_t j = i; j < i + EW_B; j++) y[j] = x[j] > x[j] * a ? x[j] : x[j] * a;
+	for (; i < n; i++) y[i] = x[i] > x[i] * a ? x[i] : x[i] * a;
 }
 
 static void lrelu(float *x, size_t n, float a)
 {
-	for (size_t i = 0; i < n; i++) {
-		float s = x[i] * a;
-		x[i] = x[i] > s ? x[i] : s;
-	}
+	size_t i = 0;
+	for (; i + EW_B <= n; i += EW_B)
+		for (size_t j = i; j < i + EW_B; j++) x[j] = x[j] > x[j] * a ? x[j] : x[j] * a;
+	for (; i < n; i++) x[i] = x[i] > x[i] * a ? x[i] : x[i] * a;
 }
 
-/* y [rows][N] = x [rows][K] * mat^T (+ bias). */
-static sg_status mm(sg_vits *v, const vconv *c, const float *x, int64_t rows, const float *bias, float *y)
+/* y += x */
+static void add_to(float *restrict y, const float *restrict x, size_t n)
 {
-	sg_btensor xt = view(x, c->mat.ne[0], rows), yt = view(y, c->mat.ne[1], rows), bt = view(bias, c->mat.ne[1], 1);
-	return v->be->ops->matmul(v->be, &c->mat, &xt, bias ? &bt : NULL, &yt);
+	size_t i = 0;
+	for (; i + EW_B <= n; i += EW_B)
+		for (size_t j = i; j < i + EW_B; j++) y[j] += x[j];
+	for (; i < n; i++) y[i] += x[i];
+}
+
+/* y = a + b */
+static void add3(float *restrict y, const float *restrict a, const float *restrict b, size_t n)
+{
+	size_t i = 0;
+	for (; i + EW_B <= n; i += EW_B)
+		for (size_t j = i; j < i + EW_B; j++) y[j] = a[j] + b[j];
+	for (; i < n; i++) y[i] = a[i] + b[i];
+}
+
+/* y = x / s */
+static void div_to(float *restrict y, const float *restrict x, float s, size_t n)
+{
+	size_t i = 0;
+	for (; i + EW_B <= n; i += EW_B)
+		for (size_t j = i; j < i + EW_B; j++) y[j] = x[j] / s;
+	for (; i < n; i++) y[i] = x[i] / s;
+}
+
+/* y [T][n] = the conv1d op over x [T + extra][cin] with c's weight ({cin, k, n}), pad zero rows
+ * before x and the rest after it (x holds extra more rows: padding already in place); a
+ * transposed conv's product takes no bias. */
+static sg_status conv_op(sg_vits *v, const vconv *c, const float *x, int T, int extra, int pad, float *y)
+{
+	sg_btensor xt = view(x, c->cin, T + extra), yt = view(y, c->mat.ne[2], T);
+	sg_conv_params p = {.stride = 1, .dilation = c->dil > 0 ? c->dil : 1, .groups = 1, .pad = pad};
+	return v->be->ops->conv1d(v->be, &xt, &c->mat, c->bias.data ? &c->bias : NULL, &p, &yt);
 }
 
 /* y [T][cout] = conv(lrelu_a(x) [T][cin]) (act: the leaky ReLU slope applied to the input on
- * the way into the product, < 0 for none), zero padding at both ends. y must not alias x. */
+ * the way in, < 0 for none), zero padding at both ends. y must not alias x. */
 static sg_status conv_act(sg_vits *v, const vconv *c, const float *x, int T, float act, float *y)
 {
 	if (c->depthwise) {
@@ -74,27 +104,15 @@ static sg_status conv_act(sg_vits *v, const vconv *c, const float *x, int T, flo
 		}
 		return SG_OK;
 	}
-	if (c->k == 1 && act < 0) return mm(v, c, x, T, c->b, y);
-	size_t row = (size_t)c->k * c->cin, cin = (size_t)c->cin;
-	/* the input once, activated, between pad zero rows on each side; then each im2col row is
-	 * copies of its taps (one copy of k whole rows when the dilation is 1) */
-	size_t rows = (size_t)T + 2 * (size_t)c->pad;
-	float *xp = scratch(v, SC_P, rows * cin), *col = scratch(v, SC_COL, (size_t)T * row);
-	if (!xp || !col) return SG_FAIL(SG_ERR_NOMEM, "im2col of %d x %zu", T, row);
-	memset(xp, 0, sizeof(float) * (size_t)c->pad * cin);
-	memset(xp + ((size_t)c->pad + (size_t)T) * cin, 0, sizeof(float) * (size_t)c->pad * cin);
-	if (act >= 0) lrelu_to(xp + (size_t)c->pad * cin, x, (size_t)T * cin, act);
-	else memcpy(xp + (size_t)c->pad * cin, x, sizeof(float) * (size_t)T * cin);
-	if (c->k == 1) return mm(v, c, xp, T, c->b, y);
-	for (int t = 0; t < T; t++) {
-		float *dst = col + (size_t)t * row;
-		if (c->dil == 1) {
-			memcpy(dst, xp + (size_t)t * cin, sizeof(float) * row);
-		} else {
-			for (int j = 0; j < c->k; j++) memcpy(dst + (size_t)j * cin, xp + ((size_t)t + (size_t)j * c->dil) * cin, sizeof(float) * cin);
-		}
-	}
-	return mm(v, c, col, T, c->b, y);
+	if (act < 0) return conv_op(v, c, x, T, 0, c->pad, y);
+	/* the activated input between its padding's zero rows, written once: the op reads it as is */
+	size_t cin = (size_t)c->cin, pad = (size_t)c->pad;
+	float *xa = scratch(v, SC_P, ((size_t)T + 2 * pad) * cin);
+	if (!xa) return SG_FAIL(SG_ERR_NOMEM, "activation of %d x %d", T, c->cin);
+	memset(xa, 0, sizeof(float) * pad * cin);
+	lrelu_to(xa + pad * cin, x, (size_t)T * cin, act);
+	memset(xa + (pad + (size_t)T) * cin, 0, sizeof(float) * pad * cin);
+	return conv_op(v, c, xa, T, 2 * c->pad, 0, y);
 }
 
 static sg_status conv(sg_vits *v, const vconv *c, const float *x, int T, float *y) { return conv_act(v, c, x, T, -1.0f, y); }
@@ -106,7 +124,7 @@ static sg_status convt(sg_vits *v, const vconv *c, const float *x, int T, float 
 	int64_t To = (int64_t)T * c->stride;
 	float *z = scratch(v, SC_Z, (size_t)T * (size_t)c->k * (size_t)c->cout);
 	if (!z) return SG_FAIL(SG_ERR_NOMEM, "transposed conv of %d frames", T);
-	sg_status st = mm(v, c, x, T, NULL, z);
+	sg_status st = conv_op(v, c, x, T, 0, 0, z);
 	if (st) return st;
 	for (int64_t t = 0; t < To; t++) memcpy(y + (size_t)t * c->cout, c->b, sizeof(float) * (size_t)c->cout);
 	for (int t = 0; t < T; t++)
@@ -356,11 +374,8 @@ static sg_status coupling_reverse(sg_vits *v, const vcoupling *c, float *z, int 
 	memset(out, 0, sizeof(float) * tw);
 	for (int l = 0; l < c->n_layers && !st; l++) {
 		if ((st = conv(v, &c->in[l], h, T, rsb))) break;
-		for (int t = 0; t < T; t++) {
-			const float *xr = rsb + (size_t)t * 2 * W;
-			float *ar = acts + (size_t)t * W;
-			for (int j = 0; j < W; j++) ar[j] = tanhf(xr[j]) * (1.0f / (1.0f + expf(-xr[W + j])));
-		}
+		sg_btensor xt = view(rsb, 2 * W, T), at = view(acts, W, T); /* tanh(a) * sigmoid(b) */
+		if ((st = v->be->ops->tanh_gate(v->be, &xt, &at))) break;
 		if ((st = conv(v, &c->rs[l], acts, T, rsb))) break;
 		if (l + 1 < c->n_layers) {
 			for (int t = 0; t < T; t++) {
@@ -380,10 +395,35 @@ static sg_status coupling_reverse(sg_vits *v, const vcoupling *c, float *z, int 
 	return st;
 }
 
+/* The flow in reverse over frames z[0..n) ([n][C]), in place. */
+static sg_status flow_reverse(sg_vits *v, float *z, int64_t n, int C)
+{
+	sg_status st = SG_OK;
+	for (int f = v->n_flows - 1; !st && f >= 0; f--) {
+		for (int64_t t = 0; t < n; t++) { /* flip the channels */
+			float *zr = z + (size_t)t * C;
+			for (int a = 0, b = C - 1; a < b; a++, b--) {
+				float s = zr[a];
+				zr[a] = zr[b];
+				zr[b] = s;
+			}
+		}
+		st = coupling_reverse(v, &v->flow[f], z, (int)n, C);
+	}
+	return st;
+}
+
 /* ---- decoder ---- */
 
 void vits_receptive(sg_vits *v)
 {
+	int reach = 0; /* the flow's: its couplings' convolutions' padding, one after the other */
+	for (int f = 0; f < v->n_flows; f++) {
+		const vcoupling *c = &v->flow[f];
+		reach += c->pre.pad + c->post.pad;
+		for (int l = 0; l < c->n_layers; l++) reach += c->in[l].pad + c->rs[l].pad;
+	}
+	v->flow_ctx = reach + 1;
 	double r = v->dec_post.pad;
 	for (int u = v->n_ups - 1; u >= 0; u--) {
 		int most = 0;
@@ -394,22 +434,36 @@ void vits_receptive(sg_vits *v)
 			most = s > most ? s : most;
 		}
 		r += most;
+		v->margin_out[u] = (int)ceil(r) + 1;
 		r = r / v->ups[u].stride + (double)v->ups[u].k / v->ups[u].stride + 1;
+		v->margin[u] = (int)ceil(r) + 1;
 	}
 	r += v->dec_pre.pad;
 	v->ctx_frames = (int)ceil(r) + 2;
 }
 
-/* Decodes frames z[0..T) ([T][inter]) into out[T * hop]. */
-static sg_status decode(sg_vits *v, const float *z, int T, float *out)
+/* Decodes frames z[0..T) ([T][inter]) into out (room for T * hop samples); *mine: the samples of
+ * frames [k0, k1) in it. Each stage runs only on the rows its input needs for those frames: the
+ * rows within v->margin[u] of them (the reach of the stage and all after it; for its residual
+ * blocks, v->margin_out[u]), so the context a chunk carries is decoded at the frame rate's stages
+ * and dropped before the costly late ones. Rows kept by the crop are exact: what a crop cuts off
+ * is farther from them than any layer after it reaches, as the chunks' own context is. */
+static sg_status decode(sg_vits *v, const float *z, int T, int k0, int k1, float *out, const float **mine)
 {
-	int64_t n = T;
+	int64_t n = T, org = 0, rate = 1; /* x's rows: n from row org of the chunk at rate per frame */
 	int C = v->dec_pre.cout;
 	float *x = scratch(v, SC_X, (size_t)n * C);
 	if (!x) return SG_FAIL(SG_ERR_NOMEM, "decoder of %d frames", T);
 	sg_status st = conv(v, &v->dec_pre, z, T, x);
 	for (int u = 0; u < v->n_ups && !st; u++) {
 		const vconv *up = &v->ups[u];
+		int64_t lo = k0 * rate - v->margin[u] - org, hi = k1 * rate + v->margin[u] - org;
+		lo = lo > 0 && v->crop ? lo : 0;
+		hi = hi < n && v->crop ? hi : n;
+		x += lo * C;
+		n = hi - lo;
+		org = (org + lo) * up->stride;
+		rate *= up->stride;
 		lrelu(x, (size_t)n * C, v->lrelu); /* the transposed conv takes no fused activation */
 		int64_t m = n * up->stride;
 		int Co = up->cout;
@@ -417,39 +471,43 @@ static sg_status decode(sg_vits *v, const float *z, int T, float *out)
 		float *y = scratch(v, SC_Y, sz), *acc = scratch(v, SC_ACC, sz), *r = scratch(v, SC_R, sz), *t = scratch(v, SC_T, sz);
 		if (!y || !acc || !r || !t) return SG_FAIL(SG_ERR_NOMEM, "decoder of %d frames", T);
 		if ((st = convt(v, up, x, (int)n, y))) break;
+		/* the residual blocks reach less far than the upsampling and what follows it */
+		lo = k0 * rate - v->margin_out[u] - org, hi = k1 * rate + v->margin_out[u] - org;
+		lo = lo > 0 && v->crop ? lo : 0;
+		hi = hi < m && v->crop ? hi : m;
+		y += lo * Co;
+		m = hi - lo;
+		sz = (size_t)m * Co;
+		org += lo;
 		for (int j = 0; j < v->n_kernels && !st; j++) {
 			const vresblock *rb = &v->rb[u * v->n_kernels + j];
-			float *cur = j ? r : acc;
-			memcpy(cur, y, sz * sizeof(float));
-			if (rb->pairs) {
-				float *t2 = scratch(v, SC_H, sz);
-				if (!t2) return SG_FAIL(SG_ERR_NOMEM, "decoder");
-				for (int i = 0; i + 1 < rb->n && !st; i += 2) {
-					if ((st = conv_act(v, &rb->c[i], cur, (int)m, v->lrelu, t2))) break;
-					if ((st = conv_act(v, &rb->c[i + 1], t2, (int)m, v->lrelu, t))) break;
-					add_to(cur, t, sz);
-				}
-			} else {
-				float *t2 = scratch(v, SC_H, sz);
-				if (!t2) return SG_FAIL(SG_ERR_NOMEM, "decoder");
-				for (int i = 0; i < rb->n && !st; i++) {
-					if ((st = conv_act(v, &rb->c[i], cur, (int)m, v->lrelu, t2))) break;
-					add_to(cur, t2, sz);
-				}
+			/* the block's running sum: its first residual add reads y and writes cur (no copy of y) */
+			float *cur = j ? r : acc, *t2 = scratch(v, SC_H, sz);
+			const float *in = y;
+			if (!t2) return SG_FAIL(SG_ERR_NOMEM, "decoder");
+			for (int i = 0; i + rb->pairs < rb->n && !st; i += rb->pairs ? 2 : 1) {
+				const float *d = t2;
+				if ((st = conv_act(v, &rb->c[i], in, (int)m, v->lrelu, t2))) break;
+				if (rb->pairs && (st = conv_act(v, &rb->c[i + 1], t2, (int)m, v->lrelu, t))) break;
+				if (rb->pairs) d = t;
+				if (in == cur) add_to(cur, d, sz);
+				else add3(cur, in, d, sz);
+				in = cur;
 			}
 			if (j) add_to(acc, r, sz);
 		}
 		if (st) break;
 		x = scratch(v, SC_X, sz);
 		if (!x) return SG_FAIL(SG_ERR_NOMEM, "decoder");
-		float kn = (float)v->n_kernels;
-		for (size_t k = 0; k < sz; k++) x[k] = acc[k] / kn;
+		div_to(x, acc, (float)v->n_kernels, sz);
 		n = m;
 		C = Co;
 	}
 	if (st) return st;
 	if ((st = conv_act(v, &v->dec_post, x, (int)n, v->lrelu_final, out))) return st;
 	for (int64_t i = 0; i < n; i++) out[i] = tanhf(out[i]);
+	SG_ASSERT(k0 * rate >= org && k1 * rate <= org + n);
+	*mine = out + (k0 * rate - org);
 	return SG_OK;
 }
 
@@ -496,24 +554,32 @@ sg_status sg_vits_synth(sg_vits *v, const int64_t *ids, size_t n, const sg_vits_
 			const float *m = stats + (size_t)t * 2 * C, *logs = m + C;
 			for (int c = 0; c < C; c++) zr[c] = m[c] + (p->noise_scale > 0 ? randn(&rng) * expf(logs[c]) * p->noise_scale : 0.0f);
 		}
-	for (int f = v->n_flows - 1; !st && f >= 0; f--) {
-		for (int64_t t = 0; t < Ty; t++) { /* flip the channels */
-			float *zr = z + (size_t)t * C;
-			for (int a = 0, b = C - 1; a < b; a++, b--) {
-				float s = zr[a];
-				zr[a] = zr[b];
-				zr[b] = s;
-			}
-		}
-		st = coupling_reverse(v, &v->flow[f], z, (int)Ty, C);
+	/* the flow: when chunked, first over the first chunk's frames and the flow's reach past them,
+	 * the rest (from that reach before them on) after the first chunk is out, so the first audio
+	 * does not wait for the whole sentence's flow; the frames kept from either side are exact */
+	int chunk = p->frames_per_chunk > 0 ? p->frames_per_chunk : (int)Ty;
+	int64_t split = (int64_t)chunk + v->ctx_frames, s2 = split > v->flow_ctx ? split - v->flow_ctx : 0;
+	float *rest = NULL;
+	if (!st && v->flow_split && p->frames_per_chunk > 0 && split + 2 * (int64_t)v->flow_ctx < Ty) {
+		if (!(rest = sg_malloc(sizeof(float) * (size_t)(Ty - s2) * C))) st = SG_FAIL(SG_ERR_NOMEM, "%lld frames", (long long)Ty);
+		else memcpy(rest, z + (size_t)s2 * C, sizeof(float) * (size_t)(Ty - s2) * C);
+		if (!st) st = flow_reverse(v, z, split + v->flow_ctx, C);
+	} else if (!st) {
+		st = flow_reverse(v, z, Ty, C);
 	}
 	size_t total = (size_t)Ty * v->hop;
 	if (!st && pcm && !(wave = sg_malloc(total * sizeof(float)))) st = SG_FAIL(SG_ERR_NOMEM, "%zu samples", total);
 	/* the decoder, chunk by chunk: each chunk decodes ctx_frames more on both sides, so its own
 	 * samples equal the one-shot decode's; chunks grow (first small for the first audio) */
-	int chunk = p->frames_per_chunk > 0 ? p->frames_per_chunk : (int)Ty;
 	float *buf = NULL;
 	for (int64_t f0 = 0; !st && f0 < Ty;) {
+		if (f0 && rest) { /* the flow's second part, once the first chunk is out */
+			if (!(st = flow_reverse(v, rest, Ty - s2, C)))
+				memcpy(z + (size_t)split * C, rest + (size_t)(split - s2) * C, sizeof(float) * (size_t)(Ty - split) * C);
+			sg_free(rest);
+			rest = NULL;
+			if (st) break;
+		}
 		int64_t f1 = f0 + chunk < Ty ? f0 + chunk : Ty;
 		int64_t a = f0 - v->ctx_frames > 0 ? f0 - v->ctx_frames : 0;
 		int64_t b = f1 + v->ctx_frames < Ty ? f1 + v->ctx_frames : Ty;
@@ -524,8 +590,8 @@ sg_status sg_vits_synth(sg_vits *v, const int64_t *ids, size_t n, const sg_vits_
 			break;
 		}
 		buf = o;
-		if ((st = decode(v, z + (size_t)a * C, (int)(b - a), buf))) break;
-		const float *mine = buf + (size_t)(f0 - a) * v->hop;
+		const float *mine = NULL;
+		if ((st = decode(v, z + (size_t)a * C, (int)(b - a), (int)(f0 - a), (int)(f1 - a), buf, &mine))) break;
 		size_t cnt = (size_t)(f1 - f0) * v->hop;
 		if (wave) memcpy(wave + (size_t)f0 * v->hop, mine, cnt * sizeof(float));
 		if (p->on_audio && p->on_audio(mine, cnt, p->user)) st = sg_error(SG_ERR_CANCELLED, "vits: stopped by the audio callback");
@@ -533,6 +599,7 @@ sg_status sg_vits_synth(sg_vits *v, const int64_t *ids, size_t n, const sg_vits_
 		if (chunk < 256) chunk = chunk * 2 < 256 ? chunk * 2 : 256;
 	}
 	sg_free(buf);
+	sg_free(rest);
 	sg_free(z);
 	sg_free(dur);
 	sg_free(x);

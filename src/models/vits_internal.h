@@ -20,9 +20,10 @@
 typedef struct vconv {
 	const float *w;  /* [cout][cin][k] as the file has it (depthwise: [cout][1][k]) */
 	const float *b;  /* [cout] or NULL */
-	int cin, cout, k, dil, pad, stride, depthwise;
-	sg_btensor mat;  /* the product's weight: conv [cout][k * cin] (k-major rows), transposed
-	                  * conv [k * cout][cin]; none for depthwise */
+	int cin, cout, k, dil, pad, stride, depthwise; /* stride: transposed convs only (0 otherwise) */
+	sg_btensor mat;  /* the conv1d op's weight {cin, k, cout} (bound as SG_LAYOUT_CONV1D), a
+	                  * transposed conv's product {cin, 1, k * cout}; none for depthwise */
+	sg_btensor bias; /* b as the op's [cout] (none for a transposed conv: added after) */
 	float *owned;    /* the repacked weight, when mat is one */
 } vconv;
 
@@ -93,10 +94,18 @@ struct sg_vits {
 	int n_ups, n_kernels, hop;
 	float lrelu, lrelu_final;
 	int ctx_frames; /* decoder frames either side that reach a frame's samples */
+	int crop;                 /* SARAGOSSA_PIPER_CROP: the stages run on the rows of margin only */
+	int flow_split;           /* SARAGOSSA_PIPER_FLOW_SPLIT: the flow in two parts around the first chunk */
+	int flow_ctx;             /* frames either side that reach a frame through the whole flow */
+	int margin[VITS_MAX_UPS]; /* rows either side of stage u's input (at its rate) that reach a
+	                           * frame's samples through that stage and the ones after it */
+	int margin_out[VITS_MAX_UPS]; /* the same at stage u's upsampled rows, through its residual
+	                               * blocks and the stages after it */
 	vscratch scratch[VITS_SCRATCH];
 };
 
-/* Sets v->ctx_frames from the decoder's kernels, strides and dilations. */
+/* Sets v->ctx_frames, v->margin and v->margin_out from the decoder's kernels, strides and
+ * dilations, v->flow_ctx from the flow's. */
 void vits_receptive(sg_vits *v);
 
 #endif

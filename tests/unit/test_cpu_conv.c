@@ -2,14 +2,17 @@
  * The CPU backend's codec ops (cpu_conv.c) against the formulas written out here in double:
  * conv1d (groups, depthwise, dilation, stride, left padding), the transposed conv with its
  * trimmed tail, SnakeBeta and exact GELU, on the scalar reference and every SIMD set the CPU
- * has, with one and two threads; bad shapes are errors.
+ * has, with one and two threads; conv1d over weights packed at bind (the tile kernels) over odd
+ * shapes; WaveNet's tanh-sigmoid gate; bad shapes are errors.
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
+#include "saragossa.h"
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static float frand(void)
@@ -45,38 +48,67 @@ static float *rnd(size_t n)
 	return v;
 }
 
-static void check(sg_backend *be, const sg_btensor *y, const double *want, size_t n, const char *what)
+/* mag: the sum of the |terms| of each output, or NULL: float sums of many terms (the packed
+ * convolutions' K * Cin) drift by a few ulps of their partial sums, not of the result */
+static void check_mag(sg_backend *be, const sg_btensor *y, const double *want, const double *mag, size_t n, const char *what)
 {
 	float *got = malloc(sizeof(float) * n);
 	cr_assert_eq(be->ops->read(be, y, 0, got, sizeof(float) * n), SG_OK);
 	for (size_t i = 0; i < n; i++)
-		cr_assert(fabs(got[i] - want[i]) <= 1e-5 * (1 + fabs(want[i])), "%s [%zu]: %g vs %g", what, i, got[i], want[i]);
+		cr_assert(fabs(got[i] - want[i]) <= 1e-5 * (1 + fabs(want[i])) + (mag ? 1e-6 * mag[i] : 0), "%s [%zu]: %g vs %g", what, i,
+			  got[i], want[i]);
 	free(got);
 }
 
-/* w given as [Cout][K][Cin/groups] */
-static void conv_case(sg_backend *be, int T, int Cin, int Cout, int K, int stride, int dil, int groups, int pad, int Tout)
+static void check(sg_backend *be, const sg_btensor *y, const double *want, size_t n, const char *what)
+{
+	check_mag(be, y, want, NULL, n, what);
+}
+
+/* w given as [Cout][K][Cin/groups]; packed: bound as SG_LAYOUT_CONV1D (the backend packs it) */
+static void conv_case_as(sg_backend *be, int T, int Cin, int Cout, int K, int stride, int dil, int groups, int pad, int Tout,
+			 int packed)
 {
 	int cg = Cin / groups, og = Cout / groups;
 	float *x = rnd((size_t)T * Cin), *w = rnd((size_t)K * Cout * cg), *b = rnd((size_t)Cout);
-	double *want = calloc((size_t)Tout * Cout, sizeof(double));
+	double *want = calloc((size_t)Tout * Cout, sizeof(double)), *mag = calloc((size_t)Tout * Cout, sizeof(double));
 	for (int t = 0; t < Tout; t++)
 		for (int co = 0; co < Cout; co++) {
-			double s = b[co];
+			double s = b[co], m = fabs(b[co]);
 			int g = co / og;
 			for (int k = 0; k < K; k++) {
 				int src = t * stride + k * dil - pad;
 				if (src < 0 || src >= T) continue;
-				for (int ci = 0; ci < cg; ci++) s += (double)w[((size_t)co * K + k) * cg + ci] * x[(size_t)src * Cin + g * cg + ci];
+				for (int ci = 0; ci < cg; ci++) {
+					double term = (double)w[((size_t)co * K + k) * cg + ci] * x[(size_t)src * Cin + g * cg + ci];
+					s += term;
+					m += fabs(term);
+				}
 			}
 			want[(size_t)t * Cout + co] = s;
+			mag[(size_t)t * Cout + co] = m;
 		}
-	sg_btensor tx = t3(be, Cin, T, 1, x), tw = t3(be, cg, K, Cout, w), tb = t3(be, Cout, 1, 1, b), ty = t3(be, Cout, Tout, 1, NULL);
+	sg_btensor tx = t3(be, Cin, T, 1, x), tb = t3(be, Cout, 1, 1, b), ty = t3(be, Cout, Tout, 1, NULL), tw;
+	if (packed) {
+		tw = (sg_btensor){.type = SG_TYPE_F32, .ne = {cg, K, Cout, 1}, .data = w, .layout = SG_LAYOUT_CONV1D};
+		cr_assert_eq(be->ops->tensor_bind(be, &tw), SG_OK);
+		cr_assert(tw.layout > 0, "the weight was packed at bind");
+	} else {
+		tw = t3(be, cg, K, Cout, w);
+	}
 	sg_conv_params p = {stride, dil, groups, pad};
-	cr_assert_eq(be->ops->conv1d(be, &tx, &tw, &tb, &p, &ty), SG_OK);
-	check(be, &ty, want, (size_t)Tout * Cout, "conv1d");
+	cr_assert_eq(be->ops->conv1d(be, &tx, &tw, &tb, &p, &ty), SG_OK, "%s", sg_last_error());
+	char what[160];
+	snprintf(what, sizeof what, "conv1d%s T %d, %d -> %d, K %d, stride %d, dilation %d, pad %d", packed ? " (packed)" : "", T, Cin, Cout,
+		 K, stride, dil, pad);
+	check_mag(be, &ty, want, packed ? mag : NULL, (size_t)Tout * Cout, what);
 	be->ops->tensor_free(be, &tx), be->ops->tensor_free(be, &tw), be->ops->tensor_free(be, &tb), be->ops->tensor_free(be, &ty);
-	free(x), free(w), free(b), free(want);
+	free(x), free(w), free(b), free(want), free(mag);
+}
+
+static void conv_case(sg_backend *be, int T, int Cin, int Cout, int K, int stride, int dil, int groups, int pad, int Tout)
+{
+	conv_case_as(be, T, Cin, Cout, K, stride, dil, groups, pad, Tout, 0);
 }
 
 /* ConvTranspose1d of kernel K given as [Cin][Cout][K], handed to the op as [stride][Cout][M][Cin] */
@@ -129,6 +161,55 @@ Test(cpu_conv, conv_and_transposed_conv_match_the_formulas)
 		}
 }
 
+Test(cpu_conv, packed_conv_matches_the_formula_over_odd_shapes)
+{
+	static const int ks[] = {3, 7, 11}, dils[] = {1, 3, 5}, Ts[] = {1, 2, 7, 50};
+	static const int chans[][2] = {{1, 1}, {9, 3}, {5, 17}, {13, 33}, {32, 32}, {40, 7}};
+	for (size_t s = 0; s < sizeof(sets) / sizeof(sets[0]); s++)
+		for (int nth = 1; nth <= 2; nth++) {
+			sg_backend *be = make(sets[s], nth);
+			if (!be) continue;
+			for (int a = 0; a < 3; a++)
+				for (int d = 0; d < 3; d++)
+					for (int c = 0; c < 6; c++)
+						for (int t = 0; t < 4; t++) {
+							int K = ks[a], dil = dils[d], pad = dil * (K - 1) / 2;
+							conv_case_as(be, Ts[t], chans[c][0], chans[c][1], K, 1, dil, 1, pad, Ts[t], 1); /* same */
+						}
+			conv_case_as(be, 37, 13, 21, 7, 1, 1, 1, 6, 37, 1);     /* causal */
+			conv_case_as(be, 31, 8, 5, 4, 2, 1, 1, 1, 15, 1);       /* strided, padded */
+			conv_case_as(be, 19, 24, 50, 1, 1, 1, 1, 0, 19, 1);     /* 1x1 */
+			conv_case_as(be, 3000, 64, 40, 7, 1, 3, 1, 9, 3000, 1); /* several row blocks */
+			conv_case_as(be, 700, 512, 20, 3, 1, 1, 1, 1, 700, 1);  /* wide input rows */
+			sg_backend_free(be);
+		}
+}
+
+Test(cpu_conv, tanh_gate_matches_the_formula)
+{
+	for (size_t s = 0; s < sizeof(sets) / sizeof(sets[0]); s++)
+		for (int nth = 1; nth <= 2; nth++) {
+			sg_backend *be = make(sets[s], nth);
+			if (!be) continue;
+			int T = 13, F = 37;
+			float *x = rnd((size_t)T * 2 * F);
+			for (int i = 0; i < T * 2 * F; i++) x[i] *= 6.0f; /* both tails of tanh and sigmoid */
+			double *want = malloc(sizeof(double) * (size_t)T * F);
+			for (int t = 0; t < T; t++)
+				for (int j = 0; j < F; j++) {
+					const float *r = x + (size_t)t * 2 * F;
+					want[(size_t)t * F + j] = tanh((double)r[j]) / (1.0 + exp(-(double)r[F + j]));
+				}
+			sg_btensor tx = t3(be, 2 * F, T, 1, x), ty = t3(be, F, T, 1, NULL);
+			cr_assert_eq(be->ops->tanh_gate(be, &tx, &ty), SG_OK);
+			check(be, &ty, want, (size_t)T * F, "tanh_gate");
+			cr_expect_eq(be->ops->tanh_gate(be, &tx, &tx), SG_ERR_INVALID_ARG, "aliased");
+			be->ops->tensor_free(be, &tx), be->ops->tensor_free(be, &ty);
+			free(x), free(want);
+			sg_backend_free(be);
+		}
+}
+
 Test(cpu_conv, snake_and_gelu_match_the_formulas)
 {
 	sg_backend *be = make(NULL, 2);
@@ -174,6 +255,13 @@ Test(cpu_conv, bad_shapes_are_errors)
 	p.stride = 1;
 	cr_expect_eq(be->ops->conv1d(be, &i32, &w, NULL, &p, &y), SG_ERR_INVALID_ARG, "I32 input");
 	cr_expect_eq(be->ops->conv1d(be, &x, &w, NULL, &p, &x), SG_ERR_INVALID_ARG, "aliased");
+	float wv[4 * 3 * 4] = {0};
+	sg_btensor wp = {.type = SG_TYPE_F32, .ne = {4, 3, 4, 1}, .data = wv, .layout = SG_LAYOUT_CONV1D};
+	cr_assert_eq(be->ops->tensor_bind(be, &wp), SG_OK);
+	p.groups = 2;
+	cr_expect_eq(be->ops->conv1d(be, &x, &wp, NULL, &p, &y), SG_ERR_INVALID_ARG, "a packed weight with groups");
+	p.groups = 1;
+	be->ops->tensor_free(be, &wp);
 	sg_btensor yt = t3(be, 4, 40, 1, NULL), wt;
 	int64_t nt[4] = {8, 2, 4, 2};
 	cr_assert_eq(be->ops->tensor_alloc(be, SG_TYPE_F32, nt, &wt), SG_OK);

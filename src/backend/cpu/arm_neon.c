@@ -89,6 +89,8 @@ static const sg_cpu_kernels kset_neon = {
 	.expsum = sg_cpu_expsum_ref,
 	.wsum_f32 = sg_cpu_wsum_f32_ref,
 	.dots_f32 = sg_cpu_dots_f32_ref,
+	.conv_tile = sg_cpu_conv_tile_ref,
+	.tanh_gate = sg_cpu_tanh_gate_ref,
 };
 
 const sg_cpu_kernels *sg_cpu_kernels_neon(void) { return &kset_neon; }

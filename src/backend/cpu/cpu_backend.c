@@ -212,6 +212,10 @@ static sg_status cpu_tensor_bind(sg_backend *be, sg_btensor *t)
 	int rp = ((sg_cpu_backend *)be)->mlx_repack;
 	if (t->type == SG_TYPE_MLX_AFFINE && v.kt == SG_KT_MLX4 && (rp == 2 || (rp == 1 && v.group >= 64)))
 		repack_mlx4((sg_cpu_backend *)be, t);
+	if (t->layout == SG_LAYOUT_CONV1D) {
+		t->layout = 0;
+		if (((sg_cpu_backend *)be)->conv_packed && ((sg_cpu_backend *)be)->k->conv_tile) sg_cpu_conv_pack(t);
+	}
 	return SG_OK;
 }
 
@@ -694,6 +698,7 @@ static const sg_backend_ops cpu_ops = {
 	.conv_transpose1d = sg_cpu_conv_transpose1d,
 	.snake = sg_cpu_snake,
 	.gelu = sg_cpu_gelu,
+	.tanh_gate = sg_cpu_tanh_gate,
 	.match_decode = cpu_match_decode,
 	.caps = cpu_caps,
 };
@@ -723,6 +728,8 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
 	cb->gemm_packed = sg_flag_bool("SARAGOSSA_CPU_GEMM_PACKED");
 	cb->mv4 = sg_flag_bool("SARAGOSSA_CPU_MV4");
 	cb->mlx_repack = (int)sg_flag_int("SARAGOSSA_CPU_MLX_REPACK");
+	cb->conv_packed = sg_flag_bool("SARAGOSSA_CPU_CONV_PACKED");
+	cb->gate_simd = sg_flag_bool("SARAGOSSA_CPU_GATE_SIMD");
 	pthread_once(&pf_once, pf_init);
 	sg_status st = sg_threadpool_create(p->n_threads, &cb->pool);
 	if (st) {

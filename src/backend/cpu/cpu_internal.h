@@ -104,6 +104,29 @@ typedef void (*sg_mm_fn)(const sg_wview *w, int64_t r0, int64_t r1, const uint8_
 			 int64_t t1, float *y, int64_t ldy, int64_t k0, int64_t k1);
 typedef void (*sg_quant_x_fn)(const float *x, int64_t K, sg_xlayout xl, int xoff, sg_xq *out);
 
+/* A conv1d weight packed at bind (sg_btensor.layout SG_CPU_LAYOUT_CONV): panels of
+ * SG_CONV_NR output channels, each [K][Cin][SG_CONV_NR] (the panel's outputs side by side for
+ * one input channel of one tap; outputs past Cout are zero), 64-byte aligned. A tile kernel
+ * holds several output rows of one panel in registers over the K * Cin products: no im2col,
+ * each tap a product over shifted (for a dilated conv: further shifted) input rows. */
+#define SG_CPU_LAYOUT_CONV 2
+/* A conv1d weight of fewer than SG_CONV_NARROW outputs, kept as bound ([Cout][K][Cin]) and run as
+ * dot products (a panel would be mostly zeros): sg_btensor.layout SG_CPU_LAYOUT_CONV_ROWS. */
+#define SG_CPU_LAYOUT_CONV_ROWS 3
+#define SG_CONV_NARROW 4
+#define SG_CONV_NR 16
+typedef struct sg_conv_tile {
+	const float *x;    /* input row t * stride + k * dil at x + that * Cin (the padding's zero
+	                    * rows already in place) */
+	const float *w;    /* packed [ceil(Cout / SG_CONV_NR)][K][Cin][SG_CONV_NR] */
+	const float *bias; /* [Cout] or NULL */
+	float *y;          /* [Tout][Cout] */
+	int64_t Cin, Cout, K, stride, dil;
+} sg_conv_tile;
+/* Output rows [t0, t1) of panels [p0, p1): y[t][co] = bias[co] + the K * Cin products, summed
+ * tap by tap, input channel by input channel (the same order for every row and panel). */
+typedef void (*sg_conv_tile_fn)(const sg_conv_tile *a, int64_t t0, int64_t t1, int64_t p0, int64_t p1);
+
 typedef struct sg_cpu_kernels {
 	const char *name;
 	sg_mv_fn mv[SG_KT_COUNT];
@@ -130,6 +153,9 @@ typedef struct sg_cpu_kernels {
 	void (*wsum_f32)(float *acc, const float *v, int64_t vstride, const float *e, int64_t nk, int64_t d);
 	/* out[k] = q . key row k (at k * kstride) of d elements, k < nk: attention scores */
 	void (*dots_f32)(const float *q, const float *k, int64_t kstride, int64_t nk, int64_t d, float *out);
+	sg_conv_tile_fn conv_tile; /* conv1d over a packed weight (SG_CPU_LAYOUT_CONV) */
+	/* out = tanh(a) * sigmoid(b) over n elements (WaveNet's gate) */
+	void (*tanh_gate)(const float *a, const float *b, float *out, int64_t n);
 } sg_cpu_kernels;
 
 /* Software prefetch distance of the SIMD weight kernels in bytes (SARAGOSSA_CPU_PREFETCH; 0 turns
@@ -169,9 +195,15 @@ void sg_cpu_quantize_x_ref(const float *x, int64_t K, sg_xlayout xl, int xoff, s
 /* The scalar references of the elementwise kernels (libm's expf / tanhf). */
 void sg_cpu_glu_ref(sg_act act, const float *g, const float *u, float *out, int64_t n);
 void sg_cpu_softcap_ref(const float *x, float cap, float *out, int64_t n);
+void sg_cpu_tanh_gate_ref(const float *a, const float *b, float *out, int64_t n);
 float sg_cpu_expsum_ref(const float *x, float m, float *out, int64_t n);
 void sg_cpu_dots_f32_ref(const float *q, const float *k, int64_t kstride, int64_t nk, int64_t d, float *out);
 void sg_cpu_wsum_f32_ref(float *acc, const float *v, int64_t vstride, const float *e, int64_t nk, int64_t d);
+void sg_cpu_conv_tile_ref(const sg_conv_tile *a, int64_t t0, int64_t t1, int64_t p0, int64_t p1);
+/* Packs the F32 conv1d weight t ({Cin, K, Cout}) into SG_CPU_LAYOUT_CONV, in memory t then owns
+ * (fewer than SG_CONV_NARROW outputs: marks it SG_CPU_LAYOUT_CONV_ROWS, bytes in place); on
+ * allocation failure t stays as it was (conv1d then runs its im2col path). */
+void sg_cpu_conv_pack(sg_btensor *t);
 /* MLX codes of elements [k0, k0+32) of a row into natural order (any bits). */
 void sg_cpu_mlx_codes(const uint8_t *row, int bits, int64_t k0, uint8_t out[32]);
 
@@ -189,6 +221,8 @@ typedef struct sg_cpu_backend {
 	int gemm_packed;   /* SARAGOSSA_CPU_GEMM_PACKED: float weights take mm_packed[] where the set has it */
 	int exact;         /* match_decode on: many-token ops give each token the one-token bits */
 	int mv4;           /* SARAGOSSA_CPU_MV4: many tokens without the GEMM take mv4[] 4 at a time */
+	int conv_packed;   /* SARAGOSSA_CPU_CONV_PACKED: bind packs conv1d weights (SG_CPU_LAYOUT_CONV) */
+	int gate_simd;     /* SARAGOSSA_CPU_GATE_SIMD: tanh_gate takes the kernel set's (else the libm loop) */
 	int mlx_repack;    /* SARAGOSSA_CPU_MLX_REPACK: bind repacks MLX 4-bit weights of groups >= 64 to
 			    * SG_KT_MLX4G (1); 0 never; 2 every group size */
 	void *scratch_raw; /* allocation */
@@ -231,6 +265,7 @@ sg_status sg_cpu_conv1d(sg_backend *be, const sg_btensor *x, const sg_btensor *w
 sg_status sg_cpu_conv_transpose1d(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *bias, int stride, sg_btensor *y);
 sg_status sg_cpu_snake(sg_backend *be, const sg_btensor *x, const sg_btensor *a, const sg_btensor *b, sg_btensor *y);
 sg_status sg_cpu_gelu(sg_backend *be, const sg_btensor *x, sg_btensor *y);
+sg_status sg_cpu_tanh_gate(sg_backend *be, const sg_btensor *x, sg_btensor *y);
 sg_status sg_cpu_short_conv(sg_backend *be, const sg_btensor *x, const sg_btensor *w, sg_btensor *state, sg_btensor *out);
 sg_status sg_cpu_gated_delta(sg_backend *be, const sg_btensor *qkv, const sg_btensor *a, const sg_btensor *b, const sg_btensor *a_log, const sg_btensor *dt_bias, const sg_gdn_params *p, sg_btensor *state, sg_btensor *out);
 sg_status sg_cpu_gated_rmsnorm(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *gate, float eps, sg_btensor *y);

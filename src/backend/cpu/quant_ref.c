@@ -523,6 +523,11 @@ void sg_cpu_glu_ref(sg_act act, const float *g, const float *u, float *out, int6
 	}
 }
 
+void sg_cpu_tanh_gate_ref(const float *a, const float *b, float *out, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++) out[i] = tanhf(a[i]) * (1.0f / (1.0f + expf(-b[i])));
+}
+
 void sg_cpu_softcap_ref(const float *x, float cap, float *out, int64_t n)
 {
 	for (int64_t i = 0; i < n; i++) out[i] = cap * tanhf(x[i] / cap);
@@ -559,4 +564,6 @@ const sg_cpu_kernels sg_cpu_kernels_ref = {
 	.expsum = sg_cpu_expsum_ref,
 	.wsum_f32 = sg_cpu_wsum_f32_ref,
 	.dots_f32 = sg_cpu_dots_f32_ref,
+	.conv_tile = sg_cpu_conv_tile_ref,
+	.tanh_gate = sg_cpu_tanh_gate_ref,
 };
