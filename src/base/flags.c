@@ -254,9 +254,6 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_EXPERT_REPACK", SG_FLAG_BOOL, "1",
 	 "CUDA expert slot cache: an expert's file bytes go to the GPU in one copy and are repacked into the slot's row layout "
 	 "there (0: repacked on the host, then copied)"},
-	{"SARAGOSSA_EXPERT_GRAPHS", SG_FLAG_BOOL, "1",
-	 "expert cache on a backend that records decode steps (CUDA): a step replays recorded graphs of the stretches between "
-	 "the MoE layers' expert fetches (0: op by op)"},
 	{"SARAGOSSA_EXPERT_PIN", SG_FLAG_BOOL, "1",
 	 "expert cache on a GPU: the host staging slots are page-locked, so their uploads are DMA transfers (0: pageable memory)"},
 	{"SARAGOSSA_EXPERT_URING", SG_FLAG_BOOL, "1",

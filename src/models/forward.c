@@ -16,7 +16,6 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "base/flags.h"
 #include "base/log.h"
 #include "models/forward_hybrid.h"
 
@@ -93,22 +92,12 @@ sg_status sg_fwd_state_init(const sg_model *m, int n_ctx, int chunk, sg_type kv_
 	return st;
 }
 
-static void segs_free(sg_backend *be, sg_fwd_segs *sg)
-{
-	for (int i = 0; i < sg->n; i++) sg_backend_graph_free(be, sg->g[i]);
-	sg_free(sg->g);
-	sg_free(sg->cut);
-	memset(sg, 0, sizeof *sg);
-}
-
 void sg_fwd_state_free(const sg_model *m, sg_fwd_state *s)
 {
 	sg_backend *be = m->be;
 	sg_fwd_hybrid_free(m, s);
 	sg_backend_graph_free(be, s->graph);
 	sg_backend_graph_free(be, s->graph_tc);
-	segs_free(be, &s->segs);
-	segs_free(be, &s->segs_tc);
 	if (s->kv)
 		for (int i = 0; i < m->desc.n_layer + (m->has_mtp ? 1 : 0); i++) {
 			be->ops->tensor_free(be, &s->kv[i].k);
@@ -202,45 +191,6 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 	return sg_backend_matmul_multi(be, &wo);
 }
 
-/* --- steps of a model whose experts a slot cache reads, as graphs between its fetches --- */
-
-
-/* Ends the stretch being recorded as graph sg->g[n], launches it (a recording runs nothing), and
- * notes the fetch that follows it (cut NULL: the step's last stretch). */
-static sg_status seg_close(sg_backend *be, sg_fwd_segs *sg, const sg_fwd_cut *cut)
-{
-	if (sg->n == sg->cap) {
-		int cap = sg->cap ? 2 * sg->cap : 64;
-		sg_backend_graph **g = sg_realloc(sg->g, sizeof *g * (size_t)cap);
-		if (g) sg->g = g;
-		sg_fwd_cut *c = g ? sg_realloc(sg->cut, sizeof *c * (size_t)cap) : NULL;
-		if (c) sg->cut = c;
-		if (!g || !c) {
-			be->ops->capture_abort(be);
-			return SG_FAIL(SG_ERR_NOMEM, "%d recorded stretches", cap);
-		}
-		sg->cap = cap;
-	}
-	sg_backend_graph *g = NULL;
-	SG_FWD_OK(be->ops->capture_end(be, &g));
-	sg->g[sg->n] = g;
-	if (cut) sg->cut[sg->n] = *cut;
-	sg->n++;
-	return be->ops->graph_replay(be, g);
-}
-
-/* The fetch after a MoE layer's routing; while a step is recorded in stretches, it also closes
- * the stretch before it and opens the next. */
-static sg_status fetch_cut(const sg_model *m, sg_fwd_state *s, int li, const sg_btensor *ids, const sg_btensor *h)
-{
-	if (!s->rec) return sg_model_fetch_experts(m, li, ids, h);
-	sg_backend *be = m->be;
-	sg_fwd_cut cut = {li, *ids, *h};
-	SG_FWD_OK(seg_close(be, s->rec, &cut));
-	SG_FWD_OK(sg_model_fetch_experts(m, li, ids, h));
-	return be->ops->capture_begin(be);
-}
-
 static sg_status mlp_block(const sg_model *m, sg_fwd_state *s, int li, int n)
 {
 	const sg_model_desc *d = &m->desc;
@@ -285,7 +235,7 @@ static sg_status mlp_block(const sg_model *m, sg_fwd_state *s, int li, int n)
 		                          .feeds_moe = 1};
 		SG_FWD_OK(sg_backend_matmul_multi(be, &router));
 		SG_FWD_OK(o->moe_route(be, &rl, SG_ROUTER_SOFTMAX, k, d->norm_topk_prob, &ids, &w));
-		SG_FWD_OK(fetch_cut(m, s, li, &ids, &h));
+		SG_FWD_OK(sg_model_fetch_experts(m, li, &ids, &h));
 		SG_FWD_OK(sg_backend_moe_glu(be, &lw->gate_exps, &lw->up_exps, &h, &ids, d->act, &g, &u));
 		SG_FWD_OK(o->moe_matmul(be, &lw->down_exps, &g, &ids, &ey));
 		if (!d->sandwich_norm) return sg_backend_moe_combine_add(be, &ey, &w, &x, &x, &h);
@@ -329,8 +279,6 @@ static sg_status layers_and_head(const sg_model *m, sg_fwd_state *s, const int32
 		sg_backend_graph_free(be, s->graph); /* they write the old buffer */
 		sg_backend_graph_free(be, s->graph_tc);
 		s->graph = s->graph_tc = NULL;
-		segs_free(be, &s->segs);
-		segs_free(be, &s->segs_tc);
 		o->tensor_free(be, &s->logits);
 		SG_FWD_OK(sg_fwd_alloc2(be, SG_TYPE_F32, d->n_vocab, s->chunk, &s->logits));
 	}
@@ -428,7 +376,8 @@ sg_status sg_forward_hidden_last(const sg_model *m, sg_fwd_state *s, const int32
 
 int sg_fwd_decode_graphs(const sg_model *m, const sg_fwd_state *s)
 {
-	if (s->graph_off || !s->capture) return 0;
+	/* routed experts from a slot cache: each MoE layer's ids are read back mid-step */
+	if (s->graph_off || !s->capture || m->xsrc.fetch) return 0;
 	/* hybrid stacks: their recurrent state lives in device tensors each step updates in place, so
 	 * a replay continues it (caps.capture_hybrid); Gemma 4's per-layer inputs are rows the host
 	 * computes from the token and copies mid-step, so those stacks stay per-op */
@@ -447,49 +396,6 @@ static sg_status decode_body(const sg_model *m, sg_fwd_state *s, const int32_t *
 	return m->be->ops->argmax(m->be, &lg, &s->amax);
 }
 
-/* A decode step of a model whose experts a slot cache reads (non-hybrid stacks): the first step
- * op by op (it sizes the scratch), the second recorded in stretches cut at each fetch (each one
- * launched as soon as it is closed, so the step runs), the next ones replayed stretch by stretch
- * with the fetches between. Recording runs the step's ops again from the start if it fails
- * midway (a non-hybrid step is idempotent: the same K/V rows written again). */
-static sg_status decode_segments(const sg_model *m, sg_fwd_state *s, const int32_t *token, int pos, int tc, sg_fwd_segs *sg)
-{
-	sg_backend *be = m->be;
-	if (sg->ready) {
-		int stale = 0;
-		for (int i = 0; i < sg->n; i++) stale |= be->ops->graph_stale(be, sg->g[i]);
-		if (!stale) {
-			for (int i = 0; i < sg->n; i++) {
-				SG_FWD_OK(be->ops->graph_replay(be, sg->g[i]));
-				if (i + 1 < sg->n) SG_FWD_OK(sg_model_fetch_experts(m, sg->cut[i].layer, &sg->cut[i].ids, &sg->cut[i].h));
-			}
-			return SG_OK;
-		}
-		segs_free(be, sg);
-	}
-	if (!sg->sized) {
-		SG_FWD_OK(decode_body(m, s, token, pos, tc));
-		sg->sized = 1;
-		return SG_OK;
-	}
-	s->rec = sg;
-	sg_status st = be->ops->capture_begin(be);
-	if (!st) {
-		st = decode_body(m, s, token, pos, tc);
-		if (!st) st = seg_close(be, sg, NULL);
-		else be->ops->capture_abort(be);
-	}
-	s->rec = NULL;
-	if (!st) {
-		sg->ready = 1;
-		return SG_OK;
-	}
-	SG_WARN("%s decode graphs between expert fetches: recording failed (%s); decoding op by op", be->ops->name, sg_last_error());
-	segs_free(be, sg);
-	s->graph_off = 1;
-	return decode_body(m, s, token, pos, tc);
-}
-
 /* One decode step through the graph slot *gp (recorded on first use, replayed after). */
 static sg_status decode_step(const sg_model *m, sg_fwd_state *s, int32_t token, int pos, int tc, sg_backend_graph **gp)
 {
@@ -500,12 +406,6 @@ static sg_status decode_step(const sg_model *m, sg_fwd_state *s, int32_t token, 
 	/* a hybrid step at position 0 first zeroes the recurrent state from the host: per-op, and
 	 * neither recorded nor replayed */
 	int graphs = sg_fwd_decode_graphs(m, s) && !(s->hybrid && pos == 0);
-	/* experts from a slot cache: each MoE layer's choices are read back mid-step, so a step is
-	 * recorded as the stretches between (or runs op by op) */
-	if (graphs && m->xsrc.fetch) {
-		if (s->hybrid || !sg_flag_bool("SARAGOSSA_EXPERT_GRAPHS")) return decode_body(m, s, &token, pos, tc);
-		return decode_segments(m, s, &token, pos, tc, tc ? &s->segs_tc : &s->segs);
-	}
 	if (graphs && *gp) {
 		if (!be->ops->graph_stale(be, *gp)) return be->ops->graph_replay(be, *gp);
 		sg_backend_graph_free(be, *gp);
@@ -548,7 +448,6 @@ sg_status sg_forward_decode_top(const sg_model *m, sg_fwd_state *s, int32_t toke
 	if (k != s->tc_k || mids != s->tc_m) {
 		sg_backend_graph_free(be, s->graph_tc); /* it reads and writes the old buffers */
 		s->graph_tc = NULL;
-		segs_free(be, &s->segs_tc);
 		if (s->tc_ids.data) be->ops->tensor_free(be, &s->tc_ids);
 		if (s->tc_out.data) be->ops->tensor_free(be, &s->tc_out);
 		s->tc_k = s->tc_m = 0;

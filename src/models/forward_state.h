@@ -16,21 +16,6 @@ typedef struct sg_kv_layer {
 
 /* State of the forward for one session: caches and the buffers of one chunk of up to `chunk`
  * tokens. Buffers are sized once for the widest layer. */
-/* A one-token step of a model whose routed experts a slot cache reads, as recorded graphs of the
- * stretches between its MoE layers' fetches: replayed in turn, each fetch run on the host between
- * two (it reads the layer's choices back and makes the experts resident). */
-typedef struct sg_fwd_cut {
-	int layer;
-	sg_btensor ids, h; /* the layer's routed ids and expert input (views of the state's buffers) */
-} sg_fwd_cut;
-typedef struct sg_fwd_segs {
-	sg_backend_graph **g; /* [n] */
-	sg_fwd_cut *cut;      /* [n - 1]: the fetch after g[i] */
-	int n, cap;
-	int ready;            /* 1: recorded (replay from the next step on) */
-	int sized;            /* 1: a step ran op by op, sizing the backend's scratch for a recording */
-} sg_fwd_segs;
-
 typedef struct sg_fwd_state {
 	int n_ctx, chunk;
 	sg_type kv_type;
@@ -53,8 +38,6 @@ typedef struct sg_fwd_state {
 	sg_btensor tc_out;      /* I32 [2 tc_k + tc_m]: its candidates (top_candidates' layout) */
 	int tc_k, tc_m;         /* the candidate step's shape (0 = none allocated) */
 	sg_backend_graph *graph_tc; /* the recorded step ending in those candidates, or NULL */
-	sg_fwd_segs segs, segs_tc; /* the same two steps of a model whose experts a slot cache reads */
-	sg_fwd_segs *rec;       /* while recording one of those: the fetches cut the recording there */
 	int graph_off;          /* 1: recording failed once; this state stays on the per-op path */
 	int capture, capture_hybrid; /* the backend's caps when the state was made: decode steps (of
 	                             * hybrid stacks) may be recorded (read once, not every step) */
