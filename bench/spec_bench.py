@@ -4,13 +4,17 @@ n-gram drafter and with the draft model, for an edit workload (a file in the con
 answer repeats with a change) and for free prose, greedy. Runs are interleaved (plain, ngram,
 draft, plain, ...) so that a machine shared with other work slows every configuration alike, and
 the report gives each configuration's median and its ratio to plain. With --llama-bin DIR it also
-runs llama.cpp's llama-speculative-simple on the same pair and the same prompt text.
+runs llama.cpp's llama-speculative-simple on the same pair and the same prompt text (--llama-configs:
+draft, its draft model; ngram, its ngram-simple drafter without a draft model), and llama-bench's plain
+decode of the target (plain). --backend picks saragossa's backend; --llama-ngl offloads llama.cpp's
+layers to the GPU. Without --draft only the plain and n-gram configurations run.
 
 Both engines get the same raw text (the Qwen2.5 ChatML turn written out), so no chat template
 differs between them. The answers with and without speculation are checked to be identical.
 
-usage: bench/spec_bench.py --target T.gguf --draft D.gguf [--reps 3] [--max-tokens 128]
-                           [--threads 2] [--llama-bin DIR]
+usage: bench/spec_bench.py --target T.gguf [--draft D.gguf] [--reps 3] [--max-tokens 128]
+                           [--threads 2] [--backend cpu|cuda|auto] [--llama-bin DIR]
+                           [--llama-configs draft,ngram,plain] [--llama-ngl N]
 """
 import argparse
 import json
@@ -40,7 +44,7 @@ WORKLOADS = {
 
 def run_sg(bin_, args, prompt, extra, env):
     cmd = [bin_, "generate", "--model", args.target, "--prompt", "-", "--temperature", "0", "--max-tokens",
-           str(args.max_tokens), "--threads", str(args.threads), "--ctx", "2048", "--json", *extra]
+           str(args.max_tokens), "--threads", str(args.threads), "--ctx", "2048", "--json", "--backend", args.backend, *extra]
     p = subprocess.run(cmd, input=prompt, capture_output=True, text=True, env=env, timeout=3600)
     if p.returncode:
         sys.exit(f"saragossa failed: {p.stderr[-500:]}")
@@ -50,11 +54,23 @@ def run_sg(bin_, args, prompt, extra, env):
             "acc": m.get("spec_acceptance"), "tpv": m.get("spec_tokens_per_verify")}
 
 
-def run_llama(dir_, args, prompt):
+def run_llama(dir_, args, prompt, kind):
+    if kind == "plain":  # llama-bench's decode of the target at the prompt's depth
+        exe = pathlib.Path(dir_) / "llama-bench"
+        cmd = [str(exe), "-m", args.target, "-p", "0", "-n", str(args.max_tokens), "-d", "512", "-t", str(args.threads),
+               "-ngl", str(args.llama_ngl), "-r", "1", "-o", "json"]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+        if p.returncode:
+            sys.exit(f"llama-bench failed: {p.stderr[-800:]}")
+        return {"tps": float(json.loads(p.stdout)[0]["avg_ts"]), "acc": None, "text": ""}
     exe = pathlib.Path(dir_) / "llama-speculative-simple"
-    cmd = [str(exe), "-m", args.target, "-md", args.draft, "-p", prompt, "-n", str(args.max_tokens), "-t",
-           str(args.threads), "-td", str(args.threads), "--temp", "0", "-c", "2048", "--spec-draft-n-max", "16",
-           "--spec-draft-n-min", "1", "--spec-draft-p-min", "0.5", "--spec-type", "draft-simple"]
+    cmd = [str(exe), "-m", args.target, "-p", prompt, "-n", str(args.max_tokens), "-t", str(args.threads), "--temp", "0", "-c",
+           "2048", "-ngl", str(args.llama_ngl)]
+    if kind == "draft":
+        cmd += ["-md", args.draft, "-td", str(args.threads), "-ngld", str(args.llama_ngl), "--spec-draft-n-max", "16",
+                "--spec-draft-n-min", "1", "--spec-draft-p-min", "0.5", "--spec-type", "draft-simple"]
+    else:
+        cmd += ["--spec-type", "ngram-simple"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if p.returncode:
         sys.exit(f"llama-speculative-simple failed: {p.stderr[-800:]}")
@@ -67,30 +83,34 @@ def run_llama(dir_, args, prompt):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", required=True)
-    ap.add_argument("--draft", required=True)
+    ap.add_argument("--draft")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--llama-bin")
+    ap.add_argument("--llama-configs", default="draft")
+    ap.add_argument("--llama-ngl", type=int, default=0)
+    ap.add_argument("--backend", default="auto")
     ap.add_argument("--workloads", default="edit,prose")
     ap.add_argument("--configs", default="plain,ngram,draft")
     args = ap.parse_args()
     bin_ = os.environ.get("SARAGOSSA_BIN", str(ROOT / "build" / "saragossa"))
     env = dict(os.environ)
     configs = {"plain": [], "ngram": ["--spec", "ngram"], "draft": ["--draft-model", args.draft]}
-    configs = {c: configs[c] for c in args.configs.split(",") if c}
+    configs = {c: configs[c] for c in args.configs.split(",") if c and (c != "draft" or args.draft)}
+    lconfigs = [c for c in args.llama_configs.split(",") if c and (c != "draft" or args.draft)] if args.llama_bin else []
     for wl in args.workloads.split(","):
         prompt = WORKLOADS[wl]
         res = {c: [] for c in configs}
-        if args.llama_bin:
-            res["llama.cpp draft"] = []
+        for c in lconfigs:
+            res[f"llama.cpp {c}"] = []
         for r in range(args.reps):
             for c, extra in configs.items():
                 res[c].append(run_sg(bin_, args, prompt, extra, env))
                 print(f"{wl} rep {r} {c}: {res[c][-1]['tps']:.2f} tok/s", file=sys.stderr, flush=True)
-            if args.llama_bin:
-                res["llama.cpp draft"].append(run_llama(args.llama_bin, args, prompt))
-                print(f"{wl} rep {r} llama.cpp: {res['llama.cpp draft'][-1]['tps']:.2f} tok/s", file=sys.stderr, flush=True)
+            for c in lconfigs:
+                res[f"llama.cpp {c}"].append(run_llama(args.llama_bin, args, prompt, c))
+                print(f"{wl} rep {r} llama.cpp {c}: {res[f'llama.cpp {c}'][-1]['tps']:.2f} tok/s", file=sys.stderr, flush=True)
         ref = res["plain"][0]["text"]
         for c in configs:
             for x in res[c]:

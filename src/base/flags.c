@@ -146,8 +146,9 @@ static const sg_flag table[] = {
 	 "speculative decoding's MTP drafter (Qwen3-Next / Qwen3.5 checkpoints' mtp.* module); 0 = the module is not loaded and "
 	 "--spec mtp decodes without guesses"},
 	{"SARAGOSSA_SPEC_STEPWISE", SG_FLAG_BOOL, "1",
-	 "speculative decoding on a backend without batched exact verify steps (CUDA): guesses verified one decode step per "
-	 "token (the answer is exact, the step is not faster than decoding); 0 = such backends decode without speculation"},
+	 "speculative decoding on a backend without exact verify steps (its match_decode op; the CPU and CUDA have one): "
+	 "guesses verified one decode step per token (the answer is exact, the step is not faster than decoding); 0 = such "
+	 "backends decode without speculation"},
 	{"SARAGOSSA_SPEC_REJECTION", SG_FLAG_BOOL, "1",
 	 "sampled speculative decoding with a draft model: guesses drawn from the draft's distribution and kept by rejection "
 	 "sampling (min(1, p/q)); 0 = greedy guesses checked against the target's own draw (same tokens as plain sampling "
@@ -171,6 +172,10 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_GEMM_F16", SG_FLAG_BOOL, "1",
 	 "CUDA prefill of quantized weights on 8-bit activations (SARAGOSSA_CUDA_Q8X): f16 tensor-core GEMMs on the rounded "
 	 "activations (a power-of-two scale per token keeps them in range; 0 = the SARAGOSSA_CUDA_GEMM mode)"},
+	{"SARAGOSSA_CUDA_VERIFY_BATCH", SG_FLAG_BOOL, "1",
+	 "CUDA verify steps of speculative decoding (exact: each token gets a decode step's bits): the one-token GEMV kernels "
+	 "over all the step's tokens in one launch, a row block's tokens side by side so the weights are read once; 0 = each "
+	 "token through the one-token ops in turn"},
 	{"SARAGOSSA_CUDA_FUSED", SG_FLAG_BOOL, "1",
 	 "CUDA decode (one token): the norm and the projections of a stage (q/k/v; gate/up with the GLU; o or down with the "
 	 "residual add) as one fused GEMV launch (0 = one op each)"},

@@ -172,11 +172,12 @@ int sg_cli_doctor(int argc, char **argv)
 		if (devs[0]) printf("           %s\n", devs);
 	}
 	/* which drafters the flags leave on; verify steps need a backend's match_decode op, which
-	 * the CPU backend has (the CUDA backend does not yet: there answers decode without guesses) */
+	 * the CPU and CUDA backends have (a backend without one verifies a decode step per guess) */
 	printf("speculative: n-gram drafter %s, draft-model drafter %s, MTP drafter %s; sampled draft-model guesses %s; batched "
-	       "exact verify steps on the cpu backend, %s elsewhere\n",
+	       "exact verify steps on the cpu and cuda backends (cuda: %s), %s elsewhere\n",
 	       sg_drafter_enabled("ngram") ? "on" : "off", sg_drafter_enabled("model") ? "on" : "off", sg_drafter_enabled("mtp") ? "on" : "off",
 	       sg_flag_bool("SARAGOSSA_SPEC_REJECTION") ? "kept by rejection sampling" : "checked against the target's draw",
+	       sg_flag_bool("SARAGOSSA_CUDA_VERIFY_BATCH") ? "the step's tokens in one launch" : "token by token",
 	       sg_flag_bool("SARAGOSSA_SPEC_STEPWISE") ? "one decode step per guess" : "none");
 	print_models();
 	printf("flags:\n");

@@ -60,8 +60,8 @@ void sg_session_mtp_moved(sg_session *s);
 void sg_session_mtp_forget(sg_session *s);
 void sg_session_mtp_free(sg_session *s);
 
-/* 1 when sg_session_eval_exact can run on this session's backend: its match_decode op (the CPU),
- * or, on a backend without one (CUDA), SARAGOSSA_SPEC_STEPWISE: the tokens then run one decode
+/* 1 when sg_session_eval_exact can run on this session's backend: its match_decode op (the CPU,
+ * CUDA), or, on a backend without one, SARAGOSSA_SPEC_STEPWISE: the tokens then run one decode
  * step each (exact, but the weights are read once per token: not faster than decoding them). */
 int sg_session_can_verify(const sg_session *s);
 /* 1 when verify steps run token by token (SARAGOSSA_SPEC_STEPWISE on a backend without

@@ -1898,6 +1898,198 @@ Test(cuda_decode, pdl_launches_are_bit_identical_qwen3_next)
 	sg_flags_reload();
 }
 
+
+/* ---- exact verify steps (match_decode) ---- */
+
+/* Runs a stage (form 0: q/k/v with the norm; 1: gate/up with the GLU; 2: down with the residual
+ * add; 3: the plain matmul) over rows [t0, t0 + nt) of x into the outputs' same rows. */
+typedef struct {
+	sg_btensor *w[3];
+	int64_t N[3];
+	pair x, xn, nw, res, y[3];
+} stage_case;
+
+static void stage_run(stage_case *s, int form, int64_t t0, int64_t nt)
+{
+	sg_btensor x = sg_btensor_rows_view(&s->x.g, t0, nt), xn = sg_btensor_rows_view(&s->xn.g, t0, nt);
+	sg_btensor y[3], res = sg_btensor_rows_view(&s->res.g, t0, nt);
+	for (int i = 0; i < 3; i++) y[i] = sg_btensor_rows_view(&s->y[i].g, t0, nt);
+	sg_status st;
+	if (form == 3) {
+		st = gpu->ops->matmul(gpu, s->w[0], &x, NULL, &y[0]);
+	} else {
+		sg_matmul_multi p = {.x = &x, .nw = form == 0 ? 3 : form == 1 ? 2 : 1, .w = {s->w[0], s->w[1], s->w[2]}, .y = {&y[0], &y[1], &y[2]}};
+		if (form < 2) p.norm = &s->nw.g, p.eps = 1e-6f, p.xn = &xn;
+		if (form == 1) p.glu = 1, p.act = SG_ACT_SILU;
+		if (form == 2) p.residual = &res, p.out = &y[0];
+		st = sg_backend_matmul_multi(gpu, &p);
+	}
+	cr_assert_eq(st, SG_OK, "form %d: %s", form, sg_last_error());
+}
+
+/* Every weight format and stage form: n tokens in one exact step (match_decode) give each token
+ * the bits of a one-token step, through the token-batched kernels (SARAGOSSA_CUDA_VERIFY_BATCH=1)
+ * and one token at a time (0). */
+Test(cuda, exact_steps_give_each_token_its_one_token_bits)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)gpu;
+	const int64_t n = 5;
+	for (int c = 0; c < N_WTYPES; c++) {
+		const wtype *wt = &wtypes[c];
+		for (int kv = 0; kv < 2; kv++) {
+			int64_t K = k_for(wt, kv), Ns[3] = {64, 64, 48};
+			hw h[3];
+			sg_btensor wc[3], wg[3];
+			stage_case s;
+			memset(&s, 0, sizeof(s));
+			for (int i = 0; i < 3; i++) {
+				h[i] = make_w(wt, Ns[i], K);
+				bind_both(&h[i], &wc[i], &wg[i]);
+				s.w[i] = &wg[i];
+			}
+			s.x = pair_rand(K, n, 1, 1.0f), s.xn = pair_new(SG_TYPE_F32, K, n, 1, 1), s.nw = pair_rand(K, 1, 1, 1.0f);
+			s.res = pair_rand(64, n, 1, 1.0f);
+			for (int i = 0; i < 3; i++) s.y[i] = pair_new(SG_TYPE_F32, Ns[i], n, 1, 1);
+			for (int form = 0; form < 4; form++) {
+				int outs = form == 0 ? 3 : 1;
+				float *ref[3], *got[3];
+				for (int i = 0; i < outs; i++) poison(&s.y[i]);
+				for (int64_t t = 0; t < n; t++) stage_run(&s, form, t, 1);
+				for (int i = 0; i < outs; i++) ref[i] = fetch(&s.y[i]);
+				for (int b = 1; b >= 0; b--) {
+					cb->verify_batch = b;
+					for (int i = 0; i < outs; i++) poison(&s.y[i]);
+					gpu->ops->match_decode(gpu, 1);
+					stage_run(&s, form, 0, n);
+					gpu->ops->match_decode(gpu, 0);
+					for (int i = 0; i < outs; i++) {
+						got[i] = fetch(&s.y[i]);
+						cr_expect(!memcmp(ref[i], got[i], sizeof(float) * (size_t)(Ns[i] * n)), "%s K=%lld form %d output %d, %s: not the one-token bits",
+							  wt->name, (long long)K, form, i, b ? "batched" : "token by token");
+						free(got[i]);
+					}
+				}
+				cb->verify_batch = sg_flag_bool("SARAGOSSA_CUDA_VERIFY_BATCH");
+				for (int i = 0; i < outs; i++) free(ref[i]);
+			}
+			pair *all[] = {&s.x, &s.xn, &s.nw, &s.res, &s.y[0], &s.y[1], &s.y[2]};
+			for (int i = 0; i < 7; i++) pair_free(all[i]);
+			for (int i = 0; i < 3; i++) gpu->ops->tensor_free(gpu, &wg[i]), cpu->ops->tensor_free(cpu, &wc[i]), free_hw(&h[i]);
+		}
+	}
+}
+
+/* The attention of an exact step: n tokens after their prep (q/k norms, rope, the cache rows) give
+ * each token the output and cache rows of one-token steps taken in turn (the prep fused into the
+ * one-token kernel there), over f16 and f32 caches, GQA, a window. */
+Test(cuda, exact_step_attention_equals_one_token_steps)
+{
+	struct {
+		int64_t H, Hkv, hd, ctx;
+		int32_t p;
+		int window, f16;
+	} cs[] = {{16, 4, 128, 512, 37, 0, 1}, {8, 8, 64, 300, 250, 0, 1}, {8, 2, 128, 700, 600, 128, 1}, {4, 2, 64, 200, 9, 0, 0}};
+	const int64_t n = 6;
+	for (size_t c = 0; c < sizeof(cs) / sizeof(cs[0]); c++) {
+		int64_t H = cs[c].H, Hkv = cs[c].Hkv, hd = cs[c].hd, ctx = cs[c].ctx, D = H * hd, KD = Hkv * hd;
+		sg_attn_params ap = {0, 0, cs[c].window, 1, 1, NULL};
+		sg_rope_params rp = rope_case(1, (int)hd);
+		int32_t pv[6];
+		for (int t = 0; t < n; t++) pv[t] = cs[c].p + t;
+		pair pos = pair_i32(1, n, pv), q0 = pair_rand(D, n, 1, 2.0f), k0 = pair_rand(KD, n, 1, 2.0f), v = pair_rand(KD, n, 1, 1.0f);
+		pair q = pair_new(SG_TYPE_F32, D, n, 1, 1), k = pair_new(SG_TYPE_F32, KD, n, 1, 1), att = pair_new(SG_TYPE_F32, D, n, 1, 1);
+		pair qn = pair_rand(hd, 1, 1, 1.0f), kn = pair_rand(hd, 1, 1, 1.0f), hk = pair_rand(KD, ctx, 1, 1.0f), hv = pair_rand(KD, ctx, 1, 1.0f);
+		sg_type ct = cs[c].f16 ? SG_TYPE_F16 : SG_TYPE_F32;
+		pair kc = pair_new(ct, hd, Hkv, ctx, 1), vc = pair_new(ct, hd, Hkv, ctx, 1);
+		int32_t *allp = malloc(sizeof(int32_t) * (size_t)ctx);
+		for (int i = 0; i < ctx; i++) allp[i] = i;
+		pair hp = pair_i32(ctx, 1, allp);
+		float *got[3][3];
+		for (int m = 0; m < 3; m++) { /* one-token steps; one exact step, batched; token by token */
+			cr_assert_eq(gpu->ops->kv_store(gpu, &hk.g, &hv.g, &hp.g, &kc.g, &vc.g), SG_OK);
+			cr_assert_eq(gpu->ops->write(gpu, &q.g, 0, q0.c.data, sizeof(float) * (size_t)(D * n)), SG_OK);
+			cr_assert_eq(gpu->ops->write(gpu, &k.g, 0, k0.c.data, sizeof(float) * (size_t)(KD * n)), SG_OK);
+			poison(&att);
+			((sg_cuda_backend *)gpu)->verify_batch = m != 2;
+			int64_t step = m ? n : 1;
+			if (m) gpu->ops->match_decode(gpu, 1);
+			for (int64_t t = 0; t < n; t += step) {
+				sg_btensor qt = sg_btensor_rows_view(&q.g, t, step), kt = sg_btensor_rows_view(&k.g, t, step), vt = sg_btensor_rows_view(&v.g, t, step);
+				sg_btensor pt = sg_btensor_rows_view(&pos.g, t, step), ot = sg_btensor_rows_view(&att.g, t, step);
+				pt.ne[0] = step, pt.ne[1] = 1, pt.row_bytes = sizeof(int32_t) * (size_t)step; /* [n] as the forward passes it */
+				cr_assert_eq(gpu->ops->attention_prep(gpu, &qt, &kt, &vt, &pt, &rp, &qn.g, &kn.g, 1e-6f, 0.0f, &kc.g, &vc.g, &ap, &ot), SG_OK, "%s",
+					     sg_last_error());
+			}
+			if (m) gpu->ops->match_decode(gpu, 0);
+			got[m][0] = fetch(&att), got[m][1] = fetch(&kc), got[m][2] = fetch(&vc);
+		}
+		((sg_cuda_backend *)gpu)->verify_batch = sg_flag_bool("SARAGOSSA_CUDA_VERIFY_BATCH");
+		size_t nv[3] = {(size_t)(D * n), (size_t)(ctx * KD), (size_t)(ctx * KD)};
+		const char *what[3] = {"output", "k cache", "v cache"};
+		int finite = 1;
+		for (size_t i = 0; i < nv[0]; i++) finite &= isfinite(got[0][0][i]) != 0;
+		cr_expect(finite, "case %zu: output not finite", c);
+		for (int j = 0; j < 3; j++) {
+			for (int m = 1; m < 3; m++)
+				cr_expect(!memcmp(got[0][j], got[m][j], sizeof(float) * nv[j]), "case %zu: exact step (%s) %s differs from one-token steps", c,
+					  m == 1 ? "batched" : "token by token", what[j]);
+			for (int m = 0; m < 3; m++) free(got[m][j]);
+		}
+		free(allp);
+		pair *all[] = {&pos, &q0, &k0, &v, &q, &k, &att, &qn, &kn, &hk, &hv, &kc, &vc, &hp};
+		for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) pair_free(all[i]);
+	}
+}
+
+/* The expert ops of an exact step: n tokens' routed gate/up (with the GLU) and down give each
+ * token the bits of a one-token step. */
+Test(cuda, exact_step_experts_equal_one_token_steps)
+{
+	static const int tys[] = {8, 10, 12, 3, 1};
+	const int64_t n = 4, k = 3, E = 6, N = 256, D = 64;
+	for (int ci = 0; ci < 5; ci++) {
+		const wtype *wt = &wtypes[tys[ci]];
+		int64_t K = k_for(wt, 1);
+		hw wgh = make_w(wt, E * N, K), wuh = make_w(wt, E * N, K), wdh = make_w(wt, E * D, N);
+		wgh.t.ne[1] = wuh.t.ne[1] = N, wdh.t.ne[1] = D;
+		wgh.t.ne[2] = wuh.t.ne[2] = wdh.t.ne[2] = E;
+		sg_btensor gc, gg, uc, ug, dc, dg;
+		bind_both(&wgh, &gc, &gg);
+		bind_both(&wuh, &uc, &ug);
+		bind_both(&wdh, &dc, &dg);
+		int32_t idv[12] = {3, 0, 5, 1, 2, 4, 5, 4, 3, 0, 1, 2};
+		pair ids = pair_i32(k, n, idv), x = pair_rand(K, n, 1, 1.0f);
+		pair g = pair_new(SG_TYPE_F32, N, n * k, 1, 1), u = pair_new(SG_TYPE_F32, N, n * k, 1, 1), y = pair_new(SG_TYPE_F32, D, n * k, 1, 1);
+		float *got[3][2];
+		for (int m = 0; m < 3; m++) { /* one-token steps; one exact step, batched; token by token */
+			((sg_cuda_backend *)gpu)->verify_batch = m != 2;
+			poison(&g), poison(&y);
+			int64_t step = m ? n : 1;
+			if (m) gpu->ops->match_decode(gpu, 1);
+			for (int64_t t = 0; t < n; t += step) {
+				sg_btensor xt = sg_btensor_rows_view(&x.g, t, step), it = sg_btensor_rows_view(&ids.g, t, step);
+				sg_btensor gt = sg_btensor_rows_view(&g.g, t * k, step * k), ut = sg_btensor_rows_view(&u.g, t * k, step * k);
+				sg_btensor yt = sg_btensor_rows_view(&y.g, t * k, step * k);
+				cr_assert_eq(sg_backend_moe_glu(gpu, &gg, &ug, &xt, &it, SG_ACT_SILU, &gt, &ut), SG_OK, "%s", sg_last_error());
+				cr_assert_eq(gpu->ops->moe_matmul(gpu, &dg, &gt, &it, &yt), SG_OK, "%s", sg_last_error());
+			}
+			if (m) gpu->ops->match_decode(gpu, 0);
+			got[m][0] = fetch(&g), got[m][1] = fetch(&y);
+		}
+		((sg_cuda_backend *)gpu)->verify_batch = sg_flag_bool("SARAGOSSA_CUDA_VERIFY_BATCH");
+		for (int m = 1; m < 3; m++) {
+			cr_expect(!memcmp(got[0][0], got[m][0], sizeof(float) * (size_t)(N * n * k)), "%s: exact step's gate/up (%d) differ", wt->name, m);
+			cr_expect(!memcmp(got[0][1], got[m][1], sizeof(float) * (size_t)(D * n * k)), "%s: exact step's down (%d) differ", wt->name, m);
+		}
+		for (int m = 0; m < 3; m++) free(got[m][0]), free(got[m][1]);
+		pair_free(&ids), pair_free(&x), pair_free(&g), pair_free(&u), pair_free(&y);
+		gpu->ops->tensor_free(gpu, &gg), cpu->ops->tensor_free(cpu, &gc);
+		gpu->ops->tensor_free(gpu, &ug), cpu->ops->tensor_free(cpu, &uc);
+		gpu->ops->tensor_free(gpu, &dg), cpu->ops->tensor_free(cpu, &dc);
+		free_hw(&wgh), free_hw(&wuh), free_hw(&wdh);
+	}
+}
+
 #else
 
 Test(cuda, skipped_without_cuda_in_the_build)

@@ -1,11 +1,12 @@
 /*
  * Speculative decoding on the CUDA backend (the GPU test group: every test skips without a usable
- * GPU or without CUDA in the build). The CUDA backend has no batched exact verify step yet
- * (match_decode): SARAGOSSA_SPEC_STEPWISE verifies guesses one decode step per token. Checked:
- * greedy answers with every drafter (always right, always wrong, right then wrong, the n-gram
- * drafter, a draft model, the MTP module) equal the plain greedy answer on the GPU, for the dense,
- * MoE, hybrid and MTP fixtures, and the verify rows are the bits of decode steps. Run on a GPU
- * machine: build/test_unit with --filter set to the spec_cuda suite (spec_cuda, a slash, a star).
+ * GPU or without CUDA in the build). A verify step is the CUDA backend's exact step (match_decode:
+ * the one-token kernels over all the step's tokens). Checked: greedy answers with every drafter
+ * (always right, always wrong, right then wrong, the n-gram drafter, a draft model, the MTP module)
+ * equal the plain greedy answer on the GPU, for the dense (f32, MLX 4-bit, Gemma 3), MoE, hybrid
+ * and MTP fixtures, and the verify rows are the bits of decode steps, with the token-batched
+ * kernels and token by token (SARAGOSSA_CUDA_VERIFY_BATCH). Run on a GPU machine: build/test_unit
+ * with --filter set to the spec_cuda suite (spec_cuda, a slash, a star).
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -66,7 +67,6 @@ static sg_model *load_cuda(const char *name)
 
 static void answers_equal_plain(const char *name)
 {
-	setenv("SARAGOSSA_SPEC_STEPWISE", "1", 1);
 	setenv("SARAGOSSA_SPEC_P_MIN", "0", 1);
 	sg_flags_reload();
 	sg_model *m = load_cuda(name);
@@ -76,6 +76,7 @@ static void answers_equal_plain(const char *name)
 	sg_session *s = NULL;
 	cr_assert_eq(sg_session_new(m, &sp, &s), SG_OK, "%s", sg_last_error());
 	cr_assert(sg_session_can_verify(s));
+	cr_assert(!sg_session_verify_stepwise(s), "the CUDA backend has exact steps (match_decode)");
 	sg_gen_model ops = session_model(s, V, 128, 1);
 	sg_gen_state st;
 	sg_gen_state_init(&st, &ops);
@@ -134,7 +135,6 @@ static void answers_equal_plain(const char *name)
 	sg_gen_state_free(&st);
 	sg_session_free(s);
 	sg_model_free(m);
-	unsetenv("SARAGOSSA_SPEC_STEPWISE");
 	unsetenv("SARAGOSSA_SPEC_P_MIN");
 	sg_flags_reload();
 }
@@ -143,15 +143,20 @@ Test(spec_cuda, dense_greedy_answers_equal_plain_decoding, .timeout = 300) { ans
 Test(spec_cuda, moe_greedy_answers_equal_plain_decoding, .timeout = 300) { answers_equal_plain("qwen3_moe"); }
 Test(spec_cuda, hybrid_greedy_answers_equal_plain_decoding, .timeout = 300) { answers_equal_plain("qwen3_next"); }
 Test(spec_cuda, mtp_greedy_answers_equal_plain_decoding, .timeout = 300) { answers_equal_plain("qwen3_next_mtp"); }
+Test(spec_cuda, mlx_4bit_greedy_answers_equal_plain_decoding, .timeout = 300) { answers_equal_plain("qwen3_mlx_q4_g32"); }
+Test(spec_cuda, gemma3_greedy_answers_equal_plain_decoding, .timeout = 300) { answers_equal_plain("gemma3_text"); }
+Test(spec_cuda, hybrid_moe_greedy_answers_equal_plain_decoding, .timeout = 300) { answers_equal_plain("qwen3_5_moe_text"); }
 
-/* The verify rows are the bits of decode steps, through a mark and a truncate (hybrid). */
+/* The verify rows are the bits of decode steps, through a mark and a truncate (hybrid), with the
+ * token-batched kernels and token by token. */
 Test(spec_cuda, verify_rows_are_the_bits_of_decode_steps, .timeout = 300)
 {
-	setenv("SARAGOSSA_SPEC_STEPWISE", "1", 1);
-	sg_flags_reload();
-	const char *names[] = {"qwen3", "qwen3_next"};
-	for (int f = 0; f < 2; f++) {
-		sg_model *m = load_cuda(names[f]);
+	const char *names[] = {"qwen3", "qwen3_next", "qwen3_mlx_q4_g32", "qwen3_moe"};
+	for (int f = 0; f < 8; f++) {
+		setenv("SARAGOSSA_CUDA_VERIFY_BATCH", f < 4 ? "1" : "0", 1);
+		sg_flags_reload();
+		const char *name = names[f % 4];
+		sg_model *m = load_cuda(name);
 		int V = sg_model_n_vocab(m), n = 5;
 		sg_session_params sp = sg_session_default_params();
 		sp.n_ctx = 64;
@@ -166,12 +171,13 @@ Test(spec_cuda, verify_rows_are_the_bits_of_decode_steps, .timeout = 300)
 		cr_assert_eq(sg_session_truncate(s, 11), SG_OK, "%s", sg_last_error());
 		for (int t = 1; t < n; t++) {
 			cr_assert_eq(sg_session_eval(s, prompt + 10 + t, 1, NULL), SG_OK);
-			cr_assert(!memcmp(rows + (size_t)t * V, sg_session_logits(s), sizeof(float) * (size_t)V), "%s: row %d differs", names[f], t);
+			cr_assert(!memcmp(rows + (size_t)t * V, sg_session_logits(s), sizeof(float) * (size_t)V), "%s (batch %d): row %d differs", name, f < 4,
+				  t);
 		}
 		free(rows);
 		sg_session_free(s);
 		sg_model_free(m);
 	}
-	unsetenv("SARAGOSSA_SPEC_STEPWISE");
+	unsetenv("SARAGOSSA_CUDA_VERIFY_BATCH");
 	sg_flags_reload();
 }

@@ -1,7 +1,8 @@
 /*
  * The CUDA backend's host side: the op table, shape checks (the CPU backend's, same messages),
  * device memory, weight upload and repacking, scratch and graph capture (the cuBLAS paths for
- * many tokens are in cuda_gemm.c, the weights' repacking in cuda_repack.c). Kernels live in one
+ * many tokens are in cuda_gemm.c, the weights' repacking in cuda_repack.c, the linear-attention and
+ * Gemma 4 stage ops in cuda_hybrid.c). Kernels live in one
  * file a kind of stage behind cuda_kernels.h: cuda_gemv.cu, cuda_attn.cu and cuda_flash.cu,
  * cuda_moe.cu, cuda_norm.cu, cuda_dequant.cu and cuda_linear.cu (the linear-attention and Gemma 4
  * stages); which kernel a stage takes is the policy's (cuda_policy.h).
@@ -505,6 +506,16 @@ sg_status sg_cuda_matmul(sg_backend *be, const sg_btensor *w, const sg_btensor *
 	if (bias && ((st = check_f32("matmul", "bias", bias)) || bias->ne[0] != N))
 		return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda matmul: bias has %lld values, expected %lld", (long long)bias->ne[0], (long long)N);
 	const float *b = bias ? bias->data : NULL;
+	if (cb->exact && n > 1) { /* each token as a one-token step takes it */
+		void *q8 = NULL;
+		size_t qb = sg_cu_q8_bytes(1, v.K);
+		if (cb->q8x && sg_cu_has_q8(v.kt) && !(q8 = sg_cuda_scratch(cb, qb * (size_t)n, &st))) return st;
+		for (int64_t t = 0; t < n; t += cb->verify_batch ? n : 1) {
+			int64_t nt = cb->verify_batch ? n : 1;
+			CU_RET("matmul", sg_cu_gemv_exact(&v, x->data + t * v.K, nt, y->data + t * N, N, b, q8, S(cb)));
+		}
+		return SG_OK;
+	}
 	/* cuBLAS is created outside a graph recording (its set-up allocates) */
 	if (n > GEMV_MAX_TOKENS && cb->gemm && N <= INT32_MAX && w->ne[0] <= INT32_MAX && (cb->blas_state > 0 || (!cb->capturing && sg_cuda_blas_ready(cb))))
 		return sg_cuda_gemm(cb, &v, x->data, n, y->data, N, b);
@@ -525,10 +536,31 @@ static int same_fmt(const sg_cuw *a, const sg_cuw *b) { return a->kt == b->kt &&
  * other mixed formats, quantized weights without SARAGOSSA_CUDA_Q8X, whose exact path is the f32
  * GEMV) is the composition.
  */
+/* An exact step's stage (match_decode) one token at a time: each through the one-token path. */
+static sg_status multi_tokens(sg_backend *be, const sg_matmul_multi *p, int64_t n)
+{
+	for (int64_t t = 0; t < n; t++) {
+		sg_matmul_multi q = *p;
+		sg_btensor x = sg_btensor_rows_view(p->x, t, 1), xn, y[SG_MATMUL_MULTI_MAX], res, out;
+		q.x = &x;
+		if (p->xn) xn = sg_btensor_rows_view(p->xn, t, 1), q.xn = &xn;
+		if (p->residual) res = sg_btensor_rows_view(p->residual, t, 1), q.residual = &res;
+		if (p->out) out = sg_btensor_rows_view(p->out, t, 1), q.out = &out;
+		for (int i = 0; i < p->nw; i++) y[i] = sg_btensor_rows_view(p->y[i], t, 1), q.y[i] = &y[i];
+		sg_status st = be->ops->matmul_multi(be, &q);
+		if (st) return st;
+	}
+	return SG_OK;
+}
+
 static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
-	if (!cb->fused || p->nw < 1 || p->nw > SG_MATMUL_MULTI_MAX || sg_btensor_rows(p->x) != 1) return sg_backend_matmul_multi_compose(be, p);
+	/* an exact step's tokens: one launch over all (the one-token kernels, a grid of tokens), or
+	 * one at a time where the stage hands its rounded x to the experts */
+	const int64_t n = sg_btensor_rows(p->x);
+	if (n > 1 && cb->exact && (!cb->verify_batch || p->feeds_moe || n > INT32_MAX)) return multi_tokens(be, p, n);
+	if (!cb->fused || p->nw < 1 || p->nw > SG_MATMUL_MULTI_MAX || (n != 1 && !cb->exact)) return sg_backend_matmul_multi_compose(be, p);
 	if ((p->glu && p->nw != 2) || (p->residual && (p->nw != 1 || !p->out)) || (p->norm && !p->xn)) return sg_backend_matmul_multi_compose(be, p);
 	sg_cu_multi m;
 	memset(&m, 0, sizeof(m));
@@ -546,9 +578,9 @@ static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 		     !sg_cu_multi_ok(m.w[i].kt)))
 			return sg_backend_matmul_multi_compose(be, p);
 		if ((st = check_x("matmul", p->x, w, &m.w[i])) || (st = check_f32("matmul", "y", p->y[i]))) return st;
-		if (p->y[i]->ne[0] != m.N[i] || sg_btensor_rows(p->y[i]) != 1)
-			return sg_error(SG_ERR_INVALID_ARG, "cuda matmul_multi: output %d is [%lld][%lld], expected [1][%lld]", i,
-					(long long)sg_btensor_rows(p->y[i]), (long long)p->y[i]->ne[0], (long long)m.N[i]);
+		if (p->y[i]->ne[0] != m.N[i] || sg_btensor_rows(p->y[i]) != n)
+			return sg_error(SG_ERR_INVALID_ARG, "cuda matmul_multi: output %d is [%lld][%lld], expected [%lld][%lld]", i,
+					(long long)sg_btensor_rows(p->y[i]), (long long)p->y[i]->ne[0], (long long)n, (long long)m.N[i]);
 		if (b && ((st = check_f32("matmul", "bias", b)) || b->ne[0] != m.N[i]))
 			return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda matmul_multi: bias %d has %lld values, expected %lld", i, (long long)b->ne[0],
 						  (long long)m.N[i]);
@@ -571,12 +603,13 @@ static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 	int64_t K = m.w[0].K;
 	/* the normalised x handed to the MoE experts after the router, rounded once (the 512-thread
 	 * norm kernel's sizes) */
-	int moe_q8 = p->feeds_moe && p->norm && cb->q8x && K % 32 == 0 && K >= 1024 && q8a_fit(cb, K);
-	if (!plain && p->x_fed && !p->norm && cb->q8a_of && cb->q8a_of == p->x->data && K <= cb->q8a_cap) {
+	int moe_q8 = n == 1 && p->feeds_moe && p->norm && cb->q8x && K % 32 == 0 && K >= 1024 && q8a_fit(cb, K);
+	m.ntok = (int)n;
+	if (!plain && n == 1 && p->x_fed && !p->norm && cb->q8a_of && cb->q8a_of == p->x->data && K <= cb->q8a_cap) {
 		q8 = cb->q8a, x = NULL; /* quantized by the attention just before */
 	} else if (moe_q8) {
 		q8 = cb->q8a;
-	} else if (!plain && !(q8 = sg_cuda_scratch(cb, sg_cu_q8_bytes(1, K), &st))) {
+	} else if (!plain && !(q8 = sg_cuda_scratch(cb, sg_cu_q8_bytes(1, K) * (size_t)n, &st))) {
 		return st;
 	}
 	cb->q8a_of = NULL;
@@ -603,12 +636,29 @@ static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 	return SG_OK;
 }
 
+/* An exact step's expert op (match_decode) one token at a time: x of n rows (glu: always) or n * k,
+ * g / u (moe_matmul: y) of n * k rows. -1: the shapes do not split so (the op's checks report it). */
+static int moe_tokens(sg_backend *be, const sg_btensor *wg, const sg_btensor *wu, const sg_btensor *x, const sg_btensor *ids, sg_act act,
+		      sg_btensor *g, sg_btensor *u, sg_status *st)
+{
+	int64_t n = sg_btensor_rows(ids), k = ids->ne[0], nx = sg_btensor_rows(x), xr = nx == n ? 1 : k;
+	if ((nx != n && (wu || nx != n * k)) || sg_btensor_rows(g) != n * k || (u && sg_btensor_rows(u) != n * k)) return -1;
+	*st = SG_OK;
+	for (int64_t t = 0; t < n && !*st; t++) {
+		sg_btensor xt = sg_btensor_rows_view(x, t * xr, xr), it = sg_btensor_rows_view(ids, t, 1), gt = sg_btensor_rows_view(g, t * k, k), ut;
+		if (u) ut = sg_btensor_rows_view(u, t * k, k);
+		*st = wu ? be->ops->moe_glu(be, wg, wu, &xt, &it, act, &gt, u ? &ut : NULL) : be->ops->moe_matmul(be, wg, &xt, &it, &gt);
+	}
+	return 0;
+}
+
 static sg_status cuda_moe_matmul(sg_backend *be, const sg_btensor *w, const sg_btensor *x, const sg_btensor *ids, sg_btensor *y)
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
 	sg_cuw v;
 	sg_status st = check_i32("moe_matmul", "ids", ids);
 	if (st) return st;
+	if (cb->exact && sg_btensor_rows(ids) > 1 && !moe_tokens(be, w, NULL, x, ids, SG_ACT_SILU, y, NULL, &st)) return st;
 	int64_t k = ids->ne[0], n = sg_btensor_rows(ids), E = w->ne[2], N = w->ne[1], nx = sg_btensor_rows(x);
 	/* experts in the slot cache's pool: the kernels read slot ids[] of it */
 	const int32_t *id = ids->data;
@@ -645,6 +695,8 @@ static sg_status cuda_moe_glu(sg_backend *be, const sg_btensor *wg, const sg_bte
 			      sg_btensor *g, sg_btensor *u)
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_status st;
+	if (cb->exact && ids && ids->type == SG_TYPE_I32 && sg_btensor_rows(ids) > 1 && !moe_tokens(be, wg, wu, x, ids, act, g, u, &st)) return st;
 	const void *fed = cb->q8a_of;
 	cb->q8a_of = NULL; /* good for this op only */
 	cb->moe_ids_done = NULL; /* set again below only by the planar kernel's launch */
@@ -655,7 +707,6 @@ static sg_status cuda_moe_glu(sg_backend *be, const sg_btensor *wg, const sg_bte
 	if (!cb->fused || !cb->q8x || ca < 0 || !ids || ids->type != SG_TYPE_I32 || sg_btensor_rows(ids) != 1 || sg_cuda_wview("moe_matmul", wg, &a) ||
 	    sg_cuda_wview("moe_matmul", wu, &b) || !sg_cu_moe_glu_ok(&a, &b) || wg->ne[2] != wu->ne[2] || wg->ne[1] != wu->ne[1] || wg->ne[2] > 4096)
 		return sg_backend_moe_glu_compose(be, wg, wu, x, ids, act, g, u);
-	sg_status st;
 	int64_t k = ids->ne[0], E = wg->ne[2], N = wg->ne[1];
 	if ((st = check_x("moe_matmul", x, wg, &a)) || (st = check_f32("moe_matmul", "g", g))) return st;
 	if (sg_btensor_rows(x) != 1) return sg_backend_moe_glu_compose(be, wg, wu, x, ids, act, g, u);
@@ -868,6 +919,55 @@ static sg_status cuda_attn_prep_norm(sg_backend *be, sg_btensor *q, sg_btensor *
 #define KV_CHUNK 64
 /* pa: an attention prep to run first (checked by prep_check against the same q, caches and
  * positions), fused into the one-token kernel where it takes it, else as its own kernel. */
+/* The attention's kernels for a (the prep done): the one-token kernel, else the many-token paths;
+ * q8: the one-token kernel may round its output for the matmul after it (p->feeds_matmul). */
+static sg_status attn_launch(sg_cuda_backend *cb, sg_cu_attn a, const sg_btensor *pos, const sg_attn_params *p, int64_t span, int q8)
+{
+	sg_status st;
+	if (a.n == 1 && cb->attn_dec && sg_cu_attn_decode_ok(&a)) {
+		/* slices from static shapes (a recorded graph stays valid); each at least 64 rows */
+		int64_t nc = (span + 63) / 64, cap = 512 / sg_cu_attn_decode_units(&a);
+		if (cap > 64) cap = 64;
+		if (nc > cap) nc = cap;
+		if (nc < 1) nc = 1;
+		a.nchunk = (int)nc;
+		if (nc > 1 && !(a.part = sg_cuda_scratch(cb, sizeof(float) * (size_t)(a.H * nc * (a.hdv + 2)), &st))) return st;
+		/* the output rounded to 8 bits for the matmul after it (its buffer grows outside graph
+		 * recordings only; the per-op step before a recording sizes it) */
+		int64_t K = a.H * a.hdv;
+		cb->q8a_of = NULL;
+		if (q8 && p->feeds_matmul && cb->q8x && q8a_fit(cb, K)) {
+			sg_cu_q8_split(cb->q8a, K, &a.xq, &a.dx, &a.sx);
+			cb->q8a_of = a.out;
+		}
+		CU_RET("attention", sg_cu_attn_decode(&a, S(cb)));
+		return SG_OK;
+	}
+	if (a.n > GEMV_MAX_TOKENS && cb->attn_flash && cb->attn_f16 && sg_cu_attn_flash_ok(&a)) {
+		cb->q8a_of = NULL;
+		CU_RET("attention", sg_cu_attn_flash(&a, S(cb)));
+		return SG_OK;
+	}
+	if (a.n > GEMV_MAX_TOKENS && cb->attn_gemm && !a.ring && !cb->capturing && a.ctx <= INT32_MAX / 2 && (cb->blas_state > 0 || sg_cuda_blas_ready(cb)))
+		return sg_cuda_attn_gemm(cb, &a, pos);
+	/* The split depends on static shapes only (the cache capacity, not the live length, which is
+	 * on the device), so a recorded graph stays valid as the sequence grows. Enough (token, head)
+	 * pairs fill the GPU on their own. */
+	a.nchunk = 1;
+	a.chunk = (int)(span < INT32_MAX ? span : INT32_MAX);
+	if (a.n * a.H < 512 && span > KV_CHUNK) {
+		int64_t nc = (span + KV_CHUNK - 1) / KV_CHUNK;
+		if (nc > 256) nc = 256;
+		a.nchunk = (int)nc;
+		a.chunk = (int)((span + nc - 1) / nc);
+		a.part = sg_cuda_scratch(cb, sizeof(float) * (size_t)(a.n * a.H * nc * (a.hdv + 2)), &st);
+		if (!a.part) return st;
+	}
+	CU_RET("attention", sg_cu_attention(&a, S(cb)));
+	return SG_OK;
+}
+
+
 static sg_status attention_run(sg_backend *be, const sg_btensor *q, const sg_btensor *kc, const sg_btensor *vc, const sg_btensor *pos,
 			       const sg_attn_params *p, sg_btensor *out, const prep_args *pa)
 {
@@ -911,47 +1011,19 @@ static sg_status attention_run(sg_backend *be, const sg_btensor *q, const sg_bte
 		a.prep.on = cb->attn_dec && sg_cu_attn_prep_ok(&a); /* one token, no ring, the wide kernel */
 		if (!a.prep.on && (st = prep_run(cb, pa))) return st;
 	}
-	if (a.n == 1 && cb->attn_dec && sg_cu_attn_decode_ok(&a)) {
-		/* slices from static shapes (a recorded graph stays valid); each at least 64 rows */
-		int64_t nc = (span + 63) / 64, cap = 512 / sg_cu_attn_decode_units(&a);
-		if (cap > 64) cap = 64;
-		if (nc > cap) nc = cap;
-		if (nc < 1) nc = 1;
-		a.nchunk = (int)nc;
-		if (nc > 1 && !(a.part = sg_cuda_scratch(cb, sizeof(float) * (size_t)(a.H * nc * (a.hdv + 2)), &st))) return st;
-		/* the output rounded to 8 bits for the matmul after it (its buffer grows outside graph
-		 * recordings only; the per-op step before a recording sizes it) */
-		int64_t K = a.H * a.hdv;
+	/* an exact step (match_decode): each token as a one-token step, the prep done for all above */
+	if (cb->exact && a.n > 1) {
+		sg_cu_attn b = a;
+		b.n = 1;
+		b.prep.on = 0;
 		cb->q8a_of = NULL;
-		if (p->feeds_matmul && cb->q8x && q8a_fit(cb, K)) {
-			sg_cu_q8_split(cb->q8a, K, &a.xq, &a.dx, &a.sx);
-			cb->q8a_of = a.out;
+		for (int64_t t = 0; t < a.n; t++) {
+			b.q = a.q + t * a.H * a.hd, b.pos = a.pos + t, b.out = a.out + t * a.H * a.hdv;
+			if ((st = attn_launch(cb, b, pos, p, span, 0))) return st;
 		}
-		CU_RET("attention", sg_cu_attn_decode(&a, S(cb)));
 		return SG_OK;
 	}
-	if (a.n > GEMV_MAX_TOKENS && cb->attn_flash && cb->attn_f16 && sg_cu_attn_flash_ok(&a)) {
-		cb->q8a_of = NULL;
-		CU_RET("attention", sg_cu_attn_flash(&a, S(cb)));
-		return SG_OK;
-	}
-	if (a.n > GEMV_MAX_TOKENS && cb->attn_gemm && !a.ring && !cb->capturing && a.ctx <= INT32_MAX / 2 && (cb->blas_state > 0 || sg_cuda_blas_ready(cb)))
-		return sg_cuda_attn_gemm(cb, &a, pos);
-	/* The split depends on static shapes only (the cache capacity, not the live length, which is
-	 * on the device), so a recorded graph stays valid as the sequence grows. Enough (token, head)
-	 * pairs fill the GPU on their own. */
-	a.nchunk = 1;
-	a.chunk = (int)(span < INT32_MAX ? span : INT32_MAX);
-	if (a.n * a.H < 512 && span > KV_CHUNK) {
-		int64_t nc = (span + KV_CHUNK - 1) / KV_CHUNK;
-		if (nc > 256) nc = 256;
-		a.nchunk = (int)nc;
-		a.chunk = (int)((span + nc - 1) / nc);
-		a.part = sg_cuda_scratch(cb, sizeof(float) * (size_t)(a.n * a.H * nc * (a.hdv + 2)), &st);
-		if (!a.part) return st;
-	}
-	CU_RET("attention", sg_cu_attention(&a, S(cb)));
-	return SG_OK;
+	return attn_launch(cb, a, pos, p, span, 1);
 }
 
 static sg_status cuda_attention(sg_backend *be, const sg_btensor *q, const sg_btensor *kc, const sg_btensor *vc, const sg_btensor *pos,
@@ -1130,125 +1202,6 @@ static sg_status cuda_top_candidates(sg_backend *be, const sg_btensor *x, int k,
 	return SG_OK;
 }
 
-/* --- linear attention and Gemma 4 stages (kernels in cuda_linear.cu) --- */
-
-static sg_status cuda_short_conv(sg_backend *be, const sg_btensor *x, const sg_btensor *w, sg_btensor *state, sg_btensor *out)
-{
-	sg_cuda_backend *cb = (sg_cuda_backend *)be;
-	sg_status st;
-	if ((st = check_f32("short_conv", "x", x)) || (st = check_f32("short_conv", "w", w)) || (st = check_f32("short_conv", "state", state)) ||
-	    (st = check_f32("short_conv", "out", out)) || (st = check_same("short_conv", x, out)))
-		return st;
-	int64_t C = x->ne[0], n = sg_btensor_rows(x);
-	if (nvals(w) % C || nvals(w) / C < 1 || nvals(w) / C > SG_CU_CONV_MAXK)
-		return sg_error(SG_ERR_INVALID_ARG, "cuda short_conv: w has %lld values for %lld channels (want C * K, K <= %d)", (long long)nvals(w),
-				(long long)C, SG_CU_CONV_MAXK);
-	int64_t K = nvals(w) / C;
-	if (K > 1 && (state->ne[0] != C || sg_btensor_rows(state) != K - 1))
-		return sg_error(SG_ERR_INVALID_ARG, "cuda short_conv: state is [%lld][%lld], expected [%lld][%lld]", (long long)sg_btensor_rows(state),
-				(long long)state->ne[0], (long long)(K - 1), (long long)C);
-	if (x->data == out->data) return sg_error(SG_ERR_INVALID_ARG, "cuda short_conv: out aliases x");
-	CU_RET("short_conv", sg_cu_short_conv(x->data, w->data, state->data, out->data, n, C, (int)K, S(cb)));
-	return SG_OK;
-}
-
-static sg_status cuda_gated_delta(sg_backend *be, const sg_btensor *qkv, const sg_btensor *a, const sg_btensor *b, const sg_btensor *a_log,
-				  const sg_btensor *dt_bias, const sg_gdn_params *p, sg_btensor *state, sg_btensor *out)
-{
-	sg_cuda_backend *cb = (sg_cuda_backend *)be;
-	sg_status st;
-	const char *op = "gated_delta";
-	if ((st = check_f32(op, "qkv", qkv)) || (st = check_f32(op, "a", a)) || (st = check_f32(op, "b", b)) || (st = check_f32(op, "a_log", a_log)) ||
-	    (st = check_f32(op, "dt_bias", dt_bias)) || (st = check_f32(op, "state", state)) || (st = check_f32(op, "out", out)))
-		return st;
-	int Hk = p->n_k_head, Hv = p->n_v_head, dk = p->dk, dv = p->dv;
-	if (Hk < 1 || Hv < 1 || Hv % Hk || dk < 1 || dv < 1 || dk > SG_CU_GDN_MAX_DK || dv > 1024 || Hv > 65535)
-		return sg_error(SG_ERR_INVALID_ARG, "cuda gated_delta: heads %d/%d of dims %d/%d (value heads a multiple of key heads, dims <= %d)", Hk, Hv,
-				dk, dv, SG_CU_GDN_MAX_DK);
-	int64_t n = sg_btensor_rows(qkv), C = 2 * (int64_t)Hk * dk + (int64_t)Hv * dv;
-	if (qkv->ne[0] != C || a->ne[0] != Hv || b->ne[0] != Hv || sg_btensor_rows(a) != n || sg_btensor_rows(b) != n || nvals(a_log) != Hv ||
-	    nvals(dt_bias) != Hv || nvals(state) != (int64_t)Hv * dk * dv || nvals(out) != n * Hv * dv)
-		return sg_error(SG_ERR_INVALID_ARG,
-				"cuda gated_delta: shapes: qkv [%lld][%lld] (want width %lld), a/b width %lld/%lld, state %lld, out %lld values for %d value "
-				"heads of %dx%d",
-				(long long)n, (long long)qkv->ne[0], (long long)C, (long long)a->ne[0], (long long)b->ne[0], (long long)nvals(state),
-				(long long)nvals(out), Hv, dk, dv);
-	sg_cu_gdn g = {qkv->data, a->data, b->data, a_log->data, dt_bias->data, state->data, out->data, n, C, Hk, Hv, dk, dv, p->l2_eps};
-	CU_RET(op, sg_cu_gated_delta(&g, S(cb)));
-	return SG_OK;
-}
-
-static sg_status cuda_gated_rmsnorm(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *gate, float eps, sg_btensor *y)
-{
-	sg_cuda_backend *cb = (sg_cuda_backend *)be;
-	sg_status st;
-	if ((st = check_f32("gated_rmsnorm", "x", x)) || (st = check_f32("gated_rmsnorm", "w", w)) || (st = check_f32("gated_rmsnorm", "gate", gate)) ||
-	    (st = check_f32("gated_rmsnorm", "y", y)) || (st = check_same("gated_rmsnorm", x, y)) || (st = check_same("gated_rmsnorm", x, gate)))
-		return st;
-	if (nvals(w) != x->ne[0])
-		return sg_error(SG_ERR_INVALID_ARG, "cuda gated_rmsnorm: w has %lld values, rows %lld", (long long)nvals(w), (long long)x->ne[0]);
-	CU_RET("gated_rmsnorm", sg_cu_gated_rmsnorm(x->data, w->data, gate->data, eps, y->data, sg_btensor_rows(x), x->ne[0], S(cb)));
-	return SG_OK;
-}
-
-static sg_status cuda_sigmoid_mul(sg_backend *be, const sg_btensor *x, const sg_btensor *gate, sg_btensor *out)
-{
-	sg_cuda_backend *cb = (sg_cuda_backend *)be;
-	sg_status st;
-	if ((st = check_f32("sigmoid_mul", "x", x)) || (st = check_f32("sigmoid_mul", "gate", gate)) || (st = check_f32("sigmoid_mul", "out", out)) ||
-	    (st = check_same("sigmoid_mul", x, out)))
-		return st;
-	if ((gate->ne[0] != 1 && gate->ne[0] != x->ne[0]) || sg_btensor_rows(gate) != sg_btensor_rows(x))
-		return sg_error(SG_ERR_INVALID_ARG, "cuda sigmoid_mul: gate is [%lld][%lld] for x [%lld][%lld]", (long long)sg_btensor_rows(gate),
-				(long long)gate->ne[0], (long long)sg_btensor_rows(x), (long long)x->ne[0]);
-	CU_RET("sigmoid_mul", sg_cu_sigmoid_mul(x->data, gate->data, sg_btensor_rows(x), x->ne[0], gate->ne[0], out->data, S(cb)));
-	return SG_OK;
-}
-
-/* Indices stay on the device: one outside [0, W) gives a zero column (the CPU, which reads them
- * on the host, refuses it with SG_ERR_RANGE). */
-static sg_status cuda_gather_cols(sg_backend *be, const sg_btensor *x, const sg_btensor *idx, sg_btensor *out)
-{
-	sg_cuda_backend *cb = (sg_cuda_backend *)be;
-	sg_status st;
-	if ((st = check_f32("gather_cols", "x", x)) || (st = check_i32("gather_cols", "idx", idx)) || (st = check_f32("gather_cols", "out", out)))
-		return st;
-	int64_t n = sg_btensor_rows(x), W = x->ne[0], W2 = nvals(idx);
-	if (out->ne[0] != W2 || sg_btensor_rows(out) != n || x->data == out->data)
-		return sg_error(SG_ERR_INVALID_ARG, "cuda gather_cols: out is [%lld][%lld], expected [%lld][%lld] apart from x", (long long)sg_btensor_rows(out),
-				(long long)out->ne[0], (long long)n, (long long)W2);
-	CU_RET("gather_cols", sg_cu_gather_cols(x->data, idx->data, n, W, W2, out->data, S(cb)));
-	return SG_OK;
-}
-
-static sg_status cuda_glu_split(sg_backend *be, const sg_btensor *x, sg_act act, sg_btensor *out)
-{
-	sg_cuda_backend *cb = (sg_cuda_backend *)be;
-	sg_status st;
-	if ((st = check_f32("glu_split", "x", x)) || (st = check_f32("glu_split", "out", out))) return st;
-	if (x->ne[0] % 2 || out->ne[0] * 2 != x->ne[0] || sg_btensor_rows(out) != sg_btensor_rows(x))
-		return sg_error(SG_ERR_INVALID_ARG, "cuda glu_split: x [%lld][%lld] -> out [%lld][%lld] (want half the width)", (long long)sg_btensor_rows(x),
-				(long long)x->ne[0], (long long)sg_btensor_rows(out), (long long)out->ne[0]);
-	int kind = act == SG_ACT_SILU ? SG_CU_EW_SILU : act == SG_ACT_GELU_TANH ? SG_CU_EW_GELU : act == SG_ACT_GELU ? SG_CU_EW_GELU_ERF : -1;
-	if (kind < 0) return sg_error(SG_ERR_UNSUPPORTED, "cuda glu_split: activation %d", (int)act);
-	if (x->data == out->data && sg_btensor_rows(x) > 1) return sg_error(SG_ERR_INVALID_ARG, "cuda glu_split: out aliases x over several rows");
-	CU_RET("glu_split", sg_cu_glu_split(x->data, kind, sg_btensor_rows(x), out->ne[0], out->data, S(cb)));
-	return SG_OK;
-}
-
-static sg_status cuda_moe_weight_scale(sg_backend *be, sg_btensor *weights, const sg_btensor *ids, const sg_btensor *scale)
-{
-	sg_cuda_backend *cb = (sg_cuda_backend *)be;
-	sg_status st;
-	if ((st = check_f32("moe_weight_scale", "weights", weights)) || (st = check_i32("moe_weight_scale", "ids", ids)) ||
-	    (st = check_f32("moe_weight_scale", "scale", scale)))
-		return st;
-	if (nvals(ids) != nvals(weights))
-		return sg_error(SG_ERR_INVALID_ARG, "cuda moe_weight_scale: %lld ids for %lld weights", (long long)nvals(ids), (long long)nvals(weights));
-	CU_RET("moe_weight_scale", sg_cu_moe_weight_scale(weights->data, ids->data, nvals(weights), scale->data, nvals(scale), S(cb)));
-	return SG_OK;
-}
-
 /* --- table --- */
 
 static int cuda_supports(sg_backend *be, sg_stage stage, sg_type type)
@@ -1288,6 +1241,10 @@ static void cuda_destroy(sg_backend *be)
 
 /* The op table's capture, caps and measurement entries (defined after the graph functions). */
 static void cuda_caps(sg_backend *be, sg_backend_caps *out);
+/* match_decode: the ops that treat one token apart (the fused GEMV stages, the one-token attention,
+ * the expert kernels, the GEMV against cuBLAS) give each of many tokens its one-token bits; the
+ * others are per row already (backend.h). */
+static void cuda_match_decode(sg_backend *be, int on) { ((sg_cuda_backend *)be)->exact = on != 0; }
 static sg_status cuda_capture_begin(sg_backend *be);
 static sg_status cuda_capture_end(sg_backend *be, sg_backend_graph **out);
 static void cuda_capture_abort(sg_backend *be);
@@ -1334,18 +1291,19 @@ static const sg_backend_ops cuda_ops = {
 	.moe_combine = cuda_moe_combine,
 	.argmax = cuda_argmax,
 	.top_candidates = cuda_top_candidates,
-	.short_conv = cuda_short_conv,
-	.gated_delta = cuda_gated_delta,
-	.gated_rmsnorm = cuda_gated_rmsnorm,
-	.sigmoid_mul = cuda_sigmoid_mul,
-	.gather_cols = cuda_gather_cols,
-	.glu_split = cuda_glu_split,
-	.moe_weight_scale = cuda_moe_weight_scale,
+	.short_conv = sg_cuda_short_conv,
+	.gated_delta = sg_cuda_gated_delta,
+	.gated_rmsnorm = sg_cuda_gated_rmsnorm,
+	.sigmoid_mul = sg_cuda_sigmoid_mul,
+	.gather_cols = sg_cuda_gather_cols,
+	.glu_split = sg_cuda_glu_split,
+	.moe_weight_scale = sg_cuda_moe_weight_scale,
 	.matmul_multi = cuda_matmul_multi,
 	.attn_prep_norm = cuda_attn_prep_norm,
 	.attention_prep = cuda_attention_prep,
 	.moe_glu = cuda_moe_glu,
 	.moe_combine_add = cuda_moe_combine_add,
+	.match_decode = cuda_match_decode,
 	.caps = cuda_caps,
 	.capture_begin = cuda_capture_begin,
 	.capture_end = cuda_capture_end,
@@ -1391,6 +1349,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	cb->fused = sg_flag_bool("SARAGOSSA_CUDA_FUSED");
 	cb->moe_gemm = (int)sg_flag_int("SARAGOSSA_CUDA_MOE_GEMM");
 	cb->xrepack = sg_flag_bool("SARAGOSSA_CUDA_EXPERT_REPACK");
+	cb->verify_batch = sg_flag_bool("SARAGOSSA_CUDA_VERIFY_BATCH");
 	sg_cu_trace_start();
 	struct cudaDeviceProp prop;
 	sg_status st = SG_OK;

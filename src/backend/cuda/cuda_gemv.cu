@@ -319,15 +319,18 @@ static int nt_for(int64_t n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8; 
 
 extern "C" int sg_cu_unit_elems(int kt) { return kt == SG_CUKT_F32 || kt == SG_CUKT_F16 || kt == SG_CUKT_BF16 ? 8 : 32; }
 
-extern "C" int sg_cu_gemv(const sg_cuw *w, const float *x, int64_t n, float *y, int64_t N, const float *bias, void *q8_scratch, sg_custream s)
+/* exact: each token as the one-token call takes it (the one-token kernels; their token loop or
+ * grid gives every token the same arithmetic) */
+static int gemv_run(const sg_cuw *w, const float *x, int64_t n, float *y, int64_t N, const float *bias, void *q8_scratch, sg_custream s, int exact)
 {
 	cudaStream_t st = (cudaStream_t)s;
-	int nt = nt_for(n);
+	int nt = exact ? 1 : nt_for(n);
 	/* one token of a planar K-quant: the fused stage GEMV, one matrix (its block-per-lane kernel) */
-	if (n == 1 && q8_scratch && sg_cu_policy_now()->gemv.block_per_lane && sg_cu_sb_ok(w)) {
+	if ((n == 1 || exact) && q8_scratch && sg_cu_policy_now()->gemv.block_per_lane && sg_cu_sb_ok(w)) {
+		if (n > INT32_MAX) return (int)cudaErrorInvalidValue;
 		sg_cu_multi m;
 		memset(&m, 0, sizeof(m));
-		m.nw = 1, m.epi = SG_CU_EPI_STORE, m.w[0] = *w, m.N[0] = N, m.bias[0] = bias, m.y[0] = y;
+		m.nw = 1, m.epi = SG_CU_EPI_STORE, m.w[0] = *w, m.N[0] = N, m.bias[0] = bias, m.y[0] = y, m.ntok = (int)n;
 		return sg_cu_gemv_multi(&m, x, 0, NULL, 0.0f, 0.0f, NULL, q8_scratch, s);
 	}
 	if (q8_scratch && sg_cu_has_q8(w->kt)) { /* 8-bit activations */
@@ -351,6 +354,17 @@ extern "C" int sg_cu_gemv(const sg_cuw *w, const float *x, int64_t n, float *y, 
 	dim3 grid((unsigned)((N + rows_per_block - 1) / rows_per_block), 1);
 	f<<<grid, WARPS * 32, 0, st>>>(*w, x, n, y, N, bias, NULL, NULL, NULL, NULL, 1, 0);
 	return (int)cudaGetLastError();
+}
+
+extern "C" int sg_cu_gemv(const sg_cuw *w, const float *x, int64_t n, float *y, int64_t N, const float *bias, void *q8_scratch, sg_custream s)
+{
+	return gemv_run(w, x, n, y, N, bias, q8_scratch, s, 0);
+}
+
+extern "C" int sg_cu_gemv_exact(const sg_cuw *w, const float *x, int64_t n, float *y, int64_t N, const float *bias, void *q8_scratch,
+				sg_custream s)
+{
+	return gemv_run(w, x, n, y, N, bias, q8_scratch, s, 1);
 }
 
 /* The grouped GEMV of an MoE matmul (cuda_gemv.h): the S slots sorted by expert (start, order,
@@ -409,24 +423,43 @@ static __device__ __forceinline__ int multi_row(const sg_cu_multi &p, int64_t gr
  */
 /* The epilogue of row slot s of a fused GEMV (S slots from row g0 of the row space; for the GLU
  * slots [0, S/2) are gate rows and [S/2, S) the same up rows); tot holds every slot's sum. */
-/* res_s: slot s's residual p.res[r] (ADD) when the caller loaded it ahead, else NULL */
+/* res_s: slot s's residual p.res[r] (ADD) when the caller loaded it ahead, else NULL; t: the
+ * token (sg_cu_multi.ntok) */
 template <int S>
-static __device__ __forceinline__ void multi_epi(const sg_cu_multi &p, int s, int64_t g0, const float *tot, int64_t rows, const float *res_s = NULL)
+static __device__ __forceinline__ void multi_epi(const sg_cu_multi &p, int s, int64_t g0, const float *tot, int64_t rows, const float *res_s = NULL,
+						 int64_t t = 0)
 {
 	if (p.epi == SG_CU_EPI_GLU) {
 		int64_t r = g0 + s;
 		if (s < S / 2 && r < rows) {
 			float g = tot[s] + (p.bias[0] ? p.bias[0][r] : 0.0f), u = tot[s + S / 2] + (p.bias[1] ? p.bias[1][r] : 0.0f);
-			p.y[0][r] = act_of(p.act, g) * u;
+			p.y[0][t * p.N[0] + r] = act_of(p.act, g) * u;
 		}
 	} else if (g0 + s < rows) {
 		int64_t r;
 		int m = multi_row(p, g0 + s, r);
 		float v = tot[s] + (p.bias[m] ? p.bias[m][r] : 0.0f);
-		if (p.epi == SG_CU_EPI_ADD) v = (res_s ? *res_s : p.res[r]) + v;
-		p.y[m][r] = v;
+		if (p.epi == SG_CU_EPI_ADD) v = (res_s ? *res_s : p.res[t * p.N[0] + r]) + v;
+		p.y[m][t * p.N[m] + r] = v;
 	}
 }
+
+/* The token of this block (sg_cu_multi.ntok; a row block's tokens are neighbours in the grid, so
+ * the weights they share are read from HBM once) and the block's index among a token's blocks;
+ * the activation pointers moved to the token's. */
+static __device__ __forceinline__ int64_t multi_token(const sg_cu_multi &p, int64_t &blk)
+{
+	const int64_t nt = p.ntok > 1 ? p.ntok : 1;
+	blk = blockIdx.x / nt;
+	return blockIdx.x % nt;
+}
+template <typename T> static __device__ __forceinline__ T *tok_at(T *ptr, int64_t t, size_t bytes)
+{
+	return ptr && t ? (T *)((const char *)ptr + (size_t)t * bytes) : ptr;
+}
+#define MULTI_TOKEN_PTRS(p, t)                                                                                        \
+	x = tok_at(x, t, sizeof(float) * (size_t)(p).w[0].K), xq = tok_at(xq, t, (p).q8b), dx = tok_at(dx, t, (p).q8b), \
+	sx = tok_at(sx, t, (p).q8b)
 
 /* The S row slots starting at row g0 of the row space: matrix, row, and its codes, scales, biases. */
 template <int S>
@@ -461,7 +494,10 @@ __global__ void __launch_bounds__(QT) mvw_kernel(const __grid_constant__ sg_cu_m
 {
 	const int glu = p.epi == SG_CU_EPI_GLU, per = glu ? S / 2 : S;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int64_t g0 = ((int64_t)blockIdx.x * (QT / 32) + warp) * per;
+	int64_t blk;
+	const int64_t t = multi_token(p, blk);
+	MULTI_TOKEN_PTRS(p, t);
+	int64_t g0 = (blk * (QT / 32) + warp) * per;
 	pdl_trigger();
 	if (g0 >= rows) {
 		pdl_wait();
@@ -480,7 +516,7 @@ __global__ void __launch_bounds__(QT) mvw_kernel(const __grid_constant__ sg_cu_m
 	for (int64_t u = lane; u < nu; u += 32) q8_unit<KT, S>(p.w[0], rp, sp, bp, u, xq, dx, sx, acc);
 #pragma unroll
 	for (int s = 0; s < S; s++) acc[s] = warp_sum(acc[s]);
-	if (lane < S) multi_epi<S>(p, lane, g0, acc, rows);
+	if (lane < S) multi_epi<S>(p, lane, g0, acc, rows, NULL, t);
 	(void)x;
 }
 
@@ -524,7 +560,10 @@ __global__ void __launch_bounds__(QT) mvm_kernel(const __grid_constant__ sg_cu_m
 	__shared__ float red[QT / 32][S];
 	const int glu = p.epi == SG_CU_EPI_GLU, per = glu ? S / 2 : S;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int64_t g0 = (int64_t)blockIdx.x * per;
+	int64_t blk;
+	const int64_t t = multi_token(p, blk);
+	MULTI_TOKEN_PTRS(p, t);
+	int64_t g0 = blk * per;
 	const uint8_t *rp[S], *sp[S], *bp[S];
 	int ms[S];
 	int64_t rs[S];
@@ -598,7 +637,7 @@ __global__ void __launch_bounds__(QT) mvm_kernel(const __grid_constant__ sg_cu_m
 #pragma unroll
 		for (int k = 0; k < QT / 32; k++) tot[s] += red[k][s];
 	}
-	multi_epi<S>(p, (int)threadIdx.x, g0, tot, rows);
+	multi_epi<S>(p, (int)threadIdx.x, g0, tot, rows, NULL, t);
 }
 
 /*
@@ -622,7 +661,7 @@ __global__ void __launch_bounds__(QT) mvm_kernel(const __grid_constant__ sg_cu_m
  */
 template <int KT, int LPR, int MANY>
 static __device__ __forceinline__ void mvs_run(const sg_cu_multi &p, const int8_t *__restrict__ xq, const float *__restrict__ dx,
-					       const float *__restrict__ sx, int64_t rows, int m, int64_t r, int64_t g0, float *tot)
+					       const float *__restrict__ sx, int64_t rows, int m, int64_t r, int64_t g0, float *tot, int64_t t)
 {
 	enum { S = QT / LPR };
 	const int slot = (int)threadIdx.x / LPR, sl = (int)threadIdx.x % LPR;
@@ -639,7 +678,7 @@ static __device__ __forceinline__ void mvs_run(const sg_cu_multi &p, const int8_
 	if (p.epi == SG_CU_EPI_ADD && (int)threadIdx.x < S && g0 + (int)threadIdx.x < rows) {
 		int64_t rr;
 		multi_row(p, g0 + (int)threadIdx.x, rr);
-		res_t = p.res[rr];
+		res_t = p.res[t * p.N[0] + rr];
 	}
 	extern __shared__ int4 xs[];
 	float4 *ss = (float4 *)(xs + 16 * nb), *ds = p.xstage ? ss + 4 * nb : NULL;
@@ -647,7 +686,7 @@ static __device__ __forceinline__ void mvs_run(const sg_cu_multi &p, const int8_
 	float acc = sb_row_sum<KT, LPR, MANY>(a, b, row, rsc, rbi, w.sb_bf16, nb, xs, ss, dx, ds);
 	if (sl == 0) tot[slot] = acc;
 	__syncthreads();
-	if ((int)threadIdx.x < S) multi_epi<S>(p, (int)threadIdx.x, g0, tot, rows, &res_t);
+	if ((int)threadIdx.x < S) multi_epi<S>(p, (int)threadIdx.x, g0, tot, rows, &res_t, t);
 }
 
 /* KT2 != KT (SARAGOSSA_CUDA_GEMV_MIXED): the matrices are of kinds KT and KT2 (q, k Q4_K and v
@@ -662,16 +701,19 @@ __global__ void __launch_bounds__(QT) mvs_kernel(const __grid_constant__ sg_cu_m
 	__shared__ float tot[S];
 	const int glu = p.epi == SG_CU_EPI_GLU, per = glu ? S / 2 : S;
 	const int slot = (int)threadIdx.x / LPR;
-	const int64_t g0 = (int64_t)blockIdx.x * per;
+	int64_t blk;
+	const int64_t t = multi_token(p, blk);
+	MULTI_TOKEN_PTRS(p, t);
+	const int64_t g0 = blk * per;
 	pdl_trigger();
 	int64_t gr = g0 + slot % per, r;
 	if (gr >= rows) gr = rows - 1; /* computed, never stored */
 	int m = glu ? slot / per : multi_row(p, gr, r);
 	if (glu) r = gr;
 	if constexpr (KT2 != KT) {
-		if (p.w[m].kt == KT2) return mvs_run<KT2, LPR, MANY>(p, xq, dx, sx, rows, m, r, g0, tot);
+		if (p.w[m].kt == KT2) return mvs_run<KT2, LPR, MANY>(p, xq, dx, sx, rows, m, r, g0, tot, t);
 	}
-	mvs_run<KT, LPR, MANY>(p, xq, dx, sx, rows, m, r, g0, tot);
+	mvs_run<KT, LPR, MANY>(p, xq, dx, sx, rows, m, r, g0, tot, t);
 	(void)x;
 }
 
@@ -887,13 +929,17 @@ static int mvp_launch(const sg_cu_multi *m, const float *x, const int8_t *xq, co
  * RMS-normalises one row x (when norm) into xn and quantizes it to 8-bit blocks exactly as
  * quant_x_kernel does. Block b quantizes the row's 32-blocks [16b, 16b + 16), one per warp; every
  * block sums the row's squares itself (the row is a few KB in L2), with the rmsnorm kernel's loop
- * and reduction at its block size, so xn is bit-identical to that kernel's output.
+ * and reduction at its block size, so xn is bit-identical to that kernel's output. blockIdx.y:
+ * the token (rows of K, 8-bit regions q8b bytes apart), each as if alone.
  */
 __global__ void __launch_bounds__(NQ_WARPS * 32) norm_quant_kernel(const float *__restrict__ x, const float *__restrict__ w, int norm, float eps,
 								   float off, int64_t K, float *__restrict__ xn, int8_t *__restrict__ xq,
-								   float *__restrict__ dx, float *__restrict__ sx)
+								   float *__restrict__ dx, float *__restrict__ sx, size_t q8b)
 {
 	int wi = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+	const int64_t t = blockIdx.y;
+	x = tok_at(x, t, sizeof(float) * (size_t)K), xn = tok_at(xn, t, sizeof(float) * (size_t)K);
+	xq = tok_at(xq, t, q8b), dx = tok_at(dx, t, q8b), sx = tok_at(sx, t, q8b);
 	float sc = 1.0f;
 	int64_t b = (int64_t)blockIdx.x * nw + wi, i = b * 32 + lane;
 	/* the norm weight before pdl_wait (weights are never written): its load, from HBM, is not
@@ -912,10 +958,10 @@ __global__ void __launch_bounds__(NQ_WARPS * 32) norm_quant_kernel(const float *
 }
 
 static void nq_launch(const float *x, const float *w, int norm, float eps, float off, int64_t K, float *xn, int8_t *xq,
-		      float *dx, float *sx, cudaStream_t st)
+		      float *dx, float *sx, cudaStream_t st, int ntok = 1, size_t q8b = 0)
 {
-	pdl_launch(norm_quant_kernel, dim3((unsigned)((K / 32 + NQ_WARPS - 1) / NQ_WARPS)), dim3(NQ_WARPS * 32), 0, st, x, w, norm,
-		   eps, off, K, xn, xq, dx, sx);
+	pdl_launch(norm_quant_kernel, dim3((unsigned)((K / 32 + NQ_WARPS - 1) / NQ_WARPS), (unsigned)ntok), dim3(NQ_WARPS * 32), 0, st, x, w,
+		   norm, eps, off, K, xn, xq, dx, sx, q8b);
 }
 
 extern "C" int sg_cu_norm_quant(const float *x, const float *w, float eps, float off, int64_t K, float *xn, void *q8, sg_custream s)
@@ -1000,10 +1046,13 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 	const sg_cu_policy *pol = sg_cu_policy_now();
 	int kt = m->w[0].kt, glu = m->epi == SG_CU_EPI_GLU;
 	int64_t K = m->w[0].K, rows = m->N[0];
+	const int nt = m->ntok > 1 ? m->ntok : 1;
+	const size_t q8b = sg_cu_q8_bytes(1, K);
 	if (m->nw < 1 || m->nw > SG_CU_MULTI_MAX) return (int)cudaErrorInvalidValue;
 	if (!glu)
 		for (int i = 1; i < m->nw; i++) rows += m->N[i];
-	const gemv_kernel gk = gemv_choose(m, pol);
+	gemv_kernel gk = gemv_choose(m, pol);
+	if (nt > 1 && gk == GEMV_PERSIST) gk = GEMV_LANES; /* the same bits, and a grid of tokens */
 	/* the unit kernels' row slots: the kernel bench's best, one row a block for plain formats, two
 	 * for the others (a GLU always pairs a gate and an up row) */
 	const int S = plain_kt(kt) && !glu ? 1 : 2;
@@ -1014,7 +1063,7 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 	float *dx = NULL, *sx = NULL;
 	if (plain_kt(kt)) {
 		if (norm) {
-			int e = sg_cu_rmsnorm(x, norm_w, eps, off, xn, 1, K, s);
+			int e = sg_cu_rmsnorm(x, norm_w, eps, off, xn, nt, K, s);
 			if (e) return e;
 			xin = xn;
 		}
@@ -1023,16 +1072,18 @@ extern "C" int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, 
 		sg_cu_q8_split(q8_scratch, K, &xq, &dx, &sx);
 		if (!x) goto launch; /* quantized by the producer */
 		if (norm && K < 1024) { /* the rmsnorm kernel's 128-thread size: normalise apart, then quantize */
-			int e = sg_cu_rmsnorm(x, norm_w, eps, off, xn, 1, K, s);
+			int e = sg_cu_rmsnorm(x, norm_w, eps, off, xn, nt, K, s);
 			if (e) return e;
 			x = xn;
 			norm = 0;
 		}
-		nq_launch(x, norm_w, norm, eps, off, K, norm ? xn : NULL, xq, dx, sx, st);
+		nq_launch(x, norm_w, norm, eps, off, K, norm ? xn : NULL, xq, dx, sx, st, nt, q8b);
 	}
 launch:;
 	sg_cu_multi mp = *m;
 	mp.xstage = pol->gemv.xstage;
+	mp.ntok = nt;
+	mp.q8b = q8b;
 	if (gk == GEMV_PERSIST) {
 		int e = mvp_launch(&mp, xin, xq, dx, sx, rows, st, pol);
 		if (e >= 0) return e;
@@ -1040,12 +1091,12 @@ launch:;
 	if (gk == GEMV_PERSIST || gk == GEMV_LANES || gk == GEMV_LANES_MIX) {
 		int lpr = sb_lanes(K / 256), slots = QT / lpr, per = glu ? slots / 2 : slots;
 		mvs_fn fk = gk == GEMV_LANES_MIX ? sb_pick_many<MvsMix, SG_CUKT_Q4_K>(lpr, K / 256) : picks(sb_kind(&m->w[0]), lpr, K / 256);
-		pdl_launch(fk, dim3((unsigned)((rows + per - 1) / per)), dim3(QT), stage_bytes(K), st, mp, xin,
+		pdl_launch(fk, dim3((unsigned)((rows + per - 1) / per * nt)), dim3(QT), stage_bytes(K), st, mp, xin,
 			   (const int8_t *)xq, (const float *)dx, (const float *)sx, rows);
 		return (int)cudaGetLastError();
 	}
 	int per = (glu ? S / 2 : S) * (gk == GEMV_WARPS ? QT / 32 : 1);
-	int64_t nb = (rows + per - 1) / per;
+	int64_t nb = (rows + per - 1) / per * nt;
 	size_t wbytes = 0; /* the launch's weight bytes: small launches load theirs before the wait */
 	for (int i = 0; i < m->nw; i++) wbytes += (size_t)m->N[i] * m->w[i].row_bytes;
 	mp.pre = pol->gemv.pre && plain_kt(kt) && wbytes <= PRE_MAX_BYTES;

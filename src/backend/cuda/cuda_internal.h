@@ -50,6 +50,8 @@ typedef struct sg_cuda_backend {
 	uint8_t *xstage;          /* an expert's file bytes on the device, before the repack into its slot */
 	size_t xstage_cap;
 	int xrepack;              /* SARAGOSSA_CUDA_EXPERT_REPACK: experts repacked on the device */
+	int exact;        /* match_decode on: many-token ops give each token a one-token step's bits */
+	int verify_batch; /* SARAGOSSA_CUDA_VERIFY_BATCH: exact steps' GEMVs over all tokens in one launch */
 	int capturing;
 	cudaGraphExec_t exec;
 	unsigned exec_gen;
@@ -140,5 +142,16 @@ sg_status sg_cuda_moe_gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x,
 			   int64_t E, float *y, int64_t N);
 /* Prefill attention as GEMMs (scores, masked softmax, values) over the live KV rows. */
 sg_status sg_cuda_attn_gemm(sg_cuda_backend *cb, const sg_cu_attn *a, const sg_btensor *pos);
+
+
+/* The linear-attention and Gemma 4 stage ops (cuda_hybrid.c), for the op table. */
+sg_status sg_cuda_short_conv(sg_backend *be, const sg_btensor *x, const sg_btensor *w, sg_btensor *state, sg_btensor *out);
+sg_status sg_cuda_gated_delta(sg_backend *be, const sg_btensor *qkv, const sg_btensor *a, const sg_btensor *b, const sg_btensor *a_log,
+			      const sg_btensor *dt_bias, const sg_gdn_params *p, sg_btensor *state, sg_btensor *out);
+sg_status sg_cuda_gated_rmsnorm(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *gate, float eps, sg_btensor *y);
+sg_status sg_cuda_sigmoid_mul(sg_backend *be, const sg_btensor *x, const sg_btensor *gate, sg_btensor *out);
+sg_status sg_cuda_gather_cols(sg_backend *be, const sg_btensor *x, const sg_btensor *idx, sg_btensor *out);
+sg_status sg_cuda_glu_split(sg_backend *be, const sg_btensor *x, sg_act act, sg_btensor *out);
+sg_status sg_cuda_moe_weight_scale(sg_backend *be, sg_btensor *weights, const sg_btensor *ids, const sg_btensor *scale);
 
 #endif

@@ -63,6 +63,9 @@ void sg_cu_q8_split(void *q8, int64_t K, int8_t **xq, float **dx, float **sx);
  * the fused stage kernel (the policy's gemv.block_per_lane), else 2 rows a 128-thread block split
  * over its lanes. Without, f32 activations: 2 rows a warp for quantized types, 1 for plain ones. */
 int sg_cu_gemv(const sg_cuw *w, const float *x, int64_t n, float *y, int64_t N, const float *bias, void *q8_scratch, sg_custream s);
+/* The same for n tokens, each with the bits sg_cu_gemv gives it alone (exact verification): the
+ * one-token kernel over the n tokens. q8_scratch: n * sg_cu_q8_bytes(1, K) bytes. */
+int sg_cu_gemv_exact(const sg_cuw *w, const float *x, int64_t n, float *y, int64_t N, const float *bias, void *q8_scratch, sg_custream s);
 
 /* The fused decode GEMV (one token): up to three matrices of one format and K share the input
  * (concatenated in row space: one launch), with an epilogue. */
@@ -78,13 +81,20 @@ typedef struct sg_cu_multi {
 	const float *res;                     /* ADD; may alias y_0 */
 	int xstage;                           /* set by sg_cu_gemv_multi: the policy's gemv.xstage */
 	int pre;                              /* set by sg_cu_gemv_multi: gemv.pre, for launches of at most 4 MB */
+	int ntok;                             /* tokens (0 or 1: one): x, xn [ntok][K], y_i [ntok][N_i],
+					       * res [ntok][N_0], each token with a one-token call's bits */
+	size_t q8b;                           /* set by sg_cu_gemv_multi: bytes of a token's 8-bit activations */
 } sg_cu_multi;
 /* 1 if kt has the fused kernel: plain types on f32 activations, the others on 8-bit ones. */
 int sg_cu_multi_ok(int kt);
 /* Runs m on one token x [K]: when norm, x is first RMS-normalised (w may be NULL, eps, off) into
  * xn; quantized formats quantize the (normalised) x to 8 bits in the same kernel. The kernel is
  * the policy's (cuda_policy.h; gemv_choose). q8_scratch: sg_cu_q8_bytes(1, K) bytes for quantized
- * kt; x NULL (quantized kt, no norm): q8_scratch already holds x quantized (see sg_cu_q8_split). */
+ * kt; x NULL (quantized kt, no norm): q8_scratch already holds x quantized (see sg_cu_q8_split).
+ * m->ntok > 1: that many tokens in one launch, each given the bits the one-token call gives it
+ * (the kernel the one-token call picks, its blocks repeated per token, a row block's tokens
+ * neighbours in the grid so the weights come from HBM once); q8_scratch then holds ntok
+ * sg_cu_q8_bytes(1, K) regions (x NULL: all of them already hold the tokens' x). */
 int sg_cu_gemv_multi(const sg_cu_multi *m, const float *x, int norm, const float *norm_w, float eps,
 		     float off, float *xn, void *q8_scratch, sg_custream s);
 
