@@ -45,7 +45,7 @@ WORKLOADS = {
 def run_sg(bin_, args, prompt, extra, env):
     cmd = [bin_, "generate", "--model", args.target, "--prompt", "-", "--temperature", "0", "--max-tokens",
            str(args.max_tokens), "--threads", str(args.threads), "--ctx", "2048", "--json", "--backend", args.backend, *extra]
-    p = subprocess.run(cmd, input=prompt, capture_output=True, text=True, env=env, timeout=3600)
+    p = subprocess.run(cmd, input=prompt, capture_output=True, text=True, errors="replace", env=env, timeout=3600)
     if p.returncode:
         sys.exit(f"saragossa failed: {p.stderr[-500:]}")
     o = json.loads(p.stdout)
@@ -59,9 +59,10 @@ def run_llama(dir_, args, prompt, kind):
         exe = pathlib.Path(dir_) / "llama-bench"
         cmd = [str(exe), "-m", args.target, "-p", "0", "-n", str(args.max_tokens), "-d", "512", "-t", str(args.threads),
                "-ngl", str(args.llama_ngl), "-r", "1", "-o", "json"]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+        p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=3600)
         if p.returncode:
-            sys.exit(f"llama-bench failed: {p.stderr[-800:]}")
+            print(f"llama-bench failed: {p.stderr[-800:]}", file=sys.stderr)
+            return {"tps": 0.0, "acc": None, "text": ""}
         return {"tps": float(json.loads(p.stdout)[0]["avg_ts"]), "acc": None, "text": ""}
     exe = pathlib.Path(dir_) / "llama-speculative-simple"
     cmd = [str(exe), "-m", args.target, "-p", prompt, "-n", str(args.max_tokens), "-t", str(args.threads), "--temp", "0", "-c",
@@ -71,9 +72,10 @@ def run_llama(dir_, args, prompt, kind):
                 "--spec-draft-n-min", "1", "--spec-draft-p-min", "0.5", "--spec-type", "draft-simple"]
     else:
         cmd += ["--spec-type", "ngram-simple"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=3600)
     if p.returncode:
-        sys.exit(f"llama-speculative-simple failed: {p.stderr[-800:]}")
+        print(f"llama-speculative-simple failed: {p.stderr[-800:]}", file=sys.stderr)
+        return {"tps": 0.0, "acc": None, "text": ""}
     err = p.stderr
     m = re.search(r"decoded\s+(\d+)\s+tokens in\s+([\d.]+)\s+seconds, speed:\s+([\d.]+)\s+t/s", err)
     acc = re.search(r"accept\s*=\s*([\d.]+)%", err)

@@ -184,6 +184,16 @@ extern "C" int sg_cu_attn_prep(float *q, float *k, const float *v, const int32_t
 	return ok();
 }
 
+/* A fence in the chain (cuda_internal.h): launched plainly, it starts after everything before it has
+ * ended, and never triggers its dependents early. */
+__global__ void fence_kernel() {}
+
+extern "C" int sg_cu_fence(sg_custream s)
+{
+	fence_kernel<<<1, 1, 0, (cudaStream_t)s>>>();
+	return ok();
+}
+
 /* --- attention --- */
 
 #define AW 4 /* warps per attention block: each takes every AW-th kv position */

@@ -512,7 +512,7 @@ sg_status sg_cuda_matmul(sg_backend *be, const sg_btensor *w, const sg_btensor *
 		if (cb->q8x && sg_cu_has_q8(v.kt) && !(q8 = sg_cuda_scratch(cb, qb * (size_t)n, &st))) return st;
 		for (int64_t t = 0; t < n; t += cb->verify_batch ? n : 1) {
 			int64_t nt = cb->verify_batch ? n : 1;
-			CU_RET("matmul", sg_cu_gemv_exact(&v, x->data + t * v.K, nt, y->data + t * N, N, b, q8, S(cb)));
+			CU_RET("matmul", sg_cu_gemv_exact(&v, (const float *)x->data + t * v.K, nt, (float *)y->data + t * N, N, b, q8, S(cb)));
 		}
 		return SG_OK;
 	}
@@ -1009,10 +1009,20 @@ static sg_status attention_run(sg_backend *be, const sg_btensor *q, const sg_bte
 		a.prep.k = pa->k, a.prep.v = pa->v, a.prep.qn = pa->qn, a.prep.kn = pa->kn;
 		a.prep.eps = pa->eps, a.prep.off = pa->off;
 		a.prep.on = cb->attn_dec && sg_cu_attn_prep_ok(&a); /* one token, no ring, the wide kernel */
-		if (!a.prep.on && (st = prep_run(cb, pa))) return st;
+		if (!a.prep.on && !(cb->exact && a.n > 1 && pa->r.dyn) && (st = prep_run(cb, pa))) return st;
 	}
-	/* an exact step (match_decode): each token as a one-token step, the prep done for all above */
+	/* an exact step (match_decode): each token as a one-token step after the prep of all of them
+	 * (token by token for dynamic NTK rope, whose base follows the step's last position); the
+	 * fence keeps the one-token kernel's loads before its wait (rows of earlier steps) from
+	 * overtaking this prep's stores */
 	if (cb->exact && a.n > 1) {
+		for (int64_t t = 0; pa && pa->r.dyn && t < a.n; t++) {
+			prep_args one = *pa;
+			one.n = 1, one.pos = pa->pos + t;
+			one.q = pa->q + t * pa->Hq * pa->r.hd, one.k = pa->k + t * pa->Hk * pa->r.hd, one.v = pa->v + t * pa->Hk * pa->hdv;
+			if ((st = prep_run(cb, &one))) return st;
+		}
+		CU_RET("attention", sg_cu_fence(S(cb)));
 		sg_cu_attn b = a;
 		b.n = 1;
 		b.prep.on = 0;

@@ -144,6 +144,10 @@ sg_status sg_cuda_moe_gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x,
 sg_status sg_cuda_attn_gemm(sg_cuda_backend *cb, const sg_cu_attn *a, const sg_btensor *pos);
 
 
+/* A kernel launched without programmatic dependence that lets the next kernel start only when it
+ * ends (cuda_attn.cu): a later kernel's loads before its pdl_wait then see every store before it. */
+int sg_cu_fence(sg_custream s);
+
 /* The linear-attention and Gemma 4 stage ops (cuda_hybrid.c), for the op table. */
 sg_status sg_cuda_short_conv(sg_backend *be, const sg_btensor *x, const sg_btensor *w, sg_btensor *state, sg_btensor *out);
 sg_status sg_cuda_gated_delta(sg_backend *be, const sg_btensor *qkv, const sg_btensor *a, const sg_btensor *b, const sg_btensor *a_log,
