@@ -730,6 +730,7 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
 	cb->mlx_repack = (int)sg_flag_int("SARAGOSSA_CPU_MLX_REPACK");
 	cb->conv_packed = sg_flag_bool("SARAGOSSA_CPU_CONV_PACKED");
 	cb->gate_simd = sg_flag_bool("SARAGOSSA_CPU_GATE_SIMD");
+	cb->softmax_simd = sg_flag_bool("SARAGOSSA_CPU_SOFTMAX_SIMD");
 	pthread_once(&pf_once, pf_init);
 	sg_status st = sg_threadpool_create(p->n_threads, &cb->pool);
 	if (st) {
