@@ -373,9 +373,8 @@ static void mm_task(void *ctx, int ith, int nth)
 		for (int64_t c; (c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < nch;) {
 			int64_t a = c * GEMM_RCH, b = a + GEMM_RCH < j->N ? a + GEMM_RCH : j->N;
 			mm_gemm(j, a, b);
-			if (j->bias)
-				for (int64_t t = 0; t < j->nx; t++)
-					for (int64_t r = a; r < b; r++) j->y[t * j->N + r] += j->bias[r];
+			if (j->bias) /* the kernel set's axpy with a = 1: y + bias rounded once, as a scalar add */
+				for (int64_t t = 0; t < j->nx; t++) j->cb->k->axpy_f32(j->y + t * j->N + a, j->bias + a, 1.0f, b - a);
 		}
 		return;
 	} else {
@@ -399,9 +398,8 @@ static void mm_task(void *ctx, int ith, int nth)
 			}
 		}
 	}
-	if (j->bias)
-		for (int64_t t = 0; t < j->nx; t++)
-			for (int64_t r = r0; r < r1; r++) j->y[t * j->N + r] += j->bias[r];
+	if (j->bias && r0 < r1)
+		for (int64_t t = 0; t < j->nx; t++) j->cb->k->axpy_f32(j->y + t * j->N + r0, j->bias + r0, 1.0f, r1 - r0);
 }
 
 /* Fills the kernel part of a job; SG_OK or an error naming the type. */
