@@ -445,6 +445,44 @@ Test(backend_ops, packed_float_gemm_has_the_unpacked_gemms_bits)
 #endif
 }
 
+/* A GEMM of few rows (one 64-row chunk: Whisper's scores times V) with its tokens shared out over
+ * threads (SARAGOSSA_CPU_GEMM_SPLIT_TOKENS) gives the bits of one thread and of rows-only sharing,
+ * for float and 8-bit weights, with a bias, over a token count that leaves a partial chunk. */
+Test(backend_ops, gemm_of_few_rows_split_over_tokens_keeps_its_bits)
+{
+	sg_backend *b1 = make_be(NULL, 1), *b2[2];
+	for (int on = 0; on < 2; on++) {
+		setenv("SARAGOSSA_CPU_GEMM_SPLIT_TOKENS", on ? "1" : "0", 1);
+		sg_flags_reload();
+		b2[on] = make_be(NULL, 3);
+	}
+	unsetenv("SARAGOSSA_CPU_GEMM_SPLIT_TOKENS");
+	sg_flags_reload();
+	cr_assert(b1 && b2[0] && b2[1]);
+	cr_assert(!((sg_cpu_backend *)b2[0])->gemm_split_tokens && ((sg_cpu_backend *)b2[1])->gemm_split_tokens);
+	static const sg_kt kts[3] = {SG_KT_F32, SG_KT_F16, SG_KT_Q8_0};
+	for (int i = 0; i < 3; i++) {
+		int64_t N = 64, K = 160, ntok = 1003;
+		wmat w = make_w(b1, kts[i], N, K, 0, 0);
+		sg_btensor x = f32_tensor(b1, K, ntok, 1), bias = f32_tensor(b1, N, 1, 1);
+		sg_btensor y[3] = {f32_tensor(b1, N, ntok, 1), f32_tensor(b1, N, ntok, 1), f32_tensor(b1, N, ntok, 1)};
+		fill(&x, 1.0f);
+		fill(&bias, 1.0f);
+		cr_assert_eq(b1->ops->matmul(b1, &w.t, &x, &bias, &y[0]), SG_OK);
+		cr_assert_eq(b2[0]->ops->matmul(b2[0], &w.t, &x, &bias, &y[1]), SG_OK);
+		cr_assert_eq(b2[1]->ops->matmul(b2[1], &w.t, &x, &bias, &y[2]), SG_OK);
+		for (int v = 1; v < 3; v++)
+			cr_expect(!memcmp(y[0].data, y[v].data, sizeof(float) * (size_t)(N * ntok)), "%s split %d: differs from one thread",
+				  sg_cpu_kt_info(kts[i])->name, v - 1);
+		sg_btensor *all[] = {&x, &bias, &y[0], &y[1], &y[2]};
+		for (int j = 0; j < 5; j++) b1->ops->tensor_free(b1, all[j]);
+		free_w(&w);
+	}
+	sg_backend_free(b1);
+	sg_backend_free(b2[0]);
+	sg_backend_free(b2[1]);
+}
+
 /* A speculative verify step (match_decode on): every type, GEMM kernels or not, gives each of
  * many tokens the bits of a one-token call, with the 4-token kernels (9 tokens: 4 + 4 + 1) and
  * without them (SARAGOSSA_CPU_MV4=0). */

@@ -223,6 +223,7 @@ typedef struct sg_cpu_backend {
 	int attn_split_kv; /* SARAGOSSA_CPU_ATTN_SPLIT_KV */
 	int gemm;          /* SARAGOSSA_CPU_GEMM: many tokens take the kernel set's mm[] */
 	int gemm_packed;   /* SARAGOSSA_CPU_GEMM_PACKED: float weights take mm_packed[] where the set has it */
+	int gemm_split_tokens; /* SARAGOSSA_CPU_GEMM_SPLIT_TOKENS: a GEMM of few rows shares its tokens out */
 	int exact;         /* match_decode on: many-token ops give each token the one-token bits */
 	int mv4;           /* SARAGOSSA_CPU_MV4: many tokens without the GEMM take mv4[] 4 at a time */
 	int conv_packed;   /* SARAGOSSA_CPU_CONV_PACKED: bind packs conv1d weights (SG_CPU_LAYOUT_CONV) */
