@@ -2,7 +2,8 @@
 # Interleaved rounds of whole jfk.wav runs, whisper.cpp beside saragossa (and saragossa variants
 # given as environment assignments), for cores shared with other work: each round runs every
 # engine once, so load that comes and goes falls on all of them alike.
-#   bench/whisper_vs_cpp_rounds.sh THREADS ROUNDS ['VAR=0 VAR2=1' ...]
+#   bench/whisper_vs_cpp_rounds.sh THREADS ROUNDS ['VAR=0 VAR2=1' | bin=OTHER_WHISPER_BENCH ...]
+# (bin= runs another build of bench/whisper_bench.c, e.g. one of the base branch, as a variant)
 # Prints one line per run: the process CPU time (user + sys, /usr/bin/time) and the wall time of
 # the whole run (load, mel, encode, greedy decode). Run bench/whisper_vs_cpp.sh once first: it
 # builds whisper.cpp, the ggml file and build/bench/whisper_bench.
@@ -31,6 +32,9 @@ for r in $(seq "$rounds"); do
 	one "whisper.cpp" "$work/build/bin/whisper-cli" -m "$model" -f "$wav" -t "$threads" -nt -bs 1 -bo 1 -nf -ng
 	one "saragossa" build/bench/whisper_bench "$model" "$wav" "$threads" 1
 	for v in "$@"; do
-		one "saragossa $v" env $v build/bench/whisper_bench "$model" "$wav" "$threads" 1
+		case "$v" in
+		bin=*) one "saragossa ${v#bin=}" "${v#bin=}" "$model" "$wav" "$threads" 1 ;;
+		*) one "saragossa $v" env $v build/bench/whisper_bench "$model" "$wav" "$threads" 1 ;;
+		esac
 	done
 done
