@@ -3,10 +3,11 @@
  * kernel (SARAGOSSA_CPU_GEMM_PACKED=1) and the 256-bit tile it replaces taken in turn.
  *
  *   cc -std=c17 -D_GNU_SOURCE -O2 -Iinclude -Isrc bench/kernels/bench_gemm_f32.c build/libsaragossa.a \
- *      -lm -lpthread -ldl -o build/bench/bench_gemm_f32 && build/bench/bench_gemm_f32 [TOKENS] [RUNS]
+ *      -lm -lpthread -ldl -o build/bench/bench_gemm_f32 && build/bench/bench_gemm_f32 [TOKENS] [RUNS] [f32|f16]
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "backend/backend.h"
@@ -20,12 +21,15 @@ static double cpu_s(void)
 	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static int tensor(sg_backend *be, int64_t n0, int64_t n1, sg_btensor *t)
+static int tensor(sg_backend *be, sg_type type, int64_t n0, int64_t n1, sg_btensor *t)
 {
 	int64_t ne[4] = {n0, n1, 1, 1};
-	if (be->ops->tensor_alloc(be, SG_TYPE_F32, ne, t) != SG_OK) return 1;
-	float *p = t->data;
-	for (int64_t i = 0; i < n0 * n1; i++) p[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+	if (be->ops->tensor_alloc(be, type, ne, t) != SG_OK) return 1;
+	for (int64_t i = 0; i < n0 * n1; i++) {
+		float v = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+		if (type == SG_TYPE_F16) ((uint16_t *)t->data)[i] = sg_cpu_f32_to_f16(v);
+		else ((float *)t->data)[i] = v;
+	}
 	return 0;
 }
 
@@ -33,7 +37,10 @@ int main(int argc, char **argv)
 {
 	int64_t T = argc > 1 ? atoll(argv[1]) : 2048;
 	int runs = argc > 2 ? atoi(argv[2]) : 5;
-	static const int64_t shapes[3][2] = {{384, 384}, {1536, 384}, {384, 1536}}; /* N (rows), K */
+	sg_type wt = argc > 3 && !strcmp(argv[3], "f16") ? SG_TYPE_F16 : SG_TYPE_F32; /* the weights' type */
+	/* N (rows), K: MiniLM / Whisper tiny projections and MLP, then Whisper's per-head scores (K = head dim
+	 * 64, the keys as rows) and their product with V (the head's 64 dims as rows, K = 1500 positions) */
+	static const int64_t shapes[5][2] = {{384, 384}, {1536, 384}, {384, 1536}, {1500, 64}, {64, 1500}};
 	sg_backend *be[2] = {NULL, NULL};
 	for (int p = 0; p < 2; p++) {
 		setenv("SARAGOSSA_CPU_GEMM_PACKED", p ? "1" : "0", 1);
@@ -41,12 +48,13 @@ int main(int argc, char **argv)
 		sg_cpu_params cp = {1, NULL};
 		if (sg_cpu_backend_create(&cp, &be[p]) != SG_OK) return 1;
 	}
-	printf("kernel set %s, %lld tokens, 1 thread, best of %d\n", ((sg_cpu_backend *)be[0])->k->name, (long long)T, runs);
+	printf("kernel set %s, %s weights, %lld tokens, 1 thread, best of %d\n", ((sg_cpu_backend *)be[0])->k->name,
+	       wt == SG_TYPE_F16 ? "F16" : "F32", (long long)T, runs);
 	printf("| N x K | 256-bit tile GFLOP/s | packed GFLOP/s | ratio |\n|---|---|---|---|\n");
-	for (int s = 0; s < 3; s++) {
+	for (int s = 0; s < 5; s++) {
 		int64_t N = shapes[s][0], K = shapes[s][1];
 		sg_btensor w, x, y;
-		if (tensor(be[0], K, N, &w) || tensor(be[0], K, T, &x) || tensor(be[0], N, T, &y)) return 1;
+		if (tensor(be[0], wt, K, N, &w) || tensor(be[0], SG_TYPE_F32, K, T, &x) || tensor(be[0], SG_TYPE_F32, N, T, &y)) return 1;
 		double best[2] = {1e30, 1e30};
 		for (int r = 0; r < runs; r++)
 			for (int p = 0; p < 2; p++) {

@@ -26,8 +26,15 @@ static const sg_flag table[] = {
 	 "CPU: GELU with the exact erf (BERT, Whisper) runs the vectorised erf of the x86 kernel sets, within 1e-6 of libm's erff "
 	 "(0: the scalar erff loop)"},
 	{"SARAGOSSA_CPU_GEMM_PACKED", SG_FLAG_BOOL, "1",
-	 "CPU, AVX-512: many-token matmuls of F32/F16/BF16 weights pack 8 weight rows at a time (row pairs interleaved) and run a "
-	 "4 pair x 6 token tile of 512-bit FMAs, the same sums bit for bit (0: the 256-bit 4 x 4 tile on unpacked rows)"},
+	 "CPU: many-token matmuls of F32/F16/BF16 weights pack their weight rows once per call as floats: AVX-512 runs a 4 row "
+	 "pair x 6 token tile of 512-bit FMAs on 8 rows (row pairs interleaved), AVX2 a 4 row x 3 token tile finishing 4 rows' "
+	 "sums together; the same sums bit for bit (0: the unpacked 256-bit tile: 4 x 4 on AVX-512, 2 x 4 on AVX2)"},
+	{"SARAGOSSA_CPU_GEMM_SPLIT_TOKENS", SG_FLAG_BOOL, "1",
+	 "CPU: a many-token matmul with fewer than two 64-row chunks a thread (Whisper's attention times V: 64 rows) also "
+	 "shares its tokens out in chunks of 96, the same bits (0: rows only, so one thread may do the whole product)"},
+	{"SARAGOSSA_CPU_SOFTMAX_SIMD", SG_FLAG_BOOL, "1",
+	 "CPU, x86: the softmax op's rows (Whisper's encoder scores) take the max and the scaling 8 lanes at a time, the same bits "
+	 "(0: scalar loops around the exponentials)"},
 	{"SARAGOSSA_CPU_MV4", SG_FLAG_BOOL, "1",
 	 "CPU: many-token matmuls that take the one-token kernel (SARAGOSSA_CPU_GEMM=0, speculative verify steps) run 4 tokens a "
 	 "call on Q4_K and Q6_K weights, each block unpacked once (the same bits; 0: one token a call)"},

@@ -395,40 +395,92 @@ Test(backend_ops, prefill_equals_decode_bit_for_bit_for_float_and_non_gemm_types
 	cr_expect(exact > 20);
 }
 
-/* The packed float GEMM (AVX-512, SARAGOSSA_CPU_GEMM_PACKED) against the unpacked tile it
- * replaces, bit for bit: rows past a block of 8, K a multiple of 8 (the sums finished across
- * registers) and with a tail past one (finished one by one), tokens over
- * two chunks of the driver and a partial 6-token tile, and long rows (4104). */
+/* The packed float GEMMs (SARAGOSSA_CPU_GEMM_PACKED: AVX-512's 512-bit tile, AVX2's 4-row tile)
+ * against the unpacked tile they replace, bit for bit: rows past a block of 8 (and of 4), K a
+ * multiple of 8 (the sums finished across registers; 64 is Whisper's head dim) and with a tail
+ * past one (finished one by one), tokens over two chunks of the driver and partial token tiles,
+ * and long rows (4104). */
 Test(backend_ops, packed_float_gemm_has_the_unpacked_gemms_bits)
 {
+	static const char *sets[] = {"avx512", "avx2"};
 	static const sg_kt kts[3] = {SG_KT_F32, SG_KT_F16, SG_KT_BF16};
-	static const int64_t Ks[3] = {96, 100, 4104};
-	sg_backend *be[2];
-	for (int packed = 0; packed < 2; packed++) {
-		setenv("SARAGOSSA_CPU_GEMM_PACKED", packed ? "1" : "0", 1);
-		sg_flags_reload();
-		be[packed] = make_be("avx512", 2);
-	}
-	unsetenv("SARAGOSSA_CPU_GEMM_PACKED");
-	sg_flags_reload();
-	if (!be[0]) return;
-	cr_assert(!((sg_cpu_backend *)be[0])->gemm_packed && ((sg_cpu_backend *)be[1])->gemm_packed);
-	for (int i = 0; i < 3; i++)
-		for (int ki = 0; ki < 3; ki++) {
-			int64_t N = 77, K = Ks[ki], ntok = 101;
-			wmat w = make_w(be[0], kts[i], N, K, 0, 0);
-			sg_btensor x = f32_tensor(be[0], K, ntok, 1), y0 = f32_tensor(be[0], N, ntok, 1), y1 = f32_tensor(be[0], N, ntok, 1);
-			fill(&x, 1.0f);
-			cr_assert_eq(be[0]->ops->matmul(be[0], &w.t, &x, NULL, &y0), SG_OK);
-			cr_assert_eq(be[1]->ops->matmul(be[1], &w.t, &x, NULL, &y1), SG_OK);
-			cr_expect(!memcmp(y0.data, y1.data, sizeof(float) * (size_t)(N * ntok)), "%s K %lld: packed GEMM differs in bits",
-				  sg_cpu_kt_info(kts[i])->name, (long long)K);
-			sg_btensor *all[] = {&x, &y0, &y1};
-			for (int j = 0; j < 3; j++) be[0]->ops->tensor_free(be[0], all[j]);
-			free_w(&w);
+	static const int64_t Ks[4] = {64, 96, 100, 4104};
+	int checked = 0;
+	for (int s = 0; s < 2; s++) {
+		sg_backend *be[2];
+		for (int packed = 0; packed < 2; packed++) {
+			setenv("SARAGOSSA_CPU_GEMM_PACKED", packed ? "1" : "0", 1);
+			sg_flags_reload();
+			be[packed] = make_be(sets[s], 2);
 		}
-	sg_backend_free(be[0]);
-	sg_backend_free(be[1]);
+		unsetenv("SARAGOSSA_CPU_GEMM_PACKED");
+		sg_flags_reload();
+		if (!be[0] || !be[1]) {
+			if (be[0]) sg_backend_free(be[0]);
+			if (be[1]) sg_backend_free(be[1]);
+			continue;
+		}
+		cr_assert(!((sg_cpu_backend *)be[0])->gemm_packed && ((sg_cpu_backend *)be[1])->gemm_packed);
+		cr_assert(((sg_cpu_backend *)be[1])->k->mm_packed[SG_KT_F32], "%s: no packed float GEMM", sets[s]);
+		for (int i = 0; i < 3; i++)
+			for (int ki = 0; ki < 4; ki++) {
+				int64_t N = 77, K = Ks[ki], ntok = 101;
+				wmat w = make_w(be[0], kts[i], N, K, 0, 0);
+				sg_btensor x = f32_tensor(be[0], K, ntok, 1), y0 = f32_tensor(be[0], N, ntok, 1), y1 = f32_tensor(be[0], N, ntok, 1);
+				fill(&x, 1.0f);
+				cr_assert_eq(be[0]->ops->matmul(be[0], &w.t, &x, NULL, &y0), SG_OK);
+				cr_assert_eq(be[1]->ops->matmul(be[1], &w.t, &x, NULL, &y1), SG_OK);
+				cr_expect(!memcmp(y0.data, y1.data, sizeof(float) * (size_t)(N * ntok)), "%s %s K %lld: packed GEMM differs in bits",
+					  sets[s], sg_cpu_kt_info(kts[i])->name, (long long)K);
+				checked++;
+				sg_btensor *all[] = {&x, &y0, &y1};
+				for (int j = 0; j < 3; j++) be[0]->ops->tensor_free(be[0], all[j]);
+				free_w(&w);
+			}
+		sg_backend_free(be[0]);
+		sg_backend_free(be[1]);
+	}
+#if defined(__x86_64__)
+	cr_expect(checked >= 12, "no x86 kernel set ran the packed GEMM");
+#endif
+}
+
+/* A GEMM of few rows (one 64-row chunk: Whisper's scores times V) with its tokens shared out over
+ * threads (SARAGOSSA_CPU_GEMM_SPLIT_TOKENS) gives the bits of one thread and of rows-only sharing,
+ * for float and 8-bit weights, with a bias, over a token count that leaves a partial chunk. */
+Test(backend_ops, gemm_of_few_rows_split_over_tokens_keeps_its_bits)
+{
+	sg_backend *b1 = make_be(NULL, 1), *b2[2];
+	for (int on = 0; on < 2; on++) {
+		setenv("SARAGOSSA_CPU_GEMM_SPLIT_TOKENS", on ? "1" : "0", 1);
+		sg_flags_reload();
+		b2[on] = make_be(NULL, 3);
+	}
+	unsetenv("SARAGOSSA_CPU_GEMM_SPLIT_TOKENS");
+	sg_flags_reload();
+	cr_assert(b1 && b2[0] && b2[1]);
+	cr_assert(!((sg_cpu_backend *)b2[0])->gemm_split_tokens && ((sg_cpu_backend *)b2[1])->gemm_split_tokens);
+	static const sg_kt kts[3] = {SG_KT_F32, SG_KT_F16, SG_KT_Q8_0};
+	for (int i = 0; i < 3; i++) {
+		int64_t N = 64, K = 160, ntok = 1003;
+		wmat w = make_w(b1, kts[i], N, K, 0, 0);
+		sg_btensor x = f32_tensor(b1, K, ntok, 1), bias = f32_tensor(b1, N, 1, 1);
+		sg_btensor y[3] = {f32_tensor(b1, N, ntok, 1), f32_tensor(b1, N, ntok, 1), f32_tensor(b1, N, ntok, 1)};
+		fill(&x, 1.0f);
+		fill(&bias, 1.0f);
+		cr_assert_eq(b1->ops->matmul(b1, &w.t, &x, &bias, &y[0]), SG_OK);
+		cr_assert_eq(b2[0]->ops->matmul(b2[0], &w.t, &x, &bias, &y[1]), SG_OK);
+		cr_assert_eq(b2[1]->ops->matmul(b2[1], &w.t, &x, &bias, &y[2]), SG_OK);
+		for (int v = 1; v < 3; v++)
+			cr_expect(!memcmp(y[0].data, y[v].data, sizeof(float) * (size_t)(N * ntok)), "%s split %d: differs from one thread",
+				  sg_cpu_kt_info(kts[i])->name, v - 1);
+		sg_btensor *all[] = {&x, &bias, &y[0], &y[1], &y[2]};
+		for (int j = 0; j < 5; j++) b1->ops->tensor_free(b1, all[j]);
+		free_w(&w);
+	}
+	sg_backend_free(b1);
+	sg_backend_free(b2[0]);
+	sg_backend_free(b2[1]);
 }
 
 /* A speculative verify step (match_decode on): every type, GEMM kernels or not, gives each of
@@ -1106,6 +1158,52 @@ Test(backend_ops, elementwise_softmax_glu_match_formula)
 	b0->ops->tensor_free(b0, &a);
 	b0->ops->tensor_free(b0, &b);
 	free_sets(&s);
+}
+
+/* The x86 sets' vector softmax rows (SARAGOSSA_CPU_SOFTMAX_SIMD) give the bits of the scalar max
+ * and scaling loops around the same exponentials: row lengths below, at and past a vector, with
+ * a scalar tail, Whisper's 1500, and rows holding -inf (masked) values. */
+Test(backend_ops, softmax_simd_rows_have_the_scalar_loops_bits)
+{
+	static const char *sets[] = {"avx512", "avx2"};
+	static const int64_t Ds[] = {1, 5, 8, 77, 1500};
+	int checked = 0;
+	for (int si = 0; si < 2; si++) {
+		sg_backend *be[2];
+		for (int on = 0; on < 2; on++) {
+			setenv("SARAGOSSA_CPU_SOFTMAX_SIMD", on ? "1" : "0", 1);
+			sg_flags_reload();
+			be[on] = make_be(sets[si], 2);
+		}
+		unsetenv("SARAGOSSA_CPU_SOFTMAX_SIMD");
+		sg_flags_reload();
+		if (!be[0] || !be[1]) {
+			if (be[0]) sg_backend_free(be[0]);
+			if (be[1]) sg_backend_free(be[1]);
+			continue;
+		}
+		cr_assert(((sg_cpu_backend *)be[1])->k->softmax_row, "%s: no vector softmax rows", sets[si]);
+		cr_assert(!((sg_cpu_backend *)be[0])->softmax_simd && ((sg_cpu_backend *)be[1])->softmax_simd);
+		for (size_t di = 0; di < sizeof(Ds) / sizeof(Ds[0]); di++) {
+			int64_t D = Ds[di], rows = 5;
+			sg_btensor x = f32_tensor(be[0], D, rows, 1), y0 = f32_tensor(be[0], D, rows, 1), y1 = f32_tensor(be[0], D, rows, 1);
+			fill(&x, 6.0f);
+			float *xp = x.data;
+			for (int64_t i = 3; i < D * rows; i += 7) xp[i] = -INFINITY;
+			cr_assert_eq(be[0]->ops->softmax(be[0], &x, &y0), SG_OK);
+			cr_assert_eq(be[1]->ops->softmax(be[1], &x, &y1), SG_OK);
+			cr_expect(!memcmp(y0.data, y1.data, sizeof(float) * (size_t)(D * rows)), "%s D %lld: vector softmax differs in bits",
+				  sets[si], (long long)D);
+			checked++;
+			sg_btensor *all[] = {&x, &y0, &y1};
+			for (int j = 0; j < 3; j++) be[0]->ops->tensor_free(be[0], all[j]);
+		}
+		sg_backend_free(be[0]);
+		sg_backend_free(be[1]);
+	}
+#if defined(__x86_64__)
+	cr_expect(checked >= 5, "no x86 kernel set ran the vector softmax");
+#endif
 }
 
 /*

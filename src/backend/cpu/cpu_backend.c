@@ -328,8 +328,12 @@ static void row_range(int64_t N, int ith, int nth, int64_t *r0, int64_t *r1)
  * other waiting for it. Each row is still computed whole by one thread, in one order, so the
  * result does not depend on the thread count. A multiple of 16: no two threads write one line. */
 #define GEMM_RCH 64
+/* Token chunks, where the rows alone are too few to share: a multiple of every token tile (the
+ * kernels' 3, 4, 6 and 8) and of GEMM_TCF, so no chunk adds a partial tile. Each token's sums
+ * are the same in any chunk. */
+#define GEMM_TSPLIT 96
 
-static void mm_gemm(mm_job *j, int64_t r0, int64_t r1)
+static void mm_gemm(mm_job *j, int64_t r0, int64_t r1, int64_t ta, int64_t tz)
 {
 	const uint8_t *xb = j->q8 ? j->xq_mem : (const uint8_t *)j->x;
 	size_t xs = j->q8 ? j->xq_stride : (size_t)j->K * sizeof(float);
@@ -339,8 +343,8 @@ static void mm_gemm(mm_job *j, int64_t r0, int64_t r1)
 	for (int64_t k0 = 0; k0 < j->K; k0 += kc) {
 		int64_t k1 = k0 + kc < j->K ? k0 + kc : j->K;
 		int64_t tc = j->q8 || j->mm == j->cb->k->mm[j->w.kt] ? GEMM_TC : GEMM_TCF;
-		for (int64_t t0 = 0; t0 < j->nx; t0 += tc) {
-			int64_t t1 = t0 + tc < j->nx ? t0 + tc : j->nx;
+		for (int64_t t0 = ta; t0 < tz; t0 += tc) {
+			int64_t t1 = t0 + tc < tz ? t0 + tc : tz;
 			j->mm(&j->w, r0, r1, xb, xs, t0, t1, j->y, j->N, k0, k1);
 		}
 	}
@@ -369,13 +373,22 @@ static void mm_task(void *ctx, int ith, int nth)
 		}
 		j->mv(&j->w, r0, r1, xa, j->y + r0);
 	} else if (j->mm) {
-		int64_t nch = (j->N + GEMM_RCH - 1) / GEMM_RCH;
-		for (int64_t c; (c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < nch;) {
-			int64_t a = c * GEMM_RCH, b = a + GEMM_RCH < j->N ? a + GEMM_RCH : j->N;
-			mm_gemm(j, a, b);
-			if (j->bias)
-				for (int64_t t = 0; t < j->nx; t++)
-					for (int64_t r = a; r < b; r++) j->y[t * j->N + r] += j->bias[r];
+		/* fewer row chunks than two a thread (Whisper's scores times V: 64 rows): the tokens are
+		 * cut too, or one thread would do the whole product (SARAGOSSA_CPU_GEMM_SPLIT_TOKENS) */
+		int64_t nrch = (j->N + GEMM_RCH - 1) / GEMM_RCH, tch = j->nx, ntch = 1;
+		if (j->cb->gemm_split_tokens && nrch < 2 * nth && j->nx >= 2 * GEMM_TSPLIT) {
+			ntch = (2 * nth + nrch - 1) / nrch * 2;
+			tch = (j->nx + ntch - 1) / ntch;
+			tch = tch < GEMM_TSPLIT ? GEMM_TSPLIT : (tch + GEMM_TSPLIT - 1) / GEMM_TSPLIT * GEMM_TSPLIT;
+			ntch = (j->nx + tch - 1) / tch;
+		}
+		for (int64_t c; (c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < nrch * ntch;) {
+			int64_t rc = c / ntch, tc = c % ntch;
+			int64_t a = rc * GEMM_RCH, b = a + GEMM_RCH < j->N ? a + GEMM_RCH : j->N;
+			int64_t ta = tc * tch, tz = ta + tch < j->nx ? ta + tch : j->nx;
+			mm_gemm(j, a, b, ta, tz);
+			if (j->bias) /* the kernel set's axpy with a = 1: y + bias rounded once, as a scalar add */
+				for (int64_t t = ta; t < tz; t++) j->cb->k->axpy_f32(j->y + t * j->N + a, j->bias + a, 1.0f, b - a);
 		}
 		return;
 	} else {
@@ -399,9 +412,8 @@ static void mm_task(void *ctx, int ith, int nth)
 			}
 		}
 	}
-	if (j->bias)
-		for (int64_t t = 0; t < j->nx; t++)
-			for (int64_t r = r0; r < r1; r++) j->y[t * j->N + r] += j->bias[r];
+	if (j->bias && r0 < r1)
+		for (int64_t t = 0; t < j->nx; t++) j->cb->k->axpy_f32(j->y + t * j->N + r0, j->bias + r0, 1.0f, r1 - r0);
 }
 
 /* Fills the kernel part of a job; SG_OK or an error naming the type. */
@@ -726,10 +738,12 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
 	cb->attn_split_kv = sg_flag_bool("SARAGOSSA_CPU_ATTN_SPLIT_KV");
 	cb->gemm = sg_flag_bool("SARAGOSSA_CPU_GEMM");
 	cb->gemm_packed = sg_flag_bool("SARAGOSSA_CPU_GEMM_PACKED");
+	cb->gemm_split_tokens = sg_flag_bool("SARAGOSSA_CPU_GEMM_SPLIT_TOKENS");
 	cb->mv4 = sg_flag_bool("SARAGOSSA_CPU_MV4");
 	cb->mlx_repack = (int)sg_flag_int("SARAGOSSA_CPU_MLX_REPACK");
 	cb->conv_packed = sg_flag_bool("SARAGOSSA_CPU_CONV_PACKED");
 	cb->gate_simd = sg_flag_bool("SARAGOSSA_CPU_GATE_SIMD");
+	cb->softmax_simd = sg_flag_bool("SARAGOSSA_CPU_SOFTMAX_SIMD");
 	pthread_once(&pf_once, pf_init);
 	sg_status st = sg_threadpool_create(p->n_threads, &cb->pool);
 	if (st) {

@@ -148,6 +148,10 @@ typedef struct sg_cpu_kernels {
 	void (*softcap)(const float *x, float cap, float *out, int64_t n);
 	/* out[i] = e^(x[i] - m) for i < n (out may alias x); returns the sum of the out[i] */
 	float (*expsum)(const float *x, float m, float *out, int64_t n);
+	/* out = softmax(x) over n elements: the max, expsum from it, then each value times 1 / sum
+	 * (the bits of those three steps as scalar loops around expsum); out may alias x. NULL: the
+	 * scalar loops */
+	void (*softmax_row)(const float *x, float *out, int64_t n);
 	/* acc[i] += sum_k e[k] * v[k * vstride + i] for i < d, k < nk: attention's weighted sum of
 	 * value rows, acc kept in registers across the rows */
 	void (*wsum_f32)(float *acc, const float *v, int64_t vstride, const float *e, int64_t nk, int64_t d);
@@ -219,10 +223,12 @@ typedef struct sg_cpu_backend {
 	int attn_split_kv; /* SARAGOSSA_CPU_ATTN_SPLIT_KV */
 	int gemm;          /* SARAGOSSA_CPU_GEMM: many tokens take the kernel set's mm[] */
 	int gemm_packed;   /* SARAGOSSA_CPU_GEMM_PACKED: float weights take mm_packed[] where the set has it */
+	int gemm_split_tokens; /* SARAGOSSA_CPU_GEMM_SPLIT_TOKENS: a GEMM of few rows shares its tokens out */
 	int exact;         /* match_decode on: many-token ops give each token the one-token bits */
 	int mv4;           /* SARAGOSSA_CPU_MV4: many tokens without the GEMM take mv4[] 4 at a time */
 	int conv_packed;   /* SARAGOSSA_CPU_CONV_PACKED: bind packs conv1d weights (SG_CPU_LAYOUT_CONV) */
 	int gate_simd;     /* SARAGOSSA_CPU_GATE_SIMD: tanh_gate takes the kernel set's (else the libm loop) */
+	int softmax_simd;  /* SARAGOSSA_CPU_SOFTMAX_SIMD: softmax rows take the kernel set's softmax_row */
 	int mlx_repack;    /* SARAGOSSA_CPU_MLX_REPACK: bind repacks MLX 4-bit weights of groups >= 64 to
 			    * SG_KT_MLX4G (1); 0 never; 2 every group size */
 	void *scratch_raw; /* allocation */

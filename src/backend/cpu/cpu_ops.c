@@ -670,6 +670,7 @@ typedef struct {
 	const float *x;
 	float *out;
 	int64_t D;
+	int simd; /* the set's softmax_row (SARAGOSSA_CPU_SOFTMAX_SIMD) */
 } softmax_job;
 
 /* The op's rows through the kernel set's exp-and-sum (the attention's): Whisper's encoder
@@ -681,6 +682,10 @@ static void softmax_range(void *ctx, int64_t r0, int64_t r1, int ith)
 	for (int64_t r = r0; r < r1; r++) {
 		const float *x = j->x + r * j->D;
 		float *o = j->out + r * j->D, m = -INFINITY;
+		if (j->simd) {
+			j->k->softmax_row(x, o, j->D);
+			continue;
+		}
 		for (int64_t i = 0; i < j->D; i++) m = x[i] > m ? x[i] : m;
 		float inv = 1.0f / j->k->expsum(x, m, o, j->D);
 		for (int64_t i = 0; i < j->D; i++) o[i] *= inv;
@@ -693,7 +698,7 @@ sg_status sg_cpu_softmax(sg_backend *be, const sg_btensor *x, sg_btensor *out)
 	sg_status st;
 	if ((st = sg_cpu_check_f32("softmax", "x", x)) || (st = sg_cpu_check_f32("softmax", "out", out)) || (st = sg_cpu_check_same("softmax", x, out)))
 		return st;
-	softmax_job j = {cb->k, x->data, out->data, x->ne[0]};
+	softmax_job j = {cb->k, x->data, out->data, x->ne[0], cb->k->softmax_row && cb->softmax_simd};
 	sg_parallel_for(cb->pool, sg_btensor_rows(x), 1, softmax_range, &j);
 	return SG_OK;
 }
