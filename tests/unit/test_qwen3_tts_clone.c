@@ -1,0 +1,214 @@
+/*
+ * Qwen3-TTS voice cloning on its reference fixture (tests/fixtures/qwen3_tts/base: a random-weight
+ * Base model with a speaker encoder and a speech tokenizer with its encoder, made by
+ * tools/make_qwen_tts_fixtures.py --kind base with the qwen-tts package, float32 on the CPU):
+ * the speaker encoder's mel and x-vector against the package's, the tokenizer encoder's codes of
+ * the reference clip identical, and greedy codes identical for x-vector-only and in-context
+ * prompts.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "audio/decode.h"
+#include "audio/mel.h"
+#include "backend/backend.h"
+#include "base/alloc.h"
+#include "formats/weights.h"
+#include "models/qwen3_tts.h"
+#include "models/qwen3_tts_spk.h"
+
+#define FIX "tests/fixtures/qwen3_tts/base"
+
+static json_t *ref(void)
+{
+	json_error_t e;
+	json_t *r = json_load_file(FIX "/ref.json", 0, &e);
+	cr_assert(r, "ref.json: %s", e.text);
+	return r;
+}
+
+static sg_backend *cpu(void)
+{
+	sg_backend *be = NULL;
+	sg_cpu_params p = {1, NULL};
+	cr_assert_eq(sg_cpu_backend_create(&p, &be), SG_OK);
+	return be;
+}
+
+static float *floats(const json_t *a, int *n)
+{
+	*n = (int)json_array_size(a);
+	float *v = malloc(sizeof(float) * (size_t)(*n ? *n : 1));
+	for (int i = 0; i < *n; i++) v[i] = (float)json_number_value(json_array_get(a, (size_t)i));
+	return v;
+}
+
+static int32_t *ints(const json_t *a, int *n)
+{
+	*n = (int)json_array_size(a);
+	int32_t *v = malloc(sizeof(int32_t) * (size_t)(*n ? *n : 1));
+	for (int i = 0; i < *n; i++) v[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+	return v;
+}
+
+/* codes [frames][G] from a JSON array of arrays */
+static int32_t *codes_of(const json_t *a, int G, int *frames)
+{
+	*frames = (int)json_array_size(a);
+	int32_t *v = malloc(sizeof(int32_t) * (size_t)(*frames * G + 1));
+	for (int f = 0; f < *frames; f++)
+		for (int g = 0; g < G; g++) v[f * G + g] = (int32_t)json_integer_value(json_array_get(json_array_get(a, (size_t)f), (size_t)g));
+	return v;
+}
+
+/* Greedy generation for case k of ref.json with the given x-vector and reference codes; expects
+ * the package's codes. */
+static void expect_case(sg_qwen3_tts *m, const json_t *k, const float *xvec, const int32_t *rcodes, int n_rcodes, const char *what)
+{
+	int n_ids, n_rids = 0, n_want;
+	int32_t *ids = ints(json_object_get(k, "input_ids"), &n_ids);
+	const json_t *ri = json_object_get(k, "ref_ids");
+	int32_t *rids = json_is_array(ri) ? ints(ri, &n_rids) : NULL;
+	int32_t *want = codes_of(json_object_get(k, "codes"), 4, &n_want);
+	int icl = !strcmp(json_string_value(json_object_get(k, "mode")), "icl");
+	sg_qwen3_tts_gen g = sg_qwen3_tts_gen_defaults(m);
+	g.ids = ids, g.n_ids = n_ids;
+	g.spk_embed = xvec;
+	g.ref_codes = icl ? rcodes : NULL, g.n_ref = icl ? n_rcodes : 0;
+	g.ref_ids = icl ? rids : NULL, g.n_ref_ids = icl ? n_rids : 0;
+	g.language = json_string_value(json_object_get(k, "language"));
+	g.non_streaming = json_is_true(json_object_get(k, "non_streaming_mode"));
+	g.max_frames = (int)json_integer_value(json_object_get(k, "max_new_tokens"));
+	g.temperature = 0, g.sub_temperature = 0;
+	int32_t *got = NULL;
+	int n = 0;
+	cr_assert_eq(sg_qwen3_tts_generate(m, &g, &got, &n), SG_OK, "%s: %s", what, sg_last_error());
+	cr_expect_eq(n, n_want, "%s: %d frames, the package made %d", what, n, n_want);
+	for (int i = 0; i < n && i < n_want; i++)
+		for (int j = 0; j < 4; j++)
+			cr_expect_eq(got[i * 4 + j], want[i * 4 + j], "%s frame %d code %d: %d, the package %d", what, i, j, got[i * 4 + j],
+				     want[i * 4 + j]);
+	sg_free(got);
+	free(ids), free(rids), free(want);
+}
+
+Test(qwen3_tts_clone, greedy_codes_match_the_package_given_its_prompt)
+{
+	json_t *r = ref();
+	sg_qwen3_tts *m = NULL;
+	cr_assert_eq(sg_qwen3_tts_load(FIX, "cpu", 1, &m), SG_OK, "%s", sg_last_error());
+	cr_expect_str_eq(sg_qwen3_tts_type(m), "base");
+	int n, nr;
+	float *xvec = floats(json_object_get(r, "spk_embedding"), &n);
+	int32_t *rcodes = codes_of(json_object_get(r, "ref_codes"), 4, &nr);
+	json_t *cases = json_object_get(r, "cases");
+	cr_assert_eq(json_array_size(cases), 4);
+	char what[32];
+	for (size_t c = 0; c < json_array_size(cases); c++) {
+		snprintf(what, sizeof(what), "case %zu", c);
+		expect_case(m, json_array_get(cases, c), xvec, rcodes, nr, what);
+	}
+	/* bad in-context inputs are errors */
+	sg_qwen3_tts_gen g = sg_qwen3_tts_gen_defaults(m);
+	int n_ids;
+	int32_t *ids = ints(json_object_get(json_array_get(cases, 1), "input_ids"), &n_ids);
+	g.ids = ids, g.n_ids = n_ids, g.max_frames = 4, g.spk_embed = xvec, g.ref_codes = rcodes, g.n_ref = nr;
+	int32_t *got = NULL;
+	int nf;
+	cr_expect_eq(sg_qwen3_tts_generate(m, &g, &got, &nf), SG_ERR_INVALID_ARG, "no reference text");
+	cr_expect(strstr(sg_last_error(), "transcript"), "%s", sg_last_error());
+	int32_t rid[6] = {390, 11, 12, 5, 391, 13};
+	g.ref_ids = rid, g.n_ref_ids = 6;
+	rcodes[7] = 64;
+	cr_expect_eq(sg_qwen3_tts_generate(m, &g, &got, &nf), SG_ERR_INVALID_ARG, "a code outside the codebook");
+	rcodes[7] = 0, rid[3] = 100000;
+	cr_expect_eq(sg_qwen3_tts_generate(m, &g, &got, &nf), SG_ERR_INVALID_ARG, "a text id outside the vocabulary");
+	cr_expect_null(got);
+	free(ids), free(xvec), free(rcodes);
+	sg_qwen3_tts_free(m);
+	json_decref(r);
+}
+
+static sg_audio clip(void)
+{
+	sg_audio a;
+	cr_assert_eq(sg_audio_decode_file_at(FIX "/ref.wav", 24000, &a), SG_OK, "%s", sg_last_error());
+	cr_assert_eq(a.n, 7200);
+	cr_assert_eq(a.src_rate, 24000);
+	return a;
+}
+
+Test(qwen3_tts_clone, speaker_mel_matches_the_package)
+{
+	json_t *r = ref();
+	sg_audio a = clip();
+	sg_mel_mag_params mp = {.rate = 24000, .n_fft = 1024, .win = 1024, .hop = 256, .n_mels = 128, .fmin = 0, .fmax = 12000};
+	float *mel = NULL;
+	int T = 0;
+	cr_assert_eq(sg_audio_log_mel_mag(&mp, a.samples, a.n, &mel, &T), SG_OK, "%s", sg_last_error());
+	json_t *want = json_object_get(r, "mel");
+	cr_assert_eq(T, (int)json_array_size(want));
+	double worst = 0;
+	for (int t = 0; t < T; t++)
+		for (int m = 0; m < 128; m++) {
+			double w = json_number_value(json_array_get(json_array_get(want, (size_t)t), (size_t)m));
+			double d = fabs(mel[t * 128 + m] - w);
+			if (d > worst) worst = d;
+		}
+	/* log-magnitudes of order 1..10, stored to 6 decimals */
+	cr_expect(worst < 1e-4, "mel: max |diff| %g", worst);
+	sg_free(mel);
+	/* too short for the padding; bad parameters */
+	cr_expect_eq(sg_audio_log_mel_mag(&mp, a.samples, 300, &mel, &T), SG_ERR_INVALID_ARG);
+	mp.win = 512;
+	cr_expect_eq(sg_audio_log_mel_mag(&mp, a.samples, a.n, &mel, &T), SG_ERR_INVALID_ARG);
+	sg_audio_free(&a);
+	json_decref(r);
+}
+
+Test(qwen3_tts_clone, speaker_embedding_matches_the_package)
+{
+	json_t *r = ref();
+	sg_audio a = clip();
+	sg_weights *w = NULL;
+	cr_assert_eq(sg_weights_open(FIX, &w), SG_OK, "%s", sg_last_error());
+	sg_backend *be = cpu();
+	sg_qwen3_tts_spk *s = NULL;
+	cr_assert_eq(sg_qwen3_tts_spk_load(w, be, &s), SG_OK, "%s", sg_last_error());
+	int n;
+	float *want = floats(json_object_get(r, "spk_embedding"), &n);
+	cr_assert_eq(sg_qwen3_tts_spk_dim(s), n);
+	float *got = malloc(sizeof(float) * (size_t)n);
+	cr_assert_eq(sg_qwen3_tts_spk_embed(s, a.samples, a.n, got), SG_OK, "%s", sg_last_error());
+	double max_ref = 0, max_err = 0;
+	for (int i = 0; i < n; i++) {
+		if (fabs(want[i]) > max_ref) max_ref = fabs(want[i]);
+		if (fabs(got[i] - want[i]) > max_err) max_err = fabs(got[i] - want[i]);
+	}
+	cr_expect(max_err <= 1e-4 * max_ref, "x-vector: max error %g (peak %g)", max_err, max_ref);
+	/* a clip too short for the first TDNN's reflect padding is an error, not a crash */
+	cr_expect_eq(sg_qwen3_tts_spk_embed(s, a.samples, 800, got), SG_ERR_INVALID_ARG);
+	cr_expect_eq(sg_qwen3_tts_spk_embed(s, a.samples, 10, got), SG_ERR_INVALID_ARG);
+	free(got), free(want);
+	sg_qwen3_tts_spk_free(s);
+	sg_backend_free(be);
+	sg_weights_close(w);
+	sg_audio_free(&a);
+	json_decref(r);
+}
+
+Test(qwen3_tts_clone, custom_voice_has_no_speaker_encoder)
+{
+	sg_weights *w = NULL;
+	cr_assert_eq(sg_weights_open("tests/fixtures/qwen3_tts/tiny", &w), SG_OK, "%s", sg_last_error());
+	sg_backend *be = cpu();
+	sg_qwen3_tts_spk *s = NULL;
+	cr_expect_eq(sg_qwen3_tts_spk_load(w, be, &s), SG_ERR_NOT_FOUND);
+	cr_expect_null(s);
+	sg_backend_free(be);
+	sg_weights_close(w);
+}
