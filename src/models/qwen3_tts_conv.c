@@ -33,7 +33,9 @@ sg_status sg_qtts_conv_load(sg_backend *be, const sg_weights *w, const char *pfx
 	char name[256];
 	snprintf(name, sizeof(name), "%s.weight", pfx);
 	const sg_tensor *t = sg_weights_find(w, name);
-	if (t && (t->n_dims != 3 || t->ne[0] != K || t->ne[1] != cin || t->ne[2] != cout)) {
+	/* a Linear [cout][cin] serves as a conv of one tap */
+	int lin = t && K == 1 && t->n_dims == 2 && t->ne[0] == cin && t->ne[1] == cout;
+	if (t && !lin && (t->n_dims != 3 || t->ne[0] != K || t->ne[1] != cin || t->ne[2] != cout)) {
 		char sh[96];
 		return sg_error(SG_ERR_FORMAT, "qwen3-tts: tensor %s: expected [%d, %d, %d], found %s %s", name, cout, cin, K,
 				sg_type_name(t->type), sg_tensor_shape_str(t, sh, sizeof(sh)));

@@ -20,6 +20,7 @@
 #include "formats/weights.h"
 #include "models/qwen3_tts.h"
 #include "models/qwen3_tts_spk.h"
+#include "models/qwen3_tts_tok.h"
 
 #define FIX "tests/fixtures/qwen3_tts/base"
 
@@ -211,4 +212,37 @@ Test(qwen3_tts_clone, custom_voice_has_no_speaker_encoder)
 	cr_expect_null(s);
 	sg_backend_free(be);
 	sg_weights_close(w);
+}
+
+Test(qwen3_tts_clone, reference_codes_match_the_package)
+{
+	json_t *r = ref();
+	sg_audio a = clip();
+	sg_backend *be = cpu();
+	sg_qwen3_tts_tok *t = NULL;
+	cr_assert_eq(sg_qwen3_tts_tok_load(FIX "/speech_tokenizer", be, &t), SG_OK, "%s", sg_last_error());
+	cr_expect_eq(sg_qwen3_tts_tok_groups(t), 4);
+	int nw;
+	int32_t *want = codes_of(json_object_get(r, "ref_codes"), 4, &nw);
+	int32_t *got = NULL;
+	int n = 0;
+	cr_assert_eq(sg_qwen3_tts_tok_encode(t, a.samples, a.n, &got, &n), SG_OK, "%s", sg_last_error());
+	cr_assert_eq(n, nw, "%d frames, the package %d", n, nw);
+	int bad = 0;
+	for (int i = 0; i < n * 4; i++) bad += got[i] != want[i];
+	cr_expect_eq(bad, 0, "%d of %d codes differ from the package's (first frame: %d %d %d %d vs %d %d %d %d)", bad, n * 4, got[0], got[1],
+		     got[2], got[3], want[0], want[1], want[2], want[3]);
+	sg_free(got);
+	/* a clip shorter than one frame still gives one frame, as the package's ceil does */
+	cr_assert_eq(sg_qwen3_tts_tok_encode(t, a.samples, 100, &got, &n), SG_OK, "%s", sg_last_error());
+	cr_expect_eq(n, 1);
+	sg_free(got);
+	cr_expect_eq(sg_qwen3_tts_tok_encode(t, a.samples, 0, &got, &n), SG_ERR_INVALID_ARG);
+	free(want);
+	sg_qwen3_tts_tok_free(t);
+	/* the CustomVoice fixture's tokenizer has only a decoder */
+	cr_expect_eq(sg_qwen3_tts_tok_load("tests/fixtures/qwen3_tts/tiny/speech_tokenizer", be, &t), SG_ERR_NOT_FOUND);
+	sg_backend_free(be);
+	sg_audio_free(&a);
+	json_decref(r);
 }
