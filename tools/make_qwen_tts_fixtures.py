@@ -478,6 +478,18 @@ def make_base(args):
         c = dict(mode=mode, input_ids=speak_ids, ref_ids=ref_chat_ids, language="auto", non_streaming_mode=False,
                  max_new_tokens=speak_frames)
         speak[mode + "_codes"], speak[mode + "_margin"] = run(c)
+        # the engine's streaming plan (2 frames, then 12, up to 25 frames of left context), the
+        # reference frames in front as context only when in-context
+        pre = ref_code.tolist() if mode == "icl" else []
+        allc = torch.tensor(pre + speak[mode + "_codes"]).T.unsqueeze(0)
+        parts, start, nT = [], len(pre), allc.shape[-1]
+        with torch.no_grad():
+            while start < nT:
+                end = min(start + (2 if start == len(pre) else 12), nT)
+                ctx = min(25, start)
+                parts.append(st.decoder(allc[..., start - ctx:end])[0, 0, ctx * st.decoder.total_upsample:])
+                start = end
+        speak[mode + "_wav_chunks"] = [round(float(v), 7) for v in torch.cat(parts)]
 
     sf.write(os.path.join(args.out, "ref.wav"), q, 24000, subtype="PCM_16")
     sd = {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}

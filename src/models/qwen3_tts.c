@@ -308,6 +308,8 @@ void sg_qwen3_tts_free(sg_qwen3_tts *m)
 }
 
 struct sg_backend *sg_qwen3_tts_backend(const sg_qwen3_tts *m) { return m->be; }
+struct sg_weights *sg_qwen3_tts_weights(const sg_qwen3_tts *m) { return m->w; }
+int sg_qwen3_tts_hidden(const sg_qwen3_tts *m) { return m->D; }
 int sg_qwen3_tts_groups(const sg_qwen3_tts *m) { return m->G; }
 const char *sg_qwen3_tts_type(const sg_qwen3_tts *m) { return m->type; }
 int sg_qwen3_tts_n_speakers(const sg_qwen3_tts *m) { return m->n_spk; }

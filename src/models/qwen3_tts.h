@@ -36,6 +36,9 @@ int sg_qwen3_tts_n_speakers(const sg_qwen3_tts *m);
 const char *sg_qwen3_tts_speaker(const sg_qwen3_tts *m, int i); /* sorted by name */
 int sg_qwen3_tts_n_languages(const sg_qwen3_tts *m);
 const char *sg_qwen3_tts_language(const sg_qwen3_tts *m, int i);
+/* The weights (the speaker encoder of a Base model reads them too); owned by the model. */
+struct sg_weights *sg_qwen3_tts_weights(const sg_qwen3_tts *m);
+int sg_qwen3_tts_hidden(const sg_qwen3_tts *m); /* the talker's width (the x-vector's size) */
 /* The tokenizer's ids of the chat markers the text is wrapped in. */
 int sg_qwen3_tts_im_start(const sg_qwen3_tts *m);
 int sg_qwen3_tts_im_end(const sg_qwen3_tts *m);

@@ -629,6 +629,7 @@ struct sg_qwen3_tts_stream {
 	void *user;
 	int32_t *codes;
 	int n, cap, done; /* frames held, room, frames already decoded */
+	int base;         /* frames given as context only (sg_qwen3_tts_stream_prefix) */
 	float *wav;
 	int wav_cap;
 };
@@ -679,8 +680,24 @@ sg_status sg_qwen3_tts_stream_push(sg_qwen3_tts_stream *s, const int32_t *frame)
 	}
 	memcpy(s->codes + (size_t)s->n * G, frame, sizeof(int32_t) * (size_t)G);
 	s->n++;
-	int want = s->done ? s->chunk : s->first;
+	int want = s->done > s->base ? s->chunk : s->first;
 	return s->n - s->done >= want ? decode_pending(s, s->n) : SG_OK;
+}
+
+sg_status sg_qwen3_tts_stream_prefix(sg_qwen3_tts_stream *s, const int32_t *codes, int n)
+{
+	if (s->n || n < 0) return sg_error(SG_ERR_INVALID_ARG, "qwen3-tts codec: a prefix of %d frames after %d frames", n, s->n);
+	for (int i = 0; i < n * s->c->G; i++)
+		if (codes[i] < 0 || codes[i] >= s->c->bins)
+			return sg_error(SG_ERR_INVALID_ARG, "qwen3-tts codec: code %d of frame %d is outside [0, %d)", codes[i], i / s->c->G, s->c->bins);
+	int32_t *v = sg_malloc(sizeof(int32_t) * (size_t)(n + 64) * (size_t)s->c->G);
+	if (!v) return sg_error(SG_ERR_NOMEM, "qwen3-tts codec: %d frames", n);
+	memcpy(v, codes, sizeof(int32_t) * (size_t)n * (size_t)s->c->G);
+	sg_free(s->codes);
+	s->codes = v;
+	s->cap = n + 64;
+	s->n = s->done = s->base = n;
+	return SG_OK;
 }
 
 sg_status sg_qwen3_tts_stream_finish(sg_qwen3_tts_stream *s)

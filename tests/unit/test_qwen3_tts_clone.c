@@ -21,6 +21,7 @@
 #include "models/qwen3_tts.h"
 #include "models/qwen3_tts_spk.h"
 #include "models/qwen3_tts_tok.h"
+#include "saragossa.h"
 
 #define FIX "tests/fixtures/qwen3_tts/base"
 
@@ -244,5 +245,110 @@ Test(qwen3_tts_clone, reference_codes_match_the_package)
 	cr_expect_eq(sg_qwen3_tts_tok_load("tests/fixtures/qwen3_tts/tiny/speech_tokenizer", be, &t), SG_ERR_NOT_FOUND);
 	sg_backend_free(be);
 	sg_audio_free(&a);
+	json_decref(r);
+}
+
+static unsigned char *file_bytes(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	cr_assert(f, "%s", path);
+	fseek(f, 0, SEEK_END);
+	*n = (size_t)ftell(f);
+	fseek(f, 0, SEEK_SET);
+	unsigned char *b = malloc(*n);
+	cr_assert_eq(fread(b, 1, *n, f), *n);
+	fclose(f);
+	return b;
+}
+
+typedef struct {
+	float *pcm;
+	size_t n, cap, first;
+} sink;
+
+static int on_audio(const float *pcm, size_t n, void *user)
+{
+	sink *s = user;
+	if (s->n + n > s->cap) {
+		s->cap = (s->n + n) * 2;
+		s->pcm = realloc(s->pcm, sizeof(float) * s->cap);
+	}
+	if (!s->n) s->first = n;
+	memcpy(s->pcm + s->n, pcm, sizeof(float) * n);
+	s->n += n;
+	return 0;
+}
+
+/* sg_speak with the clip as bytes, greedy: the package's codes decoded on the engine's chunks
+ * (the reference frames as left context when in-context) */
+static void expect_speak(sg_tts *tts, const json_t *sp, const unsigned char *wav, size_t nwav, int xvec_only)
+{
+	const char *mode = xvec_only ? "x_vector" : "icl";
+	char key[64];
+	sg_speak_params p = sg_speak_default_params();
+	sink s = {0};
+	p.temperature = 0;
+	p.ref_audio = wav, p.ref_audio_size = nwav;
+	p.ref_text = json_string_value(json_object_get(sp, "ref_text"));
+	p.x_vector_only = xvec_only;
+	p.on_audio = on_audio, p.user = &s;
+	float *pcm = NULL;
+	size_t n = 0;
+	cr_assert_eq(sg_speak(tts, json_string_value(json_object_get(sp, "text")), &p, &pcm, &n), SG_OK, "%s: %s", mode, sg_last_error());
+	snprintf(key, sizeof(key), "%s_codes", mode);
+	size_t frames = json_array_size(json_object_get(sp, key));
+	snprintf(key, sizeof(key), "%s_wav_chunks", mode);
+	const json_t *want = json_object_get(sp, key);
+	cr_assert_eq(n, frames * 160, "%s: %zu samples, the package's %zu frames make %zu", mode, n, frames, frames * 160);
+	cr_assert_eq(n, json_array_size(want));
+	cr_expect_eq(s.n, n);
+	cr_expect_eq(s.first, 2 * 160, "%s: the first chunk is two frames", mode);
+	double peak = 0, err = 0;
+	for (size_t i = 0; i < n; i++) {
+		double w = json_number_value(json_array_get(want, i));
+		if (fabs(w) > peak) peak = fabs(w);
+		if (fabs(pcm[i] - w) > err) err = fabs(pcm[i] - w);
+	}
+	cr_expect(err <= 1e-4 * peak + 1e-7, "%s: max error %g (peak %g)", mode, err, peak);
+	sg_free(pcm);
+	free(s.pcm);
+}
+
+Test(qwen3_tts_clone, speak_clones_the_reference_voice)
+{
+	json_t *r = ref();
+	const json_t *sp = json_object_get(r, "speak");
+	size_t nwav;
+	unsigned char *wav = file_bytes(FIX "/ref.wav", &nwav);
+	sg_tts *tts = NULL;
+	sg_tts_params tp = sg_tts_default_params();
+	tp.backend = "cpu", tp.n_threads = 1;
+	cr_assert_eq(sg_tts_load(FIX, &tp, &tts), SG_OK, "%s", sg_last_error());
+	expect_speak(tts, sp, wav, nwav, 1);
+	expect_speak(tts, sp, wav, nwav, 0);
+	expect_speak(tts, sp, wav, nwav, 1); /* the prepared clip is reused, codes or not */
+
+	/* bad clones: no transcript for in-context, bytes that are not audio, a clip too short */
+	sg_speak_params p = sg_speak_default_params();
+	p.temperature = 0;
+	p.ref_audio = wav, p.ref_audio_size = nwav;
+	cr_expect_eq(sg_speak(tts, "Hello.", &p, NULL, NULL), SG_ERR_INVALID_ARG);
+	cr_expect(strstr(sg_last_error(), "transcript"), "%s", sg_last_error());
+	p.x_vector_only = 1;
+	p.ref_audio = "not audio at all", p.ref_audio_size = 16;
+	cr_expect_eq(sg_speak(tts, "Hello.", &p, NULL, NULL), SG_ERR_FORMAT, "%s", sg_last_error());
+	p.ref_audio = wav, p.ref_audio_size = 44 + 200; /* a WAV header and 100 samples */
+	cr_expect_neq(sg_speak(tts, "Hello.", &p, NULL, NULL), SG_OK);
+	p.ref_audio = NULL;
+	cr_expect_eq(sg_speak(tts, "Hello.", &p, NULL, NULL), SG_ERR_INVALID_ARG, "a size without bytes");
+	sg_tts_free(tts);
+
+	/* a CustomVoice model has no speaker encoder */
+	cr_assert_eq(sg_tts_load("tests/fixtures/qwen3_tts/tiny", &tp, &tts), SG_OK, "%s", sg_last_error());
+	p.ref_audio = wav, p.ref_audio_size = nwav;
+	cr_expect_eq(sg_speak(tts, "Hello.", &p, NULL, NULL), SG_ERR_UNSUPPORTED);
+	cr_expect(strstr(sg_last_error(), "Base model"), "%s", sg_last_error());
+	sg_tts_free(tts);
+	free(wav);
 	json_decref(r);
 }
