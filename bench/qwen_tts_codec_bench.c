@@ -6,7 +6,7 @@
  *
  *   cc -std=c17 -D_GNU_SOURCE -O2 -Iinclude -Isrc -pthread bench/qwen_tts_codec_bench.c -o build/bench/qwen_tts_codec_bench \
  *      build/libsaragossa.a $(pkg-config --libs jansson libmicrohttpd libcurl libcrypto libpcre2-8 libutf8proc fftw3f sndfile \
- *      soxr libedit liburing) -lm -lpthread -ldl
+ *      soxr libedit liburing zlib espeak-ng libprotobuf-c opus libopusenc) -lm -lpthread -ldl
  *   build/bench/qwen_tts_codec_bench FOLDER/speech_tokenizer [FRAMES] [THREADS] [RUNS]
  */
 #include <stdio.h>

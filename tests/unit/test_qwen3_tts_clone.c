@@ -314,6 +314,30 @@ static void expect_speak(sg_tts *tts, const json_t *sp, const unsigned char *wav
 	free(s.pcm);
 }
 
+/* GPU group: the talker and code predictor on CUDA, the codec and the cloning encoders on the
+ * CPU (the default) or, with SARAGOSSA_QWEN_TTS_CODEC_SAME=1, on CUDA too */
+Test(qwen3_tts_clone_cuda, speak_clones_on_cuda, .timeout = 300)
+{
+	json_t *r = ref();
+	size_t nwav;
+	unsigned char *wav = file_bytes(FIX "/ref.wav", &nwav);
+	sg_tts *tts = NULL;
+	sg_tts_params tp = sg_tts_default_params();
+	tp.backend = "cuda";
+	sg_status ls = sg_tts_load(FIX, &tp, &tts);
+	if (ls && (strstr(sg_last_error(), "no usable GPU") || strstr(sg_last_error(), "no CUDA backend"))) {
+		free(wav);
+		json_decref(r);
+		cr_skip_test("no GPU here");
+	}
+	cr_assert_eq(ls, SG_OK, "%s", sg_last_error());
+	expect_speak(tts, json_object_get(r, "speak"), wav, nwav, 0);
+	expect_speak(tts, json_object_get(r, "speak"), wav, nwav, 1);
+	sg_tts_free(tts);
+	free(wav);
+	json_decref(r);
+}
+
 Test(qwen3_tts_clone, speak_clones_the_reference_voice)
 {
 	json_t *r = ref();
