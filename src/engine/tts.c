@@ -178,7 +178,8 @@ sg_status tts_speak(tts_model *t, const char *text, const sg_speak_params *param
 	}
 	if (p.ref_audio || p.ref_audio_size) {
 		if (!p.ref_audio || !p.ref_audio_size)
-			return sg_error(SG_ERR_INVALID_ARG, "speak: a reference clip of %zu bytes at %p", p.ref_audio_size, p.ref_audio);
+			return sg_error(SG_ERR_INVALID_ARG, "speak: ref_audio (%s) and ref_audio_size (%zu) go together", p.ref_audio ? "given" : "NULL",
+					p.ref_audio_size);
 		if (!t->vt->reference)
 			return sg_error(SG_ERR_UNSUPPORTED, "speak: %s voices cannot clone a voice from a reference clip (a Qwen3-TTS Base model can)",
 					t->vt->kind);

@@ -19,10 +19,11 @@ typedef struct sg_qtts_conv {
 	int cin, cout, K, dil, stride;
 } sg_qtts_conv;
 
-/* Binds "<pfx>.weight" (PyTorch's [cout][cin][K], or a Linear's [cout][cin] for K 1; any float type) and "<pfx>.bias" (required when
- * need_bias, else optional). A missing tensor or another shape: an error naming both shapes. */
-sg_status sg_qtts_conv_load(sg_backend *be, const sg_weights *w, const char *pfx, int cin, int cout, int K, int dil, int stride,
-			    int need_bias, sg_qtts_conv *c);
+/* Binds "<pfx>.weight" (PyTorch's [cout][cin][K], or a Linear's [cout][cin] for K 1; any float type) and
+ * "<pfx>.bias" (required when need_bias, else optional). A missing tensor or another shape: an error naming
+ * both shapes. */
+sg_status sg_qtts_conv_load(sg_backend *be, const sg_weights *w, const char *pfx, int cin, int cout, int K,
+                            int dil, int stride, int need_bias, sg_qtts_conv *c);
 void sg_qtts_conv_free(sg_qtts_conv *c);
 /* y [Tout][cout] = conv(x [Tp][cin]) with no further padding: Tout = (Tp - dil*(K-1) - 1)/stride + 1
  * must be at least 1 (else SG_ERR_INVALID_ARG). y is caller-owned. */

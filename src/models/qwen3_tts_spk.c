@@ -12,7 +12,7 @@
 #include "models/qwen3_tts_conv.h"
 
 #define SPK_MAX_LAYERS 8
-#define SPK_MAX_SCALE 16
+#define SPK_MAX_SCALE  16
 
 typedef struct spk_block {
 	sg_qtts_conv tdnn1, tdnn2, se1, se2;
@@ -33,7 +33,8 @@ static int int_list(const json_t *o, const char *k, int *v, int cap)
 	if (!json_is_array(a) || json_array_size(a) < 1 || json_array_size(a) > (size_t)cap) return -1;
 	for (size_t i = 0; i < json_array_size(a); i++) {
 		const json_t *e = json_array_get(a, i);
-		if (!json_is_integer(e) || json_integer_value(e) < 1 || json_integer_value(e) > 1 << 16) return -1;
+		if (!json_is_integer(e) || json_integer_value(e) < 1 || json_integer_value(e) > 1 << 16)
+			return -1;
 		v[i] = (int)json_integer_value(e);
 	}
 	return (int)json_array_size(a);
@@ -51,49 +52,68 @@ sg_status sg_qwen3_tts_spk_load(const sg_weights *w, sg_backend *be, sg_qwen3_tt
 	const json_t *cfg = w->config;
 	const json_t *sc = cfg ? json_object_get(cfg, "speaker_encoder_config") : NULL;
 	if (!sg_weights_find(w, "speaker_encoder.fc.weight"))
-		return sg_error(SG_ERR_NOT_FOUND, "qwen3-tts: no speaker encoder (tensor speaker_encoder.fc.weight)");
-	if (!be->ops->conv1d) return sg_error(SG_ERR_UNSUPPORTED, "qwen3-tts speaker encoder: the %s backend has no conv1d", be->ops->name);
+		return sg_error(SG_ERR_NOT_FOUND,
+		                "qwen3-tts: no speaker encoder (tensor speaker_encoder.fc.weight)");
+	if (!be->ops->conv1d)
+		return sg_error(SG_ERR_UNSUPPORTED, "qwen3-tts speaker encoder: the %s backend has no conv1d",
+		                be->ops->name);
 	sg_qwen3_tts_spk *s = sg_calloc(1, sizeof(*s));
 	if (!s) return sg_error(SG_ERR_NOMEM, "qwen3-tts speaker encoder");
 	s->be = be;
 	/* the package's defaults where the config leaves a field out */
-	static const int dch[] = {512, 512, 512, 512, 1536}, dks[] = {5, 3, 3, 3, 1}, ddil[] = {1, 2, 3, 4, 1};
-	s->mel = jint(sc, "mel_dim", 128), s->dim = jint(sc, "enc_dim", 1024), s->att = jint(sc, "enc_attention_channels", 128);
-	s->scale = jint(sc, "enc_res2net_scale", 8), s->se = jint(sc, "enc_se_channels", 128), s->rate = jint(sc, "sample_rate", 24000);
+	static const int dch[] = {512, 512, 512, 512, 1536}, dks[] = {5, 3, 3, 3, 1},
+	                 ddil[] = {1, 2, 3, 4, 1};
+	s->mel = jint(sc, "mel_dim", 128), s->dim = jint(sc, "enc_dim", 1024),
+	s->att = jint(sc, "enc_attention_channels", 128);
+	s->scale = jint(sc, "enc_res2net_scale", 8), s->se = jint(sc, "enc_se_channels", 128),
+	s->rate = jint(sc, "sample_rate", 24000);
 	int n1 = 5, n2 = 5, n3 = 5;
 	memcpy(s->ch, dch, sizeof(dch)), memcpy(s->ks, dks, sizeof(dks)), memcpy(s->dil, ddil, sizeof(ddil));
 	if (json_object_get(sc, "enc_channels")) n1 = int_list(sc, "enc_channels", s->ch, SPK_MAX_LAYERS);
-	if (json_object_get(sc, "enc_kernel_sizes")) n2 = int_list(sc, "enc_kernel_sizes", s->ks, SPK_MAX_LAYERS);
+	if (json_object_get(sc, "enc_kernel_sizes"))
+		n2 = int_list(sc, "enc_kernel_sizes", s->ks, SPK_MAX_LAYERS);
 	if (json_object_get(sc, "enc_dilations")) n3 = int_list(sc, "enc_dilations", s->dil, SPK_MAX_LAYERS);
 	s->nl = n1;
 	sg_status st = SG_OK;
 	int mfa_in = 0;
 	for (int i = 1; i < n1 - 1; i++) mfa_in += s->ch[i];
 	if (n1 < 3 || n1 != n2 || n1 != n3)
-		st = sg_error(SG_ERR_FORMAT, "qwen3-tts: speaker_encoder_config: enc_channels, enc_kernel_sizes and enc_dilations "
-					     "must be lists of the same length, 3 to %d positive integers",
-			      SPK_MAX_LAYERS);
+		st = sg_error(
+		    SG_ERR_FORMAT,
+		    "qwen3-tts: speaker_encoder_config: enc_channels, enc_kernel_sizes and enc_dilations "
+		    "must be lists of the same length, 3 to %d positive integers",
+		    SPK_MAX_LAYERS);
 	else if (s->mel != 128 || s->rate != 24000)
-		st = sg_error(SG_ERR_UNSUPPORTED, "qwen3-tts: speaker_encoder_config: mel_dim %d at %d Hz (the package computes 128 mel bins at 24000 Hz)",
-			      s->mel, s->rate);
-	else if (s->scale < 2 || s->scale > SPK_MAX_SCALE || s->dim < 1 || s->att < 1 || s->se < 1 || mfa_in != s->ch[n1 - 1])
-		st = sg_error(SG_ERR_FORMAT, "qwen3-tts: speaker_encoder_config: res2net scale %d (2..%d), the middle blocks' %d channels must "
-					     "equal the last enc_channels %d",
-			      s->scale, SPK_MAX_SCALE, mfa_in, s->ch[n1 - 1]);
+		st = sg_error(SG_ERR_UNSUPPORTED,
+		              "qwen3-tts: speaker_encoder_config: mel_dim %d at %d Hz (the package computes "
+		              "128 mel bins at 24000 Hz)",
+		              s->mel, s->rate);
+	else if (s->scale < 2 || s->scale > SPK_MAX_SCALE || s->dim < 1 || s->att < 1 || s->se < 1 ||
+	         mfa_in != s->ch[n1 - 1])
+		st = sg_error(SG_ERR_FORMAT,
+		              "qwen3-tts: speaker_encoder_config: res2net scale %d (2..%d), the middle "
+		              "blocks' %d channels must "
+		              "equal the last enc_channels %d",
+		              s->scale, SPK_MAX_SCALE, mfa_in, s->ch[n1 - 1]);
 	for (int i = 1; !st && i < n1 - 1; i++)
 		if (s->ch[i] % s->scale || s->ch[i] != s->ch[i - 1])
-			st = sg_error(SG_ERR_FORMAT, "qwen3-tts: speaker_encoder_config: block %d has %d channels after %d (equal, and a multiple of "
-						     "the res2net scale %d)",
-				      i, s->ch[i], s->ch[i - 1], s->scale);
+			st = sg_error(SG_ERR_FORMAT,
+			              "qwen3-tts: speaker_encoder_config: block %d has %d channels after %d "
+			              "(equal, and a multiple of "
+			              "the res2net scale %d)",
+			              i, s->ch[i], s->ch[i - 1], s->scale);
 	char p[160];
-	if (!st) st = sg_qtts_conv_load(be, w, "speaker_encoder.blocks.0.conv", s->mel, s->ch[0], s->ks[0], s->dil[0], 1, 1, &s->b0);
+	if (!st)
+		st = sg_qtts_conv_load(be, w, "speaker_encoder.blocks.0.conv", s->mel, s->ch[0], s->ks[0],
+		                       s->dil[0], 1, 1, &s->b0);
 	for (int i = 1; !st && i < n1 - 1; i++) {
 		spk_block *b = &s->blk[i];
 		int C = s->ch[i], wd = C / s->scale;
 		snprintf(p, sizeof(p), "speaker_encoder.blocks.%d.tdnn1.conv", i);
 		st = sg_qtts_conv_load(be, w, p, s->ch[i - 1], C, 1, 1, 1, 1, &b->tdnn1);
 		for (int j = 0; !st && j < s->scale - 1; j++) {
-			snprintf(p, sizeof(p), "speaker_encoder.blocks.%d.res2net_block.blocks.%d.conv", i, j);
+			snprintf(p, sizeof(p), "speaker_encoder.blocks.%d.res2net_block.blocks.%d.conv", i,
+			         j);
 			st = sg_qtts_conv_load(be, w, p, wd, wd, s->ks[i], s->dil[i], 1, 1, &b->res[j]);
 		}
 		snprintf(p, sizeof(p), "speaker_encoder.blocks.%d.tdnn2.conv", i);
@@ -104,9 +124,15 @@ sg_status sg_qwen3_tts_spk_load(const sg_weights *w, sg_backend *be, sg_qwen3_tt
 		if (!st) st = sg_qtts_conv_load(be, w, p, s->se, C, 1, 1, 1, 1, &b->se2);
 	}
 	int Cl = s->ch[n1 - 1];
-	if (!st) st = sg_qtts_conv_load(be, w, "speaker_encoder.mfa.conv", Cl, Cl, s->ks[n1 - 1], s->dil[n1 - 1], 1, 1, &s->mfa);
-	if (!st) st = sg_qtts_conv_load(be, w, "speaker_encoder.asp.tdnn.conv", 3 * Cl, s->att, 1, 1, 1, 1, &s->asp_tdnn);
-	if (!st) st = sg_qtts_conv_load(be, w, "speaker_encoder.asp.conv", s->att, Cl, 1, 1, 1, 1, &s->asp_conv);
+	if (!st)
+		st = sg_qtts_conv_load(be, w, "speaker_encoder.mfa.conv", Cl, Cl, s->ks[n1 - 1],
+		                       s->dil[n1 - 1], 1, 1, &s->mfa);
+	if (!st)
+		st = sg_qtts_conv_load(be, w, "speaker_encoder.asp.tdnn.conv", 3 * Cl, s->att, 1, 1, 1, 1,
+		                       &s->asp_tdnn);
+	if (!st)
+		st = sg_qtts_conv_load(be, w, "speaker_encoder.asp.conv", s->att, Cl, 1, 1, 1, 1,
+		                       &s->asp_conv);
 	if (!st) st = sg_qtts_conv_load(be, w, "speaker_encoder.fc", 2 * Cl, s->dim, 1, 1, 1, 1, &s->fc);
 	if (st) {
 		sg_qwen3_tts_spk_free(s);
@@ -123,14 +149,21 @@ void sg_qwen3_tts_spk_free(sg_qwen3_tts_spk *s)
 	for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) sg_qtts_conv_free(cs[i]);
 	for (int i = 0; i < SPK_MAX_LAYERS; i++) {
 		spk_block *b = &s->blk[i];
-		sg_qtts_conv_free(&b->tdnn1), sg_qtts_conv_free(&b->tdnn2), sg_qtts_conv_free(&b->se1), sg_qtts_conv_free(&b->se2);
+		sg_qtts_conv_free(&b->tdnn1), sg_qtts_conv_free(&b->tdnn2), sg_qtts_conv_free(&b->se1),
+		    sg_qtts_conv_free(&b->se2);
 		for (int j = 0; j < SPK_MAX_SCALE - 1; j++) sg_qtts_conv_free(&b->res[j]);
 	}
 	sg_free(s);
 }
 
-int sg_qwen3_tts_spk_dim(const sg_qwen3_tts_spk *s) { return s->dim; }
-int sg_qwen3_tts_spk_sample_rate(const sg_qwen3_tts_spk *s) { return s->rate; }
+int sg_qwen3_tts_spk_dim(const sg_qwen3_tts_spk *s)
+{
+	return s->dim;
+}
+int sg_qwen3_tts_spk_sample_rate(const sg_qwen3_tts_spk *s)
+{
+	return s->rate;
+}
 
 /* ---- forward ---- */
 
@@ -140,9 +173,11 @@ static sg_status tdnn(sg_qtts_conv *c, const float *x, int xs, int T, float *y, 
 {
 	int total = c->dil * (c->K - 1), left = total / 2, right = total - left, Tp = T + total, To;
 	if (left >= T || right >= T)
-		return sg_error(SG_ERR_INVALID_ARG, "qwen3-tts speaker encoder: %d mel frames are too few for a reflect padding of %d "
-						    "(the reference clip is too short)",
-				T, left > right ? left : right);
+		return sg_error(
+		    SG_ERR_INVALID_ARG,
+		    "qwen3-tts speaker encoder: %d mel frames are too few for a reflect padding of %d "
+		    "(the reference clip is too short)",
+		    T, left > right ? left : right);
 	float *xp = sg_malloc(sizeof(float) * (size_t)Tp * (size_t)c->cin);
 	float *yo = ys == c->cout ? y : sg_malloc(sizeof(float) * (size_t)T * (size_t)c->cout);
 	if (!xp || !yo) {
@@ -152,8 +187,10 @@ static sg_status tdnn(sg_qtts_conv *c, const float *x, int xs, int T, float *y, 
 	}
 	for (int t = 0; t < Tp; t++) {
 		int j = t - left;
-		if (j < 0) j = -j;
-		else if (j >= T) j = 2 * (T - 1) - j;
+		if (j < 0)
+			j = -j;
+		else if (j >= T)
+			j = 2 * (T - 1) - j;
 		memcpy(xp + (size_t)t * c->cin, x + (size_t)j * xs, sizeof(float) * (size_t)c->cin);
 	}
 	sg_status st = sg_qtts_conv_run(c, xp, Tp, yo, &To);
@@ -161,7 +198,8 @@ static sg_status tdnn(sg_qtts_conv *c, const float *x, int xs, int T, float *y, 
 	if (!st && relu)
 		for (size_t i = 0; i < (size_t)T * c->cout; i++) yo[i] = yo[i] > 0 ? yo[i] : 0;
 	if (yo != y) {
-		for (int t = 0; !st && t < T; t++) memcpy(y + (size_t)t * ys, yo + (size_t)t * c->cout, sizeof(float) * (size_t)c->cout);
+		for (int t = 0; !st && t < T; t++)
+			memcpy(y + (size_t)t * ys, yo + (size_t)t * c->cout, sizeof(float) * (size_t)c->cout);
 		sg_free(yo);
 	}
 	return st;
@@ -174,15 +212,19 @@ static sg_status se_res2net(sg_qwen3_tts_spk *s, spk_block *b, const float *x, i
 	float *h = sg_malloc(sizeof(float) * (size_t)T * C), *r = sg_malloc(sizeof(float) * (size_t)T * C);
 	float *in = sg_malloc(sizeof(float) * (size_t)T * wd), *h2 = sg_malloc(sizeof(float) * (size_t)T * C);
 	float *m = sg_malloc(sizeof(float) * (size_t)(C + s->se) * 2);
-	sg_status st = h && r && in && h2 && m ? SG_OK : sg_error(SG_ERR_NOMEM, "qwen3-tts speaker encoder: %d frames", T);
+	sg_status st = h && r && in && h2 && m
+	                   ? SG_OK
+	                   : sg_error(SG_ERR_NOMEM, "qwen3-tts speaker encoder: %d frames", T);
 	if (!st) st = tdnn(&b->tdnn1, x, C, T, h, C, 1);
 	/* Res2Net: chunk 0 as is, chunk 1 through res[0], chunk i through res[i-1] after adding
 	 * chunk i-1's output */
-	for (int t = 0; !st && t < T; t++) memcpy(r + (size_t)t * C, h + (size_t)t * C, sizeof(float) * (size_t)wd);
+	for (int t = 0; !st && t < T; t++)
+		memcpy(r + (size_t)t * C, h + (size_t)t * C, sizeof(float) * (size_t)wd);
 	for (int i = 1; !st && i < s->scale; i++) {
 		for (int t = 0; t < T; t++)
 			for (int k = 0; k < wd; k++)
-				in[(size_t)t * wd + k] = h[(size_t)t * C + i * wd + k] + (i > 1 ? r[(size_t)t * C + (i - 1) * wd + k] : 0.0f);
+				in[(size_t)t * wd + k] = h[(size_t)t * C + i * wd + k] +
+				                         (i > 1 ? r[(size_t)t * C + (i - 1) * wd + k] : 0.0f);
 		st = tdnn(&b->res[i - 1], in, wd, T, r + (size_t)i * wd, C, 1);
 	}
 	if (!st) st = tdnn(&b->tdnn2, r, C, T, h2, C, 1);
@@ -204,7 +246,8 @@ static sg_status se_res2net(sg_qwen3_tts_spk *s, spk_block *b, const float *x, i
 	if (!st) {
 		for (int c = 0; c < C; c++) g[c] = 1.0f / (1.0f + expf(-g[c]));
 		for (int t = 0; t < T; t++)
-			for (int c = 0; c < C; c++) y[(size_t)t * ys + c] = h2[(size_t)t * C + c] * g[c] + x[(size_t)t * C + c];
+			for (int c = 0; c < C; c++)
+				y[(size_t)t * ys + c] = h2[(size_t)t * C + c] * g[c] + x[(size_t)t * C + c];
 	}
 	sg_free(h), sg_free(r), sg_free(in), sg_free(h2), sg_free(m);
 	return st;
@@ -228,13 +271,19 @@ static void stats(const float *x, const float *a, int T, int C, float *mean, flo
 
 sg_status sg_qwen3_tts_spk_embed_mel(sg_qwen3_tts_spk *s, const float *mel, int T, float *out)
 {
-	if (T < 1 || T > 1 << 20 || !mel) return sg_error(SG_ERR_INVALID_ARG, "qwen3-tts speaker encoder: %d mel frames", T);
+	if (T < 1 || T > 1 << 20 || !mel)
+		return sg_error(SG_ERR_INVALID_ARG, "qwen3-tts speaker encoder: %d mel frames", T);
 	int nb = s->nl - 2, C = s->ch[1], Cl = s->ch[s->nl - 1];
 	float *x0 = sg_malloc(sizeof(float) * (size_t)T * s->ch[0]);
-	float *cat = sg_malloc(sizeof(float) * (size_t)T * Cl), *h = sg_malloc(sizeof(float) * (size_t)T * Cl);
-	float *ain = sg_malloc(sizeof(float) * (size_t)T * 3 * Cl), *a = sg_malloc(sizeof(float) * (size_t)T * Cl);
-	float *z = sg_malloc(sizeof(float) * (size_t)T * s->att), *pool = sg_malloc(sizeof(float) * 4 * (size_t)Cl);
-	sg_status st = x0 && cat && h && ain && a && z && pool ? SG_OK : sg_error(SG_ERR_NOMEM, "qwen3-tts speaker encoder: %d frames", T);
+	float *cat = sg_malloc(sizeof(float) * (size_t)T * Cl),
+	      *h = sg_malloc(sizeof(float) * (size_t)T * Cl);
+	float *ain = sg_malloc(sizeof(float) * (size_t)T * 3 * Cl),
+	      *a = sg_malloc(sizeof(float) * (size_t)T * Cl);
+	float *z = sg_malloc(sizeof(float) * (size_t)T * s->att),
+	      *pool = sg_malloc(sizeof(float) * 4 * (size_t)Cl);
+	sg_status st = x0 && cat && h && ain && a && z && pool
+	                   ? SG_OK
+	                   : sg_error(SG_ERR_NOMEM, "qwen3-tts speaker encoder: %d frames", T);
 	if (!st) st = tdnn(&s->b0, mel, s->mel, T, x0, s->ch[0], 1);
 	/* each block reads the previous one's output (the first reads blocks.0's) and writes its
 	 * own columns of cat, which the mfa reads whole */
@@ -247,7 +296,9 @@ sg_status sg_qwen3_tts_spk_embed_mel(sg_qwen3_tts_spk *s, const float *mel, int 
 				st = sg_error(SG_ERR_NOMEM, "qwen3-tts speaker encoder");
 				break;
 			}
-			for (int t = 0; t < T; t++) memcpy(xb + (size_t)t * C, cat + (size_t)t * Cl + (size_t)(i - 1) * C, sizeof(float) * (size_t)C);
+			for (int t = 0; t < T; t++)
+				memcpy(xb + (size_t)t * C, cat + (size_t)t * Cl + (size_t)(i - 1) * C,
+				       sizeof(float) * (size_t)C);
 			xin = xb;
 		}
 		st = se_res2net(s, &s->blk[i + 1], xin, T, C, cat + (size_t)i * C, Cl);
@@ -275,8 +326,10 @@ sg_status sg_qwen3_tts_spk_embed_mel(sg_qwen3_tts_spk *s, const float *mel, int 
 			float mx = -INFINITY;
 			for (int t = 0; t < T; t++) mx = fmaxf(mx, a[(size_t)t * Cl + c]);
 			double sum = 0;
-			for (int t = 0; t < T; t++) sum += a[(size_t)t * Cl + c] = expf(a[(size_t)t * Cl + c] - mx);
-			for (int t = 0; t < T; t++) a[(size_t)t * Cl + c] = (float)(a[(size_t)t * Cl + c] / sum);
+			for (int t = 0; t < T; t++)
+				sum += a[(size_t)t * Cl + c] = expf(a[(size_t)t * Cl + c] - mx);
+			for (int t = 0; t < T; t++)
+				a[(size_t)t * Cl + c] = (float)(a[(size_t)t * Cl + c] / sum);
 		}
 		stats(h, a, T, Cl, pool, pool + Cl);
 		int one;
@@ -288,11 +341,14 @@ sg_status sg_qwen3_tts_spk_embed_mel(sg_qwen3_tts_spk *s, const float *mel, int 
 
 sg_status sg_qwen3_tts_spk_embed(sg_qwen3_tts_spk *s, const float *pcm, size_t n, float *out)
 {
-	sg_mel_mag_params mp = {.rate = 24000, .n_fft = 1024, .win = 1024, .hop = 256, .n_mels = 128, .fmin = 0, .fmax = 12000};
+	sg_mel_mag_params mp = {
+	    .rate = 24000, .n_fft = 1024, .win = 1024, .hop = 256, .n_mels = 128, .fmin = 0, .fmax = 12000};
 	float *mel = NULL;
 	int T = 0;
 	sg_status st = sg_audio_log_mel_mag(&mp, pcm, n, &mel, &T);
-	if (st) return sg_error_wrap(st, "qwen3-tts speaker encoder: the reference clip (%zu samples at %d Hz)", n, s->rate);
+	if (st)
+		return sg_error_wrap(
+		    st, "qwen3-tts speaker encoder: the reference clip (%zu samples at %d Hz)", n, s->rate);
 	st = sg_qwen3_tts_spk_embed_mel(s, mel, T, out);
 	sg_free(mel);
 	return st;

@@ -40,6 +40,7 @@ int sg_qwen3_tts_tok_sample_rate(const sg_qwen3_tts_tok *t); /* the clip's rate 
 
 /* pcm [n] mono at the sample rate -> *codes [*n_frames][groups] (sg_free), n_frames =
  * ceil(n / encode_downsample_rate) as the package keeps. Too short a clip: SG_ERR_INVALID_ARG. */
-sg_status sg_qwen3_tts_tok_encode(sg_qwen3_tts_tok *t, const float *pcm, size_t n, int32_t **codes, int *n_frames);
+sg_status sg_qwen3_tts_tok_encode(sg_qwen3_tts_tok *t, const float *pcm, size_t n, int32_t **codes,
+                                  int *n_frames);
 
 #endif

@@ -63,13 +63,16 @@ static int32_t *codes_of(const json_t *a, int G, int *frames)
 	*frames = (int)json_array_size(a);
 	int32_t *v = malloc(sizeof(int32_t) * (size_t)(*frames * G + 1));
 	for (int f = 0; f < *frames; f++)
-		for (int g = 0; g < G; g++) v[f * G + g] = (int32_t)json_integer_value(json_array_get(json_array_get(a, (size_t)f), (size_t)g));
+		for (int g = 0; g < G; g++)
+			v[f * G + g] = (int32_t)json_integer_value(
+			    json_array_get(json_array_get(a, (size_t)f), (size_t)g));
 	return v;
 }
 
 /* Greedy generation for case k of ref.json with the given x-vector and reference codes; expects
  * the package's codes. */
-static void expect_case(sg_qwen3_tts *m, const json_t *k, const float *xvec, const int32_t *rcodes, int n_rcodes, const char *what)
+static void expect_case(sg_qwen3_tts *m, const json_t *k, const float *xvec, const int32_t *rcodes,
+                        int n_rcodes, const char *what)
 {
 	int n_ids, n_rids = 0, n_want;
 	int32_t *ids = ints(json_object_get(k, "input_ids"), &n_ids);
@@ -92,8 +95,9 @@ static void expect_case(sg_qwen3_tts *m, const json_t *k, const float *xvec, con
 	cr_expect_eq(n, n_want, "%s: %d frames, the package made %d", what, n, n_want);
 	for (int i = 0; i < n && i < n_want; i++)
 		for (int j = 0; j < 4; j++)
-			cr_expect_eq(got[i * 4 + j], want[i * 4 + j], "%s frame %d code %d: %d, the package %d", what, i, j, got[i * 4 + j],
-				     want[i * 4 + j]);
+			cr_expect_eq(got[i * 4 + j], want[i * 4 + j],
+			             "%s frame %d code %d: %d, the package %d", what, i, j, got[i * 4 + j],
+			             want[i * 4 + j]);
 	sg_free(got);
 	free(ids), free(rids), free(want);
 }
@@ -118,7 +122,8 @@ Test(qwen3_tts_clone, greedy_codes_match_the_package_given_its_prompt)
 	sg_qwen3_tts_gen g = sg_qwen3_tts_gen_defaults(m);
 	int n_ids;
 	int32_t *ids = ints(json_object_get(json_array_get(cases, 1), "input_ids"), &n_ids);
-	g.ids = ids, g.n_ids = n_ids, g.max_frames = 4, g.spk_embed = xvec, g.ref_codes = rcodes, g.n_ref = nr;
+	g.ids = ids, g.n_ids = n_ids, g.max_frames = 4, g.spk_embed = xvec, g.ref_codes = rcodes,
+	g.n_ref = nr;
 	int32_t *got = NULL;
 	int nf;
 	cr_expect_eq(sg_qwen3_tts_generate(m, &g, &got, &nf), SG_ERR_INVALID_ARG, "no reference text");
@@ -126,9 +131,11 @@ Test(qwen3_tts_clone, greedy_codes_match_the_package_given_its_prompt)
 	int32_t rid[6] = {390, 11, 12, 5, 391, 13};
 	g.ref_ids = rid, g.n_ref_ids = 6;
 	rcodes[7] = 64;
-	cr_expect_eq(sg_qwen3_tts_generate(m, &g, &got, &nf), SG_ERR_INVALID_ARG, "a code outside the codebook");
+	cr_expect_eq(sg_qwen3_tts_generate(m, &g, &got, &nf), SG_ERR_INVALID_ARG,
+	             "a code outside the codebook");
 	rcodes[7] = 0, rid[3] = 100000;
-	cr_expect_eq(sg_qwen3_tts_generate(m, &g, &got, &nf), SG_ERR_INVALID_ARG, "a text id outside the vocabulary");
+	cr_expect_eq(sg_qwen3_tts_generate(m, &g, &got, &nf), SG_ERR_INVALID_ARG,
+	             "a text id outside the vocabulary");
 	cr_expect_null(got);
 	free(ids), free(xvec), free(rcodes);
 	sg_qwen3_tts_free(m);
@@ -148,7 +155,8 @@ Test(qwen3_tts_clone, speaker_mel_matches_the_package)
 {
 	json_t *r = ref();
 	sg_audio a = clip();
-	sg_mel_mag_params mp = {.rate = 24000, .n_fft = 1024, .win = 1024, .hop = 256, .n_mels = 128, .fmin = 0, .fmax = 12000};
+	sg_mel_mag_params mp = {
+	    .rate = 24000, .n_fft = 1024, .win = 1024, .hop = 256, .n_mels = 128, .fmin = 0, .fmax = 12000};
 	float *mel = NULL;
 	int T = 0;
 	cr_assert_eq(sg_audio_log_mel_mag(&mp, a.samples, a.n, &mel, &T), SG_OK, "%s", sg_last_error());
@@ -157,7 +165,8 @@ Test(qwen3_tts_clone, speaker_mel_matches_the_package)
 	double worst = 0;
 	for (int t = 0; t < T; t++)
 		for (int m = 0; m < 128; m++) {
-			double w = json_number_value(json_array_get(json_array_get(want, (size_t)t), (size_t)m));
+			double w =
+			    json_number_value(json_array_get(json_array_get(want, (size_t)t), (size_t)m));
 			double d = fabs(mel[t * 128 + m] - w);
 			if (d > worst) worst = d;
 		}
@@ -231,8 +240,9 @@ Test(qwen3_tts_clone, reference_codes_match_the_package)
 	cr_assert_eq(n, nw, "%d frames, the package %d", n, nw);
 	int bad = 0;
 	for (int i = 0; i < n * 4; i++) bad += got[i] != want[i];
-	cr_expect_eq(bad, 0, "%d of %d codes differ from the package's (first frame: %d %d %d %d vs %d %d %d %d)", bad, n * 4, got[0], got[1],
-		     got[2], got[3], want[0], want[1], want[2], want[3]);
+	cr_expect_eq(bad, 0,
+	             "%d of %d codes differ from the package's (first frame: %d %d %d %d vs %d %d %d %d)",
+	             bad, n * 4, got[0], got[1], got[2], got[3], want[0], want[1], want[2], want[3]);
 	sg_free(got);
 	/* a clip shorter than one frame still gives one frame, as the package's ceil does */
 	cr_assert_eq(sg_qwen3_tts_tok_encode(t, a.samples, 100, &got, &n), SG_OK, "%s", sg_last_error());
@@ -242,7 +252,8 @@ Test(qwen3_tts_clone, reference_codes_match_the_package)
 	free(want);
 	sg_qwen3_tts_tok_free(t);
 	/* the CustomVoice fixture's tokenizer has only a decoder */
-	cr_expect_eq(sg_qwen3_tts_tok_load("tests/fixtures/qwen3_tts/tiny/speech_tokenizer", be, &t), SG_ERR_NOT_FOUND);
+	cr_expect_eq(sg_qwen3_tts_tok_load("tests/fixtures/qwen3_tts/tiny/speech_tokenizer", be, &t),
+	             SG_ERR_NOT_FOUND);
 	sg_backend_free(be);
 	sg_audio_free(&a);
 	json_decref(r);
@@ -294,12 +305,14 @@ static void expect_speak(sg_tts *tts, const json_t *sp, const unsigned char *wav
 	p.on_audio = on_audio, p.user = &s;
 	float *pcm = NULL;
 	size_t n = 0;
-	cr_assert_eq(sg_speak(tts, json_string_value(json_object_get(sp, "text")), &p, &pcm, &n), SG_OK, "%s: %s", mode, sg_last_error());
+	cr_assert_eq(sg_speak(tts, json_string_value(json_object_get(sp, "text")), &p, &pcm, &n), SG_OK,
+	             "%s: %s", mode, sg_last_error());
 	snprintf(key, sizeof(key), "%s_codes", mode);
 	size_t frames = json_array_size(json_object_get(sp, key));
 	snprintf(key, sizeof(key), "%s_wav_chunks", mode);
 	const json_t *want = json_object_get(sp, key);
-	cr_assert_eq(n, frames * 160, "%s: %zu samples, the package's %zu frames make %zu", mode, n, frames, frames * 160);
+	cr_assert_eq(n, frames * 160, "%s: %zu samples, the package's %zu frames make %zu", mode, n, frames,
+	             frames * 160);
 	cr_assert_eq(n, json_array_size(want));
 	cr_expect_eq(s.n, n);
 	cr_expect_eq(s.first, 2 * 160, "%s: the first chunk is two frames", mode);
