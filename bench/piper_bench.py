@@ -43,7 +43,9 @@ class Saragossa:
             _fields_ = [("voice", C.c_char_p), ("language", C.c_char_p), ("instructions", C.c_char_p),
                         ("speed", C.c_float), ("noise_scale", C.c_float), ("noise_w", C.c_float),
                         ("temperature", C.c_float), ("top_k", C.c_int), ("top_p", C.c_float), ("seed", C.c_uint64),
-                        ("max_chars", C.c_size_t), ("on_audio", self.AUDIO_FN), ("user", C.c_void_p)]
+                        ("max_chars", C.c_size_t), ("on_audio", self.AUDIO_FN), ("user", C.c_void_p),
+                        ("ref_audio", C.c_void_p), ("ref_audio_size", C.c_size_t), ("ref_text", C.c_char_p),
+                        ("x_vector_only", C.c_int)]
 
         self.lib.sg_speak_default_params.restype = SpeakParams
         self.lib.sg_last_error.restype = C.c_char_p

@@ -39,7 +39,9 @@ class SpeakParams(ctypes.Structure):
     _fields_ = [("voice", ctypes.c_char_p), ("language", ctypes.c_char_p), ("instructions", ctypes.c_char_p),
                 ("speed", ctypes.c_float), ("noise_scale", ctypes.c_float), ("noise_w", ctypes.c_float),
                 ("temperature", ctypes.c_float), ("top_k", ctypes.c_int), ("top_p", ctypes.c_float),
-                ("seed", ctypes.c_uint64), ("max_chars", ctypes.c_size_t), ("on_audio", AUDIO_FN), ("user", ctypes.c_void_p)]
+                ("seed", ctypes.c_uint64), ("max_chars", ctypes.c_size_t), ("on_audio", AUDIO_FN), ("user", ctypes.c_void_p),
+                ("ref_audio", ctypes.c_void_p), ("ref_audio_size", ctypes.c_size_t), ("ref_text", ctypes.c_char_p),
+                ("x_vector_only", ctypes.c_int)]
 
 
 def ours(a):

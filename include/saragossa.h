@@ -588,6 +588,17 @@ typedef struct sg_speak_params {
 	size_t max_chars;     /* input cap; 0 = 4096; over it: SG_ERR_INVALID_ARG naming the cap */
 	sg_audio_fn on_audio; /* each chunk as soon as it exists; may be NULL */
 	void *user;
+	/* Voice cloning (Qwen3-TTS Base models): a reference clip, the bytes of an audio file in any
+	 * format the audio decoder reads (WAV, FLAC, OGG, ...), resampled to the model's rate; it
+	 * is only read during the call. NULL: no cloning. A model without a speaker encoder
+	 * (CustomVoice, VoiceDesign, Piper): SG_ERR_UNSUPPORTED; bytes that are not audio:
+	 * SG_ERR_FORMAT. */
+	const void *ref_audio;
+	size_t ref_audio_size;
+	/* The clip's transcript: the clip's codes and this text go in the prompt (in-context
+	 * cloning, the closer copy). Required unless x_vector_only. */
+	const char *ref_text;
+	int x_vector_only; /* 1: only the clip's speaker embedding (x-vector) makes the voice */
 } sg_speak_params;
 
 sg_speak_params sg_speak_default_params(void);

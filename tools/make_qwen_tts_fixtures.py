@@ -23,6 +23,18 @@ the CPU and writes
 
 Token ids are given as ids: the fixture's text vocabulary is random, so no tokenizer is involved.
 
+With --kind base it builds the voice-clone fixture instead (tests/fixtures/qwen3_tts/base): a Base
+model (tts_model_type "base": the same talker shape plus a small ECAPA-TDNN speaker encoder,
+"speaker_encoder.*"), a speech tokenizer with both halves (a small Mimi encoder "encoder.*" and a
+decoder "decoder.*", 160 samples a frame), ref.wav (a 0.3 s 24 kHz 16-bit clip) and ref.json:
+    mel            the package's mel_spectrogram of the clip [frames][128]
+    spk_embedding  extract_speaker_embedding (the x-vector)
+    ref_codes      the tokenizer's encode of the clip [frames][groups] and the smallest relative
+                   margin of any nearest-codebook choice
+    cases[]        generate() with a voice_clone_prompt: x-vector only, and in-context (ref_ids
+                   and ref_code) with streaming and non-streaming text; greedy codes and margins
+    speak          the same through the fixture tokenizer (text and ref_text as strings)
+
 Needs the qwen-tts package and transformers 4.57 on the path (CPU torch):
     PYTHONPATH=<qwen-tts + transformers 4.57 dir> python3 tools/make_qwen_tts_fixtures.py --out tests/fixtures/qwen3_tts/tiny
 """
@@ -201,7 +213,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--kind", choices=["custom_voice", "base"], default="custom_voice")
     args = ap.parse_args()
+    if args.kind == "base":
+        return make_base(args)
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
 
@@ -312,6 +327,199 @@ def main():
     print("speak frames", len(speak["codes"]), "margin", speak["min_margin"])
     print("seed", seed, "frames", [len(c["codes"]) for c in cases], "margins", [round(c["min_margin"], 3) for c in cases],
           "wav", wav.shape, float(wav.abs().max()), "stream-vs-oneshot", float((wav - wav_stream).abs().max()), "clipped", int((wav.abs() >= 1).sum()), "rms", float(wav.pow(2).mean().sqrt()))
+
+
+SPK = dict(mel_dim=128, enc_dim=TALKER["hidden_size"], enc_channels=[16, 16, 16, 16, 48], enc_kernel_sizes=[5, 3, 3, 3, 1],
+           enc_dilations=[1, 2, 3, 4, 1], enc_attention_channels=8, enc_res2net_scale=4, enc_se_channels=8,
+           sample_rate=24000)
+# Mimi at a small shape: 24 kHz / (5*4*4) = 300 Hz, then the stride-2 downsample: 150 Hz, 160
+# samples a frame; a sliding window shorter than the clip's frames shows which mask runs
+ENCODER = dict(sampling_rate=24000, frame_rate=150.0, audio_channels=1, hidden_size=32, num_filters=8,
+               num_residual_layers=1, upsampling_ratios=[4, 4, 5], kernel_size=7, last_kernel_size=3,
+               residual_kernel_size=3, dilation_growth_rate=2, use_causal_conv=True, pad_mode="constant", compress=2,
+               trim_right_ratio=1.0, codebook_size=CODEBOOK, codebook_dim=16, num_quantizers=6,
+               use_conv_shortcut=False, vector_quantization_hidden_dimension=16, num_semantic_quantizers=1,
+               upsample_groups=32, num_hidden_layers=2, intermediate_size=64, num_attention_heads=4,
+               num_key_value_heads=4, head_dim=8, hidden_act="gelu", max_position_embeddings=8000, norm_eps=1e-5,
+               use_cache=False, use_streaming=False, rope_theta=10000.0, sliding_window=8, attention_bias=False,
+               layer_scale_initial_scale=0.01)
+BASE_DECODER = dict(DECODER, upsample_rates=[5, 4], upsampling_ratios=[2, 4])
+CLIP = 7200  # 0.3 s at 24 kHz: 45 code frames, 28 mel frames
+REF_TEXT = "He is here."
+
+
+def encoder_special(rng):
+    def f(name, shape):
+        if name.endswith("cluster_usage"):
+            return rng.uniform(0.5, 2.0, shape)
+        if name.endswith("embed_sum"):
+            return rng.standard_normal(shape)
+        if name.endswith("initialized"):
+            return np.ones(shape)
+        if name.endswith("layer_scale.scale"):
+            return rng.uniform(0.2, 1.0, shape)
+        if "layernorm" in name and name.endswith(".weight"):
+            return 1.0 + 0.2 * rng.standard_normal(shape)
+        return None
+    return f
+
+
+def rvq_margin(q, emb):
+    """The smallest relative gap between the nearest and second-nearest code over every choice the
+    split RVQ's encode makes on emb [1][C][T] for the codebooks kept (GROUPS)."""
+    worst = np.inf
+    for rvq, n in ((q.semantic_residual_vector_quantizer, 1), (q.acoustic_residual_vector_quantizer, GROUPS - 1)):
+        x = rvq.input_proj(emb) if rvq.input_proj is not None else emb
+        r = x
+        for layer in rvq.layers[:n]:
+            e = layer.codebook.embed
+            d = torch.cdist(r[0].T[None].float(), e[None].float())[0]
+            top = torch.topk(d, 2, largest=False).values
+            worst = min(worst, float(((top[:, 1] - top[:, 0]) / top[:, 1].clamp(min=1e-6)).min()))
+            r = r - layer.decode(layer.encode(r))
+    return worst
+
+
+def make_base(args):
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    import soundfile as sf
+    from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Config
+
+    os.makedirs(os.path.join(args.out, "speech_tokenizer"), exist_ok=True)
+    tok = write_tokenizer(args.out)
+    for seed in range(args.seed, args.seed + 50):
+        rng = np.random.default_rng(seed)
+        cfg = Qwen3TTSConfig(talker_config=dict(TALKER, spk_id={}, spk_is_dialect={}), speaker_encoder_config=dict(SPK),
+                             tokenizer_type="qwen3_tts_tokenizer_12hz", tts_model_size="tiny", tts_model_type="base", **TOP)
+        cfg._attn_implementation = "eager"
+        cfg.talker_config._attn_implementation = "eager"
+        cfg.talker_config.code_predictor_config._attn_implementation = "eager"
+        model = M.Qwen3TTSForConditionalGeneration(cfg).eval()
+        fill(model, rng, talker_special(rng))
+        margins = Margins(model.talker)
+
+        tcfg = Qwen3TTSTokenizerV2Config(encoder_config=dict(ENCODER), decoder_config=dict(BASE_DECODER),
+                                         encoder_valid_num_quantizers=GROUPS, input_sample_rate=24000,
+                                         output_sample_rate=24000, decode_upsample_rate=160, encode_downsample_rate=160)
+        tcfg._attn_implementation = "eager"
+        tcfg.encoder_config._attn_implementation = "eager"
+        tcfg.decoder_config._attn_implementation = "eager"
+        st = T.Qwen3TTSTokenizerV2Model(tcfg).eval()
+        fill(st.decoder, rng, decoder_special(rng))
+        enc_special = encoder_special(rng)
+        with torch.no_grad():
+            for name, b in st.encoder.named_buffers():
+                a = enc_special(name, tuple(b.shape))
+                if a is not None and b.dtype == torch.float32:
+                    b.copy_(bf16(a))
+        fill(st.encoder, rng, enc_special)
+
+        # the clip: a few partials and noise, as 16-bit samples (what ref.wav stores)
+        t = np.arange(CLIP) / 24000.0
+        x = sum(rng.uniform(0.05, 0.2) * np.sin(2 * np.pi * rng.uniform(80, 3000) * t + rng.uniform(0, 6)) for _ in range(6))
+        x = x + 0.02 * rng.standard_normal(CLIP)
+        q = np.clip(np.round(x / np.abs(x).max() * 0.6 * 32767), -32768, 32767).astype(np.int16)
+        wav = q.astype(np.float32) / 32768.0
+
+        with torch.no_grad():
+            mel = M.mel_spectrogram(torch.from_numpy(wav).unsqueeze(0), n_fft=1024, num_mels=128, sampling_rate=24000,
+                                    hop_size=256, win_size=1024, fmin=0, fmax=12000).transpose(1, 2)
+            spk = model.extract_speaker_embedding(wav, 24000)
+            enc = st.encode(torch.from_numpy(wav)[None], torch.ones(1, CLIP, dtype=torch.long))
+            ref_code = enc.audio_codes[0]  # [frames][groups]
+            e = st.encoder
+            emb = e.encoder(torch.from_numpy(wav)[None, None])
+            emb = e.encoder_transformer(emb.transpose(1, 2), return_dict=True)[0].transpose(1, 2)
+            emb = e.downsample(emb)
+            rmargin = rvq_margin(e.quantizer, emb)
+
+        text = [int(v) for v in rng.integers(0, 380, 9)]
+        ids = [TOP["im_start_token_id"], 11, 12] + text + [TOP["im_end_token_id"], 13, TOP["im_start_token_id"], 11, 12]
+        rtext = [int(v) for v in rng.integers(0, 380, 5)]
+        ref_ids = [TOP["im_start_token_id"], 11, 12] + rtext + [TOP["im_end_token_id"], 13]
+        cases = [
+            dict(mode="x_vector", input_ids=ids, ref_ids=None, language="english", non_streaming_mode=False, max_new_tokens=16),
+            dict(mode="icl", input_ids=ids, ref_ids=ref_ids, language="auto", non_streaming_mode=False, max_new_tokens=16),
+            dict(mode="icl", input_ids=ids, ref_ids=ref_ids, language="english", non_streaming_mode=True, max_new_tokens=12),
+            # fewer text rows than codec rows, and more: both branches of the streaming ICL prompt
+            dict(mode="icl", input_ids=ids[:3] + text[:2] + ids[-5:], ref_ids=[TOP["im_start_token_id"], 11, 12] + rtext * 12 +
+                 [TOP["im_end_token_id"], 13], language="auto", non_streaming_mode=False, max_new_tokens=12),
+        ]
+
+        def run(c):
+            icl = c["mode"] == "icl"
+            prompt = dict(ref_code=[ref_code if icl else None], ref_spk_embedding=[spk], x_vector_only_mode=[not icl],
+                          icl_mode=[icl])
+            margins.m = []
+            codes, _ = model.generate(input_ids=[torch.tensor([c["input_ids"]])],
+                                      ref_ids=[torch.tensor([c["ref_ids"]]) if icl else None], voice_clone_prompt=prompt,
+                                      languages=[c["language"]], non_streaming_mode=c["non_streaming_mode"],
+                                      max_new_tokens=c["max_new_tokens"], do_sample=False, subtalker_dosample=False)
+            return codes[0].tolist(), min(margins.m)
+
+        ok = rmargin > 1e-3
+        for c in cases:
+            c["codes"], c["min_margin"] = run(c)
+            ok = ok and c["min_margin"] >= 0.01 and len(c["codes"]) >= 3
+        print("seed", seed, "rvq margin %.4f" % rmargin, "greedy", [(len(c["codes"]), round(c["min_margin"], 3)) for c in cases],
+              file=sys.stderr)
+        if ok:
+            break
+    else:
+        sys.exit("no seed gave clear greedy and codebook margins")
+
+    chat = "<|im_start|>assistant\n%s<|im_end|>\n<|im_start|>assistant\n" % SPEAK_TEXT
+    speak_ids = tok(chat).input_ids
+    ref_chat_ids = tok("<|im_start|>assistant\n%s<|im_end|>\n" % REF_TEXT).input_ids
+    speak_frames = 40 + 4 * len(SPEAK_TEXT)
+    speak = dict(text=SPEAK_TEXT, ref_text=REF_TEXT, ids=speak_ids, ref_ids=ref_chat_ids, max_new_tokens=speak_frames)
+    for mode in ("x_vector", "icl"):
+        c = dict(mode=mode, input_ids=speak_ids, ref_ids=ref_chat_ids, language="auto", non_streaming_mode=False,
+                 max_new_tokens=speak_frames)
+        speak[mode + "_codes"], speak[mode + "_margin"] = run(c)
+        # the engine's streaming plan (2 frames, then 12, up to 25 frames of left context), the
+        # reference frames in front as context only when in-context
+        pre = ref_code.tolist() if mode == "icl" else []
+        allc = torch.tensor(pre + speak[mode + "_codes"]).T.unsqueeze(0)
+        parts, start, nT = [], len(pre), allc.shape[-1]
+        with torch.no_grad():
+            while start < nT:
+                end = min(start + (2 if start == len(pre) else 12), nT)
+                ctx = min(25, start)
+                parts.append(st.decoder(allc[..., start - ctx:end])[0, 0, ctx * st.decoder.total_upsample:])
+                start = end
+        speak[mode + "_wav_chunks"] = [round(float(v), 7) for v in torch.cat(parts)]
+
+    sf.write(os.path.join(args.out, "ref.wav"), q, 24000, subtype="PCM_16")
+    sd = {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+    save_file(dict(sorted(sd.items())), os.path.join(args.out, "model.safetensors"))
+    conf = cfg.to_dict()
+    conf["dtype"] = "bfloat16"
+    conf.pop("_attn_implementation_autoset", None)
+    with open(os.path.join(args.out, "config.json"), "w") as f:
+        json.dump(conf, f, indent=1, sort_keys=True)
+    with open(os.path.join(args.out, "generation_config.json"), "w") as f:
+        json.dump(dict(do_sample=True, repetition_penalty=1.05, temperature=0.9, top_p=1.0, top_k=50,
+                       subtalker_dosample=True, subtalker_temperature=0.9, subtalker_top_p=1.0, subtalker_top_k=50,
+                       max_new_tokens=8192), f, indent=1)
+    tsd = {k: v.to(torch.bfloat16).contiguous() for k, v in st.state_dict().items()
+           if not k.endswith(".initialized")}
+    save_file(dict(sorted(tsd.items())), os.path.join(args.out, "speech_tokenizer", "model.safetensors"))
+    tconf = tcfg.to_dict()
+    for k in ("encoder_config", "decoder_config"):
+        tconf[k].pop("_attn_implementation_autoset", None)
+    with open(os.path.join(args.out, "speech_tokenizer", "config.json"), "w") as f:
+        json.dump(tconf, f, indent=1, sort_keys=True)
+    ref = dict(seed=seed, torch=torch.__version__, clip_samples=CLIP,
+               mel=[[round(float(v), 6) for v in row] for row in mel[0]],
+               spk_embedding=[float(v) for v in spk], ref_codes=ref_code.tolist(), rvq_margin=rmargin,
+               cases=cases, speak=speak)
+    with open(os.path.join(args.out, "ref.json"), "w") as f:
+        json.dump(ref, f)
+    print("seed", seed, "rvq margin", round(rmargin, 4), "ref frames", len(ref_code), "frames",
+          [len(c["codes"]) for c in cases], "margins", [round(c["min_margin"], 3) for c in cases],
+          "speak", len(speak["x_vector_codes"]), len(speak["icl_codes"]), "spk", [round(float(v), 3) for v in spk[:4]])
 
 
 if __name__ == "__main__":

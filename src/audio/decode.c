@@ -18,6 +18,7 @@
 typedef struct {
 	sg_audio *a;
 	size_t cap;
+	int rate;   /* the output's rate */
 	soxr_t soxr;
 	float *tmp; /* soxr's output for one block */
 	size_t tmp_cap;
@@ -41,25 +42,26 @@ static sg_status append(sink *s, const float *x, size_t n)
 	return SG_OK;
 }
 
-static sg_status sink_open(sink *s, sg_audio *a, int rate, int channels)
+static sg_status sink_open(sink *s, sg_audio *a, int rate, int channels, int to)
 {
 	memset(s, 0, sizeof(*s));
 	memset(a, 0, sizeof(*a));
 	s->a = a;
+	s->rate = to;
 	a->src_rate = rate;
 	a->src_channels = channels;
 	if (rate < MIN_RATE || rate > MAX_RATE)
 		return SG_FAIL(SG_ERR_UNSUPPORTED, "sample rate %d Hz is outside [%d, %d]", rate, MIN_RATE, MAX_RATE);
 	if (channels < 1 || channels > MAX_CHANNELS)
 		return SG_FAIL(SG_ERR_UNSUPPORTED, "%d channels is outside [1, %d]", channels, MAX_CHANNELS);
-	if (rate == SG_AUDIO_RATE) return SG_OK;
+	if (rate == to) return SG_OK;
 	soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
 	soxr_quality_spec_t q = soxr_quality_spec(SOXR_HQ, 0);
 	soxr_error_t err = NULL;
-	s->soxr = soxr_create(rate, SG_AUDIO_RATE, 1, &err, &io, &q, NULL);
-	if (!s->soxr || err) return SG_FAIL(SG_ERR_INTERNAL, "soxr_create(%d -> %d Hz): %s", rate, SG_AUDIO_RATE, err ? err : "failed");
+	s->soxr = soxr_create(rate, to, 1, &err, &io, &q, NULL);
+	if (!s->soxr || err) return SG_FAIL(SG_ERR_INTERNAL, "soxr_create(%d -> %d Hz): %s", rate, to, err ? err : "failed");
 	/* a block's output: BLOCK_FRAMES * 16000 / rate, plus room for the filter's delay */
-	s->tmp_cap = (size_t)BLOCK_FRAMES * SG_AUDIO_RATE / (size_t)rate + 1024;
+	s->tmp_cap = (size_t)BLOCK_FRAMES * (size_t)to / (size_t)rate + 1024;
 	s->tmp = sg_malloc(s->tmp_cap * sizeof(float));
 	if (!s->tmp) return SG_FAIL(SG_ERR_NOMEM, "no memory for the resampler's output");
 	return SG_OK;
@@ -98,10 +100,10 @@ static sg_status finish(sink *s, sg_status st, const char *what)
 }
 
 /* Reads an opened sndfile to the end into *out. */
-static sg_status read_sndfile(SNDFILE *f, const SF_INFO *info, const char *what, sg_audio *out)
+static sg_status read_sndfile(SNDFILE *f, const SF_INFO *info, const char *what, int to, sg_audio *out)
 {
 	sink s;
-	sg_status st = sink_open(&s, out, info->samplerate, info->channels);
+	sg_status st = sink_open(&s, out, info->samplerate, info->channels, to);
 	float *block = NULL, *mono = NULL;
 	if (!st) {
 		block = sg_malloc(sizeof(float) * BLOCK_FRAMES * (size_t)info->channels);
@@ -127,9 +129,12 @@ static sg_status read_sndfile(SNDFILE *f, const SF_INFO *info, const char *what,
 	return finish(&s, st, what);
 }
 
-sg_status sg_audio_decode_file(const char *path, sg_audio *out)
+sg_status sg_audio_decode_file(const char *path, sg_audio *out) { return sg_audio_decode_file_at(path, SG_AUDIO_RATE, out); }
+
+sg_status sg_audio_decode_file_at(const char *path, int rate, sg_audio *out)
 {
 	memset(out, 0, sizeof(*out));
+	if (rate < MIN_RATE || rate > MAX_RATE) return SG_FAIL(SG_ERR_INVALID_ARG, "output rate %d Hz is outside [%d, %d]", rate, MIN_RATE, MAX_RATE);
 	if (!path) return SG_FAIL(SG_ERR_INVALID_ARG, "NULL path");
 	SF_INFO info;
 	memset(&info, 0, sizeof(info));
@@ -143,7 +148,7 @@ sg_status sg_audio_decode_file(const char *path, sg_audio *out)
 		if (empty) return SG_FAIL(SG_ERR_FORMAT, "%s is empty", path);
 		return SG_FAIL(SG_ERR_FORMAT, "%s is not audio this build reads: %s", path, why);
 	}
-	sg_status st = read_sndfile(f, &info, path, out);
+	sg_status st = read_sndfile(f, &info, path, rate, out);
 	sf_close(f);
 	return st;
 }
@@ -191,7 +196,13 @@ static sf_count_t mem_tell(void *user)
 
 sg_status sg_audio_decode_memory(const void *data, size_t size, sg_audio *out)
 {
+	return sg_audio_decode_memory_at(data, size, SG_AUDIO_RATE, out);
+}
+
+sg_status sg_audio_decode_memory_at(const void *data, size_t size, int rate, sg_audio *out)
+{
 	memset(out, 0, sizeof(*out));
+	if (rate < MIN_RATE || rate > MAX_RATE) return SG_FAIL(SG_ERR_INVALID_ARG, "output rate %d Hz is outside [%d, %d]", rate, MIN_RATE, MAX_RATE);
 	if (size == 0) return SG_FAIL(SG_ERR_FORMAT, "the audio is empty (0 bytes)");
 	if (!data) return SG_FAIL(SG_ERR_INVALID_ARG, "NULL data");
 	membuf m = {data, (sf_count_t)size, 0};
@@ -200,7 +211,7 @@ sg_status sg_audio_decode_memory(const void *data, size_t size, sg_audio *out)
 	memset(&info, 0, sizeof(info));
 	SNDFILE *f = sf_open_virtual(&io, SFM_READ, &info, &m);
 	if (!f) return SG_FAIL(SG_ERR_FORMAT, "not audio this build reads (%zu bytes): %s", size, sf_strerror(NULL));
-	sg_status st = read_sndfile(f, &info, "the audio", out);
+	sg_status st = read_sndfile(f, &info, "the audio", rate, out);
 	sf_close(f);
 	return st;
 }
@@ -219,7 +230,7 @@ sg_status sg_audio_from_pcm16(const void *data, size_t nbytes, int rate, int cha
 		return SG_FAIL(SG_ERR_FORMAT, "PCM audio of %zu bytes is truncated: not a whole number of %zu-byte frames (%d channels of 16 bits)",
 		               nbytes, frame, channels);
 	sink s;
-	sg_status st = sink_open(&s, out, rate, channels);
+	sg_status st = sink_open(&s, out, rate, channels, SG_AUDIO_RATE);
 	float mono[BLOCK_FRAMES];
 	const unsigned char *p = data;
 	size_t frames = nbytes / frame;

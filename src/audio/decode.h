@@ -14,7 +14,7 @@
 
 #define SG_AUDIO_RATE 16000 /* Hz: the rate every decoder here produces */
 
-/* Decoded audio: n samples at SG_AUDIO_RATE, mono, nominally in [-1, 1]. */
+/* Decoded audio: n samples at SG_AUDIO_RATE (or the rate asked of the _at calls), mono, nominally in [-1, 1]. */
 typedef struct {
 	float *samples; /* [n], owned: free with sg_audio_free */
 	size_t n;
@@ -31,6 +31,11 @@ sg_status sg_audio_decode_file(const char *path, sg_audio *out);
 /* The same from size bytes in memory (an upload): data is only read, and not kept. */
 sg_status sg_audio_decode_memory(const void *data, size_t size, sg_audio *out);
 
+/* The same at `rate` Hz instead of SG_AUDIO_RATE (soxr, high quality; none when the source is
+ * already at that rate), for models that read another rate (Qwen3-TTS's reference clips: 24 kHz).
+ * rate outside [1000, 768000]: SG_ERR_INVALID_ARG. */
+sg_status sg_audio_decode_file_at(const char *path, int rate, sg_audio *out);
+sg_status sg_audio_decode_memory_at(const void *data, size_t size, int rate, sg_audio *out);
 /* Raw little-endian signed 16-bit PCM, channels interleaved: nbytes bytes at rate Hz. nbytes
  * must be a positive multiple of 2 * channels (else SG_ERR_FORMAT: truncated or empty); rate in
  * [1000, 768000] and channels in [1, 64] (else SG_ERR_INVALID_ARG). */

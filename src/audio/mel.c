@@ -134,3 +134,85 @@ sg_status sg_audio_log_mel(const float *pcm, size_t n, int n_mels, float *out)
 	fftwf_free(spec);
 	return SG_OK;
 }
+
+/* ---- the magnitude log-mel of Qwen3-TTS's speaker encoder (see mel.h) ---- */
+
+static pthread_mutex_t planner_lock = PTHREAD_MUTEX_INITIALIZER;
+
+sg_status sg_audio_log_mel_mag(const sg_mel_mag_params *p, const float *pcm, size_t n, float **out, int *n_frames)
+{
+	*out = NULL;
+	*n_frames = 0;
+	int nfft = p->n_fft, hop = p->hop, nm = p->n_mels, nb = nfft / 2 + 1;
+	if (nfft < 16 || nfft > 1 << 16 || p->win != nfft || hop < 1 || hop > nfft || nm < 1 || nm > SG_MEL_MAX_BINS || p->rate < 1 ||
+	    !(p->fmin >= 0) || !(p->fmax > p->fmin))
+		return SG_FAIL(SG_ERR_INVALID_ARG, "mel: n_fft %d, window %d, hop %d, %d mels, %d Hz, %g..%g Hz", nfft, p->win, hop, nm, p->rate,
+			       p->fmin, p->fmax);
+	long pad = (nfft - hop) / 2;
+	if (!pcm || (long)n <= pad || n > (size_t)1 << 31)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "mel: %zu samples (more than %ld needed for the reflect padding)", n, pad);
+	long N = (long)n, padded = N + 2 * pad;
+	if (padded < nfft) return SG_FAIL(SG_ERR_INVALID_ARG, "mel: %zu samples is shorter than one %d-sample frame", n, nfft);
+	int T = (int)((padded - nfft) / hop + 1);
+	/* the filterbank as librosa builds it (float64 ramps, Slaney scale and area norm, stored float32) */
+	float *fb = sg_calloc((size_t)nm * (size_t)nb, sizeof(float));
+	double *mf = sg_malloc(sizeof(double) * (size_t)(nm + 2));
+	float *in = fftwf_malloc(sizeof(float) * (size_t)nfft), *win = sg_malloc(sizeof(float) * (size_t)nfft);
+	float *mag = sg_malloc(sizeof(float) * (size_t)nb), *o = sg_malloc(sizeof(float) * (size_t)T * (size_t)nm);
+	fftwf_complex *spec = fftwf_malloc(sizeof(fftwf_complex) * (size_t)nb);
+	fftwf_plan plan_m = NULL;
+	sg_status st = SG_OK;
+	if (!fb || !mf || !in || !win || !mag || !o || !spec) st = SG_FAIL(SG_ERR_NOMEM, "mel: %d frames", T);
+	if (!st) {
+		pthread_mutex_lock(&planner_lock);
+		plan_m = fftwf_plan_dft_r2c_1d(nfft, in, spec, FFTW_ESTIMATE);
+		pthread_mutex_unlock(&planner_lock);
+		if (!plan_m) st = SG_FAIL(SG_ERR_INTERNAL, "FFTW could not plan a %d-point real FFT", nfft);
+	}
+	if (!st) {
+		double lo = hz_to_mel(p->fmin), hi = hz_to_mel(p->fmax);
+		for (int i = 0; i < nm + 2; i++) mf[i] = mel_to_hz(lo + (hi - lo) * i / (nm + 1));
+		for (int m = 0; m < nm; m++) {
+			double enorm = 2.0 / (mf[m + 2] - mf[m]);
+			for (int k = 0; k < nb; k++) {
+				double f = (double)k * p->rate / nfft;
+				double lower = (f - mf[m]) / (mf[m + 1] - mf[m]), upper = (mf[m + 2] - f) / (mf[m + 2] - mf[m + 1]);
+				double w = lower < upper ? lower : upper;
+				fb[(size_t)m * nb + k] = (float)((w > 0 ? w : 0) * enorm);
+			}
+		}
+		/* torch.hann_window (periodic), in float32 */
+		for (int i = 0; i < nfft; i++) win[i] = (float)(0.5 - 0.5 * cos(2.0 * M_PI * i / nfft));
+		for (int t = 0; t < T; t++) {
+			for (int i = 0; i < nfft; i++) {
+				long j = (long)t * hop + i - pad;
+				if (j < 0) j = -j;
+				else if (j >= N) j = 2 * N - 2 - j;
+				in[i] = pcm[j] * win[i];
+			}
+			fftwf_execute_dft_r2c(plan_m, in, spec);
+			for (int k = 0; k < nb; k++) mag[k] = sqrtf(spec[k][0] * spec[k][0] + spec[k][1] * spec[k][1] + 1e-9f);
+			for (int m = 0; m < nm; m++) {
+				float s = 0;
+				const float *w = fb + (size_t)m * nb;
+				for (int k = 0; k < nb; k++) s += w[k] * mag[k];
+				o[(size_t)t * nm + m] = logf(s > 1e-5f ? s : 1e-5f);
+			}
+		}
+	}
+	if (plan_m) {
+		pthread_mutex_lock(&planner_lock);
+		fftwf_destroy_plan(plan_m);
+		pthread_mutex_unlock(&planner_lock);
+	}
+	sg_free(fb), sg_free(mf), sg_free(win), sg_free(mag);
+	fftwf_free(in);
+	fftwf_free(spec);
+	if (st) {
+		sg_free(o);
+		return st;
+	}
+	*out = o;
+	*n_frames = T;
+	return SG_OK;
+}

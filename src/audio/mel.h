@@ -34,4 +34,17 @@ sg_status sg_audio_log_mel(const float *pcm, size_t n, int n_mels, float *out);
  * (of SG_MEL_N_FFT / 2 + 1) in mel bin m. fb is [SG_MEL_N_FFT / 2 + 1][n_mels], caller-owned. */
 sg_status sg_audio_mel_filters(int n_mels, double *fb);
 
+
+/* The magnitude log-mel spectrogram Qwen3-TTS's speaker encoder reads (the qwen-tts package's
+ * mel_spectrogram): reflect padding of (n_fft - hop) / 2 samples at both ends, frames of n_fft
+ * samples every hop (no centring), periodic Hann window, |rfft| as sqrt(re^2 + im^2 + 1e-9),
+ * librosa's Slaney mel filterbank from fmin to fmax (area-normalised), then
+ * log(max(mel, 1e-5)), all in float32 as torch computes it. */
+typedef struct sg_mel_mag_params {
+	int rate, n_fft, win, hop, n_mels; /* win must equal n_fft */
+	double fmin, fmax;
+} sg_mel_mag_params;
+/* pcm [n] (more than the padding); *out [n_frames][n_mels] (sg_free), frame-major. */
+sg_status sg_audio_log_mel_mag(const sg_mel_mag_params *p, const float *pcm, size_t n, float **out, int *n_frames);
+
 #endif

@@ -44,6 +44,10 @@ static int usage(void)
 	       "  --play           play it (aplay, pw-play or paplay, the first on PATH) instead of writing a file\n"
 	       "  --noise-scale S, --noise-w W   Piper's sampling noise (default: the voice's)\n"
 	       "  --seed N         noise seed (default 0)\n"
+	       "  --temperature T  Qwen3-TTS code sampling, 0 (greedy) .. 2 (default 0.9)\n"
+	       "  --ref-audio FILE clone the voice of FILE (any audio file saragossa decodes; Qwen3-TTS Base models)\n"
+	       "  --ref-text TEXT  FILE's transcript: in-context cloning, the closer copy (required unless --x-vector-only)\n"
+	       "  --x-vector-only  clone from FILE's speaker embedding alone (no transcript)\n"
 	       "  --max-chars N    input cap (default 4096)\n"
 	       "  --threads N      CPU threads (default: one per core)\n"
 	       "  --metrics        print load time, time to first audio, total and CPU time, real-time factor (JSON) on stderr\n"
@@ -59,7 +63,7 @@ static double cpu_s(void)
 	return (double)r.ru_utime.tv_sec + r.ru_utime.tv_usec * 1e-6 + (double)r.ru_stime.tv_sec + r.ru_stime.tv_usec * 1e-6;
 }
 
-static char *read_all(FILE *f)
+static char *read_all(FILE *f, size_t *n_out)
 {
 	size_t cap = 1 << 16, len = 0;
 	char *buf = sg_malloc(cap + 1);
@@ -78,6 +82,7 @@ static char *read_all(FILE *f)
 		}
 	}
 	if (buf) buf[len] = 0;
+	if (n_out) *n_out = len;
 	return buf;
 }
 
@@ -133,8 +138,11 @@ static int on_audio(const float *pcm, size_t n, void *user)
 
 int sg_cli_speak(int argc, char **argv)
 {
-	const char *model = NULL, *voice = NULL, *outfile = NULL, *format = NULL;
-	double speed = 1, noise_scale = -1, noise_w = -1;
+	const char *model = NULL, *voice = NULL, *outfile = NULL, *format = NULL, *ref_audio = NULL, *ref_text = NULL;
+	double speed = 1, noise_scale = -1, noise_w = -1, temperature = -1;
+	int x_vector_only = 0;
+	unsigned char *ref_bytes = NULL;
+	size_t ref_size = 0;
 	long seed = 0, threads = 0, max_chars = 0;
 	int play = 0, quiet = 0, metrics = 0, rc = 2;
 	char *text = NULL;
@@ -148,6 +156,15 @@ int sg_cli_speak(int argc, char **argv)
 		else if (!strcmp(a, "--play")) play = 1;
 		else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) quiet = 1;
 		else if (!strcmp(a, "--metrics")) metrics = 1;
+		else if (!strcmp(a, "--ref-audio") && v) ref_audio = argv[++i];
+		else if (!strcmp(a, "--ref-text") && v) ref_text = argv[++i];
+		else if (!strcmp(a, "--x-vector-only")) x_vector_only = 1;
+		else if (!strcmp(a, "--temperature") && v) {
+			if (sg_cli_parse_float(argv[++i], 0, 2, &temperature)) {
+				rc = sg_cli_usage_error("speak", "--temperature must be in [0, 2], not '%s'", v);
+				goto done;
+			}
+		}
 		else if (!strcmp(a, "--speed") && v) {
 			if (sg_cli_parse_float(argv[++i], 0.25, 4, &speed)) {
 				rc = sg_cli_usage_error("speak", "--speed must be in [0.25, 4], not '%s'", v);
@@ -200,6 +217,32 @@ int sg_cli_speak(int argc, char **argv)
 		rc = sg_cli_usage_error("speak", "-o and --play exclude each other");
 		goto done;
 	}
+	if (!ref_audio && (ref_text || x_vector_only)) {
+		rc = sg_cli_usage_error("speak", "%s clones the voice of --ref-audio FILE, which is missing",
+					ref_text ? "--ref-text" : "--x-vector-only");
+		goto done;
+	}
+	if (ref_audio && !ref_text && !x_vector_only) {
+		rc = sg_cli_usage_error("speak", "--ref-audio needs --ref-text (the clip's transcript, for in-context cloning) or "
+						 "--x-vector-only");
+		goto done;
+	}
+	if (ref_audio) {
+		FILE *rf = fopen(ref_audio, "rb");
+		if (!rf) {
+			fprintf(stderr, "saragossa speak: cannot open --ref-audio %s: %s\n", ref_audio, strerror(errno));
+			rc = 1;
+			goto done;
+		}
+		ref_bytes = (unsigned char *)read_all(rf, &ref_size);
+		int rerr = ferror(rf);
+		fclose(rf);
+		if (!ref_bytes || rerr) {
+			fprintf(stderr, "saragossa speak: cannot read --ref-audio %s (at most 64 MiB)\n", ref_audio);
+			rc = 1;
+			goto done;
+		}
+	}
 	if (format && (!audio_format_available(format) || !strcmp(format, "aac"))) {
 		rc = sg_cli_usage_error("speak", "--format must be wav, flac, %sopus, pcm or f32, not '%s'",
 					audio_format_available("mp3") ? "mp3, " : "", format);
@@ -207,7 +250,7 @@ int sg_cli_speak(int argc, char **argv)
 	}
 	if (!strcmp(text, "-")) {
 		sg_free(text);
-		if (!(text = read_all(stdin))) {
+		if (!(text = read_all(stdin, NULL))) {
 			fprintf(stderr, "saragossa speak: cannot read stdin: %s\n", strerror(errno ? errno : ENOMEM));
 			rc = 1;
 			goto done;
@@ -276,6 +319,9 @@ int sg_cli_speak(int argc, char **argv)
 	pp.noise_w = (float)noise_w;
 	pp.seed = (uint64_t)seed;
 	pp.max_chars = (size_t)max_chars;
+	if (temperature >= 0) pp.temperature = (float)temperature;
+	pp.ref_audio = ref_bytes, pp.ref_audio_size = ref_size;
+	pp.ref_text = ref_text, pp.x_vector_only = x_vector_only;
 	pp.on_audio = on_audio;
 	pp.user = &o;
 	o.t0 = sg_time_s();
@@ -323,5 +369,6 @@ int sg_cli_speak(int argc, char **argv)
 	sg_tts_free(tts);
 done:
 	sg_free(text);
+	sg_free(ref_bytes);
 	return rc;
 }

@@ -176,10 +176,23 @@ sg_status tts_speak(tts_model *t, const char *text, const sg_speak_params *param
 			return sg_error(SG_ERR_INVALID_ARG, "speak: unknown voice '%s' (this model has: %s)", p.voice, names);
 		}
 	}
+	if (p.ref_audio || p.ref_audio_size) {
+		if (!p.ref_audio || !p.ref_audio_size)
+			return sg_error(SG_ERR_INVALID_ARG, "speak: ref_audio (%s) and ref_audio_size (%zu) go together", p.ref_audio ? "given" : "NULL",
+					p.ref_audio_size);
+		if (!t->vt->reference)
+			return sg_error(SG_ERR_UNSUPPORTED, "speak: %s voices cannot clone a voice from a reference clip (a Qwen3-TTS Base model can)",
+					t->vt->kind);
+	}
 	tts_span *sp;
 	int n;
 	sg_status st = tts_split_sentences(text, len, TTS_MAX_SENTENCE_BYTES, &sp, &n);
 	if (st) return st;
+	if (n && t->vt->reference) st = t->vt->reference(t->m, &p);
+	if (st) {
+		sg_free(sp);
+		return st;
+	}
 	if (!n) {
 		sg_free(sp);
 		return sg_error(SG_ERR_INVALID_ARG, "speak: the text is empty");

@@ -18,6 +18,9 @@ typedef struct tts_model_vt {
 	/* one sentence (already split by the engine), emitting chunks as they are made */
 	sg_status (*speak)(void *m, const char *text, const sg_speak_params *p, tts_emit_fn emit, void *user);
 	void (*free)(void *m);
+	/* Voice cloning: prepares p's reference clip (p->ref_audio) once before the sentences, which
+	 * speak then reads; NULL for a kind that cannot clone. */
+	sg_status (*reference)(void *m, const sg_speak_params *p);
 } tts_model_vt;
 
 /* A loaded model of some kind. */

@@ -79,7 +79,7 @@ static sg_status p_speak(void *m, const char *text, const sg_speak_params *sp, t
 	return st;
 }
 
-static const tts_model_vt piper_vt = {"piper", p_rate, p_nv, p_voice, p_speak, p_free};
+static const tts_model_vt piper_vt = {"piper", p_rate, p_nv, p_voice, p_speak, p_free, NULL};
 
 static double num(json_t *o, const char *k, double dflt)
 {

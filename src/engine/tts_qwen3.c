@@ -23,8 +23,15 @@
 #include "base/flags.h"
 #include "base/json.h"
 #include "models/qwen3_tts.h"
+#include "audio/decode.h"
 #include "models/qwen3_tts_codec.h"
+#include "models/qwen3_tts_spk.h"
+#include "models/qwen3_tts_tok.h"
 #include "text/tokenizer/tokenizer.h"
+
+/* the longest reference clip taken for cloning (the package sets none; the speaker encoder's and
+ * the tokenizer's work grows with it, the talker's prompt by 12.5 frames a second) */
+#define QTTS_MAX_REF_SECONDS 60
 
 
 typedef struct qtts {
@@ -34,6 +41,17 @@ typedef struct qtts {
 	sg_tokenizer *tok;
 	int n_voices;
 	const char *voices[257];
+	/* voice cloning (Base models): the speaker encoder and the speech tokenizer's encoder, run
+	 * on the codec's backend; NULL where the folder has none */
+	sg_qwen3_tts_spk *spk;
+	sg_qwen3_tts_tok *enc;
+	/* the last reference clip prepared (one sg_tts speaks one text at a time): its bytes'
+	 * hash and size, x-vector [D], codes [n_ref][G] (NULL until in-context cloning asks) */
+	uint64_t ref_hash;
+	size_t ref_size;
+	float *ref_x;
+	int32_t *ref_codes;
+	int n_ref, ref_ok;
 } qtts;
 
 static int is_file(const char *p)
@@ -154,6 +172,10 @@ static void q_free(void *mp)
 {
 	qtts *q = mp;
 	if (!q) return;
+	sg_qwen3_tts_spk_free(q->spk);
+	sg_qwen3_tts_tok_free(q->enc);
+	sg_free(q->ref_x);
+	sg_free(q->ref_codes);
 	sg_qwen3_tts_codec_free(q->codec);
 	if (q->codec_be) sg_backend_free(q->codec_be);
 	sg_qwen3_tts_free(q->m);
@@ -196,11 +218,67 @@ static sg_status encode(const qtts *q, const char *a, const char *text, const ch
 	return st;
 }
 
+static uint64_t fnv1a(const void *data, size_t n)
+{
+	const unsigned char *b = data;
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+	return h;
+}
+
+/* The reference clip of p: decoded at the model's rate, its x-vector and (in-context) its codes,
+ * kept for the sentences of this call and reused while the same bytes come again. */
+static sg_status q_reference(void *mp, const sg_speak_params *p)
+{
+	qtts *q = mp;
+	if (!p->ref_audio) return SG_OK;
+	if (!q->spk)
+		return sg_error(SG_ERR_UNSUPPORTED, "speak: this Qwen3-TTS model (%s) has no speaker encoder: cloning a voice from a reference "
+						    "clip needs a Base model",
+				sg_qwen3_tts_type(q->m));
+	int icl = !p->x_vector_only;
+	if (icl && (!p->ref_text || !p->ref_text[0]))
+		return sg_error(SG_ERR_INVALID_ARG, "speak: in-context cloning needs the reference clip's transcript (ref_text), or "
+						    "x-vector-only cloning");
+	if (icl && !q->enc)
+		return sg_error(SG_ERR_UNSUPPORTED, "speak: this model's speech tokenizer has no encoder, so only x-vector-only cloning works");
+	uint64_t h = fnv1a(p->ref_audio, p->ref_audio_size);
+	if (q->ref_ok && h == q->ref_hash && p->ref_audio_size == q->ref_size && (!icl || q->ref_codes)) return SG_OK;
+	q->ref_ok = 0;
+	sg_free(q->ref_codes);
+	q->ref_codes = NULL, q->n_ref = 0;
+	int rate = sg_qwen3_tts_spk_sample_rate(q->spk);
+	sg_audio a;
+	sg_status st = sg_audio_decode_memory_at(p->ref_audio, p->ref_audio_size, rate, &a);
+	if (st) return sg_error_wrap(st, "speak: the reference clip");
+	if (a.n > (size_t)rate * QTTS_MAX_REF_SECONDS)
+		st = sg_error(SG_ERR_INVALID_ARG, "speak: the reference clip is %.1f s long, over the cap of %d s", (double)a.n / rate,
+			      QTTS_MAX_REF_SECONDS);
+	if (!st && !q->ref_x) {
+		q->ref_x = sg_malloc(sizeof(float) * (size_t)sg_qwen3_tts_spk_dim(q->spk));
+		if (!q->ref_x) st = sg_error(SG_ERR_NOMEM, "speak: x-vector");
+	}
+	if (!st) st = sg_qwen3_tts_spk_embed(q->spk, a.samples, a.n, q->ref_x);
+	if (!st && icl) {
+		if (sg_qwen3_tts_tok_sample_rate(q->enc) != rate)
+			st = sg_error(SG_ERR_UNSUPPORTED, "speak: the speaker encoder reads %d Hz, the speech tokenizer %d Hz", rate,
+				      sg_qwen3_tts_tok_sample_rate(q->enc));
+		else st = sg_qwen3_tts_tok_encode(q->enc, a.samples, a.n, &q->ref_codes, &q->n_ref);
+	}
+	sg_audio_free(&a);
+	if (st) return st;
+	q->ref_hash = h, q->ref_size = p->ref_audio_size, q->ref_ok = 1;
+	return SG_OK;
+}
+
 static sg_status q_speak(void *mp, const char *text, const sg_speak_params *p, tts_emit_fn emit, void *user)
 {
 	qtts *q = mp;
-	sg_tokens ids = {0}, ins = {0};
+	sg_tokens ids = {0}, ins = {0}, rids = {0};
+	int clone = p->ref_audio && q->ref_ok, icl = clone && !p->x_vector_only;
+	if (p->ref_audio && !q->ref_ok) return sg_error(SG_ERR_INTERNAL, "speak: the reference clip was not prepared");
 	sg_status st = encode(q, "<|im_start|>assistant\n", text, "<|im_end|>\n<|im_start|>assistant\n", &ids);
+	if (!st && icl) st = encode(q, "<|im_start|>assistant\n", p->ref_text, "<|im_end|>\n", &rids);
 	if (!st && p->instructions && p->instructions[0] && strcmp(sg_qwen3_tts_type(q->m), "base"))
 		st = encode(q, "<|im_start|>user\n", p->instructions, "<|im_end|>\n", &ins);
 	sg_qwen3_tts_stream *s = NULL;
@@ -208,6 +286,9 @@ static sg_status q_speak(void *mp, const char *text, const sg_speak_params *p, t
 	int ctx = (int)sg_flag_int("SARAGOSSA_QWEN_TTS_CONTEXT");
 	if (!st) st = sg_qwen3_tts_stream_open(q->codec, chunk > 0 ? chunk : 12, ctx >= 0 ? ctx : 25, emit, user, &s);
 	if (!st) sg_qwen3_tts_stream_first_chunk(s, first);
+	/* in-context: the reference frames are the decoder's left context, never emitted (the
+	 * package decodes them with the new frames and cuts their samples off) */
+	if (!st && icl) st = sg_qwen3_tts_stream_prefix(s, q->ref_codes, q->n_ref);
 	if (!st) {
 		sg_qwen3_tts_gen g = sg_qwen3_tts_gen_defaults(q->m);
 		speak_ctx c = {s, SG_OK};
@@ -216,6 +297,11 @@ static sg_status q_speak(void *mp, const char *text, const sg_speak_params *p, t
 		g.ids = ids.ids, g.n_ids = (int)ids.n;
 		g.instruct_ids = ins.n ? ins.ids : NULL, g.n_instruct = (int)ins.n;
 		g.speaker = p->voice && strcmp(p->voice, "default") ? p->voice : (sg_qwen3_tts_n_speakers(q->m) ? q->voices[0] : NULL);
+		if (clone) {
+			/* the package's generate_voice_clone: the text fed frame by frame */
+			g.spk_embed = q->ref_x, g.speaker = NULL, g.non_streaming = 0;
+			if (icl) g.ref_codes = q->ref_codes, g.n_ref = q->n_ref, g.ref_ids = rids.ids, g.n_ref_ids = (int)rids.n;
+		}
 		g.language = language_name(p->language);
 		/* the package's cap is 8192 frames; a sentence gets about 4 frames a character */
 		if ((size_t)g.max_frames > 40 + 4 * chars) g.max_frames = (int)(40 + 4 * chars);
@@ -233,6 +319,7 @@ static sg_status q_speak(void *mp, const char *text, const sg_speak_params *p, t
 	sg_qwen3_tts_stream_free(s);
 	sg_tokens_free(&ids);
 	sg_tokens_free(&ins);
+	sg_tokens_free(&rids);
 	return st == SG_ERR_CANCELLED ? SG_OK : st; /* the engine tells a stop by its callback */
 }
 
@@ -242,6 +329,7 @@ static const tts_model_vt qwen3_vt = {
 	.n_voices = q_nv,
 	.voice = q_voice,
 	.speak = q_speak,
+	.reference = q_reference,
 	.free = q_free,
 };
 
@@ -266,6 +354,22 @@ sg_status tts_qwen3_load(const char *dir, const sg_tts_params *p, tts_model *out
 			b = q->codec_be;
 		}
 		if (!st) st = sg_qwen3_tts_codec_load(sub, b, &q->codec);
+	}
+	/* a Base model's cloning encoders, where the codec runs */
+	if (!st) {
+		sg_backend *b = q->codec_be ? q->codec_be : sg_qwen3_tts_backend(q->m);
+		st = sg_qwen3_tts_spk_load(sg_qwen3_tts_weights(q->m), b, &q->spk);
+		if (st == SG_ERR_NOT_FOUND) st = SG_OK;
+		if (!st && q->spk && sg_qwen3_tts_spk_dim(q->spk) != sg_qwen3_tts_hidden(q->m))
+			st = sg_error(SG_ERR_FORMAT, "tts: %s: the speaker encoder's x-vector has %d values, the talker's width is %d", dir,
+				      sg_qwen3_tts_spk_dim(q->spk), sg_qwen3_tts_hidden(q->m));
+		if (!st && q->spk) {
+			st = sg_qwen3_tts_tok_load(sub, b, &q->enc);
+			if (st == SG_ERR_NOT_FOUND) st = SG_OK;
+			if (!st && q->enc && sg_qwen3_tts_tok_groups(q->enc) != sg_qwen3_tts_groups(q->m))
+				st = sg_error(SG_ERR_FORMAT, "tts: %s: the speech tokenizer's encoder keeps %d codes a frame, the talker makes %d", dir,
+					      sg_qwen3_tts_tok_groups(q->enc), sg_qwen3_tts_groups(q->m));
+		}
 	}
 	if (!st && sg_qwen3_tts_codec_groups(q->codec) != sg_qwen3_tts_groups(q->m))
 		st = sg_error(SG_ERR_FORMAT, "tts: %s: the talker makes %d codes a frame, the speech tokenizer decodes %d", dir,

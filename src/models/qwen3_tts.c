@@ -308,6 +308,8 @@ void sg_qwen3_tts_free(sg_qwen3_tts *m)
 }
 
 struct sg_backend *sg_qwen3_tts_backend(const sg_qwen3_tts *m) { return m->be; }
+struct sg_weights *sg_qwen3_tts_weights(const sg_qwen3_tts *m) { return m->w; }
+int sg_qwen3_tts_hidden(const sg_qwen3_tts *m) { return m->D; }
 int sg_qwen3_tts_groups(const sg_qwen3_tts *m) { return m->G; }
 const char *sg_qwen3_tts_type(const sg_qwen3_tts *m) { return m->type; }
 int sg_qwen3_tts_n_speakers(const sg_qwen3_tts *m) { return m->n_spk; }
@@ -462,8 +464,24 @@ static sg_status build_prompt(sg_qwen3_tts *m, const sg_qwen3_tts_gen *g, float 
 		if (!g->instruct_ids || g->instruct_ids[i] < 0 || g->instruct_ids[i] >= m->TV)
 			return sg_error(SG_ERR_INVALID_ARG, "qwen3-tts: instruction id outside [0, %d)", m->TV);
 	const qt_name *spk = NULL;
-	if (g->speaker && *g->speaker && !(spk = find_name(m->spk, m->n_spk, g->speaker)))
+	if (!g->spk_embed && g->speaker && *g->speaker && !(spk = find_name(m->spk, m->n_spk, g->speaker)))
 		return list_error("speaker", g->speaker, m->spk, m->n_spk, NULL);
+	int icl = g->spk_embed && g->n_ref > 0;
+	if (g->n_ref < 0 || (g->n_ref > 0 && (!g->ref_codes || !g->spk_embed)) || g->n_ref > 1 << 16)
+		return sg_error(SG_ERR_INVALID_ARG, "qwen3-tts: %d reference frames (in-context cloning takes the codes and an x-vector)", g->n_ref);
+	if (icl) {
+		if (!g->ref_ids || g->n_ref_ids < 6)
+			return sg_error(SG_ERR_INVALID_ARG, "qwen3-tts: %d reference text ids (at least 6: role, text, closing); in-context "
+							    "cloning needs the reference clip's transcript",
+					g->n_ref_ids);
+		for (int i = 0; i < g->n_ref_ids; i++)
+			if (g->ref_ids[i] < 0 || g->ref_ids[i] >= m->TV)
+				return sg_error(SG_ERR_INVALID_ARG, "qwen3-tts: reference text id %d outside [0, %d)", g->ref_ids[i], m->TV);
+		for (int i = 0; i < g->n_ref * m->G; i++)
+			if (g->ref_codes[i] < 0 || g->ref_codes[i] >= m->Vcp)
+				return sg_error(SG_ERR_INVALID_ARG, "qwen3-tts: reference code %d (frame %d) outside the codebook [0, %d)", g->ref_codes[i],
+						i / m->G, m->Vcp);
+	}
 	int lang_id = -1;
 	const char *lang = g->language && *g->language ? g->language : "auto";
 	if (strcasecmp(lang, "auto")) {
@@ -476,21 +494,33 @@ static sg_status build_prompt(sg_qwen3_tts *m, const sg_qwen3_tts_gen *g, float 
 		if (l) lang_id = l->id;
 	}
 	/* codec tags: [nothink, think_bos, think_eos] or [think, think_bos, lang, think_eos], the
-	 * speaker, then pad and bos */
+	 * speaker (a preset's codec id, or the x-vector: -1), then pad and bos */
 	int codec[8], nc = 0;
 	if (lang_id < 0) codec[nc++] = m->nothink, codec[nc++] = m->think_bos, codec[nc++] = m->think_eos;
 	else codec[nc++] = m->think, codec[nc++] = m->think_bos, codec[nc++] = lang_id, codec[nc++] = m->think_eos;
 	if (spk) codec[nc++] = spk->id;
+	else if (g->spk_embed) codec[nc++] = -1;
 	codec[nc++] = m->pad;
 	codec[nc++] = m->bos;
 	int n_text = g->n_ids - 8; /* ids[3 .. n-5) */
-	int rows = g->n_instruct + 3 + (nc - 1) + (g->non_streaming ? n_text + 2 : 1);
-	int trows = g->non_streaming ? 1 : n_text; /* ids[4 .. n-5) + tts_eos */
+	/* in-context: text rows = the reference text ids[3 .. n-2), the text, tts_eos; codec rows =
+	 * bos, then each reference frame's embeddings summed */
+	int n_rt = icl ? g->n_ref_ids - 5 : 0, tl = n_rt + n_text + 1, cl = g->n_ref + 1;
+	int rows, trows;
+	if (icl) {
+		rows = g->n_instruct + 3 + (nc - 1) + (g->non_streaming ? tl + cl : cl);
+		trows = !g->non_streaming && tl > cl ? tl - cl : 1;
+	} else {
+		rows = g->n_instruct + 3 + (nc - 1) + (g->non_streaming ? n_text + 2 : 1);
+		trows = g->non_streaming ? 1 : n_text; /* ids[4 .. n-5) + tts_eos */
+	}
 	float *p = sg_calloc((size_t)rows * (size_t)D, sizeof(float));
 	float *t = sg_calloc((size_t)trows * (size_t)D, sizeof(float));
 	float *special = sg_malloc(sizeof(float) * 3 * (size_t)D);
-	if (!p || !t || !special) {
-		sg_free(p), sg_free(t), sg_free(special);
+	float *te = icl ? sg_calloc((size_t)(tl + cl) * (size_t)D, sizeof(float)) : NULL;
+	int32_t *tids = icl ? sg_malloc(sizeof(int32_t) * (size_t)(tl ? tl : 1)) : NULL;
+	if (!p || !t || !special || (icl && (!te || !tids))) {
+		sg_free(p), sg_free(t), sg_free(special), sg_free(te), sg_free(tids);
 		return sg_error(SG_ERR_NOMEM, "qwen3-tts: a prompt of %d rows", rows);
 	}
 	int32_t sp_ids[3] = {m->tts_bos, m->tts_eos, m->tts_pad};
@@ -504,9 +534,43 @@ static sg_status build_prompt(sg_qwen3_tts *m, const sg_qwen3_tts_gen *g, float 
 	for (int i = 0; !st && i < nc - 1; i++, r++) {
 		float *row = p + (size_t)r * D;
 		memcpy(row, i < nc - 2 ? tpad : tbos, sizeof(float) * (size_t)D);
-		add_codec(m, codec[i], row);
+		if (codec[i] >= 0) add_codec(m, codec[i], row);
+		else
+			for (int k = 0; k < D; k++) row[k] += g->spk_embed[k];
 	}
-	if (!st && g->non_streaming) {
+	if (!st && icl) {
+		float *ce = te + (size_t)tl * D, rowv[D];
+		memcpy(tids, g->ref_ids + 3, sizeof(int32_t) * (size_t)n_rt);
+		memcpy(tids + n_rt, g->ids + 3, sizeof(int32_t) * (size_t)n_text);
+		st = text_proj(m, tids, tl - 1, te);
+		if (!st) memcpy(te + (size_t)(tl - 1) * D, teos, sizeof(float) * (size_t)D);
+		add_codec(m, m->bos, ce);
+		for (int f = 0; f < g->n_ref; f++) {
+			const int32_t *fc = g->ref_codes + (size_t)f * m->G;
+			float *row = ce + (size_t)(f + 1) * D;
+			add_codec(m, fc[0], row);
+			for (int j = 1; j < m->G; j++) {
+				table_row(m->cp_emb[j - 1], fc[j], rowv);
+				for (int k = 0; k < D; k++) row[k] += rowv[k];
+			}
+		}
+		if (!st && g->non_streaming) {
+			for (int i = 0; i < tl; i++, r++) {
+				memcpy(p + (size_t)r * D, te + (size_t)i * D, sizeof(float) * (size_t)D);
+				add_codec(m, m->pad, p + (size_t)r * D);
+			}
+			for (int i = 0; i < cl; i++, r++)
+				for (int k = 0; k < D; k++) p[(size_t)r * D + k] = ce[(size_t)i * D + k] + tpad[k];
+			memcpy(t, tpad, sizeof(float) * (size_t)D);
+		} else if (!st) {
+			for (int i = 0; i < cl; i++, r++) {
+				const float *tx = i < tl ? te + (size_t)i * D : tpad;
+				for (int k = 0; k < D; k++) p[(size_t)r * D + k] = tx[k] + ce[(size_t)i * D + k];
+			}
+			if (tl > cl) memcpy(t, te + (size_t)cl * D, sizeof(float) * (size_t)(tl - cl) * (size_t)D);
+			else memcpy(t, tpad, sizeof(float) * (size_t)D);
+		}
+	} else if (!st && g->non_streaming) {
 		if (n_text) st = text_proj(m, g->ids + 3, n_text, p + (size_t)r * D);
 		for (int i = 0; !st && i < n_text; i++) add_codec(m, m->pad, p + (size_t)(r + i) * D);
 		r += n_text;
@@ -526,6 +590,7 @@ static sg_status build_prompt(sg_qwen3_tts *m, const sg_qwen3_tts_gen *g, float 
 		if (!st && n_text > 1) st = text_proj(m, g->ids + 4, n_text - 1, t);
 		if (!st) memcpy(t + (size_t)(n_text - 1) * D, teos, sizeof(float) * (size_t)D);
 	}
+	sg_free(te), sg_free(tids);
 	if (!st) memcpy(pad_embed, tpad, sizeof(float) * (size_t)D);
 	sg_free(special);
 	if (st) {

@@ -36,6 +36,9 @@ int sg_qwen3_tts_n_speakers(const sg_qwen3_tts *m);
 const char *sg_qwen3_tts_speaker(const sg_qwen3_tts *m, int i); /* sorted by name */
 int sg_qwen3_tts_n_languages(const sg_qwen3_tts *m);
 const char *sg_qwen3_tts_language(const sg_qwen3_tts *m, int i);
+/* The weights (the speaker encoder of a Base model reads them too); owned by the model. */
+struct sg_weights *sg_qwen3_tts_weights(const sg_qwen3_tts *m);
+int sg_qwen3_tts_hidden(const sg_qwen3_tts *m); /* the talker's width (the x-vector's size) */
 /* The tokenizer's ids of the chat markers the text is wrapped in. */
 int sg_qwen3_tts_im_start(const sg_qwen3_tts *m);
 int sg_qwen3_tts_im_end(const sg_qwen3_tts *m);
@@ -52,6 +55,17 @@ typedef struct sg_qwen3_tts_gen {
 	const int32_t *instruct_ids;
 	int n_instruct;
 	const char *speaker;   /* a preset speaker (case-insensitive) or NULL/"" for none */
+	/* A cloned voice (Base models): the reference clip's x-vector [D] (qwen3_tts_spk.h), in the
+	 * prompt where a preset speaker's embedding goes; speaker is then ignored. NULL: none. */
+	const float *spk_embed;
+	/* In-context cloning (with spk_embed): the reference clip's codes [n_ref][G] (the speech
+	 * tokenizer's encoder) and its transcript as "<|im_start|>assistant\n{ref_text}<|im_end|>\n"
+	 * tokenized (at least 3 role ids, one text id, 2 closing ids), laid out before the text as the
+	 * package's in-context prompt. n_ref 0: x-vector only. */
+	const int32_t *ref_codes;
+	int n_ref;
+	const int32_t *ref_ids;
+	int n_ref_ids;
 	const char *language;  /* a language of the config, or NULL/"auto" */
 	int non_streaming;     /* 1: the whole text in the prompt (the package's default for preset
 	                        * and designed voices); 0: text fed one token per frame */

@@ -24,6 +24,7 @@
 
 typedef struct qc_conv {
 	sg_btensor w, b; /* the conv ops' layouts (backend.h), [Cout] */
+	float *host;     /* the bytes a bound weight still reads (a backend that keeps them in place), or NULL */
 	int K, cin, cout, dil, groups, transposed, stride;
 } qc_conv;
 
@@ -155,7 +156,21 @@ static sg_status load_conv(sg_qwen3_tts_codec *c, const char *pfx, int cin, int 
 		for (int o = 0; o < cout; o++)
 			for (int i = 0; i < cg; i++)
 				for (int k = 0; k < K; k++) p[((size_t)o * K + k) * cg + i] = v[((size_t)o * cg + i) * K + k];
-		st = put4(c, p, cg, K, cout, 1, &cv->w);
+		if (groups == 1) {
+			/* bound for conv1d alone: the CPU backend packs it for its tile kernel (no im2col,
+			 * SARAGOSSA_CPU_CONV_PACKED), a GPU uploads it, a backend that keeps host bytes in
+			 * place reads p, which then lives as long as the weight */
+			cv->w = (sg_btensor){.type = SG_TYPE_F32,
+					     .ne = {cg, K, cout, 1},
+					     .row_bytes = (size_t)cg * sizeof(float),
+					     .data = p,
+					     .layout = SG_LAYOUT_CONV1D};
+			st = c->be->ops->tensor_bind(c->be, &cv->w);
+			if (!st && cv->w.data == p) cv->host = p, p = NULL;
+			if (st) cv->w = (sg_btensor){0};
+		} else {
+			st = put4(c, p, cg, K, cout, 1, &cv->w);
+		}
 	}
 	sg_free(v);
 	sg_free(p);
@@ -379,7 +394,9 @@ static void free_t(sg_backend *be, sg_btensor *t)
 
 static void free_conv(sg_backend *be, qc_conv *cv)
 {
-	free_t(be, &cv->w);
+	free_t(be, &cv->w); /* frees only what the backend owns: a bound weight in place stays */
+	sg_free(cv->host);
+	cv->host = NULL;
 	free_t(be, &cv->b);
 }
 
@@ -612,6 +629,7 @@ struct sg_qwen3_tts_stream {
 	void *user;
 	int32_t *codes;
 	int n, cap, done; /* frames held, room, frames already decoded */
+	int base;         /* frames given as context only (sg_qwen3_tts_stream_prefix) */
 	float *wav;
 	int wav_cap;
 };
@@ -662,8 +680,24 @@ sg_status sg_qwen3_tts_stream_push(sg_qwen3_tts_stream *s, const int32_t *frame)
 	}
 	memcpy(s->codes + (size_t)s->n * G, frame, sizeof(int32_t) * (size_t)G);
 	s->n++;
-	int want = s->done ? s->chunk : s->first;
+	int want = s->done > s->base ? s->chunk : s->first;
 	return s->n - s->done >= want ? decode_pending(s, s->n) : SG_OK;
+}
+
+sg_status sg_qwen3_tts_stream_prefix(sg_qwen3_tts_stream *s, const int32_t *codes, int n)
+{
+	if (s->n || n < 0) return sg_error(SG_ERR_INVALID_ARG, "qwen3-tts codec: a prefix of %d frames after %d frames", n, s->n);
+	for (int i = 0; i < n * s->c->G; i++)
+		if (codes[i] < 0 || codes[i] >= s->c->bins)
+			return sg_error(SG_ERR_INVALID_ARG, "qwen3-tts codec: code %d of frame %d is outside [0, %d)", codes[i], i / s->c->G, s->c->bins);
+	int32_t *v = sg_malloc(sizeof(int32_t) * (size_t)(n + 64) * (size_t)s->c->G);
+	if (!v) return sg_error(SG_ERR_NOMEM, "qwen3-tts codec: %d frames", n);
+	memcpy(v, codes, sizeof(int32_t) * (size_t)n * (size_t)s->c->G);
+	sg_free(s->codes);
+	s->codes = v;
+	s->cap = n + 64;
+	s->n = s->done = s->base = n;
+	return SG_OK;
 }
 
 sg_status sg_qwen3_tts_stream_finish(sg_qwen3_tts_stream *s)

@@ -53,6 +53,10 @@ sg_status sg_qwen3_tts_stream_open(sg_qwen3_tts_codec *c, int chunk, int context
 /* SG_ERR_CANCELLED when emit asked to stop */
 sg_status sg_qwen3_tts_stream_push(sg_qwen3_tts_stream *s, const int32_t *frame);
 sg_status sg_qwen3_tts_stream_finish(sg_qwen3_tts_stream *s);
+/* Before the first push: n frames [n][G] that serve as left context and are never emitted (the
+ * reference clip's codes of in-context cloning, which the package decodes with the new frames and
+ * cuts off). Bad codes: SG_ERR_INVALID_ARG. */
+sg_status sg_qwen3_tts_stream_prefix(sg_qwen3_tts_stream *s, const int32_t *codes, int n);
 /* The first chunk may be shorter than the others (first audio sooner); 0 = chunk. */
 void sg_qwen3_tts_stream_first_chunk(sg_qwen3_tts_stream *s, int first);
 void sg_qwen3_tts_stream_free(sg_qwen3_tts_stream *s);

@@ -33,6 +33,8 @@ void sg_speech_req_free(sg_speech_req *r)
 	sg_free(r->input);
 	sg_free(r->voice);
 	sg_free(r->instructions);
+	sg_free(r->ref_audio);
+	sg_free(r->ref_text);
 	memset(r, 0, sizeof *r);
 }
 
@@ -132,6 +134,40 @@ int sg_speech_parse(const char *body, size_t len, sg_speech_req *r, sg_srv_err *
 		r->sse = !strcmp(s, "sse");
 	}
 	if ((g = sg_srv_get_bool(b, "stream", "stream", &r->stream, e)) < 0) OUT(e->status);
+	/* voice cloning */
+	json_t *ra = json_object_get(b, "ref_audio");
+	if (ra && !json_is_null(ra)) {
+		if (!json_is_string(ra)) OUT(-sg_srv_wrong_type(e, "ref_audio", "a base64 string", ra));
+		const char *a = json_string_value(ra), *comma;
+		size_t al = json_string_length(ra), bad = 0, off = 0;
+		/* a data: URL: the base64 after its comma */
+		if (al >= 5 && !strncmp(a, "data:", 5)) {
+			comma = memchr(a, ',', al);
+			if (!comma || !memmem(a, (size_t)(comma - a), ";base64", 7))
+				OUT(sg_srv_err_set(e, 400, NULL, "ref_audio", "'ref_audio' as a data: URL must be base64 (data:audio/wav;base64,...)"));
+			off = (size_t)(comma + 1 - a);
+		}
+		if (al - off > (size_t)SG_SPEECH_MAX_REF_BYTES / 3 * 4 + 4096)
+			OUT(sg_srv_err_set(e, 400, NULL, "ref_audio", "'ref_audio' is over %u bytes of audio", SG_SPEECH_MAX_REF_BYTES));
+		if (sg_speech_base64_decode(a + off, al - off, &r->ref_audio, &r->ref_audio_size, &bad))
+			OUT(sg_srv_err_set(e, 400, NULL, "ref_audio", "'ref_audio' is not valid base64 (at character %zu)", bad + off));
+		if (!r->ref_audio_size) OUT(sg_srv_err_set(e, 400, NULL, "ref_audio", "'ref_audio' is empty"));
+	}
+	if ((g = sg_srv_get_text(b, "ref_text", "ref_text", &t, &tl, e)) < 0) OUT(e->status);
+	if (g && tl) {
+		if (!r->ref_audio) OUT(sg_srv_err_set(e, 400, NULL, "ref_text", "'ref_text' is the transcript of 'ref_audio', which is missing"));
+		if (memchr(t, 0, tl)) OUT(-sg_srv_nul(e, "ref_text"));
+		if (tl > SG_SPEECH_MAX_CHARS)
+			OUT(sg_srv_err_set(e, 400, NULL, "ref_text", "'ref_text' is longer than %d bytes", SG_SPEECH_MAX_CHARS));
+		if (sg_srv_dupn(&r->ref_text, t, tl, e) < 0) OUT(e->status);
+	}
+	if ((g = sg_srv_get_bool(b, "x_vector_only", "x_vector_only", &r->x_vector_only, e)) < 0) OUT(e->status);
+	if (r->x_vector_only && !r->ref_audio)
+		OUT(sg_srv_err_set(e, 400, NULL, "x_vector_only", "'x_vector_only' clones the voice of 'ref_audio', which is missing"));
+	if (r->ref_audio && !r->x_vector_only && !r->ref_text)
+		OUT(sg_srv_err_set(e, 400, NULL, "ref_text",
+				   "'ref_text' (the transcript of 'ref_audio') is required for in-context cloning; or send "
+				   "\"x_vector_only\": true to clone from the speaker embedding alone"));
 	if (r->sse && !r->stream)
 		OUT(sg_srv_err_set(e, 400, NULL, "stream", "'stream': false asks for one whole file; stream_format sse streams events"));
 	st = 0;
@@ -139,6 +175,76 @@ out:
 	json_decref(b);
 #undef OUT
 	return st;
+}
+
+static int b64_value(unsigned char c)
+{
+	if (c >= 'A' && c <= 'Z') return c - 'A';
+	if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+	if (c >= '0' && c <= '9') return c - '0' + 52;
+	if (c == '+') return 62;
+	if (c == '/') return 63;
+	return -1;
+}
+
+int sg_speech_base64_decode(const char *s, size_t n, unsigned char **out, size_t *out_n, size_t *bad)
+{
+	*out = NULL;
+	*out_n = 0;
+	*bad = 0;
+	unsigned char *o = sg_malloc(n / 4 * 3 + 4);
+	if (!o) return -1;
+	size_t k = 0, quad = 0, pad = 0;
+	uint32_t acc = 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
+		if (c == '=') {
+			/* padding: only the last one or two characters of the last quad */
+			if (quad < 2 || ++pad > 2) goto fail_at;
+			acc <<= 6;
+			quad++;
+		} else {
+			int v = b64_value(c);
+			if (v < 0 || pad) goto fail_at;
+			acc = acc << 6 | (uint32_t)v;
+			quad++;
+		}
+		if (quad == 4) {
+			o[k++] = (unsigned char)(acc >> 16);
+			if (pad < 2) o[k++] = (unsigned char)(acc >> 8);
+			if (pad < 1) o[k++] = (unsigned char)acc;
+			quad = 0, acc = 0;
+			if (pad) {
+				/* nothing but white space after the padding */
+				for (size_t j = i + 1; j < n; j++)
+					if (s[j] != ' ' && s[j] != '\t' && s[j] != '\n' && s[j] != '\r') {
+						i = j;
+						goto fail_at;
+					}
+				break;
+			}
+		}
+		continue;
+	fail_at:
+		*bad = i;
+		sg_free(o);
+		return -1;
+	}
+	if (quad) {
+		/* unpadded tail: 2 or 3 characters give 1 or 2 bytes */
+		if (quad == 1) {
+			*bad = n;
+			sg_free(o);
+			return -1;
+		}
+		acc <<= 6 * (4 - quad);
+		o[k++] = (unsigned char)(acc >> 16);
+		if (quad == 3) o[k++] = (unsigned char)(acc >> 8);
+	}
+	*out = o;
+	*out_n = k;
+	return 0;
 }
 
 int sg_speech_voice(const sg_tts *tts, const char *name, const char *param, const char **out, sg_srv_err *e)
@@ -272,6 +378,8 @@ void sg_speech_run(sg_job *job)
 		sg_speak_params sp = sg_speak_default_params();
 		sp.voice = q->use_voice;
 		sp.instructions = q->instructions;
+		sp.ref_audio = q->ref_audio, sp.ref_audio_size = q->ref_audio_size;
+		sp.ref_text = q->ref_text, sp.x_vector_only = q->x_vector_only;
 		sp.speed = q->speed;
 		sp.max_chars = SG_SPEECH_MAX_CHARS;
 		sp.on_audio = on_audio;

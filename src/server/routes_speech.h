@@ -6,6 +6,11 @@
  * A request with saragossa's "stream": false gets the whole file at once, its length fields
  * true (a WAV's sizes, a FLAC's sample count).
  *
+ * Voice cloning (saragossa's extension, Qwen3-TTS Base models): "ref_audio" carries a reference
+ * clip as base64 (a data: URL too), "ref_text" its transcript (in-context cloning), and
+ * "x_vector_only": true the speaker embedding alone. Bad base64 is a 400 here; bytes that are not
+ * audio, or a model that cannot clone, a 400 from the worker before any audio.
+ *
  * Voices: a model voice of the name asked for is used; else OpenAI's built-in names ("alloy",
  * "ash", ... "cedar") mean the model's default voice; any other name is a 400 listing the
  * model's voices. */
@@ -32,7 +37,20 @@ typedef struct sg_speech_req {
 	float speed;        /* 0.25 .. 4, default 1 */
 	int sse;            /* stream_format "sse" */
 	int stream;         /* 1 (default): sent as it is made; 0: the whole file at once */
+	/* saragossa's voice cloning fields (Qwen3-TTS Base models): "ref_audio", an audio file as
+	 * base64 (or a data: URL of it), decoded here; "ref_text", its transcript; "x_vector_only" */
+	unsigned char *ref_audio; /* NULL: none */
+	size_t ref_audio_size;
+	char *ref_text;           /* NULL: none */
+	int x_vector_only;
 } sg_speech_req;
+
+#define SG_SPEECH_MAX_REF_BYTES (25u << 20) /* the decoded reference clip's cap */
+
+/* RFC 4648 base64 (standard alphabet, '=' padding, ASCII white space skipped) of s[0..n) into a
+ * new buffer *out of *out_n bytes (sg_free). 0, or -1 with the offending offset in *bad (a
+ * character outside the alphabet, padding inside the text, or a length that cannot be base64). */
+int sg_speech_base64_decode(const char *s, size_t n, unsigned char **out, size_t *out_n, size_t *bad);
 
 /* Reads body[0..len) into *r (zeroed first; free with sg_speech_req_free even on failure): 0,
  * or the HTTP status (400) with *e naming the field. Pure: no model is needed (fuzzed). */

@@ -59,7 +59,7 @@ static sg_status stub_speak(void *m, const char *text, const sg_speak_params *p,
 	return emit(buf, n < 256 ? n : 256, user) ? SG_OK : SG_OK;
 }
 static void stub_free(void *m) {}
-static const tts_model_vt stub_vt = {"stub", stub_rate, stub_nv, stub_voice, stub_speak, stub_free};
+static const tts_model_vt stub_vt = {"stub", stub_rate, stub_nv, stub_voice, stub_speak, stub_free, NULL};
 
 static int chunks;
 static int count_chunks(const float *pcm, size_t n, void *user)
