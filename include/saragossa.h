@@ -525,6 +525,13 @@ typedef struct sg_transcript {
  * domain (an unknown language, translation on an English-only model); SG_ERR_CANCELLED when a
  * callback stopped it (*out then holds the segments so far). */
 sg_status sg_transcribe_file(sg_stt *stt, const char *path, const sg_transcribe_params *params, sg_transcript **out);
+/* The same from the n bytes of an audio file in memory (an upload: any format libsndfile reads),
+ * streamed as a file is: the bytes are read in place a block at a time and never decoded whole,
+ * so the only memory that grows with the audio's length is bytes itself, which stays the
+ * caller's. Errors as sg_transcribe_file's (SG_ERR_FORMAT for 0 bytes, bytes that are not
+ * audio, or audio without a sample). */
+sg_status sg_transcribe_memory(sg_stt *stt, const void *bytes, size_t n, const sg_transcribe_params *params,
+			       sg_transcript **out);
 /* The same from n samples of 16 kHz mono audio in [-1, 1]. */
 sg_status sg_transcribe_pcm(sg_stt *stt, const float *pcm, size_t n, const sg_transcribe_params *params,
 			    sg_transcript **out);

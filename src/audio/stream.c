@@ -1,10 +1,13 @@
 /* Audio as a stream of 16 kHz mono samples (see stream.h). */
 #include "audio/stream.h"
 
+#include <errno.h>
 #include <sndfile.h>
 #include <soxr.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "audio/decode.h"
 #include "base/alloc.h"
@@ -12,9 +15,20 @@
 
 #define BLOCK_FRAMES 4096 /* source frames per read, as decode.c reads them */
 #define MAX_CHANNELS 64
+#define MIN_RATE 1000
+#define MAX_RATE 768000
+
+/* Where the bytes come from: a path, or libsndfile's virtual I/O over memory or a file
+ * descriptor (read with pread, so the descriptor's own offset is never used). */
+enum { SRC_PATH, SRC_MEM, SRC_FD };
 
 struct sg_audio_stream {
-	char *path;
+	int kind;          /* SRC_* */
+	char *path;        /* SRC_PATH: the file; else the name used in messages */
+	const unsigned char *data; /* SRC_MEM: [size] */
+	int fd;            /* SRC_FD */
+	sf_count_t size, pos; /* SRC_MEM, SRC_FD: the bytes, and the virtual read position */
+	int pcm_rate, pcm_channels; /* raw s16le PCM when pcm_rate > 0 */
 	SNDFILE *f;
 	SF_INFO info;
 	soxr_t soxr;       /* NULL at 16 kHz */
@@ -23,8 +37,54 @@ struct sg_audio_stream {
 	float *fifo;       /* [fifo_cap] resampled samples not handed out yet, from fifo_off */
 	size_t fifo_off, fifo_n, fifo_cap;
 	int eof;           /* the file is read and the resampler flushed */
-	size_t total;      /* samples handed out so far */
 };
+
+static sf_count_t vio_len(void *user)
+{
+	return ((sg_audio_stream *)user)->size;
+}
+
+static sf_count_t vio_seek(sf_count_t off, int whence, void *user)
+{
+	sg_audio_stream *s = user;
+	sf_count_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? s->pos : s->size;
+	sf_count_t to = base + off;
+	if (to < 0 || to > s->size) return -1;
+	s->pos = to;
+	return to;
+}
+
+static sf_count_t vio_read(void *ptr, sf_count_t count, void *user)
+{
+	sg_audio_stream *s = user;
+	if (count <= 0) return 0;
+	if (count > s->size - s->pos) count = s->size - s->pos;
+	if (s->kind == SRC_MEM) {
+		memcpy(ptr, s->data + s->pos, (size_t)count);
+		s->pos += count;
+		return count;
+	}
+	sf_count_t done = 0;
+	while (done < count) {
+		ssize_t k = pread(s->fd, (char *)ptr + done, (size_t)(count - done), (off_t)(s->pos + done));
+		if (k < 0 && errno == EINTR) continue;
+		if (k <= 0) break; /* an I/O error reads as the end: libsndfile reports the short read */
+		done += k;
+	}
+	s->pos += done;
+	return done;
+}
+
+static sf_count_t vio_write(const void *ptr, sf_count_t count, void *user)
+{
+	(void)ptr, (void)count, (void)user;
+	return 0;
+}
+
+static sf_count_t vio_tell(void *user)
+{
+	return ((sg_audio_stream *)user)->pos;
+}
 
 static void close_file(sg_audio_stream *s)
 {
@@ -34,22 +94,38 @@ static void close_file(sg_audio_stream *s)
 	s->soxr = NULL;
 }
 
+static sg_status refill(sg_audio_stream *s);
+
 static sg_status open_file(sg_audio_stream *s)
 {
 	memset(&s->info, 0, sizeof s->info);
-	s->f = sf_open(s->path, SFM_READ, &s->info);
-	if (!s->f) {
-		const char *why = sf_strerror(NULL);
-		FILE *probe = fopen(s->path, "rb");
-		if (!probe) return SG_FAIL(SG_ERR_IO, "cannot open %s", s->path);
-		int empty = fgetc(probe) == EOF;
-		fclose(probe);
-		if (empty) return SG_FAIL(SG_ERR_FORMAT, "%s is empty", s->path);
-		return SG_FAIL(SG_ERR_FORMAT, "%s is not audio this build reads: %s", s->path, why);
+	if (s->pcm_rate) {
+		s->info.format = SF_FORMAT_RAW | SF_FORMAT_PCM_16 | SF_ENDIAN_LITTLE;
+		s->info.samplerate = s->pcm_rate;
+		s->info.channels = s->pcm_channels;
+	}
+	if (s->kind == SRC_PATH) {
+		s->f = sf_open(s->path, SFM_READ, &s->info);
+		if (!s->f) {
+			const char *why = sf_strerror(NULL);
+			FILE *probe = fopen(s->path, "rb");
+			if (!probe) return SG_FAIL(SG_ERR_IO, "cannot open %s", s->path);
+			int empty = fgetc(probe) == EOF;
+			fclose(probe);
+			if (empty) return SG_FAIL(SG_ERR_FORMAT, "%s is empty", s->path);
+			return SG_FAIL(SG_ERR_FORMAT, "%s is not audio this build reads: %s", s->path, why);
+		}
+	} else {
+		SF_VIRTUAL_IO io = {vio_len, vio_seek, vio_read, vio_write, vio_tell};
+		s->pos = 0;
+		s->f = sf_open_virtual(&io, SFM_READ, &s->info, s);
+		if (!s->f)
+			return SG_FAIL(SG_ERR_FORMAT, "%s is not audio this build reads (%lld bytes): %s", s->path, (long long)s->size,
+				       sf_strerror(NULL));
 	}
 	int rate = s->info.samplerate, ch = s->info.channels;
-	if (rate < 1000 || rate > 768000)
-		return SG_FAIL(SG_ERR_UNSUPPORTED, "sample rate %d Hz is outside [1000, 768000]", rate);
+	if (rate < MIN_RATE || rate > MAX_RATE)
+		return SG_FAIL(SG_ERR_UNSUPPORTED, "sample rate %d Hz is outside [%d, %d]", rate, MIN_RATE, MAX_RATE);
 	if (ch < 1 || ch > MAX_CHANNELS) return SG_FAIL(SG_ERR_UNSUPPORTED, "%d channels is outside [1, %d]", ch, MAX_CHANNELS);
 	if (!s->block) {
 		s->block = sg_malloc(sizeof(float) * BLOCK_FRAMES * (size_t)ch);
@@ -67,19 +143,19 @@ static sg_status open_file(sg_audio_stream *s)
 	}
 	s->fifo_off = s->fifo_n = 0;
 	s->eof = 0;
-	s->total = 0;
+	/* the first samples (a resampler may give none for a first short block): audio with none at
+	 * all is an error here, where the caller can still say the input is not audio */
+	while (!s->fifo_n && !s->eof) {
+		sg_status st = refill(s);
+		if (st) return st;
+	}
+	if (s->eof) return SG_FAIL(SG_ERR_FORMAT, "%s holds no audio samples", s->path);
 	return SG_OK;
 }
 
-sg_status sg_audio_stream_open(const char *path, sg_audio_stream **out)
+/* Takes s (freed on failure) and opens it. */
+static sg_status start(sg_audio_stream *s, sg_audio_stream **out)
 {
-	*out = NULL;
-	if (!path) return SG_FAIL(SG_ERR_INVALID_ARG, "NULL path");
-	sg_audio_stream *s = sg_calloc(1, sizeof *s);
-	if (!s || !(s->path = sg_strdup(path))) {
-		sg_free(s);
-		return SG_FAIL(SG_ERR_NOMEM, "out of memory");
-	}
 	sg_status st = open_file(s);
 	if (st) {
 		sg_audio_stream_close(s);
@@ -87,6 +163,72 @@ sg_status sg_audio_stream_open(const char *path, sg_audio_stream **out)
 	}
 	*out = s;
 	return SG_OK;
+}
+
+static sg_audio_stream *stream_new(int kind, const char *name)
+{
+	sg_audio_stream *s = sg_calloc(1, sizeof *s);
+	if (!s) return NULL;
+	s->kind = kind;
+	s->fd = -1;
+	if (!(s->path = sg_strdup(name))) {
+		sg_free(s);
+		return NULL;
+	}
+	return s;
+}
+
+sg_status sg_audio_stream_open(const char *path, sg_audio_stream **out)
+{
+	*out = NULL;
+	if (!path) return SG_FAIL(SG_ERR_INVALID_ARG, "NULL path");
+	sg_audio_stream *s = stream_new(SRC_PATH, path);
+	if (!s) return SG_FAIL(SG_ERR_NOMEM, "out of memory");
+	return start(s, out);
+}
+
+sg_status sg_audio_stream_open_memory(const void *data, size_t size, sg_audio_stream **out)
+{
+	*out = NULL;
+	if (size == 0) return SG_FAIL(SG_ERR_FORMAT, "the input is empty (0 bytes)");
+	if (!data) return SG_FAIL(SG_ERR_INVALID_ARG, "NULL data");
+	sg_audio_stream *s = stream_new(SRC_MEM, "the input");
+	if (!s) return SG_FAIL(SG_ERR_NOMEM, "out of memory");
+	s->data = data;
+	s->size = (sf_count_t)size;
+	return start(s, out);
+}
+
+sg_status sg_audio_stream_open_fd(int fd, const char *name, int pcm_rate, int pcm_channels, sg_audio_stream **out)
+{
+	*out = NULL;
+	if (!name) name = "the input";
+	struct stat sb;
+	if (fd < 0 || fstat(fd, &sb)) return SG_FAIL(SG_ERR_IO, "cannot read %s: %s", name, strerror(fd < 0 ? EBADF : errno));
+	if (!S_ISREG(sb.st_mode)) return SG_FAIL(SG_ERR_INVALID_ARG, "%s is not a regular file (it is read twice)", name);
+	size_t n = (size_t)sb.st_size;
+	if (pcm_rate) {
+		if (pcm_rate < MIN_RATE || pcm_rate > MAX_RATE)
+			return SG_FAIL(SG_ERR_INVALID_ARG, "PCM rate %d Hz is outside [%d, %d]", pcm_rate, MIN_RATE, MAX_RATE);
+		if (pcm_channels < 1 || pcm_channels > MAX_CHANNELS)
+			return SG_FAIL(SG_ERR_INVALID_ARG, "PCM channels %d is outside [1, %d]", pcm_channels, MAX_CHANNELS);
+		size_t frame = 2 * (size_t)pcm_channels;
+		if (!n) return SG_FAIL(SG_ERR_FORMAT, "the PCM audio on %s is empty (0 bytes)", name);
+		/* libsndfile would drop a partial last frame without a word */
+		if (n % frame)
+			return SG_FAIL(SG_ERR_FORMAT,
+				       "PCM audio of %zu bytes on %s is truncated: not a whole number of %zu-byte frames (%d channels of 16 bits)",
+				       n, name, frame, pcm_channels);
+	} else if (!n) {
+		return SG_FAIL(SG_ERR_FORMAT, "%s is empty (0 bytes)", name);
+	}
+	sg_audio_stream *s = stream_new(SRC_FD, name);
+	if (!s) return SG_FAIL(SG_ERR_NOMEM, "out of memory");
+	s->fd = fd;
+	s->size = (sf_count_t)n;
+	s->pcm_rate = pcm_rate;
+	s->pcm_channels = pcm_channels;
+	return start(s, out);
 }
 
 /* Refills the FIFO with the next block's samples (or the resampler's flush at the end). */
@@ -145,8 +287,6 @@ sg_status sg_audio_stream_read(sg_audio_stream *s, float *out, size_t max, size_
 		s->fifo_off += k;
 		*got += k;
 	}
-	s->total += *got;
-	if (s->eof && !s->total) return SG_FAIL(SG_ERR_FORMAT, "%s holds no audio samples", s->path);
 	return SG_OK;
 }
 

@@ -15,17 +15,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "audio/decode.h"
+#include "audio/stream.h"
 #include "base/alloc.h"
 #include "base/flags.h"
 #include "base/progress.h"
 #include "cli/cli.h"
 #include "cli/lm_cli.h"
+#include "engine/transcribe.h"
 #include "hub/repo.h"
 #include "saragossa.h"
 
 #define DEFAULT_STT_DIR "whisper-tiny.en"
-#define MAX_STDIN (1ull << 32) /* bytes of audio read from stdin at most */
+#define MAX_STDIN (1ull << 32) /* bytes of audio taken from stdin at most (spooled to disk) */
 
 static int usage(void)
 {
@@ -71,26 +72,53 @@ static int default_model(char *buf, size_t n)
 	return 0;
 }
 
-static unsigned char *read_stdin(size_t *n)
+/* Copies stdin into a temporary file in $TMPDIR (else /tmp), unlinked at once so that nothing is
+ * left behind whatever happens, and returns its descriptor (-1 after a one-line message). The
+ * audio is then streamed from it as a file is: the log-mel floor needs the whole recording before
+ * the first window, so it is read twice, which a pipe cannot be; a spool keeps memory bounded. */
+static int spool_stdin(void)
 {
-	size_t cap = 1 << 20, len = 0;
-	unsigned char *buf = sg_malloc(cap);
-	for (size_t k; buf && (k = fread(buf + len, 1, cap - len, stdin)) > 0;) {
-		len += k;
-		if (len == cap) {
-			if (cap >= MAX_STDIN) {
-				sg_free(buf);
-				errno = EFBIG;
-				return NULL;
-			}
-			unsigned char *q = sg_realloc(buf, cap * 2);
-			if (!q) sg_free(buf);
-			buf = q;
-			cap *= 2;
+	const char *dir = getenv("TMPDIR"); /* the system's variable, not a saragossa flag */
+	if (!dir || !dir[0]) dir = "/tmp";
+	char path[4096];
+	snprintf(path, sizeof path, "%s/saragossa-stdin-XXXXXX", dir);
+	int fd = mkstemp(path);
+	if (fd < 0) {
+		fprintf(stderr, "saragossa transcribe: cannot create a temporary file in %s to hold stdin: %s\n", dir, strerror(errno));
+		return -1;
+	}
+	unlink(path);
+	static char buf[1 << 16];
+	unsigned long long total = 0;
+	for (;;) {
+		ssize_t k = read(STDIN_FILENO, buf, sizeof buf);
+		if (k < 0 && errno == EINTR) continue;
+		if (k < 0) {
+			fprintf(stderr, "saragossa transcribe: cannot read stdin: %s\n", strerror(errno));
+			break;
+		}
+		if (k == 0) return fd;
+		total += (unsigned long long)k;
+		if (total > MAX_STDIN) {
+			fprintf(stderr, "saragossa transcribe: stdin holds more than %llu GiB of audio; give it as a file\n", MAX_STDIN >> 30);
+			break;
+		}
+		ssize_t done = 0;
+		int err = 0;
+		while (done < k && !err) {
+			ssize_t w = write(fd, buf + done, (size_t)(k - done));
+			if (w < 0 && errno == EINTR) continue;
+			if (w < 0) err = errno;
+			else if (w == 0) err = ENOSPC; /* nothing written, no reason given: the disk is full */
+			else done += w;
+		}
+		if (err) {
+			fprintf(stderr, "saragossa transcribe: cannot write stdin to a temporary file in %s: %s\n", dir, strerror(err));
+			break;
 		}
 	}
-	*n = len;
-	return buf;
+	close(fd);
+	return -1;
 }
 
 /* The bar starts with the first report, once the duration is known: only past a minute of
@@ -249,19 +277,17 @@ int sg_cli_transcribe(int argc, char **argv)
 		sg_transcript *tr = NULL;
 		sg_status st;
 		if (!strcmp(f, "-")) {
-			size_t n = 0;
-			unsigned char *buf = read_stdin(&n);
-			if (!buf) {
-				fprintf(stderr, "saragossa transcribe: cannot read stdin: %s\n", strerror(errno ? errno : ENOMEM));
+			/* spooled, then streamed as a file is (raw PCM read by libsndfile as headerless s16le) */
+			int fd = spool_stdin();
+			if (fd < 0) {
 				rc = 1;
 				break;
 			}
-			sg_audio a = {0};
-			st = pcm_rate ? sg_audio_from_pcm16(buf, n, (int)pcm_rate, (int)pcm_channels, &a)
-				      : sg_audio_decode_memory(buf, n, &a);
-			sg_free(buf);
-			if (!st) st = sg_transcribe_pcm(stt, a.samples, a.n, &tp, &tr);
-			sg_audio_free(&a);
+			sg_audio_stream *audio = NULL;
+			st = sg_audio_stream_open_fd(fd, "stdin", (int)pcm_rate, (int)pcm_channels, &audio);
+			if (!st) st = sg_transcribe_stream(stt, audio, &tp, &tr);
+			sg_audio_stream_close(audio);
+			close(fd);
 		} else {
 			/* a file is streamed: one 30 s window of samples in memory at a time */
 			st = sg_transcribe_file(stt, f, &tp, &tr);

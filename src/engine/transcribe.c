@@ -1258,17 +1258,42 @@ sg_status sg_transcribe_pcm(sg_stt *stt, const float *pcm, size_t n, const sg_tr
 	return transcribe(stt, &src, params, out);
 }
 
+sg_status sg_transcribe_stream(sg_stt *stt, sg_audio_stream *audio, const sg_transcribe_params *params,
+			       sg_transcript **out)
+{
+	if (!out) return SG_FAIL(SG_ERR_INVALID_ARG, "out is NULL");
+	*out = NULL;
+	if (!stt || !audio) return SG_FAIL(SG_ERR_INVALID_ARG, "stt or audio is NULL");
+	/* one window of samples is held at a time, whatever the audio's length */
+	source src = {.st = audio};
+	sg_status st = transcribe(stt, &src, params, out);
+	sg_free(src.buf);
+	return st;
+}
+
 sg_status sg_transcribe_file(sg_stt *stt, const char *path, const sg_transcribe_params *params, sg_transcript **out)
 {
 	if (!out) return SG_FAIL(SG_ERR_INVALID_ARG, "out is NULL");
 	*out = NULL;
 	if (!stt || !path) return SG_FAIL(SG_ERR_INVALID_ARG, "stt or path is NULL");
-	/* streamed: one window of samples is held at a time, whatever the file's length */
-	source src = {0};
-	sg_status st = sg_audio_stream_open(path, &src.st);
+	sg_audio_stream *audio = NULL;
+	sg_status st = sg_audio_stream_open(path, &audio);
 	if (st) return st;
-	st = transcribe(stt, &src, params, out);
-	sg_audio_stream_close(src.st);
-	sg_free(src.buf);
+	st = sg_transcribe_stream(stt, audio, params, out);
+	sg_audio_stream_close(audio);
+	return st;
+}
+
+sg_status sg_transcribe_memory(sg_stt *stt, const void *bytes, size_t n, const sg_transcribe_params *params,
+			       sg_transcript **out)
+{
+	if (!out) return SG_FAIL(SG_ERR_INVALID_ARG, "out is NULL");
+	*out = NULL;
+	if (!stt || (!bytes && n)) return SG_FAIL(SG_ERR_INVALID_ARG, "stt or bytes is NULL");
+	sg_audio_stream *audio = NULL;
+	sg_status st = sg_audio_stream_open_memory(bytes, n, &audio);
+	if (st) return st;
+	st = sg_transcribe_stream(stt, audio, params, out);
+	sg_audio_stream_close(audio);
 	return st;
 }

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "audio/stream.h"
 #include "engine/stt_rules.h"
 #include "saragossa.h"
 
@@ -30,6 +31,14 @@ const sg_stt_vocab *sg_stt_vocab_of(const sg_stt *stt);
 const struct sg_whisper_info *sg_stt_info(const sg_stt *stt);
 /* The model's tokenizer (owned by stt). */
 const sg_tokenizer *sg_stt_tokenizer(const sg_stt *stt);
+
+/* Transcribes audio as sg_transcribe_file does, from a stream freshly opened (at its first
+ * sample) that the caller keeps and closes: it is read twice (rewound once), one window of
+ * samples held at a time. This is sg_transcribe_file and sg_transcribe_memory below their
+ * open: a caller that must tell "not audio" (the open's error) from a failed transcription
+ * opens the stream itself (the server, the CLI's stdin). */
+sg_status sg_transcribe_stream(sg_stt *stt, sg_audio_stream *audio, const sg_transcribe_params *params,
+			       sg_transcript **out);
 
 /* One window's decode result split into segments, as the reference splits it: at each pair of
  * consecutive timestamps; a window that ends with a single timestamp is complete (seek moves a

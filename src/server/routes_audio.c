@@ -7,11 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "audio/decode.h"
+#include "audio/stream.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "engine/transcribe.h"
 #include "server/model.h"
 #include "server/response.h"
 
@@ -161,17 +162,16 @@ void sg_audio_run(sg_job *job)
 		return;
 	}
 	double t0 = sg_time_s();
-	sg_audio a;
-	sg_status st = sg_audio_decode_memory(q->data, q->len, &a);
+	/* streamed over the upload's bytes, which the request holds anyway (bounded by the upload cap):
+	 * the decoded samples are never held whole, one 30 s window at a time */
+	sg_audio_stream *audio = NULL;
+	sg_status st = sg_audio_stream_open_memory(q->data, q->len, &audio);
 	if (st) {
 		sg_srv_err_set(&e, 400, NULL, "file", "the uploaded file is not audio this server can read: %s", sg_last_error());
 		snprintf(e.code, sizeof e.code, "invalid_audio");
 		respond_err(job, 0, &e);
 		return;
 	}
-	/* the upload is decoded: its bytes are not needed any more */
-	sg_free(q->data);
-	q->data = NULL;
 	float temps[8];
 	int n_t = 0;
 	for (double t = q->temperature; t <= 1.0 + 1e-6 && n_t < 8; t += 0.2) temps[n_t++] = (float)t;
@@ -187,9 +187,8 @@ void sg_audio_run(sg_job *job)
 	tp.user = &ss;
 	if (q->stream) sg_job_begin(job, 200, "text/event-stream");
 	sg_transcript *tr = NULL;
-	st = sg_transcribe_pcm(stt, a.samples, a.n, &tp, &tr);
-	double dur = (double)a.n / SG_AUDIO_RATE;
-	sg_audio_free(&a);
+	st = sg_transcribe_stream(stt, audio, &tp, &tr);
+	sg_audio_stream_close(audio);
 	if (st == SG_ERR_CANCELLED && atomic_load(&job->cancel)) {
 		sg_transcript_free(tr);
 		sg_job_finish(job);
@@ -202,7 +201,7 @@ void sg_audio_run(sg_job *job)
 		respond_err(job, q->stream, &e);
 		return;
 	}
-	SG_INFO("serve: %s: transcribed %.1f s of audio in %.2f s (%d segments)", sg_srv_model_info_get(job->model)->name, dur,
+	SG_INFO("serve: %s: transcribed %.1f s of audio in %.2f s (%d segments)", sg_srv_model_info_get(job->model)->name, tr->duration,
 		sg_time_s() - t0, tr->n_segments);
 	const char *task = q->translate ? "translate" : "transcribe";
 	if (q->stream) {

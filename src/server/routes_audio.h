@@ -20,7 +20,7 @@ typedef struct sg_audio_req {
 	int words;            /* timestamp_granularities[] has "word" */
 	int stream;           /* SSE transcript.text.delta / transcript.text.done events */
 	int translate;        /* the translations route */
-	char *data;           /* [len] the uploaded file's bytes (a copy) */
+	char *data;           /* [len] the uploaded file's bytes (a copy, kept until the transcription ends) */
 	size_t len;
 } sg_audio_req;
 
@@ -32,8 +32,8 @@ void sg_audio_req_free(sg_audio_req *r);
 void sg_audio_req_destroy(void *r);
 
 /* The worker's entry: job->extra is the sg_audio_req, job->model a resident speech-to-text
- * model. Decodes the upload, transcribes it and answers in the requested format (or streams
- * the text as SSE events). */
+ * model. Transcribes the upload, read in place a block at a time (its samples are never decoded
+ * whole), and answers in the requested format (or streams the text as SSE events). */
 void sg_audio_run(sg_job *job);
 
 #endif

@@ -333,3 +333,168 @@ def test_a_ggml_file_transcribes_with_its_embedded_vocabulary(ggml_model, wavs):
     r = transcribe("-m", str(ggml_model), "--beam", "1", "--prompt", prompt, "--format", "verbose_json", str(wavs["jfk"]))
     got = json.loads(r.stdout)["segments"]
     assert [s["tokens"] for s in got] == [s["tokens"] for s in REF["jfk"]["beam1_prompt"]]
+
+
+# ---- stdin and uploads: streamed as a file is, with the file's results ----
+
+def test_stdin_and_raw_pcm_give_the_files_verbose_json_over_several_windows(greedy, wavs):
+    # the 77 s clip: its stdin spool is read twice (the log-mel floor, then the windows) as the file is
+    wav = CLIPS["long"][0]
+    args = ["-m", MODEL, "--beam", "1", "--format", "verbose_json"]
+    assert json.loads(transcribe(*args, "-", input=wav).stdout) == greedy["long"]
+    pcm = stt_audio.pcm16(wav)
+    assert json.loads(transcribe(*args, "--pcm-rate", "16000", "-", input=pcm).stdout) == greedy["long"]
+    json_args = ["-m", MODEL, "--beam", "1", "--format", "json"]
+    assert transcribe(*json_args, "-", input=CLIPS["jfk"][0]).stdout == transcribe(*json_args, str(wavs["jfk"])).stdout
+
+
+def test_raw_pcm_at_another_rate_and_channel_count_is_resampled_as_the_same_wav_file(tmp_path):
+    # two different channels at 24 kHz: the raw reader and the WAV reader downmix and resample alike
+    import wave
+    import numpy as np
+    mono = np.frombuffer(stt_audio.pcm16(CLIPS["jfk"][0]), dtype="<i2")
+    pcm = np.stack([mono, (mono // 3).astype("<i2")], axis=1).astype("<i2").tobytes()
+    with wave.open(str(tmp_path / "st.wav"), "wb") as w:
+        w.setnchannels(2)
+        w.setsampwidth(2)
+        w.setframerate(24000)
+        w.writeframes(pcm)
+    args = ["-m", MODEL, "--beam", "1", "--format", "verbose_json"]
+    want = transcribe(*args, str(tmp_path / "st.wav")).stdout
+    got = transcribe(*args, "--pcm-rate", "24000", "--pcm-channels", "2", "-", input=pcm).stdout
+    assert got == want and json.loads(want)["segments"]
+
+
+@pytest.mark.parametrize("data,pcm,says", [
+    (b"", False, b"stdin is empty"), (b"not audio at all, just text", False, b"stdin is not audio"),
+    (None, False, b"stdin is not audio"), ("header only", False, b"stdin holds no audio samples"),
+    (b"", True, b"PCM audio on stdin is empty"), (b"\0\0\0", True, b"truncated")])
+def test_bad_audio_on_stdin_is_a_one_line_error(data, pcm, says):
+    if data is None:
+        data = CLIPS["jfk"][0][:30]
+    elif data == "header only":
+        data = header_only_wav()
+    args = ["--pcm-rate", "16000", "-"] if pcm else ["-"]
+    r = transcribe("-m", MODEL, *args, input=data, check=False)
+    err = r.stderr
+    assert r.returncode == 1 and r.stdout == b"", err
+    assert err.startswith(b"saragossa transcribe: -: ") and err.count(b"\n") == 1 and says in err, err
+
+
+def header_only_wav():
+    import io
+    import wave
+    b = io.BytesIO()
+    with wave.open(b, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+    return b.getvalue()
+
+
+def test_stdin_that_cannot_be_spooled_is_a_clear_error(tmp_path):
+    r = subprocess.run([saragossa_bin(), "transcribe", "-m", MODEL, "-"], input=CLIPS["jfk"][0], capture_output=True,
+                       env={"TMPDIR": str(tmp_path / "absent"), "PATH": "/usr/bin:/bin"}, timeout=300)
+    assert r.returncode == 1 and r.stdout == b""
+    assert r.stderr.startswith(b"saragossa transcribe: cannot create a temporary file in ") and r.stderr.count(b"\n") == 1
+
+
+def test_stdin_whose_spool_cannot_be_written_is_a_clear_error(tmp_path):
+    # a file size limit stands in for a full disk: the spool's write fails (EFBIG, as ENOSPC would)
+    import resource
+    import signal
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+    r = subprocess.run([saragossa_bin(), "transcribe", "-m", MODEL, "-"], input=CLIPS["jfk"][0], capture_output=True,
+                       env={"TMPDIR": str(tmp_path), "PATH": "/usr/bin:/bin"}, preexec_fn=limit, timeout=300)
+    assert r.returncode == 1 and r.stdout == b""
+    err = r.stderr
+    assert err.startswith(b"saragossa transcribe: cannot write stdin to a temporary file in ") and err.count(b"\n") == 1, err
+    assert list(tmp_path.iterdir()) == [], "the spool is unlinked at once"
+
+
+def test_an_upload_gives_the_files_verbose_json(srv, wavs):
+    want = transcribe("-m", MODEL, "--format", "verbose_json", str(wavs["jfk"])).stdout
+    r = post(srv, files={"file": ("jfk.wav", CLIPS["jfk"][0])}, data={"model": "tiny", "response_format": "verbose_json"})
+    assert r.status_code == 200, r.text
+    assert r.json() == json.loads(want)
+
+
+def test_audio_uploads_without_a_sample_are_invalid_audio(srv):
+    for data in (b"hello, not audio", CLIPS["jfk"][0][:30], header_only_wav()):
+        e = error_of(post(srv, files={"file": ("a.wav", data)}, data={"model": "tiny"}), 400)
+        assert e["param"] == "file" and e["code"] == "invalid_audio", e
+    assert srv.proc.poll() is None
+
+
+def test_the_library_transcribes_audio_in_memory_as_the_file(wavs):
+    """sg_transcribe_memory (include/saragossa.h) on the public library: the file's verbose_json."""
+    import ctypes
+    import pathlib
+    so = pathlib.Path(saragossa_bin()).parent / "libsaragossa.so"
+    if not so.exists():
+        pytest.skip(f"{so} not built")
+    lib = ctypes.CDLL(str(so))
+    lib.sg_last_error.restype = ctypes.c_char_p
+    vp = ctypes.c_void_p
+    lib.sg_stt_load.argtypes = [ctypes.c_char_p, vp, ctypes.POINTER(vp)]
+    lib.sg_transcribe_memory.argtypes = [vp, ctypes.c_char_p, ctypes.c_size_t, vp, ctypes.POINTER(vp)]
+    lib.sg_transcript_format.argtypes = [vp, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(vp),
+                                         ctypes.POINTER(ctypes.c_size_t)]
+    lib.sg_transcript_free.argtypes = [vp]
+    lib.sg_stt_free.argtypes = [vp]
+    lib.sg_free.argtypes = [vp]
+    stt, tr, out, n = vp(), vp(), vp(), ctypes.c_size_t()
+    assert lib.sg_stt_load(MODEL.encode(), None, ctypes.byref(stt)) == 0, lib.sg_last_error()
+    try:
+        wav = CLIPS["jfk"][0]
+        assert lib.sg_transcribe_memory(stt, wav, len(wav), None, ctypes.byref(tr)) == 0, lib.sg_last_error()
+        assert lib.sg_transcript_format(tr, b"verbose_json", b"transcribe", ctypes.byref(out), ctypes.byref(n)) == 0
+        got = ctypes.string_at(out, n.value)
+        lib.sg_free(out)
+        lib.sg_transcript_free(tr)
+        assert json.loads(got) == json.loads(transcribe("-m", MODEL, "--format", "verbose_json", str(wavs["jfk"])).stdout)
+        bad = vp()
+        assert lib.sg_transcribe_memory(stt, b"not audio", 9, None, ctypes.byref(bad)) == 3  # SG_ERR_FORMAT
+        assert b"not audio" in lib.sg_last_error() and not bad.value
+        assert lib.sg_transcribe_memory(stt, b"", 0, None, ctypes.byref(bad)) == 3 and not bad.value
+    finally:
+        lib.sg_stt_free(stt)
+
+
+def peak_rss_kb_stdin(args, data):
+    import os
+    import threading
+    p = subprocess.Popen([saragossa_bin(), "transcribe", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    out = []
+    t = threading.Thread(target=lambda: out.append(p.stderr.read()))
+    t.start()
+
+    def feed():
+        for i in range(0, len(data), 1 << 20):
+            p.stdin.write(data[i:i + (1 << 20)])
+        p.stdin.close()
+    feed()
+    p.stdout.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    t.join()
+    p.stdout.close()
+    p.stderr.close()
+    assert os.waitstatus_to_exitcode(status) == 0, out
+    return usage.ru_maxrss
+
+
+def test_long_audio_on_stdin_is_spooled_and_streamed_in_bounded_memory(tmp_path):
+    """Five minutes on stdin take no more memory than thirty seconds from a file: stdin is spooled to
+    a temporary file and streamed from it. Held whole, the WAV's bytes (9.6 MB) and its 16 kHz
+    samples (19 MB) would be in memory together; the raw PCM at 48 kHz stereo, 58 MB of bytes."""
+    silent_wav(tmp_path / "short.wav", 30)
+    silent_wav(tmp_path / "long.wav", 300)
+    args = ["-m", MODEL, "--beam", "1"]
+    short = peak_rss_kb(args + [str(tmp_path / "short.wav")])
+    wav = peak_rss_kb_stdin(args + ["-"], (tmp_path / "long.wav").read_bytes())
+    pcm = peak_rss_kb_stdin(args + ["--pcm-rate", "48000", "--pcm-channels", "2", "-"], b"\0" * (300 * 48000 * 4))
+    assert wav - short < 12 * 1024 and pcm - short < 12 * 1024, (short, wav, pcm)
