@@ -2,10 +2,13 @@
  * to a streaming soxr resampler, so only the 16 kHz result is held whole. */
 #include "audio/decode.h"
 
+#include <errno.h>
 #include <sndfile.h>
 #include <soxr.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "audio/vio.h"
 #include "base/alloc.h"
 #include "base/error.h"
 
@@ -153,20 +156,15 @@ sg_status sg_audio_decode_file_at(const char *path, int rate, sg_audio *out)
 	return st;
 }
 
-/* libsndfile's virtual I/O over a read-only memory buffer. */
-typedef struct {
-	const unsigned char *data;
-	sf_count_t size, pos;
-} membuf;
-
-static sf_count_t mem_len(void *user)
+/* libsndfile's virtual I/O (vio.h) */
+static sf_count_t bytes_len(void *user)
 {
-	return ((membuf *)user)->size;
+	return ((sg_audio_bytes *)user)->size;
 }
 
-static sf_count_t mem_seek(sf_count_t off, int whence, void *user)
+static sf_count_t bytes_seek(sf_count_t off, int whence, void *user)
 {
-	membuf *m = user;
+	sg_audio_bytes *m = user;
 	sf_count_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? m->pos : m->size;
 	sf_count_t to = base + off;
 	if (to < 0 || to > m->size) return -1;
@@ -174,24 +172,43 @@ static sf_count_t mem_seek(sf_count_t off, int whence, void *user)
 	return to;
 }
 
-static sf_count_t mem_read(void *ptr, sf_count_t count, void *user)
+static sf_count_t bytes_read(void *ptr, sf_count_t count, void *user)
 {
-	membuf *m = user;
+	sg_audio_bytes *m = user;
 	if (count <= 0) return 0;
 	if (count > m->size - m->pos) count = m->size - m->pos;
-	memcpy(ptr, m->data + m->pos, (size_t)count);
-	m->pos += count;
-	return count;
+	if (m->data) {
+		memcpy(ptr, m->data + m->pos, (size_t)count);
+		m->pos += count;
+		return count;
+	}
+	sf_count_t done = 0;
+	while (done < count) {
+		ssize_t k = pread(m->fd, (char *)ptr + done, (size_t)(count - done), (off_t)(m->pos + done));
+		if (k < 0 && errno == EINTR) continue;
+		if (k <= 0) break; /* an I/O error reads as the end: libsndfile reports the short read */
+		done += k;
+	}
+	m->pos += done;
+	return done;
 }
 
-static sf_count_t mem_write(const void *ptr, sf_count_t count, void *user)
+static sf_count_t bytes_write(const void *ptr, sf_count_t count, void *user)
 {
+	(void)ptr, (void)count, (void)user;
 	return 0;
 }
 
-static sf_count_t mem_tell(void *user)
+static sf_count_t bytes_tell(void *user)
 {
-	return ((membuf *)user)->pos;
+	return ((sg_audio_bytes *)user)->pos;
+}
+
+SNDFILE *sg_audio_bytes_open(sg_audio_bytes *b, SF_INFO *info)
+{
+	SF_VIRTUAL_IO io = {bytes_len, bytes_seek, bytes_read, bytes_write, bytes_tell};
+	b->pos = 0;
+	return sf_open_virtual(&io, SFM_READ, info, b);
 }
 
 sg_status sg_audio_decode_memory(const void *data, size_t size, sg_audio *out)
@@ -205,11 +222,10 @@ sg_status sg_audio_decode_memory_at(const void *data, size_t size, int rate, sg_
 	if (rate < MIN_RATE || rate > MAX_RATE) return SG_FAIL(SG_ERR_INVALID_ARG, "output rate %d Hz is outside [%d, %d]", rate, MIN_RATE, MAX_RATE);
 	if (size == 0) return SG_FAIL(SG_ERR_FORMAT, "the audio is empty (0 bytes)");
 	if (!data) return SG_FAIL(SG_ERR_INVALID_ARG, "NULL data");
-	membuf m = {data, (sf_count_t)size, 0};
-	SF_VIRTUAL_IO io = {mem_len, mem_seek, mem_read, mem_write, mem_tell};
+	sg_audio_bytes m = {data, -1, (sf_count_t)size, 0};
 	SF_INFO info;
 	memset(&info, 0, sizeof(info));
-	SNDFILE *f = sf_open_virtual(&io, SFM_READ, &info, &m);
+	SNDFILE *f = sg_audio_bytes_open(&m, &info);
 	if (!f) return SG_FAIL(SG_ERR_FORMAT, "not audio this build reads (%zu bytes): %s", size, sf_strerror(NULL));
 	sg_status st = read_sndfile(f, &info, "the audio", rate, out);
 	sf_close(f);

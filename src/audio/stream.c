@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "audio/decode.h"
+#include "audio/vio.h"
 #include "base/alloc.h"
 #include "base/error.h"
 
@@ -25,9 +26,7 @@ enum { SRC_PATH, SRC_MEM, SRC_FD };
 struct sg_audio_stream {
 	int kind;          /* SRC_* */
 	char *path;        /* SRC_PATH: the file; else the name used in messages */
-	const unsigned char *data; /* SRC_MEM: [size] */
-	int fd;            /* SRC_FD */
-	sf_count_t size, pos; /* SRC_MEM, SRC_FD: the bytes, and the virtual read position */
+	sg_audio_bytes src; /* SRC_MEM, SRC_FD: the bytes (vio.h) */
 	int pcm_rate, pcm_channels; /* raw s16le PCM when pcm_rate > 0 */
 	SNDFILE *f;
 	SF_INFO info;
@@ -38,53 +37,6 @@ struct sg_audio_stream {
 	size_t fifo_off, fifo_n, fifo_cap;
 	int eof;           /* the file is read and the resampler flushed */
 };
-
-static sf_count_t vio_len(void *user)
-{
-	return ((sg_audio_stream *)user)->size;
-}
-
-static sf_count_t vio_seek(sf_count_t off, int whence, void *user)
-{
-	sg_audio_stream *s = user;
-	sf_count_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? s->pos : s->size;
-	sf_count_t to = base + off;
-	if (to < 0 || to > s->size) return -1;
-	s->pos = to;
-	return to;
-}
-
-static sf_count_t vio_read(void *ptr, sf_count_t count, void *user)
-{
-	sg_audio_stream *s = user;
-	if (count <= 0) return 0;
-	if (count > s->size - s->pos) count = s->size - s->pos;
-	if (s->kind == SRC_MEM) {
-		memcpy(ptr, s->data + s->pos, (size_t)count);
-		s->pos += count;
-		return count;
-	}
-	sf_count_t done = 0;
-	while (done < count) {
-		ssize_t k = pread(s->fd, (char *)ptr + done, (size_t)(count - done), (off_t)(s->pos + done));
-		if (k < 0 && errno == EINTR) continue;
-		if (k <= 0) break; /* an I/O error reads as the end: libsndfile reports the short read */
-		done += k;
-	}
-	s->pos += done;
-	return done;
-}
-
-static sf_count_t vio_write(const void *ptr, sf_count_t count, void *user)
-{
-	(void)ptr, (void)count, (void)user;
-	return 0;
-}
-
-static sf_count_t vio_tell(void *user)
-{
-	return ((sg_audio_stream *)user)->pos;
-}
 
 static void close_file(sg_audio_stream *s)
 {
@@ -116,11 +68,9 @@ static sg_status open_file(sg_audio_stream *s)
 			return SG_FAIL(SG_ERR_FORMAT, "%s is not audio this build reads: %s", s->path, why);
 		}
 	} else {
-		SF_VIRTUAL_IO io = {vio_len, vio_seek, vio_read, vio_write, vio_tell};
-		s->pos = 0;
-		s->f = sf_open_virtual(&io, SFM_READ, &s->info, s);
+		s->f = sg_audio_bytes_open(&s->src, &s->info);
 		if (!s->f)
-			return SG_FAIL(SG_ERR_FORMAT, "%s is not audio this build reads (%lld bytes): %s", s->path, (long long)s->size,
+			return SG_FAIL(SG_ERR_FORMAT, "%s is not audio this build reads (%lld bytes): %s", s->path, (long long)s->src.size,
 				       sf_strerror(NULL));
 	}
 	int rate = s->info.samplerate, ch = s->info.channels;
@@ -170,7 +120,7 @@ static sg_audio_stream *stream_new(int kind, const char *name)
 	sg_audio_stream *s = sg_calloc(1, sizeof *s);
 	if (!s) return NULL;
 	s->kind = kind;
-	s->fd = -1;
+	s->src.fd = -1;
 	if (!(s->path = sg_strdup(name))) {
 		sg_free(s);
 		return NULL;
@@ -194,8 +144,8 @@ sg_status sg_audio_stream_open_memory(const void *data, size_t size, sg_audio_st
 	if (!data) return SG_FAIL(SG_ERR_INVALID_ARG, "NULL data");
 	sg_audio_stream *s = stream_new(SRC_MEM, "the input");
 	if (!s) return SG_FAIL(SG_ERR_NOMEM, "out of memory");
-	s->data = data;
-	s->size = (sf_count_t)size;
+	s->src.data = data;
+	s->src.size = (sf_count_t)size;
 	return start(s, out);
 }
 
@@ -224,8 +174,8 @@ sg_status sg_audio_stream_open_fd(int fd, const char *name, int pcm_rate, int pc
 	}
 	sg_audio_stream *s = stream_new(SRC_FD, name);
 	if (!s) return SG_FAIL(SG_ERR_NOMEM, "out of memory");
-	s->fd = fd;
-	s->size = (sf_count_t)n;
+	s->src.fd = fd;
+	s->src.size = (sf_count_t)n;
 	s->pcm_rate = pcm_rate;
 	s->pcm_channels = pcm_channels;
 	return start(s, out);

@@ -47,10 +47,6 @@ typedef struct sg_speech_req {
 
 #define SG_SPEECH_MAX_REF_BYTES (25u << 20) /* the decoded reference clip's cap */
 
-/* RFC 4648 base64 (standard alphabet, '=' padding, ASCII white space skipped) of s[0..n) into a
- * new buffer *out of *out_n bytes (sg_free). 0, or -1 with the offending offset in *bad (a
- * character outside the alphabet, padding inside the text, or a length that cannot be base64). */
-int sg_speech_base64_decode(const char *s, size_t n, unsigned char **out, size_t *out_n, size_t *bad);
 
 /* Reads body[0..len) into *r (zeroed first; free with sg_speech_req_free even on failure): 0,
  * or the HTTP status (400) with *e naming the field. Pure: no model is needed (fuzzed). */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/base64.h"
 #include "server/routes_speech.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -40,10 +41,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	sg_speech_req_free(&r);
 	unsigned char *dec = NULL, *dec2 = NULL;
 	size_t nd = 0, nd2 = 0, bad = 0;
-	if (!sg_speech_base64_decode((const char *)data, size, &dec, &nd, &bad)) {
+	if (!sg_base64_decode((const char *)data, size, &dec, &nd, &bad)) {
 		if (nd > size) __builtin_trap();
 		json_t *b = sg_speech_base64(dec, nd);
-		if (!b || sg_speech_base64_decode(json_string_value(b), json_string_length(b), &dec2, &nd2, &bad) || nd2 != nd ||
+		if (!b || sg_base64_decode(json_string_value(b), json_string_length(b), &dec2, &nd2, &bad) || nd2 != nd ||
 		    (nd && memcmp(dec, dec2, nd)))
 			__builtin_trap();
 		json_decref(b);

@@ -22,53 +22,21 @@
 #include <utf8proc.h>
 
 #include "base/alloc.h"
+#include "base/base64.h"
 #include "base/error.h"
 #include "base/utf8.h"
 #include "text/tokenizer/tokenizer_int.h"
 
-static int b64_val(unsigned char c)
-{
-	if (c >= 'A' && c <= 'Z') return c - 'A';
-	if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-	if (c >= '0' && c <= '9') return c - '0' + 52;
-	if (c == '+') return 62;
-	if (c == '/') return 63;
-	return -1;
-}
-
-/* Standard base64 with padding (what the reference writes and accepts). */
+/* Standard base64 with padding and nothing else (what the reference writes and accepts). */
 static sg_status b64_decode(const char *s, size_t n, uint8_t **out, size_t *out_n)
 {
-	if (n % 4)
-		return SG_FAIL(SG_ERR_FORMAT,
-		               "tokenizer: precompiled_charsmap is not base64 (%zu characters)", n);
-	uint8_t *o = sg_malloc(n / 4 * 3 + 1);
-	if (!o) return SG_FAIL(SG_ERR_NOMEM, "precompiled_charsmap");
-	size_t k = 0;
-	for (size_t i = 0; i < n; i += 4) {
-		int v[4], pad = 0;
-		for (int j = 0; j < 4; j++) {
-			unsigned char c = (unsigned char)s[i + j];
-			if (c == '=' && i + 4 == n && j >= 2 && (j == 3 || s[i + 3] == '=')) {
-				v[j] = 0;
-				pad++;
-				continue;
-			}
-			if ((v[j] = b64_val(c)) < 0 || pad) {
-				sg_free(o);
-				return SG_FAIL(SG_ERR_FORMAT,
-				               "tokenizer: precompiled_charsmap is not base64 (byte %zu)",
-				               i + (size_t)j);
-			}
-		}
-		uint32_t w =
-		    (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
-		o[k++] = (uint8_t)(w >> 16);
-		if (pad < 2) o[k++] = (uint8_t)(w >> 8);
-		if (pad < 1) o[k++] = (uint8_t)w;
-	}
-	*out = o;
-	*out_n = k;
+	if (n % 4) return SG_FAIL(SG_ERR_FORMAT, "tokenizer: precompiled_charsmap is not base64 (%zu characters)", n);
+	size_t bad = 0;
+	while (bad < n && !strchr(" \t\r\n", s[bad])) bad++;
+	if (bad < n) return SG_FAIL(SG_ERR_FORMAT, "tokenizer: precompiled_charsmap is not base64 (byte %zu)", bad);
+	int r = sg_base64_decode(s, n, out, out_n, &bad);
+	if (r == -2) return SG_FAIL(SG_ERR_NOMEM, "precompiled_charsmap");
+	if (r) return SG_FAIL(SG_ERR_FORMAT, "tokenizer: precompiled_charsmap is not base64 (byte %zu)", bad);
 	return SG_OK;
 }
 
