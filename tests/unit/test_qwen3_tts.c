@@ -15,33 +15,11 @@
 #include "models/qwen3_tts.h"
 #include "models/qwen3_tts_codec.h"
 
+#include "tts_ref.h"
+
 #define FIX "tests/fixtures/qwen3_tts/tiny"
 
-static json_t *ref(void)
-{
-	json_error_t e;
-	json_t *r = json_load_file(FIX "/ref.json", 0, &e);
-	cr_assert(r, "ref.json: %s", e.text);
-	return r;
-}
-
-static int32_t *ints(const json_t *a, int *n)
-{
-	*n = (int)json_array_size(a);
-	int32_t *v = malloc(sizeof(int32_t) * (size_t)(*n ? *n : 1));
-	for (int i = 0; i < *n; i++) v[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
-	return v;
-}
-
-/* codes [frames][G] from a JSON array of arrays */
-static int32_t *codes_of(const json_t *a, int G, int *frames)
-{
-	*frames = (int)json_array_size(a);
-	int32_t *v = malloc(sizeof(int32_t) * (size_t)(*frames * G + 1));
-	for (int f = 0; f < *frames; f++)
-		for (int g = 0; g < G; g++) v[f * G + g] = (int32_t)json_integer_value(json_array_get(json_array_get(a, (size_t)f), (size_t)g));
-	return v;
-}
+static json_t *ref(void) { return tts_ref_load(FIX "/ref.json"); }
 
 static sg_qwen3_tts *load(void)
 {
@@ -162,22 +140,6 @@ Test(qwen3_tts, bad_inputs_are_errors)
 	cr_expect_neq(sg_qwen3_tts_load("tests/fixtures/no-such-model", "cpu", 1, &x), SG_OK);
 	cr_expect_neq(sg_qwen3_tts_load("tests/fixtures/qwen3", "cpu", 1, &x), SG_OK);
 	cr_expect_null(x);
-}
-
-static sg_backend *cpu(void)
-{
-	sg_backend *be = NULL;
-	sg_cpu_params p = {1, NULL};
-	cr_assert_eq(sg_cpu_backend_create(&p, &be), SG_OK);
-	return be;
-}
-
-static float *floats(const json_t *a, int *n)
-{
-	*n = (int)json_array_size(a);
-	float *v = malloc(sizeof(float) * (size_t)*n);
-	for (int i = 0; i < *n; i++) v[i] = (float)json_number_value(json_array_get(a, (size_t)i));
-	return v;
 }
 
 static void expect_close(const float *got, const float *want, int n, const char *what)

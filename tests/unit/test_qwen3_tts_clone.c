@@ -23,51 +23,11 @@
 #include "models/qwen3_tts_tok.h"
 #include "saragossa.h"
 
+#include "tts_ref.h"
+
 #define FIX "tests/fixtures/qwen3_tts/base"
 
-static json_t *ref(void)
-{
-	json_error_t e;
-	json_t *r = json_load_file(FIX "/ref.json", 0, &e);
-	cr_assert(r, "ref.json: %s", e.text);
-	return r;
-}
-
-static sg_backend *cpu(void)
-{
-	sg_backend *be = NULL;
-	sg_cpu_params p = {1, NULL};
-	cr_assert_eq(sg_cpu_backend_create(&p, &be), SG_OK);
-	return be;
-}
-
-static float *floats(const json_t *a, int *n)
-{
-	*n = (int)json_array_size(a);
-	float *v = malloc(sizeof(float) * (size_t)(*n ? *n : 1));
-	for (int i = 0; i < *n; i++) v[i] = (float)json_number_value(json_array_get(a, (size_t)i));
-	return v;
-}
-
-static int32_t *ints(const json_t *a, int *n)
-{
-	*n = (int)json_array_size(a);
-	int32_t *v = malloc(sizeof(int32_t) * (size_t)(*n ? *n : 1));
-	for (int i = 0; i < *n; i++) v[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
-	return v;
-}
-
-/* codes [frames][G] from a JSON array of arrays */
-static int32_t *codes_of(const json_t *a, int G, int *frames)
-{
-	*frames = (int)json_array_size(a);
-	int32_t *v = malloc(sizeof(int32_t) * (size_t)(*frames * G + 1));
-	for (int f = 0; f < *frames; f++)
-		for (int g = 0; g < G; g++)
-			v[f * G + g] = (int32_t)json_integer_value(
-			    json_array_get(json_array_get(a, (size_t)f), (size_t)g));
-	return v;
-}
+static json_t *ref(void) { return tts_ref_load(FIX "/ref.json"); }
 
 /* Greedy generation for case k of ref.json with the given x-vector and reference codes; expects
  * the package's codes. */

@@ -17,15 +17,11 @@
 #include "saragossa.h"
 #include "text/tokenizer/tokenizer.h"
 
+#include "tts_ref.h"
+
 #define FIX "tests/fixtures/qwen3_tts/tiny"
 
-static json_t *ref(void)
-{
-	json_error_t e;
-	json_t *r = json_load_file(FIX "/ref.json", 0, &e);
-	cr_assert(r, "ref.json: %s", e.text);
-	return r;
-}
+static json_t *ref(void) { return tts_ref_load(FIX "/ref.json"); }
 
 Test(tts_qwen3, tokenizer_matches_transformers)
 {
