@@ -5,7 +5,7 @@
 #   STEPS=pack bash bench/cuda_pending.sh                      (where nvcc links; no GPU needed)
 #   STEPS="unpack tests" bash bench/cuda_pending.sh            (on the GPU machine)
 #   STEPS="unpack models ab" VOCAB=ggml-vocab-qwen2.gguf BEFORE_BIN=before/saragossa bash bench/cuda_pending.sh
-# pack    make CUDA=1 (in BUILD), then build/gpu.tar.xz: saragossa and test_unit stripped, and the
+# pack    make CUDA=1 (in BUILD), then build/gpu.tar.xz: saragossa, test_unit and libsaragossa.so stripped, and the
 #         shared libraries they load outside the C runtime (a bare CUDA image lacks jansson, curl,
 #         pcre2, criterion, ...), about 25 MB; take it to a GPU machine whose image cannot build the
 #         project (a second pack, unpacked elsewhere, is the BEFORE_BIN of a side-by-side)
@@ -52,11 +52,12 @@ HYB="$WORK/qwen36-random-${HYBRID_LAYERS}l"
 
 if has pack; then
 	ts "build (CUDA=1) and pack"
-	make -j"$(nproc)" CUDA=1 BUILD="$BUILD" "$BUILD/saragossa" "$BUILD/test_unit" >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; exit 1; }
+	make -j"$(nproc)" CUDA=1 BUILD="$BUILD" "$BUILD/saragossa" "$BUILD/test_unit" "$BUILD/libsaragossa.so" >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; exit 1; }
 	rm -rf build/gpu build/gpu.tar.xz
 	mkdir -p build/gpu/lib
 	strip -o build/gpu/saragossa "$BUILD/saragossa"
 	strip -o build/gpu/test_unit "$BUILD/test_unit"
+	strip -o build/gpu/libsaragossa.so "$BUILD/libsaragossa.so" # the ctypes benches (qwen_tts_bench.py, embed_gpu.py)
 	ldd "$BUILD/saragossa" "$BUILD/test_unit" | awk '/=> \// {print $3}' | sort -u |
 		grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libresolv)\.so' | xargs -r cp -L -t build/gpu/lib
 	tar -C build -cJf build/gpu.tar.xz gpu

@@ -94,6 +94,13 @@ def reference(a, frames):
         m = types.ModuleType("qwen_tts")
         m.__path__ = [pkg]
         sys.modules["qwen_tts"] = m
+    try:
+        import librosa  # noqa: F401  (the speaker encoder's mel filters; not used by CustomVoice synthesis)
+    except ImportError:
+        lib = types.ModuleType("librosa")
+        lib.filters = types.ModuleType("librosa.filters")
+        lib.filters.mel = lambda *x, **k: (_ for _ in ()).throw(RuntimeError("librosa is not installed"))
+        sys.modules["librosa"], sys.modules["librosa.filters"] = lib, lib.filters
     import torch
     from safetensors.torch import load_file
     from transformers import Qwen2TokenizerFast

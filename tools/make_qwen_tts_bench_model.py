@@ -91,6 +91,10 @@ def main():
     w["talker.text_projection.linear_fc2.weight"] = rnd((D, TEXT_D), TEXT_D ** -0.5, g)
     w["talker.text_projection.linear_fc2.bias"] = rnd((D,), 0.01, g)
     w["talker.codec_head.weight"] = rnd((V, D), 3 * D ** -0.5, g)
+    # End-of-speech's row is zero: its logit is 0 while the other codes' spread ~3 around it, so greedy
+    # decoding never ends and sampling almost never does (random weights at the 1.7B shape ended after
+    # 4 frames otherwise); both engines read the same row, so the timing stays a like-for-like one.
+    w["talker.codec_head.weight"][SPECIAL["codec_eos_token_id"]] = 0
     decoder_layers("talker.model.", D, s["layers"], s["heads"], s["kv"], HD, s["inter"], True, w, g)
     for i in range(G - 1):
         w["talker.code_predictor.model.codec_embedding.%d.weight" % i] = rnd((CODEBOOK, D), 1.0, g)
