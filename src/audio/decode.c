@@ -3,6 +3,7 @@
 #include "audio/decode.h"
 
 #include <errno.h>
+#include <math.h>
 #include <sndfile.h>
 #include <soxr.h>
 #include <string.h>
@@ -25,6 +26,7 @@ typedef struct {
 	soxr_t soxr;
 	float *tmp; /* soxr's output for one block */
 	size_t tmp_cap;
+	size_t n_in; /* source frames fed so far */
 } sink;
 
 static sg_status append(sink *s, const float *x, size_t n)
@@ -74,6 +76,7 @@ static sg_status sink_open(sink *s, sg_audio *a, int rate, int channels, int to)
 static sg_status sink_push(sink *s, const float *x, size_t n)
 {
 	if (!s->soxr) return x ? append(s, x, n) : SG_OK;
+	s->n_in += x ? n : 0;
 	size_t done_in = 0;
 	for (;;) {
 		size_t idone = 0, odone = 0;
@@ -93,9 +96,31 @@ static void sink_close(sink *s)
 	sg_free(s->tmp);
 }
 
+size_t sg_audio_resampled_len(size_t n, int from, int to)
+{
+	/* librosa: ratio = float(target_sr) / orig_sr; n_samples = int(np.ceil(n * ratio)) */
+	double ratio = (double)to / (double)from;
+	return (size_t)ceil((double)n * ratio);
+}
+
+/* Pads the flushed output with zeros (or cuts it) to sg_audio_resampled_len. */
+static sg_status fix_length(sink *s)
+{
+	static const float zeros[64];
+	size_t want = sg_audio_resampled_len(s->n_in, s->a->src_rate, s->rate);
+	if (s->a->n > want) s->a->n = want;
+	while (s->a->n < want) {
+		size_t k = want - s->a->n < 64 ? want - s->a->n : 64;
+		sg_status st = append(s, zeros, k);
+		if (st) return st;
+	}
+	return SG_OK;
+}
+
 static sg_status finish(sink *s, sg_status st, const char *what)
 {
 	if (!st) st = sink_push(s, NULL, 0);
+	if (!st && s->soxr) st = fix_length(s);
 	if (!st && s->a->n == 0) st = SG_FAIL(SG_ERR_FORMAT, "%s holds no audio samples", what);
 	sink_close(s);
 	if (st) sg_audio_free(s->a);

@@ -2,8 +2,11 @@
  *
  * Every entry point downmixes to mono (the mean of the channels) and resamples to SG_AUDIO_RATE
  * with soxr (high quality), reading the source in blocks so that only the 16 kHz result is held
- * whole. Bad input (not audio, empty, a truncated header, an odd PCM byte count) is an error
- * status with a message naming what was wrong; nothing here exits or aborts. */
+ * whole. The mix before the resampler and the output's length (sg_audio_resampled_len) are those
+ * of librosa.resample on the channel mean, what Qwen3-TTS's reference does with a reference clip
+ * (tests/unit/test_audio_resample.c: the same samples). Bad input (not audio, empty, a truncated
+ * header, an odd PCM byte count) is an error status with a message naming what was wrong; nothing
+ * here exits or aborts. */
 #ifndef SG_AUDIO_DECODE_H
 #define SG_AUDIO_DECODE_H
 
@@ -40,6 +43,13 @@ sg_status sg_audio_decode_memory_at(const void *data, size_t size, int rate, sg_
  * must be a positive multiple of 2 * channels (else SG_ERR_FORMAT: truncated or empty); rate in
  * [1000, 768000] and channels in [1, 64] (else SG_ERR_INVALID_ARG). */
 sg_status sg_audio_from_pcm16(const void *data, size_t nbytes, int rate, int channels, sg_audio *out);
+
+/* The number of samples n source frames at rate `from` become at rate `to` (from != to), the
+ * length librosa.resample gives and so the one Qwen3-TTS's reference reads: ceil(n * (to / from))
+ * in double precision, as numpy computes it (26460 frames at 22050 Hz to 24 kHz: 28800.000000000004,
+ * so 28801). soxr by itself gives about round(n * to / from); every decoder here pads its output
+ * with zeros (or cuts it) to this length. */
+size_t sg_audio_resampled_len(size_t n, int from, int to);
 
 /* Frees a's samples and zeroes it; a zeroed or NULL a is fine. */
 void sg_audio_free(sg_audio *a);

@@ -35,6 +35,7 @@ struct sg_audio_stream {
 	float *mono;       /* [BLOCK_FRAMES] */
 	float *fifo;       /* [fifo_cap] resampled samples not handed out yet, from fifo_off */
 	size_t fifo_off, fifo_n, fifo_cap;
+	size_t n_in, n_out; /* source frames fed to the resampler, samples it gave (after the length fix) */
 	int eof;           /* the file is read and the resampler flushed */
 };
 
@@ -92,6 +93,7 @@ static sg_status open_file(sg_audio_stream *s)
 		if (!s->soxr || err) return SG_FAIL(SG_ERR_INTERNAL, "soxr_create(%d -> %d Hz): %s", rate, SG_AUDIO_RATE, err ? err : "failed");
 	}
 	s->fifo_off = s->fifo_n = 0;
+	s->n_in = s->n_out = 0;
 	s->eof = 0;
 	/* the first samples (a resampler may give none for a first short block): audio with none at
 	 * all is an error here, where the caller can still say the input is not audio */
@@ -215,8 +217,29 @@ static sg_status refill(sg_audio_stream *s)
 						s->fifo + s->fifo_n, room, &odone);
 		if (err) return SG_FAIL(SG_ERR_INTERNAL, "soxr_process: %s", err);
 		s->fifo_n += odone;
+		s->n_out += odone;
 		done_in += idone;
 		if (got ? done_in >= (size_t)got && odone < room : odone == 0) break;
+	}
+	s->n_in += (size_t)got;
+	if (!got) {
+		/* flushed: to the length decode.c gives (sg_audio_resampled_len), zeros added or the
+		 * excess cut (only the flush can overshoot, and its samples are all still here) */
+		size_t want = sg_audio_resampled_len(s->n_in, s->info.samplerate, SG_AUDIO_RATE);
+		size_t cut = s->n_out > want ? s->n_out - want : 0;
+		if (cut > s->fifo_n) cut = s->fifo_n;
+		s->fifo_n -= cut, s->n_out -= cut;
+		if (s->n_out < want) {
+			size_t pad = want - s->n_out;
+			if (s->fifo_cap - s->fifo_n < pad) {
+				float *p = sg_realloc(s->fifo, sizeof(float) * (s->fifo_n + pad));
+				if (!p) return SG_FAIL(SG_ERR_NOMEM, "no memory for the resampler's output");
+				s->fifo = p;
+				s->fifo_cap = s->fifo_n + pad;
+			}
+			memset(s->fifo + s->fifo_n, 0, sizeof(float) * pad);
+			s->fifo_n += pad, s->n_out += pad;
+		}
 	}
 	if (!got && !s->fifo_n) s->eof = 1;
 	return SG_OK;
