@@ -94,13 +94,22 @@ def reference(a, frames):
         m = types.ModuleType("qwen_tts")
         m.__path__ = [pkg]
         sys.modules["qwen_tts"] = m
-    try:
-        import librosa  # noqa: F401  (the speaker encoder's mel filters; not used by CustomVoice synthesis)
-    except ImportError:
-        lib = types.ModuleType("librosa")
-        lib.filters = types.ModuleType("librosa.filters")
-        lib.filters.mel = lambda *x, **k: (_ for _ in ()).throw(RuntimeError("librosa is not installed"))
-        sys.modules["librosa"], sys.modules["librosa.filters"] = lib, lib.filters
+    # modules the package imports at the top but synthesis with a preset speaker never calls (the
+    # speaker encoder's mel filters, the 25 Hz tokenizer's sox effects): stand-ins where not installed
+    import importlib.machinery
+    import importlib.util
+    names = ("librosa", "librosa.filters", "sox", "onnxruntime", "soundfile", "torchaudio", "torchaudio.compliance",
+             "torchaudio.compliance.kaldi")
+    absent = {n for n in names if "." not in n and n not in sys.modules and importlib.util.find_spec(n) is None}
+    for name in [n for n in names if n.split(".")[0] in absent]:
+        mod = types.ModuleType(name)
+        mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        mod.__getattr__ = lambda attr, name=name: (  # a name that fails when it is used, not when imported
+            None if attr.startswith("__") else lambda *x, **k: (_ for _ in ()).throw(RuntimeError(name + " is not installed")))
+        sys.modules[name] = mod
+        if "." in name:
+            parent, _, leaf = name.rpartition(".")
+            setattr(sys.modules[parent], leaf, mod)
     import torch
     from safetensors.torch import load_file
     from transformers import Qwen2TokenizerFast
