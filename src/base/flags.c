@@ -179,6 +179,9 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_GEMM_F16", SG_FLAG_BOOL, "1",
 	 "CUDA prefill of quantized weights on 8-bit activations (SARAGOSSA_CUDA_Q8X): f16 tensor-core GEMMs on the rounded "
 	 "activations (a power-of-two scale per token keeps them in range; 0 = the SARAGOSSA_CUDA_GEMM mode)"},
+	{"SARAGOSSA_VERIFY_GRAPHS", SG_FLAG_BOOL, "1",
+	 "exact verify steps of speculative decoding (2 to 32 tokens) recorded as a graph once per token count and "
+	 "replayed after, where decode steps are (CUDA; not hybrid or MTP stacks); 0 = every verify step op by op"},
 	{"SARAGOSSA_CUDA_VERIFY_BATCH", SG_FLAG_BOOL, "1",
 	 "CUDA verify steps of speculative decoding (exact: each token gets a decode step's bits): the one-token GEMV kernels "
 	 "over all the step's tokens in one launch, a row block's tokens side by side so the weights are read once; 0 = each "

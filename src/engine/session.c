@@ -104,7 +104,8 @@ sg_status sg_session_eval(sg_session *s, const int32_t *tokens, int n, float *lo
 		int c = n - done < s->n_batch ? n - done : s->n_batch;
 		int last = done + c == n;
 		sg_logits_mode mode = logits_out ? SG_LOGITS_ALL : last ? SG_LOGITS_LAST : SG_LOGITS_NONE;
-		sg_status st = sg_forward(s->m, &s->fs, tokens + done, c, s->n_past + done, mode);
+		sg_status st = s->fs.exact && mode == SG_LOGITS_ALL ? sg_forward_exact(s->m, &s->fs, tokens + done, c, s->n_past + done)
+								      : sg_forward(s->m, &s->fs, tokens + done, c, s->n_past + done, mode);
 		if (st) {
 			s->has_last = 0;
 			return st;
@@ -450,7 +451,9 @@ sg_status sg_session_eval_exact(sg_session *s, const int32_t *tokens, int n, flo
 		return sg_error(SG_ERR_UNSUPPORTED, "the %s backend cannot score several tokens with a decode step's bits", be->ops->name);
 	}
 	be->ops->match_decode(be, 1);
+	s->fs.exact = 1;
 	sg_status st = sg_session_eval(s, tokens, n, logits_out);
+	s->fs.exact = 0;
 	be->ops->match_decode(be, 0);
 	return st;
 }

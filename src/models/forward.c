@@ -16,6 +16,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/flags.h"
 #include "base/log.h"
 #include "models/forward_hybrid.h"
 
@@ -92,12 +93,21 @@ sg_status sg_fwd_state_init(const sg_model *m, int n_ctx, int chunk, sg_type kv_
 	return st;
 }
 
+static void verify_graphs_free(sg_backend *be, sg_fwd_state *s)
+{
+	for (int n = 0; n < SG_FWD_VERIFY_GRAPHS; n++) {
+		sg_backend_graph_free(be, s->graph_v[n]);
+		s->graph_v[n] = NULL;
+	}
+}
+
 void sg_fwd_state_free(const sg_model *m, sg_fwd_state *s)
 {
 	sg_backend *be = m->be;
 	sg_fwd_hybrid_free(m, s);
 	sg_backend_graph_free(be, s->graph);
 	sg_backend_graph_free(be, s->graph_tc);
+	verify_graphs_free(be, s);
 	if (s->kv)
 		for (int i = 0; i < m->desc.n_layer + (m->has_mtp ? 1 : 0); i++) {
 			be->ops->tensor_free(be, &s->kv[i].k);
@@ -279,6 +289,7 @@ static sg_status layers_and_head(const sg_model *m, sg_fwd_state *s, const int32
 		sg_backend_graph_free(be, s->graph); /* they write the old buffer */
 		sg_backend_graph_free(be, s->graph_tc);
 		s->graph = s->graph_tc = NULL;
+		verify_graphs_free(be, s);
 		o->tensor_free(be, &s->logits);
 		SG_FWD_OK(sg_fwd_alloc2(be, SG_TYPE_F32, d->n_vocab, s->chunk, &s->logits));
 	}
@@ -336,6 +347,41 @@ sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, 
 			       s->n_ctx);
 	SG_FWD_OK(forward_inputs(m, s, tokens, n, pos0));
 	return forward_body(m, s, tokens, n, pos0, mode);
+}
+
+sg_status sg_forward_exact(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0)
+{
+	sg_backend *be = m->be;
+	/* the logits buffer grows (and drops every recording) on the first step of n tokens */
+	if (n < 2 || n >= SG_FWD_VERIFY_GRAPHS || s->graph_v_off || s->hybrid || m->has_mtp || s->logits.ne[1] < n ||
+	    !sg_fwd_decode_graphs(m, s) || !sg_flag_bool("SARAGOSSA_VERIFY_GRAPHS"))
+		return sg_forward(m, s, tokens, n, pos0, SG_LOGITS_ALL);
+	if (pos0 < 0 || n > s->chunk || pos0 + n > s->n_ctx)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "%d tokens at position %d (chunk %d, context %d)", n, pos0, s->chunk,
+			       s->n_ctx);
+	SG_FWD_OK(forward_inputs(m, s, tokens, n, pos0));
+	sg_backend_graph **gp = &s->graph_v[n];
+	if (*gp) {
+		if (!be->ops->graph_stale(be, *gp)) return be->ops->graph_replay(be, *gp);
+		sg_backend_graph_free(be, *gp);
+		*gp = NULL;
+	}
+	/* per-op first: it also sizes the scratch the recording needs (nothing grows while recording) */
+	SG_FWD_OK(forward_body(m, s, tokens, n, pos0, SG_LOGITS_ALL));
+	sg_backend_graph *g = NULL;
+	sg_status st = be->ops->capture_begin(be);
+	if (!st) {
+		st = forward_body(m, s, tokens, n, pos0, SG_LOGITS_ALL);
+		if (!st) st = be->ops->capture_end(be, &g);
+		else be->ops->capture_abort(be);
+	}
+	if (st) { /* this step already ran; later ones stay per-op */
+		SG_WARN("%s verify graph: recording failed (%s); verifying op by op", be->ops->name, sg_last_error());
+		s->graph_v_off = 1;
+	} else {
+		*gp = g;
+	}
+	return SG_OK;
 }
 
 sg_status sg_forward_embd(const sg_model *m, sg_fwd_state *s, const float *embd, int n, int pos0, sg_logits_mode mode)

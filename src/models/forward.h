@@ -46,6 +46,12 @@ sg_status sg_forward_hidden_last(const sg_model *m, sg_fwd_state *s, const int32
  * and position are copied to the device before the replay. A step after the backend's scratch
  * moved (a longer prefill in between) runs per-op and records the graph again. */
 sg_status sg_forward_decode(const sg_model *m, sg_fwd_state *s, int32_t token, int pos);
+/* An exact step (the backend's match_decode on): sg_forward of n tokens with every position's
+ * logits. Where decode steps are recorded (sg_fwd_decode_graphs; not hybrid or MTP stacks) and
+ * SARAGOSSA_VERIFY_GRAPHS is on, a step of 2..SG_FWD_VERIFY_GRAPHS - 1 tokens is recorded once per
+ * token count and replayed after: the per-op launches of a step of small models cost more host
+ * time than the GPU spends on them. The ids and positions are copied before each replay. */
+sg_status sg_forward_exact(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0);
 /* sg_forward_decode ending in sampling candidates instead of the argmax: the step's logits go
  * through the backend's top_candidates (k largest, and the logits at ids[0..m), -1 for none)
  * into s->tc_out; nothing is read back. The step is recorded and replayed like the greedy one,

@@ -8,6 +8,9 @@
 
 /* One layer's KV cache. A sliding-window layer whose window plus a chunk is shorter than the
  * context keeps a ring of that many rows (position p in row p % rows). */
+/* Exact (verify) steps of 2 .. SG_FWD_VERIFY_GRAPHS - 1 tokens keep a recorded graph each. */
+#define SG_FWD_VERIFY_GRAPHS 33
+
 typedef struct sg_kv_layer {
 	sg_btensor k, v; /* [rows][Hkv][hd] F32 or F16 */
 	int rows;
@@ -39,6 +42,9 @@ typedef struct sg_fwd_state {
 	int tc_k, tc_m;         /* the candidate step's shape (0 = none allocated) */
 	sg_backend_graph *graph_tc; /* the recorded step ending in those candidates, or NULL */
 	int graph_off;          /* 1: recording failed once; this state stays on the per-op path */
+	sg_backend_graph *graph_v[SG_FWD_VERIFY_GRAPHS]; /* [n]: the recorded exact step of n tokens, or NULL */
+	int graph_v_off;        /* 1: recording an exact step failed once; they stay per-op */
+	int exact;              /* 1 while the session runs an exact step (sg_forward_exact) */
 	int capture, capture_hybrid; /* the backend's caps when the state was made: decode steps (of
 	                             * hybrid stacks) may be recorded (read once, not every step) */
 	/* hybrid and Gemma 4 (forward_hybrid.c); empty for other families */
