@@ -445,6 +445,81 @@ Test(backend_ops, packed_float_gemm_has_the_unpacked_gemms_bits)
 #endif
 }
 
+/* The encoders' panel matmul (SG_LAYOUT_MATMUL_ONLY weights packed at bind, SARAGOSSA_CPU_GEMM_PANEL):
+ * the kernel set's tile gives its scalar reference's bits (bias first, one fmaf per k, K blocks);
+ * each token alone gives its bits inside the batch (the batching invariance an encoder needs); and
+ * against the plain GEMM with the matvec's sums it differs by the summation order only (NMSE_F32).
+ * Rows past a panel of 16, K with a tail (100) and over several K blocks (600: 3 of 200), tokens
+ * over two chunks and a partial tile, F16 and BF16 weights converted at bind. With the flag off the
+ * weight stays in the file's layout. */
+Test(backend_ops, panel_matmul_matches_its_reference_and_the_plain_gemm)
+{
+	static const char *sets[] = {"avx512", "avx2"};
+	static const sg_kt kts[3] = {SG_KT_F32, SG_KT_F16, SG_KT_BF16};
+	static const int64_t Ns[2] = {77, 384}, Ks[3] = {64, 100, 600};
+	int checked = 0;
+	for (int s = 0; s < 2; s++) {
+		sg_backend *be = make_be(sets[s], 2);
+		if (!be) continue;
+		cr_assert(((sg_cpu_backend *)be)->gemm_panel && ((sg_cpu_backend *)be)->k->mm_panel, "%s: no panel matmul", sets[s]);
+		for (int i = 0; i < 3; i++)
+			for (int ni = 0; ni < 2; ni++)
+				for (int ki = 0; ki < 3; ki++) {
+					int64_t N = Ns[ni], K = Ks[ki], ntok = 101;
+					wmat w = make_w(be, kts[i], N, K, 0, 0);
+					sg_btensor wp = w.t;
+					wp.data = w.mem;
+					wp.layout = SG_LAYOUT_MATMUL_ONLY;
+					cr_assert_eq(be->ops->tensor_bind(be, &wp), SG_OK);
+					cr_assert_eq(wp.layout, SG_CPU_LAYOUT_PANEL);
+					sg_btensor x = f32_tensor(be, K, ntok, 1), bias = f32_tensor(be, N, 1, 1);
+					sg_btensor y0 = f32_tensor(be, N, ntok, 1), y1 = f32_tensor(be, N, ntok, 1), y2 = f32_tensor(be, N, ntok, 1);
+					sg_btensor x1 = f32_tensor(be, K, 1, 1), y3 = f32_tensor(be, N, 1, 1);
+					fill(&x, 1.0f);
+					fill(&bias, 1.0f);
+					cr_assert_eq(be->ops->matmul(be, &w.t, &x, &bias, &y0), SG_OK);
+					cr_assert_eq(be->ops->matmul(be, &wp, &x, &bias, &y1), SG_OK);
+					sg_mm_panel a = {.w = wp.data, .bias = bias.data, .x = x.data, .y = y2.data, .N = N, .K = K};
+					for (int64_t k0 = 0, kc = sg_cpu_panel_kc(K); k0 < K; k0 += kc)
+						sg_cpu_mm_panel_ref(&a, 0, ntok, 0, (N + SG_MM_NR - 1) / SG_MM_NR, k0, k0 + kc < K ? k0 + kc : K);
+					cr_expect(!memcmp(y1.data, y2.data, sizeof(float) * (size_t)(N * ntok)), "%s %s N %lld K %lld: tile differs from its reference",
+						  sets[s], sg_cpu_kt_info(kts[i])->name, (long long)N, (long long)K);
+					double e = nmse(y0.data, y1.data, N * ntok);
+					cr_expect(e < NMSE_F32, "%s %s N %lld K %lld: NMSE %g against the plain GEMM", sets[s], sg_cpu_kt_info(kts[i])->name,
+						  (long long)N, (long long)K, e);
+					for (int64_t t = 0; t < ntok; t += 7) {
+						memcpy(x1.data, (float *)x.data + t * K, sizeof(float) * (size_t)K);
+						cr_assert_eq(be->ops->matmul(be, &wp, &x1, &bias, &y3), SG_OK);
+						cr_expect(!memcmp(y3.data, (float *)y1.data + t * N, sizeof(float) * (size_t)N),
+							  "%s token %lld alone differs from the batch", sets[s], (long long)t);
+					}
+					checked++;
+					sg_btensor *all[] = {&x, &bias, &y0, &y1, &y2, &x1, &y3, &wp};
+					for (int j = 0; j < 8; j++) be->ops->tensor_free(be, all[j]);
+					free_w(&w);
+				}
+		sg_backend_free(be);
+	}
+#if defined(__x86_64__)
+	cr_expect(checked >= 18, "no x86 kernel set ran the panel matmul");
+#endif
+	setenv("SARAGOSSA_CPU_GEMM_PANEL", "0", 1);
+	sg_flags_reload();
+	sg_backend *be = make_be(NULL, 1);
+	unsetenv("SARAGOSSA_CPU_GEMM_PANEL");
+	sg_flags_reload();
+	cr_assert(be);
+	wmat w = make_w(be, SG_KT_F32, 16, 32, 0, 0);
+	sg_btensor wp = w.t;
+	wp.data = w.mem;
+	wp.layout = SG_LAYOUT_MATMUL_ONLY;
+	cr_assert_eq(be->ops->tensor_bind(be, &wp), SG_OK);
+	cr_expect_eq(wp.layout, 0);
+	cr_expect_eq(wp.data, w.mem);
+	free_w(&w);
+	sg_backend_free(be);
+}
+
 /* A GEMM of few rows (one 64-row chunk: Whisper's scores times V) with its tokens shared out over
  * threads (SARAGOSSA_CPU_GEMM_SPLIT_TOKENS) gives the bits of one thread and of rows-only sharing,
  * for float and 8-bit weights, with a bias, over a token count that leaves a partial chunk. */

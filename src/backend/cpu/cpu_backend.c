@@ -212,6 +212,16 @@ static sg_status cpu_tensor_bind(sg_backend *be, sg_btensor *t)
 	int rp = ((sg_cpu_backend *)be)->mlx_repack;
 	if (t->type == SG_TYPE_MLX_AFFINE && v.kt == SG_KT_MLX4 && (rp == 2 || (rp == 1 && v.group >= 64)))
 		repack_mlx4((sg_cpu_backend *)be, t);
+	if (t->layout == SG_LAYOUT_MATMUL_ONLY && t->type != SG_TYPE_I32) {
+		sg_cpu_backend *cb = (sg_cpu_backend *)be;
+		const void *file = t->data;
+		t->layout = 0;
+		if (cb->gemm_panel && cb->k->mm_panel && (v.kt == SG_KT_F32 || v.kt == SG_KT_F16 || v.kt == SG_KT_BF16)) {
+			sg_cpu_mm_panel_pack(t);
+			/* the file's bytes are not read again: their pages may go */
+			if (t->layout == SG_CPU_LAYOUT_PANEL) release_pages(file, (size_t)sg_btensor_rows(t) * t->row_bytes);
+		}
+	}
 	if (t->layout == SG_LAYOUT_CONV1D) {
 		t->layout = 0;
 		if (((sg_cpu_backend *)be)->conv_packed && ((sg_cpu_backend *)be)->k->conv_tile) sg_cpu_conv_pack(t);
@@ -421,6 +431,8 @@ static sg_status mm_setup(sg_cpu_backend *cb, const char *op, const sg_btensor *
 {
 	memset(j, 0, sizeof(*j));
 	j->cb = cb;
+	if (w->layout == SG_CPU_LAYOUT_PANEL) /* packed for matmul alone (SG_LAYOUT_MATMUL_ONLY) */
+		return sg_error(SG_ERR_UNSUPPORTED, "cpu %s: a weight bound for matmul only", op);
 	sg_kt kt = sg_cpu_wview(w, &j->w);
 	if (kt == SG_KT_NONE)
 		return sg_error(SG_ERR_UNSUPPORTED, "cpu %s: weights of type %s [%lld] have no kernel", op,
@@ -462,6 +474,7 @@ static sg_status mm_scratch(mm_job *j, size_t extra)
 static sg_status cpu_matmul(sg_backend *be, const sg_btensor *w, const sg_btensor *x, const sg_btensor *bias, sg_btensor *y)
 {
 	sg_cpu_backend *cb = (sg_cpu_backend *)be;
+	if (w->layout == SG_CPU_LAYOUT_PANEL) return sg_cpu_matmul_panel(be, w, x, bias, y);
 	mm_job j;
 	sg_status st = mm_setup(cb, "matmul", w, x, &j);
 	if (st) return st;
@@ -738,6 +751,7 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
 	cb->attn_split_kv = sg_flag_bool("SARAGOSSA_CPU_ATTN_SPLIT_KV");
 	cb->gemm = sg_flag_bool("SARAGOSSA_CPU_GEMM");
 	cb->gemm_packed = sg_flag_bool("SARAGOSSA_CPU_GEMM_PACKED");
+	cb->gemm_panel = sg_flag_bool("SARAGOSSA_CPU_GEMM_PANEL");
 	cb->gemm_split_tokens = sg_flag_bool("SARAGOSSA_CPU_GEMM_SPLIT_TOKENS");
 	cb->mv4 = sg_flag_bool("SARAGOSSA_CPU_MV4");
 	cb->mlx_repack = (int)sg_flag_int("SARAGOSSA_CPU_MLX_REPACK");
