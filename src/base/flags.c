@@ -16,6 +16,10 @@
 static const sg_flag table[] = {
 	{"SARAGOSSA_LOG", SG_FLAG_STR, "info", "log level: debug, info, warn, error or off"},
 	{"SARAGOSSA_THREADS", SG_FLAG_INT, "0", "CPU worker threads (0 = one per core)"},
+	{"SARAGOSSA_POOL_STEAL", SG_FLAG_BOOL, "1",
+	 "CPU threads: in a run that needs no barrier (elementwise ops, attention, float matmuls), the calling thread runs the "
+	 "slots no worker has started once its own is done, so a worker the scheduler keeps off a shared core does not hold up "
+	 "every op; the same results (0: every thread runs its own slot and the caller waits for all)"},
 	{"SARAGOSSA_SIMD", SG_FLAG_STR, "auto",
 	 "CPU kernel set: auto (best the CPU has), avx512, avx2, neon or scalar (reference kernels only)"},
 	{"SARAGOSSA_CPU_INT8_DOT", SG_FLAG_BOOL, "1",

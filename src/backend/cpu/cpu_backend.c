@@ -497,7 +497,9 @@ static sg_status cpu_matmul(sg_backend *be, const sg_btensor *w, const sg_btenso
 		atomic_init(&j.next, 0);
 	}
 	if ((st = mm_scratch(&j, 0))) return st;
-	sg_threadpool_run(cb->pool, mm_task, &j);
+	/* mm_task waits at a barrier only to share the quantization of many tokens */
+	if (j.q8 && j.nx > 1) sg_threadpool_run(cb->pool, mm_task, &j);
+	else sg_threadpool_run_any(cb->pool, mm_task, &j);
 	return SG_OK;
 }
 

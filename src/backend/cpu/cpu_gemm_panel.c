@@ -115,6 +115,6 @@ sg_status sg_cpu_matmul_panel(sg_backend *be, const sg_btensor *w, const sg_bten
 	j.nrc = (j.np + PANEL_CH - 1) / PANEL_CH;
 	j.ntc = (T + TOK_CH - 1) / TOK_CH;
 	atomic_init(&j.next, 0);
-	sg_threadpool_run(cb->pool, panel_task, &j);
+	sg_threadpool_run_any(cb->pool, panel_task, &j);
 	return SG_OK;
 }

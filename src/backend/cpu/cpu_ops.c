@@ -548,10 +548,12 @@ sg_status sg_cpu_attention(sg_backend *be, const sg_btensor *q, const sg_btensor
 		j.tbuf = sg_cpu_scratch(cb, need);
 		if (!j.tbuf) return SG_FAIL(SG_ERR_NOMEM, "%zu bytes of scratch", need);
 		atomic_init(&j.next, 0);
-		sg_threadpool_run(cb->pool, attn_tile_task, &j);
+		sg_threadpool_run_any(cb->pool, attn_tile_task, &j);
 		return SG_OK;
 	}
-	sg_threadpool_run(cb->pool, attn_task, &j);
+	/* one kv chunk: no barrier (the merge), so a late worker's items may go to the caller */
+	if (j.nchunk == 1) sg_threadpool_run_any(cb->pool, attn_task, &j);
+	else sg_threadpool_run(cb->pool, attn_task, &j);
 	return SG_OK;
 }
 
