@@ -445,6 +445,48 @@ Test(backend_ops, packed_float_gemm_has_the_unpacked_gemms_bits)
 #endif
 }
 
+/* The x86 layer norm row (SARAGOSSA_CPU_NORM_SIMD) against the scalar reference: the mean's
+ * double sum is exact either way, so a row differs only where the variance's double sum rounds in
+ * another order, by an ulp of the scale at most; rows of MiniLM's, BERT's FFN and odd widths, with
+ * and without weight and bias, an offset mean (the residual stream's). */
+Test(backend_ops, layernorm_row_simd_matches_the_reference)
+{
+	static const char *sets[] = {"avx512", "avx2"};
+	static const int64_t Ds[4] = {384, 1536, 100, 7};
+	int rows = 0, same = 0;
+	for (int s = 0; s < 2; s++) {
+		sg_backend *be = make_be(sets[s], 1);
+		if (!be) continue;
+		const sg_cpu_kernels *k = ((sg_cpu_backend *)be)->k;
+		cr_assert(k->layernorm_row, "%s: no layer norm row", sets[s]);
+		for (int di = 0; di < 4; di++)
+			for (int r = 0; r < 50; r++) {
+				int64_t D = Ds[di];
+				float *x = malloc(sizeof(float) * (size_t)D * 5), *w = x + D, *b = w + D, *y0 = b + D, *y1 = y0 + D;
+				float off = (float)(r % 5) - 2.0f, sc = r % 2 ? 10.0f : 0.1f;
+				for (int64_t i = 0; i < D; i++) {
+					x[i] = off + sc * grand();
+					w[i] = 1.0f + 0.1f * frand();
+					b[i] = 0.1f * frand();
+				}
+				const float *wa = r % 3 ? w : NULL, *ba = r % 4 ? b : NULL;
+				sg_cpu_layernorm_row_ref(x, wa, ba, D, 1e-12f, y0);
+				k->layernorm_row(x, wa, ba, D, 1e-12f, y1);
+				for (int64_t i = 0; i < D; i++)
+					cr_assert(fabsf(y0[i] - y1[i]) <= 4e-7f * (fabsf(y0[i]) + 1.0f), "%s D %lld row %d [%lld]: %.9g vs %.9g", sets[s],
+						  (long long)D, r, (long long)i, y0[i], y1[i]);
+				rows++;
+				same += !memcmp(y0, y1, sizeof(float) * (size_t)D);
+				free(x);
+			}
+		sg_backend_free(be);
+	}
+#if defined(__x86_64__)
+	cr_expect(rows >= 200, "no x86 kernel set ran the layer norm row");
+	cr_expect(same * 10 >= rows * 9, "%d of %d rows bit for bit", same, rows);
+#endif
+}
+
 /* The encoders' panel matmul (SG_LAYOUT_MATMUL_ONLY weights packed at bind, SARAGOSSA_CPU_GEMM_PANEL):
  * the kernel set's tile gives its scalar reference's bits (bias first, one fmaf per k, K blocks);
  * each token alone gives its bits inside the batch (the batching invariance an encoder needs); and

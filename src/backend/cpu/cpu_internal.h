@@ -188,6 +188,10 @@ typedef struct sg_cpu_kernels {
 	void (*dots_f32)(const float *q, const float *k, int64_t kstride, int64_t nk, int64_t d, float *out);
 	sg_conv_tile_fn conv_tile; /* conv1d over a packed weight (SG_CPU_LAYOUT_CONV) */
 	sg_mm_panel_fn mm_panel;   /* matmul over a packed weight (SG_CPU_LAYOUT_PANEL); NULL: none */
+	/* y = (x - mean) / sqrt(var + eps) * w + b over one row of D (w, b may be NULL): mean and
+	 * variance summed in double as sg_cpu_layernorm_row_ref, 4 lanes at a time, the rest the same
+	 * float operations; NULL: the reference */
+	void (*layernorm_row)(const float *x, const float *w, const float *b, int64_t D, float eps, float *y);
 	/* out = tanh(a) * sigmoid(b) over n elements (WaveNet's gate) */
 	void (*tanh_gate)(const float *a, const float *b, float *out, int64_t n);
 } sg_cpu_kernels;
@@ -234,6 +238,7 @@ float sg_cpu_expsum_ref(const float *x, float m, float *out, int64_t n);
 void sg_cpu_dots_f32_ref(const float *q, const float *k, int64_t kstride, int64_t nk, int64_t d, float *out);
 void sg_cpu_wsum_f32_ref(float *acc, const float *v, int64_t vstride, const float *e, int64_t nk, int64_t d);
 void sg_cpu_conv_tile_ref(const sg_conv_tile *a, int64_t t0, int64_t t1, int64_t p0, int64_t p1);
+void sg_cpu_layernorm_row_ref(const float *x, const float *w, const float *b, int64_t D, float eps, float *y);
 void sg_cpu_mm_panel_ref(const sg_mm_panel *a, int64_t t0, int64_t t1, int64_t p0, int64_t p1, int64_t k0, int64_t k1);
 /* Packs the float weight t ([N][K] F32, F16 or BF16) into SG_CPU_LAYOUT_PANEL, in memory t then
  * owns; on allocation failure t stays as it was (layout 0: the matmul's usual path). */
