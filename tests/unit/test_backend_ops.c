@@ -521,7 +521,7 @@ Test(backend_ops, panel_matmul_matches_its_reference_and_the_plain_gemm)
 					fill(&bias, 1.0f);
 					cr_assert_eq(be->ops->matmul(be, &w.t, &x, &bias, &y0), SG_OK);
 					cr_assert_eq(be->ops->matmul(be, &wp, &x, &bias, &y1), SG_OK);
-					sg_mm_panel a = {.w = wp.data, .bias = bias.data, .x = x.data, .y = y2.data, .N = N, .K = K};
+					sg_mm_panel a = {.w = wp.data, .bias = bias.data, .x = x.data, .y = y2.data, .N = N, .K = K, .np = (N + SG_MM_NR - 1) / SG_MM_NR};
 					for (int64_t k0 = 0, kc = sg_cpu_panel_kc(K); k0 < K; k0 += kc)
 						sg_cpu_mm_panel_ref(&a, 0, ntok, 0, (N + SG_MM_NR - 1) / SG_MM_NR, k0, k0 + kc < K ? k0 + kc : K);
 					cr_expect(!memcmp(y1.data, y2.data, sizeof(float) * (size_t)(N * ntok)), "%s %s N %lld K %lld: tile differs from its reference",

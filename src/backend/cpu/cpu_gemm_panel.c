@@ -108,7 +108,7 @@ sg_status sg_cpu_matmul_panel(sg_backend *be, const sg_btensor *w, const sg_bten
 				(long long)sg_btensor_rows(y), (long long)y->ne[0], (long long)T, (long long)N);
 	if (bias && bias->ne[0] != N)
 		return sg_error(SG_ERR_INVALID_ARG, "cpu matmul: bias has %lld values, expected %lld", (long long)bias->ne[0], (long long)N);
-	panel_job j = {.a = {.w = w->data, .bias = bias ? bias->data : NULL, .x = x->data, .y = y->data, .N = N, .K = K},
+	panel_job j = {.a = {.w = w->data, .bias = bias ? bias->data : NULL, .x = x->data, .y = y->data, .N = N, .K = K, .np = (N + SG_MM_NR - 1) / SG_MM_NR},
 		       .fn = cb->k->mm_panel ? cb->k->mm_panel : sg_cpu_mm_panel_ref,
 		       .T = T,
 		       .np = (N + SG_MM_NR - 1) / SG_MM_NR};

@@ -143,6 +143,7 @@ typedef struct sg_mm_panel {
 	const float *x;    /* [T][K] */
 	float *y;          /* [T][N] */
 	int64_t N, K;
+	int64_t np;        /* panels in w (the kernels may prefetch any of them) */
 } sg_mm_panel;
 /* Rows [t0, t1) of y over panels [p0, p1) (the outputs p * SG_MM_NR .. + SG_MM_NR - 1 below N),
  * K block [k0, k1): y = (k0 == 0 ? bias or 0 : y) + the products of that block, k in order. */
