@@ -33,6 +33,9 @@ static const sg_flag table[] = {
 	 "CPU: many-token matmuls of F32/F16/BF16 weights pack their weight rows once per call as floats: AVX-512 runs a 4 row "
 	 "pair x 6 token tile of 512-bit FMAs on 8 rows (row pairs interleaved), AVX2 a 4 row x 3 token tile finishing 4 rows' "
 	 "sums together; the same sums bit for bit (0: the unpacked 256-bit tile: 4 x 4 on AVX-512, 2 x 4 on AVX2)"},
+	{"SARAGOSSA_CPU_TENSOR_CACHE", SG_FLAG_BOOL, "1",
+	 "CPU: tensors of 1 MiB and more that the backend allocated are kept when freed (up to 128 MiB) and handed out again, "
+	 "zeroed: an encoder's batch of activations then costs no page faults per call (0: malloc and free each time)"},
 	{"SARAGOSSA_CPU_NORM_SIMD", SG_FLAG_BOOL, "1",
 	 "CPU, x86: layer norm rows (BERT, Whisper) sum their mean and variance in double 4 lanes at a time and scale 8 at a "
 	 "time; the scalar loop's bits but where the variance's double sum rounds in another order (0: the scalar loop)"},

@@ -445,6 +445,36 @@ Test(backend_ops, packed_float_gemm_has_the_unpacked_gemms_bits)
 #endif
 }
 
+/* SARAGOSSA_CPU_TENSOR_CACHE: a freed tensor of 1 MiB or more comes back for an allocation of its size
+ * (or up to half of it), zeroed like a fresh one; a smaller one or a much smaller request gets fresh
+ * memory; with the flag off nothing is kept. */
+Test(backend_ops, large_tensors_are_reused_zeroed)
+{
+	for (int on = 1; on >= 0; on--) {
+		setenv("SARAGOSSA_CPU_TENSOR_CACHE", on ? "1" : "0", 1);
+		sg_flags_reload();
+		sg_backend *be = make_be(NULL, 1);
+		unsetenv("SARAGOSSA_CPU_TENSOR_CACHE");
+		sg_flags_reload();
+		cr_assert(be);
+		sg_btensor a = f32_tensor(be, 1024, 512, 1); /* 2 MiB */
+		void *pa = a.data;
+		memset(a.data, 0x5a, 1024 * 512 * 4);
+		be->ops->tensor_free(be, &a);
+		sg_btensor b = f32_tensor(be, 1024, 300, 1); /* 1.2 MiB: more than half */
+		if (on) cr_expect_eq(b.data, pa, "the idle block is not reused");
+		for (int64_t i = 0; i < 1024 * 300; i++) cr_assert_eq(((float *)b.data)[i], 0.0f, "reused block not zeroed at %lld", (long long)i);
+		be->ops->tensor_free(be, &b);
+		sg_btensor c = f32_tensor(be, 1024, 100, 1); /* 400 KiB: below the cache's size */
+		if (on) cr_expect_neq(c.data, pa);
+		sg_btensor d = f32_tensor(be, 1024, 512, 1);
+		if (on) cr_expect_eq(d.data, pa);
+		be->ops->tensor_free(be, &c);
+		be->ops->tensor_free(be, &d);
+		sg_backend_free(be);
+	}
+}
+
 /* The x86 layer norm row (SARAGOSSA_CPU_NORM_SIMD) against the scalar reference: the mean's
  * double sum is exact either way, so a row differs only where the variance's double sum rounds in
  * another order, by an ulp of the scale at most; rows of MiniLM's, BERT's FFN and odd widths, with

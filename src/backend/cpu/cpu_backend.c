@@ -105,6 +105,67 @@ static size_t plain_size(sg_type t)
 	}
 }
 
+/* An idle block of at least `bytes` and at most twice that (the smallest), or NULL; *bytes
+ * becomes its size. */
+static void *cache_take(sg_cpu_backend *cb, size_t *bytes_io)
+{
+	size_t bytes = *bytes_io;
+	if (!cb->tensor_cache || bytes < SG_CPU_CACHE_MIN) return NULL;
+	void *p = NULL;
+	pthread_mutex_lock(&cb->cache_mu);
+	int best = -1;
+	for (int i = 0; i < SG_CPU_CACHE_SLOTS; i++)
+		if (cb->idle[i].p && cb->idle[i].bytes >= bytes && cb->idle[i].bytes / 2 <= bytes &&
+		    (best < 0 || cb->idle[i].bytes < cb->idle[best].bytes))
+			best = i;
+	if (best >= 0) {
+		p = cb->idle[best].p;
+		*bytes_io = cb->idle[best].bytes;
+		cb->idle_bytes -= cb->idle[best].bytes;
+		cb->idle[best].p = NULL;
+	}
+	pthread_mutex_unlock(&cb->cache_mu);
+	return p;
+}
+
+/* Records a large block handed out, so that its free may keep it (untracked when the table is full). */
+static void cache_track(sg_cpu_backend *cb, void *p, size_t bytes)
+{
+	if (!cb->tensor_cache || bytes < SG_CPU_CACHE_MIN) return;
+	pthread_mutex_lock(&cb->cache_mu);
+	for (int i = 0; i < SG_CPU_CACHE_SLOTS; i++)
+		if (!cb->live[i].p) {
+			cb->live[i].p = p;
+			cb->live[i].bytes = bytes;
+			break;
+		}
+	pthread_mutex_unlock(&cb->cache_mu);
+}
+
+/* Frees p, or keeps it idle when it is a tracked block and the idle ones stay under the cap. */
+static void cache_free(sg_cpu_backend *cb, void *p)
+{
+	if (cb->tensor_cache) {
+		pthread_mutex_lock(&cb->cache_mu);
+		for (int i = 0; i < SG_CPU_CACHE_SLOTS; i++) {
+			if (cb->live[i].p != p) continue;
+			size_t bytes = cb->live[i].bytes;
+			cb->live[i].p = NULL;
+			for (int j = 0; j < SG_CPU_CACHE_SLOTS && cb->idle_bytes + bytes <= SG_CPU_CACHE_BYTES; j++)
+				if (!cb->idle[j].p) {
+					cb->idle[j].p = p;
+					cb->idle[j].bytes = bytes;
+					cb->idle_bytes += bytes;
+					p = NULL;
+					break;
+				}
+			break;
+		}
+		pthread_mutex_unlock(&cb->cache_mu);
+	}
+	free(p);
+}
+
 static sg_status cpu_tensor_alloc(sg_backend *be, sg_type type, const int64_t ne[4], sg_btensor *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -118,9 +179,11 @@ static sg_status cpu_tensor_alloc(sg_backend *be, sg_type type, const int64_t ne
 		out->ne[i] = ne[i];
 	}
 	/* 64-byte aligned, rounded up so SIMD tails may read a full line */
-	void *p = NULL;
-	if (posix_memalign(&p, 64, (n * es + 63) & ~(size_t)63)) return SG_FAIL(SG_ERR_NOMEM, "%zu bytes", n * es);
-	memset(p, 0, (n * es + 63) & ~(size_t)63);
+	size_t bytes = (n * es + 63) & ~(size_t)63, block = bytes;
+	void *p = cache_take((sg_cpu_backend *)be, &block);
+	if (!p && posix_memalign(&p, 64, bytes)) return SG_FAIL(SG_ERR_NOMEM, "%zu bytes", n * es);
+	memset(p, 0, bytes);
+	cache_track((sg_cpu_backend *)be, p, block);
 	out->type = type;
 	out->row_bytes = (size_t)ne[0] * es;
 	out->data = p;
@@ -231,7 +294,7 @@ static sg_status cpu_tensor_bind(sg_backend *be, sg_btensor *t)
 
 static void cpu_tensor_free(sg_backend *be, sg_btensor *t)
 {
-	if (t && t->owned) free(t->data);
+	if (t && t->owned) cache_free((sg_cpu_backend *)be, t->data);
 	if (t) memset(t, 0, sizeof(*t));
 }
 
@@ -666,6 +729,8 @@ static void cpu_destroy(sg_backend *be)
 {
 	sg_cpu_backend *cb = (sg_cpu_backend *)be;
 	sg_threadpool_free(cb->pool);
+	for (int i = 0; i < SG_CPU_CACHE_SLOTS; i++) free(cb->idle[i].p);
+	pthread_mutex_destroy(&cb->cache_mu);
 	sg_free(cb->scratch_raw);
 	sg_free(cb);
 }
@@ -754,6 +819,8 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
 	cb->gemm = sg_flag_bool("SARAGOSSA_CPU_GEMM");
 	cb->gemm_packed = sg_flag_bool("SARAGOSSA_CPU_GEMM_PACKED");
 	cb->gemm_panel = sg_flag_bool("SARAGOSSA_CPU_GEMM_PANEL");
+	cb->tensor_cache = sg_flag_bool("SARAGOSSA_CPU_TENSOR_CACHE");
+	pthread_mutex_init(&cb->cache_mu, NULL);
 	cb->gemm_split_tokens = sg_flag_bool("SARAGOSSA_CPU_GEMM_SPLIT_TOKENS");
 	cb->mv4 = sg_flag_bool("SARAGOSSA_CPU_MV4");
 	cb->mlx_repack = (int)sg_flag_int("SARAGOSSA_CPU_MLX_REPACK");
@@ -763,6 +830,7 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
 	pthread_once(&pf_once, pf_init);
 	sg_status st = sg_threadpool_create(p->n_threads, &cb->pool);
 	if (st) {
+		pthread_mutex_destroy(&cb->cache_mu);
 		sg_free(cb);
 		return st;
 	}

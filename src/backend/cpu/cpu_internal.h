@@ -6,6 +6,7 @@
 #define SG_BACKEND_CPU_INTERNAL_H
 
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -254,6 +255,9 @@ void sg_cpu_conv_pack(sg_btensor *t);
 void sg_cpu_mlx_codes(const uint8_t *row, int bits, int64_t k0, uint8_t out[32]);
 
 /* --- the backend object --- */
+#define SG_CPU_CACHE_SLOTS 32
+#define SG_CPU_CACHE_MIN (1u << 20)     /* blocks below 1 MiB are left to malloc */
+#define SG_CPU_CACHE_BYTES (128u << 20) /* idle blocks kept, in all */
 typedef struct sg_threadpool sg_threadpool;
 
 typedef struct sg_cpu_backend {
@@ -274,6 +278,14 @@ typedef struct sg_cpu_backend {
 	int softmax_simd;  /* SARAGOSSA_CPU_SOFTMAX_SIMD: softmax rows take the kernel set's softmax_row */
 	int mlx_repack;    /* SARAGOSSA_CPU_MLX_REPACK: bind repacks MLX 4-bit weights of groups >= 64 to
 			    * SG_KT_MLX4G (1); 0 never; 2 every group size */
+	/* Large tensor_alloc blocks kept for reuse (SARAGOSSA_CPU_TENSOR_CACHE): an encoder's batch
+	 * allocates tens of MB of activations per call, which fresh from the kernel cost a page fault
+	 * and a zeroed page each 4 KiB. live: blocks handed out (so a free knows their size); idle:
+	 * blocks freed, up to SG_CPU_CACHE_BYTES in all. */
+	pthread_mutex_t cache_mu;
+	int tensor_cache;
+	struct { void *p; size_t bytes; } live[SG_CPU_CACHE_SLOTS], idle[SG_CPU_CACHE_SLOTS];
+	size_t idle_bytes;
 	void *scratch_raw; /* allocation */
 	uint8_t *scratch;  /* 64-byte aligned inside it */
 	size_t scratch_cap;
