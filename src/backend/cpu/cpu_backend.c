@@ -128,24 +128,31 @@ static void *cache_take(sg_cpu_backend *cb, size_t *bytes_io)
 	return p;
 }
 
-/* Records a large block handed out, so that its free may keep it (untracked when the table is full). */
+/* Records a large block handed out, so that its free may keep it (untracked when the table is full).
+ * An entry left for the same address (a block freed some other way, then handed out again by
+ * malloc) is replaced, so a tracked size is always the block's. */
 static void cache_track(sg_cpu_backend *cb, void *p, size_t bytes)
 {
 	if (!cb->tensor_cache || bytes < SG_CPU_CACHE_MIN) return;
 	pthread_mutex_lock(&cb->cache_mu);
-	for (int i = 0; i < SG_CPU_CACHE_SLOTS; i++)
-		if (!cb->live[i].p) {
-			cb->live[i].p = p;
-			cb->live[i].bytes = bytes;
-			break;
-		}
+	int slot = -1;
+	for (int i = 0; i < SG_CPU_CACHE_SLOTS; i++) {
+		if (cb->live[i].p == p) cb->live[i].p = NULL;
+		if (!cb->live[i].p && slot < 0) slot = i;
+	}
+	if (slot >= 0) {
+		cb->live[slot].p = p;
+		cb->live[slot].bytes = bytes;
+	}
 	pthread_mutex_unlock(&cb->cache_mu);
 }
 
-/* Frees p, or keeps it idle when it is a tracked block and the idle ones stay under the cap. */
-static void cache_free(sg_cpu_backend *cb, void *p)
+/* Frees the data of t (owned), or keeps it idle when tensor_alloc handed it out (tracked, a plain
+ * type in its own layout: packed weights are never tracked) and the idle blocks stay under the cap. */
+static void cache_free(sg_cpu_backend *cb, const sg_btensor *t)
 {
-	if (cb->tensor_cache) {
+	void *p = t->data;
+	if (cb->tensor_cache && t->layout == 0 && plain_size(t->type)) {
 		pthread_mutex_lock(&cb->cache_mu);
 		for (int i = 0; i < SG_CPU_CACHE_SLOTS; i++) {
 			if (cb->live[i].p != p) continue;
@@ -294,7 +301,7 @@ static sg_status cpu_tensor_bind(sg_backend *be, sg_btensor *t)
 
 static void cpu_tensor_free(sg_backend *be, sg_btensor *t)
 {
-	if (t && t->owned) cache_free((sg_cpu_backend *)be, t->data);
+	if (t && t->owned) cache_free((sg_cpu_backend *)be, t);
 	if (t) memset(t, 0, sizeof(*t));
 }
 
