@@ -1,6 +1,7 @@
 /* Many-token F32 matmuls at the encoder shapes (all-MiniLM-L6-v2, Whisper tiny: d 384, FFN 1536)
- * on the CPU backend at 1 thread: GFLOP/s per process CPU time, best of R runs, the packed 512-bit
- * kernel (SARAGOSSA_CPU_GEMM_PACKED=1) and the 256-bit tile it replaces taken in turn.
+ * on the CPU backend at 1 thread: GFLOP/s per process CPU time, best of R runs, the packed
+ * kernel (SARAGOSSA_CPU_GEMM_PACKED=1), the unpacked tile it replaces, and the encoders' panel
+ * tile over weights packed at bind (SG_LAYOUT_MATMUL_ONLY, SARAGOSSA_CPU_GEMM_PANEL) taken in turn.
  *
  *   cc -std=c17 -D_GNU_SOURCE -O2 -Iinclude -Isrc bench/kernels/bench_gemm_f32.c build/libsaragossa.a \
  *      -lm -lpthread -ldl -o build/bench/bench_gemm_f32 && build/bench/bench_gemm_f32 [TOKENS] [RUNS] [f32|f16]
@@ -50,21 +51,28 @@ int main(int argc, char **argv)
 	}
 	printf("kernel set %s, %s weights, %lld tokens, 1 thread, best of %d\n", ((sg_cpu_backend *)be[0])->k->name,
 	       wt == SG_TYPE_F16 ? "F16" : "F32", (long long)T, runs);
-	printf("| N x K | 256-bit tile GFLOP/s | packed GFLOP/s | ratio |\n|---|---|---|---|\n");
+	printf("| N x K | unpacked tile GFLOP/s | packed GFLOP/s | ratio | panel (bound once) GFLOP/s | panel / packed |\n"
+	       "|---|---|---|---|---|---|\n");
 	for (int s = 0; s < 5; s++) {
 		int64_t N = shapes[s][0], K = shapes[s][1];
 		sg_btensor w, x, y;
 		if (tensor(be[0], wt, K, N, &w) || tensor(be[0], SG_TYPE_F32, K, T, &x) || tensor(be[0], SG_TYPE_F32, N, T, &y)) return 1;
-		double best[2] = {1e30, 1e30};
+		sg_btensor wp = w;
+		wp.owned = 0;
+		wp.layout = SG_LAYOUT_MATMUL_ONLY;
+		if (be[1]->ops->tensor_bind(be[1], &wp) != SG_OK) return 1;
+		double best[3] = {1e30, 1e30, 1e30};
 		for (int r = 0; r < runs; r++)
-			for (int p = 0; p < 2; p++) {
+			for (int p = 0; p < 3; p++) {
 				double t0 = cpu_s();
-				if (be[p]->ops->matmul(be[p], &w, &x, NULL, &y) != SG_OK) return 1;
+				if (be[p < 2 ? p : 1]->ops->matmul(be[p < 2 ? p : 1], p < 2 ? &w : &wp, &x, NULL, &y) != SG_OK) return 1;
 				double dt = cpu_s() - t0;
 				if (dt < best[p]) best[p] = dt;
 			}
 		double f = 2.0 * (double)N * (double)K * (double)T / 1e9;
-		printf("| %lld x %lld | %.1f | %.1f | %.2f |\n", (long long)N, (long long)K, f / best[0], f / best[1], best[0] / best[1]);
+		printf("| %lld x %lld | %.1f | %.1f | %.2f | %.1f | %.2f |\n", (long long)N, (long long)K, f / best[0], f / best[1],
+		       best[0] / best[1], f / best[2], best[1] / best[2]);
+		be[1]->ops->tensor_free(be[1], &wp);
 		be[0]->ops->tensor_free(be[0], &w);
 		be[0]->ops->tensor_free(be[0], &x);
 		be[0]->ops->tensor_free(be[0], &y);

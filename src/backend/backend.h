@@ -92,7 +92,8 @@ typedef struct sg_btensor {
 	 * (> 0, backend-specific: the CUDA backend's planar K-quant rows). -1 before tensor_bind asks
 	 * it to keep the file's order, for a tensor whose rows will be viewed as shorter rows;
 	 * SG_LAYOUT_CONV1D before tensor_bind says the tensor is a conv1d weight read by conv1d
-	 * only, which the backend may repack into a layout of its own. */
+	 * only, which the backend may repack into a layout of its own; SG_LAYOUT_MATMUL_ONLY, a
+	 * weight read by matmul only (an encoder's), likewise. */
 	int layout;
 	/* A stacked expert weight read through an indirection (NULL: the experts are the rows of
 	 * data). moe_matmul / moe_glu read expert e from experts->data[e]; a backend that cannot
@@ -262,6 +263,13 @@ typedef struct sg_backend_graph sg_backend_graph;
  * channels for its tile kernel, SARAGOSSA_CPU_CONV_PACKED) and sets layout to its own value, or
  * keeps the bytes as they are (layout 0). Its data must then not be read directly. */
 #define SG_LAYOUT_CONV1D (-2)
+/* sg_btensor.layout before tensor_bind: a float weight (F32, F16, BF16) that only the matmul op will
+ * read, for an encoder: its products need not equal the one-token matvec's bits (no decode step is
+ * compared with them), only be the same for a token alone or among others. A backend may repack it
+ * (the CPU backend packs panels of rows for an outer-product tile, SARAGOSSA_CPU_GEMM_PANEL) and
+ * set layout to its own value, or keep the bytes as they are (layout 0). Its data must then not be
+ * read directly. */
+#define SG_LAYOUT_MATMUL_ONLY (-3)
 
 /* A 1-D convolution's geometry (conv1d). */
 typedef struct sg_conv_params {

@@ -16,6 +16,10 @@
 static const sg_flag table[] = {
 	{"SARAGOSSA_LOG", SG_FLAG_STR, "info", "log level: debug, info, warn, error or off"},
 	{"SARAGOSSA_THREADS", SG_FLAG_INT, "0", "CPU worker threads (0 = one per core)"},
+	{"SARAGOSSA_POOL_STEAL", SG_FLAG_BOOL, "1",
+	 "CPU threads: in a run that needs no barrier (elementwise ops, attention, float matmuls), the calling thread runs the "
+	 "slots no worker has started once its own is done, so a worker the scheduler keeps off a shared core does not hold up "
+	 "every op; the same results (0: every thread runs its own slot and the caller waits for all)"},
 	{"SARAGOSSA_SIMD", SG_FLAG_STR, "auto",
 	 "CPU kernel set: auto (best the CPU has), avx512, avx2, neon or scalar (reference kernels only)"},
 	{"SARAGOSSA_CPU_INT8_DOT", SG_FLAG_BOOL, "1",
@@ -29,6 +33,16 @@ static const sg_flag table[] = {
 	 "CPU: many-token matmuls of F32/F16/BF16 weights pack their weight rows once per call as floats: AVX-512 runs a 4 row "
 	 "pair x 6 token tile of 512-bit FMAs on 8 rows (row pairs interleaved), AVX2 a 4 row x 3 token tile finishing 4 rows' "
 	 "sums together; the same sums bit for bit (0: the unpacked 256-bit tile: 4 x 4 on AVX-512, 2 x 4 on AVX2)"},
+	{"SARAGOSSA_CPU_TENSOR_CACHE", SG_FLAG_BOOL, "1",
+	 "CPU: tensors of 1 MiB and more that the backend allocated are kept when freed (up to 128 MiB) and handed out again, "
+	 "zeroed: an encoder's batch of activations then costs no page faults per call (0: malloc and free each time)"},
+	{"SARAGOSSA_CPU_NORM_SIMD", SG_FLAG_BOOL, "1",
+	 "CPU, x86: layer norm rows (BERT, Whisper) sum their mean and variance in double 4 lanes at a time and scale 8 at a "
+	 "time; the scalar loop's bits but where the variance's double sum rounds in another order (0: the scalar loop)"},
+	{"SARAGOSSA_CPU_GEMM_PANEL", SG_FLAG_BOOL, "1",
+	 "CPU, x86: the encoders' (BERT-family) float matmul weights are packed at load into panels of 16 rows and run as a "
+	 "6 token x 16 row outer-product tile (bias first, one FMA per k; not the matvec's bits, the same for a token alone or "
+	 "in a batch) (0: the per-call packed GEMM with the matvec's sums)"},
 	{"SARAGOSSA_CPU_GEMM_SPLIT_TOKENS", SG_FLAG_BOOL, "1",
 	 "CPU: a many-token matmul with fewer than two 64-row chunks a thread (Whisper's attention times V: 64 rows) also "
 	 "shares its tokens out in chunks of 96, the same bits (0: rows only, so one thread may do the whole product)"},

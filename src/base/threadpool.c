@@ -28,12 +28,21 @@ typedef struct worker {
 	int ith;
 } worker;
 
+/* The run word: the run's generation in the high 32 bits (bumped once per run), RUN_ANY when its
+ * slots may be taken by any thread, and in the low bits the next slot not yet taken (runs of
+ * sg_threadpool_run_any only). One word, so a worker that wakes late takes a slot of the run it
+ * saw or none: a compare-and-swap fails once the caller has moved on. */
+#define RUN_GEN(w) ((unsigned)((w) >> 32))
+#define RUN_ANY (1ull << 31)
+#define RUN_SLOT(w) ((int)((w) & (RUN_ANY - 1)))
+
 struct sg_threadpool {
 	int n;         /* threads, caller included */
 	worker *workers; /* n - 1 */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	_Alignas(64) atomic_uint gen; /* bumped once per run */
+	int steal;     /* SARAGOSSA_POOL_STEAL: sg_threadpool_run_any lets the caller take late slots */
+	_Alignas(64) _Atomic uint64_t run; /* see RUN_GEN */
 	_Alignas(64) atomic_int n_done;
 	_Alignas(64) atomic_int bar_count;
 	atomic_uint bar_phase;
@@ -55,25 +64,37 @@ static void *worker_main(void *arg)
 	unsigned seen = 0;
 	for (;;) {
 		/* spin, then sleep, until a new generation (run) or stop */
-		unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
-		if (g == seen) {
+		uint64_t r = atomic_load_explicit(&p->run, memory_order_acquire);
+		if (RUN_GEN(r) == seen) {
 			uint64_t t0 = sg_time_ns();
-			for (int it = 0; g == seen; it++) {
+			for (int it = 0; RUN_GEN(r) == seen; it++) {
 				cpu_relax();
-				g = atomic_load_explicit(&p->gen, memory_order_acquire);
+				r = atomic_load_explicit(&p->run, memory_order_acquire);
 				if ((it & 255) == 255 && sg_time_ns() - t0 > SPIN_NS) break;
 			}
-			if (g == seen) {
+			if (RUN_GEN(r) == seen) {
 				pthread_mutex_lock(&p->mu);
-				while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !p->stop)
+				while (RUN_GEN(r = atomic_load_explicit(&p->run, memory_order_acquire)) == seen && !p->stop)
 					pthread_cond_wait(&p->cv, &p->mu);
 				pthread_mutex_unlock(&p->mu);
 			}
 		}
-		seen = g;
+		seen = RUN_GEN(r);
 		if (p->stop) break;
-		p->fn(p->ctx, w->ith, p->n);
-		atomic_fetch_add_explicit(&p->n_done, 1, memory_order_acq_rel);
+		if (!(r & RUN_ANY)) { /* a run where every thread does its own slot (it waits for us) */
+			p->fn(p->ctx, w->ith, p->n);
+			atomic_fetch_add_explicit(&p->n_done, 1, memory_order_acq_rel);
+			continue;
+		}
+		/* take slots of the run we saw while there are any: fn and ctx are that run's, which
+		 * cannot end before a slot we took is done */
+		while (RUN_GEN(r) == seen && RUN_SLOT(r) < p->n) {
+			if (!atomic_compare_exchange_weak_explicit(&p->run, &r, r + 1, memory_order_acq_rel, memory_order_acquire))
+				continue;
+			p->fn(p->ctx, RUN_SLOT(r), p->n);
+			atomic_fetch_add_explicit(&p->n_done, 1, memory_order_acq_rel);
+			r = atomic_load_explicit(&p->run, memory_order_acquire);
+		}
 	}
 	return NULL;
 }
@@ -88,6 +109,7 @@ sg_status sg_threadpool_create(int n_threads, sg_threadpool **out)
 	sg_threadpool *p = sg_calloc(1, sizeof(*p));
 	if (!p) return SG_FAIL(SG_ERR_NOMEM, "pool of %d threads", n_threads);
 	p->n = n_threads;
+	p->steal = sg_flag_bool("SARAGOSSA_POOL_STEAL");
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	p->workers = sg_calloc((size_t)n_threads, sizeof(worker));
@@ -114,7 +136,7 @@ void sg_threadpool_free(sg_threadpool *p)
 	if (!p) return;
 	pthread_mutex_lock(&p->mu);
 	p->stop = 1;
-	atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+	atomic_store_explicit(&p->run, (uint64_t)(RUN_GEN(atomic_load(&p->run)) + 1) << 32, memory_order_release);
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	if (p->workers)
@@ -138,7 +160,7 @@ void sg_threadpool_run(sg_threadpool *p, sg_task_fn fn, void *ctx)
 	atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
 	/* the mutex orders the bump against a worker that is about to sleep */
 	pthread_mutex_lock(&p->mu);
-	atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+	atomic_store_explicit(&p->run, (uint64_t)(RUN_GEN(atomic_load(&p->run)) + 1) << 32, memory_order_release);
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	fn(ctx, 0, p->n);
@@ -146,6 +168,39 @@ void sg_threadpool_run(sg_threadpool *p, sg_task_fn fn, void *ctx)
 	while (atomic_load_explicit(&p->n_done, memory_order_acquire) != p->n - 1) {
 		cpu_relax();
 		if (++it > 4096) sched_yield(); /* oversubscribed machine: let the workers run */
+	}
+}
+
+void sg_threadpool_run_any(sg_threadpool *p, sg_task_fn fn, void *ctx)
+{
+	if (!p || p->n == 1 || !p->steal) {
+		sg_threadpool_run(p, fn, ctx);
+		return;
+	}
+	p->fn = fn;
+	p->ctx = ctx;
+	atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
+	/* slot 0 is the caller's; the workers take 1.. */
+	pthread_mutex_lock(&p->mu);
+	uint64_t r = ((uint64_t)(RUN_GEN(atomic_load(&p->run)) + 1) << 32) | RUN_ANY | 1;
+	atomic_store_explicit(&p->run, r, memory_order_release);
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	fn(ctx, 0, p->n);
+	/* the slots no worker has taken yet: a worker the scheduler keeps off its core (the cores
+	 * shared with other work) would otherwise hold up the run by a time slice */
+	int mine = 1;
+	r = atomic_load_explicit(&p->run, memory_order_acquire);
+	while (RUN_SLOT(r) < p->n) {
+		if (!atomic_compare_exchange_weak_explicit(&p->run, &r, r + 1, memory_order_acq_rel, memory_order_acquire)) continue;
+		fn(ctx, RUN_SLOT(r), p->n);
+		mine++;
+		r = atomic_load_explicit(&p->run, memory_order_acquire);
+	}
+	int it = 0;
+	while (atomic_load_explicit(&p->n_done, memory_order_acquire) != p->n - mine) {
+		cpu_relax();
+		if (++it > 4096) sched_yield();
 	}
 }
 
@@ -191,5 +246,5 @@ void sg_parallel_for(sg_threadpool *p, int64_t n, int64_t grain, sg_range_fn fn,
 		fn(ctx, 0, n, 0);
 		return;
 	}
-	sg_threadpool_run(p, range_task, &j);
+	sg_threadpool_run_any(p, range_task, &j);
 }

@@ -24,11 +24,18 @@ int sg_threadpool_size(const sg_threadpool *pool);
  * Not reentrant: one run at a time per pool. No allocation. */
 void sg_threadpool_run(sg_threadpool *pool, sg_task_fn fn, void *ctx);
 
+/* As sg_threadpool_run, for an fn that never calls sg_threadpool_barrier: its slots (ith) go to
+ * whichever thread takes them first, and once the caller has done slot 0 it runs itself every
+ * slot no worker has started, so a worker held off its core by other work does not hold up the
+ * run (SARAGOSSA_POOL_STEAL=0: sg_threadpool_run). Each slot still runs exactly once. */
+void sg_threadpool_run_any(sg_threadpool *pool, sg_task_fn fn, void *ctx);
+
 /* Inside a run: every thread must call it; none returns until all have arrived. */
 void sg_threadpool_barrier(sg_threadpool *pool);
 
 /* Splits [0, n) into one contiguous range per thread (ranges a multiple of `grain`, except the
- * last) and calls fn on each non-empty range. Deterministic: the split depends only on n, grain
+ * last) and calls fn on each non-empty range (through sg_threadpool_run_any: fn must not wait at
+ * a barrier, and two ranges may run on one thread). Deterministic: the split depends only on n, grain
  * and the thread count. */
 void sg_parallel_for(sg_threadpool *pool, int64_t n, int64_t grain, sg_range_fn fn, void *ctx);
 

@@ -205,22 +205,25 @@ static sg_status bind_all(sg_bert *b)
 	if (!st && b->cls_w.data && (b->cls_b.ne[0] != b->cls_w.ne[1] || !b->pool_w.data))
 		st = sg_error(SG_ERR_FORMAT, "classifier: %lld labels but a bias of %lld%s", (long long)b->cls_w.ne[1],
 			      (long long)b->cls_b.ne[0], b->pool_w.data ? "" : ", and no pooler to feed it");
+	/* the layers' projections are read by matmul only, and an encoder has no decode step whose
+	 * bits they must keep: the backend may repack them (the CPU's panel GEMM) */
+	const int MO = SG_WANT_MATMUL_ONLY;
 	for (int i = 0; i < d->n_layer && !st; i++) {
 		bert_layer *l = &b->layers[i];
 		sg_want w[] = {
-			{"blk.{L}.attn_q.weight", SG_WANT_MATMUL, 2, {D, D}, 0, 0, &l->wq},
-			{"blk.{L}.attn_k.weight", SG_WANT_MATMUL, 2, {D, D}, 0, 0, &l->wk},
-			{"blk.{L}.attn_v.weight", SG_WANT_MATMUL, 2, {D, D}, 0, 0, &l->wv},
-			{"blk.{L}.attn_output.weight", SG_WANT_MATMUL, 2, {D, D}, 0, 0, &l->wo},
+			{"blk.{L}.attn_q.weight", SG_WANT_MATMUL, 2, {D, D}, 0, MO, &l->wq},
+			{"blk.{L}.attn_k.weight", SG_WANT_MATMUL, 2, {D, D}, 0, MO, &l->wk},
+			{"blk.{L}.attn_v.weight", SG_WANT_MATMUL, 2, {D, D}, 0, MO, &l->wv},
+			{"blk.{L}.attn_output.weight", SG_WANT_MATMUL, 2, {D, D}, 0, MO, &l->wo},
 			{"blk.{L}.attn_q.bias", SG_WANT_FLOAT, 1, {D}, 0, 1, &l->bq},
 			{"blk.{L}.attn_k.bias", SG_WANT_FLOAT, 1, {D}, 0, 1, &l->bk},
 			{"blk.{L}.attn_v.bias", SG_WANT_FLOAT, 1, {D}, 0, 1, &l->bv},
 			{"blk.{L}.attn_output.bias", SG_WANT_FLOAT, 1, {D}, 0, 1, &l->bo},
 			{"blk.{L}.attn_output_norm.weight", SG_WANT_FLOAT, 1, {D}, 0, 1, &l->ln1_w},
 			{"blk.{L}.attn_output_norm.bias", SG_WANT_FLOAT, 1, {D}, 0, 1, &l->ln1_b},
-			{"blk.{L}.ffn_up.weight", SG_WANT_MATMUL, 2, {D, F}, 0, 0, &l->up},
+			{"blk.{L}.ffn_up.weight", SG_WANT_MATMUL, 2, {D, F}, 0, MO, &l->up},
 			{"blk.{L}.ffn_up.bias", SG_WANT_FLOAT, 1, {F}, 0, 1, &l->bup},
-			{"blk.{L}.ffn_down.weight", SG_WANT_MATMUL, 2, {F, D}, 0, 0, &l->down},
+			{"blk.{L}.ffn_down.weight", SG_WANT_MATMUL, 2, {F, D}, 0, MO, &l->down},
 			{"blk.{L}.ffn_down.bias", SG_WANT_FLOAT, 1, {D}, 0, 1, &l->bdown},
 			{"blk.{L}.layer_output_norm.weight", SG_WANT_FLOAT, 1, {D}, 0, 1, &l->ln2_w},
 			{"blk.{L}.layer_output_norm.bias", SG_WANT_FLOAT, 1, {D}, 0, 1, &l->ln2_b},

@@ -26,7 +26,8 @@ sg_model_params sg_model_default_params(void)
 	return p;
 }
 
-/* layout: sg_btensor.layout asked of tensor_bind (0, or -1 to keep the file's row order) */
+/* layout: sg_btensor.layout asked of tensor_bind (0, -1 to keep the file's row order, or
+ * SG_LAYOUT_MATMUL_ONLY) */
 static sg_status bind_tensor_as(sg_model *m, const sg_tensor *t, int layout, sg_btensor *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -85,7 +86,8 @@ static sg_status bind_wants(sg_model *m, const want *ws, int n, int layer)
 	for (int i = 0; i < n && !st; i++) {
 		if (!found[i]) continue;
 		int vec = ws[i].vector == 1;
-		st = vec ? bind_vector(m, found[i], ws[i].out) : bind_tensor_as(m, found[i], ws[i].vector == SG_WANT_ROWS_SPLIT ? -1 : 0, ws[i].out);
+		int layout = ws[i].vector == SG_WANT_ROWS_SPLIT ? -1 : ws[i].vector == SG_WANT_MATMUL_ONLY ? SG_LAYOUT_MATMUL_ONLY : 0;
+		st = vec ? bind_vector(m, found[i], ws[i].out) : bind_tensor_as(m, found[i], layout, ws[i].out);
 		if (!st && !vec) m->weight_bytes += found[i]->nbytes;
 	}
 	return st;

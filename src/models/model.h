@@ -148,8 +148,11 @@ sg_status sg_model_build_inner(sg_weights *w, sg_backend *be, const sg_family *f
 /* One weight a family binds: GGUF-style name (may hold {L}), expected type (sg_type or
  * SG_WANT_*), shape innermost first (-1 = any), optional, vector (1: a norm or bias, widened to
  * F32; SG_WANT_ROWS_SPLIT: a matmul weight whose rows the family views as shorter rows, bound in
- * the file's row order: sg_btensor.layout -1). */
+ * the file's row order: sg_btensor.layout -1; SG_WANT_MATMUL_ONLY: an encoder's weight that only
+ * the matmul op reads and whose products need not be the matvec's bits, bound as
+ * SG_LAYOUT_MATMUL_ONLY, which a backend may repack). */
 #define SG_WANT_ROWS_SPLIT 2
+#define SG_WANT_MATMUL_ONLY 3
 typedef struct sg_want {
 	const char *name;
 	int type;

@@ -445,6 +445,153 @@ Test(backend_ops, packed_float_gemm_has_the_unpacked_gemms_bits)
 #endif
 }
 
+/* SARAGOSSA_CPU_TENSOR_CACHE: a freed tensor of 1 MiB or more comes back for an allocation of its size
+ * (or up to half of it), zeroed like a fresh one; a smaller one or a much smaller request gets fresh
+ * memory; with the flag off nothing is kept. */
+Test(backend_ops, large_tensors_are_reused_zeroed)
+{
+	for (int on = 1; on >= 0; on--) {
+		setenv("SARAGOSSA_CPU_TENSOR_CACHE", on ? "1" : "0", 1);
+		sg_flags_reload();
+		sg_backend *be = make_be(NULL, 1);
+		unsetenv("SARAGOSSA_CPU_TENSOR_CACHE");
+		sg_flags_reload();
+		cr_assert(be);
+		sg_btensor a = f32_tensor(be, 1024, 512, 1); /* 2 MiB */
+		void *pa = a.data;
+		memset(a.data, 0x5a, 1024 * 512 * 4);
+		be->ops->tensor_free(be, &a);
+		sg_btensor b = f32_tensor(be, 1024, 300, 1); /* 1.2 MiB: more than half */
+		if (on) cr_expect_eq(b.data, pa, "the idle block is not reused");
+		for (int64_t i = 0; i < 1024 * 300; i++) cr_assert_eq(((float *)b.data)[i], 0.0f, "reused block not zeroed at %lld", (long long)i);
+		be->ops->tensor_free(be, &b);
+		sg_btensor c = f32_tensor(be, 1024, 100, 1); /* 400 KiB: below the cache's size */
+		if (on) cr_expect_neq(c.data, pa);
+		sg_btensor d = f32_tensor(be, 1024, 512, 1);
+		if (on) cr_expect_eq(d.data, pa);
+		be->ops->tensor_free(be, &c);
+		be->ops->tensor_free(be, &d);
+		sg_backend_free(be);
+	}
+}
+
+/* The x86 layer norm row (SARAGOSSA_CPU_NORM_SIMD) against the scalar reference: the mean's
+ * double sum is exact either way, so a row differs only where the variance's double sum rounds in
+ * another order, by an ulp of the scale at most; rows of MiniLM's, BERT's FFN and odd widths, with
+ * and without weight and bias, an offset mean (the residual stream's). */
+Test(backend_ops, layernorm_row_simd_matches_the_reference)
+{
+	static const char *sets[] = {"avx512", "avx2"};
+	static const int64_t Ds[4] = {384, 1536, 100, 7};
+	int rows = 0, same = 0;
+	for (int s = 0; s < 2; s++) {
+		sg_backend *be = make_be(sets[s], 1);
+		if (!be) continue;
+		const sg_cpu_kernels *k = ((sg_cpu_backend *)be)->k;
+		cr_assert(k->layernorm_row, "%s: no layer norm row", sets[s]);
+		for (int di = 0; di < 4; di++)
+			for (int r = 0; r < 50; r++) {
+				int64_t D = Ds[di];
+				float *x = malloc(sizeof(float) * (size_t)D * 5), *w = x + D, *b = w + D, *y0 = b + D, *y1 = y0 + D;
+				float off = (float)(r % 5) - 2.0f, sc = r % 2 ? 10.0f : 0.1f;
+				for (int64_t i = 0; i < D; i++) {
+					x[i] = off + sc * grand();
+					w[i] = 1.0f + 0.1f * frand();
+					b[i] = 0.1f * frand();
+				}
+				const float *wa = r % 3 ? w : NULL, *ba = r % 4 ? b : NULL;
+				sg_cpu_layernorm_row_ref(x, wa, ba, D, 1e-12f, y0);
+				k->layernorm_row(x, wa, ba, D, 1e-12f, y1);
+				for (int64_t i = 0; i < D; i++)
+					cr_assert(fabsf(y0[i] - y1[i]) <= 4e-7f * (fabsf(y0[i]) + 1.0f), "%s D %lld row %d [%lld]: %.9g vs %.9g", sets[s],
+						  (long long)D, r, (long long)i, y0[i], y1[i]);
+				rows++;
+				same += !memcmp(y0, y1, sizeof(float) * (size_t)D);
+				free(x);
+			}
+		sg_backend_free(be);
+	}
+#if defined(__x86_64__)
+	cr_expect(rows >= 200, "no x86 kernel set ran the layer norm row");
+	cr_expect(same * 10 >= rows * 9, "%d of %d rows bit for bit", same, rows);
+#endif
+}
+
+/* The encoders' panel matmul (SG_LAYOUT_MATMUL_ONLY weights packed at bind, SARAGOSSA_CPU_GEMM_PANEL):
+ * the kernel set's tile gives its scalar reference's bits (bias first, one fmaf per k, K blocks);
+ * each token alone gives its bits inside the batch (the batching invariance an encoder needs); and
+ * against the plain GEMM with the matvec's sums it differs by the summation order only (NMSE_F32).
+ * Rows past a panel of 16, K with a tail (100) and over several K blocks (600: 3 of 200), tokens
+ * over two chunks and a partial tile, F16 and BF16 weights converted at bind. With the flag off the
+ * weight stays in the file's layout. */
+Test(backend_ops, panel_matmul_matches_its_reference_and_the_plain_gemm)
+{
+	static const char *sets[] = {"avx512", "avx2"};
+	static const sg_kt kts[3] = {SG_KT_F32, SG_KT_F16, SG_KT_BF16};
+	static const int64_t Ns[2] = {77, 384}, Ks[3] = {64, 100, 600};
+	int checked = 0;
+	for (int s = 0; s < 2; s++) {
+		sg_backend *be = make_be(sets[s], 2);
+		if (!be) continue;
+		cr_assert(((sg_cpu_backend *)be)->gemm_panel && ((sg_cpu_backend *)be)->k->mm_panel, "%s: no panel matmul", sets[s]);
+		for (int i = 0; i < 3; i++)
+			for (int ni = 0; ni < 2; ni++)
+				for (int ki = 0; ki < 3; ki++) {
+					int64_t N = Ns[ni], K = Ks[ki], ntok = 101;
+					wmat w = make_w(be, kts[i], N, K, 0, 0);
+					sg_btensor wp = w.t;
+					wp.data = w.mem;
+					wp.layout = SG_LAYOUT_MATMUL_ONLY;
+					cr_assert_eq(be->ops->tensor_bind(be, &wp), SG_OK);
+					cr_assert_eq(wp.layout, SG_CPU_LAYOUT_PANEL);
+					sg_btensor x = f32_tensor(be, K, ntok, 1), bias = f32_tensor(be, N, 1, 1);
+					sg_btensor y0 = f32_tensor(be, N, ntok, 1), y1 = f32_tensor(be, N, ntok, 1), y2 = f32_tensor(be, N, ntok, 1);
+					sg_btensor x1 = f32_tensor(be, K, 1, 1), y3 = f32_tensor(be, N, 1, 1);
+					fill(&x, 1.0f);
+					fill(&bias, 1.0f);
+					cr_assert_eq(be->ops->matmul(be, &w.t, &x, &bias, &y0), SG_OK);
+					cr_assert_eq(be->ops->matmul(be, &wp, &x, &bias, &y1), SG_OK);
+					sg_mm_panel a = {.w = wp.data, .bias = bias.data, .x = x.data, .y = y2.data, .N = N, .K = K, .np = (N + SG_MM_NR - 1) / SG_MM_NR};
+					for (int64_t k0 = 0, kc = sg_cpu_panel_kc(K); k0 < K; k0 += kc)
+						sg_cpu_mm_panel_ref(&a, 0, ntok, 0, (N + SG_MM_NR - 1) / SG_MM_NR, k0, k0 + kc < K ? k0 + kc : K);
+					cr_expect(!memcmp(y1.data, y2.data, sizeof(float) * (size_t)(N * ntok)), "%s %s N %lld K %lld: tile differs from its reference",
+						  sets[s], sg_cpu_kt_info(kts[i])->name, (long long)N, (long long)K);
+					double e = nmse(y0.data, y1.data, N * ntok);
+					cr_expect(e < NMSE_F32, "%s %s N %lld K %lld: NMSE %g against the plain GEMM", sets[s], sg_cpu_kt_info(kts[i])->name,
+						  (long long)N, (long long)K, e);
+					for (int64_t t = 0; t < ntok; t += 7) {
+						memcpy(x1.data, (float *)x.data + t * K, sizeof(float) * (size_t)K);
+						cr_assert_eq(be->ops->matmul(be, &wp, &x1, &bias, &y3), SG_OK);
+						cr_expect(!memcmp(y3.data, (float *)y1.data + t * N, sizeof(float) * (size_t)N),
+							  "%s token %lld alone differs from the batch", sets[s], (long long)t);
+					}
+					checked++;
+					sg_btensor *all[] = {&x, &bias, &y0, &y1, &y2, &x1, &y3, &wp};
+					for (int j = 0; j < 8; j++) be->ops->tensor_free(be, all[j]);
+					free_w(&w);
+				}
+		sg_backend_free(be);
+	}
+#if defined(__x86_64__)
+	cr_expect(checked >= 18, "no x86 kernel set ran the panel matmul");
+#endif
+	setenv("SARAGOSSA_CPU_GEMM_PANEL", "0", 1);
+	sg_flags_reload();
+	sg_backend *be = make_be(NULL, 1);
+	unsetenv("SARAGOSSA_CPU_GEMM_PANEL");
+	sg_flags_reload();
+	cr_assert(be);
+	wmat w = make_w(be, SG_KT_F32, 16, 32, 0, 0);
+	sg_btensor wp = w.t;
+	wp.data = w.mem;
+	wp.layout = SG_LAYOUT_MATMUL_ONLY;
+	cr_assert_eq(be->ops->tensor_bind(be, &wp), SG_OK);
+	cr_expect_eq(wp.layout, 0);
+	cr_expect_eq(wp.data, w.mem);
+	free_w(&w);
+	sg_backend_free(be);
+}
+
 /* A GEMM of few rows (one 64-row chunk: Whisper's scores times V) with its tokens shared out over
  * threads (SARAGOSSA_CPU_GEMM_SPLIT_TOKENS) gives the bits of one thread and of rows-only sharing,
  * for float and 8-bit weights, with a bias, over a token count that leaves a partial chunk. */

@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,6 +281,31 @@ Test(threadpool, parallel_for_covers_each_index_once)
 	}
 	sg_parallel_for(p, 0, 1, fill_range, NULL); /* empty range: no call */
 	sg_threadpool_free(p);
+}
+
+/* run_any: a slot may run on any thread, the caller taking those no worker has started, but each
+ * slot runs exactly once per run, also when a slot's work is slow (a worker still in it while the
+ * caller moves on would break the count), mixed with runs where every thread waits at barriers,
+ * and with workers that have gone to sleep between runs. */
+static void slow_count_task(void *arg, int ith, int nth)
+{
+	tp_ctx *c = arg;
+	if (ith == nth - 1) sched_yield();
+	atomic_fetch_add(&c->hits[ith], 1);
+}
+
+Test(threadpool, run_any_runs_each_slot_once)
+{
+	tp_ctx c = {0};
+	cr_assert_eq(sg_threadpool_create(3, &c.pool), SG_OK);
+	for (int r = 0; r < 3000; r++) {
+		sg_threadpool_run_any(c.pool, r % 2 ? slow_count_task : count_task, &c);
+		if (r % 100 == 0) sg_threadpool_run(c.pool, barrier_task, &c);
+		if (r % 1000 == 999) usleep(2000); /* past the workers' spin: they sleep */
+	}
+	for (int i = 0; i < 3; i++) cr_assert_eq(atomic_load(&c.hits[i]), 3000, "slot %d", i);
+	cr_assert_eq(atomic_load(&c.phase_errors), 0);
+	sg_threadpool_free(c.pool);
 }
 
 Test(threadpool, null_pool_runs_on_caller_and_bad_sizes_fail)

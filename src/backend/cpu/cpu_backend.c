@@ -105,6 +105,74 @@ static size_t plain_size(sg_type t)
 	}
 }
 
+/* An idle block of at least `bytes` and at most twice that (the smallest), or NULL; *bytes
+ * becomes its size. */
+static void *cache_take(sg_cpu_backend *cb, size_t *bytes_io)
+{
+	size_t bytes = *bytes_io;
+	if (!cb->tensor_cache || bytes < SG_CPU_CACHE_MIN) return NULL;
+	void *p = NULL;
+	pthread_mutex_lock(&cb->cache_mu);
+	int best = -1;
+	for (int i = 0; i < SG_CPU_CACHE_SLOTS; i++)
+		if (cb->idle[i].p && cb->idle[i].bytes >= bytes && cb->idle[i].bytes / 2 <= bytes &&
+		    (best < 0 || cb->idle[i].bytes < cb->idle[best].bytes))
+			best = i;
+	if (best >= 0) {
+		p = cb->idle[best].p;
+		*bytes_io = cb->idle[best].bytes;
+		cb->idle_bytes -= cb->idle[best].bytes;
+		cb->idle[best].p = NULL;
+	}
+	pthread_mutex_unlock(&cb->cache_mu);
+	return p;
+}
+
+/* Records a large block handed out, so that its free may keep it (untracked when the table is full).
+ * An entry left for the same address (a block freed some other way, then handed out again by
+ * malloc) is replaced, so a tracked size is always the block's. */
+static void cache_track(sg_cpu_backend *cb, void *p, size_t bytes)
+{
+	if (!cb->tensor_cache || bytes < SG_CPU_CACHE_MIN) return;
+	pthread_mutex_lock(&cb->cache_mu);
+	int slot = -1;
+	for (int i = 0; i < SG_CPU_CACHE_SLOTS; i++) {
+		if (cb->live[i].p == p) cb->live[i].p = NULL;
+		if (!cb->live[i].p && slot < 0) slot = i;
+	}
+	if (slot >= 0) {
+		cb->live[slot].p = p;
+		cb->live[slot].bytes = bytes;
+	}
+	pthread_mutex_unlock(&cb->cache_mu);
+}
+
+/* Frees the data of t (owned), or keeps it idle when tensor_alloc handed it out (tracked, a plain
+ * type in its own layout: packed weights are never tracked) and the idle blocks stay under the cap. */
+static void cache_free(sg_cpu_backend *cb, const sg_btensor *t)
+{
+	void *p = t->data;
+	if (cb->tensor_cache && t->layout == 0 && plain_size(t->type)) {
+		pthread_mutex_lock(&cb->cache_mu);
+		for (int i = 0; i < SG_CPU_CACHE_SLOTS; i++) {
+			if (cb->live[i].p != p) continue;
+			size_t bytes = cb->live[i].bytes;
+			cb->live[i].p = NULL;
+			for (int j = 0; j < SG_CPU_CACHE_SLOTS && cb->idle_bytes + bytes <= SG_CPU_CACHE_BYTES; j++)
+				if (!cb->idle[j].p) {
+					cb->idle[j].p = p;
+					cb->idle[j].bytes = bytes;
+					cb->idle_bytes += bytes;
+					p = NULL;
+					break;
+				}
+			break;
+		}
+		pthread_mutex_unlock(&cb->cache_mu);
+	}
+	free(p);
+}
+
 static sg_status cpu_tensor_alloc(sg_backend *be, sg_type type, const int64_t ne[4], sg_btensor *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -118,9 +186,11 @@ static sg_status cpu_tensor_alloc(sg_backend *be, sg_type type, const int64_t ne
 		out->ne[i] = ne[i];
 	}
 	/* 64-byte aligned, rounded up so SIMD tails may read a full line */
-	void *p = NULL;
-	if (posix_memalign(&p, 64, (n * es + 63) & ~(size_t)63)) return SG_FAIL(SG_ERR_NOMEM, "%zu bytes", n * es);
-	memset(p, 0, (n * es + 63) & ~(size_t)63);
+	size_t bytes = (n * es + 63) & ~(size_t)63, block = bytes;
+	void *p = cache_take((sg_cpu_backend *)be, &block);
+	if (!p && posix_memalign(&p, 64, bytes)) return SG_FAIL(SG_ERR_NOMEM, "%zu bytes", n * es);
+	memset(p, 0, bytes);
+	cache_track((sg_cpu_backend *)be, p, block);
 	out->type = type;
 	out->row_bytes = (size_t)ne[0] * es;
 	out->data = p;
@@ -212,6 +282,16 @@ static sg_status cpu_tensor_bind(sg_backend *be, sg_btensor *t)
 	int rp = ((sg_cpu_backend *)be)->mlx_repack;
 	if (t->type == SG_TYPE_MLX_AFFINE && v.kt == SG_KT_MLX4 && (rp == 2 || (rp == 1 && v.group >= 64)))
 		repack_mlx4((sg_cpu_backend *)be, t);
+	if (t->layout == SG_LAYOUT_MATMUL_ONLY && t->type != SG_TYPE_I32) {
+		sg_cpu_backend *cb = (sg_cpu_backend *)be;
+		const void *file = t->data;
+		t->layout = 0;
+		if (cb->gemm_panel && cb->k->mm_panel && (v.kt == SG_KT_F32 || v.kt == SG_KT_F16 || v.kt == SG_KT_BF16)) {
+			sg_cpu_mm_panel_pack(t);
+			/* the file's bytes are not read again: their pages may go */
+			if (t->layout == SG_CPU_LAYOUT_PANEL) release_pages(file, (size_t)sg_btensor_rows(t) * t->row_bytes);
+		}
+	}
 	if (t->layout == SG_LAYOUT_CONV1D) {
 		t->layout = 0;
 		if (((sg_cpu_backend *)be)->conv_packed && ((sg_cpu_backend *)be)->k->conv_tile) sg_cpu_conv_pack(t);
@@ -221,7 +301,7 @@ static sg_status cpu_tensor_bind(sg_backend *be, sg_btensor *t)
 
 static void cpu_tensor_free(sg_backend *be, sg_btensor *t)
 {
-	if (t && t->owned) free(t->data);
+	if (t && t->owned) cache_free((sg_cpu_backend *)be, t);
 	if (t) memset(t, 0, sizeof(*t));
 }
 
@@ -421,6 +501,8 @@ static sg_status mm_setup(sg_cpu_backend *cb, const char *op, const sg_btensor *
 {
 	memset(j, 0, sizeof(*j));
 	j->cb = cb;
+	if (w->layout == SG_CPU_LAYOUT_PANEL) /* packed for matmul alone (SG_LAYOUT_MATMUL_ONLY) */
+		return sg_error(SG_ERR_UNSUPPORTED, "cpu %s: a weight bound for matmul only", op);
 	sg_kt kt = sg_cpu_wview(w, &j->w);
 	if (kt == SG_KT_NONE)
 		return sg_error(SG_ERR_UNSUPPORTED, "cpu %s: weights of type %s [%lld] have no kernel", op,
@@ -462,6 +544,7 @@ static sg_status mm_scratch(mm_job *j, size_t extra)
 static sg_status cpu_matmul(sg_backend *be, const sg_btensor *w, const sg_btensor *x, const sg_btensor *bias, sg_btensor *y)
 {
 	sg_cpu_backend *cb = (sg_cpu_backend *)be;
+	if (w->layout == SG_CPU_LAYOUT_PANEL) return sg_cpu_matmul_panel(be, w, x, bias, y);
 	mm_job j;
 	sg_status st = mm_setup(cb, "matmul", w, x, &j);
 	if (st) return st;
@@ -484,7 +567,9 @@ static sg_status cpu_matmul(sg_backend *be, const sg_btensor *w, const sg_btenso
 		atomic_init(&j.next, 0);
 	}
 	if ((st = mm_scratch(&j, 0))) return st;
-	sg_threadpool_run(cb->pool, mm_task, &j);
+	/* mm_task waits at a barrier only to share the quantization of many tokens */
+	if (j.q8 && j.nx > 1) sg_threadpool_run(cb->pool, mm_task, &j);
+	else sg_threadpool_run_any(cb->pool, mm_task, &j);
 	return SG_OK;
 }
 
@@ -651,6 +736,8 @@ static void cpu_destroy(sg_backend *be)
 {
 	sg_cpu_backend *cb = (sg_cpu_backend *)be;
 	sg_threadpool_free(cb->pool);
+	for (int i = 0; i < SG_CPU_CACHE_SLOTS; i++) free(cb->idle[i].p);
+	pthread_mutex_destroy(&cb->cache_mu);
 	sg_free(cb->scratch_raw);
 	sg_free(cb);
 }
@@ -738,6 +825,9 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
 	cb->attn_split_kv = sg_flag_bool("SARAGOSSA_CPU_ATTN_SPLIT_KV");
 	cb->gemm = sg_flag_bool("SARAGOSSA_CPU_GEMM");
 	cb->gemm_packed = sg_flag_bool("SARAGOSSA_CPU_GEMM_PACKED");
+	cb->gemm_panel = sg_flag_bool("SARAGOSSA_CPU_GEMM_PANEL");
+	cb->tensor_cache = sg_flag_bool("SARAGOSSA_CPU_TENSOR_CACHE");
+	pthread_mutex_init(&cb->cache_mu, NULL);
 	cb->gemm_split_tokens = sg_flag_bool("SARAGOSSA_CPU_GEMM_SPLIT_TOKENS");
 	cb->mv4 = sg_flag_bool("SARAGOSSA_CPU_MV4");
 	cb->mlx_repack = (int)sg_flag_int("SARAGOSSA_CPU_MLX_REPACK");
@@ -747,6 +837,7 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
 	pthread_once(&pf_once, pf_init);
 	sg_status st = sg_threadpool_create(p->n_threads, &cb->pool);
 	if (st) {
+		pthread_mutex_destroy(&cb->cache_mu);
 		sg_free(cb);
 		return st;
 	}

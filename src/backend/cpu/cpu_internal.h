@@ -6,6 +6,7 @@
 #define SG_BACKEND_CPU_INTERNAL_H
 
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -127,6 +128,36 @@ typedef struct sg_conv_tile {
  * tap by tap, input channel by input channel (the same order for every row and panel). */
 typedef void (*sg_conv_tile_fn)(const sg_conv_tile *a, int64_t t0, int64_t t1, int64_t p0, int64_t p1);
 
+/* A float matmul weight [N][K] packed at bind from SG_LAYOUT_MATMUL_ONLY (sg_btensor.layout
+ * SG_CPU_LAYOUT_PANEL): panels of SG_MM_NR rows, each [K][SG_MM_NR] floats (the panel's rows side
+ * by side for one k; rows past N are zero), 64-byte aligned; F16 and BF16 converted once. The
+ * tile kernel broadcasts one activation of a token against a whole panel and keeps a few tokens'
+ * outputs in registers (an outer product: no horizontal sums, which the matvec-order tiles pay per
+ * output). Each output is bias[n] (or 0) then one fused multiply-add per k in order, over K blocks
+ * of sg_cpu_panel_kc(K) with the partial sum stored in y between blocks: a token's outputs do not
+ * depend on the other tokens of the call, nor on the thread count. */
+#define SG_CPU_LAYOUT_PANEL 4
+#define SG_MM_NR 16
+typedef struct sg_mm_panel {
+	const float *w;    /* packed [ceil(N / SG_MM_NR)][K][SG_MM_NR] */
+	const float *bias; /* [N] or NULL */
+	const float *x;    /* [T][K] */
+	float *y;          /* [T][N] */
+	int64_t N, K;
+	int64_t np;        /* panels in w (the kernels may prefetch any of them) */
+} sg_mm_panel;
+/* Rows [t0, t1) of y over panels [p0, p1) (the outputs p * SG_MM_NR .. + SG_MM_NR - 1 below N),
+ * K block [k0, k1): y = (k0 == 0 ? bias or 0 : y) + the products of that block, k in order. */
+typedef void (*sg_mm_panel_fn)(const sg_mm_panel *a, int64_t t0, int64_t t1, int64_t p0, int64_t p1, int64_t k0, int64_t k1);
+/* The K block of a panel matmul: a panel's block (SG_MM_NR x kc floats, 16 KiB at kc 256) stays
+ * in L1 while a chunk of tokens passes. Depends on K only, so a token's sums never depend on the
+ * call's other tokens: K is cut into equal blocks of at most 256, a multiple of 8. */
+static inline int64_t sg_cpu_panel_kc(int64_t K)
+{
+	int64_t nb = (K + 255) / 256;
+	return ((K + nb - 1) / nb + 7) / 8 * 8;
+}
+
 typedef struct sg_cpu_kernels {
 	const char *name;
 	sg_mv_fn mv[SG_KT_COUNT];
@@ -158,6 +189,11 @@ typedef struct sg_cpu_kernels {
 	/* out[k] = q . key row k (at k * kstride) of d elements, k < nk: attention scores */
 	void (*dots_f32)(const float *q, const float *k, int64_t kstride, int64_t nk, int64_t d, float *out);
 	sg_conv_tile_fn conv_tile; /* conv1d over a packed weight (SG_CPU_LAYOUT_CONV) */
+	sg_mm_panel_fn mm_panel;   /* matmul over a packed weight (SG_CPU_LAYOUT_PANEL); NULL: none */
+	/* y = (x - mean) / sqrt(var + eps) * w + b over one row of D (w, b may be NULL): mean and
+	 * variance summed in double as sg_cpu_layernorm_row_ref, 4 lanes at a time, the rest the same
+	 * float operations; NULL: the reference */
+	void (*layernorm_row)(const float *x, const float *w, const float *b, int64_t D, float eps, float *y);
 	/* out = tanh(a) * sigmoid(b) over n elements (WaveNet's gate) */
 	void (*tanh_gate)(const float *a, const float *b, float *out, int64_t n);
 } sg_cpu_kernels;
@@ -204,6 +240,13 @@ float sg_cpu_expsum_ref(const float *x, float m, float *out, int64_t n);
 void sg_cpu_dots_f32_ref(const float *q, const float *k, int64_t kstride, int64_t nk, int64_t d, float *out);
 void sg_cpu_wsum_f32_ref(float *acc, const float *v, int64_t vstride, const float *e, int64_t nk, int64_t d);
 void sg_cpu_conv_tile_ref(const sg_conv_tile *a, int64_t t0, int64_t t1, int64_t p0, int64_t p1);
+void sg_cpu_layernorm_row_ref(const float *x, const float *w, const float *b, int64_t D, float eps, float *y);
+void sg_cpu_mm_panel_ref(const sg_mm_panel *a, int64_t t0, int64_t t1, int64_t p0, int64_t p1, int64_t k0, int64_t k1);
+/* Packs the float weight t ([N][K] F32, F16 or BF16) into SG_CPU_LAYOUT_PANEL, in memory t then
+ * owns; on allocation failure t stays as it was (layout 0: the matmul's usual path). */
+void sg_cpu_mm_panel_pack(sg_btensor *t);
+/* matmul over a weight of SG_CPU_LAYOUT_PANEL (cpu_backend.c's matmul hands it over). */
+sg_status sg_cpu_matmul_panel(sg_backend *be, const sg_btensor *w, const sg_btensor *x, const sg_btensor *bias, sg_btensor *y);
 /* Packs the F32 conv1d weight t ({Cin, K, Cout}) into SG_CPU_LAYOUT_CONV, in memory t then owns
  * (fewer than SG_CONV_NARROW outputs: marks it SG_CPU_LAYOUT_CONV_ROWS, bytes in place); on
  * allocation failure t stays as it was (conv1d then runs its im2col path). */
@@ -212,6 +255,9 @@ void sg_cpu_conv_pack(sg_btensor *t);
 void sg_cpu_mlx_codes(const uint8_t *row, int bits, int64_t k0, uint8_t out[32]);
 
 /* --- the backend object --- */
+#define SG_CPU_CACHE_SLOTS 32
+#define SG_CPU_CACHE_MIN (1u << 20)     /* blocks below 1 MiB are left to malloc */
+#define SG_CPU_CACHE_BYTES (128u << 20) /* idle blocks kept, in all */
 typedef struct sg_threadpool sg_threadpool;
 
 typedef struct sg_cpu_backend {
@@ -227,10 +273,19 @@ typedef struct sg_cpu_backend {
 	int exact;         /* match_decode on: many-token ops give each token the one-token bits */
 	int mv4;           /* SARAGOSSA_CPU_MV4: many tokens without the GEMM take mv4[] 4 at a time */
 	int conv_packed;   /* SARAGOSSA_CPU_CONV_PACKED: bind packs conv1d weights (SG_CPU_LAYOUT_CONV) */
+	int gemm_panel;    /* SARAGOSSA_CPU_GEMM_PANEL: bind packs SG_LAYOUT_MATMUL_ONLY weights (SG_CPU_LAYOUT_PANEL) */
 	int gate_simd;     /* SARAGOSSA_CPU_GATE_SIMD: tanh_gate takes the kernel set's (else the libm loop) */
 	int softmax_simd;  /* SARAGOSSA_CPU_SOFTMAX_SIMD: softmax rows take the kernel set's softmax_row */
 	int mlx_repack;    /* SARAGOSSA_CPU_MLX_REPACK: bind repacks MLX 4-bit weights of groups >= 64 to
 			    * SG_KT_MLX4G (1); 0 never; 2 every group size */
+	/* Large tensor_alloc blocks kept for reuse (SARAGOSSA_CPU_TENSOR_CACHE): an encoder's batch
+	 * allocates tens of MB of activations per call, which fresh from the kernel cost a page fault
+	 * and a zeroed page each 4 KiB. live: blocks handed out (so a free knows their size); idle:
+	 * blocks freed, up to SG_CPU_CACHE_BYTES in all. */
+	pthread_mutex_t cache_mu;
+	int tensor_cache;
+	struct { void *p; size_t bytes; } live[SG_CPU_CACHE_SLOTS], idle[SG_CPU_CACHE_SLOTS];
+	size_t idle_bytes;
 	void *scratch_raw; /* allocation */
 	uint8_t *scratch;  /* 64-byte aligned inside it */
 	size_t scratch_cap;

@@ -32,6 +32,7 @@ typedef struct {
 	float *y;
 	int64_t D;
 	float eps, off;
+	int simd; /* layernorm: the kernel set's row (SARAGOSSA_CPU_NORM_SIMD) */
 } norm_job;
 
 void sg_cpu_rmsnorm_row(const sg_cpu_kernels *k, const float *x, const float *w, int64_t D, float eps, float off, float *y)
@@ -59,30 +60,34 @@ sg_status sg_cpu_rmsnorm(sg_backend *be, const sg_btensor *x, const sg_btensor *
 		return st;
 	if (w && ((st = sg_cpu_check_f32("rmsnorm", "w", w)) || w->ne[0] != x->ne[0]))
 		return st ? st : SG_FAIL(SG_ERR_INVALID_ARG, "w has %lld values, rows %lld", (long long)w->ne[0], (long long)x->ne[0]);
-	norm_job j = {cb->k, x->data, w ? w->data : NULL, NULL, y->data, x->ne[0], eps, w_offset};
+	norm_job j = {cb->k, x->data, w ? w->data : NULL, NULL, y->data, x->ne[0], eps, w_offset, 0};
 	sg_parallel_for(cb->pool, sg_btensor_rows(x), 1, rmsnorm_range, &j);
 	return SG_OK;
+}
+
+void sg_cpu_layernorm_row_ref(const float *x, const float *w, const float *b, int64_t D, float eps, float *y)
+{
+	double mean = 0, var = 0;
+	for (int64_t i = 0; i < D; i++) mean += x[i];
+	mean /= (double)D;
+	for (int64_t i = 0; i < D; i++) var += (x[i] - mean) * (x[i] - mean);
+	var /= (double)D;
+	float m = (float)mean, sc = (float)(1.0 / sqrt(var + eps));
+	for (int64_t i = 0; i < D; i++) {
+		float v = (x[i] - m) * sc;
+		if (w) v *= w[i];
+		if (b) v += b[i];
+		y[i] = v;
+	}
 }
 
 static void layernorm_range(void *ctx, int64_t r0, int64_t r1, int ith)
 {
 	norm_job *j = ctx;
-	for (int64_t r = r0; r < r1; r++) {
-		const float *x = j->x + r * j->D;
-		float *y = j->y + r * j->D;
-		double mean = 0, var = 0;
-		for (int64_t i = 0; i < j->D; i++) mean += x[i];
-		mean /= (double)j->D;
-		for (int64_t i = 0; i < j->D; i++) var += (x[i] - mean) * (x[i] - mean);
-		var /= (double)j->D;
-		float m = (float)mean, sc = (float)(1.0 / sqrt(var + j->eps));
-		for (int64_t i = 0; i < j->D; i++) {
-			float v = (x[i] - m) * sc;
-			if (j->w) v *= j->w[i];
-			if (j->b) v += j->b[i];
-			y[i] = v;
-		}
-	}
+	/* the kernel set's row (SARAGOSSA_CPU_NORM_SIMD) or the reference */
+	void (*row)(const float *, const float *, const float *, int64_t, float, float *) =
+		j->k->layernorm_row && j->simd ? j->k->layernorm_row : sg_cpu_layernorm_row_ref;
+	for (int64_t r = r0; r < r1; r++) row(j->x + r * j->D, j->w, j->b, j->D, j->eps, j->y + r * j->D);
 }
 
 sg_status sg_cpu_layernorm(sg_backend *be, const sg_btensor *x, const sg_btensor *w, const sg_btensor *b, float eps, sg_btensor *y)
@@ -94,7 +99,7 @@ sg_status sg_cpu_layernorm(sg_backend *be, const sg_btensor *x, const sg_btensor
 		return st;
 	if ((w && (w->type != SG_TYPE_F32 || w->ne[0] != x->ne[0])) || (b && (b->type != SG_TYPE_F32 || b->ne[0] != x->ne[0])))
 		return SG_FAIL(SG_ERR_INVALID_ARG, "w and b must be F32 [%lld]", (long long)x->ne[0]);
-	norm_job j = {cb->k, x->data, w ? w->data : NULL, b ? b->data : NULL, y->data, x->ne[0], eps, 0};
+	norm_job j = {cb->k, x->data, w ? w->data : NULL, b ? b->data : NULL, y->data, x->ne[0], eps, 0, sg_flag_bool("SARAGOSSA_CPU_NORM_SIMD")};
 	sg_parallel_for(cb->pool, sg_btensor_rows(x), 1, layernorm_range, &j);
 	return SG_OK;
 }
@@ -548,10 +553,12 @@ sg_status sg_cpu_attention(sg_backend *be, const sg_btensor *q, const sg_btensor
 		j.tbuf = sg_cpu_scratch(cb, need);
 		if (!j.tbuf) return SG_FAIL(SG_ERR_NOMEM, "%zu bytes of scratch", need);
 		atomic_init(&j.next, 0);
-		sg_threadpool_run(cb->pool, attn_tile_task, &j);
+		sg_threadpool_run_any(cb->pool, attn_tile_task, &j);
 		return SG_OK;
 	}
-	sg_threadpool_run(cb->pool, attn_task, &j);
+	/* one kv chunk: no barrier (the merge), so a late worker's items may go to the caller */
+	if (j.nchunk == 1) sg_threadpool_run_any(cb->pool, attn_task, &j);
+	else sg_threadpool_run(cb->pool, attn_task, &j);
 	return SG_OK;
 }
 
