@@ -763,7 +763,7 @@ static sg_status make_pair(sg_embedder *e, const sg_tokens *q, const int32_t *d,
 	memcpy(t->ids + 1, q->ids + 1, sizeof(int32_t) * (size_t)nq);
 	t->ids[nq + 1] = sep;
 	if (dbl) t->ids[nq + 2] = sep;
-	memcpy(t->ids + nq + 2 + dbl, d, sizeof(int32_t) * (size_t)nd);
+	if (nd) memcpy(t->ids + nq + 2 + dbl, d, sizeof(int32_t) * (size_t)nd); /* an empty document has no ids */
 	t->ids[n - 1] = sep;
 	for (int i = 0; i < n; i++) t->types[i] = dbl ? 0 : i >= nq + 2;
 	return SG_OK;
