@@ -297,8 +297,9 @@ static sg_status load_head(sg_embedder *e, const char *path)
 	return SG_OK;
 }
 
-/* 1 when the folder's config.json describes a decoder (an LLM) rather than an encoder; 0 when it
- * is an encoder or cannot be read (the encoder loader then names what is wrong). */
+/* 1 when the folder's config.json describes a decoder (an LLM) rather than an encoder, 2 when
+ * that decoder's attention is bidirectional (EmbeddingGemma); 0 when it is an encoder or cannot
+ * be read (the encoder loader then names what is wrong). */
 static int is_decoder(const char *path)
 {
 	char cp[4096];
@@ -313,7 +314,7 @@ static int is_decoder(const char *path)
 		return 0;
 	}
 	if (!sg_json_parse_config(txt, n, "config.json", &cfg) && !sg_model_desc_from_config(cfg, &d)) {
-		dec = d.arch != SG_ARCH_BERT && d.arch != SG_ARCH_WHISPER;
+		dec = d.arch != SG_ARCH_BERT && d.arch != SG_ARCH_WHISPER ? 1 + (d.bidirectional != 0) : 0;
 		sg_model_desc_free(&d);
 	}
 	sg_error_clear();
@@ -384,8 +385,9 @@ static sg_status read_logit_score(sg_embedder *e, const char *path)
  * pooling the last token; Qwen3-Embedding's layout), never a plain chat model; or as an LLM
  * reranker: a LogitScore module in modules.json, or no modules.json and a chat template that
  * renders a pair as "query" and "document" messages (Qwen3-Reranker's layout, scored by the
- * logits of "yes" and "no" as sentence-transformers' CrossEncoder does). */
-static sg_status load_lm(sg_embedder *e, const char *path, const char *backend, int n_threads)
+ * logits of "yes" and "no" as sentence-transformers' CrossEncoder does). bidir: the config says
+ * bidirectional attention (EmbeddingGemma: any pooling the folder names, on the CPU). */
+static sg_status load_lm(sg_embedder *e, const char *path, const char *backend, int n_threads, int bidir)
 {
 	sg_status st = sg_st_config_load(path, &e->pool);
 	if (st) return st;
@@ -399,18 +401,30 @@ static sg_status load_lm(sg_embedder *e, const char *path, const char *backend, 
 		rr = 1;
 		e->rr_true = e->rr_false = -2; /* "yes" and "no", looked up once the tokenizer is loaded */
 	}
-	if (!rr && (!e->pool.from_folder || e->pool.mode != SG_POOL_LAST))
+	/* a causal decoder's states see only what came before: its embedding is the last token's; a
+	 * bidirectional one (EmbeddingGemma) pools over every token, as an encoder does */
+	if (!rr && (!e->pool.from_folder || (e->pool.mode != SG_POOL_LAST && !bidir)))
 		return sg_error(SG_ERR_UNSUPPORTED, "embed: '%s' is a language model without an embedding head (a sentence-transformers "
 						    "modules.json pooling the last token, as Qwen3-Embedding has) or a reranker's chat "
 						    "template (one that renders \"query\" and \"document\" messages)", path);
+	if (rr && bidir)
+		return sg_error(SG_ERR_UNSUPPORTED, "rerank: '%s' has bidirectional attention (an embedding model), not a reranker's causal LM", path);
 	sg_model_params mp = sg_model_default_params();
 	mp.n_threads = n_threads;
 	if (backend) mp.backend = backend;
+	/* the two-sided sliding window is the CPU attention op's alone: auto runs such a model there */
+	const char *asked = backend ? backend : sg_flag_str("SARAGOSSA_BACKEND");
+	if (bidir && asked && !strcmp(asked, "auto")) mp.backend = "cpu";
 	if ((st = sg_model_load(path, &mp, &e->lm))) return st;
 	const sg_model_desc *d = &e->lm->desc;
-	if (d->arch == SG_ARCH_QWEN3_NEXT || d->arch == SG_ARCH_GEMMA3 || d->arch == SG_ARCH_GEMMA4)
-		return sg_error(SG_ERR_UNSUPPORTED, "embed: '%s' (%s): decoder embedders and rerankers run the llama, mistral and qwen families",
+	if (d->arch == SG_ARCH_QWEN3_NEXT || d->arch == SG_ARCH_GEMMA4 || (d->arch == SG_ARCH_GEMMA3 && !d->bidirectional))
+		return sg_error(SG_ERR_UNSUPPORTED, "embed: '%s' (%s): decoder embedders and rerankers run the llama, mistral and qwen "
+						    "families, and Gemma 3 with bidirectional attention (EmbeddingGemma)",
 				path, d->model_type);
+	if (d->bidirectional && strcmp(e->lm->be->ops->name, "cpu"))
+		return sg_error(SG_ERR_UNSUPPORTED, "embed: '%s' (%s): its bidirectional attention (a two-sided sliding window) runs on "
+						    "the cpu backend only (asked: %s)",
+				path, d->model_type, e->lm->be->ops->name);
 	e->hid = e->dim = d->dim;
 	e->max_tokens = d->max_ctx > 0 && d->max_ctx < LM_MAX_TOKENS ? d->max_ctx : LM_MAX_TOKENS;
 	if (e->pool.max_seq_length > 0 && e->pool.max_seq_length < e->max_tokens) e->max_tokens = e->pool.max_seq_length;
@@ -433,8 +447,8 @@ sg_status sg_embedder_load(const char *path, const char *backend, int n_threads,
 	bp.backend = backend;
 	bp.n_threads = n_threads;
 	struct stat s;
-	int lm = stat(path, &s) == 0 && S_ISDIR(s.st_mode) && is_decoder(path);
-	sg_status st = lm ? load_lm(e, path, backend, n_threads) : sg_bert_load(path, &bp, &e->enc);
+	int dec = stat(path, &s) == 0 && S_ISDIR(s.st_mode) ? is_decoder(path) : 0, lm = dec > 0;
+	sg_status st = lm ? load_lm(e, path, backend, n_threads, dec == 2) : sg_bert_load(path, &bp, &e->enc);
 	if (!st && lm) {
 		/* load_lm read the pooling and the sizes */
 	} else if (!st && stat(path, &s) == 0 && S_ISDIR(s.st_mode)) st = sg_st_config_load(path, &e->pool);
@@ -477,9 +491,12 @@ sg_status sg_embedder_load(const char *path, const char *backend, int n_threads,
 	return SG_OK;
 }
 
-/* The decoder's last-token state, normed as its head sees it, then the folder's Normalize. Each
- * call has its own forward state sized to the input, so calls may run at once. */
-static sg_status embed_lm(sg_embedder *e, const int32_t *ids, int n, float *out)
+/* The decoder's final-normed states pooled: the last token's (a causal decoder), or the
+ * Pooling module's over every token (a bidirectional one, run as one chunk: each token sees the
+ * others on both sides), with the first `skip` tokens left out of mean and max pooling; then
+ * the Dense modules and the Normalize. Each call has its own forward state sized to the input,
+ * so calls may run at once. */
+static sg_status embed_lm(sg_embedder *e, const int32_t *ids, int n, int skip, float *out)
 {
 	const sg_model_desc *d = &e->lm->desc;
 	for (int i = 0; i < n; i++)
@@ -487,12 +504,23 @@ static sg_status embed_lm(sg_embedder *e, const int32_t *ids, int n, float *out)
 			return sg_error(SG_ERR_RANGE, "embed: token %d = %d is outside the vocabulary [0, %d)", i, ids[i], d->n_vocab);
 	sg_fwd_state fs;
 	memset(&fs, 0, sizeof(fs));
-	float *h = sg_malloc(sizeof(float) * (size_t)e->hid);
-	if (!h) return sg_error(SG_ERR_NOMEM, "embed: a state of %d values", e->hid);
-	sg_status st = sg_fwd_state_init(e->lm, n, n < 256 ? n : 256, SG_TYPE_F32, &fs);
-	if (!st) st = sg_forward_hidden_last(e->lm, &fs, ids, n, h);
+	int all = d->bidirectional; /* every token's state */
+	/* include_prompt false: the prompt's tokens are masked out of mean and max pooling */
+	int masked = all && skip > 0 && skip < n && (e->pool.mode == SG_POOL_MEAN || e->pool.mode == SG_POOL_MAX);
+	float *h = sg_malloc(sizeof(float) * (size_t)e->hid * (size_t)(all ? n : 1));
+	int32_t *mask = masked ? sg_malloc(sizeof(int32_t) * (size_t)n) : NULL;
+	if (!h || (masked && !mask)) {
+		sg_free(h);
+		return sg_error(SG_ERR_NOMEM, "embed: the states of %d tokens", n);
+	}
+	for (int i = 0; mask && i < n; i++) mask[i] = i >= skip;
+	sg_status st = sg_fwd_state_init(e->lm, n, all || n < 256 ? n : 256, SG_TYPE_F32, &fs);
+	if (!st && all) st = sg_forward(e->lm, &fs, ids, n, 0, SG_LOGITS_NONE);
+	if (!st && all) st = sg_forward_hidden_rows(e->lm, &fs, n, h);
+	else if (!st) st = sg_forward_hidden_last(e->lm, &fs, ids, n, h);
 	sg_fwd_state_free(e->lm, &fs);
-	if (!st) st = pool_head(e, h, NULL, 1, out);
+	if (!st) st = all ? pool_head(e, h, mask, n, out) : pool_head(e, h, NULL, 1, out);
+	sg_free(mask);
 	sg_free(h);
 	return st;
 }
@@ -502,7 +530,7 @@ sg_status sg_embedder_embed_ids(sg_embedder *e, const int32_t *ids, int n, float
 	if (n < 1) return sg_error(SG_ERR_INVALID_ARG, "embed: an input of no tokens");
 	if (n > e->max_tokens)
 		return sg_error(SG_ERR_RANGE, "embed: an input of %d tokens exceeds the model's limit of %d", n, e->max_tokens);
-	if (e->lm) return embed_lm(e, ids, n, out);
+	if (e->lm) return embed_lm(e, ids, n, 0, out);
 	float *h = sg_malloc(sizeof(float) * (size_t)n * (size_t)e->hid);
 	if (!h) return sg_error(SG_ERR_NOMEM, "embed: %d tokens", n);
 	sg_status st = sg_bert_forward(e->enc, ids, NULL, NULL, n, h);
@@ -707,7 +735,7 @@ sg_status sg_embedder_embed_batch_prompt(sg_embedder *e, const char *prompt, con
 	embed_out o = {out, n_tokens};
 	/* a decoder embedder: one input per forward (its own KV state each), in the inputs' order */
 	for (int i = 0; e->lm && i < n && !st; i++) {
-		st = embed_lm(e, t[i].ids, t[i].n, out + (size_t)i * (size_t)e->dim);
+		st = embed_lm(e, t[i].ids, t[i].n, t[i].skip, out + (size_t)i * (size_t)e->dim);
 		if (st) sg_error_wrap(st, "input %d", i);
 		else if (n_tokens) n_tokens[i] = t[i].n;
 	}

@@ -41,6 +41,9 @@ sg_status sg_session_new(sg_model *m, const sg_session_params *params, sg_sessio
 {
 	*out = NULL;
 	if (!m) return SG_FAIL(SG_ERR_INVALID_ARG, "no model");
+	if (m->desc.bidirectional)
+		return sg_error(SG_ERR_UNSUPPORTED, "%s has bidirectional attention: it is an embedding model (saragossa embed), it does "
+						    "not generate", m->desc.model_type);
 	sg_session_params dp = sg_session_default_params();
 	if (!params) params = &dp;
 	int n_ctx = params->n_ctx, max = sg_model_n_ctx_train(m);

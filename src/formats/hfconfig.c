@@ -475,6 +475,12 @@ static sg_status gemma(reader *r, sg_model_desc *d)
 	double qpas = getf(r, "query_pre_attn_scalar", d->head_dim);
 	d->query_scale = g4 ? 1.0f : (float)(1.0 / sqrt(qpas > 0 ? qpas : d->head_dim));
 	int window = geti(r, "sliding_window", g4 ? 512 : 4096);
+	if (!g4 && getb(r, "use_bidirectional_attention", 0)) {
+		/* EmbeddingGemma: transformers turns the file's window w into w / 2 + 1 and lets a
+		 * sliding layer's token see keys at distance < w / 2 + 1 on both sides */
+		d->bidirectional = 1;
+		window = window / 2 + 1;
+	}
 	int found;
 	if ((st = apply_layer_types(r->o, d, &found))) return st;
 	if (!found) {

@@ -102,6 +102,9 @@ typedef struct sg_model_desc {
 	float query_scale;    /* multiplies q.k; 0 = 1/sqrt(head_dim) of the layer */
 	int attn_bias;        /* q/k/v projections have biases (Qwen2, BERT) */
 	int attn_output_gate; /* sigmoid gate on attention output (Qwen3-Next) */
+	int bidirectional;    /* no causal mask: every token sees every other, a sliding layer's token
+			       * those less than its sliding_window away on either side (EmbeddingGemma:
+			       * an embedder, run as one chunk from position 0; it does not generate) */
 
 	/* embeddings */
 	float embed_scale;    /* multiplies token embeddings; 1 = none (Gemma: sqrt(dim)) */

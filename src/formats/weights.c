@@ -556,10 +556,12 @@ const sg_tensor *sg_weights_lookup(const sg_weights *w, const sg_name_pair *map,
 	char hf[1024], alt[1100];
 	if (!sg_names_gguf_to_hf(map ? map : sg_names_default, gguf_name, hf, sizeof(hf))) return NULL;
 	if ((t = sg_weights_find(w, hf))) return t;
-	/* multimodal checkpoints nest the text model */
+	/* multimodal checkpoints nest the text model; a base model saved alone (Gemma3TextModel,
+	 * Qwen3Model: sentence-transformers' embedders) has no "model." before its names */
 	if (!strncmp(hf, "model.", 6)) {
 		snprintf(alt, sizeof(alt), "model.language_model.%s", hf + 6);
 		if ((t = sg_weights_find(w, alt))) return t;
+		if ((t = sg_weights_find(w, hf + 6))) return t;
 	}
 	snprintf(alt, sizeof(alt), "language_model.%s", hf);
 	return sg_weights_find(w, alt);

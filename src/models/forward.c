@@ -172,7 +172,9 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 		.scale = d->query_scale,
 		.softcap = d->attn_softcap,
 		.window = l->kind == SG_LAYER_SLIDING_ATTN ? l->sliding_window : 0,
-		.causal = 1, /* a ring cache is read as one because the window is shorter than it */
+		/* a ring cache is read as causal because the window is shorter than it; a bidirectional
+		 * stack (one chunk from position 0, never a ring) sees both sides, its window too */
+		.causal = !d->bidirectional,
 		.feeds_matmul = !d->sandwich_norm,
 	};
 	if (fuse && o->attention_prep) { /* the prep inside the attention where the backend can */
@@ -323,6 +325,12 @@ static int ring_size(const sg_model *m, const sg_fwd_state *s)
 static sg_status forward_inputs(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0)
 {
 	sg_backend *be = m->be;
+	/* every token must see the keys of the whole input, which only one chunk from position 0
+	 * has: a later chunk's keys would be missing from the earlier tokens' attention */
+	if (m->desc.bidirectional && pos0 != 0)
+		return SG_FAIL(SG_ERR_UNSUPPORTED, "%s has bidirectional attention (an embedding model): it runs one chunk from position "
+						   "0 and does not generate (asked: position %d)",
+			       m->desc.model_type, pos0);
 	int32_t p[n];
 	for (int t = 0; t < n; t++) p[t] = pos0 + t;
 	sg_btensor ids = sg_fwd_view2(&s->ids, n, 1), pos = sg_fwd_view2(&s->pos, n, 1);

@@ -89,6 +89,8 @@ class Fixture:
                      else "causal")
         if any(a.endswith("ForSequenceClassification") for a in self.config.get("architectures", [])):
             self.kind = "cross_encoder"
+        if self.config.get("use_bidirectional_attention"):
+            self.kind = "embedder"  # EmbeddingGemma: a decoder stack pooled by sentence-transformers' modules
 
     def r(self, name):
         assert name in self.ref, f"{self.name}: ref.safetensors lacks '{name}'"
@@ -274,6 +276,15 @@ def test_reference_shapes_agree_with_config(fx):
         assert scores.shape == logits.shape and scores.ndim == 1 and len(scores) >= 4
         np.testing.assert_allclose(scores, 1 / (1 + np.exp(-logits)), rtol=1e-6)
         assert scores.max() - scores.min() > 0.05, "scores should spread"
+        return
+    if fx.kind == "embedder":
+        # sentence-transformers' embeddings after the folder's Dense modules and Normalize
+        emb = [fx.r(k) for k in ("alone", "batch", "prompted")]
+        assert all(e.dtype == np.float32 and e.ndim == 2 and e.shape == emb[0].shape for e in emb)
+        assert len(emb[0]) >= 8
+        for e in emb:
+            np.testing.assert_allclose(np.linalg.norm(e, axis=1), 1, atol=1e-5)
+        np.testing.assert_allclose(emb[0], emb[1], atol=1e-5)  # alone or padded in a batch
         return
     if fx.kind == "whisper":
         feats, enc = fx.r("input_features"), fx.r("encoder_output")

@@ -1162,7 +1162,8 @@ Test(backend_ops, rope_scaling_yarn_llama3_proportional_agree_across_sets)
 	free_sets(&s);
 }
 
-/* Attention from the definition in double: scores, mask, softmax, weighted sum. */
+/* Attention from the definition in double: scores, mask, softmax, weighted sum. A window without
+ * causal is two-sided: |j - pos| < window. */
 static void attn_naive(const float *q, const float *kc, const float *vc, const int32_t *pos, int64_t n, int64_t H, int64_t Hkv,
 		       int64_t hd, const sg_attn_params *p, float *out)
 {
@@ -1171,7 +1172,8 @@ static void attn_naive(const float *q, const float *kc, const float *vc, const i
 	for (int64_t t = 0; t < n; t++) pmax = pos[t] > pmax ? pos[t] : pmax;
 	for (int64_t t = 0; t < n; t++)
 		for (int64_t h = 0; h < H; h++) {
-			int64_t kh = h / (H / Hkv), hi = p->causal ? pos[t] : pmax, lo = p->causal && p->window ? pos[t] - p->window + 1 : 0;
+			int64_t kh = h / (H / Hkv), hi = p->causal ? pos[t] : pmax, lo = p->window ? pos[t] - p->window + 1 : 0;
+			if (!p->causal && p->window && pos[t] + p->window - 1 < hi) hi = pos[t] + p->window - 1;
 			if (lo < 0) lo = 0;
 			double s[2048], m = -1e300, l = 0, acc[256] = {0};
 			for (int64_t j = lo; j <= hi; j++) {
@@ -1191,7 +1193,7 @@ static void attn_naive(const float *q, const float *kc, const float *vc, const i
 		}
 }
 
-Test(backend_ops, attention_gqa_window_softcap_chunked_matches_formula)
+Test(backend_ops, attention_gqa_window_softcap_chunked_bidirectional_matches_formula)
 {
 	beset s = all_sets();
 	sg_backend *b0 = s.be[0];
@@ -1200,12 +1202,14 @@ Test(backend_ops, attention_gqa_window_softcap_chunked_matches_formula)
 	fill(&kc, 1);
 	fill(&vc, 1);
 	int32_t pv[4] = {3, 299, 300, 870};
-	sg_attn_params cases[4] = {{0, 0, 0, 1, 0, NULL}, {0.05f, 30, 0, 1, 0, NULL}, {0, 0, 128, 1, 0, NULL}, {0, 0, 0, 0, 0, NULL}};
+	/* causal; softcap; causal window; no mask; two-sided window (bidirectional, EmbeddingGemma) */
+	sg_attn_params cases[5] = {{0, 0, 0, 1, 0, NULL}, {0.05f, 30, 0, 1, 0, NULL}, {0, 0, 128, 1, 0, NULL}, {0, 0, 0, 0, 0, NULL},
+				   {0, 0, 128, 0, 0, NULL}};
 	for (int64_t n = 1; n <= 4; n += 3) {
 		sg_btensor q = f32_tensor(b0, hd, H, n), pos = i32_tensor(b0, n, 1, n == 1 ? pv + 3 : pv);
 		fill(&q, 1);
 		float *want = malloc(sizeof(float) * (size_t)(n * H * hd));
-		for (int c = 0; c < 4; c++) {
+		for (int c = 0; c < 5; c++) {
 			attn_naive(q.data, kc.data, vc.data, pos.data, n, H, Hkv, hd, &cases[c], want);
 			for (int i = 0; i < s.n; i++) {
 				sg_btensor o = f32_tensor(b0, hd, H, n);

@@ -121,6 +121,25 @@ Test(hfconfig, gemma3_text_in_multimodal_wrapper)
 	sg_model_desc_free(&d);
 }
 
+/* EmbeddingGemma: transformers turns the file's window w into w / 2 + 1 (exclusive, both sides) */
+Test(hfconfig, gemma3_bidirectional_attention_halves_the_window_as_transformers_does)
+{
+	sg_model_desc d;
+	static const char *cfg = "{\"model_type\":\"gemma3_text\",\"vocab_size\":100,\"hidden_size\":64,\"intermediate_size\":128,"
+				 "\"num_attention_heads\":2,\"num_key_value_heads\":1,\"head_dim\":32,\"num_hidden_layers\":6,"
+				 "\"sliding_window\":%d,\"use_bidirectional_attention\":%s}";
+	char buf[512];
+	int cases[][3] = {{512, 1, 257}, {7, 1, 4}, {512, 0, 512}};
+	for (int c = 0; c < 3; c++) {
+		snprintf(buf, sizeof(buf), cfg, cases[c][0], cases[c][1] ? "true" : "false");
+		cr_assert_eq(desc(buf, &d), SG_OK, "%s", sg_last_error());
+		cr_expect_eq(d.bidirectional, cases[c][1]);
+		cr_expect_eq(d.layers[0].sliding_window, cases[c][2], "window %d: %d", cases[c][0], d.layers[0].sliding_window);
+		cr_expect(d.layers[5].kind == SG_LAYER_FULL_ATTN && d.layers[5].sliding_window == 0);
+		sg_model_desc_free(&d);
+	}
+}
+
 Test(hfconfig, gemma4_per_layer_head_dims_kv_sharing_and_moe)
 {
 	sg_model_desc d;

@@ -249,8 +249,9 @@ static void kv_range(const attn_job *j, int64_t t, int64_t *lo, int64_t *hi)
 {
 	int64_t p = j->pos[t];
 	*hi = j->causal ? p : j->pmax;
+	if (!j->causal && j->window > 0 && p + j->window - 1 < *hi) *hi = p + j->window - 1; /* two-sided window */
 	if (!j->ring && *hi > j->ctx - 1) *hi = j->ctx - 1;
-	*lo = j->causal && j->window > 0 ? p - j->window + 1 : 0;
+	*lo = j->window > 0 ? p - j->window + 1 : 0;
 	if (j->ring && *lo < *hi - j->ctx + 1) *lo = *hi - j->ctx + 1; /* older rows were overwritten */
 	if (*lo < 0) *lo = 0;
 }
