@@ -291,6 +291,34 @@ def test_mpnet_inputs_of_mixed_lengths_in_one_request(oai, sg):
         assert np.abs(got[i] - np.array(json.loads(alone.stdout)[0])).max() <= 1e-6, f"input {i}"
 
 
+def test_embeddinggemma_served_with_and_without_its_prompt(tmp_path):
+    """The random EmbeddingGemma fixture (bidirectional Gemma 3, two-sided window) through the clients,
+    on a server of its own (the module's holds the most models a server takes): sentence-transformers'
+    vectors, plain and with the "query" prompt."""
+    srv = Server("--embed-model", f"egm={FIXTURES / 'embeddinggemma'}", socket_path=str(tmp_path / "s.sock"), port=free_port(), key=KEY)
+    try:
+        oai = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key=KEY, max_retries=0)
+        oll = ollama.Client(host=f"http://127.0.0.1:{srv.port}", headers={"Authorization": f"Bearer {KEY}"})
+        egm_checks(oai, oll)
+    finally:
+        srv.stop()
+
+
+def egm_checks(oai, oll):
+    ref = json.loads((FIXTURES / "embeddinggemma" / "ref.json").read_text())
+    arrays = {k: v[1] for k, v in read_safetensors(FIXTURES / "embeddinggemma" / "ref.safetensors")[0].items()}
+    texts = ref["sentences"][:5]
+    r = oai.embeddings.create(model="egm", input=texts, encoding_format="float")
+    got = np.array([d.embedding for d in r.data], dtype=np.float64)
+    assert np.abs(got - np.asarray(arrays["batch"][:5])).max() <= 1e-6
+    assert r.usage.prompt_tokens == sum(len(ids) for ids in ref["ids"][:5])
+    r = oai.embeddings.create(model="egm", input=texts, encoding_format="float", extra_body={"prompt_name": ref["prompt_name"]})
+    got = np.array([d.embedding for d in r.data], dtype=np.float64)
+    assert np.abs(got - np.asarray(arrays["prompted"][:5])).max() <= 1e-6
+    e = oll.embed(model="egm", input=texts[:2])
+    assert np.abs(np.array(e.embeddings, dtype=np.float64) - np.asarray(arrays["batch"][:2])).max() <= 1e-6
+
+
 def test_decoder_embedder_served_in_one_request_of_several_inputs(oai, oll):
     ref, _ = read_safetensors(FIXTURES / "st_refs" / "qwen3-last-token.safetensors")
     inputs = [ref[f"ids_{k}"][1].tolist() for k in range(4)]
