@@ -357,41 +357,6 @@ sg_status sg_forward(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, 
 	return forward_body(m, s, tokens, n, pos0, mode);
 }
 
-sg_status sg_forward_exact(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0)
-{
-	sg_backend *be = m->be;
-	/* the logits buffer grows (and drops every recording) on the first step of n tokens */
-	if (n < 2 || n >= SG_FWD_VERIFY_GRAPHS || s->graph_v_off || s->hybrid || m->has_mtp || s->logits.ne[1] < n ||
-	    !sg_fwd_decode_graphs(m, s) || !sg_flag_bool("SARAGOSSA_VERIFY_GRAPHS"))
-		return sg_forward(m, s, tokens, n, pos0, SG_LOGITS_ALL);
-	if (pos0 < 0 || n > s->chunk || pos0 + n > s->n_ctx)
-		return SG_FAIL(SG_ERR_INVALID_ARG, "%d tokens at position %d (chunk %d, context %d)", n, pos0, s->chunk,
-			       s->n_ctx);
-	SG_FWD_OK(forward_inputs(m, s, tokens, n, pos0));
-	sg_backend_graph **gp = &s->graph_v[n];
-	if (*gp) {
-		if (!be->ops->graph_stale(be, *gp)) return be->ops->graph_replay(be, *gp);
-		sg_backend_graph_free(be, *gp);
-		*gp = NULL;
-	}
-	/* per-op first: it also sizes the scratch the recording needs (nothing grows while recording) */
-	SG_FWD_OK(forward_body(m, s, tokens, n, pos0, SG_LOGITS_ALL));
-	sg_backend_graph *g = NULL;
-	sg_status st = be->ops->capture_begin(be);
-	if (!st) {
-		st = forward_body(m, s, tokens, n, pos0, SG_LOGITS_ALL);
-		if (!st) st = be->ops->capture_end(be, &g);
-		else be->ops->capture_abort(be);
-	}
-	if (st) { /* this step already ran; later ones stay per-op */
-		SG_WARN("%s verify graph: recording failed (%s); verifying op by op", be->ops->name, sg_last_error());
-		s->graph_v_off = 1;
-	} else {
-		*gp = g;
-	}
-	return SG_OK;
-}
-
 sg_status sg_forward_embd(const sg_model *m, sg_fwd_state *s, const float *embd, int n, int pos0, sg_logits_mode mode)
 {
 	const sg_model_desc *d = &m->desc;
@@ -450,41 +415,76 @@ static sg_status decode_body(const sg_model *m, sg_fwd_state *s, const int32_t *
 	return m->be->ops->argmax(m->be, &lg, &s->amax);
 }
 
+/* A step's tokens: one decode step (n = 1; tc: ending in sampling candidates) or an exact step
+ * of n tokens with every position's logits. */
+typedef struct {
+	const int32_t *tokens;
+	int n, pos, tc;
+} fwd_step;
+
+static sg_status step_body(const sg_model *m, sg_fwd_state *s, const fwd_step *t)
+{
+	if (t->n == 1) return decode_body(m, s, t->tokens, t->pos, t->tc);
+	return forward_body(m, s, t->tokens, t->n, t->pos, SG_LOGITS_ALL);
+}
+
+/* A step whose inputs are on the device (forward_inputs) through the graph slot *gp: replayed
+ * when recorded and not stale; else run per-op (which also sizes the scratch the recording needs:
+ * nothing may grow while recording) and, with graphs, recorded for the next such step. The
+ * recording executes nothing; the inputs stay in s->ids / s->pos, rewritten before every launch.
+ * A failed recording sets *off: later steps of the kind stay per-op. */
+static sg_status recorded_step(const sg_model *m, sg_fwd_state *s, const fwd_step *t, int graphs, sg_backend_graph **gp,
+			       int *off, const char *what)
+{
+	sg_backend *be = m->be;
+	if (graphs && *gp) {
+		if (!be->ops->graph_stale(be, *gp)) return be->ops->graph_replay(be, *gp);
+		sg_backend_graph_free(be, *gp);
+		*gp = NULL;
+	}
+	SG_FWD_OK(step_body(m, s, t));
+	if (!graphs) return SG_OK;
+	sg_backend_graph *g = NULL;
+	sg_status st = be->ops->capture_begin(be);
+	if (!st) {
+		st = step_body(m, s, t);
+		if (!st) st = be->ops->capture_end(be, &g);
+		else be->ops->capture_abort(be);
+	}
+	if (st) { /* this step already ran */
+		SG_WARN("%s %s graph: recording failed (%s); running op by op", be->ops->name, what, sg_last_error());
+		*off = 1;
+	} else {
+		*gp = g;
+	}
+	return SG_OK;
+}
+
 /* One decode step through the graph slot *gp (recorded on first use, replayed after). */
 static sg_status decode_step(const sg_model *m, sg_fwd_state *s, int32_t token, int pos, int tc, sg_backend_graph **gp)
 {
-	sg_backend *be = m->be;
 	if (pos < 0 || pos + 1 > s->n_ctx)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "a token at position %d (context %d)", pos, s->n_ctx);
 	SG_FWD_OK(forward_inputs(m, s, &token, 1, pos));
 	/* a hybrid step at position 0 first zeroes the recurrent state from the host: per-op, and
 	 * neither recorded nor replayed */
 	int graphs = sg_fwd_decode_graphs(m, s) && !(s->hybrid && pos == 0);
-	if (graphs && *gp) {
-		if (!be->ops->graph_stale(be, *gp)) return be->ops->graph_replay(be, *gp);
-		sg_backend_graph_free(be, *gp);
-		*gp = NULL;
-	}
-	/* per-op: also sizes the backend's scratch for the recording below (nothing may grow while
-	 * recording) */
-	SG_FWD_OK(decode_body(m, s, &token, pos, tc));
-	if (!graphs) return SG_OK;
-	/* Record the step just run for the next tokens. The recording does not execute anything,
-	 * and the inputs stay in s->ids / s->pos, rewritten before every launch. */
-	sg_backend_graph *g = NULL;
-	sg_status st = be->ops->capture_begin(be);
-	if (!st) {
-		st = decode_body(m, s, &token, pos, tc);
-		if (!st) st = be->ops->capture_end(be, &g);
-		else be->ops->capture_abort(be);
-	}
-	if (st) { /* this step already ran; later ones stay per-op */
-		SG_WARN("%s decode graph: recording failed (%s); decoding op by op", be->ops->name, sg_last_error());
-		s->graph_off = 1;
-	} else {
-		*gp = g;
-	}
-	return SG_OK;
+	const fwd_step t = {.tokens = &token, .n = 1, .pos = pos, .tc = tc};
+	return recorded_step(m, s, &t, graphs, gp, &s->graph_off, "decode");
+}
+
+sg_status sg_forward_exact(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0)
+{
+	/* the logits buffer grows (and drops every recording) on the first step of n tokens */
+	if (n < 2 || n >= SG_FWD_VERIFY_GRAPHS || s->graph_v_off || s->hybrid || m->has_mtp || s->logits.ne[1] < n ||
+	    !sg_fwd_decode_graphs(m, s) || !sg_flag_bool("SARAGOSSA_VERIFY_GRAPHS"))
+		return sg_forward(m, s, tokens, n, pos0, SG_LOGITS_ALL);
+	if (pos0 < 0 || n > s->chunk || pos0 + n > s->n_ctx)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "%d tokens at position %d (chunk %d, context %d)", n, pos0, s->chunk,
+			       s->n_ctx);
+	SG_FWD_OK(forward_inputs(m, s, tokens, n, pos0));
+	const fwd_step t = {.tokens = tokens, .n = n, .pos = pos0};
+	return recorded_step(m, s, &t, 1, &s->graph_v[n], &s->graph_v_off, "verify");
 }
 
 sg_status sg_forward_decode(const sg_model *m, sg_fwd_state *s, int32_t token, int pos)
