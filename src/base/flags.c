@@ -196,6 +196,9 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_VERIFY_GRAPHS", SG_FLAG_BOOL, "1",
 	 "exact verify steps of speculative decoding (2 to 32 tokens) recorded as a graph once per token count and "
 	 "replayed after, where decode steps are (CUDA; not hybrid or MTP stacks); 0 = every verify step op by op"},
+	{"SARAGOSSA_CUDA_VERIFY_ATTN", SG_FLAG_BOOL, "1",
+	 "CUDA verify steps (exact): the one-token attention of every token of the step in one launch (the token in the "
+	 "grid; each token the bits of its own launch); 0 = a launch per token"},
 	{"SARAGOSSA_CUDA_VERIFY_BATCH", SG_FLAG_BOOL, "1",
 	 "CUDA verify steps of speculative decoding (exact: each token gets a decode step's bits): the one-token GEMV kernels "
 	 "over all the step's tokens in one launch, a row block's tokens side by side so the weights are read once; 0 = each "

@@ -286,6 +286,18 @@ template <int ND> __global__ void __launch_bounds__(AW * 32) attn_kernel(const s
 	}
 }
 
+/* Token blockIdx.z of an exact step's attentions in one launch (sg_cu_attn_decode_tokens): its
+ * query, position, output and slices, the rest shared; every block then runs the one-token
+ * kernel's arithmetic for that token. */
+static __device__ __forceinline__ sg_cu_attn dec_token(const sg_cu_attn &a)
+{
+	sg_cu_attn b = a;
+	const int64_t t = blockIdx.z;
+	b.q += t * a.H * a.hd, b.pos += t, b.out += t * a.H * a.hdv;
+	if (b.part) b.part += t * a.H * a.nchunk * (a.hdv + 2);
+	return b;
+}
+
 /* The live rows [lo, hi] of a one-token decode and the rows of each of its nsplit slices (at
  * least 64, a multiple of 32): slice c holds [lo + c chunk, ...], live when lo + c chunk <= hi.
  * Read on the device (the position), so one recorded graph serves every length. */
@@ -306,8 +318,9 @@ static __device__ __forceinline__ void dec_span(const sg_cu_attn &a, int nsplit,
  * one-token decode kernel's slices): only the live slices, which are all its kernel wrote (the
  * others would add exp(-inf) * 0). */
 #define MERGE_MAX 256
-template <int DEC> __global__ void attn_merge_kernel(const sg_cu_attn a)
+template <int DEC, bool MT = false> __global__ void attn_merge_kernel(const sg_cu_attn a0)
 {
+	const sg_cu_attn a = MT ? dec_token(a0) : a0;
 	__shared__ float sf[MERGE_MAX];
 	pdl_trigger();
 	pdl_wait();
@@ -351,8 +364,9 @@ template <int DEC> __global__ void attn_merge_kernel(const sg_cu_attn a)
  * bits.
  */
 #define DEC_SPLIT 64 /* the most slices of a one-token decode */
-__global__ void __launch_bounds__(128) attn_merge1_kernel(const sg_cu_attn a)
+template <bool MT = false> __global__ void __launch_bounds__(128) attn_merge1_kernel(const sg_cu_attn a0)
 {
+	const sg_cu_attn a = MT ? dec_token(a0) : a0;
 	__shared__ float sf[DEC_SPLIT];
 	pdl_trigger();
 	int64_t lo, hi, chunk;
@@ -560,9 +574,10 @@ static __device__ __forceinline__ void prep_head(const float *x, const float *nw
  * memory round trip a tile, not two; DEC_MMA, the tensor-core kernel (SARAGOSSA_CUDA_ATTN_MMA).
  */
 enum { DEC_PLAIN = 0, DEC_KPIPE = 2, DEC_MMA = 4 };
-template <typename T, int G, int NV, int HD, int STG>
-__global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a)
+template <typename T, int G, int NV, int HD, int STG, bool MT = false>
+__global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a0)
 {
+	const sg_cu_attn a = MT ? dec_token(a0) : a0;
 	extern __shared__ float4 dec_sm4[];
 	constexpr int LPR = HD ? HD / 8 : 32; /* lanes a V row */
 	constexpr int RPI = 32 / LPR;         /* V rows a load instruction */
@@ -965,10 +980,10 @@ static dec_form dec_choose(const sg_cu_attn *a, int G, dim3 grid, const sg_cu_po
 }
 
 /* The compile-time head-dim kernel in form f. */
-template <int G, int NV, int HD>
+template <int G, int NV, int HD, bool MT>
 static void dec_fixed(const sg_cu_attn *a, dec_form f, dim3 grid, size_t sm, cudaStream_t st, const sg_cu_policy *pol)
 {
-	if (f == DEC_FIXED) { (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_PLAIN>, grid, dim3(DW * 32), sm, st, *a); return; }
+	if (f == DEC_FIXED) { (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_PLAIN, MT>, grid, dim3(DW * 32), sm, st, *a); return; }
 	const size_t smk = sm + dec_rows_smem(HD);
 	sg_cu_attn b = *a;
 	b.kpre = 1;
@@ -977,54 +992,54 @@ static void dec_fixed(const sg_cu_attn *a, dec_form f, dim3 grid, size_t sm, cud
 			static int ready; /* 1 = the kernel may take the larger shared memory, -1 = it may not */
 			size_t smv = smk + dec_rows_smem(HD);
 			if (!ready)
-				ready = cudaFuncSetAttribute(attn_dec_kernel<__half, G, NV, HD, DEC_MMA>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smv) ? -1
+				ready = cudaFuncSetAttribute(attn_dec_kernel<__half, G, NV, HD, DEC_MMA, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smv) ? -1
 																		 : 1;
 			if (ready > 0) {
 				b.vfirst = 1;
-				(void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_MMA>, grid, dim3(DW * 32), smv, st, b);
+				(void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_MMA, MT>, grid, dim3(DW * 32), smv, st, b);
 				return;
 			}
 			(void)cudaGetLastError();
 			f = DEC_TC;
 		}
-		if (f == DEC_TC) { (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_MMA>, grid, dim3(DW * 32), smk, st, b); return; }
+		if (f == DEC_TC) { (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_MMA, MT>, grid, dim3(DW * 32), smk, st, b); return; }
 	}
-	if (f == DEC_FIXED_KPIPE) { (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_KPIPE>, grid, dim3(DW * 32), smk, st, b); return; }
-	(void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_PLAIN>, grid, dim3(DW * 32), smk, st, b);
+	if (f == DEC_FIXED_KPIPE) { (void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_KPIPE, MT>, grid, dim3(DW * 32), smk, st, b); return; }
+	(void)pdl_launch(attn_dec_kernel<__half, G, NV, HD, DEC_PLAIN, MT>, grid, dim3(DW * 32), smk, st, b);
 }
 
-template <typename T, int G>
+template <typename T, int G, bool MT>
 static void dec_launch(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st, const sg_cu_policy *pol)
 {
 	const dec_form f = dec_choose(a, G, grid, pol);
 	if constexpr (sizeof(T) == 2) {
-		if (f != DEC_GENERAL && a->hd == 128) return dec_fixed<G, 4, 128>(a, f, grid, sm, st, pol);
-		if (f != DEC_GENERAL && a->hd == 256) return dec_fixed<G, 8, 256>(a, f, grid, sm, st, pol);
-		if (f != DEC_GENERAL && a->hd == 64) return dec_fixed<G, 2, 64>(a, f, grid, sm, st, pol);
+		if (f != DEC_GENERAL && a->hd == 128) return dec_fixed<G, 4, 128, MT>(a, f, grid, sm, st, pol);
+		if (f != DEC_GENERAL && a->hd == 256) return dec_fixed<G, 8, 256, MT>(a, f, grid, sm, st, pol);
+		if (f != DEC_GENERAL && a->hd == 64) return dec_fixed<G, 2, 64, MT>(a, f, grid, sm, st, pol);
 	}
 	switch (a->hdv / 32) {
 	case 1:
-		pdl_launch(attn_dec_kernel<T, G, 1, 0, DEC_PLAIN>, grid, dim3(DW * 32), sm, st, *a);
+		pdl_launch(attn_dec_kernel<T, G, 1, 0, DEC_PLAIN, MT>, grid, dim3(DW * 32), sm, st, *a);
 		break;
 	case 2:
-		pdl_launch(attn_dec_kernel<T, G, 2, 0, DEC_PLAIN>, grid, dim3(DW * 32), sm, st, *a);
+		pdl_launch(attn_dec_kernel<T, G, 2, 0, DEC_PLAIN, MT>, grid, dim3(DW * 32), sm, st, *a);
 		break;
 	case 4:
-		pdl_launch(attn_dec_kernel<T, G, 4, 0, DEC_PLAIN>, grid, dim3(DW * 32), sm, st, *a);
+		pdl_launch(attn_dec_kernel<T, G, 4, 0, DEC_PLAIN, MT>, grid, dim3(DW * 32), sm, st, *a);
 		break;
 	default:
-		pdl_launch(attn_dec_kernel<T, G, 8, 0, DEC_PLAIN>, grid, dim3(DW * 32), sm, st, *a);
+		pdl_launch(attn_dec_kernel<T, G, 8, 0, DEC_PLAIN, MT>, grid, dim3(DW * 32), sm, st, *a);
 		break;
 	}
 }
 
-template <typename T> static void dec_launch_g(const sg_cu_attn *a, int G, dim3 grid, size_t sm, cudaStream_t st, const sg_cu_policy *pol)
+template <typename T, bool MT> static void dec_launch_g(const sg_cu_attn *a, int G, dim3 grid, size_t sm, cudaStream_t st, const sg_cu_policy *pol)
 {
 	switch (G) {
-	case 8: return dec_launch<T, 8>(a, grid, sm, st, pol);
-	case 4: return dec_launch<T, 4>(a, grid, sm, st, pol);
-	case 2: return dec_launch<T, 2>(a, grid, sm, st, pol);
-	default: return dec_launch<T, 1>(a, grid, sm, st, pol);
+	case 8: return dec_launch<T, 8, MT>(a, grid, sm, st, pol);
+	case 4: return dec_launch<T, 4, MT>(a, grid, sm, st, pol);
+	case 2: return dec_launch<T, 2, MT>(a, grid, sm, st, pol);
+	default: return dec_launch<T, 1, MT>(a, grid, sm, st, pol);
 	}
 }
 
@@ -1037,22 +1052,33 @@ extern "C" int sg_cu_attn_prep_ok(const sg_cu_attn *a)
 	       (a->hd == 64 || a->hd == 128 || a->hd == 256) && a->prep.r.hd == a->hd && sg_cu_attn_decode_ok(a);
 }
 
-extern "C" int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s)
+/* One-token attentions of ntok tokens (the token in the grid's z; the choices of form made from
+ * the one-token grid, so each token gets the kernel a one-token step would launch). */
+template <bool MT> static int dec_run(const sg_cu_attn *a, int64_t ntok, sg_custream s)
 {
-	if (!sg_cu_attn_decode_ok(a) || a->nchunk < 1 || (a->nchunk > 1 && !a->part)) return (int)cudaErrorInvalidValue;
-	if (a->prep.on && !sg_cu_attn_prep_ok(a)) return (int)cudaErrorInvalidValue;
+	if (!sg_cu_attn_decode_ok(a) || a->nchunk < 1 || (a->nchunk > 1 && !a->part) || ntok < 1 || ntok > 65535)
+		return (int)cudaErrorInvalidValue;
+	if (a->prep.on && (MT || !sg_cu_attn_prep_ok(a))) return (int)cudaErrorInvalidValue;
 	const sg_cu_policy *pol = sg_cu_policy_now();
 	int G = dec_group(a);
-	dim3 grid((unsigned)sg_cu_attn_decode_units(a), (unsigned)a->nchunk);
+	dim3 grid((unsigned)sg_cu_attn_decode_units(a), (unsigned)a->nchunk, (unsigned)ntok);
 	size_t sm = dec_smem(G, a->hd, a->hdv);
 	cudaStream_t st = (cudaStream_t)s;
 	const sg_cu_attn &b = *a;
-	if (a->kf16) dec_launch_g<__half>(&b, G, grid, sm, st, pol);
-	else dec_launch_g<float>(&b, G, grid, sm, st, pol);
+	if (a->kf16) dec_launch_g<__half, MT>(&b, G, grid, sm, st, pol);
+	else dec_launch_g<float, MT>(&b, G, grid, sm, st, pol);
 	/* the merge in one round trip of loads (SARAGOSSA_CUDA_ATTN_MERGE), else the many-token path's */
-	if (b.nchunk > 1 && pol->attn.merge1 && b.nchunk <= DEC_SPLIT) pdl_launch(attn_merge1_kernel, dim3((unsigned)b.H), dim3(128), 0, st, b);
-	else if (b.nchunk > 1) pdl_launch(attn_merge_kernel<1>, dim3((unsigned)b.H), dim3(128), 0, st, b);
+	dim3 mg((unsigned)b.H, 1, (unsigned)ntok);
+	if (b.nchunk > 1 && pol->attn.merge1 && b.nchunk <= DEC_SPLIT) pdl_launch(attn_merge1_kernel<MT>, mg, dim3(128), 0, st, b);
+	else if (b.nchunk > 1) pdl_launch(attn_merge_kernel<1, MT>, mg, dim3(128), 0, st, b);
 	return ok();
+}
+
+extern "C" int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s) { return dec_run<false>(a, 1, s); }
+
+extern "C" int sg_cu_attn_decode_tokens(const sg_cu_attn *a, int64_t ntok, sg_custream s)
+{
+	return a->xq ? (int)cudaErrorInvalidValue : dec_run<true>(a, ntok, s);
 }
 
 /*

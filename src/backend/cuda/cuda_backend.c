@@ -921,17 +921,25 @@ static sg_status cuda_attn_prep_norm(sg_backend *be, sg_btensor *q, sg_btensor *
  * positions), fused into the one-token kernel where it takes it, else as its own kernel. */
 /* The attention's kernels for a (the prep done): the one-token kernel, else the many-token paths;
  * q8: the one-token kernel may round its output for the matmul after it (p->feeds_matmul). */
+/* The one-token attention's slices, from static shapes (a recorded graph stays valid), each at
+ * least 64 rows, and their scratch for ntok tokens. */
+static sg_status dec_slices(sg_cuda_backend *cb, sg_cu_attn *a, int64_t span, int64_t ntok)
+{
+	sg_status st = SG_OK;
+	int64_t nc = (span + 63) / 64, cap = 512 / sg_cu_attn_decode_units(a);
+	if (cap > 64) cap = 64;
+	if (nc > cap) nc = cap;
+	if (nc < 1) nc = 1;
+	a->nchunk = (int)nc;
+	if (nc > 1 && !(a->part = sg_cuda_scratch(cb, sizeof(float) * (size_t)(ntok * a->H * nc * (a->hdv + 2)), &st))) return st;
+	return SG_OK;
+}
+
 static sg_status attn_launch(sg_cuda_backend *cb, sg_cu_attn a, const sg_btensor *pos, const sg_attn_params *p, int64_t span, int q8)
 {
 	sg_status st;
 	if (a.n == 1 && cb->attn_dec && sg_cu_attn_decode_ok(&a)) {
-		/* slices from static shapes (a recorded graph stays valid); each at least 64 rows */
-		int64_t nc = (span + 63) / 64, cap = 512 / sg_cu_attn_decode_units(&a);
-		if (cap > 64) cap = 64;
-		if (nc > cap) nc = cap;
-		if (nc < 1) nc = 1;
-		a.nchunk = (int)nc;
-		if (nc > 1 && !(a.part = sg_cuda_scratch(cb, sizeof(float) * (size_t)(a.H * nc * (a.hdv + 2)), &st))) return st;
+		if ((st = dec_slices(cb, &a, span, 1))) return st;
 		/* the output rounded to 8 bits for the matmul after it (its buffer grows outside graph
 		 * recordings only; the per-op step before a recording sizes it) */
 		int64_t K = a.H * a.hdv;
@@ -1030,6 +1038,11 @@ static sg_status attention_run(sg_backend *be, const sg_btensor *q, const sg_bte
 		b.n = 1;
 		b.prep.on = 0;
 		cb->q8a_of = NULL;
+		if (cb->verify_attn && cb->attn_dec && sg_cu_attn_decode_ok(&b)) { /* one launch, a token in the grid's z */
+			if ((st = dec_slices(cb, &b, span, a.n))) return st;
+			CU_RET("attention", sg_cu_attn_decode_tokens(&b, a.n, S(cb)));
+			return SG_OK;
+		}
 		for (int64_t t = 0; t < a.n; t++) {
 			b.q = a.q + t * a.H * a.hd, b.pos = a.pos + t, b.out = a.out + t * a.H * a.hdv;
 			if ((st = attn_launch(cb, b, pos, p, span, 0))) return st;
@@ -1354,6 +1367,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 							  : GEMM_TF32X3;
 	sg_cu_policy_load(); /* the kernels' choices (cuda_policy.h), read once a backend */
 	cb->attn_dec = sg_cu_policy_now()->attn.decode != SG_CU_DECODE_PER_HEAD;
+	cb->verify_attn = sg_flag_bool("SARAGOSSA_CUDA_VERIFY_ATTN");
 	cb->attn_gemm = sg_flag_bool("SARAGOSSA_CUDA_ATTN_GEMM");
 	cb->attn_flash = sg_flag_bool("SARAGOSSA_CUDA_ATTN_FLASH");
 	cb->attn_f16 = sg_flag_bool("SARAGOSSA_CUDA_ATTN_F16");

@@ -31,6 +31,7 @@ typedef struct sg_cuda_backend {
 	int fused; /* SARAGOSSA_CUDA_FUSED */
 	int moe_gemm; /* SARAGOSSA_CUDA_MOE_GEMM: fewest tokens of the MoE GEMM path, 0 = never */
 	int attn_dec;  /* SARAGOSSA_CUDA_ATTN_DECODE != 0: the one-token attention kernel (the policy's attn.decode) */
+	int verify_attn; /* SARAGOSSA_CUDA_VERIFY_ATTN: an exact step's one-token attentions in one launch */
 	int attn_gemm; /* SARAGOSSA_CUDA_ATTN_GEMM */
 	int attn_flash; /* SARAGOSSA_CUDA_ATTN_FLASH */
 	int attn_f16;  /* SARAGOSSA_CUDA_ATTN_F16 */
