@@ -203,6 +203,9 @@ static const sg_flag table[] = {
 	 "CUDA verify steps of speculative decoding (exact: each token gets a decode step's bits): the one-token GEMV kernels "
 	 "over all the step's tokens in one launch, a row block's tokens side by side so the weights are read once; 0 = each "
 	 "token through the one-token ops in turn"},
+	{"SARAGOSSA_CUDA_VERIFY_MT", SG_FLAG_BOOL, "1",
+	 "CUDA verify steps (exact) on Q4_K, Q6_K and MLX 4-bit weights: a block takes a group of up to 8 of the step's "
+	 "tokens, its weights read once for all of them (each token the bits of its one-token GEMV); 0 = a block a token"},
 	{"SARAGOSSA_CUDA_FUSED", SG_FLAG_BOOL, "1",
 	 "CUDA decode (one token): the norm and the projections of a stage (q/k/v; gate/up with the GLU; o or down with the "
 	 "residual add) as one fused GEMV launch (0 = one op each)"},

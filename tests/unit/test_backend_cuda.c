@@ -1928,16 +1928,19 @@ static void stage_run(stage_case *s, int form, int64_t t0, int64_t nt)
 }
 
 /* Every weight format and stage form: n tokens in one exact step (match_decode) give each token
- * the bits of a one-token step, through the token-batched kernels (SARAGOSSA_CUDA_VERIFY_BATCH=1)
- * and one token at a time (0). */
+ * the bits of a one-token step, through the token-batched kernels (SARAGOSSA_CUDA_VERIFY_BATCH=1:
+ * a block a token, and SARAGOSSA_CUDA_VERIFY_MT's groups of tokens a block, here always taken; rows
+ * of 35 blocks (K = 8960) hold 3 tokens a group and several blocks a lane) and one token at a
+ * time (0). */
 Test(cuda, exact_steps_give_each_token_its_one_token_bits)
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)gpu;
 	const int64_t n = 5;
+	const sg_cu_policy pol0 = *sg_cu_policy_now();
 	for (int c = 0; c < N_WTYPES; c++) {
 		const wtype *wt = &wtypes[c];
-		for (int kv = 0; kv < 2; kv++) {
-			int64_t K = k_for(wt, kv), Ns[3] = {64, 64, 48};
+		for (int kv = 0; kv < 3; kv++) {
+			int64_t K = kv == 2 ? 8960 : k_for(wt, kv), Ns[3] = {64, 64, 48};
 			hw h[3];
 			sg_btensor wc[3], wg[3];
 			stage_case s;
@@ -1956,8 +1959,11 @@ Test(cuda, exact_steps_give_each_token_its_one_token_bits)
 				for (int i = 0; i < outs; i++) poison(&s.y[i]);
 				for (int64_t t = 0; t < n; t++) stage_run(&s, form, t, 1);
 				for (int i = 0; i < outs; i++) ref[i] = fetch(&s.y[i]);
-				for (int b = 1; b >= 0; b--) {
-					cb->verify_batch = b;
+				for (int b = 2; b >= 0; b--) { /* tokens in groups a block; a block a token; token by token */
+					sg_cu_policy pol = pol0;
+					pol.gemv.verify_mt = b == 2 ? 2 : 0;
+					sg_cu_policy_set(&pol);
+					cb->verify_batch = b > 0;
 					for (int i = 0; i < outs; i++) poison(&s.y[i]);
 					gpu->ops->match_decode(gpu, 1);
 					stage_run(&s, form, 0, n);
@@ -1965,10 +1971,11 @@ Test(cuda, exact_steps_give_each_token_its_one_token_bits)
 					for (int i = 0; i < outs; i++) {
 						got[i] = fetch(&s.y[i]);
 						cr_expect(!memcmp(ref[i], got[i], sizeof(float) * (size_t)(Ns[i] * n)), "%s K=%lld form %d output %d, %s: not the one-token bits",
-							  wt->name, (long long)K, form, i, b ? "batched" : "token by token");
+							  wt->name, (long long)K, form, i, b == 2 ? "token groups" : b ? "batched" : "token by token");
 						free(got[i]);
 					}
 				}
+				sg_cu_policy_set(&pol0);
 				cb->verify_batch = sg_flag_bool("SARAGOSSA_CUDA_VERIFY_BATCH");
 				for (int i = 0; i < outs; i++) free(ref[i]);
 			}

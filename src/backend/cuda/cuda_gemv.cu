@@ -757,6 +757,96 @@ extern "C" int sg_cu_gemv_mixed_ok(const sg_cu_multi *m)
 }
 
 /*
+ * mvt_kernel, the block-per-lane GEMV over several tokens of an exact step (SARAGOSSA_CUDA_VERIFY_MT):
+ * blockIdx.y names a group of up to MVT_TOKENS tokens (from t0 = blockIdx.y * p.tg); the block
+ * stages all of them at once (their copies in flight together), keeps its lanes' first weight
+ * blocks in registers, and runs sb_row_sum once per token: each token's sum is that function's
+ * over the token's staged activations, so every token gets the bits mvs_run gives it alone, while
+ * the weights come from memory once a group instead of once a token. Rows of several blocks a lane
+ * (MANY) reload theirs for each token after the first (from L1: a block's rows are a few KB).
+ */
+#define MVT_TOKENS 8
+
+template <int KT, int LPR, int MANY>
+static __device__ __forceinline__ void mvt_run(const sg_cu_multi &p, const int8_t *__restrict__ xq, const float *__restrict__ dx,
+					       const float *__restrict__ sx, int64_t rows, int m, int64_t r, int64_t g0, int64_t t0, int nt,
+					       float (*tot)[QT / 4])
+{
+	enum { S = QT / LPR };
+	const int slot = (int)threadIdx.x / LPR, sl = (int)threadIdx.x % LPR;
+	const sg_cuw &w = p.w[m];
+	const uint8_t *row = w.data + (size_t)r * w.row_bytes;
+	const uint8_t *rsc = w.scales ? w.scales + (size_t)r * w.sb_row_bytes : NULL, *rbi = w.biases ? w.biases + (size_t)r * w.sb_row_bytes : NULL;
+	const int64_t nb = p.w[0].K / 256, tb = 22 * nb; /* a token's staged region in int4: stage_bytes(K) / 16 */
+	SB<KT> a;
+	if (sl < nb) a.load(row, rsc, rbi, w.sb_bf16, nb, sl);
+	pdl_wait();
+	extern __shared__ int4 xs[];
+	for (int t = 0; t < nt; t++) {
+		int4 *xt = xs + t * tb;
+		float4 *ss = (float4 *)(xt + 16 * nb), *ds = p.xstage ? ss + 4 * nb : NULL;
+		stage_x(tok_at(xq, t0 + t, p.q8b), tok_at(sx, t0 + t, p.q8b), tok_at(dx, t0 + t, p.q8b), nb, xt, ss, ds, t == nt - 1);
+	}
+	for (int t = 0; t < nt; t++) {
+		const int4 *xt = xs + t * tb;
+		const float4 *ss = (const float4 *)(xt + 16 * nb), *ds = p.xstage ? ss + 4 * nb : NULL;
+		if (MANY && t && sl < nb) a.load(row, rsc, rbi, w.sb_bf16, nb, sl); /* sb_row_sum walked a past the first block */
+		float acc = sb_row_sum<KT, LPR, MANY>(a, sl, row, rsc, rbi, w.sb_bf16, nb, xt, ss, tok_at(dx, t0 + t, p.q8b), ds);
+		if (sl == 0) tot[t][slot] = acc;
+	}
+	__syncthreads();
+	for (int i = (int)threadIdx.x; i < nt * S; i += QT) multi_epi<S>(p, i % S, g0, tot[i / S], rows, NULL, t0 + i / S);
+}
+
+template <int KT, int LPR, int MANY, int KT2 = KT>
+__global__ void __launch_bounds__(QT) mvt_kernel(const __grid_constant__ sg_cu_multi p, const float *__restrict__ x,
+						 const int8_t *__restrict__ xq, const float *__restrict__ dx, const float *__restrict__ sx,
+						 int64_t rows)
+{
+	enum { S = QT / LPR };
+	__shared__ float tot[MVT_TOKENS][QT / 4];
+	const int glu = p.epi == SG_CU_EPI_GLU, per = glu ? S / 2 : S;
+	const int slot = (int)threadIdx.x / LPR;
+	const int64_t g0 = (int64_t)blockIdx.x * per, t0 = (int64_t)blockIdx.y * p.tg;
+	const int nt = (int)(p.ntok - t0 < p.tg ? p.ntok - t0 : p.tg);
+	pdl_trigger();
+	int64_t gr = g0 + slot % per, r;
+	if (gr >= rows) gr = rows - 1; /* computed, never stored */
+	int m = glu ? slot / per : multi_row(p, gr, r);
+	if (glu) r = gr;
+	if constexpr (KT2 != KT) {
+		if (p.w[m].kt == KT2) return mvt_run<KT2, LPR, MANY>(p, xq, dx, sx, rows, m, r, g0, t0, nt, tot);
+	}
+	mvt_run<KT, LPR, MANY>(p, xq, dx, sx, rows, m, r, g0, t0, nt, tot);
+	(void)x;
+}
+
+struct MvtK {
+	typedef mvs_fn fn;
+	template <int KT, int LPR, int MANY> static fn f() { return mvt_kernel<KT, LPR, MANY>; }
+};
+struct MvtMix {
+	typedef mvs_fn fn;
+	template <int KT, int LPR, int MANY> static fn f() { return mvt_kernel<SG_CUKT_Q4_K, LPR, MANY, SG_CUKT_Q6_K>; }
+};
+
+/* The tokens of a group: as many as the static shared memory holds (at most MVT_TOKENS), fewer
+ * while the grid would have under four blocks an SM (a group's tokens run in turn in one block:
+ * few blocks leave SMs idle) unless always (the tests), the groups as even as that allows. */
+static int mvt_group(int64_t K, int nt, int64_t row_blocks, int always)
+{
+	static int sms;
+	if (!sms && !(sms = sg_cu_sm_count())) sms = 132;
+	int64_t fit = ((int64_t)SMEM_X_MAX - (int64_t)sizeof(float) * MVT_TOKENS * (QT / 4)) / (int64_t)stage_bytes(K); /* beside tot */
+	int tg = (int)(fit < MVT_TOKENS ? fit : MVT_TOKENS);
+	if (tg > nt) tg = nt;
+	while (!always && tg > 1 && row_blocks * ((nt + tg - 1) / tg) < 4 * (int64_t)sms) tg = (tg + 1) / 2;
+	if (tg < 1) return 0;
+	int groups = (nt + tg - 1) / tg;
+	return (nt + groups - 1) / groups;
+}
+
+/*
  * mvp_kernel, the persistent block-per-lane GEMV (SARAGOSSA_CUDA_GEMV_PERSIST): mvs_kernel's
  * lanes, row slots and sums in a grid of only as many blocks as the SMs hold at once, each walking
  * the tasks blockIdx.x, blockIdx.x + gridDim.x, ... (a task: the rows of one mvs_kernel block).
@@ -1090,6 +1180,14 @@ launch:;
 	}
 	if (gk == GEMV_PERSIST || gk == GEMV_LANES || gk == GEMV_LANES_MIX) {
 		int lpr = sb_lanes(K / 256), slots = QT / lpr, per = glu ? slots / 2 : slots;
+		int64_t row_blocks = (rows + per - 1) / per;
+		/* an exact step's tokens: a block a group of them, each block's weights read once */
+		if (nt > 1 && pol->gemv.verify_mt && (mp.tg = mvt_group(K, nt, row_blocks, pol->gemv.verify_mt == 2)) > 1) {
+			mvs_fn fk = gk == GEMV_LANES_MIX ? sb_pick_many<MvtMix, SG_CUKT_Q4_K>(lpr, K / 256) : sb_pick<MvtK>(sb_kind(&m->w[0]), lpr, K / 256);
+			pdl_launch(fk, dim3((unsigned)row_blocks, (unsigned)((nt + mp.tg - 1) / mp.tg)), dim3(QT), stage_bytes(K) * (size_t)mp.tg, st, mp,
+				   xin, (const int8_t *)xq, (const float *)dx, (const float *)sx, rows);
+			return (int)cudaGetLastError();
+		}
 		mvs_fn fk = gk == GEMV_LANES_MIX ? sb_pick_many<MvsMix, SG_CUKT_Q4_K>(lpr, K / 256) : picks(sb_kind(&m->w[0]), lpr, K / 256);
 		pdl_launch(fk, dim3((unsigned)((rows + per - 1) / per * nt)), dim3(QT), stage_bytes(K), st, mp, xin,
 			   (const int8_t *)xq, (const float *)dx, (const float *)sx, rows);

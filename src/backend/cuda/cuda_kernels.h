@@ -84,6 +84,7 @@ typedef struct sg_cu_multi {
 	int ntok;                             /* tokens (0 or 1: one): x, xn [ntok][K], y_i [ntok][N_i],
 					       * res [ntok][N_0], each token with a one-token call's bits */
 	size_t q8b;                           /* set by sg_cu_gemv_multi: bytes of a token's 8-bit activations */
+	int tg;                               /* set by sg_cu_gemv_multi: tokens a block (mvt_kernel) */
 } sg_cu_multi;
 /* 1 if kt has the fused kernel: plain types on f32 activations, the others on 8-bit ones. */
 int sg_cu_multi_ok(int kt);

@@ -37,6 +37,8 @@ typedef struct sg_cu_policy {
 		int pre;               /* SARAGOSSA_CUDA_GEMV_PRE: small F32/F16/BF16 launches load before their wait */
 		sg_cu_persist persist; /* SARAGOSSA_CUDA_GEMV_PERSIST */
 		int persist_grid;      /* at most this many persistent blocks (the tests' way to many tasks a block; 0 = by occupancy) */
+		int verify_mt;         /* SARAGOSSA_CUDA_VERIFY_MT: an exact step's tokens a group a block (mvt_kernel); 2: the
+		                        * largest groups whatever the grid's size (the tests) */
 	} gemv;
 	struct {
 		sg_cu_decode decode; /* SARAGOSSA_CUDA_ATTN_DECODE */

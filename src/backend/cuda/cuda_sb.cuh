@@ -257,19 +257,21 @@ static inline int sb_kind(const sg_cuw *w)
  * the blocks' activation scales go to ds too (chunk h of block b at ds[2 b + (h ^ b / 4 % 2)]) and
  * every copy is a cp.async issued at once: one memory round trip after the kernel's wait instead of
  * one per loop round (three to eight for K = 4096 .. 12288) and one more for the scales after the
- * barrier. Ends with the block's barrier. */
-static __device__ __forceinline__ void stage_x(const int8_t *xq, const float *sx, const float *dx, int64_t nb, int4 *xs, float4 *ss, float4 *ds)
+ * barrier. Ends with the block's barrier unless last is 0 (a multi-token kernel staging its
+ * tokens one after another: the copies of all go out before the one wait and barrier). */
+static __device__ __forceinline__ void stage_x(const int8_t *xq, const float *sx, const float *dx, int64_t nb, int4 *xs, float4 *ss, float4 *ds,
+					       int last = 1)
 {
 	if (ds) {
 		for (int64_t i = threadIdx.x; i < 16 * nb; i += blockDim.x) cp_async16(&xs[(i & ~(int64_t)15) + ((i & 15) ^ ((i >> 4) & 15))], (const int4 *)xq + i);
 		for (int64_t i = threadIdx.x; i < 4 * nb; i += blockDim.x) cp_async16(&ss[(i & ~(int64_t)3) + ((i & 3) ^ ((i >> 3) & 3))], (const float4 *)sx + i);
 		for (int64_t i = threadIdx.x; i < 2 * nb; i += blockDim.x) cp_async16(&ds[(i & ~(int64_t)1) + ((i & 1) ^ ((i >> 3) & 1))], (const float4 *)dx + i);
-		cp_async_wait_all();
+		if (last) cp_async_wait_all();
 	} else {
 		for (int64_t i = threadIdx.x; i < 16 * nb; i += blockDim.x) xs[(i & ~(int64_t)15) + ((i & 15) ^ ((i >> 4) & 15))] = ldd((const int4 *)xq + i);
 		for (int64_t i = threadIdx.x; i < 4 * nb; i += blockDim.x) ss[(i & ~(int64_t)3) + ((i & 3) ^ ((i >> 3) & 3))] = ldd((const float4 *)sx + i);
 	}
-	__syncthreads();
+	if (last) __syncthreads();
 }
 
 /* the shared bytes stage_x takes for rows of K: codes, half sums and (staged) scales */
