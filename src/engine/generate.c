@@ -162,6 +162,8 @@ typedef struct spec_run {
 	int sampled;    /* the drafter samples its guesses: q holds their distributions */
 	float *q;       /* [max][n_vocab] when sampled */
 	float *rows;    /* [max + 1][n_vocab] its logits */
+	int greedy;     /* plain greedy without a constraint: the rows' argmaxes (ids) stand for the rows */
+	int32_t *ids;   /* [max + 1] when greedy */
 	int32_t nd, at; /* guesses verified; rows used (rows[at] gave the last logits) */
 	int32_t cur;    /* the draft length asked for now (SARAGOSSA_SPEC_ADAPTIVE), else max */
 	int adaptive;
@@ -169,7 +171,7 @@ typedef struct spec_run {
 	int32_t fails;  /* verify steps in a row that kept no guess */
 } spec_run;
 
-static sg_status spec_init(spec_run *sp, const sg_gen_model *m, const sg_gen_params *p, uint64_t seed)
+static sg_status spec_init(spec_run *sp, const sg_gen_model *m, const sg_gen_params *p, const sg_sampler *smp, uint64_t seed)
 {
 	memset(sp, 0, sizeof(*sp));
 	if (!p->drafter || !m->eval_rows || !m->truncate) return SG_OK;
@@ -182,9 +184,12 @@ static sg_status spec_init(spec_run *sp, const sg_gen_model *m, const sg_gen_par
 	sp->min = p->draft_min > 0 ? p->draft_min : 1;
 	sp->adaptive = sg_flag_bool("SARAGOSSA_SPEC_ADAPTIVE");
 	sp->cur = sp->adaptive ? (sp->min > 4 ? sp->min : 4 < sp->max ? 4 : sp->max) : sp->max;
+	sp->greedy = m->eval_rows_greedy && m->eval_greedy && !p->constraint && sg_sampler_plain_greedy(smp) && sg_flag_bool("SARAGOSSA_GREEDY_IN_BACKEND");
 	sp->draft = sg_malloc((size_t)sp->max * sizeof(*sp->draft));
-	sp->rows = sg_malloc((size_t)(sp->max + 1) * (size_t)m->n_vocab * sizeof(*sp->rows));
-	if (!sp->draft || !sp->rows) return SG_FAIL(SG_ERR_NOMEM, "speculative buffers for %d draft tokens", sp->max);
+	if (sp->greedy) sp->ids = sg_malloc((size_t)(sp->max + 1) * sizeof(*sp->ids));
+	else sp->rows = sg_malloc((size_t)(sp->max + 1) * (size_t)m->n_vocab * sizeof(*sp->rows));
+	if (!sp->draft || !(sp->greedy ? (void *)sp->ids : (void *)sp->rows))
+		return SG_FAIL(SG_ERR_NOMEM, "speculative buffers for %d draft tokens", sp->max);
 	sg_status s;
 	if (p->sampler.temperature > 0.0f && sp->dr->sample_begin && sp->dr->draft_q && sg_flag_bool("SARAGOSSA_SPEC_REJECTION") &&
 	    (s = sp->dr->sample_begin(sp->dr->self, &p->sampler, seed, &sp->sampled)))
@@ -201,6 +206,7 @@ static void spec_free(spec_run *sp)
 {
 	sg_free(sp->draft);
 	sg_free(sp->rows);
+	sg_free(sp->ids);
 	sg_free(sp->q);
 }
 
@@ -233,15 +239,17 @@ static sg_status history_reserve(sg_gen_state *st, size_t n)
 }
 
 /* The step after sampling tok: the logits that follow it into logits[], from a verified row when
- * tok was the guess there, else from a new verify step of tok and up to `room` guesses. */
-static sg_status spec_step(sg_gen_state *st, spec_run *sp, int32_t tok, int32_t room, float *logits, sg_gen_result *res)
+ * tok was the guess there, else from a new verify step of tok and up to `room` guesses. In greedy
+ * mode the next token itself into *next instead (the row's argmax). */
+static sg_status spec_step(sg_gen_state *st, spec_run *sp, int32_t tok, int32_t room, float *logits, int32_t *next, sg_gen_result *res)
 {
 	const sg_gen_model *m = st->model;
 	size_t V = (size_t)m->n_vocab;
 	if (sp->at < sp->nd && sp->draft[sp->at] == tok) {
 		sp->at++;
 		res->n_accepted++;
-		memcpy(logits, sp->rows + (size_t)sp->at * V, V * sizeof(*logits));
+		if (sp->greedy) *next = sp->ids[sp->at];
+		else memcpy(logits, sp->rows + (size_t)sp->at * V, V * sizeof(*logits));
 		return SG_OK;
 	}
 	if (sp->adaptive && sp->nd > 0) {
@@ -279,18 +287,25 @@ static sg_status spec_step(sg_gen_state *st, spec_run *sp, int32_t tok, int32_t 
 		if (nd < sp->min) nd = 0;
 	}
 	sp->nd = sp->at = 0;
-	if (nd == 0) return eval_tokens(st, &tok, 1, logits);
+	if (nd == 0) return sp->greedy ? eval_greedy(st, tok, next) : eval_tokens(st, &tok, 1, logits);
 	memcpy(st->tokens + st->n + 1, sp->draft, (size_t)nd * sizeof(int32_t));
 	if (m->mark && (s = m->mark(m->self, st->n))) return s;
 	/* the history buffer is where they are appended: evaluate from a copy of them */
 	int32_t batch[nd + 1];
 	memcpy(batch, st->tokens + st->n, (size_t)(nd + 1) * sizeof(int32_t));
-	s = m->eval_rows(m->self, batch, (size_t)nd + 1, st->n, sp->rows);
+	if (sp->greedy) {
+		s = m->eval_rows_greedy(m->self, batch, (size_t)nd + 1, st->n, sp->ids);
+		for (int32_t i = 0; !s && i <= nd; i++)
+			if (sp->ids[i] < 0 || sp->ids[i] >= m->n_vocab) s = sg_error(SG_ERR_INTERNAL, "verify step gave id %d of %d", sp->ids[i], m->n_vocab);
+	} else {
+		s = m->eval_rows(m->self, batch, (size_t)nd + 1, st->n, sp->rows);
+	}
 	if ((s = evaluated(st, s, batch, (size_t)nd + 1))) return s;
 	sp->nd = nd;
 	res->n_verify++;
 	res->n_drafted += (size_t)nd;
-	memcpy(logits, sp->rows, V * sizeof(*logits));
+	if (sp->greedy) *next = sp->ids[0];
+	else memcpy(logits, sp->rows, V * sizeof(*logits));
 	return SG_OK;
 }
 
@@ -375,7 +390,7 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 	spec_run spec = {0};
 	sg_status s = sg_sampler_create(&p->sampler, m->n_vocab, &smp);
 	if (s) goto out;
-	if ((s = spec_init(&spec, m, p, sg_sampler_seed(smp)))) goto out;
+	if ((s = spec_init(&spec, m, p, smp, sg_sampler_seed(smp)))) goto out;
 	if (!spec.on && (s = top_step_init(&top, m, p, smp))) goto out;
 	res->seed = sg_sampler_seed(smp);
 	sg_stop_params sp = {.eos_ids = p->eos_ids,
@@ -427,6 +442,7 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 		if (next >= 0) {
 			memset(&sr, 0, sizeof(sr));
 			sr.token = next;
+			next = -1;
 		} else if (top.have) {
 			top.have = 0;
 			if ((s = sg_sampler_sample_top(smp, top.tid, top.tv, top.k, top.ids, top.v, top.m, &sr))) goto out;
@@ -478,7 +494,7 @@ sg_status sg_generate(sg_gen_state *st, const sg_gen_detok *detok, const sg_gen_
 			int64_t room = (int64_t)p->max_tokens - (int64_t)res->n_generated - 1;
 			int64_t ctx_room = (int64_t)m->n_ctx - 2 - (int64_t)(st->n - spec_pending(&spec));
 			if (ctx_room < room) room = ctx_room;
-			s = spec_step(st, &spec, sr.token, room > 0 ? (int32_t)room : 0, logits, res);
+			s = spec_step(st, &spec, sr.token, room > 0 ? (int32_t)room : 0, logits, &next, res);
 		} else if (fast) s = eval_greedy(st, sr.token, &next);
 		else if (top.on) s = eval_top(st, &top, smp, sr.token);
 		else s = eval_tokens(st, &sr.token, 1, logits);

@@ -61,6 +61,9 @@ typedef struct sg_gen_model {
 	 * one of them into logits[n][n_vocab], each row bit for bit what n one-token steps would
 	 * give. NULL (or SG_ERR_UNSUPPORTED) where the model cannot: no speculation then. */
 	sg_status (*eval_rows)(void *self, const int32_t *tokens, size_t n, size_t n_past, float *logits);
+	/* eval_rows for plain greedy sampling without a constraint: only each row's argmax (lowest id
+	 * on ties, as eval_greedy) into ids[n] (a GPU returns n ids instead of n rows). May be NULL. */
+	sg_status (*eval_rows_greedy)(void *self, const int32_t *tokens, size_t n, size_t n_past, int32_t *ids);
 	/* Before a verify step: remembers the state at n_past so that truncate may later drop any of
 	 * the positions evaluated after it (a recurrent state cannot be cut back otherwise). May be
 	 * NULL when truncate always works. */

@@ -244,6 +244,18 @@ static sg_status op_eval_rows(void *self, const int32_t *t, size_t n, size_t n_p
 	return s;
 }
 
+/* The same step for greedy decoding: only each position's argmax comes back. */
+static sg_status op_eval_rows_greedy(void *self, const int32_t *t, size_t n, size_t n_past, int32_t *ids)
+{
+	sg_lm *lm = self;
+	sg_status s = at(lm, n_past);
+	if (s) return s;
+	if (n > (size_t)INT32_MAX) return sg_error(SG_ERR_INVALID_ARG, "%zu tokens", n);
+	s = sg_session_eval_exact_greedy(lm->session, t, (int)n, ids);
+	note_high(lm);
+	return s;
+}
+
 static sg_status op_mark(void *self, size_t n_past)
 {
 	sg_lm *lm = self;
@@ -389,7 +401,8 @@ sg_status sg_lm_load(const char *path, const sg_lm_params *p, sg_lm **out)
 	lm->ops = (sg_gen_model){.self = lm, .n_vocab = lm->n_vocab, .n_ctx = lm->n_ctx, .eval = op_eval,
 				 .truncate = op_truncate, .reset = op_reset, .eval_greedy = op_eval_greedy,
 				 .eval_top = op_eval_top, .top_max = sg_session_top_max(lm->session),
-				 .eval_rows = sg_session_can_verify(lm->session) ? op_eval_rows : NULL, .mark = op_mark};
+				 .eval_rows = sg_session_can_verify(lm->session) ? op_eval_rows : NULL,
+				 .eval_rows_greedy = sg_session_can_verify(lm->session) ? op_eval_rows_greedy : NULL, .mark = op_mark};
 	lm->dt_ops = (sg_gen_detok){.self = lm, .push = dt_push, .flush = dt_flush, .reset = dt_reset};
 	sg_gen_state_init(&lm->state, &lm->ops);
 	sg_pc_params pp = sg_pc_default_params();

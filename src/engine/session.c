@@ -140,6 +140,7 @@ static void device_step_done(sg_session *s, int32_t token)
 {
 	s->tokens[s->n_past++] = token;
 	s->dev_last = s->n_past;
+	s->dev_row = 0;
 }
 
 sg_status sg_session_decode_greedy(sg_session *s, int32_t token, int32_t *next)
@@ -191,7 +192,8 @@ sg_status sg_session_fetch_logits(sg_session *s)
 {
 	if (s->has_last) return SG_OK;
 	if (!s->n_past || s->dev_last != s->n_past) return SG_FAIL(SG_ERR_INVALID_ARG, "no greedy step's logits at position %d", s->n_past);
-	sg_status st = s->m->be->ops->read(s->m->be, &s->fs.logits, 0, s->last, sizeof(float) * (size_t)sg_model_n_vocab(s->m));
+	size_t row = sizeof(float) * (size_t)sg_model_n_vocab(s->m);
+	sg_status st = s->m->be->ops->read(s->m->be, &s->fs.logits, row * (size_t)s->dev_row, s->last, row);
 	s->has_last = !st;
 	return st;
 }
@@ -459,6 +461,48 @@ sg_status sg_session_eval_exact(sg_session *s, const int32_t *tokens, int n, flo
 	s->fs.exact = 0;
 	be->ops->match_decode(be, 0);
 	return st;
+}
+
+/* The greedy sampler's choice in a row: the largest value, the lowest id on ties, NaN never. */
+static int32_t row_argmax(const float *x, int V)
+{
+	int32_t best = -1;
+	for (int i = 0; i < V; i++)
+		if (x[i] == x[i] && (best < 0 || x[i] > x[best])) best = i;
+	return best < 0 ? 0 : best;
+}
+
+sg_status sg_session_eval_exact_greedy(sg_session *s, const int32_t *tokens, int n, int32_t *ids)
+{
+	sg_backend *be = s->m->be;
+	const int V = sg_model_n_vocab(s->m);
+	if (!be->ops->match_decode || !be->ops->argmax || s->mtp || n > s->n_batch || n < 1) {
+		float *rows = n > 0 ? sg_malloc(sizeof(float) * (size_t)V * (size_t)n) : NULL;
+		if (n > 0 && !rows) return SG_FAIL(SG_ERR_NOMEM, "logits of %d rows", n);
+		sg_status st = sg_session_eval_exact(s, tokens, n, rows);
+		for (int i = 0; !st && i < n; i++) ids[i] = row_argmax(rows + (size_t)i * V, V);
+		sg_free(rows);
+		return st;
+	}
+	if (!tokens) return SG_FAIL(SG_ERR_INVALID_ARG, "no tokens");
+	for (int i = 0; i < n; i++)
+		if (tokens[i] < 0 || tokens[i] >= V) return SG_FAIL(SG_ERR_RANGE, "token %d at index %d is outside the vocabulary [0, %d)", tokens[i], i, V);
+	if (n > s->n_ctx - s->n_past)
+		return SG_FAIL(SG_ERR_RANGE, "%d tokens at position %d exceed the context of %d tokens", n, s->n_past, s->n_ctx);
+	be->ops->match_decode(be, 1);
+	s->fs.exact = 1;
+	sg_status st = sg_forward_exact(s->m, &s->fs, tokens, n, s->n_past);
+	s->fs.exact = 0;
+	be->ops->match_decode(be, 0);
+	s->has_last = 0;
+	s->dev_last = 0;
+	if (!st) st = sg_forward_rows_argmax(s->m, &s->fs, n, ids);
+	if (st) return st;
+	memcpy(s->tokens + s->n_past, tokens, sizeof(int32_t) * (size_t)n);
+	s->n_past += n;
+	s->dev_last = s->n_past;
+	s->dev_row = n - 1;
+	return SG_OK;
 }
 
 /* Bytes of every recurrent state tensor of the session. */

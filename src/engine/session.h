@@ -17,7 +17,8 @@ struct sg_session {
 	int32_t *tokens;    /* [n_ctx] history */
 	float *last;        /* [n_vocab] logits of the last token */
 	int has_last;
-	int dev_last;       /* n_past at which s->fs.logits row 0 holds the unread logits of a greedy step (0 = none) */
+	int dev_last;       /* n_past at which s->fs.logits row dev_row holds the unread logits of a greedy step (0 = none) */
+	int dev_row;
 	int32_t *tc_host;   /* [tc_cap] a candidate step's read-back words */
 	size_t tc_cap;
 	/* the recurrent state at position mark_pos (sg_session_mark), for a truncate back to it or
@@ -76,6 +77,12 @@ sg_status sg_session_eval_stepwise(sg_session *s, const int32_t *tokens, int n, 
  * the weights are still read once for the whole chunk). SG_ERR_UNSUPPORTED where the backend
  * cannot promise those bits (sg_session_can_verify 0); other errors as sg_session_eval's. */
 sg_status sg_session_eval_exact(sg_session *s, const int32_t *tokens, int n, float *logits_out);
+/* sg_session_eval_exact for greedy decoding: only each position's argmax (lowest id on ties, NaN
+ * never wins: the greedy sampler's choice) comes back, into ids[n], found where the logits are (on
+ * a GPU, n ids cross instead of n rows of logits). The last position's logits stay on the device
+ * as after sg_session_decode_greedy (sg_session_fetch_logits). Where the backend has no argmax op,
+ * an MTP module is on or n exceeds a chunk, the rows come back and the argmax is taken here. */
+sg_status sg_session_eval_exact_greedy(sg_session *s, const int32_t *tokens, int n, int32_t *ids);
 /* Remembers the recurrent state at the current position (no-op without recurrent state), so
  * that a later sg_session_truncate to any position at or after it succeeds: the state is
  * restored there and the tokens up to the kept position are evaluated again, exactly. The mark

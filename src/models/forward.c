@@ -115,7 +115,7 @@ void sg_fwd_state_free(const sg_model *m, sg_fwd_state *s)
 		}
 	sg_free(s->kv);
 	sg_btensor *bufs[] = {&s->ids, &s->pos, &s->ring_rows, &s->x, &s->xb, &s->q, &s->k, &s->v, &s->att,
-			      &s->g, &s->u, &s->rl, &s->eids, &s->ew, &s->ey, &s->logits, &s->amax, &s->tc_ids, &s->tc_out,
+			      &s->g, &s->u, &s->rl, &s->eids, &s->ew, &s->ey, &s->logits, &s->amax, &s->amax_rows, &s->tc_ids, &s->tc_out,
 			      &s->mtp_in};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i]->data) be->ops->tensor_free(be, bufs[i]);
@@ -485,6 +485,18 @@ sg_status sg_forward_exact(const sg_model *m, sg_fwd_state *s, const int32_t *to
 	SG_FWD_OK(forward_inputs(m, s, tokens, n, pos0));
 	const fwd_step t = {.tokens = tokens, .n = n, .pos = pos0};
 	return recorded_step(m, s, &t, 1, &s->graph_v[n], &s->graph_v_off, "verify");
+}
+
+sg_status sg_forward_rows_argmax(const sg_model *m, sg_fwd_state *s, int n, int32_t *ids)
+{
+	sg_backend *be = m->be;
+	if (n < 1 || n > s->chunk || s->logits.ne[1] < n)
+		return SG_FAIL(SG_ERR_INVALID_ARG, "the argmax of %d rows (chunk %d, %lld rows of logits)", n, s->chunk, (long long)s->logits.ne[1]);
+	if (!be->ops->argmax) return sg_error(SG_ERR_UNSUPPORTED, "the %s backend has no argmax", be->ops->name);
+	if (!s->amax_rows.data) SG_FWD_OK(sg_fwd_alloc2(be, SG_TYPE_I32, s->chunk, 1, &s->amax_rows));
+	sg_btensor lg = sg_fwd_view2(&s->logits, m->desc.n_vocab, n), out = sg_fwd_view2(&s->amax_rows, n, 1);
+	SG_FWD_OK(be->ops->argmax(be, &lg, &out));
+	return be->ops->read(be, &s->amax_rows, 0, ids, sizeof(int32_t) * (size_t)n);
 }
 
 sg_status sg_forward_decode(const sg_model *m, sg_fwd_state *s, int32_t token, int pos)

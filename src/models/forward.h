@@ -52,6 +52,9 @@ sg_status sg_forward_decode(const sg_model *m, sg_fwd_state *s, int32_t token, i
  * token count and replayed after: the per-op launches of a step of small models cost more host
  * time than the GPU spends on them. The ids and positions are copied before each replay. */
 sg_status sg_forward_exact(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0);
+/* The argmax (lowest id on ties, NaN never wins) of each of the first n rows of logits the last
+ * step of every position's logits left, into ids[n]: only the ids are read back. */
+sg_status sg_forward_rows_argmax(const sg_model *m, sg_fwd_state *s, int n, int32_t *ids);
 /* sg_forward_decode ending in sampling candidates instead of the argmax: the step's logits go
  * through the backend's top_candidates (k largest, and the logits at ids[0..m), -1 for none)
  * into s->tc_out; nothing is read back. The step is recorded and replayed like the greedy one,

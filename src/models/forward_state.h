@@ -36,6 +36,7 @@ typedef struct sg_fwd_state {
 	sg_btensor ey;          /* MoE [chunk][k][D] */
 	sg_btensor logits;      /* [1][V], grown to [chunk][V] when every position's logits are wanted */
 	sg_btensor amax;        /* I32 [1]: the decode step's argmax (greedy next token) */
+	sg_btensor amax_rows;   /* I32 [chunk]: a verify step's rows' argmaxes (allocated when first asked for) */
 	sg_backend_graph *graph; /* the recorded one-token decode step (backends that capture), or NULL */
 	sg_btensor tc_ids;      /* I32 [tc_m]: tokens whose logits a candidate step also reads back */
 	sg_btensor tc_out;      /* I32 [2 tc_k + tc_m]: its candidates (top_candidates' layout) */

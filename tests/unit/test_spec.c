@@ -273,6 +273,8 @@ static void verify_rows_bits(const char *name)
 		cr_assert_eq(sg_session_eval(f.s, prompt + 16 + t, 1, NULL), SG_OK);
 		cr_assert(!memcmp(rows + (size_t)t * V, sg_session_logits(f.s), sizeof(float) * (size_t)V), "%s: row %d differs", name, t);
 	}
+	cr_assert_eq(sg_session_truncate(f.s, 16), SG_OK);
+	sm_check_greedy_rows(f.s, prompt + 16, n, name);
 	free(rows);
 	free(one);
 	fx_close(&f);
