@@ -241,6 +241,104 @@ template <> struct SB<SB_MLX4> : SBM<32> {};
 template <> struct SB<SB_MLX4 + 1> : SBM<64> {};
 template <> struct SB<SB_MLX4 + 2> : SBM<128> {};
 
+/*
+ * A Q4_K or Q6_K block decoded once in registers (codes unpacked, scales as floats) for the dots
+ * of several tokens (mvt_kernel): dot is SB<KT>::dot<1> on the decoded values, the same integer
+ * sums and the same float expressions in the same order, so each token's sum keeps its bits.
+ */
+template <int KT> struct SBD;
+
+template <> struct SBD<SG_CUKT_Q4_K> {
+	uint32_t lo[8][4], hi[8][4]; /* piece p's low and high nibbles, words x..w */
+	float c[8], mn[8], d, dmin;
+	__device__ __forceinline__ void decode(const SB<SG_CUKT_Q4_K> &r)
+	{
+		const uint32_t *s = r.s;
+		uint32_t sc[2] = {s[0] & 0x3f3f3f3fu, (s[2] & 0x0f0f0f0fu) | ((s[0] >> 2) & 0x30303030u)};
+		uint32_t mw[2] = {s[1] & 0x3f3f3f3fu, ((s[2] >> 4) & 0x0f0f0f0fu) | ((s[1] >> 2) & 0x30303030u)};
+#pragma unroll
+		for (int t = 0; t < 8; t++) {
+			c[t] = (float)((sc[t >> 2] >> (8 * (t & 3))) & 255u);
+			mn[t] = (float)((mw[t >> 2] >> (8 * (t & 3))) & 255u);
+		}
+		d = h2f((uint16_t)r.dm), dmin = h2f((uint16_t)(r.dm >> 16));
+#pragma unroll
+		for (int p = 0; p < 8; p++)
+#pragma unroll
+			for (int k = 0; k < 4; k++) {
+				uint32_t w = qword(r.q[p], k);
+				lo[p][k] = w & 0x0f0f0f0fu, hi[p][k] = (w >> 4) & 0x0f0f0f0fu;
+			}
+	}
+	__device__ __forceinline__ void dot(const int4 *xs, int64_t b, const float *dxv, const float *sxv, float *acc) const
+	{
+		const int4 *xb = xs + 16 * b;
+		const int bm = (int)(b & 15);
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			int l = 0, h2 = 0;
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				int4 xa = xb[(4 * j + h) ^ bm], xc = xb[(4 * j + 2 + h) ^ bm];
+				const uint32_t *lw = lo[2 * j + h], *hw = hi[2 * j + h];
+				l = __dp4a((int)lw[0], xa.x, l);
+				l = __dp4a((int)lw[1], xa.y, l);
+				l = __dp4a((int)lw[2], xa.z, l);
+				l = __dp4a((int)lw[3], xa.w, l);
+				h2 = __dp4a((int)hw[0], xc.x, h2);
+				h2 = __dp4a((int)hw[1], xc.y, h2);
+				h2 = __dp4a((int)hw[2], xc.z, h2);
+				h2 = __dp4a((int)hw[3], xc.w, h2);
+			}
+			const int t0 = 2 * j, t1 = 2 * j + 1;
+			acc[0] += d * c[t0] * dxv[t0] * (float)l - dmin * mn[t0] * (sxv[2 * t0] + sxv[2 * t0 + 1]);
+			acc[0] += d * c[t1] * dxv[t1] * (float)h2 - dmin * mn[t1] * (sxv[2 * t1] + sxv[2 * t1 + 1]);
+		}
+	}
+};
+
+template <> struct SBD<SG_CUKT_Q6_K> {
+	int ca[8][4], cb[8][4]; /* piece p's 6-bit codes of the low and high halves, words 0..3 */
+	float sa[8], sb[8], d;
+	__device__ __forceinline__ void decode(const SB<SG_CUKT_Q6_K> &r)
+	{
+#pragma unroll
+		for (int p = 0; p < 8; p++) {
+			const int n = p >> 2, kk = (p >> 1) & 1, li = 16 * (p & 1);
+			const int ea = 128 * n + 32 * kk + li, eb = ea + 64;
+			const uint4 &v = r.ql[p], &hv = r.qh[2 * n + (p & 1)];
+#pragma unroll
+			for (int k = 0; k < 4; k++) {
+				uint32_t w = qword(v, k), h = qword(hv, k);
+				ca[p][k] = (int)((w & 0x0f0f0f0fu) | (((h >> (2 * kk)) & 0x03030303u) << 4));
+				cb[p][k] = (int)(((w >> 4) & 0x0f0f0f0fu) | (((h >> (2 * kk + 4)) & 0x03030303u) << 4));
+			}
+			sa[p] = (float)(int8_t)qbyte(r.sc, ea >> 4), sb[p] = (float)(int8_t)qbyte(r.sc, eb >> 4);
+		}
+		d = h2f((uint16_t)r.d16);
+	}
+	__device__ __forceinline__ void dot(const int4 *xs, int64_t b, const float *dxv, const float *sxv, float *acc) const
+	{
+		const int4 *xb = xs + 16 * b;
+		const int bm = (int)(b & 15);
+		float a = 0.0f;
+#pragma unroll
+		for (int p = 0; p < 8; p++) {
+			const int n = p >> 2, kk = (p >> 1) & 1, li = 16 * (p & 1);
+			const int ea = 128 * n + 32 * kk + li, eb = ea + 64;
+			int4 xa = xb[(ea >> 4) ^ bm], xc = xb[(eb >> 4) ^ bm];
+			int ia = 0, ib = 0;
+			ia = __dp4a(ca[p][0], xa.x, ia), ib = __dp4a(cb[p][0], xc.x, ib);
+			ia = __dp4a(ca[p][1], xa.y, ia), ib = __dp4a(cb[p][1], xc.y, ib);
+			ia = __dp4a(ca[p][2], xa.z, ia), ib = __dp4a(cb[p][2], xc.z, ib);
+			ia = __dp4a(ca[p][3], xa.w, ia), ib = __dp4a(cb[p][3], xc.w, ib);
+			a += sa[p] * (dxv[ea >> 5] * (float)ia - 32.0f * sxv[ea >> 4]);
+			a += sb[p] * (dxv[eb >> 5] * (float)ib - 32.0f * sxv[eb >> 4]);
+		}
+		acc[0] += d * a;
+	}
+};
+
 /* The block-per-lane kind of a weight: its SB id, or -1 without that kernel. */
 static inline int sb_kind(const sg_cuw *w)
 {
