@@ -175,7 +175,8 @@ static const sg_flag table[] = {
 	 "sampling (min(1, p/q)); 0 = greedy guesses checked against the target's own draw (same tokens as plain sampling "
 	 "for a seed, fewer kept)"},
 	{"SARAGOSSA_SPEC_P_MIN", SG_FLAG_INT, "50",
-	 "draft-model drafter: stop a draft at a token the draft model gives less than this probability, in percent (0 = never)"},
+	 "draft-model drafter: stop a draft at a token the draft model gives less than this probability among its 10 most "
+	 "likely tokens, in percent (0 = never)"},
 	{"SARAGOSSA_SAMPLE_IN_BACKEND", SG_FLAG_BOOL, "1",
 	 "generate/serve with top-k sampling (and greedy with a bias or penalty) and no log-probabilities or constraint, on a "
 	 "backend that keeps the logits (CUDA): each decode step ranks the logits where they are and only the top-k plus the "

@@ -127,16 +127,52 @@ sg_status sg_drafter_ngram(int ngram_min, int ngram_max, sg_drafter **out)
 
 /* ---- draft model ---- */
 
-/* The argmax of logits[V] (lowest id on ties) and its softmax probability. */
+/* A guess's probability is taken among the draft's DRAFT_TOP most likely tokens (llama.cpp's draft
+ * sampler: top-k 10, then the softmax of those): the p_min rule then needs no pass of exp over the
+ * vocabulary, and a GPU sends back only those candidates. */
+#define DRAFT_TOP 10
+
+/* The largest of vals[k] (the lowest id on ties; NaN as -inf) and its softmax among them. */
+static int32_t top_best(const int32_t *ids, const float *vals, int k, float *p)
+{
+	int b = -1;
+	for (int i = 0; i < k; i++) {
+		if (vals[i] != vals[i]) continue;
+		if (b < 0 || vals[i] > vals[b] || (vals[i] == vals[b] && ids[i] < ids[b])) b = i;
+	}
+	if (b < 0) {
+		*p = 0.0f;
+		return ids[0];
+	}
+	double z = 0;
+	for (int i = 0; i < k; i++)
+		if (vals[i] == vals[i]) z += exp((double)(vals[i] - vals[b]));
+	*p = (float)(1.0 / z);
+	return ids[b];
+}
+
+/* The argmax of logits[V] (lowest id on ties) and its probability among the DRAFT_TOP largest. */
 static int32_t argmax_p(const float *l, int32_t V, float *p)
 {
-	int32_t best = 0;
-	for (int32_t i = 1; i < V; i++)
-		if (l[i] > l[best]) best = i;
-	double z = 0;
-	for (int32_t i = 0; i < V; i++) z += exp((double)(l[i] - l[best]));
-	*p = (float)(1.0 / z);
-	return best;
+	int32_t ids[DRAFT_TOP];
+	float vals[DRAFT_TOP];
+	int k = 0;
+	for (int32_t i = 0; i < V; i++) {
+		float v = l[i];
+		if (v != v) continue;
+		if (k == DRAFT_TOP && v <= vals[k - 1]) continue; /* ties keep the lower id */
+		int j = k < DRAFT_TOP ? k++ : k - 1;
+		while (j > 0 && vals[j - 1] < v) {
+			vals[j] = vals[j - 1], ids[j] = ids[j - 1];
+			j--;
+		}
+		vals[j] = v, ids[j] = i;
+	}
+	if (!k) {
+		*p = 0.0f;
+		return 0;
+	}
+	return top_best(ids, vals, k, p);
 }
 
 /* Brings the draft session to hist[0..n) (its logits: those after hist[n - 1]) and bounds *max
@@ -183,14 +219,28 @@ static sg_status model_draft(void *self, const int32_t *hist, size_t n, int32_t 
 	sg_session *s = d->ds;
 	int32_t V = sg_session_n_vocab(s);
 	sg_status st = model_sync(d, hist, n, &max);
+	/* after the first guess, each step's candidates only where the backend finds them (a GPU) */
+	const int kt = V < DRAFT_TOP ? V : DRAFT_TOP;
+	const int dev = sg_session_top_max(s) >= kt && sg_flag_bool("SARAGOSSA_SAMPLE_IN_BACKEND");
+	int32_t ids[DRAFT_TOP];
+	float vals[DRAFT_TOP];
+	int have = 0;
 	for (int32_t k = 0; !st && k < max; k++) {
-		const float *l = sg_session_logits(s);
-		if (!l) return sg_error(SG_ERR_INTERNAL, "draft model: no logits");
 		float p;
-		int32_t t = argmax_p(l, V, &p);
+		int32_t t;
+		if (have) {
+			t = top_best(ids, vals, kt, &p);
+		} else {
+			const float *l = sg_session_logits(s);
+			if (!l) return sg_error(SG_ERR_INTERNAL, "draft model: no logits");
+			t = argmax_p(l, V, &p);
+		}
 		if (t >= d->target_vocab || (k > 0 && p < d->p_min)) break;
 		out[(*n_out)++] = t;
-		if (k + 1 < max) st = sg_session_eval(s, &t, 1, NULL);
+		if (k + 1 < max) {
+			if (dev) st = sg_session_decode_top(s, t, kt, NULL, 0, ids, vals, NULL), have = 1;
+			else st = sg_session_eval(s, &t, 1, NULL);
+		}
 	}
 	if (st) {
 		sg_session_reset(s);
