@@ -2939,3 +2939,43 @@ Test(cuda_hybrid, gemma4_logits_match_cpu) { hybrid_logits_match_cpu("gemma4_tex
 Test(cuda_hybrid, gemma4_moe_logits_match_cpu) { hybrid_logits_match_cpu("gemma4_text_moe"); }
 
 #endif
+
+/* SARAGOSSA_CUDA_TENSOR_CACHE: a freed block of 256 KiB or more is handed out again for a size it
+ * fits within 2x, zeroed like a new one; smaller ones and a full cache go back to CUDA; the idle
+ * bytes stay under the cap through many allocations. */
+Test(cuda, freed_tensors_are_reused_zeroed)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)gpu;
+	int64_t ne[4] = {1 << 17, 1, 1, 1}; /* 512 KiB of F32 */
+	sg_btensor a, b;
+	cr_assert_eq(gpu->ops->tensor_alloc(gpu, SG_TYPE_F32, ne, &a), SG_OK);
+	float *ones = malloc(sizeof(float) << 17), *got = malloc(sizeof(float) << 17);
+	for (int i = 0; i < 1 << 17; i++) ones[i] = 1.0f;
+	cr_assert_eq(gpu->ops->write(gpu, &a, 0, ones, sizeof(float) << 17), SG_OK);
+	void *pa = a.data;
+	gpu->ops->tensor_free(gpu, &a);
+	int on = sg_flag_bool("SARAGOSSA_CUDA_TENSOR_CACHE");
+	cr_assert_eq(sg_cuda_tcache_idle_bytes(cb) >= (sizeof(float) << 17), on);
+	ne[0] = 100000; /* within 2x: the same block */
+	cr_assert_eq(gpu->ops->tensor_alloc(gpu, SG_TYPE_F32, ne, &b), SG_OK);
+	if (on) cr_assert_eq(b.data, pa, "the kept block is handed out again");
+	cr_assert_eq(gpu->ops->read(gpu, &b, 0, got, sizeof(float) * 100000), SG_OK);
+	int zero = 1;
+	for (int i = 0; i < 100000; i++) zero &= got[i] == 0.0f;
+	cr_assert(zero, "a reused block is zeroed");
+	gpu->ops->tensor_free(gpu, &b);
+	/* many sizes: the idle bytes stay capped and every allocation works */
+	for (int r = 0; r < 200; r++) {
+		sg_btensor t[4];
+		for (int i = 0; i < 4; i++) {
+			int64_t n4[4] = {(int64_t)(1 << 16) * (1 + (r * 7 + i * 3) % 40), 1, 1, 1};
+			cr_assert_eq(gpu->ops->tensor_alloc(gpu, SG_TYPE_F32, n4, &t[i]), SG_OK, "%s", sg_last_error());
+		}
+		for (int i = 0; i < 4; i++) gpu->ops->tensor_free(gpu, &t[i]);
+		cr_assert_leq(sg_cuda_tcache_idle_bytes(cb), (size_t)256 << 20);
+	}
+	sg_cuda_tcache_flush(cb);
+	cr_assert_eq(sg_cuda_tcache_idle_bytes(cb), 0);
+	free(ones);
+	free(got);
+}
