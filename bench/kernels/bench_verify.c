@@ -4,8 +4,7 @@
  * passing a tile while it is hot), one thread, weights from a pool larger than the last-level
  * cache so each call reads them from DRAM, as a decode step does.
  *
- * Variants: 0 = mv one token a call, 4 = the 4-token mv4 (the rest mv), g = mvt in groups of up
- * to g tokens. Prints ms per step (best of the rounds) and the cost of a step in one-token steps
+ * Variants: v0 = mv one token a call, tg = mvt in groups of g tokens (the last group smaller). Prints ms per step (best of the rounds) and the cost of a step in one-token steps
  * (the mv time of one token), and checks every variant's outputs against mv's bits.
  *
  * usage: bench_verify [--rounds N]      (build: bench/run.sh --build-only builds bench_matvec;
@@ -38,18 +37,13 @@ typedef struct {
 	float *y[32];
 } ctx;
 
-/* One step of T tokens over all rows: variant 0 (mv), 4 (mv4), else mvt in groups of v. */
+/* One step of T tokens over all rows: variant 0 (mv), else mvt in groups of v. */
 static void step(const ctx *c, int T, int v)
 {
 	for (int64_t rb = 0; rb < c->N; rb += TILE) {
 		int64_t re = rb + TILE < c->N ? rb + TILE : c->N;
 		int t = 0;
-		if (v == 4 && c->k->mv4[c->w.kt])
-			for (; t + 4 <= T; t += 4) {
-				float *ys[4] = {c->y[t] + rb, c->y[t + 1] + rb, c->y[t + 2] + rb, c->y[t + 3] + rb};
-				c->k->mv4[c->w.kt](&c->w, rb, re, c->x + t, ys);
-			}
-		if (v > 0 && v != 4)
+		if (v > 0)
 			for (; t < T;) {
 				int n = T - t < v ? T - t : v;
 				float *ys[SG_MVT_MAX];
@@ -79,7 +73,7 @@ int main(int argc, char **argv)
 		{SG_KT_Q4_K, 144, 8960, 1536}, {SG_KT_Q4_K, 144, 1536, 8960}, {SG_KT_Q6_K, 210, 1536, 8960}, {SG_KT_Q6_K, 210, 8960, 1536},
 	};
 	static const int Ts[] = {1, 4, 8, 16};
-	static const int vs[] = {0, 4, 2, 3, 4 + 100, 6, 8};
+	static const int vs[] = {0, 2, 3, 4, 6, 8};
 	printf("kernel set %s, 1 thread, ms per step (best of %d), in one-token mv steps\n", k->name, rounds);
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
 		int64_t N = hot ? 128 : shapes[s].N;
@@ -116,37 +110,22 @@ int main(int argc, char **argv)
 			int T = Ts[ti];
 			printf("%s %lldx%lld T=%2d:", sg_cpu_kt_info(shapes[s].kt)->name, (long long)N, (long long)shapes[s].K, T);
 			for (size_t vi = 0; vi < sizeof(vs) / sizeof(vs[0]); vi++) {
-				int v = vs[vi] > 100 ? vs[vi] - 100 : vs[vi];
-				int mvt4 = vs[vi] > 100; /* mvt in groups of 4 (4 alone is mv4) */
-				int vv = mvt4 ? 4 : v;
+				int v = vs[vi];
 				double best = 1e30;
 				for (int r = 0; r < rounds * (hot ? 20 : 1); r++) {
 					c.w.data = pool + mb * (size_t)(r % ncopy);
 					double t0 = sg_time_s();
-					if (mvt4) {
-						/* mvt groups of 4 */
-						for (int64_t rb2 = 0; rb2 < c.N; rb2 += TILE) {
-							int64_t re = rb2 + TILE < c.N ? rb2 + TILE : c.N;
-							for (int t = 0; t < T; t += 4) {
-								int n = T - t < 4 ? T - t : 4;
-								float *ys[4];
-								for (int u = 0; u < n; u++) ys[u] = c.y[t + u] + rb2;
-								k->mvt[c.w.kt](&c.w, rb2, re, n, c.x + t, ys);
-							}
-						}
-					} else {
-						step(&c, T, vv);
-					}
+					step(&c, T, v);
 					double dt = sg_time_s() - t0;
 					if (dt < best) best = dt;
-					if (v == 0 && !mvt4 && r == rounds * (hot ? 20 : 1) - 1)
+					if (v == 0 && r == rounds * (hot ? 20 : 1) - 1)
 						for (int t = 0; t < T; t++) memcpy(yref[t], c.y[t], sizeof(float) * (size_t)c.N);
-					if (r == rounds * (hot ? 20 : 1) - 1 && (v || mvt4))
+					if (r == rounds * (hot ? 20 : 1) - 1 && v)
 						for (int t = 0; t < T; t++)
 							if (memcmp(yref[t], c.y[t], sizeof(float) * (size_t)c.N)) printf(" [BITS DIFFER t%d]", t);
 				}
 				if (ti == 0 && vi == 0) one = best / T;
-				printf("  %s%d %.2fms (%.2f)", mvt4 ? "t" : (v == 0 || v == 4 ? "v" : "t"), v, best * 1e3, best / one);
+				printf("  %s%d %.3fms (%.2f)", v == 0 ? "v" : "t", v, best * 1e3, best / one);
 			}
 			printf("\n");
 		}

@@ -164,9 +164,6 @@ static inline int64_t sg_cpu_panel_kc(int64_t K)
 typedef struct sg_cpu_kernels {
 	const char *name;
 	sg_mv_fn mv[SG_KT_COUNT];
-	/* mv of 4 tokens at once with mv's bits for each (x[4] activations, y[4] outputs at row r0);
-	 * NULL: mv per token */
-	void (*mv4[SG_KT_COUNT])(const sg_wview *w, int64_t r0, int64_t r1, const void *const *x, float *const *y);
 	/* mv of nt tokens at once (1 <= nt <= SG_MVT_MAX) with mv's bits for each: x[t] activations,
 	 * y[t] outputs at row r0; each weight block unpacked once for them. NULL: none */
 	void (*mvt[SG_KT_COUNT])(const sg_wview *w, int64_t r0, int64_t r1, int nt, const void *const *x, float *const *y);
@@ -277,7 +274,6 @@ typedef struct sg_cpu_backend {
 	int gemm_packed;   /* SARAGOSSA_CPU_GEMM_PACKED: float weights take mm_packed[] where the set has it */
 	int gemm_split_tokens; /* SARAGOSSA_CPU_GEMM_SPLIT_TOKENS: a GEMM of few rows shares its tokens out */
 	int exact;         /* match_decode on: many-token ops give each token the one-token bits */
-	int mv4;           /* SARAGOSSA_CPU_MV4: many tokens without the GEMM take mv4[] 4 at a time */
 	int verify_mt;     /* SARAGOSSA_CPU_VERIFY_MT: many tokens without the GEMM take mvt[] (up to
 			    * SG_MVT_MAX a call) */
 	int conv_packed;   /* SARAGOSSA_CPU_CONV_PACKED: bind packs conv1d weights (SG_CPU_LAYOUT_CONV) */
