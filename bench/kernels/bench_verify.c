@@ -4,11 +4,15 @@
  * passing a tile while it is hot), one thread, weights from a pool larger than the last-level
  * cache so each call reads them from DRAM, as a decode step does.
  *
- * Variants: v0 = mv one token a call, tg = mvt in groups of g tokens (the last group smaller). Prints ms per step (best of the rounds) and the cost of a step in one-token steps
- * (the mv time of one token), and checks every variant's outputs against mv's bits.
+ * Variants: v0 = mv one token a call, tg = mvt in groups of g tokens (the last group smaller).
+ * Prints ms per step (best of the rounds) and the cost of a step in one-token steps (the mv time of
+ * one token), and checks every variant's outputs against mv's bits. Software prefetch is off
+ * (sg_cpu_pf_dist 0) for every variant alike.
  *
- * usage: bench_verify [--rounds N]      (build: bench/run.sh --build-only builds bench_matvec;
- *        cc $CFLAGS bench/kernels/bench_verify.c build/libsaragossa.a -lm -lpthread the same way)
+ * usage: bench_verify [--rounds N] [--hot]
+ * build: as bench/run.sh builds bench_matvec, with this file: after `make`,
+ *   cc -std=c17 -D_GNU_SOURCE -O2 -Iinclude -Isrc -pthread bench/kernels/bench_verify.c \
+ *      -o build/bench/bench_verify build/libsaragossa.a $(the LIBS line of bench/run.sh)
  */
 #include <stdio.h>
 #include <stdlib.h>
