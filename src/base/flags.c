@@ -49,9 +49,10 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CPU_SOFTMAX_SIMD", SG_FLAG_BOOL, "1",
 	 "CPU, x86: the softmax op's rows (Whisper's encoder scores) take the max and the scaling 8 lanes at a time, the same bits "
 	 "(0: scalar loops around the exponentials)"},
-	{"SARAGOSSA_CPU_MV4", SG_FLAG_BOOL, "1",
-	 "CPU: many-token matmuls that take the one-token kernel (SARAGOSSA_CPU_GEMM=0, speculative verify steps) run 4 tokens a "
-	 "call on Q4_K and Q6_K weights, each block unpacked once (the same bits; 0: one token a call)"},
+	{"SARAGOSSA_CPU_VERIFY_MT", SG_FLAG_BOOL, "1",
+	 "CPU, x86: many-token matmuls that take the one-token kernel (speculative verify steps, SARAGOSSA_CPU_GEMM=0) run up "
+	 "to 8 tokens a call on Q4_K and Q6_K weights, each weight block unpacked once for them (the same bits; 0: one "
+	 "token a call)"},
 	{"SARAGOSSA_CPU_CONV_PACKED", SG_FLAG_BOOL, "1",
 	 "CPU: conv1d weights bound for the op alone (Piper voices) are packed at load in panels of 16 output channels and run "
 	 "a 6-row x 16-channel tile straight over the input rows, tap by tap (0: im2col rows through the float matmul)"},

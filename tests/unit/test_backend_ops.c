@@ -631,15 +631,15 @@ Test(backend_ops, gemm_of_few_rows_split_over_tokens_keeps_its_bits)
 }
 
 /* A speculative verify step (match_decode on): every type, GEMM kernels or not, gives each of
- * many tokens the bits of a one-token call, with the 4-token kernels (9 tokens: 4 + 4 + 1) and
- * without them (SARAGOSSA_CPU_MV4=0). */
+ * many tokens the bits of a one-token call, with the multi-token kernels (9 tokens: 4 + 5) and
+ * without them (SARAGOSSA_CPU_VERIFY_MT=0). */
 Test(backend_ops, match_decode_gives_every_token_the_bits_of_decode)
 {
 	wcase cases[64];
 	int nc = n_wcases(cases), checked = 0;
 	static const char *sets[] = {"scalar", "avx512", "avx2", "neon"};
-	for (int mv4 = 0; mv4 < 2; mv4++) {
-		setenv("SARAGOSSA_CPU_MV4", mv4 ? "1" : "0", 1);
+	for (int mt = 0; mt < 2; mt++) {
+		setenv("SARAGOSSA_CPU_VERIFY_MT", mt ? "1" : "0", 1);
 		sg_flags_reload();
 		for (int s = 0; s < 4; s++) {
 			sg_backend *be = make_be(sets[s], 2);
@@ -660,8 +660,8 @@ Test(backend_ops, match_decode_gives_every_token_the_bits_of_decode)
 					memcpy(x1.data, (float *)x.data + t * K, sizeof(float) * (size_t)K);
 					cr_assert_eq(be->ops->matmul(be, &w.t, &x1, NULL, &y1), SG_OK);
 					cr_expect(!memcmp(y1.data, (float *)y.data + t * N, sizeof(float) * (size_t)N),
-						  "%s %s g%d mv4 %d token %lld: a verify step differs from decode in bits", sets[s],
-						  sg_cpu_kt_info(bound)->name, cases[c].group, mv4, (long long)t);
+						  "%s %s g%d verify_mt %d token %lld: a verify step differs from decode in bits", sets[s],
+						  sg_cpu_kt_info(bound)->name, cases[c].group, mt, (long long)t);
 				}
 				checked++;
 				sg_btensor *all[] = {&x, &y, &x1, &y1};
@@ -671,7 +671,7 @@ Test(backend_ops, match_decode_gives_every_token_the_bits_of_decode)
 			sg_backend_free(be);
 		}
 	}
-	unsetenv("SARAGOSSA_CPU_MV4");
+	unsetenv("SARAGOSSA_CPU_VERIFY_MT");
 	sg_flags_reload();
 	cr_expect(checked > 40);
 }

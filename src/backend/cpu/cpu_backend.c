@@ -341,8 +341,8 @@ typedef struct mm_job {
 	sg_cpu_backend *cb;
 	sg_wview w;
 	sg_mv_fn mv;
-	/* many tokens without the GEMM: 4 tokens a call with mv's bits (NULL: mv per token) */
-	void (*mv4)(const sg_wview *w, int64_t r0, int64_t r1, const void *const *x, float *const *y);
+	/* many tokens without the GEMM: up to SG_MVT_MAX tokens a call with mv's bits (NULL: none) */
+	void (*mvt)(const sg_wview *w, int64_t r0, int64_t r1, int nt, const void *const *x, float *const *y);
 	sg_mm_fn mm; /* many tokens: the GEMM kernel, or NULL to loop mv over tokens */
 	_Atomic int64_t next; /* GEMM: the next chunk of rows to hand out */
 	int q8, xoff;
@@ -430,6 +430,30 @@ static void mm_gemm(mm_job *j, int64_t r0, int64_t r1, int64_t ta, int64_t tz)
 	}
 }
 
+/* Tokens [t0, t1) over rows [rb, re) through mvt, in groups of at most SG_MVT_MAX of near-equal
+ * size (9 = 4 + 5, not 8 + 1: the kernel's cost per token falls with the group's size); a group
+ * of one takes mv, which is faster alone. Every token gets mv's bits in any group. */
+static void mm_mvt(const mm_job *j, int64_t rb, int64_t re, int64_t t0, int64_t t1)
+{
+	sg_xq xq[SG_MVT_MAX];
+	const void *xs[SG_MVT_MAX];
+	float *ys[SG_MVT_MAX];
+	int64_t ng = (t1 - t0 + SG_MVT_MAX - 1) / SG_MVT_MAX;
+	for (int64_t t = t0; ng > 0; ng--) {
+		int nt = (int)((t1 - t) / ng);
+		if (nt == 1) {
+			j->mv(&j->w, rb, re, x_arg(j, t, &xq[0]), j->y + t * j->N + rb);
+		} else {
+			for (int u = 0; u < nt; u++) {
+				xs[u] = x_arg(j, t + u, &xq[u]);
+				ys[u] = j->y + (t + u) * j->N + rb;
+			}
+			j->mvt(&j->w, rb, re, nt, xs, ys);
+		}
+		t += nt;
+	}
+}
+
 static void mm_task(void *ctx, int ith, int nth)
 {
 	mm_job *j = ctx;
@@ -472,23 +496,14 @@ static void mm_task(void *ctx, int ith, int nth)
 		}
 		return;
 	} else {
-		sg_xq t4[4];
 		for (int64_t t0 = 0; t0 < j->nx; t0 += TOK_TILE) {
 			int64_t t1 = t0 + TOK_TILE < j->nx ? t0 + TOK_TILE : j->nx;
 			for (int64_t rb = r0; rb < r1; rb += ROW_TILE) {
 				int64_t re = rb + ROW_TILE < r1 ? rb + ROW_TILE : r1;
-				int64_t t = t0;
-				/* 4 tokens a call where the set has it: each weight block unpacked once for them */
-				for (; j->mv4 && t + 4 <= t1; t += 4) {
-					const void *xs[4];
-					float *ys[4];
-					for (int u = 0; u < 4; u++) {
-						xs[u] = x_arg(j, t + u, &t4[u]);
-						ys[u] = j->y + (t + u) * j->N + rb;
-					}
-					j->mv4(&j->w, rb, re, xs, ys);
-				}
-				for (; t < t1; t++) j->mv(&j->w, rb, re, x_arg(j, t, &tmp), j->y + t * j->N + rb);
+				/* several tokens a call where the set has it: each weight block unpacked once */
+				if (j->mvt) mm_mvt(j, rb, re, t0, t1);
+				else
+					for (int64_t t = t0; t < t1; t++) j->mv(&j->w, rb, re, x_arg(j, t, &tmp), j->y + t * j->N + rb);
 			}
 		}
 	}
@@ -514,10 +529,10 @@ static sg_status mm_setup(sg_cpu_backend *cb, const char *op, const sg_btensor *
 				(long long)x->ne[0], (long long)w->ne[0]);
 	j->mv = cb->k->mv[kt];
 	j->q8 = (cb->k->q8_mask >> kt) & 1;
-	j->mv4 = cb->mv4 ? cb->k->mv4[kt] : NULL;
+	j->mvt = cb->verify_mt ? cb->k->mvt[kt] : NULL;
 	if (j->q8 && !cb->int8_dot) { /* kill-switch: the f32 reference path */
 		j->mv = sg_cpu_mv_ref;
-		j->mv4 = NULL;
+		j->mvt = NULL;
 		j->q8 = 0;
 	}
 	j->xl = sg_cpu_kt_info(kt)->xl;
@@ -829,7 +844,7 @@ sg_status sg_cpu_backend_create(const sg_cpu_params *p, sg_backend **out)
 	cb->tensor_cache = sg_flag_bool("SARAGOSSA_CPU_TENSOR_CACHE");
 	pthread_mutex_init(&cb->cache_mu, NULL);
 	cb->gemm_split_tokens = sg_flag_bool("SARAGOSSA_CPU_GEMM_SPLIT_TOKENS");
-	cb->mv4 = sg_flag_bool("SARAGOSSA_CPU_MV4");
+	cb->verify_mt = sg_flag_bool("SARAGOSSA_CPU_VERIFY_MT");
 	cb->mlx_repack = (int)sg_flag_int("SARAGOSSA_CPU_MLX_REPACK");
 	cb->conv_packed = sg_flag_bool("SARAGOSSA_CPU_CONV_PACKED");
 	cb->gate_simd = sg_flag_bool("SARAGOSSA_CPU_GATE_SIMD");

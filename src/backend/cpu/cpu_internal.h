@@ -158,12 +158,15 @@ static inline int64_t sg_cpu_panel_kc(int64_t K)
 	return ((K + nb - 1) / nb + 7) / 8 * 8;
 }
 
+/* Most tokens one mvt call takes. */
+#define SG_MVT_MAX 8
+
 typedef struct sg_cpu_kernels {
 	const char *name;
 	sg_mv_fn mv[SG_KT_COUNT];
-	/* mv of 4 tokens at once with mv's bits for each (x[4] activations, y[4] outputs at row r0);
-	 * NULL: mv per token */
-	void (*mv4[SG_KT_COUNT])(const sg_wview *w, int64_t r0, int64_t r1, const void *const *x, float *const *y);
+	/* mv of nt tokens at once (1 <= nt <= SG_MVT_MAX) with mv's bits for each: x[t] activations,
+	 * y[t] outputs at row r0; each weight block unpacked once for them. NULL: none */
+	void (*mvt[SG_KT_COUNT])(const sg_wview *w, int64_t r0, int64_t r1, int nt, const void *const *x, float *const *y);
 	unsigned q8_mask; /* bit kt set: mv[kt] takes 8-bit activations (sg_xq), else f32 */
 	sg_mm_fn mm[SG_KT_COUNT];        /* NULL: the many-token matmul loops mv over tokens */
 	sg_mm_fn mm_packed[SG_KT_COUNT]; /* float weights: a packed-panel mm[] with mm[]'s bits (NULL: none) */
@@ -271,7 +274,8 @@ typedef struct sg_cpu_backend {
 	int gemm_packed;   /* SARAGOSSA_CPU_GEMM_PACKED: float weights take mm_packed[] where the set has it */
 	int gemm_split_tokens; /* SARAGOSSA_CPU_GEMM_SPLIT_TOKENS: a GEMM of few rows shares its tokens out */
 	int exact;         /* match_decode on: many-token ops give each token the one-token bits */
-	int mv4;           /* SARAGOSSA_CPU_MV4: many tokens without the GEMM take mv4[] 4 at a time */
+	int verify_mt;     /* SARAGOSSA_CPU_VERIFY_MT: many tokens without the GEMM take mvt[] (up to
+			    * SG_MVT_MAX a call) */
 	int conv_packed;   /* SARAGOSSA_CPU_CONV_PACKED: bind packs conv1d weights (SG_CPU_LAYOUT_CONV) */
 	int gemm_panel;    /* SARAGOSSA_CPU_GEMM_PANEL: bind packs SG_LAYOUT_MATMUL_ONLY weights (SG_CPU_LAYOUT_PANEL) */
 	int gate_simd;     /* SARAGOSSA_CPU_GATE_SIMD: tanh_gate takes the kernel set's (else the libm loop) */
