@@ -2938,6 +2938,7 @@ Test(cuda_hybrid, qwen3_5_moe_logits_match_cpu) { hybrid_logits_match_cpu("qwen3
 Test(cuda_hybrid, gemma4_logits_match_cpu) { hybrid_logits_match_cpu("gemma4_text"); }
 Test(cuda_hybrid, gemma4_moe_logits_match_cpu) { hybrid_logits_match_cpu("gemma4_text_moe"); }
 
+#endif
 
 /* SARAGOSSA_CUDA_TENSOR_CACHE: a freed block of 256 KiB or more is handed out again for a size it
  * fits within 2x, zeroed like a new one; smaller ones and a full cache go back to CUDA; the idle
@@ -2978,4 +2979,3 @@ Test(cuda, freed_tensors_are_reused_zeroed)
 	free(ones);
 	free(got);
 }
-#endif
