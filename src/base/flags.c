@@ -205,9 +205,6 @@ static const sg_flag table[] = {
 	 "CUDA verify steps of speculative decoding (exact: each token gets a decode step's bits): the one-token GEMV kernels "
 	 "over all the step's tokens in one launch, a row block's tokens side by side so the weights are read once; 0 = each "
 	 "token through the one-token ops in turn"},
-	{"SARAGOSSA_CUDA_TENSOR_CACHE", SG_FLAG_BOOL, "1",
-	 "CUDA: blocks of 256 KiB and more that tensor_alloc handed out are kept when freed (up to 256 MiB) and handed out "
-	 "again, zeroed: an encoder's batch of activations then costs no cudaMalloc / cudaFree per call (0: each time)"},
 	{"SARAGOSSA_CUDA_VERIFY_MT", SG_FLAG_BOOL, "1",
 	 "CUDA verify steps (exact) on Q4_K, Q6_K and MLX 4-bit weights: a block takes a group of up to 8 of the step's "
 	 "tokens, its weights read once for all of them (each token the bits of its one-token GEMV); 0 = a block a token"},

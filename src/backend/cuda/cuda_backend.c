@@ -169,7 +169,7 @@ static sg_status cuda_tensor_alloc(sg_backend *be, sg_type type, const int64_t n
 	}
 	void *p = NULL;
 	size_t bytes = round16(n * es);
-	int e = sg_cuda_dev_alloc((sg_cuda_backend *)be, bytes, &p);
+	int e = (int)cudaMalloc(&p, bytes);
 	if (e) {
 		(void)cudaGetLastError(); /* an out-of-memory is not sticky (snapshots fall back to the host) */
 		return sg_error(SG_ERR_NOMEM, "cuda tensor_alloc: %zu bytes: %s", bytes, cudaGetErrorString((cudaError_t)e));
@@ -177,7 +177,7 @@ static sg_status cuda_tensor_alloc(sg_backend *be, sg_type type, const int64_t n
 	/* on the backend's stream: the legacy stream is not ordered with it */
 	e = (int)cudaMemsetAsync(p, 0, bytes, ((sg_cuda_backend *)be)->stream);
 	if (e) {
-		sg_cuda_dev_free((sg_cuda_backend *)be, p);
+		cudaFree(p);
 		return cu_fail("tensor_alloc", e);
 	}
 	out->type = type;
@@ -390,7 +390,7 @@ static sg_status slot_view(sg_cuda_backend *cb, const char *op, const sg_btensor
 
 static void cuda_tensor_free(sg_backend *be, sg_btensor *t)
 {
-	if (t && t->owned) sg_cuda_dev_free((sg_cuda_backend *)be, t->data);
+	if (t && t->owned) cudaFree(t->data);
 	if (t) memset(t, 0, sizeof(*t));
 }
 
@@ -1261,7 +1261,6 @@ static void cuda_destroy(sg_backend *be)
 	cudaFree(cb->slot_ids);
 	cudaFree(cb->xstage);
 	sg_cuda_blas_destroy(cb);
-	sg_cuda_tcache_destroy(cb);
 	if (cb->stream) cudaStreamDestroy(cb->stream);
 	sg_free(cb);
 }

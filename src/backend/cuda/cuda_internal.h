@@ -54,7 +54,6 @@ typedef struct sg_cuda_backend {
 	int exact;        /* match_decode on: many-token ops give each token a one-token step's bits */
 	int verify_batch; /* SARAGOSSA_CUDA_VERIFY_BATCH: exact steps' GEMVs over all tokens in one launch */
 	int capturing;
-	struct sg_cuda_tcache *tcache; /* freed tensor_alloc blocks kept for reuse (cuda_tcache.c), or NULL */
 	cudaGraphExec_t exec;
 	unsigned exec_gen;
 	char desc[320];
@@ -68,17 +67,6 @@ typedef struct sg_cuda_backend {
 enum { GEMM_OFF, GEMM_F32, GEMM_BF16, GEMM_TF32, GEMM_TF32X3 };
 
 static inline sg_custream S(sg_cuda_backend *cb) { return (sg_custream)cb->stream; }
-
-/* Device memory of tensor_alloc (cuda_tcache.c): a block of at least `bytes`, reused from the freed
- * ones where SARAGOSSA_CUDA_TENSOR_CACHE keeps them (its contents stale: the caller clears it on the
- * stream), else cudaMalloc'd (a cudaError_t, 0 on success); the free keeps or frees it. */
-typedef struct sg_cuda_tcache sg_cuda_tcache;
-int sg_cuda_dev_alloc(sg_cuda_backend *cb, size_t bytes, void **out);
-void sg_cuda_dev_free(sg_cuda_backend *cb, void *p);
-/* Frees every kept block (at an out-of-memory, at destroy); the bytes kept idle now. */
-void sg_cuda_tcache_flush(sg_cuda_backend *cb);
-void sg_cuda_tcache_destroy(sg_cuda_backend *cb);
-size_t sg_cuda_tcache_idle_bytes(const sg_cuda_backend *cb);
 
 static inline sg_status cu_fail(const char *op, int err)
 {
