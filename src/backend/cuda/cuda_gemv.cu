@@ -757,18 +757,17 @@ extern "C" int sg_cu_gemv_mixed_ok(const sg_cu_multi *m)
 }
 
 /*
- * mvt_kernel, the block-per-lane GEMV over several tokens of an exact step (SARAGOSSA_CUDA_VERIFY_MT),
- * Q4_K and Q6_K rows: blockIdx.y names a group of up to MVT_TOKENS tokens (from t0 = blockIdx.y *
- * p.tg); the block stages all of them at once (their copies in flight together), and each lane
- * decodes each of its weight blocks once (SBD: codes unpacked, scales as floats) and dots it with
- * every token in turn. A token's sum gathers its blocks in the lane's order and meets the other
- * lanes' by the same shuffles as sb_row_sum, each block's dot being SB::dot's arithmetic: every
- * token gets the bits mvs_run gives it alone, while the weights are read and unpacked once a group
- * instead of once a token.
+ * mvt_kernel, the block-per-lane GEMV over several tokens of an exact step (SARAGOSSA_CUDA_VERIFY_MT):
+ * blockIdx.y names a group of up to MVT_TOKENS tokens (from t0 = blockIdx.y * p.tg); the block
+ * stages all of them at once (their copies in flight together), keeps its lanes' first weight
+ * blocks in registers, and runs sb_row_sum once per token: each token's sum is that function's
+ * over the token's staged activations, so every token gets the bits mvs_run gives it alone, while
+ * the weights come from memory once a group instead of once a token. Rows of several blocks a lane
+ * (MANY) reload theirs for each token after the first (from L1: a block's rows are a few KB).
  */
 #define MVT_TOKENS 8
 
-template <int KT, int LPR>
+template <int KT, int LPR, int MANY>
 static __device__ __forceinline__ void mvt_run(const sg_cu_multi &p, const int8_t *__restrict__ xq, const float *__restrict__ dx,
 					       const float *__restrict__ sx, int64_t rows, int m, int64_t r, int64_t g0, int64_t t0, int nt,
 					       float (*tot)[QT / 4])
@@ -777,9 +776,10 @@ static __device__ __forceinline__ void mvt_run(const sg_cu_multi &p, const int8_
 	const int slot = (int)threadIdx.x / LPR, sl = (int)threadIdx.x % LPR;
 	const sg_cuw &w = p.w[m];
 	const uint8_t *row = w.data + (size_t)r * w.row_bytes;
+	const uint8_t *rsc = w.scales ? w.scales + (size_t)r * w.sb_row_bytes : NULL, *rbi = w.biases ? w.biases + (size_t)r * w.sb_row_bytes : NULL;
 	const int64_t nb = p.w[0].K / 256, tb = 22 * nb; /* a token's staged region in int4: stage_bytes(K) / 16 */
 	SB<KT> a;
-	if (sl < nb) a.load(row, NULL, NULL, 0, nb, sl);
+	if (sl < nb) a.load(row, rsc, rbi, w.sb_bf16, nb, sl);
 	pdl_wait();
 	extern __shared__ int4 xs[];
 	for (int t = 0; t < nt; t++) {
@@ -787,38 +787,18 @@ static __device__ __forceinline__ void mvt_run(const sg_cu_multi &p, const int8_
 		float4 *ss = (float4 *)(xt + 16 * nb), *ds = p.xstage ? ss + 4 * nb : NULL;
 		stage_x(tok_at(xq, t0 + t, p.q8b), tok_at(sx, t0 + t, p.q8b), tok_at(dx, t0 + t, p.q8b), nb, xt, ss, ds, t == nt - 1);
 	}
-	float acc[MVT_TOKENS];
-#pragma unroll
-	for (int t = 0; t < MVT_TOKENS; t++) acc[t] = 0.0f;
-	for (int64_t b = sl; b < nb; b += LPR) {
-		if (b != sl) a.load(row, NULL, NULL, 0, nb, b);
-		SBD<KT> dec;
-		dec.decode(a);
-#pragma unroll
-		for (int t = 0; t < MVT_TOKENS; t++) {
-			if (t < nt) {
-				const int4 *xt = xs + t * tb;
-				const float4 *ss = (const float4 *)(xt + 16 * nb);
-				XS v;
-				v.load(tok_at(dx, t0 + t, p.q8b), ss, p.xstage ? ss + 4 * nb : NULL, b);
-				dec.dot(xt, b, v.d, v.s, &acc[t]);
-			}
-		}
-	}
-#pragma unroll
-	for (int t = 0; t < MVT_TOKENS; t++) {
-		if (t < nt) {
-			float v = acc[t];
-#pragma unroll
-			for (int o = LPR / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-			if (sl == 0) tot[t][slot] = v;
-		}
+	for (int t = 0; t < nt; t++) {
+		const int4 *xt = xs + t * tb;
+		const float4 *ss = (const float4 *)(xt + 16 * nb), *ds = p.xstage ? ss + 4 * nb : NULL;
+		if (MANY && t && sl < nb) a.load(row, rsc, rbi, w.sb_bf16, nb, sl); /* sb_row_sum walked a past the first block */
+		float acc = sb_row_sum<KT, LPR, MANY>(a, sl, row, rsc, rbi, w.sb_bf16, nb, xt, ss, tok_at(dx, t0 + t, p.q8b), ds);
+		if (sl == 0) tot[t][slot] = acc;
 	}
 	__syncthreads();
 	for (int i = (int)threadIdx.x; i < nt * S; i += QT) multi_epi<S>(p, i % S, g0, tot[i / S], rows, NULL, t0 + i / S);
 }
 
-template <int KT, int LPR, int KT2 = KT>
+template <int KT, int LPR, int MANY, int KT2 = KT>
 __global__ void __launch_bounds__(QT) mvt_kernel(const __grid_constant__ sg_cu_multi p, const float *__restrict__ x,
 						 const int8_t *__restrict__ xq, const float *__restrict__ dx, const float *__restrict__ sx,
 						 int64_t rows)
@@ -835,27 +815,20 @@ __global__ void __launch_bounds__(QT) mvt_kernel(const __grid_constant__ sg_cu_m
 	int m = glu ? slot / per : multi_row(p, gr, r);
 	if (glu) r = gr;
 	if constexpr (KT2 != KT) {
-		if (p.w[m].kt == KT2) return mvt_run<KT2, LPR>(p, xq, dx, sx, rows, m, r, g0, t0, nt, tot);
+		if (p.w[m].kt == KT2) return mvt_run<KT2, LPR, MANY>(p, xq, dx, sx, rows, m, r, g0, t0, nt, tot);
 	}
-	mvt_run<KT, LPR>(p, xq, dx, sx, rows, m, r, g0, t0, nt, tot);
+	mvt_run<KT, LPR, MANY>(p, xq, dx, sx, rows, m, r, g0, t0, nt, tot);
 	(void)x;
 }
 
-/* mvt_kernel for a stage of kind kt (Q4_K or Q6_K; mix: both) at lpr lanes a row, else NULL. */
-template <int KT, int KT2> static mvs_fn pickt_kt(int lpr)
-{
-	switch (lpr) {
-	case 4: return mvt_kernel<KT, 4, KT2>;
-	case 8: return mvt_kernel<KT, 8, KT2>;
-	case 16: return mvt_kernel<KT, 16, KT2>;
-	default: return mvt_kernel<KT, 32, KT2>;
-	}
-}
-static mvs_fn pickt(int kt, int mix, int lpr)
-{
-	if (mix) return pickt_kt<SG_CUKT_Q4_K, SG_CUKT_Q6_K>(lpr);
-	return kt == SG_CUKT_Q4_K ? pickt_kt<SG_CUKT_Q4_K, SG_CUKT_Q4_K>(lpr) : kt == SG_CUKT_Q6_K ? pickt_kt<SG_CUKT_Q6_K, SG_CUKT_Q6_K>(lpr) : NULL;
-}
+struct MvtK {
+	typedef mvs_fn fn;
+	template <int KT, int LPR, int MANY> static fn f() { return mvt_kernel<KT, LPR, MANY>; }
+};
+struct MvtMix {
+	typedef mvs_fn fn;
+	template <int KT, int LPR, int MANY> static fn f() { return mvt_kernel<SG_CUKT_Q4_K, LPR, MANY, SG_CUKT_Q6_K>; }
+};
 
 /* The tokens of a group: as many as the static shared memory holds (at most MVT_TOKENS), fewer
  * while the grid would have under four blocks an SM (a group's tokens run in turn in one block:
@@ -1209,9 +1182,9 @@ launch:;
 		int lpr = sb_lanes(K / 256), slots = QT / lpr, per = glu ? slots / 2 : slots;
 		int64_t row_blocks = (rows + per - 1) / per;
 		/* an exact step's tokens: a block a group of them, each block's weights read once */
-		mvs_fn ft = nt > 1 && pol->gemv.verify_mt ? pickt(kt, gk == GEMV_LANES_MIX, lpr) : NULL;
-		if (ft && (mp.tg = mvt_group(K, nt, row_blocks, pol->gemv.verify_mt == 2)) > 1) {
-			pdl_launch(ft, dim3((unsigned)row_blocks, (unsigned)((nt + mp.tg - 1) / mp.tg)), dim3(QT), stage_bytes(K) * (size_t)mp.tg, st, mp,
+		if (nt > 1 && pol->gemv.verify_mt && (mp.tg = mvt_group(K, nt, row_blocks, pol->gemv.verify_mt == 2)) > 1) {
+			mvs_fn fk = gk == GEMV_LANES_MIX ? sb_pick_many<MvtMix, SG_CUKT_Q4_K>(lpr, K / 256) : sb_pick<MvtK>(sb_kind(&m->w[0]), lpr, K / 256);
+			pdl_launch(fk, dim3((unsigned)row_blocks, (unsigned)((nt + mp.tg - 1) / mp.tg)), dim3(QT), stage_bytes(K) * (size_t)mp.tg, st, mp,
 				   xin, (const int8_t *)xq, (const float *)dx, (const float *)sx, rows);
 			return (int)cudaGetLastError();
 		}
