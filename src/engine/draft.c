@@ -221,7 +221,7 @@ static sg_status model_draft(void *self, const int32_t *hist, size_t n, int32_t 
 	sg_status st = model_sync(d, hist, n, &max);
 	/* after the first guess, each step's candidates only where the backend finds them (a GPU) */
 	const int kt = V < DRAFT_TOP ? V : DRAFT_TOP;
-	const int dev = sg_session_top_max(s) >= kt && sg_flag_bool("SARAGOSSA_SAMPLE_IN_BACKEND");
+	int dev = sg_session_top_max(s) >= kt && sg_flag_bool("SARAGOSSA_SAMPLE_IN_BACKEND");
 	int32_t ids[DRAFT_TOP];
 	float vals[DRAFT_TOP];
 	int have = 0;
@@ -238,8 +238,9 @@ static sg_status model_draft(void *self, const int32_t *hist, size_t n, int32_t 
 		if (t >= d->target_vocab || (k > 0 && p < d->p_min)) break;
 		out[(*n_out)++] = t;
 		if (k + 1 < max) {
-			if (dev) st = sg_session_decode_top(s, t, kt, NULL, 0, ids, vals, NULL), have = 1;
-			else st = sg_session_eval(s, &t, 1, NULL);
+			have = dev && sg_session_decode_top(s, t, kt, NULL, 0, ids, vals, NULL) == SG_OK;
+			/* where the candidates step fails (it leaves the position as it was), the logits */
+			if (!have) dev = 0, st = sg_session_eval(s, &t, 1, NULL);
 		}
 	}
 	if (st) {
