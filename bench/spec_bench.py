@@ -14,7 +14,7 @@ differs between them. The answers with and without speculation are checked to be
 
 usage: bench/spec_bench.py --target T.gguf [--draft D.gguf] [--reps 3] [--max-tokens 128]
                            [--threads 2] [--backend cpu|cuda|auto] [--llama-bin DIR]
-                           [--llama-configs draft,ngram,plain] [--llama-ngl N]
+                           [--llama-configs draft,ngram,plain] [--llama-ngl N] [--ngram-max 4,8]
 """
 import argparse
 import json
@@ -95,11 +95,15 @@ def main():
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--workloads", default="edit,prose")
     ap.add_argument("--configs", default="plain,ngram,draft")
+    ap.add_argument("--ngram-max", default="", help="also the n-gram drafter with --draft-max N, for each N of a comma list")
     args = ap.parse_args()
     bin_ = os.environ.get("SARAGOSSA_BIN", str(ROOT / "build" / "saragossa"))
     env = dict(os.environ)
     configs = {"plain": [], "ngram": ["--spec", "ngram"], "draft": ["--draft-model", args.draft]}
-    configs = {c: configs[c] for c in args.configs.split(",") if c and (c != "draft" or args.draft)}
+    for n in [int(x) for x in args.ngram_max.split(",") if x]:  # the n-gram drafter at other draft lengths
+        configs[f"ngram{n}"] = ["--spec", "ngram", "--draft-max", str(n)]
+    configs = {c: configs[c] for c in args.configs.split(",") + [f"ngram{n}" for n in args.ngram_max.split(",") if n]
+               if c and (c != "draft" or args.draft)}
     lconfigs = [c for c in args.llama_configs.split(",") if c and (c != "draft" or args.draft)] if args.llama_bin else []
     for wl in args.workloads.split(","):
         prompt = WORKLOADS[wl]
