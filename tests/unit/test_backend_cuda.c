@@ -101,16 +101,8 @@ static void teardown(void)
 	gpu = cpu = NULL;
 }
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint32_t rnd(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng >> 16);
-}
-static float frand(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
-static float grand(void) { return frand() + frand() + frand(); }
+#define TEST_RNG_SEED 0x9E3779B97F4A7C15ull
+#include "test_rng.h"
 
 static double nmse(const float *a, const float *b, int64_t n)
 {

@@ -31,16 +31,8 @@
 
 /* --- helpers --- */
 
-static uint64_t rng = 88172645463325252ull;
-static uint32_t rnd(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng >> 16);
-}
-static float frand(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
-static float grand(void) { return frand() + frand() + frand(); } /* roughly bell-shaped */
+#define TEST_RNG_SEED 88172645463325252ull
+#include "test_rng.h"
 
 static sg_backend *make_be(const char *simd, int nth)
 {

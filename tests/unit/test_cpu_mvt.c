@@ -16,15 +16,8 @@
 #include "engine/session.h"
 #include "saragossa.h"
 
-static uint64_t rng = 0x243f6a8885a308d3ull;
-static uint32_t rnd(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng >> 16);
-}
-static float frand(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
+#define TEST_RNG_SEED 0x243f6a8885a308d3ull
+#include "test_rng.h"
 
 /* Random rows of a Q4_K (144-byte) or Q6_K (210-byte) matrix with sane f16 scales. */
 static uint8_t *rand_rows(sg_kt kt, int64_t N, int64_t K, size_t *row_bytes)
