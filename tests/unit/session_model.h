@@ -47,6 +47,24 @@ static inline int32_t sm_argmax(const float *x, int V)
 	return b;
 }
 
+/* An exact step of toks[0..n) at the session's position p (after a mark there) gives every row the
+ * bits of a decode step: the rows against one-token evals after a truncate back to p. Leaves the
+ * session at p + n. */
+static inline void sm_check_verify_rows(sg_session *s, const int32_t *toks, int n, const char *name)
+{
+	int p = sg_session_position(s), V = sg_session_n_vocab(s);
+	float *rows = malloc(sizeof(float) * (size_t)V * (size_t)n);
+	cr_assert_eq(sg_session_mark(s), SG_OK);
+	cr_assert_eq(sg_session_eval_exact(s, toks, n, rows), SG_OK, "%s", sg_last_error());
+	cr_assert_eq(sg_session_truncate(s, p), SG_OK, "%s", sg_last_error());
+	for (int t = 0; t < n; t++) {
+		cr_assert_eq(sg_session_eval(s, toks + t, 1, NULL), SG_OK, "%s", sg_last_error());
+		cr_expect(!memcmp(rows + (size_t)t * V, sg_session_logits(s), sizeof(float) * (size_t)V), "%s: row %d differs from its decode step",
+			  name, t);
+	}
+	free(rows);
+}
+
 /* sg_session_eval_exact_greedy after a mark at the session's position p: the ids are the argmaxes
  * of sg_session_eval_exact's rows, and the last row's logits are still there to fetch. Leaves the
  * session at p + n. */

@@ -15,6 +15,7 @@
 #include "base/flags.h"
 #include "engine/session.h"
 #include "saragossa.h"
+#include "session_model.h"
 
 #define TEST_RNG_SEED 0x243f6a8885a308d3ull
 #include "test_rng.h"
@@ -174,18 +175,8 @@ Test(cpu_mvt, real_q4_k_m_exact_step_equals_decode_steps, .timeout = 600)
 		sp.n_ctx = 64;
 		sg_session *s = NULL;
 		cr_assert_eq(sg_session_new(m, &sp, &s), SG_OK, "%s", sg_last_error());
-		int V = sg_model_n_vocab(m), n = 9;
-		float *rows = malloc(sizeof(float) * (size_t)V * (size_t)n);
 		cr_assert_eq(sg_session_eval(s, prompt, 7, NULL), SG_OK);
-		cr_assert_eq(sg_session_mark(s), SG_OK);
-		cr_assert_eq(sg_session_eval_exact(s, prompt + 7, n, rows), SG_OK, "%s", sg_last_error());
-		cr_assert_eq(sg_session_truncate(s, 7), SG_OK, "%s", sg_last_error());
-		for (int t = 0; t < n; t++) {
-			cr_assert_eq(sg_session_eval(s, prompt + 7 + t, 1, NULL), SG_OK);
-			cr_expect(!memcmp(rows + (size_t)t * (size_t)V, sg_session_logits(s), sizeof(float) * (size_t)V),
-				  "flag %d: row %d differs from its decode step", on, t);
-		}
-		free(rows);
+		sm_check_verify_rows(s, prompt + 7, 9, on ? "flag on" : "flag off");
 		sg_session_free(s);
 		sg_model_free(m);
 	}

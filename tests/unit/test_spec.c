@@ -263,20 +263,11 @@ static void verify_rows_bits(const char *name)
 	fx f;
 	fx_open(&f, name, 64);
 	make_prompt(f.V);
-	int V = f.V, n = 6;
-	float *rows = malloc(sizeof(float) * (size_t)V * (size_t)n), *one = malloc(sizeof(float) * (size_t)V);
+	const int n = 6;
 	cr_assert_eq(sg_session_eval(f.s, prompt, 16, NULL), SG_OK);
-	cr_assert_eq(sg_session_mark(f.s), SG_OK);
-	cr_assert_eq(sg_session_eval_exact(f.s, prompt + 16, n, rows), SG_OK, "%s", sg_last_error());
-	cr_assert_eq(sg_session_truncate(f.s, 16), SG_OK, "%s", sg_last_error());
-	for (int t = 0; t < n; t++) {
-		cr_assert_eq(sg_session_eval(f.s, prompt + 16 + t, 1, NULL), SG_OK);
-		cr_assert(!memcmp(rows + (size_t)t * V, sg_session_logits(f.s), sizeof(float) * (size_t)V), "%s: row %d differs", name, t);
-	}
+	sm_check_verify_rows(f.s, prompt + 16, n, name);
 	cr_assert_eq(sg_session_truncate(f.s, 16), SG_OK);
 	sm_check_greedy_rows(f.s, prompt + 16, n, name);
-	free(rows);
-	free(one);
 	fx_close(&f);
 }
 
