@@ -461,6 +461,20 @@ template <typename T> static __device__ __forceinline__ T *tok_at(T *ptr, int64_
 	x = tok_at(x, t, sizeof(float) * (size_t)(p).w[0].K), xq = tok_at(xq, t, (p).q8b), dx = tok_at(dx, t, (p).q8b), \
 	sx = tok_at(sx, t, (p).q8b)
 
+/* Row slot s of a block whose slots start at row g0 of the row space (per rows a block; a GLU's
+ * slots [0, per) gate rows and [per, 2 per) the same up rows): its matrix, and its row in *r,
+ * clamped to the last row (computed, never stored). */
+static __device__ __forceinline__ int slot_row(const sg_cu_multi &p, int64_t g0, int s, int per, int glu, int64_t rows, int64_t &r)
+{
+	int64_t gr = g0 + s % per;
+	if (gr >= rows) gr = rows - 1;
+	if (glu) {
+		r = gr;
+		return s / per;
+	}
+	return multi_row(p, gr, r);
+}
+
 /* The S row slots starting at row g0 of the row space: matrix, row, and its codes, scales, biases. */
 template <int S>
 static __device__ __forceinline__ void multi_rows(const sg_cu_multi &p, int64_t g0, int per, int glu, int64_t rows, int *ms, int64_t *rs,
@@ -468,10 +482,8 @@ static __device__ __forceinline__ void multi_rows(const sg_cu_multi &p, int64_t 
 {
 #pragma unroll
 	for (int s = 0; s < S; s++) {
-		int64_t gr = g0 + s % per, r;
-		if (gr >= rows) gr = rows - 1; /* computed, never stored */
-		int m = glu ? s / per : multi_row(p, gr, r);
-		if (glu) r = gr;
+		int64_t r;
+		int m = slot_row(p, g0, s, per, glu, rows, r);
 		ms[s] = m, rs[s] = r;
 		const sg_cuw &w = p.w[m];
 		rp[s] = w.data + (size_t)r * w.row_bytes;
@@ -706,10 +718,8 @@ __global__ void __launch_bounds__(QT) mvs_kernel(const __grid_constant__ sg_cu_m
 	MULTI_TOKEN_PTRS(p, t);
 	const int64_t g0 = blk * per;
 	pdl_trigger();
-	int64_t gr = g0 + slot % per, r;
-	if (gr >= rows) gr = rows - 1; /* computed, never stored */
-	int m = glu ? slot / per : multi_row(p, gr, r);
-	if (glu) r = gr;
+	int64_t r;
+	int m = slot_row(p, g0, slot, per, glu, rows, r);
 	if constexpr (KT2 != KT) {
 		if (p.w[m].kt == KT2) return mvs_run<KT2, LPR, MANY>(p, xq, dx, sx, rows, m, r, g0, tot, t);
 	}
@@ -810,10 +820,8 @@ __global__ void __launch_bounds__(QT) mvt_kernel(const __grid_constant__ sg_cu_m
 	const int64_t g0 = (int64_t)blockIdx.x * per, t0 = (int64_t)blockIdx.y * p.tg;
 	const int nt = (int)(p.ntok - t0 < p.tg ? p.ntok - t0 : p.tg);
 	pdl_trigger();
-	int64_t gr = g0 + slot % per, r;
-	if (gr >= rows) gr = rows - 1; /* computed, never stored */
-	int m = glu ? slot / per : multi_row(p, gr, r);
-	if (glu) r = gr;
+	int64_t r;
+	int m = slot_row(p, g0, slot, per, glu, rows, r);
 	if constexpr (KT2 != KT) {
 		if (p.w[m].kt == KT2) return mvt_run<KT2, LPR, MANY>(p, xq, dx, sx, rows, m, r, g0, t0, nt, tot);
 	}
