@@ -227,6 +227,26 @@ static void spec_matches_plain(const char *name)
 		same_answer(&plain, &r, mode ? "draft model sampled" : "draft model greedy");
 		/* (where prefill chunks give decode's bits, the draft's guesses are the target's) */
 		if (!mode && !strcmp(name, "qwen3")) cr_assert_eq(res.n_accepted, res.n_drafted, "%s: the target as its own draft", name);
+		if (!mode) {
+			/* SARAGOSSA_SPEC_P_MIN: at 100 no guess after the first is sure enough (a draft is its
+			 * first guess alone); at 0 every draft runs to draft_max where the answer allows */
+			for (int pm = 0; pm < 2; pm++) {
+				setenv("SARAGOSSA_SPEC_P_MIN", pm ? "100" : "0", 1);
+				sg_flags_reload();
+				sg_drafter *dp = NULL;
+				cr_assert_eq(sg_drafter_model(ds, f.V, &dp), SG_OK);
+				p = params(&r, N, temp, 1234);
+				p.drafter = sg_drafter_ops(dp);
+				p.draft_max = 5;
+				res = gen(&f, &p, &r);
+				same_answer(&plain, &r, pm ? "draft model, p_min 100" : "draft model, p_min 0");
+				if (pm) cr_assert_eq(res.n_drafted, res.n_verify, "%s: p_min 100 keeps a draft to one guess", name);
+				else cr_assert_gt(res.n_drafted, res.n_verify, "%s: p_min 0 drafts several guesses a step", name);
+				sg_drafter_free(dp);
+			}
+			setenv("SARAGOSSA_SPEC_P_MIN", "0", 1);
+			sg_flags_reload();
+		}
 		unsetenv("SARAGOSSA_SPEC_REJECTION");
 		sg_flags_reload();
 		if (mode) {
