@@ -75,6 +75,9 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_EMBED_GELU_OP", SG_FLAG_BOOL, "1",
 	 "embeddings and reranking: the MLP's exact GELU as the backend's gelu op off the CPU (CUDA; 0: the GLU against a "
 	 "row of ones filled and copied per call, as the CPU always does)"},
+	{"SARAGOSSA_EMBED_KEEP_ACTS", SG_FLAG_BOOL, "1",
+	 "embeddings and reranking: a packed batch's activation buffers are kept with the model between calls, grown when "
+	 "a batch needs more (0: allocated and freed on every call)"},
 	{"SARAGOSSA_EMBED_BATCH_TOKENS", SG_FLAG_INT, "2048",
 	 "embeddings and reranking: tokens per packed batch, the bound on their working memory (at least the model's max tokens)"},
 	{"SARAGOSSA_CPU_GDN_CHUNK", SG_FLAG_BOOL, "1",

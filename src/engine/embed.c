@@ -386,7 +386,7 @@ static sg_status read_logit_score(sg_embedder *e, const char *path)
  * reranker: a LogitScore module in modules.json, or no modules.json and a chat template that
  * renders a pair as "query" and "document" messages (Qwen3-Reranker's layout, scored by the
  * logits of "yes" and "no" as sentence-transformers' CrossEncoder does). bidir: the config says
- * bidirectional attention (EmbeddingGemma: any pooling the folder names, on the CPU). */
+ * bidirectional attention (EmbeddingGemma: any pooling the folder names). */
 static sg_status load_lm(sg_embedder *e, const char *path, const char *backend, int n_threads, int bidir)
 {
 	sg_status st = sg_st_config_load(path, &e->pool);
@@ -412,19 +412,12 @@ static sg_status load_lm(sg_embedder *e, const char *path, const char *backend, 
 	sg_model_params mp = sg_model_default_params();
 	mp.n_threads = n_threads;
 	if (backend) mp.backend = backend;
-	/* the two-sided sliding window is the CPU attention op's alone: auto runs such a model there */
-	const char *asked = backend ? backend : sg_flag_str("SARAGOSSA_BACKEND");
-	if (bidir && asked && !strcmp(asked, "auto")) mp.backend = "cpu";
 	if ((st = sg_model_load(path, &mp, &e->lm))) return st;
 	const sg_model_desc *d = &e->lm->desc;
 	if (d->arch == SG_ARCH_QWEN3_NEXT || d->arch == SG_ARCH_GEMMA4 || (d->arch == SG_ARCH_GEMMA3 && !d->bidirectional))
 		return sg_error(SG_ERR_UNSUPPORTED, "embed: '%s' (%s): decoder embedders and rerankers run the llama, mistral and qwen "
 						    "families, and Gemma 3 with bidirectional attention (EmbeddingGemma)",
 				path, d->model_type);
-	if (d->bidirectional && strcmp(e->lm->be->ops->name, "cpu"))
-		return sg_error(SG_ERR_UNSUPPORTED, "embed: '%s' (%s): its bidirectional attention (a two-sided sliding window) runs on "
-						    "the cpu backend only (asked: %s)",
-				path, d->model_type, e->lm->be->ops->name);
 	e->hid = e->dim = d->dim;
 	e->max_tokens = d->max_ctx > 0 && d->max_ctx < LM_MAX_TOKENS ? d->max_ctx : LM_MAX_TOKENS;
 	if (e->pool.max_seq_length > 0 && e->pool.max_seq_length < e->max_tokens) e->max_tokens = e->pool.max_seq_length;

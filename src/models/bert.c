@@ -49,6 +49,16 @@ typedef struct bert_layer {
 	sg_btensor ln2_w, ln2_b;       /* [D] F32: the norm after the MLP's residual add */
 } bert_layer;
 
+typedef struct bert_acts {
+	sg_btensor x, t;          /* [n][D]: the stream, a branch's output */
+	sg_btensor q, k, v, a;    /* [n][D]; a: attention output */
+	sg_btensor kc, vc;        /* [n][H][hd]: this sequence's K/V, real tokens first */
+	sg_btensor h, ones;       /* [n][F]: the MLP's hidden, ones (glu's up operand: plain gelu) */
+	sg_btensor ids, pos, types, slots, qpos; /* I32 [n] */
+	sg_btensor bias;          /* MPNet: F32 [n][H][n] relative position bias by kv row */
+	sg_btensor offs;          /* a packed batch: I32 [n_seq + 1], each sequence's first row */
+} bert_acts;
+
 struct sg_bert {
 	sg_model m;                /* the binding context: desc, weights, backend, family (names) */
 	sg_btensor word;           /* [V][D] any type */
@@ -65,6 +75,12 @@ struct sg_bert {
 	 * prefix (strings owned), and the family that uses it; NULL/unused for a plain BertModel */
 	sg_name_pair *nested;
 	sg_family nested_fam;
+	/* a packed batch's activations kept between calls (SARAGOSSA_EMBED_KEEP_ACTS): x..a and h of
+	 * ws_n tokens (ones too when ws_ones), the I32 inputs of ws_n, offs of ws_seq + 1; each call
+	 * views its first rows (no allocation and free of a dozen device buffers per call) */
+	bert_acts ws;
+	int64_t ws_n, ws_seq;
+	int ws_ones;
 };
 
 /* llama.cpp's GGUF names for BERT (the binder's own spelling) and transformers' BertModel names. */
@@ -158,6 +174,7 @@ void sg_bert_free(sg_bert *b)
 		sg_btensor *g[] = {&b->word, &b->pos,    &b->type,  &b->emb_ln_w, &b->emb_ln_b,
 				   &b->pool_w, &b->pool_b, &b->rel, &b->cls_w, &b->cls_b};
 		for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++) free_tensors(be, g[i], 1);
+		free_tensors(be, (sg_btensor *)&b->ws, sizeof(b->ws) / sizeof(sg_btensor));
 		sg_backend_free(be);
 	}
 	sg_free(b->layers);
@@ -333,15 +350,6 @@ sg_status sg_bert_load(const char *path, const sg_bert_params *p, sg_bert **out)
 }
 
 /* The activations of one call, freed together. */
-typedef struct bert_acts {
-	sg_btensor x, t;          /* [n][D]: the stream, a branch's output */
-	sg_btensor q, k, v, a;    /* [n][D]; a: attention output */
-	sg_btensor kc, vc;        /* [n][H][hd]: this sequence's K/V, real tokens first */
-	sg_btensor h, ones;       /* [n][F]: the MLP's hidden, ones (glu's up operand: plain gelu) */
-	sg_btensor ids, pos, types, slots, qpos; /* I32 [n] */
-	sg_btensor bias;          /* MPNet: F32 [n][H][n] relative position bias by kv row */
-	sg_btensor offs;          /* a packed batch: I32 [n_seq + 1], each sequence's first row */
-} bert_acts;
 
 /* kv_rows: rows of the K/V caches (n for one sequence; a packed batch needs none and passes 1) */
 static sg_status acts_alloc(sg_backend *be, int64_t n, int64_t D, int64_t F, int64_t H, int64_t kv_rows, int ones, bert_acts *a)
@@ -357,6 +365,71 @@ static sg_status acts_alloc(sg_backend *be, int64_t n, int64_t D, int64_t F, int
 	sg_btensor *ix[] = {&a->ids, &a->pos, &a->types, &a->slots, &a->qpos};
 	for (size_t i = 0; i < sizeof(ix) / sizeof(ix[0]) && !st; i++) st = be->ops->tensor_alloc(be, SG_TYPE_I32, ni, ix[i]);
 	return st;
+}
+
+/* A view of the first n rows (or, for [n] index tensors, values) of a kept tensor. */
+static void first_rows(sg_btensor *t, int64_t n, int index)
+{
+	t->owned = 0;
+	if (!t->data) return;
+	if (index) {
+		t->ne[0] = n;
+		t->row_bytes = sizeof(int32_t) * (size_t)n;
+	} else {
+		t->ne[1] = n;
+	}
+}
+
+/* The activations of a packed batch of N tokens in n_seq sequences (ones: the GLU's operand;
+ * offs: the sequences' first rows for the one-call attention): views of the kept workspace, grown
+ * when it is short, or with SARAGOSSA_EMBED_KEEP_ACTS=0 tensors of their own for the caller to
+ * free. kc, vc, slots and bias stay empty (a packed batch's K/V are the projections' rows). */
+static sg_status batch_acts(sg_bert *b, int64_t N, int n_seq, int ones, int offs, bert_acts *a)
+{
+	sg_backend *be = b->m.be;
+	const sg_model_desc *d = &b->m.desc;
+	int keep = sg_flag_bool("SARAGOSSA_EMBED_KEEP_ACTS");
+	bert_acts *w = keep ? &b->ws : a;
+	int64_t cap = N, seq = n_seq;
+	int w_ones = ones;
+	if (keep && N <= b->ws_n && (!ones || b->ws_ones) && (!offs || n_seq <= b->ws_seq)) goto view;
+	if (keep) { /* grow: the larger of what it held and what this call needs */
+		cap = N > b->ws_n ? N : b->ws_n;
+		seq = n_seq > b->ws_seq ? n_seq : b->ws_seq;
+		w_ones = ones || b->ws_ones;
+		free_tensors(be, (sg_btensor *)w, sizeof(*w) / sizeof(sg_btensor));
+		b->ws_n = b->ws_seq = 0;
+		b->ws_ones = 0;
+	}
+	memset(w, 0, sizeof(*w));
+	int64_t nd[4] = {d->dim, cap, 1, 1}, nf[4] = {d->ffn_dim, cap, 1, 1}, ni[4] = {cap, 1, 1, 1}, no[4] = {seq + 1, 1, 1, 1};
+	sg_status st = SG_OK;
+	sg_btensor *f[] = {&w->x, &w->t, &w->q, &w->k, &w->v, &w->a};
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]) && !st; i++) st = be->ops->tensor_alloc(be, SG_TYPE_F32, nd, f[i]);
+	if (!st) st = be->ops->tensor_alloc(be, SG_TYPE_F32, nf, &w->h);
+	if (!st && w_ones) st = be->ops->tensor_alloc(be, SG_TYPE_F32, nf, &w->ones);
+	sg_btensor *ix[] = {&w->ids, &w->pos, &w->types, &w->qpos};
+	for (size_t i = 0; i < sizeof(ix) / sizeof(ix[0]) && !st; i++) st = be->ops->tensor_alloc(be, SG_TYPE_I32, ni, ix[i]);
+	if (!st && (offs || keep)) st = be->ops->tensor_alloc(be, SG_TYPE_I32, no, &w->offs);
+	if (st) {
+		free_tensors(be, (sg_btensor *)w, sizeof(*w) / sizeof(sg_btensor));
+		memset(w, 0, sizeof(*w));
+		return st;
+	}
+	if (!keep) return SG_OK;
+	b->ws_n = cap;
+	b->ws_seq = seq;
+	b->ws_ones = w_ones;
+view:
+	*a = b->ws;
+	sg_btensor *r[] = {&a->x, &a->t, &a->q, &a->k, &a->v, &a->a, &a->h, &a->ones};
+	for (size_t i = 0; i < sizeof(r) / sizeof(r[0]); i++) first_rows(r[i], N, 0);
+	sg_btensor *v[] = {&a->ids, &a->pos, &a->types, &a->qpos};
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) first_rows(v[i], N, 1);
+	first_rows(&a->offs, n_seq + 1, 1);
+	if (!ones) memset(&a->ones, 0, sizeof(a->ones));
+	if (!offs) memset(&a->offs, 0, sizeof(a->offs));
+	return SG_OK;
 }
 
 static sg_status check_inputs(const sg_bert *b, const int32_t *ids, const int32_t *types, const int32_t *mask, int n,
@@ -650,7 +723,7 @@ sg_status sg_bert_forward_batch(sg_bert *b, const int32_t *ids, const int32_t *t
 		rel_bias(b, NULL, lens[s], bias + boff);
 	for (int64_t i = 0; ones && i < N * F; i++) ones[i] = 1.0f;
 	size_t ni = sizeof(int32_t) * (size_t)N;
-	st = acts_alloc(be, N, D, F, d->n_head, 1, !go, &a);
+	st = batch_acts(b, N, n_seq, !go, packed_attn(b), &a);
 	if (!st && bias) {
 		int64_t nb[4] = {NB, 1, 1, 1};
 		st = be->ops->tensor_alloc(be, SG_TYPE_F32, nb, &a.bias);
@@ -662,11 +735,9 @@ sg_status sg_bert_forward_batch(sg_bert *b, const int32_t *ids, const int32_t *t
 	if (!st) st = be->ops->write(be, &a.qpos, 0, qpos, ni);
 	if (!st && ones) st = be->ops->write(be, &a.ones, 0, ones, sizeof(float) * (size_t)N * (size_t)F);
 	if (!st && packed_attn(b)) {
-		int64_t no[4] = {n_seq + 1, 1, 1, 1};
 		int32_t *offs = sg_malloc(sizeof(int32_t) * (size_t)(n_seq + 1));
 		if (!offs) st = sg_error(SG_ERR_NOMEM, "bert: a batch of %d sequences", n_seq);
 		for (int s = 0; offs && s <= n_seq; s++) offs[s] = s ? offs[s - 1] + lens[s - 1] : 0;
-		if (!st) st = be->ops->tensor_alloc(be, SG_TYPE_I32, no, &a.offs);
 		if (!st) st = be->ops->write(be, &a.offs, 0, offs, sizeof(int32_t) * (size_t)(n_seq + 1));
 		sg_free(offs);
 	}

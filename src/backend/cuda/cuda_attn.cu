@@ -222,8 +222,9 @@ template <int ND> __global__ void __launch_bounds__(AW * 32) attn_kernel(const s
 	}
 	int64_t p = a.pos[t];
 	int64_t hi = a.causal ? p : sm_pmax;
+	if (!a.causal && a.window > 0 && p + a.window - 1 < hi) hi = p + a.window - 1; /* two-sided window */
 	if (!a.ring && hi > a.ctx - 1) hi = a.ctx - 1;
-	int64_t lo = a.causal && a.window > 0 ? p - a.window + 1 : 0;
+	int64_t lo = a.window > 0 ? p - a.window + 1 : 0;
 	if (a.ring && lo < hi - a.ctx + 1) lo = hi - a.ctx + 1; /* older rows were overwritten */
 	if (lo < 0) lo = 0;
 	int64_t b0 = lo + (int64_t)c * a.chunk, b1 = a.nchunk == 1 ? hi : min(b0 + a.chunk - 1, hi);
@@ -306,7 +307,7 @@ static __device__ __forceinline__ void dec_span(const sg_cu_attn &a, int nsplit,
 	int64_t p = a.pos[0];
 	hi = p;
 	if (!a.ring && hi > a.ctx - 1) hi = a.ctx - 1;
-	lo = a.causal && a.window > 0 ? p - a.window + 1 : 0;
+	lo = a.window > 0 ? p - a.window + 1 : 0; /* one token: its own position is the highest either way */
 	if (a.ring && lo < hi - a.ctx + 1) lo = hi - a.ctx + 1;
 	if (lo < 0) lo = 0;
 	chunk = (hi - lo + nsplit) / nsplit;
@@ -1100,8 +1101,9 @@ __global__ void attn_rows_kernel(float *s, const int32_t *pos, int64_t n, int64_
 	int64_t r = blockIdx.x, t = r % n;
 	float *row = s + r * L;
 	int64_t p = pos[t], hi = causal ? p : pmax;
+	if (!causal && window > 0 && p + window - 1 < hi) hi = p + window - 1; /* two-sided window */
 	if (hi > L - 1) hi = L - 1;
-	int64_t lo = causal && window > 0 ? p - window + 1 : 0;
+	int64_t lo = window > 0 ? p - window + 1 : 0;
 	if (lo < 0) lo = 0;
 	float m = -INFINITY;
 	for (int64_t j = lo + threadIdx.x; j <= hi; j += blockDim.x) m = fmaxf(m, score_of(row[j], scale, cap));

@@ -985,9 +985,6 @@ static sg_status attention_run(sg_backend *be, const sg_btensor *q, const sg_bte
 	if (!kc || !vc || (kc->type != SG_TYPE_F32 && kc->type != SG_TYPE_F16) || (vc->type != SG_TYPE_F32 && vc->type != SG_TYPE_F16))
 		return sg_error(SG_ERR_INVALID_ARG, "cuda attention: caches must be F32 or F16");
 	if (p->bias) return sg_error(SG_ERR_UNSUPPORTED, "cuda attention: an additive logit bias (MPNet) is not implemented on CUDA");
-	if (!p->causal && p->window > 0)
-		return sg_error(SG_ERR_UNSUPPORTED, "cuda attention: a two-sided sliding window (bidirectional attention, EmbeddingGemma) "
-						    "is not implemented on CUDA");
 	sg_cu_attn a;
 	memset(&a, 0, sizeof(a));
 	a.n = nvals(pos);
