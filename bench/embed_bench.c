@@ -6,6 +6,7 @@
  *   build/bench/embed_bench MODEL SENTENCES.txt [BACKEND] [B] [R] [OUT.f32]
  *
  * OUT.f32 gets every sentence's vector (float32, row-major) for a cosine check against a peer.
+ * A negative B runs only the calls of |B| sentences (a profiler's run: no one-sentence calls).
  * bench/embed_gpu.py builds and runs it beside sentence-transformers on a GPU.
  */
 #include <stdio.h>
@@ -29,7 +30,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const char *backend = argc > 3 ? argv[3] : "auto";
-	int B = argc > 4 ? atoi(argv[4]) : 64, R = argc > 5 ? atoi(argv[5]) : 3;
+	int B = argc > 4 ? atoi(argv[4]) : 64, R = argc > 5 ? atoi(argv[5]) : 3, only_batches = B < 0;
+	if (B < 0) B = -B;
 	FILE *f = fopen(argv[2], "rb");
 	if (!f || B < 1 || R < 1) {
 		fprintf(stderr, "embed_bench: bad arguments\n");
@@ -58,7 +60,7 @@ int main(int argc, char **argv)
 	double best1 = 1e30, bestB = 1e30;
 	for (int r = 0; r <= R; r++) {
 		double a = now_s();
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; i < n && !only_batches; i++)
 			if (sg_embed_texts(m, &texts[i], NULL, 1, 1, 0, v + i * (size_t)d, NULL)) {
 				fprintf(stderr, "embed_bench: %s\n", sg_last_error());
 				return 1;

@@ -124,10 +124,12 @@ def main():
     ap.add_argument("--tokenizer", required=True)
     ap.add_argument("--shapes", default="minilm,base,mpnet")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--work", help="folder for the models and sentences (kept; default: a new temporary one)")
     args = ap.parse_args()
     import torch
     texts = sentences()
-    work = Path(tempfile.mkdtemp(prefix="embed-gpu-"))
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="embed-gpu-"))
+    work.mkdir(parents=True, exist_ok=True)
     (work / "s.txt").write_text("\n".join(texts) + "\n")
     print(f"device: {torch.cuda.get_device_name(0)}; {len(texts)} sentences of 6-60 words; float32; best of {args.rounds}")
     print("| shape | engine | batch 1 (sent/s) | batch 64 (sent/s) |")
