@@ -206,6 +206,9 @@ typedef struct sg_attn_params {
 
 typedef enum { SG_ROUTER_SOFTMAX, SG_ROUTER_SIGMOID } sg_router;
 
+/* pool_rows' modes. */
+typedef enum { SG_BPOOL_MEAN, SG_BPOOL_FIRST, SG_BPOOL_LAST, SG_BPOOL_MAX } sg_bpool;
+
 /* Shapes of a gated delta net layer (Qwen3-Next / Qwen3.5 linear attention). */
 typedef struct sg_gdn_params {
 	int n_k_head, n_v_head; /* n_v_head is a multiple of n_k_head */
@@ -506,6 +509,13 @@ typedef struct sg_backend_ops {
 	 * runs attention once per sequence. */
 	sg_status (*attention_packed)(sg_backend *be, const sg_btensor *q, const sg_btensor *k, const sg_btensor *v,
 				      const sg_btensor *offs, int n_seq, const sg_attn_params *p, sg_btensor *out);
+
+	/* Each of n_seq packed sequences' rows pooled into one (an encoder's sentence embeddings):
+	 * out[s] = the mean (SG_BPOOL_MEAN), first, last or element-wise largest of rows offs[s] ..
+	 * offs[s + 1] - 1 of x [n][D]; x and out [n_seq][D] F32, offs I32 [n_seq + 1] on the backend.
+	 * The mean sums each column in double in row order and divides once, then rounds to float
+	 * (sg_pool's arithmetic, so the same bits). May be NULL: the caller reads the rows back. */
+	sg_status (*pool_rows)(sg_backend *be, const sg_btensor *x, const sg_btensor *offs, int n_seq, int mode, sg_btensor *out);
 
 	/* --- exact verification (may be NULL) --- */
 	/* on = 1: until called with 0, every many-token op gives each token the bits a one-token

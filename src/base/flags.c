@@ -78,6 +78,9 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_EMBED_KEEP_ACTS", SG_FLAG_BOOL, "1",
 	 "embeddings and reranking: a packed batch's activation buffers are kept with the model between calls, grown when "
 	 "a batch needs more (0: allocated and freed on every call)"},
+	{"SARAGOSSA_EMBED_POOL_OP", SG_FLAG_BOOL, "1",
+	 "embeddings: a packed batch's sentence vectors pooled where the states are (CUDA: one vector a sentence comes back, "
+	 "not every token's state; same bits); 0: every state read back and pooled on the host"},
 	{"SARAGOSSA_EMBED_BATCH_TOKENS", SG_FLAG_INT, "2048",
 	 "embeddings and reranking: tokens per packed batch, the bound on their working memory (at least the model's max tokens)"},
 	{"SARAGOSSA_CPU_GDN_CHUNK", SG_FLAG_BOOL, "1",

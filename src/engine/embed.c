@@ -250,9 +250,11 @@ static float activate(dense_act a, double x)
 }
 
 /* hidden [n][hid] -> out [dim]: the pooling, the Dense modules, the Normalize. */
-static sg_status pool_head(const sg_embedder *e, const float *hidden, const int32_t *mask, int n, float *out)
+/* The modules after the pooling: the Dense layers, then Normalize, on the pooled vector (hid
+ * floats; hidden NULL) or on hidden [n][hid] pooled here first. */
+static sg_status pool_head(const sg_embedder *e, const float *hidden, const int32_t *mask, int n, const float *pooled, float *out)
 {
-	if (!e->pool.n_dense) return sg_pool(&e->pool, hidden, mask, n, e->hid, out);
+	if (!e->pool.n_dense && !pooled) return sg_pool(&e->pool, hidden, mask, n, e->hid, out);
 	int wmax = e->hid;
 	for (int i = 0; i < e->pool.n_dense; i++) wmax = e->dense[i].out > wmax ? e->dense[i].out : wmax;
 	float *a = sg_malloc(sizeof(float) * 2 * (size_t)wmax);
@@ -260,7 +262,9 @@ static sg_status pool_head(const sg_embedder *e, const float *hidden, const int3
 	float *b = a + wmax;
 	sg_st_config raw = e->pool;
 	raw.normalize = 0;
-	sg_status st = sg_pool(&raw, hidden, mask, n, e->hid, a);
+	sg_status st = SG_OK;
+	if (pooled) memcpy(a, pooled, sizeof(float) * (size_t)e->hid);
+	else st = sg_pool(&raw, hidden, mask, n, e->hid, a);
 	for (int l = 0; !st && l < e->pool.n_dense; l++) {
 		const dense_layer *d = &e->dense[l];
 		for (int j = 0; j < d->out; j++) {
@@ -512,7 +516,7 @@ static sg_status embed_lm(sg_embedder *e, const int32_t *ids, int n, int skip, f
 	if (!st && all) st = sg_forward_hidden_rows(e->lm, &fs, n, h);
 	else if (!st) st = sg_forward_hidden_last(e->lm, &fs, ids, n, h);
 	sg_fwd_state_free(e->lm, &fs);
-	if (!st) st = all ? pool_head(e, h, mask, n, out) : pool_head(e, h, NULL, 1, out);
+	if (!st) st = all ? pool_head(e, h, mask, n, NULL, out) : pool_head(e, h, NULL, 1, NULL, out);
 	sg_free(mask);
 	sg_free(h);
 	return st;
@@ -527,7 +531,7 @@ sg_status sg_embedder_embed_ids(sg_embedder *e, const int32_t *ids, int n, float
 	float *h = sg_malloc(sizeof(float) * (size_t)n * (size_t)e->hid);
 	if (!h) return sg_error(SG_ERR_NOMEM, "embed: %d tokens", n);
 	sg_status st = sg_bert_forward(e->enc, ids, NULL, NULL, n, h);
-	if (!st) st = pool_head(e, h, NULL, n, out);
+	if (!st) st = pool_head(e, h, NULL, n, NULL, out);
 	sg_free(h);
 	return st;
 }
@@ -621,7 +625,23 @@ static int by_len_desc(const void *a, const void *b)
  * input calls done(user, index, hidden [len][dim]) with its last hidden state. */
 typedef sg_status (*hidden_fn)(void *user, sg_embedder *e, const tok_input *t, const float *hidden);
 
-static sg_status run_chunks(sg_embedder *e, tok_input *t, int n, hidden_fn done, void *user)
+/* The backend pooling mode of the embedder's Pooling module where sg_bert_forward_batch_pooled can
+ * take the chunk t[i..j) (each input pooled over all of its tokens), else -1. */
+static int chunk_pool_mode(const sg_embedder *e, const tok_input *t, int i, int j)
+{
+	if (!e->enc || !sg_bert_can_pool(e->enc)) return -1;
+	for (int k = i; k < j; k++)
+		if (t[k].skip > 0 && t[k].skip < t[k].n) return -1; /* a prompt left out of the pooling */
+	switch (e->pool.mode) {
+	case SG_POOL_MEAN: return SG_BPOOL_MEAN;
+	case SG_POOL_CLS: return SG_BPOOL_FIRST;
+	case SG_POOL_LAST: return SG_BPOOL_LAST;
+	case SG_POOL_MAX: return SG_BPOOL_MAX;
+	default: return -1;
+	}
+}
+
+static sg_status run_chunks(sg_embedder *e, tok_input *t, int n, hidden_fn done, hidden_fn pooled_done, void *user)
 {
 	qsort(t, (size_t)n, sizeof(*t), by_len_desc);
 	int batched = sg_flag_bool("SARAGOSSA_EMBED_BATCH");
@@ -646,6 +666,12 @@ static sg_status run_chunks(sg_embedder *e, tok_input *t, int n, hidden_fn done,
 		int32_t *types = any_types ? ids + cap : NULL;
 		for (int k = i, r = 0; types && k < j; r += t[k++].n)
 			for (int q = 0; q < t[k].n; q++) types[r + q] = t[k].types ? t[k].types[q] : 0;
+		int mode = pooled_done ? chunk_pool_mode(e, t, i, j) : -1;
+		if (mode >= 0) { /* one vector a sequence back (h holds cap >= j - i of them) */
+			st = sg_bert_forward_batch_pooled(e->enc, ids, types, lens, j - i, mode, h);
+			for (int64_t k = 0; !st && i < j; k++) st = pooled_done(user, e, &t[i++], h + k * e->hid);
+			continue;
+		}
 		st = j - i == 1 ? sg_bert_forward(e->enc, ids, types, NULL, t[i].n, h)
 				: sg_bert_forward_batch(e->enc, ids, types, lens, j - i, h);
 		for (int64_t off = 0; !st && i < j; off += t[i++].n) st = done(user, e, &t[i], h + off * e->hid);
@@ -667,14 +693,22 @@ static sg_status pool_one(void *user, sg_embedder *e, const tok_input *t, const 
 	if (o->n_tokens) o->n_tokens[t->index] = t->n;
 	float *dst = o->out + (size_t)t->index * (size_t)e->dim;
 	if (t->skip <= 0 || t->skip >= t->n || (e->pool.mode != SG_POOL_MEAN && e->pool.mode != SG_POOL_MAX))
-		return pool_head(e, hidden, NULL, t->n, dst);
+		return pool_head(e, hidden, NULL, t->n, NULL, dst);
 	/* include_prompt false: the prompt's tokens ([CLS] and the prompt's own) are masked out */
 	int32_t *mask = sg_malloc(sizeof(int32_t) * (size_t)t->n);
 	if (!mask) return sg_error(SG_ERR_NOMEM, "embed: a mask of %d tokens", t->n);
 	for (int i = 0; i < t->n; i++) mask[i] = i >= t->skip;
-	sg_status st = pool_head(e, hidden, mask, t->n, dst);
+	sg_status st = pool_head(e, hidden, mask, t->n, NULL, dst);
 	sg_free(mask);
 	return st;
+}
+
+/* pool_one for an input pooled by the backend: vec is its pooled state (hid floats). */
+static sg_status pooled_one(void *user, sg_embedder *e, const tok_input *t, const float *vec)
+{
+	embed_out *o = user;
+	if (o->n_tokens) o->n_tokens[t->index] = t->n;
+	return pool_head(e, NULL, NULL, t->n, vec, o->out + (size_t)t->index * (size_t)e->dim);
 }
 
 /* The tokens of the prompt alone, less a closing special token: what include_prompt false leaves
@@ -732,7 +766,7 @@ sg_status sg_embedder_embed_batch_prompt(sg_embedder *e, const char *prompt, con
 		if (st) sg_error_wrap(st, "input %d", i);
 		else if (n_tokens) n_tokens[i] = t[i].n;
 	}
-	if (!st && !e->lm) st = run_chunks(e, t, n, pool_one, &o);
+	if (!st && !e->lm) st = run_chunks(e, t, n, pool_one, pooled_one, &o);
 	free_toks(t, n);
 	return st;
 }
@@ -865,7 +899,7 @@ sg_status sg_embedder_rerank(sg_embedder *e, const char *query, size_t qlen, con
 		if (st) sg_error_wrap(st, "document %d", i);
 	}
 	rerank_out o = {scores, n_tokens};
-	if (!st) st = run_chunks(e, t, n, score_one, &o);
+	if (!st) st = run_chunks(e, t, n, score_one, NULL, &o);
 	free_toks(t, n);
 	sg_tokens_free(&q);
 	return st;

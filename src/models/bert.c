@@ -57,6 +57,7 @@ typedef struct bert_acts {
 	sg_btensor ids, pos, types, slots, qpos; /* I32 [n] */
 	sg_btensor bias;          /* MPNet: F32 [n][H][n] relative position bias by kv row */
 	sg_btensor offs;          /* a packed batch: I32 [n_seq + 1], each sequence's first row */
+	sg_btensor pool;          /* a packed batch pooled on the backend: F32 [n_seq][D] */
 } bert_acts;
 
 struct sg_bert {
@@ -384,7 +385,7 @@ static void first_rows(sg_btensor *t, int64_t n, int index)
  * offs: the sequences' first rows for the one-call attention): views of the kept workspace, grown
  * when it is short, or with SARAGOSSA_EMBED_KEEP_ACTS=0 tensors of their own for the caller to
  * free. kc, vc, slots and bias stay empty (a packed batch's K/V are the projections' rows). */
-static sg_status batch_acts(sg_bert *b, int64_t N, int n_seq, int ones, int offs, bert_acts *a)
+static sg_status batch_acts(sg_bert *b, int64_t N, int n_seq, int ones, int offs, int pool, bert_acts *a)
 {
 	sg_backend *be = b->m.be;
 	const sg_model_desc *d = &b->m.desc;
@@ -392,7 +393,8 @@ static sg_status batch_acts(sg_bert *b, int64_t N, int n_seq, int ones, int offs
 	bert_acts *w = keep ? &b->ws : a;
 	int64_t cap = N, seq = n_seq;
 	int w_ones = ones;
-	if (keep && N <= b->ws_n && (!ones || b->ws_ones) && (!offs || n_seq <= b->ws_seq)) goto view;
+	if (keep && N <= b->ws_n && (!ones || b->ws_ones) && (!(offs || pool) || n_seq <= b->ws_seq) && (!pool || b->ws.pool.data))
+		goto view;
 	if (keep) { /* grow: the larger of what it held and what this call needs */
 		cap = N > b->ws_n ? N : b->ws_n;
 		seq = n_seq > b->ws_seq ? n_seq : b->ws_seq;
@@ -410,7 +412,9 @@ static sg_status batch_acts(sg_bert *b, int64_t N, int n_seq, int ones, int offs
 	if (!st && w_ones) st = be->ops->tensor_alloc(be, SG_TYPE_F32, nf, &w->ones);
 	sg_btensor *ix[] = {&w->ids, &w->pos, &w->types, &w->qpos};
 	for (size_t i = 0; i < sizeof(ix) / sizeof(ix[0]) && !st; i++) st = be->ops->tensor_alloc(be, SG_TYPE_I32, ni, ix[i]);
-	if (!st && (offs || keep)) st = be->ops->tensor_alloc(be, SG_TYPE_I32, no, &w->offs);
+	if (!st && (offs || pool || keep)) st = be->ops->tensor_alloc(be, SG_TYPE_I32, no, &w->offs);
+	int64_t np[4] = {d->dim, seq, 1, 1};
+	if (!st && (pool || (keep && be->ops->pool_rows))) st = be->ops->tensor_alloc(be, SG_TYPE_F32, np, &w->pool);
 	if (st) {
 		free_tensors(be, (sg_btensor *)w, sizeof(*w) / sizeof(sg_btensor));
 		memset(w, 0, sizeof(*w));
@@ -427,8 +431,10 @@ view:
 	sg_btensor *v[] = {&a->ids, &a->pos, &a->types, &a->qpos};
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) first_rows(v[i], N, 1);
 	first_rows(&a->offs, n_seq + 1, 1);
+	first_rows(&a->pool, n_seq, 0);
 	if (!ones) memset(&a->ones, 0, sizeof(a->ones));
-	if (!offs) memset(&a->offs, 0, sizeof(a->offs));
+	if (!offs && !pool) memset(&a->offs, 0, sizeof(a->offs));
+	if (!pool) memset(&a->pool, 0, sizeof(a->pool));
 	return SG_OK;
 }
 
@@ -482,12 +488,12 @@ static void rel_bias(const sg_bert *b, const int32_t *row_tok, int n, float *bia
  * sequence's arithmetic that of a call on it alone (the op's split choices look at its shapes).
  * MPNet: a->bias holds each sequence's [len][H][len] bias one after another; each call gets a
  * view of its own. */
-static sg_status packed_attention(sg_backend *be, const sg_model_desc *d, bert_acts *a, const int *lens, int n_seq)
+static sg_status packed_attention(sg_backend *be, const sg_model_desc *d, bert_acts *a, const int *lens, int n_seq, int one_call)
 {
 	sg_attn_params ap = {.scale = 0.0f, .causal = 0};
 	int64_t D = d->dim, H = d->n_head, hd = D / H, off = 0, boff = 0;
 	/* one call for the whole batch where the backend has it (MPNet's bias blocks as they are) */
-	if (a->offs.data) {
+	if (one_call && a->offs.data) {
 		sg_btensor k = a->k, v = a->v;
 		int64_t N = a->q.ne[1] * a->q.ne[2] * a->q.ne[3];
 		k.ne[0] = v.ne[0] = hd;
@@ -553,7 +559,7 @@ static sg_status run_layers(sg_bert *b, bert_acts *a, const int *lens, int n_seq
 		st = o->matmul(be, &l->wq, &a->x, &l->bq, &a->q);
 		if (!st) st = o->matmul(be, &l->wk, &a->x, &l->bk, &a->k);
 		if (!st) st = o->matmul(be, &l->wv, &a->x, &l->bv, &a->v);
-		if (!st && lens) st = packed_attention(be, d, a, lens, n_seq);
+		if (!st && lens) st = packed_attention(be, d, a, lens, n_seq, packed_attn(b));
 		if (!st && !lens) st = o->kv_store(be, &a->k, &a->v, &a->slots, &a->kc, &a->vc);
 		if (!st && !lens) st = o->attention(be, &a->q, &a->kc, &a->vc, &a->qpos, &ap, &a->a);
 		if (!st) st = o->matmul(be, &l->wo, &a->a, &l->bo, &a->t);
@@ -683,8 +689,12 @@ sg_status sg_pool(const sg_st_config *p, const float *hidden, const int32_t *mas
 	return SG_OK;
 }
 
-sg_status sg_bert_forward_batch(sg_bert *b, const int32_t *ids, const int32_t *type_ids, const int *lens, int n_seq,
-				float *hidden)
+int sg_bert_can_pool(const sg_bert *b) { return b->m.be->ops->pool_rows && sg_flag_bool("SARAGOSSA_EMBED_POOL_OP"); }
+
+/* The packed batch into hidden (every row), or with pooled (mode an sg_bpool) each sequence's
+ * rows pooled on the backend into pooled. */
+static sg_status forward_batch(sg_bert *b, const int32_t *ids, const int32_t *type_ids, const int *lens, int n_seq, float *hidden,
+			       int mode, float *pooled)
 {
 	const sg_model_desc *d = &b->m.desc;
 	sg_backend *be = b->m.be;
@@ -723,7 +733,7 @@ sg_status sg_bert_forward_batch(sg_bert *b, const int32_t *ids, const int32_t *t
 		rel_bias(b, NULL, lens[s], bias + boff);
 	for (int64_t i = 0; ones && i < N * F; i++) ones[i] = 1.0f;
 	size_t ni = sizeof(int32_t) * (size_t)N;
-	st = batch_acts(b, N, n_seq, !go, packed_attn(b), &a);
+	st = batch_acts(b, N, n_seq, !go, packed_attn(b), pooled != NULL, &a);
 	if (!st && bias) {
 		int64_t nb[4] = {NB, 1, 1, 1};
 		st = be->ops->tensor_alloc(be, SG_TYPE_F32, nb, &a.bias);
@@ -734,7 +744,7 @@ sg_status sg_bert_forward_batch(sg_bert *b, const int32_t *ids, const int32_t *t
 	if (!st) st = be->ops->write(be, &a.types, 0, types, ni);
 	if (!st) st = be->ops->write(be, &a.qpos, 0, qpos, ni);
 	if (!st && ones) st = be->ops->write(be, &a.ones, 0, ones, sizeof(float) * (size_t)N * (size_t)F);
-	if (!st && packed_attn(b)) {
+	if (!st && (packed_attn(b) || pooled)) {
 		int32_t *offs = sg_malloc(sizeof(int32_t) * (size_t)(n_seq + 1));
 		if (!offs) st = sg_error(SG_ERR_NOMEM, "bert: a batch of %d sequences", n_seq);
 		for (int s = 0; offs && s <= n_seq; s++) offs[s] = s ? offs[s - 1] + lens[s - 1] : 0;
@@ -742,13 +752,29 @@ sg_status sg_bert_forward_batch(sg_bert *b, const int32_t *ids, const int32_t *t
 		sg_free(offs);
 	}
 	if (!st) st = run_layers(b, &a, lens, n_seq);
-	if (!st) st = be->ops->read(be, &a.x, 0, hidden, sizeof(float) * (size_t)N * (size_t)D);
+	if (!st && pooled) st = be->ops->pool_rows(be, &a.x, &a.offs, n_seq, mode, &a.pool);
+	if (!st && pooled) st = be->ops->read(be, &a.pool, 0, pooled, sizeof(float) * (size_t)n_seq * (size_t)D);
+	if (!st && !pooled) st = be->ops->read(be, &a.x, 0, hidden, sizeof(float) * (size_t)N * (size_t)D);
 done:
 	free_tensors(be, (sg_btensor *)&a, sizeof(a) / sizeof(sg_btensor));
 	sg_free(host);
 	sg_free(ones);
 	sg_free(bias);
 	return st;
+}
+
+sg_status sg_bert_forward_batch(sg_bert *b, const int32_t *ids, const int32_t *type_ids, const int *lens, int n_seq,
+				float *hidden)
+{
+	return forward_batch(b, ids, type_ids, lens, n_seq, hidden, 0, NULL);
+}
+
+sg_status sg_bert_forward_batch_pooled(sg_bert *b, const int32_t *ids, const int32_t *type_ids, const int *lens, int n_seq, int mode,
+				       float *pooled)
+{
+	if (!sg_bert_can_pool(b)) return sg_error(SG_ERR_UNSUPPORTED, "bert: the %s backend has no pooling op", b->m.be->ops->name);
+	if (mode < SG_BPOOL_MEAN || mode > SG_BPOOL_MAX) return sg_error(SG_ERR_INVALID_ARG, "bert: pooling mode %d", mode);
+	return forward_batch(b, ids, type_ids, lens, n_seq, NULL, mode, pooled);
 }
 
 int sg_bert_n_labels(const sg_bert *b) { return b->cls_w.data ? (int)b->cls_w.ne[1] : 0; }

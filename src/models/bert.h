@@ -69,6 +69,14 @@ sg_status sg_bert_forward(sg_bert *b, const int32_t *ids, const int32_t *type_id
 sg_status sg_bert_forward_batch(sg_bert *b, const int32_t *ids, const int32_t *type_ids, const int *lens, int n_seq,
 				float *hidden);
 
+/* sg_bert_forward_batch, each sequence's rows then pooled where they are (the backend's pool_rows:
+ * mode an sg_bpool): pooled (n_seq * dim floats) gets one vector a sequence, the same bits as
+ * sg_pool over the rows sg_bert_forward_batch gives, without reading every row back.
+ * SG_ERR_UNSUPPORTED when the backend has no pool_rows or SARAGOSSA_EMBED_POOL_OP is 0. */
+int sg_bert_can_pool(const sg_bert *b);
+sg_status sg_bert_forward_batch_pooled(sg_bert *b, const int32_t *ids, const int32_t *type_ids, const int *lens, int n_seq, int mode,
+				       float *pooled);
+
 /* Labels of the checkpoint's sequence classifier head (BertForSequenceClassification's
  * "classifier"), 0 when it has none. */
 int sg_bert_n_labels(const sg_bert *b);

@@ -1300,6 +1300,7 @@ static const sg_backend_ops cuda_ops = {
 	.attn_prep = cuda_attn_prep,
 	.attention = cuda_attention,
 	.attention_packed = cuda_attention_packed,
+	.pool_rows = sg_cuda_pool_rows,
 	.conv1d = sg_cuda_conv1d,
 	.conv_transpose1d = sg_cuda_conv_transpose1d,
 	.snake = sg_cuda_snake,

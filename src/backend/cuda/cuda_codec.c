@@ -111,3 +111,17 @@ sg_status sg_cuda_gelu(sg_backend *be, const sg_btensor *x, sg_btensor *y)
 	CU_RET("gelu", sg_cu_gelu_erf(x->data, nvals(x), y->data, S(cb)));
 	return SG_OK;
 }
+
+sg_status sg_cuda_pool_rows(sg_backend *be, const sg_btensor *x, const sg_btensor *offs, int n_seq, int mode, sg_btensor *out)
+{
+	sg_cuda_backend *cb = (sg_cuda_backend *)be;
+	sg_status st;
+	if ((st = check_f32("pool_rows", "x", x)) || (st = check_f32("pool_rows", "out", out)) || (st = check_i32("pool_rows", "offs", offs)))
+		return st;
+	int64_t D = x->ne[0];
+	if (n_seq < 1 || nvals(offs) < n_seq + 1 || nvals(out) < (int64_t)n_seq * D || mode < SG_BPOOL_MEAN || mode > SG_BPOOL_MAX)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda pool_rows: %d sequences, offs of %lld values, out of %lld, mode %d", n_seq,
+				(long long)nvals(offs), (long long)nvals(out), mode);
+	CU_RET("pool_rows", sg_cu_pool_rows(x->data, offs->data, n_seq, D, mode, out->data, S(cb)));
+	return SG_OK;
+}

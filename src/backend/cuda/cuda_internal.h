@@ -126,6 +126,7 @@ sg_status sg_cuda_conv_transpose1d(sg_backend *be, const sg_btensor *x, const sg
 				   int stride, sg_btensor *y);
 sg_status sg_cuda_snake(sg_backend *be, const sg_btensor *x, const sg_btensor *a, const sg_btensor *b, sg_btensor *y);
 sg_status sg_cuda_gelu(sg_backend *be, const sg_btensor *x, sg_btensor *y);
+sg_status sg_cuda_pool_rows(sg_backend *be, const sg_btensor *x, const sg_btensor *offs, int n_seq, int mode, sg_btensor *out);
 
 /* The backend's one scratch buffer, at least n bytes (grown outside graph recordings only). */
 void *sg_cuda_scratch(sg_cuda_backend *cb, size_t n, sg_status *st);

@@ -287,6 +287,8 @@ typedef struct sg_cu_attn_packed {
 	float *out;
 } sg_cu_attn_packed;
 int sg_cu_attention_packed(const sg_cu_attn_packed *a, sg_custream s);
+/* pool_rows (backend.h): x [n][D] rows offs[s] .. offs[s + 1] - 1 into out [n_seq][D]; mode an sg_bpool */
+int sg_cu_pool_rows(const float *x, const int32_t *offs, int n_seq, int64_t D, int mode, float *out, sg_custream s);
 
 /* The audio codec's ops (cuda_conv.cu): im2col rows out[t][k*C + c] = x[t*stride + k*dil - pad][c]
  * (0 outside [0, T); dil may be negative), one transposed-conv phase's rows written back

@@ -84,3 +84,40 @@ extern "C" int sg_cu_attention_packed(const sg_cu_attn_packed *a, sg_custream s)
 	attn_packed_kernel<<<(unsigned)((pairs + PK_WARPS - 1) / PK_WARPS), 32 * PK_WARPS, 0, (cudaStream_t)s>>>(*a);
 	return ok();
 }
+
+/* pool_rows: a thread per (sequence, column), its rows walked in order (a warp's loads are one
+ * row's consecutive columns); the mean in double as sg_pool sums it. */
+__global__ void pool_rows_kernel(const float *__restrict__ x, const int32_t *__restrict__ offs, int64_t D, int mode, float *__restrict__ out)
+{
+	const int s = blockIdx.y;
+	const int64_t d = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (d >= D) return;
+	const int64_t r0 = offs[s], r1 = offs[s + 1];
+	float v = 0.0f;
+	if (r1 > r0) {
+		if (mode == 1) {
+			v = x[r0 * D + d];
+		} else if (mode == 2) {
+			v = x[(r1 - 1) * D + d];
+		} else if (mode == 3) {
+			double m = -INFINITY;
+			for (int64_t r = r0; r < r1; r++)
+				if (x[r * D + d] > m) m = x[r * D + d];
+			v = (float)m;
+		} else {
+			double acc = 0.0;
+			for (int64_t r = r0; r < r1; r++) acc += (double)x[r * D + d];
+			acc /= (double)(r1 - r0);
+			v = (float)acc;
+		}
+	}
+	out[(int64_t)s * D + d] = v;
+}
+
+extern "C" int sg_cu_pool_rows(const float *x, const int32_t *offs, int n_seq, int64_t D, int mode, float *out, sg_custream s)
+{
+	if (n_seq <= 0 || D <= 0) return 0;
+	dim3 grid((unsigned)((D + 127) / 128), (unsigned)n_seq);
+	pool_rows_kernel<<<grid, 128, 0, (cudaStream_t)s>>>(x, offs, D, mode, out);
+	return ok();
+}
