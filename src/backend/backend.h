@@ -194,8 +194,7 @@ typedef struct sg_attn_params {
 			* j lives in row j % ctx (the same row as before while positions stay below ctx),
 			* so a sliding layer may keep only window + chunk rows */
 	int causal;    /* 1: token at p sees kv positions <= p; 0: every position <= max(pos), or with
-			* a window the positions less than window away on either side, |j - p| < window
-			* (the CPU backend; CUDA refuses a window without causal: SG_ERR_UNSUPPORTED) */
+			* a window the positions less than window away on either side, |j - p| < window */
 	int feeds_matmul; /* hint: the next op is a matmul_multi with x = out and x_fed set, so a
 			   * backend may hand out over in the form its matmul takes (8-bit blocks) */
 	const sg_btensor *bias; /* NULL, or F32 [n][H][ctx]: added to the scaled logit of query
