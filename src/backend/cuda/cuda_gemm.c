@@ -151,22 +151,16 @@ sg_status sg_cuda_gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int
 	cudaDataType ty = cb->gemm == GEMM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 	cublasComputeType_t math = cb->gemm == GEMM_BF16 ? CUBLAS_COMPUTE_32F : f32_math(cb);
 	/* f32 weights the GEMM takes as they are (f32 or tf32 math: no tile to copy or split) */
-	const int f32_rows = v->kt == SG_CUKT_F32 && v->row_bytes == (size_t)K * 4 && cb->f32_direct;
-	if (f32_rows && !wsplit && cb->gemm != GEMM_BF16) {
+	if (v->kt == SG_CUKT_F32 && !wsplit && cb->gemm != GEMM_BF16 && v->row_bytes == (size_t)K * 4 && cb->f32_direct) {
 		if ((st = blas_gemm(cb, N, n, K, v->data, xa, ty, 0.0f, y, N, math))) return st;
 		if (bias) CU_RET("matmul", sg_cu_add_bias(y, bias, n, N, S(cb)));
 		return SG_OK;
 	}
 	for (int64_t r0 = 0; r0 < N; r0 += rt) {
 		int64_t nr = N - r0 < rt ? N - r0 : rt;
-		if (cb->gemm == GEMM_BF16) {
-			CU_RET("matmul", sg_cu_dequant_16(v, r0, nr, 0, wt, S(cb)));
-		} else if (wsplit && f32_rows) { /* split straight from the weights: no tile copy first */
-			CU_RET("matmul", sg_cu_split_tf32((const float *)(v->data + (size_t)r0 * v->row_bytes), nr * K, wt, wl, S(cb)));
-		} else {
-			CU_RET("matmul", sg_cu_dequant_f32(v, r0, nr, wt, S(cb)));
-			if (wsplit) CU_RET("matmul", sg_cu_split_tf32(wt, nr * K, wt, wl, S(cb)));
-		}
+		if (cb->gemm == GEMM_BF16) CU_RET("matmul", sg_cu_dequant_16(v, r0, nr, 0, wt, S(cb)));
+		else CU_RET("matmul", sg_cu_dequant_f32(v, r0, nr, wt, S(cb)));
+		if (wsplit) CU_RET("matmul", sg_cu_split_tf32(wt, nr * K, wt, wl, S(cb)));
 		/* tf32x3 adds W_hi^T X_lo and W_lo^T X_hi to W_hi^T X_hi */
 		const void *pa[3] = {wt, wt, wl}, *pb[3] = {xa, xl, xa};
 		for (int t = 0; t < (x3 ? 2 + wsplit : 1); t++)
