@@ -35,15 +35,8 @@
 #define READ_TARGET
 #endif
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng >> 16);
-}
-static float frand(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
+#define TEST_RNG_SEED 0x9e3779b97f4a7c15ull
+#include "../../tests/unit/test_rng.h" /* rnd(), frand(): the unit tests' xorshift, same seed as before */
 
 /* Process CPU time (user + system, all threads), seconds. On a machine whose cores are shared
  * with other work, wall time over-counts; CPU time divided by the thread count is the time the

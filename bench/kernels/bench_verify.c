@@ -21,14 +21,8 @@
 #include "backend/cpu/cpu_internal.h"
 #include "base/timer.h"
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng >> 16);
-}
+#define TEST_RNG_SEED 0x9e3779b97f4a7c15ull
+#include "../../tests/unit/test_rng.h" /* rnd(), frand(): the unit tests' xorshift, same seed as before */
 
 #define POOL_BYTES (96u << 20)
 #define TILE 16
