@@ -249,9 +249,8 @@ static float activate(dense_act a, double x)
 	}
 }
 
-/* hidden [n][hid] -> out [dim]: the pooling, the Dense modules, the Normalize. */
-/* The modules after the pooling: the Dense layers, then Normalize, on the pooled vector (hid
- * floats; hidden NULL) or on hidden [n][hid] pooled here first. */
+/* hidden [n][hid] -> out [dim]: the pooling, the Dense modules, the Normalize; or with pooled
+ * (hid floats, the backend's pooling of the rows; hidden unused) the modules after the pooling. */
 static sg_status pool_head(const sg_embedder *e, const float *hidden, const int32_t *mask, int n, const float *pooled, float *out)
 {
 	if (!e->pool.n_dense && !pooled) return sg_pool(&e->pool, hidden, mask, n, e->hid, out);

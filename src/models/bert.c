@@ -350,21 +350,21 @@ sg_status sg_bert_load(const char *path, const sg_bert_params *p, sg_bert **out)
 	return SG_OK;
 }
 
-/* The activations of one call, freed together. */
-
-/* kv_rows: rows of the K/V caches (n for one sequence; a packed batch needs none and passes 1) */
+/* The activations of n tokens. kv_rows: rows of the K/V caches and the slots (n for one sequence;
+ * 0 for a packed batch, whose K/V are the projections' rows: no caches, no slots). */
 static sg_status acts_alloc(sg_backend *be, int64_t n, int64_t D, int64_t F, int64_t H, int64_t kv_rows, int ones, bert_acts *a)
 {
 	int64_t nd[4] = {D, n, 1, 1}, nf[4] = {F, n, 1, 1}, kv[4] = {D / H, H, kv_rows, 1}, ni[4] = {n, 1, 1, 1};
 	sg_status st = SG_OK;
 	sg_btensor *f[] = {&a->x, &a->t, &a->q, &a->k, &a->v, &a->a};
 	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]) && !st; i++) st = be->ops->tensor_alloc(be, SG_TYPE_F32, nd, f[i]);
-	if (!st) st = be->ops->tensor_alloc(be, SG_TYPE_F32, kv, &a->kc);
-	if (!st) st = be->ops->tensor_alloc(be, SG_TYPE_F32, kv, &a->vc);
+	if (!st && kv_rows) st = be->ops->tensor_alloc(be, SG_TYPE_F32, kv, &a->kc);
+	if (!st && kv_rows) st = be->ops->tensor_alloc(be, SG_TYPE_F32, kv, &a->vc);
 	if (!st) st = be->ops->tensor_alloc(be, SG_TYPE_F32, nf, &a->h);
 	if (!st && ones) st = be->ops->tensor_alloc(be, SG_TYPE_F32, nf, &a->ones);
-	sg_btensor *ix[] = {&a->ids, &a->pos, &a->types, &a->slots, &a->qpos};
+	sg_btensor *ix[] = {&a->ids, &a->pos, &a->types, &a->qpos};
 	for (size_t i = 0; i < sizeof(ix) / sizeof(ix[0]) && !st; i++) st = be->ops->tensor_alloc(be, SG_TYPE_I32, ni, ix[i]);
+	if (!st && kv_rows) st = be->ops->tensor_alloc(be, SG_TYPE_I32, ni, &a->slots);
 	return st;
 }
 
@@ -404,14 +404,8 @@ static sg_status batch_acts(sg_bert *b, int64_t N, int n_seq, int ones, int offs
 		b->ws_ones = 0;
 	}
 	memset(w, 0, sizeof(*w));
-	int64_t nd[4] = {d->dim, cap, 1, 1}, nf[4] = {d->ffn_dim, cap, 1, 1}, ni[4] = {cap, 1, 1, 1}, no[4] = {seq + 1, 1, 1, 1};
-	sg_status st = SG_OK;
-	sg_btensor *f[] = {&w->x, &w->t, &w->q, &w->k, &w->v, &w->a};
-	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]) && !st; i++) st = be->ops->tensor_alloc(be, SG_TYPE_F32, nd, f[i]);
-	if (!st) st = be->ops->tensor_alloc(be, SG_TYPE_F32, nf, &w->h);
-	if (!st && w_ones) st = be->ops->tensor_alloc(be, SG_TYPE_F32, nf, &w->ones);
-	sg_btensor *ix[] = {&w->ids, &w->pos, &w->types, &w->qpos};
-	for (size_t i = 0; i < sizeof(ix) / sizeof(ix[0]) && !st; i++) st = be->ops->tensor_alloc(be, SG_TYPE_I32, ni, ix[i]);
+	int64_t no[4] = {seq + 1, 1, 1, 1};
+	sg_status st = acts_alloc(be, cap, d->dim, d->ffn_dim, d->n_head, 0, w_ones, w);
 	if (!st && (offs || pool || keep)) st = be->ops->tensor_alloc(be, SG_TYPE_I32, no, &w->offs);
 	int64_t np[4] = {d->dim, seq, 1, 1};
 	if (!st && (pool || (keep && be->ops->pool_rows))) st = be->ops->tensor_alloc(be, SG_TYPE_F32, np, &w->pool);
