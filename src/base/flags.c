@@ -198,9 +198,6 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_TRACE", SG_FLAG_STR, "",
 	 "a CUDA build made with CUDA_TRACE=1: the file the decode chain's timeline (when each traced kernel's wait "
 	 "returned) is written to when the backend closes, for tools/cuda_trace.py; other builds ignore it"},
-	{"SARAGOSSA_CUDA_GEMM_F32_DIRECT", SG_FLAG_BOOL, "1",
-	 "CUDA matmul of f32 weights in the f32 and tf32 GEMM modes: one cuBLAS GEMM on the weights where they are (0: "
-	 "copied a tile at a time first, as the other weight types are dequantized)"},
 	{"SARAGOSSA_CUDA_GEMM_F16", SG_FLAG_BOOL, "1",
 	 "CUDA prefill of quantized weights on 8-bit activations (SARAGOSSA_CUDA_Q8X): f16 tensor-core GEMMs on the rounded "
 	 "activations (a power-of-two scale per token keeps them in range; 0 = the SARAGOSSA_CUDA_GEMM mode)"},

@@ -1371,7 +1371,6 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	cb->attn_f16 = sg_flag_bool("SARAGOSSA_CUDA_ATTN_F16");
 	cb->q8x = sg_flag_bool("SARAGOSSA_CUDA_Q8X");
 	cb->gemm_f16 = sg_flag_bool("SARAGOSSA_CUDA_GEMM_F16");
-	cb->f32_direct = sg_flag_bool("SARAGOSSA_CUDA_GEMM_F32_DIRECT");
 	cb->fused = sg_flag_bool("SARAGOSSA_CUDA_FUSED");
 	cb->moe_gemm = (int)sg_flag_int("SARAGOSSA_CUDA_MOE_GEMM");
 	cb->xrepack = sg_flag_bool("SARAGOSSA_CUDA_EXPERT_REPACK");

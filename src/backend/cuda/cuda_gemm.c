@@ -150,12 +150,6 @@ sg_status sg_cuda_gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int
 	void *wt = sc + xb + rb, *wl = sc + xb + rb + tb;
 	cudaDataType ty = cb->gemm == GEMM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 	cublasComputeType_t math = cb->gemm == GEMM_BF16 ? CUBLAS_COMPUTE_32F : f32_math(cb);
-	/* f32 weights the GEMM takes as they are (f32 or tf32 math: no tile to copy or split) */
-	if (v->kt == SG_CUKT_F32 && !wsplit && cb->gemm != GEMM_BF16 && v->row_bytes == (size_t)K * 4 && cb->f32_direct) {
-		if ((st = blas_gemm(cb, N, n, K, v->data, xa, ty, 0.0f, y, N, math))) return st;
-		if (bias) CU_RET("matmul", sg_cu_add_bias(y, bias, n, N, S(cb)));
-		return SG_OK;
-	}
 	for (int64_t r0 = 0; r0 < N; r0 += rt) {
 		int64_t nr = N - r0 < rt ? N - r0 : rt;
 		if (cb->gemm == GEMM_BF16) CU_RET("matmul", sg_cu_dequant_16(v, r0, nr, 0, wt, S(cb)));
