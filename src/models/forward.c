@@ -293,7 +293,12 @@ static sg_status layers_and_head(const sg_model *m, sg_fwd_state *s, const int32
 		s->graph = s->graph_tc = NULL;
 		verify_graphs_free(be, s);
 		o->tensor_free(be, &s->logits);
-		SG_FWD_OK(sg_fwd_alloc2(be, SG_TYPE_F32, d->n_vocab, s->chunk, &s->logits));
+		/* rows for this step rounded up to a power of two, at least 32 (a verify step of the
+		 * default 16 guesses has 17), not the whole chunk: n_vocab x chunk floats (311 MB for a 152k
+		 * vocabulary and 512 tokens) that the first verify step allocated and zeroed for its rows */
+		int64_t rows = 32;
+		while (rows < n) rows *= 2;
+		SG_FWD_OK(sg_fwd_alloc2(be, SG_TYPE_F32, d->n_vocab, rows < s->chunk ? rows : s->chunk, &s->logits));
 	}
 	/* only the rows whose logits are wanted go through the final norm and the head */
 	int r0 = mode == SG_LOGITS_ALL ? 0 : n - 1, nr = n - r0;
