@@ -170,6 +170,10 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_SPEC_ADAPTIVE", SG_FLAG_BOOL, "1",
 	 "speculative decoding: the draft length follows the measured acceptance (longer while guesses are kept, shorter "
 	 "when they are not); 0 = always --draft-max"},
+	{"SARAGOSSA_SPEC_COST", SG_FLAG_BOOL, "1",
+	 "speculative decoding with SARAGOSSA_SPEC_ADAPTIVE: guessing steps are timed against plain ones, and steps whose kept "
+	 "guesses do not pay for their time back off (up to 64 tokens without guesses) as steps that keep none do (not with "
+	 "rejection sampling); 0 = only steps that keep no guess back off, up to 8 tokens"},
 	{"SARAGOSSA_SPEC_MTP", SG_FLAG_BOOL, "1",
 	 "speculative decoding's MTP drafter (Qwen3-Next / Qwen3.5 checkpoints' mtp.* module); 0 = the module is not loaded and "
 	 "--spec mtp decodes without guesses"},

@@ -168,7 +168,12 @@ typedef struct spec_run {
 	int32_t cur;    /* the draft length asked for now (SARAGOSSA_SPEC_ADAPTIVE), else max */
 	int adaptive;
 	int32_t skip;   /* tokens still to decode without guesses (after steps that kept none) */
-	int32_t fails;  /* verify steps in a row that kept no guess */
+	int32_t fails;  /* verify steps in a row that kept no guess (or did not pay, with cost) */
+	/* SARAGOSSA_SPEC_COST: what guessing costs, measured (ns): a plain step's time (moving average),
+	 * the last guessing step's (drafting and verifying), the decayed sums of kept guesses and of
+	 * the guessing steps' cost beyond a plain step, in plain steps */
+	int cost;
+	double t_plain, t_step, kept_sum, cost_sum;
 } spec_run;
 
 static sg_status spec_init(spec_run *sp, const sg_gen_model *m, const sg_gen_params *p, const sg_sampler *smp, uint64_t seed)
@@ -194,6 +199,9 @@ static sg_status spec_init(spec_run *sp, const sg_gen_model *m, const sg_gen_par
 	if (p->sampler.temperature > 0.0f && sp->dr->sample_begin && sp->dr->draft_q && sg_flag_bool("SARAGOSSA_SPEC_REJECTION") &&
 	    (s = sp->dr->sample_begin(sp->dr->self, &p->sampler, seed, &sp->sampled)))
 		return s;
+	/* timings decide when to guess, so not where the guesses' own draws (rejection sampling) would
+	 * make a seed's answer depend on them */
+	sp->cost = sp->adaptive && !sp->sampled && sg_flag_bool("SARAGOSSA_SPEC_COST");
 	if (sp->sampled) {
 		sp->q = sg_malloc((size_t)sp->max * (size_t)m->n_vocab * sizeof(*sp->q));
 		if (!sp->q) return SG_FAIL(SG_ERR_NOMEM, "draft distributions for %d draft tokens", sp->max);
@@ -260,8 +268,19 @@ static sg_status spec_step(sg_gen_state *st, spec_run *sp, int32_t tok, int32_t 
 		/* none kept: decode the next 2, 4 or 8 tokens without guesses (free prose gives an
 		 * n-gram drafter little to copy; short, so that a repeated span is still caught
 		 * early); one kept guess ends the back-off */
-		if (sp->at == 0) {
-			sp->fails = sp->fails < 3 ? sp->fails + 1 : 3;
+		int fail = sp->at == 0, top = 3;
+		if (sp->cost && sp->t_plain > 0) {
+			/* with the costs measured: a step whose kept guesses did not make up for its time
+			 * beyond a plain step's fails too when the recent steps (decayed sums) lost overall,
+			 * and the back-off doubles up to 64 tokens */
+			double extra = sp->t_step / sp->t_plain - 1.0;
+			sp->kept_sum = 0.8 * sp->kept_sum + sp->at;
+			sp->cost_sum = 0.8 * sp->cost_sum + extra;
+			fail = fail || ((double)sp->at <= extra && sp->kept_sum < sp->cost_sum);
+			top = 6;
+		}
+		if (fail) {
+			sp->fails = sp->fails < top ? sp->fails + 1 : top;
 			sp->skip = 1 << sp->fails;
 		} else {
 			sp->fails = 0;
@@ -276,6 +295,7 @@ static sg_status spec_step(sg_gen_state *st, spec_run *sp, int32_t tok, int32_t 
 	}
 	if ((s = history_reserve(st, st->n + 1 + (size_t)(k > 0 ? k : 0)))) return s;
 	st->tokens[st->n] = tok;
+	const uint64_t t0 = sg_time_ns();
 	if (k > 0) {
 		if (sp->sampled) s = sp->dr->draft_q(sp->dr->self, st->tokens, st->n + 1, k, sp->draft, sp->q, m->n_vocab, &nd);
 		else s = sp->dr->draft(sp->dr->self, st->tokens, st->n + 1, k, sp->draft, &nd);
@@ -287,7 +307,14 @@ static sg_status spec_step(sg_gen_state *st, spec_run *sp, int32_t tok, int32_t 
 		if (nd < sp->min) nd = 0;
 	}
 	sp->nd = sp->at = 0;
-	if (nd == 0) return sp->greedy ? eval_greedy(st, tok, next) : eval_tokens(st, &tok, 1, logits);
+	if (nd == 0) {
+		s = sp->greedy ? eval_greedy(st, tok, next) : eval_tokens(st, &tok, 1, logits);
+		if (!s && sp->cost) {
+			double t = (double)(sg_time_ns() - t0);
+			sp->t_plain = sp->t_plain > 0 ? 0.7 * sp->t_plain + 0.3 * t : t;
+		}
+		return s;
+	}
 	memcpy(st->tokens + st->n + 1, sp->draft, (size_t)nd * sizeof(int32_t));
 	if (m->mark && (s = m->mark(m->self, st->n))) return s;
 	/* the history buffer is where they are appended: evaluate from a copy of them */
@@ -301,6 +328,7 @@ static sg_status spec_step(sg_gen_state *st, spec_run *sp, int32_t tok, int32_t 
 		s = m->eval_rows(m->self, batch, (size_t)nd + 1, st->n, sp->rows);
 	}
 	if ((s = evaluated(st, s, batch, (size_t)nd + 1))) return s;
+	sp->t_step = (double)(sg_time_ns() - t0);
 	sp->nd = nd;
 	res->n_verify++;
 	res->n_drafted += (size_t)nd;

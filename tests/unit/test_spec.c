@@ -268,6 +268,43 @@ static void spec_matches_plain(const char *name)
 	fx_close(&f);
 }
 
+/* The back-off after steps that keep nothing: with the costs measured (SARAGOSSA_SPEC_COST) it doubles
+ * up to 64 tokens without guesses, without them it stops at 8, so an always-wrong drafter gets fewer
+ * verify steps with the costs on; the answer is plain decoding's either way. */
+Test(spec, an_always_wrong_drafter_backs_off_further_when_costs_are_measured)
+{
+	fx f;
+	fx_open(&f, "qwen3", 128);
+	make_prompt(f.V);
+	const int N = 60;
+	run plain, r;
+	sg_gen_params p = params(&plain, N, 0.0f, 1234);
+	gen(&f, &p, &plain);
+	int32_t truth[128];
+	memcpy(truth, prompt, n_prompt * sizeof(int32_t));
+	memcpy(truth + n_prompt, plain.tok, (size_t)N * sizeof(int32_t));
+	size_t steps[2];
+	for (int cost = 0; cost < 2; cost++) {
+		setenv("SARAGOSSA_SPEC_COST", cost ? "1" : "0", 1);
+		sg_flags_reload();
+		oracle o = {{NULL, "oracle", oracle_draft, NULL, NULL}, truth, n_prompt + (size_t)N, 0, f.V, 0};
+		o.ops.self = &o;
+		p = params(&r, N, 0.0f, 1234);
+		p.drafter = &o.ops;
+		p.draft_max = 4;
+		sg_gen_result res = gen(&f, &p, &r);
+		same_answer(&plain, &r, cost ? "always wrong, costs on" : "always wrong, costs off");
+		cr_assert_eq(res.n_accepted, 0);
+		steps[cost] = res.n_verify;
+	}
+	unsetenv("SARAGOSSA_SPEC_COST");
+	sg_flags_reload();
+	/* 60 tokens: skips of 2, 4, 8, 16, 32 (6 steps at most) against 2, 4, 8, 8, ... (8 or more) */
+	cr_assert_leq(steps[1], 6, "costs on: %zu verify steps", steps[1]);
+	cr_assert_geq(steps[0], 7, "costs off: %zu verify steps", steps[0]);
+	fx_close(&f);
+}
+
 Test(spec, dense_answers_equal_plain_decoding_with_every_drafter) { spec_matches_plain("qwen3"); }
 Test(spec, moe_answers_equal_plain_decoding_with_every_drafter) { spec_matches_plain("qwen3_moe"); }
 Test(spec, hybrid_answers_equal_plain_decoding_with_every_drafter) { spec_matches_plain("qwen3_next"); }
