@@ -367,6 +367,30 @@ Test(spec, stepwise_verify_rows_are_the_batched_rows)
 	stepwise_rows_bits("qwen3_moe");
 }
 
+/* The logits buffer grows with the steps that need more rows (at least 32, then powers of two): a
+ * step of 40 rows after one of 6 still gives every row, each the bits of a decode step. */
+Test(spec, verify_rows_after_the_logits_buffer_grew_again_are_the_stepwise_rows)
+{
+	fx f;
+	fx_open(&f, "qwen3", 128);
+	enum { N = 40 };
+	int V = f.V;
+	int32_t tok[4 + N];
+	for (int i = 0; i < 4 + N; i++) tok[i] = (int32_t)((i * 11 + 3) % V);
+	float *a = malloc(sizeof(float) * (size_t)V * N), *b = malloc(sizeof(float) * (size_t)V * N);
+	cr_assert_eq(sg_session_eval(f.s, tok, 4, NULL), SG_OK);
+	cr_assert_eq(sg_session_eval_exact(f.s, tok + 4, 6, a), SG_OK);
+	cr_assert_eq(sg_session_truncate(f.s, 4), SG_OK);
+	cr_assert_eq(sg_session_eval_exact(f.s, tok + 4, N, a), SG_OK, "%s", sg_last_error());
+	cr_assert_eq(sg_session_truncate(f.s, 4), SG_OK);
+	cr_assert_eq(sg_session_eval_stepwise(f.s, tok + 4, N, b), SG_OK);
+	for (int i = 0; i < N; i++)
+		cr_assert(!memcmp(a + (size_t)i * V, b + (size_t)i * V, sizeof(float) * (size_t)V), "row %d differs", i);
+	free(a);
+	free(b);
+	fx_close(&f);
+}
+
 /* A hybrid session rolls back to any position after its mark, and not before it. */
 Test(spec, hybrid_truncate_needs_a_mark_and_restores_the_state_exactly)
 {
