@@ -308,9 +308,11 @@ static sg_status spec_step(sg_gen_state *st, spec_run *sp, int32_t tok, int32_t 
 	}
 	sp->nd = sp->at = 0;
 	if (nd == 0) {
+		/* a plain step's own time: drafting that gave nothing is a cost of guessing, not of it */
+		const uint64_t tp = sg_time_ns();
 		s = sp->greedy ? eval_greedy(st, tok, next) : eval_tokens(st, &tok, 1, logits);
 		if (!s && sp->cost) {
-			double t = (double)(sg_time_ns() - t0);
+			double t = (double)(sg_time_ns() - tp);
 			sp->t_plain = sp->t_plain > 0 ? 0.7 * sp->t_plain + 0.3 * t : t;
 		}
 		return s;
