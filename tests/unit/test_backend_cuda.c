@@ -390,6 +390,53 @@ Test(cuda, matmul_every_type_gemv_and_gemm_paths_match_cpu_reference)
 	}
 }
 
+/* tf32x3 as one GEMM (SARAGOSSA_CUDA_GEMM_X3_ONE: the bias inside the product, K padded to a multiple
+ * of 4) and as three GEMMs and a bias kernel: f32 weights read in place, quantized ones through a
+ * dequantized tile (8-bit activations off, so both reach this path), with and without bias: both within
+ * f32's error of the CPU. */
+Test(cuda, gemm_tf32x3_as_one_product_and_as_three_match_cpu)
+{
+	static const int types[] = {0, 3, 8}; /* F32, Q8_0, Q4_K */
+	for (int one = 1; one >= 0; one--) {
+		setenv("SARAGOSSA_CUDA_GEMM", "tf32x3", 1);
+		setenv("SARAGOSSA_CUDA_GEMM_X3_ONE", one ? "1" : "0", 1);
+		setenv("SARAGOSSA_CUDA_Q8X", "0", 1);
+		sg_flags_reload();
+		sg_backend *save = gpu;
+		sg_cuda_params gp = sg_cuda_default_params();
+		cr_assert_eq(sg_cuda_backend_create(&gp, &gpu), SG_OK, "%s", sg_last_error());
+		for (int ci = 0; ci < 3; ci++) {
+			const wtype *wt = &wtypes[types[ci]];
+			for (int kv = 0; kv < 2; kv++) {
+				int64_t K = wt->type == SG_TYPE_F32 ? (kv ? 384 : 30) : k_for(wt, kv), N = 45;
+				hw w = make_w(wt, N, K);
+				sg_btensor wc, wg;
+				bind_both(&w, &wc, &wg);
+				for (int ti = 0; ti < 4; ti++) {
+					int n = ti < 2 ? 9 : 33, use_bias = ti & 1;
+					pair x = pair_rand(K, n, 1, 1.0f), y = pair_new(SG_TYPE_F32, N, n, 1, 1), b = pair_rand(N, 1, 1, 1.0f);
+					poison(&y);
+					cr_assert_eq(cpu->ops->matmul(cpu, &wc, &x.c, use_bias ? &b.c : NULL, &y.c), SG_OK);
+					cr_assert_eq(gpu->ops->matmul(gpu, &wg, &x.g, use_bias ? &b.g : NULL, &y.g), SG_OK, "%s", sg_last_error());
+					double e = pair_nmse(&y);
+					cr_expect(e < NMSE_F32, "x3_one=%d %s K=%lld n=%d bias=%d: nmse %.3g", one, wt->name, (long long)K, n, use_bias, e);
+					pair_free(&x);
+					pair_free(&y);
+					pair_free(&b);
+				}
+				gpu->ops->tensor_free(gpu, &wg), cpu->ops->tensor_free(cpu, &wc);
+				free_hw(&w);
+			}
+		}
+		sg_backend_free(gpu);
+		gpu = save;
+		unsetenv("SARAGOSSA_CUDA_GEMM");
+		unsetenv("SARAGOSSA_CUDA_GEMM_X3_ONE");
+		unsetenv("SARAGOSSA_CUDA_Q8X");
+		sg_flags_reload();
+	}
+}
+
 /* Every unit GEMV path of the launcher: f32 activations (q8 scratch not given) exactly against
  * f32 activations, 8-bit ones (the block-split kernel; for one token of a block-per-lane format also
  * with that kernel, the policy's default) exactly against the activations they round. */
@@ -1169,6 +1216,26 @@ Test(cuda, attention_packed_with_and_without_bias_matches_per_sequence_softmax)
 	packed_case(c, 3, 8, 2, 128, 0); /* grouped KV heads */
 	packed_case(a, 5, 12, 12, 64, 1); /* MPNet's relative position bias */
 	packed_case(b, 1, 12, 12, 64, 1);
+	int d[] = {300, 33, 1, 64, 65}; /* rows in several blocks of 32, partial last blocks */
+	packed_case(d, 5, 4, 4, 30, 0); /* a head dim that is not a multiple of 4 */
+	packed_case(d, 5, 6, 2, 64, 1);
+	/* enough (sequence, head) pairs for the block-per-pair kernel (SARAGOSSA_CUDA_PACKED_SMEM), whose
+	 * tiles are 32 queries and 64 keys: lengths past both, one row, partial tiles */
+	int e[60];
+	for (int i = 0; i < 60; i++) e[i] = i == 7 ? 150 : i == 8 ? 1 : 1 + (i * 37) % 70;
+	packed_case(e, 60, 12, 12, 32, 0);
+	packed_case(e, 60, 12, 4, 64, 1);
+	packed_case(e, 60, 8, 8, 30, 0);
+	setenv("SARAGOSSA_CUDA_PACKED_SMEM", "0", 1);
+	sg_flags_reload();
+	sg_backend *save = gpu;
+	sg_cuda_params gp = sg_cuda_default_params();
+	cr_assert_eq(sg_cuda_backend_create(&gp, &gpu), SG_OK, "%s", sg_last_error());
+	packed_case(e, 60, 12, 4, 64, 1); /* the warp-per-token kernel on the same shapes */
+	sg_backend_free(gpu);
+	gpu = save;
+	unsetenv("SARAGOSSA_CUDA_PACKED_SMEM");
+	sg_flags_reload();
 }
 
 /* The audio codec's ops (Qwen3-TTS's decoder) against the CPU's: a convolution with and without

@@ -1094,6 +1094,7 @@ static sg_status cuda_attention_packed(sg_backend *be, const sg_btensor *q, cons
 		a.bias = p->bias->data;
 	}
 	a.scale = p->scale > 0 ? p->scale : 1.0f / sqrtf((float)a.hd);
+	a.smem = cb->packed_smem;
 	CU_RET("attention_packed", sg_cu_attention_packed(&a, S(cb)));
 	return SG_OK;
 }
@@ -1371,6 +1372,8 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	cb->attn_f16 = sg_flag_bool("SARAGOSSA_CUDA_ATTN_F16");
 	cb->q8x = sg_flag_bool("SARAGOSSA_CUDA_Q8X");
 	cb->gemm_f16 = sg_flag_bool("SARAGOSSA_CUDA_GEMM_F16");
+	cb->x3_one = sg_flag_bool("SARAGOSSA_CUDA_GEMM_X3_ONE");
+	cb->packed_smem = sg_flag_bool("SARAGOSSA_CUDA_PACKED_SMEM");
 	cb->fused = sg_flag_bool("SARAGOSSA_CUDA_FUSED");
 	cb->moe_gemm = (int)sg_flag_int("SARAGOSSA_CUDA_MOE_GEMM");
 	cb->xrepack = sg_flag_bool("SARAGOSSA_CUDA_EXPERT_REPACK");

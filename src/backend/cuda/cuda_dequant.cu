@@ -284,6 +284,54 @@ extern "C" int sg_cu_split_tf32(const float *x, int64_t n, float *hi, float *lo,
 	return (int)cudaGetLastError();
 }
 
+/* One row of a one-product tf32x3 GEMM (sg_cu_split3_tf32): three TF32 copies of the row's K values
+ * (each of Kp = K rounded up to 4, zero-padded), in the order that lines up the three products, then a
+ * tail: the bias's hi and lo parts on a weight row, two ones on an activation row (or zeros). */
+__global__ void split3_tf32_kernel(const float *__restrict__ x, int64_t rows, int64_t K, int64_t ld, int wside,
+				   const float *__restrict__ bias, int ones, int64_t K3, float *__restrict__ out)
+{
+	const int64_t Kp = (K + 3) & ~(int64_t)3;
+	for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+		const float *xr = x + r * ld;
+		float *o = out + r * K3;
+		for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < K3; c += (int64_t)gridDim.x * blockDim.x) {
+			const int seg = c < 3 * Kp ? (int)(c / Kp) : 3;
+			const int64_t e = c - seg * Kp;
+			float v;
+			if (seg < 3) { /* weights hi, hi, lo; activations hi, lo, hi */
+				float f = e < K ? xr[e] : 0.0f, h;
+				uint32_t u;
+				asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(f));
+				h = __uint_as_float(u & 0xffffe000u);
+				v = (wside ? seg == 2 : seg == 1) ? f - h : h;
+			} else if (e < 2) {
+				if (bias) {
+					float f = bias[r], h;
+					uint32_t u;
+					asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(f));
+					h = __uint_as_float(u & 0xffffe000u);
+					v = e ? f - h : h;
+				} else {
+					v = ones ? 1.0f : 0.0f;
+				}
+			} else {
+				v = 0.0f;
+			}
+			o[c] = v;
+		}
+	}
+}
+
+extern "C" int sg_cu_split3_tf32(const float *x, int64_t rows, int64_t K, int64_t ld, int wside, const float *bias, int ones,
+				 int64_t K3, float *out, sg_custream s)
+{
+	if (rows <= 0) return 0;
+	const int64_t bx = (K3 + 255) / 256;
+	dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)(rows < 65535 ? rows : 65535));
+	split3_tf32_kernel<<<grid, 256, 0, (cudaStream_t)s>>>(x, rows, K, ld, wside, bias, ones, K3, out);
+	return (int)cudaGetLastError();
+}
+
 __global__ void add_bias_kernel(float *y, const float *bias, int64_t n, int64_t N)
 {
 	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n * N; i += (int64_t)gridDim.x * blockDim.x) y[i] += bias[i % N];

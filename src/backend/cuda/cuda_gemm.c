@@ -120,12 +120,44 @@ static sg_status gemm_f16(sg_cuda_backend *cb, const sg_cuw *v, const float *x, 
 	return SG_OK;
 }
 
+/*
+ * tf32x3 as one TF32 GEMM (SARAGOSSA_CUDA_GEMM_X3_ONE): the three products hi*hi + hi*lo + lo*hi
+ * are one dot product of depth 3K when each weight row is laid out as (hi, hi, lo) and each
+ * activation row as (hi, lo, hi) (sg_cu_split3_tf32), and the bias rides in two more columns
+ * (its hi and lo against two ones). One cuBLAS call a tile instead of three that re-read and
+ * re-write the output, no bias kernel, and the weight split read straight from f32 weights (other
+ * types dequantized into a tile first). Same products as the three-GEMM form, summed in one order.
+ */
+static sg_status gemm_x3_one(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int64_t n, float *y, int64_t N, const float *bias)
+{
+	const int64_t K = v->K, Kp = (K + 3) & ~(int64_t)3, K3 = (3 * Kp + 2 + 7) & ~(int64_t)7;
+	const int direct = v->kt == SG_CUKT_F32 && v->row_bytes == (size_t)K * 4;
+	const int64_t rt = tile_rows(N, K3, 4);
+	const size_t xb = round16((size_t)(n * K3) * 4), tb = round16((size_t)(rt * K3) * 4);
+	const size_t db = direct ? 0 : round16((size_t)(rt * K) * 4);
+	sg_status st;
+	uint8_t *sc = sg_cuda_scratch(cb, xb + tb + db, &st);
+	if (!sc) return st;
+	float *x3 = (float *)sc, *w3 = (float *)(sc + xb), *wt = (float *)(sc + xb + tb);
+	CU_RET("matmul", sg_cu_split3_tf32(x, n, K, K, 0, NULL, bias != NULL, K3, x3, S(cb)));
+	for (int64_t r0 = 0; r0 < N; r0 += rt) {
+		const int64_t nr = N - r0 < rt ? N - r0 : rt;
+		const float *src = wt;
+		if (direct) src = (const float *)(v->data + (size_t)r0 * v->row_bytes);
+		else CU_RET("matmul", sg_cu_dequant_f32(v, r0, nr, wt, S(cb)));
+		CU_RET("matmul", sg_cu_split3_tf32(src, nr, K, K, 1, bias ? bias + r0 : NULL, 0, K3, w3, S(cb)));
+		if ((st = blas_gemm(cb, nr, n, K3, w3, x3, CUDA_R_32F, 0.0f, y + r0, N, CUBLAS_COMPUTE_32F_FAST_TF32))) return st;
+	}
+	return SG_OK;
+}
+
 sg_status sg_cuda_gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int64_t n, float *y, int64_t N, const float *bias)
 {
 	int64_t K = v->K;
 	/* with 8-bit decode activations the GEMM takes the same rounded activations (see sg_cu_requant) */
 	int rq = cb->q8x && sg_cu_has_q8(v->kt) && K % 32 == 0;
 	if (rq && cb->gemm_f16) return gemm_f16(cb, v, x, n, y, N, bias);
+	if (!rq && cb->gemm == GEMM_TF32X3 && cb->x3_one && !tf32_exact(v->kt)) return gemm_x3_one(cb, v, x, n, y, N, bias);
 	size_t es = cb->gemm == GEMM_BF16 ? 2 : 4;
 	int x3 = cb->gemm == GEMM_TF32X3, wsplit = x3 && !tf32_exact(v->kt);
 	int64_t rt = tile_rows(N, K, es);

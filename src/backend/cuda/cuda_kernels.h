@@ -170,6 +170,13 @@ int sg_cu_f32_to_16(const float *x, int64_t n, int f16, uint16_t *out, sg_custre
 /* x = hi + lo with hi exactly a TF32 value (10 mantissa bits): three TF32 tensor-core products
  * (hi*hi + hi*lo + lo*hi) then carry about FP32's accuracy. hi may alias x. */
 int sg_cu_split_tf32(const float *x, int64_t n, float *hi, float *lo, sg_custream s);
+/* The operands of tf32x3 as one TF32 GEMM of depth K3 (at least 3 * Kp + 2, Kp = K rounded up to 4):
+ * each of x's rows [rows][ld] becomes out [rows][K3] holding its TF32 split three times, so that
+ * a weight row (wside: hi, hi, lo) dotted with an activation row (hi, lo, hi) sums hi*hi + hi*lo +
+ * lo*hi, then two tail values: a weight row's bias[r] as hi and lo against an activation row's two
+ * ones (ones), so the bias is added inside the product; zeros without bias or ones, and after. */
+int sg_cu_split3_tf32(const float *x, int64_t rows, int64_t K, int64_t ld, int wside, const float *bias, int ones, int64_t K3,
+		      float *out, sg_custream s);
 /* Rows x [n][K] rounded to 8-bit blocks (as sg_cu_requant), times a power of two per row that
  * keeps them in f16's range, into f16 out [n][K]; scale[t] = the inverse power (K % 32 = 0). */
 int sg_cu_q8_rows_f16(const float *x, int64_t n, int64_t K, uint16_t *out, float *scale, sg_custream s);
@@ -285,6 +292,7 @@ typedef struct sg_cu_attn_packed {
 	const int32_t *offs;
 	float scale;
 	float *out;
+	int smem; /* SARAGOSSA_CUDA_PACKED_SMEM: a block per (sequence, head), its K and V rows in shared memory */
 } sg_cu_attn_packed;
 int sg_cu_attention_packed(const sg_cu_attn_packed *a, sg_custream s);
 /* pool_rows (backend.h): x [n][D] rows offs[s] .. offs[s + 1] - 1 into out [n_seq][D]; mode an sg_bpool */
