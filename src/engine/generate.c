@@ -6,6 +6,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/flags.h"
+#include "base/log.h"
 #include "base/timer.h"
 
 sg_gen_params sg_gen_default_params(void)
@@ -260,6 +261,8 @@ static sg_status spec_step(sg_gen_state *st, spec_run *sp, int32_t tok, int32_t 
 		else memcpy(logits, sp->rows + (size_t)sp->at * V, V * sizeof(*logits));
 		return SG_OK;
 	}
+	if (sp->nd > 0)
+		SG_DEBUG("spec: a verify step of %d guesses kept %d (%zu tokens in the history): %.3f ms, a plain step %.3f ms", sp->nd, sp->at, st->n, sp->t_step / 1e6, sp->t_plain / 1e6);
 	if (sp->adaptive && sp->nd > 0) {
 		/* all kept: ask for twice as many; else one more than were kept (a verify step costs
 		 * about a token's compute per guess on a CPU, so wasted guesses are not free) */
@@ -311,7 +314,7 @@ static sg_status spec_step(sg_gen_state *st, spec_run *sp, int32_t tok, int32_t 
 		/* a plain step's own time: drafting that gave nothing is a cost of guessing, not of it */
 		const uint64_t tp = sg_time_ns();
 		s = sp->greedy ? eval_greedy(st, tok, next) : eval_tokens(st, &tok, 1, logits);
-		if (!s && sp->cost) {
+		if (!s) {
 			double t = (double)(sg_time_ns() - tp);
 			sp->t_plain = sp->t_plain > 0 ? 0.7 * sp->t_plain + 0.3 * t : t;
 		}

@@ -18,6 +18,7 @@
 #include "base/error.h"
 #include "base/flags.h"
 #include "base/log.h"
+#include "base/timer.h"
 #include "models/forward_hybrid.h"
 
 static int kv_rows_for(const sg_layer_desc *l, int n_ctx, int chunk, int *ring)
@@ -444,11 +445,13 @@ static sg_status recorded_step(const sg_model *m, sg_fwd_state *s, const fwd_ste
 	sg_backend *be = m->be;
 	if (graphs && *gp) {
 		if (!be->ops->graph_stale(be, *gp)) return be->ops->graph_replay(be, *gp);
+		SG_DEBUG("%s %s graph of %d tokens: stale (the backend's scratch moved), recorded again", be->ops->name, what, t->n);
 		sg_backend_graph_free(be, *gp);
 		*gp = NULL;
 	}
 	SG_FWD_OK(step_body(m, s, t));
 	if (!graphs) return SG_OK;
+	const uint64_t t0 = sg_time_ns();
 	sg_backend_graph *g = NULL;
 	sg_status st = be->ops->capture_begin(be);
 	if (!st) {
@@ -461,6 +464,7 @@ static sg_status recorded_step(const sg_model *m, sg_fwd_state *s, const fwd_ste
 		*off = 1;
 	} else {
 		*gp = g;
+		SG_DEBUG("%s %s graph of %d tokens recorded in %.3f ms", be->ops->name, what, t->n, (double)(sg_time_ns() - t0) / 1e6);
 	}
 	return SG_OK;
 }
