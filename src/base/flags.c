@@ -202,12 +202,10 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_TRACE", SG_FLAG_STR, "",
 	 "a CUDA build made with CUDA_TRACE=1: the file the decode chain's timeline (when each traced kernel's wait "
 	 "returned) is written to when the backend closes, for tools/cuda_trace.py; other builds ignore it"},
-	{"SARAGOSSA_CUDA_GEMM_X3_ONE", SG_FLAG_BOOL, "1",
-	 "CUDA GEMM in tf32x3 mode: the three TF32 products and the bias as one cuBLAS GEMM of depth 3K over operands laid "
-	 "out for it (0: three GEMMs on the hi and lo parts, then a bias kernel)"},
-	{"SARAGOSSA_CUDA_PACKED_SMEM", SG_FLAG_BOOL, "1",
-	 "CUDA attention of an encoder's packed batch: a block per (sequence, head) with its K and V rows in shared memory, "
-	 "for head dims up to 64 and batches of enough sequences (0: a warp per token and head reading the rows itself)"},
+	{"SARAGOSSA_CUDA_GEMM_X3_ONE", SG_FLAG_INT, "1536",
+	 "CUDA GEMM in tf32x3 mode: for weights of at most this many columns (K), the three TF32 products and the bias as "
+	 "one cuBLAS GEMM of depth 3K over operands laid out for it; wider ones (and 0: all) as three GEMMs on the hi and lo "
+	 "parts, then a bias kernel"},
 	{"SARAGOSSA_CUDA_GEMM_F16", SG_FLAG_BOOL, "1",
 	 "CUDA prefill of quantized weights on 8-bit activations (SARAGOSSA_CUDA_Q8X): f16 tensor-core GEMMs on the rounded "
 	 "activations (a power-of-two scale per token keeps them in range; 0 = the SARAGOSSA_CUDA_GEMM mode)"},
@@ -216,7 +214,8 @@ static const sg_flag table[] = {
 	 "replayed after, where decode steps are (CUDA; not hybrid or MTP stacks); 0 = every verify step op by op"},
 	{"SARAGOSSA_CUDA_VERIFY_ATTN", SG_FLAG_BOOL, "1",
 	 "CUDA verify steps (exact): the one-token attention of every token of the step in one launch (the token in the "
-	 "grid; each token the bits of its own launch); 0 = a launch per token"},
+	 "grid; each token the bits of its own launch) while the KV cache holds at most 512 rows (longer caches: a launch "
+	 "per token, faster there); 0 = always a launch per token"},
 	{"SARAGOSSA_CUDA_VERIFY_BATCH", SG_FLAG_BOOL, "1",
 	 "CUDA verify steps of speculative decoding (exact: each token gets a decode step's bits): the one-token GEMV kernels "
 	 "over all the step's tokens in one launch, a row block's tokens side by side so the weights are read once; 0 = each "

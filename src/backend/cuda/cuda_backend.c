@@ -917,19 +917,31 @@ static sg_status cuda_attn_prep_norm(sg_backend *be, sg_btensor *q, sg_btensor *
  * chain (dot, warp sum, exp), so short chunks and many blocks hide its latency (256 took ~130 us
  * per layer at 1k positions of a 32-head decode step on the H200; 64 is ~4x more blocks) */
 #define KV_CHUNK 64
+/* An exact step's one-token attentions take one launch (SARAGOSSA_CUDA_VERIFY_ATTN) only while the
+ * one-token kernel's slices, sized by the cache's capacity so that a recorded graph serves every
+ * length, are at most this many (512 rows): past it most slices of a step are empty early in a
+ * sequence, and the one launch took longer than a launch a token (H100, SmolLM2-135M, a 17-token step
+ * at a 2048-row cache: 14.5 decode steps against 6.1; at 8192 rows 22.8 against 6.3; at 512 rows the
+ * one launch was faster in a whole speculative answer, 1066 against 858 tok/s). */
+#define VERIFY_ATTN_SLICES 8
 /* pa: an attention prep to run first (checked by prep_check against the same q, caches and
  * positions), fused into the one-token kernel where it takes it, else as its own kernel. */
 /* The attention's kernels for a (the prep done): the one-token kernel, else the many-token paths;
  * q8: the one-token kernel may round its output for the matmul after it (p->feeds_matmul). */
 /* The one-token attention's slices, from static shapes (a recorded graph stays valid), each at
  * least 64 rows, and their scratch for ntok tokens. */
-static sg_status dec_slices(sg_cuda_backend *cb, sg_cu_attn *a, int64_t span, int64_t ntok)
+static int64_t dec_nslices(const sg_cu_attn *a, int64_t span)
 {
-	sg_status st = SG_OK;
 	int64_t nc = (span + 63) / 64, cap = 512 / sg_cu_attn_decode_units(a);
 	if (cap > 64) cap = 64;
 	if (nc > cap) nc = cap;
-	if (nc < 1) nc = 1;
+	return nc < 1 ? 1 : nc;
+}
+
+static sg_status dec_slices(sg_cuda_backend *cb, sg_cu_attn *a, int64_t span, int64_t ntok)
+{
+	sg_status st = SG_OK;
+	int64_t nc = dec_nslices(a, span);
 	a->nchunk = (int)nc;
 	if (nc > 1 && !(a->part = sg_cuda_scratch(cb, sizeof(float) * (size_t)(ntok * a->H * nc * (a->hdv + 2)), &st))) return st;
 	return SG_OK;
@@ -1035,7 +1047,8 @@ static sg_status attention_run(sg_backend *be, const sg_btensor *q, const sg_bte
 		b.n = 1;
 		b.prep.on = 0;
 		cb->q8a_of = NULL;
-		if (cb->verify_attn && cb->attn_dec && sg_cu_attn_decode_ok(&b)) { /* one launch, a token in the grid's z */
+		/* one launch, a token in the grid's z, while the cache has at most VERIFY_ATTN_SLICES slices */
+		if (cb->verify_attn && cb->attn_dec && sg_cu_attn_decode_ok(&b) && dec_nslices(&b, span) <= VERIFY_ATTN_SLICES) {
 			if ((st = dec_slices(cb, &b, span, a.n))) return st;
 			CU_RET("attention", sg_cu_attn_decode_tokens(&b, a.n, S(cb)));
 			return SG_OK;
@@ -1094,7 +1107,6 @@ static sg_status cuda_attention_packed(sg_backend *be, const sg_btensor *q, cons
 		a.bias = p->bias->data;
 	}
 	a.scale = p->scale > 0 ? p->scale : 1.0f / sqrtf((float)a.hd);
-	a.smem = cb->packed_smem;
 	CU_RET("attention_packed", sg_cu_attention_packed(&a, S(cb)));
 	return SG_OK;
 }
@@ -1372,8 +1384,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	cb->attn_f16 = sg_flag_bool("SARAGOSSA_CUDA_ATTN_F16");
 	cb->q8x = sg_flag_bool("SARAGOSSA_CUDA_Q8X");
 	cb->gemm_f16 = sg_flag_bool("SARAGOSSA_CUDA_GEMM_F16");
-	cb->x3_one = sg_flag_bool("SARAGOSSA_CUDA_GEMM_X3_ONE");
-	cb->packed_smem = sg_flag_bool("SARAGOSSA_CUDA_PACKED_SMEM");
+	cb->x3_one = sg_flag_int("SARAGOSSA_CUDA_GEMM_X3_ONE");
 	cb->fused = sg_flag_bool("SARAGOSSA_CUDA_FUSED");
 	cb->moe_gemm = (int)sg_flag_int("SARAGOSSA_CUDA_MOE_GEMM");
 	cb->xrepack = sg_flag_bool("SARAGOSSA_CUDA_EXPERT_REPACK");

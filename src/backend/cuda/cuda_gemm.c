@@ -121,7 +121,7 @@ static sg_status gemm_f16(sg_cuda_backend *cb, const sg_cuw *v, const float *x, 
 }
 
 /*
- * tf32x3 as one TF32 GEMM (SARAGOSSA_CUDA_GEMM_X3_ONE): the three products hi*hi + hi*lo + lo*hi
+ * tf32x3 as one TF32 GEMM (SARAGOSSA_CUDA_GEMM_X3_ONE, up to that K): the three products hi*hi + hi*lo + lo*hi
  * are one dot product of depth 3K when each weight row is laid out as (hi, hi, lo) and each
  * activation row as (hi, lo, hi) (sg_cu_split3_tf32), and the bias rides in two more columns
  * (its hi and lo against two ones). One cuBLAS call a tile instead of three that re-read and
@@ -157,7 +157,7 @@ sg_status sg_cuda_gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int
 	/* with 8-bit decode activations the GEMM takes the same rounded activations (see sg_cu_requant) */
 	int rq = cb->q8x && sg_cu_has_q8(v->kt) && K % 32 == 0;
 	if (rq && cb->gemm_f16) return gemm_f16(cb, v, x, n, y, N, bias);
-	if (!rq && cb->gemm == GEMM_TF32X3 && cb->x3_one && !tf32_exact(v->kt)) return gemm_x3_one(cb, v, x, n, y, N, bias);
+	if (!rq && cb->gemm == GEMM_TF32X3 && K <= cb->x3_one && !tf32_exact(v->kt)) return gemm_x3_one(cb, v, x, n, y, N, bias);
 	size_t es = cb->gemm == GEMM_BF16 ? 2 : 4;
 	int x3 = cb->gemm == GEMM_TF32X3, wsplit = x3 && !tf32_exact(v->kt);
 	int64_t rt = tile_rows(N, K, es);

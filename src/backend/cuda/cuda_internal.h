@@ -28,8 +28,7 @@ typedef struct sg_cuda_backend {
 	int gemm; /* GEMM_*: SARAGOSSA_CUDA_GEMM */
 	int q8x;  /* SARAGOSSA_CUDA_Q8X */
 	int gemm_f16; /* SARAGOSSA_CUDA_GEMM_F16 */
-	int x3_one; /* SARAGOSSA_CUDA_GEMM_X3_ONE */
-	int packed_smem; /* SARAGOSSA_CUDA_PACKED_SMEM */
+	int64_t x3_one; /* SARAGOSSA_CUDA_GEMM_X3_ONE: the widest K taking the one-GEMM form */
 	int fused; /* SARAGOSSA_CUDA_FUSED */
 	int moe_gemm; /* SARAGOSSA_CUDA_MOE_GEMM: fewest tokens of the MoE GEMM path, 0 = never */
 	int attn_dec;  /* SARAGOSSA_CUDA_ATTN_DECODE != 0: the one-token attention kernel (the policy's attn.decode) */

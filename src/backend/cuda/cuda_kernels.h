@@ -292,7 +292,6 @@ typedef struct sg_cu_attn_packed {
 	const int32_t *offs;
 	float scale;
 	float *out;
-	int smem; /* SARAGOSSA_CUDA_PACKED_SMEM: a block per (sequence, head), its K and V rows in shared memory */
 } sg_cu_attn_packed;
 int sg_cu_attention_packed(const sg_cu_attn_packed *a, sg_custream s);
 /* pool_rows (backend.h): x [n][D] rows offs[s] .. offs[s + 1] - 1 into out [n_seq][D]; mode an sg_bpool */
