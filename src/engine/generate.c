@@ -316,7 +316,9 @@ static sg_status spec_step(sg_gen_state *st, spec_run *sp, int32_t tok, int32_t 
 		s = sp->greedy ? eval_greedy(st, tok, next) : eval_tokens(st, &tok, 1, logits);
 		if (!s) {
 			double t = (double)(sg_time_ns() - tp);
-			sp->t_plain = sp->t_plain > 0 ? 0.7 * sp->t_plain + 0.3 * t : t;
+			/* down at once, up slowly: a plain step is slower than it is only by outliers (a
+			 * graph recorded on a GPU's first step: 3x a step; the OS), never faster */
+			sp->t_plain = sp->t_plain > 0 && t > sp->t_plain ? 0.8 * sp->t_plain + 0.2 * t : t;
 		}
 		return s;
 	}
