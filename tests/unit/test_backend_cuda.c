@@ -2036,14 +2036,17 @@ Test(cuda, exact_steps_give_each_token_its_one_token_bits)
 
 /* The attention of an exact step: n tokens after their prep (q/k norms, rope, the cache rows) give
  * each token the output and cache rows of one-token steps taken in turn (the prep fused into the
- * one-token kernel there), over f16 and f32 caches, GQA, a window. */
+ * one-token kernel there), over f16 and f32 caches, GQA, a window; caches of at most 512 rows take
+ * one launch for the step's tokens, longer ones a launch per token (a short sequence in a long cache
+ * among them). */
 Test(cuda, exact_step_attention_equals_one_token_steps)
 {
 	struct {
 		int64_t H, Hkv, hd, ctx;
 		int32_t p;
 		int window, f16;
-	} cs[] = {{16, 4, 128, 512, 37, 0, 1}, {8, 8, 64, 300, 250, 0, 1}, {8, 2, 128, 700, 600, 128, 1}, {4, 2, 64, 200, 9, 0, 0}};
+	} cs[] = {{16, 4, 128, 512, 37, 0, 1}, {8, 8, 64, 300, 250, 0, 1}, {8, 2, 128, 700, 600, 128, 1}, {4, 2, 64, 200, 9, 0, 0},
+		  {8, 2, 64, 1500, 1000, 0, 1}, {8, 4, 64, 2048, 40, 0, 1}};
 	const int64_t n = 6;
 	for (size_t c = 0; c < sizeof(cs) / sizeof(cs[0]); c++) {
 		int64_t H = cs[c].H, Hkv = cs[c].Hkv, hd = cs[c].hd, ctx = cs[c].ctx, D = H * hd, KD = Hkv * hd;
