@@ -265,13 +265,18 @@ extern "C" int sg_cu_f32_to_16(const float *x, int64_t n, int f16, uint16_t *out
 	return (int)cudaGetLastError();
 }
 
+/* v rounded to the nearest TF32 value (the low 13 bits are not part of one): tf32x3's hi part, v - hi its lo */
+static __device__ __forceinline__ float tf32_hi(float v)
+{
+	uint32_t u;
+	asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(v));
+	return __uint_as_float(u & 0xffffe000u);
+}
+
 __global__ void split_tf32_kernel(const float *x, int64_t n, float *hi, float *lo)
 {
 	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-		float v = x[i], h;
-		uint32_t u;
-		asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(v));
-		h = __uint_as_float(u & 0xffffe000u); /* the low 13 bits are not part of a TF32 value */
+		const float v = x[i], h = tf32_hi(v);
 		hi[i] = h;
 		lo[i] = v - h;
 	}
@@ -299,17 +304,11 @@ __global__ void split3_tf32_kernel(const float *__restrict__ x, int64_t rows, in
 			const int64_t e = c - seg * Kp;
 			float v;
 			if (seg < 3) { /* weights hi, hi, lo; activations hi, lo, hi */
-				float f = e < K ? xr[e] : 0.0f, h;
-				uint32_t u;
-				asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(f));
-				h = __uint_as_float(u & 0xffffe000u);
+				const float f = e < K ? xr[e] : 0.0f, h = tf32_hi(f);
 				v = (wside ? seg == 2 : seg == 1) ? f - h : h;
 			} else if (e < 2) {
 				if (bias) {
-					float f = bias[r], h;
-					uint32_t u;
-					asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(f));
-					h = __uint_as_float(u & 0xffffe000u);
+					const float f = bias[r], h = tf32_hi(f);
 					v = e ? f - h : h;
 				} else {
 					v = ones ? 1.0f : 0.0f;
