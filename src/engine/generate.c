@@ -262,7 +262,8 @@ static sg_status spec_step(sg_gen_state *st, spec_run *sp, int32_t tok, int32_t 
 		return SG_OK;
 	}
 	if (sp->nd > 0)
-		SG_DEBUG("spec: a verify step of %d guesses kept %d (%zu tokens in the history): %.3f ms, a plain step %.3f ms", sp->nd, sp->at, st->n, sp->t_step / 1e6, sp->t_plain / 1e6);
+		SG_DEBUG("spec: a verify step of %d guesses kept %d (%zu tokens in the history): %.3f ms, a plain step %.3f ms",
+			 sp->nd, sp->at, st->n, sp->t_step / 1e6, sp->t_plain / 1e6);
 	if (sp->adaptive && sp->nd > 0) {
 		/* all kept: ask for twice as many; else one more than were kept (a verify step costs
 		 * about a token's compute per guess on a CPU, so wasted guesses are not free) */
