@@ -4,6 +4,7 @@ metrics report the guesses, the server takes the drafter per model and per reque
 `speculative` extension and `prediction`, Ollama's options.speculative), and bad values are 400s
 or usage errors."""
 import json
+import re
 
 import httpx
 import ollama
@@ -67,6 +68,19 @@ def test_generate_metrics_line_and_kill_switch(sg, model):
     assert off.returncode == 0, off.stderr
     assert "switched off" in off.stderr and "speculative:" not in off.stderr
     assert off.stdout == r.stdout
+
+
+def test_debug_log_times_every_verify_step(sg, model):
+    """SARAGOSSA_LOG=debug: a line per verify step (logged when the next step starts, so the answer's
+    last one may be missing), with its guesses and the kept ones; the target drafting for itself keeps all."""
+    r = sg("generate", "--model", model, "--prompt", EDIT, "--temperature", "0", "--max-tokens", "48", "--ctx", "256",
+           "--json", "--draft-model", model, "--draft-max", "4", env={"SARAGOSSA_LOG": "debug"}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    steps = re.findall(r"spec: a verify step of (\d+) guesses kept (\d+) \(\d+ tokens in the history\): "
+                       r"([\d.]+) ms, a plain step ([\d.]+) ms", r.stderr)
+    m = json.loads(r.stdout)["metrics"]
+    assert m["spec_verify_steps"] - 1 <= len(steps) <= m["spec_verify_steps"] and steps
+    assert all(1 <= int(g) <= 4 and int(k) == int(g) and float(t) > 0 for g, k, t, _ in steps)
 
 
 @pytest.mark.parametrize("args, msg", [
