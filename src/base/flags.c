@@ -223,6 +223,10 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_VERIFY_MT", SG_FLAG_BOOL, "1",
 	 "CUDA verify steps (exact) on Q4_K, Q6_K and MLX 4-bit weights: a block takes a group of up to 8 of the step's "
 	 "tokens, its weights read once for all of them (each token the bits of its one-token GEMV); 0 = a block a token"},
+	{"SARAGOSSA_CUDA_VERIFY_MMA", SG_FLAG_INT, "2",
+	 "CUDA verify steps (exact) on Q4_K and Q6_K weights of at least this many tokens: the integer dots of the one-token "
+	 "GEMV on the tensor cores (16 tokens x 8 rows an mma), each token's float steps and sums then in the one-token "
+	 "kernel's order (its bits); 0 = the dp4a kernels (SARAGOSSA_CUDA_VERIFY_MT)"},
 	{"SARAGOSSA_CUDA_FUSED", SG_FLAG_BOOL, "1",
 	 "CUDA decode (one token): the norm and the projections of a stage (q/k/v; gate/up with the GLU; o or down with the "
 	 "residual add) as one fused GEMV launch (0 = one op each)"},
