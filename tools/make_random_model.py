@@ -29,7 +29,7 @@ $SARAGOSSA_CACHE_DIR or ~/.cache/saragossa, under random/<name>. Never commit it
 
 GGUF (qwen3 and qwen3moe only), for side-by-side runs with llama.cpp on the same file:
   make_random_model.py qwen3|qwen3moe --gguf VOCAB_GGUF [--gguf-type f16|q8_0|q4_k_m] [--layers N]
-                       [--tiny] [--out DIR]
+                       [--tiny] [--shape 8b|1.5b] [--out DIR]
 writes ONE file, DIR/<name>-f16.gguf (-q8_0.gguf, -Q4_K_M.gguf), in llama.cpp's layout for the arches
 `qwen3` / `qwen3moe`: token_embd, blk.L.{attn_norm, attn_q, attn_k, attn_v, attn_output,
 attn_q_norm, attn_k_norm, ffn_norm}, then ffn_{gate,up,down} (dense) or ffn_gate_inp (F32 router)
@@ -584,12 +584,15 @@ def write_gguf(path, kvs, tensors, seed):
     return len(head) + off
 
 
-def gguf_model(arch, layers, vocab, wtype, seed, out_root, tiny=False):
+def gguf_model(arch, layers, vocab, wtype, seed, out_root, tiny=False, shape="8b"):
     """Writes the random qwen3 / qwen3moe GGUF; returns its path and size in bytes. tiny: the
     same tensors at small widths and the vocabulary's own size (padded to a multiple of 64) and
     special ids, for tests."""
     V, hd, eps, ctx = 151936, 128, 1e-6, 40960
-    if arch == "qwen3":
+    if arch == "qwen3" and shape == "1.5b":
+        D, H, Hkv, F, E, k, Fe = 1536, 12, 2, 8960, 0, 0, 0
+        name = "qwen3-1.5b-shape-random-%dl" % layers
+    elif arch == "qwen3":
         D, H, Hkv, F, E, k, Fe = 4096, 32, 8, 12288, 0, 0, 0
         name = "qwen3-8b-random-%dl" % layers
     else:
@@ -641,15 +644,17 @@ def main():
                     help="qwen3 / qwen3moe: write one GGUF file, its tokenizer from VOCAB_GGUF")
     ap.add_argument("--gguf-type", choices=["f16", "q8_0", "q4_k_m"], default="f16")
     ap.add_argument("--tiny", action="store_true", help="--gguf: small widths, for tests")
+    ap.add_argument("--shape", choices=["8b", "1.5b"], default="8b",
+                    help="qwen3 --gguf: Qwen3-8B's widths, or Qwen2.5-1.5B's (hidden 1536, 12 / 2 heads, MLP 8960, 28 layers)")
     a = ap.parse_args()
-    layers = a.layers or {"qwen36": 4, "gemma4": 6, "qwen3": 36, "qwen3moe": 48}[a.arch]
+    layers = a.layers or {"qwen36": 4, "gemma4": 6, "qwen3": 28 if a.shape == "1.5b" else 36, "qwen3moe": 48}[a.arch]
     root = Path(a.out) if a.out else Path(os.environ.get("SARAGOSSA_CACHE_DIR") or Path.home() / ".cache" / "saragossa") / "random"
     if a.gguf:
         if a.arch not in ("qwen3", "qwen3moe"):
             raise SystemExit("--gguf: only qwen3 and qwen3moe")
         t0 = time.time()
         wtype = {"f16": GGML_F16, "q8_0": GGML_Q8_0, "q4_k_m": Q4_K_M}[a.gguf_type]
-        path, n = gguf_model(a.arch, layers, a.gguf, wtype, a.seed, root, a.tiny)
+        path, n = gguf_model(a.arch, layers, a.gguf, wtype, a.seed, root, a.tiny, a.shape)
         dt = time.time() - t0
         print(f"{path}  ({n / 1e9:.2f} GB in {dt:.1f} s, {n / 1e9 / dt:.2f} GB/s)")
         return
