@@ -202,6 +202,9 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_TRACE", SG_FLAG_STR, "",
 	 "a CUDA build made with CUDA_TRACE=1: the file the decode chain's timeline (when each traced kernel's wait "
 	 "returned) is written to when the backend closes, for tools/cuda_trace.py; other builds ignore it"},
+	{"SARAGOSSA_CUDA_X3_CACHE", SG_FLAG_INT, "4096",
+	 "CUDA GEMM in one-GEMM tf32x3 mode: f32 weights bound for matmul alone (an encoder's) are split into the "
+	 "(hi, hi, lo) layout once and kept, up to this many MiB in all, instead of split again every call (0 = never kept)"},
 	{"SARAGOSSA_CUDA_GEMM_X3_ONE", SG_FLAG_INT, "1536",
 	 "CUDA GEMM in tf32x3 mode: for weights of at most this many columns (K), the three TF32 products and the bias as "
 	 "one cuBLAS GEMM of depth 3K over operands laid out for it; wider ones (and 0: all) as three GEMMs on the hi and lo "

@@ -437,6 +437,61 @@ Test(cuda, gemm_tf32x3_as_one_product_and_as_three_match_cpu)
 	}
 }
 
+/* SARAGOSSA_CUDA_X3_CACHE: an f32 weight bound for matmul alone (an encoder's) keeps its one-GEMM
+ * tf32x3 split after the first GEMM (one entry a weight and bias; the same bits on every later call,
+ * those of a weight split per call, within f32's error of the CPU), released with the weight; a
+ * weight bound otherwise, or a limit of 0, keeps none. */
+Test(cuda, gemm_x3_kept_split_of_matmul_only_weights)
+{
+	setenv("SARAGOSSA_CUDA_GEMM", "tf32x3", 1);
+	setenv("SARAGOSSA_CUDA_GEMM_X3_ONE", "100000", 1);
+	for (int lim = 1; lim >= 0; lim--) {
+		setenv("SARAGOSSA_CUDA_X3_CACHE", lim ? "64" : "0", 1);
+		sg_flags_reload();
+		sg_backend *save = gpu;
+		sg_cuda_params gp = sg_cuda_default_params();
+		cr_assert_eq(sg_cuda_backend_create(&gp, &gpu), SG_OK, "%s", sg_last_error());
+		sg_cuda_backend *cb = (sg_cuda_backend *)gpu;
+		const int64_t K = 384, N = 200, n = 40;
+		hw w = make_w(&wtypes[0], N, K);
+		sg_btensor wc, wg, pc, pg; /* matmul-only; plain */
+		w.t.layout = SG_LAYOUT_MATMUL_ONLY;
+		bind_both(&w, &wc, &wg);
+		w.t.layout = 0;
+		bind_both(&w, &pc, &pg);
+		pair x = pair_rand(K, n, 1, 1.0f), b = pair_rand(N, 1, 1, 1.0f), b2 = pair_rand(N, 1, 1, 1.0f);
+		pair y = pair_new(SG_TYPE_F32, N, n, 1, 1);
+		float *out[4];
+		const sg_btensor *ws[4] = {&wg, &wg, &pg, &wg};
+		const pair *bs[4] = {&b, &b, &b, &b2};
+		const int want[4] = {1, 1, 1, 2};
+		for (int i = 0; i < 4; i++) {
+			poison(&y);
+			cr_assert_eq(cpu->ops->matmul(cpu, &wc, &x.c, &bs[i]->c, &y.c), SG_OK);
+			cr_assert_eq(gpu->ops->matmul(gpu, ws[i], &x.g, &bs[i]->g, &y.g), SG_OK, "%s", sg_last_error());
+			double e = pair_nmse(&y);
+			cr_expect(e < NMSE_F32, "limit %d call %d: nmse %.3g", lim, i, e);
+			cr_expect_eq(cb->n_x3c, lim ? want[i] : 0, "limit %d call %d: %d weights kept", lim, i, cb->n_x3c);
+			out[i] = fetch(&y);
+		}
+		cr_expect(!memcmp(out[0], out[1], sizeof(float) * (size_t)(N * n)), "limit %d: the kept split changed the bits", lim);
+		cr_expect(!memcmp(out[0], out[2], sizeof(float) * (size_t)(N * n)), "limit %d: the kept split is not the per-call split", lim);
+		for (int i = 0; i < 4; i++) free(out[i]);
+		gpu->ops->tensor_free(gpu, &wg);
+		cr_expect_eq(cb->n_x3c, 0, "limit %d: freeing the weight left %d kept", lim, cb->n_x3c);
+		cr_expect_eq(cb->x3c_bytes, 0, "limit %d: %zu bytes kept", lim, cb->x3c_bytes);
+		gpu->ops->tensor_free(gpu, &pg), cpu->ops->tensor_free(cpu, &wc), cpu->ops->tensor_free(cpu, &pc);
+		free_hw(&w);
+		pair_free(&x), pair_free(&b), pair_free(&b2), pair_free(&y);
+		sg_backend_free(gpu);
+		gpu = save;
+	}
+	unsetenv("SARAGOSSA_CUDA_GEMM");
+	unsetenv("SARAGOSSA_CUDA_GEMM_X3_ONE");
+	unsetenv("SARAGOSSA_CUDA_X3_CACHE");
+	sg_flags_reload();
+}
+
 /* Every unit GEMV path of the launcher: f32 activations (q8 scratch not given) exactly against
  * f32 activations, 8-bit ones (the block-split kernel; for one token of a block-per-lane format also
  * with that kernel, the policy's default) exactly against the activations they round. */

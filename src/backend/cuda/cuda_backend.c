@@ -129,6 +129,7 @@ sg_status sg_cuda_wview(const char *op, const sg_btensor *w, sg_cuw *v)
 	v->data = w->data;
 	v->row_bytes = w->row_bytes;
 	v->planar = w->layout == 1;
+	v->matmul_only = w->layout == SG_LAYOUT_MATMUL_ONLY;
 	if (kt >= SG_CUKT_MLX4) {
 		v->group = w->mlx.group;
 		v->gsh = -1;
@@ -269,7 +270,7 @@ static sg_status cuda_tensor_bind(sg_backend *be, sg_btensor *t)
 	t->data = dev;
 	t->row_bytes = dst_rb;
 	t->owned = 1; /* scales and biases live in the same allocation */
-	t->layout = kt == SG_CUKT_Q4_K || kt == SG_CUKT_Q6_K || planar_mlx4(kt, t) ? 1 : 0;
+	t->layout = kt == SG_CUKT_Q4_K || kt == SG_CUKT_Q6_K || planar_mlx4(kt, t) ? 1 : t->layout == SG_LAYOUT_MATMUL_ONLY ? SG_LAYOUT_MATMUL_ONLY : 0;
 	return SG_OK;
 }
 
@@ -390,6 +391,7 @@ static sg_status slot_view(sg_cuda_backend *cb, const char *op, const sg_btensor
 
 static void cuda_tensor_free(sg_backend *be, sg_btensor *t)
 {
+	if (t && t->owned && t->layout == SG_LAYOUT_MATMUL_ONLY) sg_cuda_x3_forget((sg_cuda_backend *)be, t->data);
 	if (t && t->owned) cudaFree(t->data);
 	if (t) memset(t, 0, sizeof(*t));
 }
@@ -1270,6 +1272,7 @@ static void cuda_destroy(sg_backend *be)
 	cudaFree(cb->q8a);
 	cudaFree(cb->slot_ids);
 	cudaFree(cb->xstage);
+	sg_cuda_x3_forget(cb, NULL);
 	sg_cuda_blas_destroy(cb);
 	if (cb->stream) cudaStreamDestroy(cb->stream);
 	sg_free(cb);
@@ -1385,6 +1388,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	cb->q8x = sg_flag_bool("SARAGOSSA_CUDA_Q8X");
 	cb->gemm_f16 = sg_flag_bool("SARAGOSSA_CUDA_GEMM_F16");
 	cb->x3_one = sg_flag_int("SARAGOSSA_CUDA_GEMM_X3_ONE");
+	cb->x3c_max = (size_t)sg_flag_int("SARAGOSSA_CUDA_X3_CACHE") << 20;
 	cb->fused = sg_flag_bool("SARAGOSSA_CUDA_FUSED");
 	cb->moe_gemm = (int)sg_flag_int("SARAGOSSA_CUDA_MOE_GEMM");
 	cb->xrepack = sg_flag_bool("SARAGOSSA_CUDA_EXPERT_REPACK");

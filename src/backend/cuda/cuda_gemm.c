@@ -128,10 +128,70 @@ static sg_status gemm_f16(sg_cuda_backend *cb, const sg_cuw *v, const float *x, 
  * re-write the output, no bias kernel, and the weight split read straight from f32 weights (other
  * types dequantized into a tile first). Same products as the three-GEMM form, summed in one order.
  */
+struct sg_cu_x3c {
+	const void *w;     /* the weight's data */
+	const float *bias; /* the bias its split rows carry (NULL: none) */
+	float *w3;         /* [N][K3] */
+	int64_t N, K3;
+};
+
+void sg_cuda_x3_forget(sg_cuda_backend *cb, const void *data)
+{
+	for (int i = 0; i < cb->n_x3c; i++) {
+		if (data && cb->x3c[i].w != data) continue;
+		cudaFree(cb->x3c[i].w3);
+		cb->x3c_bytes -= (size_t)(cb->x3c[i].N * cb->x3c[i].K3) * 4;
+		cb->x3c[i--] = cb->x3c[--cb->n_x3c];
+	}
+	if (!data) {
+		sg_free(cb->x3c);
+		cb->x3c = NULL;
+		cb->cap_x3c = 0;
+	}
+}
+
+/* The kept (hi, hi, lo) rows of an f32 matmul-only weight and its bias, split on the first call
+ * while the limit allows (never while a graph is recorded: no allocation there); NULL: split per
+ * call as before. The split rows are the ones the per-call form makes, so the products are the same. */
+static const float *x3_kept(sg_cuda_backend *cb, const sg_cuw *v, const float *bias, int64_t N, int64_t K3)
+{
+	for (int i = 0; i < cb->n_x3c; i++)
+		if (cb->x3c[i].w == v->data && cb->x3c[i].bias == bias && cb->x3c[i].N == N && cb->x3c[i].K3 == K3) return cb->x3c[i].w3;
+	size_t bytes = (size_t)(N * K3) * 4;
+	if (!v->matmul_only || cb->capturing || cb->x3c_bytes + bytes > cb->x3c_max) return NULL;
+	if (cb->n_x3c == cb->cap_x3c) {
+		int cap = cb->cap_x3c ? 2 * cb->cap_x3c : 64;
+		struct sg_cu_x3c *e = sg_realloc(cb->x3c, sizeof(*e) * (size_t)cap);
+		if (!e) return NULL;
+		cb->x3c = e, cb->cap_x3c = cap;
+	}
+	float *w3 = NULL;
+	if (cudaMalloc((void **)&w3, bytes)) {
+		(void)cudaGetLastError();
+		return NULL;
+	}
+	if (sg_cu_split3_tf32((const float *)v->data, N, v->K, v->K, 1, bias, 0, K3, w3, S(cb))) {
+		(void)cudaGetLastError();
+		cudaFree(w3);
+		return NULL;
+	}
+	cb->x3c[cb->n_x3c++] = (struct sg_cu_x3c){v->data, bias, w3, N, K3};
+	cb->x3c_bytes += bytes;
+	return w3;
+}
+
 static sg_status gemm_x3_one(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int64_t n, float *y, int64_t N, const float *bias)
 {
 	const int64_t K = v->K, Kp = (K + 3) & ~(int64_t)3, K3 = (3 * Kp + 2 + 7) & ~(int64_t)7;
 	const int direct = v->kt == SG_CUKT_F32 && v->row_bytes == (size_t)K * 4;
+	const float *kept = direct ? x3_kept(cb, v, bias, N, K3) : NULL;
+	if (kept) {
+		sg_status st;
+		float *x3 = sg_cuda_scratch(cb, round16((size_t)(n * K3) * 4), &st);
+		if (!x3) return st;
+		CU_RET("matmul", sg_cu_split3_tf32(x, n, K, K, 0, NULL, bias != NULL, K3, x3, S(cb)));
+		return blas_gemm(cb, N, n, K3, kept, x3, CUDA_R_32F, 0.0f, y, N, CUBLAS_COMPUTE_32F_FAST_TF32);
+	}
 	const int64_t rt = tile_rows(N, K3, 4);
 	const size_t xb = round16((size_t)(n * K3) * 4), tb = round16((size_t)(rt * K3) * 4);
 	const size_t db = direct ? 0 : round16((size_t)(rt * K) * 4);

@@ -9,16 +9,18 @@
  * token those bits, so only the integer dots are free to be computed another way: here an
  * mma.m16n8k32 (k16 for Q6_K's runs) takes them for 16 tokens x 8 rows at once, exact in int32,
  * and each thread then runs the float steps of the (token, row) pairs its accumulator fragment holds,
- * in the one-token kernel's order. The dp4a kernels of a step's tokens (mvt_kernel) were bound by
- * the latency of one dot chain per token and lane; the tensor cores take a step's 16 tokens in the
- * time one took.
+ * in the one-token kernel's order. The dp4a kernels of a step's tokens (mvt_kernel) are bound by
+ * the latency of one dot chain per token and lane; here the dots of 16 tokens are one instruction.
  *
- * A block: 4 warps on one tile of 8 row slots (a GLU: 4 gate rows and the same 4 up rows) and up
- * to 32 tokens (two 16-token tiles). Warp w takes the lane slots sl = w, w + 4, ..., which the
- * butterfly's first rounds (xor LPR/2 .. 4) sum among themselves: the warp sums its slots' partial
- * sums in that tree (leaves in bit-reversed order, a binary counter), and the last two rounds
- * (xor 2, 1) sum the four warps' results: (w0 + w2) + (w1 + w3), as lane 0 of the butterfly does.
- * Float addition being commutative, each pair's order does not change its bits.
+ * A block: W = min(LPR, 8) warps on one tile of 8 row slots (a GLU: 4 gate rows and the same 4 up
+ * rows) and up to 32 tokens (two 16-token tiles); many small blocks, each warp one or a few lane
+ * slots, so that the loads of many warps are in flight at once (a first form, 4 warps a block and up
+ * to 8 lane slots a warp, ran slower than the dp4a kernels: too few warps an SM to cover the loads'
+ * latency). Warp w takes the lane slots sl = w, w + W, ..., which the butterfly's first rounds (xor
+ * LPR/2 .. W) sum among themselves: the warp sums its slots' partial sums in that tree (leaves in
+ * bit-reversed order, a binary counter), and the last rounds (xor W/2 .. 1) sum the warps' results in
+ * shared memory, as lane 0 of the butterfly does. Float addition being commutative, each pair's order
+ * does not change its bits.
  *
  * mma fragments (PTX ISA, integer m16n8k32 / m16n8k16, row.col): groupID g = lane / 4, t = lane % 4;
  * A (tokens x k): a0 row g k 4t..4t+3, a1 row g + 8 the same k, a2 / a3 the same rows at k + 16
@@ -51,14 +53,13 @@ template <int NM> struct MvxTok {
 	const float *d[NM][2], *s[NM][2];
 };
 
-/* Q4_K: block b's dots for the warp's column slot g (B) and its two accumulator rows' slots (C). */
+/* Q4_K: block b's dots for the warp's column slot g (B) and its two accumulator rows' slots (C).
+ * The pieces are loaded as they are used (not all of a block's ahead): with every load hoisted a
+ * thread held 168 registers, and the register cap that lets many warps share an SM spilled them. */
 template <int NM>
 static __device__ __forceinline__ void mvx_q4k(const uint8_t *rb, const uint8_t *const *rc, int64_t nb, int64_t b, int q, const MvxTok<NM> &tk,
 					       float (*acc)[4])
 {
-	uint32_t wq[8];
-#pragma unroll
-	for (int p = 0; p < 8; p++) wq[p] = ld32(rb + ((int64_t)p * nb + b) * 16 + 4 * q);
 	uint32_t sc[2][2], mn[2][2];
 	float d[2], dmin[2];
 #pragma unroll
@@ -69,26 +70,30 @@ static __device__ __forceinline__ void mvx_q4k(const uint8_t *rb, const uint8_t 
 		mn[c][0] = s1 & 0x3f3f3f3fu, mn[c][1] = ((s2 >> 4) & 0x0f0f0f0fu) | ((s1 >> 2) & 0x30303030u);
 		d[c] = h2f((uint16_t)dm), dmin[c] = h2f((uint16_t)(dm >> 16));
 	}
+#pragma unroll 2
+	for (int j = 0; j < 4; j++) {
+		/* pieces 2j (k 0-15) and 2j + 1 (k 16-31): sub-block 2j in their low nibbles, 2j + 1 in the high */
+		const uint32_t w0 = ld32(rb + ((int64_t)(2 * j) * nb + b) * 16 + 4 * q), w1 = ld32(rb + ((int64_t)(2 * j + 1) * nb + b) * 16 + 4 * q);
 #pragma unroll
-	for (int s = 0; s < 8; s++) {
-		/* sub-block s = 2j + e: the low (e = 0) or high nibbles of pieces 2j (k 0-15) and 2j + 1 (16-31) */
-		const int j = s >> 1, sh = 4 * (s & 1);
-		const uint32_t b0 = (wq[2 * j] >> sh) & 0x0f0f0f0fu, b1 = (wq[2 * j + 1] >> sh) & 0x0f0f0f0fu;
-		float cs[2], ms[2];
+		for (int e = 0; e < 2; e++) {
+			const int s = 2 * j + e, sh = 8 * (s & 3);
+			const uint32_t b0 = (w0 >> (4 * e)) & 0x0f0f0f0fu, b1 = (w1 >> (4 * e)) & 0x0f0f0f0fu;
+			float cs[2], ms[2];
 #pragma unroll
-		for (int c = 0; c < 2; c++)
-			cs[c] = (float)((sc[c][s >> 2] >> (8 * (s & 3))) & 255u), ms[c] = (float)((mn[c][s >> 2] >> (8 * (s & 3))) & 255u);
+			for (int c = 0; c < 2; c++)
+				cs[c] = (float)(((j < 2 ? sc[c][0] : sc[c][1]) >> sh) & 255u), ms[c] = (float)(((j < 2 ? mn[c][0] : mn[c][1]) >> sh) & 255u);
 #pragma unroll
-		for (int mt = 0; mt < NM; mt++) {
-			const int64_t o = 256 * b + 32 * s + 4 * q;
-			int C[4];
-			mma_s8_k32(C, ld32(tk.x[mt][0] + o), ld32(tk.x[mt][1] + o), ld32(tk.x[mt][0] + o + 16), ld32(tk.x[mt][1] + o + 16), b0, b1);
+			for (int mt = 0; mt < NM; mt++) {
+				const int64_t o = 256 * b + 32 * s + 4 * q;
+				int C[4];
+				mma_s8_k32(C, ld32(tk.x[mt][0] + o), ld32(tk.x[mt][1] + o), ld32(tk.x[mt][0] + o + 16), ld32(tk.x[mt][1] + o + 16), b0, b1);
 #pragma unroll
-			for (int h = 0; h < 2; h++) {
-				const float dv = __ldg(tk.d[mt][h] + 8 * b + s);
-				const float2 sv = __ldg((const float2 *)(tk.s[mt][h] + 16 * b + 2 * s));
+				for (int h = 0; h < 2; h++) {
+					const float dv = __ldg(tk.d[mt][h] + 8 * b + s);
+					const float2 sv = __ldg((const float2 *)(tk.s[mt][h] + 16 * b + 2 * s));
 #pragma unroll
-				for (int c = 0; c < 2; c++) acc[mt][2 * h + c] += q4k_term(d[c], cs[c], dv, C[2 * h + c], dmin[c], ms[c], sv.x, sv.y);
+					for (int c = 0; c < 2; c++) acc[mt][2 * h + c] += q4k_term(d[c], cs[c], dv, C[2 * h + c], dmin[c], ms[c], sv.x, sv.y);
+				}
 			}
 		}
 	}
@@ -100,11 +105,6 @@ template <int NM>
 static __device__ __forceinline__ void mvx_q6k(const uint8_t *rb, const uint8_t *const *rc, int64_t nb, int64_t b, int q, const MvxTok<NM> &tk,
 					       float (*acc)[4])
 {
-	uint32_t wl[8], wh[4];
-#pragma unroll
-	for (int p = 0; p < 8; p++) wl[p] = ld32(rb + ((int64_t)p * nb + b) * 16 + 4 * q);
-#pragma unroll
-	for (int p = 0; p < 4; p++) wh[p] = ld32(rb + 128 * nb + ((int64_t)p * nb + b) * 16 + 4 * q);
 	uint4 sc[2];
 	float d[2];
 #pragma unroll
@@ -114,10 +114,10 @@ static __device__ __forceinline__ void mvx_q6k(const uint8_t *rb, const uint8_t 
 	for (int mt = 0; mt < NM; mt++)
 #pragma unroll
 		for (int e = 0; e < 4; e++) a[mt][e] = 0.0f;
-#pragma unroll
+#pragma unroll 2
 	for (int p = 0; p < 8; p++) {
 		const int n = p >> 2, kk = (p >> 1) & 1, ea = 128 * n + 32 * kk + 16 * (p & 1), eb = ea + 64;
-		const uint32_t w = wl[p], hb = wh[2 * n + (p & 1)];
+		const uint32_t w = ld32(rb + ((int64_t)p * nb + b) * 16 + 4 * q), hb = ld32(rb + 128 * nb + ((int64_t)(2 * n + (p & 1)) * nb + b) * 16 + 4 * q);
 		const uint32_t ca = (w & 0x0f0f0f0fu) | (((hb >> (2 * kk)) & 0x03030303u) << 4);
 		const uint32_t cb = ((w >> 4) & 0x0f0f0f0fu) | (((hb >> (2 * kk + 4)) & 0x03030303u) << 4);
 		float sa[2], sb[2];
@@ -150,12 +150,16 @@ static __device__ __forceinline__ void mvx_q6k(const uint8_t *rb, const uint8_t 
 static __host__ __device__ constexpr int mvx_log2(int n) { return n <= 1 ? 0 : 1 + mvx_log2(n / 2); }
 static __device__ __forceinline__ int mvx_brev(int i, int bits) { return bits ? (int)(__brev((unsigned)i) >> (32 - bits)) : 0; }
 
+/* W warps a block (LPR, at most 8): warp w takes the lane slots w, w + W, ... */
+#define MVX_W(LPR) ((LPR) < 8 ? (LPR) : 8)
+
 template <int KT, int LPR, int NM>
-__global__ void __launch_bounds__(128) mvx_kernel(const __grid_constant__ sg_cu_multi p, const int8_t *__restrict__ xq, const float *__restrict__ dx,
-						  const float *__restrict__ sx, int64_t rows)
+__global__ void __launch_bounds__(32 * MVX_W(LPR), 16 / MVX_W(LPR))
+	mvx_kernel(const __grid_constant__ sg_cu_multi p, const int8_t *__restrict__ xq, const float *__restrict__ dx, const float *__restrict__ sx,
+		   int64_t rows)
 {
-	enum { NI = LPR / 4, LOG = mvx_log2(LPR / 4) };
-	__shared__ float part[4][16 * NM][8];
+	enum { W = MVX_W(LPR), NI = LPR / W, LOG = mvx_log2(LPR / W) };
+	__shared__ float part[W][16 * NM][8];
 	const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 	const int glu = p.epi == SG_CU_EPI_GLU, per = glu ? 4 : 8;
 	const int64_t g0 = (int64_t)blockIdx.x * per, t0 = (int64_t)blockIdx.y * MVX_TOK, nb = p.w[0].K / 256;
@@ -179,12 +183,12 @@ __global__ void __launch_bounds__(128) mvx_kernel(const __grid_constant__ sg_cu_
 			tk.x[mt][h] = tok_at(xq, tt, p.q8b), tk.d[mt][h] = tok_at(dx, tt, p.q8b), tk.s[mt][h] = tok_at(sx, tt, p.q8b);
 		}
 	pdl_wait();
-	/* the warp's lane slots sl = warp + 4 i, leaves in bit-reversed order, summed by a binary counter
+	/* the warp's lane slots sl = warp + W i, leaves in bit-reversed order, summed by a binary counter
 	 * (stk[l]: a finished subtree of 2^l leaves) */
 	float cur[NM][4], stk[LOG > 0 ? LOG : 1][NM][4];
 #pragma unroll
 	for (int i = 0; i < NI; i++) {
-		const int sl = warp + 4 * mvx_brev(i, LOG);
+		const int sl = warp + W * mvx_brev(i, LOG);
 #pragma unroll
 		for (int mt = 0; mt < NM; mt++)
 #pragma unroll
@@ -213,14 +217,20 @@ __global__ void __launch_bounds__(128) mvx_kernel(const __grid_constant__ sg_cu_
 #pragma unroll
 		for (int e = 0; e < 4; e++) part[warp][16 * mt + 8 * (e >> 1) + g][2 * q + (e & 1)] = cur[mt][e];
 	__syncthreads();
-	/* the butterfly's rounds xor 2 and xor 1 over the warps' sums, into warp 0's */
-	for (int i = (int)threadIdx.x; i < 16 * NM * 8; i += 128) {
-		float(*pt)[8] = part[0];
+	/* the butterfly's last rounds (xor W/2 .. 1) over the warps' sums: warp w and w + o, o = W/2 .. 1 */
+	for (int i = (int)threadIdx.x; i < 16 * NM * 8; i += 32 * W) {
 		const int t = i >> 3, s = i & 7;
-		pt[t][s] = (part[0][t][s] + part[2][t][s]) + (part[1][t][s] + part[3][t][s]);
+		float v[W];
+#pragma unroll
+		for (int w = 0; w < W; w++) v[w] = part[w][t][s];
+#pragma unroll
+		for (int o = W / 2; o > 0; o >>= 1)
+#pragma unroll
+			for (int w = 0; w < o; w++) v[w] = v[w] + v[w + o];
+		part[0][t][s] = v[0];
 	}
 	__syncthreads();
-	for (int i = (int)threadIdx.x; i < nt * 8; i += 128) multi_epi<8>(p, i & 7, g0, part[0][i >> 3], rows, NULL, t0 + (i >> 3));
+	for (int i = (int)threadIdx.x; i < nt * 8; i += 32 * W) multi_epi<8>(p, i & 7, g0, part[0][i >> 3], rows, NULL, t0 + (i >> 3));
 }
 
 typedef void (*mvx_fn)(const sg_cu_multi, const int8_t *, const float *, const float *, int64_t);
@@ -273,7 +283,8 @@ static int mvx_launch(const sg_cu_multi *mp, const int8_t *xq, const float *dx, 
 		} else
 			rows = mp->N[0];
 		const int per = glu ? 4 : 8;
-		pdl_launch(mvx_pick(sub.w[0].kt, lpr, nm), dim3((unsigned)((rows + per - 1) / per), tg), dim3(128), 0, st, sub, xq, dx, sx, rows);
+		pdl_launch(mvx_pick(sub.w[0].kt, lpr, nm), dim3((unsigned)((rows + per - 1) / per), tg), dim3(32 * MVX_W(lpr)), 0, st, sub, xq, dx, sx,
+			   rows);
 		int e = (int)cudaGetLastError();
 		if (e) return e;
 		i0 = i1;

@@ -29,6 +29,11 @@ typedef struct sg_cuda_backend {
 	int q8x;  /* SARAGOSSA_CUDA_Q8X */
 	int gemm_f16; /* SARAGOSSA_CUDA_GEMM_F16 */
 	int64_t x3_one; /* SARAGOSSA_CUDA_GEMM_X3_ONE: the widest K taking the one-GEMM form */
+	/* SARAGOSSA_CUDA_X3_CACHE: the one-GEMM tf32x3 layout of f32 weights bound for matmul alone
+	 * (an encoder's), split once and kept (cuda_gemm.c, gemm_x3_one): entries, bytes, limit */
+	struct sg_cu_x3c *x3c;
+	int n_x3c, cap_x3c;
+	size_t x3c_bytes, x3c_max;
 	int fused; /* SARAGOSSA_CUDA_FUSED */
 	int moe_gemm; /* SARAGOSSA_CUDA_MOE_GEMM: fewest tokens of the MoE GEMM path, 0 = never */
 	int attn_dec;  /* SARAGOSSA_CUDA_ATTN_DECODE != 0: the one-token attention kernel (the policy's attn.decode) */
@@ -66,6 +71,10 @@ typedef struct sg_cuda_backend {
  * tokens on an H200); GEMM_F32 is plain FP32 math; GEMM_TF32 one TF32 product (1.1e-3 on the
  * fixtures, past the gate); GEMM_BF16 rounds both to bf16 (logits move by ~5e-3). */
 enum { GEMM_OFF, GEMM_F32, GEMM_BF16, GEMM_TF32, GEMM_TF32X3 };
+
+/* The split weights of gemm_x3_one kept for a weight (data) and its bias: released with the weight
+ * (sg_cuda_x3_forget, from tensor_free) or the backend. */
+void sg_cuda_x3_forget(sg_cuda_backend *cb, const void *data);
 
 static inline sg_custream S(sg_cuda_backend *cb) { return (sg_custream)cb->stream; }
 

@@ -34,6 +34,7 @@ typedef struct sg_cuw {
 	const uint8_t *data;
 	size_t row_bytes;
 	int planar;             /* rows in the planar order (Q4_K, Q6_K always; MLX 4-bit when bound so) */
+	int matmul_only;        /* bound as SG_LAYOUT_MATMUL_ONLY (an encoder's weight: read by matmul alone) */
 	/* MLX affine */
 	int group, sb_bf16;
 	int gsh;                /* log2(group / 32) when group is a power of two >= 32, else -1 */
