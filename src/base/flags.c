@@ -81,7 +81,7 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_EMBED_POOL_OP", SG_FLAG_BOOL, "1",
 	 "embeddings: a packed batch's sentence vectors pooled where the states are (CUDA: one vector a sentence comes back, "
 	 "not every token's state; same bits); 0: every state read back and pooled on the host"},
-	{"SARAGOSSA_EMBED_BATCH_TOKENS", SG_FLAG_INT, "2048",
+	{"SARAGOSSA_EMBED_BATCH_TOKENS", SG_FLAG_INT, "4096",
 	 "embeddings and reranking: tokens per packed batch, the bound on their working memory (at least the model's max tokens)"},
 	{"SARAGOSSA_CPU_GDN_CHUNK", SG_FLAG_BOOL, "1",
 	 "CPU: prefill runs the gated delta rule in chunks of 64 tokens (0: the token-by-token recurrence)"},
@@ -226,10 +226,6 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_VERIFY_MT", SG_FLAG_BOOL, "1",
 	 "CUDA verify steps (exact) on Q4_K, Q6_K and MLX 4-bit weights: a block takes a group of up to 8 of the step's "
 	 "tokens, its weights read once for all of them (each token the bits of its one-token GEMV); 0 = a block a token"},
-	{"SARAGOSSA_CUDA_VERIFY_MMA", SG_FLAG_INT, "2",
-	 "CUDA verify steps (exact) on Q4_K and Q6_K weights of at least this many tokens: the integer dots of the one-token "
-	 "GEMV on the tensor cores (16 tokens x 8 rows an mma), each token's float steps and sums then in the one-token "
-	 "kernel's order (its bits); 0 = the dp4a kernels (SARAGOSSA_CUDA_VERIFY_MT)"},
 	{"SARAGOSSA_CUDA_FUSED", SG_FLAG_BOOL, "1",
 	 "CUDA decode (one token): the norm and the projections of a stage (q/k/v; gate/up with the GLU; o or down with the "
 	 "residual add) as one fused GEMV launch (0 = one op each)"},

@@ -2065,7 +2065,6 @@ Test(cuda, exact_steps_give_each_token_its_one_token_bits)
 				for (int b = 2; b >= 0; b--) { /* tokens in groups a block; a block a token; token by token */
 					sg_cu_policy pol = pol0;
 					pol.gemv.verify_mt = b == 2 ? 2 : 0;
-					pol.gemv.verify_mma = 0; /* the dp4a kernels here; the tensor cores' test is below */
 					sg_cu_policy_set(&pol);
 					cb->verify_batch = b > 0;
 					for (int i = 0; i < outs; i++) poison(&s.y[i]);
@@ -2088,68 +2087,6 @@ Test(cuda, exact_steps_give_each_token_its_one_token_bits)
 			for (int i = 0; i < 3; i++) gpu->ops->tensor_free(gpu, &wg[i]), cpu->ops->tensor_free(cpu, &wc[i]), free_hw(&h[i]);
 		}
 	}
-}
-
-/* SARAGOSSA_CUDA_VERIFY_MMA: an exact step's Q4_K / Q6_K GEMVs on the tensor cores give every token
- * the bits of its one-token step: the four stage forms, a q/k/v store stage of both kinds (one launch
- * a kind), rows of 1, 6 and 35 blocks (4, 8 and 32 lanes a row in the one-token kernel; 35 blocks:
- * two a lane), row counts that end inside a tile, and 2, 17 and 40 tokens (one and two 16-token
- * tiles, a second group of tokens). */
-Test(cuda, verify_mma_gives_each_token_its_one_token_bits)
-{
-	sg_cuda_backend *cb = (sg_cuda_backend *)gpu;
-	const wtype *q4 = &wtypes[8], *q6 = &wtypes[10];
-	const wtype *sets[3][3] = {{q4, q4, q4}, {q6, q6, q6}, {q4, q4, q6}};
-	static const int64_t Ks[] = {256, 1536, 8960}, ns[] = {2, 17, 40};
-	const sg_cu_policy pol0 = *sg_cu_policy_now();
-	for (int si = 0; si < 3; si++)
-		for (int ki = 0; ki < 3; ki++) {
-			int64_t K = Ks[ki], Ns[3] = {60, 36, 20}, n = ns[(si + ki) % 3];
-			hw h[3];
-			sg_btensor wc[3], wg[3];
-			stage_case s;
-			memset(&s, 0, sizeof(s));
-			for (int i = 0; i < 3; i++) {
-				h[i] = make_w(sets[si][i], si == 2 ? Ns[i] : 60, K);
-				bind_both(&h[i], &wc[i], &wg[i]);
-				s.w[i] = &wg[i];
-				if (si != 2) Ns[i] = 60;
-			}
-			s.x = pair_rand(K, n, 1, 1.0f), s.xn = pair_new(SG_TYPE_F32, K, n, 1, 1), s.nw = pair_rand(K, 1, 1, 1.0f);
-			s.res = pair_rand(Ns[0], n, 1, 1.0f);
-			for (int i = 0; i < 3; i++) s.y[i] = pair_new(SG_TYPE_F32, Ns[i], n, 1, 1);
-			for (int form = 0; form < 4; form++) {
-				if (si == 2 && form) continue; /* mixed kinds: the store stage only */
-				int outs = form == 0 ? 3 : 1;
-				float *ref[3], *got;
-				for (int i = 0; i < outs; i++) poison(&s.y[i]);
-				for (int64_t t = 0; t < n; t++) stage_run(&s, form, t, 1);
-				for (int i = 0; i < outs; i++) ref[i] = fetch(&s.y[i]);
-				sg_cu_policy pol = pol0;
-				pol.gemv.verify_mma = 2;
-				sg_cu_policy_set(&pol);
-				cb->verify_batch = 1;
-				for (int i = 0; i < outs; i++) poison(&s.y[i]);
-				gpu->ops->match_decode(gpu, 1);
-				stage_run(&s, form, 0, n);
-				gpu->ops->match_decode(gpu, 0);
-				for (int i = 0; i < outs; i++) {
-					got = fetch(&s.y[i]);
-					int64_t bad = -1;
-					for (int64_t e = 0; e < Ns[i] * n && bad < 0; e++)
-						if (memcmp(&ref[i][e], &got[e], sizeof(float))) bad = e;
-					cr_expect(bad < 0, "set %d K=%lld n=%lld form %d output %d: token %lld row %lld is %.9g, its one-token step %.9g", si,
-						  (long long)K, (long long)n, form, i, (long long)(bad / Ns[i]), (long long)(bad % Ns[i]),
-						  bad < 0 ? 0.0 : got[bad], bad < 0 ? 0.0 : ref[i][bad]);
-					free(got), free(ref[i]);
-				}
-				sg_cu_policy_set(&pol0);
-				cb->verify_batch = sg_flag_bool("SARAGOSSA_CUDA_VERIFY_BATCH");
-			}
-			pair *all[] = {&s.x, &s.xn, &s.nw, &s.res, &s.y[0], &s.y[1], &s.y[2]};
-			for (int i = 0; i < 7; i++) pair_free(all[i]);
-			for (int i = 0; i < 3; i++) gpu->ops->tensor_free(gpu, &wg[i]), cpu->ops->tensor_free(cpu, &wc[i]), free_hw(&h[i]);
-		}
 }
 
 /* The attention of an exact step: n tokens after their prep (q/k norms, rope, the cache rows) give

@@ -854,8 +854,6 @@ static int mvt_group(int64_t K, int nt, int64_t row_blocks, int always)
 	return (nt + groups - 1) / groups;
 }
 
-#include "backend/cuda/cuda_gemv_mma.cuh"
-
 /*
  * mvp_kernel, the persistent block-per-lane GEMV (SARAGOSSA_CUDA_GEMV_PERSIST): mvs_kernel's
  * lanes, row slots and sums in a grid of only as many blocks as the SMs hold at once, each walking
@@ -1191,11 +1189,6 @@ launch:;
 	if (gk == GEMV_PERSIST || gk == GEMV_LANES || gk == GEMV_LANES_MIX) {
 		int lpr = sb_lanes(K / 256), slots = QT / lpr, per = glu ? slots / 2 : slots;
 		int64_t row_blocks = (rows + per - 1) / per;
-		/* an exact step's tokens on the tensor cores (Q4_K, Q6_K) */
-		if (nt > 1 && pol->gemv.verify_mma > 0 && nt >= pol->gemv.verify_mma) {
-			int e = mvx_launch(&mp, xq, dx, sx, st);
-			if (e >= 0) return e;
-		}
 		/* an exact step's tokens: a block a group of them, each block's weights read once */
 		if (nt > 1 && pol->gemv.verify_mt && (mp.tg = mvt_group(K, nt, row_blocks, pol->gemv.verify_mt == 2)) > 1) {
 			mvs_fn fk = gk == GEMV_LANES_MIX ? sb_pick_many<MvtMix, SG_CUKT_Q4_K>(lpr, K / 256) : sb_pick<MvtK>(sb_kind(&m->w[0]), lpr, K / 256);

@@ -20,7 +20,6 @@ void sg_cu_policy_load(void)
 	p.gemv.persist = sg_flag_bool("SARAGOSSA_CUDA_GEMV_PERSIST") ? SG_CU_PERSIST_ONE_ROUND : SG_CU_PERSIST_OFF;
 	p.gemv.persist_grid = 0;
 	p.gemv.verify_mt = sg_flag_bool("SARAGOSSA_CUDA_VERIFY_MT");
-	p.gemv.verify_mma = (int)sg_flag_int("SARAGOSSA_CUDA_VERIFY_MMA");
 	int64_t dec = sg_flag_int("SARAGOSSA_CUDA_ATTN_DECODE");
 	p.attn.decode = dec == 0 ? SG_CU_DECODE_PER_HEAD : dec == 2 ? SG_CU_DECODE_GROUPED : SG_CU_DECODE_FIXED;
 	p.attn.merge1 = sg_flag_bool("SARAGOSSA_CUDA_ATTN_MERGE");

@@ -39,8 +39,6 @@ typedef struct sg_cu_policy {
 		int persist_grid;      /* at most this many persistent blocks (the tests' way to many tasks a block; 0 = by occupancy) */
 		int verify_mt;         /* SARAGOSSA_CUDA_VERIFY_MT: an exact step's tokens a group a block (mvt_kernel); 2: the
 		                        * largest groups whatever the grid's size (the tests) */
-		int verify_mma;        /* SARAGOSSA_CUDA_VERIFY_MMA: exact steps of at least this many tokens on the tensor
-		                        * cores (mvx_kernel); 0 = off */
 	} gemv;
 	struct {
 		sg_cu_decode decode; /* SARAGOSSA_CUDA_ATTN_DECODE */

@@ -56,17 +56,6 @@ __device__ __forceinline__ void XS::load(const float *dx, const float4 *ss, cons
 	ld_ss(ss, b, s);
 }
 
-/* The float steps of a Q4_K sub-block (32 elements whose integer dot with the codes is s) and of a
- * Q6_K run (16 elements), written once: the block-per-lane kernels and the tensor-core verify GEMV
- * (cuda_gemv_mma.cuh), which gets its integer sums another way, take them from here, so the two
- * compile to the same instructions and give the same bits. */
-static __device__ __forceinline__ float q4k_term(float d, float c, float dxv, int s, float dmin, float m, float s0, float s1)
-{
-	return d * c * dxv * (float)s - dmin * m * (s0 + s1);
-}
-static __device__ __forceinline__ float q6k_term(float sc, float dxv, int s, float sxv) { return sc * (dxv * (float)s - 32.0f * sxv); }
-static __device__ __forceinline__ float q6k_fin(float d, float a) { return d * a; }
-
 template <> struct SB<SG_CUKT_Q4_K> {
 	uint4 q[8];
 	uint32_t s[3], dm;
@@ -131,8 +120,8 @@ template <> struct SB<SG_CUKT_Q4_K> {
 			for (int i = 0; i < NR; i++) {
 				float c0 = (float)((sc[i][t0 >> 2] >> (8 * (t0 & 3))) & 255u), m0 = (float)((mn[i][t0 >> 2] >> (8 * (t0 & 3))) & 255u);
 				float c1 = (float)((sc[i][t1 >> 2] >> (8 * (t1 & 3))) & 255u), m1 = (float)((mn[i][t1 >> 2] >> (8 * (t1 & 3))) & 255u);
-				acc[i] += q4k_term(d[i], c0, dxv[t0], lo[i], dmin[i], m0, sxv[2 * t0], sxv[2 * t0 + 1]);
-				acc[i] += q4k_term(d[i], c1, dxv[t1], hi[i], dmin[i], m1, sxv[2 * t1], sxv[2 * t1 + 1]);
+				acc[i] += d[i] * c0 * dxv[t0] * (float)lo[i] - dmin[i] * m0 * (sxv[2 * t0] + sxv[2 * t0 + 1]);
+				acc[i] += d[i] * c1 * dxv[t1] * (float)hi[i] - dmin[i] * m1 * (sxv[2 * t1] + sxv[2 * t1 + 1]);
 			}
 		}
 	}
@@ -187,12 +176,12 @@ template <> struct SB<SG_CUKT_Q6_K> {
 					ib = __dp4a(cb, k == 0 ? xc.x : k == 1 ? xc.y : k == 2 ? xc.z : xc.w, ib);
 				}
 				float sa = (float)(int8_t)qbyte(r[i].sc, ea >> 4), sbv = (float)(int8_t)qbyte(r[i].sc, eb >> 4);
-				a[i] += q6k_term(sa, dxv[ea >> 5], ia, sxv[ea >> 4]);
-				a[i] += q6k_term(sbv, dxv[eb >> 5], ib, sxv[eb >> 4]);
+				a[i] += sa * (dxv[ea >> 5] * (float)ia - 32.0f * sxv[ea >> 4]);
+				a[i] += sbv * (dxv[eb >> 5] * (float)ib - 32.0f * sxv[eb >> 4]);
 			}
 		}
 #pragma unroll
-		for (int i = 0; i < NR; i++) acc[i] += q6k_fin(h2f((uint16_t)r[i].d16), a[i]);
+		for (int i = 0; i < NR; i++) acc[i] += h2f((uint16_t)r[i].d16) * a[i];
 	}
 };
 
