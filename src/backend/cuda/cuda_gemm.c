@@ -217,7 +217,10 @@ sg_status sg_cuda_gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int
 	/* with 8-bit decode activations the GEMM takes the same rounded activations (see sg_cu_requant) */
 	int rq = cb->q8x && sg_cu_has_q8(v->kt) && K % 32 == 0;
 	if (rq && cb->gemm_f16) return gemm_f16(cb, v, x, n, y, N, bias);
-	if (!rq && cb->gemm == GEMM_TF32X3 && K <= cb->x3_one && !tf32_exact(v->kt)) return gemm_x3_one(cb, v, x, n, y, N, bias);
+	/* weights whose split is kept take the one-GEMM form at every K (the three-GEMM form was faster
+	 * for wide rows only while the weights were split again every call) */
+	const int keep = v->matmul_only && v->kt == SG_CUKT_F32 && cb->x3c_max > 0;
+	if (!rq && cb->gemm == GEMM_TF32X3 && (K <= cb->x3_one || keep) && !tf32_exact(v->kt)) return gemm_x3_one(cb, v, x, n, y, N, bias);
 	size_t es = cb->gemm == GEMM_BF16 ? 2 : 4;
 	int x3 = cb->gemm == GEMM_TF32X3, wsplit = x3 && !tf32_exact(v->kt);
 	int64_t rt = tile_rows(N, K, es);
