@@ -270,7 +270,9 @@ static sg_status cuda_tensor_bind(sg_backend *be, sg_btensor *t)
 	t->data = dev;
 	t->row_bytes = dst_rb;
 	t->owned = 1; /* scales and biases live in the same allocation */
-	t->layout = kt == SG_CUKT_Q4_K || kt == SG_CUKT_Q6_K || planar_mlx4(kt, t) ? 1 : t->layout == SG_LAYOUT_MATMUL_ONLY ? SG_LAYOUT_MATMUL_ONLY : 0;
+	/* planar rows; an encoder's weight keeps its matmul-only mark (gemm_x3_one keeps its split) */
+	if (kt == SG_CUKT_Q4_K || kt == SG_CUKT_Q6_K || planar_mlx4(kt, t)) t->layout = 1;
+	else if (t->layout != SG_LAYOUT_MATMUL_ONLY) t->layout = 0;
 	return SG_OK;
 }
 

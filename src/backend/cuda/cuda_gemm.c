@@ -120,14 +120,7 @@ static sg_status gemm_f16(sg_cuda_backend *cb, const sg_cuw *v, const float *x, 
 	return SG_OK;
 }
 
-/*
- * tf32x3 as one TF32 GEMM (SARAGOSSA_CUDA_GEMM_X3_ONE, up to that K): the three products hi*hi + hi*lo + lo*hi
- * are one dot product of depth 3K when each weight row is laid out as (hi, hi, lo) and each
- * activation row as (hi, lo, hi) (sg_cu_split3_tf32), and the bias rides in two more columns
- * (its hi and lo against two ones). One cuBLAS call a tile instead of three that re-read and
- * re-write the output, no bias kernel, and the weight split read straight from f32 weights (other
- * types dequantized into a tile first). Same products as the three-GEMM form, summed in one order.
- */
+/* One kept split of gemm_x3_one: a weight, the bias its rows carry, its (hi, hi, lo) rows. */
 struct sg_cu_x3c {
 	const void *w;     /* the weight's data */
 	const float *bias; /* the bias its split rows carry (NULL: none) */
@@ -180,6 +173,14 @@ static const float *x3_kept(sg_cuda_backend *cb, const sg_cuw *v, const float *b
 	return w3;
 }
 
+/*
+ * tf32x3 as one TF32 GEMM (SARAGOSSA_CUDA_GEMM_X3_ONE, up to that K): the three products hi*hi + hi*lo + lo*hi
+ * are one dot product of depth 3K when each weight row is laid out as (hi, hi, lo) and each
+ * activation row as (hi, lo, hi) (sg_cu_split3_tf32), and the bias rides in two more columns
+ * (its hi and lo against two ones). One cuBLAS call a tile instead of three that re-read and
+ * re-write the output, no bias kernel, and the weight split read straight from f32 weights (other
+ * types dequantized into a tile first). Same products as the three-GEMM form, summed in one order.
+ */
 static sg_status gemm_x3_one(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int64_t n, float *y, int64_t N, const float *bias)
 {
 	const int64_t K = v->K, Kp = (K + 3) & ~(int64_t)3, K3 = (3 * Kp + 2 + 7) & ~(int64_t)7;
