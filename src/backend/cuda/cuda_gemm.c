@@ -143,15 +143,22 @@ void sg_cuda_x3_forget(sg_cuda_backend *cb, const void *data)
 	}
 }
 
-/* The kept (hi, hi, lo) rows of an f32 matmul-only weight and its bias, split on the first call
- * while the limit allows (never while a graph is recorded: no allocation there); NULL: split per
- * call as before. The split rows are the ones the per-call form makes, so the products are the same. */
-static const float *x3_kept(sg_cuda_backend *cb, const sg_cuw *v, const float *bias, int64_t N, int64_t K3)
+/* The depth of gemm_x3_one's rows for K columns: three copies of K rounded up to 4, the bias's two
+ * columns, all rounded up to 8. */
+static int64_t x3_depth(int64_t K) { return (3 * ((K + 3) & ~(int64_t)3) + 2 + 7) & ~(int64_t)7; }
+
+/* The kept (hi, hi, lo) rows of an f32 matmul-only weight read in place, and its bias, split on the
+ * first call while the limit allows (never while a graph is recorded: no allocation there); NULL:
+ * split per call as before. The split rows are the ones the per-call form makes, so the products
+ * are the same. */
+static const float *x3_kept(sg_cuda_backend *cb, const sg_cuw *v, const float *bias, int64_t N)
 {
+	if (!v->matmul_only || v->kt != SG_CUKT_F32 || v->row_bytes != (size_t)v->K * 4) return NULL;
+	const int64_t K3 = x3_depth(v->K);
 	for (int i = 0; i < cb->n_x3c; i++)
 		if (cb->x3c[i].w == v->data && cb->x3c[i].bias == bias && cb->x3c[i].N == N && cb->x3c[i].K3 == K3) return cb->x3c[i].w3;
 	size_t bytes = (size_t)(N * K3) * 4;
-	if (!v->matmul_only || cb->capturing || cb->x3c_bytes + bytes > cb->x3c_max) return NULL;
+	if (cb->capturing || cb->x3c_bytes + bytes > cb->x3c_max) return NULL;
 	if (cb->n_x3c == cb->cap_x3c) {
 		int cap = cb->cap_x3c ? 2 * cb->cap_x3c : 64;
 		struct sg_cu_x3c *e = sg_realloc(cb->x3c, sizeof(*e) * (size_t)cap);
@@ -180,12 +187,13 @@ static const float *x3_kept(sg_cuda_backend *cb, const sg_cuw *v, const float *b
  * (its hi and lo against two ones). One cuBLAS call a tile instead of three that re-read and
  * re-write the output, no bias kernel, and the weight split read straight from f32 weights (other
  * types dequantized into a tile first). Same products as the three-GEMM form, summed in one order.
+ * kept: the weight's kept split (x3_kept), or NULL to split it here.
  */
-static sg_status gemm_x3_one(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int64_t n, float *y, int64_t N, const float *bias)
+static sg_status gemm_x3_one(sg_cuda_backend *cb, const sg_cuw *v, const float *kept, const float *x, int64_t n, float *y, int64_t N,
+			     const float *bias)
 {
-	const int64_t K = v->K, Kp = (K + 3) & ~(int64_t)3, K3 = (3 * Kp + 2 + 7) & ~(int64_t)7;
+	const int64_t K = v->K, K3 = x3_depth(K);
 	const int direct = v->kt == SG_CUKT_F32 && v->row_bytes == (size_t)K * 4;
-	const float *kept = direct ? x3_kept(cb, v, bias, N, K3) : NULL;
 	if (kept) {
 		sg_status st;
 		float *x3 = sg_cuda_scratch(cb, round16((size_t)(n * K3) * 4), &st);
@@ -218,10 +226,11 @@ sg_status sg_cuda_gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int
 	/* with 8-bit decode activations the GEMM takes the same rounded activations (see sg_cu_requant) */
 	int rq = cb->q8x && sg_cu_has_q8(v->kt) && K % 32 == 0;
 	if (rq && cb->gemm_f16) return gemm_f16(cb, v, x, n, y, N, bias);
-	/* weights whose split is kept take the one-GEMM form at every K (the three-GEMM form was faster
+	/* a weight whose split is kept takes the one-GEMM form at every K (the three-GEMM form was faster
 	 * for wide rows only while the weights were split again every call) */
-	const int keep = v->matmul_only && v->kt == SG_CUKT_F32 && cb->x3c_max > 0;
-	if (!rq && cb->gemm == GEMM_TF32X3 && (K <= cb->x3_one || keep) && !tf32_exact(v->kt)) return gemm_x3_one(cb, v, x, n, y, N, bias);
+	const int split = !rq && cb->gemm == GEMM_TF32X3 && !tf32_exact(v->kt);
+	const float *kept = split ? x3_kept(cb, v, bias, N) : NULL;
+	if (split && (K <= cb->x3_one || kept)) return gemm_x3_one(cb, v, kept, x, n, y, N, bias);
 	size_t es = cb->gemm == GEMM_BF16 ? 2 : 4;
 	int x3 = cb->gemm == GEMM_TF32X3, wsplit = x3 && !tf32_exact(v->kt);
 	int64_t rt = tile_rows(N, K, es);
