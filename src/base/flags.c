@@ -205,6 +205,13 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_X3_CACHE", SG_FLAG_INT, "4096",
 	 "CUDA GEMM in one-GEMM tf32x3 mode: f32 weights bound for matmul alone (an encoder's) are split into the "
 	 "(hi, hi, lo) layout once and kept, up to this many MiB in all, instead of split again every call (0 = never kept)"},
+	{"SARAGOSSA_CUDA_PACKED_TILES", SG_FLAG_BOOL, "1",
+	 "CUDA attention of an encoder's packed batch: for heads of at most 128 dims, a block per 16 tokens and head that "
+	 "stages each tile of its sequences' K and V rows once for its tokens; 0 = a warp per token and head reading them "
+	 "itself"},
+	{"SARAGOSSA_CUDA_SHARED_X", SG_FLAG_BOOL, "1",
+	 "CUDA GEMM in one-GEMM tf32x3 mode: weights over one input (an encoder's q, k and v projections) whose splits are "
+	 "kept (SARAGOSSA_CUDA_X3_CACHE) share one split of the input instead of one each; 0 = one each"},
 	{"SARAGOSSA_CUDA_GEMM_X3_ONE", SG_FLAG_INT, "1536",
 	 "CUDA GEMM in tf32x3 mode: for weights of at most this many columns (K), the three TF32 products and the bias as "
 	 "one cuBLAS GEMM of depth 3K over operands laid out for it; wider ones (and 0: all) as three GEMMs on the hi and lo "
@@ -212,9 +219,10 @@ static const sg_flag table[] = {
 	{"SARAGOSSA_CUDA_GEMM_F16", SG_FLAG_BOOL, "1",
 	 "CUDA prefill of quantized weights on 8-bit activations (SARAGOSSA_CUDA_Q8X): f16 tensor-core GEMMs on the rounded "
 	 "activations (a power-of-two scale per token keeps them in range; 0 = the SARAGOSSA_CUDA_GEMM mode)"},
-	{"SARAGOSSA_VERIFY_GRAPHS", SG_FLAG_BOOL, "1",
-	 "exact verify steps of speculative decoding (2 to 32 tokens) recorded as a graph once per token count and "
-	 "replayed after, where decode steps are (CUDA; not hybrid or MTP stacks); 0 = every verify step op by op"},
+	{"SARAGOSSA_VERIFY_GRAPHS", SG_FLAG_INT, "16",
+	 "exact verify steps of speculative decoding (2 to 32 tokens) recorded as a graph per token count and replayed "
+	 "after, where decode steps are (CUDA; not hybrid or MTP stacks), once a count has run this many times op by op "
+	 "(a recording costs several steps' time); 1 = at its first step, 0 = never"},
 	{"SARAGOSSA_CUDA_VERIFY_ATTN", SG_FLAG_BOOL, "1",
 	 "CUDA verify steps (exact): the one-token attention of every token of the step in one launch (the token in the "
 	 "grid; each token the bits of its own launch) while the KV cache holds at most 512 rows (longer caches: a launch "

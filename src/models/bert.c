@@ -550,9 +550,10 @@ static sg_status run_layers(sg_bert *b, bert_acts *a, const int *lens, int n_seq
 	if (!st) st = o->layernorm(be, &a->x, &b->emb_ln_w, &b->emb_ln_b, eps, &a->x);
 	for (int i = 0; i < d->n_layer && !st; i++) {
 		const bert_layer *l = &b->layers[i];
-		st = o->matmul(be, &l->wq, &a->x, &l->bq, &a->q);
-		if (!st) st = o->matmul(be, &l->wk, &a->x, &l->bk, &a->k);
-		if (!st) st = o->matmul(be, &l->wv, &a->x, &l->bv, &a->v);
+		/* q, k and v as one stage: a GPU splits x once for the three (the same products) */
+		sg_matmul_multi qkv = {.x = &a->x, .nw = 3, .w = {&l->wq, &l->wk, &l->wv}, .bias = {&l->bq, &l->bk, &l->bv},
+				       .y = {&a->q, &a->k, &a->v}};
+		st = sg_backend_matmul_multi(be, &qkv);
 		if (!st && lens) st = packed_attention(be, d, a, lens, n_seq, packed_attn(b));
 		if (!st && !lens) st = o->kv_store(be, &a->k, &a->v, &a->slots, &a->kc, &a->vc);
 		if (!st && !lens) st = o->attention(be, &a->q, &a->kc, &a->vc, &a->qpos, &ap, &a->a);

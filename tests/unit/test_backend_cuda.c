@@ -492,6 +492,61 @@ Test(cuda, gemm_x3_kept_split_of_matmul_only_weights)
 	sg_flags_reload();
 }
 
+/* SARAGOSSA_CUDA_SHARED_X: an encoder's q, k and v (matmul_multi of matmul-only f32 weights over one
+ * x, many tokens) split x once for the three; each output the bits of its own matmul, with widths
+ * 200, 64 and 200; a plain weight among them takes the one-by-one path, the same bits again. */
+Test(cuda, matmul_multi_shares_one_split_of_x)
+{
+	setenv("SARAGOSSA_CUDA_GEMM", "tf32x3", 1);
+	sg_flags_reload();
+	sg_backend *save = gpu;
+	sg_cuda_params gp = sg_cuda_default_params();
+	cr_assert_eq(sg_cuda_backend_create(&gp, &gpu), SG_OK, "%s", sg_last_error());
+	const int64_t K = 384, n = 40, Ns[3] = {200, 64, 200};
+	hw w[3];
+	sg_btensor wg[3], wc[3], pg, pc;
+	pair b[3], y[3], ym[3];
+	pair x = pair_rand(K, n, 1, 1.0f);
+	for (int i = 0; i < 3; i++) {
+		w[i] = make_w(&wtypes[0], Ns[i], K);
+		w[i].t.layout = SG_LAYOUT_MATMUL_ONLY;
+		bind_both(&w[i], &wc[i], &wg[i]);
+		b[i] = pair_rand(Ns[i], 1, 1, 1.0f);
+		y[i] = pair_new(SG_TYPE_F32, Ns[i], n, 1, 1);
+		ym[i] = pair_new(SG_TYPE_F32, Ns[i], n, 1, 1);
+	}
+	w[2].t.layout = 0;
+	bind_both(&w[2], &pc, &pg);
+	for (int round = 0; round < 2; round++) { /* 0: all kept; 1: the third a plain weight */
+		sg_matmul_multi m = {.x = &x.g, .nw = 3, .w = {&wg[0], &wg[1], round ? &pg : &wg[2]}, .bias = {&b[0].g, &b[1].g, &b[2].g},
+				     .y = {&ym[0].g, &ym[1].g, &ym[2].g}};
+		for (int i = 0; i < 3; i++) {
+			poison(&y[i]), poison(&ym[i]);
+			cr_assert_eq(gpu->ops->matmul(gpu, m.w[i], &x.g, &b[i].g, &y[i].g), SG_OK, "%s", sg_last_error());
+		}
+		cr_assert_eq(sg_backend_matmul_multi(gpu, &m), SG_OK, "%s", sg_last_error());
+		for (int i = 0; i < 3; i++) {
+			float *a = fetch(&y[i]), *c = fetch(&ym[i]);
+			cr_expect(!memcmp(a, c, sizeof(float) * (size_t)(Ns[i] * n)), "round %d output %d: not its matmul's bits", round, i);
+			cr_assert_eq(cpu->ops->matmul(cpu, &wc[i], &x.c, &b[i].c, &ym[i].c), SG_OK);
+			double e = pair_nmse(&ym[i]);
+			cr_expect(e < NMSE_F32, "round %d output %d: nmse %.3g against the CPU", round, i, e);
+			free(a), free(c);
+		}
+	}
+	for (int i = 0; i < 3; i++) {
+		gpu->ops->tensor_free(gpu, &wg[i]), cpu->ops->tensor_free(cpu, &wc[i]);
+		free_hw(&w[i]);
+		pair_free(&b[i]), pair_free(&y[i]), pair_free(&ym[i]);
+	}
+	gpu->ops->tensor_free(gpu, &pg), cpu->ops->tensor_free(cpu, &pc);
+	pair_free(&x);
+	sg_backend_free(gpu);
+	gpu = save;
+	unsetenv("SARAGOSSA_CUDA_GEMM");
+	sg_flags_reload();
+}
+
 /* Every unit GEMV path of the launcher: f32 activations (q8 scratch not given) exactly against
  * f32 activations, 8-bit ones (the block-split kernel; for one token of a block-per-lane format also
  * with that kernel, the policy's default) exactly against the activations they round. */

@@ -557,6 +557,32 @@ static sg_status multi_tokens(sg_backend *be, const sg_matmul_multi *p, int64_t 
 	return SG_OK;
 }
 
+/* Many tokens' projections of one x (no norm or epilogue): one split of x for all where the GEMMs
+ * take kept tf32x3 splits (sg_cuda_gemm_shared_x); *done 0 leaves them to the composition. */
+static sg_status shared_x(sg_cuda_backend *cb, const sg_matmul_multi *p, int64_t n, int *done)
+{
+	sg_cuw v[SG_CUDA_SHARED_MAX];
+	float *y[SG_CUDA_SHARED_MAX];
+	int64_t N[SG_CUDA_SHARED_MAX];
+	const float *b[SG_CUDA_SHARED_MAX];
+	*done = 0;
+	if (!cb->gemm || (cb->blas_state <= 0 && (cb->capturing || !sg_cuda_blas_ready(cb)))) return SG_OK;
+	for (int i = 0; i < p->nw; i++) {
+		sg_status st = sg_cuda_wview("matmul", p->w[i], &v[i]);
+		if (st || (st = check_x("matmul", p->x, p->w[i], &v[i])) || (st = check_f32("matmul", "y", p->y[i]))) return st;
+		N[i] = sg_btensor_rows(p->w[i]);
+		if (p->y[i]->ne[0] != N[i] || sg_btensor_rows(p->y[i]) != n)
+			return sg_error(SG_ERR_INVALID_ARG, "cuda matmul_multi: output %d is [%lld][%lld], expected [%lld][%lld]", i,
+					(long long)sg_btensor_rows(p->y[i]), (long long)p->y[i]->ne[0], (long long)n, (long long)N[i]);
+		const sg_btensor *bt = p->bias[i];
+		if (bt && ((st = check_f32("matmul", "bias", bt)) || bt->ne[0] != N[i]))
+			return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda matmul_multi: bias %d has %lld values, expected %lld", i, (long long)bt->ne[0],
+						  (long long)N[i]);
+		y[i] = p->y[i]->data, b[i] = bt ? bt->data : NULL;
+	}
+	return sg_cuda_gemm_shared_x(cb, v, p->nw, p->x->data, n, y, N, b, done);
+}
+
 static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
@@ -564,6 +590,11 @@ static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 	 * one at a time where the stage hands its rounded x to the experts */
 	const int64_t n = sg_btensor_rows(p->x);
 	if (n > 1 && cb->exact && (!cb->verify_batch || p->feeds_moe || n > INT32_MAX)) return multi_tokens(be, p, n);
+	if (n > GEMV_MAX_TOKENS && !cb->exact && p->nw > 1 && p->nw <= SG_CUDA_SHARED_MAX && !p->norm && !p->glu && !p->residual) {
+		int done = 0;
+		sg_status st = shared_x(cb, p, n, &done);
+		if (st || done) return st;
+	}
 	if (!cb->fused || p->nw < 1 || p->nw > SG_MATMUL_MULTI_MAX || (n != 1 && !cb->exact)) return sg_backend_matmul_multi_compose(be, p);
 	if ((p->glu && p->nw != 2) || (p->residual && (p->nw != 1 || !p->out)) || (p->norm && !p->xn)) return sg_backend_matmul_multi_compose(be, p);
 	sg_cu_multi m;
@@ -1111,6 +1142,7 @@ static sg_status cuda_attention_packed(sg_backend *be, const sg_btensor *q, cons
 		a.bias = p->bias->data;
 	}
 	a.scale = p->scale > 0 ? p->scale : 1.0f / sqrtf((float)a.hd);
+	a.tiles = cb->packed_tiles;
 	CU_RET("attention_packed", sg_cu_attention_packed(&a, S(cb)));
 	return SG_OK;
 }
@@ -1391,6 +1423,8 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 	cb->gemm_f16 = sg_flag_bool("SARAGOSSA_CUDA_GEMM_F16");
 	cb->x3_one = sg_flag_int("SARAGOSSA_CUDA_GEMM_X3_ONE");
 	cb->x3c_max = (size_t)sg_flag_int("SARAGOSSA_CUDA_X3_CACHE") << 20;
+	cb->shared_x = sg_flag_bool("SARAGOSSA_CUDA_SHARED_X");
+	cb->packed_tiles = sg_flag_bool("SARAGOSSA_CUDA_PACKED_TILES");
 	cb->fused = sg_flag_bool("SARAGOSSA_CUDA_FUSED");
 	cb->moe_gemm = (int)sg_flag_int("SARAGOSSA_CUDA_MOE_GEMM");
 	cb->xrepack = sg_flag_bool("SARAGOSSA_CUDA_EXPERT_REPACK");

@@ -220,6 +220,38 @@ static sg_status gemm_x3_one(sg_cuda_backend *cb, const sg_cuw *v, const float *
 	return SG_OK;
 }
 
+/*
+ * Several weights over one x (an encoder's q, k and v) when each takes the one-GEMM tf32x3 form
+ * from its kept split: x is split once for all of them instead of once a weight. *done = 0 (and
+ * nothing run) where any weight would take another path; the caller then runs them one by one.
+ * The same products as one GEMM a weight.
+ */
+sg_status sg_cuda_gemm_shared_x(sg_cuda_backend *cb, const sg_cuw *v, int nw, const float *x, int64_t n, float *const *y, const int64_t *N,
+				const float *const *bias, int *done)
+{
+	*done = 0;
+	if (nw < 2 || !cb->shared_x || cb->gemm != GEMM_TF32X3) return SG_OK;
+	const float *kept[SG_CUDA_SHARED_MAX];
+	if (nw > SG_CUDA_SHARED_MAX) return SG_OK;
+	for (int i = 0; i < nw; i++) {
+		/* one activation split serves them all: the same depth, and a bias on all or none (its
+		 * two ones columns) */
+		if (v[i].K != v[0].K || !bias[i] != !bias[0] || (cb->q8x && sg_cu_has_q8(v[i].kt)) || tf32_exact(v[i].kt)) return SG_OK;
+		if (N[i] > INT32_MAX || v[i].K > INT32_MAX) return SG_OK;
+	}
+	for (int i = 0; i < nw; i++)
+		if (!(kept[i] = x3_kept(cb, &v[i], bias[i], N[i]))) return SG_OK;
+	const int64_t K3 = x3_depth(v[0].K);
+	sg_status st;
+	float *x3 = sg_cuda_scratch(cb, round16((size_t)(n * K3) * 4), &st);
+	if (!x3) return st;
+	CU_RET("matmul", sg_cu_split3_tf32(x, n, v[0].K, v[0].K, 0, NULL, bias[0] != NULL, K3, x3, S(cb)));
+	for (int i = 0; i < nw; i++)
+		if ((st = blas_gemm(cb, N[i], n, K3, kept[i], x3, CUDA_R_32F, 0.0f, y[i], N[i], CUBLAS_COMPUTE_32F_FAST_TF32))) return st;
+	*done = 1;
+	return SG_OK;
+}
+
 sg_status sg_cuda_gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int64_t n, float *y, int64_t N, const float *bias)
 {
 	int64_t K = v->K;

@@ -34,6 +34,8 @@ typedef struct sg_cuda_backend {
 	struct sg_cu_x3c *x3c;
 	int n_x3c, cap_x3c;
 	size_t x3c_bytes, x3c_max;
+	int packed_tiles; /* SARAGOSSA_CUDA_PACKED_TILES: attention_packed a block per 16 tokens and head (cuda_packed.cu) */
+	int shared_x; /* SARAGOSSA_CUDA_SHARED_X: one split of x for the weights of a matmul_multi (sg_cuda_gemm_shared_x) */
 	int fused; /* SARAGOSSA_CUDA_FUSED */
 	int moe_gemm; /* SARAGOSSA_CUDA_MOE_GEMM: fewest tokens of the MoE GEMM path, 0 = never */
 	int attn_dec;  /* SARAGOSSA_CUDA_ATTN_DECODE != 0: the one-token attention kernel (the policy's attn.decode) */
@@ -149,6 +151,11 @@ int sg_cuda_blas_ready(sg_cuda_backend *cb);
 void sg_cuda_blas_destroy(sg_cuda_backend *cb);
 /* y [n][N] = x [n][K] w^T (+ bias) through tensor-core GEMMs on dequantized weight tiles. */
 sg_status sg_cuda_gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int64_t n, float *y, int64_t N, const float *bias);
+/* Up to SG_CUDA_SHARED_MAX weights over one x, x's tf32x3 split made once (SARAGOSSA_CUDA_SHARED_X):
+ * *done 1 when taken, 0 when some weight takes another path (nothing run; matmul them one by one). */
+#define SG_CUDA_SHARED_MAX 3
+sg_status sg_cuda_gemm_shared_x(sg_cuda_backend *cb, const sg_cuw *v, int nw, const float *x, int64_t n, float *const *y, const int64_t *N,
+				const float *const *bias, int *done);
 /* The moe_matmul op for many tokens through per-expert GEMMs (quantized experts, 8-bit activations). */
 sg_status sg_cuda_moe_gemm(sg_cuda_backend *cb, const sg_cuw *v, const float *x, int shared_x, const int32_t *ids, int64_t n, int64_t k,
 			   int64_t E, float *y, int64_t N);

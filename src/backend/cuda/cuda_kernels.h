@@ -293,6 +293,7 @@ typedef struct sg_cu_attn_packed {
 	const int32_t *offs;
 	float scale;
 	float *out;
+	int tiles; /* SARAGOSSA_CUDA_PACKED_TILES: heads of at most 128 dims a block per 16 tokens (K/V tiles shared) */
 } sg_cu_attn_packed;
 int sg_cu_attention_packed(const sg_cu_attn_packed *a, sg_custream s);
 /* pool_rows (backend.h): x [n][D] rows offs[s] .. offs[s + 1] - 1 into out [n_seq][D]; mode an sg_bpool */
