@@ -485,9 +485,13 @@ static sg_status decode_step(const sg_model *m, sg_fwd_state *s, int32_t token, 
 sg_status sg_forward_exact(const sg_model *m, sg_fwd_state *s, const int32_t *tokens, int n, int pos0)
 {
 	/* the logits buffer grows (and drops every recording) on the first step of n tokens */
+	const int64_t after = sg_flag_int("SARAGOSSA_VERIFY_GRAPHS");
 	if (n < 2 || n >= SG_FWD_VERIFY_GRAPHS || s->graph_v_off || s->hybrid || m->has_mtp || s->logits.ne[1] < n ||
-	    !sg_fwd_decode_graphs(m, s) || !sg_flag_bool("SARAGOSSA_VERIFY_GRAPHS"))
+	    !sg_fwd_decode_graphs(m, s) || after <= 0)
 		return sg_forward(m, s, tokens, n, pos0, SG_LOGITS_ALL);
+	/* a token count is recorded once it has run `after` times op by op: a recording costs several
+	 * steps' time, which one answer's few steps of a count do not win back */
+	if (!s->graph_v[n] && ++s->graph_v_uses[n] < after) return sg_forward(m, s, tokens, n, pos0, SG_LOGITS_ALL);
 	if (pos0 < 0 || n > s->chunk || pos0 + n > s->n_ctx)
 		return SG_FAIL(SG_ERR_INVALID_ARG, "%d tokens at position %d (chunk %d, context %d)", n, pos0, s->chunk,
 			       s->n_ctx);

@@ -44,6 +44,7 @@ typedef struct sg_fwd_state {
 	sg_backend_graph *graph_tc; /* the recorded step ending in those candidates, or NULL */
 	int graph_off;          /* 1: recording failed once; this state stays on the per-op path */
 	sg_backend_graph *graph_v[SG_FWD_VERIFY_GRAPHS]; /* [n]: the recorded exact step of n tokens, or NULL */
+	int graph_v_uses[SG_FWD_VERIFY_GRAPHS]; /* [n]: exact steps of n tokens run op by op so far (SARAGOSSA_VERIFY_GRAPHS) */
 	int graph_v_off;        /* 1: recording an exact step failed once; they stay per-op */
 	int exact;              /* 1 while the session runs an exact step (sg_forward_exact) */
 	int capture, capture_hybrid; /* the backend's caps when the state was made: decode steps (of
