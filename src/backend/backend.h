@@ -201,6 +201,9 @@ typedef struct sg_attn_params {
 					* token t, head h and kv row r (before the softcap); not with a
 					* ring (causal sliding window). MPNet's relative position bias.
 					* The CPU backend takes it; CUDA refuses it (SG_ERR_UNSUPPORTED) */
+	int rows_live; /* hint: > 0, no query's position is past rows_live - 1 (the host knows its
+			* positions), so a backend may size its grid by it outside a graph recording
+			* (a recorded step must serve later positions); 0 = unknown */
 } sg_attn_params;
 
 typedef enum { SG_ROUTER_SOFTMAX, SG_ROUTER_SIGMOID } sg_router;

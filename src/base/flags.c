@@ -223,10 +223,11 @@ static const sg_flag table[] = {
 	 "exact verify steps of speculative decoding (2 to 32 tokens) recorded as a graph per token count and replayed "
 	 "after, where decode steps are (CUDA; not hybrid or MTP stacks), once a count has run this many times op by op "
 	 "(a recording costs several steps' time); 1 = at its first step, 0 = never"},
-	{"SARAGOSSA_CUDA_VERIFY_ATTN", SG_FLAG_BOOL, "1",
+	{"SARAGOSSA_CUDA_VERIFY_ATTN", SG_FLAG_INT, "8",
 	 "CUDA verify steps (exact): the one-token attention of every token of the step in one launch (the token in the "
-	 "grid; each token the bits of its own launch) while the KV cache holds at most 512 rows (longer caches: a launch "
-	 "per token, faster there); 0 = always a launch per token"},
+	 "grid; each token the bits of its own launch) while the one-token kernel's slices of the KV cache (64 rows each, "
+	 "up to 64) are at most this many (8: caches of at most 512 rows; longer ones a launch per token, faster there); "
+	 "0 = always a launch per token"},
 	{"SARAGOSSA_CUDA_VERIFY_BATCH", SG_FLAG_BOOL, "1",
 	 "CUDA verify steps of speculative decoding (exact: each token gets a decode step's bits): the one-token GEMV kernels "
 	 "over all the step's tokens in one launch, a row block's tokens side by side so the weights are read once; 0 = each "

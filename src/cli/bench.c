@@ -69,7 +69,7 @@ int sg_cli_bench(int argc, char **argv)
 {
 	const char *model_path = NULL;
 	const char *backend = NULL;
-	int p = 512, n = 128, reps = 5, threads = 0, chunk = 0, depth = 0, verify = 0;
+	int p = 512, n = 128, reps = 5, threads = 0, chunk = 0, depth = 0, verify = 0, ctx = 0;
 	for (int i = 0; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int rc = 0;
@@ -81,6 +81,7 @@ int sg_cli_bench(int argc, char **argv)
 		else if (!strcmp(a, "--chunk")) rc = int_arg(a, v, 1, &chunk);
 		else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) rc = int_arg(a, v, 0, &depth);
 		else if (!strcmp(a, "--verify")) rc = int_arg(a, v, 2, &verify);
+		else if (!strcmp(a, "--ctx")) rc = int_arg(a, v, 1, &ctx);
 		else if (!strcmp(a, "--backend")) backend = v;
 		else if (!strcmp(a, "--expert-cache")) rc = v ? sg_cli_expert_cache_opt("bench", v) : 0;
 		else return sg_cli_usage_error("bench", "unknown argument '%s'", a);
@@ -107,7 +108,7 @@ int sg_cli_bench(int argc, char **argv)
 	sg_session_params sp = sg_session_default_params();
 	int len = p > depth + n ? p : depth + n;
 	if (depth + verify > len) len = depth + verify;
-	sp.n_ctx = len + 1;
+	sp.n_ctx = ctx > len + 1 ? ctx : len + 1; /* --ctx: a cache longer than the test needs, as a server's */
 	sp.n_batch = chunk;
 	if (sg_cli_expert_apply("bench", m, sp.n_ctx)) goto done;
 	int V = sg_model_n_vocab(m);

@@ -177,6 +177,7 @@ static sg_status attention_block(const sg_model *m, sg_fwd_state *s, int li, int
 		 * stack (one chunk from position 0, never a ring) sees both sides, its window too */
 		.causal = !d->bidirectional,
 		.feeds_matmul = !d->sandwich_norm,
+		.rows_live = s->pos0 + n,
 	};
 	if (fuse && o->attention_prep) { /* the prep inside the attention where the backend can */
 		const sg_btensor *qn = d->qk_norm ? &lw->q_norm : NULL, *kn = d->qk_norm ? &lw->k_norm : NULL;

@@ -1225,14 +1225,14 @@ static void attn_case(int n, int H, int Hkv, int hd, int ctx, int p0, sg_attn_pa
 
 Test(cuda, attention_decode_split_prefill_window_softcap_gqa_match_cpu)
 {
-	sg_attn_params causal = {0, 0, 0, 1, 0, NULL}, win = {0, 0, 100, 1, 0, NULL}, cap = {0.1f, 30.0f, 0, 1, 0, NULL}, full = {0, 0, 0, 0, 0, NULL};
+	sg_attn_params causal = {0, 0, 0, 1, 0, NULL, 0}, win = {0, 0, 100, 1, 0, NULL, 0}, cap = {0.1f, 30.0f, 0, 1, 0, NULL, 0}, full = {0, 0, 0, 0, 0, NULL, 0};
 	attn_case(1, 8, 2, 128, 4096, 3000, causal, SG_TYPE_F32, 0);   /* decode, split over the length */
 	attn_case(1, 4, 1, 256, 2048, 2047, causal, SG_TYPE_F16, 1);   /* Gemma-like heads, f16 cache */
 	attn_case(7, 8, 8, 64, 512, 300, win, SG_TYPE_F32, 1);         /* prefill chunk, sliding window */
 	attn_case(5, 6, 3, 32, 64, 10, cap, SG_TYPE_F16, 0);           /* softcap, explicit scale */
 	attn_case(9, 4, 2, 64, 32, 0, full, SG_TYPE_F32, 0);           /* bidirectional (encoder) */
 	attn_case(600, 1, 1, 64, 1024, 0, causal, SG_TYPE_F32, 1);     /* many tokens: one block each */
-	sg_attn_params ring = {0, 0, 8, 1, 0, NULL};
+	sg_attn_params ring = {0, 0, 8, 1, 0, NULL, 0};
 	attn_case(4, 4, 2, 32, 12, 17, ring, SG_TYPE_F32, 0);          /* ring cache: window 8 in 12 rows */
 	attn_case(4, 4, 2, 32, 12, 30, ring, SG_TYPE_F16, 1);
 	/* the one-token kernel: groups of 8, 3 (taken one head a block), 1; head dims 32 to 256;
@@ -1252,12 +1252,12 @@ Test(cuda, attention_decode_split_prefill_window_softcap_gqa_match_cpu)
  * one, a first chunk from position 0, a later chunk, GQA, a window wider than the cache. */
 Test(cuda, attention_flash_prefill_matches_cpu)
 {
-	sg_attn_params causal = {0, 0, 0, 1, 0, NULL}, cap = {0.1f, 30.0f, 0, 1, 0, NULL};
+	sg_attn_params causal = {0, 0, 0, 1, 0, NULL, 0}, cap = {0.1f, 30.0f, 0, 1, 0, NULL, 0};
 	attn_case(300, 8, 2, 128, 1000, 500, causal, SG_TYPE_F16, 1);
 	attn_case(40, 8, 2, 64, 300, 100, cap, SG_TYPE_F16, 1); /* soft-cap, explicit scale */
 	attn_case(130, 4, 4, 64, 256, 0, causal, SG_TYPE_F16, 0);
 	attn_case(65, 16, 2, 128, 4096, 3000, causal, SG_TYPE_F16, 1);
-	sg_attn_params wide = {0, 0, 2000, 1, 0, NULL};
+	sg_attn_params wide = {0, 0, 2000, 1, 0, NULL, 0};
 	attn_case(100, 4, 1, 128, 1024, 900, wide, SG_TYPE_F16, 0);
 }
 
@@ -1276,7 +1276,7 @@ static void packed_case(const int *lens, int n_seq, int H, int Hkv, int hd, int 
 	int64_t nb = 0;
 	for (int s = 0; s < n_seq; s++) nb += (int64_t)lens[s] * H * lens[s];
 	pair bias = pair_rand(with_bias ? nb : 1, 1, 1, 2.0f);
-	sg_attn_params ap = {0, 0, 0, 0, 0, with_bias ? &bias.g : NULL};
+	sg_attn_params ap = {0, 0, 0, 0, 0, with_bias ? &bias.g : NULL, 0};
 	cr_assert_eq(gpu->ops->attention_packed(gpu, &q.g, &k.g, &v.g, &o.g, n_seq, &ap, &out.g), SG_OK, "%s", sg_last_error());
 	float *g = fetch(&out), *ref = malloc(sizeof(float) * (size_t)n * (size_t)H * (size_t)hd);
 	const float *Q = q.c.data, *K = k.c.data, *V = v.c.data;
@@ -1428,7 +1428,7 @@ static void feeding_case(int64_t ctx, int32_t p)
 	f16_caches(hd, Hkv, ctx, &kh, &vh);
 	float *got[2];
 	for (int fed = 0; fed < 2; fed++) {
-		sg_attn_params ap = {0, 0, 0, 1, fed, NULL};
+		sg_attn_params ap = {0, 0, 0, 1, fed, NULL, 0};
 		cr_assert_eq(gpu->ops->write(gpu, &pos.g, 0, &p, 4), SG_OK);
 		cr_assert_eq(gpu->ops->attention(gpu, &q.g, &kh.g, &vh.g, &pos.g, &ap, &att.g), SG_OK, "%s", sg_last_error());
 		sg_matmul_multi m = {.x = &att.g, .nw = 1, .w = {&wg}, .y = {&y.g}, .residual = &res.g, .out = &out.g, .x_fed = fed};
@@ -1458,7 +1458,7 @@ static void decode_settings_agree(void (*set)(int), const char *flag, int s0, in
 }
 static void decode_settings_close(void (*set)(int), const char *flag, int s0, int s1, int restore, double tol)
 {
-	sg_attn_params causal = {0, 0, 0, 1, 0, NULL}, ring = {0, 0, 8, 1, 0, NULL}, cap = {0.1f, 30.0f, 0, 1, 0, NULL};
+	sg_attn_params causal = {0, 0, 0, 1, 0, NULL, 0}, ring = {0, 0, 8, 1, 0, NULL, 0}, cap = {0.1f, 30.0f, 0, 1, 0, NULL, 0};
 	struct {
 		int64_t H, Hkv, hd, ctx;
 		int32_t p;
@@ -1549,7 +1549,7 @@ Test(cuda, attention_with_the_prep_fused_equals_prep_then_attention)
 	} cs[] = {{32, 8, 128, 4096, 1088, 0, 1, 0}, {32, 4, 128, 4096, 31, 0, 1, 0},  {16, 2, 64, 3000, 2999, 1, 0, 0},
 	          {8, 1, 256, 40000, 33000, 2, 1, 0}, {64, 8, 128, 2000, 500, 7, 1, 0}, {8, 8, 128, 600, 0, 4, 1, 1.0f},
 	          {4, 2, 128, 100, 64, 3, 1, 0},      {16, 2, 256, 700, 333, 5, 1, 0},  {8, 2, 128, 300, 257, 6, 1, 0}};
-	sg_attn_params ap = {0, 0, 0, 1, 1, NULL};
+	sg_attn_params ap = {0, 0, 0, 1, 1, NULL, 0};
 	for (size_t c = 0; c < sizeof(cs) / sizeof(cs[0]); c++) {
 		int64_t H = cs[c].H, Hkv = cs[c].Hkv, hd = cs[c].hd, ctx = cs[c].ctx, D = H * hd;
 		int32_t p = cs[c].p;
@@ -1615,7 +1615,7 @@ Test(cuda, attention_decode_on_tensor_cores_matches_f32_kernel)
 /* With each attention kill-switch or tunable set, the path it leaves still matches the CPU. */
 Test(cuda, attention_kill_switches_keep_working_paths)
 {
-	sg_attn_params causal = {0, 0, 0, 1, 0, NULL};
+	sg_attn_params causal = {0, 0, 0, 1, 0, NULL, 0};
 	const char *sw[] = {"SARAGOSSA_CUDA_ATTN_DECODE", "SARAGOSSA_CUDA_ATTN_DECODE",
 	                    "SARAGOSSA_CUDA_ATTN_GEMM",   "SARAGOSSA_CUDA_ATTN_F16",
 	                    "SARAGOSSA_CUDA_ATTN_FLASH",  "SARAGOSSA_CUDA_ATTN_MERGE",
@@ -1804,7 +1804,7 @@ Test(cuda, graph_replay_equals_per_op_with_device_positions)
 	int32_t p = 0;
 	pair pos = pair_i32(1, 1, &p);
 	sg_rope_params rp = rope_case(0, (int)hd);
-	sg_attn_params ap = {0, 0, 0, 1, 0, NULL};
+	sg_attn_params ap = {0, 0, 0, 1, 0, NULL, 0};
 	float *ref[3];
 	int32_t refid[3];
 	/* per-op path */
@@ -2148,7 +2148,8 @@ Test(cuda, exact_steps_give_each_token_its_one_token_bits)
  * each token the output and cache rows of one-token steps taken in turn (the prep fused into the
  * one-token kernel there), over f16 and f32 caches, GQA, a window; caches of at most 512 rows take
  * one launch for the step's tokens, longer ones a launch per token (a short sequence in a long cache
- * among them). */
+ * among them), or one launch of the slices the positions reach when the caller says how far they go
+ * (rows_live). */
 Test(cuda, exact_step_attention_equals_one_token_steps)
 {
 	struct {
@@ -2156,11 +2157,11 @@ Test(cuda, exact_step_attention_equals_one_token_steps)
 		int32_t p;
 		int window, f16;
 	} cs[] = {{16, 4, 128, 512, 37, 0, 1}, {8, 8, 64, 300, 250, 0, 1}, {8, 2, 128, 700, 600, 128, 1}, {4, 2, 64, 200, 9, 0, 0},
-		  {8, 2, 64, 1500, 1000, 0, 1}, {8, 4, 64, 2048, 40, 0, 1}};
+		  {8, 2, 64, 1500, 1000, 0, 1}, {8, 4, 64, 2048, 40, 0, 1}, {12, 2, 128, 2048, 400, 0, 1}};
 	const int64_t n = 6;
 	for (size_t c = 0; c < sizeof(cs) / sizeof(cs[0]); c++) {
 		int64_t H = cs[c].H, Hkv = cs[c].Hkv, hd = cs[c].hd, ctx = cs[c].ctx, D = H * hd, KD = Hkv * hd;
-		sg_attn_params ap = {0, 0, cs[c].window, 1, 1, NULL};
+		sg_attn_params ap = {0, 0, cs[c].window, 1, 1, NULL, 0};
 		sg_rope_params rp = rope_case(1, (int)hd);
 		int32_t pv[6];
 		for (int t = 0; t < n; t++) pv[t] = cs[c].p + t;
@@ -2172,8 +2173,11 @@ Test(cuda, exact_step_attention_equals_one_token_steps)
 		int32_t *allp = malloc(sizeof(int32_t) * (size_t)ctx);
 		for (int i = 0; i < ctx; i++) allp[i] = i;
 		pair hp = pair_i32(ctx, 1, allp);
-		float *got[3][3];
-		for (int m = 0; m < 3; m++) { /* one-token steps; one exact step, batched; token by token */
+		float *got[4][3];
+		/* one-token steps; one exact step, batched; token by token; batched with the positions
+		 * known (rows_live: the one launch stops at the slices they reach) */
+		for (int m = 0; m < 4; m++) {
+			ap.rows_live = m == 3 ? cs[c].p + (int)n : 0;
 			cr_assert_eq(gpu->ops->kv_store(gpu, &hk.g, &hv.g, &hp.g, &kc.g, &vc.g), SG_OK);
 			cr_assert_eq(gpu->ops->write(gpu, &q.g, 0, q0.c.data, sizeof(float) * (size_t)(D * n)), SG_OK);
 			cr_assert_eq(gpu->ops->write(gpu, &k.g, 0, k0.c.data, sizeof(float) * (size_t)(KD * n)), SG_OK);
@@ -2202,10 +2206,10 @@ Test(cuda, exact_step_attention_equals_one_token_steps)
 		for (size_t i = 0; i < nv[0]; i++) finite &= isfinite(got[0][0][i]) != 0;
 		cr_expect(finite, "case %zu: output not finite", c);
 		for (int j = 0; j < 3; j++) {
-			for (int m = 1; m < 3; m++)
+			for (int m = 1; m < 4; m++)
 				cr_expect(!memcmp(got[0][j], got[m][j], sizeof(float) * nv[j]), "case %zu: exact step (%s) %s differs from one-token steps", c,
-					  m == 1 ? "batched" : "token by token", what[j]);
-			for (int m = 0; m < 3; m++) free(got[m][j]);
+					  m == 1 ? "batched" : m == 2 ? "token by token" : "batched, positions known", what[j]);
+			for (int m = 0; m < 4; m++) free(got[m][j]);
 		}
 		free(allp);
 		pair *all[] = {&pos, &q0, &k0, &v, &q, &k, &att, &qn, &kn, &hk, &hv, &kc, &vc, &hp};

@@ -919,7 +919,7 @@ Test(backend_ops, one_and_two_threads_give_identical_bits)
 	fill(&vc, 1);
 	int32_t p = 650;
 	sg_btensor pos = i32_tensor(b1, 1, 1, &p);
-	sg_attn_params ap = {0, 0, 0, 1, 0, NULL};
+	sg_attn_params ap = {0, 0, 0, 1, 0, NULL, 0};
 	cr_assert_eq(b1->ops->attention(b1, &q, &kc, &vc, &pos, &ap, &o1), SG_OK);
 	cr_assert_eq(b2->ops->attention(b2, &q, &kc, &vc, &pos, &ap, &o2), SG_OK);
 	cr_expect(memcmp(o1.data, o2.data, sizeof(float) * (size_t)(H * hd)) == 0, "attention");
@@ -1195,8 +1195,8 @@ Test(backend_ops, attention_gqa_window_softcap_chunked_bidirectional_matches_for
 	fill(&vc, 1);
 	int32_t pv[4] = {3, 299, 300, 870};
 	/* causal; softcap; causal window; no mask; two-sided window (bidirectional, EmbeddingGemma) */
-	sg_attn_params cases[5] = {{0, 0, 0, 1, 0, NULL}, {0.05f, 30, 0, 1, 0, NULL}, {0, 0, 128, 1, 0, NULL}, {0, 0, 0, 0, 0, NULL},
-				   {0, 0, 128, 0, 0, NULL}};
+	sg_attn_params cases[5] = {{0, 0, 0, 1, 0, NULL, 0}, {0.05f, 30, 0, 1, 0, NULL, 0}, {0, 0, 128, 1, 0, NULL, 0}, {0, 0, 0, 0, 0, NULL, 0},
+				   {0, 0, 128, 0, 0, NULL, 0}};
 	for (int64_t n = 1; n <= 4; n += 3) {
 		sg_btensor q = f32_tensor(b0, hd, H, n), pos = i32_tensor(b0, n, 1, n == 1 ? pv + 3 : pv);
 		fill(&q, 1);
@@ -1237,7 +1237,7 @@ Test(backend_ops, kv_store_f16_cache_then_attention_matches_f32)
 	cr_assert_eq(be->ops->kv_store(be, &k, &v, &pos, &kc32, &vc32), SG_OK);
 	cr_assert_eq(be->ops->kv_store(be, &k, &v, &pos, &kc16, &vc16), SG_OK);
 	sg_btensor o32 = f32_tensor(be, hd, H, n), o16 = f32_tensor(be, hd, H, n);
-	sg_attn_params ap = {0, 0, 0, 1, 0, NULL};
+	sg_attn_params ap = {0, 0, 0, 1, 0, NULL, 0};
 	cr_assert_eq(be->ops->attention(be, &q, &kc32, &vc32, &pos, &ap, &o32), SG_OK);
 	cr_assert_eq(be->ops->attention(be, &q, &kc16, &vc16, &pos, &ap, &o16), SG_OK);
 	/* f16 storage: relative rounding 2^-11 per value, NMSE ~1e-7 */

@@ -100,7 +100,7 @@ Test(cpu_attention, tiled_prefill_equals_per_item_bit_for_bit)
 						for (int si = 0; si < 2; si++) {
 							if ((ni + si + di + gi) % 2 != nth - 1) continue;
 							int64_t n = N[ni];
-							sg_attn_params ap = {0, (ni + si + ty) % 2 ? 20.0f : 0.0f, 0, 1, 0, NULL};
+							sg_attn_params ap = {0, (ni + si + ty) % 2 ? 20.0f : 0.0f, 0, 1, 0, NULL, 0};
 							sg_btensor q = tensor(be, SG_TYPE_F32, hd, H, n);
 							fill(&q, 2);
 							int32_t *pv = malloc(sizeof(int32_t) * (size_t)n);
@@ -140,7 +140,7 @@ Test(cpu_attention, tiled_with_scattered_positions_equals_per_item_and_the_formu
 	for (int64_t t = 0; t < n; t++) pv[t] = (int32_t)((t * 389) % ctx);
 	pv[5] = pv[6] = 31; /* a repeat, ending exactly at a block edge */
 	pv[9] = 0;
-	sg_attn_params ap = {0, 0, 0, 1, 0, NULL};
+	sg_attn_params ap = {0, 0, 0, 1, 0, NULL, 0};
 	float *got = malloc(sizeof(float) * (size_t)(n * H * hd));
 	cr_expect_eq(run_both(be, &q, &kc, &vc, &pos, &ap, n, H, hd, got), 0);
 	const float *qd = q.data, *kd = kc.data, *vd = vc.data;
@@ -225,7 +225,7 @@ Test(cpu_attention, additive_bias_matches_the_formula_on_both_paths)
 		fill(&bias, 3);
 		int32_t *pv = pos.data;
 		for (int64_t t = 0; t < n; t++) pv[t] = (int32_t)(ctx - 1 - t % 2); /* the last row is seen: max(pos) */
-		sg_attn_params ap = {0, 0, 0, 0, 0, &bias};
+		sg_attn_params ap = {0, 0, 0, 0, 0, &bias, 0};
 		cr_assert_eq(be->ops->attention(be, &q, &kc, &vc, &pos, &ap, &out), SG_OK);
 		const float *qd = q.data, *kd = kc.data, *vd = vc.data, *bd = bias.data, *got = out.data;
 		double worst = 0;
@@ -252,9 +252,9 @@ Test(cpu_attention, additive_bias_matches_the_formula_on_both_paths)
 		cr_expect(worst < 1e-5, "case %d: biased attention off the formula by %g", c, worst);
 		if (c == 0) {
 			sg_btensor small = tensor(be, SG_TYPE_F32, ctx - 1, H, n);
-			sg_attn_params bad = {0, 0, 0, 0, 0, &small};
+			sg_attn_params bad = {0, 0, 0, 0, 0, &small, 0};
 			cr_expect_eq(be->ops->attention(be, &q, &kc, &vc, &pos, &bad, &out), SG_ERR_INVALID_ARG);
-			sg_attn_params ring = {0, 0, 8, 1, 0, &bias};
+			sg_attn_params ring = {0, 0, 8, 1, 0, &bias, 0};
 			cr_expect_eq(be->ops->attention(be, &q, &kc, &vc, &pos, &ring, &out), SG_ERR_INVALID_ARG);
 			be->ops->tensor_free(be, &small);
 		}

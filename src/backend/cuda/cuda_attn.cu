@@ -599,7 +599,7 @@ __global__ void __launch_bounds__(DW * 32) attn_dec_kernel(const sg_cu_attn a0)
 	pdl_trigger();
 	int gall = (int)(a.H / a.Hkv), ng = gall / G;
 	int kh = blockIdx.x / ng, h0 = kh * gall + (blockIdx.x % ng) * G;
-	int c = blockIdx.y, nsplit = gridDim.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	int c = blockIdx.y, nsplit = a.nchunk, warp = threadIdx.x >> 5, lane = threadIdx.x & 31; /* the grid may stop at the live slices */
 	/* The position before pdl_wait: positions are written by host copies alone, ordered before
 	 * every kernel of the step (no kernel of a step writes them), so the value is there when any
 	 * kernel of the step runs; the wait is for the queries and this step's K/V row. */
@@ -1012,7 +1012,7 @@ static void dec_fixed(const sg_cu_attn *a, dec_form f, dim3 grid, size_t sm, cud
 template <typename T, int G, bool MT>
 static void dec_launch(const sg_cu_attn *a, dim3 grid, size_t sm, cudaStream_t st, const sg_cu_policy *pol)
 {
-	const dec_form f = dec_choose(a, G, grid, pol);
+	const dec_form f = dec_choose(a, G, dim3(grid.x, (unsigned)a->nchunk, grid.z), pol); /* the form of the whole grid's step */
 	if constexpr (sizeof(T) == 2) {
 		if (f != DEC_GENERAL && a->hd == 128) return dec_fixed<G, 4, 128, MT>(a, f, grid, sm, st, pol);
 		if (f != DEC_GENERAL && a->hd == 256) return dec_fixed<G, 8, 256, MT>(a, f, grid, sm, st, pol);
@@ -1055,14 +1055,14 @@ extern "C" int sg_cu_attn_prep_ok(const sg_cu_attn *a)
 
 /* One-token attentions of ntok tokens (the token in the grid's z; the choices of form made from
  * the one-token grid, so each token gets the kernel a one-token step would launch). */
-template <bool MT> static int dec_run(const sg_cu_attn *a, int64_t ntok, sg_custream s)
+template <bool MT> static int dec_run(const sg_cu_attn *a, int64_t ntok, int ny, sg_custream s)
 {
-	if (!sg_cu_attn_decode_ok(a) || a->nchunk < 1 || (a->nchunk > 1 && !a->part) || ntok < 1 || ntok > 65535)
+	if (!sg_cu_attn_decode_ok(a) || a->nchunk < 1 || (a->nchunk > 1 && !a->part) || ntok < 1 || ntok > 65535 || ny < 1 || ny > a->nchunk)
 		return (int)cudaErrorInvalidValue;
 	if (a->prep.on && (MT || !sg_cu_attn_prep_ok(a))) return (int)cudaErrorInvalidValue;
 	const sg_cu_policy *pol = sg_cu_policy_now();
 	int G = dec_group(a);
-	dim3 grid((unsigned)sg_cu_attn_decode_units(a), (unsigned)a->nchunk, (unsigned)ntok);
+	dim3 grid((unsigned)sg_cu_attn_decode_units(a), (unsigned)ny, (unsigned)ntok);
 	size_t sm = dec_smem(G, a->hd, a->hdv);
 	cudaStream_t st = (cudaStream_t)s;
 	const sg_cu_attn &b = *a;
@@ -1075,11 +1075,11 @@ template <bool MT> static int dec_run(const sg_cu_attn *a, int64_t ntok, sg_cust
 	return ok();
 }
 
-extern "C" int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s) { return dec_run<false>(a, 1, s); }
+extern "C" int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s) { return dec_run<false>(a, 1, a->nchunk, s); }
 
-extern "C" int sg_cu_attn_decode_tokens(const sg_cu_attn *a, int64_t ntok, sg_custream s)
+extern "C" int sg_cu_attn_decode_tokens(const sg_cu_attn *a, int64_t ntok, int ny, sg_custream s)
 {
-	return a->xq ? (int)cudaErrorInvalidValue : dec_run<true>(a, ntok, s);
+	return a->xq ? (int)cudaErrorInvalidValue : dec_run<true>(a, ntok, ny, s);
 }
 
 /*

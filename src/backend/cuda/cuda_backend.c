@@ -483,7 +483,7 @@ static int q8a_fit(sg_cuda_backend *cb, int64_t K)
 	return K <= cb->q8a_cap;
 }
 
-static sg_status check_x(const char *op, const sg_btensor *x, const sg_btensor *w, const sg_cuw *v)
+sg_status sg_cuda_check_x(const char *op, const sg_btensor *x, const sg_btensor *w, const sg_cuw *v)
 {
 	int64_t K = w->ne[0];
 	sg_status st = check_f32(op, "x", x);
@@ -502,7 +502,7 @@ sg_status sg_cuda_matmul(sg_backend *be, const sg_btensor *w, const sg_btensor *
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
 	sg_cuw v;
 	sg_status st = sg_cuda_wview("matmul", w, &v);
-	if (st || (st = check_x("matmul", x, w, &v)) || (st = check_f32("matmul", "y", y))) return st;
+	if (st || (st = sg_cuda_check_x("matmul", x, w, &v)) || (st = check_f32("matmul", "y", y))) return st;
 	int64_t N = sg_btensor_rows(w), n = sg_btensor_rows(x);
 	if (y->ne[0] != N || sg_btensor_rows(y) != n)
 		return sg_error(SG_ERR_INVALID_ARG, "cuda matmul: y is [%lld][%lld], expected [%lld][%lld]", (long long)sg_btensor_rows(y),
@@ -557,32 +557,6 @@ static sg_status multi_tokens(sg_backend *be, const sg_matmul_multi *p, int64_t 
 	return SG_OK;
 }
 
-/* Many tokens' projections of one x (no norm or epilogue): one split of x for all where the GEMMs
- * take kept tf32x3 splits (sg_cuda_gemm_shared_x); *done 0 leaves them to the composition. */
-static sg_status shared_x(sg_cuda_backend *cb, const sg_matmul_multi *p, int64_t n, int *done)
-{
-	sg_cuw v[SG_CUDA_SHARED_MAX];
-	float *y[SG_CUDA_SHARED_MAX];
-	int64_t N[SG_CUDA_SHARED_MAX];
-	const float *b[SG_CUDA_SHARED_MAX];
-	*done = 0;
-	if (!cb->gemm || (cb->blas_state <= 0 && (cb->capturing || !sg_cuda_blas_ready(cb)))) return SG_OK;
-	for (int i = 0; i < p->nw; i++) {
-		sg_status st = sg_cuda_wview("matmul", p->w[i], &v[i]);
-		if (st || (st = check_x("matmul", p->x, p->w[i], &v[i])) || (st = check_f32("matmul", "y", p->y[i]))) return st;
-		N[i] = sg_btensor_rows(p->w[i]);
-		if (p->y[i]->ne[0] != N[i] || sg_btensor_rows(p->y[i]) != n)
-			return sg_error(SG_ERR_INVALID_ARG, "cuda matmul_multi: output %d is [%lld][%lld], expected [%lld][%lld]", i,
-					(long long)sg_btensor_rows(p->y[i]), (long long)p->y[i]->ne[0], (long long)n, (long long)N[i]);
-		const sg_btensor *bt = p->bias[i];
-		if (bt && ((st = check_f32("matmul", "bias", bt)) || bt->ne[0] != N[i]))
-			return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda matmul_multi: bias %d has %lld values, expected %lld", i, (long long)bt->ne[0],
-						  (long long)N[i]);
-		y[i] = p->y[i]->data, b[i] = bt ? bt->data : NULL;
-	}
-	return sg_cuda_gemm_shared_x(cb, v, p->nw, p->x->data, n, y, N, b, done);
-}
-
 static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 {
 	sg_cuda_backend *cb = (sg_cuda_backend *)be;
@@ -592,7 +566,7 @@ static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 	if (n > 1 && cb->exact && (!cb->verify_batch || p->feeds_moe || n > INT32_MAX)) return multi_tokens(be, p, n);
 	if (n > GEMV_MAX_TOKENS && !cb->exact && p->nw > 1 && p->nw <= SG_CUDA_SHARED_MAX && !p->norm && !p->glu && !p->residual) {
 		int done = 0;
-		sg_status st = shared_x(cb, p, n, &done);
+		sg_status st = sg_cuda_matmul_shared_x(cb, p, n, &done);
 		if (st || done) return st;
 	}
 	if (!cb->fused || p->nw < 1 || p->nw > SG_MATMUL_MULTI_MAX || (n != 1 && !cb->exact)) return sg_backend_matmul_multi_compose(be, p);
@@ -612,7 +586,7 @@ static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 		    (p->glu || p->residual || !cb->q8x || m.w[i].K != m.w[0].K || !sg_cu_has_q8(m.w[i].kt) || !sg_cu_has_q8(m.w[0].kt) ||
 		     !sg_cu_multi_ok(m.w[i].kt)))
 			return sg_backend_matmul_multi_compose(be, p);
-		if ((st = check_x("matmul", p->x, w, &m.w[i])) || (st = check_f32("matmul", "y", p->y[i]))) return st;
+		if ((st = sg_cuda_check_x("matmul", p->x, w, &m.w[i])) || (st = check_f32("matmul", "y", p->y[i]))) return st;
 		if (p->y[i]->ne[0] != m.N[i] || sg_btensor_rows(p->y[i]) != n)
 			return sg_error(SG_ERR_INVALID_ARG, "cuda matmul_multi: output %d is [%lld][%lld], expected [%lld][%lld]", i,
 					(long long)sg_btensor_rows(p->y[i]), (long long)p->y[i]->ne[0], (long long)n, (long long)m.N[i]);
@@ -698,7 +672,7 @@ static sg_status cuda_moe_matmul(sg_backend *be, const sg_btensor *w, const sg_b
 	/* experts in the slot cache's pool: the kernels read slot ids[] of it */
 	const int32_t *id = ids->data;
 	st = w->experts ? slot_view(cb, "moe_matmul", w, ids, &v, &E, &id) : sg_cuda_wview("moe_matmul", w, &v);
-	if (st || (st = check_x("moe_matmul", x, w, &v)) || (st = check_f32("moe_matmul", "y", y))) return st;
+	if (st || (st = sg_cuda_check_x("moe_matmul", x, w, &v)) || (st = check_f32("moe_matmul", "y", y))) return st;
 	int shared_x;
 	if (nx == n) shared_x = 1;
 	else if (nx == n * k) shared_x = 0;
@@ -743,7 +717,7 @@ static sg_status cuda_moe_glu(sg_backend *be, const sg_btensor *wg, const sg_bte
 	    sg_cuda_wview("moe_matmul", wu, &b) || !sg_cu_moe_glu_ok(&a, &b) || wg->ne[2] != wu->ne[2] || wg->ne[1] != wu->ne[1] || wg->ne[2] > 4096)
 		return sg_backend_moe_glu_compose(be, wg, wu, x, ids, act, g, u);
 	int64_t k = ids->ne[0], E = wg->ne[2], N = wg->ne[1];
-	if ((st = check_x("moe_matmul", x, wg, &a)) || (st = check_f32("moe_matmul", "g", g))) return st;
+	if ((st = sg_cuda_check_x("moe_matmul", x, wg, &a)) || (st = check_f32("moe_matmul", "g", g))) return st;
 	if (sg_btensor_rows(x) != 1) return sg_backend_moe_glu_compose(be, wg, wu, x, ids, act, g, u);
 	if (g->ne[0] != N || sg_btensor_rows(g) != k)
 		return sg_error(SG_ERR_INVALID_ARG, "cuda moe_glu: g is [%lld][%lld], expected [%lld][%lld]",
@@ -822,7 +796,7 @@ static sg_status rope_setup(const char *op, const sg_rope_params *p, sg_cu_rope 
 }
 
 /* Heads per token of x for n tokens of head_dim hd (0 and an error if they do not divide). */
-static sg_status heads_of(const char *op, const sg_btensor *x, int64_t n, int64_t hd, int64_t *H)
+sg_status sg_cuda_heads_of(const char *op, const sg_btensor *x, int64_t n, int64_t hd, int64_t *H)
 {
 	int64_t v = nvals(x);
 	if (n < 1 || v % (n * hd))
@@ -839,7 +813,7 @@ static sg_status cuda_rope(sg_backend *be, sg_btensor *x, const sg_btensor *pos,
 	int64_t H = 0;
 	if ((st = check_f32("rope", "x", x)) || (st = check_i32("rope", "pos", pos)) || (st = rope_setup("rope", p, &r))) return st;
 	int64_t n = nvals(pos);
-	if ((st = heads_of("rope", x, n, p->head_dim, &H))) return st;
+	if ((st = sg_cuda_heads_of("rope", x, n, p->head_dim, &H))) return st;
 	CU_RET("rope", sg_cu_rope_apply(x->data, pos->data, n, H, &r, S(cb)));
 	return SG_OK;
 }
@@ -892,8 +866,8 @@ static sg_status prep_check(sg_btensor *q, sg_btensor *k, const sg_btensor *v, c
 	    (st = check_i32("attn_prep", "pos", pos)) || (st = rope_setup("attn_prep", p, &a->r)))
 		return st;
 	a->n = nvals(pos);
-	if ((st = heads_of("attn_prep", q, a->n, p->head_dim, &a->Hq)) || (st = heads_of("attn_prep", k, a->n, p->head_dim, &a->Hk))) return st;
-	if (!vc || vc->ne[1] != a->Hk || (st = heads_of("attn_prep", v, a->n, vc->ne[0], &Hv)) || Hv != a->Hk)
+	if ((st = sg_cuda_heads_of("attn_prep", q, a->n, p->head_dim, &a->Hq)) || (st = sg_cuda_heads_of("attn_prep", k, a->n, p->head_dim, &a->Hk))) return st;
+	if (!vc || vc->ne[1] != a->Hk || (st = sg_cuda_heads_of("attn_prep", v, a->n, vc->ne[0], &Hv)) || Hv != a->Hk)
 		return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda attn_prep: v and its cache disagree with %lld kv heads", (long long)a->Hk);
 	if ((st = cache_ok("attn_prep", kc, a->Hk * p->head_dim)) || (st = cache_ok("attn_prep", vc, a->Hk * vc->ne[0]))) return st;
 	a->ctx = kc->ne[2] * kc->ne[3];
@@ -952,13 +926,6 @@ static sg_status cuda_attn_prep_norm(sg_backend *be, sg_btensor *q, sg_btensor *
  * chain (dot, warp sum, exp), so short chunks and many blocks hide its latency (256 took ~130 us
  * per layer at 1k positions of a 32-head decode step on the H200; 64 is ~4x more blocks) */
 #define KV_CHUNK 64
-/* An exact step's one-token attentions take one launch (SARAGOSSA_CUDA_VERIFY_ATTN) only while the
- * one-token kernel's slices, sized by the cache's capacity so that a recorded graph serves every
- * length, are at most this many (512 rows): past it most slices of a step are empty early in a
- * sequence, and the one launch took longer than a launch a token (H100, SmolLM2-135M, a 17-token step
- * at a 2048-row cache: 14.5 decode steps against 6.1; at 8192 rows 22.8 against 6.3; at 512 rows the
- * one launch was faster in a whole speculative answer, 1066 against 858 tok/s). */
-#define VERIFY_ATTN_SLICES 8
 /* pa: an attention prep to run first (checked by prep_check against the same q, caches and
  * positions), fused into the one-token kernel where it takes it, else as its own kernel. */
 /* The attention's kernels for a (the prep done): the one-token kernel, else the many-token paths;
@@ -1043,7 +1010,7 @@ static sg_status attention_run(sg_backend *be, const sg_btensor *q, const sg_bte
 		return sg_error(SG_ERR_INVALID_ARG, "cuda attention: k cache [%lld][%lld][%lld] and v cache [%lld][%lld][%lld] disagree (or head dim > %d)",
 				(long long)a.ctx, (long long)a.Hkv, (long long)a.hd, (long long)(vc->ne[2] * vc->ne[3]), (long long)vc->ne[1],
 				(long long)a.hdv, SG_CU_MAX_HD);
-	if ((st = heads_of("attention", q, a.n, a.hd, &a.H))) return st;
+	if ((st = sg_cuda_heads_of("attention", q, a.n, a.hd, &a.H))) return st;
 	if (a.H % a.Hkv) return sg_error(SG_ERR_INVALID_ARG, "cuda attention: %lld query heads are not a multiple of %lld kv heads", (long long)a.H, (long long)a.Hkv);
 	if (nvals(out) != a.n * a.H * a.hdv) return sg_error(SG_ERR_INVALID_ARG, "cuda attention: out must hold [%lld][%lld][%lld]", (long long)a.n, (long long)a.H, (long long)a.hdv);
 	a.q = q->data;
@@ -1082,11 +1049,22 @@ static sg_status attention_run(sg_backend *be, const sg_btensor *q, const sg_bte
 		b.n = 1;
 		b.prep.on = 0;
 		cb->q8a_of = NULL;
-		/* one launch, a token in the grid's z, while the cache has at most VERIFY_ATTN_SLICES slices */
-		if (cb->verify_attn && cb->attn_dec && sg_cu_attn_decode_ok(&b) && dec_nslices(&b, span) <= VERIFY_ATTN_SLICES) {
-			if ((st = dec_slices(cb, &b, span, a.n))) return st;
-			CU_RET("attention", sg_cu_attn_decode_tokens(&b, a.n, S(cb)));
-			return SG_OK;
+		/* one launch, a token in the grid's z, while the slices it launches are at most
+		 * SARAGOSSA_CUDA_VERIFY_ATTN (8). The one-token kernel's slices are sized by the cache's
+		 * capacity (so that a recorded graph serves every length: at least 64 rows each, so a
+		 * position p has live rows in the first p / 64 + 1 at most); outside a recording, with the
+		 * positions known (rows_live), the grid stops there. With every slice launched, most are
+		 * empty early in a sequence and the one launch took longer than a launch a token (H100, a
+		 * 17-token step at a 2048-row cache: SmolLM2-135M 14.5 decode steps against 6.1; a
+		 * Qwen2.5-1.5B-shaped model 13.4 against 8.3, its launch 325 us against 17 x 9) */
+		if (cb->attn_dec && sg_cu_attn_decode_ok(&b)) {
+			int64_t ns = dec_nslices(&b, span), ny = ns;
+			if (!cb->capturing && p->rows_live > 0 && (p->rows_live - 1) / 64 + 1 < ny) ny = (p->rows_live - 1) / 64 + 1;
+			if (ny <= cb->verify_attn) {
+				if ((st = dec_slices(cb, &b, span, a.n))) return st;
+				CU_RET("attention", sg_cu_attn_decode_tokens(&b, a.n, (int)ny, S(cb)));
+				return SG_OK;
+			}
 		}
 		for (int64_t t = 0; t < a.n; t++) {
 			b.q = a.q + t * a.H * a.hd, b.pos = a.pos + t, b.out = a.out + t * a.H * a.hdv;
@@ -1101,50 +1079,6 @@ static sg_status cuda_attention(sg_backend *be, const sg_btensor *q, const sg_bt
 				const sg_attn_params *p, sg_btensor *out)
 {
 	return attention_run(be, q, kc, vc, pos, p, out, NULL);
-}
-
-static sg_status cuda_attention_packed(sg_backend *be, const sg_btensor *q, const sg_btensor *k, const sg_btensor *v,
-				       const sg_btensor *offs, int n_seq, const sg_attn_params *p, sg_btensor *out)
-{
-	sg_cuda_backend *cb = (sg_cuda_backend *)be;
-	if (p->softcap > 0 || p->window > 0 || p->causal)
-		return sg_error(SG_ERR_UNSUPPORTED, "cuda attention_packed: a softcap, window or causal mask");
-	if (q->type != SG_TYPE_F32 || k->type != SG_TYPE_F32 || v->type != SG_TYPE_F32 || out->type != SG_TYPE_F32 ||
-	    offs->type != SG_TYPE_I32)
-		return sg_error(SG_ERR_INVALID_ARG, "cuda attention_packed: q, k, v and out are F32, offs I32");
-	sg_cu_attn_packed a;
-	memset(&a, 0, sizeof(a));
-	a.hd = k->ne[0];
-	a.Hkv = k->ne[1];
-	a.n = k->ne[2] * k->ne[3];
-	a.hdv = v->ne[0];
-	a.n_seq = n_seq;
-	if (n_seq < 1 || nvals(offs) < n_seq + 1 || v->ne[1] != a.Hkv || v->ne[2] * v->ne[3] != a.n || a.hd > SG_CU_MAX_HD ||
-	    a.hdv > SG_CU_MAX_HD)
-		return sg_error(SG_ERR_INVALID_ARG, "cuda attention_packed: k [%lld][%lld][%lld], v [%lld][%lld][%lld], %d sequences",
-				(long long)a.n, (long long)a.Hkv, (long long)a.hd, (long long)(v->ne[2] * v->ne[3]), (long long)v->ne[1],
-				(long long)a.hdv, n_seq);
-	sg_status st = heads_of("attention_packed", q, a.n, a.hd, &a.H);
-	if (st) return st;
-	if (a.H % a.Hkv || nvals(out) != a.n * a.H * a.hdv)
-		return sg_error(SG_ERR_INVALID_ARG, "cuda attention_packed: %lld query heads over %lld kv heads, out of %lld values",
-				(long long)a.H, (long long)a.Hkv, (long long)nvals(out));
-	a.q = q->data;
-	a.k = k->data;
-	a.v = v->data;
-	a.offs = offs->data;
-	a.out = out->data;
-	if (p->bias) {
-		/* each sequence's [L][H][L] block: at least one value per query row and head */
-		if ((st = check_f32("attention_packed", "bias", p->bias)) || nvals(p->bias) < a.n * a.H)
-			return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda attention_packed: a bias of %lld values for %lld rows of %lld heads",
-						  (long long)nvals(p->bias), (long long)a.n, (long long)a.H);
-		a.bias = p->bias->data;
-	}
-	a.scale = p->scale > 0 ? p->scale : 1.0f / sqrtf((float)a.hd);
-	a.tiles = cb->packed_tiles;
-	CU_RET("attention_packed", sg_cu_attention_packed(&a, S(cb)));
-	return SG_OK;
 }
 
 static sg_status cuda_attention_prep(sg_backend *be, sg_btensor *q, sg_btensor *k, const sg_btensor *v, const sg_btensor *pos,
@@ -1349,7 +1283,7 @@ static const sg_backend_ops cuda_ops = {
 	.kv_store = cuda_kv_store,
 	.attn_prep = cuda_attn_prep,
 	.attention = cuda_attention,
-	.attention_packed = cuda_attention_packed,
+	.attention_packed = sg_cuda_attention_packed,
 	.pool_rows = sg_cuda_pool_rows,
 	.conv1d = sg_cuda_conv1d,
 	.conv_transpose1d = sg_cuda_conv_transpose1d,
@@ -1415,7 +1349,7 @@ sg_status sg_cuda_backend_create(const sg_cuda_params *p, sg_backend **out)
 							  : GEMM_TF32X3;
 	sg_cu_policy_load(); /* the kernels' choices (cuda_policy.h), read once a backend */
 	cb->attn_dec = sg_cu_policy_now()->attn.decode != SG_CU_DECODE_PER_HEAD;
-	cb->verify_attn = sg_flag_bool("SARAGOSSA_CUDA_VERIFY_ATTN");
+	cb->verify_attn = (int)sg_flag_int("SARAGOSSA_CUDA_VERIFY_ATTN");
 	cb->attn_gemm = sg_flag_bool("SARAGOSSA_CUDA_ATTN_GEMM");
 	cb->attn_flash = sg_flag_bool("SARAGOSSA_CUDA_ATTN_FLASH");
 	cb->attn_f16 = sg_flag_bool("SARAGOSSA_CUDA_ATTN_F16");

@@ -145,6 +145,19 @@ void *sg_cuda_scratch(sg_cuda_backend *cb, size_t n, sg_status *st);
 /* The kernel view of a bound weight tensor; op names the caller in errors. */
 sg_status sg_cuda_wview(const char *op, const sg_btensor *w, sg_cuw *v);
 
+/* Checks shared by the op files (cuda_backend.c): x against weights w (columns, alignment); the
+ * heads of [n][H][hd] values x. */
+sg_status sg_cuda_check_x(const char *op, const sg_btensor *x, const sg_btensor *w, const sg_cuw *v);
+sg_status sg_cuda_heads_of(const char *op, const sg_btensor *x, int64_t n, int64_t hd, int64_t *H);
+
+/* --- cuda_encoder.c --- */
+/* The attention_packed op. */
+sg_status sg_cuda_attention_packed(sg_backend *be, const sg_btensor *q, const sg_btensor *k, const sg_btensor *v, const sg_btensor *offs,
+				   int n_seq, const sg_attn_params *p, sg_btensor *out);
+/* matmul_multi of many tokens without norm or epilogue through sg_cuda_gemm_shared_x: *done 0 leaves it
+ * to the composition. */
+sg_status sg_cuda_matmul_shared_x(sg_cuda_backend *cb, const sg_matmul_multi *p, int64_t n, int *done);
+
 /* --- cuda_gemm.c --- */
 /* 1 when cuBLAS is loaded and the backend's handle made (tried once; never inside a recording). */
 int sg_cuda_blas_ready(sg_cuda_backend *cb);

@@ -325,8 +325,9 @@ int sg_cu_attn_decode_units(const sg_cu_attn *a);
 int sg_cu_attn_decode(const sg_cu_attn *a, sg_custream s);
 /* The one-token attention of each of ntok tokens in one launch (an exact step): token t reads q +
  * t H hd and pos[t], writes out + t H hdv (part + t H nchunk (hdv + 2)); each the bits of its
- * one-token launch. No fused prep, no 8-bit output. */
-int sg_cu_attn_decode_tokens(const sg_cu_attn *a, int64_t ntok, sg_custream s);
+ * one-token launch. No fused prep, no 8-bit output. ny (1..nchunk): the slices launched, where no
+ * token's live rows reach slice ny (the others are empty: their blocks only return). */
+int sg_cu_attn_decode_tokens(const sg_cu_attn *a, int64_t ntok, int ny, sg_custream s);
 /* 1 if the decode kernel takes a's prep fused in: f16 caches, hd = hdv of 64, 128 or 256 (the
  * compile-time-shape kernel), the rope's head dim hd, the policy's attn.prep on. */
 int sg_cu_attn_prep_ok(const sg_cu_attn *a);
