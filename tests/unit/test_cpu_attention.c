@@ -185,11 +185,11 @@ Test(cpu_attention, layers_outside_the_tiled_path_are_unchanged_by_the_flag)
 		sg_attn_params ap;
 		int64_t n, start;
 	} cs[] = {
-		{{0, 0, 128, 1, 0, NULL}, 64, 500},  /* window < ctx: a ring */
-		{{0, 0, 600, 1, 0, NULL}, 40, 560},  /* window = ctx: no ring, ranges from 0 (the tiled path) */
-		{{0, 0, 0, 0, 0, NULL}, 33, 100},    /* not causal */
-		{{0, 30, 0, 1, 0, NULL}, 1, 599},    /* one token */
-		{{0, 0, 0, 1, 0, NULL}, 3, 590},     /* 12 (token, head) pairs: the kv length is split */
+		{{0, 0, 128, 1, 0, NULL, 0}, 64, 500},  /* window < ctx: a ring */
+		{{0, 0, 600, 1, 0, NULL, 0}, 40, 560},  /* window = ctx: no ring, ranges from 0 (the tiled path) */
+		{{0, 0, 0, 0, 0, NULL, 0}, 33, 100},    /* not causal */
+		{{0, 30, 0, 1, 0, NULL, 0}, 1, 599},    /* one token */
+		{{0, 0, 0, 1, 0, NULL, 0}, 3, 590},     /* 12 (token, head) pairs: the kv length is split */
 	};
 	for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
 		int64_t n = cs[c].n;
