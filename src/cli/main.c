@@ -23,7 +23,7 @@ static const verb verbs[] = {
 	{"generate", sg_cli_generate, "[--model M] --prompt TEXT [--system TEXT] [--chat] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S] [--stop STR]... [--metrics] [--json]", "generate one answer to a prompt, for scripts"},
 	{"doctor", sg_cli_doctor, "", "report the machine, the build and every runtime flag"},
 	{"eval", sg_cli_eval, "--model M --tokens I,J,K [--logits-out FILE] [--greedy N] [--backend cpu|cuda] [--threads N] [--chunk N] [--ctx N] [--kv f32|f16]", "run token ids through a model: logits of every position, greedy continuation"},
-	{"bench", sg_cli_bench, "[--model M] [-p 512] [-n 128] [-d 0] [-r 5] [--threads N] [--chunk N] [--backend cpu|cuda]", "measure prompt (pp) and decode (tg) speed like llama-bench"},
+	{"bench", sg_cli_bench, "[--model M] [-p 512] [-n 128] [-d 0] [-r 5] [--threads N] [--chunk N] [--backend cpu|cuda] [--verify K] [--ctx N] [--expert-cache C]", "measure prompt (pp) and decode (tg) speed like llama-bench"},
 	{"inspect", sg_cli_inspect, "PATH [--tensors] [--dump TENSOR --out FILE]", "show a model's format, architecture, tensors and memory needs"},
 	{"pull", sg_cli_pull, "[-q] MODEL", "download a model from the Hugging Face hub and print its local path"},
 	{"list", sg_cli_list, "[--json]", "list the models on this machine (Hugging Face cache, saragossa's folder)"},
