@@ -529,6 +529,21 @@ sg_status sg_cuda_matmul(sg_backend *be, const sg_btensor *w, const sg_btensor *
 	return SG_OK;
 }
 
+sg_status sg_cuda_multi_check(const sg_matmul_multi *p, int i, const sg_cuw *v, int64_t n)
+{
+	const int64_t N = sg_btensor_rows(p->w[i]);
+	const sg_btensor *b = p->bias[i];
+	sg_status st;
+	if ((st = sg_cuda_check_x("matmul", p->x, p->w[i], v)) || (st = check_f32("matmul", "y", p->y[i]))) return st;
+	if (p->y[i]->ne[0] != N || sg_btensor_rows(p->y[i]) != n)
+		return sg_error(SG_ERR_INVALID_ARG, "cuda matmul_multi: output %d is [%lld][%lld], expected [%lld][%lld]", i,
+				(long long)sg_btensor_rows(p->y[i]), (long long)p->y[i]->ne[0], (long long)n, (long long)N);
+	if (b && ((st = check_f32("matmul", "bias", b)) || b->ne[0] != N))
+		return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda matmul_multi: bias %d has %lld values, expected %lld", i, (long long)b->ne[0],
+					  (long long)N);
+	return SG_OK;
+}
+
 /* Two weights one fused launch can share: same kernel format and row decoding. */
 static int same_fmt(const sg_cuw *a, const sg_cuw *b) { return a->kt == b->kt && a->K == b->K && a->group == b->group && a->sb_bf16 == b->sb_bf16; }
 
@@ -586,13 +601,7 @@ static sg_status cuda_matmul_multi(sg_backend *be, const sg_matmul_multi *p)
 		    (p->glu || p->residual || !cb->q8x || m.w[i].K != m.w[0].K || !sg_cu_has_q8(m.w[i].kt) || !sg_cu_has_q8(m.w[0].kt) ||
 		     !sg_cu_multi_ok(m.w[i].kt)))
 			return sg_backend_matmul_multi_compose(be, p);
-		if ((st = sg_cuda_check_x("matmul", p->x, w, &m.w[i])) || (st = check_f32("matmul", "y", p->y[i]))) return st;
-		if (p->y[i]->ne[0] != m.N[i] || sg_btensor_rows(p->y[i]) != n)
-			return sg_error(SG_ERR_INVALID_ARG, "cuda matmul_multi: output %d is [%lld][%lld], expected [%lld][%lld]", i,
-					(long long)sg_btensor_rows(p->y[i]), (long long)p->y[i]->ne[0], (long long)n, (long long)m.N[i]);
-		if (b && ((st = check_f32("matmul", "bias", b)) || b->ne[0] != m.N[i]))
-			return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda matmul_multi: bias %d has %lld values, expected %lld", i, (long long)b->ne[0],
-						  (long long)m.N[i]);
+		if ((st = sg_cuda_multi_check(p, i, &m.w[i], n))) return st;
 		m.bias[i] = b ? b->data : NULL;
 		m.y[i] = p->y[i]->data;
 	}

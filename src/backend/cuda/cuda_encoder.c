@@ -22,16 +22,9 @@ sg_status sg_cuda_matmul_shared_x(sg_cuda_backend *cb, const sg_matmul_multi *p,
 	if (!cb->gemm || (cb->blas_state <= 0 && (cb->capturing || !sg_cuda_blas_ready(cb)))) return SG_OK;
 	for (int i = 0; i < p->nw; i++) {
 		sg_status st = sg_cuda_wview("matmul", p->w[i], &v[i]);
-		if (st || (st = sg_cuda_check_x("matmul", p->x, p->w[i], &v[i])) || (st = check_f32("matmul", "y", p->y[i]))) return st;
+		if (st || (st = sg_cuda_multi_check(p, i, &v[i], n))) return st;
 		N[i] = sg_btensor_rows(p->w[i]);
-		if (p->y[i]->ne[0] != N[i] || sg_btensor_rows(p->y[i]) != n)
-			return sg_error(SG_ERR_INVALID_ARG, "cuda matmul_multi: output %d is [%lld][%lld], expected [%lld][%lld]", i,
-					(long long)sg_btensor_rows(p->y[i]), (long long)p->y[i]->ne[0], (long long)n, (long long)N[i]);
-		const sg_btensor *bt = p->bias[i];
-		if (bt && ((st = check_f32("matmul", "bias", bt)) || bt->ne[0] != N[i]))
-			return st ? st : sg_error(SG_ERR_INVALID_ARG, "cuda matmul_multi: bias %d has %lld values, expected %lld", i, (long long)bt->ne[0],
-						  (long long)N[i]);
-		y[i] = p->y[i]->data, b[i] = bt ? bt->data : NULL;
+		y[i] = p->y[i]->data, b[i] = p->bias[i] ? p->bias[i]->data : NULL;
 	}
 	return sg_cuda_gemm_shared_x(cb, v, p->nw, p->x->data, n, y, N, b, done);
 }

@@ -146,9 +146,11 @@ void *sg_cuda_scratch(sg_cuda_backend *cb, size_t n, sg_status *st);
 sg_status sg_cuda_wview(const char *op, const sg_btensor *w, sg_cuw *v);
 
 /* Checks shared by the op files (cuda_backend.c): x against weights w (columns, alignment); the
- * heads of [n][H][hd] values x. */
+ * heads of [n][H][hd] values x; a matmul_multi's weight, output and bias. */
 sg_status sg_cuda_check_x(const char *op, const sg_btensor *x, const sg_btensor *w, const sg_cuw *v);
 sg_status sg_cuda_heads_of(const char *op, const sg_btensor *x, int64_t n, int64_t hd, int64_t *H);
+/* matmul_multi's weight i (viewed as v) against x, y[i] and bias[i] for n tokens. */
+sg_status sg_cuda_multi_check(const sg_matmul_multi *p, int i, const sg_cuw *v, int64_t n);
 
 /* --- cuda_encoder.c --- */
 /* The attention_packed op. */

@@ -15,6 +15,29 @@
 
 #define PK_WARPS 4 /* warps (token, head pairs) per block */
 
+/* The sequence holding token t: the last s with offs[s] <= t. */
+static __device__ __forceinline__ int pk_seq_of(const sg_cu_attn_packed &a, int64_t t)
+{
+	int lo = 0, hi = a.n_seq - 1;
+	while (lo < hi) {
+		int mid = (lo + hi + 1) >> 1;
+		if (a.offs[mid] <= t) lo = mid;
+		else hi = mid - 1;
+	}
+	return lo;
+}
+
+/* Where sequence s's bias block starts: after every earlier one's L * H * L values. */
+static __device__ __forceinline__ int64_t pk_bias_base(const sg_cu_attn_packed &a, int s)
+{
+	int64_t base = 0;
+	for (int i = 0; i < s; i++) {
+		const int64_t L = a.offs[i + 1] - a.offs[i];
+		base += L * a.H * L;
+	}
+	return base;
+}
+
 /*
  * A warp per (token, head), its sequence's rows 32 at a time, a row a lane: each lane takes the
  * whole dot product of the query (in shared memory) with its own row, so a block of 32 rows costs
@@ -35,23 +58,9 @@ __global__ void __launch_bounds__(32 * PK_WARPS) attn_packed_kernel(sg_cu_attn_p
 	if (pair >= a.n * a.H) return; /* no block-wide barrier below: a warp may leave */
 	int64_t t = pair / a.H;
 	int h = (int)(pair % a.H), hk = h / (a.H / a.Hkv);
-	/* the sequence holding token t: the last s with offs[s] <= t */
-	int lo = 0, hi = a.n_seq - 1;
-	while (lo < hi) {
-		int mid = (lo + hi + 1) >> 1;
-		if (a.offs[mid] <= t) lo = mid;
-		else hi = mid - 1;
-	}
-	int64_t j0 = a.offs[lo], j1 = a.offs[lo + 1];
-	const float *bias = NULL;
-	if (a.bias) { /* this sequence's block starts after every earlier one's L * H * L values */
-		int64_t base = 0;
-		for (int s = 0; s < lo; s++) {
-			int64_t L = a.offs[s + 1] - a.offs[s];
-			base += L * a.H * L;
-		}
-		bias = a.bias + base + ((t - j0) * a.H + h) * (j1 - j0) - j0;
-	}
+	const int sq = pk_seq_of(a, t);
+	int64_t j0 = a.offs[sq], j1 = a.offs[sq + 1];
+	const float *bias = a.bias ? a.bias + pk_bias_base(a, sq) + ((t - j0) * a.H + h) * (j1 - j0) - j0 : NULL;
 	float *qs = pk_q + warp * a.hd;
 	const float *q = a.q + (t * a.H + h) * a.hd;
 	for (int64_t e = lane; e < a.hd; e += 32) qs[e] = q[e];
@@ -139,25 +148,8 @@ __global__ void __launch_bounds__(32 * PT_WARPS) attn_packed_tile_kernel(sg_cu_a
 		const int64_t t = t0 + u;
 		for (int e = lane; e < hd; e += 32) qs[u * hd + e] = t < t1 ? a.q[(t * a.H + h) * hd + e] : 0.0f;
 	}
-	/* the sequences of the first and last token: the last s with offs[s] <= t */
-	int sf = 0, sl = 0;
-	for (int pass = 0; pass < 2; pass++) {
-		const int64_t t = pass ? t1 - 1 : t0;
-		int lo = 0, hi = a.n_seq - 1;
-		while (lo < hi) {
-			int mid = (lo + hi + 1) >> 1;
-			if (a.offs[mid] <= t) lo = mid;
-			else hi = mid - 1;
-		}
-		if (pass) sl = lo;
-		else sf = lo;
-	}
-	int64_t base = 0; /* the bias block of sequence s starts after every earlier one's L * H * L values */
-	if (a.bias)
-		for (int s = 0; s < sf; s++) {
-			const int64_t L = a.offs[s + 1] - a.offs[s];
-			base += L * a.H * L;
-		}
+	const int sf = pk_seq_of(a, t0), sl = pk_seq_of(a, t1 - 1); /* the sequences of the first and last token */
+	int64_t base = a.bias ? pk_bias_base(a, sf) : 0; /* sequence s's bias block, s walked from sf */
 	const int64_t tw = t0 + warp * PT_QW; /* this warp's first token */
 	float m[PT_QW], l[PT_QW], acc[PT_QW][NPL];
 #pragma unroll
