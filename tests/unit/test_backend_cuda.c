@@ -1262,8 +1262,9 @@ Test(cuda, attention_flash_prefill_matches_cpu)
 }
 
 /* attention_packed (an encoder's batch in one launch): every token attends to its own sequence's
- * rows only, against a direct double-precision softmax; lengths 1 to 77, GQA, head dims 32 to 128,
- * with and without an additive bias (MPNet's: each sequence's [L][H][L] block in turn). */
+ * rows only, against a direct double-precision softmax; lengths 1 to 300, GQA, head dims 30 to 256,
+ * with and without an additive bias (MPNet's: each sequence's [L][H][L] block in turn), the block
+ * per 16 tokens and the warp per token. */
 static void packed_case(const int *lens, int n_seq, int H, int Hkv, int hd, int with_bias)
 {
 	int32_t *offs = malloc(sizeof(int32_t) * (size_t)(n_seq + 1));
@@ -1335,6 +1336,13 @@ Test(cuda, attention_packed_with_and_without_bias_matches_per_sequence_softmax)
 	packed_case(e, 60, 12, 12, 32, 0);
 	packed_case(e, 60, 12, 4, 64, 1);
 	packed_case(e, 60, 8, 8, 30, 0);
+	/* heads past 128 dims take the warp-per-token kernel; so does every head with the tiles off */
+	packed_case(a, 5, 4, 2, 256, 1);
+	sg_cuda_backend *cb = (sg_cuda_backend *)gpu;
+	cb->packed_tiles = 0;
+	packed_case(e, 60, 12, 4, 64, 1);
+	packed_case(d, 5, 4, 4, 30, 0);
+	cb->packed_tiles = sg_flag_bool("SARAGOSSA_CUDA_PACKED_TILES");
 }
 
 /* The audio codec's ops (Qwen3-TTS's decoder) against the CPU's: a convolution with and without
